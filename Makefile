@@ -1,0 +1,58 @@
+# The two commands of the README, and helpers.
+#
+#   make run     install what is missing, build, serve on 127.0.0.1:8080 with the default model
+#   make test    install what is missing, build, run every test but the GPU ones
+#   make build | deps | clean | test-sanitize
+#
+# Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
+# build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
+
+BUILD_TYPE    ?= RelWithDebInfo
+EDGE_CUDA     ?= AUTO
+EDGE_SANITIZE ?=
+JOBS          ?= $(shell nproc 2>/dev/null || echo 2)
+HOST          ?= 127.0.0.1
+PORT          ?= 8080
+
+ifeq ($(strip $(EDGE_SANITIZE)),)
+BUILD_DIR ?= build
+else
+BUILD_DIR ?= build-sanitize
+endif
+
+GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
+NODE_STAMP := tests/node_modules/.installed
+
+.PHONY: all run test build deps clean test-sanitize configure
+
+all: build
+
+deps: $(NODE_STAMP)
+	@deploy/install-deps.sh
+
+# npm packages for the integration tests, from the lock file; re-run only when it changes.
+$(NODE_STAMP): tests/package.json tests/package-lock.json
+	@deploy/install-deps.sh
+	cd tests && npm ci --no-audit --no-fund --loglevel=error
+	@mkdir -p tests/node_modules && touch $(NODE_STAMP)
+
+$(BUILD_DIR)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DEDGE_CUDA=$(EDGE_CUDA) "-DEDGE_SANITIZE=$(EDGE_SANITIZE)"
+
+configure: $(BUILD_DIR)/CMakeCache.txt
+
+build: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --label-exclude gpu --output-on-failure -j $(JOBS)
+
+test-sanitize:
+	$(MAKE) test EDGE_SANITIZE="address;undefined"
+
+run: build
+	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)
+
+clean:
+	rm -rf build build-sanitize build-gpu tests/node_modules

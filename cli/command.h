@@ -1,0 +1,35 @@
+// A subcommand of edgeinfer: its CLI11 app, its configuration schema and what it runs.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "edge/common/config.h"
+
+namespace edge::cli {
+
+class command {
+ public:
+  using body = std::function<int(const config::values&)>;
+
+  // Registers the subcommand `name` on `parent`. `options` gets the options every command has
+  // (log-level, log-format) added before it is bound to the command line.
+  command(CLI::App& parent, std::string name, std::string description, config::schema options, body run);
+
+  bool chosen() const { return app_->parsed(); }
+
+  // Settles the configuration (flag > env > file > default), applies the logging options and
+  // runs the body. Returns the process exit code: 2 for a configuration error.
+  int execute() const;
+
+ private:
+  CLI::App* app_;
+  config::schema options_;
+  std::unique_ptr<config::cli_binding> binding_;
+  body run_;
+};
+
+}  // namespace edge::cli

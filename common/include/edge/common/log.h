@@ -1,0 +1,68 @@
+// Process-wide logging: human-readable lines by default, JSON lines with --log-format json.
+//
+//   edge::logger log{"gateway"};
+//   log.info("listening on http://{}:{}", host, port);
+//
+// Text:  2026-11-30T00:20:26.123Z info  gateway: listening on http://127.0.0.1:8080
+// JSON:  {"ts":"2026-11-30T00:20:26.123Z","level":"info","component":"gateway","msg":"..."}
+//
+// Each line is written whole with one write(2), so lines from several threads never mix.
+// configure() is meant for start-up; the level check on the hot path is one relaxed load.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "edge/common/format.h"
+
+namespace edge::log {
+
+enum class level { trace = 0, debug, info, warn, error, off };
+enum class format { text, json };
+
+std::optional<level> parse_level(std::string_view name);
+std::optional<format> parse_format(std::string_view name);
+std::string_view to_string(level value);
+
+void set_level(level value);
+void set_format(format value);
+// Replaces stderr as the destination (tests capture lines with it). Each call receives one
+// complete line, newline included. Pass an empty function to restore stderr.
+void set_sink(std::function<void(std::string_view line)> sink);
+
+bool enabled(level value) noexcept;
+void emit(level value, std::string_view component, std::string_view message);
+
+}  // namespace edge::log
+
+namespace edge {
+
+// A named source of log lines; cheap to copy, safe to share between threads.
+class logger {
+ public:
+  explicit logger(std::string component) : component_(std::move(component)) {}
+
+  template <class... Args>
+  void log(log::level value, std::string_view pattern, const Args&... args) const {
+    if (log::enabled(value)) log::emit(value, component_, edge::format(pattern, args...));
+  }
+  template <class... Args>
+  void trace(std::string_view pattern, const Args&... args) const { log(log::level::trace, pattern, args...); }
+  template <class... Args>
+  void debug(std::string_view pattern, const Args&... args) const { log(log::level::debug, pattern, args...); }
+  template <class... Args>
+  void info(std::string_view pattern, const Args&... args) const { log(log::level::info, pattern, args...); }
+  template <class... Args>
+  void warn(std::string_view pattern, const Args&... args) const { log(log::level::warn, pattern, args...); }
+  template <class... Args>
+  void error(std::string_view pattern, const Args&... args) const { log(log::level::error, pattern, args...); }
+
+  const std::string& component() const { return component_; }
+
+ private:
+  std::string component_;
+};
+
+}  // namespace edge

@@ -1,0 +1,200 @@
+#include "edge/common/log.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+#include <mutex>
+
+namespace edge::log {
+namespace {
+
+std::atomic<int> g_level{static_cast<int>(level::info)};
+std::atomic<int> g_format{static_cast<int>(format::text)};
+
+// Guards the sink and keeps whole lines together for custom sinks.
+std::mutex& sink_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::function<void(std::string_view)>& sink() {
+  static std::function<void(std::string_view)> instance;
+  return instance;
+}
+
+void write_stderr(std::string_view line) {
+  const char* data = line.data();
+  std::size_t left = line.size();
+  while (left > 0) {
+    const ssize_t n = ::write(STDERR_FILENO, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // nowhere left to report a failing stderr
+    }
+    data += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+// 2026-11-30T00:20:26.123Z
+void append_timestamp(std::string& out) {
+  const auto now = std::chrono::system_clock::now();
+  const auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  const std::time_t seconds = static_cast<std::time_t>(millis / 1000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  std::array<char, 32> buffer{};
+  const std::size_t n = std::strftime(buffer.data(), buffer.size(), "%Y-%m-%dT%H:%M:%S", &utc);
+  out.append(buffer.data(), n);
+  const int ms = static_cast<int>(millis % 1000);
+  out += '.';
+  out += static_cast<char>('0' + ms / 100);
+  out += static_cast<char>('0' + ms / 10 % 10);
+  out += static_cast<char>('0' + ms % 10);
+  out += 'Z';
+}
+
+// Length of the valid UTF-8 sequence starting at text[i], or 0 if it is not valid.
+std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  std::size_t length = 0;
+  std::uint32_t min_code = 0;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+    min_code = 0x80;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    min_code = 0x800;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    min_code = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  std::uint32_t code = lead & (0x7F >> length);
+  for (std::size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    code = (code << 6) | (byte(i + k) & 0x3F);
+  }
+  if (code < min_code || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return 0;
+  return length;
+}
+
+// JSON string contents (RFC 8259): quotes, backslashes and control characters escaped;
+// bytes that are not valid UTF-8 become U+FFFD so every line stays valid JSON.
+void append_json_escaped(std::string& out, std::string_view text) {
+  static constexpr char hex[] = "0123456789abcdef";
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        default:
+          if (c < 0x20 || c == 0x7F) {
+            out += "\\u00";
+            out += hex[c >> 4];
+            out += hex[c & 0xF];
+          } else {
+            out += static_cast<char>(c);
+          }
+      }
+      ++i;
+      continue;
+    }
+    const std::size_t length = utf8_sequence_length(text, i);
+    if (length == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<level> parse_level(std::string_view name) {
+  if (name == "trace") return level::trace;
+  if (name == "debug") return level::debug;
+  if (name == "info") return level::info;
+  if (name == "warn" || name == "warning") return level::warn;
+  if (name == "error") return level::error;
+  if (name == "off") return level::off;
+  return std::nullopt;
+}
+
+std::optional<format> parse_format(std::string_view name) {
+  if (name == "text") return format::text;
+  if (name == "json") return format::json;
+  return std::nullopt;
+}
+
+std::string_view to_string(level value) {
+  switch (value) {
+    case level::trace: return "trace";
+    case level::debug: return "debug";
+    case level::info: return "info";
+    case level::warn: return "warn";
+    case level::error: return "error";
+    case level::off: return "off";
+  }
+  return "unknown";
+}
+
+void set_level(level value) { g_level.store(static_cast<int>(value), std::memory_order_relaxed); }
+void set_format(format value) { g_format.store(static_cast<int>(value), std::memory_order_relaxed); }
+
+void set_sink(std::function<void(std::string_view)> new_sink) {
+  std::lock_guard lock(sink_mutex());
+  sink() = std::move(new_sink);
+}
+
+bool enabled(level value) noexcept {
+  return value != level::off &&
+         static_cast<int>(value) >= g_level.load(std::memory_order_relaxed);
+}
+
+void emit(level value, std::string_view component, std::string_view message) {
+  std::string line;
+  line.reserve(64 + component.size() + message.size());
+  if (static_cast<format>(g_format.load(std::memory_order_relaxed)) == format::json) {
+    line += "{\"ts\":\"";
+    append_timestamp(line);
+    line += "\",\"level\":\"";
+    line += to_string(value);
+    line += "\",\"component\":\"";
+    append_json_escaped(line, component);
+    line += "\",\"msg\":\"";
+    append_json_escaped(line, message);
+    line += "\"}\n";
+  } else {
+    append_timestamp(line);
+    line += ' ';
+    const std::string_view name = to_string(value);
+    line += name;
+    line.append(6 - name.size(), ' ');
+    line += component;
+    line += ": ";
+    line += message;
+    line += '\n';
+  }
+  std::lock_guard lock(sink_mutex());
+  if (sink()) {
+    sink()(line);
+  } else {
+    write_stderr(line);
+  }
+}
+
+}  // namespace edge::log

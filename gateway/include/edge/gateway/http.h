@@ -1,0 +1,94 @@
+// HTTP vocabulary of the gateway: the request/response types, the per-request exchange a
+// handler answers through, and the router that maps (method, path) to handlers.
+#pragma once
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/verb.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace edge::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+using request = http::request<http::string_body>;
+using response = http::response<http::string_body>;
+
+// Path parameters captured by a route pattern such as "/v1/models/{id}".
+using path_params = std::vector<std::pair<std::string, std::string>>;
+
+struct exchange_settings {
+  std::chrono::milliseconds write_timeout;
+  bool draining;  // the server is shutting down: answer, then close the connection
+};
+
+// One request and the means to answer it. Created and used on its connection's strand only.
+class exchange {
+ public:
+  exchange(beast::tcp_stream& stream, const request& req, std::string request_id, path_params params,
+           exchange_settings settings);
+
+  const request& req() const { return req_; }
+  std::string_view path() const;   // the target without its query
+  std::string_view query() const;  // after '?', or empty
+  // The value captured for "{name}", or empty.
+  std::string_view path_param(std::string_view name) const;
+  const std::string& request_id() const { return request_id_; }
+  // Whether the server was shutting down when this request arrived.
+  bool server_draining() const { return settings_.draining; }
+
+  // Writes a complete response with the common headers (server, x-request-id, connection).
+  // At most one response per exchange.
+  asio::awaitable<void> respond(response res);
+
+  unsigned status_code() const { return status_code_; }
+  bool responded() const { return status_code_ != 0; }
+  // Whether the connection may carry another request after this one.
+  bool keep_alive() const { return keep_alive_; }
+
+ private:
+  beast::tcp_stream& stream_;
+  const request& req_;
+  std::string request_id_;
+  path_params params_;
+  exchange_settings settings_;
+  unsigned status_code_ = 0;
+  bool keep_alive_ = false;
+};
+
+using handler = std::function<asio::awaitable<void>(exchange&)>;
+
+class router {
+ public:
+  // `pattern` is made of literal segments and "{name}" captures, e.g. "/v1/models/{id}".
+  void add(http::verb method, std::string pattern, handler h);
+
+  struct match {
+    const handler* target = nullptr;  // null: no route for this method and path
+    std::string route;                // the matched pattern, for metrics; "unmatched" if none
+    path_params params;
+    std::string allow;                // when the path exists for other methods: "GET, POST"
+  };
+  match find(http::verb method, std::string_view path) const;
+
+ private:
+  struct entry {
+    http::verb method;
+    std::string pattern;
+    std::vector<std::string> segments;
+    handler h;
+  };
+  std::vector<entry> routes_;
+};
+
+}  // namespace edge::gateway

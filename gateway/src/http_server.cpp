@@ -1,0 +1,419 @@
+#include "edge/gateway/http_server.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+
+#include <array>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unordered_set>
+
+#include "edge/common/format.h"
+#include "edge/common/log.h"
+#include "edge/gateway/json_response.h"
+#include "edge/monitoring/gateway_metrics.h"
+
+namespace edge::gateway {
+
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+// How often a draining server checks whether its connections have all closed.
+constexpr auto drain_poll_interval = 25ms;
+// After a forced close, how long to wait for connections to notice before stopping anyway.
+constexpr auto forced_close_grace = 2s;
+// An error response is followed by a half-close; this long is given to the client to read it.
+constexpr auto linger_timeout = 1s;
+constexpr std::size_t linger_max_bytes = 1 << 20;
+
+// Errors that mean the client went away or the connection was closed under us: nothing to
+// answer, nobody to answer to.
+bool is_disconnect(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == http::error::partial_message || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::connection_aborted ||
+         ec == asio::error::broken_pipe || ec == asio::error::operation_aborted ||
+         ec == asio::error::bad_descriptor || ec == asio::error::not_connected;
+}
+
+bool is_valid_request_id(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_' || c == '.' || c == ':';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string new_request_id() {
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string id = "req_";
+  for (int word = 0; word < 2; ++word) {
+    std::uint64_t bits = generator();
+    for (int i = 0; i < 16; ++i, bits >>= 4) id += hex[bits & 0xF];
+  }
+  return id;
+}
+
+}  // namespace
+
+// Shared between a connection's coroutine and the server's shutdown logic. Every field is
+// touched on the connection's strand only; the registry holds the pointer under its mutex.
+struct connection_state {
+  explicit connection_state(asio::any_io_executor ex) : executor(std::move(ex)) {}
+  asio::any_io_executor executor;
+  beast::tcp_stream* stream = nullptr;  // valid while alive
+  bool alive = true;
+  bool busy = false;  // a request's headers have arrived and it is not answered yet
+};
+
+struct http_server::impl {
+  impl(http_server& owner_, server_options options_, router routes_, monitoring::gateway_metrics* metrics_)
+      : owner(owner_),
+        options(std::move(options_)),
+        routes(std::move(routes_)),
+        metrics(metrics_),
+        ioc(static_cast<int>(options.threads)),
+        control(asio::make_strand(ioc)),
+        acceptor(control) {}
+
+  http_server& owner;
+  server_options options;
+  router routes;
+  monitoring::gateway_metrics* metrics;
+  asio::io_context ioc;
+  asio::strand<asio::io_context::executor_type> control;  // acceptor and shutdown
+  tcp::acceptor acceptor;
+  logger log{"gateway"};
+
+  std::mutex connections_mutex;
+  std::unordered_set<std::shared_ptr<connection_state>> connections;  // guarded by connections_mutex
+
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> serve_connection(tcp::socket socket);
+  asio::awaitable<bool> dispatch(beast::tcp_stream& stream, const request& req,
+                                 std::chrono::steady_clock::time_point started);
+  asio::awaitable<void> reply_and_close(beast::tcp_stream& stream, response res);
+  asio::awaitable<void> drain();
+  void close_connections(bool force);
+  std::size_t open_connections();
+  void record(const std::string& route, unsigned code, std::chrono::steady_clock::time_point started);
+};
+
+namespace {
+
+void log_exception(const logger& log, std::string_view where, std::exception_ptr error) {
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    log.error("{}: {}", where, e.what());
+  } catch (...) {
+    log.error("{}: unknown exception", where);
+  }
+}
+
+}  // namespace
+
+http_server::http_server(server_options options, router routes, monitoring::gateway_metrics* metrics)
+    : impl_(std::make_unique<impl>(*this, std::move(options), std::move(routes), metrics)) {
+  if (impl_->options.threads == 0) {
+    impl_->options.threads = std::max(1u, std::thread::hardware_concurrency());
+  }
+}
+
+http_server::~http_server() = default;
+
+asio::io_context& http_server::context() { return impl_->ioc; }
+
+status http_server::listen() {
+  auto& acceptor = impl_->acceptor;
+  const auto& options = impl_->options;
+  beast::error_code ec;
+  tcp::resolver resolver(impl_->ioc);
+  auto endpoints = resolver.resolve(options.host, std::to_string(options.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty()) {
+    return invalid_argument(format("cannot resolve listen address {}: {}", options.host, ec.message()));
+  }
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  const auto fail = [&](std::string_view step) {
+    return unavailable(format("cannot listen on {}:{} ({}): {}", options.host, options.port, step, ec.message()));
+  };
+  if (acceptor.open(endpoint.protocol(), ec); ec) return fail("open");
+  if (acceptor.set_option(asio::socket_base::reuse_address(true), ec); ec) return fail("reuse_address");
+  if (acceptor.bind(endpoint, ec); ec) return fail("bind");
+  if (acceptor.listen(asio::socket_base::max_listen_connections, ec); ec) return fail("listen");
+  asio::co_spawn(impl_->control, impl_->accept_loop(),
+                 [this](std::exception_ptr e) { log_exception(impl_->log, "accept loop", e); });
+  return {};
+}
+
+tcp::endpoint http_server::local_endpoint() const {
+  beast::error_code ec;
+  return impl_->acceptor.local_endpoint(ec);
+}
+
+void http_server::run() {
+  std::vector<std::thread> workers;
+  workers.reserve(impl_->options.threads - 1);
+  for (std::size_t i = 1; i < impl_->options.threads; ++i) {
+    workers.emplace_back([this] { impl_->ioc.run(); });
+  }
+  impl_->ioc.run();
+  for (auto& worker : workers) worker.join();
+}
+
+void http_server::shutdown() {
+  const bool again = draining_.exchange(true, std::memory_order_acq_rel);
+  asio::post(impl_->control, [this, again] {
+    if (again) {
+      impl_->log.warn("second shutdown request: closing {} connections now", impl_->open_connections());
+      impl_->close_connections(/*force=*/true);
+      return;
+    }
+    beast::error_code ec;
+    impl_->acceptor.close(ec);
+    impl_->log.info("shutting down: stopped accepting; {} connections open, waiting up to {}ms",
+                    impl_->open_connections(), impl_->options.shutdown_timeout.count());
+    impl_->close_connections(/*force=*/false);
+    asio::co_spawn(impl_->control, impl_->drain(),
+                   [this](std::exception_ptr e) { log_exception(impl_->log, "drain", e); });
+  });
+}
+
+std::size_t http_server::impl::open_connections() {
+  std::lock_guard lock(connections_mutex);
+  return connections.size();
+}
+
+void http_server::impl::close_connections(bool force) {
+  std::vector<std::shared_ptr<connection_state>> targets;
+  {
+    std::lock_guard lock(connections_mutex);
+    targets.assign(connections.begin(), connections.end());
+  }
+  for (auto& state : targets) {
+    asio::post(state->executor, [state, force] {
+      if (!state->alive || (state->busy && !force)) return;
+      beast::error_code ec;
+      state->stream->socket().shutdown(tcp::socket::shutdown_both, ec);
+      state->stream->close();
+    });
+  }
+}
+
+asio::awaitable<void> http_server::impl::drain() {
+  asio::steady_timer timer(control);
+  const auto deadline = std::chrono::steady_clock::now() + options.shutdown_timeout;
+  while (open_connections() > 0 && std::chrono::steady_clock::now() < deadline) {
+    timer.expires_after(drain_poll_interval);
+    co_await timer.async_wait(use_tuple);
+  }
+  if (const std::size_t left = open_connections(); left > 0) {
+    log.warn("shutdown timeout: closing {} connections still open", left);
+    close_connections(/*force=*/true);
+    const auto grace_end = std::chrono::steady_clock::now() + forced_close_grace;
+    while (open_connections() > 0 && std::chrono::steady_clock::now() < grace_end) {
+      timer.expires_after(drain_poll_interval);
+      co_await timer.async_wait(use_tuple);
+    }
+  }
+  log.info("shutdown complete");
+  ioc.stop();
+}
+
+asio::awaitable<void> http_server::impl::accept_loop() {
+  asio::steady_timer backoff(control);
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(asio::make_strand(ioc), use_tuple);
+    if (ec) {
+      if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
+      // Out of file descriptors or similar: wait instead of spinning on the error.
+      log.warn("accept failed: {}", ec.message());
+      backoff.expires_after(100ms);
+      co_await backoff.async_wait(use_tuple);
+      continue;
+    }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    auto executor = socket.get_executor();
+    asio::co_spawn(executor, serve_connection(std::move(socket)),
+                   [this](std::exception_ptr e) { log_exception(log, "connection", e); });
+  }
+}
+
+asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  auto state = std::make_shared<connection_state>(stream.get_executor());
+  state->stream = &stream;
+  {
+    std::lock_guard lock(connections_mutex);
+    connections.insert(state);
+  }
+  if (metrics) metrics->open_connections.Increment();
+  struct unregister {
+    impl& server;
+    std::shared_ptr<connection_state>& state;
+    ~unregister() {
+      state->alive = false;
+      if (server.metrics) server.metrics->open_connections.Decrement();
+      std::lock_guard lock(server.connections_mutex);
+      server.connections.erase(state);
+    }
+  } guard{*this, state};
+
+  beast::flat_buffer buffer;
+  for (;;) {
+    if (owner.draining()) break;
+    state->busy = false;
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
+    parser.body_limit(options.max_body_bytes);
+
+    beast::error_code ec;
+    stream.expires_after(options.idle_timeout);
+    std::tie(ec, std::ignore) = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    const auto started = std::chrono::steady_clock::now();
+    if (!ec) {
+      state->busy = true;
+      if (parser.get()[http::field::expect] == "100-continue") {
+        http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
+        stream.expires_after(options.write_timeout);
+        std::tie(ec, std::ignore) = co_await http::async_write(stream, go_on, use_tuple);
+        if (ec) break;
+      }
+      stream.expires_after(options.idle_timeout);
+      std::tie(ec, std::ignore) = co_await http::async_read(stream, buffer, parser, use_tuple);
+    }
+
+    if (ec) {
+      if (ec == beast::error::timeout) {
+        if (parser.got_some()) {
+          co_await reply_and_close(stream, error_response(http::status::request_timeout,
+                                                          "Timed out reading the request",
+                                                          "invalid_request_error", std::nullopt, "timeout"));
+          record("unmatched", 408, started);
+        }
+        break;
+      }
+      if (is_disconnect(ec)) break;
+      response res;
+      if (ec == http::error::header_limit) {
+        res = error_response(http::status::request_header_fields_too_large,
+                             format("Request headers are larger than {} bytes", options.max_header_bytes),
+                             "invalid_request_error", std::nullopt, "headers_too_large");
+      } else if (ec == http::error::body_limit) {
+        res = error_response(http::status::payload_too_large,
+                             format("Request body is larger than the limit of {}", format_bytes(options.max_body_bytes)),
+                             "invalid_request_error", std::nullopt, "request_too_large");
+      } else {
+        res = error_response(http::status::bad_request, format("Malformed HTTP request: {}", ec.message()),
+                             "invalid_request_error", std::nullopt, "malformed_request");
+      }
+      const unsigned code = res.result_int();
+      co_await reply_and_close(stream, std::move(res));
+      record("unmatched", code, started);
+      break;
+    }
+
+    const request req = parser.release();
+    if (!co_await dispatch(stream, req, started)) break;
+  }
+
+  if (state->alive) {
+    beast::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+}
+
+asio::awaitable<bool> http_server::impl::dispatch(beast::tcp_stream& stream, const request& req,
+                                                   std::chrono::steady_clock::time_point started) {
+  const std::string_view target = req.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  router::match found = routes.find(req.method(), path);
+
+  const auto id_header = req["x-request-id"];
+  std::string request_id = is_valid_request_id(id_header) ? std::string(id_header) : new_request_id();
+  exchange ex(stream, req, std::move(request_id), std::move(found.params),
+              {options.write_timeout, owner.draining()});
+
+  if (found.target == nullptr) {
+    if (!found.allow.empty()) {
+      response res = error_response(http::status::method_not_allowed,
+                                    format("Method {} is not allowed for {} (allowed: {})", req.method_string(),
+                                           path, found.allow),
+                                    "invalid_request_error", std::nullopt, "method_not_allowed");
+      res.set(http::field::allow, found.allow);
+      co_await ex.respond(std::move(res));
+    } else {
+      co_await ex.respond(error_response(http::status::not_found,
+                                         format("Invalid URL ({} {})", req.method_string(), path),
+                                         "invalid_request_error", std::nullopt, "unknown_url"));
+    }
+  } else {
+    std::exception_ptr failure;
+    try {
+      co_await (*found.target)(ex);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (failure) log_exception(log, format("handler for {} {}", req.method_string(), found.route), failure);
+    if (!ex.responded()) {
+      co_await ex.respond(error_response(http::status::internal_server_error,
+                                         "The server had an error while processing the request",
+                                         "server_error"));
+    }
+  }
+  record(found.route, ex.status_code(), started);
+  log.debug("{} {} -> {} ({})", req.method_string(), target, ex.status_code(), ex.request_id());
+  co_return ex.keep_alive();
+}
+
+asio::awaitable<void> http_server::impl::reply_and_close(beast::tcp_stream& stream, response res) {
+  res.version(11);
+  res.keep_alive(false);
+  res.set(http::field::server, "edgeinfer");
+  res.set("x-request-id", new_request_id());
+  res.prepare_payload();
+  stream.expires_after(options.write_timeout);
+  auto [ec, n] = co_await http::async_write(stream, res, use_tuple);
+  if (ec) co_return;
+  // Half-close, then read and discard what the client is still sending, so that closing does
+  // not reset the connection before the client has read the error.
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  std::array<char, 16 * 1024> sink{};
+  std::size_t discarded = 0;
+  stream.expires_after(linger_timeout);
+  while (discarded < linger_max_bytes) {
+    auto [read_ec, read] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);
+    if (read_ec) break;
+    discarded += read;
+  }
+}
+
+void http_server::impl::record(const std::string& route, unsigned code,
+                               std::chrono::steady_clock::time_point started) {
+  if (metrics == nullptr) return;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  metrics->http_requests.Add({{"route", route}, {"code", std::to_string(code)}}).Increment();
+  metrics->http_request_duration.Add({{"route", route}}, monitoring::gateway_metrics::duration_buckets())
+      .Observe(seconds);
+}
+
+}  // namespace edge::gateway

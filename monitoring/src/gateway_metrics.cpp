@@ -1,0 +1,36 @@
+#include "edge/monitoring/gateway_metrics.h"
+
+#include <string>
+
+#include "edge/monitoring/metrics_registry.h"
+
+namespace edge::monitoring {
+namespace {
+
+std::string name(const char* suffix) { return std::string(metric_prefix) + suffix; }
+
+}  // namespace
+
+const prometheus::Histogram::BucketBoundaries& gateway_metrics::duration_buckets() {
+  // From sub-millisecond health checks to multi-minute generation streams.
+  static const prometheus::Histogram::BucketBoundaries buckets = {
+      0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+  return buckets;
+}
+
+gateway_metrics::gateway_metrics(prometheus::Registry& registry)
+    : http_requests(prometheus::BuildCounter()
+                        .Name(name("http_requests_total"))
+                        .Help("HTTP requests answered, by route pattern and status code")
+                        .Register(registry)),
+      http_request_duration(prometheus::BuildHistogram()
+                                .Name(name("http_request_duration_seconds"))
+                                .Help("Time from a request's headers read to its response's last byte written")
+                                .Register(registry)),
+      open_connections(prometheus::BuildGauge()
+                           .Name(name("http_open_connections"))
+                           .Help("Client connections currently open")
+                           .Register(registry)
+                           .Add({})) {}
+
+}  // namespace edge::monitoring

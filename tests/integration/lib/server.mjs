@@ -1,0 +1,89 @@
+// Starts `edgeinfer serve` on a free loopback port for a test and stops it afterwards.
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+
+export const edgeinferBin = process.env.EDGEINFER_BIN ?? path.resolve('build/edgeinfer');
+
+const LISTENING = /listening on http:\/\/([^\s]+):(\d+)/;
+
+// Starts the server with extra arguments; resolves once it logs the port it listens on.
+export async function startServer(args = [], { env = {}, timeoutMs = 30000 } = {}) {
+  const child = spawn(edgeinferBin, ['serve', '--host', '127.0.0.1', '--port', '0', ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const server = {
+    child,
+    log: '',
+    exited: new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal }))),
+  };
+  child.stdout.on('data', (d) => { server.log += d; });
+  child.stderr.on('data', (d) => { server.log += d; });
+
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start in ${timeoutMs} ms:\n${server.log}`)), timeoutMs);
+    const check = () => {
+      const m = server.log.match(LISTENING);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[2]));
+      }
+    };
+    child.stderr.on('data', check);
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`server exited with ${code} before listening:\n${server.log}`));
+    });
+    child.on('error', (error) => {
+      clearTimeout(timer);
+      reject(new Error(`cannot start ${edgeinferBin}: ${error.message}`));
+    });
+  });
+  server.port = port;
+  server.url = `http://127.0.0.1:${port}`;
+  server.stop = async (signal = 'SIGTERM') => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    return server.exited;
+  };
+  return server;
+}
+
+// Sends raw bytes on a fresh connection and resolves with everything the server sent back
+// until it closed the connection (or `timeoutMs` passed).
+export function rawExchange(port, chunks, { timeoutMs = 10000, delayMs = 0 } = {}) {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let received = '';
+    const timer = setTimeout(() => { socket.destroy(); resolve(received); }, timeoutMs);
+    socket.on('data', (d) => { received += d; });
+    socket.on('error', (e) => {
+      clearTimeout(timer);
+      if (received) resolve(received); else reject(e);
+    });
+    socket.on('close', () => { clearTimeout(timer); resolve(received); });
+    socket.on('connect', async () => {
+      for (const chunk of chunks) {
+        socket.write(chunk);
+        if (delayMs) await new Promise((r) => setTimeout(r, delayMs));
+      }
+    });
+  });
+}
+
+// Parses "HTTP/1.1 413 Payload Too Large\r\n...headers...\r\n\r\nbody" into its parts.
+export function parseResponse(text) {
+  const end = text.indexOf('\r\n\r\n');
+  const head = text.slice(0, end).split('\r\n');
+  const status = Number(head[0].split(' ')[1]);
+  const headers = {};
+  for (const line of head.slice(1)) {
+    const i = line.indexOf(':');
+    headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+  }
+  return { status, headers, body: text.slice(end + 4) };
+}
+
+export function sleep(ms) {
+  return new Promise((r) => setTimeout(r, ms));
+}
