@@ -7,8 +7,8 @@ cd "$(dirname "$0")/../.."
 
 nvidia-smi
 
-# The architectures are named here as well as in cmake/EdgeCuda.cmake: these tests exist to
-# exercise Hopper's conversion instructions, and a build for CMake's default architecture
+# The architectures are pinned here as well as defaulted in cmake/EdgeCuda.cmake: these tests
+# exist to exercise Hopper's conversion instructions, and a build for an older architecture
 # would quietly test cuda_fp8.h's software fallback instead.
 build_dir=build-gpu
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
