@@ -1,0 +1,33 @@
+// safetensors: an 8-byte little-endian header length, a JSON header naming each tensor's
+// dtype, shape and byte range, then the data. Sharded checkpoints list their files in
+// model.safetensors.index.json.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "edge/backend/model/mapped_file.h"
+#include "edge/backend/model/tensor.h"
+#include "edge/common/status.h"
+
+namespace edge::backend {
+
+struct safetensors_file {
+  std::vector<tensor_view> tensors;  // data points into the bytes parsed
+  std::map<std::string, std::string> metadata;  // the header's "__metadata__"
+};
+
+// Validates every tensor's dtype, shape and range against the buffer. Only the dtypes
+// edgeinfer reads (F32, F16, BF16) are accepted; others are invalid_argument naming the tensor.
+result<safetensors_file> parse_safetensors(std::span<const std::byte> bytes);
+
+// All tensors of a Hugging Face folder: model.safetensors, or every shard listed by
+// model.safetensors.index.json. The mappings are appended to `keep_alive`.
+result<std::vector<tensor_view>> load_safetensors_folder(
+    const std::filesystem::path& folder, std::vector<std::shared_ptr<const mapped_file>>& keep_alive);
+
+}  // namespace edge::backend
