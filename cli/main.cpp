@@ -4,11 +4,11 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <vector>
 
-#include "command.h"
+#include "commands.h"
 #include "edge/common/format.h"
 #include "edge/common/version.h"
-#include "serve_command.h"
 
 int main(int argc, char** argv) {
   // Writes to a closed socket must fail with EPIPE, not kill the process.
@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   app.footer("Every option can also be set by an EDGE_* environment variable or a TOML file named by --config;\n"
              "a flag wins over the environment, which wins over the file. `edgeinfer COMMAND --help` lists them.");
 
-  const edge::cli::command serve = edge::cli::make_serve_command(app);
+  std::vector<edge::cli::command> commands;
+  commands.push_back(edge::cli::make_serve_command(app));
 
   try {
     app.parse(argc, argv);
@@ -31,7 +32,9 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (serve.chosen()) return serve.execute();
+    for (const auto& command : commands) {
+      if (command.chosen()) return command.execute();
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "edgeinfer: fatal: %s\n", e.what());
     return 1;

@@ -1,4 +1,4 @@
-#include "serve_command.h"
+#include "commands.h"
 
 #include <boost/asio/signal_set.hpp>
 

@@ -1,4 +1,4 @@
-// `edgeinfer serve`: the gateway with the engine in the same process (the default topology).
+// The subcommands of edgeinfer, one factory each (cli/<name>_command.cpp).
 #pragma once
 
 #include "command.h"

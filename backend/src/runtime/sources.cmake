@@ -1,0 +1,1 @@
+# Sources of backend/src/runtime: target_sources(edge_backend PRIVATE src/runtime/<file>.cpp ...)

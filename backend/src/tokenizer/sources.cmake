@@ -1,0 +1,1 @@
+# Sources of backend/src/tokenizer: target_sources(edge_backend PRIVATE src/tokenizer/<file>.cpp ...)
