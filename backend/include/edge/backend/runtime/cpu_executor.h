@@ -1,0 +1,42 @@
+// The CPU executor: the Llama forward pass on the kernels' CPU implementations, on a thread
+// pool. Every buffer it needs is allocated at construction for max_batch_tokens tokens, so a
+// step allocates nothing.
+#pragma once
+
+#include <memory>
+
+#include "edge/backend/model/model.h"
+#include "edge/backend/runtime/executor.h"
+#include "edge/backend/runtime/kv_cache.h"
+
+namespace edge {
+class thread_pool;
+}
+
+namespace edge::backend {
+
+struct cpu_executor_options {
+  std::int64_t max_batch_tokens = 2048;
+  std::int64_t max_sequences = 256;  // entries in one batch
+};
+
+class cpu_executor final : public executor {
+ public:
+  // The model, cache and pool must outlive the executor. invalid_argument when the cache's
+  // layout does not match the model or a weight has the wrong shape.
+  static result<std::unique_ptr<cpu_executor>> create(const model& m, kv_cache& cache, thread_pool& pool,
+                                                      const cpu_executor_options& options);
+  ~cpu_executor() override;
+
+  status forward(const batch_plan& plan, std::span<float> logits) override;
+  std::int64_t max_batch_tokens() const override;
+  std::int64_t max_sequences() const override;
+  std::int64_t vocab_size() const override;
+
+ private:
+  struct state;
+  explicit cpu_executor(std::unique_ptr<state> s);
+  std::unique_ptr<state> state_;
+};
+
+}  // namespace edge::backend

@@ -1,0 +1,56 @@
+// Per-request sampling: the request's parameters, the penalties that depend on what it has
+// seen, and its random stream. The random draw for step i depends only on (seed, i), so a
+// request with a seed produces the same tokens whatever else is in the batch.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "edge/backend/tokenizer/tokenizer.h"
+#include "kernels/sampling/sampling.h"
+
+namespace edge::backend {
+
+struct sampling_params {
+  float temperature = 1.0f;         // 0: greedy
+  std::int32_t top_k = 0;           // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
+  float repetition_penalty = 1.0f;  // 1: off; > 1 discourages tokens of the prompt and output
+  float presence_penalty = 0.0f;    // OpenAI: subtracted once from every token already generated
+  float frequency_penalty = 0.0f;   // OpenAI: subtracted per occurrence in the generated text
+  std::optional<std::uint64_t> seed;
+
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+class sequence_sampler {
+ public:
+  // Without a seed, one is drawn from the system's random source.
+  sequence_sampler(const sampling_params& params, std::span<const token_id> prompt);
+
+  // Applies the repetition, presence and frequency penalties to one row of logits.
+  void apply_penalties(std::span<float> logits) const;
+  // The kernel's per-row settings for the next draw, its uniform number included.
+  kernels::sampling_row next_row() const;
+  // Records the chosen token and moves to the next step.
+  void accept(token_id id);
+
+  const sampling_params& params() const { return params_; }
+  std::uint64_t seed() const { return seed_; }
+
+ private:
+  sampling_params params_;
+  std::uint64_t seed_;
+  std::uint64_t step_ = 0;
+  std::unordered_set<token_id> prompt_tokens_;           // only kept for the repetition penalty
+  std::unordered_map<token_id, std::uint32_t> output_counts_;
+};
+
+// A uniform number in [0, 1) determined by (seed, step): SplitMix64 of their combination.
+float uniform_for_step(std::uint64_t seed, std::uint64_t step);
+
+}  // namespace edge::backend

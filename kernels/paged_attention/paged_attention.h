@@ -1,0 +1,47 @@
+// Causal attention for a ragged batch over the paged KV cache (prefill chunks and decode
+// tokens alike).
+//
+// Token t belongs to sequence seq[t] and sits at position pos[t]; it attends to positions
+// 0..pos[t] of its sequence, whose K/V rows are found through the sequence's block table
+// (those of the token itself included, so the cache must be written first). Grouped-query
+// attention: query head h reads KV head h / (num_heads / num_kv_heads), and each KV row is
+// read once for the whole group. Softmax is computed online, one KV block at a time, in a
+// fixed order per token, so results do not depend on batch composition.
+#pragma once
+
+#include <cstdint>
+
+#include "edge/common/status.h"
+#include "edge/kernels/dtype.h"
+#include "edge/kernels/stream.h"
+
+namespace edge::kernels {
+
+// Limits of the CPU kernel's on-stack accumulators.
+inline constexpr std::int64_t max_attention_head_dim = 256;
+inline constexpr std::int64_t max_attention_group = 32;
+
+struct paged_attention_params {
+  const float* q;                   // [tokens, num_heads, head_dim], token stride q_stride
+  float* out;                       // [tokens, num_heads, head_dim], token stride out_stride
+  const void* k_cache;              // [num_blocks, num_kv_heads, block_size, head_dim]
+  const void* v_cache;              // [num_blocks, num_kv_heads, block_size, head_dim]
+  dtype kv_type = dtype::f32;
+  const std::int32_t* seq;          // [tokens] index into block_tables
+  const std::int32_t* pos;          // [tokens]
+  const std::int32_t* block_tables; // [num_seqs, block_table_stride]
+  std::int64_t tokens = 0;
+  std::int64_t num_heads = 0;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t block_size = 0;
+  std::int64_t num_blocks = 0;
+  std::int64_t block_table_stride = 0;
+  std::int64_t q_stride = 0;
+  std::int64_t out_stride = 0;
+  float scale = 0.0f;               // usually 1 / sqrt(head_dim)
+};
+
+status run_paged_attention(const paged_attention_params& p, const stream& s);
+
+}  // namespace edge::kernels

@@ -1,0 +1,29 @@
+// RMSNorm: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight.
+//
+// With `residual`, the residual add is fused in front: x[t] += residual[t] first (x is updated
+// in place), then the normalised row is written to out. Sums run in float in a fixed order,
+// independent of how many rows are processed together.
+#pragma once
+
+#include <cstdint>
+
+#include "edge/common/status.h"
+#include "edge/kernels/stream.h"
+
+namespace edge::kernels {
+
+struct rmsnorm_params {
+  float* x;                       // [rows, cols], row stride x_stride
+  const float* residual = nullptr;  // [rows, cols] added into x first, or null
+  const float* weight;            // [cols]
+  float* out;                     // [rows, cols], row stride out_stride; may equal x
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t x_stride = 0;
+  std::int64_t out_stride = 0;
+  float eps = 1e-5f;
+};
+
+status run_rmsnorm(const rmsnorm_params& p, const stream& s);
+
+}  // namespace edge::kernels

@@ -1,0 +1,40 @@
+#include "kernels/rmsnorm/rmsnorm.h"
+
+#include <cmath>
+
+#include "kernels/cpu/parallel.h"
+
+namespace edge::kernels {
+namespace {
+
+// Lanes of the partial sums: a fixed split, so the sum's rounding is the same on every call.
+constexpr std::int64_t sum_lanes = 16;
+
+void normalize_row(const rmsnorm_params& p, std::int64_t row) {
+  float* x = p.x + row * p.x_stride;
+  if (p.residual != nullptr) {
+    const float* r = p.residual + row * p.cols;
+    for (std::int64_t i = 0; i < p.cols; ++i) x[i] += r[i];
+  }
+  float partial[sum_lanes] = {};
+  for (std::int64_t i = 0; i < p.cols; ++i) partial[i % sum_lanes] += x[i] * x[i];
+  float sum = 0.0f;
+  for (float v : partial) sum += v;
+  const float inv_rms = 1.0f / std::sqrt(sum / static_cast<float>(p.cols) + p.eps);
+  float* out = p.out + row * p.out_stride;
+  for (std::int64_t i = 0; i < p.cols; ++i) out[i] = x[i] * inv_rms * p.weight[i];
+}
+
+}  // namespace
+
+status run_rmsnorm(const rmsnorm_params& p, const stream& s) {
+  if (p.cols <= 0 || p.x_stride < p.cols || p.out_stride < p.cols) {
+    return invalid_argument("rmsnorm: bad shape or strides");
+  }
+  cpu::parallel_for(s, p.rows, 8, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t row = begin; row < end; ++row) normalize_row(p, row);
+  });
+  return {};
+}
+
+}  // namespace edge::kernels

@@ -1,0 +1,35 @@
+// Choosing the next token from a row of logits: greedy (argmax), or a draw after temperature,
+// top-k, min-p and top-p. Randomness comes in as one uniform number per row, so the caller
+// decides seeding (a request's seed and step give the same token whatever the batch).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "edge/common/status.h"
+#include "edge/kernels/stream.h"
+
+namespace edge::kernels {
+
+struct sampling_row {
+  float temperature = 1.0f;  // 0: greedy
+  std::int32_t top_k = 0;    // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  float uniform = 0.0f;      // in [0, 1): where the draw lands in the kept distribution
+};
+
+struct sampling_params {
+  float* logits;                    // [rows, vocab]; overwritten (used as scratch)
+  const sampling_row* config;       // [rows]
+  std::int32_t* out;                // [rows] chosen token ids
+  std::int64_t rows = 0;
+  std::int64_t vocab = 0;
+};
+
+status run_sampling(const sampling_params& p, const stream& s);
+
+// The index of the largest value; the lowest such index on ties. NaNs are never chosen.
+std::int32_t argmax(std::span<const float> values);
+
+}  // namespace edge::kernels
