@@ -6,5 +6,8 @@
 namespace edge::cli {
 
 command make_serve_command(CLI::App& app);
+command make_make_model_command(CLI::App& app);
+command make_tokenize_command(CLI::App& app);
+command make_generate_command(CLI::App& app);
 
 }  // namespace edge::cli

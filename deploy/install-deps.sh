@@ -18,10 +18,11 @@ packages=(
   libssl-dev
   libsqlite3-dev sqlite3
   libcli11-dev
-  libpcre2-dev
+  libpcre2-dev libicu-dev
   libtomlplusplus-dev
   libhiredis-dev redis-server
   prometheus
+  clang libclang-rt-14-dev
 )
 
 # Node.js and npm may come from a non-Debian build that already provides both commands; the

@@ -52,6 +52,7 @@ void matmul_rows_generic(const matmul_params& p, std::int64_t row_begin, std::in
 
 #if defined(__x86_64__)
 #define EDGE_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
+#define EDGE_AVX512_LAMBDA __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c"), always_inline))
 // GCC 12 reports its own _mm512_undefined_*() placeholders inside the intrinsics as
 // uninitialised once they are inlined here (GCC bug 105593).
 #pragma GCC diagnostic push
@@ -84,25 +85,36 @@ EDGE_AVX512 inline float reduce_lanes(__m512 v) {
 // One tile: R weight rows starting at n0 against T tokens starting at t0.
 template <dtype W, int R, int T>
 EDGE_AVX512 void matmul_tile_avx512(const matmul_params& p, std::int64_t n0, std::int64_t t0) {
+  // The accumulators must live in registers: every loop over R and T is unrolled completely.
   __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
   const float* x[T];
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) x[t] = p.x + (t0 + t) * p.x_stride;
+  const std::int64_t full = p.k / lanes * lanes;
 
-  for (std::int64_t k = 0; k < p.k; k += lanes) {
-    const std::int64_t left = p.k - k;
-    const __mmask16 mask = left >= lanes ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1u);
+  const auto step = [&](std::int64_t k, __mmask16 mask) EDGE_AVX512_LAMBDA {
     __m512 w[R];
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) w[r] = load_weights<W>(p.w, (n0 + r) * p.k + k, mask);
+#pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512 xv = _mm512_maskz_loadu_ps(mask, x[t] + k);
+#pragma GCC unroll 8
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(w[r], xv, acc[r][t]);
     }
-  }
+  };
+  for (std::int64_t k = 0; k < full; k += lanes) step(k, __mmask16(0xFFFF));
+  if (full < p.k) step(full, __mmask16((1u << (p.k - full)) - 1u));
 
+#pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     float* y = p.y + (t0 + t) * p.y_stride + n0;
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       float value = reduce_lanes(acc[r][t]);
       if (p.bias != nullptr) value += p.bias[n0 + r];

@@ -84,8 +84,8 @@ struct cpu_executor::state {
   std::vector<std::int32_t> tables;     // [sequences, max_table]
   std::vector<std::int64_t> last_token; // [sequences] token index of each logits row
 
-  state(const model& model_, kv_cache& cache_, thread_pool& pool, const cpu_executor_options& opts)
-      : m(model_), cache(cache_), stream{kernels::device::cpu, &pool, nullptr}, options(opts) {}
+  state(const model& model_, kv_cache& cache_, thread_pool* pool, const cpu_executor_options& opts)
+      : m(model_), cache(cache_), stream{kernels::device::cpu, pool, nullptr}, options(opts) {}
 
   status step_layer(std::int64_t layer, std::int64_t tokens);
 };
@@ -97,7 +97,7 @@ std::int64_t cpu_executor::max_batch_tokens() const { return state_->options.max
 std::int64_t cpu_executor::max_sequences() const { return state_->options.max_sequences; }
 std::int64_t cpu_executor::vocab_size() const { return state_->vocab; }
 
-result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_cache& cache, thread_pool& pool,
+result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_cache& cache, thread_pool* pool,
                                                            const cpu_executor_options& options) {
   const model_config& c = m.config;
   const kv_cache_layout& layout = cache.layout();

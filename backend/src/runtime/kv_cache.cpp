@@ -33,6 +33,13 @@ kv_cache_layout kv_cache_layout::for_budget(const model_config& config, kernels:
   return layout;
 }
 
+kv_cache_layout kv_cache_layout::for_tokens(const model_config& config, kernels::dtype dtype, std::int64_t block_size,
+                                            std::int64_t tokens) {
+  kv_cache_layout layout = for_budget(config, dtype, block_size, 0);
+  layout.num_blocks = (tokens + block_size - 1) / block_size;
+  return layout;
+}
+
 kv_cache::kv_cache(const kv_cache_layout& layout) : layout_(layout), memory_(nullptr, std::free) {}
 
 result<std::unique_ptr<kv_cache>> kv_cache::create(const kv_cache_layout& layout) {

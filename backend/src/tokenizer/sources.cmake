@@ -1,1 +1,15 @@
 # Sources of backend/src/tokenizer: target_sources(edge_backend PRIVATE src/tokenizer/<file>.cpp ...)
+target_sources(edge_backend PRIVATE
+  src/tokenizer/utf8.cpp
+  src/tokenizer/file_io.cpp
+  src/tokenizer/pcre_regex.cpp
+  src/tokenizer/unicode_normalize.cpp
+  src/tokenizer/vocabulary.cpp
+  src/tokenizer/spm_tokenizer.cpp
+  src/tokenizer/bpe_tokenizer.cpp
+  src/tokenizer/hf_tokenizer_json.cpp
+  src/tokenizer/gguf_vocab.cpp
+  src/tokenizer/llama2c_tokenizer.cpp
+  src/tokenizer/tokenizer.cpp
+  src/tokenizer/chat_template.cpp
+)

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -17,7 +20,8 @@
 
 namespace edge::backend {
 
-// GGUF's ggml tensor types that edgeinfer reads (the numbering is the file format's).
+// GGUF's ggml tensor types that edgeinfer reads (the numbering is the file format's). Other
+// types are rejected by name ("unsupported tensor type Q4_0 (2) for tensor ...").
 enum class ggml_type : std::uint32_t { f32 = 0, f16 = 1, bf16 = 30 };
 
 struct gguf_value;
@@ -37,6 +41,8 @@ struct gguf_value {
 
 struct gguf_file {
   std::uint32_t version = 0;
+  std::uint64_t alignment = 32;    // general.alignment, or the format's default
+  std::uint64_t data_offset = 0;   // where the tensor data section starts in the file
   std::map<std::string, gguf_value, std::less<>> metadata;
   std::vector<tensor_view> tensors;  // data points into `file`
   std::shared_ptr<const mapped_file> file;
@@ -45,9 +51,13 @@ struct gguf_file {
   const tensor_view* find_tensor(std::string_view name) const;
 };
 
-// Parses a GGUF held in `bytes` (a mapping of the whole file). data_loss for truncation or
-// offsets outside the file, invalid_argument for a bad magic/version/type.
+// Parses a GGUF held in `bytes` (a mapping of the whole file). data_loss for truncation, counts
+// that cannot fit in the bytes left, or tensor data outside the data section; invalid_argument
+// for a bad magic/version/value type/tensor type, a duplicate key or tensor name, a misaligned
+// tensor offset or a bad general.alignment (default 32). Tensor shapes are row-major, ggml's
+// dimension order reversed. Integers of every width are widened in `metadata`.
 result<gguf_file> parse_gguf(std::span<const std::byte> bytes);
+// The same for a file, which it maps; errors name the path.
 result<gguf_file> load_gguf(const std::filesystem::path& path);
 
 }  // namespace edge::backend

@@ -23,6 +23,9 @@ class mapped_file {
   std::span<const std::byte> bytes() const { return {data_, size_}; }
   const std::filesystem::path& path() const { return path_; }
 
+  // Asks the kernel to start reading [offset, offset + length) in ahead of use (advice only).
+  void advise_will_need(std::size_t offset, std::size_t length) const;
+
  private:
   mapped_file(std::filesystem::path path, const std::byte* data, std::size_t size)
       : path_(std::move(path)), data_(data), size_(size) {}

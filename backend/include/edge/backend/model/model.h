@@ -7,7 +7,12 @@
 //     MistralForCausalLM), model.safetensors or sharded *.safetensors with
 //     model.safetensors.index.json, tokenizer.json, tokenizer_config.json
 //
-// Weights are used in place from the file mappings wherever their layout allows.
+// Weights are used in place from the file mappings wherever their layout allows (a tensor a
+// file places at an address misaligned for its type is copied into owned_buffers). Every page
+// of every weight is read in before load_model returns, so the first request does not wait on
+// the disk. RoPE layout: adjacent_pairs for GGUF "llama" (llama.cpp's converter permutes the
+// Q/K rows of Hugging Face checkpoints for it) and llama2.c; half_split for Hugging Face
+// folders and GGUF "qwen2".
 #pragma once
 
 #include <filesystem>
@@ -66,12 +71,19 @@ struct model {
 
 struct load_options {
   std::filesystem::path path;                     // file or folder
-  std::optional<std::filesystem::path> tokenizer; // llama2.c: tokenizer.bin when not beside it
+  // llama2.c: the tokenizer file; by default tokenizer.bin, else tok<vocab_size>.bin, beside it.
+  std::optional<std::filesystem::path> tokenizer;
+  // Overrides the template recognised from the model's own Jinja template (GGUF
+  // tokenizer.chat_template, tokenizer_config.json "chat_template" or chat_template.jinja).
   std::optional<chat_template_kind> chat_template;
   // Called with (bytes done, bytes total) while weights are read; may be empty.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
 
+// Errors say which file: not_found for a missing model or tokenizer; invalid_argument for a file
+// in no format edgeinfer reads, a tensor type it does not read (the quantized GGUF types, for
+// now) or a tensor whose shape disagrees with the configuration; data_loss for truncation;
+// unimplemented for architectures and features not supported (e.g. other RoPE scaling types).
 result<std::unique_ptr<model>> load_model(const load_options& options);
 
 }  // namespace edge::backend

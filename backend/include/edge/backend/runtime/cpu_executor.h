@@ -22,9 +22,10 @@ struct cpu_executor_options {
 
 class cpu_executor final : public executor {
  public:
-  // The model, cache and pool must outlive the executor. invalid_argument when the cache's
-  // layout does not match the model or a weight has the wrong shape.
-  static result<std::unique_ptr<cpu_executor>> create(const model& m, kv_cache& cache, thread_pool& pool,
+  // The model, cache and pool must outlive the executor; a null pool computes on the calling
+  // thread alone. invalid_argument when the cache's layout does not match the model or a
+  // weight has the wrong shape.
+  static result<std::unique_ptr<cpu_executor>> create(const model& m, kv_cache& cache, thread_pool* pool,
                                                       const cpu_executor_options& options);
   ~cpu_executor() override;
 

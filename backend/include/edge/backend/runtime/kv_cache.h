@@ -36,6 +36,9 @@ struct kv_cache_layout {
   // The layout for a model: as many whole blocks as fit in `budget_bytes`.
   static kv_cache_layout for_budget(const model_config& config, kernels::dtype dtype, std::int64_t block_size,
                                     std::size_t budget_bytes);
+  // The layout for a model with room for `tokens` token slots (rounded up to whole blocks).
+  static kv_cache_layout for_tokens(const model_config& config, kernels::dtype dtype, std::int64_t block_size,
+                                    std::int64_t tokens);
 };
 
 class kv_cache {

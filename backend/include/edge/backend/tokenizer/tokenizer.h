@@ -8,6 +8,9 @@
 //   rank order.
 //
 // Both recognise added/special tokens ("<|eot_id|>") in the text when asked to.
+//
+// Thread safety: a loaded tokenizer is immutable. encode(), decode() and every other const
+// member may be called concurrently from any number of threads on one shared instance.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +39,8 @@ class tokenizer {
  public:
   virtual ~tokenizer() = default;
 
+  // EOS is never appended. SentencePiece vocabularies prefix each run of text between special
+  // tokens with the dummy space, as SentencePiece does for each separately encoded text.
   virtual std::vector<token_id> encode(std::string_view text, const encode_options& options) const = 0;
 
   // The bytes a token stands for, in context: `after_bos` is true for the first token after
@@ -44,9 +49,12 @@ class tokenizer {
   virtual void append_token_bytes(token_id id, bool after_bos, bool with_special, std::string& out) const = 0;
 
   // Whole-sequence decoding (skips BOS/EOS and other special tokens unless `with_special`).
+  // The first token, and each one after BOS, counts as `after_bos`. Invalid UTF-8 becomes U+FFFD.
   std::string decode(std::span<const token_id> ids, bool with_special = false) const;
 
   virtual std::int64_t vocab_size() const = 0;
+  // The BOS token, when the vocabulary names one (encode() prepends it only where the model's
+  // tokenizer adds BOS).
   virtual std::optional<token_id> bos_id() const = 0;
   // Tokens that end generation (EOS, and e.g. <|eot_id|> / <|im_end|> for chat models).
   virtual std::span<const token_id> eos_ids() const = 0;
@@ -86,11 +94,18 @@ result<std::unique_ptr<tokenizer>> parse_hf_tokenizer(std::string_view tokenizer
 // The vocabulary in a GGUF's metadata (tokenizer.ggml.model "llama" or "gpt2").
 result<std::unique_ptr<tokenizer>> tokenizer_from_gguf(const gguf_file& file);
 
-// A llama2.c tokenizer file (tokenizer.bin / tok512.bin) for a model of `vocab_size` tokens.
+// A llama2.c tokenizer file (tokenizer.bin / tok512.bin) for a model of `vocab_size` tokens;
+// `vocab_size` <= 0 reads every token in the file. A file shorter than it claims is data_loss.
 result<std::unique_ptr<tokenizer>> load_llama2c_tokenizer(const std::filesystem::path& path, std::int64_t vocab_size);
 
 // Any of the above by content: a tokenizer.json, a GGUF, a llama2.c tokenizer, or a folder
 // holding a tokenizer.json.
 result<std::unique_ptr<tokenizer>> load_tokenizer(const std::filesystem::path& path);
+
+// The tokenizer of a model, without loading its weights: a GGUF's vocabulary; a folder's
+// tokenizer.json, else its .gguf, else its llama2.c checkpoint's tokenizer; a .safetensors
+// file's tokenizer.json beside it; a llama2.c checkpoint's tok<vocab_size>.bin or tokenizer.bin
+// beside it.
+result<std::unique_ptr<tokenizer>> load_model_tokenizer(const std::filesystem::path& model);
 
 }  // namespace edge::backend

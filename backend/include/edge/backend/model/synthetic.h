@@ -1,0 +1,65 @@
+// Synthetic models (`edgeinfer make-model`): seeded random weights at the exact shapes of real
+// models, with a byte-level BPE tokenizer of the model's vocabulary size, for load and speed
+// tests where real weights are too big to ship. Clearly marked as synthetic: config.json
+// "edgeinfer_synthetic": true (and the safetensors __metadata__ "edgeinfer_synthetic": "true"),
+// or the GGUF metadata flag edgeinfer.synthetic = true; load_model sets model::synthetic.
+//
+// Weights are uniform with the standard deviation of N(0, 0.02) (norms are 1.0), so a forward
+// pass gives finite logits. Every element's value depends only on the seed, the tensor and its
+// position, so the same seed gives the same bytes every time, and the GGUF and safetensors
+// forms of a model hold the same network (the GGUF's Q/K rows are permuted, as llama.cpp's
+// converter does, for its adjacent-pair RoPE).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "edge/backend/model/model_config.h"
+#include "edge/common/status.h"
+#include "edge/kernels/dtype.h"
+
+namespace edge::backend {
+
+enum class synthetic_format {
+  safetensors,  // a Hugging Face folder: config.json, model.safetensors (or shards + index), tokenizer files
+  gguf,         // one .gguf file, tokenizer in its metadata
+};
+
+std::optional<synthetic_format> parse_synthetic_format(std::string_view name);
+
+struct synthetic_preset {
+  std::string name;         // "tiny", "llama-3.2-1b", ...
+  std::string description;  // one line, for --help
+  model_config config;
+  std::int64_t special_tokens = 0;  // the last ids of the vocabulary: special and reserved tokens
+};
+
+// tiny (milliseconds to write, for tests), tiny-qwen2, llama-3.2-1b, llama-3-8b, qwen2.5-0.5b.
+std::span<const synthetic_preset> synthetic_presets();
+const synthetic_preset* find_synthetic_preset(std::string_view name);
+
+struct synthetic_options {
+  std::string preset = "tiny";
+  synthetic_format format = synthetic_format::safetensors;
+  std::uint64_t seed = 0;
+  kernels::dtype dtype = kernels::dtype::bf16;
+  // safetensors: the folder to create (an existing one must be empty or an earlier make-model
+  // output, whose files are replaced); gguf: the file to write.
+  std::filesystem::path out;
+  // safetensors: largest shard; a bigger model is split into model-0000N-of-0000M.safetensors
+  // files listed by model.safetensors.index.json.
+  std::uint64_t max_shard_bytes = 5'000'000'000;
+  // Called with (bytes of weights written, bytes in all) as the weights are written.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
+};
+
+// Writes the model and returns the path written (folder or file). Weights are streamed: memory
+// use stays a few megabytes whatever the model size.
+result<std::filesystem::path> write_synthetic_model(const synthetic_options& options);
+
+}  // namespace edge::backend

@@ -1,0 +1,101 @@
+#include "model_checks.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "edge/common/format.h"
+
+namespace edge::backend {
+namespace {
+
+// Upper bounds well beyond any released model, low enough that products of two stay exact.
+constexpr std::int64_t max_vocab_size = std::int64_t{1} << 24;
+constexpr std::int64_t max_width = std::int64_t{1} << 20;  // hidden, intermediate, heads × head_dim
+constexpr std::int64_t max_layers = 4096;
+constexpr std::int64_t max_heads = 4096;
+constexpr std::int64_t max_positions = std::int64_t{1} << 30;
+
+status out_of_bounds(std::string_view name, std::int64_t value, std::int64_t low, std::int64_t high) {
+  return invalid_argument(edge::format("{} = {} is outside [{}, {}]", name, value, low, high));
+}
+
+}  // namespace
+
+status check_config(const model_config& config) {
+  const struct {
+    std::string_view name;
+    std::int64_t value;
+    std::int64_t high;
+  } sizes[] = {
+      {"vocab_size", config.vocab_size, max_vocab_size},
+      {"hidden_size", config.hidden_size, max_width},
+      {"intermediate_size", config.intermediate_size, max_width},
+      {"num_layers", config.num_layers, max_layers},
+      {"num_heads", config.num_heads, max_heads},
+      {"num_kv_heads", config.num_kv_heads, config.num_heads},
+      {"head_dim", config.head_dim, max_width},
+      {"max_position", config.max_position, max_positions},
+  };
+  for (const auto& size : sizes) {
+    if (size.value < 1 || size.value > size.high) return out_of_bounds(size.name, size.value, 1, size.high);
+  }
+  if (config.num_heads % config.num_kv_heads != 0) {
+    return invalid_argument(edge::format("num_heads = {} is not a multiple of num_kv_heads = {}", config.num_heads,
+                                         config.num_kv_heads));
+  }
+  if (config.head_dim % 2 != 0) {
+    return invalid_argument(edge::format("head_dim = {} is odd; RoPE rotates pairs", config.head_dim));
+  }
+  if (config.num_heads * config.head_dim > max_width) {
+    return invalid_argument(edge::format("num_heads × head_dim = {} is over {}", config.num_heads * config.head_dim,
+                                         max_width));
+  }
+  if (!(config.rms_norm_eps > 0.0) || !std::isfinite(config.rms_norm_eps)) {
+    return invalid_argument(edge::format("rms_norm_eps = {} must be positive", config.rms_norm_eps));
+  }
+  if (!(config.rope_theta > 0.0) || !std::isfinite(config.rope_theta)) {
+    return invalid_argument(edge::format("rope_theta = {} must be positive", config.rope_theta));
+  }
+  if (config.rope_scaling) EDGE_RETURN_IF_ERROR(check_rope_scaling(*config.rope_scaling));
+  return {};
+}
+
+status check_rope_scaling(const rope_scaling_llama3& scaling) {
+  if (!(scaling.factor >= 1.0) || !std::isfinite(scaling.factor)) {
+    return invalid_argument(edge::format("rope_scaling factor = {} must be at least 1", scaling.factor));
+  }
+  if (!(scaling.low_freq_factor > 0.0) || !(scaling.high_freq_factor > scaling.low_freq_factor) ||
+      !std::isfinite(scaling.high_freq_factor)) {
+    return invalid_argument(edge::format("rope_scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({})",
+                                         scaling.low_freq_factor, scaling.high_freq_factor));
+  }
+  if (scaling.original_max_position < 1 || scaling.original_max_position > max_positions) {
+    return out_of_bounds("original_max_position_embeddings", scaling.original_max_position, 1, max_positions);
+  }
+  return {};
+}
+
+std::vector<float> llama3_rope_factors(const rope_scaling_llama3& scaling, double rope_theta, std::int64_t head_dim) {
+  const double original = static_cast<double>(scaling.original_max_position);
+  const double low_freq_wavelength = original / scaling.low_freq_factor;
+  const double high_freq_wavelength = original / scaling.high_freq_factor;
+  std::vector<float> factors;  // [head_dim / 2]
+  factors.reserve(static_cast<std::size_t>(head_dim / 2));
+  for (std::int64_t i = 0; i < head_dim / 2; ++i) {
+    const double frequency = std::pow(rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double wavelength = 2.0 * std::numbers::pi / frequency;
+    double factor = 1.0;
+    if (wavelength > low_freq_wavelength) {
+      factor = scaling.factor;
+    } else if (wavelength >= high_freq_wavelength) {
+      // Between the bands the scaled and unscaled frequencies are blended.
+      const double smooth = (original / wavelength - scaling.low_freq_factor) /
+                            (scaling.high_freq_factor - scaling.low_freq_factor);
+      factor = 1.0 / ((1.0 - smooth) / scaling.factor + smooth);
+    }
+    factors.push_back(static_cast<float>(factor));
+  }
+  return factors;
+}
+
+}  // namespace edge::backend

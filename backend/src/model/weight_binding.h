@@ -1,0 +1,46 @@
+// Binding a format's named tensors to model_weights, with the shape checks every format shares.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "edge/backend/model/model.h"
+#include "edge/common/status.h"
+
+namespace edge::backend {
+
+class tensor_index {
+ public:
+  explicit tensor_index(std::span<const tensor_view> tensors);
+
+  const tensor_view* find(std::string_view name) const;
+  // The tensor `name`, which must have exactly `shape`: invalid_argument otherwise.
+  result<tensor_view> require(std::string_view name, const std::vector<std::int64_t>& shape) const;
+
+ private:
+  std::unordered_map<std::string_view, const tensor_view*> by_name_;
+};
+
+// invalid_argument naming the tensor, the shape wanted and the shape found, when they differ.
+status check_shape(const tensor_view& tensor, const std::vector<std::int64_t>& shape);
+
+// What a format calls each weight.
+struct layer_tensor_names {
+  std::string attn_norm, wq, wk, wv, wo;
+  std::string bq, bk, bv;  // used when the configuration has qkv_bias
+  std::string ffn_norm, w_gate, w_up, w_down;
+};
+struct tensor_names {
+  std::string token_embedding;
+  std::string final_norm;
+  std::string lm_head;  // used unless the configuration ties it to the token embedding
+  std::function<layer_tensor_names(std::int64_t layer)> layer;
+};
+
+result<model_weights> bind_weights(const tensor_index& tensors, const model_config& config, const tensor_names& names);
+
+}  // namespace edge::backend

@@ -1,0 +1,151 @@
+// `edgeinfer generate`: one prompt through the model on the CPU, the completion streamed to
+// stdout as it is produced. stdout carries the prompt and the completion and nothing else;
+// loading progress and timings go to stderr.
+#include <unistd.h>
+
+#include <cstdio>
+#include <limits>
+#include <thread>
+
+#include "commands.h"
+#include "edge/backend/model/model.h"
+#include "edge/backend/runtime/cpu_executor.h"
+#include "edge/backend/runtime/generator.h"
+#include "edge/common/format.h"
+#include "edge/common/thread_pool.h"
+#include "progress.h"
+
+namespace edge::cli {
+namespace {
+
+// Prompt tokens one prefill step takes at most; longer prompts are prefilled in chunks.
+constexpr std::int64_t prefill_step_tokens = 512;
+
+config::schema generate_options() {
+  config::schema s;
+  s.add_path("model", std::nullopt, "Model: a GGUF file, a llama2.c checkpoint or a Hugging Face folder (required)");
+  s.add_path("tokenizer", std::nullopt, "Tokenizer file for a llama2.c checkpoint (default: beside it)");
+  s.add_string("prompt", std::nullopt, "The prompt text (required)");
+  s.add_boolean("chat", false, "Send the prompt as a user message through the model's chat template");
+  s.add_integer("max-tokens", 128, 1, std::int64_t{1} << 24, "Most tokens to generate");
+  s.add_number("temperature", 0.8, 0.0, 100.0, "Sampling temperature; 0 is greedy");
+  s.add_number("top-p", 1.0, 0.0, 1.0, "Nucleus sampling: keep the most likely tokens up to this probability mass");
+  s.add_integer("top-k", 0, 0, std::int64_t{1} << 24, "Keep only the k most likely tokens; 0 keeps all");
+  s.add_number("min-p", 0.0, 0.0, 1.0, "Drop tokens less likely than this fraction of the most likely one");
+  s.add_number("repetition-penalty", 1.0, 0.01, 100.0, "Above 1 discourages tokens already seen");
+  s.add_integer("seed", -1, -1, std::numeric_limits<std::int64_t>::max(), "Random seed; -1 draws one");
+  s.add_boolean("ignore-eos", false, "Keep generating past the end-of-sequence token");
+  s.add_choice("kv-cache-dtype", "auto", {"auto", "f32", "bf16", "f16"},
+               "KV cache element type; auto is f32 for f32 weights, else bf16");
+  s.add_integer("threads", 0, 0, 1024, "Compute threads; 0 means one per hardware thread");
+  return s;
+}
+
+kernels::dtype kv_dtype_for(const std::string& choice, const backend::model& m) {
+  if (choice != "auto") return *kernels::parse_dtype(choice);
+  return m.weights.layers.front().wq.type == kernels::dtype::f32 ? kernels::dtype::f32 : kernels::dtype::bf16;
+}
+
+result<std::unique_ptr<backend::model>> load_with_progress(backend::load_options options) {
+  progress_bar bar("loading " + options.path.filename().string());
+  options.progress = [&bar](std::uint64_t done, std::uint64_t total) { bar.update(done, total); };
+  return backend::load_model(options);
+}
+
+std::vector<backend::token_id> prompt_tokens(const backend::model& m, const std::string& prompt, bool chat) {
+  const backend::tokenizer& tok = *m.tok;
+  if (!chat) return tok.encode(prompt, {.add_bos = true, .parse_special = false});
+  backend::chat_render_options options;
+  if (auto bos = tok.bos_id()) options.bos_text = tok.token_text(*bos);
+  if (!tok.eos_ids().empty()) options.eos_text = tok.token_text(tok.eos_ids().front());
+  const backend::chat_message message{"user", prompt};
+  const std::string text = backend::render_chat(m.chat_template, {&message, 1}, options);
+  return tok.encode(text, {.add_bos = false, .parse_special = true});
+}
+
+void write_out(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+int run_generate(const config::values& settings) {
+  if (!settings.has("model") || !settings.has("prompt")) {
+    std::fprintf(stderr, "edgeinfer generate: --model and --prompt are required\n");
+    return 2;
+  }
+  backend::load_options load;
+  load.path = settings.string("model");
+  if (settings.has("tokenizer")) load.tokenizer = settings.string("tokenizer");
+  auto loaded = load_with_progress(load);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "edgeinfer generate: %s\n", loaded.error().message().c_str());
+    return 1;
+  }
+  const backend::model& m = **loaded;
+
+  backend::generation_request request;
+  const std::string& prompt = settings.string("prompt");
+  request.prompt = prompt_tokens(m, prompt, settings.boolean("chat"));
+  request.max_tokens = settings.integer("max-tokens");
+  request.ignore_eos = settings.boolean("ignore-eos");
+  request.sampling.temperature = static_cast<float>(settings.number("temperature"));
+  request.sampling.top_p = static_cast<float>(settings.number("top-p"));
+  request.sampling.top_k = static_cast<std::int32_t>(settings.integer("top-k"));
+  request.sampling.min_p = static_cast<float>(settings.number("min-p"));
+  request.sampling.repetition_penalty = static_cast<float>(settings.number("repetition-penalty"));
+  if (settings.integer("seed") >= 0) request.sampling.seed = static_cast<std::uint64_t>(settings.integer("seed"));
+
+  const auto prompt_length = static_cast<std::int64_t>(request.prompt.size());
+  if (prompt_length >= m.config.max_position) {
+    std::fprintf(stderr, "edgeinfer generate: the prompt has %lld tokens; the model's context is %lld\n",
+                 static_cast<long long>(prompt_length), static_cast<long long>(m.config.max_position));
+    return 1;
+  }
+  const std::int64_t positions = std::min(prompt_length + request.max_tokens, m.config.max_position);
+  const auto layout = backend::kv_cache_layout::for_tokens(m.config, kv_dtype_for(settings.string("kv-cache-dtype"), m),
+                                                           16, positions);
+  auto cache = backend::kv_cache::create(layout);
+  if (!cache.ok()) {
+    std::fprintf(stderr, "edgeinfer generate: %s\n", cache.error().message().c_str());
+    return 1;
+  }
+
+  std::size_t threads = static_cast<std::size_t>(settings.integer("threads"));
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  // The calling thread computes too, so the pool holds one worker fewer.
+  std::unique_ptr<thread_pool> pool = threads > 1 ? std::make_unique<thread_pool>(threads - 1) : nullptr;
+  auto exec = backend::cpu_executor::create(
+      m, **cache, pool.get(),
+      {.max_batch_tokens = std::min(prompt_length, prefill_step_tokens), .max_sequences = 1});
+  if (!exec.ok()) {
+    std::fprintf(stderr, "edgeinfer generate: %s\n", exec.error().message().c_str());
+    return 1;
+  }
+
+  write_out(prompt);
+  backend::generator gen(m, **exec, **cache);
+  backend::generation_timing timing;
+  auto outputs = gen.run({&request, 1}, [](std::size_t, std::string_view text) { write_out(text); }, &timing);
+  if (::isatty(STDOUT_FILENO) == 1) write_out("\n");
+  if (!outputs.ok()) {
+    std::fprintf(stderr, "edgeinfer generate: %s\n", outputs.error().message().c_str());
+    return 1;
+  }
+  const auto rate = [](std::int64_t tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0.0; };
+  std::fprintf(stderr, "%s\n",
+               format("prompt: {} tokens, {:.1f} tok/s; generated: {} tokens, {:.1f} tok/s ({} threads, KV {})",
+                      timing.prefill_tokens, rate(timing.prefill_tokens, timing.prefill_seconds),
+                      outputs->front().tokens.size(), rate(timing.decode_tokens, timing.decode_seconds), threads,
+                      kernels::to_string(layout.dtype))
+                   .c_str());
+  return 0;
+}
+
+}  // namespace
+
+command make_generate_command(CLI::App& app) {
+  return command(app, "generate", "Generate a completion for one prompt on the CPU, streamed to stdout",
+                 generate_options(), run_generate);
+}
+
+}  // namespace edge::cli

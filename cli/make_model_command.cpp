@@ -1,0 +1,89 @@
+// `edgeinfer make-model`: writes a synthetic model (seeded random weights at a real model's
+// shapes, a byte-level BPE tokenizer of its vocabulary size) as a Hugging Face safetensors
+// folder or one GGUF file, marked as synthetic. For load and speed tests where real weights are
+// too big to ship; see backend/include/edge/backend/model/synthetic.h.
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "edge/backend/model/synthetic.h"
+#include "edge/common/format.h"
+#include "edge/common/log.h"
+#include "progress.h"
+
+namespace edge::cli {
+namespace {
+
+// Hugging Face's own shard limit when it saves a model.
+constexpr std::string_view default_shard_size = "5GB";
+constexpr std::int64_t min_shard_bytes = 1 << 20;
+
+config::schema make_model_options() {
+  std::vector<std::string> presets;
+  std::string preset_help = "Model shapes to copy:";
+  for (const auto& preset : backend::synthetic_presets()) {
+    presets.push_back(preset.name);
+    preset_help += "\n  " + preset.name + ": " + preset.description;
+  }
+  config::schema s;
+  s.add_choice("preset", "tiny", presets, preset_help);
+  s.add_choice("format", "safetensors", {"safetensors", "gguf"},
+               "safetensors: a Hugging Face folder (config.json, model.safetensors, tokenizer.json); gguf: one file");
+  s.add_integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(),
+                "Seed of the random weights; the same seed writes the same bytes");
+  s.add_path("out", std::nullopt, "Folder (safetensors) or file (gguf) to write (required)");
+  s.add_choice("dtype", "bf16", {"bf16", "f16", "f32"}, "Element type of the weights");
+  s.add_bytes("max-shard-size", std::string(default_shard_size), min_shard_bytes,
+              std::numeric_limits<std::int64_t>::max(),
+              "safetensors: split the weights into shards of at most this size, listed by model.safetensors.index.json");
+  return s;
+}
+
+int run_make_model(const config::values& settings) {
+  const logger log{"make-model"};
+  const auto out = settings.optional_string("out");
+  if (!out || out->empty()) {
+    std::fprintf(stderr, "edgeinfer make-model: --out is required (a folder for safetensors, a file for gguf)\n");
+    return 2;
+  }
+
+  backend::synthetic_options options;
+  options.preset = settings.string("preset");
+  options.format = *backend::parse_synthetic_format(settings.string("format"));
+  options.seed = static_cast<std::uint64_t>(settings.integer("seed"));
+  options.dtype = *kernels::parse_dtype(settings.string("dtype"));
+  options.out = *out;
+  options.max_shard_bytes = settings.bytes("max-shard-size");
+
+  const auto started = std::chrono::steady_clock::now();
+  std::uint64_t weight_bytes = 0;
+  result<std::filesystem::path> written = [&] {
+    progress_bar bar("writing " + options.out.filename().string());
+    options.progress = [&](std::uint64_t done, std::uint64_t total) {
+      weight_bytes = total;
+      bar.update(done, total);
+    };
+    return backend::write_synthetic_model(options);
+  }();
+  if (!written.ok()) {
+    log.error("{}", written.error().message());
+    return 1;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  log.info("wrote {} (synthetic {} weights, seed {}, {} of weights) to {} in {:.1f} s", options.preset,
+           kernels::to_string(options.dtype), options.seed, format_bytes(weight_bytes), written->string(), seconds);
+  return 0;
+}
+
+}  // namespace
+
+command make_make_model_command(CLI::App& app) {
+  return command(app, "make-model",
+                 "Write a synthetic model: seeded random weights at a real model's shapes, marked as synthetic",
+                 make_model_options(), run_make_model);
+}
+
+}  // namespace edge::cli

@@ -1,0 +1,208 @@
+// Decode throughput of the CPU executor, and how close batch-1 decode comes to the memory
+// bandwidth limit.
+//
+// Batch-1 decode reads every weight once per token, so its ceiling is (read bandwidth) /
+// (weight bytes). This program measures the machine's bandwidth first (a large memcpy, and a
+// pure read pass), then decodes with batches of several sequences and prints tokens/s and the
+// ratio of the weight bytes it streamed per second to the measured bandwidth.
+//
+//   edge_bench_decode --model PATH [--batches 1,8,32] [--prompt 32] [--tokens 64] [--repeat 3]
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "edge/backend/model/model.h"
+#include "edge/backend/runtime/cpu_executor.h"
+#include "edge/backend/runtime/generator.h"
+#include "edge/common/format.h"
+#include "edge/common/thread_pool.h"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+  std::string model;
+  std::vector<std::int64_t> batches = {1, 8, 32};
+  std::int64_t prompt = 32;
+  std::int64_t tokens = 64;
+  int repeat = 3;
+  std::size_t threads = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Bytes of one large buffer: well past every cache level.
+constexpr std::size_t bandwidth_buffer_bytes = std::size_t{1} << 30;
+
+// memcpy across the pool's threads; bytes read plus bytes written per second.
+double copy_bandwidth(edge::thread_pool* pool, int repeat) {
+  std::vector<char> src(bandwidth_buffer_bytes, 1), dst(bandwidth_buffer_bytes, 0);
+  std::vector<double> rates;
+  const std::size_t chunks = 64;
+  for (int r = 0; r < repeat + 1; ++r) {
+    const auto start = clock_type::now();
+    const auto copy = [&](std::size_t begin, std::size_t end) {
+      for (std::size_t c = begin; c < end; ++c) {
+        const std::size_t size = bandwidth_buffer_bytes / chunks;
+        std::memcpy(dst.data() + c * size, src.data() + c * size, size);
+      }
+    };
+    if (pool) pool->parallel_for(0, chunks, 1, copy); else copy(0, chunks);
+    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    if (r > 0) rates.push_back(2.0 * bandwidth_buffer_bytes / seconds);
+  }
+  return median(rates);
+}
+
+// Sum of n floats with four independent 64-byte load streams: a pure read of memory.
+__attribute__((target("avx512f"))) float sum_floats(const float* p, std::size_t n) {
+  __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps(), c = _mm512_setzero_ps(), d = _mm512_setzero_ps();
+  for (std::size_t i = 0; i + 64 <= n; i += 64) {
+    a = _mm512_add_ps(a, _mm512_loadu_ps(p + i));
+    b = _mm512_add_ps(b, _mm512_loadu_ps(p + i + 16));
+    c = _mm512_add_ps(c, _mm512_loadu_ps(p + i + 32));
+    d = _mm512_add_ps(d, _mm512_loadu_ps(p + i + 48));
+  }
+  float lanes[16];
+  _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+  float total = 0.0f;
+  for (float x : lanes) total += x;
+  return total;
+}
+
+// Bytes read per second summing a large buffer across the pool's threads.
+double read_bandwidth(edge::thread_pool* pool, int repeat) {
+  std::vector<float> data(bandwidth_buffer_bytes / sizeof(float), 1.0f);
+  std::vector<double> rates;
+  const std::size_t chunks = 64;
+  const std::size_t per_chunk = data.size() / chunks;
+  volatile float sink = 0.0f;
+  for (int r = 0; r < repeat + 1; ++r) {
+    std::vector<float> partial(chunks, 0.0f);
+    const auto start = clock_type::now();
+    const auto sum = [&](std::size_t begin, std::size_t end) {
+      for (std::size_t c = begin; c < end; ++c) partial[c] = sum_floats(data.data() + c * per_chunk, per_chunk);
+    };
+    if (pool) pool->parallel_for(0, chunks, 1, sum); else sum(0, chunks);
+    const double seconds = std::chrono::duration<double>(clock_type::now() - start).count();
+    for (float x : partial) sink = sink + x;
+    if (r > 0) rates.push_back(bandwidth_buffer_bytes / seconds);
+  }
+  return median(rates);
+}
+
+// Bytes of weights one decode step reads: every projection and the classifier.
+std::uint64_t weight_bytes_per_step(const edge::backend::model& m) {
+  std::uint64_t total = m.weights.lm_head.bytes();
+  for (const auto& l : m.weights.layers) {
+    for (const auto* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) total += t->bytes();
+  }
+  return total;
+}
+
+std::vector<std::int64_t> parse_list(const char* text) {
+  std::vector<std::int64_t> out;
+  for (const char* p = text; *p;) {
+    out.push_back(std::strtoll(p, const_cast<char**>(&p), 10));
+    if (*p == ',') ++p;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options opt;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--model") opt.model = argv[i + 1];
+    else if (flag == "--batches") opt.batches = parse_list(argv[i + 1]);
+    else if (flag == "--prompt") opt.prompt = std::atoll(argv[i + 1]);
+    else if (flag == "--tokens") opt.tokens = std::atoll(argv[i + 1]);
+    else if (flag == "--repeat") opt.repeat = std::atoi(argv[i + 1]);
+    else if (flag == "--threads") opt.threads = static_cast<std::size_t>(std::atoll(argv[i + 1]));
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  if (opt.model.empty()) {
+    std::fprintf(stderr, "usage: edge_bench_decode --model PATH [--batches 1,8,32] [--prompt N] [--tokens N] [--repeat N] [--threads N]\n");
+    return 2;
+  }
+  const std::size_t threads = opt.threads ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
+  std::unique_ptr<edge::thread_pool> pool = threads > 1 ? std::make_unique<edge::thread_pool>(threads - 1) : nullptr;
+
+  auto loaded = edge::backend::load_model({.path = opt.model});
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
+    return 1;
+  }
+  const edge::backend::model& m = **loaded;
+  const std::uint64_t weights = weight_bytes_per_step(m);
+  const edge::kernels::dtype weight_type = m.weights.layers.front().wq.type;
+
+  const double copy_bw = copy_bandwidth(pool.get(), opt.repeat);
+  const double read_bw = read_bandwidth(pool.get(), opt.repeat);
+  std::printf("model %s (%s weights, %s read per decode step), %zu threads\n", m.name.c_str(),
+              std::string(edge::kernels::to_string(weight_type)).c_str(), edge::format_bytes(weights).c_str(), threads);
+  std::printf("memory bandwidth: copy %.1f GB/s (read + write), read %.1f GB/s\n", copy_bw / 1e9, read_bw / 1e9);
+  std::printf("%6s %12s %14s %16s %12s %12s\n", "batch", "decode tok/s", "steps/s", "weight GB/s", "÷ copy bw", "÷ read bw");
+
+  for (std::int64_t batch : opt.batches) {
+    const std::int64_t positions = (opt.prompt + opt.tokens + 16) * batch;
+    const auto layout = edge::backend::kv_cache_layout::for_tokens(m.config, edge::kernels::dtype::bf16, 16, positions + 16 * batch);
+    auto cache = edge::backend::kv_cache::create(layout);
+    if (!cache.ok()) {
+      std::fprintf(stderr, "%s\n", cache.error().message().c_str());
+      return 1;
+    }
+    auto exec = edge::backend::cpu_executor::create(m, **cache, pool.get(),
+                                                    {.max_batch_tokens = std::max<std::int64_t>(opt.prompt * batch, batch),
+                                                     .max_sequences = batch});
+    if (!exec.ok()) {
+      std::fprintf(stderr, "%s\n", exec.error().message().c_str());
+      return 1;
+    }
+    edge::backend::generator gen(m, **exec, **cache);
+    std::vector<edge::backend::generation_request> requests(static_cast<std::size_t>(batch));
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      auto& r = requests[i];
+      for (std::int64_t t = 0; t < opt.prompt; ++t) {
+        r.prompt.push_back(static_cast<edge::backend::token_id>((7 + 13 * t + 101 * static_cast<std::int64_t>(i)) % m.config.vocab_size));
+      }
+      r.max_tokens = opt.tokens;
+      r.ignore_eos = true;
+      r.sampling.temperature = 0.0f;
+    }
+    std::vector<double> rates, step_rates;
+    for (int rep = 0; rep < opt.repeat + 1; ++rep) {
+      edge::backend::generation_timing timing;
+      auto out = gen.run(requests, {}, &timing);
+      if (!out.ok()) {
+        std::fprintf(stderr, "%s\n", out.error().message().c_str());
+        return 1;
+      }
+      if (rep == 0) continue;  // warm-up
+      rates.push_back(static_cast<double>(timing.decode_tokens) / timing.decode_seconds);
+      step_rates.push_back(static_cast<double>(timing.decode_steps) / timing.decode_seconds);
+    }
+    const double steps = median(step_rates);
+    const double weight_bw = steps * static_cast<double>(weights);
+    std::printf("%6lld %12.2f %14.2f %16.2f %12.2f %12.2f\n", static_cast<long long>(batch), median(rates), steps,
+                weight_bw / 1e9, weight_bw / copy_bw, weight_bw / read_bw);
+  }
+  return 0;
+}

@@ -1,0 +1,351 @@
+// Hyperparameters and weights from each format, without a tokenizer.
+#include <doctest/doctest.h>
+
+#include "edge/backend/model/formats.h"
+#include "edge/backend/model/safetensors.h"
+#include "model_test_support.h"
+#include "test_support.h"
+
+using namespace edge::backend;
+using edge::status_code;
+namespace t = edge::testing;
+
+namespace {
+
+std::vector<const tensor_view*> all_weights(const model_weights& w) {
+  std::vector<const tensor_view*> views = {&w.token_embedding, &w.final_norm, &w.lm_head};
+  for (const auto& l : w.layers) {
+    for (const auto* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
+      views.push_back(v);
+    }
+  }
+  return views;
+}
+
+// A minimal config.json; `extra` is spliced in before the closing brace.
+std::string config_json(std::string_view architecture, std::string_view extra = "") {
+  return std::string(R"({"architectures": [")") + std::string(architecture) +
+         R"("], "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,)"
+         R"( "vocab_size": 512)" +
+         std::string(extra) + "}";
+}
+
+}  // namespace
+
+TEST_CASE("the stories260K llama2.c checkpoint holds the GGUF's model, bit for bit") {
+  const auto bin = t::read_bytes(t::stories260k_dir() / "stories260K.bin");
+  auto checkpoint = parse_llama2c(bin);
+  REQUIRE_MESSAGE(checkpoint.ok(), checkpoint.error().to_string());
+  const auto gguf_bytes = t::read_bytes(t::stories260k_dir() / "stories260K.gguf");
+  auto gguf = parse_gguf(gguf_bytes);
+  REQUIRE(gguf.ok());
+  auto gguf_config = config_from_gguf(*gguf);
+  REQUIRE_MESSAGE(gguf_config.ok(), gguf_config.error().to_string());
+  auto gguf_weights = weights_from_gguf(*gguf, gguf_config->config);
+  REQUIRE_MESSAGE(gguf_weights.ok(), gguf_weights.error().to_string());
+
+  const model_config& a = checkpoint->config;
+  const model_config& b = gguf_config->config;
+  CHECK(a.arch == architecture::llama);
+  CHECK(a.vocab_size == 512);
+  CHECK(a.hidden_size == 64);
+  CHECK(a.intermediate_size == 172);
+  CHECK(a.num_layers == 5);
+  CHECK(a.num_heads == 8);
+  CHECK(a.num_kv_heads == 4);
+  CHECK(a.head_dim == 8);
+  CHECK(a.rope == rope_layout::adjacent_pairs);
+  CHECK(a.rope_theta == 10000.0);
+  CHECK(a.max_position == 512);
+  CHECK(a.tie_embeddings);
+  CHECK(!a.rope_scaling);
+  for (const auto* config : {&a, &b}) {
+    CHECK(config->vocab_size == a.vocab_size);
+    CHECK(config->hidden_size == a.hidden_size);
+    CHECK(config->intermediate_size == a.intermediate_size);
+    CHECK(config->num_layers == a.num_layers);
+    CHECK(config->num_heads == a.num_heads);
+    CHECK(config->num_kv_heads == a.num_kv_heads);
+    CHECK(config->head_dim == a.head_dim);
+    CHECK(config->rope == a.rope);
+    CHECK(config->rope_theta == a.rope_theta);
+    CHECK(config->rms_norm_eps == doctest::Approx(1e-5));
+    CHECK(!config->qkv_bias);
+  }
+  // Where the two files differ, as the fixture's README says: the GGUF's context length is a
+  // converter default, and it stores the shared classifier as a separate (equal) tensor.
+  CHECK(b.max_position == 2048);
+  CHECK(!b.tie_embeddings);
+  CHECK(!gguf_config->synthetic);
+
+  // llama.cpp's llama2.c converter does not permute Q/K: llama2.c already uses adjacent-pair
+  // RoPE, so every tensor, Q and K included, is the same bytes in both files.
+  const auto from_bin = all_weights(checkpoint->weights);
+  const auto from_gguf = all_weights(*gguf_weights);
+  REQUIRE(from_bin.size() == from_gguf.size());
+  REQUIRE(from_bin.size() == 3 + 5 * 9);
+  for (std::size_t i = 0; i < from_bin.size(); ++i) {
+    CAPTURE(from_gguf[i]->name);
+    CHECK(t::same_bytes(*from_bin[i], *from_gguf[i]));
+  }
+  CHECK(checkpoint->weights.lm_head.data == checkpoint->weights.token_embedding.data);
+  CHECK(gguf_weights->layers[2].wq.name == "blk.2.attn_q.weight");
+  CHECK(gguf_weights->layers[2].w_gate.name == "blk.2.ffn_gate.weight");
+}
+
+TEST_CASE("llama2.c: unshared classifiers, implausible headers and wrong sizes") {
+  // dim 8, hidden 16, 1 layer, 2 heads, 1 KV head, vocab -4 (own classifier), seq_len 3.
+  const std::int32_t header[7] = {8, 16, 1, 2, 1, -4, 3};
+  const std::size_t head_dim = 4, kv_dim = 4;
+  const std::size_t floats = 4 * 8 + (2 * 8 + 2 * 8 * 8 + 2 * kv_dim * 8 + 3 * 8 * 16) + 8 + 2 * 3 * head_dim / 2 + 4 * 8;
+  t::byte_writer w;
+  for (const auto field : header) w.put(field);
+  for (std::size_t i = 0; i < floats; ++i) w.put(static_cast<float>(i));
+  auto checkpoint = parse_llama2c(w.bytes());
+  REQUIRE_MESSAGE(checkpoint.ok(), checkpoint.error().to_string());
+  CHECK(!checkpoint->config.tie_embeddings);
+  CHECK(checkpoint->config.vocab_size == 4);
+  CHECK(checkpoint->weights.lm_head.data != checkpoint->weights.token_embedding.data);
+  // wcls is the last array of the file.
+  CHECK(t::element(checkpoint->weights.lm_head, 31) == static_cast<float>(floats - 1));
+  // w1 = gate, w3 = up, w2 = down.
+  CHECK(checkpoint->weights.layers[0].w_gate.name == "w1");
+  CHECK(checkpoint->weights.layers[0].w_up.name == "w3");
+  CHECK(checkpoint->weights.layers[0].w_down.shape == std::vector<std::int64_t>{8, 16});
+
+  auto short_file = w.bytes();
+  short_file.pop_back();
+  CHECK(parse_llama2c(short_file).error().code() == status_code::invalid_argument);
+  auto long_file = w.bytes();
+  long_file.push_back(std::byte{0});
+  CHECK(parse_llama2c(long_file).error().message().find("implies") != std::string::npos);
+
+  const std::int32_t implausible[][7] = {
+      {0, 16, 1, 2, 1, 4, 3},   {8, 16, 1, 3, 1, 4, 3},  {8, 16, 1, 2, 3, 4, 3},  {8, 16, 0, 2, 1, 4, 3},
+      {8, 16, 1, 2, 1, 0, 3},   {8, 16, 1, 2, 1, 4, -1}, {-8, 16, 1, 2, 1, 4, 3}, {8, 16, 1, 8, 1, 4, 3},
+      {1 << 30, 1 << 30, 1 << 30, 1, 1, 1 << 30, 1 << 30}, {8, 16, 1, 2, 1, INT32_MIN, 3},
+  };
+  for (const auto& fields : implausible) {
+    t::byte_writer bad;
+    for (const auto field : fields) bad.put(field);
+    bad.raw(std::vector<std::byte>(4096));
+    CHECK(parse_llama2c(bad.bytes()).error().code() == status_code::invalid_argument);
+  }
+  CHECK(parse_llama2c(std::vector<std::byte>(27)).error().code() == status_code::invalid_argument);
+}
+
+TEST_CASE("config.json: Llama, Mistral and Qwen2") {
+  SUBCASE("Llama defaults") {
+    auto parsed = parse_hf_config(config_json("LlamaForCausalLM"));
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+    const auto& c = parsed->config;
+    CHECK(c.arch == architecture::llama);
+    CHECK(c.num_kv_heads == 4);
+    CHECK(c.head_dim == 16);
+    CHECK(c.rope == rope_layout::half_split);
+    CHECK(c.rope_theta == 10000.0);
+    CHECK(c.rms_norm_eps == 1e-6);
+    CHECK(c.max_position == 2048);
+    CHECK(!c.tie_embeddings);
+    CHECK(!c.qkv_bias);
+    CHECK(!c.rope_scaling);
+    CHECK(!parsed->synthetic);
+  }
+  SUBCASE("Llama 3.2 with llama3 rope_scaling, GQA, explicit head_dim, tied, synthetic") {
+    auto parsed = parse_hf_config(config_json(
+        "LlamaForCausalLM",
+        R"(, "num_key_value_heads": 2, "head_dim": 32, "rope_theta": 500000.0, "rms_norm_eps": 1e-05,)"
+        R"( "max_position_embeddings": 131072, "tie_word_embeddings": true, "torch_dtype": "bfloat16",)"
+        R"( "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,)"
+        R"( "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "edgeinfer_synthetic": true)"));
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+    const auto& c = parsed->config;
+    CHECK(c.num_kv_heads == 2);
+    CHECK(c.head_dim == 32);
+    CHECK(c.rope_theta == 500000.0);
+    CHECK(c.rms_norm_eps == 1e-5);
+    CHECK(c.max_position == 131072);
+    CHECK(c.tie_embeddings);
+    REQUIRE(c.rope_scaling);
+    CHECK(c.rope_scaling->factor == 32.0);
+    CHECK(c.rope_scaling->low_freq_factor == 1.0);
+    CHECK(c.rope_scaling->high_freq_factor == 4.0);
+    CHECK(c.rope_scaling->original_max_position == 8192);
+    CHECK(parsed->synthetic);
+  }
+  SUBCASE("the older \"type\" spelling and the default type") {
+    auto old = parse_hf_config(config_json(
+        "LlamaForCausalLM", R"(, "rope_scaling": {"type": "llama3", "factor": 8, "original_max_position_embeddings": 8192})"));
+    REQUIRE(old.ok());
+    CHECK(old->config.rope_scaling->factor == 8.0);
+    CHECK(old->config.rope_scaling->high_freq_factor == 4.0);
+    auto plain = parse_hf_config(config_json("LlamaForCausalLM", R"(, "rope_scaling": {"rope_type": "default"})"));
+    REQUIRE(plain.ok());
+    CHECK(!plain->config.rope_scaling);
+  }
+  SUBCASE("Qwen2 has Q/K/V biases and may tie") {
+    auto parsed = parse_hf_config(config_json(
+        "Qwen2ForCausalLM",
+        R"(, "num_key_value_heads": 1, "tie_word_embeddings": true, "rope_theta": 1000000.0, "use_sliding_window": false, "sliding_window": 32768)"));
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+    CHECK(parsed->config.arch == architecture::qwen2);
+    CHECK(parsed->config.qkv_bias);
+    CHECK(parsed->config.tie_embeddings);
+    CHECK(parsed->config.num_kv_heads == 1);
+    CHECK(parsed->config.max_position == 32768);
+    auto untied = parse_hf_config(config_json("Qwen2ForCausalLM"));
+    REQUIRE(untied.ok());
+    CHECK(!untied->config.tie_embeddings);
+  }
+  SUBCASE("Mistral") {
+    auto parsed = parse_hf_config(config_json("MistralForCausalLM", R"(, "num_key_value_heads": 2, "sliding_window": null)"));
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+    CHECK(parsed->config.arch == architecture::mistral);
+    CHECK(parsed->config.num_kv_heads == 2);
+    CHECK(parsed->config.rope == rope_layout::half_split);
+  }
+}
+
+TEST_CASE("config.json: what is refused, and how") {
+  const auto code_of = [](std::string_view json) { return parse_hf_config(json).error().code(); };
+  CHECK(code_of("not json") == status_code::invalid_argument);
+  CHECK(code_of("[]") == status_code::invalid_argument);
+  CHECK(code_of(R"({"hidden_size": 64})") == status_code::invalid_argument);
+  CHECK(code_of(config_json("GPT2LMHeadModel")) == status_code::unimplemented);
+  CHECK(code_of(config_json("LlamaForCausalLM", R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4})")) ==
+        status_code::unimplemented);
+  CHECK(parse_hf_config(config_json("LlamaForCausalLM", R"(, "rope_scaling": {"rope_type": "linear", "factor": 4})"))
+            .error()
+            .message()
+            .find("\"linear\"") != std::string::npos);
+  CHECK(code_of(config_json("LlamaForCausalLM", R"(, "rope_scaling": {"rope_type": "llama3"})")) ==
+        status_code::invalid_argument);
+  CHECK(code_of(config_json("LlamaForCausalLM", R"(, "hidden_act": "gelu")")) == status_code::unimplemented);
+  CHECK(code_of(config_json("LlamaForCausalLM", R"(, "attention_bias": true)")) == status_code::unimplemented);
+  CHECK(code_of(config_json("LlamaForCausalLM", R"(, "num_key_value_heads": 3)")) == status_code::invalid_argument);
+  CHECK(code_of(config_json("LlamaForCausalLM", R"(, "head_dim": 15)")) == status_code::invalid_argument);
+  CHECK(code_of(config_json("LlamaForCausalLM", R"(, "rms_norm_eps": -1)")) == status_code::invalid_argument);
+  CHECK(code_of(config_json("LlamaForCausalLM", R"(, "tie_word_embeddings": "yes")")) == status_code::invalid_argument);
+  CHECK(code_of(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 176,)"
+                R"( "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": -5})") == status_code::invalid_argument);
+  CHECK(code_of(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 176,)"
+                R"( "num_hidden_layers": 2, "num_attention_heads": 4})") == status_code::invalid_argument);
+}
+
+TEST_CASE("Hugging Face weights: names, Qwen2 biases and shape checks") {
+  // A hand-made folder's tensors: every name of a 1-layer Qwen2 at tiny sizes.
+  model_config c;
+  c.arch = architecture::qwen2;
+  c.vocab_size = 8;
+  c.hidden_size = 4;
+  c.intermediate_size = 6;
+  c.num_layers = 1;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 2;
+  c.max_position = 16;
+  c.qkv_bias = true;
+  c.tie_embeddings = true;
+  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> names = {
+      {"model.embed_tokens.weight", {8, 4}},
+      {"model.norm.weight", {4}},
+      {"model.layers.0.input_layernorm.weight", {4}},
+      {"model.layers.0.self_attn.q_proj.weight", {4, 4}},
+      {"model.layers.0.self_attn.k_proj.weight", {2, 4}},
+      {"model.layers.0.self_attn.v_proj.weight", {2, 4}},
+      {"model.layers.0.self_attn.o_proj.weight", {4, 4}},
+      {"model.layers.0.self_attn.q_proj.bias", {4}},
+      {"model.layers.0.self_attn.k_proj.bias", {2}},
+      {"model.layers.0.self_attn.v_proj.bias", {2}},
+      {"model.layers.0.post_attention_layernorm.weight", {4}},
+      {"model.layers.0.mlp.gate_proj.weight", {6, 4}},
+      {"model.layers.0.mlp.up_proj.weight", {6, 4}},
+      {"model.layers.0.mlp.down_proj.weight", {4, 6}},
+  };
+  static const std::byte storage[256] = {};
+  std::vector<tensor_view> tensors;
+  for (const auto& [name, shape] : names) {
+    tensor_view v;
+    v.name = name;
+    v.shape = shape;
+    v.type = edge::kernels::dtype::bf16;
+    v.data = storage;
+    tensors.push_back(v);
+  }
+  auto weights = weights_from_hf(tensors, c);
+  REQUIRE_MESSAGE(weights.ok(), weights.error().to_string());
+  CHECK(weights->layers[0].bq.present());
+  CHECK(weights->layers[0].bv.shape == std::vector<std::int64_t>{2});
+  CHECK(weights->lm_head.name == "model.embed_tokens.weight");
+
+  SUBCASE("a missing bias") {
+    auto without = tensors;
+    std::erase_if(without, [](const tensor_view& v) { return v.name == "model.layers.0.self_attn.k_proj.bias"; });
+    auto missing = weights_from_hf(without, c);
+    CHECK(missing.error().code() == status_code::invalid_argument);
+    CHECK(missing.error().message().find("missing tensor \"model.layers.0.self_attn.k_proj.bias\"") != std::string::npos);
+  }
+  SUBCASE("untied needs lm_head") {
+    c.tie_embeddings = false;
+    CHECK(weights_from_hf(tensors, c).error().message().find("lm_head.weight") != std::string::npos);
+  }
+  SUBCASE("a shape mismatch names tensor, expected and actual shape") {
+    c.intermediate_size = 5;
+    auto mismatch = weights_from_hf(tensors, c);
+    CHECK(mismatch.error().code() == status_code::invalid_argument);
+    CHECK(mismatch.error().message() ==
+          "tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [6, 4], expected [5, 4]");
+  }
+}
+
+TEST_CASE("GGUF metadata: required keys, unsupported features") {
+  const auto gguf_bytes = t::read_bytes(t::stories260k_dir() / "stories260K.gguf");
+  auto file = parse_gguf(gguf_bytes);
+  REQUIRE(file.ok());
+
+  SUBCASE("missing keys") {
+    auto copy = *file;
+    copy.metadata.erase("llama.block_count");
+    CHECK(config_from_gguf(copy).error().message().find("llama.block_count") != std::string::npos);
+    copy = *file;
+    copy.metadata.erase("general.architecture");
+    CHECK(config_from_gguf(copy).error().code() == status_code::invalid_argument);
+  }
+  SUBCASE("other architectures and partial RoPE") {
+    auto copy = *file;
+    copy.metadata["general.architecture"] = gguf_value{std::string("gemma")};
+    CHECK(config_from_gguf(copy).error().code() == status_code::unimplemented);
+    copy = *file;
+    copy.metadata["llama.rope.dimension_count"] = gguf_value{std::uint64_t{4}};
+    CHECK(config_from_gguf(copy).error().code() == status_code::unimplemented);
+    copy = *file;
+    copy.metadata["llama.rope.scaling.type"] = gguf_value{std::string("linear")};
+    CHECK(config_from_gguf(copy).error().code() == status_code::unimplemented);
+    copy = *file;
+    copy.metadata["llama.attention.head_count"] = gguf_value{std::string("eight")};
+    CHECK(config_from_gguf(copy).error().code() == status_code::invalid_argument);
+  }
+  SUBCASE("freq_base and a missing classifier") {
+    auto copy = *file;
+    copy.metadata["llama.rope.freq_base"] = gguf_value{500000.0};
+    std::erase_if(copy.tensors, [](const tensor_view& v) { return v.name == "output.weight"; });
+    auto config = config_from_gguf(copy);
+    REQUIRE(config.ok());
+    CHECK(config->config.rope_theta == 500000.0);
+    CHECK(config->config.tie_embeddings);
+    auto weights = weights_from_gguf(copy, config->config);
+    REQUIRE(weights.ok());
+    CHECK(weights->lm_head.data == weights->token_embedding.data);
+  }
+  SUBCASE("a tensor of the wrong shape") {
+    auto copy = *file;
+    for (auto& v : copy.tensors) {
+      if (v.name == "blk.3.attn_k.weight") v.shape = {64, 32};
+    }
+    auto config = config_from_gguf(copy);
+    REQUIRE(config.ok());
+    auto weights = weights_from_gguf(copy, config->config);
+    CHECK(weights.error().code() == status_code::invalid_argument);
+    CHECK(weights.error().message() == "tensor \"blk.3.attn_k.weight\" has shape [64, 32], expected [32, 64]");
+  }
+}

@@ -1,0 +1,164 @@
+// load_model over every format, with the tokenizer and chat template attached.
+#include <doctest/doctest.h>
+
+#include "edge/backend/model/model.h"
+#include "edge/backend/model/synthetic.h"
+#include "model_test_support.h"
+#include "test_support.h"
+
+using namespace edge::backend;
+using edge::status_code;
+namespace t = edge::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::unique_ptr<model> load(load_options options) {
+  auto loaded = load_model(options);
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
+  return std::move(loaded).value();
+}
+
+fs::path make(const fs::path& out, std::string preset, synthetic_format format, std::uint64_t seed) {
+  synthetic_options options;
+  options.preset = std::move(preset);
+  options.format = format;
+  options.seed = seed;
+  options.out = out;
+  auto written = write_synthetic_model(options);
+  REQUIRE_MESSAGE(written.ok(), written.error().to_string());
+  return *written;
+}
+
+}  // namespace
+
+TEST_CASE("load_model: stories260K as GGUF and as a llama2.c checkpoint") {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> reports;
+  load_options options;
+  options.path = t::stories260k_dir() / "stories260K.gguf";
+  options.progress = [&](std::uint64_t done, std::uint64_t total) { reports.emplace_back(done, total); };
+  const auto gguf = load(options);
+  CHECK(gguf->name == "stories260K");
+  CHECK(gguf->format == model_format::gguf);
+  CHECK(gguf->config.num_layers == 5);
+  CHECK(gguf->config.vocab_size == 512);
+  CHECK(gguf->tok->vocab_size() == 512);
+  CHECK(gguf->tok->bos_id() == 1);
+  CHECK(gguf->chat_template == chat_template_kind::plain);
+  CHECK(!gguf->synthetic);
+  CHECK(gguf->files.size() == 1);
+  // Progress runs from 0 to the bytes of every weight (the classifier is a separate copy here).
+  REQUIRE(reports.size() >= 2);
+  CHECK(reports.front().first == 0);
+  CHECK(reports.back().first == reports.back().second);
+  CHECK(reports.back().second == 1185376 - 14176);
+
+  const auto bin = load({.path = t::stories260k_dir() / "stories260K.bin"});
+  CHECK(bin->format == model_format::llama2c);
+  CHECK(bin->name == "stories260K");
+  CHECK(bin->config.max_position == 512);
+  CHECK(bin->tok->vocab_size() == 512);
+  CHECK(t::same_bytes(bin->weights.layers[4].wk, gguf->weights.layers[4].wk));
+  CHECK(bin->tok->encode("Once upon a time", {}) == gguf->tok->encode("Once upon a time", {}));
+  CHECK(gguf->tok->encode("Once upon a time", {}) == std::vector<token_id>{1, 403, 407, 261, 378});
+}
+
+TEST_CASE("load_model: a llama2.c tokenizer given explicitly or missing") {
+  t::temp_dir dir;
+  fs::copy_file(t::stories260k_dir() / "stories260K.bin", dir / "model.bin");
+  auto missing = load_model({.path = dir / "model.bin"});
+  CHECK(missing.error().code() == status_code::not_found);
+  CHECK(missing.error().message().find("tok512.bin") != std::string::npos);
+  const auto given = load({.path = dir / "model.bin", .tokenizer = t::stories260k_dir() / "tok512.bin"});
+  CHECK(given->tok->vocab_size() == 512);
+  CHECK(given->name == "model");
+  fs::copy_file(t::stories260k_dir() / "tok512.bin", dir / "tokenizer.bin");
+  CHECK(load({.path = dir / "model.bin"})->tok->vocab_size() == 512);
+}
+
+TEST_CASE("load_model: synthetic models in both formats, chat templates detected") {
+  t::temp_dir dir;
+  const auto folder = make(dir / "tiny-llama", "tiny", synthetic_format::safetensors, 9);
+  const auto file = make(dir / "tiny-llama.gguf", "tiny", synthetic_format::gguf, 9);
+  const auto hf = load({.path = folder});
+  const auto gguf = load({.path = file});
+  for (const auto* m : {hf.get(), gguf.get()}) {
+    CHECK(m->name == "tiny-llama");
+    CHECK(m->synthetic);
+    CHECK(m->config.vocab_size == 512);
+    CHECK(m->tok->vocab_size() == 512);
+    CHECK(m->chat_template == chat_template_kind::llama3);
+    CHECK(m->tok->find_token("<|eot_id|>").has_value());
+    CHECK(m->weights.layers.size() == 2);
+  }
+  CHECK(hf->format == model_format::hugging_face);
+  CHECK(hf->config.rope == rope_layout::half_split);
+  CHECK(gguf->config.rope == rope_layout::adjacent_pairs);
+  CHECK(t::same_bytes(hf->weights.token_embedding, gguf->weights.token_embedding));
+  // One tokenizer in two files: the same ids for the same text.
+  const std::string text = "The function returns the value of the count, 42 times.\n";
+  CHECK(hf->tok->encode(text, {}) == gguf->tok->encode(text, {}));
+  CHECK(hf->tok->decode(hf->tok->encode(text, {})) == text);
+
+  const auto qwen = load({.path = make(dir / "q", "tiny-qwen2", synthetic_format::safetensors, 9)});
+  CHECK(qwen->chat_template == chat_template_kind::chatml);
+  CHECK(qwen->config.qkv_bias);
+  CHECK(qwen->weights.layers[0].bq.present());
+  CHECK(qwen->weights.lm_head.data == qwen->weights.token_embedding.data);
+
+  // --chat-template wins over detection.
+  const auto chosen = load({.path = folder, .chat_template = chat_template_kind::chatml});
+  CHECK(chosen->chat_template == chat_template_kind::chatml);
+}
+
+TEST_CASE("load_model: chat_template as a list in tokenizer_config.json, and unknown templates") {
+  t::temp_dir dir;
+  const auto folder = make(dir / "m", "tiny", synthetic_format::safetensors, 1);
+  auto config = t::read_text(folder / "tokenizer_config.json");
+  const auto key = config.find("\"chat_template\": ");
+  REQUIRE(key != std::string::npos);
+  const auto end = config.find(",\n", key);
+  const std::string jinja = config.substr(key + 17, end - key - 17);
+  t::write_text(folder / "tokenizer_config.json",
+                config.substr(0, key) + "\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"}, "
+                                        "{\"name\": \"default\", \"template\": " + jinja + "}]" + config.substr(end));
+  CHECK(load({.path = folder})->chat_template == chat_template_kind::llama3);
+
+  t::write_text(folder / "tokenizer_config.json",
+                config.substr(0, key) + "\"chat_template\": \"{{ messages }}\"" + config.substr(end));
+  CHECK(load({.path = folder})->chat_template == chat_template_kind::plain);
+}
+
+TEST_CASE("load_model: errors name the file") {
+  t::temp_dir dir;
+  auto missing = load_model({.path = dir / "absent.gguf"});
+  CHECK(missing.error().code() == status_code::not_found);
+  CHECK(missing.error().message().find("absent.gguf") != std::string::npos);
+
+  t::write_text(dir / "notes.txt", "hello, this is not a model at all, just some text.");
+  auto text = load_model({.path = dir / "notes.txt"});
+  CHECK(text.error().code() == status_code::invalid_argument);
+  CHECK(text.error().message().find("notes.txt") != std::string::npos);
+
+  fs::create_directories(dir / "empty");
+  CHECK(load_model({.path = dir / "empty"}).error().message().find("config.json") != std::string::npos);
+
+  auto bytes = t::read_bytes(t::stories260k_dir() / "stories260K.gguf");
+  bytes.resize(bytes.size() / 2);
+  t::write_bytes(dir / "half.gguf", bytes);
+  auto half = load_model({.path = dir / "half.gguf"});
+  CHECK(half.error().code() == status_code::data_loss);
+  CHECK(half.error().message().find("half.gguf") != std::string::npos);
+
+  const auto folder = make(dir / "m", "tiny", synthetic_format::safetensors, 1);
+  auto config = t::read_text(folder / "config.json");
+  const auto at = config.find("\"intermediate_size\": 176");
+  REQUIRE(at != std::string::npos);
+  config.replace(at, 24, "\"intermediate_size\": 100");
+  t::write_text(folder / "config.json", config);
+  auto mismatch = load_model({.path = folder});
+  CHECK(mismatch.error().code() == status_code::invalid_argument);
+  CHECK(mismatch.error().message().find("model.layers.0.mlp.gate_proj.weight\" has shape [176, 64], expected [100, 64]") !=
+        std::string::npos);
+  CHECK(mismatch.error().message().find(folder.string()) != std::string::npos);
+}
