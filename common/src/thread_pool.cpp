@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <exception>
 
 namespace edge {
@@ -10,6 +11,31 @@ namespace {
 // With grain 0, a few chunks per thread, so a thread that wakes late or gets a slow chunk is
 // covered by the others instead of holding up the whole loop.
 constexpr std::size_t auto_chunks_per_thread = 4;
+
+// How long an idle worker, and a caller waiting for its helpers, spin before sleeping on a
+// condition variable. The CPU executor issues a parallel loop every few hundred microseconds
+// during a decode step, and waking a sleeping thread costs tens of microseconds (more in a
+// virtual machine), so a short spin keeps the workers on hand between a step's loops while
+// costing an idle pool next to nothing.
+constexpr auto spin_before_sleep = std::chrono::microseconds(200);
+
+void cpu_relax() noexcept {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until `ready()` or the spin time is over; returns ready().
+template <class Ready>
+bool spin_until(const Ready& ready) {
+  const auto deadline = std::chrono::steady_clock::now() + spin_before_sleep;
+  for (int i = 0;; ++i) {
+    if (ready()) return true;
+    cpu_relax();
+    // Reading the clock costs more than a pause: check it every so often.
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() >= deadline) return ready();
+  }
+}
 
 }  // namespace
 
@@ -27,8 +53,10 @@ struct thread_pool::parallel_job {
   // Values at or past chunk_count mean nothing is left.
   std::atomic<std::size_t> next_chunk{0};
 
+  // Written under the pool's mutex; read without it by the caller spinning for the end.
+  std::atomic<std::size_t> helpers{0};  // workers currently running this job's chunks
+
   // Guarded by the pool's mutex.
-  std::size_t helpers = 0;            // workers currently running this job's chunks
   std::exception_ptr error;           // the first exception a helper caught
   std::condition_variable helpers_done;  // signalled when helpers drops to 0
   parallel_job* next = nullptr;       // the pool's list of open jobs
@@ -81,6 +109,7 @@ void thread_pool::enqueue(std::unique_ptr<detail::pool_task> task) {
   {
     std::lock_guard lock(mutex_);
     tasks_.push_back(std::move(task));
+    work_epoch_.fetch_add(1, std::memory_order_release);
   }
   work_available_.notify_one();
 }
@@ -116,7 +145,12 @@ void thread_pool::worker_loop() {
       continue;
     }
     if (stopping_) return;
-    work_available_.wait(lock);
+    // Nothing to do: spin a little for new work (announced by work_epoch_) before sleeping.
+    const std::uint64_t seen = work_epoch_.load(std::memory_order_acquire);
+    lock.unlock();
+    spin_until([&] { return work_epoch_.load(std::memory_order_acquire) != seen; });
+    lock.lock();
+    work_available_.wait(lock, [&] { return stopping_ || work_epoch_.load(std::memory_order_relaxed) != seen; });
   }
 }
 
@@ -147,12 +181,15 @@ void thread_pool::run_parallel_for(std::size_t begin, std::size_t end, std::size
     // on it anyway.
     job.next = jobs_;
     jobs_ = &job;
+    work_epoch_.fetch_add(1, std::memory_order_release);
   }
   // Wake only as many workers as there are chunks beyond the one this thread takes.
   const std::size_t wanted_helpers = std::min(chunk_count - 1, size());
   for (std::size_t i = 0; i < wanted_helpers; ++i) work_available_.notify_one();
 
   std::exception_ptr error = job.run_chunks();
+  // Helpers usually finish within microseconds of the caller: spin before sleeping on it.
+  spin_until([&job] { return job.helpers.load(std::memory_order_acquire) == 0; });
 
   {
     std::unique_lock lock(mutex_);

@@ -20,6 +20,8 @@ namespace edge::kernels {
 namespace {
 
 constexpr std::int64_t lanes = 16;
+// How far ahead of the loads each weight row is prefetched (measured best on Zen 4: 1 KiB).
+constexpr std::int64_t prefetch_distance = 1024;
 constexpr std::int64_t rows_per_block = 64;
 // Below this many multiply-adds a call is cheaper on one thread than split across the pool.
 constexpr std::int64_t min_parallel_work = std::int64_t{1} << 16;
@@ -96,8 +98,23 @@ EDGE_AVX512 void matmul_tile_avx512(const matmul_params& p, std::int64_t n0, std
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) x[t] = p.x + (t0 + t) * p.x_stride;
   const std::int64_t full = p.k / lanes * lanes;
+  constexpr auto weight_bytes = static_cast<std::int64_t>(dtype_size(W));
+  const std::int64_t row_bytes = p.k * weight_bytes;
 
   const auto step = [&](std::int64_t k, __mmask16 mask) EDGE_AVX512_LAMBDA {
+    // Hardware prefetchers alone leave bandwidth unused with this many interleaved streams.
+    // Near the end of a row the prefetch moves on to the same row of the next tile, so a tile
+    // starts with its first bytes already on the way.
+    std::int64_t ahead = k * weight_bytes + prefetch_distance;
+    std::int64_t ahead_row = n0;
+    if (ahead >= row_bytes) {
+      ahead -= row_bytes;
+      ahead_row += R;
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(static_cast<const char*>(p.w) + (ahead_row + r) * row_bytes + ahead, _MM_HINT_T0);
+    }
     __m512 w[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) w[r] = load_weights<W>(p.w, (n0 + r) * p.k + k, mask);

@@ -8,7 +8,9 @@
 // (a nested loop) always makes progress and cannot deadlock, even on a pool of one thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstddef>
 #include <deque>
 #include <future>
@@ -110,6 +112,9 @@ class thread_pool {
   // on its caller's stack and is unlinked by that caller before it returns.
   parallel_job* jobs_ = nullptr;
   bool stopping_ = false;
+  // Counts announcements of new work (a task queued, a loop opened). Written under the mutex;
+  // idle workers read it without the mutex while they spin before sleeping.
+  std::atomic<std::uint64_t> work_epoch_{0};
 
   // Written only by the constructor and destructor.
   std::vector<std::thread> workers_;
