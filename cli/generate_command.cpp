@@ -27,6 +27,8 @@ config::schema generate_options() {
   s.add_path("tokenizer", std::nullopt, "Tokenizer file for a llama2.c checkpoint (default: beside it)");
   s.add_string("prompt", std::nullopt, "The prompt text (required)");
   s.add_boolean("chat", false, "Send the prompt as a user message through the model's chat template");
+  s.add_choice("chat-template", "auto", {"auto", "llama-2", "llama-3", "chatml", "mistral", "plain"},
+               "Chat template for --chat; auto recognises the model's own");
   s.add_integer("max-tokens", 128, 1, std::int64_t{1} << 24, "Most tokens to generate");
   s.add_number("temperature", 0.8, 0.0, 100.0, "Sampling temperature; 0 is greedy");
   s.add_number("top-p", 1.0, 0.0, 1.0, "Nucleus sampling: keep the most likely tokens up to this probability mass");
@@ -76,6 +78,9 @@ int run_generate(const config::values& settings) {
   backend::load_options load;
   load.path = settings.string("model");
   if (settings.has("tokenizer")) load.tokenizer = settings.string("tokenizer");
+  if (settings.string("chat-template") != "auto") {
+    load.chat_template = backend::parse_chat_template_name(settings.string("chat-template"));
+  }
   auto loaded = load_with_progress(load);
   if (!loaded.ok()) {
     std::fprintf(stderr, "edgeinfer generate: %s\n", loaded.error().message().c_str());
