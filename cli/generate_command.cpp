@@ -128,7 +128,8 @@ int run_generate(const config::values& settings) {
   }
 
   write_out(prompt);
-  backend::generator gen(m, **exec, **cache);
+  backend::kv_block_pool blocks(layout.num_blocks);
+  backend::generator gen(m, **exec, blocks, layout.block_size);
   backend::generation_timing timing;
   auto outputs = gen.run({&request, 1}, [](std::size_t, std::string_view text) { write_out(text); }, &timing);
   if (::isatty(STDOUT_FILENO) == 1) write_out("\n");

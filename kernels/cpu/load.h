@@ -16,6 +16,8 @@ template <>
 struct storage<dtype::f16> { using type = fp16; };
 template <>
 struct storage<dtype::bf16> { using type = bf16; };
+template <>
+struct storage<dtype::fp8_e4m3> { using type = fp8_e4m3; };
 
 template <dtype T>
 inline float load_as_float(const void* base, std::int64_t index) {
@@ -47,6 +49,7 @@ decltype(auto) dispatch_dtype(dtype type, F&& f) {
     case dtype::f32: return f.template operator()<dtype::f32>();
     case dtype::f16: return f.template operator()<dtype::f16>();
     case dtype::bf16: return f.template operator()<dtype::bf16>();
+    case dtype::fp8_e4m3: return f.template operator()<dtype::fp8_e4m3>();
   }
   __builtin_unreachable();
 }

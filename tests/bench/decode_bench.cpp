@@ -195,7 +195,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", exec.error().message().c_str());
       return 1;
     }
-    edge::backend::generator gen(m, **exec, **cache);
+    edge::backend::kv_block_pool blocks(layout.num_blocks);
+    edge::backend::generator gen(m, **exec, blocks, layout.block_size);
     std::vector<edge::backend::generation_request> requests(static_cast<std::size_t>(batch));
     for (std::size_t i = 0; i < requests.size(); ++i) {
       auto& r = requests[i];

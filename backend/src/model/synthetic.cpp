@@ -245,6 +245,7 @@ void encode(std::span<const float> values, kernels::dtype type, std::byte* out) 
         std::memcpy(out + 2 * i, &code, sizeof(code));
       }
       return;
+    case kernels::dtype::fp8_e4m3: return;  // refused by write_synthetic_model
   }
 }
 
@@ -398,6 +399,7 @@ std::string_view safetensors_dtype(kernels::dtype type) {
     case kernels::dtype::f32: return "F32";
     case kernels::dtype::f16: return "F16";
     case kernels::dtype::bf16: return "BF16";
+    case kernels::dtype::fp8_e4m3: break;  // refused by write_synthetic_model
   }
   return "F32";
 }
@@ -407,6 +409,7 @@ std::string torch_dtype(kernels::dtype type) {
     case kernels::dtype::f32: return "float32";
     case kernels::dtype::f16: return "float16";
     case kernels::dtype::bf16: return "bfloat16";
+    case kernels::dtype::fp8_e4m3: break;  // refused by write_synthetic_model
   }
   return "float32";
 }
@@ -646,6 +649,7 @@ std::uint32_t ggml_type_of(kernels::dtype type) {
     case kernels::dtype::f32: return static_cast<std::uint32_t>(ggml_type::f32);
     case kernels::dtype::f16: return static_cast<std::uint32_t>(ggml_type::f16);
     case kernels::dtype::bf16: return static_cast<std::uint32_t>(ggml_type::bf16);
+    case kernels::dtype::fp8_e4m3: break;  // refused by write_synthetic_model
   }
   return 0;
 }
@@ -659,6 +663,7 @@ std::uint32_t gguf_file_type(kernels::dtype type) {
     case kernels::dtype::f32: return all_f32;
     case kernels::dtype::f16: return mostly_f16;
     case kernels::dtype::bf16: return mostly_bf16;
+    case kernels::dtype::fp8_e4m3: break;  // refused by write_synthetic_model
   }
   return all_f32;
 }
@@ -771,6 +776,9 @@ result<fs::path> write_synthetic_model(const synthetic_options& options) {
   }
   if (options.out.empty()) return invalid_argument("no output path given");
   if (options.max_shard_bytes == 0) return invalid_argument("the shard size limit must be positive");
+  if (options.dtype == kernels::dtype::fp8_e4m3) {
+    return invalid_argument("synthetic weights are f32, f16 or bf16; quantize them afterwards");
+  }
 
   const auto vocab = make_synthetic_vocab(style_of(preset->config), preset->config.vocab_size,
                                           preset->special_tokens, preset->config.max_position);

@@ -34,14 +34,15 @@ struct sequence {
 
 }  // namespace
 
-generator::generator(const model& m, executor& exec, kv_cache& cache, generator_options options)
-    : model_(m), exec_(exec), cache_(cache), options_(options) {}
+generator::generator(const model& m, executor& exec, kv_block_pool& blocks, std::int64_t block_size,
+                     generator_options options)
+    : model_(m), exec_(exec), blocks_(blocks), block_size_(block_size), options_(options) {}
 
 result<std::vector<generation_output>> generator::run(
     std::span<const generation_request> requests, const std::function<void(std::size_t, std::string_view)>& on_text,
     generation_timing* timing) {
   const std::int64_t vocab = exec_.vocab_size();
-  const std::int64_t block_size = cache_.layout().block_size;
+  const std::int64_t block_size = block_size_;
   const std::int64_t context = model_.config.max_position;
   const std::span<const token_id> eos = model_.tok->eos_ids();
 
@@ -64,19 +65,19 @@ result<std::vector<generation_output>> generator::run(
 
   // Frees every sequence's blocks however run() ends.
   struct release_blocks {
-    kv_cache& cache;
+    kv_block_pool& pool;
     std::vector<sequence>& seqs;
     ~release_blocks() {
       for (auto& s : seqs) {
-        for (auto b : s.blocks) cache.free_block(b);
+        for (auto b : s.blocks) pool.free(b);
         s.blocks.clear();
       }
     }
-  } release{cache_, seqs};
+  } release{blocks_, seqs};
 
   const auto grow_to = [&](sequence& s, std::int64_t positions) -> status {
     while (static_cast<std::int64_t>(s.blocks.size()) * block_size < positions) {
-      auto block = cache_.allocate_block();
+      auto block = blocks_.allocate();
       if (!block) return resource_exhausted("the KV cache is full");
       s.blocks.push_back(*block);
     }

@@ -61,22 +61,11 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const kv_cache_layout& layout
   // Zeroed so that nothing reads indeterminate bytes even through a stale block table.
   std::memset(memory, 0, total);
   cache->memory_.reset(static_cast<std::byte*>(memory));
-  cache->free_.reserve(static_cast<std::size_t>(layout.num_blocks));
-  for (std::int64_t b = layout.num_blocks - 1; b >= 0; --b) cache->free_.push_back(static_cast<std::int32_t>(b));
   return cache;
 }
 
 void* kv_cache::layer_base(std::int64_t layer, int which) {
   return memory_.get() + (static_cast<std::size_t>(layer) * 2 + static_cast<std::size_t>(which)) * pool_bytes_;
 }
-
-std::optional<std::int32_t> kv_cache::allocate_block() {
-  if (free_.empty()) return std::nullopt;
-  const std::int32_t block = free_.back();
-  free_.pop_back();
-  return block;
-}
-
-void kv_cache::free_block(std::int32_t block) { free_.push_back(block); }
 
 }  // namespace edge::backend

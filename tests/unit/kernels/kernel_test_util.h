@@ -48,6 +48,12 @@ inline typed_buffer encode(const std::vector<float>& values, kernels::dtype type
         out.decoded[i] = kernels::fp16_to_float(bits);
         break;
       }
+      case kernels::dtype::fp8_e4m3: {
+        const std::uint8_t bits = kernels::float_to_fp8_e4m3(values[i]);
+        std::memcpy(out.bytes.data() + i, &bits, 1);
+        out.decoded[i] = kernels::fp8_e4m3_to_float(bits);
+        break;
+      }
     }
   }
   return out;

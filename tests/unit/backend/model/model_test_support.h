@@ -138,6 +138,11 @@ inline float element(const backend::tensor_view& t, std::int64_t i) {
       std::memcpy(&v, t.data + i * 2, 2);
       return kernels::bf16_to_float(v);
     }
+    case kernels::dtype::fp8_e4m3: {
+      std::uint8_t v;
+      std::memcpy(&v, t.data + i, 1);
+      return kernels::fp8_e4m3_to_float(v);
+    }
   }
   return 0.0f;
 }

@@ -40,8 +40,9 @@ loaded load(const std::filesystem::path& path) {
 // Logits for every position of the prompt, one forward pass per position.
 std::vector<float> logits_along(loaded& l, const std::vector<token_id>& prompt) {
   const std::int64_t vocab = l.m->config.vocab_size;
+  kv_block_pool pool(l.cache->layout().num_blocks);
   std::vector<std::int32_t> blocks;
-  for (int i = 0; i < 4; ++i) blocks.push_back(*l.cache->allocate_block());
+  for (int i = 0; i < 4; ++i) blocks.push_back(*pool.allocate());
   std::vector<float> all;
   for (std::size_t p = 0; p < prompt.size(); ++p) {
     batch_plan plan;
@@ -51,7 +52,6 @@ std::vector<float> logits_along(loaded& l, const std::vector<token_id>& prompt) 
     REQUIRE(l.exec->forward(plan, row).ok());
     all.insert(all.end(), row.begin(), row.end());
   }
-  for (auto b : blocks) l.cache->free_block(b);
   return all;
 }
 

@@ -31,6 +31,7 @@ const std::string reference_text =
 struct runtime {
   std::unique_ptr<model> m;
   std::unique_ptr<kv_cache> cache;
+  std::unique_ptr<kv_block_pool> blocks;
   std::unique_ptr<edge::thread_pool> pool = std::make_unique<edge::thread_pool>(1);
   std::unique_ptr<cpu_executor> exec;
 
@@ -42,13 +43,14 @@ struct runtime {
     auto c = kv_cache::create(kv_cache_layout::for_tokens(m->config, kv, 16, 16 * 1024));
     REQUIRE(c.ok());
     cache = std::move(c).value();
+    blocks = std::make_unique<kv_block_pool>(cache->layout().num_blocks);
     auto e = cpu_executor::create(*m, *cache, pool.get(), {.max_batch_tokens = max_batch_tokens, .max_sequences = 64});
     REQUIRE_MESSAGE(e.ok(), e.error().message());
     exec = std::move(e).value();
   }
 
   std::vector<generation_output> generate(const std::vector<generation_request>& requests, generator_options options = {}) {
-    generator gen(*m, *exec, *cache, options);
+    generator gen(*m, *exec, *blocks, cache->layout().block_size, options);
     auto out = gen.run(requests);
     REQUIRE_MESSAGE(out.ok(), out.error().message());
     return std::move(out).value();
@@ -75,12 +77,12 @@ TEST_CASE("stories260K reproduces the reference ids, logits and text in both for
 
     // Position 0: logits for the BOS token alone.
     const token_id bos = 1;
-    const std::vector<std::int32_t> table = {*rt.cache->allocate_block()};
+    const std::vector<std::int32_t> table = {*rt.blocks->allocate()};
     batch_plan plan;
     plan.entries.push_back({.tokens = {&bos, 1}, .start_position = 0, .block_table = table, .compute_logits = true});
     std::vector<float> logits(static_cast<std::size_t>(rt.m->config.vocab_size));
     REQUIRE(rt.exec->forward(plan, logits).ok());
-    rt.cache->free_block(table[0]);
+    rt.blocks->free(table[0]);
     for (std::size_t i = 0; i < reference_logits_bos.size(); ++i) {
       CHECK(std::fabs(logits[i] - reference_logits_bos[i]) < 1e-4);
     }
@@ -156,7 +158,7 @@ TEST_CASE("generation ends at a stop string, at EOS and at max_tokens") {
   // A stop string spanning several tokens, released text never containing any of it.
   r.stop = {"red ball"};
   std::string streamed;
-  generator gen(*rt.m, *rt.exec, *rt.cache);
+  generator gen(*rt.m, *rt.exec, *rt.blocks, rt.cache->layout().block_size);
   auto out = gen.run({&r, 1}, [&](std::size_t, std::string_view t) { streamed += t; });
   REQUIRE(out.ok());
   CHECK(streamed == (*out)[0].text);

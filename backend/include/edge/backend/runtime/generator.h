@@ -13,7 +13,7 @@
 
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/executor.h"
-#include "edge/backend/runtime/kv_cache.h"
+#include "edge/backend/runtime/kv_block_pool.h"
 #include "edge/backend/runtime/sampler.h"
 
 namespace edge::backend {
@@ -48,8 +48,9 @@ struct generator_options {
 
 class generator {
  public:
-  // All must outlive the generator.
-  generator(const model& m, executor& exec, kv_cache& cache, generator_options options = {});
+  // All must outlive the generator. `blocks` hands out blocks of the executor's cache.
+  generator(const model& m, executor& exec, kv_block_pool& blocks, std::int64_t block_size,
+            generator_options options = {});
 
   // `on_text(i, text)` receives request i's text as it is released (may be empty: not called).
   result<std::vector<generation_output>> run(std::span<const generation_request> requests,
@@ -59,7 +60,8 @@ class generator {
  private:
   const model& model_;
   executor& exec_;
-  kv_cache& cache_;
+  kv_block_pool& blocks_;
+  std::int64_t block_size_;
   generator_options options_;
 };
 

@@ -1,5 +1,6 @@
-// The paged KV cache: for every layer, a K pool and a V pool of fixed-size blocks, each block
-// holding block_size token slots for all KV heads, plus the free list of blocks.
+// The paged KV cache memory: for every layer, a K pool and a V pool of fixed-size blocks, each
+// block holding block_size token slots for all KV heads. Which blocks are in use is
+// kv_block_pool's business.
 //
 //   K and V of layer l: [num_blocks, num_kv_heads, block_size, head_dim] of dtype
 //
@@ -10,8 +11,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
-#include <vector>
 
 #include "edge/common/status.h"
 #include "edge/kernels/dtype.h"
@@ -51,10 +50,6 @@ class kv_cache {
   void* keys(std::int64_t layer) { return layer_base(layer, 0); }
   void* values(std::int64_t layer) { return layer_base(layer, 1); }
 
-  std::optional<std::int32_t> allocate_block();
-  void free_block(std::int32_t block);
-  std::int64_t free_blocks() const { return static_cast<std::int64_t>(free_.size()); }
-
  private:
   explicit kv_cache(const kv_cache_layout& layout);
   void* layer_base(std::int64_t layer, int which);
@@ -62,7 +57,6 @@ class kv_cache {
   kv_cache_layout layout_;
   std::size_t pool_bytes_ = 0;  // one K or V pool of one layer
   std::unique_ptr<std::byte, void (*)(void*)> memory_;
-  std::vector<std::int32_t> free_;  // a stack: the most recently freed block is reused first
 };
 
 }  // namespace edge::backend
