@@ -37,15 +37,19 @@ config::schema generate_options() {
   s.add_number("repetition-penalty", 1.0, 0.01, 100.0, "Above 1 discourages tokens already seen");
   s.add_integer("seed", -1, -1, std::numeric_limits<std::int64_t>::max(), "Random seed; -1 draws one");
   s.add_boolean("ignore-eos", false, "Keep generating past the end-of-sequence token");
-  s.add_choice("kv-cache-dtype", "auto", {"auto", "f32", "bf16", "f16"},
-               "KV cache element type; auto is f32 for f32 weights, else bf16");
+  s.add_choice("kv-cache-dtype", "auto", {"auto", "fp8", "fp8_e4m3", "bf16", "f16", "f32"},
+               "KV cache element type; fp8 is E4M3 with a scale per token and KV head; auto is the model's own "
+               "dtype (f32, f16 or bf16)");
   s.add_integer("threads", 0, 0, 1024, "Compute threads; 0 means one per hardware thread");
+  s.add_choice("weight-dtype", "auto", {"auto", "int4", "fp8", "bf16", "f16", "f32"},
+               "Projection weights: int4 (groups of 128) or fp8 (a scale per row) quantized on load, or converted "
+               "to bf16, f16 or f32; auto keeps them as stored");
   return s;
 }
 
+// The choices offered are exactly the names parse_kv_cache_dtype accepts.
 kernels::dtype kv_dtype_for(const std::string& choice, const backend::model& m) {
-  if (choice != "auto") return *kernels::parse_dtype(choice);
-  return m.weights.layers.front().wq.type == kernels::dtype::f32 ? kernels::dtype::f32 : kernels::dtype::bf16;
+  return backend::resolve_kv_cache_dtype(backend::parse_kv_cache_dtype(choice).value(), m);
 }
 
 result<std::unique_ptr<backend::model>> load_with_progress(backend::load_options options) {
@@ -78,6 +82,7 @@ int run_generate(const config::values& settings) {
   backend::load_options load;
   load.path = settings.string("model");
   if (settings.has("tokenizer")) load.tokenizer = settings.string("tokenizer");
+  load.weight_dtype = kernels::parse_weight_format(settings.string("weight-dtype"));  // nullopt for auto
   if (settings.string("chat-template") != "auto") {
     load.chat_template = backend::parse_chat_template_name(settings.string("chat-template"));
   }
@@ -139,10 +144,11 @@ int run_generate(const config::values& settings) {
   }
   const auto rate = [](std::int64_t tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0.0; };
   std::fprintf(stderr, "%s\n",
-               format("prompt: {} tokens, {:.1f} tok/s; generated: {} tokens, {:.1f} tok/s ({} threads, KV {})",
+               format("prompt: {} tokens, {:.1f} tok/s; generated: {} tokens, {:.1f} tok/s ({} threads, weights {}, "
+                      "KV {})",
                       timing.prefill_tokens, rate(timing.prefill_tokens, timing.prefill_seconds),
                       outputs->front().tokens.size(), rate(timing.decode_tokens, timing.decode_seconds), threads,
-                      kernels::to_string(layout.dtype))
+                      kernels::to_string(backend::projection_format(m.weights)), kernels::to_string(layout.dtype))
                    .c_str());
   return 0;
 }

@@ -1,15 +1,29 @@
-#include "commands.h"
-
+// `edgeinfer serve`: the HTTP server with the engine in this process, on the CPU executor.
+//
+// The server listens at once (/healthz answers, /readyz says "loading") while another thread
+// loads the model, sizes the KV cache from --kv-cache-memory, and starts the engine; then the
+// model is published to the completions route and /readyz turns 200. A model that fails to
+// load stops the server with exit code 1.
 #include <boost/asio/signal_set.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <thread>
 
+#include "commands.h"
+#include "edge/backend/engine.h"
+#include "edge/backend/model/model.h"
 #include "edge/backend/model_locator.h"
+#include "edge/backend/runtime/cpu_executor.h"
+#include "edge/backend/runtime/kv_cache.h"
 #include "edge/common/log.h"
+#include "edge/common/thread_pool.h"
 #include "edge/common/version.h"
+#include "edge/gateway/completions_route.h"
 #include "edge/gateway/http_server.h"
 #include "edge/gateway/operational_routes.h"
+#include "edge/monitoring/engine_metrics.h"
 #include "edge/monitoring/gateway_metrics.h"
 #include "edge/monitoring/metrics_registry.h"
 
@@ -18,11 +32,28 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The KV cache a CPU host gets by default: room for a few hundred thousand tokens of a small
+// model (stories260K: 838k; a 1B Llama in bf16: 32k) without taking much of the machine's memory.
+constexpr std::string_view default_kv_cache_memory = "1GiB";
+// Engine defaults, as vLLM's: blocks of 16 tokens, 256 running sequences; 2048 tokens per step
+// keeps a CPU step short while prompts are chunk-prefilled.
+constexpr std::int64_t default_block_size = 16;
+constexpr std::int64_t default_max_num_seqs = 256;
+constexpr std::int64_t default_max_batched_tokens = 2048;
+constexpr std::int64_t default_max_queued_requests = 1024;
+constexpr std::int64_t max_block_size = 256;
+constexpr std::int64_t max_sequences_limit = 4096;
+constexpr std::int64_t max_batched_tokens_limit = 1 << 20;
+constexpr std::int64_t max_queue_limit = 1 << 20;
+// How long the engine may take to finish what is left once the HTTP server has stopped.
+constexpr auto engine_drain_timeout = 5s;
+
 config::schema serve_options() {
   config::schema s;
   s.add_string("host", "127.0.0.1", "Address to listen on");
   s.add_integer("port", 8080, 0, 65535, "Port to listen on; 0 picks a free port (the log line says which)");
-  s.add_integer("threads", 0, 0, 1024, "HTTP server threads; 0 means one per hardware thread");
+  s.add_integer("http-threads", 0, 0, 1024, "HTTP server threads; 0 means one per hardware thread");
+  s.add_integer("threads", 0, 0, 1024, "Compute threads of the engine; 0 means one per hardware thread");
   s.add_bytes("max-body", "4MiB", 1024, std::int64_t{1} << 30, "Largest request body accepted (413 beyond)");
   s.add_duration("idle-timeout", "60s", 100ms, 24h, "Close a keep-alive connection idle this long");
   s.add_duration("write-timeout", "60s", 100ms, 24h, "Give up on a client that accepts no data for this long");
@@ -30,7 +61,104 @@ config::schema serve_options() {
                  "On SIGTERM, how long requests in flight may take before their connections are closed");
   s.add_path("model", std::nullopt, "Model file or folder to serve (default: models/default, then the test fixture)");
   s.add_string("served-model-name", std::nullopt, "Model id clients use (default: the file or folder name)");
+  s.add_bytes("kv-cache-memory", std::string(default_kv_cache_memory), std::int64_t{1} << 16, std::int64_t{1} << 50,
+              "Memory for the KV cache; it is divided into blocks for the chosen --kv-cache-dtype");
+  s.add_choice("kv-cache-dtype", "auto", {"auto", "fp8", "fp8_e4m3", "bf16", "f16", "f32"},
+               "KV cache element type; fp8 is E4M3 with a scale per token and KV head (about twice the tokens of "
+               "bf16); auto is the model's own dtype");
+  s.add_choice("weight-dtype", "auto", {"auto", "int4", "fp8", "bf16", "f16", "f32"},
+               "What the projection weights become on load; auto keeps them as stored");
+  s.add_integer("block-size", default_block_size, 1, max_block_size, "Tokens per KV cache block");
+  s.add_integer("max-num-seqs", default_max_num_seqs, 1, max_sequences_limit, "Requests running at once at most");
+  s.add_integer("max-num-batched-tokens", default_max_batched_tokens, 1, max_batched_tokens_limit,
+                "Tokens computed per engine step at most; longer prompts are prefilled in chunks");
+  s.add_choice("admission", "optimistic", {"optimistic", "reserve"},
+               "optimistic: admit for the tokens a request has and preempt (recompute) when blocks run out; "
+               "reserve: admit only when prompt + max_tokens fit, never preempt");
+  s.add_integer("max-queued-requests", default_max_queued_requests, 1, max_queue_limit,
+                "Requests waiting for admission at most; beyond it requests are refused with 503");
+  s.add_boolean("enable-prefix-caching", true,
+                "Reuse the KV blocks of earlier prompts that start the same way (per tenant)");
   return s;
+}
+
+std::size_t resolve_threads(std::int64_t requested) {
+  return requested > 0 ? static_cast<std::size_t>(requested) : std::max(1u, std::thread::hardware_concurrency());
+}
+
+// Everything the engine needs, built by the loader thread. Members are destroyed in reverse
+// order: the engine (which stops its thread) before what it uses.
+struct serving_runtime {
+  std::unique_ptr<backend::model> model;
+  std::unique_ptr<backend::kv_cache> cache;
+  std::unique_ptr<backend::kv_block_pool> blocks;
+  std::unique_ptr<thread_pool> pool;
+  std::unique_ptr<backend::cpu_executor> executor;
+  std::unique_ptr<monitoring::engine_metrics> metrics;
+  std::unique_ptr<backend::engine> engine;
+};
+
+result<std::unique_ptr<serving_runtime>> start_engine(const config::values& settings,
+                                                       const backend::model_location& location,
+                                                       monitoring::metrics_registry& registry, const logger& log) {
+  auto rt = std::make_unique<serving_runtime>();
+  backend::load_options load;
+  load.path = location.path;
+  if (const std::string& weights = settings.string("weight-dtype"); weights != "auto") {
+    load.weight_dtype = kernels::parse_weight_format(weights);
+  }
+  EDGE_ASSIGN_OR_RETURN(rt->model, backend::load_model(load));
+  const backend::model& m = *rt->model;
+  log.info("model \"{}\" loaded: {} layers, hidden {}, context {}, weights {}", location.served_name, m.config.num_layers,
+           m.config.hidden_size, m.config.max_position, kernels::to_string(backend::projection_format(m.weights)));
+
+  EDGE_ASSIGN_OR_RETURN(const auto requested_kv, backend::parse_kv_cache_dtype(settings.string("kv-cache-dtype")));
+  const kernels::dtype kv_dtype = backend::resolve_kv_cache_dtype(requested_kv, m);
+  const std::int64_t block_size = settings.integer("block-size");
+  const std::size_t budget = settings.bytes("kv-cache-memory");
+  const backend::kv_cache_capacity capacity = backend::kv_cache_capacity_for(m.config, kv_dtype, block_size, budget);
+  log.info("{}", backend::format_kv_cache_capacity(capacity));
+  if (capacity.tokens < m.config.max_position) {
+    log.warn("the KV cache holds {} tokens, fewer than the model's context of {}: a request longer than the cache is "
+             "refused",
+             capacity.tokens, m.config.max_position);
+  }
+  EDGE_ASSIGN_OR_RETURN(rt->cache, backend::kv_cache::create(
+                                       backend::kv_cache_layout::for_budget(m.config, kv_dtype, block_size, budget)));
+  rt->blocks = std::make_unique<backend::kv_block_pool>(rt->cache->layout().num_blocks);
+
+  backend::engine_options options;
+  options.scheduler.block_size = block_size;
+  options.scheduler.max_num_seqs = settings.integer("max-num-seqs");
+  options.scheduler.max_num_batched_tokens = settings.integer("max-num-batched-tokens");
+  options.scheduler.admission = *backend::parse_admission_policy(settings.string("admission"));
+  options.scheduler.enable_prefix_caching = settings.boolean("enable-prefix-caching");
+  options.max_queued_requests = settings.integer("max-queued-requests");
+
+  const std::size_t threads = resolve_threads(settings.integer("threads"));
+  // The engine thread computes too, so the pool holds one worker fewer.
+  if (threads > 1) rt->pool = std::make_unique<thread_pool>(threads - 1);
+  EDGE_ASSIGN_OR_RETURN(rt->executor,
+                        backend::cpu_executor::create(m, *rt->cache, rt->pool.get(),
+                                                      {.max_batch_tokens = options.scheduler.max_num_batched_tokens,
+                                                       .max_sequences = options.scheduler.max_num_seqs}));
+
+  rt->metrics = std::make_unique<monitoring::engine_metrics>(
+      registry.families(), monitoring::engine_cache_config{
+                               .kv_dtype = std::string(kernels::to_string(kv_dtype)),
+                               .weight_dtype = std::string(kernels::to_string(backend::projection_format(m.weights))),
+                               .block_size = block_size,
+                               .num_blocks = capacity.num_blocks,
+                               .capacity_tokens = capacity.tokens});
+  options.observer = rt->metrics.get();
+  EDGE_ASSIGN_OR_RETURN(rt->engine, backend::engine::create(*m.tok, *rt->executor, *rt->blocks, m.config.max_position,
+                                                            options));
+  log.info("engine: {} compute threads, admission {}, max {} sequences and {} tokens per step, {} queued at most, "
+           "prefix caching {}",
+           threads, settings.string("admission"), options.scheduler.max_num_seqs,
+           options.scheduler.max_num_batched_tokens, options.max_queued_requests,
+           options.scheduler.enable_prefix_caching ? "on" : "off");
+  return rt;
 }
 
 int run_serve(const config::values& settings) {
@@ -45,27 +173,42 @@ int run_serve(const config::values& settings) {
   if (const char* test_models = std::getenv("EDGE_TEST_MODELS"); test_models && *test_models) {
     where.test_models = test_models;
   }
-  auto model = backend::locate_model(where);
-  if (!model.ok()) {
+  auto location = backend::locate_model(where);
+  if (!location.ok()) {
     if (where.requested) {
-      log.error("{}", model.error().message());
+      log.error("{}", location.error().message());
       return 1;
     }
-    log.warn("{}", model.error().message());
+    log.warn("{}; serving without a model (/readyz answers 503)", location.error().message());
   } else {
-    log.info("model \"{}\" from {} (chosen by {})", model->served_name, model->path.string(), model->chosen_by);
+    log.info("model \"{}\" from {} (chosen by {})", location->served_name, location->path.string(),
+             location->chosen_by);
   }
 
   monitoring::metrics_registry metrics;
   monitoring::gateway_metrics gateway_families(metrics.families());
 
+  // What /readyz reports; written by the loader thread.
+  enum class readiness { loading, ready, no_model, failed };
+  std::atomic<readiness> state{location.ok() ? readiness::loading : readiness::no_model};
+  gateway::model_slot models;
+
   gateway::router routes;
-  gateway::add_operational_routes(routes, metrics);
+  gateway::add_operational_routes(routes, metrics, [&state]() -> std::string {
+    switch (state.load(std::memory_order_acquire)) {
+      case readiness::loading: return "loading";
+      case readiness::ready: return "ready";
+      case readiness::no_model: return "no_model";
+      case readiness::failed: return "failed";
+    }
+    return "failed";
+  });
+  gateway::add_completions_route(routes, models);
 
   gateway::server_options options;
   options.host = settings.string("host");
   options.port = static_cast<std::uint16_t>(settings.integer("port"));
-  options.threads = static_cast<std::size_t>(settings.integer("threads"));
+  options.threads = static_cast<std::size_t>(settings.integer("http-threads"));
   options.max_body_bytes = settings.bytes("max-body");
   options.idle_timeout = settings.duration("idle-timeout");
   options.write_timeout = settings.duration("write-timeout");
@@ -92,8 +235,34 @@ int run_serve(const config::values& settings) {
                                                          : endpoint.address().to_string();
   log.info("listening on http://{}:{}", address, endpoint.port());
 
+  // Destroyed before the server: the engine stops (its last events are posted to the server's
+  // io_context, which still exists) before the server's connections and handlers go away.
+  std::unique_ptr<serving_runtime> runtime;
+  std::thread loader;
+  if (location.ok()) {
+    loader = std::thread([&] {
+      auto started = start_engine(settings, *location, metrics, log);
+      if (!started.ok()) {
+        log.error("cannot serve {}: {}", location->path.string(), started.error().message());
+        state.store(readiness::failed, std::memory_order_release);
+        server.shutdown();
+        return;
+      }
+      runtime = std::move(started).value();
+      models.publish(std::make_shared<gateway::serving_model>(
+          gateway::serving_model{location->served_name, runtime->model->tok.get(), runtime->engine.get()}));
+      state.store(readiness::ready, std::memory_order_release);
+      log.info("ready: serving \"{}\"", location->served_name);
+    });
+  }
+
   server.run();
-  return 0;
+  if (loader.joinable()) loader.join();
+  if (runtime && !runtime->engine->drain(engine_drain_timeout)) {
+    log.warn("requests still running after {}s are aborted", engine_drain_timeout.count());
+  }
+  runtime.reset();
+  return state.load() == readiness::failed ? 1 : 0;
 }
 
 }  // namespace

@@ -8,6 +8,8 @@ namespace edge::backend {
 namespace {
 
 constexpr std::string_view fixture_name = "stories260K";
+// The fixture folder holds the model in several formats; the GGUF has the tokenizer inside.
+constexpr std::string_view fixture_file = "stories260K.gguf";
 
 model_location located(std::filesystem::path path, const locate_options& options, std::string chosen_by) {
   std::string name = options.served_name ? *options.served_name : model_id_from_path(path);
@@ -38,7 +40,7 @@ result<model_location> locate_model(const locate_options& options) {
   if (std::filesystem::exists(options.default_model, ec)) {
     return located(options.default_model, options, "models/default");
   }
-  const std::filesystem::path fixture = options.test_models / fixture_name;
+  const std::filesystem::path fixture = options.test_models / fixture_name / fixture_file;
   if (std::filesystem::exists(fixture, ec)) {
     return located(fixture, options, "test fixture");
   }

@@ -1,7 +1,12 @@
 #include "edge/gateway/http.h"
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/http/chunk_encode.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/write.hpp>
 
 #include "edge/common/version.h"
@@ -62,6 +67,69 @@ asio::awaitable<void> exchange::respond(response res) {
   stream_.expires_after(settings_.write_timeout);
   auto [ec, bytes] = co_await http::async_write(stream_, res, asio::as_tuple(asio::use_awaitable));
   if (ec) keep_alive_ = false;
+}
+
+asio::awaitable<bool> exchange::begin_stream(http::response_header<> header) {
+  http::response<http::empty_body> res(std::move(header));
+  status_code_ = res.result_int();
+  streaming_ = true;
+  chunked_ = req_.version() >= 11;
+  // An HTTP/1.0 body without a length ends when the connection closes.
+  keep_alive_ = chunked_ && req_.keep_alive() && !settings_.draining;
+  res.version(req_.version());
+  res.keep_alive(keep_alive_);
+  res.set(http::field::server, "edgeinfer/" + std::string(version_string()));
+  res.set("x-request-id", request_id_);
+  if (chunked_) res.chunked(true);
+  http::response_serializer<http::empty_body> serializer(res);
+  stream_.expires_after(settings_.write_timeout);
+  auto [ec, bytes] = co_await http::async_write_header(stream_, serializer, asio::as_tuple(asio::use_awaitable));
+  if (ec) keep_alive_ = false;
+  co_return !ec;
+}
+
+asio::awaitable<bool> exchange::write_chunk(std::string_view data) {
+  if (data.empty()) co_return true;  // an empty chunk would end a chunked body
+  stream_.expires_after(settings_.write_timeout);
+  beast::error_code ec;
+  if (chunked_) {
+    std::tie(ec, std::ignore) = co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)),
+                                                           asio::as_tuple(asio::use_awaitable));
+  } else {
+    std::tie(ec, std::ignore) =
+        co_await asio::async_write(stream_, asio::buffer(data), asio::as_tuple(asio::use_awaitable));
+  }
+  if (ec) keep_alive_ = false;
+  co_return !ec;
+}
+
+asio::awaitable<bool> exchange::end_stream() {
+  if (!chunked_) co_return true;
+  stream_.expires_after(settings_.write_timeout);
+  auto [ec, bytes] = co_await asio::async_write(stream_, http::make_chunk_last(), asio::as_tuple(asio::use_awaitable));
+  if (ec) keep_alive_ = false;
+  co_return !ec;
+}
+
+asio::awaitable<bool> exchange::watch_disconnect() {
+  auto& socket = stream_.socket();
+  auto [ec] = co_await socket.async_wait(asio::ip::tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable));
+  if (ec == asio::error::operation_aborted) {
+    // Cancelled because the operation awaited alongside completed first: nothing happened here.
+    const asio::cancellation_state cancellation = co_await asio::this_coro::cancellation_state;
+    if (cancellation.cancelled() != asio::cancellation_type::none) co_return false;
+  }
+  std::size_t n = 0;
+  if (!ec) {
+    // Readable: either the end of the stream (or an error), or bytes of another request.
+    char byte = 0;
+    n = socket.receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, ec);
+  }
+  if (!ec && n > 0) co_return false;
+  keep_alive_ = false;
+  // Nobody is left to answer. 499 is the status proxies log for "client closed request".
+  if (status_code_ == 0) status_code_ = client_closed_request;
+  co_return true;
 }
 
 void router::add(http::verb method, std::string pattern, handler h) {

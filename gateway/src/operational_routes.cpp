@@ -8,6 +8,8 @@
 namespace edge::gateway {
 namespace {
 
+constexpr std::string_view ready_state = "ready";
+
 response status_response(http::status code, std::string_view state) {
   boost::json::object body;
   body["status"] = state;
@@ -16,17 +18,18 @@ response status_response(http::status code, std::string_view state) {
 
 }  // namespace
 
-void add_operational_routes(router& routes, monitoring::metrics_registry& metrics) {
+void add_operational_routes(router& routes, monitoring::metrics_registry& metrics, readiness_probe readiness) {
   routes.add(http::verb::get, "/healthz", [](exchange& ex) -> asio::awaitable<void> {
     co_await ex.respond(status_response(http::status::ok, "ok"));
   });
 
-  routes.add(http::verb::get, "/readyz", [](exchange& ex) -> asio::awaitable<void> {
+  routes.add(http::verb::get, "/readyz", [readiness = std::move(readiness)](exchange& ex) -> asio::awaitable<void> {
     if (ex.server_draining()) {
       co_await ex.respond(status_response(http::status::service_unavailable, "draining"));
-    } else {
-      co_await ex.respond(status_response(http::status::ok, "ready"));
+      co_return;
     }
+    const std::string state = readiness ? readiness() : std::string(ready_state);
+    co_await ex.respond(status_response(state == ready_state ? http::status::ok : http::status::service_unavailable, state));
   });
 
   routes.add(http::verb::get, "/metrics", [&metrics](exchange& ex) -> asio::awaitable<void> {

@@ -1,25 +1,30 @@
-// y = x · wᵀ (+ bias) (+ y): activations in float, weights in any supported dtype, widened
-// in registers (no dequantized copy of the weights).
+// y = x · wᵀ (+ bias) (+ y): activations in float, weights in any weight format (f32, f16,
+// bf16, FP8 with row scales, INT4 with group scales: edge/kernels/weight_format.h), widened and
+// dequantized in registers (no dequantized copy of the weights).
 //
 // Each output element is one dot product over k whose summation order depends only on k, not
 // on how many tokens or rows are computed together. A sequence therefore gets bit-identical
 // results alone or in any batch (batch invariance), and decode (one token) and prefill (many)
 // share one code path: the kernel tiles several tokens against several weight rows so that a
 // weight row fetched from memory serves every token of the tile.
+//
+// Quantized weights give the result of the same matmul over their dequantized values
+// (dequantize in kernels/quantize/quantize.h): for INT4 each weight is float(q) × scale exactly,
+// so the INT4 result is bit-identical to the f32 matmul of the dequantized matrix; FP8 applies
+// its row scale once to the row's dot product, which rounds differently (within 1e-6 relative).
 #pragma once
 
 #include <cstdint>
 
 #include "edge/common/status.h"
-#include "edge/kernels/dtype.h"
 #include "edge/kernels/stream.h"
+#include "edge/kernels/weight_format.h"
 
 namespace edge::kernels {
 
 struct matmul_params {
   const float* x;              // [tokens, k], row stride x_stride
-  const void* w;               // [n, k] of w_type, rows contiguous
-  dtype w_type = dtype::f32;
+  weight_view w;               // [n, k]; int4 needs a power-of-two group_size dividing k
   const float* bias = nullptr; // [n] or null
   float* y;                    // [tokens, n], row stride y_stride
   std::int64_t tokens = 0;

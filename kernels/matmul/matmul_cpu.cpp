@@ -6,12 +6,19 @@
 // tile_rows rows × tile_tokens tokens keep their accumulators in registers, and the block's
 // rows stay in cache while every token tile passes over them, so each weight byte is read from
 // memory once per call whatever the number of tokens.
+//
+// Quantized weights are dequantized in registers, a tile's rows once for all its tokens. INT4
+// weights become float(q) × scale exactly (one FMA: code × scale − 8 × scale), and lane j still
+// takes the elements k ≡ j mod 16 in increasing k, so an INT4 matmul is bit-identical to the f32
+// matmul of its dequantized matrix on either path. FP8 rows are summed unscaled and their scale
+// applied once to each dot product.
 #include "kernels/matmul/matmul.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
 
+#include "edge/common/format.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
@@ -26,27 +33,60 @@ constexpr std::int64_t rows_per_block = 64;
 constexpr std::int64_t runs_per_thread = 4;
 // Below this many multiply-adds a call is cheaper on one thread than split across the pool.
 constexpr std::int64_t min_parallel_work = std::int64_t{1} << 16;
+constexpr std::int64_t cache_line_bytes = 64;
+
+// The AVX-512 path decodes an E4M3 code through FP16 bits, which gives the value divided by
+// 2^(15 - 7) (the two formats' exponent biases); the factor goes back in with the row scale.
+constexpr float fp8_via_fp16_factor =
+    static_cast<float>(1 << (fp16_traits::exponent_bias - fp8_e4m3_traits::exponent_bias));
+
+// The element type of a plain or FP8 weight format, as a compile-time value.
+template <weight_format F>
+constexpr dtype element_of() {
+  return *element_dtype(F);
+}
+
+// One output element from its dot product: the FP8 row scale, the bias, the residual.
+inline void store_output(const matmul_params& p, std::int64_t t, std::int64_t n, float dot) {
+  float value = dot;
+  if (p.bias != nullptr) value += p.bias[n];
+  float& out = p.y[t * p.y_stride + n];
+  out = p.accumulate ? out + value : value;
+}
+
+// How an INT4 chunk of 32 elements finds its scales: one for the whole chunk (group_size >= 32),
+// one per half (16), or one per lane (8 and below, gathered with a permute).
+enum class int4_scales { per_chunk, per_half, per_lane };
 
 // ---- portable path ----------------------------------------------------------------------------
 
-template <dtype W>
+// Weight k of row n, as the kernels multiply it (FP8 without its row scale).
+template <weight_format F>
+inline float generic_weight(const matmul_params& p, std::int64_t n, std::int64_t k) {
+  if constexpr (F == weight_format::int4) {
+    const auto* row = static_cast<const std::uint8_t*>(p.w.values) + n * int4_row_bytes(p.k);
+    return static_cast<float>(int4_get(row, k)) * p.w.scales[n * (p.k / p.w.group_size) + k / p.w.group_size];
+  } else {
+    return cpu::load_as_float<element_of<F>()>(p.w.values, n * p.k + k);
+  }
+}
+
+template <weight_format F>
 void matmul_rows_generic(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
   for (std::int64_t n = row_begin; n < row_end; ++n) {
-    const std::int64_t w_row = n * p.k;
     for (std::int64_t t = 0; t < p.tokens; ++t) {
       const float* x = p.x + t * p.x_stride;
       float partial[lanes] = {};
       for (std::int64_t k = 0; k < p.k; ++k) {
-        partial[k % lanes] += cpu::load_as_float<W>(p.w, w_row + k) * x[k];
+        partial[k % lanes] += generic_weight<F>(p, n, k) * x[k];
       }
       // The same pairwise tree as the vector path's final reduction.
       for (std::int64_t width = lanes / 2; width > 0; width /= 2) {
         for (std::int64_t j = 0; j < width; ++j) partial[j] += partial[j + width];
       }
-      float value = partial[0];
-      if (p.bias != nullptr) value += p.bias[n];
-      float& out = p.y[t * p.y_stride + n];
-      out = p.accumulate ? out + value : value;
+      float dot = partial[0];
+      if constexpr (F == weight_format::fp8_e4m3) dot *= p.w.scales[n];
+      store_output(p, t, n, dot);
     }
   }
 }
@@ -70,9 +110,19 @@ EDGE_AVX512 inline __m512 load_weights(const void* base, std::int64_t index, __m
   } else if constexpr (W == dtype::bf16) {
     const __m256i raw = _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(base) + index);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-  } else {
+  } else if constexpr (W == dtype::f16) {
     const __m256i raw = _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(base) + index);
     return _mm512_cvtph_ps(raw);
+  } else {
+    // E4M3 s.eeee.mmm placed as FP16 bits s.0eeee.mmm0000000 is the same number over 2^8,
+    // subnormals included. Sign-extending the byte puts the sign in bits 15 and 14 after the
+    // shift; the mask keeps bit 15 only.
+    constexpr short fp16_of_fp8_mask = static_cast<short>(0xBF80);
+    constexpr int fp16_of_fp8_shift = fp16_traits::mantissa_bits - fp8_e4m3_traits::mantissa_bits;
+    const __m128i raw = _mm_maskz_loadu_epi8(mask, static_cast<const std::uint8_t*>(base) + index);
+    const __m256i bits = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(raw), fp16_of_fp8_shift),
+                                          _mm256_set1_epi16(fp16_of_fp8_mask));
+    return _mm512_cvtph_ps(bits);
   }
 }
 
@@ -85,7 +135,39 @@ EDGE_AVX512 inline float reduce_lanes(__m512 v) {
   return _mm_cvtss_f32(last);
 }
 
-// One tile: R weight rows starting at n0 against T tokens starting at t0.
+// Near the end of a row the prefetch moves on to the same row of the next tile, so a tile
+// starts with its first bytes already on the way. Hardware prefetchers alone leave bandwidth
+// unused with this many interleaved streams.
+template <int R>
+EDGE_AVX512 inline void prefetch_rows(const void* base, std::int64_t row_bytes, std::int64_t n0, std::int64_t at) {
+  std::int64_t ahead = at + prefetch_distance;
+  std::int64_t ahead_row = n0;
+  if (ahead >= row_bytes) {
+    ahead -= row_bytes;
+    ahead_row += R;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    _mm_prefetch(static_cast<const char*>(base) + (ahead_row + r) * row_bytes + ahead, _MM_HINT_T0);
+  }
+}
+
+// Writes a tile's outputs; FP8 rows get their scale here.
+template <dtype W, int R, int T>
+EDGE_AVX512 inline void store_tile(const matmul_params& p, std::int64_t n0, std::int64_t t0, const __m512 (&acc)[R][T]) {
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      float dot = reduce_lanes(acc[r][t]);
+      if constexpr (W == dtype::fp8_e4m3) dot *= p.w.scales[n0 + r] * fp8_via_fp16_factor;
+      store_output(p, t0 + t, n0 + r, dot);
+    }
+  }
+}
+
+// One tile of element weights (f32, f16, bf16, FP8 codes): R weight rows starting at n0 against
+// T tokens starting at t0.
 template <dtype W, int R, int T>
 EDGE_AVX512 void matmul_tile_avx512(const matmul_params& p, std::int64_t n0, std::int64_t t0) {
   // The accumulators must live in registers: every loop over R and T is unrolled completely.
@@ -103,22 +185,10 @@ EDGE_AVX512 void matmul_tile_avx512(const matmul_params& p, std::int64_t n0, std
   const std::int64_t row_bytes = p.k * weight_bytes;
 
   const auto step = [&](std::int64_t k, __mmask16 mask) EDGE_AVX512_LAMBDA {
-    // Hardware prefetchers alone leave bandwidth unused with this many interleaved streams.
-    // Near the end of a row the prefetch moves on to the same row of the next tile, so a tile
-    // starts with its first bytes already on the way.
-    std::int64_t ahead = k * weight_bytes + prefetch_distance;
-    std::int64_t ahead_row = n0;
-    if (ahead >= row_bytes) {
-      ahead -= row_bytes;
-      ahead_row += R;
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      _mm_prefetch(static_cast<const char*>(p.w) + (ahead_row + r) * row_bytes + ahead, _MM_HINT_T0);
-    }
+    prefetch_rows<R>(p.w.values, row_bytes, n0, k * weight_bytes);
     __m512 w[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) w[r] = load_weights<W>(p.w, (n0 + r) * p.k + k, mask);
+    for (int r = 0; r < R; ++r) w[r] = load_weights<W>(p.w.values, (n0 + r) * p.k + k, mask);
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
       const __m512 xv = _mm512_maskz_loadu_ps(mask, x[t] + k);
@@ -128,63 +198,185 @@ EDGE_AVX512 void matmul_tile_avx512(const matmul_params& p, std::int64_t n0, std
   };
   for (std::int64_t k = 0; k < full; k += lanes) step(k, __mmask16(0xFFFF));
   if (full < p.k) step(full, __mmask16((1u << (p.k - full)) - 1u));
+  store_tile<W, R, T>(p, n0, t0, acc);
+}
 
+// The scales of the two halves of the chunk that starts at element `first` of a row. Lanes past
+// the row's last group read nothing and get 0 (they only meet padding).
+template <int4_scales S>
+EDGE_AVX512_LAMBDA inline void int4_chunk_scales(const float* row_scales, std::int64_t groups, std::int64_t group_size,
+                                                 std::int64_t first, bool has_high, __m512i lane_group, __m512& low,
+                                                 __m512& high) {
+  const std::int64_t group = first / group_size;
+  if constexpr (S == int4_scales::per_chunk) {
+    low = high = _mm512_set1_ps(row_scales[group]);
+  } else if constexpr (S == int4_scales::per_half) {
+    low = _mm512_set1_ps(row_scales[group]);
+    high = has_high ? _mm512_set1_ps(row_scales[group + 1]) : low;
+  } else {
+    const std::int64_t per_half = int4_traits::half_chunk / group_size;
+    const auto gather = [&](std::int64_t from) EDGE_AVX512_LAMBDA {
+      const std::int64_t available = std::clamp<std::int64_t>(groups - from, 0, lanes);
+      const auto mask = static_cast<__mmask16>((1u << available) - 1u);
+      return _mm512_permutexvar_ps(lane_group, _mm512_maskz_loadu_ps(mask, row_scales + from));
+    };
+    low = gather(group);
+    high = has_high ? gather(group + per_half) : low;
+  }
+}
+
+// One tile of INT4 weights. Each chunk of 16 bytes widens to 16 lanes of bytes: the low nibbles
+// are elements 0..15 of the chunk, the high nibbles 16..31, so lane j keeps taking the elements
+// k ≡ j mod 16 in increasing k, as the other formats do.
+template <int R, int T, int4_scales S>
+EDGE_AVX512 void matmul_tile_int4(const matmul_params& p, std::int64_t n0, std::int64_t t0) {
+  __m512 acc[R][T];
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) {
-    float* y = p.y + (t0 + t) * p.y_stride + n0;
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  const float* x[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) x[t] = p.x + (t0 + t) * p.x_stride;
+  const std::int64_t row_bytes = int4_row_bytes(p.k);
+  const std::int64_t groups = p.k / p.w.group_size;
+  const auto* values = static_cast<const std::uint8_t*>(p.w.values);
+  const float* row_scales[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) row_scales[r] = p.w.scales + (n0 + r) * groups;
+  const __m512i nibble = _mm512_set1_epi32(int4_traits::nibble_mask);
+  const __m512 minus_offset = _mm512_set1_ps(-static_cast<float>(int4_traits::code_offset));
+  // per_lane: lane j of a half reads the scale j / group_size places after the half's first.
+  const __m512i lane_group = _mm512_srlv_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(static_cast<int>(__builtin_ctzll(static_cast<unsigned long long>(p.w.group_size)))));
+
+  const auto step = [&](std::int64_t chunk, __mmask16 low_mask, __mmask16 high_mask) EDGE_AVX512_LAMBDA {
+    const std::int64_t first = chunk * int4_traits::chunk_elements;
+    const std::int64_t at = chunk * int4_traits::chunk_bytes;
+    if (at % cache_line_bytes == 0) prefetch_rows<R>(values, row_bytes, n0, at);
+    const bool has_high = high_mask != 0;
+    __m512 w_low[R], w_high[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      float value = reduce_lanes(acc[r][t]);
-      if (p.bias != nullptr) value += p.bias[n0 + r];
-      y[r] = p.accumulate ? y[r] + value : value;
+      const __m512i codes = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(values + (n0 + r) * row_bytes + at)));
+      __m512 s_low, s_high;
+      int4_chunk_scales<S>(row_scales[r], groups, p.w.group_size, first, has_high, lane_group, s_low, s_high);
+      // code × scale − 8 × scale rounds once: exactly float(q) × scale.
+      w_low[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(codes, nibble)), s_low,
+                                 _mm512_mul_ps(s_low, minus_offset));
+      w_high[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(codes, int4_traits::nibble_bits)), s_high,
+                                  _mm512_mul_ps(s_high, minus_offset));
     }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m512 x_low = _mm512_maskz_loadu_ps(low_mask, x[t] + first);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(w_low[r], x_low, acc[r][t]);
+      if (has_high) {
+        const __m512 x_high = _mm512_maskz_loadu_ps(high_mask, x[t] + first + int4_traits::half_chunk);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(w_high[r], x_high, acc[r][t]);
+      }
+    }
+  };
+  const std::int64_t full = p.k / int4_traits::chunk_elements;
+  for (std::int64_t chunk = 0; chunk < full; ++chunk) step(chunk, __mmask16(0xFFFF), __mmask16(0xFFFF));
+  const std::int64_t rest = p.k - full * int4_traits::chunk_elements;
+  if (rest > 0) {
+    const auto mask_of = [](std::int64_t count) {
+      return static_cast<__mmask16>(count >= lanes ? 0xFFFFu : (1u << std::max<std::int64_t>(count, 0)) - 1u);
+    };
+    step(full, mask_of(rest), mask_of(rest - int4_traits::half_chunk));
   }
+  store_tile<dtype::f32, R, T>(p, n0, t0, acc);
 }
 
 // Tile shapes: a lone token streams eight rows at a time (more loads in flight for decode);
 // otherwise four rows meet up to six tokens (24 accumulators + 4 weight registers fit the 32
-// vector registers).
+// vector registers). An INT4 chunk needs two weight registers per row, so its tiles take at most
+// four tokens.
 constexpr int decode_tile_rows = 8;
 constexpr int tile_rows = 4;
-constexpr int tile_tokens = 6;
+
+template <weight_format F>
+constexpr int tile_tokens() {
+  return F == weight_format::int4 ? 4 : 6;
+}
+
+template <weight_format F, int R, int T, int4_scales S>
+EDGE_AVX512 inline void matmul_tile(const matmul_params& p, std::int64_t n0, std::int64_t t0) {
+  if constexpr (F == weight_format::int4) {
+    matmul_tile_int4<R, T, S>(p, n0, t0);
+  } else {
+    matmul_tile_avx512<element_of<F>(), R, T>(p, n0, t0);
+  }
+}
 
 // Rows [row_begin, row_end) against a tile of T tokens starting at t0.
-template <dtype W, int T>
+template <weight_format F, int T, int4_scales S>
 EDGE_AVX512 void matmul_rows_for_tokens(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end,
                                         std::int64_t t0) {
   constexpr int rows = T == 1 ? decode_tile_rows : tile_rows;
   std::int64_t n = row_begin;
-  for (; n + rows <= row_end; n += rows) matmul_tile_avx512<W, rows, T>(p, n, t0);
-  for (; n < row_end; ++n) matmul_tile_avx512<W, 1, T>(p, n, t0);
+  for (; n + rows <= row_end; n += rows) matmul_tile<F, rows, T, S>(p, n, t0);
+  for (; n < row_end; ++n) matmul_tile<F, 1, T, S>(p, n, t0);
 }
 
 // Token tiles outermost: the block's weight rows stay in cache while each token tile passes
 // over them.
-template <dtype W>
+template <weight_format F, int4_scales S>
 EDGE_AVX512 void matmul_rows_avx512(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
-  for (std::int64_t t = 0; t < p.tokens; t += tile_tokens) {
-    switch (std::min<std::int64_t>(tile_tokens, p.tokens - t)) {
-      case 6: matmul_rows_for_tokens<W, 6>(p, row_begin, row_end, t); break;
-      case 5: matmul_rows_for_tokens<W, 5>(p, row_begin, row_end, t); break;
-      case 4: matmul_rows_for_tokens<W, 4>(p, row_begin, row_end, t); break;
-      case 3: matmul_rows_for_tokens<W, 3>(p, row_begin, row_end, t); break;
-      case 2: matmul_rows_for_tokens<W, 2>(p, row_begin, row_end, t); break;
-      default: matmul_rows_for_tokens<W, 1>(p, row_begin, row_end, t); break;
+  constexpr std::int64_t tokens_per_tile = tile_tokens<F>();
+  for (std::int64_t t = 0; t < p.tokens; t += tokens_per_tile) {
+    switch (std::min(tokens_per_tile, p.tokens - t)) {
+      case 6:
+        if constexpr (tokens_per_tile >= 6) matmul_rows_for_tokens<F, 6, S>(p, row_begin, row_end, t);
+        break;
+      case 5:
+        if constexpr (tokens_per_tile >= 5) matmul_rows_for_tokens<F, 5, S>(p, row_begin, row_end, t);
+        break;
+      case 4: matmul_rows_for_tokens<F, 4, S>(p, row_begin, row_end, t); break;
+      case 3: matmul_rows_for_tokens<F, 3, S>(p, row_begin, row_end, t); break;
+      case 2: matmul_rows_for_tokens<F, 2, S>(p, row_begin, row_end, t); break;
+      default: matmul_rows_for_tokens<F, 1, S>(p, row_begin, row_end, t); break;
     }
   }
 }
 #pragma GCC diagnostic pop
 #endif
 
-template <dtype W>
+template <weight_format F, int4_scales S>
 void matmul_rows(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
 #if defined(__x86_64__)
   if (cpu::active_isa() == cpu::isa::avx512) {
-    matmul_rows_avx512<W>(p, row_begin, row_end);
+    matmul_rows_avx512<F, S>(p, row_begin, row_end);
     return;
   }
 #endif
-  matmul_rows_generic<W>(p, row_begin, row_end);
+  matmul_rows_generic<F>(p, row_begin, row_end);
+}
+
+// Calls f.template operator()<F, S>() with the weight format and, for INT4, the way a chunk
+// finds its scales, as compile-time values.
+template <class Fn>
+void dispatch_weights(const weight_view& w, Fn&& f) {
+  switch (w.format) {
+    case weight_format::f32: return f.template operator()<weight_format::f32, int4_scales::per_chunk>();
+    case weight_format::f16: return f.template operator()<weight_format::f16, int4_scales::per_chunk>();
+    case weight_format::bf16: return f.template operator()<weight_format::bf16, int4_scales::per_chunk>();
+    case weight_format::fp8_e4m3: return f.template operator()<weight_format::fp8_e4m3, int4_scales::per_chunk>();
+    case weight_format::int4:
+      if (w.group_size >= int4_traits::chunk_elements) {
+        return f.template operator()<weight_format::int4, int4_scales::per_chunk>();
+      }
+      if (w.group_size == int4_traits::half_chunk) {
+        return f.template operator()<weight_format::int4, int4_scales::per_half>();
+      }
+      return f.template operator()<weight_format::int4, int4_scales::per_lane>();
+  }
 }
 
 }  // namespace
@@ -192,6 +384,14 @@ void matmul_rows(const matmul_params& p, std::int64_t row_begin, std::int64_t ro
 status run_matmul(const matmul_params& p, const stream& s) {
   if (p.tokens < 0 || p.n <= 0 || p.k <= 0 || p.x_stride < p.k || p.y_stride < p.n) {
     return invalid_argument("matmul: bad shape or strides");
+  }
+  if (p.w.values == nullptr) return invalid_argument("matmul: no weights");
+  if (is_quantized(p.w.format) && p.w.scales == nullptr) {
+    return invalid_argument(edge::format("matmul: {} weights need scales", to_string(p.w.format)));
+  }
+  if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
+    return invalid_argument(
+        edge::format("matmul: INT4 group size {} is not a power of two dividing k = {}", p.w.group_size, p.k));
   }
   if (p.tokens == 0) return {};
   const std::int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
@@ -202,10 +402,10 @@ status run_matmul(const matmul_params& p, const stream& s) {
   // runs are still small enough to even out a thread that falls behind.
   const std::int64_t threads = where.pool != nullptr ? static_cast<std::int64_t>(where.pool->size()) + 1 : 1;
   const std::int64_t grain = std::max<std::int64_t>(1, blocks / (threads * runs_per_thread));
-  cpu::dispatch_dtype(p.w_type, [&]<dtype W>() {
+  dispatch_weights(p.w, [&]<weight_format F, int4_scales S>() {
     cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
       for (std::int64_t b = block_begin; b < block_end; ++b) {
-        matmul_rows<W>(p, b * rows_per_block, std::min(p.n, (b + 1) * rows_per_block));
+        matmul_rows<F, S>(p, b * rows_per_block, std::min(p.n, (b + 1) * rows_per_block));
       }
     });
   });

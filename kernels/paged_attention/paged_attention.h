@@ -7,6 +7,10 @@
 // attention: query head h reads KV head h / (num_heads / num_kv_heads), and each KV row is
 // read once for the whole group. Softmax is computed online, one KV block at a time, in a
 // fixed order per token, so results do not depend on batch composition.
+//
+// An fp8_e4m3 cache is dequantized inside the kernel (kv_cache_write.h describes the scales):
+// a K row's scale multiplies its dot product with q, and a V row's scale multiplies its
+// softmax weight, so the scale costs one multiply per row, not one per element.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,8 @@ struct paged_attention_params {
   float* out;                       // [tokens, num_heads, head_dim], token stride out_stride
   const void* k_cache;              // [num_blocks, num_kv_heads, block_size, head_dim]
   const void* v_cache;              // [num_blocks, num_kv_heads, block_size, head_dim]
+  const float* k_scales = nullptr;  // [num_blocks, num_kv_heads, block_size]; when kv_cache_scaled(kv_type)
+  const float* v_scales = nullptr;  // [num_blocks, num_kv_heads, block_size]; when kv_cache_scaled(kv_type)
   dtype kv_type = dtype::f32;
   const std::int32_t* seq;          // [tokens] index into block_tables
   const std::int32_t* pos;          // [tokens]
@@ -42,6 +48,8 @@ struct paged_attention_params {
   float scale = 0.0f;               // usually 1 / sqrt(head_dim)
 };
 
+// invalid_argument for a shape beyond the limits above, a position beyond its block table, a
+// block outside the cache, or a scaled KV dtype without its scales.
 status run_paged_attention(const paged_attention_params& p, const stream& s);
 
 }  // namespace edge::kernels

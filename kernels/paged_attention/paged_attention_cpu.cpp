@@ -6,11 +6,13 @@
 
 #include <immintrin.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 
 #include "edge/common/format.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
 
@@ -27,17 +29,36 @@ struct head_state {
 };
 
 // ---- dot products and scaled adds, per code path ------------------------------------------
+//
+// Each path decodes fp8 codes to fp8_unit times their value; the row's scale is multiplied by
+// fp8_unit once per row to undo it.
+
+// Every E4M3 code's value: the portable path looks codes up instead of decoding bit fields.
+constexpr std::array<float, 256> fp8_values = [] {
+  std::array<float, 256> table{};
+  for (std::size_t code = 0; code < table.size(); ++code) table[code] = fp8_e4m3_to_float(static_cast<std::uint8_t>(code));
+  return table;
+}();
+
+template <dtype KV>
+inline float load_generic(const void* base, std::int64_t index) {
+  if constexpr (KV == dtype::fp8_e4m3) {
+    return fp8_values[static_cast<const std::uint8_t*>(base)[index]];
+  } else {
+    return cpu::load_as_float<KV>(base, index);
+  }
+}
 
 template <dtype KV>
 float dot_generic(const float* q, const void* k_base, std::int64_t k_index, std::int64_t n) {
   float sum = 0.0f;
-  for (std::int64_t d = 0; d < n; ++d) sum += q[d] * cpu::load_as_float<KV>(k_base, k_index + d);
+  for (std::int64_t d = 0; d < n; ++d) sum += q[d] * load_generic<KV>(k_base, k_index + d);
   return sum;
 }
 
 template <dtype KV>
 void add_scaled_generic(float* acc, float weight, const void* v_base, std::int64_t v_index, std::int64_t n) {
-  for (std::int64_t d = 0; d < n; ++d) acc[d] += weight * cpu::load_as_float<KV>(v_base, v_index + d);
+  for (std::int64_t d = 0; d < n; ++d) acc[d] += weight * load_generic<KV>(v_base, v_index + d);
 }
 
 #if defined(__x86_64__)
@@ -48,6 +69,15 @@ void add_scaled_generic(float* acc, float weight, const void* v_base, std::int64
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+// An E4M3 code moved into FP16's bit fields (magnitude shifted up by the difference in
+// mantissa width, sign to FP16's sign bit) is an FP16 of the same mantissa whose exponent is
+// read with bias 15 instead of 7: exactly 2^-8 times the E4M3 value, subnormals included. The
+// hardware's FP16 conversion then widens 16 codes at once; avx512_ops::fp8_unit is the 2^8.
+constexpr int fp8_to_fp16_shift = fp16_traits::mantissa_bits - fp8_e4m3_traits::mantissa_bits;
+constexpr int fp8_to_fp16_sign_shift = 8;  // bit 7 of the byte to bit 15 of the half
+constexpr float fp8_via_fp16_unit =
+    static_cast<float>(1 << (fp16_traits::exponent_bias - fp8_e4m3_traits::exponent_bias));
+
 template <dtype KV>
 EDGE_AVX512 inline __m512 load16(const void* base, std::int64_t index, __mmask16 mask) {
   if constexpr (KV == dtype::f32) {
@@ -55,6 +85,17 @@ EDGE_AVX512 inline __m512 load16(const void* base, std::int64_t index, __mmask16
   } else if constexpr (KV == dtype::bf16) {
     const __m256i raw = _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(base) + index);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+  } else if constexpr (KV == dtype::fp8_e4m3) {
+    const __m256i code =
+        _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mask, static_cast<const std::uint8_t*>(base) + index));
+    const __m256i magnitude = _mm256_and_si256(code, _mm256_set1_epi16(fp8_e4m3_traits::abs_mask));
+    const __m256i sign = _mm256_and_si256(code, _mm256_set1_epi16(fp8_e4m3_traits::sign_mask));
+    __m256i half = _mm256_or_si256(_mm256_slli_epi16(magnitude, fp8_to_fp16_shift),
+                                   _mm256_slli_epi16(sign, fp8_to_fp16_sign_shift));
+    // E4M3's NaN code would land on a finite FP16; make it FP16's NaN.
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(fp8_e4m3_traits::nan_code));
+    half = _mm256_mask_mov_epi16(half, nan, _mm256_set1_epi16(static_cast<short>(fp16_traits::nan_code)));
+    return _mm512_cvtph_ps(half);
   } else {
     const __m256i raw = _mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(base) + index);
     return _mm512_cvtph_ps(raw);
@@ -90,6 +131,7 @@ EDGE_AVX512 void add_scaled_avx512(float* acc, float weight, const void* v_base,
 #endif
 
 struct generic_ops {
+  static constexpr float fp8_unit = 1.0f;
   template <dtype KV>
   static float dot(const float* q, const void* k, std::int64_t i, std::int64_t n) { return dot_generic<KV>(q, k, i, n); }
   template <dtype KV>
@@ -100,6 +142,7 @@ struct generic_ops {
 
 #if defined(__x86_64__)
 struct avx512_ops {
+  static constexpr float fp8_unit = fp8_via_fp16_unit;
   template <dtype KV>
   EDGE_AVX512 static float dot(const float* q, const void* k, std::int64_t i, std::int64_t n) {
     return dot_avx512<KV>(q, k, i, n);
@@ -115,6 +158,7 @@ struct avx512_ops {
 
 template <class Ops, dtype KV>
 void attend(const paged_attention_params& p, std::int64_t t, std::int64_t kv_head) {
+  constexpr bool scaled = kv_cache_scaled(KV);
   const std::int64_t group = p.num_heads / p.num_kv_heads;
   const std::int64_t hd = p.head_dim;
   const std::int64_t context = static_cast<std::int64_t>(p.pos[t]) + 1;
@@ -128,17 +172,29 @@ void attend(const paged_attention_params& p, std::int64_t t, std::int64_t kv_hea
   }
 
   float scores[max_block_size];
+  float k_factors[max_block_size];  // per row of the block: its K scale, times the path's fp8 unit
+  float v_factors[max_block_size];
   for (std::int64_t first = 0; first < context; first += p.block_size) {
     const std::int64_t count = std::min(p.block_size, context - first);
     const std::int64_t block = table[first / p.block_size];
-    // Element index of (block, kv_head, 0, 0) in [num_blocks, num_kv_heads, block_size, head_dim].
-    const std::int64_t base = (block * p.num_kv_heads + kv_head) * p.block_size * hd;
+    // Row index of (block, kv_head, 0) in [num_blocks, num_kv_heads, block_size], and the
+    // element index of its first value in [num_blocks, num_kv_heads, block_size, head_dim].
+    const std::int64_t row = (block * p.num_kv_heads + kv_head) * p.block_size;
+    const std::int64_t base = row * hd;
+    if constexpr (scaled) {
+      for (std::int64_t j = 0; j < count; ++j) {
+        k_factors[j] = p.k_scales[row + j] * Ops::fp8_unit;
+        v_factors[j] = p.v_scales[row + j] * Ops::fp8_unit;
+      }
+    }
     for (std::int64_t g = 0; g < group; ++g) {
       const float* q = p.q + t * p.q_stride + (kv_head * group + g) * hd;
       head_state& h = heads[g];
       float block_max = -std::numeric_limits<float>::infinity();
       for (std::int64_t j = 0; j < count; ++j) {
-        scores[j] = Ops::template dot<KV>(q, p.k_cache, base + j * hd, hd) * p.scale;
+        float dot = Ops::template dot<KV>(q, p.k_cache, base + j * hd, hd);
+        if constexpr (scaled) dot *= k_factors[j];
+        scores[j] = dot * p.scale;
         block_max = std::max(block_max, scores[j]);
       }
       if (block_max > h.max_score) {
@@ -151,7 +207,7 @@ void attend(const paged_attention_params& p, std::int64_t t, std::int64_t kv_hea
       for (std::int64_t j = 0; j < count; ++j) {
         const float weight = std::exp(scores[j] - h.max_score);
         h.sum += weight;
-        Ops::template add_scaled<KV>(h.acc, weight, p.v_cache, base + j * hd, hd);
+        Ops::template add_scaled<KV>(h.acc, scaled ? weight * v_factors[j] : weight, p.v_cache, base + j * hd, hd);
       }
     }
   }
@@ -188,6 +244,9 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
   }
   if (p.block_size <= 0 || p.block_size > max_block_size) {
     return invalid_argument(format("paged_attention: block size {} outside 1..{}", p.block_size, max_block_size));
+  }
+  if (kv_cache_scaled(p.kv_type) && (p.k_scales == nullptr || p.v_scales == nullptr)) {
+    return invalid_argument(format("paged_attention: a {} cache needs K and V scales", to_string(p.kv_type)));
   }
   for (std::int64_t t = 0; t < p.tokens; ++t) {
     const std::int64_t blocks_needed = (static_cast<std::int64_t>(p.pos[t]) + p.block_size) / p.block_size;

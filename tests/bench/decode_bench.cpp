@@ -7,7 +7,17 @@
 // ratio of the weight bytes it streamed per second to the measured bandwidth. Bandwidths are the
 // best of several runs (a ceiling), decode rates the median of --repeat runs after a warm-up.
 //
+// --context N measures decode at a long context without paying for its prefill: each sequence
+// decodes --tokens steps from position N over a cache whose first N positions are left as
+// allocated (zeros). Attention does the same work whatever the values, so the rate is that of
+// decoding after an N-token prompt.
+//
 //   edge_bench_decode --model PATH [--batches 1,8,32] [--prompt 32] [--tokens 64] [--repeat 3]
+//                     [--kv-cache-dtype bf16|fp8|f16|f32|auto] [--context N]
+//                     [--weight-dtype int4|fp8|bf16|f16|f32|auto]
+//
+// --weight-dtype quantizes (or converts) the projection matrices on load; "weight GB/s" counts
+// the bytes actually stored (values and scales).
 #include <immintrin.h>
 #include <unistd.h>
 
@@ -16,6 +26,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +49,9 @@ struct options {
   std::int64_t tokens = 64;
   int repeat = 3;
   std::size_t threads = 0;
+  std::string kv_cache_dtype = "bf16";
+  std::string weight_dtype = "auto";
+  std::int64_t context = 0;  // > 0: decode from this position without a prefill
 };
 
 double median(std::vector<double> v) {
@@ -130,6 +145,37 @@ std::uint64_t weight_bytes_per_step(const edge::backend::model& m) {
   return total;
 }
 
+// Decodes `steps` tokens for each of `batch` sequences from position `context` on, one forward
+// pass per step. The tokens fed are fixed rather than sampled: only the steps' time counts.
+edge::result<edge::backend::generation_timing> decode_at_context(edge::backend::executor& exec, std::int64_t block_size,
+                                                                 std::int64_t batch, std::int64_t context,
+                                                                 std::int64_t steps) {
+  const std::int64_t per_sequence = (context + steps + block_size - 1) / block_size;
+  std::vector<std::int32_t> tables(static_cast<std::size_t>(batch * per_sequence));  // [batch, per_sequence]
+  std::iota(tables.begin(), tables.end(), 0);
+  std::vector<edge::backend::token_id> ids(static_cast<std::size_t>(batch));
+  for (std::size_t b = 0; b < ids.size(); ++b) {
+    ids[b] = static_cast<edge::backend::token_id>((7 + 101 * static_cast<std::int64_t>(b)) % exec.vocab_size());
+  }
+  std::vector<float> logits(static_cast<std::size_t>(batch * exec.vocab_size()));
+  edge::backend::batch_plan plan;
+  const auto start = clock_type::now();
+  for (std::int64_t s = 0; s < steps; ++s) {
+    plan.entries.clear();
+    for (std::int64_t b = 0; b < batch; ++b) {
+      plan.entries.push_back({.tokens = {&ids[static_cast<std::size_t>(b)], 1},
+                              .start_position = context + s,
+                              .block_table = std::span<const std::int32_t>(tables).subspan(
+                                  static_cast<std::size_t>(b * per_sequence), static_cast<std::size_t>(per_sequence)),
+                              .compute_logits = true});
+    }
+    if (auto st = exec.forward(plan, logits); !st.ok()) return st;
+  }
+  return edge::backend::generation_timing{.decode_seconds = std::chrono::duration<double>(clock_type::now() - start).count(),
+                                          .decode_tokens = batch * steps,
+                                          .decode_steps = steps};
+}
+
 std::vector<std::int64_t> parse_list(const char* text) {
   std::vector<std::int64_t> out;
   for (const char* p = text; *p;) {
@@ -151,38 +197,62 @@ int main(int argc, char** argv) {
     else if (flag == "--tokens") opt.tokens = std::atoll(argv[i + 1]);
     else if (flag == "--repeat") opt.repeat = std::atoi(argv[i + 1]);
     else if (flag == "--threads") opt.threads = static_cast<std::size_t>(std::atoll(argv[i + 1]));
+    else if (flag == "--kv-cache-dtype") opt.kv_cache_dtype = argv[i + 1];
+    else if (flag == "--weight-dtype") opt.weight_dtype = argv[i + 1];
+    else if (flag == "--context") opt.context = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
   if (opt.model.empty()) {
-    std::fprintf(stderr, "usage: edge_bench_decode --model PATH [--batches 1,8,32] [--prompt N] [--tokens N] [--repeat N] [--threads N]\n");
+    std::fprintf(stderr, "usage: edge_bench_decode --model PATH [--batches 1,8,32] [--prompt N] [--tokens N] [--repeat N] "
+                         "[--threads N] [--kv-cache-dtype bf16|fp8|f16|f32|auto] [--context N] "
+                         "[--weight-dtype int4|fp8|bf16|f16|f32|auto]\n");
+    return 2;
+  }
+  const auto kv_choice = edge::backend::parse_kv_cache_dtype(opt.kv_cache_dtype);
+  if (!kv_choice.ok()) {
+    std::fprintf(stderr, "%s\n", kv_choice.error().message().c_str());
     return 2;
   }
   const std::size_t threads = opt.threads ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
   std::unique_ptr<edge::thread_pool> pool = threads > 1 ? std::make_unique<edge::thread_pool>(threads - 1) : nullptr;
 
-  auto loaded = edge::backend::load_model({.path = opt.model});
+  const auto weight_dtype = edge::kernels::parse_weight_format(opt.weight_dtype);
+  if (!weight_dtype && opt.weight_dtype != "auto") {
+    std::fprintf(stderr, "unknown weight dtype %s: expected int4, fp8, bf16, f16, f32 or auto\n", opt.weight_dtype.c_str());
+    return 2;
+  }
+  auto loaded = edge::backend::load_model({.path = opt.model, .weight_dtype = weight_dtype});
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
     return 1;
   }
   const edge::backend::model& m = **loaded;
   const std::uint64_t weights = weight_bytes_per_step(m);
-  const edge::kernels::dtype weight_type = m.weights.layers.front().wq.type;
+  const edge::kernels::weight_format weight_type = edge::backend::projection_format(m.weights);
+  const edge::kernels::dtype kv_type = edge::backend::resolve_kv_cache_dtype(*kv_choice, m);
 
   const double copy_bw = copy_bandwidth(pool.get());
   const double read_bw = read_bandwidth(pool.get());
-  std::printf("model %s (%s weights, %s read per decode step), %zu threads\n", m.name.c_str(),
-              std::string(edge::kernels::to_string(weight_type)).c_str(), edge::format_bytes(weights).c_str(), threads);
+  std::printf("model %s (%s weights, %s read per decode step), KV cache %s, %zu threads\n", m.name.c_str(),
+              std::string(edge::kernels::to_string(weight_type)).c_str(), edge::format_bytes(weights).c_str(),
+              std::string(edge::kernels::to_string(kv_type)).c_str(), threads);
+  if (opt.context > 0) {
+    std::printf("decode from position %lld (no prefill), %lld steps\n", static_cast<long long>(opt.context),
+                static_cast<long long>(opt.tokens));
+  } else {
+    std::printf("prompt %lld tokens, %lld generated\n", static_cast<long long>(opt.prompt),
+                static_cast<long long>(opt.tokens));
+  }
   std::printf("memory bandwidth (best of %d): memcpy %.1f GB/s (bytes read + written), read %.1f GB/s\n",
               bandwidth_runs, copy_bw / 1e9, read_bw / 1e9);
   std::printf("%6s %12s %14s %16s %12s %12s\n", "batch", "decode tok/s", "steps/s", "weight GB/s", "÷ copy bw", "÷ read bw");
 
   for (std::int64_t batch : opt.batches) {
-    const std::int64_t positions = (opt.prompt + opt.tokens + 16) * batch;
-    const auto layout = edge::backend::kv_cache_layout::for_tokens(m.config, edge::kernels::dtype::bf16, 16, positions + 16 * batch);
+    const std::int64_t positions = (std::max(opt.prompt, opt.context) + opt.tokens + 16) * batch;
+    const auto layout = edge::backend::kv_cache_layout::for_tokens(m.config, kv_type, 16, positions + 16 * batch);
     auto cache = edge::backend::kv_cache::create(layout);
     if (!cache.ok()) {
       std::fprintf(stderr, "%s\n", cache.error().message().c_str());
@@ -210,8 +280,14 @@ int main(int argc, char** argv) {
     std::vector<double> rates, step_rates;
     for (int rep = 0; rep < opt.repeat + 1; ++rep) {
       edge::backend::generation_timing timing;
-      auto out = gen.run(requests, {}, &timing);
-      if (!out.ok()) {
+      if (opt.context > 0) {
+        auto measured = decode_at_context(**exec, layout.block_size, batch, opt.context, opt.tokens);
+        if (!measured.ok()) {
+          std::fprintf(stderr, "%s\n", measured.error().message().c_str());
+          return 1;
+        }
+        timing = *measured;
+      } else if (auto out = gen.run(requests, {}, &timing); !out.ok()) {
         std::fprintf(stderr, "%s\n", out.error().message().c_str());
         return 1;
       }

@@ -110,11 +110,18 @@ std::string_view ggml_type_name(std::uint32_t type) {
   }
 }
 
-std::optional<kernels::dtype> readable_dtype(std::uint32_t type) {
+struct readable_type {
+  kernels::dtype type = kernels::dtype::f32;
+  tensor_encoding encoding = tensor_encoding::elements;
+};
+
+std::optional<readable_type> readable(std::uint32_t type) {
   switch (static_cast<ggml_type>(type)) {
-    case ggml_type::f32: return kernels::dtype::f32;
-    case ggml_type::f16: return kernels::dtype::f16;
-    case ggml_type::bf16: return kernels::dtype::bf16;
+    case ggml_type::f32: return readable_type{kernels::dtype::f32};
+    case ggml_type::f16: return readable_type{kernels::dtype::f16};
+    case ggml_type::bf16: return readable_type{kernels::dtype::bf16};
+    case ggml_type::q4_0: return readable_type{kernels::dtype::f16, tensor_encoding::ggml_q4_0};
+    case ggml_type::q8_0: return readable_type{kernels::dtype::f16, tensor_encoding::ggml_q8_0};
   }
   return std::nullopt;
 }
@@ -248,6 +255,7 @@ struct raw_tensor_info {
   std::vector<std::int64_t> shape;  // ours: outermost first
   std::uint64_t elements = 1;
   kernels::dtype type = kernels::dtype::f32;
+  tensor_encoding encoding = tensor_encoding::elements;
   std::uint64_t offset = 0;  // from the start of the data section
 };
 
@@ -281,8 +289,8 @@ result<raw_tensor_info> read_tensor_info(cursor& in, std::uint64_t index) {
 
   auto type = in.read<std::uint32_t>();
   if (!type.ok()) return fail(type.error());
-  const auto dtype = readable_dtype(*type);
-  if (!dtype) {
+  const auto stored = readable(*type);
+  if (!stored) {
     const auto type_name = ggml_type_name(*type);
     if (type_name.empty()) {
       return invalid_argument(edge::format("unknown tensor type {} for tensor \"{}\"", *type, info.name));
@@ -290,7 +298,13 @@ result<raw_tensor_info> read_tensor_info(cursor& in, std::uint64_t index) {
     return invalid_argument(
         edge::format("unsupported tensor type {} ({}) for tensor \"{}\"", type_name, *type, info.name));
   }
-  info.type = *dtype;
+  info.type = stored->type;
+  info.encoding = stored->encoding;
+  // Block types quantize whole blocks along the contiguous dimension.
+  if (info.encoding != tensor_encoding::elements && info.shape.back() % ggml_block_traits::elements != 0) {
+    return fail(invalid_argument(edge::format("{} rows of {} elements are not whole blocks of {}",
+                                              ggml_type_name(*type), info.shape.back(), ggml_block_traits::elements)));
+  }
 
   auto offset = in.read<std::uint64_t>();
   if (!offset.ok()) return fail(offset.error());
@@ -420,17 +434,21 @@ result<gguf_file> parse_gguf(std::span<const std::byte> bytes) {
       return invalid_argument(edge::format("tensor \"{}\": data offset {} is not a multiple of the alignment {}",
                                            info.name, info.offset, alignment));
     }
-    std::uint64_t size = 0;
-    std::uint64_t end = 0;
-    if (__builtin_mul_overflow(info.elements, kernels::dtype_size(info.type), &size) ||
-        __builtin_add_overflow(info.offset, size, &end) || end > data_size) {
-      return data_loss(edge::format("tensor \"{}\" ({} {}) at data offset {} runs past the end of the {}-byte data section",
-                                    info.name, kernels::to_string(info.type), shape_text(info.shape), info.offset,
-                                    data_size));
-    }
     tensor_view view;
-    view.name = std::move(info.name);
     view.type = info.type;
+    view.encoding = info.encoding;
+    // No encoding takes more than 8 bytes per element, so bounding that product keeps
+    // encoded_bytes from overflowing.
+    constexpr std::uint64_t max_bytes_per_element = 8;
+    std::uint64_t bound = 0;
+    std::uint64_t end = 0;
+    const bool sized = !__builtin_mul_overflow(info.elements, max_bytes_per_element, &bound);
+    const std::uint64_t size = sized ? encoded_bytes(info.encoding, info.type, info.elements) : 0;
+    if (!sized || __builtin_add_overflow(info.offset, size, &end) || end > data_size) {
+      return data_loss(edge::format("tensor \"{}\" ({} {}) at data offset {} runs past the end of the {}-byte data section",
+                                    info.name, type_name(view), shape_text(info.shape), info.offset, data_size));
+    }
+    view.name = std::move(info.name);
     view.shape = std::move(info.shape);
     view.data = bytes.data() + data_start + info.offset;
     file.tensors.push_back(std::move(view));

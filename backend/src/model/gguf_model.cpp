@@ -58,10 +58,11 @@ class metadata_reader {
 result<std::optional<rope_scaling_llama3>> rope_scaling_from_factors(const tensor_view& tensor,
                                                                      const model_config& config,
                                                                      const metadata_reader& keys) {
-  if (tensor.type != kernels::dtype::f32 || tensor.shape != std::vector<std::int64_t>{config.head_dim / 2}) {
+  if (tensor.encoding != tensor_encoding::elements || tensor.type != kernels::dtype::f32 ||
+      tensor.shape != std::vector<std::int64_t>{config.head_dim / 2}) {
     return invalid_argument(edge::format("{} must be F32 {}, not {} {}", rope_freqs_tensor,
                                          shape_to_string(std::vector<std::int64_t>{config.head_dim / 2}),
-                                         kernels::to_string(tensor.type), shape_to_string(tensor.shape)));
+                                         type_name(tensor), shape_to_string(tensor.shape)));
   }
   std::vector<float> stored(static_cast<std::size_t>(config.head_dim / 2));  // [head_dim / 2]
   std::memcpy(stored.data(), tensor.data, stored.size() * sizeof(float));
@@ -180,7 +181,8 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
   return parsed;
 }
 
-result<model_weights> weights_from_gguf(const gguf_file& file, const model_config& config) {
+result<model_weights> weights_from_gguf(const gguf_file& file, const model_config& config,
+                                        const weight_options& options) {
   tensor_names names;
   names.token_embedding = "token_embd.weight";
   names.final_norm = "output_norm.weight";
@@ -202,7 +204,7 @@ result<model_weights> weights_from_gguf(const gguf_file& file, const model_confi
     layer.w_down = prefix + "ffn_down.weight";
     return layer;
   };
-  return bind_weights(tensor_index(file.tensors), config, names);
+  return bind_weights(tensor_index(file.tensors), config, names, options);
 }
 
 }  // namespace edge::backend

@@ -63,6 +63,95 @@ result<std::optional<rope_scaling_llama3>> parse_rope_scaling(const json_fields&
   return std::optional<rope_scaling_llama3>{scaling};
 }
 
+// compressed-tensors' quantization_config (what llm-compressor writes): symmetric INT4 weights
+// in groups or channels ("pack-quantized"), or FP8 E4M3 weights per channel or tensor
+// ("float-quantized"). Which projections are quantized is read from the tensors themselves
+// (weight_binding.h); here the scheme is checked for what the loader cannot honour.
+constexpr int int4_bits = 4;
+constexpr int fp8_bits = 8;
+
+status check_weight_scheme(std::string_view group_name, std::string_view format, const json_fields& weights) {
+  EDGE_ASSIGN_OR_RETURN(const auto bits, weights.optional_int("num_bits"));
+  EDGE_ASSIGN_OR_RETURN(const auto type, weights.optional_string("type"));
+  EDGE_ASSIGN_OR_RETURN(const auto symmetric, weights.optional_bool("symmetric"));
+  EDGE_ASSIGN_OR_RETURN(const auto strategy, weights.optional_string("strategy"));
+  const auto unsupported = [&](std::string_view what) {
+    return status(status_code::unimplemented,
+                  edge::format("quantization_config group \"{}\": {} is not supported (symmetric INT4 in groups or "
+                               "channels, or FP8 E4M3 per channel or tensor, is)",
+                               group_name, what));
+  };
+  if (!symmetric.value_or(true)) return unsupported("asymmetric quantization");
+  if (format == "pack-quantized") {
+    if (bits.value_or(0) != int4_bits || type.value_or("int") != "int") {
+      return unsupported(edge::format("{}-bit {} weights", bits.value_or(0), type.value_or("int")));
+    }
+    if (strategy && *strategy != "group" && *strategy != "channel") return unsupported("strategy " + *strategy);
+    return {};
+  }
+  if (bits.value_or(0) != fp8_bits || type.value_or("") != "float") {
+    return unsupported(edge::format("{}-bit {} weights", bits.value_or(0), type.value_or("int")));
+  }
+  if (strategy && *strategy != "channel" && *strategy != "tensor") return unsupported("strategy " + *strategy);
+  return {};
+}
+
+result<std::optional<kernels::weight_format>> parse_quantization(const json_fields& config) {
+  const auto element = config.find("quantization_config");
+  if (!element) return std::optional<kernels::weight_format>{};
+  simdjson::dom::object object;
+  if (element->get_object().get(object) != simdjson::SUCCESS) {
+    return invalid_argument("\"quantization_config\" must be an object");
+  }
+  const json_fields fields(object);
+  EDGE_ASSIGN_OR_RETURN(const auto method, fields.optional_string("quant_method"));
+  if (method.value_or("") != "compressed-tensors") {
+    return status(status_code::unimplemented,
+                  edge::format("quantization method \"{}\" is not supported (compressed-tensors is)", method.value_or("")));
+  }
+  if (fields.find("sparsity_config")) {
+    simdjson::dom::object sparsity;
+    if (fields.find("sparsity_config")->get_object().get(sparsity) != simdjson::SUCCESS || sparsity.size() != 0) {
+      return status(status_code::unimplemented, "sparse compressed-tensors checkpoints are not supported");
+    }
+  }
+  EDGE_ASSIGN_OR_RETURN(const auto format, fields.optional_string("format"));
+  std::optional<kernels::weight_format> quantized;
+  if (format == "pack-quantized") {
+    quantized = kernels::weight_format::int4;
+  } else if (format == "float-quantized" || format == "naive-quantized") {
+    quantized = kernels::weight_format::fp8_e4m3;
+  } else {
+    return status(status_code::unimplemented,
+                  edge::format("compressed-tensors format \"{}\" is not supported (pack-quantized and float-quantized "
+                               "are)",
+                               format.value_or("")));
+  }
+  simdjson::dom::object groups;
+  if (const auto element_groups = fields.find("config_groups");
+      !element_groups || element_groups->get_object().get(groups) != simdjson::SUCCESS) {
+    return invalid_argument("quantization_config needs a \"config_groups\" object");
+  }
+  bool activations = false;
+  for (auto group : groups) {
+    simdjson::dom::object group_object;
+    if (group.value.get_object().get(group_object) != simdjson::SUCCESS) {
+      return invalid_argument(edge::format("quantization_config group \"{}\" is not an object", group.key));
+    }
+    const json_fields group_fields(group_object);
+    simdjson::dom::object weights;
+    if (const auto w = group_fields.find("weights"); w && w->get_object().get(weights) == simdjson::SUCCESS) {
+      EDGE_RETURN_IF_ERROR(check_weight_scheme(group.key, *format, json_fields(weights)));
+    }
+    activations = activations || group_fields.find("input_activations").has_value();
+  }
+  if (activations) {
+    logger{"model"}.warn("the checkpoint also quantizes activations; edgeinfer keeps activations in float and uses "
+                         "only its quantized weights");
+  }
+  return quantized;
+}
+
 result<parsed_config> parse_config_object(const json_fields& fields) {
   simdjson::dom::array architectures;
   std::string_view class_name;
@@ -137,6 +226,7 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
 
   EDGE_ASSIGN_OR_RETURN(const auto synthetic, fields.optional_bool("edgeinfer_synthetic"));
   parsed.synthetic = synthetic.value_or(false);
+  EDGE_ASSIGN_OR_RETURN(parsed.quantized, parse_quantization(fields));
 
   EDGE_RETURN_IF_ERROR(check_config(config));
   return parsed;
@@ -150,7 +240,8 @@ result<parsed_config> parse_hf_config(std::string_view config_json) {
   return parse_config_object(json_fields(object));
 }
 
-result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, const model_config& config) {
+result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, const model_config& config,
+                                      const weight_options& options) {
   tensor_names names;
   names.token_embedding = "model.embed_tokens.weight";
   names.final_norm = "model.norm.weight";
@@ -172,7 +263,7 @@ result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, cons
     layer.w_down = prefix + "mlp.down_proj.weight";
     return layer;
   };
-  return bind_weights(tensor_index(tensors), config, names);
+  return bind_weights(tensor_index(tensors), config, names, options);
 }
 
 }  // namespace edge::backend

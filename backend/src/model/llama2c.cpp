@@ -6,6 +6,7 @@
 #include "edge/backend/model/formats.h"
 #include "edge/common/format.h"
 #include "model_checks.h"
+#include "weight_binding.h"
 
 namespace edge::backend {
 namespace {
@@ -16,25 +17,28 @@ constexpr std::size_t header_size = header_fields * sizeof(std::int32_t);
 constexpr double llama2c_rope_theta = 10000.0;
 constexpr double llama2c_rms_norm_eps = 1e-5;
 
+// The name of slab i of an array of `count` slabs: "<name>", or "<name>.<i>" when there are several.
+std::string slab_name(std::string_view name, std::int64_t count, std::int64_t i) {
+  return count == 1 ? std::string(name) : edge::format("{}.{}", name, i);
+}
+
 // Hands out consecutive F32 arrays of the file as tensor views.
 class slab_reader {
  public:
   explicit slab_reader(std::span<const std::byte> bytes) : bytes_(bytes), offset_(header_size) {}
 
-  // One array of `count` slabs of `shape`, as `count` views named "<name>" or "<name>.<i>".
-  std::vector<tensor_view> take(std::string_view name, std::int64_t count, std::vector<std::int64_t> shape) {
-    std::vector<tensor_view> views;
-    views.reserve(static_cast<std::size_t>(count));
+  // One array of `count` slabs of `shape`, appended to `out` as views named by slab_name.
+  void take(std::string_view name, std::int64_t count, const std::vector<std::int64_t>& shape,
+            std::vector<tensor_view>& out) {
     for (std::int64_t i = 0; i < count; ++i) {
       tensor_view view;
-      view.name = count == 1 ? std::string(name) : edge::format("{}.{}", name, i);
+      view.name = slab_name(name, count, i);
       view.type = kernels::dtype::f32;
       view.shape = shape;
       view.data = bytes_.data() + offset_;
       offset_ += view.bytes();
-      views.push_back(std::move(view));
+      out.push_back(std::move(view));
     }
-    return views;
   }
   void skip(std::uint64_t floats) { offset_ += floats * sizeof(float); }
 
@@ -45,7 +49,7 @@ class slab_reader {
 
 }  // namespace
 
-result<llama2c_checkpoint> parse_llama2c(std::span<const std::byte> bytes) {
+result<llama2c_checkpoint> parse_llama2c(std::span<const std::byte> bytes, const weight_options& options) {
   if (bytes.size() < header_size) {
     return invalid_argument(edge::format("{} bytes are too few for a llama2.c checkpoint header", bytes.size()));
   }
@@ -97,35 +101,40 @@ result<llama2c_checkpoint> parse_llama2c(std::span<const std::byte> bytes) {
   }
 
   slab_reader in(bytes);
-  model_weights& w = checkpoint.weights;
-  w.token_embedding = in.take("token_embedding", 1, {vocab, width}).front();
-  const auto rms_att = in.take("rms_att", layers, {width});
-  const auto wq = in.take("wq", layers, {q_dim, width});
-  const auto wk = in.take("wk", layers, {kv_dim, width});
-  const auto wv = in.take("wv", layers, {kv_dim, width});
-  const auto wo = in.take("wo", layers, {width, q_dim});
-  const auto rms_ffn = in.take("rms_ffn", layers, {width});
-  const auto w1 = in.take("w1", layers, {ffn, width});
-  const auto w2 = in.take("w2", layers, {width, ffn});
-  const auto w3 = in.take("w3", layers, {ffn, width});
-  w.final_norm = in.take("rms_final", 1, {width}).front();
+  std::vector<tensor_view> tensors;
+  in.take("token_embedding", 1, {vocab, width}, tensors);
+  in.take("rms_att", layers, {width}, tensors);
+  in.take("wq", layers, {q_dim, width}, tensors);
+  in.take("wk", layers, {kv_dim, width}, tensors);
+  in.take("wv", layers, {kv_dim, width}, tensors);
+  in.take("wo", layers, {width, q_dim}, tensors);
+  in.take("rms_ffn", layers, {width}, tensors);
+  in.take("w1", layers, {ffn, width}, tensors);
+  in.take("w2", layers, {width, ffn}, tensors);
+  in.take("w3", layers, {ffn, width}, tensors);
+  in.take("rms_final", 1, {width}, tensors);
   // The precomputed RoPE tables are redundant with theta; the runtime computes its own.
   in.skip(static_cast<std::uint64_t>(2 * freq_floats));
-  w.lm_head = config.tie_embeddings ? w.token_embedding : in.take("wcls", 1, {vocab, width}).front();
+  if (!config.tie_embeddings) in.take("wcls", 1, {vocab, width}, tensors);
 
-  w.layers.resize(static_cast<std::size_t>(layers));
-  for (std::size_t i = 0; i < w.layers.size(); ++i) {
-    auto& layer = w.layers[i];
-    layer.attn_norm = rms_att[i];
-    layer.wq = wq[i];
-    layer.wk = wk[i];
-    layer.wv = wv[i];
-    layer.wo = wo[i];
-    layer.ffn_norm = rms_ffn[i];
-    layer.w_gate = w1[i];
-    layer.w_up = w3[i];
-    layer.w_down = w2[i];
-  }
+  tensor_names names;
+  names.token_embedding = "token_embedding";
+  names.final_norm = "rms_final";
+  names.lm_head = "wcls";
+  names.layer = [layers](std::int64_t i) {
+    layer_tensor_names layer;
+    layer.attn_norm = slab_name("rms_att", layers, i);
+    layer.wq = slab_name("wq", layers, i);
+    layer.wk = slab_name("wk", layers, i);
+    layer.wv = slab_name("wv", layers, i);
+    layer.wo = slab_name("wo", layers, i);
+    layer.ffn_norm = slab_name("rms_ffn", layers, i);
+    layer.w_gate = slab_name("w1", layers, i);
+    layer.w_up = slab_name("w3", layers, i);
+    layer.w_down = slab_name("w2", layers, i);
+    return layer;
+  };
+  EDGE_ASSIGN_OR_RETURN(checkpoint.weights, bind_weights(tensor_index(tensors), config, names, options));
   return checkpoint;
 }
 

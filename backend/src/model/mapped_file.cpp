@@ -82,4 +82,15 @@ void mapped_file::advise_will_need(std::size_t offset, std::size_t length) const
                   MADV_WILLNEED);
 }
 
+void mapped_file::release(std::size_t offset, std::size_t length) const {
+  if (data_ == nullptr || offset >= size_) return;
+  length = std::min(length, size_ - offset);
+  static const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  // Only pages wholly inside the range: its neighbours may still be in use.
+  const std::size_t begin = (offset + page - 1) / page * page;
+  const std::size_t end = (offset + length) / page * page;
+  // A private read-only file mapping refills dropped pages from the file, so this is advice too.
+  if (begin < end) (void)::madvise(const_cast<std::byte*>(data_) + begin, end - begin, MADV_DONTNEED);
+}
+
 }  // namespace edge::backend

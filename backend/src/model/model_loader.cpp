@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "edge/backend/model/formats.h"
 #include "edge/backend/model/model.h"
@@ -13,6 +14,7 @@
 #include "edge/backend/model_locator.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"
+#include "edge/common/thread_pool.h"
 #include "json_fields.h"
 
 namespace edge::backend {
@@ -25,56 +27,57 @@ constexpr std::string_view gguf_magic = "GGUF";
 // coarse enough that the callback costs nothing.
 constexpr std::uint64_t prefault_chunk_bytes = std::uint64_t{64} << 20;
 
-// Every weight view, the tied classifier included (it is the same view as the embedding).
-template <class Weights, class Fn>
-void for_each_weight(Weights& weights, Fn&& fn) {
-  fn(weights.token_embedding);
-  fn(weights.final_norm);
-  fn(weights.lm_head);
-  for (auto& layer : weights.layers) {
-    for (auto* view : {&layer.attn_norm, &layer.wq, &layer.wk, &layer.wv, &layer.wo, &layer.bq, &layer.bk,
-                       &layer.bv, &layer.ffn_norm, &layer.w_gate, &layer.w_up, &layer.w_down}) {
-      fn(*view);
-    }
-  }
-}
-
 result<std::string> read_text_file(const fs::path& path) {
   EDGE_ASSIGN_OR_RETURN(const auto mapping, mapped_file::open(path));
   const auto bytes = mapping->bytes();
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
-// Kernels read weights through typed pointers; a tensor that a file placed at an address not
-// aligned for its element type is copied into a buffer the model owns.
-void align_weights(model& m) {
+// Kernels read norms, biases and the embedding table through typed pointers; a tensor that a
+// file placed at an address not aligned for its element type is copied into a buffer the model
+// owns. (Weight matrices are realigned when they are bound: weight_conversion.h.)
+void align_weights(model_weights& weights) {
   std::map<const std::byte*, const std::byte*> moved;
-  for_each_weight(m.weights, [&](tensor_view& view) {
-    if (!view.present()) return;
+  const auto align = [&](tensor_view& view) {
+    if (!view.present() || view.encoding != tensor_encoding::elements) return;
     if (reinterpret_cast<std::uintptr_t>(view.data) % kernels::dtype_size(view.type) == 0) return;
     auto [it, inserted] = moved.emplace(view.data, nullptr);
     if (inserted) {
-      auto& buffer = m.owned_buffers.emplace_back(view.bytes());
-      std::memcpy(buffer.data(), view.data, view.bytes());
-      it->second = buffer.data();
+      std::shared_ptr<std::byte[]> buffer(new std::byte[view.bytes()]);
+      std::memcpy(buffer.get(), view.data, view.bytes());
+      it->second = buffer.get();
+      weights.storage.push_back(std::move(buffer));
     }
     view.data = it->second;
-  });
+  };
+  align(weights.token_embedding);
+  align(weights.final_norm);
+  for (auto& layer : weights.layers) {
+    for (auto* view : {&layer.attn_norm, &layer.ffn_norm, &layer.bq, &layer.bk, &layer.bv}) align(*view);
+  }
 }
 
-// Touches every page of every weight once, so that the first request does not pay for reading
-// the file, and reports progress as it goes.
-void read_in_weights(const model& m, const load_options& options) {
-  struct range {
-    const std::byte* data;
-    std::uint64_t size;
-  };
-  std::vector<range> ranges;
-  for_each_weight(m.weights, [&](const tensor_view& view) {
-    if (view.present()) ranges.push_back({view.data, view.bytes()});
-  });
-  std::sort(ranges.begin(), ranges.end(), [](const range& a, const range& b) { return a.data < b.data; });
-  ranges.erase(std::unique(ranges.begin(), ranges.end(), [](const range& a, const range& b) { return a.data == b.data; }),
+struct byte_range {
+  const std::byte* data;
+  std::uint64_t size;
+};
+
+std::vector<byte_range> ranges_of(std::span<const tensor_view> tensors) {
+  std::vector<byte_range> ranges;
+  ranges.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    if (t.present()) ranges.push_back({t.data, t.bytes()});
+  }
+  return ranges;
+}
+
+// Touches every page of the tensors once, before any is used or converted, so that neither
+// conversion nor the first request pays for reading the file, and reports progress as it goes.
+void read_in(std::vector<byte_range> ranges, std::span<const std::shared_ptr<const mapped_file>> files,
+             const load_options& options) {
+  std::sort(ranges.begin(), ranges.end(), [](const byte_range& a, const byte_range& b) { return a.data < b.data; });
+  ranges.erase(std::unique(ranges.begin(), ranges.end(),
+                           [](const byte_range& a, const byte_range& b) { return a.data == b.data; }),
                ranges.end());
   std::uint64_t total = 0;
   for (const auto& r : ranges) total += r.size;
@@ -85,7 +88,7 @@ void read_in_weights(const model& m, const load_options& options) {
   if (options.progress) options.progress(0, total);
   for (const auto& r : ranges) {
     const auto* file = [&]() -> const mapped_file* {
-      for (const auto& f : m.files) {
+      for (const auto& f : files) {
         const auto bytes = f->bytes();
         if (r.data >= bytes.data() && r.data < bytes.data() + bytes.size()) return f.get();
       }
@@ -108,6 +111,30 @@ void read_in_weights(const model& m, const load_options& options) {
   volatile std::uint8_t sink = checksum;
   (void)sink;
 }
+
+// How the binders convert weights for this load: on a pool of every hardware thread, releasing
+// the file pages of each projection they replace with a buffer of its own.
+class weight_loading {
+ public:
+  weight_loading(const load_options& options, const std::vector<std::shared_ptr<const mapped_file>>& files)
+      : pool_(std::max(1u, std::thread::hardware_concurrency()) - 1) {
+    options_.target = options.weight_dtype;
+    options_.pool = pool_.size() > 0 ? &pool_ : nullptr;
+    options_.on_converted = [&files](std::span<const std::byte> bytes) {
+      for (const auto& f : files) {
+        const auto mapped = f->bytes();
+        if (bytes.data() >= mapped.data() && bytes.data() + bytes.size() <= mapped.data() + mapped.size()) {
+          f->release(static_cast<std::size_t>(bytes.data() - mapped.data()), bytes.size());
+        }
+      }
+    };
+  }
+  const weight_options& options() const { return options_; }
+
+ private:
+  thread_pool pool_;
+  weight_options options_;
+};
 
 chat_template_kind choose_chat_template(const load_options& options, const std::optional<std::string>& jinja,
                                         const std::string& source) {
@@ -180,7 +207,9 @@ result<std::unique_ptr<model>> load_gguf_model(std::shared_ptr<const mapped_file
   if (!config.ok()) return config.error().with_context(source);
   m->config = config->config;
   m->synthetic = config->synthetic;
-  auto weights = weights_from_gguf(file, m->config);
+  read_in(ranges_of(file.tensors), m->files, options);
+  const weight_loading loading(options, m->files);
+  auto weights = weights_from_gguf(file, m->config, loading.options());
   if (!weights.ok()) return weights.error().with_context(source);
   m->weights = std::move(weights).value();
 
@@ -213,6 +242,16 @@ result<std::unique_ptr<model>> load_llama2c_model(std::shared_ptr<const mapped_f
   auto m = std::make_unique<model>();
   m->format = model_format::llama2c;
   m->config = checkpoint.config;
+  const auto bytes = mapping->bytes();
+  m->files.push_back(mapping);
+  read_in({{bytes.data(), bytes.size()}}, m->files, options);
+  if (options.weight_dtype) {
+    // Recognition bound the weights in place; now they are converted, from memory.
+    const weight_loading loading(options, m->files);
+    auto converted = parse_llama2c(bytes, loading.options());
+    if (!converted.ok()) return converted.error().with_context(source);
+    checkpoint.weights = std::move(converted->weights);
+  }
   m->weights = std::move(checkpoint.weights);
 
   fs::path tokenizer_path;
@@ -221,13 +260,47 @@ result<std::unique_ptr<model>> load_llama2c_model(std::shared_ptr<const mapped_f
   } else {
     EDGE_ASSIGN_OR_RETURN(tokenizer_path, find_llama2c_tokenizer(mapping->path(), m->config.vocab_size));
   }
-  m->files.push_back(std::move(mapping));
   auto tok = load_llama2c_tokenizer(tokenizer_path, m->config.vocab_size);
   if (!tok.ok()) return tok.error().with_context(tokenizer_path.string());
   m->tok = std::move(tok).value();
   m->chat_template = options.chat_template.value_or(chat_template_kind::plain);
   EDGE_RETURN_IF_ERROR(check_tokenizer(*m, source));
   return m;
+}
+
+struct found_tokenizer {
+  std::unique_ptr<tokenizer> tok;
+  std::optional<std::string> chat_template;  // from a tokenizer.gguf's metadata
+};
+
+// A folder's tokenizer.json; else, in a folder `edgeinfer quantize` wrote from a GGUF or llama2.c
+// model, the vocabulary it kept as tokenizer.gguf (with the chat template) or tokenizer.bin.
+result<found_tokenizer> hf_tokenizer(const fs::path& folder) {
+  std::error_code ec;
+  const auto json_path = folder / "tokenizer.json";
+  const auto gguf_path = folder / "tokenizer.gguf";
+  const auto llama2c_path = folder / "tokenizer.bin";
+  found_tokenizer found;
+  if (!fs::exists(json_path, ec) && fs::exists(gguf_path, ec)) {
+    EDGE_ASSIGN_OR_RETURN(const auto file, load_gguf(gguf_path));
+    auto tok = tokenizer_from_gguf(file);
+    if (!tok.ok()) return tok.error().with_context(gguf_path.string());
+    found.tok = std::move(tok).value();
+    if (const auto* value = file.find("tokenizer.chat_template"); value && value->as_string()) {
+      found.chat_template = *value->as_string();
+    }
+    return found;
+  }
+  if (!fs::exists(json_path, ec) && fs::exists(llama2c_path, ec)) {
+    auto tok = load_llama2c_tokenizer(llama2c_path, 0);
+    if (!tok.ok()) return tok.error().with_context(llama2c_path.string());
+    found.tok = std::move(tok).value();
+    return found;
+  }
+  auto tok = load_hf_tokenizer(json_path);
+  if (!tok.ok()) return tok.error().with_context(json_path.string());
+  found.tok = std::move(tok).value();
+  return found;
 }
 
 result<std::unique_ptr<model>> load_hf_model(const fs::path& folder, const load_options& options) {
@@ -241,15 +314,18 @@ result<std::unique_ptr<model>> load_hf_model(const fs::path& folder, const load_
   m->config = config->config;
   m->synthetic = config->synthetic;
   EDGE_ASSIGN_OR_RETURN(const auto tensors, load_safetensors_folder(folder, m->files));
-  auto weights = weights_from_hf(tensors, m->config);
+  read_in(ranges_of(tensors), m->files, options);
+  const weight_loading loading(options, m->files);
+  auto weights = weights_from_hf(tensors, m->config, loading.options());
   if (!weights.ok()) return weights.error().with_context(folder.string());
   m->weights = std::move(weights).value();
 
-  const auto tokenizer_path = folder / "tokenizer.json";
-  auto tok = load_hf_tokenizer(tokenizer_path);
-  if (!tok.ok()) return tok.error().with_context(tokenizer_path.string());
-  m->tok = std::move(tok).value();
-  EDGE_ASSIGN_OR_RETURN(const auto jinja, hf_chat_template(folder));
+  EDGE_ASSIGN_OR_RETURN(auto found, hf_tokenizer(folder));
+  m->tok = std::move(found.tok);
+  std::optional<std::string> jinja = found.chat_template;
+  if (!jinja) {
+    EDGE_ASSIGN_OR_RETURN(jinja, hf_chat_template(folder));
+  }
   m->chat_template = choose_chat_template(options, jinja, folder.string());
   EDGE_RETURN_IF_ERROR(check_tokenizer(*m, folder.string()));
   return m;
@@ -286,13 +362,12 @@ result<std::unique_ptr<model>> load_model(const load_options& options) {
   const auto started = std::chrono::steady_clock::now();
   EDGE_ASSIGN_OR_RETURN(auto m, load_by_content(options));
   m->name = model_id_from_path(options.path);
-  align_weights(*m);
-  read_in_weights(*m, options);
+  align_weights(m->weights);
 
   const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  logger{"model"}.debug("loaded {} ({}, {} layers, hidden {}, vocab {}{}) in {:.2f} s", m->name,
+  logger{"model"}.debug("loaded {} ({}, {} layers, hidden {}, vocab {}, {} weights{}) in {:.2f} s", m->name,
                         to_string(m->config.arch), m->config.num_layers, m->config.hidden_size, m->config.vocab_size,
-                        m->synthetic ? ", synthetic weights" : "", elapsed);
+                        kernels::to_string(projection_format(m->weights)), m->synthetic ? ", synthetic" : "", elapsed);
   return m;
 }
 

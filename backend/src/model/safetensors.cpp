@@ -23,17 +23,26 @@ constexpr std::string_view metadata_key = "__metadata__";
 constexpr std::string_view single_file_name = "model.safetensors";
 constexpr std::string_view index_file_name = "model.safetensors.index.json";
 
-std::optional<kernels::dtype> readable_dtype(std::string_view name) {
-  if (name == "F32") return kernels::dtype::f32;
-  if (name == "F16") return kernels::dtype::f16;
-  if (name == "BF16") return kernels::dtype::bf16;
+struct readable_type {
+  kernels::dtype type = kernels::dtype::f32;
+  tensor_encoding encoding = tensor_encoding::elements;
+};
+
+// Float weights, FP8 weights (compressed-tensors' float-quantized format), and the integer
+// tensors of its pack-quantized format (packed INT4 weights, weight shapes).
+std::optional<readable_type> readable(std::string_view name) {
+  if (name == "F32") return readable_type{kernels::dtype::f32};
+  if (name == "F16") return readable_type{kernels::dtype::f16};
+  if (name == "BF16") return readable_type{kernels::dtype::bf16};
+  if (name == "F8_E4M3") return readable_type{kernels::dtype::fp8_e4m3};
+  if (name == "I32") return readable_type{kernels::dtype::f32, tensor_encoding::int32};
+  if (name == "I64") return readable_type{kernels::dtype::f32, tensor_encoding::int64};
   return std::nullopt;
 }
 
 bool known_dtype(std::string_view name) {
-  static constexpr std::string_view others[] = {"F64", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8",
-                                                "BOOL", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2",
-                                                "F4", "C64"};
+  static constexpr std::string_view others[] = {"F64", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL",
+                                                "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
   for (auto other : others) {
     if (other == name) return true;
   }
@@ -57,8 +66,8 @@ result<tensor_view> parse_tensor(std::string_view name, simdjson::dom::element e
   if (fields["dtype"].get_string().get(dtype_name) != simdjson::SUCCESS) {
     return invalid_argument("has no \"dtype\" string");
   }
-  const auto dtype = readable_dtype(dtype_name);
-  if (!dtype) {
+  const auto stored = readable(dtype_name);
+  if (!stored) {
     return invalid_argument(edge::format("{} dtype {}", known_dtype(dtype_name) ? "unsupported" : "unknown",
                                          dtype_name));
   }
@@ -69,7 +78,8 @@ result<tensor_view> parse_tensor(std::string_view name, simdjson::dom::element e
   }
   tensor_view view;
   view.name = std::string(name);
-  view.type = *dtype;
+  view.type = stored->type;
+  view.encoding = stored->encoding;
   // The product of the non-zero dimensions must fit an int64, so that no partial product of
   // tensor_view::elements() overflows, even for an empty tensor.
   std::uint64_t elements = 1;
@@ -99,11 +109,15 @@ result<tensor_view> parse_tensor(std::string_view name, simdjson::dom::element e
     return data_loss(edge::format("data_offsets [{}, {}) lie outside the {}-byte data section", begin, end,
                                   data.size()));
   }
-  std::uint64_t expected = 0;
-  if (__builtin_mul_overflow(elements, kernels::dtype_size(*dtype), &expected) || expected != end - begin) {
+  // No readable type takes more than 8 bytes per element: bounding that product keeps
+  // encoded_bytes from overflowing.
+  constexpr std::uint64_t max_bytes_per_element = 8;
+  std::uint64_t bound = 0;
+  if (__builtin_mul_overflow(elements, max_bytes_per_element, &bound) ||
+      encoded_bytes(view.encoding, view.type, elements) != end - begin) {
     return invalid_argument(edge::format("data_offsets [{}, {}) hold {} bytes but {} elements of {} need {}", begin,
                                          end, end - begin, elements, dtype_name,
-                                         elements * kernels::dtype_size(*dtype)));
+                                         encoded_bytes(view.encoding, view.type, elements)));
   }
   view.data = data.data() + begin;
   return view;

@@ -6,6 +6,8 @@ target_sources(edge_backend PRIVATE
   src/model/safetensors.cpp
   src/model/model_config.cpp
   src/model/model_checks.cpp
+  src/model/tensor.cpp
+  src/model/weight_conversion.cpp
   src/model/weight_binding.cpp
   src/model/gguf_model.cpp
   src/model/hf_model.cpp

@@ -1,5 +1,7 @@
 #include "weight_binding.h"
 
+#include <cstring>
+
 #include "edge/backend/model/formats.h"
 #include "edge/common/format.h"
 
@@ -24,48 +26,187 @@ result<tensor_view> tensor_index::require(std::string_view name, const std::vect
   return *tensor;
 }
 
+result<tensor_view> tensor_index::require_vector(std::string_view name, std::int64_t length) const {
+  EDGE_ASSIGN_OR_RETURN(auto tensor, require(name, {length}));
+  if (tensor.encoding != tensor_encoding::elements || tensor.type == kernels::dtype::fp8_e4m3) {
+    return invalid_argument(edge::format("tensor \"{}\" is {}; norms and biases must be F32, F16 or BF16", tensor.name,
+                                         type_name(tensor)));
+  }
+  return tensor;
+}
+
+namespace {
+
+constexpr std::string_view weight_suffix = "weight";
+// compressed-tensors packs eight 4-bit values into each int32 of a row.
+constexpr std::int64_t int4_per_int32 = 8;
+
+status check_float_scales(const tensor_view& scales) {
+  if (scales.encoding != tensor_encoding::elements || scales.type == kernels::dtype::fp8_e4m3) {
+    return invalid_argument(edge::format("tensor \"{}\" is {}; scales must be F32, F16 or BF16", scales.name,
+                                         type_name(scales)));
+  }
+  return {};
+}
+
+// weight_shape, when present, must say [rows, cols].
+status check_weight_shape(const tensor_view& shape, std::int64_t rows, std::int64_t cols) {
+  const bool integers = shape.encoding == tensor_encoding::int32 || shape.encoding == tensor_encoding::int64;
+  if (!integers || shape.elements() != 2) {
+    return invalid_argument(edge::format("tensor \"{}\" must be two integers", shape.name));
+  }
+  std::int64_t stored[2];
+  for (int i = 0; i < 2; ++i) {
+    if (shape.encoding == tensor_encoding::int32) {
+      std::int32_t value;
+      std::memcpy(&value, shape.data + i * sizeof(value), sizeof(value));
+      stored[i] = value;
+    } else {
+      std::memcpy(&stored[i], shape.data + i * sizeof(std::int64_t), sizeof(std::int64_t));
+    }
+  }
+  if (stored[0] != rows || stored[1] != cols) {
+    return invalid_argument(edge::format("tensor \"{}\" says [{}, {}], expected [{}, {}]", shape.name, stored[0],
+                                         stored[1], rows, cols));
+  }
+  return {};
+}
+
+}  // namespace
+
+result<matrix_source> tensor_index::require_matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const {
+  const std::string stem(name.ends_with(weight_suffix) ? name.substr(0, name.size() - weight_suffix.size()) : name);
+  const bool named_weight = name.ends_with(weight_suffix);
+  const tensor_view* tensor = find(name);
+  const tensor_view* packed = named_weight ? find(stem + "weight_packed") : nullptr;
+  if (tensor == nullptr && packed == nullptr) {
+    return invalid_argument(edge::format("missing tensor \"{}\" (expected shape {})", name,
+                                         shape_to_string(std::vector<std::int64_t>{rows, cols})));
+  }
+  const tensor_view* scales = named_weight ? find(stem + "weight_scale") : nullptr;
+
+  if (packed != nullptr) {
+    for (const char* unsupported : {"weight_zero_point", "weight_g_idx"}) {
+      if (find(stem + unsupported) != nullptr) {
+        return status(status_code::unimplemented,
+                      edge::format("tensor \"{}{}\": asymmetric or activation-ordered INT4 weights are not supported "
+                                   "(symmetric groups and channels are)",
+                                   stem, unsupported));
+      }
+    }
+    const std::vector<std::int64_t> packed_shape{rows, (cols + int4_per_int32 - 1) / int4_per_int32};
+    if (packed->encoding != tensor_encoding::int32 || packed->shape != packed_shape) {
+      return invalid_argument(edge::format("tensor \"{}\" is {} {}, expected I32 {}", packed->name, type_name(*packed),
+                                           shape_to_string(packed->shape), shape_to_string(packed_shape)));
+    }
+    if (const auto* shape = find(stem + "weight_shape")) EDGE_RETURN_IF_ERROR(check_weight_shape(*shape, rows, cols));
+    if (scales == nullptr) return invalid_argument(edge::format("missing tensor \"{}weight_scale\"", stem));
+    EDGE_RETURN_IF_ERROR(check_float_scales(*scales));
+    const std::int64_t groups = scales->shape.size() == 2 ? scales->shape[1] : 0;
+    if (scales->shape.size() != 2 || scales->shape[0] != rows || groups < 1 || cols % groups != 0) {
+      return status(status_code::unimplemented,
+                    edge::format("tensor \"{}\" has shape {}: INT4 scales must be [{}, groups] with groups dividing {}",
+                                 scales->name, shape_to_string(scales->shape), rows, cols));
+    }
+    matrix_source source;
+    source.stored = matrix_source::kind::packed_int4;
+    source.name = packed->name;
+    source.rows = rows;
+    source.cols = cols;
+    source.values = *packed;
+    source.scales = *scales;
+    source.group_size = cols / groups;
+    return source;
+  }
+
+  if (tensor->encoding == tensor_encoding::elements && tensor->type == kernels::dtype::fp8_e4m3) {
+    EDGE_RETURN_IF_ERROR(check_shape(*tensor, {rows, cols}));
+    if (scales == nullptr) return invalid_argument(edge::format("missing tensor \"{}weight_scale\" for F8_E4M3 \"{}\"", stem, name));
+    EDGE_RETURN_IF_ERROR(check_float_scales(*scales));
+    // One scale per row ([rows] or [rows, 1]) or one for the whole matrix.
+    if (scales->elements() != rows && scales->elements() != 1) {
+      return status(status_code::unimplemented,
+                    edge::format("tensor \"{}\" has shape {}: FP8 scales must be one per row or one per tensor",
+                                 scales->name, shape_to_string(scales->shape)));
+    }
+    matrix_source source;
+    source.stored = matrix_source::kind::fp8;
+    source.name = tensor->name;
+    source.rows = rows;
+    source.cols = cols;
+    source.values = *tensor;
+    source.scales = *scales;
+    return source;
+  }
+  return matrix_source_of(*tensor, rows, cols);
+}
+
 status check_shape(const tensor_view& tensor, const std::vector<std::int64_t>& shape) {
   if (tensor.shape == shape) return {};
   return invalid_argument(edge::format("tensor \"{}\" has shape {}, expected {}", tensor.name,
                                        shape_to_string(tensor.shape), shape_to_string(shape)));
 }
 
-result<model_weights> bind_weights(const tensor_index& tensors, const model_config& config, const tensor_names& names) {
+result<model_weights> bind_weights(const tensor_index& tensors, const model_config& config, const tensor_names& names,
+                                   const weight_options& options) {
   const std::int64_t hidden = config.hidden_size;
   const std::int64_t q_width = config.num_heads * config.head_dim;
   const std::int64_t kv_width = config.num_kv_heads * config.head_dim;
   const std::int64_t ffn = config.intermediate_size;
 
   model_weights weights;
-  EDGE_ASSIGN_OR_RETURN(weights.token_embedding, tensors.require(names.token_embedding, {config.vocab_size, hidden}));
-  EDGE_ASSIGN_OR_RETURN(weights.final_norm, tensors.require(names.final_norm, {hidden}));
+  weight_converter convert(options, weights.storage);
+  EDGE_ASSIGN_OR_RETURN(const auto embedding, tensors.require(names.token_embedding, {config.vocab_size, hidden}));
+  EDGE_ASSIGN_OR_RETURN(weights.final_norm, tensors.require_vector(names.final_norm, hidden));
   if (config.tie_embeddings) {
-    weights.lm_head = weights.token_embedding;
+    EDGE_ASSIGN_OR_RETURN(const auto source, matrix_source_of(embedding, config.vocab_size, hidden));
+    EDGE_ASSIGN_OR_RETURN(weights.lm_head, convert.matrix(source, matrix_role::classifier));
   } else {
-    EDGE_ASSIGN_OR_RETURN(weights.lm_head, tensors.require(names.lm_head, {config.vocab_size, hidden}));
+    EDGE_ASSIGN_OR_RETURN(const auto source, tensors.require_matrix(names.lm_head, config.vocab_size, hidden));
+    EDGE_ASSIGN_OR_RETURN(weights.lm_head, convert.matrix(source, matrix_role::classifier));
+  }
+  const auto classifier_type = kernels::element_dtype(weights.lm_head.format);
+  if (config.tie_embeddings && weights.lm_head.data != embedding.data && classifier_type &&
+      *classifier_type != kernels::dtype::fp8_e4m3) {
+    // A tied classifier converted to a plain format holds exactly what the embedding table
+    // would become: they share the buffer.
+    weights.token_embedding = embedding;
+    weights.token_embedding.type = *classifier_type;
+    weights.token_embedding.encoding = tensor_encoding::elements;
+    weights.token_embedding.data = weights.lm_head.data;
+  } else {
+    EDGE_ASSIGN_OR_RETURN(weights.token_embedding, convert.embedding(embedding));
   }
 
   weights.layers.reserve(static_cast<std::size_t>(config.num_layers));
   for (std::int64_t i = 0; i < config.num_layers; ++i) {
     const auto name = names.layer(i);
     layer_weights layer;
-    EDGE_ASSIGN_OR_RETURN(layer.attn_norm, tensors.require(name.attn_norm, {hidden}));
-    EDGE_ASSIGN_OR_RETURN(layer.wq, tensors.require(name.wq, {q_width, hidden}));
-    EDGE_ASSIGN_OR_RETURN(layer.wk, tensors.require(name.wk, {kv_width, hidden}));
-    EDGE_ASSIGN_OR_RETURN(layer.wv, tensors.require(name.wv, {kv_width, hidden}));
-    EDGE_ASSIGN_OR_RETURN(layer.wo, tensors.require(name.wo, {hidden, q_width}));
+    const auto projection = [&](const std::string& tensor, std::int64_t rows, std::int64_t cols) -> result<weight_matrix> {
+      EDGE_ASSIGN_OR_RETURN(const auto source, tensors.require_matrix(tensor, rows, cols));
+      return convert.matrix(source, matrix_role::projection);
+    };
+    EDGE_ASSIGN_OR_RETURN(layer.attn_norm, tensors.require_vector(name.attn_norm, hidden));
+    EDGE_ASSIGN_OR_RETURN(layer.wq, projection(name.wq, q_width, hidden));
+    EDGE_ASSIGN_OR_RETURN(layer.wk, projection(name.wk, kv_width, hidden));
+    EDGE_ASSIGN_OR_RETURN(layer.wv, projection(name.wv, kv_width, hidden));
+    EDGE_ASSIGN_OR_RETURN(layer.wo, projection(name.wo, hidden, q_width));
     if (config.qkv_bias) {
-      EDGE_ASSIGN_OR_RETURN(layer.bq, tensors.require(name.bq, {q_width}));
-      EDGE_ASSIGN_OR_RETURN(layer.bk, tensors.require(name.bk, {kv_width}));
-      EDGE_ASSIGN_OR_RETURN(layer.bv, tensors.require(name.bv, {kv_width}));
+      EDGE_ASSIGN_OR_RETURN(layer.bq, tensors.require_vector(name.bq, q_width));
+      EDGE_ASSIGN_OR_RETURN(layer.bk, tensors.require_vector(name.bk, kv_width));
+      EDGE_ASSIGN_OR_RETURN(layer.bv, tensors.require_vector(name.bv, kv_width));
     }
-    EDGE_ASSIGN_OR_RETURN(layer.ffn_norm, tensors.require(name.ffn_norm, {hidden}));
-    EDGE_ASSIGN_OR_RETURN(layer.w_gate, tensors.require(name.w_gate, {ffn, hidden}));
-    EDGE_ASSIGN_OR_RETURN(layer.w_up, tensors.require(name.w_up, {ffn, hidden}));
-    EDGE_ASSIGN_OR_RETURN(layer.w_down, tensors.require(name.w_down, {hidden, ffn}));
+    EDGE_ASSIGN_OR_RETURN(layer.ffn_norm, tensors.require_vector(name.ffn_norm, hidden));
+    EDGE_ASSIGN_OR_RETURN(layer.w_gate, projection(name.w_gate, ffn, hidden));
+    EDGE_ASSIGN_OR_RETURN(layer.w_up, projection(name.w_up, ffn, hidden));
+    EDGE_ASSIGN_OR_RETURN(layer.w_down, projection(name.w_down, hidden, ffn));
     weights.layers.push_back(std::move(layer));
   }
   return weights;
+}
+
+kernels::weight_format projection_format(const model_weights& weights) {
+  return weights.layers.empty() ? weights.lm_head.format : weights.layers.front().wq.format;
 }
 
 }  // namespace edge::backend

@@ -8,8 +8,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "edge/backend/model/formats.h"
 #include "edge/backend/model/model.h"
 #include "edge/common/status.h"
+#include "weight_conversion.h"
 
 namespace edge::backend {
 
@@ -20,6 +22,13 @@ class tensor_index {
   const tensor_view* find(std::string_view name) const;
   // The tensor `name`, which must have exactly `shape`: invalid_argument otherwise.
   result<tensor_view> require(std::string_view name, const std::vector<std::int64_t>& shape) const;
+  // The same for a norm or bias, which must also be float elements.
+  result<tensor_view> require_vector(std::string_view name, std::int64_t length) const;
+  // The weight matrix `name` ([rows, cols]): that tensor (float elements, GGUF Q4_0 / Q8_0), an
+  // F8_E4M3 tensor with its `…weight_scale`, or for a name ending in "weight" compressed-tensors'
+  // `…weight_packed` + `…weight_scale` (+ `…weight_shape`). Asymmetric (`…weight_zero_point`)
+  // and activation-ordered (`…weight_g_idx`) INT4 is unimplemented.
+  result<matrix_source> require_matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const;
 
  private:
   std::unordered_map<std::string_view, const tensor_view*> by_name_;
@@ -41,6 +50,8 @@ struct tensor_names {
   std::function<layer_tensor_names(std::int64_t layer)> layer;
 };
 
-result<model_weights> bind_weights(const tensor_index& tensors, const model_config& config, const tensor_names& names);
+// Binds and converts (weight_conversion.h) every weight.
+result<model_weights> bind_weights(const tensor_index& tensors, const model_config& config, const tensor_names& names,
+                                   const weight_options& options);
 
 }  // namespace edge::backend

@@ -27,7 +27,9 @@ std::vector<float> to_floats(const tensor_view& t) {
 
 std::vector<float> optional_floats(const tensor_view& t) { return t.present() ? to_floats(t) : std::vector<float>{}; }
 
-status check_shape(const tensor_view& t, std::initializer_list<std::int64_t> expected) {
+// A tensor_view or a weight_matrix.
+template <class Tensor>
+status check_shape(const Tensor& t, std::initializer_list<std::int64_t> expected) {
   if (!t.present()) return invalid_argument(format("tensor {} is missing", t.name));
   const std::vector<std::int64_t> want(expected);
   if (t.shape != want) {
@@ -183,9 +185,9 @@ status cpu_executor::state::step_layer(std::int64_t layer, std::int64_t tokens) 
                                              .rows = tokens, .cols = hidden, .x_stride = hidden,
                                              .out_stride = hidden, .eps = static_cast<float>(m.config.rms_norm_eps)},
                                             stream));
-  const auto project = [&](const tensor_view& weight, const std::vector<float>& bias, std::vector<float>& out,
+  const auto project = [&](const weight_matrix& weight, const std::vector<float>& bias, std::vector<float>& out,
                            std::int64_t n) {
-    return kernels::run_matmul({.x = xn.data(), .w = weight.data, .w_type = weight.type, .bias = data_or_null(bias),
+    return kernels::run_matmul({.x = xn.data(), .w = weight.view(), .bias = data_or_null(bias),
                                 .y = out.data(), .tokens = tokens, .n = n, .k = hidden, .x_stride = hidden,
                                 .y_stride = n},
                                stream);
@@ -206,18 +208,20 @@ status cpu_executor::state::step_layer(std::int64_t layer, std::int64_t tokens) 
   const kv_cache_layout& layout = cache.layout();
   EDGE_RETURN_IF_ERROR(kernels::run_kv_cache_write(
       {.k = k.data(), .v = v.data(), .k_cache = cache.keys(layer), .v_cache = cache.values(layer),
-       .kv_type = layout.dtype, .slots = slots.data(), .tokens = tokens, .num_kv_heads = kv_heads,
+       .k_scales = cache.key_scales(layer), .v_scales = cache.value_scales(layer), .kv_type = layout.dtype,
+       .slots = slots.data(), .tokens = tokens, .num_kv_heads = kv_heads,
        .head_dim = head_dim, .block_size = block_size, .num_blocks = layout.num_blocks, .kv_stride = kv_dim},
       stream));
   EDGE_RETURN_IF_ERROR(kernels::run_paged_attention(
       {.q = q.data(), .out = attn.data(), .k_cache = cache.keys(layer), .v_cache = cache.values(layer),
-       .kv_type = layout.dtype, .seq = seq.data(), .pos = positions.data(), .block_tables = tables.data(),
+       .k_scales = cache.key_scales(layer), .v_scales = cache.value_scales(layer), .kv_type = layout.dtype,
+       .seq = seq.data(), .pos = positions.data(), .block_tables = tables.data(),
        .tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = head_dim,
        .block_size = block_size, .num_blocks = layout.num_blocks, .block_table_stride = max_table,
        .q_stride = q_dim, .out_stride = q_dim, .scale = 1.0f / std::sqrt(static_cast<float>(head_dim))},
       stream));
   // x += attn · woᵀ
-  EDGE_RETURN_IF_ERROR(kernels::run_matmul({.x = attn.data(), .w = w.wo.data, .w_type = w.wo.type, .y = x.data(),
+  EDGE_RETURN_IF_ERROR(kernels::run_matmul({.x = attn.data(), .w = w.wo.view(), .y = x.data(),
                                             .tokens = tokens, .n = hidden, .k = q_dim, .x_stride = q_dim,
                                             .y_stride = hidden, .accumulate = true},
                                            stream));
@@ -234,7 +238,7 @@ status cpu_executor::state::step_layer(std::int64_t layer, std::int64_t tokens) 
                                               .out_stride = inter},
                                              stream));
   // x += silu(gate) * up · w_downᵀ
-  return kernels::run_matmul({.x = gate.data(), .w = w.w_down.data, .w_type = w.w_down.type, .y = x.data(),
+  return kernels::run_matmul({.x = gate.data(), .w = w.w_down.view(), .y = x.data(),
                               .tokens = tokens, .n = hidden, .k = inter, .x_stride = inter, .y_stride = hidden,
                               .accumulate = true},
                              stream);
@@ -302,8 +306,8 @@ status cpu_executor::forward(const batch_plan& plan, std::span<float> logits) {
                                              .out_stride = s.hidden,
                                              .eps = static_cast<float>(s.m.config.rms_norm_eps)},
                                             s.stream));
-  const tensor_view& head = s.m.weights.lm_head;
-  return kernels::run_matmul({.x = s.last.data(), .w = head.data, .w_type = head.type, .y = logits.data(),
+  const weight_matrix& head = s.m.weights.lm_head;
+  return kernels::run_matmul({.x = s.last.data(), .w = head.view(), .y = logits.data(),
                               .tokens = rows, .n = s.vocab, .k = s.hidden, .x_stride = s.hidden,
                               .y_stride = s.vocab},
                              s.stream);

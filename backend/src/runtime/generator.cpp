@@ -5,7 +5,6 @@
 #include <memory>
 #include <optional>
 
-#include "edge/backend/runtime/stop_checker.h"
 #include "edge/common/format.h"
 
 namespace edge::backend {
@@ -23,9 +22,7 @@ struct sequence {
   std::vector<token_id> tokens;  // prompt, then generated
   std::int64_t prefilled = 0;    // prompt tokens whose K/V are in the cache
   std::vector<std::int32_t> blocks;
-  std::unique_ptr<sequence_sampler> sampler;
-  std::unique_ptr<incremental_detokenizer> detokenizer;
-  std::unique_ptr<stop_checker> stops;
+  std::unique_ptr<sequence_decoder> decoder;
   generation_output output;
   bool finished = false;
 
@@ -44,7 +41,6 @@ result<std::vector<generation_output>> generator::run(
   const std::int64_t vocab = exec_.vocab_size();
   const std::int64_t block_size = block_size_;
   const std::int64_t context = model_.config.max_position;
-  const std::span<const token_id> eos = model_.tok->eos_ids();
 
   std::vector<sequence> seqs(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -57,10 +53,9 @@ result<std::vector<generation_output>> generator::run(
     sequence& s = seqs[i];
     s.request = &r;
     s.tokens = r.prompt;
-    s.sampler = std::make_unique<sequence_sampler>(r.sampling, r.prompt);
-    const bool after_bos = model_.tok->bos_id() && r.prompt.back() == *model_.tok->bos_id();
-    s.detokenizer = std::make_unique<incremental_detokenizer>(*model_.tok, after_bos);
-    s.stops = std::make_unique<stop_checker>(r.stop);
+    s.decoder = std::make_unique<sequence_decoder>(
+        *model_.tok, r.sampling, r.prompt,
+        decode_limits{.max_tokens = r.max_tokens, .context = context, .ignore_eos = r.ignore_eos, .stop = r.stop});
   }
 
   // Frees every sequence's blocks however run() ends.
@@ -93,57 +88,36 @@ result<std::vector<generation_output>> generator::run(
   // Takes a sampled token: records it, streams its text, and ends the sequence when due.
   const auto accept = [&](std::size_t i, token_id id) {
     sequence& s = seqs[i];
-    s.sampler->accept(id);
     s.tokens.push_back(id);
     s.output.tokens.push_back(id);
-    const bool is_eos = std::find(eos.begin(), eos.end(), id) != eos.end();
-    if (is_eos && !s.request->ignore_eos) {
-      s.output.reason = finish_reason::stop;
-      s.finished = true;
-    } else {
-      const stop_checker::step step = s.stops->push(s.detokenizer->push(id));
-      release_text(i, step.text);
-      if (step.stopped) {
-        s.output.reason = finish_reason::stop;
-        s.finished = true;
-        return;
-      }
-    }
-    const auto generated = static_cast<std::int64_t>(s.output.tokens.size());
-    if (!s.finished && (generated >= s.request->max_tokens || static_cast<std::int64_t>(s.tokens.size()) >= context)) {
-      s.output.reason = finish_reason::length;
+    sequence_decoder::step step = s.decoder->accept(id, static_cast<std::int64_t>(s.tokens.size()));
+    release_text(i, step.text);
+    if (step.finish) {
+      s.output.reason = *step.finish;
       s.finished = true;
     }
-    if (s.finished) release_text(i, s.stops->flush() + s.detokenizer->finish());
   };
 
   std::vector<float> logits;
-  std::vector<kernels::sampling_row> rows;
   std::vector<std::int32_t> chosen;
   std::vector<std::size_t> row_owner;
+  std::vector<sequence_decoder*> row_decoders;
   batch_plan plan;
 
   // Samples one token for every entry that asked for logits.
-  const auto sample_rows = [&]() -> status {
-    const auto n = static_cast<std::int64_t>(row_owner.size());
-    rows.resize(row_owner.size());
+  const auto sample = [&]() -> status {
+    row_decoders.clear();
+    for (const std::size_t i : row_owner) row_decoders.push_back(seqs[i].decoder.get());
     chosen.resize(row_owner.size());
-    for (std::int64_t r = 0; r < n; ++r) {
-      sequence& s = seqs[row_owner[static_cast<std::size_t>(r)]];
-      s.sampler->apply_penalties({logits.data() + r * vocab, static_cast<std::size_t>(vocab)});
-      rows[static_cast<std::size_t>(r)] = s.sampler->next_row();
-    }
-    kernels::sampling_params p{.logits = logits.data(), .config = rows.data(), .out = chosen.data(), .rows = n,
-                               .vocab = vocab};
-    EDGE_RETURN_IF_ERROR(kernels::run_sampling(p, {}));
-    for (std::int64_t r = 0; r < n; ++r) accept(row_owner[static_cast<std::size_t>(r)], chosen[static_cast<std::size_t>(r)]);
+    EDGE_RETURN_IF_ERROR(sample_rows(logits, vocab, row_decoders, chosen));
+    for (std::size_t r = 0; r < row_owner.size(); ++r) accept(row_owner[r], chosen[r]);
     return {};
   };
 
   const auto forward = [&]() -> status {
     logits.resize(static_cast<std::size_t>(plan.logits_rows() * vocab));
     EDGE_RETURN_IF_ERROR(exec_.forward(plan, logits));
-    return sample_rows();
+    return sample();
   };
 
   // Prefill: as many prompt tokens per step as the executor takes, chunked if asked.

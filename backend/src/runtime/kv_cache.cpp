@@ -2,22 +2,29 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "edge/backend/model/model.h"
 #include "edge/backend/model/model_config.h"
 #include "edge/common/format.h"
+#include "kernels/kv_cache_write/kv_cache_write.h"
 
 namespace edge::backend {
 namespace {
 
-// Block pools start on cache-line (and vector-register) boundaries.
+// Block pools and scale arrays start on cache-line (and vector-register) boundaries.
 constexpr std::size_t pool_alignment = 64;
 
 std::size_t round_up(std::size_t value, std::size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
+bool is_float_dtype(kernels::dtype type) {
+  return type == kernels::dtype::f32 || type == kernels::dtype::f16 || type == kernels::dtype::bf16;
+}
+
 }  // namespace
 
 std::size_t kv_cache_layout::bytes_per_token() const {
-  return 2 * static_cast<std::size_t>(num_layers * num_kv_heads * head_dim) * kernels::dtype_size(dtype);
+  return 2 * static_cast<std::size_t>(num_layers * num_kv_heads) * kernels::kv_cache_row_bytes(dtype, head_dim);
 }
 
 kv_cache_layout kv_cache_layout::for_budget(const model_config& config, kernels::dtype dtype, std::int64_t block_size,
@@ -49,11 +56,12 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const kv_cache_layout& layout
                                    layout.block_size));
   }
   std::unique_ptr<kv_cache> cache(new kv_cache(layout));
-  cache->pool_bytes_ = round_up(static_cast<std::size_t>(layout.num_blocks * layout.num_kv_heads *
-                                                         layout.block_size * layout.head_dim) *
-                                    kernels::dtype_size(layout.dtype),
-                                pool_alignment);
-  const std::size_t total = cache->pool_bytes_ * 2 * static_cast<std::size_t>(layout.num_layers);
+  const auto rows = static_cast<std::size_t>(layout.num_blocks * layout.num_kv_heads * layout.block_size);
+  cache->pool_bytes_ =
+      round_up(rows * static_cast<std::size_t>(layout.head_dim) * kernels::dtype_size(layout.dtype), pool_alignment);
+  cache->scale_bytes_ = kernels::kv_cache_scaled(layout.dtype) ? round_up(rows * sizeof(float), pool_alignment) : 0;
+  const std::size_t total =
+      (cache->pool_bytes_ + cache->scale_bytes_) * 2 * static_cast<std::size_t>(layout.num_layers);
   void* memory = std::aligned_alloc(pool_alignment, total);
   if (memory == nullptr) {
     return resource_exhausted(format("cannot allocate {} for the KV cache", format_bytes(total)));
@@ -64,8 +72,71 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const kv_cache_layout& layout
   return cache;
 }
 
-void* kv_cache::layer_base(std::int64_t layer, int which) {
-  return memory_.get() + (static_cast<std::size_t>(layer) * 2 + static_cast<std::size_t>(which)) * pool_bytes_;
+void* kv_cache::region(std::int64_t layer, region_kind which) {
+  const std::size_t layer_bytes = 2 * (pool_bytes_ + scale_bytes_);
+  std::size_t offset = static_cast<std::size_t>(layer) * layer_bytes;
+  switch (which) {
+    case k_pool: break;
+    case v_pool: offset += pool_bytes_; break;
+    case k_scales: offset += 2 * pool_bytes_; break;
+    case v_scales: offset += 2 * pool_bytes_ + scale_bytes_; break;
+  }
+  return memory_.get() + offset;
+}
+
+result<std::optional<kernels::dtype>> parse_kv_cache_dtype(std::string_view name) {
+  if (name == "auto") return std::optional<kernels::dtype>{};
+  // Only the dtypes the cache stores; parse_dtype knows spellings ("float8_e4m3fn") too.
+  if (name == "fp8" || name == "fp8_e4m3") return std::optional<kernels::dtype>{kernels::dtype::fp8_e4m3};
+  if (name == "bf16") return std::optional<kernels::dtype>{kernels::dtype::bf16};
+  if (name == "f16" || name == "fp16") return std::optional<kernels::dtype>{kernels::dtype::f16};
+  if (name == "f32" || name == "fp32") return std::optional<kernels::dtype>{kernels::dtype::f32};
+  return invalid_argument(format("unknown KV cache dtype \"{}\": expected fp8, bf16, f16, f32 or auto", name));
+}
+
+kernels::dtype auto_kv_cache_dtype(const model& m) {
+  // The attention projections say what the checkpoint was trained and stored in; the token
+  // embedding is the fallback when they are quantized (it usually is not).
+  std::vector<std::optional<kernels::dtype>> candidates;
+  if (!m.weights.layers.empty()) {
+    for (const weight_matrix* w : {&m.weights.layers.front().wq, &m.weights.layers.front().wk}) {
+      if (w->present()) candidates.push_back(kernels::element_dtype(w->format));  // nullopt for int4
+    }
+  }
+  if (m.weights.token_embedding.present()) candidates.push_back(m.weights.token_embedding.type);
+  for (const auto& type : candidates) {
+    if (type && is_float_dtype(*type)) return *type;
+  }
+  return kernels::dtype::bf16;
+}
+
+kernels::dtype resolve_kv_cache_dtype(std::optional<kernels::dtype> requested, const model& m) {
+  return requested ? *requested : auto_kv_cache_dtype(m);
+}
+
+kv_cache_capacity kv_cache_capacity_for(const model_config& config, kernels::dtype dtype, std::int64_t block_size,
+                                        std::size_t budget_bytes) {
+  const kv_cache_layout layout = kv_cache_layout::for_budget(config, dtype, block_size, budget_bytes);
+  const kv_cache_layout bf16 = kv_cache_layout::for_budget(config, kernels::dtype::bf16, block_size, budget_bytes);
+  kv_cache_capacity c;
+  c.dtype = dtype;
+  c.block_size = block_size;
+  c.num_blocks = layout.num_blocks;
+  c.tokens = layout.capacity_tokens();
+  c.budget_bytes = budget_bytes;
+  c.used_bytes = static_cast<std::size_t>(layout.num_blocks) * layout.bytes_per_block();
+  c.bytes_per_token = layout.bytes_per_token();
+  c.bf16_tokens = bf16.capacity_tokens();
+  c.ratio_to_bf16 = c.bytes_per_token == 0 ? 0.0
+                                           : static_cast<double>(bf16.bytes_per_token()) /
+                                                 static_cast<double>(c.bytes_per_token);
+  return c;
+}
+
+std::string format_kv_cache_capacity(const kv_cache_capacity& c) {
+  return format("KV cache: {}, {} blocks × {} tokens = {} tokens, {:.2f}× bf16 ({} tokens) in {}",
+                kernels::to_string(c.dtype), c.num_blocks, c.block_size, c.tokens, c.ratio_to_bf16, c.bf16_tokens,
+                format_bytes(c.budget_bytes));
 }
 
 }  // namespace edge::backend

@@ -7,8 +7,9 @@ export const edgeinferBin = process.env.EDGEINFER_BIN ?? path.resolve('build/edg
 
 const LISTENING = /listening on http:\/\/([^\s]+):(\d+)/;
 
-// Starts the server with extra arguments; resolves once it logs the port it listens on.
-export async function startServer(args = [], { env = {}, timeoutMs = 30000 } = {}) {
+// Starts the server with extra arguments; resolves once it logs the port it listens on and,
+// unless `waitReady` is false, once /readyz answers 200 (the model is loaded and the engine runs).
+export async function startServer(args = [], { env = {}, timeoutMs = 60000, waitReady = true } = {}) {
   const child = spawn(edgeinferBin, ['serve', '--host', '127.0.0.1', '--port', '0', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -46,6 +47,24 @@ export async function startServer(args = [], { env = {}, timeoutMs = 30000 } = {
     if (child.exitCode === null && child.signalCode === null) child.kill(signal);
     return server.exited;
   };
+  if (waitReady) {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        throw new Error(`server exited before it was ready:\n${server.log}`);
+      }
+      try {
+        const res = await fetch(`${server.url}/readyz`);
+        await res.arrayBuffer();
+        if (res.status === 200) break;
+      } catch { /* not answering yet */ }
+      if (Date.now() > deadline) {
+        await server.stop('SIGKILL');
+        throw new Error(`server was not ready in ${timeoutMs} ms:\n${server.log}`);
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
   return server;
 }
 

@@ -45,10 +45,12 @@ TEST_CASE("the default model is chosen in the documented order") {
   }
   SUBCASE("the test fixture comes last") {
     fs::create_directories(options.test_models / "stories260K");
+    std::ofstream(options.test_models / "stories260K" / "stories260K.gguf") << "x";
     auto found = edge::backend::locate_model(options);
     REQUIRE(found.ok());
     CHECK(found->served_name == "stories260K");
     CHECK(found->chosen_by == "test fixture");
+    CHECK(found->path == options.test_models / "stories260K" / "stories260K.gguf");
   }
   SUBCASE("models/default beats the fixture") {
     fs::create_directories(options.test_models / "stories260K");

@@ -28,8 +28,9 @@ std::vector<double> reference(const std::vector<float>& x, const std::vector<flo
 std::vector<float> run(const std::vector<float>& x, const edge::testing::typed_buffer& w, dtype type, std::int64_t tokens,
                        std::int64_t n, std::int64_t k, const float* bias, edge::thread_pool* pool) {
   std::vector<float> y(static_cast<std::size_t>(tokens * n), std::nanf(""));
-  edge::kernels::matmul_params p{.x = x.data(), .w = w.bytes.data(), .w_type = type, .bias = bias, .y = y.data(),
-                                 .tokens = tokens, .n = n, .k = k, .x_stride = k, .y_stride = n};
+  edge::kernels::matmul_params p{.x = x.data(), .w = {.format = edge::kernels::weight_format_of(type), .values = w.bytes.data()},
+                                 .bias = bias, .y = y.data(), .tokens = tokens, .n = n, .k = k, .x_stride = k,
+                                 .y_stride = n};
   REQUIRE(edge::kernels::run_matmul(p, {.pool = pool}).ok());
   return y;
 }
@@ -76,7 +77,7 @@ TEST_CASE("matmul accumulates into y and honours strides") {
   const auto xs = edge::testing::random_floats(static_cast<std::size_t>(tokens * x_stride), 6);
   const auto w = edge::testing::encode(edge::testing::random_floats(static_cast<std::size_t>(n * k), 7), dtype::f32);
   std::vector<float> y(static_cast<std::size_t>(tokens * y_stride), 1.5f);
-  edge::kernels::matmul_params p{.x = xs.data(), .w = w.bytes.data(), .w_type = dtype::f32, .y = y.data(),
+  edge::kernels::matmul_params p{.x = xs.data(), .w = {.values = w.bytes.data()}, .y = y.data(),
                                  .tokens = tokens, .n = n, .k = k, .x_stride = x_stride, .y_stride = y_stride,
                                  .accumulate = true};
   REQUIRE(edge::kernels::run_matmul(p, {}).ok());
@@ -93,6 +94,6 @@ TEST_CASE("matmul accumulates into y and honours strides") {
 
 TEST_CASE("matmul rejects impossible shapes") {
   float x = 0, y = 0;
-  edge::kernels::matmul_params p{.x = &x, .w = &x, .y = &y, .tokens = 1, .n = 1, .k = 2, .x_stride = 1, .y_stride = 1};
+  edge::kernels::matmul_params p{.x = &x, .w = {.values = &x}, .y = &y, .tokens = 1, .n = 1, .k = 2, .x_stride = 1, .y_stride = 1};
   CHECK_FALSE(edge::kernels::run_matmul(p, {}).ok());
 }

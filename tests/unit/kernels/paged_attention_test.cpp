@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "kernel_test_util.h"
 #include "edge/common/thread_pool.h"
@@ -15,6 +16,32 @@ namespace {
 
 using edge::kernels::dtype;
 
+// What an fp8_e4m3 cache row should read back as: the rule of kv_cache_write.h, applied here
+// independently of the kernel (scale = amax / 448, code = fp8(x / scale)).
+std::vector<float> fp8_row_dequantized(const float* x, std::int64_t n) {
+  float amax = 0.0f;
+  for (std::int64_t d = 0; d < n; ++d) amax = std::max(amax, std::fabs(x[d]));
+  const float scale = amax / edge::kernels::fp8_e4m3_traits::max;
+  std::vector<float> out(static_cast<std::size_t>(n), 0.0f);
+  if (scale == 0.0f) return out;
+  for (std::int64_t d = 0; d < n; ++d) {
+    out[static_cast<std::size_t>(d)] = edge::kernels::fp8_e4m3_to_float(edge::kernels::float_to_fp8_e4m3(x[d] / scale)) * scale;
+  }
+  return out;
+}
+
+// Values as the cache holds them, decoded: per element for unscaled dtypes, per
+// (token, kv head) row of head_dim values for fp8.
+std::vector<float> cache_values(const std::vector<float>& x, dtype type, std::int64_t head_dim) {
+  if (type != dtype::fp8_e4m3) return edge::testing::encode(x, type).decoded;
+  std::vector<float> out;
+  for (std::size_t row = 0; row < x.size(); row += static_cast<std::size_t>(head_dim)) {
+    const auto r = fp8_row_dequantized(x.data() + row, head_dim);
+    out.insert(out.end(), r.begin(), r.end());
+  }
+  return out;
+}
+
 // A paged cache holding `seqs` sequences of random K/V, their blocks scattered over the pool.
 struct fixture {
   std::int64_t heads, kv_heads, head_dim, block_size, num_blocks, table_stride;
@@ -22,6 +49,7 @@ struct fixture {
   std::vector<std::int64_t> lengths;    // positions per sequence
   std::vector<std::int32_t> tables;     // [seqs, table_stride]
   std::vector<std::byte> k_cache, v_cache;
+  std::vector<float> k_scales, v_scales;  // [num_blocks, kv_heads, block_size]; fp8 only
   std::vector<float> k_values, v_values;  // decoded, [seq][pos][kv_head][d] flattened per sequence offset
   std::vector<std::int64_t> seq_offset;   // first row of each sequence in k_values
 
@@ -46,6 +74,10 @@ struct fixture {
     const std::size_t cache_elems = static_cast<std::size_t>(num_blocks * kv_heads * bs * hd);
     k_cache.assign(cache_elems * edge::kernels::dtype_size(type), std::byte{0});
     v_cache.assign(k_cache.size(), std::byte{0});
+    if (edge::kernels::kv_cache_scaled(type)) {
+      k_scales.assign(static_cast<std::size_t>(num_blocks * kv_heads * bs), 0.0f);
+      v_scales.assign(k_scales.size(), 0.0f);
+    }
 
     // Write every sequence's rows through the real kv_cache_write kernel.
     std::int64_t rows = 0;
@@ -62,13 +94,17 @@ struct fixture {
       }
     }
     edge::kernels::kv_cache_write_params w{.k = k.data(), .v = v.data(), .k_cache = k_cache.data(),
-                                           .v_cache = v_cache.data(), .kv_type = type, .slots = slots.data(),
+                                           .v_cache = v_cache.data(), .k_scales = scales(k_scales),
+                                           .v_scales = scales(v_scales), .kv_type = type, .slots = slots.data(),
                                            .tokens = rows, .num_kv_heads = kv_heads, .head_dim = hd,
                                            .block_size = bs, .num_blocks = num_blocks, .kv_stride = kv_heads * hd};
     REQUIRE(edge::kernels::run_kv_cache_write(w, {}).ok());
-    k_values = edge::testing::encode(k, type).decoded;
-    v_values = edge::testing::encode(v, type).decoded;
+    k_values = cache_values(k, type, hd);
+    v_values = cache_values(v, type, hd);
   }
+
+  static float* scales(std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
+  static const float* scales(const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); }
 
   // Two-pass softmax attention in double for (query row of token at `pos` of `seq`).
   std::vector<double> reference(const float* q, std::int64_t seq, std::int64_t pos, float scale) const {
@@ -97,7 +133,8 @@ struct fixture {
 
   edge::kernels::paged_attention_params params(const float* q, float* out, const std::int32_t* seq,
                                                const std::int32_t* pos, std::int64_t tokens) const {
-    return {.q = q, .out = out, .k_cache = k_cache.data(), .v_cache = v_cache.data(), .kv_type = kv_type,
+    return {.q = q, .out = out, .k_cache = k_cache.data(), .v_cache = v_cache.data(), .k_scales = scales(k_scales),
+            .v_scales = scales(v_scales), .kv_type = kv_type,
             .seq = seq, .pos = pos, .block_tables = tables.data(), .tokens = tokens, .num_heads = heads,
             .num_kv_heads = kv_heads, .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
             .block_table_stride = table_stride, .q_stride = heads * head_dim, .out_stride = heads * head_dim,
@@ -111,7 +148,10 @@ TEST_CASE("paged attention matches two-pass softmax attention over scattered blo
   edge::thread_pool pool(2);
   struct shape { std::int64_t heads, kv_heads, head_dim, block_size; dtype type; };
   for (const shape& sh : {shape{8, 4, 8, 16, dtype::f32}, shape{4, 4, 64, 1, dtype::f32}, shape{8, 2, 128, 8, dtype::bf16},
-                          shape{14, 2, 64, 16, dtype::f16}, shape{2, 1, 97, 16, dtype::f32}}) {
+                          shape{14, 2, 64, 16, dtype::f16}, shape{2, 1, 97, 16, dtype::f32},
+                          shape{8, 2, 128, 8, dtype::fp8_e4m3}, shape{4, 4, 64, 1, dtype::fp8_e4m3},
+                          shape{14, 2, 64, 16, dtype::fp8_e4m3}, shape{2, 1, 97, 16, dtype::fp8_e4m3}}) {
+    CAPTURE(edge::kernels::to_string(sh.type));
     CAPTURE(sh.heads);
     CAPTURE(sh.head_dim);
     CAPTURE(sh.block_size);
@@ -133,20 +173,158 @@ TEST_CASE("paged attention matches two-pass softmax attention over scattered blo
 }
 
 TEST_CASE("paged attention gives each token the same bits alone or in a batch") {
-  fixture f({40, 9, 33}, 8, 2, 64, 16, dtype::bf16);
-  std::vector<std::int32_t> seq = {0, 1, 2, 0, 2};
-  std::vector<std::int32_t> pos = {39, 8, 32, 5, 0};
-  const std::int64_t row = 8 * 64;
-  const auto q = edge::testing::random_floats(seq.size() * static_cast<std::size_t>(row), 24);
-  edge::thread_pool pool(2);
-  std::vector<float> together(q.size());
-  REQUIRE(edge::kernels::run_paged_attention(f.params(q.data(), together.data(), seq.data(), pos.data(), 5), {.pool = &pool}).ok());
-  for (std::size_t t = 0; t < seq.size(); ++t) {
-    std::vector<float> alone(static_cast<std::size_t>(row));
-    REQUIRE(edge::kernels::run_paged_attention(
-                f.params(q.data() + t * static_cast<std::size_t>(row), alone.data(), &seq[t], &pos[t], 1), {})
-                .ok());
-    CHECK(std::memcmp(alone.data(), together.data() + t * static_cast<std::size_t>(row), static_cast<std::size_t>(row) * sizeof(float)) == 0);
+  for (dtype type : {dtype::bf16, dtype::fp8_e4m3}) {
+    CAPTURE(edge::kernels::to_string(type));
+    fixture f({40, 9, 33}, 8, 2, 64, 16, type);
+    std::vector<std::int32_t> seq = {0, 1, 2, 0, 2};
+    std::vector<std::int32_t> pos = {39, 8, 32, 5, 0};
+    const std::int64_t row = 8 * 64;
+    const auto q = edge::testing::random_floats(seq.size() * static_cast<std::size_t>(row), 24);
+    edge::thread_pool pool(2);
+    std::vector<float> together(q.size());
+    REQUIRE(edge::kernels::run_paged_attention(f.params(q.data(), together.data(), seq.data(), pos.data(), 5), {.pool = &pool}).ok());
+    CHECK(edge::testing::all_finite(together));
+    for (std::size_t t = 0; t < seq.size(); ++t) {
+      std::vector<float> alone(static_cast<std::size_t>(row));
+      REQUIRE(edge::kernels::run_paged_attention(
+                  f.params(q.data() + t * static_cast<std::size_t>(row), alone.data(), &seq[t], &pos[t], 1), {})
+                  .ok());
+      CHECK(std::memcmp(alone.data(), together.data() + t * static_cast<std::size_t>(row), static_cast<std::size_t>(row) * sizeof(float)) == 0);
+    }
+  }
+}
+
+namespace {
+
+// Half the distance from |y| to the next E4M3 value: E4M3 steps are 2^(e - 3) in the binade
+// [2^e, 2^(e+1)), and 2^-9 throughout the subnormals below 2^-6.
+double fp8_half_step(double y) {
+  const int binade = std::max(static_cast<int>(std::floor(std::log2(std::fabs(y)))), -6);
+  return std::ldexp(0.5, binade - edge::kernels::fp8_e4m3_traits::mantissa_bits);
+}
+
+}  // namespace
+
+TEST_CASE("an FP8 KV row reads back within half an E4M3 step of x / scale, times the scale") {
+  const std::int64_t kv_heads = 2, head_dim = 96, block_size = 16, num_blocks = 2;
+  // Rows (token, head): ordinary data, wide dynamic range, one outlier among tiny values (they
+  // go subnormal), a row of zeros and a row of negative zeros.
+  std::vector<float> k = edge::testing::random_floats(static_cast<std::size_t>(5 * kv_heads * head_dim), 31);
+  std::vector<float> v = edge::testing::random_floats(k.size(), 32, 40.0f);
+  std::mt19937 rng(33);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(head_dim); ++i) {
+    k[static_cast<std::size_t>(head_dim) + i] *= std::ldexp(1.0f, static_cast<int>(rng() % 24) - 12);
+    k[static_cast<std::size_t>(2 * head_dim) + i] *= 1e-3f;
+  }
+  k[static_cast<std::size_t>(2 * head_dim)] = 250.0f;
+  std::fill_n(k.begin() + 3 * head_dim, head_dim, 0.0f);
+  std::fill_n(v.begin() + 3 * head_dim, head_dim, -0.0f);
+  const std::vector<std::int64_t> slots = {3, 16, 31, 0, 17};  // scattered over both blocks
+  const auto tokens = static_cast<std::int64_t>(slots.size());
+
+  std::vector<std::uint8_t> k_cache(static_cast<std::size_t>(num_blocks * kv_heads * block_size * head_dim));
+  std::vector<std::uint8_t> v_cache(k_cache.size());
+  std::vector<float> k_scales(static_cast<std::size_t>(num_blocks * kv_heads * block_size), -1.0f);
+  std::vector<float> v_scales(k_scales.size(), -1.0f);
+  REQUIRE(edge::kernels::run_kv_cache_write({.k = k.data(), .v = v.data(), .k_cache = k_cache.data(),
+                                             .v_cache = v_cache.data(), .k_scales = k_scales.data(),
+                                             .v_scales = v_scales.data(), .kv_type = dtype::fp8_e4m3,
+                                             .slots = slots.data(), .tokens = tokens, .num_kv_heads = kv_heads,
+                                             .head_dim = head_dim, .block_size = block_size,
+                                             .num_blocks = num_blocks, .kv_stride = kv_heads * head_dim},
+                                            {})
+              .ok());
+
+  int rows_checked = 0, zero_rows = 0;
+  double largest_error = 0.0;
+  for (auto [input, codes, scales] : {std::tuple{&k, &k_cache, &k_scales}, std::tuple{&v, &v_cache, &v_scales}}) {
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      for (std::int64_t h = 0; h < kv_heads; ++h) {
+        const float* x = input->data() + (t * kv_heads + h) * head_dim;
+        const std::int64_t row = (slots[static_cast<std::size_t>(t)] / block_size * kv_heads + h) * block_size +
+                                 slots[static_cast<std::size_t>(t)] % block_size;
+        const std::uint8_t* code = codes->data() + row * head_dim;
+        const float scale = (*scales)[static_cast<std::size_t>(row)];
+        float amax = 0.0f;
+        for (std::int64_t d = 0; d < head_dim; ++d) amax = std::max(amax, std::fabs(x[d]));
+        CHECK(scale == amax / edge::kernels::fp8_e4m3_traits::max);
+        if (amax == 0.0f) {
+          ++zero_rows;
+          for (std::int64_t d = 0; d < head_dim; ++d) CHECK(edge::kernels::fp8_e4m3_to_float(code[d]) == 0.0f);
+          continue;
+        }
+        float largest_code = 0.0f;
+        for (std::int64_t d = 0; d < head_dim; ++d) {
+          const double y = static_cast<double>(x[d]) / scale;
+          const double q = edge::kernels::fp8_e4m3_to_float(code[d]);
+          largest_code = std::max(largest_code, std::fabs(static_cast<float>(q)));
+          // The quotient x / scale is itself rounded to float first: allow its half ulp.
+          const double bound = fp8_half_step(y) + std::fabs(y) * 0x1p-24;
+          CHECK(std::fabs(q - y) <= bound);
+          const double dequantized = static_cast<double>(static_cast<float>(q) * scale);
+          CHECK(std::fabs(dequantized - x[d]) <= (bound + std::fabs(y) * 0x1p-23) * scale);
+          largest_error = std::max(largest_error, std::fabs(q - y) / fp8_half_step(y));
+        }
+        CHECK(largest_code == edge::kernels::fp8_e4m3_traits::max);  // the row's largest value uses the top code
+        ++rows_checked;
+      }
+    }
+  }
+  CHECK(rows_checked == 2 * tokens * kv_heads - 2);
+  CHECK(zero_rows == 2);
+  CHECK(largest_error > 0.5);  // the data really was rounded, up to the bound
+}
+
+TEST_CASE("every E4M3 code in an FP8 V row reads back exactly through attention") {
+  // One KV head of 256 dims holding each of the 256 codes once (scaled by an awkward factor),
+  // and a context of one token: its softmax weight is exactly 1, so the output is that V row
+  // dequantized, which each code path must produce bit for bit (NaN codes as NaN).
+  const std::int64_t head_dim = 256, block_size = 4, num_blocks = 2;
+  std::vector<float> v(static_cast<std::size_t>(head_dim));
+  for (std::size_t code = 0; code < v.size(); ++code) {
+    v[code] = edge::kernels::fp8_e4m3_to_float(static_cast<std::uint8_t>(code)) * 0.37f;
+  }
+  const auto k = edge::testing::random_floats(v.size(), 41);
+  std::vector<std::uint8_t> k_cache(static_cast<std::size_t>(num_blocks * block_size * head_dim));
+  std::vector<std::uint8_t> v_cache(k_cache.size());
+  std::vector<float> k_scales(static_cast<std::size_t>(num_blocks * block_size)), v_scales(k_scales.size());
+  const std::int64_t slot = 4;  // block 1, offset 0
+  REQUIRE(edge::kernels::run_kv_cache_write({.k = k.data(), .v = v.data(), .k_cache = k_cache.data(),
+                                             .v_cache = v_cache.data(), .k_scales = k_scales.data(),
+                                             .v_scales = v_scales.data(), .kv_type = dtype::fp8_e4m3,
+                                             .slots = &slot, .tokens = 1, .num_kv_heads = 1, .head_dim = head_dim,
+                                             .block_size = block_size, .num_blocks = num_blocks,
+                                             .kv_stride = head_dim},
+                                            {})
+              .ok());
+  const std::uint8_t* codes = v_cache.data() + slot * head_dim;
+  const float scale = v_scales[static_cast<std::size_t>(slot)];
+  for (std::size_t code = 0; code < v.size(); ++code) {
+    const bool is_nan = (code & edge::kernels::fp8_e4m3_traits::abs_mask) == edge::kernels::fp8_e4m3_traits::nan_code;
+    CHECK(codes[code] == (is_nan ? edge::kernels::fp8_e4m3_traits::nan_code : code));
+  }
+
+  // Position 0 of a sequence whose block table is {1}.
+  const std::vector<std::int32_t> table = {1};
+  const std::int32_t seq = 0, pos = 0;
+  const auto q = edge::testing::random_floats(v.size(), 42);
+  std::vector<float> out(v.size());
+  REQUIRE(edge::kernels::run_paged_attention(
+              {.q = q.data(), .out = out.data(), .k_cache = k_cache.data(), .v_cache = v_cache.data(),
+               .k_scales = k_scales.data(), .v_scales = v_scales.data(), .kv_type = dtype::fp8_e4m3,
+               .seq = &seq, .pos = &pos, .block_tables = table.data(), .tokens = 1, .num_heads = 1,
+               .num_kv_heads = 1, .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
+               .block_table_stride = 1, .q_stride = head_dim, .out_stride = head_dim, .scale = 0.0625f},
+              {})
+              .ok());
+  for (std::size_t d = 0; d < v.size(); ++d) {
+    CAPTURE(d);
+    const float expected = edge::kernels::fp8_e4m3_to_float(codes[d]) * scale;
+    if (std::isnan(expected)) {
+      CHECK(std::isnan(out[d]));
+    } else {
+      CHECK(out[d] == expected);
+    }
   }
 }
 
@@ -162,4 +340,20 @@ TEST_CASE("paged attention and the cache write reject out-of-range blocks and sl
                                          .v_cache = f.v_cache.data(), .slots = &slot, .tokens = 1, .num_kv_heads = 1,
                                          .head_dim = 16, .block_size = 16, .num_blocks = f.num_blocks, .kv_stride = 16};
   CHECK_FALSE(edge::kernels::run_kv_cache_write(w, {}).ok());
+
+  // An FP8 cache without its scales.
+  fixture fp8({20}, 2, 1, 16, 16, dtype::fp8_e4m3);
+  pos = 19;
+  auto missing = fp8.params(q.data(), out.data(), &seq, &pos, 1);
+  CHECK(edge::kernels::run_paged_attention(missing, {}).ok());
+  missing.v_scales = nullptr;
+  CHECK_FALSE(edge::kernels::run_paged_attention(missing, {}).ok());
+  slot = 0;
+  w.k_cache = fp8.k_cache.data();
+  w.v_cache = fp8.v_cache.data();
+  w.kv_type = dtype::fp8_e4m3;
+  CHECK_FALSE(edge::kernels::run_kv_cache_write(w, {}).ok());
+  w.k_scales = fp8.k_scales.data();
+  w.v_scales = fp8.v_scales.data();
+  CHECK(edge::kernels::run_kv_cache_write(w, {}).ok());
 }

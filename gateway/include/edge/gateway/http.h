@@ -35,6 +35,9 @@ struct exchange_settings {
 // One request and the means to answer it. Created and used on its connection's strand only.
 class exchange {
  public:
+  // The status recorded for a request whose client left before it was answered.
+  static constexpr unsigned client_closed_request = 499;
+
   exchange(beast::tcp_stream& stream, const request& req, std::string request_id, path_params params,
            exchange_settings settings);
 
@@ -51,6 +54,25 @@ class exchange {
   // At most one response per exchange.
   asio::awaitable<void> respond(response res);
 
+  // A response whose body is written as it is produced (Server-Sent Events and the like),
+  // instead of respond(): begin_stream() once with the status and headers, then write_chunk()
+  // per piece (each written at once, as one HTTP chunk, under the write timeout), then
+  // end_stream(). HTTP/1.1 uses chunked transfer encoding; for HTTP/1.0 the body runs to the
+  // connection's close. Each returns false once a write failed: the client is gone, and the
+  // connection will not be reused.
+  asio::awaitable<bool> begin_stream(http::response_header<> header);
+  asio::awaitable<bool> write_chunk(std::string_view data);
+  asio::awaitable<bool> end_stream();
+  bool streaming() const { return streaming_; }
+
+  // Completes when the client closes the connection or it fails (true: the exchange counts as
+  // answered with client_closed_request unless it was), or when the client
+  // sends more bytes while this request is being answered (false: a pipelined request, which
+  // the caller should leave unread and stop watching). Lets a handler that waits for something
+  // else notice at once that nobody is left to answer; await it only with another operation
+  // (awaitable operator ||), as it reads nothing.
+  asio::awaitable<bool> watch_disconnect();
+
   unsigned status_code() const { return status_code_; }
   bool responded() const { return status_code_ != 0; }
   // Whether the connection may carry another request after this one.
@@ -64,6 +86,8 @@ class exchange {
   exchange_settings settings_;
   unsigned status_code_ = 0;
   bool keep_alive_ = false;
+  bool streaming_ = false;
+  bool chunked_ = false;
 };
 
 using handler = std::function<asio::awaitable<void>(exchange&)>;

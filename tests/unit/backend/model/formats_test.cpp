@@ -4,6 +4,7 @@
 #include "edge/backend/model/formats.h"
 #include "edge/backend/model/safetensors.h"
 #include "model_test_support.h"
+#include "weight_test_support.h"
 #include "test_support.h"
 
 using namespace edge::backend;
@@ -12,14 +13,35 @@ namespace t = edge::testing;
 
 namespace {
 
-std::vector<const tensor_view*> all_weights(const model_weights& w) {
-  std::vector<const tensor_view*> views = {&w.token_embedding, &w.final_norm, &w.lm_head};
-  for (const auto& l : w.layers) {
-    for (const auto* v : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-      views.push_back(v);
-    }
+// Every weight of a model, as (name, comparison with the same weight of another model).
+struct weight_pair {
+  std::string name;
+  bool same;
+};
+std::vector<weight_pair> compare_weights(const model_weights& a, const model_weights& b) {
+  std::vector<weight_pair> out;
+  auto vec = [&](const tensor_view& x, const tensor_view& y) { out.push_back({y.name, t::same_bytes(x, y)}); };
+  auto mat = [&](const edge::backend::weight_matrix& x, const edge::backend::weight_matrix& y) {
+    out.push_back({y.name, t::same_bytes(x, y)});
+  };
+  vec(a.token_embedding, b.token_embedding);
+  vec(a.final_norm, b.final_norm);
+  mat(a.lm_head, b.lm_head);
+  if (a.layers.size() != b.layers.size()) return {};
+  for (std::size_t i = 0; i < a.layers.size(); ++i) {
+    const auto& l = a.layers[i];
+    const auto& m = b.layers[i];
+    vec(l.attn_norm, m.attn_norm);
+    vec(l.ffn_norm, m.ffn_norm);
+    mat(l.wq, m.wq);
+    mat(l.wk, m.wk);
+    mat(l.wv, m.wv);
+    mat(l.wo, m.wo);
+    mat(l.w_gate, m.w_gate);
+    mat(l.w_up, m.w_up);
+    mat(l.w_down, m.w_down);
   }
-  return views;
+  return out;
 }
 
 // A minimal config.json; `extra` is spliced in before the closing brace.
@@ -80,13 +102,11 @@ TEST_CASE("the stories260K llama2.c checkpoint holds the GGUF's model, bit for b
 
   // llama.cpp's llama2.c converter does not permute Q/K: llama2.c already uses adjacent-pair
   // RoPE, so every tensor, Q and K included, is the same bytes in both files.
-  const auto from_bin = all_weights(checkpoint->weights);
-  const auto from_gguf = all_weights(*gguf_weights);
-  REQUIRE(from_bin.size() == from_gguf.size());
-  REQUIRE(from_bin.size() == 3 + 5 * 9);
-  for (std::size_t i = 0; i < from_bin.size(); ++i) {
-    CAPTURE(from_gguf[i]->name);
-    CHECK(t::same_bytes(*from_bin[i], *from_gguf[i]));
+  const auto pairs = compare_weights(checkpoint->weights, *gguf_weights);
+  REQUIRE(pairs.size() == 3 + 5 * 9);
+  for (const auto& pair : pairs) {
+    CAPTURE(pair.name);
+    CHECK(pair.same);
   }
   CHECK(checkpoint->weights.lm_head.data == checkpoint->weights.token_embedding.data);
   CHECK(gguf_weights->layers[2].wq.name == "blk.2.attn_q.weight");

@@ -285,9 +285,10 @@ TEST_CASE("tensor infos are validated against the data section") {
     CHECK(parsed.error().message().find("duplicate tensor name \"w\"") != std::string::npos);
   }
   SUBCASE("quantized and unknown types are named") {
-    auto quantized = parse_gguf(tensors_gguf({{"blk.0.attn_q.weight", {32}, t::ggml_q4_0, std::vector<std::byte>(18)}}));
+    constexpr std::uint32_t ggml_q4_1 = 3;
+    auto quantized = parse_gguf(tensors_gguf({{"blk.0.attn_q.weight", {32}, ggml_q4_1, std::vector<std::byte>(20)}}));
     CHECK(quantized.error().code() == status_code::invalid_argument);
-    CHECK(quantized.error().message() == "unsupported tensor type Q4_0 (2) for tensor \"blk.0.attn_q.weight\"");
+    CHECK(quantized.error().message() == "unsupported tensor type Q4_1 (3) for tensor \"blk.0.attn_q.weight\"");
     auto unknown = parse_gguf(tensors_gguf({{"x", {4}, 77, data16}}));
     CHECK(unknown.error().code() == status_code::invalid_argument);
     CHECK(unknown.error().message().find("unknown tensor type 77 for tensor \"x\"") != std::string::npos);

@@ -4,6 +4,7 @@
 #include "edge/backend/model/model.h"
 #include "edge/backend/model/synthetic.h"
 #include "model_test_support.h"
+#include "weight_test_support.h"
 #include "test_support.h"
 
 using namespace edge::backend;

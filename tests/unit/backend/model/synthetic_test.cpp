@@ -8,6 +8,7 @@
 #include "edge/backend/model/safetensors.h"
 #include "edge/backend/model/synthetic.h"
 #include "model_test_support.h"
+#include "weight_test_support.h"
 #include "test_support.h"
 
 using namespace edge::backend;
@@ -73,7 +74,7 @@ gguf_model_parts read_gguf(const fs::path& path) {
 }
 
 // Row r of a [rows, cols] tensor as floats.
-std::vector<float> row_of(const tensor_view& v, std::int64_t r) {
+std::vector<float> row_of(const edge::backend::weight_matrix& v, std::int64_t r) {
   std::vector<float> values;
   for (std::int64_t c = 0; c < v.cols(); ++c) values.push_back(t::element(v, r * v.cols() + c));
   return values;

@@ -1,8 +1,11 @@
 // The format-specific halves of load_model (model.h): hyperparameters and weight views from
 // each checkpoint format, before a tokenizer is attached. Every weight is checked for the
-// exact shape the configuration implies and for a dtype edgeinfer reads.
+// exact shape the configuration implies and for a dtype edgeinfer reads, and the projection
+// matrices are converted to the weight format asked for (weight_options).
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -12,16 +15,35 @@
 #include "edge/backend/model/tensor.h"
 #include "edge/common/status.h"
 
+namespace edge {
+class thread_pool;
+}
+
 namespace edge::backend {
 
 struct parsed_config {
   model_config config;
   bool synthetic = false;  // written by `edgeinfer make-model`
+  // config.json's compressed-tensors quantization_config: int4 (pack-quantized, symmetric,
+  // groups or channels) or fp8 (float-quantized, E4M3, channels or the whole tensor).
+  std::optional<kernels::weight_format> quantized;
+};
+
+// What the weight binders make of the projection matrices (load_options::weight_dtype).
+struct weight_options {
+  std::optional<kernels::weight_format> target;  // nullopt: as stored
+  thread_pool* pool = nullptr;                    // conversions run on it; null: on the caller
+  // Told the bytes of each projection that was converted into a buffer of its own: load_model
+  // releases those file pages.
+  std::function<void(std::span<const std::byte>)> on_converted;
 };
 
 // config.json of a Hugging Face folder (LlamaForCausalLM, Qwen2ForCausalLM,
 // MistralForCausalLM). RoPE layout half_split. Unsupported features (other rope_scaling types,
-// biases on o_proj or the MLP, activations other than SiLU) are unimplemented.
+// biases on o_proj or the MLP, activations other than SiLU, quantization other than
+// compressed-tensors' symmetric W4A16 and FP8 weights) are unimplemented. Activation
+// quantization in a compressed-tensors config (W8A8 FP8 checkpoints) is accepted and not
+// applied: activations stay in float.
 result<parsed_config> parse_hf_config(std::string_view config_json);
 
 // The hyperparameters in a GGUF's metadata (general.architecture "llama" or "qwen2"). Llama 3
@@ -30,17 +52,21 @@ result<parsed_config> config_from_gguf(const gguf_file& file);
 
 // Binds the named tensors of each format to the model's weights. A missing tensor, a shape
 // other than the configuration's or an unreadable dtype is invalid_argument naming the tensor.
-result<model_weights> weights_from_gguf(const gguf_file& file, const model_config& config);
-result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, const model_config& config);
+// Hugging Face projections may be stored as compressed-tensors' `<name>.weight_packed` +
+// `weight_scale` + `weight_shape` (INT4) or an F8_E4M3 `<name>.weight` + `weight_scale`.
+result<model_weights> weights_from_gguf(const gguf_file& file, const model_config& config,
+                                        const weight_options& options = {});
+result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, const model_config& config,
+                                      const weight_options& options = {});
 
 // A llama2.c checkpoint (legacy version 0: seven int32 hyperparameters, then F32 arrays). The
 // header must be plausible and the size exact; anything else is invalid_argument, so this also
 // serves to recognise the format.
 struct llama2c_checkpoint {
   model_config config;
-  model_weights weights;  // views into the bytes parsed
+  model_weights weights;  // views into the bytes parsed, or converted per the options
 };
-result<llama2c_checkpoint> parse_llama2c(std::span<const std::byte> bytes);
+result<llama2c_checkpoint> parse_llama2c(std::span<const std::byte> bytes, const weight_options& options = {});
 
 // "[4096, 128256]".
 std::string shape_to_string(std::span<const std::int64_t> shape);

@@ -21,8 +21,10 @@
 namespace edge::backend {
 
 // GGUF's ggml tensor types that edgeinfer reads (the numbering is the file format's). Other
-// types are rejected by name ("unsupported tensor type Q4_0 (2) for tensor ...").
-enum class ggml_type : std::uint32_t { f32 = 0, f16 = 1, bf16 = 30 };
+// types are rejected by name ("unsupported tensor type Q4_K (12) for tensor ..."). Q4_0 and
+// Q8_0 tensors (tensor_encoding::ggml_q4_0 / ggml_q8_0) must have rows of whole 32-element
+// blocks; load_model repacks or converts them (model.h).
+enum class ggml_type : std::uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8, bf16 = 30 };
 
 struct gguf_value;
 using gguf_array = std::vector<gguf_value>;

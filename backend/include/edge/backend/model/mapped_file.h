@@ -25,6 +25,9 @@ class mapped_file {
 
   // Asks the kernel to start reading [offset, offset + length) in ahead of use (advice only).
   void advise_will_need(std::size_t offset, std::size_t length) const;
+  // Drops the whole pages inside [offset, offset + length) from the process (bytes converted
+  // into a buffer of their own and not needed any more); touching them again reads the file.
+  void release(std::size_t offset, std::size_t length) const;
 
  private:
   mapped_file(std::filesystem::path path, const std::byte* data, std::size_t size)

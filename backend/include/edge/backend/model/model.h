@@ -1,16 +1,31 @@
 // A loaded Llama-family model: hyperparameters, weight views, tokenizer and chat template.
 //
 // Formats (chosen by content, not by name):
-//   * a GGUF file (architecture "llama"; tensors F32/F16/BF16; tokenizer from its metadata)
+//   * a GGUF file (architecture "llama"; tensors F32/F16/BF16/Q4_0/Q8_0; tokenizer from its
+//     metadata)
 //   * a llama2.c checkpoint (.bin), with its tokenizer file beside it or given explicitly
 //   * a Hugging Face folder: config.json (LlamaForCausalLM, Qwen2ForCausalLM,
 //     MistralForCausalLM), model.safetensors or sharded *.safetensors with
-//     model.safetensors.index.json, tokenizer.json, tokenizer_config.json
+//     model.safetensors.index.json, tokenizer.json, tokenizer_config.json (or, for folders that
+//     `edgeinfer quantize` wrote from a GGUF or llama2.c model, tokenizer.gguf / tokenizer.bin);
+//     weights in F32/F16/BF16 or compressed-tensors' pack-quantized INT4 (weight_packed,
+//     weight_scale, weight_shape) and float-quantized FP8 (F8_E4M3 weight, weight_scale)
+//
+// Projection matrices (Q, K, V, O, gate, up, down) become load_options::weight_dtype: as stored
+// by default, where GGUF Q4_0 is repacked into INT4 with groups of 32 (the same numbers, no
+// requantization) and GGUF Q8_0 becomes f16 (every value is an int8 times an f16 scale; f16 rounds
+// it to 11 significant bits, bf16 would keep 8); or quantized on load to int4 / fp8 (round to
+// nearest, edge/kernels/weight_format.h), or converted to bf16 / f16 / f32. A quantized source
+// is dequantized exactly before it is converted. The token embedding and the classifier are
+// never quantized on load (as llm-compressor's W4A16 / W8A16 recipes leave lm_head and the
+// embedding in 16 bits): with int4 or fp8 they stay as stored (Q4_0/Q8_0 embeddings become f16),
+// with bf16 / f16 / f32 they are converted too.
 //
 // Weights are used in place from the file mappings wherever their layout allows (a tensor a
-// file places at an address misaligned for its type is copied into owned_buffers). Every page
-// of every weight is read in before load_model returns, so the first request does not wait on
-// the disk. RoPE layout: adjacent_pairs for GGUF "llama" (llama.cpp's converter permutes the
+// file places at an address misaligned for its type is copied into a buffer the model owns);
+// converted matrices live in model_weights::storage, and the file pages they came from are
+// released. Every page of every tensor is read in before load_model returns, so the first
+// request does not wait on the disk. RoPE layout: adjacent_pairs for GGUF "llama" (llama.cpp's converter permutes the
 // Q/K rows of Hugging Face checkpoints for it) and llama2.c; half_split for Hugging Face
 // folders and GGUF "qwen2".
 #pragma once
@@ -32,26 +47,31 @@
 namespace edge::backend {
 
 struct layer_weights {
-  tensor_view attn_norm;  // [hidden]
-  tensor_view wq;         // [num_heads * head_dim, hidden]
-  tensor_view wk;         // [num_kv_heads * head_dim, hidden]
-  tensor_view wv;         // [num_kv_heads * head_dim, hidden]
-  tensor_view wo;         // [hidden, num_heads * head_dim]
-  tensor_view bq;         // [num_heads * head_dim]     (Qwen2 only; absent otherwise)
-  tensor_view bk;         // [num_kv_heads * head_dim]  (Qwen2 only)
-  tensor_view bv;         // [num_kv_heads * head_dim]  (Qwen2 only)
-  tensor_view ffn_norm;   // [hidden]
-  tensor_view w_gate;     // [intermediate, hidden]
-  tensor_view w_up;       // [intermediate, hidden]
-  tensor_view w_down;     // [hidden, intermediate]
+  tensor_view attn_norm;   // [hidden]
+  weight_matrix wq;        // [num_heads * head_dim, hidden]
+  weight_matrix wk;        // [num_kv_heads * head_dim, hidden]
+  weight_matrix wv;        // [num_kv_heads * head_dim, hidden]
+  weight_matrix wo;        // [hidden, num_heads * head_dim]
+  tensor_view bq;          // [num_heads * head_dim]     (Qwen2 only; absent otherwise)
+  tensor_view bk;          // [num_kv_heads * head_dim]  (Qwen2 only)
+  tensor_view bv;          // [num_kv_heads * head_dim]  (Qwen2 only)
+  tensor_view ffn_norm;    // [hidden]
+  weight_matrix w_gate;    // [intermediate, hidden]
+  weight_matrix w_up;      // [intermediate, hidden]
+  weight_matrix w_down;    // [hidden, intermediate]
 };
 
 struct model_weights {
   tensor_view token_embedding;  // [vocab, hidden]
   std::vector<layer_weights> layers;
   tensor_view final_norm;       // [hidden]
-  tensor_view lm_head;          // [vocab, hidden]; the token embedding when tied
+  weight_matrix lm_head;        // [vocab, hidden]; the token embedding's data when tied and not converted
+  // Buffers that converted or realigned weights point into.
+  std::vector<std::shared_ptr<const std::byte[]>> storage;
 };
+
+// The format of the projection matrices (what --weight-dtype chose).
+kernels::weight_format projection_format(const model_weights& weights);
 
 enum class model_format { gguf, llama2c, hugging_face };
 
@@ -64,9 +84,8 @@ struct model {
   chat_template_kind chat_template = chat_template_kind::plain;
   bool synthetic = false;  // written by `edgeinfer make-model`: random weights
 
-  // What the views point into.
+  // What the views point into, besides weights.storage.
   std::vector<std::shared_ptr<const mapped_file>> files;
-  std::vector<std::vector<std::byte>> owned_buffers;
 };
 
 struct load_options {
@@ -76,14 +95,17 @@ struct load_options {
   // Overrides the template recognised from the model's own Jinja template (GGUF
   // tokenizer.chat_template, tokenizer_config.json "chat_template" or chat_template.jinja).
   std::optional<chat_template_kind> chat_template;
+  // What the projection matrices become (see above); nullopt ("auto"): as stored.
+  std::optional<kernels::weight_format> weight_dtype;
   // Called with (bytes done, bytes total) while weights are read; may be empty.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
 
 // Errors say which file: not_found for a missing model or tokenizer; invalid_argument for a file
-// in no format edgeinfer reads, a tensor type it does not read (the quantized GGUF types, for
-// now) or a tensor whose shape disagrees with the configuration; data_loss for truncation;
-// unimplemented for architectures and features not supported (e.g. other RoPE scaling types).
+// in no format edgeinfer reads, a tensor type it does not read (GGUF's K-quants, for example) or
+// a tensor whose shape disagrees with the configuration; data_loss for truncation;
+// unimplemented for architectures and features not supported (e.g. other RoPE scaling types,
+// asymmetric or activation-ordered compressed-tensors checkpoints).
 result<std::unique_ptr<model>> load_model(const load_options& options);
 
 }  // namespace edge::backend

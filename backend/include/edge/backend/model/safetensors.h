@@ -22,7 +22,8 @@ struct safetensors_file {
 };
 
 // Validates every tensor's dtype, shape and range against the buffer. Only the dtypes
-// edgeinfer reads (F32, F16, BF16) are accepted; others are invalid_argument naming the tensor.
+// edgeinfer reads (F32, F16, BF16, F8_E4M3, and I32 / I64 for compressed-tensors' packed weights
+// and shapes) are accepted; others are invalid_argument naming the tensor.
 result<safetensors_file> parse_safetensors(std::span<const std::byte> bytes);
 
 // All tensors of a Hugging Face folder: model.safetensors, or every shard listed by

@@ -15,6 +15,7 @@
 #include "edge/backend/runtime/executor.h"
 #include "edge/backend/runtime/kv_block_pool.h"
 #include "edge/backend/runtime/sampler.h"
+#include "edge/backend/runtime/sequence_decoder.h"
 
 namespace edge::backend {
 
@@ -26,12 +27,10 @@ struct generation_request {
   std::vector<std::string> stop;  // stop strings
 };
 
-enum class finish_reason { stop, length };
-
 struct generation_output {
   std::vector<token_id> tokens;  // generated ids (a stop string's tokens included)
   std::string text;              // released text (up to, not including, a stop string)
-  finish_reason reason = finish_reason::length;
+  finish_reason reason = finish_reason::length;  // stop or length
 };
 
 struct generation_timing {

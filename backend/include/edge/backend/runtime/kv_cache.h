@@ -2,15 +2,22 @@
 // block holding block_size token slots for all KV heads. Which blocks are in use is
 // kv_block_pool's business.
 //
-//   K and V of layer l: [num_blocks, num_kv_heads, block_size, head_dim] of dtype
+//   K and V of layer l:               [num_blocks, num_kv_heads, block_size, head_dim] of dtype
+//   K and V scales of layer l (fp8):  [num_blocks, num_kv_heads, block_size] of f32
 //
-// A sequence owns a block table (its blocks in position order); position p lives in block
-// table[p / block_size] at offset p % block_size. Owned by the engine thread.
+// An fp8_e4m3 cache stores each (token, kv head) row of K and of V with its own f32 scale
+// (kernels/kv_cache_write/kv_cache_write.h has the rule); the scales are part of the cache's
+// memory and of its byte budget. A sequence owns a block table (its blocks in position order);
+// position p lives in block table[p / block_size] at offset p % block_size. Owned by the engine
+// thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "edge/common/status.h"
 #include "edge/kernels/dtype.h"
@@ -18,6 +25,7 @@
 namespace edge::backend {
 
 struct model_config;
+struct model;
 
 struct kv_cache_layout {
   std::int64_t num_layers = 0;
@@ -27,7 +35,7 @@ struct kv_cache_layout {
   std::int64_t num_blocks = 0;
   kernels::dtype dtype = kernels::dtype::f32;
 
-  // K and V of one token in every layer.
+  // K and V of one token in every layer, their scales included.
   std::size_t bytes_per_token() const;
   std::size_t bytes_per_block() const { return bytes_per_token() * static_cast<std::size_t>(block_size); }
   std::int64_t capacity_tokens() const { return num_blocks * block_size; }
@@ -47,16 +55,67 @@ class kv_cache {
 
   const kv_cache_layout& layout() const { return layout_; }
 
-  void* keys(std::int64_t layer) { return layer_base(layer, 0); }
-  void* values(std::int64_t layer) { return layer_base(layer, 1); }
+  void* keys(std::int64_t layer) { return region(layer, k_pool); }
+  void* values(std::int64_t layer) { return region(layer, v_pool); }
+  // Null unless kernels::kv_cache_scaled(layout().dtype).
+  float* key_scales(std::int64_t layer) { return scaled() ? static_cast<float*>(region(layer, k_scales)) : nullptr; }
+  float* value_scales(std::int64_t layer) { return scaled() ? static_cast<float*>(region(layer, v_scales)) : nullptr; }
 
  private:
+  // The regions of one layer, in memory order.
+  enum region_kind { k_pool, v_pool, k_scales, v_scales };
+
   explicit kv_cache(const kv_cache_layout& layout);
-  void* layer_base(std::int64_t layer, int which);
+  bool scaled() const { return scale_bytes_ != 0; }
+  void* region(std::int64_t layer, region_kind which);
 
   kv_cache_layout layout_;
-  std::size_t pool_bytes_ = 0;  // one K or V pool of one layer
+  std::size_t pool_bytes_ = 0;   // one K or V pool of one layer
+  std::size_t scale_bytes_ = 0;  // one layer's K or V scales; 0 for unscaled dtypes
   std::unique_ptr<std::byte, void (*)(void*)> memory_;
 };
+
+// ---- KV dtype choice --------------------------------------------------------------------
+
+// A --kv-cache-dtype value: "fp8" (E4M3; also "fp8_e4m3"), "bf16", "f16", "f32" (also
+// "fp16", "fp32"), or "auto" (nullopt). invalid_argument for anything else.
+result<std::optional<kernels::dtype>> parse_kv_cache_dtype(std::string_view name);
+
+// What "auto" means, as vLLM's auto does: the model's own dtype, i.e. that of its
+// floating-point weights (f32, f16 or bf16; bf16 when every weight is quantized). Never fp8:
+// an FP8 cache trades accuracy for capacity, which the user chooses.
+kernels::dtype auto_kv_cache_dtype(const model& m);
+
+// `requested`, or auto_kv_cache_dtype(m) when it is nullopt.
+kernels::dtype resolve_kv_cache_dtype(std::optional<kernels::dtype> requested, const model& m);
+
+// ---- capacity ----------------------------------------------------------------------------
+
+// What a KV budget holds, for the start-up log and the metrics. For the engine: log
+// format_kv_cache_capacity(capacity) once at start; export `tokens` as
+// edgeinfer_kv_cache_capacity_tokens, `num_blocks` as edgeinfer_kv_cache_blocks_total, and
+// cache_config_info{kv_dtype = kernels::to_string(dtype), block_size = block_size}. The layout
+// to allocate is kv_cache_layout::for_budget with the same arguments (its num_blocks is this
+// num_blocks).
+struct kv_cache_capacity {
+  kernels::dtype dtype = kernels::dtype::f32;
+  std::int64_t block_size = 0;
+  std::int64_t num_blocks = 0;
+  std::int64_t tokens = 0;         // num_blocks × block_size
+  std::size_t budget_bytes = 0;    // the budget asked for
+  std::size_t used_bytes = 0;      // what the whole blocks take (≤ budget_bytes)
+  std::size_t bytes_per_token = 0; // K and V of one token in every layer, scales included
+  std::int64_t bf16_tokens = 0;    // what a bf16 cache holds in the same budget
+  // Tokens per byte relative to a bf16 cache (bf16 bytes per token ÷ this dtype's): 0.5 for
+  // f32, 1 for f16, and for fp8 under 2 because of the scales: 1.94 at head_dim 128, 1.88 at
+  // 64, 1.33 at 8.
+  double ratio_to_bf16 = 0.0;
+};
+
+kv_cache_capacity kv_cache_capacity_for(const model_config& config, kernels::dtype dtype, std::int64_t block_size,
+                                        std::size_t budget_bytes);
+
+// "KV cache: fp8_e4m3, 1234 blocks × 16 tokens = 19744 tokens, 1.94× bf16 (10176 tokens) in 2 GiB"
+std::string format_kv_cache_capacity(const kv_cache_capacity& capacity);
 
 }  // namespace edge::backend

@@ -1,0 +1,178 @@
+// The serving engine: the one seam between the gateway and the model.
+//
+// One engine thread owns the executor, the KV block pool and the scheduler and runs steps of
+// continuous batching for as long as there is work. Other threads talk to it only through
+//   * submit(): validates the request on the caller's thread and queues it (a bounded queue:
+//     beyond max_queued_requests waiting requests it refuses with resource_exhausted);
+//   * the request_handle it returns: destroying it cancels the request; the cancellation
+//     reaches the engine thread at its next step, which frees the request's blocks;
+//   * the request's event_sink, which the engine thread calls with the request's events:
+//     admitted (once, when it first gets KV blocks), delta (text and token ids, as produced)
+//     and finished (exactly once per accepted request, whatever happens: stop, length, abort
+//     or error, with usage and timings). A sink must not block: the gateway posts each event to
+//     its connection's strand.
+//   * stats() and drain().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "edge/backend/engine/engine_clock.h"
+#include "edge/backend/engine/engine_observer.h"
+#include "edge/backend/engine/scheduler.h"
+#include "edge/backend/runtime/executor.h"
+#include "edge/backend/runtime/kv_block_pool.h"
+#include "edge/backend/runtime/sampler.h"
+#include "edge/backend/runtime/sequence_decoder.h"
+#include "edge/backend/tokenizer/tokenizer.h"
+#include "edge/common/status.h"
+
+namespace edge::backend {
+
+struct generate_request {
+  std::string id;                 // the caller's request id, for logs
+  std::string tenant = "default";
+  double weight = 1.0;            // the tenant's share of the engine relative to others (> 0)
+  std::int32_t priority = 0;      // higher is admitted first within its tenant and preempted last
+  std::string cache_salt;         // prefix-cache namespace; empty: the tenant's name
+  std::vector<token_id> prompt;
+  sampling_params sampling;
+  std::int64_t max_tokens = 16;
+  std::vector<std::string> stop;  // stop strings; the text ends right before the first one
+  std::vector<token_id> stop_token_ids;
+  bool ignore_eos = false;
+  // Log probabilities: none, or the sampled token's plus this many most likely alternatives
+  // (0: the sampled token's alone).
+  std::optional<std::int32_t> logprobs;
+};
+
+struct token_logprob {
+  token_id id = 0;
+  float logprob = 0.0f;  // natural log of the model's probability (before penalties and temperature)
+};
+
+struct sampled_logprobs {
+  token_logprob chosen;
+  std::vector<token_logprob> top;  // most likely first
+};
+
+struct token_usage {
+  std::int64_t prompt_tokens = 0;
+  std::int64_t completion_tokens = 0;
+  std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+struct request_timings {
+  double queued_seconds = 0.0;           // submitted to first admitted
+  double time_to_first_token = 0.0;      // submitted to first token; 0 if none
+  double total_seconds = 0.0;            // submitted to finished
+  std::int64_t preemptions = 0;          // times it was preempted and recomputed
+};
+
+struct admitted_event {};
+
+struct delta_event {
+  std::string text;                       // may be empty (held back: part of a character or a stop string)
+  std::vector<token_id> tokens;           // the tokens sampled
+  std::vector<sampled_logprobs> logprobs; // one per token, when asked for
+};
+
+struct finished_event {
+  finish_reason reason = finish_reason::stop;
+  token_usage usage;
+  request_timings timings;
+  std::string error;  // reason error: what went wrong
+};
+
+using engine_event = std::variant<admitted_event, delta_event, finished_event>;
+
+// Called on the engine thread, one event at a time per request, in order. Must not block.
+using event_sink = std::function<void(engine_event)>;
+
+struct engine_options {
+  scheduler_config scheduler;
+  std::int64_t max_queued_requests = 1024;  // waiting requests beyond which submit() refuses
+  engine_observer* observer = nullptr;      // may be null; must outlive the engine
+  engine_clock* clock = nullptr;            // null: steady_engine_clock()
+};
+
+struct engine_stats {
+  std::int64_t running = 0;
+  std::int64_t waiting = 0;  // accepted and not running (queued or preempted)
+  std::int64_t in_flight = 0;  // accepted and not finished
+  std::int64_t blocks_total = 0;
+  std::int64_t blocks_free = 0;
+  std::int64_t capacity_tokens = 0;
+  std::int64_t steps = 0;
+  std::int64_t preemptions = 0;
+  std::int64_t prefix_cache_queries = 0;
+  std::int64_t prefix_cache_hits = 0;
+  std::int64_t prompt_tokens = 0;
+  std::int64_t generation_tokens = 0;
+  std::int64_t finished = 0;
+};
+
+class engine;
+class engine_inbox;  // the queue between submitting threads and the engine thread (engine.cpp)
+
+// Cancels its request when destroyed (or by cancel()), unless it has finished. Movable.
+class request_handle {
+ public:
+  request_handle() = default;
+  request_handle(request_handle&& other) noexcept;
+  request_handle& operator=(request_handle&& other) noexcept;
+  request_handle(const request_handle&) = delete;
+  request_handle& operator=(const request_handle&) = delete;
+  ~request_handle();
+
+  void cancel();
+  bool valid() const { return inbox_ != nullptr; }
+
+ private:
+  friend class engine;
+  request_handle(std::shared_ptr<engine_inbox> inbox, sequence_id id, std::shared_ptr<std::atomic<bool>> finished);
+
+  std::shared_ptr<engine_inbox> inbox_;
+  sequence_id id_ = 0;
+  std::shared_ptr<std::atomic<bool>> finished_;
+};
+
+class engine {
+ public:
+  // Starts the engine thread. The tokenizer, executor and pool must outlive the engine; the pool
+  // hands out blocks of the executor's KV cache, whose block size is options.scheduler's.
+  // `context` is the model's context length. invalid_argument for inconsistent options.
+  static result<std::unique_ptr<engine>> create(const tokenizer& tok, executor& exec, kv_block_pool& pool,
+                                                std::int64_t context, engine_options options);
+  // Stops the engine thread: requests still queued or running finish with abort.
+  ~engine();
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  // Queues a request; the sink gets its events. Errors (nothing is queued, no event follows):
+  // invalid_argument / out_of_range for a request that can never run (empty prompt, longer
+  // than the context or than the KV cache), resource_exhausted when max_queued_requests are
+  // waiting, failed_precondition once drain() began. Thread-safe.
+  result<request_handle> submit(generate_request request, event_sink sink);
+
+  // A snapshot as of the end of the latest step. Thread-safe.
+  engine_stats stats() const;
+
+  // Refuses new submissions from now on and waits until every accepted request has finished
+  // or `timeout` passed; true when all finished. Thread-safe.
+  bool drain(std::chrono::milliseconds timeout);
+
+ private:
+  struct state;
+  explicit engine(std::unique_ptr<state> s);
+  std::unique_ptr<state> state_;
+};
+
+}  // namespace edge::backend

@@ -1,0 +1,202 @@
+// The continuous-batching scheduler: which sequences compute which tokens in the next step,
+// admitted against the KV block pool. It knows token ids, lengths and blocks, not the model:
+// the engine runs its plans on an executor, and the trace simulator (tests/bench) runs them on
+// a cost model. Engine thread only.
+//
+// Every step (schedule()) works in two stages, as TensorRT-LLM's capacity and micro-batch
+// schedulers do:
+//
+// 1. Running sequences first, in order (priority, then arrival). Each gets its next chunk: one
+//    token when decoding, else as much of its prompt as the step's token budget allows, cut at
+//    a block boundary unless it ends the prompt. When its blocks cannot grow (optimistic
+//    admission only), the running sequence with the lowest priority and latest arrival is
+//    preempted: its blocks are freed (full ones stay in the prefix cache) and it waits again,
+//    to be recomputed from its prompt and the tokens it already generated.
+// 2. Admission, unless this step preempted: the next waiting request is taken from the tenant
+//    that has been served the fewest tokens per unit of weight (see tenant_order), if the blocks
+//    it needs right away fit under the free blocks minus a watermark, within max_num_seqs and
+//    the token budget. With `reserve`, it needs blocks for prompt + max_tokens up front, so it
+//    never grows later and nothing is ever preempted; with `optimistic`, blocks for the tokens it
+//    has now. A request that does not fit stops admission for this step: later, smaller ones do
+//    not overtake it, so none waits forever.
+//
+// With prefix caching, admission first looks up the request's full blocks in the pool's cache
+// (hash chain seeded by the request's salt); blocks found are shared, not recomputed. At least
+// the last prompt token is always computed, in a block of the sequence's own, so that shared
+// blocks are never written. A sequence registers each block it has filled.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "edge/backend/runtime/kv_block_pool.h"
+#include "edge/common/status.h"
+
+namespace edge::backend {
+
+using sequence_id = std::uint64_t;
+
+enum class admission_policy {
+  optimistic,  // blocks for the tokens a sequence has; grows per step; preempts by recompute (vLLM)
+  reserve,     // blocks for prompt + max_tokens at admission; never preempts (TGI, TensorRT-LLM "no evict")
+};
+
+std::optional<admission_policy> parse_admission_policy(std::string_view name);
+std::string_view to_string(admission_policy policy);
+
+// How the next request to admit is chosen among tenants.
+enum class tenant_order {
+  // Weighted fair share: the backlogged tenant with the fewest tokens served per unit of weight
+  // (deficit counters charged with the tokens each step computes for the tenant, as in deficit
+  // round robin with the quantum replaced by actual service, since output lengths are not known
+  // at admission). A tenant that was idle starts from the least-served active tenant's count, so
+  // idling earns no credit.
+  fair_share,
+  // Priority, then arrival, across all tenants: the baseline that fairness is measured against.
+  first_come_first_served,
+};
+
+struct scheduler_config {
+  std::int64_t block_size = 16;
+  std::int64_t max_num_seqs = 256;             // running sequences at most
+  std::int64_t max_num_batched_tokens = 2048;  // tokens computed per step at most
+  admission_policy admission = admission_policy::optimistic;
+  tenant_order order = tenant_order::fair_share;
+  bool enable_prefix_caching = true;
+  // Share of all blocks that admission leaves free, so that running sequences can grow a
+  // little before anything is preempted (vLLM's default).
+  double watermark = 0.01;
+  std::int64_t max_model_len = 0;  // context: prompt + generated tokens at most; 0 = no limit
+};
+
+// What the scheduler needs to know about a request.
+struct sequence_spec {
+  sequence_id id = 0;
+  std::string tenant = "default";
+  double weight = 1.0;         // the tenant's share relative to other tenants (> 0)
+  std::int32_t priority = 0;   // higher: admitted before, preempted after
+  std::string cache_salt;      // prefix-cache namespace; empty: the tenant's name
+  std::vector<std::int32_t> prompt;
+  std::int64_t max_tokens = 16;
+};
+
+enum class sequence_state { waiting, running };
+
+// One sequence's work in a step. `tokens` and `block_table` point into the scheduler's state:
+// valid until the next call that changes it (complete, append_token, remove, schedule).
+struct scheduled_chunk {
+  sequence_id id = 0;
+  std::int64_t start = 0;                     // position of the first token computed
+  std::span<const std::int32_t> tokens;       // [count] tokens computed in this step
+  std::span<const std::int32_t> block_table;  // blocks covering positions [0, start + count)
+  bool samples = false;                       // reaches the sequence's end: sample its next token
+};
+
+struct step_plan {
+  std::vector<scheduled_chunk> chunks;
+  std::vector<sequence_id> admitted;   // moved from waiting to running in this step
+  std::vector<sequence_id> preempted;  // moved from running back to waiting in this step
+  std::int64_t tokens = 0;             // sum of the chunks' sizes
+
+  bool empty() const { return chunks.empty(); }
+};
+
+// Counters since construction.
+struct scheduler_counters {
+  std::int64_t preemptions = 0;
+  std::int64_t prefix_queries = 0;  // tokens looked up in the prefix cache at admission
+  std::int64_t prefix_hits = 0;     // of those, tokens found
+  std::int64_t computed_tokens = 0; // tokens scheduled and completed
+};
+
+class scheduler {
+ public:
+  // invalid_argument for an inconsistent configuration.
+  static result<std::unique_ptr<scheduler>> create(const scheduler_config& config, kv_block_pool& pool);
+  // Returns every block still held to the pool.
+  ~scheduler();
+  scheduler(const scheduler&) = delete;
+  scheduler& operator=(const scheduler&) = delete;
+
+  const scheduler_config& config() const { return config_; }
+
+  // Whether a request of this shape can ever run: its blocks (at its longest) fit the pool under
+  // the watermark, and its prompt fits the context. Thread-safe: reads only what never changes.
+  status check_fits(std::int64_t prompt_tokens, std::int64_t max_tokens) const;
+
+  // Queues a request. invalid_argument / out_of_range as check_fits, or for a duplicate id.
+  status add(sequence_spec spec);
+  // Removes a sequence wherever it is and frees its blocks. False when the id is unknown.
+  bool remove(sequence_id id);
+
+  // Plans the next step and allocates the blocks it needs.
+  step_plan schedule();
+  // The executor ran `plan` (the latest schedule()): its tokens' K/V are in the cache.
+  void complete(const step_plan& plan);
+  // The token sampled for a sequence whose chunk had `samples`.
+  void append_token(sequence_id id, std::int32_t token);
+
+  std::int64_t num_running() const { return static_cast<std::int64_t>(running_.size()); }
+  std::int64_t num_waiting() const { return waiting_count_; }
+  bool idle() const { return sequences_.empty(); }
+  bool contains(sequence_id id) const { return sequences_.contains(id); }
+  std::optional<sequence_state> state_of(sequence_id id) const;
+  // Prompt tokens found in the prefix cache when the sequence was first admitted.
+  std::int64_t cached_prompt_tokens(sequence_id id) const;
+  // Tokens whose K/V are in the cache, and the sequence's length (prompt + generated).
+  std::int64_t computed_tokens(sequence_id id) const;
+  std::int64_t sequence_length(sequence_id id) const;
+  std::span<const std::int32_t> block_table(sequence_id id) const;
+
+  const scheduler_counters& counters() const { return counters_; }
+  // Tokens computed for a tenant so far (prefill, recompute and decode).
+  std::int64_t tokens_served(std::string_view tenant) const;
+
+  // Block accounting across the pool and every block table: internal on any mismatch. For
+  // tests; linear in blocks and sequences.
+  status check_invariants() const;
+
+ private:
+  struct tenant_state;
+  struct sequence;
+  struct by_priority_then_arrival {
+    bool operator()(const sequence* a, const sequence* b) const;
+  };
+
+  scheduler(const scheduler_config& config, kv_block_pool& pool);
+
+  std::int64_t blocks_for(std::int64_t tokens) const { return (tokens + config_.block_size - 1) / config_.block_size; }
+  // Tokens a sequence with `computed` of `length` tokens in the cache computes under `budget`.
+  std::int64_t chunk_for(std::int64_t computed, std::int64_t length, std::int64_t budget) const;
+  std::int64_t admission_blocks(const sequence& s) const;
+  tenant_state* next_tenant();
+  bool try_admit(sequence& s, std::int64_t budget, step_plan& plan);
+  void preempt(sequence& s);
+  void release_blocks(sequence& s);
+  void enqueue_waiting(sequence& s);
+  void insert_running(sequence& s);
+  const block_hash& block_hash_at(sequence& s, std::int64_t block);
+  void register_full_blocks(sequence& s);
+  void activate(tenant_state& t);
+  bool active(const tenant_state& t) const;
+
+  scheduler_config config_;
+  kv_block_pool& pool_;
+  std::int64_t watermark_blocks_ = 0;
+  std::uint64_t next_arrival_ = 0;
+  std::unordered_map<sequence_id, std::unique_ptr<sequence>> sequences_;
+  std::map<std::string, std::unique_ptr<tenant_state>, std::less<>> tenants_;
+  std::vector<sequence*> running_;  // by priority, then arrival: preemption takes from the back
+  std::int64_t waiting_count_ = 0;
+  scheduler_counters counters_;
+};
+
+}  // namespace edge::backend

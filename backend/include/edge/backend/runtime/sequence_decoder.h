@@ -1,0 +1,75 @@
+// What happens to one sequence's logits and sampled tokens, shared by the generator and the
+// serving engine: penalties and sampling settings per row, then for each sampled token the
+// end-of-sequence and stop-token checks, incremental UTF-8-safe detokenization, stop strings
+// and the length limits. Owned by whoever drives the sequence (one thread).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "edge/backend/runtime/sampler.h"
+#include "edge/backend/runtime/stop_checker.h"
+#include "edge/backend/tokenizer/tokenizer.h"
+#include "edge/common/status.h"
+
+namespace edge::backend {
+
+// Why a sequence ended. The generator only ends sequences with stop or length.
+enum class finish_reason {
+  stop,    // EOS, a stop token or a stop string
+  length,  // max_tokens, or the model's context
+  abort,   // cancelled by its client, or the engine shut down
+  error,   // the engine failed while running it
+};
+
+// "stop", "length", "abort", "error": the OpenAI / vLLM spelling.
+std::string_view to_string(finish_reason reason);
+
+struct decode_limits {
+  std::int64_t max_tokens = 16;  // generated tokens at most
+  std::int64_t context = 0;      // prompt + generated tokens at most (the model's context)
+  bool ignore_eos = false;       // keep going past EOS (stop tokens and strings still end it)
+  std::vector<token_id> stop_token_ids;  // end the output like EOS, and are not part of its text
+  std::vector<std::string> stop;         // stop strings: the text ends right before the first
+};
+
+class sequence_decoder {
+ public:
+  // `prompt` is the whole prompt (for the repetition penalty and the first token's spacing).
+  sequence_decoder(const tokenizer& tok, const sampling_params& sampling, std::span<const token_id> prompt,
+                   decode_limits limits);
+
+  // Applies the penalties to this sequence's row of logits and returns the row's sampling settings.
+  kernels::sampling_row prepare(std::span<float> logits) const;
+
+  struct step {
+    std::string text;                     // text released by this token (possibly empty)
+    std::optional<finish_reason> finish;  // set when this token ended the sequence
+  };
+  // Takes the token sampled for this sequence; `length` is the sequence's length with it
+  // (prompt + generated). Calling it after the sequence finished is a programming error.
+  step accept(token_id id, std::int64_t length);
+
+  std::int64_t generated() const { return generated_; }
+  bool finished() const { return finished_; }
+  const sampling_params& sampling() const { return sampler_.params(); }
+
+ private:
+  const tokenizer& tok_;
+  decode_limits limits_;
+  sequence_sampler sampler_;
+  incremental_detokenizer detokenizer_;
+  stop_checker stops_;
+  std::int64_t generated_ = 0;
+  bool finished_ = false;
+};
+
+// Samples one token for each row of `logits` ([rows, vocab]); row r belongs to decoders[r],
+// whose penalties are applied to it first. The chosen ids go to `out` ([rows]).
+status sample_rows(std::span<float> logits, std::int64_t vocab, std::span<sequence_decoder* const> decoders,
+                   std::span<std::int32_t> out);
+
+}  // namespace edge::backend

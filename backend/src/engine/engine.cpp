@@ -1,0 +1,550 @@
+#include "edge/backend/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <unordered_map>
+
+#include "edge/common/format.h"
+#include "edge/common/log.h"
+
+namespace edge::backend {
+namespace {
+
+using time_point = engine_clock::time_point;
+
+// Most alternatives a request may ask log probabilities for (OpenAI's limit for completions).
+constexpr std::int32_t max_top_logprobs = 20;
+
+double seconds_between(time_point from, time_point to) { return std::chrono::duration<double>(to - from).count(); }
+
+class steady_clock_source final : public engine_clock {
+ public:
+  time_point now() const override { return std::chrono::steady_clock::now(); }
+};
+
+// log_softmax of the chosen token and the `top` most likely ones, from the model's raw logits.
+sampled_logprobs logprobs_of(std::span<const float> row, token_id chosen, std::int32_t top) {
+  const float max = *std::max_element(row.begin(), row.end());
+  double sum = 0.0;
+  for (const float l : row) sum += std::exp(static_cast<double>(l - max));
+  const double log_norm = static_cast<double>(max) + std::log(sum);
+  const auto logprob = [&](token_id id) {
+    return static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(id)]) - log_norm);
+  };
+  sampled_logprobs out;
+  out.chosen = {chosen, logprob(chosen)};
+  if (top > 0) {
+    std::vector<token_id> ids(row.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    const auto n = std::min<std::size_t>(static_cast<std::size_t>(top), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](token_id a, token_id b) {
+      const float la = row[static_cast<std::size_t>(a)];
+      const float lb = row[static_cast<std::size_t>(b)];
+      return la != lb ? la > lb : a < b;
+    });
+    for (std::size_t i = 0; i < n; ++i) out.top.push_back({ids[i], logprob(ids[i])});
+  }
+  return out;
+}
+
+}  // namespace
+
+engine_clock& steady_engine_clock() {
+  static steady_clock_source clock;
+  return clock;
+}
+
+// ---- the queue between threads ----------------------------------------------------------------
+
+struct submission {
+  sequence_id id = 0;
+  generate_request request;
+  event_sink sink;
+  std::shared_ptr<std::atomic<bool>> finished;
+  std::unique_ptr<sequence_decoder> decoder;
+  time_point arrival;
+};
+
+struct cancellation {
+  sequence_id id = 0;
+};
+
+using command = std::variant<submission, cancellation>;
+
+// Shared by the engine and every handle, so a handle that outlives its engine stays harmless.
+// Bounded: submissions beyond max_queued waiting requests are refused, and each accepted
+// request adds at most one cancellation.
+class engine_inbox {
+ public:
+  std::mutex mutex;
+  std::condition_variable wake;     // the engine thread waits here for commands
+  std::condition_variable settled;  // drain() waits here for in_flight to reach zero
+  std::deque<command> commands;     // guarded by mutex
+  bool stopping = false;            // guarded by mutex
+  bool accepting = true;            // guarded by mutex
+  std::int64_t queued = 0;          // guarded by mutex: accepted, never admitted yet, not finished
+  std::int64_t in_flight = 0;       // guarded by mutex: accepted, not finished
+
+  void cancel(sequence_id id) {
+    {
+      std::lock_guard lock(mutex);
+      if (stopping) return;
+      commands.emplace_back(cancellation{id});
+    }
+    wake.notify_one();
+  }
+};
+
+request_handle::request_handle(std::shared_ptr<engine_inbox> inbox, sequence_id id,
+                               std::shared_ptr<std::atomic<bool>> finished)
+    : inbox_(std::move(inbox)), id_(id), finished_(std::move(finished)) {}
+
+request_handle::request_handle(request_handle&& other) noexcept
+    : inbox_(std::move(other.inbox_)), id_(other.id_), finished_(std::move(other.finished_)) {}
+
+request_handle& request_handle::operator=(request_handle&& other) noexcept {
+  if (this != &other) {
+    cancel();
+    inbox_ = std::move(other.inbox_);
+    id_ = other.id_;
+    finished_ = std::move(other.finished_);
+  }
+  return *this;
+}
+
+request_handle::~request_handle() { cancel(); }
+
+void request_handle::cancel() {
+  if (inbox_ == nullptr) return;
+  if (!finished_->load(std::memory_order_acquire)) inbox_->cancel(id_);
+  inbox_.reset();
+  finished_.reset();
+}
+
+// ---- the engine thread ------------------------------------------------------------------------
+
+namespace {
+
+// A request the engine thread is serving. Engine thread only.
+struct active_request {
+  std::string client_id;
+  event_sink sink;
+  std::shared_ptr<std::atomic<bool>> finished;
+  std::unique_ptr<sequence_decoder> decoder;
+  std::optional<std::int32_t> logprobs;
+  std::int64_t prompt_tokens = 0;
+  std::int64_t cached_tokens = 0;
+  std::int64_t preemptions = 0;
+  time_point arrival;
+  std::optional<time_point> admitted;
+  std::optional<time_point> first_token;
+  time_point last_token;
+};
+
+// What one round of the loop reports to the observer. Engine thread only.
+struct round_report {
+  std::vector<double> time_to_first_token;
+  std::vector<double> inter_token_latency;
+  std::vector<double> queue_time;
+  std::vector<finished_request_report> finished;
+  std::int64_t batch_tokens = 0;
+  std::int64_t prompt_tokens = 0;
+  std::int64_t generation_tokens = 0;
+  std::int64_t first_admissions = 0;
+  std::int64_t finished_requests = 0;
+  std::int64_t finished_before_admission = 0;
+
+  void clear() { *this = round_report{}; }
+};
+
+}  // namespace
+
+struct engine::state {
+  state(const tokenizer& t, executor& e, kv_block_pool& p, std::int64_t ctx, engine_options o)
+      : tok(t), exec(e), pool(p), context(ctx), options(o),
+        clock(o.clock != nullptr ? *o.clock : steady_engine_clock()),
+        inbox(std::make_shared<engine_inbox>()) {}
+
+  const tokenizer& tok;
+  executor& exec;
+  kv_block_pool& pool;
+  const std::int64_t context;
+  const engine_options options;
+  engine_clock& clock;
+  std::shared_ptr<engine_inbox> inbox;
+  std::atomic<sequence_id> next_id{1};
+  std::unique_ptr<scheduler> sched;  // engine thread only (check_fits is safe from any thread)
+  logger log{"engine"};
+
+  mutable std::mutex stats_mutex;
+  engine_stats snapshot;  // guarded by stats_mutex
+
+  // Engine thread only.
+  std::unordered_map<sequence_id, active_request> requests;
+  round_report report;
+  scheduler_counters reported;  // the scheduler's counters as of the last report
+  std::int64_t steps = 0;
+  std::int64_t prompt_tokens_total = 0;
+  std::int64_t generation_tokens_total = 0;
+  std::int64_t finished_total = 0;
+  batch_plan batch;
+  std::vector<float> logits;                  // [rows, vocab]
+  std::vector<float> logprob_rows;            // [rows asking for logprobs, vocab] raw logits
+  std::vector<sequence_id> row_ids;           // [rows]
+  std::vector<sequence_decoder*> row_decoders;  // [rows]
+  std::vector<std::int32_t> chosen;           // [rows]
+
+  std::thread thread;
+
+  void run();
+  void loop();
+  void apply(command& c);
+  void step();
+  void fail_step(const std::vector<sequence_id>& ids, const status& failure);
+  void finish(sequence_id id, finish_reason reason, std::string error = {});
+  void emit(active_request& r, engine_event event);
+  void publish();
+};
+
+void engine::state::run() {
+  try {
+    loop();
+  } catch (const std::exception& e) {
+    // A bug: end every request so that no client waits forever, and stop.
+    log.error("engine thread failed: {}", e.what());
+    std::vector<sequence_id> ids;
+    for (const auto& [id, r] : requests) ids.push_back(id);
+    for (const sequence_id id : ids) finish(id, finish_reason::error, format("engine failure: {}", e.what()));
+    publish();
+  }
+}
+
+void engine::state::loop() {
+  std::deque<command> commands;
+  for (;;) {
+    bool stop = false;
+    {
+      std::unique_lock lock(inbox->mutex);
+      if (sched->idle()) inbox->wake.wait(lock, [&] { return inbox->stopping || !inbox->commands.empty(); });
+      commands.swap(inbox->commands);
+      stop = inbox->stopping;
+    }
+    const bool took_commands = !commands.empty();
+    for (command& c : commands) apply(c);
+    commands.clear();
+    if (stop) {
+      std::vector<sequence_id> ids;
+      for (const auto& [id, r] : requests) ids.push_back(id);
+      for (const sequence_id id : ids) finish(id, finish_reason::abort);
+      publish();
+      return;
+    }
+    const bool stepped = !sched->idle();
+    if (stepped) step();
+    if (took_commands || stepped) publish();
+  }
+}
+
+void engine::state::apply(command& c) {
+  if (auto* cancel = std::get_if<cancellation>(&c)) {
+    finish(cancel->id, finish_reason::abort);
+    return;
+  }
+  auto& s = std::get<submission>(c);
+  active_request r;
+  r.client_id = s.request.id;
+  r.sink = std::move(s.sink);
+  r.finished = std::move(s.finished);
+  r.decoder = std::move(s.decoder);
+  r.logprobs = s.request.logprobs;
+  r.prompt_tokens = static_cast<std::int64_t>(s.request.prompt.size());
+  r.arrival = s.arrival;
+  r.last_token = s.arrival;
+  requests.emplace(s.id, std::move(r));
+  status added = sched->add({.id = s.id,
+                             .tenant = std::move(s.request.tenant),
+                             .weight = s.request.weight,
+                             .priority = s.request.priority,
+                             .cache_salt = std::move(s.request.cache_salt),
+                             .prompt = std::move(s.request.prompt),
+                             .max_tokens = s.request.max_tokens});
+  if (!added.ok()) finish(s.id, finish_reason::error, added.message());
+}
+
+void engine::state::emit(active_request& r, engine_event event) {
+  try {
+    r.sink(std::move(event));
+  } catch (const std::exception& e) {
+    log.error("event sink of request {} threw: {}", r.client_id, e.what());
+  }
+}
+
+void engine::state::finish(sequence_id id, finish_reason reason, std::string error) {
+  const auto it = requests.find(id);
+  if (it == requests.end()) return;  // already finished: a late cancellation
+  sched->remove(id);
+  active_request& r = it->second;
+  const time_point now = clock.now();
+  finished_event event;
+  event.reason = reason;
+  event.usage = {.prompt_tokens = r.prompt_tokens,
+                 .completion_tokens = r.decoder->generated(),
+                 .cached_tokens = r.cached_tokens};
+  event.timings = {.queued_seconds = r.admitted ? seconds_between(r.arrival, *r.admitted) : seconds_between(r.arrival, now),
+                   .time_to_first_token = r.first_token ? seconds_between(r.arrival, *r.first_token) : 0.0,
+                   .total_seconds = seconds_between(r.arrival, now),
+                   .preemptions = r.preemptions};
+  event.error = std::move(error);
+  if (reason == finish_reason::error) log.warn("request {} failed: {}", r.client_id, event.error);
+
+  report.finished.push_back({.reason = to_string(reason),
+                             .e2e_seconds = event.timings.total_seconds,
+                             .prompt_tokens = r.prompt_tokens,
+                             .completion_tokens = r.decoder->generated()});
+  ++report.finished_requests;
+  if (!r.admitted) ++report.finished_before_admission;
+  ++finished_total;
+
+  // Set before the sink runs, so that a handle destroyed in response sends no cancellation.
+  r.finished->store(true, std::memory_order_release);
+  emit(r, std::move(event));
+  requests.erase(it);
+}
+
+void engine::state::fail_step(const std::vector<sequence_id>& ids, const status& failure) {
+  log.error("step failed: {}", failure.message());
+  for (const sequence_id id : ids) finish(id, finish_reason::error, failure.message());
+}
+
+void engine::state::step() {
+  const time_point scheduled_at = clock.now();
+  step_plan plan = sched->schedule();
+  ++steps;
+  for (const sequence_id id : plan.admitted) {
+    active_request& r = requests.at(id);
+    if (r.admitted) continue;
+    r.admitted = scheduled_at;
+    r.cached_tokens = sched->cached_prompt_tokens(id);
+    report.queue_time.push_back(seconds_between(r.arrival, scheduled_at));
+    ++report.first_admissions;
+    emit(r, admitted_event{});
+  }
+  for (const sequence_id id : plan.preempted) ++requests.at(id).preemptions;
+  if (plan.empty()) return;
+
+  batch.entries.clear();
+  row_ids.clear();
+  std::vector<sequence_id> batch_ids;
+  batch_ids.reserve(plan.chunks.size());
+  for (const scheduled_chunk& chunk : plan.chunks) {
+    batch.entries.push_back(
+        {.tokens = chunk.tokens, .start_position = chunk.start, .block_table = chunk.block_table, .compute_logits = chunk.samples});
+    batch_ids.push_back(chunk.id);
+    if (chunk.samples) row_ids.push_back(chunk.id);
+  }
+  const std::int64_t vocab = exec.vocab_size();
+  logits.resize(row_ids.size() * static_cast<std::size_t>(vocab));
+  if (status ran = exec.forward(batch, logits); !ran.ok()) {
+    fail_step(batch_ids, ran);
+    return;
+  }
+  sched->complete(plan);
+  report.batch_tokens += plan.tokens;
+
+  // Log probabilities come from the raw logits, which sampling overwrites: keep those rows.
+  logprob_rows.clear();
+  row_decoders.clear();
+  for (std::size_t r = 0; r < row_ids.size(); ++r) {
+    active_request& req = requests.at(row_ids[r]);
+    row_decoders.push_back(req.decoder.get());
+    if (req.logprobs) {
+      const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(vocab));
+      logprob_rows.insert(logprob_rows.end(), row, row + vocab);
+    }
+  }
+  chosen.resize(row_ids.size());
+  if (status sampled = sample_rows(logits, vocab, row_decoders, chosen); !sampled.ok()) {
+    fail_step(batch_ids, sampled);
+    return;
+  }
+
+  const time_point produced_at = clock.now();
+  std::size_t logprob_row = 0;
+  for (std::size_t r = 0; r < row_ids.size(); ++r) {
+    const sequence_id id = row_ids[r];
+    active_request& req = requests.at(id);
+    const token_id token = chosen[r];
+    sched->append_token(id, token);
+    if (!req.first_token) {
+      req.first_token = produced_at;
+      report.time_to_first_token.push_back(seconds_between(req.arrival, produced_at));
+      report.prompt_tokens += req.prompt_tokens;
+      prompt_tokens_total += req.prompt_tokens;
+    } else {
+      report.inter_token_latency.push_back(seconds_between(req.last_token, produced_at));
+    }
+    req.last_token = produced_at;
+    ++report.generation_tokens;
+    ++generation_tokens_total;
+
+    delta_event delta;
+    delta.tokens.push_back(token);
+    if (req.logprobs) {
+      const std::span<const float> row(logprob_rows.data() + logprob_row * static_cast<std::size_t>(vocab),
+                                       static_cast<std::size_t>(vocab));
+      delta.logprobs.push_back(logprobs_of(row, token, *req.logprobs));
+      ++logprob_row;
+    }
+    sequence_decoder::step decoded = req.decoder->accept(token, sched->sequence_length(id));
+    delta.text = std::move(decoded.text);
+    emit(req, std::move(delta));
+    if (decoded.finish) finish(id, *decoded.finish);
+  }
+}
+
+void engine::state::publish() {
+  const scheduler_counters& now = sched->counters();
+  engine_stats s;
+  s.running = sched->num_running();
+  s.waiting = sched->num_waiting();
+  s.in_flight = static_cast<std::int64_t>(requests.size());
+  s.blocks_total = pool.total_blocks();
+  s.blocks_free = pool.free_blocks();
+  s.capacity_tokens = pool.total_blocks() * options.scheduler.block_size;
+  s.steps = steps;
+  s.preemptions = now.preemptions;
+  s.prefix_cache_queries = now.prefix_queries;
+  s.prefix_cache_hits = now.prefix_hits;
+  s.prompt_tokens = prompt_tokens_total;
+  s.generation_tokens = generation_tokens_total;
+  s.finished = finished_total;
+  {
+    std::lock_guard lock(stats_mutex);
+    snapshot = s;
+  }
+  if (options.observer != nullptr) {
+    engine_step_report out;
+    out.running = s.running;
+    out.waiting = s.waiting;
+    out.blocks_total = s.blocks_total;
+    out.blocks_free = s.blocks_free;
+    out.batch_tokens = report.batch_tokens;
+    out.prompt_tokens = report.prompt_tokens;
+    out.generation_tokens = report.generation_tokens;
+    out.preemptions = now.preemptions - reported.preemptions;
+    out.prefix_cache_queries = now.prefix_queries - reported.prefix_queries;
+    out.prefix_cache_hits = now.prefix_hits - reported.prefix_hits;
+    out.time_to_first_token = report.time_to_first_token;
+    out.inter_token_latency = report.inter_token_latency;
+    out.queue_time = report.queue_time;
+    out.finished = report.finished;
+    options.observer->on_step(out);
+  }
+  reported = now;
+  {
+    std::lock_guard lock(inbox->mutex);
+    inbox->queued -= report.first_admissions + report.finished_before_admission;
+    inbox->in_flight -= report.finished_requests;
+    if (inbox->in_flight == 0) inbox->settled.notify_all();
+  }
+  report.clear();
+}
+
+// ---- the public face --------------------------------------------------------------------------
+
+engine::engine(std::unique_ptr<state> s) : state_(std::move(s)) {}
+
+result<std::unique_ptr<engine>> engine::create(const tokenizer& tok, executor& exec, kv_block_pool& pool,
+                                               std::int64_t context, engine_options options) {
+  if (options.scheduler.max_model_len == 0) options.scheduler.max_model_len = context;
+  if (options.scheduler.max_num_batched_tokens > exec.max_batch_tokens()) {
+    return invalid_argument(format("max_num_batched_tokens {} exceeds the executor's {} tokens per step",
+                                   options.scheduler.max_num_batched_tokens, exec.max_batch_tokens()));
+  }
+  if (options.scheduler.max_num_seqs > exec.max_sequences()) {
+    return invalid_argument(format("max_num_seqs {} exceeds the executor's {} sequences per step",
+                                   options.scheduler.max_num_seqs, exec.max_sequences()));
+  }
+  if (options.max_queued_requests < 1) return invalid_argument("max_queued_requests must be at least 1");
+  auto s = std::make_unique<state>(tok, exec, pool, context, options);
+  EDGE_ASSIGN_OR_RETURN(s->sched, scheduler::create(options.scheduler, pool));
+  s->snapshot.blocks_total = pool.total_blocks();
+  s->snapshot.blocks_free = pool.free_blocks();
+  s->snapshot.capacity_tokens = pool.total_blocks() * options.scheduler.block_size;
+  state* raw = s.get();
+  s->thread = std::thread([raw] { raw->run(); });
+  return std::unique_ptr<engine>(new engine(std::move(s)));
+}
+
+engine::~engine() {
+  {
+    std::lock_guard lock(state_->inbox->mutex);
+    state_->inbox->stopping = true;
+  }
+  state_->inbox->wake.notify_one();
+  state_->thread.join();
+}
+
+result<request_handle> engine::submit(generate_request request, event_sink sink) {
+  state& s = *state_;
+  if (!sink) return invalid_argument("a request needs an event sink");
+  if (!(request.weight > 0.0)) return invalid_argument(format("tenant weight {} is not positive", request.weight));
+  if (request.logprobs && (*request.logprobs < 0 || *request.logprobs > max_top_logprobs)) {
+    return invalid_argument(format("logprobs must be between 0 and {}", max_top_logprobs));
+  }
+  for (const token_id id : request.prompt) {
+    if (id < 0 || id >= s.exec.vocab_size()) {
+      return invalid_argument(format("prompt token {} is outside the vocabulary of {}", id, s.exec.vocab_size()));
+    }
+  }
+  EDGE_RETURN_IF_ERROR(s.sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens));
+
+  submission sub;
+  sub.arrival = s.clock.now();
+  sub.id = s.next_id.fetch_add(1, std::memory_order_relaxed);
+  sub.finished = std::make_shared<std::atomic<bool>>(false);
+  sub.decoder = std::make_unique<sequence_decoder>(s.tok, request.sampling, request.prompt,
+                                                   decode_limits{.max_tokens = request.max_tokens,
+                                                                 .context = s.context,
+                                                                 .ignore_eos = request.ignore_eos,
+                                                                 .stop_token_ids = request.stop_token_ids,
+                                                                 .stop = request.stop});
+  sub.request = std::move(request);
+  sub.sink = std::move(sink);
+  request_handle handle(s.inbox, sub.id, sub.finished);
+  {
+    std::lock_guard lock(s.inbox->mutex);
+    if (!s.inbox->accepting || s.inbox->stopping) {
+      handle.finished_->store(true);  // nothing to cancel
+      return failed_precondition("the engine is shutting down");
+    }
+    if (s.inbox->queued >= s.options.max_queued_requests) {
+      handle.finished_->store(true);
+      return resource_exhausted(
+          format("the engine is overloaded: {} requests are already waiting", s.inbox->queued));
+    }
+    ++s.inbox->queued;
+    ++s.inbox->in_flight;
+    s.inbox->commands.emplace_back(std::move(sub));
+  }
+  s.inbox->wake.notify_one();
+  return handle;
+}
+
+engine_stats engine::stats() const {
+  std::lock_guard lock(state_->stats_mutex);
+  return state_->snapshot;
+}
+
+bool engine::drain(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(state_->inbox->mutex);
+  state_->inbox->accepting = false;
+  return state_->inbox->settled.wait_for(lock, timeout, [&] { return state_->inbox->in_flight == 0; });
+}
+
+}  // namespace edge::backend

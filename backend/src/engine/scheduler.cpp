@@ -1,0 +1,450 @@
+#include "edge/backend/engine/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+
+#include "edge/common/format.h"
+
+namespace edge::backend {
+
+std::optional<admission_policy> parse_admission_policy(std::string_view name) {
+  if (name == "optimistic") return admission_policy::optimistic;
+  if (name == "reserve") return admission_policy::reserve;
+  return std::nullopt;
+}
+
+std::string_view to_string(admission_policy policy) {
+  switch (policy) {
+    case admission_policy::optimistic: return "optimistic";
+    case admission_policy::reserve: return "reserve";
+  }
+  return "unknown";
+}
+
+struct scheduler::sequence {
+  sequence_id id = 0;
+  tenant_state* tenant = nullptr;
+  std::int32_t priority = 0;
+  std::uint64_t arrival = 0;  // order of add(): earlier is smaller
+  std::int64_t prompt_length = 0;
+  std::int64_t max_tokens = 0;
+  std::vector<std::int32_t> tokens;  // prompt, then generated
+  std::int64_t computed = 0;         // leading tokens whose K/V are in the cache
+  std::vector<std::int32_t> blocks;  // block table
+  block_hash root{};                 // the salt's chain root
+  std::vector<block_hash> hashes;    // chain hashes of the leading full blocks, computed lazily
+  std::int64_t registered = 0;       // leading blocks of the table known to the prefix cache
+  std::int64_t cached_prompt_tokens = 0;
+  bool admitted_before = false;
+  sequence_state state = sequence_state::waiting;
+};
+
+struct scheduler::tenant_state {
+  std::string name;
+  double weight = 1.0;
+  double deficit = 0.0;  // tokens served / weight: the least-served backlogged tenant goes next
+  std::int64_t tokens_served = 0;
+  std::int64_t running = 0;
+  std::uint64_t last_picked = 0;  // breaks ties in favour of the tenant picked longest ago
+  std::set<sequence*, by_priority_then_arrival> waiting;
+};
+
+bool scheduler::by_priority_then_arrival::operator()(const sequence* a, const sequence* b) const {
+  if (a->priority != b->priority) return a->priority > b->priority;
+  return a->arrival < b->arrival;
+}
+
+scheduler::scheduler(const scheduler_config& config, kv_block_pool& pool) : config_(config), pool_(pool) {
+  watermark_blocks_ = static_cast<std::int64_t>(config.watermark * static_cast<double>(pool.total_blocks()));
+}
+
+scheduler::~scheduler() {
+  for (auto& [id, s] : sequences_) release_blocks(*s);
+}
+
+result<std::unique_ptr<scheduler>> scheduler::create(const scheduler_config& config, kv_block_pool& pool) {
+  if (config.block_size < 1) return invalid_argument(format("block size {} is not positive", config.block_size));
+  if (config.max_num_seqs < 1) return invalid_argument(format("max_num_seqs {} is not positive", config.max_num_seqs));
+  if (config.max_num_batched_tokens < config.block_size) {
+    // A prompt chunk is a whole number of blocks: a smaller step budget could never take one.
+    return invalid_argument(format("max_num_batched_tokens {} is smaller than a block of {} tokens",
+                                   config.max_num_batched_tokens, config.block_size));
+  }
+  if (!(config.watermark >= 0.0 && config.watermark < 1.0)) {
+    return invalid_argument(format("watermark {} is not in [0, 1)", config.watermark));
+  }
+  if (config.max_model_len < 0) return invalid_argument("max_model_len is negative");
+  std::unique_ptr<scheduler> s(new scheduler(config, pool));
+  if (pool.total_blocks() <= s->watermark_blocks_) {
+    return invalid_argument(format("a KV cache of {} blocks leaves no room above the watermark of {} blocks",
+                                   pool.total_blocks(), s->watermark_blocks_));
+  }
+  return s;
+}
+
+status scheduler::check_fits(std::int64_t prompt_tokens, std::int64_t max_tokens) const {
+  if (prompt_tokens < 1) return invalid_argument("the prompt is empty");
+  if (max_tokens < 1) return invalid_argument(format("max_tokens must be at least 1, not {}", max_tokens));
+  if (config_.max_model_len > 0 && prompt_tokens >= config_.max_model_len) {
+    return out_of_range(format("the prompt has {} tokens; the model's context is {} tokens", prompt_tokens,
+                               config_.max_model_len));
+  }
+  std::int64_t longest = prompt_tokens + std::min(max_tokens, std::numeric_limits<std::int64_t>::max() / 2);
+  if (config_.max_model_len > 0) longest = std::min(longest, config_.max_model_len);
+  const std::int64_t usable = (pool_.total_blocks() - watermark_blocks_) * config_.block_size;
+  if (blocks_for(longest) * config_.block_size > usable) {
+    return out_of_range(format("prompt ({} tokens) plus max_tokens ({}) needs up to {} tokens of KV cache; "
+                               "the cache holds {}",
+                               prompt_tokens, max_tokens, longest, usable));
+  }
+  return {};
+}
+
+status scheduler::add(sequence_spec spec) {
+  EDGE_RETURN_IF_ERROR(check_fits(static_cast<std::int64_t>(spec.prompt.size()), spec.max_tokens));
+  if (!(spec.weight > 0.0)) return invalid_argument(format("tenant weight {} is not positive", spec.weight));
+  if (sequences_.contains(spec.id)) return invalid_argument(format("sequence {} already exists", spec.id));
+
+  auto it = tenants_.find(spec.tenant);
+  if (it == tenants_.end()) {
+    auto t = std::make_unique<tenant_state>();
+    t->name = spec.tenant;
+    it = tenants_.emplace(spec.tenant, std::move(t)).first;
+  }
+  tenant_state& tenant = *it->second;
+  tenant.weight = spec.weight;
+
+  auto s = std::make_unique<sequence>();
+  s->id = spec.id;
+  s->tenant = &tenant;
+  s->priority = spec.priority;
+  s->arrival = next_arrival_++;
+  s->prompt_length = static_cast<std::int64_t>(spec.prompt.size());
+  s->max_tokens = spec.max_tokens;
+  s->tokens = std::move(spec.prompt);
+  s->root = prefix_root_hash(spec.cache_salt.empty() ? spec.tenant : spec.cache_salt);
+  sequence& ref = *s;
+  sequences_.emplace(spec.id, std::move(s));
+  enqueue_waiting(ref);
+  return {};
+}
+
+bool scheduler::remove(sequence_id id) {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return false;
+  sequence& s = *it->second;
+  if (s.state == sequence_state::running) {
+    release_blocks(s);
+    running_.erase(std::find(running_.begin(), running_.end(), &s));
+    --s.tenant->running;
+  } else {
+    s.tenant->waiting.erase(&s);
+    --waiting_count_;
+  }
+  sequences_.erase(it);
+  return true;
+}
+
+bool scheduler::active(const tenant_state& t) const { return t.running > 0 || !t.waiting.empty(); }
+
+void scheduler::activate(tenant_state& t) {
+  // A tenant returning from idle starts level with the least-served active tenant: it cannot
+  // have saved up a claim on the engine while it sent nothing.
+  double floor = std::numeric_limits<double>::infinity();
+  for (const auto& [name, other] : tenants_) {
+    if (other.get() != &t && active(*other)) floor = std::min(floor, other->deficit);
+  }
+  if (floor != std::numeric_limits<double>::infinity()) t.deficit = std::max(t.deficit, floor);
+}
+
+void scheduler::enqueue_waiting(sequence& s) {
+  if (!active(*s.tenant)) activate(*s.tenant);
+  s.state = sequence_state::waiting;
+  s.tenant->waiting.insert(&s);
+  ++waiting_count_;
+}
+
+void scheduler::insert_running(sequence& s) {
+  running_.insert(std::upper_bound(running_.begin(), running_.end(), &s, by_priority_then_arrival{}), &s);
+  s.state = sequence_state::running;
+  ++s.tenant->running;
+}
+
+std::int64_t scheduler::chunk_for(std::int64_t computed, std::int64_t length, std::int64_t budget) const {
+  const std::int64_t pending = length - computed;
+  if (pending <= 0 || budget <= 0) return 0;
+  if (pending <= budget) return pending;
+  // A partial prompt chunk ends on a block boundary, so the next chunk starts a fresh block.
+  const std::int64_t end = (computed + budget) / config_.block_size * config_.block_size;
+  return std::max<std::int64_t>(0, end - computed);
+}
+
+std::int64_t scheduler::admission_blocks(const sequence& s) const {
+  const auto length = static_cast<std::int64_t>(s.tokens.size());
+  if (config_.admission == admission_policy::optimistic) return blocks_for(length);
+  std::int64_t longest = s.prompt_length + s.max_tokens;
+  if (config_.max_model_len > 0) longest = std::min(longest, config_.max_model_len);
+  return blocks_for(std::max(longest, length));
+}
+
+const block_hash& scheduler::block_hash_at(sequence& s, std::int64_t block) {
+  const auto bs = static_cast<std::size_t>(config_.block_size);
+  while (static_cast<std::int64_t>(s.hashes.size()) <= block) {
+    const std::size_t k = s.hashes.size();
+    const block_hash& parent = k == 0 ? s.root : s.hashes.back();
+    s.hashes.push_back(chain_block_hash(parent, std::span<const std::int32_t>(s.tokens).subspan(k * bs, bs)));
+  }
+  return s.hashes[static_cast<std::size_t>(block)];
+}
+
+void scheduler::register_full_blocks(sequence& s) {
+  const std::int64_t full = std::min<std::int64_t>(s.computed / config_.block_size,
+                                                   static_cast<std::int64_t>(s.blocks.size()));
+  for (std::int64_t j = s.registered; j < full; ++j) {
+    pool_.register_full(s.blocks[static_cast<std::size_t>(j)], block_hash_at(s, j));
+  }
+  s.registered = std::max(s.registered, full);
+}
+
+void scheduler::release_blocks(sequence& s) {
+  // Last block first: the pool evicts free cached blocks least recently freed first, so a
+  // sequence's later blocks go before the shared beginnings that other prompts may reuse.
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.free(*it);
+  s.blocks.clear();
+  s.registered = 0;
+}
+
+void scheduler::preempt(sequence& s) {
+  release_blocks(s);
+  s.computed = 0;
+  running_.erase(std::find(running_.begin(), running_.end(), &s));
+  --s.tenant->running;
+  enqueue_waiting(s);
+  ++counters_.preemptions;
+}
+
+scheduler::tenant_state* scheduler::next_tenant() {
+  tenant_state* best = nullptr;
+  for (const auto& [name, t] : tenants_) {
+    if (t->waiting.empty()) continue;
+    if (best == nullptr) {
+      best = t.get();
+      continue;
+    }
+    if (config_.order == tenant_order::first_come_first_served) {
+      if (by_priority_then_arrival{}(*t->waiting.begin(), *best->waiting.begin())) best = t.get();
+    } else if (t->deficit < best->deficit || (t->deficit == best->deficit && t->last_picked < best->last_picked)) {
+      best = t.get();
+    }
+  }
+  return best;
+}
+
+bool scheduler::try_admit(sequence& s, std::int64_t budget, step_plan& plan) {
+  const auto length = static_cast<std::int64_t>(s.tokens.size());
+  std::vector<std::int32_t> hits;
+  if (config_.enable_prefix_caching) {
+    // The last token is always computed (its logits are needed), in a block of this sequence's own.
+    const std::int64_t candidates = (length - 1) / config_.block_size;
+    for (std::int64_t j = 0; j < candidates; ++j) {
+      const auto block = pool_.find_cached(block_hash_at(s, j));
+      if (!block) break;
+      hits.push_back(*block);
+    }
+  }
+  const auto hit_blocks = static_cast<std::int64_t>(hits.size());
+  const std::int64_t start = hit_blocks * config_.block_size;
+
+  const std::int64_t chunk = chunk_for(start, length, budget);
+  if (chunk == 0) return false;
+
+  const std::int64_t fresh = admission_blocks(s) - hit_blocks;
+  const auto revived = static_cast<std::int64_t>(
+      std::count_if(hits.begin(), hits.end(), [&](std::int32_t b) { return pool_.ref_count(b) == 0; }));
+  if (pool_.free_blocks() - revived - fresh < watermark_blocks_) return false;
+
+  for (const std::int32_t b : hits) {
+    pool_.acquire(b);
+    s.blocks.push_back(b);
+  }
+  for (std::int64_t i = 0; i < fresh; ++i) {
+    const auto block = pool_.allocate();
+    assert(block && "admission checked that the blocks are free");
+    s.blocks.push_back(*block);
+  }
+  s.computed = start;
+  s.registered = hit_blocks;
+  if (config_.enable_prefix_caching) {
+    counters_.prefix_queries += length;
+    counters_.prefix_hits += start;
+  }
+  if (!s.admitted_before) {
+    s.cached_prompt_tokens = std::min(start, s.prompt_length);
+    s.admitted_before = true;
+  }
+  s.tenant->waiting.erase(&s);
+  --waiting_count_;
+  insert_running(s);
+  plan.admitted.push_back(s.id);
+  plan.chunks.push_back({.id = s.id,
+                         .start = s.computed,
+                         .tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
+                                                                                   static_cast<std::size_t>(chunk)),
+                         .block_table = s.blocks,
+                         .samples = s.computed + chunk == length});
+  plan.tokens += chunk;
+  return true;
+}
+
+step_plan scheduler::schedule() {
+  step_plan plan;
+  std::int64_t budget = config_.max_num_batched_tokens;
+
+  // 1. Running sequences, in order; preemption takes from the back of the same order.
+  for (std::size_t i = 0; i < running_.size();) {
+    sequence& s = *running_[i];
+    const std::int64_t chunk = chunk_for(s.computed, static_cast<std::int64_t>(s.tokens.size()), budget);
+    if (chunk == 0) {
+      ++i;
+      continue;
+    }
+    const std::int64_t needed = blocks_for(s.computed + chunk) - static_cast<std::int64_t>(s.blocks.size());
+    bool preempted_self = false;
+    while (needed > pool_.free_blocks()) {
+      // Only optimistic admission grows a sequence after admission.
+      assert(config_.admission == admission_policy::optimistic);
+      sequence& victim = *running_.back();
+      plan.preempted.push_back(victim.id);
+      preempt(victim);
+      if (&victim == &s) {
+        preempted_self = true;
+        break;
+      }
+    }
+    // Everything after s has been preempted before s itself was.
+    if (preempted_self) break;
+    for (std::int64_t n = 0; n < needed; ++n) s.blocks.push_back(*pool_.allocate());
+    plan.chunks.push_back({.id = s.id,
+                           .start = s.computed,
+                           .tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
+                                                                                     static_cast<std::size_t>(chunk)),
+                           .block_table = s.blocks,
+                           .samples = s.computed + chunk == static_cast<std::int64_t>(s.tokens.size())});
+    plan.tokens += chunk;
+    budget -= chunk;
+    ++i;
+  }
+
+  // 2. Admission; not in a step that had to preempt, which would only thrash.
+  if (plan.preempted.empty()) {
+    std::uint64_t pick = 0;
+    for (const auto& [name, t] : tenants_) pick = std::max(pick, t->last_picked);
+    while (num_running() < config_.max_num_seqs && budget > 0) {
+      tenant_state* tenant = next_tenant();
+      if (tenant == nullptr) break;
+      sequence& head = **tenant->waiting.begin();
+      const std::int64_t before = plan.tokens;
+      if (!try_admit(head, budget, plan)) break;
+      tenant->last_picked = ++pick;
+      budget -= plan.tokens - before;
+    }
+  }
+  return plan;
+}
+
+void scheduler::complete(const step_plan& plan) {
+  for (const scheduled_chunk& chunk : plan.chunks) {
+    const auto it = sequences_.find(chunk.id);
+    if (it == sequences_.end()) continue;
+    sequence& s = *it->second;
+    const auto count = static_cast<std::int64_t>(chunk.tokens.size());
+    s.computed = chunk.start + count;
+    s.tenant->tokens_served += count;
+    s.tenant->deficit += static_cast<double>(count) / s.tenant->weight;
+    counters_.computed_tokens += count;
+    if (config_.enable_prefix_caching) register_full_blocks(s);
+  }
+}
+
+void scheduler::append_token(sequence_id id, std::int32_t token) {
+  const auto it = sequences_.find(id);
+  assert(it != sequences_.end());
+  if (it == sequences_.end()) return;
+  it->second->tokens.push_back(token);
+}
+
+std::optional<sequence_state> scheduler::state_of(sequence_id id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return std::nullopt;
+  return it->second->state;
+}
+
+std::int64_t scheduler::cached_prompt_tokens(sequence_id id) const {
+  const auto it = sequences_.find(id);
+  return it == sequences_.end() ? 0 : it->second->cached_prompt_tokens;
+}
+
+std::int64_t scheduler::computed_tokens(sequence_id id) const {
+  const auto it = sequences_.find(id);
+  return it == sequences_.end() ? 0 : it->second->computed;
+}
+
+std::int64_t scheduler::sequence_length(sequence_id id) const {
+  const auto it = sequences_.find(id);
+  return it == sequences_.end() ? 0 : static_cast<std::int64_t>(it->second->tokens.size());
+}
+
+std::span<const std::int32_t> scheduler::block_table(sequence_id id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return {};
+  return it->second->blocks;
+}
+
+std::int64_t scheduler::tokens_served(std::string_view tenant) const {
+  const auto it = tenants_.find(tenant);
+  return it == tenants_.end() ? 0 : it->second->tokens_served;
+}
+
+status scheduler::check_invariants() const {
+  EDGE_RETURN_IF_ERROR(pool_.check_consistency());
+  std::vector<std::int32_t> holders(static_cast<std::size_t>(pool_.total_blocks()), 0);
+  std::int64_t waiting = 0;
+  for (const auto& [id, s] : sequences_) {
+    if (s->state == sequence_state::waiting) {
+      ++waiting;
+      if (!s->blocks.empty()) return internal_error(format("waiting sequence {} holds {} blocks", id, s->blocks.size()));
+      continue;
+    }
+    if (s->computed > static_cast<std::int64_t>(s->tokens.size())) {
+      return internal_error(format("sequence {} computed {} of {} tokens", id, s->computed, s->tokens.size()));
+    }
+    if (static_cast<std::int64_t>(s->blocks.size()) < blocks_for(s->computed)) {
+      return internal_error(format("sequence {} has {} blocks for {} computed tokens", id, s->blocks.size(), s->computed));
+    }
+    for (const std::int32_t b : s->blocks) {
+      if (b < 0 || b >= pool_.total_blocks()) return internal_error(format("sequence {} holds block {}", id, b));
+      ++holders[static_cast<std::size_t>(b)];
+    }
+  }
+  for (std::int64_t b = 0; b < pool_.total_blocks(); ++b) {
+    const std::int32_t held = holders[static_cast<std::size_t>(b)];
+    if (held != pool_.ref_count(static_cast<std::int32_t>(b))) {
+      return internal_error(format("block {} is in {} block tables but has {} references", b, held,
+                                   pool_.ref_count(static_cast<std::int32_t>(b))));
+    }
+    if (held > 1 && !pool_.is_cached(static_cast<std::int32_t>(b))) {
+      return internal_error(format("block {} is shared by {} sequences without being a cached prefix", b, held));
+    }
+  }
+  if (waiting != waiting_count_) return internal_error(format("{} sequences wait, counted {}", waiting, waiting_count_));
+  if (num_running() > config_.max_num_seqs) {
+    return internal_error(format("{} sequences run, more than max_num_seqs {}", num_running(), config_.max_num_seqs));
+  }
+  for (std::size_t i = 1; i < running_.size(); ++i) {
+    if (by_priority_then_arrival{}(running_[i], running_[i - 1])) return internal_error("running list out of order");
+  }
+  return {};
+}
+
+}  // namespace edge::backend

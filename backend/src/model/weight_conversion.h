@@ -1,0 +1,74 @@
+// From weights as a file stores them to what the model keeps: used in place where the stored
+// form is what the kernels read, else converted into a buffer of model_weights::storage
+// (repacked exactly, or decoded exactly to float and encoded in the target format), in
+// parallel over rows.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "edge/backend/model/formats.h"
+#include "edge/backend/model/tensor.h"
+#include "edge/common/status.h"
+
+namespace edge::backend {
+
+// A weight matrix [rows, cols] as a file stores it.
+struct matrix_source {
+  enum class kind {
+    elements,     // values: F32 / F16 / BF16 [rows, cols]
+    fp8,          // values: F8_E4M3 [rows, cols]; scales: one per row, or one for the whole matrix
+    packed_int4,  // values: int32 [rows, ceil(cols / 8)], element 8w + i in bits 4i..4i+3 of word w
+                  // as q + 8 (compressed-tensors' pack-quantized); scales: [rows, cols / group_size]
+    ggml_q4_0,    // values: GGUF Q4_0 blocks
+    ggml_q8_0,    // values: GGUF Q8_0 blocks
+  };
+  kind stored = kind::elements;
+  std::string name;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  tensor_view values;
+  tensor_view scales;           // fp8, packed_int4: F32 / F16 / BF16 elements
+  std::int64_t group_size = 0;  // packed_int4: elements per scale
+
+  std::uint64_t bytes() const { return values.bytes() + (scales.present() ? scales.bytes() : 0); }
+};
+
+// A single tensor as a matrix source: float elements, Q4_0 or Q8_0 (checked against
+// [rows, cols]). invalid_argument for other tensors.
+result<matrix_source> matrix_source_of(const tensor_view& tensor, std::int64_t rows, std::int64_t cols);
+
+// The format a source becomes when nothing else is asked: plain elements as they are, FP8 and
+// INT4 as they are, Q4_0 → int4 (groups of 32), Q8_0 → f16 (f32 when a value is beyond f16's
+// range).
+kernels::weight_format native_format(const matrix_source& source);
+
+// Projections take the requested format; the classifier only a float one (bf16 / f16 / f32),
+// keeping its native format when int4 or fp8 is asked.
+enum class matrix_role { projection, classifier };
+
+class weight_converter {
+ public:
+  // Buffers are appended to `storage`; options.on_converted hears of each projection source a
+  // conversion replaced.
+  weight_converter(const weight_options& options, std::vector<std::shared_ptr<const std::byte[]>>& storage)
+      : options_(options), storage_(storage) {}
+
+  result<weight_matrix> matrix(const matrix_source& source, matrix_role role);
+
+  // The token embedding table, for the embedding kernel (elements only): F32/F16/BF16/F8 stay as
+  // they are unless a float weight dtype is asked; Q4_0 and Q8_0 tables become f16.
+  result<tensor_view> embedding(const tensor_view& table);
+
+ private:
+  std::byte* allocate(std::uint64_t bytes);
+
+  const weight_options& options_;
+  std::vector<std::shared_ptr<const std::byte[]>>& storage_;
+};
+
+}  // namespace edge::backend

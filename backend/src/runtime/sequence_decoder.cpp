@@ -1,0 +1,90 @@
+#include "edge/backend/runtime/sequence_decoder.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "edge/common/format.h"
+
+namespace edge::backend {
+namespace {
+
+bool prompt_ends_with_bos(const tokenizer& tok, std::span<const token_id> prompt) {
+  const auto bos = tok.bos_id();
+  return bos && !prompt.empty() && prompt.back() == *bos;
+}
+
+bool contains(std::span<const token_id> ids, token_id id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+
+}  // namespace
+
+std::string_view to_string(finish_reason reason) {
+  switch (reason) {
+    case finish_reason::stop: return "stop";
+    case finish_reason::length: return "length";
+    case finish_reason::abort: return "abort";
+    case finish_reason::error: return "error";
+  }
+  return "unknown";
+}
+
+sequence_decoder::sequence_decoder(const tokenizer& tok, const sampling_params& sampling,
+                                   std::span<const token_id> prompt, decode_limits limits)
+    : tok_(tok),
+      limits_(std::move(limits)),
+      sampler_(sampling, prompt),
+      detokenizer_(tok, prompt_ends_with_bos(tok, prompt)),
+      stops_(limits_.stop) {}
+
+kernels::sampling_row sequence_decoder::prepare(std::span<float> logits) const {
+  sampler_.apply_penalties(logits);
+  return sampler_.next_row();
+}
+
+sequence_decoder::step sequence_decoder::accept(token_id id, std::int64_t length) {
+  assert(!finished_ && "a finished sequence takes no more tokens");
+  sampler_.accept(id);
+  ++generated_;
+  step out;
+  const bool ends_like_eos = (!limits_.ignore_eos && contains(tok_.eos_ids(), id)) || contains(limits_.stop_token_ids, id);
+  if (ends_like_eos) {
+    out.finish = finish_reason::stop;
+  } else {
+    stop_checker::step released = stops_.push(detokenizer_.push(id));
+    out.text = std::move(released.text);
+    if (released.stopped) {
+      // What follows a stop string is never shown, held-back bytes included.
+      finished_ = true;
+      out.finish = finish_reason::stop;
+      return out;
+    }
+  }
+  const bool context_full = limits_.context > 0 && length >= limits_.context;
+  if (!out.finish && (generated_ >= limits_.max_tokens || context_full)) out.finish = finish_reason::length;
+  if (out.finish) {
+    finished_ = true;
+    out.text += stops_.flush();
+    out.text += detokenizer_.finish();
+  }
+  return out;
+}
+
+status sample_rows(std::span<float> logits, std::int64_t vocab, std::span<sequence_decoder* const> decoders,
+                   std::span<std::int32_t> out) {
+  const auto rows = static_cast<std::int64_t>(decoders.size());
+  if (static_cast<std::int64_t>(logits.size()) != rows * vocab || out.size() != decoders.size()) {
+    return invalid_argument(format("sample_rows: {} logits and {} outputs for {} rows of {}", logits.size(), out.size(),
+                                   rows, vocab));
+  }
+  if (rows == 0) return {};
+  std::vector<kernels::sampling_row> settings(decoders.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    settings[static_cast<std::size_t>(r)] =
+        decoders[static_cast<std::size_t>(r)]->prepare(logits.subspan(static_cast<std::size_t>(r * vocab),
+                                                                      static_cast<std::size_t>(vocab)));
+  }
+  kernels::sampling_params p{.logits = logits.data(), .config = settings.data(), .out = out.data(), .rows = rows,
+                             .vocab = vocab};
+  return kernels::run_sampling(p, {});
+}
+
+}  // namespace edge::backend

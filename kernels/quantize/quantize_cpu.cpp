@@ -1,0 +1,102 @@
+#include "kernels/quantize/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/load.h"
+#include "kernels/cpu/parallel.h"
+
+namespace edge::kernels {
+namespace {
+
+// Rows per parallel chunk: enough work per chunk to amortise the hand-off.
+constexpr std::int64_t rows_per_chunk = 16;
+
+float max_magnitude(const float* x, std::int64_t count) {
+  float amax = 0.0f;
+  for (std::int64_t i = 0; i < count; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return amax;
+}
+
+void quantize_int4_row(const float* x, std::int64_t k, std::int64_t group_size, std::uint8_t* values,
+                       float* scales) {
+  for (std::int64_t g = 0; g < k / group_size; ++g) scales[g] = int4_scale(max_magnitude(x + g * group_size, group_size));
+  const auto q_of = [&](std::int64_t i) { return i < k ? int4_quantize(x[i], scales[i / group_size]) : 0; };
+  for (std::int64_t chunk = 0; chunk * int4_traits::chunk_elements < k; ++chunk) {
+    const std::int64_t first = chunk * int4_traits::chunk_elements;
+    for (std::int64_t j = 0; j < int4_traits::half_chunk; ++j) {
+      const int low = q_of(first + j) + int4_traits::code_offset;
+      const int high = q_of(first + int4_traits::half_chunk + j) + int4_traits::code_offset;
+      values[chunk * int4_traits::chunk_bytes + j] = static_cast<std::uint8_t>(low | (high << int4_traits::nibble_bits));
+    }
+  }
+}
+
+void quantize_fp8_row(const float* x, std::int64_t k, std::uint8_t* values, float* scale) {
+  *scale = fp8_weight_scale(max_magnitude(x, k));
+  for (std::int64_t i = 0; i < k; ++i) values[i] = fp8_weight_code(x[i], *scale);
+}
+
+void dequantize_row(const weight_view& w, std::int64_t k, std::int64_t row, float* y) {
+  switch (w.format) {
+    case weight_format::int4: {
+      const auto* values = static_cast<const std::uint8_t*>(w.values) + row * int4_row_bytes(k);
+      const float* scales = w.scales + row * (k / w.group_size);
+      for (std::int64_t i = 0; i < k; ++i) y[i] = static_cast<float>(int4_get(values, i)) * scales[i / w.group_size];
+      return;
+    }
+    case weight_format::fp8_e4m3: {
+      const auto* values = static_cast<const std::uint8_t*>(w.values) + row * k;
+      for (std::int64_t i = 0; i < k; ++i) y[i] = fp8_e4m3_to_float(values[i]) * w.scales[row];
+      return;
+    }
+    case weight_format::f32:
+    case weight_format::f16:
+    case weight_format::bf16: {
+      const dtype type = *element_dtype(w.format);
+      cpu::convert_to_float(type, static_cast<const std::byte*>(w.values) + row * k * static_cast<std::int64_t>(dtype_size(type)),
+                            k, y);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+status run_quantize(const quantize_params& p, const stream& s) {
+  if (p.rows < 0 || p.k <= 0 || p.x_stride < p.k) return invalid_argument("quantize: bad shape or stride");
+  if (p.format == weight_format::int4 && !valid_int4_group_size(p.group_size, p.k)) {
+    return invalid_argument("quantize: the INT4 group size must be a power of two dividing k");
+  }
+  if (p.format != weight_format::int4 && p.format != weight_format::fp8_e4m3) {
+    return invalid_argument("quantize: the target must be int4 or fp8");
+  }
+  cpu::parallel_for(s, p.rows, rows_per_chunk, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const float* x = p.x + r * p.x_stride;
+      if (p.format == weight_format::int4) {
+        quantize_int4_row(x, p.k, p.group_size, static_cast<std::uint8_t*>(p.values) + r * int4_row_bytes(p.k),
+                          p.scales + r * (p.k / p.group_size));
+      } else {
+        quantize_fp8_row(x, p.k, static_cast<std::uint8_t*>(p.values) + r * p.k, p.scales + r);
+      }
+    }
+  });
+  return {};
+}
+
+status run_dequantize(const dequantize_params& p, const stream& s) {
+  if (p.rows < 0 || p.k <= 0 || p.row_begin < 0 || p.y_stride < p.k) {
+    return invalid_argument("dequantize: bad shape or stride");
+  }
+  if (is_quantized(p.w.format) && p.w.scales == nullptr) return invalid_argument("dequantize: scales missing");
+  if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
+    return invalid_argument("dequantize: the INT4 group size must be a power of two dividing k");
+  }
+  cpu::parallel_for(s, p.rows, rows_per_chunk, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) dequantize_row(p.w, p.k, p.row_begin + r, p.y + r * p.y_stride);
+  });
+  return {};
+}
+
+}  // namespace edge::kernels

@@ -1,0 +1,81 @@
+// The engine's metric families, declared in one place, with vLLM's names (prefix edgeinfer_
+// instead of vllm:), meanings and histogram buckets, so that vLLM dashboards port:
+//
+//   edgeinfer_num_requests_running / _waiting            gauges
+//   edgeinfer_kv_cache_usage_ratio                       gauge, 0..1: blocks referenced / total
+//   edgeinfer_kv_cache_blocks_total / _free              gauges (free includes cached prefixes)
+//   edgeinfer_kv_cache_capacity_tokens                   gauge: blocks × block size
+//   edgeinfer_prompt_tokens_total                        counter: prompts of requests that produced a first token
+//   edgeinfer_generation_tokens_total                    counter: tokens sampled
+//   edgeinfer_num_preemptions_total                      counter
+//   edgeinfer_prefix_cache_queries_total / _hits_total   counters, in tokens
+//   edgeinfer_request_success_total{finished_reason}     counter: stop, length, abort, error
+//   edgeinfer_time_to_first_token_seconds                histogram
+//   edgeinfer_inter_token_latency_seconds                histogram (vLLM's time_per_output_token buckets)
+//   edgeinfer_e2e_request_latency_seconds                histogram
+//   edgeinfer_request_queue_time_seconds                 histogram
+//   edgeinfer_iteration_tokens                           histogram: tokens computed per engine step
+//   edgeinfer_cache_config_info{kv_dtype, weight_dtype, block_size}   gauge, always 1
+//
+// The engine calls on_step() on its own thread; prometheus-cpp's metrics are thread-safe, so
+// scrapes from the gateway's threads need no further locking.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <string>
+
+#include "edge/backend/engine/engine_observer.h"
+
+namespace edge::monitoring {
+
+// What edgeinfer_cache_config_info and the capacity gauges describe; set once at start.
+struct engine_cache_config {
+  std::string kv_dtype;
+  std::string weight_dtype;
+  std::int64_t block_size = 0;
+  std::int64_t num_blocks = 0;
+  std::int64_t capacity_tokens = 0;
+};
+
+class engine_metrics final : public backend::engine_observer {
+ public:
+  engine_metrics(prometheus::Registry& registry, const engine_cache_config& cache);
+
+  void on_step(const backend::engine_step_report& report) override;
+
+  static const prometheus::Histogram::BucketBoundaries& time_to_first_token_buckets();
+  static const prometheus::Histogram::BucketBoundaries& inter_token_latency_buckets();
+  static const prometheus::Histogram::BucketBoundaries& request_latency_buckets();
+  static const prometheus::Histogram::BucketBoundaries& iteration_tokens_buckets();
+
+ private:
+  // The reasons a request can finish with, in backend::finish_reason order.
+  static constexpr std::array<const char*, 4> finished_reasons = {"stop", "length", "abort", "error"};
+
+  prometheus::Gauge& running_;
+  prometheus::Gauge& waiting_;
+  prometheus::Gauge& usage_;
+  prometheus::Gauge& blocks_total_;
+  prometheus::Gauge& blocks_free_;
+  prometheus::Gauge& capacity_tokens_;
+  prometheus::Counter& prompt_tokens_;
+  prometheus::Counter& generation_tokens_;
+  prometheus::Counter& preemptions_;
+  prometheus::Counter& prefix_queries_;
+  prometheus::Counter& prefix_hits_;
+  prometheus::Family<prometheus::Counter>& success_;
+  std::array<prometheus::Counter*, finished_reasons.size()> success_by_reason_{};
+  prometheus::Histogram& time_to_first_token_;
+  prometheus::Histogram& inter_token_latency_;
+  prometheus::Histogram& e2e_latency_;
+  prometheus::Histogram& queue_time_;
+  prometheus::Histogram& iteration_tokens_;
+};
+
+}  // namespace edge::monitoring
