@@ -21,7 +21,7 @@ packages=(
   libpcre2-dev libicu-dev
   libtomlplusplus-dev
   libhiredis-dev redis-server
-  prometheus
+  prometheus yamllint systemd
   clang libclang-rt-14-dev
 )
 

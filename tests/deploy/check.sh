@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Checks the shipped monitoring and deployment files with the tools that read them:
+# promtool (scrape config, alert rules and their unit tests), systemd-analyze (the unit),
+# yamllint (compose, Kubernetes, Prometheus, Grafana provisioning) and a JSON parse of the
+# Grafana dashboard.
+#
+#   tests/deploy/check.sh SOURCE_DIR EDGEINFER_BINARY
+set -euo pipefail
+src=${1:?source dir}
+bin=${2:?edgeinfer binary}
+failures=0
+step() {
+  local what=$1
+  shift
+  if out=$("$@" 2>&1); then
+    echo "ok   $what"
+  else
+    echo "FAIL $what"
+    echo "$out" | sed 's/^/     /'
+    failures=$((failures + 1))
+  fi
+}
+
+step "promtool check config" promtool check config "$src/monitoring/prometheus/prometheus.yml"
+step "promtool check config (compose)" bash -c "d=\$(mktemp -d) && trap 'rm -rf \$d' EXIT &&
+  cp '$src/deploy/prometheus-compose.yml' \$d/prometheus.yml && cp '$src/monitoring/prometheus/alerts.yml' \$d/ &&
+  promtool check config \$d/prometheus.yml"
+step "promtool check rules" promtool check rules "$src/monitoring/prometheus/alerts.yml"
+step "promtool test rules" promtool test rules "$src/monitoring/prometheus/alerts_test.yml"
+
+# The unit names /usr/local/bin/edgeinfer, which verify requires to exist: check a copy that
+# runs the binary just built.
+unit_dir=$(mktemp -d)
+trap 'rm -rf "$unit_dir"' EXIT
+sed "s|^ExecStart=/usr/local/bin/edgeinfer|ExecStart=$bin|" "$src/deploy/systemd/edgeinfer.service" \
+  > "$unit_dir/edgeinfer.service"
+step "systemd-analyze verify" bash -c "out=\$(systemd-analyze verify '$unit_dir/edgeinfer.service' 2>&1); rc=\$?;
+  echo \"\$out\"; [ \$rc -eq 0 ] && [ -z \"\$out\" ]"
+
+step "yamllint" yamllint -c "$src/.yamllint" --strict \
+  "$src/deploy/docker-compose.yml" "$src/deploy/prometheus-compose.yml" "$src/deploy/k8s" \
+  "$src/monitoring/prometheus" "$src/monitoring/grafana/provisioning"
+for json in "$src"/monitoring/grafana/dashboards/*.json; do
+  step "JSON $(basename "$json")" node -e 'JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"))' "$json"
+done
+
+if [[ $failures -gt 0 ]]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all checks passed"
