@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <string_view>
 #include <thread>
 
 #include "commands.h"
@@ -32,6 +34,9 @@ config::schema eval_options() {
   s.add_string("configs", std::nullopt,
                "Configurations to compare with the f32/f32 reference, as WEIGHTS/KV separated by commas, e.g. "
                "f32/fp8,f32/bf16 (default: every weight dtype with bf16 and fp8 KV, and f32/f16)");
+  s.add_string("weight-dtype", std::nullopt,
+               "Weight dtypes to compare, separated by commas (f32, bf16, f16, fp8, int4), each with a bf16 and an "
+               "fp8 KV cache; the default configurations otherwise. --configs names configurations one by one");
   s.add_string("prompt", std::nullopt, "Prompt of the greedy continuations (default: the text's first sentence)");
   s.add_integer("max-tokens", 64, 1, std::int64_t{1} << 20, "Length of the greedy continuations compared");
   s.add_integer("window", 0, 0, std::int64_t{1} << 30,
@@ -69,14 +74,69 @@ boost::json::object metrics_json(const backend::eval_metrics& r) {
           {"continuation_ids", std::move(continuation)}};
 }
 
+// "int4,fp8": each weight dtype with a bf16 and an fp8 KV cache (f32 weights also with f32).
+result<std::vector<backend::eval_configuration>> configurations_for_weights(std::string_view list) {
+  std::string expanded;
+  std::size_t begin = 0;
+  while (begin <= list.size()) {
+    const std::size_t end = std::min(list.find(',', begin), list.size());
+    std::string_view weights = list.substr(begin, end - begin);
+    begin = end + 1;
+    while (!weights.empty() && weights.front() == ' ') weights.remove_prefix(1);
+    while (!weights.empty() && weights.back() == ' ') weights.remove_suffix(1);
+    if (weights.empty()) continue;
+    if (weights.find('/') != std::string_view::npos) {
+      return invalid_argument(format("--weight-dtype takes weight dtypes (e.g. int4,fp8), not \"{}\"", weights));
+    }
+    for (std::string_view kv : {"bf16", "fp8"}) expanded += format("{}/{},", weights, kv);
+  }
+  if (expanded.empty()) return invalid_argument("--weight-dtype names no weight dtype");
+  return backend::parse_eval_configurations(expanded);
+}
+
+// The model as a configuration's weights want it: the reference model itself for "f32" (the
+// weights as stored, widened exactly in the matmul), else loaded again with those weights.
+// Holds one converted model at a time: configurations with the same weights in a row share it.
+class weight_variants {
+ public:
+  weight_variants(const backend::model& reference, backend::load_options load)
+      : reference_(reference), load_(std::move(load)) {}
+
+  result<const backend::model*> get(const std::string& weights) {
+    if (weights == "f32") return &reference_;
+    if (current_ && current_name_ == weights) return current_.get();
+    current_.reset();  // before the next load: a 1B model in bf16 is 2.5 GB
+    backend::load_options load = load_;
+    load.weight_dtype = kernels::parse_weight_format(weights);
+    if (!load.weight_dtype) return invalid_argument(format("unknown weight dtype \"{}\"", weights));
+    const auto start = std::chrono::steady_clock::now();
+    EDGE_ASSIGN_OR_RETURN(current_, backend::load_model(load));
+    current_name_ = weights;
+    logger{"eval"}.info("loaded the model with {} weights ({:.1f} s)", weights,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return current_.get();
+  }
+
+ private:
+  const backend::model& reference_;
+  backend::load_options load_;
+  std::unique_ptr<backend::model> current_;
+  std::string current_name_;
+};
+
 int run_eval(const config::values& settings) {
   const logger log{"eval"};
   if (!settings.has("model") || !settings.has("text")) {
     std::fprintf(stderr, "edgeinfer eval: --model and --text are required\n");
     return 2;
   }
-  auto configs = settings.has("configs") ? backend::parse_eval_configurations(settings.string("configs"))
-                                         : backend::default_eval_configurations();
+  if (settings.has("configs") && settings.has("weight-dtype")) {
+    std::fprintf(stderr, "edgeinfer eval: give --configs or --weight-dtype, not both\n");
+    return 2;
+  }
+  auto configs = settings.has("configs")        ? backend::parse_eval_configurations(settings.string("configs"))
+                 : settings.has("weight-dtype") ? configurations_for_weights(settings.string("weight-dtype"))
+                                                : backend::default_eval_configurations();
   if (!configs.ok()) {
     std::fprintf(stderr, "edgeinfer eval: %s\n", configs.error().message().c_str());
     return 2;
@@ -121,10 +181,16 @@ int run_eval(const config::values& settings) {
            seconds_since(start));
 
   std::vector<backend::eval_metrics> results;
+  weight_variants variants(m, load);
   for (const backend::eval_configuration& config : *configs) {
+    auto variant = variants.get(config.weights);
+    if (!variant.ok()) {
+      log.error("{}: {}", config.name(), variant.error().message());
+      return 1;
+    }
     start = std::chrono::steady_clock::now();
     // The reference column is the reference run itself.
-    auto r = config.is_reference() ? backend::eval_metrics(reference->self()) : reference->compare(m, config);
+    auto r = config.is_reference() ? backend::eval_metrics(reference->self()) : reference->compare(**variant, config);
     if (!r.ok()) {
       log.error("{}", r.error().message());
       return 1;

@@ -13,11 +13,14 @@
 // decoding after an N-token prompt.
 //
 //   edge_bench_decode --model PATH [--batches 1,8,32] [--prompt 32] [--tokens 64] [--repeat 3]
-//                     [--kv-cache-dtype bf16|fp8|f16|f32|auto] [--context N]
-//                     [--weight-dtype int4|fp8|bf16|f16|f32|auto]
+//                     [--kv-cache-dtype bf16|fp8|f16|f32|auto[,...]] [--context N]
+//                     [--weight-dtype int4|fp8|bf16|f16|f32|auto[,...]]
 //
 // --weight-dtype quantizes (or converts) the projection matrices on load; "weight GB/s" counts
-// the bytes actually stored (values and scales).
+// the bytes actually stored (values and scales). Both dtype flags take a list: every weight
+// dtype is measured with the first KV dtype, and the first weight dtype with every other KV
+// dtype; with more than one configuration the program ends with the comparison tables in the
+// published layout (rows: batch; columns: configurations and their ratios).
 #include <immintrin.h>
 #include <unistd.h>
 
@@ -27,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -49,8 +53,8 @@ struct options {
   std::int64_t tokens = 64;
   int repeat = 3;
   std::size_t threads = 0;
-  std::string kv_cache_dtype = "bf16";
-  std::string weight_dtype = "auto";
+  std::vector<std::string> kv_cache_dtypes = {"bf16"};
+  std::vector<std::string> weight_dtypes = {"auto"};
   std::int64_t context = 0;  // > 0: decode from this position without a prefill
 };
 
@@ -176,6 +180,114 @@ edge::result<edge::backend::generation_timing> decode_at_context(edge::backend::
                                           .decode_steps = steps};
 }
 
+std::vector<std::string> parse_names(const char* text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (const char* p = text;; ++p) {
+    if (*p == ',' || *p == '\0') {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+      if (*p == '\0') break;
+    } else {
+      item += *p;
+    }
+  }
+  return out;
+}
+
+// One configuration's measurement: decode tokens/s by batch (medians).
+struct measured_config {
+  std::string weights;  // the projections' format as loaded
+  std::string kv;
+  std::vector<double> rates;  // [batches]
+};
+
+// Decodes each batch size with `m` and a `kv_type` cache; prints a row per batch and returns the
+// median rates. Empty on an error (printed).
+std::vector<double> measure(const options& opt, const edge::backend::model& m, edge::kernels::dtype kv_type,
+                            edge::thread_pool* pool, double copy_bw, double read_bw) {
+  const std::uint64_t weights = weight_bytes_per_step(m);
+  std::printf("\nmodel %s (%s weights, %s read per decode step), KV cache %s\n", m.name.c_str(),
+              std::string(edge::kernels::to_string(edge::backend::projection_format(m.weights))).c_str(),
+              edge::format_bytes(weights).c_str(), std::string(edge::kernels::to_string(kv_type)).c_str());
+  std::printf("%6s %12s %14s %16s %12s %12s\n", "batch", "decode tok/s", "steps/s", "weight GB/s", "÷ copy bw", "÷ read bw");
+  std::vector<double> out;
+  for (std::int64_t batch : opt.batches) {
+    const std::int64_t positions = (std::max(opt.prompt, opt.context) + opt.tokens + 16) * batch;
+    const auto layout = edge::backend::kv_cache_layout::for_tokens(m.config, kv_type, 16, positions + 16 * batch);
+    auto cache = edge::backend::kv_cache::create(layout);
+    if (!cache.ok()) {
+      std::fprintf(stderr, "%s\n", cache.error().message().c_str());
+      return {};
+    }
+    auto exec = edge::backend::cpu_executor::create(m, **cache, pool,
+                                                    {.max_batch_tokens = std::max<std::int64_t>(opt.prompt * batch, batch),
+                                                     .max_sequences = batch});
+    if (!exec.ok()) {
+      std::fprintf(stderr, "%s\n", exec.error().message().c_str());
+      return {};
+    }
+    edge::backend::kv_block_pool blocks(layout.num_blocks);
+    edge::backend::generator gen(m, **exec, blocks, layout.block_size);
+    std::vector<edge::backend::generation_request> requests(static_cast<std::size_t>(batch));
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      auto& r = requests[i];
+      for (std::int64_t t = 0; t < opt.prompt; ++t) {
+        r.prompt.push_back(static_cast<edge::backend::token_id>((7 + 13 * t + 101 * static_cast<std::int64_t>(i)) % m.config.vocab_size));
+      }
+      r.max_tokens = opt.tokens;
+      r.ignore_eos = true;
+      r.sampling.temperature = 0.0f;
+    }
+    std::vector<double> rates, step_rates;
+    for (int rep = 0; rep < opt.repeat + 1; ++rep) {
+      edge::backend::generation_timing timing;
+      if (opt.context > 0) {
+        auto timed = decode_at_context(**exec, layout.block_size, batch, opt.context, opt.tokens);
+        if (!timed.ok()) {
+          std::fprintf(stderr, "%s\n", timed.error().message().c_str());
+          return {};
+        }
+        timing = *timed;
+      } else if (auto run = gen.run(requests, {}, &timing); !run.ok()) {
+        std::fprintf(stderr, "%s\n", run.error().message().c_str());
+        return {};
+      }
+      if (rep == 0) continue;  // warm-up
+      rates.push_back(static_cast<double>(timing.decode_tokens) / timing.decode_seconds);
+      step_rates.push_back(static_cast<double>(timing.decode_steps) / timing.decode_seconds);
+    }
+    const double steps = median(step_rates);
+    const double weight_bw = steps * static_cast<double>(weights);
+    std::printf("%6lld %12.2f %14.2f %16.2f %12.2f %12.2f\n", static_cast<long long>(batch), median(rates), steps,
+                weight_bw / 1e9, weight_bw / copy_bw, weight_bw / read_bw);
+    std::fflush(stdout);
+    out.push_back(median(rates));
+  }
+  return out;
+}
+
+// Rows: batch; columns: each configuration's tokens/s, then each one's ratio to the first (and,
+// with three columns, the last to the second: int4 against fp8).
+void print_comparison(const std::string& title, const std::vector<std::int64_t>& batches,
+                      const std::vector<std::string>& names, const std::vector<const std::vector<double>*>& columns) {
+  std::printf("\n%s\n%6s", title.c_str(), "batch");
+  for (const auto& name : names) std::printf(" %12s", name.c_str());
+  std::vector<std::pair<std::size_t, std::size_t>> ratios;
+  for (std::size_t c = 1; c < names.size(); ++c) ratios.push_back({c, 0});
+  if (names.size() == 3) ratios.push_back({2, 1});
+  for (const auto& [a, b] : ratios) std::printf(" %16s", (names[a] + " vs " + names[b]).c_str());
+  std::printf("\n");
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    std::printf("%6lld", static_cast<long long>(batches[i]));
+    for (const auto* column : columns) std::printf(" %12.2f", (*column)[i]);
+    for (const auto& [a, b] : ratios) {
+      std::printf(" %15.0f%%", 100.0 * ((*columns[a])[i] / (*columns[b])[i] - 1.0));
+    }
+    std::printf("\n");
+  }
+}
+
 std::vector<std::int64_t> parse_list(const char* text) {
   std::vector<std::int64_t> out;
   for (const char* p = text; *p;) {
@@ -197,108 +309,86 @@ int main(int argc, char** argv) {
     else if (flag == "--tokens") opt.tokens = std::atoll(argv[i + 1]);
     else if (flag == "--repeat") opt.repeat = std::atoi(argv[i + 1]);
     else if (flag == "--threads") opt.threads = static_cast<std::size_t>(std::atoll(argv[i + 1]));
-    else if (flag == "--kv-cache-dtype") opt.kv_cache_dtype = argv[i + 1];
-    else if (flag == "--weight-dtype") opt.weight_dtype = argv[i + 1];
+    else if (flag == "--kv-cache-dtype") opt.kv_cache_dtypes = parse_names(argv[i + 1]);
+    else if (flag == "--weight-dtype") opt.weight_dtypes = parse_names(argv[i + 1]);
     else if (flag == "--context") opt.context = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
     }
   }
-  if (opt.model.empty()) {
+  if (opt.model.empty() || opt.weight_dtypes.empty() || opt.kv_cache_dtypes.empty()) {
     std::fprintf(stderr, "usage: edge_bench_decode --model PATH [--batches 1,8,32] [--prompt N] [--tokens N] [--repeat N] "
-                         "[--threads N] [--kv-cache-dtype bf16|fp8|f16|f32|auto] [--context N] "
-                         "[--weight-dtype int4|fp8|bf16|f16|f32|auto]\n");
+                         "[--threads N] [--kv-cache-dtype bf16|fp8|f16|f32|auto[,...]] [--context N] "
+                         "[--weight-dtype int4|fp8|bf16|f16|f32|auto[,...]]\n");
     return 2;
   }
-  const auto kv_choice = edge::backend::parse_kv_cache_dtype(opt.kv_cache_dtype);
-  if (!kv_choice.ok()) {
-    std::fprintf(stderr, "%s\n", kv_choice.error().message().c_str());
-    return 2;
+  std::vector<std::optional<edge::kernels::dtype>> kv_choices;
+  for (const auto& name : opt.kv_cache_dtypes) {
+    const auto choice = edge::backend::parse_kv_cache_dtype(name);
+    if (!choice.ok()) {
+      std::fprintf(stderr, "%s\n", choice.error().message().c_str());
+      return 2;
+    }
+    kv_choices.push_back(*choice);
+  }
+  for (const auto& name : opt.weight_dtypes) {
+    if (!edge::kernels::parse_weight_format(name) && name != "auto") {
+      std::fprintf(stderr, "unknown weight dtype %s: expected int4, fp8, bf16, f16, f32 or auto\n", name.c_str());
+      return 2;
+    }
   }
   const std::size_t threads = opt.threads ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
   std::unique_ptr<edge::thread_pool> pool = threads > 1 ? std::make_unique<edge::thread_pool>(threads - 1) : nullptr;
 
-  const auto weight_dtype = edge::kernels::parse_weight_format(opt.weight_dtype);
-  if (!weight_dtype && opt.weight_dtype != "auto") {
-    std::fprintf(stderr, "unknown weight dtype %s: expected int4, fp8, bf16, f16, f32 or auto\n", opt.weight_dtype.c_str());
-    return 2;
-  }
-  auto loaded = edge::backend::load_model({.path = opt.model, .weight_dtype = weight_dtype});
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
-    return 1;
-  }
-  const edge::backend::model& m = **loaded;
-  const std::uint64_t weights = weight_bytes_per_step(m);
-  const edge::kernels::weight_format weight_type = edge::backend::projection_format(m.weights);
-  const edge::kernels::dtype kv_type = edge::backend::resolve_kv_cache_dtype(*kv_choice, m);
-
   const double copy_bw = copy_bandwidth(pool.get());
   const double read_bw = read_bandwidth(pool.get());
-  std::printf("model %s (%s weights, %s read per decode step), KV cache %s, %zu threads\n", m.name.c_str(),
-              std::string(edge::kernels::to_string(weight_type)).c_str(), edge::format_bytes(weights).c_str(),
-              std::string(edge::kernels::to_string(kv_type)).c_str(), threads);
+  std::printf("%zu threads; memory bandwidth (best of %d): memcpy %.1f GB/s (bytes read + written), read %.1f GB/s\n",
+              threads, bandwidth_runs, copy_bw / 1e9, read_bw / 1e9);
   if (opt.context > 0) {
-    std::printf("decode from position %lld (no prefill), %lld steps\n", static_cast<long long>(opt.context),
-                static_cast<long long>(opt.tokens));
+    std::printf("decode from position %lld (no prefill), %lld steps, median of %d runs\n",
+                static_cast<long long>(opt.context), static_cast<long long>(opt.tokens), opt.repeat);
   } else {
-    std::printf("prompt %lld tokens, %lld generated\n", static_cast<long long>(opt.prompt),
-                static_cast<long long>(opt.tokens));
+    std::printf("prompt %lld tokens, %lld generated, median of %d runs\n", static_cast<long long>(opt.prompt),
+                static_cast<long long>(opt.tokens), opt.repeat);
   }
-  std::printf("memory bandwidth (best of %d): memcpy %.1f GB/s (bytes read + written), read %.1f GB/s\n",
-              bandwidth_runs, copy_bw / 1e9, read_bw / 1e9);
-  std::printf("%6s %12s %14s %16s %12s %12s\n", "batch", "decode tok/s", "steps/s", "weight GB/s", "÷ copy bw", "÷ read bw");
 
-  for (std::int64_t batch : opt.batches) {
-    const std::int64_t positions = (std::max(opt.prompt, opt.context) + opt.tokens + 16) * batch;
-    const auto layout = edge::backend::kv_cache_layout::for_tokens(m.config, kv_type, 16, positions + 16 * batch);
-    auto cache = edge::backend::kv_cache::create(layout);
-    if (!cache.ok()) {
-      std::fprintf(stderr, "%s\n", cache.error().message().c_str());
+  // Every weight dtype with the first KV dtype; the first weight dtype with the other KV dtypes.
+  std::vector<measured_config> by_weights, by_kv;
+  std::string model_name;
+  for (std::size_t w = 0; w < opt.weight_dtypes.size(); ++w) {
+    auto loaded = edge::backend::load_model({.path = opt.model, .weight_dtype = edge::kernels::parse_weight_format(opt.weight_dtypes[w])});
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
       return 1;
     }
-    auto exec = edge::backend::cpu_executor::create(m, **cache, pool.get(),
-                                                    {.max_batch_tokens = std::max<std::int64_t>(opt.prompt * batch, batch),
-                                                     .max_sequences = batch});
-    if (!exec.ok()) {
-      std::fprintf(stderr, "%s\n", exec.error().message().c_str());
-      return 1;
+    const edge::backend::model& m = **loaded;
+    model_name = m.name;
+    const std::string weights(edge::kernels::to_string(edge::backend::projection_format(m.weights)));
+    for (std::size_t k = 0; k < kv_choices.size(); ++k) {
+      if (w > 0 && k > 0) break;
+      const edge::kernels::dtype kv_type = edge::backend::resolve_kv_cache_dtype(kv_choices[k], m);
+      auto rates = measure(opt, m, kv_type, pool.get(), copy_bw, read_bw);
+      if (rates.empty()) return 1;
+      measured_config c{weights, std::string(edge::kernels::to_string(kv_type)), std::move(rates)};
+      if (k == 0) by_weights.push_back(c);
+      if (w == 0) by_kv.push_back(std::move(c));
     }
-    edge::backend::kv_block_pool blocks(layout.num_blocks);
-    edge::backend::generator gen(m, **exec, blocks, layout.block_size);
-    std::vector<edge::backend::generation_request> requests(static_cast<std::size_t>(batch));
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      auto& r = requests[i];
-      for (std::int64_t t = 0; t < opt.prompt; ++t) {
-        r.prompt.push_back(static_cast<edge::backend::token_id>((7 + 13 * t + 101 * static_cast<std::int64_t>(i)) % m.config.vocab_size));
-      }
-      r.max_tokens = opt.tokens;
-      r.ignore_eos = true;
-      r.sampling.temperature = 0.0f;
-    }
-    std::vector<double> rates, step_rates;
-    for (int rep = 0; rep < opt.repeat + 1; ++rep) {
-      edge::backend::generation_timing timing;
-      if (opt.context > 0) {
-        auto measured = decode_at_context(**exec, layout.block_size, batch, opt.context, opt.tokens);
-        if (!measured.ok()) {
-          std::fprintf(stderr, "%s\n", measured.error().message().c_str());
-          return 1;
-        }
-        timing = *measured;
-      } else if (auto out = gen.run(requests, {}, &timing); !out.ok()) {
-        std::fprintf(stderr, "%s\n", out.error().message().c_str());
-        return 1;
-      }
-      if (rep == 0) continue;  // warm-up
-      rates.push_back(static_cast<double>(timing.decode_tokens) / timing.decode_seconds);
-      step_rates.push_back(static_cast<double>(timing.decode_steps) / timing.decode_seconds);
-    }
-    const double steps = median(step_rates);
-    const double weight_bw = steps * static_cast<double>(weights);
-    std::printf("%6lld %12.2f %14.2f %16.2f %12.2f %12.2f\n", static_cast<long long>(batch), median(rates), steps,
-                weight_bw / 1e9, weight_bw / copy_bw, weight_bw / read_bw);
   }
+
+  const auto compare = [&](const std::string& title, const std::vector<measured_config>& configs, bool kv) {
+    if (configs.size() < 2) return;
+    std::vector<std::string> names;
+    std::vector<const std::vector<double>*> columns;
+    for (const auto& c : configs) {
+      names.push_back(kv ? "KV " + c.kv : c.weights);
+      columns.push_back(&c.rates);
+    }
+    print_comparison(title, opt.batches, names, columns);
+  };
+  compare(edge::format("decode tokens/s by weight dtype: {}, KV cache {}", model_name, by_weights.front().kv),
+          by_weights, false);
+  compare(edge::format("decode tokens/s by KV cache dtype: {}, {} weights", model_name, by_kv.front().weights), by_kv,
+          true);
   return 0;
 }

@@ -1,5 +1,6 @@
 # Sources of backend/src/model: file formats (GGUF, safetensors, llama2.c, Hugging Face
-# folders), load_model and the synthetic-model writer of `edgeinfer make-model`.
+# folders), load_model, the synthetic-model writer of `edgeinfer make-model` and the
+# compressed-tensors writer of `edgeinfer quantize`.
 target_sources(edge_backend PRIVATE
   src/model/mapped_file.cpp
   src/model/gguf.cpp
@@ -15,4 +16,5 @@ target_sources(edge_backend PRIVATE
   src/model/model_loader.cpp
   src/model/synthetic_tokenizer.cpp
   src/model/synthetic.cpp
+  src/model/quantized_checkpoint.cpp
 )

@@ -91,6 +91,10 @@ const std::vector<synthetic_preset>& preset_table() {
                      llama_config(tiny_vocab, 64, 176, 2, 4, 2, 16, 2048, 10000.0, false), 16});
     table.push_back({"tiny-qwen2", "Qwen2 architecture (Q/K/V biases, tied), 2 layers, hidden 64, vocab 512 (tests)",
                      qwen2_config(tiny_vocab, 64, 176, 2, 4, 2, 16, 4096), 8});
+    // Heads of 128, as most large models have, at a size tests can serve: FP8 KV capacity.
+    table.push_back({"tiny-hd128", "Llama architecture, 2 layers, hidden 256, 2 heads / 1 KV head of 128, vocab 512 "
+                     "(tests of head_dim-128 KV caches)",
+                     llama_config(tiny_vocab, 256, 512, 2, 2, 1, 128, 2048, 10000.0, false), 16});
     auto llama_32_1b = llama_config(llama3_vocab, 2048, 8192, 16, 32, 8, 64, 131072, llama3_theta, true);
     llama_32_1b.rope_scaling = rope_scaling_llama3{32.0, 1.0, 4.0, 8192};
     table.push_back({"llama-3.2-1b", "Llama 3.2 1B shapes: 16 layers, hidden 2048, 32/8 heads, tied, llama3 RoPE "

@@ -125,7 +125,8 @@ struct row_scores {
 std::string eval_configuration::name() const { return weights + "/" + std::string(kv_name(kv)); }
 
 std::span<const std::string_view> eval_weight_dtypes() {
-  static constexpr std::array<std::string_view, 1> names = {"f32"};
+  // "f32" first: it is the reference's weights. The others are load_options::weight_dtype names.
+  static constexpr std::array<std::string_view, 5> names = {"f32", "bf16", "f16", "fp8", "int4"};
   return names;
 }
 

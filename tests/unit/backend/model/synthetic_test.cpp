@@ -109,6 +109,10 @@ TEST_CASE("presets have the shapes of the models they are named after") {
   CHECK(qwen->config.num_heads == 14);
   CHECK(qwen->config.rope_theta == 1000000.0);
   CHECK(find_synthetic_preset("tiny") != nullptr);
+  const auto* hd128 = find_synthetic_preset("tiny-hd128");
+  REQUIRE(hd128 != nullptr);
+  CHECK(hd128->config.head_dim == 128);
+  CHECK(hd128->config.num_heads * hd128->config.head_dim == hd128->config.hidden_size);
   CHECK(find_synthetic_preset("gpt-5") == nullptr);
   CHECK(synthetic_presets().size() >= 5);
   CHECK(parse_synthetic_format("gguf") == synthetic_format::gguf);

@@ -39,7 +39,8 @@ struct synthetic_preset {
   std::int64_t special_tokens = 0;  // the last ids of the vocabulary: special and reserved tokens
 };
 
-// tiny (milliseconds to write, for tests), tiny-qwen2, llama-3.2-1b, llama-3-8b, qwen2.5-0.5b.
+// tiny (milliseconds to write, for tests), tiny-qwen2, tiny-hd128 (heads of 128), llama-3.2-1b,
+// llama-3-8b, qwen2.5-0.5b.
 std::span<const synthetic_preset> synthetic_presets();
 const synthetic_preset* find_synthetic_preset(std::string_view name);
 

@@ -47,8 +47,9 @@ struct eval_configuration {
   bool operator==(const eval_configuration&) const = default;
 };
 
-// The weight dtypes a configuration may name: "f32" (as stored) and whatever load_model can
-// quantize to.
+// The weight dtypes a configuration may name: "f32" (as stored), then "bf16", "f16", "fp8" and
+// "int4", which load_model converts or quantizes the projections to (kernels::parse_weight_format
+// reads each name).
 std::span<const std::string_view> eval_weight_dtypes();
 
 // Every weight dtype with bf16 and fp8 KV, and f32 weights with f16 KV; the reference first.

@@ -1,0 +1,628 @@
+// write_quantized_checkpoint: a loaded INT4 / FP8 model as a compressed-tensors folder
+// (layout in edge/backend/model/quantized_checkpoint.h).
+#include "edge/backend/model/quantized_checkpoint.h"
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "edge/backend/model/gguf.h"
+#include "edge/common/format.h"
+#include "json_fields.h"
+#include "json_text.h"
+
+namespace edge::backend {
+namespace {
+
+namespace fs = std::filesystem;
+using kernels::weight_format;
+
+static_assert(std::endian::native == std::endian::little, "safetensors and GGUF are written as little-endian bytes");
+
+constexpr std::string_view partial_suffix = ".partial";
+constexpr std::string_view single_file_name = "model.safetensors";
+constexpr std::string_view index_file_name = "model.safetensors.index.json";
+constexpr std::size_t safetensors_header_alignment = 8;
+// compressed-tensors packs eight 4-bit values into each int32.
+constexpr std::int64_t nibbles_per_word = 8;
+constexpr std::uint32_t gguf_version = 3;
+constexpr std::uint64_t gguf_alignment = 32;
+// Files a Hugging Face source keeps its tokenizer and chat template in (and the ones an
+// earlier `edgeinfer quantize` wrote for GGUF and llama2.c sources).
+constexpr std::string_view tokenizer_files[] = {"tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
+                                                "chat_template.jinja", "generation_config.json", "tokenizer.gguf",
+                                                "tokenizer.bin"};
+
+// A file written under a temporary name and renamed into place when complete, so that an
+// interrupted run never leaves a file that looks whole.
+class output_file {
+ public:
+  static result<std::unique_ptr<output_file>> create(fs::path path) {
+    fs::path partial = path;
+    partial += partial_suffix;
+    std::FILE* f = std::fopen(partial.c_str(), "wb");
+    if (f == nullptr) return unavailable(edge::format("cannot create {}: {}", partial.string(), std::strerror(errno)));
+    return std::unique_ptr<output_file>(new output_file(std::move(path), std::move(partial), f));
+  }
+  ~output_file() {
+    if (file_ != nullptr) {
+      std::fclose(file_);
+      std::error_code ec;
+      fs::remove(partial_, ec);
+    }
+  }
+  output_file(const output_file&) = delete;
+  output_file& operator=(const output_file&) = delete;
+
+  status write(const void* data, std::size_t size) {
+    if (size > 0 && std::fwrite(data, 1, size, file_) != size) return failure("write");
+    return {};
+  }
+  status write(std::string_view text) { return write(text.data(), text.size()); }
+  template <class T>
+  status write_scalar(T value) {
+    return write(&value, sizeof(value));
+  }
+  status commit() {
+    std::FILE* f = std::exchange(file_, nullptr);
+    if (std::fclose(f) != 0) return failure("close");
+    std::error_code ec;
+    fs::rename(partial_, path_, ec);
+    if (ec) return unavailable(edge::format("cannot rename {} to {}: {}", partial_.string(), path_.string(), ec.message()));
+    return {};
+  }
+
+ private:
+  output_file(fs::path path, fs::path partial, std::FILE* f) : path_(std::move(path)), partial_(std::move(partial)), file_(f) {}
+
+  status failure(std::string_view what) const {
+    const int error = errno;
+    std::string message = edge::format("cannot {} {}: {}", what, partial_.string(), std::strerror(error));
+    return error == ENOSPC ? resource_exhausted(std::move(message)) : unavailable(std::move(message));
+  }
+
+  fs::path path_;
+  fs::path partial_;
+  std::FILE* file_;
+};
+
+status write_text_file(const fs::path& path, std::string_view text) {
+  EDGE_ASSIGN_OR_RETURN(auto file, output_file::create(path));
+  EDGE_RETURN_IF_ERROR(file->write(text));
+  return file->commit();
+}
+
+// ---- the tensors --------------------------------------------------------------------------------
+
+// One tensor of the checkpoint: its header entry and how its bytes are produced, row by row so
+// that memory stays small whatever the model size.
+struct planned_tensor {
+  std::string name;
+  std::string_view dtype;  // safetensors' name: "F32", "I32", "F8_E4M3", ...
+  std::vector<std::int64_t> shape;
+  std::uint64_t bytes = 0;
+  std::function<status(output_file&)> write;
+};
+
+std::string_view safetensors_dtype(kernels::dtype type) {
+  switch (type) {
+    case kernels::dtype::f32: return "F32";
+    case kernels::dtype::f16: return "F16";
+    case kernels::dtype::bf16: return "BF16";
+    case kernels::dtype::fp8_e4m3: return "F8_E4M3";
+  }
+  return "F32";
+}
+
+// The row of a matrix stored in the adjacent-pair RoPE order that holds row `row` of the
+// half-split order: within each head of `head_dim` rows, half-split row half × head_dim / 2 + i
+// is adjacent-pair row 2i + half (the inverse of llama.cpp's permutation of Q and K).
+std::int64_t adjacent_pair_row(std::int64_t row, std::int64_t head_dim) {
+  const std::int64_t head = row / head_dim;
+  const std::int64_t within = row % head_dim;
+  const std::int64_t half_length = head_dim / 2;
+  return head * head_dim + (within % half_length) * 2 + within / half_length;
+}
+
+// Maps a written row to the model's row: the identity, or the RoPE reordering of Q/K.
+using row_map = std::function<std::int64_t(std::int64_t)>;
+
+row_map identity_rows() {
+  return [](std::int64_t r) { return r; };
+}
+
+// A plain tensor (embedding, norm, bias) as the model holds it, rows reordered by `rows_of`.
+planned_tensor plain_tensor(std::string name, const tensor_view& view, row_map rows_of) {
+  const std::int64_t rows = view.shape.size() == 1 ? view.shape[0] : view.rows();
+  const std::size_t row_bytes =
+      view.shape.size() == 1 ? kernels::dtype_size(view.type) : view.bytes() / static_cast<std::size_t>(rows);
+  planned_tensor t{.name = std::move(name), .dtype = safetensors_dtype(view.type), .shape = view.shape,
+                   .bytes = view.bytes()};
+  t.write = [view, rows, row_bytes, rows_of = std::move(rows_of)](output_file& out) -> status {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      EDGE_RETURN_IF_ERROR(out.write(view.data + static_cast<std::size_t>(rows_of(r)) * row_bytes, row_bytes));
+    }
+    return {};
+  };
+  return t;
+}
+
+// A weight matrix under `stem` ("model.layers.0.self_attn.q_proj."): weight_packed /
+// weight_scale / weight_shape for INT4, weight / weight_scale for FP8, weight for the rest.
+void add_matrix(std::vector<planned_tensor>& plan, const std::string& stem, const weight_matrix& w, row_map rows_of) {
+  const std::int64_t rows = w.rows();
+  const std::int64_t cols = w.cols();
+  switch (w.format) {
+    case weight_format::int4: {
+      const std::int64_t words = (cols + nibbles_per_word - 1) / nibbles_per_word;
+      const std::int64_t groups = cols / w.group_size;
+      planned_tensor packed{.name = stem + "weight_packed", .dtype = "I32", .shape = {rows, words},
+                            .bytes = static_cast<std::uint64_t>(rows * words * 4)};
+      packed.write = [w, rows, cols, words, rows_of](output_file& out) -> status {
+        const std::int64_t row_bytes = kernels::int4_row_bytes(cols);
+        std::vector<std::uint32_t> row(static_cast<std::size_t>(words));  // [words]
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const auto* source = reinterpret_cast<const std::uint8_t*>(w.data) + rows_of(r) * row_bytes;
+          std::fill(row.begin(), row.end(), 0u);
+          for (std::int64_t i = 0; i < cols; ++i) {
+            const auto code = static_cast<std::uint32_t>(kernels::int4_get(source, i) + kernels::int4_traits::code_offset);
+            row[static_cast<std::size_t>(i / nibbles_per_word)] |=
+                code << (kernels::int4_traits::nibble_bits * (i % nibbles_per_word));
+          }
+          EDGE_RETURN_IF_ERROR(out.write(row.data(), row.size() * sizeof(std::uint32_t)));
+        }
+        return {};
+      };
+      plan.push_back(std::move(packed));
+      planned_tensor scales{.name = stem + "weight_scale", .dtype = "F32", .shape = {rows, groups},
+                            .bytes = static_cast<std::uint64_t>(rows * groups) * sizeof(float)};
+      scales.write = [w, rows, groups, rows_of](output_file& out) -> status {
+        for (std::int64_t r = 0; r < rows; ++r) {
+          EDGE_RETURN_IF_ERROR(out.write(w.scales + rows_of(r) * groups, static_cast<std::size_t>(groups) * sizeof(float)));
+        }
+        return {};
+      };
+      plan.push_back(std::move(scales));
+      planned_tensor shape{.name = stem + "weight_shape", .dtype = "I64", .shape = {2}, .bytes = 2 * sizeof(std::int64_t)};
+      shape.write = [rows, cols](output_file& out) -> status {
+        EDGE_RETURN_IF_ERROR(out.write_scalar(rows));
+        return out.write_scalar(cols);
+      };
+      plan.push_back(std::move(shape));
+      return;
+    }
+    case weight_format::fp8_e4m3: {
+      const tensor_view codes{.name = stem + "weight", .type = kernels::dtype::fp8_e4m3, .shape = w.shape, .data = w.data};
+      plan.push_back(plain_tensor(stem + "weight", codes, rows_of));
+      planned_tensor scales{.name = stem + "weight_scale", .dtype = "F32", .shape = {rows, 1},
+                            .bytes = static_cast<std::uint64_t>(rows) * sizeof(float)};
+      scales.write = [w, rows, rows_of](output_file& out) -> status {
+        for (std::int64_t r = 0; r < rows; ++r) EDGE_RETURN_IF_ERROR(out.write_scalar(w.scales[rows_of(r)]));
+        return {};
+      };
+      plan.push_back(std::move(scales));
+      return;
+    }
+    case weight_format::f32:
+    case weight_format::f16:
+    case weight_format::bf16: {
+      const tensor_view plain{.name = stem + "weight", .type = *kernels::element_dtype(w.format), .shape = w.shape,
+                              .data = w.data};
+      plan.push_back(plain_tensor(stem + "weight", plain, rows_of));
+      return;
+    }
+  }
+}
+
+// Whether the classifier can be written as the embedding's tie: the same bytes in the same type.
+bool classifier_is_embedding(const model& m) {
+  const auto type = kernels::element_dtype(m.weights.lm_head.format);
+  return m.config.tie_embeddings && type && *type == m.weights.token_embedding.type &&
+         m.weights.lm_head.data == m.weights.token_embedding.data;
+}
+
+struct checkpoint_plan {
+  std::vector<planned_tensor> tensors;
+  // Linear module name → INT4 group size (pack-quantized) or 0 (FP8), for quantization_config.
+  std::map<std::string, std::int64_t> quantized_modules;
+  bool tied = false;
+};
+
+checkpoint_plan plan_checkpoint(const model& m) {
+  const model_config& c = m.config;
+  const model_weights& w = m.weights;
+  checkpoint_plan plan;
+  plan.tied = classifier_is_embedding(m);
+  const bool reorder = c.rope == rope_layout::adjacent_pairs;
+  const auto rope_rows = [&]() -> row_map {
+    if (!reorder) return identity_rows();
+    const std::int64_t head_dim = c.head_dim;
+    return [head_dim](std::int64_t r) { return adjacent_pair_row(r, head_dim); };
+  };
+  const auto matrix = [&](const std::string& module, const weight_matrix& matrix_weights, row_map rows_of) {
+    add_matrix(plan.tensors, module + ".", matrix_weights, std::move(rows_of));
+    if (kernels::is_quantized(matrix_weights.format)) {
+      plan.quantized_modules[module] = matrix_weights.format == weight_format::int4 ? matrix_weights.group_size : 0;
+    }
+  };
+
+  plan.tensors.push_back(plain_tensor("model.embed_tokens.weight", w.token_embedding, identity_rows()));
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    const layer_weights& l = w.layers[static_cast<std::size_t>(i)];
+    const std::string prefix = edge::format("model.layers.{}.", i);
+    plan.tensors.push_back(plain_tensor(prefix + "input_layernorm.weight", l.attn_norm, identity_rows()));
+    matrix(prefix + "self_attn.q_proj", l.wq, rope_rows());
+    matrix(prefix + "self_attn.k_proj", l.wk, rope_rows());
+    matrix(prefix + "self_attn.v_proj", l.wv, identity_rows());
+    matrix(prefix + "self_attn.o_proj", l.wo, identity_rows());
+    if (c.qkv_bias) {
+      plan.tensors.push_back(plain_tensor(prefix + "self_attn.q_proj.bias", l.bq, rope_rows()));
+      plan.tensors.push_back(plain_tensor(prefix + "self_attn.k_proj.bias", l.bk, rope_rows()));
+      plan.tensors.push_back(plain_tensor(prefix + "self_attn.v_proj.bias", l.bv, identity_rows()));
+    }
+    plan.tensors.push_back(plain_tensor(prefix + "post_attention_layernorm.weight", l.ffn_norm, identity_rows()));
+    matrix(prefix + "mlp.gate_proj", l.w_gate, identity_rows());
+    matrix(prefix + "mlp.up_proj", l.w_up, identity_rows());
+    matrix(prefix + "mlp.down_proj", l.w_down, identity_rows());
+  }
+  plan.tensors.push_back(plain_tensor("model.norm.weight", w.final_norm, identity_rows()));
+  if (!plan.tied) matrix("lm_head", w.lm_head, identity_rows());
+  return plan;
+}
+
+// ---- config.json ------------------------------------------------------------------------------
+
+std::string quantization_config_json(const checkpoint_plan& plan, weight_format format, bool lm_head_quantized) {
+  std::string groups;
+  if (format == weight_format::int4) {
+    // One config group per group size; with a single size every Linear is its target.
+    std::map<std::int64_t, std::vector<std::string>> by_size;
+    for (const auto& [module, size] : plan.quantized_modules) by_size[size].push_back(module);
+    std::size_t index = 0;
+    for (const auto& [size, modules] : by_size) {
+      std::string targets;
+      if (by_size.size() == 1) {
+        targets = "\"Linear\"";
+      } else {
+        for (const auto& module : modules) targets += (targets.empty() ? "" : ", ") + json_string(module);
+      }
+      groups += edge::format(
+          "{}\"group_{}\": {{\"targets\": [{}], \"weights\": {{\"num_bits\": 4, \"type\": \"int\", \"symmetric\": true, "
+          "\"strategy\": \"group\", \"group_size\": {}, \"dynamic\": false, \"actorder\": null, \"observer\": "
+          "\"minmax\"}}, \"input_activations\": null, \"output_activations\": null}}",
+          index == 0 ? "" : ", ", index, targets, size);
+      ++index;
+    }
+  } else {
+    groups =
+        "\"group_0\": {\"targets\": [\"Linear\"], \"weights\": {\"num_bits\": 8, \"type\": \"float\", \"symmetric\": "
+        "true, \"strategy\": \"channel\", \"dynamic\": false, \"observer\": \"minmax\"}, \"input_activations\": null, "
+        "\"output_activations\": null}";
+  }
+  return edge::format(
+      "{{\"quant_method\": \"compressed-tensors\", \"format\": \"{}\", \"quantization_status\": \"compressed\", "
+      "\"config_groups\": {{{}}}, \"ignore\": [{}], \"kv_cache_scheme\": null, \"global_compression_ratio\": null, "
+      "\"sparsity_config\": {{}}}}",
+      format == weight_format::int4 ? "pack-quantized" : "float-quantized", groups,
+      lm_head_quantized ? "" : "\"lm_head\"");
+}
+
+std::string_view architecture_class(architecture arch) {
+  switch (arch) {
+    case architecture::llama: return "LlamaForCausalLM";
+    case architecture::qwen2: return "Qwen2ForCausalLM";
+    case architecture::mistral: return "MistralForCausalLM";
+  }
+  return "LlamaForCausalLM";
+}
+
+std::string_view torch_dtype(kernels::dtype type) {
+  switch (type) {
+    case kernels::dtype::f32: return "float32";
+    case kernels::dtype::f16: return "float16";
+    case kernels::dtype::bf16: return "bfloat16";
+    case kernels::dtype::fp8_e4m3: break;
+  }
+  return "float32";
+}
+
+// The fields load_model reads, from the model's configuration (GGUF and llama2.c sources).
+std::string config_fields_from_model(const model& m, bool tied) {
+  const model_config& c = m.config;
+  const bool qwen = c.arch == architecture::qwen2;
+  std::string out;
+  out += "  \"architectures\": [\"" + std::string(architecture_class(c.arch)) + "\"],\n";
+  out += "  \"model_type\": \"" + std::string(to_string(c.arch)) + "\",\n";
+  out += "  \"hidden_size\": " + std::to_string(c.hidden_size) + ",\n";
+  out += "  \"intermediate_size\": " + std::to_string(c.intermediate_size) + ",\n";
+  out += "  \"num_hidden_layers\": " + std::to_string(c.num_layers) + ",\n";
+  out += "  \"num_attention_heads\": " + std::to_string(c.num_heads) + ",\n";
+  out += "  \"num_key_value_heads\": " + std::to_string(c.num_kv_heads) + ",\n";
+  out += "  \"head_dim\": " + std::to_string(c.head_dim) + ",\n";
+  out += "  \"vocab_size\": " + std::to_string(c.vocab_size) + ",\n";
+  out += "  \"max_position_embeddings\": " + std::to_string(c.max_position) + ",\n";
+  out += "  \"rms_norm_eps\": " + json_number(c.rms_norm_eps) + ",\n";
+  out += "  \"rope_theta\": " + json_number(c.rope_theta) + ",\n";
+  if (c.rope_scaling) {
+    const auto& s = *c.rope_scaling;
+    out += "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " + json_number(s.factor) +
+           ", \"low_freq_factor\": " + json_number(s.low_freq_factor) +
+           ", \"high_freq_factor\": " + json_number(s.high_freq_factor) +
+           ", \"original_max_position_embeddings\": " + std::to_string(s.original_max_position) + "},\n";
+  } else {
+    out += "  \"rope_scaling\": null,\n";
+  }
+  out += "  \"hidden_act\": \"silu\",\n";
+  out += qwen ? "  \"use_sliding_window\": false,\n" : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n";
+  out += "  \"torch_dtype\": \"" + std::string(torch_dtype(m.weights.token_embedding.type)) + "\",\n";
+  out += std::string("  \"tie_word_embeddings\": ") + (tied ? "true" : "false") + ",\n";
+  if (m.synthetic) out += "  \"edgeinfer_synthetic\": true,\n";
+  return out;
+}
+
+// A Hugging Face source's own config.json, field by field, without its quantization_config and
+// with tie_word_embeddings as written.
+result<std::string> config_fields_from_source(const fs::path& config_path, bool tied) {
+  std::FILE* f = std::fopen(config_path.c_str(), "rb");
+  if (f == nullptr) return not_found(edge::format("cannot open {}: {}", config_path.string(), std::strerror(errno)));
+  std::string text;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) text.append(buffer, n);
+  std::fclose(f);
+  simdjson::dom::parser parser;
+  auto object = parse_json_object(parser, text);
+  if (!object.ok()) return object.error().with_context(config_path.string());
+  std::string out;
+  for (auto field : *object) {
+    if (field.key == "quantization_config" || field.key == "tie_word_embeddings") continue;
+    out += "  " + json_string(field.key) + ": " + simdjson::minify(field.value) + ",\n";
+  }
+  out += std::string("  \"tie_word_embeddings\": ") + (tied ? "true" : "false") + ",\n";
+  return out;
+}
+
+// ---- tokenizer files ----------------------------------------------------------------------------
+
+// GGUF metadata values as a GGUF writes them (the value type tags are the file format's).
+enum class gguf_tag : std::uint32_t { boolean = 7, string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12 };
+
+gguf_tag tag_of(const gguf_value& v) {
+  switch (v.value.index()) {
+    case 0: return gguf_tag::u64;
+    case 1: return gguf_tag::i64;
+    case 2: return gguf_tag::f64;
+    case 3: return gguf_tag::boolean;
+    case 4: return gguf_tag::string;
+    default: return gguf_tag::array;
+  }
+}
+
+void put_string(std::string& out, std::string_view text) {
+  const auto length = static_cast<std::uint64_t>(text.size());
+  out.append(reinterpret_cast<const char*>(&length), sizeof(length));
+  out.append(text);
+}
+
+template <class T>
+void put_scalar(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+void put_value(std::string& out, const gguf_value& v) {
+  std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          put_scalar(out, static_cast<std::uint8_t>(x ? 1 : 0));
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          put_string(out, x);
+        } else if constexpr (std::is_same_v<T, gguf_array>) {
+          // Elements of an array share the first one's type; an empty array is of i64.
+          const gguf_tag element = x.empty() ? gguf_tag::i64 : tag_of(x.front());
+          put_scalar(out, static_cast<std::uint32_t>(element));
+          put_scalar(out, static_cast<std::uint64_t>(x.size()));
+          for (const auto& item : x) put_value(out, item);
+        } else {
+          put_scalar(out, x);
+        }
+      },
+      v.value);
+}
+
+// tokenizer.gguf: a GGUF without tensors holding the source's general.* and tokenizer.*
+// metadata, which is all a GGUF vocabulary and chat template need.
+status write_gguf_tokenizer(const fs::path& source, const fs::path& path) {
+  EDGE_ASSIGN_OR_RETURN(const auto file, load_gguf(source));
+  std::string keys;
+  std::uint64_t count = 0;
+  for (const auto& [key, value] : file.metadata) {
+    if (!key.starts_with("general.") && !key.starts_with("tokenizer.")) continue;
+    if (value.as_array() && !value.as_array()->empty() && tag_of(value.as_array()->front()) == gguf_tag::array) {
+      continue;  // arrays of arrays: no vocabulary key uses them
+    }
+    put_string(keys, key);
+    put_scalar(keys, static_cast<std::uint32_t>(tag_of(value)));
+    put_value(keys, value);
+    ++count;
+  }
+  EDGE_ASSIGN_OR_RETURN(auto out, output_file::create(path));
+  EDGE_RETURN_IF_ERROR(out->write("GGUF"));
+  EDGE_RETURN_IF_ERROR(out->write_scalar(gguf_version));
+  EDGE_RETURN_IF_ERROR(out->write_scalar(std::uint64_t{0}));  // tensors
+  EDGE_RETURN_IF_ERROR(out->write_scalar(count));
+  EDGE_RETURN_IF_ERROR(out->write(keys));
+  // The (empty) data section starts at the next multiple of the alignment.
+  const std::uint64_t header = 4 + sizeof(gguf_version) + 2 * sizeof(std::uint64_t) + keys.size();
+  EDGE_RETURN_IF_ERROR(out->write(std::string((gguf_alignment - header % gguf_alignment) % gguf_alignment, '\0')));
+  return out->commit();
+}
+
+status copy_tokenizer_file(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
+  if (ec) return unavailable(edge::format("cannot copy {} to {}: {}", from.string(), to.string(), ec.message()));
+  return {};
+}
+
+status write_tokenizer(const model& m, const load_options& source, const fs::path& folder) {
+  std::error_code ec;
+  switch (m.format) {
+    case model_format::hugging_face: {
+      bool any = false;
+      for (std::string_view name : tokenizer_files) {
+        const fs::path from = source.path / name;
+        if (!fs::is_regular_file(from, ec)) continue;
+        EDGE_RETURN_IF_ERROR(copy_tokenizer_file(from, folder / name));
+        any = true;
+      }
+      if (!any) return not_found(edge::format("{} has no tokenizer files to copy", source.path.string()));
+      return {};
+    }
+    case model_format::gguf: return write_gguf_tokenizer(source.path, folder / "tokenizer.gguf");
+    case model_format::llama2c: {
+      fs::path tokenizer;
+      if (source.tokenizer) {
+        tokenizer = *source.tokenizer;
+      } else {
+        const fs::path beside = source.path.parent_path();
+        for (const fs::path& candidate :
+             {beside / "tokenizer.bin", beside / edge::format("tok{}.bin", m.config.vocab_size)}) {
+          if (fs::is_regular_file(candidate, ec)) {
+            tokenizer = candidate;
+            break;
+          }
+        }
+      }
+      if (tokenizer.empty()) return not_found(edge::format("no tokenizer file beside {}", source.path.string()));
+      return copy_tokenizer_file(tokenizer, folder / "tokenizer.bin");
+    }
+  }
+  return {};
+}
+
+// ---- the folder ---------------------------------------------------------------------------------
+
+status prepare_folder(const fs::path& folder) {
+  std::error_code ec;
+  if (!fs::exists(folder, ec)) {
+    fs::create_directories(folder, ec);
+    if (ec) return unavailable(edge::format("cannot create {}: {}", folder.string(), ec.message()));
+    return {};
+  }
+  if (!fs::is_directory(folder, ec)) return invalid_argument(edge::format("{} exists and is not a folder", folder.string()));
+  if (!fs::is_empty(folder, ec)) {
+    return failed_precondition(edge::format("{} is not empty; choose a new folder", folder.string()));
+  }
+  return {};
+}
+
+std::string safetensors_header(std::span<const planned_tensor* const> tensors, weight_format format) {
+  std::string header = edge::format("{{\"__metadata__\": {{\"format\": \"pt\", \"edgeinfer_quantized\": \"{}\"}}",
+                                    kernels::to_string(format));
+  std::uint64_t offset = 0;
+  for (const auto* t : tensors) {
+    header += ", ";
+    append_json_string(header, t->name);
+    header += ": {\"dtype\": \"" + std::string(t->dtype) + "\", \"shape\": [";
+    for (std::size_t i = 0; i < t->shape.size(); ++i) header += (i ? ", " : "") + std::to_string(t->shape[i]);
+    header += "], \"data_offsets\": [" + std::to_string(offset) + ", " + std::to_string(offset + t->bytes) + "]}";
+    offset += t->bytes;
+  }
+  header += '}';
+  // Spaces up to a multiple of 8 put the data at an aligned offset (8-byte length + header).
+  header.append((safetensors_header_alignment - header.size() % safetensors_header_alignment) %
+                    safetensors_header_alignment,
+                ' ');
+  return header;
+}
+
+std::string shard_name(std::size_t index, std::size_t count) {
+  constexpr std::size_t digits = 5;
+  const auto padded = [](std::size_t n) {
+    std::string text = std::to_string(n);
+    return std::string(text.size() < digits ? digits - text.size() : 0, '0') + text;
+  };
+  return "model-" + padded(index + 1) + "-of-" + padded(count) + ".safetensors";
+}
+
+}  // namespace
+
+result<fs::path> write_quantized_checkpoint(const model& m, const quantized_checkpoint_options& options) {
+  const weight_format format = projection_format(m.weights);
+  if (!kernels::is_quantized(format)) {
+    return invalid_argument(edge::format("the model's projections are {}; quantize writes int4 or fp8 weights",
+                                         kernels::to_string(format)));
+  }
+  const bool lm_head_quantized = kernels::is_quantized(m.weights.lm_head.format);
+  if (lm_head_quantized && m.weights.lm_head.format != format) {
+    return status(status_code::unimplemented,
+                  edge::format("the classifier is stored as {} and the projections as {}; a compressed-tensors "
+                               "checkpoint written here holds one quantized format",
+                               kernels::to_string(m.weights.lm_head.format), kernels::to_string(format)));
+  }
+  EDGE_RETURN_IF_ERROR(prepare_folder(options.out));
+  const checkpoint_plan plan = plan_checkpoint(m);
+
+  std::string config = "{\n";
+  if (m.format == model_format::hugging_face) {
+    EDGE_ASSIGN_OR_RETURN(const auto fields, config_fields_from_source(options.source.path / "config.json", plan.tied));
+    config += fields;
+  } else {
+    config += config_fields_from_model(m, plan.tied);
+  }
+  config += "  \"quantization_config\": " + quantization_config_json(plan, format, lm_head_quantized) + "\n}\n";
+
+  EDGE_RETURN_IF_ERROR(write_tokenizer(m, options.source, options.out));
+
+  // Tensors in order, a new shard whenever the next one would pass the limit.
+  std::vector<std::vector<const planned_tensor*>> shards(1);
+  std::uint64_t shard_bytes = 0, total = 0;
+  for (const auto& t : plan.tensors) {
+    if (!shards.back().empty() && shard_bytes + t.bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(&t);
+    shard_bytes += t.bytes;
+    total += t.bytes;
+  }
+  std::uint64_t written = 0;
+  if (options.progress) options.progress(0, total);
+  std::string weight_map;
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    const std::string file_name = shards.size() == 1 ? std::string(single_file_name) : shard_name(s, shards.size());
+    const std::string header = safetensors_header(shards[s], format);
+    EDGE_ASSIGN_OR_RETURN(auto out, output_file::create(options.out / file_name));
+    EDGE_RETURN_IF_ERROR(out->write_scalar(static_cast<std::uint64_t>(header.size())));
+    EDGE_RETURN_IF_ERROR(out->write(header));
+    for (const auto* t : shards[s]) {
+      EDGE_RETURN_IF_ERROR(t->write(*out));
+      written += t->bytes;
+      if (options.progress) options.progress(written, total);
+      weight_map += weight_map.empty() ? "\n    " : ",\n    ";
+      weight_map += json_string(t->name) + ": " + json_string(file_name);
+    }
+    EDGE_RETURN_IF_ERROR(out->commit());
+  }
+  if (shards.size() > 1) {
+    const std::string index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total) +
+                              "},\n  \"weight_map\": {" + weight_map + "\n  }\n}\n";
+    EDGE_RETURN_IF_ERROR(write_text_file(options.out / index_file_name, index));
+  }
+  // Last, so that the folder is only loadable once everything else is in place.
+  EDGE_RETURN_IF_ERROR(write_text_file(options.out / "config.json", config));
+  return options.out;
+}
+
+}  // namespace edge::backend
