@@ -143,56 +143,57 @@ quota_decision in_memory_quota_store::try_acquire(const quota_request& request) 
                   request.tenant_id, *q.max_concurrent));
   }
 
-  // Requests per minute (GCRA).
+  // Requests per minute (GCRA). `requests_idle` is the limit as it stands (what a refusal
+  // reports); d.requests what is left once this request is admitted.
   std::int64_t new_tat = st.tat_ns;
+  rate_limit_status requests_idle{};
   if (q.requests_per_minute) {
     const std::int64_t limit = *q.requests_per_minute;
     const std::int64_t interval = std::max<std::int64_t>(window_ns / limit, 1);
     const std::int64_t tat = std::max(st.tat_ns, now_ns);
     new_tat = tat + interval;
-    rate_limit_status s{limit, 0, {}};
+    requests_idle = {limit, std::max<std::int64_t>((window_ns - (tat - now_ns)) / interval, 0), ceil_ms(tat - now_ns)};
     if (new_tat - now_ns <= window_ns) {
-      s.remaining = (window_ns - (new_tat - now_ns)) / interval;
-      s.reset = ceil_ms(new_tat - now_ns);
+      d.requests = rate_limit_status{limit, (window_ns - (new_tat - now_ns)) / interval, ceil_ms(new_tat - now_ns)};
     } else {
-      s.reset = ceil_ms(tat - now_ns);
       const auto wait = ceil_ms(new_tat - now_ns - window_ns);
       refuse(quota_limit::requests_per_minute, wait,
              format("Rate limit reached for requests per minute on tenant '{}': limit {}. Please try again in {}.",
                     request.tenant_id, limit, seconds_text(wait)));
     }
-    d.requests = s;
   }
 
   // Tokens per minute (token bucket).
+  rate_limit_status tokens_idle{};
   if (q.tokens_per_minute) {
     const std::int64_t capacity = *q.tokens_per_minute;
     refill(st, capacity, now_ns);
-    rate_limit_status s{capacity, 0, {}};
     const double level = st.bucket;
+    const double full = static_cast<double>(capacity);
+    tokens_idle = {capacity, static_cast<std::int64_t>(std::floor(std::max(level, 0.0))),
+                   ceil_ms(refill_ns(full - level, capacity))};
     if (static_cast<double>(cost) <= level) {
-      s.remaining = static_cast<std::int64_t>(std::floor(level - static_cast<double>(cost)));
-      s.reset = ceil_ms(refill_ns(static_cast<double>(capacity) - (level - static_cast<double>(cost)), capacity));
+      const double after = level - static_cast<double>(cost);
+      d.tokens = rate_limit_status{capacity, static_cast<std::int64_t>(std::floor(after)),
+                                   ceil_ms(refill_ns(full - after, capacity))};
+    } else if (cost > capacity) {
+      refuse(quota_limit::tokens_per_minute, std::nullopt,
+             format("Request too large for tokens per minute on tenant '{}': limit {}, requested {} (prompt {} + "
+                    "max_tokens {}). Lower max_tokens or shorten the prompt.",
+                    request.tenant_id, capacity, cost, request.prompt_tokens, request.max_tokens));
     } else {
-      s.remaining = static_cast<std::int64_t>(std::floor(std::max(level, 0.0)));
-      s.reset = ceil_ms(refill_ns(static_cast<double>(capacity) - level, capacity));
-      if (cost > capacity) {
-        refuse(quota_limit::tokens_per_minute, std::nullopt,
-               format("Request too large for tokens per minute on tenant '{}': limit {}, requested {} (prompt {} + "
-                      "max_tokens {}). Lower max_tokens or shorten the prompt.",
-                      request.tenant_id, capacity, cost, request.prompt_tokens, request.max_tokens));
-      } else {
-        const auto wait = ceil_ms(refill_ns(static_cast<double>(cost) - level, capacity));
-        refuse(quota_limit::tokens_per_minute, wait,
-               format("Rate limit reached for tokens per minute on tenant '{}': limit {}, available {}, requested {}. "
-                      "Please try again in {}.",
-                      request.tenant_id, capacity, s.remaining, cost, seconds_text(wait)));
-      }
+      const auto wait = ceil_ms(refill_ns(static_cast<double>(cost) - level, capacity));
+      refuse(quota_limit::tokens_per_minute, wait,
+             format("Rate limit reached for tokens per minute on tenant '{}': limit {}, available {}, requested {}. "
+                    "Please try again in {}.",
+                    request.tenant_id, capacity, tokens_idle.remaining, cost, seconds_text(wait)));
     }
-    d.tokens = s;
   }
 
   if (first) {
+    // Nothing is taken: the headers describe the limits as they stand.
+    if (q.requests_per_minute) d.requests = requests_idle;
+    if (q.tokens_per_minute) d.tokens = tokens_idle;
     d.allowed = false;
     d.limit = first->limit;
     d.message = std::move(first->message);
