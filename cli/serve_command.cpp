@@ -4,6 +4,9 @@
 // loads the model, sizes the KV cache from --kv-cache-memory, and starts the engine; then the
 // model is published to the completions route and /readyz turns 200. A model that fails to
 // load stops the server with exit code 1.
+//
+// Tenants, API keys, quotas and usage live in --state-dir (created if missing). On its first
+// start the server creates the tenant "default" and logs an API key for it, once.
 #include <boost/asio/signal_set.hpp>
 
 #include <atomic>
@@ -19,10 +22,13 @@
 #include "edge/backend/runtime/kv_cache.h"
 #include "edge/common/log.h"
 #include "edge/common/thread_pool.h"
+#include "edge/common/time_source.h"
 #include "edge/common/version.h"
+#include "edge/gateway/admin_routes.h"
 #include "edge/gateway/completions_route.h"
 #include "edge/gateway/http_server.h"
 #include "edge/gateway/operational_routes.h"
+#include "edge/gateway/tenancy.h"
 #include "edge/monitoring/engine_metrics.h"
 #include "edge/monitoring/gateway_metrics.h"
 #include "edge/monitoring/metrics_registry.h"
@@ -79,6 +85,9 @@ config::schema serve_options() {
                 "Requests waiting for admission at most; beyond it requests are refused with 503");
   s.add_boolean("enable-prefix-caching", true,
                 "Reuse the KV blocks of earlier prompts that start the same way (per tenant)");
+  s.add_path("state-dir", "state", "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
+  s.add_string("admin-token", std::nullopt,
+               "Bearer token of the admin API (/admin/v1/), at least 16 characters; without it the admin API is off");
   return s;
 }
 
@@ -188,6 +197,37 @@ int run_serve(const config::values& settings) {
   monitoring::metrics_registry metrics;
   monitoring::gateway_metrics gateway_families(metrics.families());
 
+  // Tenancy outlives the server: requests still holding quota leases when the server goes away
+  // settle into it, and its destructor flushes the usage ledger last.
+  const real_time_source clock;
+  const std::string admin_token = settings.optional_string("admin-token").value_or("");
+  if (!admin_token.empty() && admin_token.size() < gateway::min_admin_token_length) {
+    log.error("--admin-token must be at least {} characters (it guards every tenant and key)",
+              gateway::min_admin_token_length);
+    return 2;
+  }
+  const std::string state_dir = settings.string("state-dir");
+  auto opened = gateway::tenancy::open({.state_dir = state_dir}, clock, &gateway_families);
+  if (!opened.ok()) {
+    log.error("cannot open the tenant store: {}", opened.error().message());
+    return 1;
+  }
+  std::unique_ptr<gateway::tenancy> tenants = std::move(opened).value();
+  auto bootstrapped = tenants->store().bootstrap_default_tenant({.actor = "serve", .request_id = ""});
+  if (!bootstrapped.ok()) {
+    log.error("cannot create the default tenant: {}", bootstrapped.error().message());
+    return 1;
+  }
+  if (*bootstrapped) {
+    log.info("first start: created tenant \"{}\" with API key {} (shown this once: keep it; more keys with "
+             "`edgeinfer admin keys create`)",
+             gateway::tenant_store::default_tenant_id, (*bootstrapped)->key);
+  }
+  log.info("tenant store {} (schema {}): {} tenants, {} API keys; admin API {}",
+           tenants->store().database_file().string(), tenants->store().schema_version(),
+           tenants->store().snapshot()->tenant_count(), tenants->store().snapshot()->key_count(),
+           admin_token.empty() ? "off (no --admin-token)" : "on");
+
   // What /readyz reports; written by the loader thread.
   enum class readiness { loading, ready, no_model, failed };
   std::atomic<readiness> state{location.ok() ? readiness::loading : readiness::no_model};
@@ -203,7 +243,8 @@ int run_serve(const config::values& settings) {
     }
     return "failed";
   });
-  gateway::add_completions_route(routes, models);
+  gateway::add_completions_route(routes, models, tenants.get());
+  gateway::add_admin_routes(routes, *tenants, {.admin_token = admin_token});
 
   gateway::server_options options;
   options.host = settings.string("host");

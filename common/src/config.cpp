@@ -380,6 +380,12 @@ std::string values::describe() const {
     if (!out.empty()) out += ", ";
     out += name;
     out += '=';
+    // Credentials never reach a log line.
+    if (name.find("token") != std::string::npos || name.find("secret") != std::string::npos ||
+        name.find("password") != std::string::npos) {
+      out += format("<redacted> ({})", to_string(e.source));
+      continue;
+    }
     std::visit(
         [&](const auto& v) {
           using T = std::decay_t<decltype(v)>;

@@ -17,6 +17,7 @@
 
 #include "edge/common/format.h"
 #include "edge/gateway/json_response.h"
+#include "edge/gateway/tenancy.h"
 
 namespace edge::gateway {
 
@@ -266,7 +267,16 @@ response submit_failure(const status& failure) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
-asio::awaitable<void> complete(exchange& ex, const model_slot& models) {
+asio::awaitable<void> complete(exchange& ex, const model_slot& models, tenancy* tenants) {
+  std::optional<authenticated_tenant> who;
+  if (tenants != nullptr) {
+    auto authenticated = tenants->authenticate(ex.req());
+    if (!authenticated.ok()) {
+      co_await ex.respond(unauthorized_response(authenticated.error()));
+      co_return;
+    }
+    who = std::move(authenticated).value();
+  }
   const std::shared_ptr<const serving_model> model = models.get();
   if (model == nullptr) {
     co_await ex.respond(overloaded("The model is still loading", "model_not_ready"));
@@ -288,8 +298,21 @@ asio::awaitable<void> complete(exchange& ex, const model_slot& models) {
 
   backend::generate_request request;
   request.id = ex.request_id();
-  if (const auto tenant = ex.req()[tenant_header]; !tenant.empty()) request.tenant = std::string(tenant);
   request.prompt = model->tokenizer->encode(params.prompt, {.add_bos = true, .parse_special = false});
+  // Quotas hold the request's worst case, prompt + max_tokens, until it ends (the lease).
+  std::optional<admission> admitted;
+  if (who) {
+    admitted.emplace(tenants->admit(*who, static_cast<std::int64_t>(request.prompt.size()), params.max_tokens));
+    if (!admitted->allowed()) {
+      co_await ex.respond(quota_refusal_response(admitted->decision));
+      co_return;
+    }
+    request.tenant = who->tenant->id;
+    request.weight = who->tenant->weight;
+  } else if (const auto tenant = ex.req()[tenant_header]; !tenant.empty()) {
+    request.tenant = std::string(tenant);
+  }
+  const auto prompt_tokens = static_cast<std::int64_t>(request.prompt.size());
   request.sampling = params.sampling;
   request.max_tokens = params.max_tokens;
   request.stop = params.stop;
@@ -304,6 +327,10 @@ asio::awaitable<void> complete(exchange& ex, const model_slot& models) {
   }
   // Destroying the handle (leaving this coroutine in any way) cancels the request.
   backend::request_handle handle = std::move(submitted).value();
+  // Charged from here on: the prompt, and each token as it is produced (a client that leaves
+  // pays for what was generated until then).
+  std::int64_t completion_tokens = 0;
+  if (admitted) admitted->lease->record({.prompt_tokens = prompt_tokens});
 
   const completion_header header{"cmpl-" + ex.request_id(), unix_seconds(), model->id};
   if (params.stream) {
@@ -311,6 +338,7 @@ asio::awaitable<void> complete(exchange& ex, const model_slot& models) {
     head.result(http::status::ok);
     head.set(http::field::content_type, "text/event-stream");
     head.set(http::field::cache_control, "no-cache");
+    if (admitted) set_rate_limit_headers(head, admitted->decision);
     if (!co_await ex.begin_stream(std::move(head))) co_return;
   }
 
@@ -321,6 +349,8 @@ asio::awaitable<void> complete(exchange& ex, const model_slot& models) {
       backend::engine_event event = std::move(relay->events.front());
       relay->events.pop_front();
       if (auto* delta = std::get_if<backend::delta_event>(&event)) {
+        completion_tokens += static_cast<std::int64_t>(delta->tokens.size());
+        if (admitted) admitted->lease->record({.prompt_tokens = prompt_tokens, .completion_tokens = completion_tokens});
         if (delta->text.empty()) continue;
         if (!params.stream) {
           text += delta->text;
@@ -333,6 +363,11 @@ asio::awaitable<void> complete(exchange& ex, const model_slot& models) {
       }
       const auto* finished = std::get_if<backend::finished_event>(&event);
       if (finished == nullptr) continue;  // admitted
+      if (admitted) {
+        admitted->lease->record({.prompt_tokens = finished->usage.prompt_tokens,
+                                 .completion_tokens = finished->usage.completion_tokens,
+                                 .cached_tokens = finished->usage.cached_tokens});
+      }
       const bool failed = finished->reason == backend::finish_reason::error ||
                           finished->reason == backend::finish_reason::abort;
       if (!params.stream) {
@@ -346,7 +381,9 @@ asio::awaitable<void> complete(exchange& ex, const model_slot& models) {
         json::object body = completion_object(header);
         body["choices"] = json::array{choice(text, finished->reason)};
         body["usage"] = usage_json(finished->usage);
-        co_await ex.respond(json_response(http::status::ok, body));
+        response res = json_response(http::status::ok, body);
+        if (admitted) set_rate_limit_headers(res, admitted->decision);
+        co_await ex.respond(std::move(res));
         co_return;
       }
       if (failed) {
@@ -413,9 +450,9 @@ std::variant<completion_params, completion_request_error> parse_completion_reque
   return params;
 }
 
-void add_completions_route(router& routes, const model_slot& models) {
-  routes.add(http::verb::post, "/v1/completions", [&models](exchange& ex) -> asio::awaitable<void> {
-    co_await complete(ex, models);
+void add_completions_route(router& routes, const model_slot& models, tenancy* tenants) {
+  routes.add(http::verb::post, "/v1/completions", [&models, tenants](exchange& ex) -> asio::awaitable<void> {
+    co_await complete(ex, models, tenants);
   });
 }
 

@@ -31,6 +31,18 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                            .Name(name("http_open_connections"))
                            .Help("Client connections currently open")
                            .Register(registry)
-                           .Add({})) {}
+                           .Add({})),
+      tenant_requests(prometheus::BuildCounter()
+                          .Name(name("tenant_requests_total"))
+                          .Help("Requests of each tenant by outcome; tenants past the label cap are \"other\"")
+                          .Register(registry)),
+      tenant_tokens(prometheus::BuildCounter()
+                        .Name(name("tenant_tokens_total"))
+                        .Help("Tokens served to each tenant, by kind: prompt, completion, cached")
+                        .Register(registry)),
+      quota_rejections(prometheus::BuildCounter()
+                           .Name(name("quota_rejections_total"))
+                           .Help("Requests refused by a tenant quota, by tenant and the limit that refused")
+                           .Register(registry)) {}
 
 }  // namespace edge::monitoring

@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import net from 'node:net';
-import { startServer, rawExchange, parseResponse, sleep, edgeinferBin } from './lib/server.mjs';
+import { startServer, rawExchange, parseResponse, sleep, edgeinferBin, makeStateDir } from './lib/server.mjs';
 
 let server;
 before(async () => { server = await startServer(['--threads', '2']); });
@@ -138,7 +138,8 @@ test('a bad setting exits 2 with a message naming it', () => {
 });
 
 test('a port already in use exits 1 with a clear error', async () => {
-  const r = spawnSync(edgeinferBin, ['serve', '--host', '127.0.0.1', '--port', String(server.port)], {
+  const r = spawnSync(edgeinferBin, ['serve', '--host', '127.0.0.1', '--port', String(server.port),
+    '--state-dir', makeStateDir()], {
     encoding: 'utf8', timeout: 20000,
   });
   assert.equal(r.status, 1);

@@ -1,16 +1,30 @@
 // Starts `edgeinfer serve` on a free loopback port for a test and stops it afterwards.
 import { spawn } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 
 export const edgeinferBin = process.env.EDGEINFER_BIN ?? path.resolve('build/edgeinfer');
 
 const LISTENING = /listening on http:\/\/([^\s]+):(\d+)/;
+const DEFAULT_KEY = /with API key (ek-[0-9a-f]+\.[A-Za-z0-9_-]+)/;
+
+// A fresh state folder (tenant store) for a server; removed when the test process exits.
+export function makeStateDir() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeinfer-state-'));
+  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
 
 // Starts the server with extra arguments; resolves once it logs the port it listens on and,
 // unless `waitReady` is false, once /readyz answers 200 (the model is loaded and the engine runs).
+// Unless the arguments name a --state-dir, the server gets a fresh one (server.stateDir); on its
+// first start it logs an API key for the tenant "default" (server.defaultKey).
 export async function startServer(args = [], { env = {}, timeoutMs = 60000, waitReady = true } = {}) {
-  const child = spawn(edgeinferBin, ['serve', '--host', '127.0.0.1', '--port', '0', ...args], {
+  const stateDir = args.includes('--state-dir') ? args[args.indexOf('--state-dir') + 1] : makeStateDir();
+  const stateArgs = args.includes('--state-dir') ? [] : ['--state-dir', stateDir];
+  const child = spawn(edgeinferBin, ['serve', '--host', '127.0.0.1', '--port', '0', ...stateArgs, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -43,6 +57,8 @@ export async function startServer(args = [], { env = {}, timeoutMs = 60000, wait
   });
   server.port = port;
   server.url = `http://127.0.0.1:${port}`;
+  server.stateDir = stateDir;
+  server.defaultKey = server.log.match(DEFAULT_KEY)?.[1];
   server.stop = async (signal = 'SIGTERM') => {
     if (child.exitCode === null && child.signalCode === null) child.kill(signal);
     return server.exited;

@@ -239,3 +239,15 @@ TEST_CASE("option names map to flags, variables and file keys in one way") {
   CHECK(spec.env_name() == "EDGE_MAX_NUM_BATCHED_TOKENS");
   CHECK(spec.file_key() == "max_num_batched_tokens");
 }
+
+TEST_CASE("describe() never shows the value of a token, secret or password") {
+  config::schema s;
+  s.add_string("admin-token", std::nullopt, "admin token");
+  s.add_string("host", "127.0.0.1", "listen address");
+  auto settled = config::resolve(s, {.flags = {{"admin-token", "hunter2-hunter2-hunter2"}}, .getenv = {}});
+  REQUIRE(settled.ok());
+  const std::string text = settled->describe();
+  CHECK(text.find("hunter2") == std::string::npos);
+  CHECK(text.find("admin-token=<redacted> (flag)") != std::string::npos);
+  CHECK(text.find("host=127.0.0.1 (default)") != std::string::npos);
+}

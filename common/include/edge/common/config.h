@@ -110,7 +110,8 @@ class values {
   std::chrono::milliseconds duration(std::string_view name) const;
   std::optional<std::string> optional_string(std::string_view name) const;
 
-  // "host=127.0.0.1 (default), port=8080 (flag), ..." for a start-up log line.
+  // "host=127.0.0.1 (default), port=8080 (flag), ..." for a start-up log line. Values of options
+  // whose names hold "token", "secret" or "password" are shown as <redacted>.
   std::string describe() const;
 
   void set(std::string name, entry settled);

@@ -13,7 +13,9 @@
 // client goes away, the request is cancelled at once and its KV blocks are freed at the
 // engine's next step.
 //
-// Tenant: the `x-edgeinfer-tenant` header, else "default" (until API keys name tenants).
+// Tenant: with tenancy, the caller's API key names it (401 without a valid key), its quotas
+// admit the request (429 and the x-ratelimit-* headers) and its usage goes to the ledger;
+// without tenancy, the `x-edgeinfer-tenant` header, else "default".
 #pragma once
 
 #include <cstdint>
@@ -72,7 +74,9 @@ std::variant<completion_params, completion_request_error> parse_completion_reque
 // Request header naming the tenant, until API keys do.
 inline constexpr std::string_view tenant_header = "x-edgeinfer-tenant";
 
-// `models` must outlive the router.
-void add_completions_route(router& routes, const model_slot& models);
+class tenancy;
+
+// `models` and `tenants` (may be null: no auth, no quotas) must outlive the router.
+void add_completions_route(router& routes, const model_slot& models, tenancy* tenants = nullptr);
 
 }  // namespace edge::gateway

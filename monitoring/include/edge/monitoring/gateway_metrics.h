@@ -7,6 +7,10 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <cstddef>
+
+#include "edge/monitoring/label_limiter.h"
+
 namespace edge::monitoring {
 
 struct gateway_metrics {
@@ -20,6 +24,20 @@ struct gateway_metrics {
   prometheus::Family<prometheus::Histogram>& http_request_duration;
   // edgeinfer_http_open_connections: client connections currently open.
   prometheus::Gauge& open_connections;
+
+  // Per-tenant families. Their `tenant` label goes through tenant_labels: the first
+  // max_tenant_labels tenants seen keep their name, the rest are "other".
+  //
+  // edgeinfer_tenant_requests_total{tenant, outcome}: requests by how they ended.
+  prometheus::Family<prometheus::Counter>& tenant_requests;
+  // edgeinfer_tenant_tokens_total{tenant, kind}: kind is prompt, completion or cached.
+  prometheus::Family<prometheus::Counter>& tenant_tokens;
+  // edgeinfer_quota_rejections_total{tenant, limit}: limit is the quota field that refused
+  // (requests_per_minute, tokens_per_minute, max_concurrent, daily_tokens, max_tokens_per_request).
+  prometheus::Family<prometheus::Counter>& quota_rejections;
+  label_limiter tenant_labels{max_tenant_labels};
+
+  static constexpr std::size_t max_tenant_labels = 100;
 
   static const prometheus::Histogram::BucketBoundaries& duration_buckets();
 };

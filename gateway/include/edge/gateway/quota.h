@@ -1,0 +1,138 @@
+// Per-tenant quotas, held exactly: a request reserves its worst case (prompt tokens +
+// max_tokens) when it is admitted, so a tenant can never overrun a limit by streaming, and the
+// unused part is refunded when it ends.
+//
+//   requests_per_minute     GCRA (generic cell rate algorithm): one request every 60 s / limit,
+//                           with bursts of up to the whole minute's worth after a quiet minute
+//   tokens_per_minute       token bucket of `limit` tokens refilled at limit / 60 s per second;
+//                           reserve prompt + max_tokens at admission, refund the unused part
+//   max_concurrent          requests admitted and not yet released
+//   daily_tokens            prompt + completion tokens per UTC day, reserved and refunded like
+//                           the bucket; the budget starts afresh at 00:00 UTC
+//   max_tokens_per_request  the largest max_tokens one request may ask for
+//
+// A refusal consumes nothing: a request is admitted by every limit at once or by none.
+//
+// quota_store is the seam between the gateway and where the counters live: in this process
+// (in_memory_quota_store) or, for several gateway replicas, a shared store. Time comes from an
+// injected time_source: rates use its monotonic clock, the daily budget its calendar clock.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "edge/common/time_source.h"
+#include "edge/gateway/tenant.h"
+
+namespace edge::gateway {
+
+enum class quota_limit {
+  none,
+  requests_per_minute,
+  tokens_per_minute,
+  max_concurrent,
+  daily_tokens,
+  max_tokens_per_request,
+};
+// The quota field's name ("tokens_per_minute"); "none" for none. Also the metric label.
+std::string_view to_string(quota_limit limit);
+
+// What a request asks to be admitted with.
+struct quota_request {
+  std::string_view tenant_id;
+  const tenant_quotas& quotas;  // the tenant's limits (from the tenant snapshot)
+  std::int64_t prompt_tokens = 0;
+  std::int64_t max_tokens = 0;  // the most completion tokens it may produce
+  std::int64_t cost() const { return prompt_tokens + max_tokens; }
+};
+
+// What an admitted request holds until it is settled and released.
+struct quota_reservation {
+  std::string tenant_id;
+  std::int64_t bucket_tokens = 0;  // taken from the tokens-per-minute bucket (0: unlimited)
+  std::int64_t daily_tokens = 0;   // taken from the daily budget (0: unlimited)
+  std::int64_t day = 0;            // the UTC day (days since 1970-01-01) daily_tokens belongs to
+  bool holds_slot = false;         // counted against max_concurrent
+};
+
+// One rate limit's state, for the x-ratelimit-* headers.
+struct rate_limit_status {
+  std::int64_t limit = 0;
+  std::int64_t remaining = 0;           // what can be admitted right now
+  std::chrono::milliseconds reset{0};   // until the limit is back to its full allowance
+};
+
+struct quota_decision {
+  bool allowed = false;
+  quota_limit limit = quota_limit::none;  // the limit that refused (none when allowed)
+  // When a refused request can be retried with success (everything else staying equal); absent
+  // when retrying cannot help (the request alone exceeds the limit).
+  std::optional<std::chrono::milliseconds> retry_after;
+  std::optional<rate_limit_status> requests;  // absent when requests_per_minute is unlimited
+  std::optional<rate_limit_status> tokens;    // absent when tokens_per_minute is unlimited
+  std::string message;                        // a refusal's explanation, for the error body
+  quota_reservation reservation;              // allowed only
+};
+
+class quota_store {
+ public:
+  virtual ~quota_store() = default;
+
+  // Admits the request against every limit of its tenant, reserving its cost, or refuses it
+  // and changes nothing. Thread-safe.
+  virtual quota_decision try_acquire(const quota_request& request) = 0;
+
+  // The request is over and used `used_tokens` (prompt + completion) of its reservation: the
+  // rest goes back to the bucket and the day's budget. Call once per admitted request.
+  virtual void settle(const quota_reservation& reservation, std::int64_t used_tokens) = 0;
+
+  // Frees the request's max_concurrent slot. Call once per admitted request.
+  virtual void release(const quota_reservation& reservation) = 0;
+};
+
+// Counters in this process. The daily budget survives a restart only through
+// seed_daily_tokens() (the server seeds it from the usage ledger when it starts).
+class in_memory_quota_store final : public quota_store {
+ public:
+  explicit in_memory_quota_store(const time_source& clock) : clock_(clock) {}
+
+  quota_decision try_acquire(const quota_request& request) override;
+  void settle(const quota_reservation& reservation, std::int64_t used_tokens) override;
+  void release(const quota_reservation& reservation) override;
+
+  // Counts `tokens` as already spent today by the tenant (e.g. before a restart).
+  void seed_daily_tokens(std::string_view tenant_id, std::int64_t tokens);
+
+  // For tests and diagnostics.
+  std::int64_t in_flight(std::string_view tenant_id) const;
+  std::int64_t daily_tokens_used(std::string_view tenant_id) const;
+
+ private:
+  struct tenant_state {
+    std::int64_t tat_ns = std::numeric_limits<std::int64_t>::min();  // GCRA theoretical arrival time
+    double bucket = 0.0;                // tokens in the bucket after the last refill
+    std::int64_t bucket_at_ns = 0;      // when `bucket` was last refilled
+    bool bucket_started = false;        // false: full at first use
+    std::int64_t in_flight = 0;
+    std::int64_t day = std::numeric_limits<std::int64_t>::min();
+    std::int64_t day_tokens = 0;        // reserved or spent during `day`
+  };
+  tenant_state& state_of(std::string_view tenant_id);  // mutex_ held
+  void refill(tenant_state& state, std::int64_t capacity, std::int64_t now_ns) const;
+
+  const time_source& clock_;
+  mutable std::mutex mutex_;
+  std::map<std::string, tenant_state, std::less<>> tenants_;  // guarded by mutex_
+};
+
+// Go-style duration as OpenAI writes x-ratelimit-reset-*: "0s", "20ms", "1s", "6m0s", "1.5s",
+// "1h2m3s".
+std::string format_reset_duration(std::chrono::milliseconds d);
+
+}  // namespace edge::gateway

@@ -1,0 +1,431 @@
+// Tenancy over real HTTP: the admin API and `edgeinfer admin`, API keys on /v1/completions,
+// quotas with their headers, the usage ledger and audit log, and state kept across restarts.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { startServer, edgeinferBin, makeStateDir, sleep } from './lib/server.mjs';
+
+const ADMIN_TOKEN = 'test-admin-token-0123456789';
+const stateDir = makeStateDir();
+let server;
+
+before(async () => {
+  server = await startServer(['--threads', '2', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
+});
+after(async () => { await server?.stop(); });
+
+async function admin(method, path, { body, token = ADMIN_TOKEN, raw } = {}) {
+  const headers = {};
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  if (body !== undefined || raw !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(`${server.url}${path}`, {
+    method, headers, body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
+  });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, json: text ? JSON.parse(text) : null };
+}
+
+async function complete(key, { maxTokens = 8, prompt = 'Once upon a time' } = {}) {
+  const headers = { 'content-type': 'application/json' };
+  if (key) headers.authorization = `Bearer ${key}`;
+  const res = await fetch(`${server.url}/v1/completions`, {
+    method: 'POST', headers, body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0 }),
+  });
+  return { status: res.status, headers: res.headers, json: await res.json() };
+}
+
+function cli(args, { env = {}, url = server.url } = {}) {
+  const r = spawnSync(edgeinferBin, ['admin', '--url', url, ...args], {
+    encoding: 'utf8', timeout: 30000, env: { ...process.env, EDGE_ADMIN_TOKEN: ADMIN_TOKEN, ...env },
+  });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr, json: r.status === 0 ? JSON.parse(r.stdout) : null };
+}
+
+const twoDaysAgo = () => new Date(Date.now() - 2 * 86400e3).toISOString().slice(0, 19) + 'Z';
+
+test('first start creates tenant "default" and logs one working API key', async () => {
+  assert.match(server.defaultKey ?? '', /^ek-[0-9a-f]{16}\.[A-Za-z0-9_-]{43}$/);
+  const ok = await complete(server.defaultKey);
+  assert.equal(ok.status, 200);
+  assert.ok(ok.json.usage.completion_tokens > 0);
+  const tenants = await admin('GET', '/admin/v1/tenants');
+  assert.ok(tenants.json.data.some((t) => t.id === 'default'));
+});
+
+test('/v1/completions needs a valid API key: 401 invalid_api_key otherwise', async () => {
+  for (const key of [null, 'ek-0000000000000000.nope', 'sk-something-else']) {
+    const res = await complete(key);
+    assert.equal(res.status, 401, `key ${key}`);
+    assert.equal(res.json.error.code, 'invalid_api_key');
+    assert.equal(res.json.error.type, 'invalid_request_error');
+    assert.equal(res.headers.get('www-authenticate'), 'Bearer');
+  }
+});
+
+test('admin calls without the admin token, or with a wrong one, are 401', async () => {
+  const none = await admin('GET', '/admin/v1/tenants', { token: null });
+  assert.equal(none.status, 401);
+  assert.equal(none.json.error.code, 'invalid_admin_token');
+  assert.match(none.json.error.message, /needs the admin token/);
+  const wrong = await admin('GET', '/admin/v1/tenants', { token: 'not-the-admin-token-at-all' });
+  assert.equal(wrong.status, 401);
+  assert.equal(wrong.json.error.message, 'Incorrect admin token');
+  // A tenant's API key is not an admin token.
+  assert.equal((await admin('POST', '/admin/v1/tenants', { token: server.defaultKey, body: { id: 'x' } })).status, 401);
+  assert.equal((await admin('GET', '/admin/v1/tenants/x', { token: null })).status, 401);
+});
+
+test('tenants: create 201, list, get, patch, delete; 404 and 409 where due', async () => {
+  const body = {
+    id: 'acme', weight: 2,
+    quotas: { requests_per_minute: 600, tokens_per_minute: 200000, max_concurrent: 16, daily_tokens: 5000000,
+      max_tokens_per_request: 4096 },
+  };
+  const created = await admin('POST', '/admin/v1/tenants', { body });
+  assert.equal(created.status, 201);
+  assert.equal(created.json.id, 'acme');
+  assert.equal(created.json.object, 'tenant');
+  assert.equal(created.json.weight, 2);
+  assert.deepEqual(created.json.quotas, body.quotas);
+  assert.equal(typeof created.json.created_at, 'number');
+
+  const again = await admin('POST', '/admin/v1/tenants', { body: { id: 'acme' } });
+  assert.equal(again.status, 409);
+
+  const list = await admin('GET', '/admin/v1/tenants');
+  assert.equal(list.status, 200);
+  assert.equal(list.json.object, 'list');
+  assert.deepEqual(list.json.data.find((t) => t.id === 'acme'), created.json);
+
+  assert.deepEqual((await admin('GET', '/admin/v1/tenants/acme')).json, created.json);
+  const missing = await admin('GET', '/admin/v1/tenants/nobody');
+  assert.equal(missing.status, 404);
+  assert.match(missing.json.error.message, /no tenant 'nobody'/);
+
+  const patched = await admin('PATCH', '/admin/v1/tenants/acme', {
+    body: { weight: 0.5, quotas: { requests_per_minute: null, daily_tokens: 10 } },
+  });
+  assert.equal(patched.status, 200);
+  assert.equal(patched.json.weight, 0.5);
+  assert.equal(patched.json.quotas.requests_per_minute, null);   // null: unlimited
+  assert.equal(patched.json.quotas.daily_tokens, 10);
+  assert.equal(patched.json.quotas.tokens_per_minute, 200000);   // absent: unchanged
+
+  const removed = await admin('DELETE', '/admin/v1/tenants/acme');
+  assert.equal(removed.status, 200);
+  assert.deepEqual(removed.json, { id: 'acme', object: 'tenant', deleted: true });
+  assert.equal((await admin('GET', '/admin/v1/tenants/acme')).status, 404);
+  assert.equal((await admin('DELETE', '/admin/v1/tenants/acme')).status, 404);
+});
+
+test('bad admin bodies are 400s naming the field', async () => {
+  const cases = [
+    [{ raw: '{"id": "x",' }, null, /not valid JSON/],
+    [{ raw: '[1,2]' }, null, /JSON object/],
+    [{ body: { weight: 1 } }, 'id', /'id' is required/],
+    [{ body: { id: 42 } }, 'id', /'id' must be a string/],
+    [{ body: { id: 'has space' } }, 'id', /'id' must be 1 to 64 characters/],
+    [{ body: { id: 'w', weight: 'heavy' } }, 'weight', /'weight' must be a number/],
+    [{ body: { id: 'w', weight: -1 } }, 'weight', /above 0/],
+    [{ body: { id: 'q', quotas: 5 } }, 'quotas', /must be an object/],
+    [{ body: { id: 'q', quotas: { requests_per_minute: '600' } } }, 'quotas.requests_per_minute', /whole number/],
+    [{ body: { id: 'q', quotas: { tokens_per_minute: 0 } } }, 'quotas.tokens_per_minute', /from 1 to/],
+    [{ body: { id: 'q', quotas: { daily_token: 5 } } }, 'quotas.daily_token', /unknown quota/],
+    [{ body: { id: 'q', colour: 'red' } }, 'colour', /unknown field 'colour'/],
+  ];
+  for (const [request, param, message] of cases) {
+    const res = await admin('POST', '/admin/v1/tenants', request);
+    assert.equal(res.status, 400, JSON.stringify(request));
+    assert.equal(res.json.error.type, 'invalid_request_error');
+    assert.equal(res.json.error.param, param, JSON.stringify(request));
+    assert.match(res.json.error.message, message);
+  }
+  assert.equal((await admin('GET', '/admin/v1/tenants')).json.data.some((t) => ['w', 'q'].includes(t.id)), false);
+
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'patchme' } });
+  const patch = await admin('PATCH', '/admin/v1/tenants/patchme', { body: { id: 'renamed' } });
+  assert.equal(patch.status, 400);
+  assert.equal(patch.json.error.param, 'id');
+  const key = await admin('POST', '/admin/v1/tenants/patchme/keys', { body: { expires_in: 'soon' } });
+  assert.equal(key.status, 400);
+  assert.equal(key.json.error.param, 'expires_in');
+  const past = await admin('POST', '/admin/v1/tenants/patchme/keys', { body: { expires_at: '2001-01-01' } });
+  assert.equal(past.status, 400);
+  assert.equal(past.json.error.param, 'expires_at');
+  const usage = await admin('GET', '/admin/v1/tenants/patchme/usage?from=yesterday');
+  assert.equal(usage.status, 400);
+  assert.equal(usage.json.error.param, 'from');
+  const audit = await admin('GET', '/admin/v1/audit?limit=0');
+  assert.equal(audit.status, 400);
+  assert.equal(audit.json.error.param, 'limit');
+});
+
+test('keys: the secret is shown once, works at once, and stops at once when revoked', async () => {
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'keyed' } });
+  const created = await admin('POST', '/admin/v1/tenants/keyed/keys', { body: {} });
+  assert.equal(created.status, 201);
+  assert.equal(created.json.object, 'api_key');
+  assert.equal(created.json.tenant, 'keyed');
+  assert.equal(created.json.status, 'active');
+  assert.match(created.json.key, new RegExp(`^ek-${created.json.id}\\.[A-Za-z0-9_-]{43}$`));
+  assert.equal((await admin('POST', '/admin/v1/tenants/nobody/keys', { body: {} })).status, 404);
+
+  const listed = await admin('GET', '/admin/v1/tenants/keyed/keys');
+  assert.equal(listed.status, 200);
+  assert.equal(listed.json.data.length, 1);
+  assert.equal(listed.json.data[0].id, created.json.id);
+  assert.equal(listed.json.data[0].key, undefined);
+  assert.ok(!JSON.stringify(listed.json).includes(created.json.key.split('.')[1]));
+
+  assert.equal((await complete(created.json.key)).status, 200);
+  const revoked = await admin('DELETE', `/admin/v1/keys/${created.json.id}`);
+  assert.equal(revoked.status, 200);
+  assert.equal(revoked.json.status, 'revoked');
+  assert.equal(typeof revoked.json.revoked_at, 'number');
+  const refused = await complete(created.json.key);
+  assert.equal(refused.status, 401);
+  assert.match(refused.json.error.message, /revoked/);
+  assert.equal((await admin('DELETE', '/admin/v1/keys/0000000000000000')).status, 404);
+});
+
+test('an expired key is refused', async () => {
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'shortlived' } });
+  const created = await admin('POST', '/admin/v1/tenants/shortlived/keys', { body: { expires_in: 1 } });
+  assert.equal(created.status, 201);
+  assert.equal(created.json.expires_at - created.json.created_at, 1);
+  let res;
+  for (let i = 0; i < 100; i++) {
+    res = await complete(created.json.key);
+    if (res.status === 401) break;
+    await sleep(100);
+  }
+  assert.equal(res.status, 401);
+  assert.match(res.json.error.message, /expired at/);
+  const keys = await admin('GET', '/admin/v1/tenants/shortlived/keys');
+  assert.equal(keys.json.data[0].status, 'expired');
+});
+
+test('requests per minute: 429 with retry-after, and x-ratelimit headers on every answer', async () => {
+  await admin('POST', '/admin/v1/tenants', {
+    body: { id: 'limited', quotas: { requests_per_minute: 2, tokens_per_minute: 100000 } },
+  });
+  const key = (await admin('POST', '/admin/v1/tenants/limited/keys', { body: {} })).json.key;
+  const first = await complete(key);
+  assert.equal(first.status, 200);
+  assert.equal(first.headers.get('x-ratelimit-limit-requests'), '2');
+  assert.equal(first.headers.get('x-ratelimit-remaining-requests'), '1');
+  assert.equal(first.headers.get('x-ratelimit-limit-tokens'), '100000');
+  assert.equal(first.headers.get('x-ratelimit-remaining-tokens'), String(100000 - first.json.usage.prompt_tokens - 8));
+  assert.match(first.headers.get('x-ratelimit-reset-requests'), /^\d+(\.\d+)?m?s$|^\d+ms$/);
+  assert.ok(first.headers.get('x-request-id'));
+  const second = await complete(key);
+  assert.equal(second.status, 200);
+  assert.equal(second.headers.get('x-ratelimit-remaining-requests'), '0');
+
+  const refused = await complete(key);
+  assert.equal(refused.status, 429);
+  assert.equal(refused.json.error.type, 'requests');
+  assert.equal(refused.json.error.code, 'rate_limit_exceeded');
+  // Two requests per minute: the next slot opens 30 s after the first request, minus the time
+  // the three requests took.
+  const retryAfterMs = Number(refused.headers.get('retry-after-ms'));
+  assert.ok(retryAfterMs > 0 && retryAfterMs <= 30000, `retry-after-ms ${retryAfterMs}`);
+  assert.equal(Number(refused.headers.get('retry-after')), Math.max(1, Math.ceil(retryAfterMs / 1000)));
+  assert.equal(refused.headers.get('x-ratelimit-remaining-requests'), '0');
+  assert.equal(refused.headers.get('x-ratelimit-limit-requests'), '2');
+
+  const metrics = await (await fetch(`${server.url}/metrics`)).text();
+  assert.match(metrics, /^edgeinfer_quota_rejections_total\{limit="requests_per_minute",tenant="limited"\} 1$/m);
+});
+
+test('tokens per minute, daily budget and max tokens per request refuse as OpenAI does', async () => {
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'tokens', quotas: { tokens_per_minute: 40 } } });
+  const tokensKey = (await admin('POST', '/admin/v1/tenants/tokens/keys', { body: {} })).json.key;
+  const big = await complete(tokensKey, { maxTokens: 100 });
+  assert.equal(big.status, 429);
+  assert.equal(big.json.error.type, 'tokens');
+  assert.match(big.json.error.message, /Request too large/);
+
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'budget', quotas: { daily_tokens: 30 } } });
+  const budgetKey = (await admin('POST', '/admin/v1/tenants/budget/keys', { body: {} })).json.key;
+  const used = await complete(budgetKey, { maxTokens: 8 });
+  assert.equal(used.status, 200);
+  const spent = await complete(budgetKey, { maxTokens: 30 - used.json.usage.total_tokens });
+  assert.equal(spent.status, 429);
+  assert.equal(spent.json.error.type, 'insufficient_quota');
+  assert.equal(spent.json.error.code, 'insufficient_quota');
+  const secondsToMidnight = (Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate() + 1) -
+    Date.now()) / 1000;
+  assert.ok(Math.abs(Number(spent.headers.get('retry-after')) - secondsToMidnight) < 60);
+
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'small', quotas: { max_tokens_per_request: 4 } } });
+  const smallKey = (await admin('POST', '/admin/v1/tenants/small/keys', { body: {} })).json.key;
+  const tooMany = await complete(smallKey, { maxTokens: 5 });
+  assert.equal(tooMany.status, 400);
+  assert.equal(tooMany.json.error.param, 'max_tokens');
+  assert.equal((await complete(smallKey, { maxTokens: 4 })).status, 200);
+});
+
+test('usage rows count the requests, tokens and rejections actually served', async () => {
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'metered', quotas: { requests_per_minute: 2 } } });
+  const key = (await admin('POST', '/admin/v1/tenants/metered/keys', { body: {} })).json.key;
+  const served = [];
+  let rejected = 0;
+  for (let i = 0; i < 5; i++) {
+    const res = await complete(key, { maxTokens: 4 + i });
+    if (res.status === 200) served.push(res.json.usage);
+    else if (res.status === 429) rejected++;
+  }
+  // Two per minute: the rest are refused (unless this machine took 30 s per request).
+  assert.ok(served.length >= 2);
+  assert.ok(rejected >= 1);
+  assert.equal(served.length + rejected, 5);
+
+  const usage = await admin('GET', `/admin/v1/tenants/metered/usage?from=${encodeURIComponent(twoDaysAgo())}`);
+  assert.equal(usage.status, 200);
+  assert.equal(usage.json.tenant, 'metered');
+  assert.ok(usage.json.data.length >= 1);
+  for (const row of usage.json.data) assert.match(row.hour, /^\d{4}-\d\d-\d\dT\d\d:00:00Z$/);
+  const sum = (field) => served.reduce((s, u) => s + u[field], 0);
+  assert.equal(usage.json.total.requests, served.length);
+  assert.equal(usage.json.total.rejections, rejected);
+  assert.equal(usage.json.total.prompt_tokens, sum('prompt_tokens'));
+  assert.equal(usage.json.total.completion_tokens, sum('completion_tokens'));
+  assert.equal(usage.json.total.total_tokens, sum('total_tokens'));
+  assert.equal((await admin('GET', '/admin/v1/tenants/nobody/usage')).status, 404);
+});
+
+test('the audit log lists admin changes, newest first, with their request ids', async () => {
+  const created = await admin('POST', '/admin/v1/tenants', { body: { id: 'audited' } });
+  const patched = await admin('PATCH', '/admin/v1/tenants/audited', { body: { weight: 3 } });
+  const key = await admin('POST', '/admin/v1/tenants/audited/keys', { body: {} });
+  const audit = await admin('GET', '/admin/v1/audit?limit=3');
+  assert.equal(audit.status, 200);
+  assert.equal(audit.json.has_more, true);
+  assert.deepEqual(audit.json.data.map((e) => e.action), ['key.create', 'tenant.update', 'tenant.create']);
+  assert.deepEqual(audit.json.data.map((e) => e.request_id),
+    [key.headers.get('x-request-id'), patched.headers.get('x-request-id'), created.headers.get('x-request-id')]);
+  assert.equal(audit.json.data[1].details.after.weight, 3);
+  assert.equal(audit.json.data[0].target, key.json.id);
+  assert.ok(!JSON.stringify(audit.json).includes(key.json.key));
+  const older = await admin('GET', `/admin/v1/audit?limit=1&before=${audit.json.data[2].id}`);
+  assert.ok(older.json.data[0].id < audit.json.data[2].id);
+});
+
+test('edgeinfer admin drives the whole API', async () => {
+  let r = cli(['tenants', 'create', 'cli-tenant', '--weight', '2', '--requests-per-minute', '100',
+    '--daily-tokens', '5000']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.json.id, 'cli-tenant');
+  assert.equal(r.json.quotas.requests_per_minute, 100);
+  assert.equal(r.json.quotas.daily_tokens, 5000);
+
+  r = cli(['tenants', 'list']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.ok(r.json.data.some((t) => t.id === 'cli-tenant'));
+  assert.equal(cli(['tenants', 'get', 'cli-tenant']).json.weight, 2);
+
+  r = cli(['tenants', 'update', 'cli-tenant', '--requests-per-minute', 'unlimited', '--tokens-per-minute', '9000']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.json.quotas.requests_per_minute, null);
+  assert.equal(r.json.quotas.tokens_per_minute, 9000);
+  assert.equal(r.json.quotas.daily_tokens, 5000);
+
+  r = cli(['keys', 'create', 'cli-tenant', '--expires-in', '30d']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.json.expires_at - r.json.created_at, 30 * 86400);
+  const key = r.json.key;
+  assert.equal((await complete(key)).status, 200);
+  r = cli(['keys', 'list', 'cli-tenant']);
+  assert.equal(r.json.data.length, 1);
+  assert.ok(!r.stdout.includes(key));
+
+  r = cli(['usage', 'cli-tenant', '--from', twoDaysAgo()]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.json.total.requests, 1);
+
+  r = cli(['keys', 'revoke', key.slice(3, 19)]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.json.status, 'revoked');
+  assert.equal((await complete(key)).status, 401);
+
+  r = cli(['audit', '--limit', '2']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.deepEqual(r.json.data.map((e) => e.action), ['key.revoke', 'key.create']);
+
+  r = cli(['tenants', 'delete', 'cli-tenant']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.json.deleted, true);
+
+  // Errors: the server's message and exit 1; usage mistakes exit 2.
+  r = cli(['tenants', 'get', 'cli-tenant']);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /HTTP 404: no tenant 'cli-tenant'/);
+  r = cli(['tenants', 'list'], { env: { EDGE_ADMIN_TOKEN: 'wrong-wrong-wrong-wrong' } });
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /HTTP 401: Incorrect admin token/);
+  r = cli(['tenants', 'list', '--admin-token', ADMIN_TOKEN], { env: { EDGE_ADMIN_TOKEN: '' } });
+  assert.equal(r.status, 0, r.stderr);
+  r = cli(['tenants', 'list'], { env: { EDGE_ADMIN_TOKEN: '' } });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /no admin token/);
+  r = cli(['tenants', 'create', 'x', '--max-concurrent', 'lots']);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--max-concurrent takes a whole number or "unlimited"/);
+  r = cli(['tenants', 'create', 'x', '--max-concurrent', '0']);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /HTTP 400: 'quotas.max_concurrent' must be from 1/);
+  r = cli(['tenants', 'list'], { url: 'http://127.0.0.1:1' });
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /cannot reach http:\/\/127\.0\.0\.1:1/);
+});
+
+test('without --admin-token the admin API is disabled, with a clear 403', async () => {
+  const plain = await startServer(['--threads', '1'], { waitReady: false });
+  try {
+    const res = await fetch(`${plain.url}/admin/v1/tenants`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    assert.equal(res.status, 403);
+    const body = await res.json();
+    assert.equal(body.error.code, 'admin_api_disabled');
+    assert.match(body.error.message, /--admin-token/);
+  } finally {
+    await plain.stop();
+  }
+});
+
+test('a short admin token is refused at start', () => {
+  const r = spawnSync(edgeinferBin, ['serve', '--port', '0', '--state-dir', makeStateDir(), '--admin-token', 'short'], {
+    encoding: 'utf8', timeout: 20000,
+  });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--admin-token must be at least 16 characters/);
+});
+
+test('a second server cannot use the same state folder', () => {
+  const r = spawnSync(edgeinferBin, ['serve', '--port', '0', '--state-dir', stateDir], { encoding: 'utf8', timeout: 20000 });
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /in use by another edgeinfer process/);
+});
+
+test('a restart keeps tenants, keys, usage and audit, and logs no new default key', async () => {
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'durable', quotas: { tokens_per_minute: 50000 } } });
+  const key = (await admin('POST', '/admin/v1/tenants/durable/keys', { body: {} })).json.key;
+  const served = await complete(key);
+  assert.equal(served.status, 200);
+  const auditBefore = (await admin('GET', '/admin/v1/audit?limit=1000')).json.data.length;
+  // Stopped right after the request: the ledger's last flush happens at shutdown.
+  const stopped = await server.stop('SIGTERM');
+  assert.equal(stopped.code, 0);
+
+  server = await startServer(['--threads', '2', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
+  assert.equal(server.defaultKey, undefined);
+  assert.equal((await admin('GET', '/admin/v1/tenants/durable')).json.quotas.tokens_per_minute, 50000);
+  const again = await complete(key);
+  assert.equal(again.status, 200);
+  const usage = await admin('GET', `/admin/v1/tenants/durable/usage?from=${encodeURIComponent(twoDaysAgo())}`);
+  assert.equal(usage.json.total.requests, 2);
+  assert.equal(usage.json.total.prompt_tokens, served.json.usage.prompt_tokens + again.json.usage.prompt_tokens);
+  assert.equal(usage.json.total.completion_tokens,
+    served.json.usage.completion_tokens + again.json.usage.completion_tokens);
+  assert.equal((await admin('GET', '/admin/v1/audit?limit=1000')).json.data.length, auditBefore);
+});

@@ -1,0 +1,108 @@
+// Admin API bodies: what is accepted, and a 400 naming the field for everything else.
+#include <doctest/doctest.h>
+
+#include <variant>
+
+#include "edge/gateway/admin_routes.h"
+
+namespace gw = edge::gateway;
+
+namespace {
+
+template <class T>
+std::string error_param(const std::variant<T, gw::admin_request_error>& parsed) {
+  REQUIRE(std::holds_alternative<gw::admin_request_error>(parsed));
+  return std::get<gw::admin_request_error>(parsed).param;
+}
+
+}  // namespace
+
+TEST_CASE("a tenant body with every field") {
+  auto parsed = gw::parse_tenant_create(R"({"id":"acme","weight":2,"quotas":{"requests_per_minute":600,
+      "tokens_per_minute":200000,"max_concurrent":16,"daily_tokens":5000000,"max_tokens_per_request":4096}})");
+  REQUIRE(std::holds_alternative<gw::tenant_record>(parsed));
+  const auto& t = std::get<gw::tenant_record>(parsed);
+  CHECK(t.id == "acme");
+  CHECK(t.weight == 2.0);
+  CHECK(t.quotas.requests_per_minute == 600);
+  CHECK(t.quotas.tokens_per_minute == 200000);
+  CHECK(t.quotas.max_concurrent == 16);
+  CHECK(t.quotas.daily_tokens == 5000000);
+  CHECK(t.quotas.max_tokens_per_request == 4096);
+}
+
+TEST_CASE("absent and null quotas are unlimited; weight defaults to 1") {
+  auto parsed = gw::parse_tenant_create(R"({"id":"acme","quotas":{"daily_tokens":null}})");
+  REQUIRE(std::holds_alternative<gw::tenant_record>(parsed));
+  CHECK(std::get<gw::tenant_record>(parsed).quotas == gw::tenant_quotas{});
+  CHECK(std::get<gw::tenant_record>(parsed).weight == 1.0);
+}
+
+TEST_CASE("bad tenant bodies name the field") {
+  CHECK(error_param(gw::parse_tenant_create("{")).empty());            // not JSON
+  CHECK(error_param(gw::parse_tenant_create("[1]")).empty());          // not an object
+  CHECK(error_param(gw::parse_tenant_create("")).empty());
+  CHECK(error_param(gw::parse_tenant_create(R"({"weight":1})")) == "id");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":7})")) == "id");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"a b"})")) == "id");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","weight":"2"})")) == "weight");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","weight":0})")) == "weight");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","weight":1e9})")) == "weight");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","quotas":[]})")) == "quotas");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","quotas":{"requests_per_minute":"600"}})")) ==
+        "quotas.requests_per_minute");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","quotas":{"tokens_per_minute":1.5}})")) ==
+        "quotas.tokens_per_minute");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","quotas":{"max_concurrent":0}})")) ==
+        "quotas.max_concurrent");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","quotas":{"daily_tokens":-5}})")) ==
+        "quotas.daily_tokens");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","quotas":{"request_per_minute":5}})")) ==
+        "quotas.request_per_minute");
+  CHECK(error_param(gw::parse_tenant_create(R"({"id":"acme","name":"Acme"})")) == "name");
+}
+
+TEST_CASE("a patch changes what it names: absent stays, null is unlimited") {
+  auto parsed = gw::parse_tenant_patch(R"({"id":"acme","quotas":{"requests_per_minute":null,"daily_tokens":10}})",
+                                       "acme");
+  REQUIRE(std::holds_alternative<gw::tenant_patch>(parsed));
+  const auto& p = std::get<gw::tenant_patch>(parsed);
+  CHECK_FALSE(p.weight);
+  REQUIRE(p.requests_per_minute);
+  CHECK_FALSE(*p.requests_per_minute);
+  CHECK(p.daily_tokens == std::optional<std::optional<std::int64_t>>(10));
+  CHECK_FALSE(p.tokens_per_minute);
+
+  gw::tenant_record t;
+  t.quotas.requests_per_minute = 5;
+  t.quotas.tokens_per_minute = 7;
+  p.apply_to(t);
+  CHECK_FALSE(t.quotas.requests_per_minute);
+  CHECK(t.quotas.tokens_per_minute == 7);
+  CHECK(t.quotas.daily_tokens == 10);
+
+  CHECK(error_param(gw::parse_tenant_patch(R"({"id":"other"})", "acme")) == "id");
+  CHECK(error_param(gw::parse_tenant_patch(R"({"weight":null})", "acme")) == "weight");
+  CHECK(error_param(gw::parse_tenant_patch(R"({"quotas":{"max_concurrent":true}})", "acme")) ==
+        "quotas.max_concurrent");
+  CHECK(error_param(gw::parse_tenant_patch(R"({"colour":"red"})", "acme")) == "colour");
+}
+
+TEST_CASE("key bodies: empty, expires_in, expires_at as unix seconds or UTC text") {
+  auto empty = gw::parse_key_create("");
+  REQUIRE(std::holds_alternative<gw::key_create_params>(empty));
+  CHECK_FALSE(std::get<gw::key_create_params>(empty).expires_at);
+  CHECK_FALSE(std::get<gw::key_create_params>(empty).expires_in);
+
+  CHECK(std::get<gw::key_create_params>(gw::parse_key_create(R"({"expires_in":3600})")).expires_in == 3600);
+  CHECK(std::get<gw::key_create_params>(gw::parse_key_create(R"({"expires_at":1777636800})")).expires_at == 1777636800);
+  CHECK(std::get<gw::key_create_params>(gw::parse_key_create(R"({"expires_at":"2026-05-01T12:00:00Z"})")).expires_at ==
+        1777636800);
+
+  CHECK(error_param(gw::parse_key_create(R"({"expires_in":"soon"})")) == "expires_in");
+  CHECK(error_param(gw::parse_key_create(R"({"expires_in":0})")) == "expires_in");
+  CHECK(error_param(gw::parse_key_create(R"({"expires_at":"tomorrow"})")) == "expires_at");
+  CHECK(error_param(gw::parse_key_create(R"({"expires_at":[]})")) == "expires_at");
+  CHECK(error_param(gw::parse_key_create(R"({"expires_in":60,"expires_at":1777636800})")) == "expires_at");
+  CHECK(error_param(gw::parse_key_create(R"({"name":"ci"})")) == "name");
+}
