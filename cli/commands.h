@@ -10,5 +10,6 @@ command make_make_model_command(CLI::App& app);
 command make_tokenize_command(CLI::App& app);
 command make_generate_command(CLI::App& app);
 command make_eval_command(CLI::App& app);
+command make_bench_command(CLI::App& app);
 
 }  // namespace edge::cli
