@@ -40,7 +40,8 @@ config::schema bench_options() {
                "Poisson arrivals at this many requests/s (a comma-separated sweep is allowed); inf sends as fast as "
                "--concurrency allows");
   s.add_integer("num-requests", 100, 1, max_requests, "Measured requests per point (unless --duration)");
-  s.add_duration("duration", std::nullopt, 1s, 24h, "Send new requests for this long per point instead of a count");
+  s.add_duration("duration", "0s", 0ms, 24h,
+                 "Send new requests for this long per point instead of --num-requests (0: use the count)");
   s.add_integer("warmup-requests", 1, 0, max_requests, "Requests sent before each point and not measured");
   s.add_choice("dataset", "random", {"random", "conversation", "jsonl"},
                "random: uniform lengths; conversation: long-tailed chat-like lengths; jsonl: prompts from --prompts");
@@ -294,7 +295,7 @@ int run_bench(const config::values& settings) {
       if (limit > 0) point.concurrency = limit;
       point.request_rate = rate;
       point.num_requests = settings.integer("num-requests");
-      if (settings.has("duration")) point.duration = settings.duration("duration");
+      if (settings.duration("duration") > 0ms) point.duration = settings.duration("duration");
       point.warmup_requests = settings.integer("warmup-requests");
       point.seed = data_options.seed;
       const std::string name = limit > 0 ? format("c={}", limit) : format("{} req/s", rate);
@@ -353,6 +354,7 @@ command make_bench_command(CLI::App& app) {
     bench.app()
         .get_option(name)
         ->expected(1, CLI::detail::expected_max_vector_size)
+        ->allow_extra_args(true)
         ->multi_option_policy(CLI::MultiOptionPolicy::Join);
   }
   return bench;
