@@ -213,8 +213,8 @@ std::string svg_chart(std::string_view id, std::string_view title, std::string_v
   for (int t = 0; t <= y_ticks; ++t) {
     const double v = y_max * t / y_ticks;
     svg += format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/>", left, left + plot_w, py(v), py(v));
-    svg += format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"tick\">{}</text>\n", left - 6, py(v) + 4,
-                  readable(v));
+    const std::string tick = v == std::floor(v) ? format("{}", static_cast<long long>(v)) : readable(v);
+    svg += format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"tick\">{}</text>\n", left - 6, py(v) + 4, tick);
   }
   for (std::size_t i = 0; i < x.size(); ++i) {
     svg += format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"tick\">{}</text>", px(i), top + plot_h + 16,
