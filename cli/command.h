@@ -23,6 +23,9 @@ class command {
   // The command's CLI11 app, for commands with subcommands of their own (`admin tenants list`).
   CLI::App& app() const { return *app_; }
 
+  // The subcommand's CLI11 app, for adjusting how an option is read (e.g. several values).
+  CLI::App& app() const { return *app_; }
+
   // Settles the configuration (flag > env > file > default), applies the logging options and
   // runs the body. Returns the process exit code: 2 for a configuration error.
   int execute() const;

@@ -12,5 +12,6 @@ command make_generate_command(CLI::App& app);
 command make_eval_command(CLI::App& app);
 command make_quantize_command(CLI::App& app);
 command make_admin_command(CLI::App& app);
+command make_bench_command(CLI::App& app);
 
 }  // namespace edge::cli

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   commands.push_back(edge::cli::make_eval_command(app));
   commands.push_back(edge::cli::make_quantize_command(app));
   commands.push_back(edge::cli::make_admin_command(app));
+  commands.push_back(edge::cli::make_bench_command(app));
 
   try {
     app.parse(argc, argv);

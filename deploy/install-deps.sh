@@ -23,6 +23,7 @@ packages=(
   libhiredis-dev redis-server
   prometheus yamllint systemd
   clang libclang-rt-14-dev
+  chromium chromium-driver
 )
 
 # Node.js and npm may come from a non-Debian build that already provides both commands; the

@@ -1,0 +1,59 @@
+// Results of `edgeinfer bench`: JSON and CSV files, the terminal table, the side-by-side
+// comparison of several result files, and the HTML report with charts.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "edge/bench/stats.h"
+#include "edge/common/status.h"
+
+namespace edge::bench {
+
+// One point of a sweep as stored: what was asked and what was measured.
+struct point_summary {
+  std::optional<std::int64_t> concurrency;
+  double request_rate = 0;  // infinity: none
+  run_metrics metrics;
+  std::int64_t warmup_requests = 0;
+  std::int64_t warmup_output_tokens = 0;
+  std::int64_t warmup_input_tokens = 0;
+  std::int64_t connections_opened = 0;
+};
+
+struct bench_result {
+  std::string label;       // the configuration's name in comparisons
+  std::string base_url;
+  std::string endpoint;    // "completions" or "chat"
+  std::string model;
+  std::string dataset;     // describe() of the dataset
+  std::uint64_t seed = 0;
+  std::string slo;         // "" when none
+  std::string started_at;  // UTC, ISO 8601
+  std::vector<point_summary> points;
+};
+
+std::string to_json(const bench_result& result);
+result<bench_result> parse_result_json(std::string_view text);
+result<bench_result> read_result_file(const std::filesystem::path& path);
+
+std::string to_csv(const bench_result& result);
+
+// vLLM's summary block for one point, in a box of fixed width.
+std::string format_point_table(const bench_result& result, const point_summary& point);
+
+// Rows: concurrency (or request rate); columns: one per result; last column: the first result
+// against the second, in percent. `metric` is a key of metric_names().
+result<std::string> format_comparison(const std::vector<bench_result>& results, std::string_view metric);
+// The metrics a comparison can show ("output_throughput", "ttft_median_ms", ...).
+std::vector<std::string> metric_names();
+
+// A self-contained HTML page (inline SVG, no script, nothing fetched): throughput and latency
+// percentiles against concurrency for each result, and the numbers in tables.
+std::string html_report(const std::vector<bench_result>& results, std::string_view title);
+
+status write_file(const std::filesystem::path& path, std::string_view contents);
+
+}  // namespace edge::bench

@@ -1,0 +1,45 @@
+// Drives one benchmark point: a fixed number of requests in flight (closed loop), or arrivals
+// at a Poisson rate (open loop), optionally with a cap on requests in flight too.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "edge/bench/client.h"
+#include "edge/bench/stats.h"
+#include "edge/bench/workload.h"
+
+namespace edge::bench {
+
+struct point_options {
+  std::optional<std::int64_t> concurrency;  // none: unbounded (open loop only)
+  double request_rate = unlimited_rate;     // requests/s; infinite: as fast as the slots allow
+  std::int64_t num_requests = 0;            // used when duration is none
+  std::optional<std::chrono::milliseconds> duration;  // send new requests until then
+  std::int64_t warmup_requests = 0;         // sent first at the same concurrency, not measured
+  std::uint64_t seed = 0;                   // arrivals
+};
+
+struct point_result {
+  std::vector<request_record> records;  // in the order requests were started
+  double duration_s = 0;
+  std::int64_t warmup_completed = 0;
+  std::int64_t warmup_failed = 0;
+  std::int64_t warmup_output_tokens = 0;  // by usage, else deltas
+  std::int64_t warmup_input_tokens = 0;
+  std::int64_t connections_opened = 0;
+};
+
+// Called on the run's thread after each measured request ends: (finished, total or 0 when
+// running for a duration, elapsed seconds).
+using progress_callback = std::function<void(std::int64_t done, std::int64_t total, double elapsed_s)>;
+
+// Runs the point to completion on its own io_context (one thread: the client does little but
+// wait, and one thread keeps every timestamp on one clock without locks).
+point_result run_point(const client_options& client, const dataset& data, const point_options& options,
+                       const progress_callback& progress);
+
+}  // namespace edge::bench

@@ -1,0 +1,647 @@
+#include "edge/bench/report.h"
+
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "edge/bench/workload.h"
+#include "edge/common/format.h"
+
+namespace edge::bench {
+namespace {
+
+namespace json = boost::json;
+
+constexpr std::string_view format_tag = "edgeinfer-bench/1";
+
+// ---- JSON ---------------------------------------------------------------------------------
+
+json::object distribution_json(const distribution& d) {
+  return {{"count", d.count}, {"mean", d.mean}, {"std", d.std}, {"median", d.median}, {"p90", d.p90},
+          {"p99", d.p99},     {"min", d.min},   {"max", d.max}};
+}
+
+double number_of(const json::value* v) {
+  if (v == nullptr) return 0;
+  if (v->is_double()) return v->as_double();
+  if (v->is_int64()) return static_cast<double>(v->as_int64());
+  if (v->is_uint64()) return static_cast<double>(v->as_uint64());
+  return 0;
+}
+
+std::int64_t integer_of(const json::value* v) { return static_cast<std::int64_t>(std::llround(number_of(v))); }
+
+std::string string_of(const json::value* v) { return v && v->is_string() ? std::string(v->as_string()) : std::string(); }
+
+distribution distribution_from(const json::value* v) {
+  distribution d;
+  if (v == nullptr || !v->is_object()) return d;
+  const json::object& o = v->as_object();
+  d.count = static_cast<std::size_t>(integer_of(o.if_contains("count")));
+  d.mean = number_of(o.if_contains("mean"));
+  d.std = number_of(o.if_contains("std"));
+  d.median = number_of(o.if_contains("median"));
+  d.p90 = number_of(o.if_contains("p90"));
+  d.p99 = number_of(o.if_contains("p99"));
+  d.min = number_of(o.if_contains("min"));
+  d.max = number_of(o.if_contains("max"));
+  return d;
+}
+
+// ---- metric lookup ------------------------------------------------------------------------
+
+struct metric_info {
+  std::string key;
+  std::string title;
+  std::function<std::optional<double>(const run_metrics&)> get;
+  bool higher_is_better = true;
+};
+
+std::vector<metric_info> all_metrics() {
+  std::vector<metric_info> out = {
+      {"output_throughput", "Output token throughput (tok/s)", [](const run_metrics& m) { return m.output_throughput; }},
+      {"total_token_throughput", "Total token throughput (tok/s)",
+       [](const run_metrics& m) { return m.total_token_throughput; }},
+      {"request_throughput", "Request throughput (req/s)", [](const run_metrics& m) { return m.request_throughput; }},
+      {"goodput", "Request goodput (req/s)", [](const run_metrics& m) { return m.goodput; }},
+  };
+  const std::array<std::pair<std::string_view, distribution run_metrics::*>, 4> latencies = {{
+      {"ttft", &run_metrics::ttft_ms}, {"tpot", &run_metrics::tpot_ms}, {"itl", &run_metrics::itl_ms},
+      {"e2el", &run_metrics::e2el_ms}}};
+  const std::array<std::pair<std::string_view, double distribution::*>, 4> stats = {{
+      {"mean", &distribution::mean}, {"median", &distribution::median}, {"p90", &distribution::p90},
+      {"p99", &distribution::p99}}};
+  for (const auto& [name, member] : latencies) {
+    for (const auto& [stat, field] : stats) {
+      std::string upper(name);
+      std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
+      out.push_back({format("{}_{}_ms", name, stat), format("{} {} (ms)", upper, stat),
+                     [member, field](const run_metrics& m) -> std::optional<double> {
+                       const distribution& d = m.*member;
+                       if (d.count == 0) return std::nullopt;
+                       return d.*field;
+                     },
+                     false});
+    }
+  }
+  return out;
+}
+
+const metric_info* find_metric(const std::vector<metric_info>& metrics, std::string_view key) {
+  for (const auto& m : metrics) {
+    if (m.key == key) return &m;
+  }
+  return nullptr;
+}
+
+// ---- points across results ----------------------------------------------------------------
+
+// The row a point belongs to: its concurrency, else its request rate.
+std::string point_key(const point_summary& p) {
+  if (p.concurrency) return format("{}", *p.concurrency);
+  if (std::isinf(p.request_rate)) return "unbounded";
+  return format("{} req/s", p.request_rate);
+}
+
+double point_order(const point_summary& p) {
+  if (p.concurrency) return static_cast<double>(*p.concurrency);
+  return std::isinf(p.request_rate) ? 1e300 : 1e12 + p.request_rate;
+}
+
+std::vector<std::string> point_keys(const std::vector<bench_result>& results) {
+  std::vector<std::pair<double, std::string>> keys;
+  for (const auto& r : results) {
+    for (const auto& p : r.points) {
+      std::pair<double, std::string> key{point_order(p), point_key(p)};
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(std::move(key));
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  std::vector<std::string> out;
+  for (auto& k : keys) out.push_back(std::move(k.second));
+  return out;
+}
+
+const point_summary* find_point(const bench_result& r, std::string_view key) {
+  for (const auto& p : r.points) {
+    if (point_key(p) == key) return &p;
+  }
+  return nullptr;
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(digits);
+  s << v;
+  return s.str();
+}
+
+// Two decimals below 100, one below 10000, none above: readable in a narrow column.
+std::string readable(double v) {
+  const double a = std::fabs(v);
+  return fixed(v, a < 100 ? 2 : a < 10000 ? 1 : 0);
+}
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// ---- SVG charts ---------------------------------------------------------------------------
+
+struct chart_series {
+  std::string name;
+  std::vector<std::optional<double>> values;  // [x categories]
+  std::string color;
+  bool dashed = false;
+};
+
+constexpr std::array<std::string_view, 8> palette = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                                     "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+// The smallest 1, 2 or 5 times a power of ten at or above v.
+double nice_ceiling(double v) {
+  if (v <= 0) return 1;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(v)));
+  for (double step : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    if (step * magnitude >= v) return step * magnitude;
+  }
+  return 10 * magnitude;
+}
+
+std::string svg_chart(std::string_view id, std::string_view title, std::string_view y_label,
+                      std::string_view x_label, const std::vector<std::string>& x, const std::vector<chart_series>& series) {
+  constexpr double width = 560, height = 340, left = 70, right = 20, top = 40, bottom = 80;
+  constexpr int y_ticks = 5;
+  const double plot_w = width - left - right, plot_h = height - top - bottom;
+  double max_value = 0;
+  for (const auto& s : series) {
+    for (const auto& v : s.values) {
+      if (v) max_value = std::max(max_value, *v);
+    }
+  }
+  const double y_max = nice_ceiling(max_value * 1.05);
+  const auto px = [&](std::size_t i) {
+    return x.size() <= 1 ? left + plot_w / 2 : left + plot_w * static_cast<double>(i) / static_cast<double>(x.size() - 1);
+  };
+  const auto py = [&](double v) { return top + plot_h * (1 - v / y_max); };
+
+  std::string svg = format(
+      "<svg id=\"{}\" class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n",
+      id, width, height, width, height, html_escape(title));
+  svg += format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", width, height);
+  svg += format("<text x=\"{}\" y=\"22\" text-anchor=\"middle\" class=\"title\">{}</text>\n", width / 2,
+                html_escape(title));
+  for (int t = 0; t <= y_ticks; ++t) {
+    const double v = y_max * t / y_ticks;
+    svg += format("<line class=\"grid\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/>", left, left + plot_w, py(v), py(v));
+    const std::string tick = v == std::floor(v) ? format("{}", static_cast<long long>(v)) : readable(v);
+    svg += format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" class=\"tick\">{}</text>\n", left - 6, py(v) + 4, tick);
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    svg += format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"tick\">{}</text>", px(i), top + plot_h + 16,
+                  html_escape(x[i]));
+  }
+  svg += format("<line class=\"axis\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/>", left, left + plot_w, top + plot_h,
+                top + plot_h);
+  svg += format("<line class=\"axis\" x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\"/>\n", left, left, top, top + plot_h);
+  svg += format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" class=\"label\">{}</text>\n", left + plot_w / 2,
+                top + plot_h + 34, html_escape(x_label));
+  svg += format("<text transform=\"translate(16 {}) rotate(-90)\" text-anchor=\"middle\" class=\"label\">{}</text>\n",
+                top + plot_h / 2, html_escape(y_label));
+  for (const auto& s : series) {
+    std::string points;
+    std::string dots;
+    for (std::size_t i = 0; i < s.values.size() && i < x.size(); ++i) {
+      if (!s.values[i]) continue;
+      points += format("{:.1f},{:.1f} ", px(i), py(*s.values[i]));
+      dots += format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}: {}</title></circle>", px(i),
+                     py(*s.values[i]), s.color, html_escape(s.name), readable(*s.values[i]));
+    }
+    svg += format("<polyline class=\"series\" data-series=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2.5\"{} "
+                  "points=\"{}\"/>{}\n",
+                  html_escape(s.name), s.color, s.dashed ? " stroke-dasharray=\"6 4\"" : "", points, dots);
+  }
+  // Legend: two columns under the axis label.
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const double lx = left + static_cast<double>(i % 2) * plot_w / 2;
+    const double ly = top + plot_h + 52 + static_cast<double>(i / 2) * 14;
+    svg += format("<line x1=\"{}\" x2=\"{}\" y1=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"2.5\"{}/>", lx, lx + 18,
+                  ly - 4, ly - 4, series[i].color, series[i].dashed ? " stroke-dasharray=\"6 4\"" : "");
+    svg += format("<text x=\"{}\" y=\"{}\" class=\"legend\">{}</text>\n", lx + 24, ly, html_escape(series[i].name));
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace
+
+// ---- JSON ---------------------------------------------------------------------------------
+
+std::string to_json(const bench_result& result) {
+  json::array points;
+  for (const point_summary& p : result.points) {
+    const run_metrics& m = p.metrics;
+    json::object failures;
+    for (const auto& [category, count] : m.failures) failures[category] = count;
+    json::object o;
+    o["concurrency"] = p.concurrency ? json::value(*p.concurrency) : json::value(nullptr);
+    o["request_rate"] = std::isinf(p.request_rate) ? json::value(nullptr) : json::value(p.request_rate);
+    o["completed"] = m.completed;
+    o["failed"] = m.failed;
+    o["failures"] = std::move(failures);
+    o["duration_s"] = m.duration_s;
+    o["total_input_tokens"] = m.total_input_tokens;
+    o["total_output_tokens"] = m.total_output_tokens;
+    o["request_throughput"] = m.request_throughput;
+    o["output_throughput"] = m.output_throughput;
+    o["total_token_throughput"] = m.total_token_throughput;
+    o["goodput"] = m.goodput ? json::value(*m.goodput) : json::value(nullptr);
+    o["good_requests"] = m.good_requests;
+    o["ttft_ms"] = distribution_json(m.ttft_ms);
+    o["tpot_ms"] = distribution_json(m.tpot_ms);
+    o["itl_ms"] = distribution_json(m.itl_ms);
+    o["e2el_ms"] = distribution_json(m.e2el_ms);
+    o["token_check"] = json::object{{"requests_with_usage", m.tokens.requests_with_usage},
+                                    {"usage_completion_tokens", m.tokens.usage_completion_tokens},
+                                    {"client_completion_tokens", m.tokens.client_completion_tokens},
+                                    {"mismatched_requests", m.tokens.mismatched_requests}};
+    o["warmup"] = json::object{{"requests", p.warmup_requests},
+                               {"input_tokens", p.warmup_input_tokens},
+                               {"output_tokens", p.warmup_output_tokens}};
+    o["connections_opened"] = p.connections_opened;
+    points.push_back(std::move(o));
+  }
+  json::object root;
+  root["format"] = format_tag;
+  root["label"] = result.label;
+  root["base_url"] = result.base_url;
+  root["endpoint"] = result.endpoint;
+  root["model"] = result.model;
+  root["dataset"] = result.dataset;
+  root["seed"] = result.seed;
+  root["slo"] = result.slo;
+  root["started_at"] = result.started_at;
+  root["points"] = std::move(points);
+  return json::serialize(root) + "\n";
+}
+
+result<bench_result> parse_result_json(std::string_view text) {
+  boost::system::error_code ec;
+  const json::value v = json::parse(text, ec);
+  if (ec || !v.is_object()) return invalid_argument("not a JSON object");
+  const json::object& root = v.as_object();
+  if (string_of(root.if_contains("format")) != format_tag) {
+    return invalid_argument(format("not an edgeinfer bench result (\"format\" is not \"{}\")", format_tag));
+  }
+  bench_result r;
+  r.label = string_of(root.if_contains("label"));
+  r.base_url = string_of(root.if_contains("base_url"));
+  r.endpoint = string_of(root.if_contains("endpoint"));
+  r.model = string_of(root.if_contains("model"));
+  r.dataset = string_of(root.if_contains("dataset"));
+  r.seed = static_cast<std::uint64_t>(integer_of(root.if_contains("seed")));
+  r.slo = string_of(root.if_contains("slo"));
+  r.started_at = string_of(root.if_contains("started_at"));
+  const json::value* points = root.if_contains("points");
+  if (points == nullptr || !points->is_array()) return invalid_argument("\"points\" is missing");
+  for (const json::value& item : points->as_array()) {
+    if (!item.is_object()) return invalid_argument("a point is not an object");
+    const json::object& o = item.as_object();
+    point_summary p;
+    if (const json::value* c = o.if_contains("concurrency"); c && !c->is_null()) p.concurrency = integer_of(c);
+    const json::value* rate = o.if_contains("request_rate");
+    p.request_rate = rate == nullptr || rate->is_null() ? unlimited_rate : number_of(rate);
+    run_metrics& m = p.metrics;
+    m.completed = integer_of(o.if_contains("completed"));
+    m.failed = integer_of(o.if_contains("failed"));
+    if (const json::value* f = o.if_contains("failures"); f && f->is_object()) {
+      for (const auto& [key, count] : f->as_object()) m.failures[std::string(key)] = integer_of(&count);
+    }
+    m.duration_s = number_of(o.if_contains("duration_s"));
+    m.total_input_tokens = integer_of(o.if_contains("total_input_tokens"));
+    m.total_output_tokens = integer_of(o.if_contains("total_output_tokens"));
+    m.request_throughput = number_of(o.if_contains("request_throughput"));
+    m.output_throughput = number_of(o.if_contains("output_throughput"));
+    m.total_token_throughput = number_of(o.if_contains("total_token_throughput"));
+    if (const json::value* g = o.if_contains("goodput"); g && !g->is_null()) m.goodput = number_of(g);
+    m.good_requests = integer_of(o.if_contains("good_requests"));
+    m.ttft_ms = distribution_from(o.if_contains("ttft_ms"));
+    m.tpot_ms = distribution_from(o.if_contains("tpot_ms"));
+    m.itl_ms = distribution_from(o.if_contains("itl_ms"));
+    m.e2el_ms = distribution_from(o.if_contains("e2el_ms"));
+    if (const json::value* t = o.if_contains("token_check"); t && t->is_object()) {
+      const json::object& tc = t->as_object();
+      m.tokens.requests_with_usage = integer_of(tc.if_contains("requests_with_usage"));
+      m.tokens.usage_completion_tokens = integer_of(tc.if_contains("usage_completion_tokens"));
+      m.tokens.client_completion_tokens = integer_of(tc.if_contains("client_completion_tokens"));
+      m.tokens.mismatched_requests = integer_of(tc.if_contains("mismatched_requests"));
+    }
+    if (const json::value* w = o.if_contains("warmup"); w && w->is_object()) {
+      p.warmup_requests = integer_of(w->as_object().if_contains("requests"));
+      p.warmup_input_tokens = integer_of(w->as_object().if_contains("input_tokens"));
+      p.warmup_output_tokens = integer_of(w->as_object().if_contains("output_tokens"));
+    }
+    p.connections_opened = integer_of(o.if_contains("connections_opened"));
+    r.points.push_back(std::move(p));
+  }
+  return r;
+}
+
+result<bench_result> read_result_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(format("cannot read {}", path.string()));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = parse_result_json(text.str());
+  if (!parsed.ok()) return invalid_argument(format("{}: {}", path.string(), parsed.error().message()));
+  if (parsed->label.empty()) parsed->label = path.stem().string();
+  return parsed;
+}
+
+status write_file(const std::filesystem::path& path, std::string_view contents) {
+  if (path.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return invalid_argument(format("cannot write {}", path.string()));
+  out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  if (!out.flush()) return invalid_argument(format("cannot write {}", path.string()));
+  return {};
+}
+
+// ---- CSV ----------------------------------------------------------------------------------
+
+std::string to_csv(const bench_result& result) {
+  std::string out =
+      "label,concurrency,request_rate,completed,failed,duration_s,total_input_tokens,total_output_tokens,"
+      "request_throughput,output_throughput,total_token_throughput,goodput";
+  for (const char* name : {"ttft", "tpot", "itl", "e2el"}) {
+    out += format(",{}_mean_ms,{}_median_ms,{}_p90_ms,{}_p99_ms", name, name, name, name);
+  }
+  out += ",usage_completion_tokens,client_completion_tokens,mismatched_requests\n";
+  std::string label = result.label;
+  std::replace(label.begin(), label.end(), ',', ';');
+  for (const point_summary& p : result.points) {
+    const run_metrics& m = p.metrics;
+    out += format("{},{},{},{},{},{:.3f},{},{},{:.4f},{:.3f},{:.3f},{}", label,
+                  p.concurrency ? format("{}", *p.concurrency) : "",
+                  std::isinf(p.request_rate) ? "inf" : format("{}", p.request_rate), m.completed, m.failed,
+                  m.duration_s, m.total_input_tokens, m.total_output_tokens, m.request_throughput, m.output_throughput,
+                  m.total_token_throughput, m.goodput ? format("{:.4f}", *m.goodput) : "");
+    for (const distribution* d : {&m.ttft_ms, &m.tpot_ms, &m.itl_ms, &m.e2el_ms}) {
+      out += format(",{:.3f},{:.3f},{:.3f},{:.3f}", d->mean, d->median, d->p90, d->p99);
+    }
+    out += format(",{},{},{}\n", m.tokens.usage_completion_tokens, m.tokens.client_completion_tokens,
+                  m.tokens.mismatched_requests);
+  }
+  return out;
+}
+
+// ---- terminal -----------------------------------------------------------------------------
+
+std::string format_point_table(const bench_result& result, const point_summary& point) {
+  constexpr std::size_t width = 58;
+  constexpr std::size_t label_width = 42;
+  const run_metrics& m = point.metrics;
+  std::string out;
+  const auto banner = [&](std::string_view title, char fill) {
+    const std::size_t pad = width > title.size() ? width - title.size() : 0;
+    out += std::string(pad / 2, fill) + std::string(title) + std::string(pad - pad / 2, fill) + "\n";
+  };
+  const auto row = [&](std::string_view label, const std::string& value) {
+    std::string line(label);
+    if (line.size() < label_width) line.resize(label_width, ' ');
+    out += line + value + "\n";
+  };
+  banner(" Serving Benchmark Result ", '=');
+  if (!result.label.empty()) row("Configuration:", result.label);
+  row("Concurrency:", point.concurrency ? format("{}", *point.concurrency) : "unbounded");
+  row("Request rate (req/s):", std::isinf(point.request_rate) ? "inf" : readable(point.request_rate));
+  row("Successful requests:", format("{}", m.completed));
+  std::string failed = format("{}", m.failed);
+  if (!m.failures.empty()) {
+    failed += " (";
+    bool first = true;
+    for (const auto& [category, count] : m.failures) {
+      failed += format("{}{}: {}", first ? "" : ", ", category, count);
+      first = false;
+    }
+    failed += ")";
+  }
+  row("Failed requests:", failed);
+  row("Benchmark duration (s):", fixed(m.duration_s, 2));
+  row("Total input tokens:", format("{}", m.total_input_tokens));
+  row("Total generated tokens:", format("{}", m.total_output_tokens));
+  row("Request throughput (req/s):", fixed(m.request_throughput, 2));
+  if (m.goodput) row("Request goodput (req/s):", fixed(*m.goodput, 2));
+  row("Output token throughput (tok/s):", fixed(m.output_throughput, 2));
+  row("Total token throughput (tok/s):", fixed(m.total_token_throughput, 2));
+  const auto section = [&](std::string_view title, std::string_view name, const distribution& d) {
+    banner(title, '-');
+    row(format("Mean {} (ms):", name), fixed(d.mean, 2));
+    row(format("Median {} (ms):", name), fixed(d.median, 2));
+    row(format("P90 {} (ms):", name), fixed(d.p90, 2));
+    row(format("P99 {} (ms):", name), fixed(d.p99, 2));
+  };
+  section("Time to First Token", "TTFT", m.ttft_ms);
+  section("Time per Output Token (excl. 1st token)", "TPOT", m.tpot_ms);
+  section("Inter-token Latency", "ITL", m.itl_ms);
+  section("End-to-end Latency", "E2EL", m.e2el_ms);
+  banner("Token counts: client vs server usage", '-');
+  row("Requests with usage:", format("{}", m.tokens.requests_with_usage));
+  row("Output tokens (usage / content deltas):",
+      format("{} / {}", m.tokens.usage_completion_tokens, m.tokens.client_completion_tokens));
+  row("Requests where they differ:", format("{}", m.tokens.mismatched_requests));
+  banner("", '=');
+  return out;
+}
+
+// ---- comparison ---------------------------------------------------------------------------
+
+std::vector<std::string> metric_names() {
+  std::vector<std::string> out;
+  for (const auto& m : all_metrics()) out.push_back(m.key);
+  return out;
+}
+
+result<std::string> format_comparison(const std::vector<bench_result>& results, std::string_view metric) {
+  const std::vector<metric_info> metrics = all_metrics();
+  const metric_info* info = find_metric(metrics, metric);
+  if (info == nullptr) {
+    std::string known;
+    for (const auto& m : metrics) known += (known.empty() ? "" : ", ") + m.key;
+    return invalid_argument(format("unknown metric \"{}\"; one of: {}", metric, known));
+  }
+  if (results.empty()) return invalid_argument("nothing to compare");
+  const bool by_concurrency = std::all_of(results.begin(), results.end(), [](const bench_result& r) {
+    return std::all_of(r.points.begin(), r.points.end(), [](const point_summary& p) { return p.concurrency.has_value(); });
+  });
+  std::string out = format("{}\n\n| {} |", info->title, by_concurrency ? "concurrency" : "load");
+  std::string rule = "|---:|";
+  for (const auto& r : results) {
+    out += format(" {} |", r.label);
+    rule += "---:|";
+  }
+  if (results.size() >= 2) {
+    out += format(" {} vs {} |", results[0].label, results[1].label);
+    rule += "---:|";
+  }
+  out += "\n" + rule + "\n";
+  for (const std::string& key : point_keys(results)) {
+    out += format("| {} |", key);
+    std::vector<std::optional<double>> values;
+    for (const auto& r : results) {
+      const point_summary* p = find_point(r, key);
+      std::optional<double> v = p ? info->get(p->metrics) : std::nullopt;
+      values.push_back(v);
+      out += v ? format(" {} |", readable(*v)) : " – |";
+    }
+    if (results.size() >= 2) {
+      if (values[0] && values[1] && *values[1] != 0) {
+        const double diff = (*values[0] - *values[1]) / *values[1] * 100.0;
+        out += format(" {}{}% |", diff >= 0 ? "+" : "", fixed(diff, 1));
+      } else {
+        out += " – |";
+      }
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+// ---- HTML ---------------------------------------------------------------------------------
+
+std::string html_report(const std::vector<bench_result>& results, std::string_view title) {
+  const std::vector<std::string> keys = point_keys(results);
+  const bool by_concurrency = std::all_of(results.begin(), results.end(), [](const bench_result& r) {
+    return std::all_of(r.points.begin(), r.points.end(), [](const point_summary& p) { return p.concurrency.has_value(); });
+  });
+  const std::string x_label = by_concurrency ? "concurrent requests" : "load";
+  const auto values_of = [&](const bench_result& r, const std::function<std::optional<double>(const run_metrics&)>& get) {
+    std::vector<std::optional<double>> v;
+    for (const auto& key : keys) {
+      const point_summary* p = find_point(r, key);
+      v.push_back(p ? get(p->metrics) : std::nullopt);
+    }
+    return v;
+  };
+
+  std::string charts;
+  // Throughput: one line per result.
+  const auto throughput_chart = [&](std::string_view id, std::string_view chart_title, std::string_view unit,
+                                    double run_metrics::*member) {
+    std::vector<chart_series> series;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      series.push_back({results[i].label,
+                        values_of(results[i], [member](const run_metrics& m) -> std::optional<double> { return m.*member; }),
+                        std::string(palette[i % palette.size()]), false});
+    }
+    charts += "<figure>" + svg_chart(id, chart_title, unit, x_label, keys, series) + "</figure>\n";
+  };
+  throughput_chart("chart-output-throughput", "Output token throughput", "tokens/s", &run_metrics::output_throughput);
+  throughput_chart("chart-request-throughput", "Request throughput", "requests/s", &run_metrics::request_throughput);
+
+  // Latencies: p50/p90/p99 for one result; median (solid) and p99 (dashed) per result for several.
+  const auto latency_chart = [&](std::string_view id, std::string_view chart_title, distribution run_metrics::*member) {
+    std::vector<chart_series> series;
+    const auto pick = [member](double distribution::*field) {
+      return [member, field](const run_metrics& m) -> std::optional<double> {
+        const distribution& d = m.*member;
+        if (d.count == 0) return std::nullopt;
+        return d.*field;
+      };
+    };
+    if (results.size() == 1) {
+      series.push_back({"p50", values_of(results[0], pick(&distribution::median)), std::string(palette[0]), false});
+      series.push_back({"p90", values_of(results[0], pick(&distribution::p90)), std::string(palette[3]), false});
+      series.push_back({"p99", values_of(results[0], pick(&distribution::p99)), std::string(palette[1]), false});
+    } else {
+      for (std::size_t i = 0; i < results.size(); ++i) {
+        const std::string color(palette[i % palette.size()]);
+        series.push_back({results[i].label + " p50", values_of(results[i], pick(&distribution::median)), color, false});
+        series.push_back({results[i].label + " p99", values_of(results[i], pick(&distribution::p99)), color, true});
+      }
+    }
+    charts += "<figure>" + svg_chart(id, chart_title, "milliseconds", x_label, keys, series) + "</figure>\n";
+  };
+  latency_chart("chart-ttft", "Time to first token", &run_metrics::ttft_ms);
+  latency_chart("chart-tpot", "Time per output token", &run_metrics::tpot_ms);
+  latency_chart("chart-itl", "Inter-token latency", &run_metrics::itl_ms);
+  latency_chart("chart-e2el", "End-to-end latency", &run_metrics::e2el_ms);
+
+  std::string tables;
+  for (const auto& r : results) {
+    tables += format("<h3>{}</h3>\n<p class=\"meta\">model {} · {} · endpoint {} · seed {}{} · {}</p>\n",
+                     html_escape(r.label), html_escape(r.model), html_escape(r.dataset), html_escape(r.endpoint),
+                     r.seed, r.slo.empty() ? "" : " · SLO " + html_escape(r.slo), html_escape(r.started_at));
+    tables +=
+        "<table><tr><th>load</th><th>completed</th><th>failed</th><th>req/s</th><th>output tok/s</th>"
+        "<th>total tok/s</th><th>TTFT p50</th><th>TTFT p99</th><th>TPOT p50</th><th>TPOT p99</th>"
+        "<th>ITL p50</th><th>E2EL p50</th><th>E2EL p99</th></tr>\n";
+    for (const auto& p : r.points) {
+      const run_metrics& m = p.metrics;
+      tables += format(
+          "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+          "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+          html_escape(point_key(p)), m.completed, m.failed, readable(m.request_throughput),
+          readable(m.output_throughput), readable(m.total_token_throughput), readable(m.ttft_ms.median),
+          readable(m.ttft_ms.p99), readable(m.tpot_ms.median), readable(m.tpot_ms.p99), readable(m.itl_ms.median),
+          readable(m.e2el_ms.median), readable(m.e2el_ms.p99));
+    }
+    tables += "</table>\n";
+  }
+
+  return format(R"(<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 24px; color: #222; background: #fafafa; }}
+h1 {{ font-size: 22px; }}
+.charts {{ display: flex; flex-wrap: wrap; gap: 16px; }}
+figure {{ margin: 0; background: #fff; border: 1px solid #ddd; }}
+svg text {{ font-family: system-ui, sans-serif; fill: #333; }}
+svg .title {{ font-size: 15px; font-weight: 600; }}
+svg .tick {{ font-size: 11px; }}
+svg .label, svg .legend {{ font-size: 12px; }}
+svg .grid {{ stroke: #e5e5e5; }}
+svg .axis {{ stroke: #555; }}
+table {{ border-collapse: collapse; margin-bottom: 16px; background: #fff; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; font-size: 13px; }}
+.meta {{ color: #666; font-size: 13px; }}
+</style>
+</head>
+<body>
+<h1>{}</h1>
+<p class="meta">Latencies in milliseconds; throughput against the number of concurrent requests. Written by edgeinfer bench.</p>
+<div class="charts">
+{}</div>
+<h2>Numbers</h2>
+{}</body>
+</html>
+)",
+                html_escape(title), html_escape(title), charts, tables);
+}
+
+}  // namespace edge::bench

@@ -1,0 +1,150 @@
+#include "edge/bench/stats.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <numeric>
+
+#include "edge/common/format.h"
+
+namespace edge::bench {
+
+double percentile(std::span<const double> sorted, double p) {
+  if (sorted.empty()) return 0;
+  const double rank = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(sorted.size() - 1);
+  const auto below = static_cast<std::size_t>(std::floor(rank));
+  const std::size_t above = std::min(below + 1, sorted.size() - 1);
+  const double fraction = rank - static_cast<double>(below);
+  return sorted[below] + (sorted[above] - sorted[below]) * fraction;
+}
+
+distribution summarize(std::vector<double> values) {
+  distribution d;
+  if (values.empty()) return d;
+  std::sort(values.begin(), values.end());
+  d.count = values.size();
+  const double n = static_cast<double>(values.size());
+  d.mean = std::accumulate(values.begin(), values.end(), 0.0) / n;
+  double squares = 0;
+  for (double v : values) squares += (v - d.mean) * (v - d.mean);
+  d.std = std::sqrt(squares / n);
+  d.median = percentile(values, 50);
+  d.p90 = percentile(values, 90);
+  d.p99 = percentile(values, 99);
+  d.min = values.front();
+  d.max = values.back();
+  return d;
+}
+
+double request_record::tpot_s() const {
+  const std::int64_t tokens = output_tokens();
+  if (tokens <= 1) return 0;
+  return (latency_s - ttft_s) / static_cast<double>(tokens - 1);
+}
+
+result<slo> parse_slo(std::string_view text) {
+  slo out;
+  std::size_t i = 0;
+  const auto is_separator = [](char c) { return c == ',' || std::isspace(static_cast<unsigned char>(c)); };
+  while (i < text.size()) {
+    while (i < text.size() && is_separator(text[i])) ++i;
+    if (i == text.size()) break;
+    std::size_t end = i;
+    while (end < text.size() && !is_separator(text[end])) ++end;
+    const std::string_view item = text.substr(i, end - i);
+    i = end;
+    const std::size_t colon = item.find(':');
+    if (colon == std::string_view::npos) {
+      return invalid_argument(format("goodput objective \"{}\" must be KEY:MILLISECONDS (e.g. ttft:500)", item));
+    }
+    const std::string_view key = item.substr(0, colon);
+    const std::string number(item.substr(colon + 1));
+    char* parsed_end = nullptr;
+    const double ms = std::strtod(number.c_str(), &parsed_end);
+    if (number.empty() || parsed_end != number.c_str() + number.size() || !(ms > 0) || !std::isfinite(ms)) {
+      return invalid_argument(format("goodput objective \"{}\": \"{}\" is not a positive number of milliseconds",
+                                     item, number));
+    }
+    std::optional<double>* target = nullptr;
+    if (key == "ttft") target = &out.ttft_ms;
+    else if (key == "tpot") target = &out.tpot_ms;
+    else if (key == "itl") target = &out.itl_ms;
+    else if (key == "e2el") target = &out.e2el_ms;
+    else return invalid_argument(format("unknown goodput objective \"{}\": use ttft, tpot, itl or e2el", key));
+    if (*target) return invalid_argument(format("goodput objective \"{}\" is given twice", key));
+    *target = ms;
+  }
+  if (out.empty()) return invalid_argument("--goodput needs at least one objective, e.g. ttft:500 tpot:50");
+  return out;
+}
+
+std::string to_string(const slo& objectives) {
+  std::string out;
+  const auto add = [&out](std::string_view key, const std::optional<double>& ms) {
+    if (!ms) return;
+    if (!out.empty()) out += ' ';
+    out += format("{}:{}", key, *ms);
+  };
+  add("ttft", objectives.ttft_ms);
+  add("tpot", objectives.tpot_ms);
+  add("itl", objectives.itl_ms);
+  add("e2el", objectives.e2el_ms);
+  return out;
+}
+
+bool meets(const request_record& r, const slo& objectives) {
+  constexpr double ms_per_s = 1000.0;
+  if (!r.success) return false;
+  if (objectives.ttft_ms && r.ttft_s * ms_per_s > *objectives.ttft_ms) return false;
+  if (objectives.tpot_ms && r.tpot_s() * ms_per_s > *objectives.tpot_ms) return false;
+  if (objectives.e2el_ms && r.latency_s * ms_per_s > *objectives.e2el_ms) return false;
+  if (objectives.itl_ms) {
+    for (double gap : r.itl_s) {
+      if (gap * ms_per_s > *objectives.itl_ms) return false;
+    }
+  }
+  return true;
+}
+
+run_metrics compute_metrics(std::span<const request_record> records, double duration_s, const slo& objectives) {
+  constexpr double ms_per_s = 1000.0;
+  run_metrics m;
+  m.duration_s = duration_s;
+  std::vector<double> ttft, tpot, itl, e2el;
+  for (const request_record& r : records) {
+    if (!r.success) {
+      ++m.failed;
+      ++m.failures[r.error.empty() ? "unknown" : r.error];
+      continue;
+    }
+    ++m.completed;
+    m.total_input_tokens += r.input_tokens();
+    m.total_output_tokens += r.output_tokens();
+    ttft.push_back(r.ttft_s * ms_per_s);
+    e2el.push_back(r.latency_s * ms_per_s);
+    if (r.output_tokens() > 1) tpot.push_back(r.tpot_s() * ms_per_s);
+    for (double gap : r.itl_s) itl.push_back(gap * ms_per_s);
+    if (!objectives.empty() && meets(r, objectives)) ++m.good_requests;
+    if (r.usage_completion_tokens) {
+      ++m.tokens.requests_with_usage;
+      m.tokens.usage_completion_tokens += *r.usage_completion_tokens;
+      m.tokens.client_completion_tokens += r.content_deltas;
+      if (*r.usage_completion_tokens != r.content_deltas) ++m.tokens.mismatched_requests;
+    }
+  }
+  if (duration_s > 0) {
+    m.request_throughput = static_cast<double>(m.completed) / duration_s;
+    m.output_throughput = static_cast<double>(m.total_output_tokens) / duration_s;
+    m.total_token_throughput = static_cast<double>(m.total_input_tokens + m.total_output_tokens) / duration_s;
+    if (!objectives.empty()) m.goodput = static_cast<double>(m.good_requests) / duration_s;
+  } else if (!objectives.empty()) {
+    m.goodput = 0;
+  }
+  m.ttft_ms = summarize(std::move(ttft));
+  m.tpot_ms = summarize(std::move(tpot));
+  m.itl_ms = summarize(std::move(itl));
+  m.e2el_ms = summarize(std::move(e2el));
+  return m;
+}
+
+}  // namespace edge::bench

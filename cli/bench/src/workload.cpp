@@ -1,0 +1,197 @@
+#include "edge/bench/workload.h"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <numbers>
+#include <string_view>
+
+#include "edge/common/format.h"
+
+namespace edge::bench {
+namespace {
+
+namespace json = boost::json;
+
+// Short, common words: one token each in the vocabularies of large models, and words a model
+// trained on simple stories (stories260K) knows.
+constexpr std::array<std::string_view, 64> words = {
+    "the",  "a",    "and",   "to",   "was",  "he",   "she",  "it",   "of",   "in",   "is",   "they", "you",
+    "that", "with", "for",   "on",   "her",  "his",  "day",  "one",  "said", "big",  "dog",  "cat",  "sun",
+    "tree", "play", "happy", "park", "ball", "red",  "blue", "box",  "home", "mom",  "dad",  "friend", "little",
+    "went", "saw",  "new",   "good", "time", "run",  "jump", "book", "bird", "fish", "sky",  "toy",  "cake",
+    "girl", "boy",  "fun",   "nice", "sad",  "ran",  "up",   "down", "car",  "hat",  "bed",  "sea"};
+
+// Lengths of the conversation dataset: log-normal around the median, long right tail.
+constexpr double conversation_prompt_sigma = 1.0;
+constexpr double conversation_output_sigma = 0.8;
+constexpr double conversation_max_factor = 16.0;
+
+std::uint64_t mix(std::uint64_t seed, std::uint64_t index) {
+  // Distinct streams per request: the index goes through one SplitMix64 round first.
+  rng r(seed ^ (index * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull));
+  return r.next();
+}
+
+std::int64_t uniform_length(rng& r, std::int64_t len, double range) {
+  const auto low = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(static_cast<double>(len) * (1 - range))));
+  const auto high = std::max<std::int64_t>(low, static_cast<std::int64_t>(std::ceil(static_cast<double>(len) * (1 + range))));
+  return low + static_cast<std::int64_t>(r.below(static_cast<std::uint64_t>(high - low + 1)));
+}
+
+std::int64_t lognormal_length(rng& r, std::int64_t median, double sigma) {
+  const double value = static_cast<double>(median) * std::exp(sigma * r.normal());
+  const double clipped = std::clamp(value, 1.0, static_cast<double>(median) * conversation_max_factor);
+  return static_cast<std::int64_t>(std::llround(clipped));
+}
+
+std::string random_words(rng& r, std::int64_t count) {
+  std::string text;
+  text.reserve(static_cast<std::size_t>(count) * 5);
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (i > 0) text += ' ';
+    text += words[r.below(words.size())];
+  }
+  return text;
+}
+
+result<request_spec> parse_jsonl_line(std::string_view line, std::int64_t default_output) {
+  boost::system::error_code ec;
+  json::value v = json::parse(line, ec);
+  if (ec) return invalid_argument(format("not valid JSON ({})", ec.message()));
+  if (!v.is_object()) return invalid_argument("each line must be a JSON object");
+  const json::object& o = v.as_object();
+  request_spec spec;
+  spec.max_tokens = default_output;
+  if (const json::value* p = o.if_contains("prompt")) {
+    if (!p->is_string()) return invalid_argument("\"prompt\" must be a string");
+    spec.prompt = std::string(p->as_string());
+  }
+  if (const json::value* m = o.if_contains("messages")) {
+    if (!m->is_array()) return invalid_argument("\"messages\" must be an array of {role, content}");
+    for (const json::value& item : m->as_array()) {
+      const json::object* message = item.if_object();
+      const json::value* role = message ? message->if_contains("role") : nullptr;
+      const json::value* content = message ? message->if_contains("content") : nullptr;
+      if (!role || !content || !role->is_string() || !content->is_string()) {
+        return invalid_argument("\"messages\" must be an array of {\"role\": string, \"content\": string}");
+      }
+      spec.messages.push_back({std::string(role->as_string()), std::string(content->as_string())});
+    }
+  }
+  if (spec.prompt.empty() && spec.messages.empty()) {
+    return invalid_argument("a line needs a non-empty \"prompt\" or \"messages\"");
+  }
+  for (const char* key : {"max_tokens", "output_len"}) {
+    if (const json::value* n = o.if_contains(key)) {
+      if (!n->is_int64() || n->as_int64() < 1) return invalid_argument(format("\"{}\" must be a positive integer", key));
+      spec.max_tokens = n->as_int64();
+    }
+  }
+  return spec;
+}
+
+}  // namespace
+
+std::uint64_t rng::next() {
+  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double rng::uniform() {
+  // The top 53 bits: every double in [0, 1) with spacing 2^-53.
+  constexpr double scale = 1.0 / static_cast<double>(std::uint64_t{1} << 53);
+  return static_cast<double>(next() >> 11) * scale;
+}
+
+double rng::normal() {
+  const double u1 = 1.0 - uniform();  // (0, 1]: the logarithm stays finite
+  const double u2 = uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+std::uint64_t rng::below(std::uint64_t n) {
+  // Scaling a 53-bit uniform: exact enough for the sizes a workload uses (n far below 2^53).
+  return std::min(n - 1, static_cast<std::uint64_t>(uniform() * static_cast<double>(n)));
+}
+
+result<dataset> dataset::create(const dataset_options& options) {
+  dataset d;
+  d.options_ = options;
+  if (options.kind != dataset_kind::jsonl) {
+    if (options.input_len < 1) return invalid_argument("--input-len must be at least 1");
+    if (options.output_len < 1) return invalid_argument("--output-len must be at least 1");
+    if (!(options.range_ratio >= 0 && options.range_ratio < 1)) {
+      return invalid_argument("--range-ratio must be at least 0 and below 1");
+    }
+    return d;
+  }
+  std::ifstream in(options.jsonl_path);
+  if (!in) return not_found(format("cannot read the prompts file {}", options.jsonl_path.string()));
+  std::string line;
+  std::size_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto spec = parse_jsonl_line(line, options.output_len);
+    if (!spec.ok()) {
+      return invalid_argument(format("{} line {}: {}", options.jsonl_path.string(), number, spec.error().message()));
+    }
+    d.file_requests_.push_back(std::move(spec).value());
+  }
+  if (d.file_requests_.empty()) return invalid_argument(format("{} holds no requests", options.jsonl_path.string()));
+  return d;
+}
+
+request_spec dataset::at(std::size_t index) const {
+  if (options_.kind == dataset_kind::jsonl) return file_requests_[index % file_requests_.size()];
+  rng r(mix(options_.seed, index));
+  request_spec spec;
+  if (options_.kind == dataset_kind::random) {
+    spec.expected_prompt_tokens = uniform_length(r, options_.input_len, options_.range_ratio);
+    spec.max_tokens = uniform_length(r, options_.output_len, options_.range_ratio);
+  } else {
+    spec.expected_prompt_tokens = lognormal_length(r, options_.input_len, conversation_prompt_sigma);
+    spec.max_tokens = lognormal_length(r, options_.output_len, conversation_output_sigma);
+  }
+  spec.prompt = random_words(r, spec.expected_prompt_tokens);
+  return spec;
+}
+
+std::string dataset::describe() const {
+  switch (options_.kind) {
+    case dataset_kind::random:
+      return format("random (input {}, output {}, range {})", options_.input_len, options_.output_len,
+                    options_.range_ratio);
+    case dataset_kind::conversation:
+      return format("conversation (median input {}, median output {})", options_.input_len, options_.output_len);
+    case dataset_kind::jsonl:
+      return format("jsonl ({}, {} requests)", options_.jsonl_path.filename().string(), file_requests_.size());
+  }
+  return "";
+}
+
+poisson_arrivals::poisson_arrivals(double rate, std::uint64_t seed) : rate_(rate), random_(seed) {}
+
+double poisson_arrivals::next() {
+  if (std::isinf(rate_)) return 0;
+  const double at = now_;
+  // Inverse transform of the exponential distribution; 1 - u is in (0, 1].
+  now_ += -std::log(1.0 - random_.uniform()) / rate_;
+  return at;
+}
+
+std::vector<double> poisson_schedule(double rate, std::size_t count, std::uint64_t seed) {
+  poisson_arrivals arrivals(rate, seed);
+  std::vector<double> out(count);
+  for (double& t : out) t = arrivals.next();
+  return out;
+}
+
+}  // namespace edge::bench

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# The serving benchmark of docs/benchmarks.md: `edgeinfer serve` on the CPU measured by
+# `edgeinfer bench` at 1, 8, 16, 32 and 64 concurrent requests, for stories260K (the real
+# fixture) and a synthetic Qwen2.5-0.5B, with INT4 vs FP8 vs BF16 weights (FP8 KV cache) and
+# an FP8 vs BF16 KV cache (INT4 weights). Then docs/benchmarks.md is written from the JSON
+# results with `edgeinfer bench --compare`.
+#
+#   tests/bench/serving.sh [BUILD_DIR]      (default build/; `make bench` runs it)
+#
+# Results go to $BUILD_DIR/bench-serving/ (JSON, CSV, one HTML report per model). A
+# configuration the server refuses to start is skipped and named in the document. Knobs:
+# EDGE_BENCH_CONCURRENCY (1,8,16,32,64), EDGE_BENCH_DURATION (5s per point),
+# EDGE_BENCH_MODELS (stories260K qwen2.5-0.5b), EDGE_BENCH_DOC (docs/benchmarks.md).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+bin="$build/edgeinfer"
+fixtures=${EDGE_TEST_MODELS:-../shared/models}
+out="$build/bench-serving"
+concurrency=${EDGE_BENCH_CONCURRENCY:-1,8,16,32,64}
+duration=${EDGE_BENCH_DURATION:-5s}
+models=(${EDGE_BENCH_MODELS:-stories260K qwen2.5-0.5b})
+doc=${EDGE_BENCH_DOC:-docs/benchmarks.md}
+# weight dtype, KV cache dtype: the weights axis at FP8 KV, the KV axis at INT4 weights.
+configs=("int4 fp8" "fp8 fp8" "bf16 fp8" "int4 bf16")
+mkdir -p "$out"
+
+model_path() {
+  case "$1" in
+    stories260K) echo "$fixtures/stories260K/stories260K.gguf" ;;
+    *)
+      local path="$build/bench-models/$1-bf16.gguf"
+      if [[ ! -f "$path" ]]; then
+        mkdir -p "$(dirname "$path")"
+        "$bin" make-model --preset "$1" --format gguf --dtype bf16 --seed 1 --out "$path" >&2
+      fi
+      echo "$path" ;;
+  esac
+}
+
+# Per model: input and output lengths (words / tokens) of the random dataset.
+lengths() {
+  case "$1" in
+    stories260K) echo "64 64" ;;
+    *) echo "32 16" ;;
+  esac
+}
+
+server_pid=""
+stop_server() {
+  if [[ -n "$server_pid" ]]; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+  fi
+}
+trap stop_server EXIT
+
+# Starts serve; prints its port once /readyz answers 200, or returns 1 (the log says why).
+start_server() {
+  local log=$1; shift
+  "$bin" serve --host 127.0.0.1 --port 0 "$@" 2>"$log" &
+  server_pid=$!
+  local port=""
+  for _ in $(seq 1 1200); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then server_pid=""; return 1; fi
+    [[ -z "$port" ]] && port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
+    if [[ -n "$port" ]] && [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]]; then
+      echo "$port"
+      return 0
+    fi
+    sleep 0.1
+  done
+  stop_server
+  return 1
+}
+
+skipped=()
+for model in "${models[@]}"; do
+  path=$(model_path "$model")
+  read -r input_len output_len <<<"$(lengths "$model")"
+  for config in "${configs[@]}"; do
+    read -r weights kv <<<"$config"
+    name="$model-w$weights-kv$kv"
+    echo "== $model: $weights weights, $kv KV cache ==" >&2
+    if ! port=$(start_server "$out/$name.serve.log" --model "$path" --served-model-name "$model" \
+                  --weight-dtype "$weights" --kv-cache-dtype "$kv"); then
+      reason=$(grep -m1 -E 'error|cannot' "$out/$name.serve.log" | sed 's/^.*error *//' || true)
+      echo "skipped: the server did not start: $reason" >&2
+      skipped+=("$model, $weights weights, $kv KV cache: ${reason:-the server did not start}")
+      rm -f "$out/$name.json"
+      continue
+    fi
+    "$bin" bench --base-url "http://127.0.0.1:$port" --model "$model" --label "$weights W / $kv KV" \
+      --concurrency "$concurrency" --duration "$duration" --warmup-requests 8 --seed 1 \
+      --input-len "$input_len" --output-len "$output_len" \
+      --output-json "$out/$name.json" --output-csv "$out/$name.csv" --log-level warn
+    stop_server
+  done
+done
+
+# ---- docs/benchmarks.md -------------------------------------------------------------------
+compare() {  # metric files...
+  local metric=$1; shift
+  local present=()
+  for f in "$@"; do [[ -f "$f" ]] && present+=("$f"); done
+  if [[ ${#present[@]} -lt 1 ]]; then echo "(no results)"; return; fi
+  "$bin" bench --compare "${present[@]}" --compare-metric "$metric"
+}
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
+{
+  echo "# Serving benchmarks (CPU)"
+  echo
+  echo "Written by \`make bench\` (\`tests/bench/serving.sh\`) from the JSON results in \`$out/\`;"
+  echo "do not edit by hand. \`edgeinfer serve\` on the CPU executor, measured over HTTP by"
+  echo "\`edgeinfer bench\` on the same machine (they share its cores)."
+  echo
+  echo "* Machine: $(nproc) cores of ${cpu:-an unknown CPU}, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo);"
+  echo "  edgeinfer $("$bin" --version | sed 's/^edgeinfer //'), $(date -u +%Y-%m-%d)."
+  echo "* Load: closed loop at each concurrency for $duration per point after 8 warm-up requests;"
+  echo "  random prompts (seed 1) of common words, \`ignore_eos\` so every request generates"
+  echo "  \`max_tokens\`; temperature 0; streaming with usage."
+  echo "* Metrics as vLLM's \`bench serve\`: TTFT, TPOT (excluding the first token) in ms;"
+  echo "  throughput over the point's duration. The last column of each table is the first"
+  echo "  configuration against the second, in percent."
+  for model in "${models[@]}"; do
+    read -r input_len output_len <<<"$(lengths "$model")"
+    f() { echo "$out/$model-w$1-kv$2.json"; }
+    echo
+    echo "## $model"
+    echo
+    echo "Prompts of $input_len words, $output_len output tokens."
+    echo
+    echo "### Weights: INT4 vs FP8 vs BF16 (FP8 KV cache)"
+    for metric in output_throughput tpot_median_ms ttft_median_ms; do
+      echo
+      compare "$metric" "$(f int4 fp8)" "$(f fp8 fp8)" "$(f bf16 fp8)"
+    done
+    echo
+    echo "### KV cache: FP8 vs BF16 (INT4 weights)"
+    for metric in output_throughput tpot_median_ms ttft_median_ms; do
+      echo
+      compare "$metric" "$(f int4 fp8)" "$(f int4 bf16)"
+    done
+  done
+  if [[ ${#skipped[@]} -gt 0 ]]; then
+    echo
+    echo "## Not measured"
+    echo
+    for s in "${skipped[@]}"; do echo "* $s"; done
+  fi
+  echo
+  echo "Charts: \`$out/<model>.html\` (throughput and latency percentiles against concurrency)."
+} >"$doc"
+
+for model in "${models[@]}"; do
+  files=()
+  for config in "${configs[@]}"; do
+    read -r weights kv <<<"$config"
+    [[ -f "$out/$model-w$weights-kv$kv.json" ]] && files+=("$out/$model-w$weights-kv$kv.json")
+  done
+  if [[ ${#files[@]} -gt 0 ]]; then
+    "$bin" bench --compare "${files[@]}" --compare-metric output_throughput --html "$out/$model.html" >/dev/null
+  fi
+done
+echo "wrote $doc and $out/*.html" >&2

@@ -1,0 +1,366 @@
+// `edgeinfer bench` end to end: against the real `edgeinfer serve` (its counts must match the
+// server's usage and /metrics), against small fake servers written here (known delays for the
+// latency maths; 429, 503, dropped connections, cut streams and timeouts, which must be
+// counted as failures), and its HTML report rendered in headless Chromium.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { edgeinferBin, startServer, sleep } from './lib/server.mjs';
+
+let workDir;
+
+before(() => {
+  workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'edge_bench_'));
+});
+
+after(() => {
+  fs.rmSync(workDir, { recursive: true, force: true });
+});
+
+function runBench(args, { timeoutMs = 120000 } = {}) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(edgeinferBin, ['bench', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => { stdout += d; });
+    child.stderr.on('data', (d) => { stderr += d; });
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`bench hung:\n${stdout}\n${stderr}`)); }, timeoutMs);
+    child.on('exit', (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
+  });
+}
+
+function readJson(file) {
+  return JSON.parse(fs.readFileSync(file, 'utf8'));
+}
+
+// A fake OpenAI-compatible server on a free loopback port; `handler(req, res, body, n)` gets
+// the parsed body and the request's number (0, 1, ...).
+async function fakeServer(handler) {
+  const seen = [];
+  const server = http.createServer((req, res) => {
+    let raw = '';
+    req.on('data', (d) => { raw += d; });
+    req.on('end', () => {
+      const body = raw ? JSON.parse(raw) : {};
+      const n = seen.length;
+      seen.push({ url: req.url, headers: req.headers, body });
+      Promise.resolve(handler(req, res, body, n)).catch(() => res.destroy());
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    seen,
+    close: () => new Promise((r) => { server.closeAllConnections(); server.close(r); }),
+  };
+}
+
+const sse = (res, chunk) => res.write(`data: ${JSON.stringify(chunk)}\n\n`);
+
+// Streams a completion the way OpenAI does: `tokens` text deltas `gapMs` apart after `ttftMs`,
+// a finish chunk, a usage chunk when asked for, then [DONE].
+async function streamCompletion(res, body, { ttftMs = 0, gapMs = 0, tokens = 10, usage = true, chat = false } = {}) {
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+  const base = { id: 'cmpl-fake', object: chat ? 'chat.completion.chunk' : 'text_completion', created: 0, model: 'fake' };
+  if (chat) sse(res, { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] });
+  await sleep(ttftMs);
+  for (let i = 0; i < tokens; i++) {
+    if (i > 0) await sleep(gapMs);
+    const choice = chat ? { index: 0, delta: { content: ` w${i}` }, finish_reason: null } : { index: 0, text: ` w${i}`, finish_reason: null };
+    sse(res, { ...base, choices: [choice] });
+  }
+  sse(res, { ...base, choices: [chat ? { index: 0, delta: {}, finish_reason: 'length' } : { index: 0, text: '', finish_reason: 'length' }] });
+  if (usage && body.stream_options?.include_usage) {
+    sse(res, { ...base, choices: [], usage: { prompt_tokens: 7, completion_tokens: tokens, total_tokens: 7 + tokens } });
+  }
+  res.end('data: [DONE]\n\n');
+}
+
+test('latency maths on a server with known delays: TTFT 200 ms, 50 ms between tokens', async () => {
+  const fake = await fakeServer((req, res, body) => streamCompletion(res, body, { ttftMs: 200, gapMs: 50, tokens: 10 }));
+  try {
+    const out = path.join(workDir, 'latency.json');
+    const csv = path.join(workDir, 'latency.csv');
+    const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--api-key', 'sk-test', '--concurrency', '2',
+      '--num-requests', '6', '--warmup-requests', '0', '--goodput', 'ttft:5000', 'tpot:1000',
+      '--output-json', out, '--output-csv', csv]);
+    assert.equal(run.code, 0, run.stderr);
+    const p = readJson(out).points[0];
+    assert.equal(p.completed, 6);
+    assert.equal(p.failed, 0);
+    assert.equal(p.total_output_tokens, 60);
+    assert.equal(p.total_input_tokens, 42);
+    // Lower bounds are the server's own sleeps; upper bounds are generous (a loaded machine).
+    assert.ok(p.ttft_ms.mean >= 195 && p.ttft_ms.mean < 1500, `TTFT ${p.ttft_ms.mean}`);
+    assert.ok(p.tpot_ms.median >= 45 && p.tpot_ms.median < 200, `TPOT ${p.tpot_ms.median}`);
+    assert.ok(p.itl_ms.median >= 45 && p.itl_ms.median < 200, `ITL ${p.itl_ms.median}`);
+    assert.equal(p.itl_ms.count, 6 * 9);
+    assert.ok(p.e2el_ms.mean >= 640 && p.e2el_ms.mean < 3000, `E2EL ${p.e2el_ms.mean}`);
+    // 6 requests two at a time, each at least 650 ms: at least 3 rounds.
+    assert.ok(p.duration_s >= 1.9, `duration ${p.duration_s}`);
+    assert.ok(Math.abs(p.request_throughput - 6 / p.duration_s) < 1e-6);
+    assert.ok(Math.abs(p.output_throughput - 60 / p.duration_s) < 1e-6);
+    assert.equal(p.good_requests, 6);
+    assert.deepEqual(p.token_check, { requests_with_usage: 6, usage_completion_tokens: 60, client_completion_tokens: 60, mismatched_requests: 0 });
+    assert.equal(p.connections_opened, 2, 'two keep-alive connections carry the six requests');
+    // What went over the wire: OpenAI's completions request with streamed usage asked for.
+    const sent = fake.seen[0];
+    assert.equal(sent.url, '/v1/completions');
+    assert.equal(sent.headers.authorization, 'Bearer sk-test');
+    assert.equal(sent.body.model, 'fake');
+    assert.equal(sent.body.stream, true);
+    assert.deepEqual(sent.body.stream_options, { include_usage: true });
+    assert.equal(sent.body.max_tokens, 128);
+    assert.match(run.stdout, /Serving Benchmark Result/);
+    assert.match(run.stdout, /Median TPOT \(ms\):/);
+    assert.match(fs.readFileSync(csv, 'utf8'), /^label,concurrency,request_rate,completed,failed/);
+  } finally {
+    await fake.close();
+  }
+});
+
+test('chat endpoint: role delta is not a token, and a stream without usage falls back to counting deltas', async () => {
+  const fake = await fakeServer((req, res, body) => streamCompletion(res, body, { tokens: 5, usage: false, chat: true }));
+  try {
+    const out = path.join(workDir, 'chat.json');
+    const run = await runBench(['--base-url', `${fake.url}/v1`, '--model', 'fake', '--endpoint', 'chat',
+      '--num-requests', '3', '--warmup-requests', '1', '--output-json', out]);
+    assert.equal(run.code, 0, run.stderr);
+    const p = readJson(out).points[0];
+    assert.equal(p.completed, 3);
+    assert.equal(p.total_output_tokens, 15);
+    assert.equal(p.token_check.requests_with_usage, 0);
+    assert.equal(fake.seen.length, 4, 'one warm-up request and three measured');
+    assert.equal(fake.seen[0].url, '/v1/chat/completions');
+    assert.equal(fake.seen[0].body.messages[0].role, 'user');
+  } finally {
+    await fake.close();
+  }
+});
+
+test('429, 503, dropped connections and cut streams are counted as failures, not hidden', async () => {
+  const kinds = ['429', '503', 'drop-before-response', 'drop-mid-stream', 'no-done', 'ok'];
+  const fake = await fakeServer(async (req, res, body, n) => {
+    switch (kinds[n % kinds.length]) {
+      case '429':
+        res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '1' });
+        res.end(JSON.stringify({ error: { message: 'Rate limit reached', type: 'requests', code: 'rate_limit_exceeded' } }));
+        return;
+      case '503':
+        res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' });
+        res.end(JSON.stringify({ error: { message: 'overloaded', type: 'server_error', code: 'overloaded' } }));
+        return;
+      case 'drop-before-response':
+        req.socket.destroy();
+        return;
+      case 'drop-mid-stream':
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        sse(res, { choices: [{ index: 0, text: 'a' }] });
+        await sleep(20);
+        req.socket.destroy();
+        return;
+      case 'no-done':
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        sse(res, { choices: [{ index: 0, text: 'a' }] });
+        res.end();
+        return;
+      default:
+        await streamCompletion(res, body, { tokens: 4 });
+    }
+  });
+  try {
+    const out = path.join(workDir, 'failures.json');
+    const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--concurrency', '1', '--num-requests', '12',
+      '--warmup-requests', '0', '--output-json', out]);
+    assert.equal(run.code, 0, run.stderr);
+    const p = readJson(out).points[0];
+    assert.equal(p.completed, 2);
+    assert.equal(p.failed, 10);
+    assert.deepEqual(p.failures, { http_429: 2, http_503: 2, connection: 4, incomplete_stream: 2 });
+    assert.equal(p.total_output_tokens, 8, 'only completed requests count');
+    assert.match(run.stdout, /Failed requests:\s+10 \(connection: 4, http_429: 2, http_503: 2, incomplete_stream: 2\)/);
+    assert.match(run.stderr, /requests failed/);
+  } finally {
+    await fake.close();
+  }
+});
+
+test('a request past --timeout fails as a timeout; a run where nothing completes exits 1', async () => {
+  const fake = await fakeServer(() => { /* never answers */ });
+  try {
+    const out = path.join(workDir, 'timeout.json');
+    const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--concurrency', '2', '--num-requests', '2',
+      '--warmup-requests', '0', '--timeout', '300ms', '--output-json', out]);
+    assert.equal(run.code, 1);
+    assert.match(run.stderr, /no request completed/);
+    assert.deepEqual(readJson(out).points[0].failures, { timeout: 2 });
+  } finally {
+    await fake.close();
+  }
+});
+
+test('open-loop Poisson arrivals at a seeded rate send the requested number', async () => {
+  const fake = await fakeServer((req, res, body) => streamCompletion(res, body, { tokens: 2 }));
+  try {
+    const out = path.join(workDir, 'rate.json');
+    const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--request-rate', '50', '--num-requests', '20',
+      '--warmup-requests', '0', '--seed', '3', '--dataset', 'conversation', '--input-len', '20', '--output-len', '8',
+      '--output-json', out]);
+    assert.equal(run.code, 0, run.stderr);
+    const result = readJson(out);
+    assert.equal(result.points[0].concurrency, null);
+    assert.equal(result.points[0].request_rate, 50);
+    assert.equal(result.points[0].completed, 20);
+    // The seed fixes the prompts: a second run sends the same ones.
+    const first = fake.seen.map((s) => s.body.prompt);
+    fake.seen.length = 0;
+    const again = await runBench(['--base-url', fake.url, '--model', 'fake', '--request-rate', '50', '--num-requests', '20',
+      '--warmup-requests', '0', '--seed', '3', '--dataset', 'conversation', '--input-len', '20', '--output-len', '8']);
+    assert.equal(again.code, 0, again.stderr);
+    assert.deepEqual(fake.seen.map((s) => s.body.prompt).sort(), [...first].sort());
+  } finally {
+    await fake.close();
+  }
+});
+
+test('bad options are clear errors', async () => {
+  const noModel = await runBench(['--base-url', 'http://127.0.0.1:9']);
+  assert.equal(noModel.code, 2);
+  assert.match(noModel.stderr, /--model is required/);
+  const badConcurrency = await runBench(['--model', 'm', '--concurrency', '1,zero']);
+  assert.equal(badConcurrency.code, 2);
+  assert.match(badConcurrency.stderr, /--concurrency: "zero"/);
+  const badGoodput = await runBench(['--model', 'm', '--goodput', 'ttft:500', 'speed:3']);
+  assert.equal(badGoodput.code, 2);
+  assert.match(badGoodput.stderr, /unknown goodput objective "speed"/);
+  const https = await runBench(['--model', 'm', '--base-url', 'https://example.test']);
+  assert.equal(https.code, 2);
+  assert.match(https.stderr, /https is not supported/);
+  const missing = await runBench(['--compare', path.join(workDir, 'nope.json')]);
+  assert.equal(missing.code, 1);
+  assert.match(missing.stderr, /cannot read/);
+});
+
+function metricValue(text, name) {
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`));
+  return line ? Number(line.split(' ').pop()) : 0;
+}
+
+test('against edgeinfer serve: counts and token totals match the usage and /metrics', async () => {
+  const server = await startServer(['--threads', '2']);
+  try {
+    const scrape = async () => (await fetch(`${server.url}/metrics`)).text();
+    const before = await scrape();
+    const out = path.join(workDir, 'serve.json');
+    const run = await runBench(['--base-url', server.url, '--model', 'stories260K', '--concurrency', '1,4',
+      '--num-requests', '8', '--warmup-requests', '2', '--input-len', '12', '--output-len', '10',
+      '--output-json', out], { timeoutMs: 240000 });
+    assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    const after = await scrape();
+    const result = readJson(out);
+    assert.equal(result.points.length, 2);
+    let output = 0;
+    let input = 0;
+    for (const p of result.points) {
+      assert.equal(p.completed, 8);
+      assert.equal(p.failed, 0);
+      assert.equal(p.token_check.requests_with_usage, 8, 'every stream carried usage');
+      assert.equal(p.total_output_tokens, 8 * 10, 'ignore_eos: each request generates max_tokens');
+      assert.equal(p.token_check.usage_completion_tokens, p.total_output_tokens);
+      // One delta per token unless the detokenizer held a partial character back.
+      assert.ok(p.token_check.client_completion_tokens <= p.token_check.usage_completion_tokens);
+      assert.ok(p.token_check.client_completion_tokens >= 0.9 * p.token_check.usage_completion_tokens);
+      assert.equal(p.warmup.requests, 2);
+      output += p.total_output_tokens + p.warmup.output_tokens;
+      input += p.total_input_tokens + p.warmup.input_tokens;
+    }
+    const generated = metricValue(after, 'edgeinfer_generation_tokens_total') - metricValue(before, 'edgeinfer_generation_tokens_total');
+    const prompted = metricValue(after, 'edgeinfer_prompt_tokens_total') - metricValue(before, 'edgeinfer_prompt_tokens_total');
+    assert.equal(generated, output, 'the server generated exactly the tokens the benchmark counted');
+    assert.equal(prompted, input, 'and read exactly the prompt tokens it reported');
+  } finally {
+    await server.stop();
+  }
+});
+
+test('--compare lays results side by side and the HTML report renders in headless Chromium', async () => {
+  const fast = await fakeServer((req, res, body) => streamCompletion(res, body, { ttftMs: 5, gapMs: 2, tokens: 6 }));
+  const slow = await fakeServer((req, res, body) => streamCompletion(res, body, { ttftMs: 30, gapMs: 10, tokens: 6 }));
+  const files = [];
+  try {
+    for (const [label, fake] of [['fast', fast], ['slow', slow]]) {
+      const file = path.join(workDir, `${label}.json`);
+      const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--label', label, '--concurrency', '1,2,4',
+        '--num-requests', '8', '--warmup-requests', '0', '--output-json', file,
+        '--html', path.join(workDir, `${label}.html`)]);
+      assert.equal(run.code, 0, run.stderr);
+      files.push(file);
+    }
+  } finally {
+    await fast.close();
+    await slow.close();
+  }
+  const html = path.join(workDir, 'compare.html');
+  const compare = await runBench(['--compare', ...files, '--compare-metric', 'output_throughput,ttft_median_ms', '--html', html]);
+  assert.equal(compare.code, 0, compare.stderr);
+  assert.match(compare.stdout, /\| concurrency \| fast \| slow \| fast vs slow \|/);
+  const rows = compare.stdout.split('\n').filter((l) => /^\| (1|2|4) \|/.test(l));
+  assert.equal(rows.length, 6, compare.stdout);
+  assert.match(rows[0], /\| [+-]\d+\.\d% \|$/);
+
+  const { chromium } = await import('playwright-core');
+  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1300, height: 1000 } });
+    // Offline: the page may load nothing but itself.
+    const fetched = [];
+    page.on('request', (r) => { if (!r.url().startsWith('file://')) fetched.push(r.url()); });
+    await page.goto(`file://${html}`);
+    assert.deepEqual(fetched, []);
+    const charts = await page.$$('svg.chart');
+    assert.equal(charts.length, 6);
+    const shape = await page.$$eval('svg.chart', (svgs) => svgs.map((s) => ({
+      id: s.id,
+      lines: [...s.querySelectorAll('polyline.series')].map((p) => p.getAttribute('points').trim().split(/\s+/).length),
+      dots: s.querySelectorAll('circle').length,
+    })));
+    for (const c of shape) {
+      assert.ok(c.lines.length >= 2, `${c.id}: a line per configuration`);
+      for (const n of c.lines) assert.equal(n, 3, `${c.id}: a point per concurrency`);
+      assert.ok(c.dots >= 6, c.id);
+    }
+    // The charts are drawn: the series colours appear in the screenshot of each chart.
+    for (const chart of charts) {
+      const png = await chart.screenshot();
+      const counts = await page.evaluate(async (b64) => {
+        const img = new Image();
+        img.src = `data:image/png;base64,${b64}`;
+        await img.decode();
+        const canvas = document.createElement('canvas');
+        canvas.width = img.width;
+        canvas.height = img.height;
+        const ctx = canvas.getContext('2d');
+        ctx.drawImage(img, 0, 0);
+        const { data } = ctx.getImageData(0, 0, img.width, img.height);
+        const near = (i, r, g, b) => Math.abs(data[i] - r) < 40 && Math.abs(data[i + 1] - g) < 40 && Math.abs(data[i + 2] - b) < 40;
+        let blue = 0; let red = 0; let ink = 0;
+        for (let i = 0; i < data.length; i += 4) {
+          if (near(i, 0x1f, 0x77, 0xb4)) blue++;
+          if (near(i, 0xd6, 0x27, 0x28)) red++;
+          if (data[i] < 200 || data[i + 1] < 200 || data[i + 2] < 200) ink++;
+        }
+        return { blue, red, ink, total: data.length / 4 };
+      }, png.toString('base64'));
+      assert.ok(counts.blue > 100, `first series drawn: ${JSON.stringify(counts)}`);
+      assert.ok(counts.red > 100, `second series drawn: ${JSON.stringify(counts)}`);
+      assert.ok(counts.ink > 0.01 * counts.total && counts.ink < 0.5 * counts.total, JSON.stringify(counts));
+    }
+    await page.screenshot({ path: path.join(workDir, 'report.png'), fullPage: true });
+  } finally {
+    await browser.close();
+  }
+});

@@ -1,0 +1,181 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "edge/bench/client.h"
+#include "edge/bench/workload.h"
+
+namespace bench = edge::bench;
+
+namespace {
+
+std::size_t word_count(const std::string& text) {
+  std::istringstream in(text);
+  std::size_t n = 0;
+  for (std::string w; in >> w;) ++n;
+  return n;
+}
+
+std::filesystem::path write_temp(const std::string& name, const std::string& contents) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << contents;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("Poisson arrivals are reproducible from the seed and have mean gap 1/rate") {
+  const auto a = bench::poisson_schedule(4.0, 20000, 7);
+  const auto b = bench::poisson_schedule(4.0, 20000, 7);
+  const auto c = bench::poisson_schedule(4.0, 20000, 8);
+  CHECK(a == b);
+  CHECK(a != c);
+  CHECK(a.front() == 0);
+  CHECK(std::is_sorted(a.begin(), a.end()));
+  std::vector<double> gaps(a.size() - 1);
+  for (std::size_t i = 1; i < a.size(); ++i) gaps[i - 1] = a[i] - a[i - 1];
+  const double mean = std::accumulate(gaps.begin(), gaps.end(), 0.0) / static_cast<double>(gaps.size());
+  CHECK(mean == doctest::Approx(0.25).epsilon(0.03));
+  // Exponential: the standard deviation equals the mean, and P(gap > mean) = 1/e.
+  double squares = 0;
+  for (double g : gaps) squares += (g - mean) * (g - mean);
+  CHECK(std::sqrt(squares / static_cast<double>(gaps.size())) == doctest::Approx(0.25).epsilon(0.05));
+  const auto above = std::count_if(gaps.begin(), gaps.end(), [&](double g) { return g > mean; });
+  CHECK(static_cast<double>(above) / static_cast<double>(gaps.size()) == doctest::Approx(std::exp(-1.0)).epsilon(0.05));
+}
+
+TEST_CASE("an unlimited rate sends every request at once") {
+  const auto t = bench::poisson_schedule(bench::unlimited_rate, 5, 1);
+  CHECK(std::all_of(t.begin(), t.end(), [](double x) { return x == 0; }));
+}
+
+TEST_CASE("the random dataset is reproducible and keeps lengths within the range") {
+  auto d = bench::dataset::create({.kind = bench::dataset_kind::random, .input_len = 100, .output_len = 40,
+                                   .range_ratio = 0.5, .jsonl_path = {}, .seed = 3});
+  REQUIRE(d.ok());
+  auto again = bench::dataset::create(d->options());
+  REQUIRE(again.ok());
+  std::int64_t low = 1 << 30, high = 0;
+  for (std::size_t i = 0; i < 500; ++i) {
+    const bench::request_spec r = d->at(i);
+    CHECK(r.prompt == again->at(i).prompt);
+    CHECK(word_count(r.prompt) == static_cast<std::size_t>(r.expected_prompt_tokens));
+    CHECK(r.expected_prompt_tokens >= 50);
+    CHECK(r.expected_prompt_tokens <= 150);
+    CHECK(r.max_tokens >= 20);
+    CHECK(r.max_tokens <= 60);
+    low = std::min(low, r.expected_prompt_tokens);
+    high = std::max(high, r.expected_prompt_tokens);
+  }
+  CHECK(low < 60);   // the range is used, not just its middle
+  CHECK(high > 140);
+  CHECK(d->at(0).prompt != d->at(1).prompt);
+
+  auto fixed = bench::dataset::create({.kind = bench::dataset_kind::random, .input_len = 32, .output_len = 8,
+                                       .range_ratio = 0, .jsonl_path = {}, .seed = 3});
+  REQUIRE(fixed.ok());
+  CHECK(fixed->at(5).expected_prompt_tokens == 32);
+  CHECK(fixed->at(5).max_tokens == 8);
+  auto other_seed = bench::dataset::create({.kind = bench::dataset_kind::random, .input_len = 32, .output_len = 8,
+                                            .range_ratio = 0, .jsonl_path = {}, .seed = 4});
+  CHECK(other_seed->at(5).prompt != fixed->at(5).prompt);
+}
+
+TEST_CASE("the conversation dataset has a long tail around its medians") {
+  auto d = bench::dataset::create({.kind = bench::dataset_kind::conversation, .input_len = 200, .output_len = 100,
+                                   .range_ratio = 0, .jsonl_path = {}, .seed = 11});
+  REQUIRE(d.ok());
+  std::vector<double> inputs, outputs;
+  for (std::size_t i = 0; i < 4000; ++i) {
+    const auto r = d->at(i);
+    inputs.push_back(static_cast<double>(r.expected_prompt_tokens));
+    outputs.push_back(static_cast<double>(r.max_tokens));
+  }
+  std::sort(inputs.begin(), inputs.end());
+  std::sort(outputs.begin(), outputs.end());
+  const double median = inputs[inputs.size() / 2];
+  CHECK(median == doctest::Approx(200).epsilon(0.1));
+  CHECK(outputs[outputs.size() / 2] == doctest::Approx(100).epsilon(0.1));
+  const double mean = std::accumulate(inputs.begin(), inputs.end(), 0.0) / static_cast<double>(inputs.size());
+  CHECK(mean > 1.3 * median);           // right-skewed: the mean sits well above the median
+  CHECK(inputs[inputs.size() * 99 / 100] > 5 * median);  // and the tail is long
+  CHECK(inputs.back() <= 16 * 200);
+  CHECK(inputs.front() >= 1);
+}
+
+TEST_CASE("JSONL prompts are read in order, cycled, and bad lines name their line") {
+  const auto good = write_temp("edge_bench_prompts.jsonl",
+                               "{\"prompt\": \"Once upon a time\"}\n\n"
+                               "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 7}\n");
+  auto d = bench::dataset::create({.kind = bench::dataset_kind::jsonl, .input_len = 1, .output_len = 32,
+                                   .range_ratio = 0, .jsonl_path = good, .seed = 0});
+  REQUIRE(d.ok());
+  CHECK(d->at(0).prompt == "Once upon a time");
+  CHECK(d->at(0).max_tokens == 32);
+  CHECK(d->at(1).messages.size() == 1);
+  CHECK(d->at(1).max_tokens == 7);
+  CHECK(d->at(2).prompt == "Once upon a time");
+
+  const auto bad = write_temp("edge_bench_bad.jsonl", "{\"prompt\": \"ok\"}\n{\"prompt\": 5}\n");
+  auto failed = bench::dataset::create({.kind = bench::dataset_kind::jsonl, .input_len = 1, .output_len = 1,
+                                        .range_ratio = 0, .jsonl_path = bad, .seed = 0});
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().message().find("line 2") != std::string::npos);
+  auto missing = bench::dataset::create({.kind = bench::dataset_kind::jsonl, .input_len = 1, .output_len = 1,
+                                         .range_ratio = 0, .jsonl_path = "/nonexistent/x.jsonl", .seed = 0});
+  CHECK_FALSE(missing.ok());
+}
+
+TEST_CASE("bad dataset options are refused") {
+  CHECK_FALSE(bench::dataset::create({.kind = bench::dataset_kind::random, .input_len = 0}).ok());
+  CHECK_FALSE(bench::dataset::create({.kind = bench::dataset_kind::random, .range_ratio = 1.0}).ok());
+}
+
+TEST_CASE("SSE events are split across reads, with LF or CRLF, and comments are skipped") {
+  bench::sse_parser parser;
+  std::vector<std::string> events;
+  const auto collect = [&](std::string_view data) { events.emplace_back(data); };
+  parser.feed("data: {\"a\":1}\n\nda", collect);
+  CHECK(events == std::vector<std::string>{"{\"a\":1}"});
+  parser.feed("ta: {\"b\":2}\r\n\r\n: ping\n\ndata: [DONE]\n", collect);
+  CHECK(events.size() == 2);
+  parser.feed("\n", collect);
+  CHECK(events == std::vector<std::string>{"{\"a\":1}", "{\"b\":2}", "[DONE]"});
+  parser.feed("data:x\ndata: y\n\n", collect);
+  CHECK(events.back() == "x\ny");
+}
+
+TEST_CASE("base URLs and request bodies follow OpenAI's API") {
+  auto url = bench::parse_base_url("http://127.0.0.1:8080/v1/");
+  REQUIRE(url.ok());
+  CHECK(url->host == "127.0.0.1");
+  CHECK(url->port == "8080");
+  CHECK(bench::request_path(*url, bench::api_endpoint::completions) == "/v1/completions");
+  CHECK(bench::request_path(*url, bench::api_endpoint::chat_completions) == "/v1/chat/completions");
+  auto prefixed = bench::parse_base_url("http://example.test/openai");
+  REQUIRE(prefixed.ok());
+  CHECK(prefixed->port == "80");
+  CHECK(bench::request_path(*prefixed, bench::api_endpoint::completions) == "/openai/v1/completions");
+  CHECK(bench::parse_base_url("http://[::1]:9000")->host == "::1");
+  CHECK(bench::parse_base_url("https://api.example.test").error().message().find("https") != std::string::npos);
+  CHECK_FALSE(bench::parse_base_url("127.0.0.1:8080").ok());
+  CHECK_FALSE(bench::parse_base_url("http://host:99999").ok());
+
+  bench::client_options options;
+  options.model = "m";
+  bench::request_spec spec;
+  spec.prompt = "hello";
+  spec.max_tokens = 5;
+  const std::string completions = bench::request_body(options, spec);
+  CHECK(completions.find("\"prompt\":\"hello\"") != std::string::npos);
+  CHECK(completions.find("\"stream_options\":{\"include_usage\":true}") != std::string::npos);
+  CHECK(completions.find("\"max_tokens\":5") != std::string::npos);
+  options.endpoint = bench::api_endpoint::chat_completions;
+  const std::string chat = bench::request_body(options, spec);
+  CHECK(chat.find("\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]") != std::string::npos);
+}
