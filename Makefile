@@ -2,7 +2,7 @@
 #
 #   make run     install what is missing, build, serve on 127.0.0.1:8080 with the default model
 #   make test    install what is missing, build, run every test but the GPU ones
-#   make build | deps | clean | test-sanitize | bench
+#   make build | deps | clean | test-sanitize | bench | bench-engine
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
@@ -23,7 +23,7 @@ endif
 GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
-.PHONY: all run test build deps clean test-sanitize configure bench
+.PHONY: all run test build deps clean test-sanitize configure bench bench-engine
 
 all: build
 
@@ -53,6 +53,9 @@ test-sanitize:
 
 bench: build
 	tests/bench/decode.sh $(BUILD_DIR)
+
+bench-engine: build
+	tests/bench/engine.sh $(BUILD_DIR)
 
 run: build
 	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)
