@@ -10,7 +10,8 @@
 //   * throughput (generated tokens per simulated second), preemptions and recomputed tokens;
 //   * queueing: arrival to first admission, median and 99th percentile; time to first token.
 //
-//   edge_bench_scheduler_sim [--requests N] [--rate R] [--seed S]
+//   edge_bench_scheduler_sim [--requests N] [--rate R] [--seed S] [--prompt-median T] [--output-median T]
+//                            [--max-tokens N]
 //
 // Deterministic: the same arguments print the same figures on any machine. A benchmark: it
 // prints, it asserts nothing.
@@ -73,6 +74,8 @@ struct trace_options {
   double rate = 12.0;  // arrivals per second (Poisson)
   std::uint64_t seed = 1;
   std::int64_t max_tokens = 2048;  // what clients ask for; most stop well before
+  double prompt_median = 512;
+  double output_median = 256;
 };
 
 // Log-normal lengths (ShareGPT-like long tails), clipped.
@@ -91,13 +94,13 @@ std::vector<edge::sim::request> make_trace(const trace_options& o) {
     r.id = static_cast<edge::sim::sequence_id>(i + 1);
     t += gap(rng);
     r.arrival = t;
-    const std::int64_t prompt = lognormal(rng, 512, 1.0, 16, 8192);
+    const std::int64_t prompt = lognormal(rng, o.prompt_median, 1.0, 16, 32768);
     r.prompt.resize(static_cast<std::size_t>(prompt));
     // Distinct tokens per request: no prefix is shared, so the cache holds each token once.
     for (std::int64_t k = 0; k < prompt; ++k) {
       r.prompt[static_cast<std::size_t>(k)] = static_cast<std::int32_t>((r.id * 7919 + static_cast<std::uint64_t>(k)) % 100000);
     }
-    r.output_tokens = lognormal(rng, 256, 1.0, 8, o.max_tokens);
+    r.output_tokens = lognormal(rng, o.output_median, 1.0, 8, o.max_tokens);
     r.max_tokens = o.max_tokens;
     out.push_back(std::move(r));
   }
@@ -192,8 +195,14 @@ int main(int argc, char** argv) {
     if (flag == "--requests") o.requests = std::atoll(argv[i + 1]);
     else if (flag == "--rate") o.rate = std::atof(argv[i + 1]);
     else if (flag == "--seed") o.seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (flag == "--prompt-median") o.prompt_median = std::atof(argv[i + 1]);
+    else if (flag == "--output-median") o.output_median = std::atof(argv[i + 1]);
+    else if (flag == "--max-tokens") o.max_tokens = std::atoll(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: %s [--requests N] [--rate PER_SECOND] [--seed S]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--requests N] [--rate PER_SECOND] [--seed S] [--prompt-median TOKENS] "
+                   "[--output-median TOKENS] [--max-tokens N]\n",
+                   argv[0]);
       return 2;
     }
   }
