@@ -2,7 +2,7 @@
 #
 #   make run     install what is missing, build, serve on 127.0.0.1:8080 with the default model
 #   make test    install what is missing, build, run every test but the GPU ones
-#   make build | deps | clean | test-sanitize | bench (bench-serving + bench-decode)
+#   make build | deps | clean | test-sanitize | bench (bench-serving + bench-decode + bench-engine)
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
@@ -23,7 +23,7 @@ endif
 GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
-.PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode
+.PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine
 
 all: build
 
@@ -51,7 +51,7 @@ test: build
 test-sanitize:
 	$(MAKE) test EDGE_SANITIZE="address;undefined"
 
-bench: bench-serving bench-decode
+bench: bench-serving bench-decode bench-engine
 
 # The serving sweep of docs/benchmarks.md (rewrites that file), about 10 minutes on 2 cores.
 bench-serving: build
@@ -59,6 +59,9 @@ bench-serving: build
 
 bench-decode: build
 	tests/bench/decode.sh $(BUILD_DIR)
+
+bench-engine: build
+	tests/bench/engine.sh $(BUILD_DIR)
 
 run: build
 	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)

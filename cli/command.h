@@ -20,10 +20,8 @@ class command {
   command(CLI::App& parent, std::string name, std::string description, config::schema options, body run);
 
   bool chosen() const { return app_->parsed(); }
-  // The command's CLI11 app, for commands with subcommands of their own (`admin tenants list`).
-  CLI::App& app() const { return *app_; }
-
-  // The subcommand's CLI11 app, for adjusting how an option is read (e.g. several values).
+  // The command's CLI11 app: for commands with subcommands of their own (`admin tenants list`)
+  // and for adjusting how an option is read (e.g. several values).
   CLI::App& app() const { return *app_; }
 
   // Settles the configuration (flag > env > file > default), applies the logging options and

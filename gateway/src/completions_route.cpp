@@ -284,7 +284,9 @@ asio::awaitable<void> complete(exchange& ex, const model_slot& models, tenancy* 
   }
   auto parsed = parse_completion_request(ex.req().body());
   if (auto* error = std::get_if<completion_request_error>(&parsed)) {
-    co_await ex.respond(error_response(http::status::bad_request, error->message, "invalid_request_error", error->param));
+    // A body that is not JSON names no field: param is null then, as in OpenAI's errors.
+    const auto param = error->param.empty() ? std::nullopt : std::optional<std::string_view>(error->param);
+    co_await ex.respond(error_response(http::status::bad_request, error->message, "invalid_request_error", param));
     co_return;
   }
   completion_params& params = std::get<completion_params>(parsed);

@@ -155,9 +155,7 @@ struct round_report {
   std::int64_t batch_tokens = 0;
   std::int64_t prompt_tokens = 0;
   std::int64_t generation_tokens = 0;
-  std::int64_t first_admissions = 0;
   std::int64_t finished_requests = 0;
-  std::int64_t finished_before_admission = 0;
 
   void clear() { *this = round_report{}; }
 };
@@ -198,6 +196,7 @@ struct engine::state {
   std::vector<sequence_id> row_ids;           // [rows]
   std::vector<sequence_decoder*> row_decoders;  // [rows]
   std::vector<std::int32_t> chosen;           // [rows]
+  std::vector<sequence_id> first_admitted;    // admitted for the first time in this step
 
   std::thread thread;
 
@@ -217,9 +216,37 @@ void engine::state::run() {
   } catch (const std::exception& e) {
     // A bug: end every request so that no client waits forever, and stop.
     log.error("engine thread failed: {}", e.what());
+    const std::string failure = format("engine failure: {}", e.what());
+    // Nothing will serve requests any more: refuse new ones, and end every accepted one.
+    std::deque<command> left;
+    {
+      std::lock_guard lock(inbox->mutex);
+      inbox->stopping = true;
+      left.swap(inbox->commands);
+    }
     std::vector<sequence_id> ids;
     for (const auto& [id, r] : requests) ids.push_back(id);
-    for (const sequence_id id : ids) finish(id, finish_reason::error, format("engine failure: {}", e.what()));
+    for (const sequence_id id : ids) finish(id, finish_reason::error, failure);
+    std::int64_t never_applied = 0;
+    for (command& c : left) {
+      auto* sub = std::get_if<submission>(&c);
+      if (sub == nullptr) continue;
+      ++never_applied;
+      sub->finished->store(true, std::memory_order_release);
+      finished_event event;
+      event.reason = finish_reason::error;
+      event.error = failure;
+      try {
+        sub->sink(std::move(event));
+      } catch (const std::exception& sink_error) {
+        log.error("event sink of request {} threw: {}", sub->request.id, sink_error.what());
+      }
+    }
+    {
+      std::lock_guard lock(inbox->mutex);
+      inbox->queued -= never_applied;
+      inbox->in_flight -= never_applied;
+    }
     publish();
   }
 }
@@ -307,7 +334,10 @@ void engine::state::finish(sequence_id id, finish_reason reason, std::string err
                              .prompt_tokens = r.prompt_tokens,
                              .completion_tokens = r.decoder->generated()});
   ++report.finished_requests;
-  if (!r.admitted) ++report.finished_before_admission;
+  if (!r.admitted) {
+    std::lock_guard lock(inbox->mutex);
+    --inbox->queued;
+  }
   ++finished_total;
 
   // Set before the sink runs, so that a handle destroyed in response sends no cancellation.
@@ -325,15 +355,22 @@ void engine::state::step() {
   const time_point scheduled_at = clock.now();
   step_plan plan = sched->schedule();
   ++steps;
+  first_admitted.clear();
   for (const sequence_id id : plan.admitted) {
     active_request& r = requests.at(id);
-    if (r.admitted) continue;
+    if (r.admitted) continue;  // readmitted after a preemption
     r.admitted = scheduled_at;
     r.cached_tokens = sched->cached_prompt_tokens(id);
     report.queue_time.push_back(seconds_between(r.arrival, scheduled_at));
-    ++report.first_admissions;
-    emit(r, admitted_event{});
+    first_admitted.push_back(id);
   }
+  if (!first_admitted.empty()) {
+    // They leave the queue now, not when the round is published: the queue limit counts what
+    // really waits, even while this step computes.
+    std::lock_guard lock(inbox->mutex);
+    inbox->queued -= static_cast<std::int64_t>(first_admitted.size());
+  }
+  for (const sequence_id id : first_admitted) emit(requests.at(id), admitted_event{});
   for (const sequence_id id : plan.preempted) ++requests.at(id).preemptions;
   if (plan.empty()) return;
 
@@ -448,7 +485,6 @@ void engine::state::publish() {
   reported = now;
   {
     std::lock_guard lock(inbox->mutex);
-    inbox->queued -= report.first_admissions + report.finished_before_admission;
     inbox->in_flight -= report.finished_requests;
     if (inbox->in_flight == 0) inbox->settled.notify_all();
   }

@@ -126,6 +126,7 @@ status scheduler::add(sequence_spec spec) {
   s->root = prefix_root_hash(spec.cache_salt.empty() ? spec.tenant : spec.cache_salt);
   sequence& ref = *s;
   sequences_.emplace(spec.id, std::move(s));
+  if (!active(tenant)) activate(tenant);
   enqueue_waiting(ref);
   return {};
 }
@@ -142,7 +143,12 @@ bool scheduler::remove(sequence_id id) {
     s.tenant->waiting.erase(&s);
     --waiting_count_;
   }
+  tenant_state* tenant = s.tenant;
   sequences_.erase(it);
+  // A tenant with nothing left is forgotten: tenant names come from clients, so keeping every
+  // one ever seen would grow without bound, and an idle tenant's history counts for nothing
+  // anyway (activate() levels a returning tenant with the others).
+  if (!active(*tenant)) tenants_.erase(tenant->name);
   return true;
 }
 
@@ -159,7 +165,6 @@ void scheduler::activate(tenant_state& t) {
 }
 
 void scheduler::enqueue_waiting(sequence& s) {
-  if (!active(*s.tenant)) activate(*s.tenant);
   s.state = sequence_state::waiting;
   s.tenant->waiting.insert(&s);
   ++waiting_count_;
@@ -183,7 +188,8 @@ std::int64_t scheduler::chunk_for(std::int64_t computed, std::int64_t length, st
 std::int64_t scheduler::admission_blocks(const sequence& s) const {
   const auto length = static_cast<std::int64_t>(s.tokens.size());
   if (config_.admission == admission_policy::optimistic) return blocks_for(length);
-  std::int64_t longest = s.prompt_length + s.max_tokens;
+  // max_tokens may be anything a client sent: cap it before adding (check_fits does the same).
+  std::int64_t longest = s.prompt_length + std::min(s.max_tokens, std::numeric_limits<std::int64_t>::max() / 2);
   if (config_.max_model_len > 0) longest = std::min(longest, config_.max_model_len);
   return blocks_for(std::max(longest, length));
 }
@@ -222,6 +228,13 @@ void scheduler::preempt(sequence& s) {
   --s.tenant->running;
   enqueue_waiting(s);
   ++counters_.preemptions;
+}
+
+void scheduler::charge(tenant_state& t, std::int64_t tokens) {
+  // Charged when planned, not when computed, so that the next admission in the same step
+  // already sees it: otherwise the least-served tenant would take every free slot of a step.
+  t.tokens_served += tokens;
+  t.deficit += static_cast<double>(tokens) / t.weight;
 }
 
 scheduler::tenant_state* scheduler::next_tenant() {
@@ -294,6 +307,7 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, step_plan& plan) {
                          .block_table = s.blocks,
                          .samples = s.computed + chunk == length});
   plan.tokens += chunk;
+  charge(*s.tenant, chunk);
   return true;
 }
 
@@ -332,6 +346,7 @@ step_plan scheduler::schedule() {
                            .block_table = s.blocks,
                            .samples = s.computed + chunk == static_cast<std::int64_t>(s.tokens.size())});
     plan.tokens += chunk;
+    charge(*s.tenant, chunk);
     budget -= chunk;
     ++i;
   }
@@ -360,8 +375,6 @@ void scheduler::complete(const step_plan& plan) {
     sequence& s = *it->second;
     const auto count = static_cast<std::int64_t>(chunk.tokens.size());
     s.computed = chunk.start + count;
-    s.tenant->tokens_served += count;
-    s.tenant->deficit += static_cast<double>(count) / s.tenant->weight;
     counters_.computed_tokens += count;
     if (config_.enable_prefix_caching) register_full_blocks(s);
   }

@@ -29,7 +29,9 @@ const gw::audit_context admin{"admin", "req_test"};
 
 gw::usage_counts total(const gw::tenant_store& store, std::string_view tenant) {
   gw::usage_counts sum;
-  for (const auto& row : *store.usage(tenant, noon_s - 86400, noon_s + 86400)) sum += row.counts;
+  const auto rows = store.usage(tenant, noon_s - 86400, noon_s + 86400);
+  REQUIRE(rows.ok());
+  for (const auto& row : *rows) sum += row.counts;
   return sum;
 }
 

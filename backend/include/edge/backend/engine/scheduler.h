@@ -55,7 +55,7 @@ std::string_view to_string(admission_policy policy);
 // How the next request to admit is chosen among tenants.
 enum class tenant_order {
   // Weighted fair share: the backlogged tenant with the fewest tokens served per unit of weight
-  // (deficit counters charged with the tokens each step computes for the tenant, as in deficit
+  // (deficit counters charged with the tokens each step schedules for the tenant, as in deficit
   // round robin with the quantum replaced by actual service, since output lengths are not known
   // at admission). A tenant that was idle starts from the least-served active tenant's count, so
   // idling earns no credit.
@@ -157,7 +157,8 @@ class scheduler {
   std::span<const std::int32_t> block_table(sequence_id id) const;
 
   const scheduler_counters& counters() const { return counters_; }
-  // Tokens computed for a tenant so far (prefill, recompute and decode).
+  // Tokens scheduled for a tenant (prefill, recompute and decode) since it last had no request
+  // here: a tenant with nothing queued or running is forgotten, and counts 0.
   std::int64_t tokens_served(std::string_view tenant) const;
 
   // Block accounting across the pool and every block table: internal on any mismatch. For
@@ -178,6 +179,7 @@ class scheduler {
   std::int64_t chunk_for(std::int64_t computed, std::int64_t length, std::int64_t budget) const;
   std::int64_t admission_blocks(const sequence& s) const;
   tenant_state* next_tenant();
+  void charge(tenant_state& t, std::int64_t tokens);
   bool try_admit(sequence& s, std::int64_t budget, step_plan& plan);
   void preempt(sequence& s);
   void release_blocks(sequence& s);
