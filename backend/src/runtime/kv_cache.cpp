@@ -1,5 +1,7 @@
 #include "edge/backend/runtime/kv_cache.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -47,7 +49,11 @@ kv_cache_layout kv_cache_layout::for_tokens(const model_config& config, kernels:
   return layout;
 }
 
-kv_cache::kv_cache(const kv_cache_layout& layout) : layout_(layout), memory_(nullptr, std::free) {}
+kv_cache::kv_cache(const kv_cache_layout& layout) : layout_(layout) {}
+
+void kv_cache::unmap::operator()(std::byte* memory) const {
+  if (memory != nullptr) ::munmap(memory, bytes);
+}
 
 result<std::unique_ptr<kv_cache>> kv_cache::create(const kv_cache_layout& layout) {
   if (layout.num_blocks <= 0 || layout.block_size <= 0 || layout.num_layers <= 0 || layout.head_dim <= 0 ||
@@ -62,13 +68,13 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const kv_cache_layout& layout
   cache->scale_bytes_ = kernels::kv_cache_scaled(layout.dtype) ? round_up(rows * sizeof(float), pool_alignment) : 0;
   const std::size_t total =
       (cache->pool_bytes_ + cache->scale_bytes_) * 2 * static_cast<std::size_t>(layout.num_layers);
-  void* memory = std::aligned_alloc(pool_alignment, total);
-  if (memory == nullptr) {
+  // Page-aligned (beyond pool_alignment) and zeroed on first touch, so that nothing reads
+  // indeterminate bytes even through a stale block table.
+  void* memory = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
     return resource_exhausted(format("cannot allocate {} for the KV cache", format_bytes(total)));
   }
-  // Zeroed so that nothing reads indeterminate bytes even through a stale block table.
-  std::memset(memory, 0, total);
-  cache->memory_.reset(static_cast<std::byte*>(memory));
+  cache->memory_ = std::unique_ptr<std::byte, unmap>(static_cast<std::byte*>(memory), unmap{total});
   return cache;
 }
 

@@ -72,7 +72,14 @@ class kv_cache {
   kv_cache_layout layout_;
   std::size_t pool_bytes_ = 0;   // one K or V pool of one layer
   std::size_t scale_bytes_ = 0;  // one layer's K or V scales; 0 for unscaled dtypes
-  std::unique_ptr<std::byte, void (*)(void*)> memory_;
+  // An anonymous mapping: the kernel hands out zeroed pages when they are first touched, so a
+  // large cache costs nothing at start-up and nothing reads indeterminate bytes.
+  struct unmap {
+    std::size_t bytes;  // the mapping's length (no default initializer: GCC would not see the type as
+                        // default-constructible inside the enclosing class)
+    void operator()(std::byte* memory) const;
+  };
+  std::unique_ptr<std::byte, unmap> memory_;
 };
 
 // ---- KV dtype choice --------------------------------------------------------------------
