@@ -25,4 +25,4 @@ echo "== synthetic llama-3.2-1b: bf16 / fp8 / int4 weights, bf16 / fp8 KV cache 
 # Decode from position 32 without a prefill: a 64-sequence prefill alone would take longer than
 # all the decode steps measured.
 "$build/edge_bench_decode" --model "$synthetic" --weight-dtype bf16,fp8,int4 --kv-cache-dtype bf16,fp8 \
-  --batches 1,8,16,32,64 --context 32 --tokens 8 --repeat 3
+  --batches 1,8,16,32,64 --context 32 --tokens 4 --repeat 3

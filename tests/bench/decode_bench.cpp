@@ -19,8 +19,10 @@
 // --weight-dtype quantizes (or converts) the projection matrices on load; "weight GB/s" counts
 // the bytes actually stored (values and scales). Both dtype flags take a list: every weight
 // dtype is measured with the first KV dtype, and the first weight dtype with every other KV
-// dtype; with more than one configuration the program ends with the comparison tables in the
-// published layout (rows: batch; columns: configurations and their ratios).
+// dtype. All models stay loaded and, for each batch size, the configurations take turns run by
+// run, so that the drifting load of a shared machine slows them alike. With more than one
+// configuration the program ends with the comparison tables in the published layout (rows:
+// batch; columns: configurations and their ratios).
 #include <immintrin.h>
 #include <unistd.h>
 
@@ -195,76 +197,108 @@ std::vector<std::string> parse_names(const char* text) {
   return out;
 }
 
-// One configuration's measurement: decode tokens/s by batch (medians).
+// One configuration: a model (weights as loaded) and a KV cache dtype, and its results.
 struct measured_config {
-  std::string weights;  // the projections' format as loaded
-  std::string kv;
-  std::vector<double> rates;  // [batches]
+  const edge::backend::model* m = nullptr;
+  edge::kernels::dtype kv{};
+  std::string weights;        // the projections' format as loaded
+  std::vector<double> rates;  // [batches] median decode tokens/s
+  std::vector<double> steps;  // [batches] median steps/s
 };
 
-// Decodes each batch size with `m` and a `kv_type` cache; prints a row per batch and returns the
-// median rates. Empty on an error (printed).
-std::vector<double> measure(const options& opt, const edge::backend::model& m, edge::kernels::dtype kv_type,
-                            edge::thread_pool* pool, double copy_bw, double read_bw) {
-  const std::uint64_t weights = weight_bytes_per_step(m);
-  std::printf("\nmodel %s (%s weights, %s read per decode step), KV cache %s\n", m.name.c_str(),
-              std::string(edge::kernels::to_string(edge::backend::projection_format(m.weights))).c_str(),
-              edge::format_bytes(weights).c_str(), std::string(edge::kernels::to_string(kv_type)).c_str());
-  std::printf("%6s %12s %14s %16s %12s %12s\n", "batch", "decode tok/s", "steps/s", "weight GB/s", "÷ copy bw", "÷ read bw");
-  std::vector<double> out;
-  for (std::int64_t batch : opt.batches) {
-    const std::int64_t positions = (std::max(opt.prompt, opt.context) + opt.tokens + 16) * batch;
-    const auto layout = edge::backend::kv_cache_layout::for_tokens(m.config, kv_type, 16, positions + 16 * batch);
-    auto cache = edge::backend::kv_cache::create(layout);
-    if (!cache.ok()) {
-      std::fprintf(stderr, "%s\n", cache.error().message().c_str());
-      return {};
+// A configuration ready to decode one batch size.
+struct session {
+  std::unique_ptr<edge::backend::kv_cache> cache;
+  std::unique_ptr<edge::backend::cpu_executor> exec;
+  std::unique_ptr<edge::backend::kv_block_pool> blocks;
+  std::unique_ptr<edge::backend::generator> gen;
+  std::vector<edge::backend::generation_request> requests;
+  std::vector<double> rates, step_rates;
+};
+
+edge::result<session> open_session(const options& opt, const measured_config& c, std::int64_t batch,
+                                   edge::thread_pool* pool) {
+  const edge::backend::model& m = *c.m;
+  session s;
+  const std::int64_t positions = (std::max(opt.prompt, opt.context) + opt.tokens + 16) * batch;
+  const auto layout = edge::backend::kv_cache_layout::for_tokens(m.config, c.kv, 16, positions + 16 * batch);
+  EDGE_ASSIGN_OR_RETURN(s.cache, edge::backend::kv_cache::create(layout));
+  EDGE_ASSIGN_OR_RETURN(s.exec, edge::backend::cpu_executor::create(
+                                    m, *s.cache, pool,
+                                    {.max_batch_tokens = std::max<std::int64_t>(opt.prompt * batch, batch),
+                                     .max_sequences = batch}));
+  s.blocks = std::make_unique<edge::backend::kv_block_pool>(layout.num_blocks);
+  s.gen = std::make_unique<edge::backend::generator>(m, *s.exec, *s.blocks, layout.block_size);
+  s.requests.resize(static_cast<std::size_t>(batch));
+  for (std::size_t i = 0; i < s.requests.size(); ++i) {
+    auto& r = s.requests[i];
+    for (std::int64_t t = 0; t < opt.prompt; ++t) {
+      r.prompt.push_back(static_cast<edge::backend::token_id>((7 + 13 * t + 101 * static_cast<std::int64_t>(i)) %
+                                                              m.config.vocab_size));
     }
-    auto exec = edge::backend::cpu_executor::create(m, **cache, pool,
-                                                    {.max_batch_tokens = std::max<std::int64_t>(opt.prompt * batch, batch),
-                                                     .max_sequences = batch});
-    if (!exec.ok()) {
-      std::fprintf(stderr, "%s\n", exec.error().message().c_str());
-      return {};
-    }
-    edge::backend::kv_block_pool blocks(layout.num_blocks);
-    edge::backend::generator gen(m, **exec, blocks, layout.block_size);
-    std::vector<edge::backend::generation_request> requests(static_cast<std::size_t>(batch));
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      auto& r = requests[i];
-      for (std::int64_t t = 0; t < opt.prompt; ++t) {
-        r.prompt.push_back(static_cast<edge::backend::token_id>((7 + 13 * t + 101 * static_cast<std::int64_t>(i)) % m.config.vocab_size));
-      }
-      r.max_tokens = opt.tokens;
-      r.ignore_eos = true;
-      r.sampling.temperature = 0.0f;
-    }
-    std::vector<double> rates, step_rates;
-    for (int rep = 0; rep < opt.repeat + 1; ++rep) {
-      edge::backend::generation_timing timing;
-      if (opt.context > 0) {
-        auto timed = decode_at_context(**exec, layout.block_size, batch, opt.context, opt.tokens);
-        if (!timed.ok()) {
-          std::fprintf(stderr, "%s\n", timed.error().message().c_str());
-          return {};
-        }
-        timing = *timed;
-      } else if (auto run = gen.run(requests, {}, &timing); !run.ok()) {
-        std::fprintf(stderr, "%s\n", run.error().message().c_str());
-        return {};
-      }
-      if (rep == 0) continue;  // warm-up
-      rates.push_back(static_cast<double>(timing.decode_tokens) / timing.decode_seconds);
-      step_rates.push_back(static_cast<double>(timing.decode_steps) / timing.decode_seconds);
-    }
-    const double steps = median(step_rates);
-    const double weight_bw = steps * static_cast<double>(weights);
-    std::printf("%6lld %12.2f %14.2f %16.2f %12.2f %12.2f\n", static_cast<long long>(batch), median(rates), steps,
-                weight_bw / 1e9, weight_bw / copy_bw, weight_bw / read_bw);
-    std::fflush(stdout);
-    out.push_back(median(rates));
+    r.max_tokens = opt.tokens;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
   }
-  return out;
+  return s;
+}
+
+edge::result<edge::backend::generation_timing> run_once(const options& opt, session& s, std::int64_t batch) {
+  if (opt.context > 0) return decode_at_context(*s.exec, s.cache->layout().block_size, batch, opt.context, opt.tokens);
+  edge::backend::generation_timing timing;
+  if (auto run = s.gen->run(s.requests, {}, &timing); !run.ok()) return run.error();
+  return timing;
+}
+
+// Every batch size for every configuration. Within a batch size the configurations take turns
+// run by run, so that a machine whose load drifts slows them alike and their ratios hold.
+bool measure(const options& opt, std::vector<measured_config>& configs, edge::thread_pool* pool) {
+  for (std::int64_t batch : opt.batches) {
+    std::vector<session> sessions;
+    for (const auto& c : configs) {
+      auto s = open_session(opt, c, batch, pool);
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s\n", s.error().message().c_str());
+        return false;
+      }
+      sessions.push_back(std::move(s).value());
+    }
+    for (int rep = 0; rep < opt.repeat + 1; ++rep) {
+      for (std::size_t i = 0; i < configs.size(); ++i) {
+        auto timing = run_once(opt, sessions[i], batch);
+        if (!timing.ok()) {
+          std::fprintf(stderr, "%s\n", timing.error().message().c_str());
+          return false;
+        }
+        if (rep == 0) continue;  // warm-up
+        sessions[i].rates.push_back(static_cast<double>(timing->decode_tokens) / timing->decode_seconds);
+        sessions[i].step_rates.push_back(static_cast<double>(timing->decode_steps) / timing->decode_seconds);
+      }
+    }
+    std::printf("batch %lld:", static_cast<long long>(batch));
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      configs[i].rates.push_back(median(sessions[i].rates));
+      configs[i].steps.push_back(median(sessions[i].step_rates));
+      std::printf("  %s/%s %.2f tok/s", configs[i].weights.c_str(), std::string(edge::kernels::to_string(configs[i].kv)).c_str(),
+                  configs[i].rates.back());
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  return true;
+}
+
+// One configuration's rows: tokens/s, steps/s and the weight bandwidth against the ceilings.
+void print_details(const options& opt, const measured_config& c, double copy_bw, double read_bw) {
+  const std::uint64_t weights = weight_bytes_per_step(*c.m);
+  std::printf("\nmodel %s (%s weights, %s read per decode step), KV cache %s\n", c.m->name.c_str(), c.weights.c_str(),
+              edge::format_bytes(weights).c_str(), std::string(edge::kernels::to_string(c.kv)).c_str());
+  std::printf("%6s %12s %14s %16s %12s %12s\n", "batch", "decode tok/s", "steps/s", "weight GB/s", "÷ copy bw", "÷ read bw");
+  for (std::size_t i = 0; i < opt.batches.size(); ++i) {
+    const double weight_bw = c.steps[i] * static_cast<double>(weights);
+    std::printf("%6lld %12.2f %14.2f %16.2f %12.2f %12.2f\n", static_cast<long long>(opt.batches[i]), c.rates[i],
+                c.steps[i], weight_bw / 1e9, weight_bw / copy_bw, weight_bw / read_bw);
+  }
 }
 
 // Rows: batch; columns: each configuration's tokens/s, then each one's ratio to the first (and,
@@ -354,41 +388,45 @@ int main(int argc, char** argv) {
   }
 
   // Every weight dtype with the first KV dtype; the first weight dtype with the other KV dtypes.
-  std::vector<measured_config> by_weights, by_kv;
-  std::string model_name;
+  // All models stay loaded, so that configurations can take turns.
+  std::vector<std::unique_ptr<edge::backend::model>> models;
+  std::vector<measured_config> configs;
+  std::vector<std::size_t> by_weights, by_kv;  // indices into configs
   for (std::size_t w = 0; w < opt.weight_dtypes.size(); ++w) {
-    auto loaded = edge::backend::load_model({.path = opt.model, .weight_dtype = edge::kernels::parse_weight_format(opt.weight_dtypes[w])});
+    auto loaded = edge::backend::load_model(
+        {.path = opt.model, .weight_dtype = edge::kernels::parse_weight_format(opt.weight_dtypes[w])});
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
       return 1;
     }
-    const edge::backend::model& m = **loaded;
-    model_name = m.name;
+    models.push_back(std::move(loaded).value());
+    const edge::backend::model& m = *models.back();
     const std::string weights(edge::kernels::to_string(edge::backend::projection_format(m.weights)));
     for (std::size_t k = 0; k < kv_choices.size(); ++k) {
       if (w > 0 && k > 0) break;
-      const edge::kernels::dtype kv_type = edge::backend::resolve_kv_cache_dtype(kv_choices[k], m);
-      auto rates = measure(opt, m, kv_type, pool.get(), copy_bw, read_bw);
-      if (rates.empty()) return 1;
-      measured_config c{weights, std::string(edge::kernels::to_string(kv_type)), std::move(rates)};
-      if (k == 0) by_weights.push_back(c);
-      if (w == 0) by_kv.push_back(std::move(c));
+      if (k == 0) by_weights.push_back(configs.size());
+      if (w == 0) by_kv.push_back(configs.size());
+      configs.push_back({.m = &m, .kv = edge::backend::resolve_kv_cache_dtype(kv_choices[k], m), .weights = weights});
     }
   }
+  if (!measure(opt, configs, pool.get())) return 1;
+  for (const auto& c : configs) print_details(opt, c, copy_bw, read_bw);
+  const std::string model_name = models.front()->name;
 
-  const auto compare = [&](const std::string& title, const std::vector<measured_config>& configs, bool kv) {
-    if (configs.size() < 2) return;
+  const auto compare = [&](const std::string& title, const std::vector<std::size_t>& chosen, bool kv) {
+    if (chosen.size() < 2) return;
     std::vector<std::string> names;
     std::vector<const std::vector<double>*> columns;
-    for (const auto& c : configs) {
-      names.push_back(kv ? "KV " + c.kv : c.weights);
-      columns.push_back(&c.rates);
+    for (std::size_t i : chosen) {
+      names.push_back(kv ? "KV " + std::string(edge::kernels::to_string(configs[i].kv)) : configs[i].weights);
+      columns.push_back(&configs[i].rates);
     }
     print_comparison(title, opt.batches, names, columns);
   };
-  compare(edge::format("decode tokens/s by weight dtype: {}, KV cache {}", model_name, by_weights.front().kv),
+  compare(edge::format("decode tokens/s by weight dtype: {}, KV cache {}", model_name,
+                       edge::kernels::to_string(configs[by_weights.front()].kv)),
           by_weights, false);
-  compare(edge::format("decode tokens/s by KV cache dtype: {}, {} weights", model_name, by_kv.front().weights), by_kv,
-          true);
+  compare(edge::format("decode tokens/s by KV cache dtype: {}, {} weights", model_name, configs[by_kv.front()].weights),
+          by_kv, true);
   return 0;
 }

@@ -54,9 +54,18 @@ TEST_CASE("configurations parse as WEIGHTS/KV with the reference first") {
   CHECK(parse_eval_configurations("f32").error().code() == edge::status_code::invalid_argument);
   CHECK(parse_eval_configurations("q2/fp8").error().code() == edge::status_code::invalid_argument);
 
+  auto quantized = parse_eval_configurations("int4/fp8,fp8/bf16,bf16/f16,f16/f32");
+  REQUIRE(quantized.ok());
+  CHECK(quantized->size() == 5);
+  CHECK((*quantized)[1] == eval_configuration{"int4", dtype::fp8_e4m3});
+
   const auto defaults = default_eval_configurations();
   CHECK(defaults.front().is_reference());
-  CHECK(std::find(defaults.begin(), defaults.end(), eval_configuration{"f32", dtype::fp8_e4m3}) != defaults.end());
+  for (const auto& config : {eval_configuration{"f32", dtype::fp8_e4m3}, eval_configuration{"int4", dtype::bf16},
+                             eval_configuration{"int4", dtype::fp8_e4m3}, eval_configuration{"fp8", dtype::bf16}}) {
+    CAPTURE(config.name());
+    CHECK(std::find(defaults.begin(), defaults.end(), config) != defaults.end());
+  }
 }
 
 TEST_CASE("the first sentence of a text is the default greedy prompt") {
