@@ -10,7 +10,7 @@ const stateDir = makeStateDir();
 let server;
 
 before(async () => {
-  server = await startServer(['--threads', '2', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
+  server = await startServer(['--threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
 });
 after(async () => { await server?.stop(); });
 
@@ -381,7 +381,7 @@ test('edgeinfer admin drives the whole API', async () => {
 });
 
 test('without --admin-token the admin API is disabled, with a clear 403', async () => {
-  const plain = await startServer(['--threads', '1'], { waitReady: false });
+  const plain = await startServer(['--threads', '1', '--kv-cache-memory', '64MiB'], { waitReady: false });
   try {
     const res = await fetch(`${plain.url}/admin/v1/tenants`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     assert.equal(res.status, 403);
@@ -417,7 +417,7 @@ test('a restart keeps tenants, keys, usage and audit, and logs no new default ke
   const stopped = await server.stop('SIGTERM');
   assert.equal(stopped.code, 0);
 
-  server = await startServer(['--threads', '2', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
+  server = await startServer(['--threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
   assert.equal(server.defaultKey, undefined);
   assert.equal((await admin('GET', '/admin/v1/tenants/durable')).json.quotas.tokens_per_minute, 50000);
   const again = await complete(key);

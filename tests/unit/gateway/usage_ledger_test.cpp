@@ -28,8 +28,10 @@ constexpr gw::unix_time noon_s = 1777636800;
 const gw::audit_context admin{"admin", "req_test"};
 
 gw::usage_counts total(const gw::tenant_store& store, std::string_view tenant) {
+  auto rows = store.usage(tenant, noon_s - 86400, noon_s + 86400);
+  REQUIRE(rows.ok());
   gw::usage_counts sum;
-  for (const auto& row : *store.usage(tenant, noon_s - 86400, noon_s + 86400)) sum += row.counts;
+  for (const auto& row : *rows) sum += row.counts;
   return sum;
 }
 
