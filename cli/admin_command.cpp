@@ -264,12 +264,20 @@ std::optional<std::string> quotas_json(const admin_invocation& in, bool update, 
   return std::nullopt;
 }
 
+std::string_view quota_help(std::string_view name) {
+  if (name == "requests_per_minute") return "Requests per minute";
+  if (name == "tokens_per_minute") return "Prompt + max_tokens per minute (unused tokens are refunded)";
+  if (name == "max_concurrent") return "Requests in flight at once";
+  if (name == "daily_tokens") return "Prompt + completion tokens per UTC day";
+  return "The largest max_tokens one request may ask for";
+}
+
 void add_quota_options(CLI::App& sub, admin_invocation& in) {
   sub.add_option("--weight", in.weight, "Share of the engine relative to other tenants (default 1)");
   for (auto& [name, value] : in.quotas) {
     std::string flag = "--" + name;
     for (char& c : flag) c = c == '_' ? '-' : c;
-    sub.add_option(flag, value, format("{} (a number, or \"unlimited\")", name));
+    sub.add_option(flag, value, format("{}: a number, or \"unlimited\"", quota_help(name)));
   }
 }
 

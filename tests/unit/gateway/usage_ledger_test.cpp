@@ -190,12 +190,3 @@ TEST_CASE("a restart keeps today's spent budget (seeded from the ledger)") {
   CHECK_FALSE(tenants->admit(who, 100, 201).allowed());  // 700 + 301 > 1000
   CHECK(tenants->admit(who, 100, 200).allowed());
 }
-
-TEST_CASE("tenant labels are capped: the first N tenants keep their names, the rest are \"other\"") {
-  edge::monitoring::label_limiter labels(2);
-  CHECK(labels.label("a") == "a");
-  CHECK(labels.label("b") == "b");
-  CHECK(labels.label("c") == "other");
-  CHECK(labels.label("a") == "a");
-  CHECK(labels.tracked() == 2);
-}
