@@ -89,7 +89,8 @@ struct server_address {
 };
 
 result<server_address> parse_server_url(std::string_view text) {
-  auto url = boost::urls::parse_uri(text);
+  const std::string copy(text);  // Boost.URL 1.81 parsers may read up to a NUL past a view's end
+  auto url = boost::urls::parse_uri(copy);
   if (!url) return invalid_argument(format("--url \"{}\" is not a URL such as {}", text, default_url));
   if (url->scheme() != "http") {
     return invalid_argument(format("--url \"{}\": only http:// is supported (put TLS in front of the client side with a "
@@ -218,11 +219,13 @@ int report(const http_answer& answer) {
 
 // ---- building the calls -----------------------------------------------------------------------
 
-std::string path_segment(std::string_view text) {
-  return boost::urls::encode(text, boost::urls::unreserved_chars);
+std::string percent_encoded(std::string_view text) {
+  const std::string copy(text);  // Boost.URL 1.81 may read up to a NUL past a view's end
+  return boost::urls::encode(copy, boost::urls::unreserved_chars);
 }
 
-std::string query_value(std::string_view text) { return boost::urls::encode(text, boost::urls::unreserved_chars); }
+std::string path_segment(std::string_view text) { return percent_encoded(text); }
+std::string query_value(std::string_view text) { return percent_encoded(text); }
 
 // "30d", "12h", "90m", "3600" or "3600s": seconds.
 std::optional<std::int64_t> parse_lifetime(std::string_view text) {
@@ -261,12 +264,20 @@ std::optional<std::string> quotas_json(const admin_invocation& in, bool update, 
   return std::nullopt;
 }
 
+std::string_view quota_help(std::string_view name) {
+  if (name == "requests_per_minute") return "Requests per minute";
+  if (name == "tokens_per_minute") return "Prompt + max_tokens per minute (unused tokens are refunded)";
+  if (name == "max_concurrent") return "Requests in flight at once";
+  if (name == "daily_tokens") return "Prompt + completion tokens per UTC day";
+  return "The largest max_tokens one request may ask for";
+}
+
 void add_quota_options(CLI::App& sub, admin_invocation& in) {
   sub.add_option("--weight", in.weight, "Share of the engine relative to other tenants (default 1)");
   for (auto& [name, value] : in.quotas) {
     std::string flag = "--" + name;
     for (char& c : flag) c = c == '_' ? '-' : c;
-    sub.add_option(flag, value, format("{} (a number, or \"unlimited\")", name));
+    sub.add_option(flag, value, format("{}: a number, or \"unlimited\"", quota_help(name)));
   }
 }
 

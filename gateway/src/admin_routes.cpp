@@ -113,8 +113,19 @@ std::optional<parse_error> open_object(parsed_document& doc, std::string_view bo
   if (doc.parser.iterate(doc.padded).get(doc.document) != simdjson::SUCCESS) {
     return parse_error{"The body is not valid JSON", ""};
   }
-  if (doc.document.get_object().get(object) != simdjson::SUCCESS) {
-    return parse_error{"The body must be a JSON object", ""};
+  if (const auto error = doc.document.get_object().get(object); error != simdjson::SUCCESS) {
+    return parse_error{error == simdjson::INCORRECT_TYPE ? "The body must be a JSON object" : "The body is not valid JSON",
+                       ""};
+  }
+  return std::nullopt;
+}
+
+// After the object's fields: anything but the end of the body is malformed JSON.
+std::optional<parse_error> check_end(parsed_document& doc) {
+  // simdjson 3.0: current_location() is OUT_OF_BOUNDS once every token has been read.
+  const char* rest = nullptr;
+  if (doc.document.current_location().get(rest) == simdjson::SUCCESS) {
+    return parse_error{"The body is not valid JSON", ""};
   }
   return std::nullopt;
 }
@@ -171,7 +182,10 @@ std::variant<std::vector<query_param>, response> read_query(std::string_view que
                                                             std::initializer_list<std::string_view> known) {
   std::vector<query_param> out;
   if (query.empty()) return out;
-  auto parsed = boost::urls::parse_query(query);
+  // Boost.URL 1.81's parse_query reads the last value up to a NUL, past the end of the view it
+  // is given (the query sits inside the request target): parse a NUL-terminated copy.
+  const std::string text(query);
+  auto parsed = boost::urls::parse_query(text);
   if (!parsed) return invalid("The query string is malformed");
   boost::urls::encoding_opts decoding;
   decoding.space_as_plus = true;
@@ -408,6 +422,7 @@ std::variant<tenant_record, admin_request_error> parse_tenant_create(std::string
     return std::nullopt;
   });
   if (error) return *error;
+  if (auto trailing = check_end(doc)) return *trailing;
   if (!has_id) return parse_error{"'id' is required", "id"};
   return tenant;
 }
@@ -442,6 +457,7 @@ std::variant<tenant_patch, admin_request_error> parse_tenant_patch(std::string_v
     return std::nullopt;
   });
   if (error) return *error;
+  if (auto trailing = check_end(doc)) return *trailing;
   if (present.requests_per_minute) patch.requests_per_minute = values.requests_per_minute;
   if (present.tokens_per_minute) patch.tokens_per_minute = values.tokens_per_minute;
   if (present.max_concurrent) patch.max_concurrent = values.max_concurrent;
@@ -482,6 +498,7 @@ std::variant<key_create_params, admin_request_error> parse_key_create(std::strin
     return std::nullopt;
   });
   if (error) return *error;
+  if (auto trailing = check_end(doc)) return *trailing;
   if (params.expires_in && params.expires_at) {
     return admin_request_error{"give 'expires_in' or 'expires_at', not both", "expires_at"};
   }

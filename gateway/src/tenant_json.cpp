@@ -2,6 +2,8 @@
 
 #include <boost/json/parse.hpp>
 
+#include <cmath>
+
 namespace edge::gateway {
 namespace {
 
@@ -25,7 +27,12 @@ boost::json::object to_json(const tenant_record& tenant) {
   boost::json::object out;
   out["id"] = tenant.id;
   out["object"] = "tenant";
-  out["weight"] = tenant.weight;
+  // A whole weight is written as an integer: Boost.JSON writes the double 2.0 as "2E0".
+  if (const double whole = std::trunc(tenant.weight); whole == tenant.weight && std::abs(whole) <= max_tenant_weight) {
+    out["weight"] = static_cast<std::int64_t>(whole);
+  } else {
+    out["weight"] = tenant.weight;
+  }
   out["quotas"] = to_json(tenant.quotas);
   out["created_at"] = tenant.created_at;
   out["updated_at"] = tenant.updated_at;

@@ -297,8 +297,11 @@ result<std::optional<issued_api_key>> tenant_store::bootstrap_default_tenant(con
   issued_api_key issued = generate_api_key(default_tenant_id, now, std::nullopt);
   EDGE_ASSIGN_OR_RETURN(sqlite::statement key,
                         db.prepare("INSERT INTO api_keys (id, tenant_id, secret_sha256, created_at) VALUES (?, ?, ?, ?)"));
-  EDGE_RETURN_IF_ERROR(
-      key.bind(1, std::string_view(issued.record.id)).bind(2, default_tenant_id).bind(3, std::span<const std::uint8_t>(issued.record.secret_sha256)).bind(4, now).run());
+  EDGE_RETURN_IF_ERROR(key.bind(1, std::string_view(issued.record.id))
+                           .bind(2, default_tenant_id)
+                           .bind(3, std::span<const std::uint8_t>(issued.record.secret_sha256))
+                           .bind(4, now)
+                           .run());
   boost::json::object details = to_json(issued.record, now);
   EDGE_RETURN_IF_ERROR(impl_->write_audit("key.create", issued.record.id, details, who));
   EDGE_RETURN_IF_ERROR(tx.commit());
@@ -314,7 +317,8 @@ result<tenant_record> tenant_store::create_tenant(tenant_record tenant, const au
   EDGE_ASSIGN_OR_RETURN(auto existing, impl_->find_tenant(tenant.id));
   if (existing) return status(status_code::already_exists, format("tenant '{}' already exists", tenant.id));
   tenant.created_at = tenant.updated_at = impl_->now();
-  EDGE_ASSIGN_OR_RETURN(sqlite::statement insert, db.prepare(format("INSERT INTO tenants ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", tenant_columns)));
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement insert,
+                        db.prepare(format("INSERT INTO tenants ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", tenant_columns)));
   const tenant_quotas& q = tenant.quotas;
   EDGE_RETURN_IF_ERROR(insert.bind(1, std::string_view(tenant.id))
                            .bind(2, tenant.weight)

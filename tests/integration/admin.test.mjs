@@ -10,7 +10,7 @@ const stateDir = makeStateDir();
 let server;
 
 before(async () => {
-  server = await startServer(['--threads', '2', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
+  server = await startServer(['--threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
 });
 after(async () => { await server?.stop(); });
 
@@ -381,7 +381,7 @@ test('edgeinfer admin drives the whole API', async () => {
 });
 
 test('without --admin-token the admin API is disabled, with a clear 403', async () => {
-  const plain = await startServer(['--threads', '1'], { waitReady: false });
+  const plain = await startServer(['--threads', '1', '--kv-cache-memory', '64MiB'], { waitReady: false });
   try {
     const res = await fetch(`${plain.url}/admin/v1/tenants`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     assert.equal(res.status, 403);
@@ -407,25 +407,47 @@ test('a second server cannot use the same state folder', () => {
   assert.match(r.stderr, /in use by another edgeinfer process/);
 });
 
-test('a restart keeps tenants, keys, usage and audit, and logs no new default key', async () => {
+test('a restart keeps tenants, keys, usage (of a stream running at SIGTERM too) and audit; no new default key', async () => {
   await admin('POST', '/admin/v1/tenants', { body: { id: 'durable', quotas: { tokens_per_minute: 50000 } } });
   const key = (await admin('POST', '/admin/v1/tenants/durable/keys', { body: {} })).json.key;
   const served = await complete(key);
   assert.equal(served.status, 200);
   const auditBefore = (await admin('GET', '/admin/v1/audit?limit=1000')).json.data.length;
-  // Stopped right after the request: the ledger's last flush happens at shutdown.
-  const stopped = await server.stop('SIGTERM');
-  assert.equal(stopped.code, 0);
 
-  server = await startServer(['--threads', '2', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
+  // A stream is running when SIGTERM comes: it is let finish, and its usage is written when the
+  // server stops (well within the ledger's one-second flush interval).
+  const res = await fetch(`${server.url}/v1/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 200, ignore_eos: true, stream: true,
+      stream_options: { include_usage: true } }),
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  let text = decoder.decode((await reader.read()).value);
+  const stopped = server.stop('SIGTERM');
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += decoder.decode(value);
+  }
+  assert.equal((await stopped).code, 0);
+  assert.match(text, /data: \[DONE\]/);
+  const streamed = text.split('\n\n').filter((e) => e.startsWith('data: {'))
+    .map((e) => JSON.parse(e.slice(6))).find((chunk) => chunk.usage)?.usage;
+  assert.equal(streamed?.completion_tokens, 200);
+
+  server = await startServer(['--threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
   assert.equal(server.defaultKey, undefined);
   assert.equal((await admin('GET', '/admin/v1/tenants/durable')).json.quotas.tokens_per_minute, 50000);
   const again = await complete(key);
   assert.equal(again.status, 200);
   const usage = await admin('GET', `/admin/v1/tenants/durable/usage?from=${encodeURIComponent(twoDaysAgo())}`);
-  assert.equal(usage.json.total.requests, 2);
-  assert.equal(usage.json.total.prompt_tokens, served.json.usage.prompt_tokens + again.json.usage.prompt_tokens);
+  assert.equal(usage.json.total.requests, 3);
+  assert.equal(usage.json.total.prompt_tokens,
+    served.json.usage.prompt_tokens + streamed.prompt_tokens + again.json.usage.prompt_tokens);
   assert.equal(usage.json.total.completion_tokens,
-    served.json.usage.completion_tokens + again.json.usage.completion_tokens);
+    served.json.usage.completion_tokens + streamed.completion_tokens + again.json.usage.completion_tokens);
   assert.equal((await admin('GET', '/admin/v1/audit?limit=1000')).json.data.length, auditBefore);
 });

@@ -29,6 +29,7 @@ TEST_CASE("a tenant body with every field") {
   CHECK(t.quotas.max_concurrent == 16);
   CHECK(t.quotas.daily_tokens == 5000000);
   CHECK(t.quotas.max_tokens_per_request == 4096);
+  CHECK(std::holds_alternative<gw::tenant_record>(gw::parse_tenant_create(" {\"id\":\"a\"}\n\t ")));
 }
 
 TEST_CASE("absent and null quotas are unlimited; weight defaults to 1") {
@@ -40,6 +41,12 @@ TEST_CASE("absent and null quotas are unlimited; weight defaults to 1") {
 
 TEST_CASE("bad tenant bodies name the field") {
   CHECK(error_param(gw::parse_tenant_create("{")).empty());            // not JSON
+  for (const char* broken : {"{", R"({"id": "x",)", R"({"id":"x"} trailing)", R"({"id" "x"})"}) {
+    auto parsed = gw::parse_tenant_create(broken);
+    REQUIRE(std::holds_alternative<gw::admin_request_error>(parsed));
+    CHECK_MESSAGE(std::get<gw::admin_request_error>(parsed).message == "The body is not valid JSON", broken);
+  }
+  CHECK(std::get<gw::admin_request_error>(gw::parse_tenant_create("[1]")).message == "The body must be a JSON object");
   CHECK(error_param(gw::parse_tenant_create("[1]")).empty());          // not an object
   CHECK(error_param(gw::parse_tenant_create("")).empty());
   CHECK(error_param(gw::parse_tenant_create(R"({"weight":1})")) == "id");

@@ -48,7 +48,7 @@ class usage_ledger {
   // for the next flush.
   status flush();
 
-  // Buffered (tenant, hour) rows not yet written.
+  // Buffered (tenant, hour) rows not yet handed to the store (a flush in progress holds its own).
   std::size_t pending_rows() const;
 
  private:
