@@ -31,6 +31,24 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                            .Name(name("http_open_connections"))
                            .Help("Client connections currently open")
                            .Register(registry)
-                           .Add({})) {}
+                           .Add({})),
+      active_streams(prometheus::BuildGauge()
+                         .Name(name("active_streams"))
+                         .Help("Server-Sent Event streams currently open")
+                         .Register(registry)
+                         .Add({})),
+      tenant_tokens(prometheus::BuildCounter()
+                        .Name(name("tenant_tokens_total"))
+                        .Help("Tokens served per tenant, by kind (prompt, completion)")
+                        .Register(registry)) {}
+
+std::string gateway_metrics::tenant_label(std::string_view tenant) {
+  std::lock_guard lock(tenants_mutex_);
+  std::string name(tenant);
+  if (tenants_.contains(name)) return name;
+  if (tenants_.size() >= max_tenant_labels) return std::string(other_tenants);
+  tenants_.insert(name);
+  return name;
+}
 
 }  // namespace edge::monitoring
