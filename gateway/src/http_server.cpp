@@ -432,8 +432,8 @@ void http_server::impl::log_access(std::string_view method, std::string_view pat
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::vector<edge::log::field> fields;
   fields.reserve(9);
-  fields.push_back({"request_id", std::string(request_id)});
   fields.push_back({"status", std::to_string(code), true});
+  fields.push_back({"request_id", std::string(request_id)});
   fields.push_back({"duration_ms", millis(seconds), true});
   if (!details.tenant.empty()) fields.push_back({"tenant", details.tenant});
   const auto count = [&](std::string_view key, const std::optional<std::int64_t>& value) {
@@ -443,7 +443,7 @@ void http_server::impl::log_access(std::string_view method, std::string_view pat
   count("completion_tokens", details.completion_tokens);
   count("cached_tokens", details.cached_tokens);
   if (details.ttft_seconds) fields.push_back({"ttft_ms", millis(*details.ttft_seconds), true});
-  edge::log::emit(edge::log::level::info, access_logger.component(), format("{} {} {}", method, path, code), fields);
+  edge::log::emit(edge::log::level::info, access_logger.component(), format("{} {}", method, path), fields);
 }
 
 }  // namespace edge::gateway

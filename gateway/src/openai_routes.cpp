@@ -348,7 +348,11 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
   if (r.stream) {
     sse.emplace(ex, metrics_ != nullptr ? &metrics_->active_streams : nullptr);
     if (!co_await sse->open(headers)) co_return;
-    if (meta.api == openai_api::chat_completions && !co_await sse->event(chunks.role())) co_return;
+    // (No co_await inside && or ||: GCC 12 mishandles the temporaries of such operands.)
+    if (meta.api == openai_api::chat_completions) {
+      const boost::json::value role = chunks.role();
+      if (!co_await sse->event(role)) co_return;
+    }
   }
 
   std::string text;  // not streaming: the whole completion
@@ -404,7 +408,10 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
         if (!co_await sse->event(body)) co_return;
       } else {
         if (!co_await sse->event(chunks.finish(finished->reason))) co_return;
-        if (r.include_usage && !co_await sse->event(chunks.usage(finished->usage))) co_return;
+        if (r.include_usage) {
+          const boost::json::value usage = chunks.usage(finished->usage);
+          if (!co_await sse->event(usage)) co_return;
+        }
       }
       co_await sse->done();
       co_return;

@@ -27,26 +27,35 @@ asio::awaitable<bool> sse_writer::open(const header_list& extra) {
   open_ = true;
   if (active_streams_ != nullptr) active_streams_->Increment();
   last_write_ = std::chrono::steady_clock::now();
-  co_return co_await ex_.begin_stream(std::move(head));
+  const bool ok = co_await ex_.begin_stream(std::move(head));
+  co_return ok;
 }
 
 asio::awaitable<bool> sse_writer::write(std::string_view bytes) {
   last_write_ = std::chrono::steady_clock::now();
-  co_return co_await ex_.write_chunk(bytes);
+  const bool ok = co_await ex_.write_chunk(bytes);
+  co_return ok;
 }
 
 asio::awaitable<bool> sse_writer::event(const boost::json::value& data) {
   std::string text(data_prefix);
   text += boost::json::serialize(data);
   text += event_end;
-  co_return co_await write(text);
+  const bool ok = co_await write(text);
+  co_return ok;
 }
 
-asio::awaitable<bool> sse_writer::ping() { co_return co_await write(ping_comment); }
+asio::awaitable<bool> sse_writer::ping() {
+  const bool ok = co_await write(ping_comment);
+  co_return ok;
+}
 
 asio::awaitable<bool> sse_writer::done() {
-  if (!co_await write(done_event)) co_return false;
-  co_return co_await ex_.end_stream();
+  // Each result is held in a variable: written as `co_return co_await` after an earlier co_await,
+  // this coroutine resumed into an invalid state (SIGILL) when built with GCC 12.
+  bool ok = co_await write(done_event);
+  if (ok) ok = co_await ex_.end_stream();
+  co_return ok;
 }
 
 }  // namespace edge::gateway

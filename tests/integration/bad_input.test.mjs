@@ -214,7 +214,7 @@ test('a client vanishing while waiting for a whole (non-streamed) answer cancels
   assert.equal(await metric(server, 'edgeinfer_request_success_total{finished_reason="abort"}'), aborts + 1);
   assert.equal(socket.received, '', 'nothing was answered');
   // 499, as proxies log a client that closed its request.
-  await waitFor('the access log line', async () => /access: POST \/v1\/completions 499 /.test(server.log));
+  await waitFor('the access log line', async () => /access: POST \/v1\/completions status=499 /.test(server.log));
 });
 
 test('slowloris: a request trickled in slower than --idle-timeout is cut off with 408', async () => {
