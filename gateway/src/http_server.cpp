@@ -80,7 +80,35 @@ struct connection_state {
   beast::tcp_stream* stream = nullptr;  // valid while alive
   bool alive = true;
   bool busy = false;  // a request's headers have arrived and it is not answered yet
+  // The read deadline (see arm_read_deadline): which read it belongs to, and whether it fired.
+  std::uint64_t read_generation = 0;
+  bool read_timed_out = false;
 };
+
+namespace {
+
+// Reads have their own deadline rather than Beast's stream timeout: that one closes the socket
+// when it fires, which leaves no way to tell a slow client 408. This one cancels the pending
+// read and leaves the socket open. Connection strand only (the timer runs on the strand); the
+// handler holds the state, never the stream, once the connection is gone.
+void arm_read_deadline(asio::steady_timer& timer, const std::shared_ptr<connection_state>& state,
+                       std::chrono::milliseconds timeout) {
+  state->read_timed_out = false;
+  timer.expires_after(timeout);
+  timer.async_wait([state, generation = ++state->read_generation](const beast::error_code& ec) {
+    if (ec || !state->alive || state->read_generation != generation) return;
+    state->read_timed_out = true;
+    beast::error_code ignored;
+    state->stream->socket().cancel(ignored);
+  });
+}
+
+void disarm_read_deadline(asio::steady_timer& timer, connection_state& state) {
+  ++state.read_generation;  // a handler already queued with success is now stale
+  timer.cancel();
+}
+
+}  // namespace
 
 struct http_server::impl {
   impl(http_server& owner_, server_options options_, router routes_, monitoring::gateway_metrics* metrics_)
@@ -283,6 +311,7 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
   } guard{*this, state};
 
   beast::flat_buffer buffer;
+  asio::steady_timer read_deadline(stream.get_executor());
   for (;;) {
     if (owner.draining()) break;
     state->busy = false;
@@ -291,8 +320,10 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
     parser.body_limit(options.max_body_bytes);
 
     beast::error_code ec;
-    stream.expires_after(options.idle_timeout);
+    stream.expires_never();
+    arm_read_deadline(read_deadline, state, options.idle_timeout);
     std::tie(ec, std::ignore) = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    disarm_read_deadline(read_deadline, *state);
     const auto started = std::chrono::steady_clock::now();
     if (!ec) {
       state->busy = true;
@@ -302,13 +333,16 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
         std::tie(ec, std::ignore) = co_await http::async_write(stream, go_on, use_tuple);
         if (ec) break;
       }
-      stream.expires_after(options.idle_timeout);
+      stream.expires_never();
+      arm_read_deadline(read_deadline, state, options.idle_timeout);
       std::tie(ec, std::ignore) = co_await http::async_read(stream, buffer, parser, use_tuple);
+      disarm_read_deadline(read_deadline, *state);
     }
 
     if (ec) {
-      if (ec == beast::error::timeout) {
-        if (parser.got_some()) {
+      if (state->read_timed_out) {
+        // Bytes of a start line or headers that never completed sit in the buffer unparsed.
+        if (parser.got_some() || buffer.size() > 0) {
           const std::string id = co_await reply_and_close(
               stream, error_response(http::status::request_timeout, "Timed out reading the request",
                                      "invalid_request_error", std::nullopt, "timeout"));

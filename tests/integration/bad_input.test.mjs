@@ -109,7 +109,7 @@ test('--max-model-len lowers the context served', async () => {
   try {
     const res = await fetch(`${small.url}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ prompt: 'Once upon a time there was a little dog named Max. He liked to run in the park.' }),
+      body: JSON.stringify({ prompt: 'Once upon a time there was a little dog named Max. He liked to run in the park. '.repeat(3) }),
     });
     assert.equal(res.status, 400);
     const { error } = await res.json();
@@ -157,7 +157,7 @@ function openRaw(port, request, until) {
   return new Promise((resolve, reject) => {
     const socket = net.connect(port, '127.0.0.1');
     socket.received = '';
-    socket.closed = new Promise((r) => socket.on('close', r));
+    socket.ended = new Promise((r) => socket.on('close', r));
     socket.on('error', () => {});
     socket.on('data', (d) => {
       socket.received += d;
@@ -231,7 +231,7 @@ test('slowloris: a request trickled in slower than --idle-timeout is cut off wit
       if (bodyTrickle.received) break;
       await sleep(200);
     }
-    await bodyTrickle.closed;
+    await bodyTrickle.ended;
     const reply = parseResponse(bodyTrickle.received);
     assert.equal(reply.status, 408);
     assert.equal(JSON.parse(reply.body).error.code, 'timeout');
@@ -244,7 +244,7 @@ test('slowloris: a request trickled in slower than --idle-timeout is cut off wit
       headerTrickle.write(piece);
       await sleep(200);
     }
-    await headerTrickle.closed;
+    await headerTrickle.ended;
     assert.equal(parseResponse(headerTrickle.received).status, 408);
     // The server serves on.
     assert.equal((await fetch(`${slow.url}/healthz`)).status, 200);
