@@ -105,7 +105,7 @@ test('a prompt longer than the context is 400 context_length_exceeded', async ()
 
 test('--max-model-len lowers the context served', async () => {
   const small = await startServer(['--model', storiesGguf, '--threads', '1', '--kv-cache-memory', '4MiB',
-                                   '--max-model-len', '32']);
+                                   '--max-model-len', '32', '--log-format', 'json']);
   try {
     const res = await fetch(`${small.url}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
@@ -125,6 +125,18 @@ test('--max-model-len lowers the context served', async () => {
     assert.equal(fits.status, 200, JSON.stringify(answer));
     assert.equal(answer.usage.total_tokens, 32);
     assert.equal(answer.choices[0].finish_reason, 'length');
+    // With --log-format json the access line's fields are members of its object.
+    const id = fits.headers.get('x-request-id');
+    await waitFor('the access log line', async () => small.log.includes(id));
+    const entry = small.log.split('\n').filter((l) => l.includes(id)).map((l) => JSON.parse(l))
+      .find((e) => e.component === 'access');
+    assert.equal(entry.msg, 'POST /v1/chat/completions');
+    assert.equal(entry.status, 200);
+    assert.equal(entry.request_id, id);
+    assert.equal(entry.tenant, 'default');
+    assert.equal(entry.prompt_tokens + entry.completion_tokens, 32);
+    assert.equal(typeof entry.ttft_ms, 'number');
+    assert.equal(typeof entry.duration_ms, 'number');
   } finally {
     await small.stop();
   }
