@@ -74,6 +74,7 @@ std::optional<request_error> read_string(element v, std::string_view param, std:
 std::optional<request_error> read_stop(element v, std::vector<std::string>& out) {
   constexpr std::string_view param = "stop";
   constexpr std::string_view expected = "a string or an array of strings";
+  out.clear();  // a repeated key: the last one counts, as for every other field
   const auto add = [&](std::string_view text) {
     // An empty stop string would end every completion before it began; OpenAI ignores it.
     if (!text.empty()) out.emplace_back(text);
@@ -162,6 +163,7 @@ std::optional<request_error> read_message(element v, std::size_t index, backend:
 
 std::optional<request_error> read_messages(element v, std::vector<backend::chat_message>& out) {
   if (v.type() != element_type::ARRAY) return wrong_type("messages", "an array of messages");
+  out.clear();  // a repeated key: the last one counts
   std::size_t index = 0;
   const simdjson::dom::array items = v.get_array().value_unsafe();
   for (element item : items) {

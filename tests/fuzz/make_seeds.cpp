@@ -73,16 +73,17 @@ std::vector<std::vector<std::byte>> safetensors_seeds() {
 }
 
 std::vector<std::vector<std::byte>> openai_request_seeds() {
+  // Each seed in parentheses: adjacent literals are one seed, not several.
   const char* bodies[] = {
-      R"({"model":"stories260K","messages":[{"role":"system","content":"Be brief."},)"
-      R"({"role":"user","content":[{"type":"text","text":"Once upon"},{"type":"text","text":" a time"}]},)"
-      R"({"role":"assistant","content":null},{"role":"developer","content":"More."}],)"
-      R"("max_completion_tokens":8,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,)"
-      R"("stop":["\n","The end"],"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1,"stream":true,)"
-      R"("stream_options":{"include_usage":true},"user":"u","logprobs":false,"tools":[],)"
-      R"("response_format":{"type":"text"}})",
-      R"({"model":"m","prompt":"Once upon a time","max_tokens":16,"stop":"\n","best_of":1,"echo":false,)"
-      R"("repetition_penalty":1.1,"ignore_eos":true,"seed":-1,"suffix":null})",
+      (R"({"model":"stories260K","messages":[{"role":"system","content":"Be brief."},)"
+       R"({"role":"user","content":[{"type":"text","text":"Once upon"},{"type":"text","text":" a time"}]},)"
+       R"({"role":"assistant","content":null},{"role":"developer","content":"More."}],)"
+       R"("max_completion_tokens":8,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,)"
+       R"("stop":["\n","The end"],"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1,"stream":true,)"
+       R"("stream_options":{"include_usage":true},"user":"u","logprobs":false,"tools":[],)"
+       R"("response_format":{"type":"text"}})"),
+      (R"({"model":"m","prompt":"Once upon a time","max_tokens":16,"stop":"\n","best_of":1,"echo":false,)"
+       R"("repetition_penalty":1.1,"ignore_eos":true,"seed":-1,"suffix":null})"),
       R"({"prompt":[1,403,407,261,378],"max_tokens":3.0})",
       R"({"prompt":["text"],"stream":false})",
   };

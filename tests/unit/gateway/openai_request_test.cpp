@@ -219,3 +219,11 @@ TEST_CASE("fields of the other API are ignored like any unknown field") {
   CHECK(completion_ok(R"({"prompt":"x","messages":5})").messages.empty());
   CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"prompt":5,"best_of":7})").messages.size() == 1);
 }
+
+TEST_CASE("a repeated key counts once: the last one wins") {
+  const auto r = completion_ok(R"({"prompt":"x","stop":["a","b","c"],"stop":["d","e","f"],"stop":"g"})");
+  CHECK(r.stop == std::vector<std::string>{"g"});
+  const auto chat = chat_ok(R"({"messages":[{"role":"user","content":"a"}],"messages":[{"role":"user","content":"b"}]})");
+  REQUIRE(chat.messages.size() == 1);
+  CHECK(chat.messages[0].content == "b");
+}
