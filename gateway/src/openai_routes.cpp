@@ -32,8 +32,10 @@ std::int64_t unix_seconds() {
 
 // ---- responses --------------------------------------------------------------------------------
 
-response with_headers(response res, const header_list& headers) {
-  for (const auto& [name, value] : headers) res.set(name, value);
+// The response with the lease's headers (x-ratelimit-*), which every answer to an admitted
+// request carries.
+response with_headers(response res, const gate_lease& lease) {
+  lease.add_headers(res);
   return res;
 }
 
@@ -41,11 +43,6 @@ response unavailable_response(std::string_view message, std::string_view code) {
   response res = error_response(http::status::service_unavailable, message, "server_error", std::nullopt, code);
   res.set(http::field::retry_after, retry_after_seconds);
   return res;
-}
-
-response refusal_response(const gate_refusal& refusal) {
-  return with_headers(error_response(refusal.status, refusal.message, refusal.type, std::nullopt, refusal.code),
-                      refusal.headers);
 }
 
 response invalid_request(std::string_view message, std::string_view param,
@@ -177,7 +174,7 @@ backend::event_sink relay_sink(std::shared_ptr<event_relay> relay, asio::any_io_
 // Settles the quota lease and counts the tenant's tokens when the request ends, however it
 // ends (finished, client gone, write failed): what was served so far is what is charged.
 struct request_accounting {
-  std::unique_ptr<quota_lease> lease;
+  std::unique_ptr<gate_lease> lease;
   monitoring::gateway_metrics* metrics = nullptr;
   std::string tenant;
   backend::token_usage served;
@@ -210,7 +207,7 @@ class openai_service {
   // The loaded model, or nothing when a 503 was answered.
   asio::awaitable<std::shared_ptr<const serving_model>> loaded_model(exchange& ex);
   asio::awaitable<void> relay(exchange& ex, event_relay& events, const openai_request& r, const response_meta& meta,
-                              request_accounting& accounting, const header_list& headers);
+                              request_accounting& accounting);
 
   const model_slot& models_;
   request_gate& gate_;
@@ -221,7 +218,7 @@ class openai_service {
 asio::awaitable<std::optional<caller>> openai_service::authenticate(exchange& ex) {
   auto who = gate_.authenticate(ex.req());
   if (auto* refusal = std::get_if<gate_refusal>(&who)) {
-    co_await ex.respond(refusal_response(*refusal));
+    co_await ex.respond(std::move(*refusal));
     co_return std::nullopt;
   }
   ex.access().tenant = std::get<caller>(who).tenant;
@@ -305,12 +302,11 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   {
     auto acquired = gate_.try_acquire(*who, {.prompt_tokens = prompt_length, .max_tokens = max_tokens, .model = model->id});
     if (auto* refusal = std::get_if<gate_refusal>(&acquired)) {
-      co_await ex.respond(refusal_response(*refusal));
+      co_await ex.respond(std::move(*refusal));
       co_return;
     }
-    accounting.lease = std::get<std::unique_ptr<quota_lease>>(std::move(acquired));
+    accounting.lease = std::get<std::unique_ptr<gate_lease>>(std::move(acquired));
   }
-  const header_list headers = accounting.lease->response_headers();
 
   backend::generate_request request;
   request.id = ex.request_id();
@@ -326,7 +322,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   auto events = std::make_shared<event_relay>(strand);
   auto submitted = model->engine->submit(std::move(request), relay_sink(events, strand));
   if (!submitted.ok()) {
-    co_await ex.respond(with_headers(submit_failure(submitted.error(), prompt_param), headers));
+    co_await ex.respond(with_headers(submit_failure(submitted.error(), prompt_param), *accounting.lease));
     co_return;
   }
   // Destroying the handle (leaving this coroutine in any way) cancels the request.
@@ -336,18 +332,20 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   ex.access().completion_tokens = 0;
 
   const response_meta meta{api, response_id(api, ex.request_id()), unix_seconds(), model->id};
-  co_await relay(ex, *events, r, meta, accounting, headers);
+  co_await relay(ex, *events, r, meta, accounting);
 }
 
 // Answers from the engine's events until the request finishes or the client leaves.
 asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, const openai_request& r,
-                                            const response_meta& meta, request_accounting& accounting,
-                                            const header_list& headers) {
+                                            const response_meta& meta, request_accounting& accounting) {
+  const gate_lease& lease = *accounting.lease;
   const chunk_builder chunks(meta, r.include_usage);
   std::optional<sse_writer> sse;
   if (r.stream) {
     sse.emplace(ex, metrics_ != nullptr ? &metrics_->active_streams : nullptr);
-    if (!co_await sse->open(headers)) co_return;
+    http::response_header<> head;
+    lease.add_headers(head);
+    if (!co_await sse->open(std::move(head))) co_return;
     // (No co_await inside && or ||: GCC 12 mishandles the temporaries of such operands.)
     if (meta.api == openai_api::chat_completions) {
       const boost::json::value role = chunks.role();
@@ -387,16 +385,16 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
       if (!sse) {
         if (aborted) {
           co_await ex.respond(with_headers(
-              unavailable_response("The request was aborted: the server is shutting down", "shutting_down"), headers));
+              unavailable_response("The request was aborted: the server is shutting down", "shutting_down"), lease));
         } else if (failed) {
           co_await ex.respond(with_headers(error_response(http::status::internal_server_error,
                                                           format("The engine failed: {}", finished->error),
                                                           "server_error"),
-                                           headers));
+                                           lease));
         } else {
           co_await ex.respond(with_headers(
               json_response(http::status::ok, completion_response(meta, text, finished->reason, finished->usage)),
-              headers));
+              lease));
         }
         co_return;
       }

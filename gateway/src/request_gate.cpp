@@ -1,12 +1,14 @@
 #include "edge/gateway/request_gate.h"
 
+#include "edge/gateway/json_response.h"
+
 namespace edge::gateway {
 namespace {
 
 // Unlimited: nothing is reserved, so nothing is refunded.
-class unlimited_lease final : public quota_lease {
+class unlimited_lease final : public gate_lease {
  public:
-  header_list response_headers() const override { return {}; }
+  void add_headers(http::response_header<>&) const override {}
   void settle(const backend::token_usage&) override {}
 };
 
@@ -30,15 +32,15 @@ std::variant<caller, gate_refusal> open_gate::authenticate(const request& req) {
   const auto named = req[tenant_header];
   if (named.empty()) return who;
   if (!is_tenant_name(named)) {
-    return gate_refusal{http::status::bad_request,
-                        "The x-edgeinfer-tenant header must be 1 to 64 letters, digits, '-', '_' or '.'",
-                        "invalid_request_error", "invalid_tenant", {}};
+    return error_response(http::status::bad_request,
+                          "The x-edgeinfer-tenant header must be 1 to 64 letters, digits, '-', '_' or '.'",
+                          "invalid_request_error", std::nullopt, "invalid_tenant");
   }
   who.tenant = std::string(named);
   return who;
 }
 
-std::variant<std::unique_ptr<quota_lease>, gate_refusal> open_gate::try_acquire(const caller&, const quota_demand&) {
+std::variant<std::unique_ptr<gate_lease>, gate_refusal> open_gate::try_acquire(const caller&, const quota_demand&) {
   return std::make_unique<unlimited_lease>();
 }
 

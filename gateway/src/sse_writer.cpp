@@ -17,13 +17,11 @@ sse_writer::~sse_writer() {
   if (open_ && active_streams_ != nullptr) active_streams_->Decrement();
 }
 
-asio::awaitable<bool> sse_writer::open(const header_list& extra) {
-  http::response_header<> head;
+asio::awaitable<bool> sse_writer::open(http::response_header<> head) {
   head.result(http::status::ok);
   head.set(http::field::content_type, "text/event-stream");
   head.set(http::field::cache_control, "no-cache");
   head.set("x-accel-buffering", "no");
-  for (const auto& [name, value] : extra) head.set(name, value);
   open_ = true;
   if (active_streams_ != nullptr) active_streams_->Increment();
   last_write_ = std::chrono::steady_clock::now();

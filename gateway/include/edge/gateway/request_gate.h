@@ -1,14 +1,15 @@
 // The request gate: where the OpenAI routes ask "who is calling?" and "may they spend this?".
 //
 // Every /v1/ request passes the gate twice (DESIGN.md, data flow steps 2 and 5):
-//   1. authenticate(req)  before the body is parsed: the caller (tenant, weight) or a refusal
-//                         (401 invalid_api_key, 403, ...). GET /v1/models passes here too.
-//   2. try_acquire(...)   once the prompt is tokenized and max_tokens is known: a quota_lease
-//                         (prompt + max_tokens reserved) or a refusal (429 with retry-after and
-//                         the x-ratelimit-* headers).
+//   1. authenticate(req)  before the body is parsed: the caller (tenant, weight) or the response
+//                         that refuses it (401 invalid_api_key, 403, ...). GET /v1/models
+//                         passes here too.
+//   2. try_acquire(...)   once the prompt is tokenized and max_tokens is known: a gate_lease
+//                         (prompt + max_tokens reserved) or the refusal (429 with retry-after
+//                         and the x-ratelimit-* headers).
 // The route calls lease->settle(usage) exactly once when the request ends, however it ends
 // (finished, client gone, engine refused it), with the tokens actually served, so the unused
-// part of the reservation is refunded. Headers from the lease (x-ratelimit-*) go on every
+// part of the reservation is refunded. The lease's headers (x-ratelimit-*) go on every
 // response to the request, the SSE stream's included.
 //
 // open_gate is the permissive gate used until API keys and quotas are configured: every
@@ -19,32 +20,25 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <variant>
-#include <vector>
 
 #include "edge/backend/engine.h"
 #include "edge/gateway/http.h"
 
 namespace edge::gateway {
 
-using header_list = std::vector<std::pair<std::string, std::string>>;
-
 // Who is calling, as the gate established it.
 struct caller {
   std::string tenant = "default";
   double weight = 1.0;  // the tenant's share of the engine (generate_request::weight)
   std::string key_id;   // the API key's id; empty when none was checked
+  // The gate's own record of the check (e.g. the key and tenant snapshot it matched), handed
+  // back to it in try_acquire(); the routes never look inside.
+  std::shared_ptr<const void> credentials;
 };
 
-// A refusal, answered as an OpenAI error: {"error":{"message","type","param":null,"code"}}.
-struct gate_refusal {
-  http::status status = http::status::unauthorized;
-  std::string message;
-  std::string type;     // "invalid_request_error", "requests", "tokens", "insufficient_quota", ...
-  std::string code;     // "invalid_api_key", "rate_limit_exceeded", "insufficient_quota", ...
-  header_list headers;  // retry-after, retry-after-ms, x-ratelimit-*
-};
+// The whole answer to a request the gate refuses (an OpenAI-shaped error with its headers).
+using gate_refusal = response;
 
 // What a request asks to spend, known once its prompt is tokenized.
 struct quota_demand {
@@ -54,11 +48,11 @@ struct quota_demand {
 };
 
 // Tokens reserved for one admitted request. Connection strand only.
-class quota_lease {
+class gate_lease {
  public:
-  virtual ~quota_lease() = default;
-  // Headers for every response to this request.
-  virtual header_list response_headers() const = 0;
+  virtual ~gate_lease() = default;
+  // Adds the headers every response to this request carries (x-ratelimit-*).
+  virtual void add_headers(http::response_header<>& header) const = 0;
   // Called once, when the request ends, with what it used.
   virtual void settle(const backend::token_usage& used) = 0;
 };
@@ -68,7 +62,7 @@ class request_gate {
   virtual ~request_gate() = default;
   // Called on the connection's strand; must not block on I/O.
   virtual std::variant<caller, gate_refusal> authenticate(const request& req) = 0;
-  virtual std::variant<std::unique_ptr<quota_lease>, gate_refusal> try_acquire(const caller& who,
+  virtual std::variant<std::unique_ptr<gate_lease>, gate_refusal> try_acquire(const caller& who,
                                                                                const quota_demand& demand) = 0;
 };
 
@@ -80,7 +74,7 @@ inline constexpr std::string_view tenant_header = "x-edgeinfer-tenant";
 class open_gate final : public request_gate {
  public:
   std::variant<caller, gate_refusal> authenticate(const request& req) override;
-  std::variant<std::unique_ptr<quota_lease>, gate_refusal> try_acquire(const caller& who,
+  std::variant<std::unique_ptr<gate_lease>, gate_refusal> try_acquire(const caller& who,
                                                                        const quota_demand& demand) override;
 };
 

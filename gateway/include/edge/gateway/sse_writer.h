@@ -19,7 +19,6 @@
 #include <string_view>
 
 #include "edge/gateway/http.h"
-#include "edge/gateway/request_gate.h"
 
 namespace prometheus {
 class Gauge;
@@ -35,8 +34,9 @@ class sse_writer {
   sse_writer(const sse_writer&) = delete;
   sse_writer& operator=(const sse_writer&) = delete;
 
-  // The 200 and the event-stream headers, plus `extra` (x-ratelimit-*).
-  asio::awaitable<bool> open(const header_list& extra);
+  // The 200 with the event-stream headers added to `head` (which may carry others, such as
+  // x-ratelimit-*).
+  asio::awaitable<bool> open(http::response_header<> head);
   asio::awaitable<bool> event(const boost::json::value& data);
   asio::awaitable<bool> ping();
   // data: [DONE], then the end of the body.
