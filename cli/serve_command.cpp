@@ -2,7 +2,7 @@
 //
 // The server listens at once (/healthz answers, /readyz says "loading") while another thread
 // loads the model, sizes the KV cache from --kv-cache-memory, and starts the engine; then the
-// model is published to the completions route and /readyz turns 200. A model that fails to
+// model is published to the OpenAI routes and /readyz turns 200. A model that fails to
 // load stops the server with exit code 1.
 //
 // Tenants, API keys, quotas and usage live in --state-dir (created if missing). On its first
@@ -25,10 +25,13 @@
 #include "edge/common/time_source.h"
 #include "edge/common/version.h"
 #include "edge/gateway/admin_routes.h"
-#include "edge/gateway/completions_route.h"
 #include "edge/gateway/http_server.h"
+#include "edge/gateway/openai_routes.h"
 #include "edge/gateway/operational_routes.h"
+#include "edge/gateway/request_gate.h"
+#include "edge/gateway/serving_model.h"
 #include "edge/gateway/tenancy.h"
+#include "edge/gateway/tenancy_gate.h"
 #include "edge/monitoring/engine_metrics.h"
 #include "edge/monitoring/gateway_metrics.h"
 #include "edge/monitoring/metrics_registry.h"
@@ -65,6 +68,8 @@ config::schema serve_options() {
   s.add_duration("write-timeout", "60s", 100ms, 24h, "Give up on a client that accepts no data for this long");
   s.add_duration("shutdown-timeout", "30s", 0ms, 24h,
                  "On SIGTERM, how long requests in flight may take before their connections are closed");
+  s.add_duration("sse-heartbeat", "15s", 10ms, 1h, "Send a `: ping` comment on a stream that wrote nothing for this long");
+  s.add_boolean("access-log", true, "Log one line per request (component \"access\"; JSON fields with --log-format json)");
   s.add_path("model", std::nullopt, "Model file or folder to serve (default: models/default, then the test fixture)");
   s.add_string("served-model-name", std::nullopt, "Model id clients use (default: the file or folder name)");
   s.add_bytes("kv-cache-memory", std::string(default_kv_cache_memory), std::int64_t{1} << 16, std::int64_t{1} << 50,
@@ -74,6 +79,10 @@ config::schema serve_options() {
                "bf16); auto is the model's own dtype");
   s.add_choice("weight-dtype", "auto", {"auto", "int4", "fp8", "bf16", "f16", "f32"},
                "What the projection weights become on load; auto keeps them as stored");
+  s.add_integer("max-model-len", 0, 0, std::int64_t{1} << 24,
+                "Context served: prompt + completion tokens at most; 0 means the model's own context length");
+  s.add_choice("chat-template", "auto", {"auto", "llama-2", "llama-3", "chatml", "mistral", "plain"},
+               "Chat template for /v1/chat/completions; auto recognises the model's own");
   s.add_integer("block-size", default_block_size, 1, max_block_size, "Tokens per KV cache block");
   s.add_integer("max-num-seqs", default_max_num_seqs, 1, max_sequences_limit, "Requests running at once at most");
   s.add_integer("max-num-batched-tokens", default_max_batched_tokens, 1, max_batched_tokens_limit,
@@ -105,6 +114,7 @@ struct serving_runtime {
   std::unique_ptr<backend::cpu_executor> executor;
   std::unique_ptr<monitoring::engine_metrics> metrics;
   std::unique_ptr<backend::engine> engine;
+  std::int64_t context = 0;  // tokens per request at most: the model's, or --max-model-len
 };
 
 result<std::unique_ptr<serving_runtime>> start_engine(const config::values& settings,
@@ -115,6 +125,9 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   load.path = location.path;
   if (const std::string& weights = settings.string("weight-dtype"); weights != "auto") {
     load.weight_dtype = kernels::parse_weight_format(weights);
+  }
+  if (const std::string& chat = settings.string("chat-template"); chat != "auto") {
+    load.chat_template = backend::parse_chat_template_name(chat);
   }
   EDGE_ASSIGN_OR_RETURN(rt->model, backend::load_model(load));
   const backend::model& m = *rt->model;
@@ -160,8 +173,9 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
                                .num_blocks = capacity.num_blocks,
                                .capacity_tokens = capacity.tokens});
   options.observer = rt->metrics.get();
-  EDGE_ASSIGN_OR_RETURN(rt->engine, backend::engine::create(*m.tok, *rt->executor, *rt->blocks, m.config.max_position,
-                                                            options));
+  rt->context = m.config.max_position;
+  if (const std::int64_t limit = settings.integer("max-model-len"); limit > 0) rt->context = std::min(limit, rt->context);
+  EDGE_ASSIGN_OR_RETURN(rt->engine, backend::engine::create(*m.tok, *rt->executor, *rt->blocks, rt->context, options));
   log.info("engine: {} compute threads, admission {}, max {} sequences and {} tokens per step, {} queued at most, "
            "prefix caching {}",
            threads, settings.string("admission"), options.scheduler.max_num_seqs,
@@ -243,7 +257,10 @@ int run_serve(const config::values& settings) {
     }
     return "failed";
   });
-  gateway::add_completions_route(routes, models, tenants.get());
+  // API keys and quotas from the tenant store guard every /v1/ route.
+  gateway::tenancy_gate gate(*tenants);
+  gateway::add_openai_routes(routes, models, gate, &gateway_families,
+                             {.sse_heartbeat = settings.duration("sse-heartbeat")});
   gateway::add_admin_routes(routes, *tenants, {.admin_token = admin_token});
 
   gateway::server_options options;
@@ -254,6 +271,7 @@ int run_serve(const config::values& settings) {
   options.idle_timeout = settings.duration("idle-timeout");
   options.write_timeout = settings.duration("write-timeout");
   options.shutdown_timeout = settings.duration("shutdown-timeout");
+  options.access_log = settings.boolean("access-log");
 
   gateway::http_server server(options, std::move(routes), &gateway_families);
   // The first SIGINT/SIGTERM drains; a second one closes what is left at once.
@@ -290,8 +308,15 @@ int run_serve(const config::values& settings) {
         return;
       }
       runtime = std::move(started).value();
-      models.publish(std::make_shared<gateway::serving_model>(
-          gateway::serving_model{location->served_name, runtime->model->tok.get(), runtime->engine.get()}));
+      models.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
+          .id = location->served_name,
+          .created = std::chrono::duration_cast<std::chrono::seconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count(),
+          .context_length = runtime->context,
+          .chat_template = runtime->model->chat_template,
+          .tokenizer = runtime->model->tok.get(),
+          .engine = runtime->engine.get()}));
       state.store(readiness::ready, std::memory_order_release);
       log.info("ready: serving \"{}\"", location->served_name);
     });

@@ -165,9 +165,11 @@ bool enabled(level value) noexcept {
          static_cast<int>(value) >= g_level.load(std::memory_order_relaxed);
 }
 
-void emit(level value, std::string_view component, std::string_view message) {
+void emit(level value, std::string_view component, std::string_view message) { emit(value, component, message, {}); }
+
+void emit(level value, std::string_view component, std::string_view message, std::span<const field> fields) {
   std::string line;
-  line.reserve(64 + component.size() + message.size());
+  line.reserve(64 + component.size() + message.size() + 24 * fields.size());
   if (static_cast<format>(g_format.load(std::memory_order_relaxed)) == format::json) {
     line += "{\"ts\":\"";
     append_timestamp(line);
@@ -177,7 +179,20 @@ void emit(level value, std::string_view component, std::string_view message) {
     append_json_escaped(line, component);
     line += "\",\"msg\":\"";
     append_json_escaped(line, message);
-    line += "\"}\n";
+    line += '"';
+    for (const field& f : fields) {
+      line += ",\"";
+      append_json_escaped(line, f.key);
+      line += "\":";
+      if (f.number) {
+        line += f.value;
+      } else {
+        line += '"';
+        append_json_escaped(line, f.value);
+        line += '"';
+      }
+    }
+    line += "}\n";
   } else {
     append_timestamp(line);
     line += ' ';
@@ -187,6 +202,12 @@ void emit(level value, std::string_view component, std::string_view message) {
     line += component;
     line += ": ";
     line += message;
+    for (const field& f : fields) {
+      line += ' ';
+      line += f.key;
+      line += '=';
+      line += f.value;
+    }
     line += '\n';
   }
   std::lock_guard lock(sink_mutex());

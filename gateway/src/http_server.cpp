@@ -80,7 +80,35 @@ struct connection_state {
   beast::tcp_stream* stream = nullptr;  // valid while alive
   bool alive = true;
   bool busy = false;  // a request's headers have arrived and it is not answered yet
+  // The read deadline (see arm_read_deadline): which read it belongs to, and whether it fired.
+  std::uint64_t read_generation = 0;
+  bool read_timed_out = false;
 };
+
+namespace {
+
+// Reads have their own deadline rather than Beast's stream timeout: that one closes the socket
+// when it fires, which leaves no way to tell a slow client 408. This one cancels the pending
+// read and leaves the socket open. Connection strand only (the timer runs on the strand); the
+// handler holds the state, never the stream, once the connection is gone.
+void arm_read_deadline(asio::steady_timer& timer, const std::shared_ptr<connection_state>& state,
+                       std::chrono::milliseconds timeout) {
+  state->read_timed_out = false;
+  timer.expires_after(timeout);
+  timer.async_wait([state, generation = ++state->read_generation](const beast::error_code& ec) {
+    if (ec || !state->alive || state->read_generation != generation) return;
+    state->read_timed_out = true;
+    beast::error_code ignored;
+    state->stream->socket().cancel(ignored);
+  });
+}
+
+void disarm_read_deadline(asio::steady_timer& timer, connection_state& state) {
+  ++state.read_generation;  // a handler already queued with success is now stale
+  timer.cancel();
+}
+
+}  // namespace
 
 struct http_server::impl {
   impl(http_server& owner_, server_options options_, router routes_, monitoring::gateway_metrics* metrics_)
@@ -100,6 +128,7 @@ struct http_server::impl {
   asio::strand<asio::io_context::executor_type> control;  // acceptor and shutdown
   tcp::acceptor acceptor;
   logger log{"gateway"};
+  logger access_logger{"access"};
 
   std::mutex connections_mutex;
   std::unordered_set<std::shared_ptr<connection_state>> connections;  // guarded by connections_mutex
@@ -108,11 +137,14 @@ struct http_server::impl {
   asio::awaitable<void> serve_connection(tcp::socket socket);
   asio::awaitable<bool> dispatch(beast::tcp_stream& stream, const request& req,
                                  std::chrono::steady_clock::time_point started);
-  asio::awaitable<void> reply_and_close(beast::tcp_stream& stream, response res);
+  // Answers a request that could not be read, then closes; returns the request id it sent.
+  asio::awaitable<std::string> reply_and_close(beast::tcp_stream& stream, response res);
   asio::awaitable<void> drain();
   void close_connections(bool force);
   std::size_t open_connections();
   void record(const std::string& route, unsigned code, std::chrono::steady_clock::time_point started);
+  void log_access(std::string_view method, std::string_view path, unsigned code, std::string_view request_id,
+                  std::chrono::steady_clock::time_point started, const access_details& details);
 };
 
 namespace {
@@ -279,6 +311,7 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
   } guard{*this, state};
 
   beast::flat_buffer buffer;
+  asio::steady_timer read_deadline(stream.get_executor());
   for (;;) {
     if (owner.draining()) break;
     state->busy = false;
@@ -287,8 +320,10 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
     parser.body_limit(options.max_body_bytes);
 
     beast::error_code ec;
-    stream.expires_after(options.idle_timeout);
+    stream.expires_never();
+    arm_read_deadline(read_deadline, state, options.idle_timeout);
     std::tie(ec, std::ignore) = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+    disarm_read_deadline(read_deadline, *state);
     const auto started = std::chrono::steady_clock::now();
     if (!ec) {
       state->busy = true;
@@ -298,17 +333,21 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
         std::tie(ec, std::ignore) = co_await http::async_write(stream, go_on, use_tuple);
         if (ec) break;
       }
-      stream.expires_after(options.idle_timeout);
+      stream.expires_never();
+      arm_read_deadline(read_deadline, state, options.idle_timeout);
       std::tie(ec, std::ignore) = co_await http::async_read(stream, buffer, parser, use_tuple);
+      disarm_read_deadline(read_deadline, *state);
     }
 
     if (ec) {
-      if (ec == beast::error::timeout) {
-        if (parser.got_some()) {
-          co_await reply_and_close(stream, error_response(http::status::request_timeout,
-                                                          "Timed out reading the request",
-                                                          "invalid_request_error", std::nullopt, "timeout"));
+      if (state->read_timed_out) {
+        // Bytes of a start line or headers that never completed sit in the buffer unparsed.
+        if (parser.got_some() || buffer.size() > 0) {
+          const std::string id = co_await reply_and_close(
+              stream, error_response(http::status::request_timeout, "Timed out reading the request",
+                                     "invalid_request_error", std::nullopt, "timeout"));
           record("unmatched", 408, started);
+          log_access("-", "-", 408, id, started, {});
         }
         break;
       }
@@ -327,8 +366,9 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
                              "invalid_request_error", std::nullopt, "malformed_request");
       }
       const unsigned code = res.result_int();
-      co_await reply_and_close(stream, std::move(res));
+      const std::string id = co_await reply_and_close(stream, std::move(res));
       record("unmatched", code, started);
+      log_access("-", "-", code, id, started, {});
       break;
     }
 
@@ -351,7 +391,7 @@ asio::awaitable<bool> http_server::impl::dispatch(beast::tcp_stream& stream, con
   const auto id_header = req["x-request-id"];
   std::string request_id = is_valid_request_id(id_header) ? std::string(id_header) : new_request_id();
   exchange ex(stream, req, std::move(request_id), std::move(found.params),
-              {options.write_timeout, owner.draining()});
+              {options.write_timeout, owner.draining(), started});
 
   if (found.target == nullptr) {
     if (!found.allow.empty()) {
@@ -381,19 +421,20 @@ asio::awaitable<bool> http_server::impl::dispatch(beast::tcp_stream& stream, con
     }
   }
   record(found.route, ex.status_code(), started);
-  log.debug("{} {} -> {} ({})", req.method_string(), target, ex.status_code(), ex.request_id());
+  log_access(req.method_string(), path, ex.status_code(), ex.request_id(), started, ex.access());
   co_return ex.keep_alive();
 }
 
-asio::awaitable<void> http_server::impl::reply_and_close(beast::tcp_stream& stream, response res) {
+asio::awaitable<std::string> http_server::impl::reply_and_close(beast::tcp_stream& stream, response res) {
+  std::string request_id = new_request_id();
   res.version(11);
   res.keep_alive(false);
   res.set(http::field::server, "edgeinfer");
-  res.set("x-request-id", new_request_id());
+  res.set("x-request-id", request_id);
   res.prepare_payload();
   stream.expires_after(options.write_timeout);
   auto [ec, n] = co_await http::async_write(stream, res, use_tuple);
-  if (ec) co_return;
+  if (ec) co_return request_id;
   // Half-close, then read and discard what the client is still sending, so that closing does
   // not reset the connection before the client has read the error.
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -405,6 +446,7 @@ asio::awaitable<void> http_server::impl::reply_and_close(beast::tcp_stream& stre
     if (read_ec) break;
     discarded += read;
   }
+  co_return request_id;
 }
 
 void http_server::impl::record(const std::string& route, unsigned code,
@@ -414,6 +456,28 @@ void http_server::impl::record(const std::string& route, unsigned code,
   metrics->http_requests.Add({{"route", route}, {"code", std::to_string(code)}}).Increment();
   metrics->http_request_duration.Add({{"route", route}}, monitoring::gateway_metrics::duration_buckets())
       .Observe(seconds);
+}
+
+void http_server::impl::log_access(std::string_view method, std::string_view path, unsigned code,
+                                   std::string_view request_id, std::chrono::steady_clock::time_point started,
+                                   const access_details& details) {
+  if (!options.access_log || !edge::log::enabled(edge::log::level::info)) return;
+  const auto millis = [](double seconds) { return format("{:.1f}", seconds * 1000.0); };
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::vector<edge::log::field> fields;
+  fields.reserve(9);
+  fields.push_back({"status", std::to_string(code), true});
+  fields.push_back({"request_id", std::string(request_id)});
+  fields.push_back({"duration_ms", millis(seconds), true});
+  if (!details.tenant.empty()) fields.push_back({"tenant", details.tenant});
+  const auto count = [&](std::string_view key, const std::optional<std::int64_t>& value) {
+    if (value) fields.push_back({key, std::to_string(*value), true});
+  };
+  count("prompt_tokens", details.prompt_tokens);
+  count("completion_tokens", details.completion_tokens);
+  count("cached_tokens", details.cached_tokens);
+  if (details.ttft_seconds) fields.push_back({"ttft_ms", millis(*details.ttft_seconds), true});
+  edge::log::emit(edge::log::level::info, access_logger.component(), format("{} {}", method, path), fields);
 }
 
 }  // namespace edge::gateway

@@ -11,8 +11,8 @@ response json_response(http::status status, const boost::json::value& body) {
   return res;
 }
 
-response error_response(http::status status, std::string_view message, std::string_view type,
-                        std::optional<std::string_view> param, std::optional<std::string_view> code) {
+boost::json::object error_body(std::string_view message, std::string_view type, std::optional<std::string_view> param,
+                               std::optional<std::string_view> code) {
   boost::json::object error;
   error["message"] = message;
   error["type"] = type;
@@ -20,7 +20,12 @@ response error_response(http::status status, std::string_view message, std::stri
   error["code"] = code ? boost::json::value(*code) : boost::json::value(nullptr);
   boost::json::object body;
   body["error"] = std::move(error);
-  return json_response(status, body);
+  return body;
+}
+
+response error_response(http::status status, std::string_view message, std::string_view type,
+                        std::optional<std::string_view> param, std::optional<std::string_view> code) {
+  return json_response(status, error_body(message, type, param, code));
 }
 
 }  // namespace edge::gateway

@@ -32,6 +32,11 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                            .Help("Client connections currently open")
                            .Register(registry)
                            .Add({})),
+      active_streams(prometheus::BuildGauge()
+                         .Name(name("active_streams"))
+                         .Help("Server-Sent Event streams currently open")
+                         .Register(registry)
+                         .Add({})),
       tenant_requests(prometheus::BuildCounter()
                           .Name(name("tenant_requests_total"))
                           .Help("Requests of each tenant by outcome; tenants past the label cap are \"other\"")

@@ -1,12 +1,13 @@
 // Writes the seed corpora of the parser fuzzers: small valid GGUF and safetensors files that
 // between them use every metadata value type, nested arrays, every accepted tensor type, a
-// non-default alignment and safetensors metadata. Mutations of valid files reach far deeper
-// into a parser than random bytes do.
+// non-default alignment and safetensors metadata, and OpenAI request bodies that use every
+// field. Mutations of valid inputs reach far deeper into a parser than random bytes do.
 //
-//   edge_fuzz_seeds DIR     writes DIR/gguf/* and DIR/safetensors/*
+//   edge_fuzz_seeds DIR     writes DIR/gguf/*, DIR/safetensors/* and DIR/openai_request/*
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model_test_support.h"
@@ -71,6 +72,29 @@ std::vector<std::vector<std::byte>> safetensors_seeds() {
   return seeds;
 }
 
+std::vector<std::vector<std::byte>> openai_request_seeds() {
+  // Each seed in parentheses: adjacent literals are one seed, not several.
+  const char* bodies[] = {
+      (R"({"model":"stories260K","messages":[{"role":"system","content":"Be brief."},)"
+       R"({"role":"user","content":[{"type":"text","text":"Once upon"},{"type":"text","text":" a time"}]},)"
+       R"({"role":"assistant","content":null},{"role":"developer","content":"More."}],)"
+       R"("max_completion_tokens":8,"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.05,"seed":42,)"
+       R"("stop":["\n","The end"],"presence_penalty":0.5,"frequency_penalty":-0.5,"n":1,"stream":true,)"
+       R"("stream_options":{"include_usage":true},"user":"u","logprobs":false,"tools":[],)"
+       R"("response_format":{"type":"text"}})"),
+      (R"({"model":"m","prompt":"Once upon a time","max_tokens":16,"stop":"\n","best_of":1,"echo":false,)"
+       R"("repetition_penalty":1.1,"ignore_eos":true,"seed":-1,"suffix":null})"),
+      R"({"prompt":[1,403,407,261,378],"max_tokens":3.0})",
+      R"({"prompt":["text"],"stream":false})",
+  };
+  std::vector<std::vector<std::byte>> seeds;
+  for (const std::string_view body : bodies) {
+    const auto* bytes = reinterpret_cast<const std::byte*>(body.data());
+    seeds.emplace_back(bytes, bytes + body.size());
+  }
+  return seeds;
+}
+
 bool write_all(const fs::path& folder, const std::vector<std::vector<std::byte>>& seeds) {
   std::error_code ec;
   fs::create_directories(folder, ec);
@@ -90,5 +114,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path root = argv[1];
-  return write_all(root / "gguf", gguf_seeds()) && write_all(root / "safetensors", safetensors_seeds()) ? 0 : 1;
+  return write_all(root / "gguf", gguf_seeds()) && write_all(root / "safetensors", safetensors_seeds()) &&
+                 write_all(root / "openai_request", openai_request_seeds())
+             ? 0
+             : 1;
 }

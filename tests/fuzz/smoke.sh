@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The fuzzers' CI smoke run (ctest fuzz.smoke): builds the GGUF and safetensors fuzzers with
-# clang in their own build folder and runs each for a short while over its seed corpus. Fails
+# The fuzzers' CI smoke run (ctest fuzz.smoke): builds the GGUF, safetensors and OpenAI request
+# fuzzers with clang in their own build folder and runs each for a short while over its seed corpus. Fails
 # when the build fails or a fuzzer finds a crash, a leak, undefined behaviour or a timeout.
 #
 #   tests/fuzz/smoke.sh SOURCE_DIR BUILD_DIR [SECONDS_PER_FUZZER]
@@ -25,7 +25,8 @@ command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 # opinion of the rest of the tree.
 cmake -S "$src" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++ -DEDGE_FUZZ=ON -DEDGE_GPU_ONLY=ON -DEDGE_CUDA=OFF -DEDGE_WERROR=OFF >/dev/null
-cmake --build "$build" --parallel "$(nproc)" --target edge_fuzz_gguf edge_fuzz_safetensors edge_fuzz_seeds
+cmake --build "$build" --parallel "$(nproc)" --target edge_fuzz_gguf edge_fuzz_safetensors \
+  edge_fuzz_openai_request edge_fuzz_seeds
 
 fuzz_dir="$build/tests/fuzz"
 corpus="$build/corpus"
@@ -53,4 +54,5 @@ run_fuzzer() {
 
 run_fuzzer edge_fuzz_gguf gguf
 run_fuzzer edge_fuzz_safetensors safetensors
+run_fuzzer edge_fuzz_openai_request openai_request
 echo "fuzz smoke: no crashes"

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { edgeinferBin, startServer, sleep } from './lib/server.mjs';
+import { edgeinferBin, startServer, sleep, fetch } from './lib/server.mjs';
 
 let workDir;
 
@@ -256,7 +256,7 @@ test('against edgeinfer serve: counts and token totals match the usage and /metr
     const scrape = async () => (await fetch(`${server.url}/metrics`)).text();
     const before = await scrape();
     const out = path.join(workDir, 'serve.json');
-    const run = await runBench(['--base-url', server.url, '--model', 'stories260K', '--concurrency', '1,4',
+    const run = await runBench(['--base-url', server.url, '--api-key', server.defaultKey, '--model', 'stories260K', '--concurrency', '1,4',
       '--num-requests', '8', '--warmup-requests', '2', '--input-len', '12', '--output-len', '10',
       '--output-json', out], { timeoutMs: 240000 });
     assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);

@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { startServer, sleep } from './lib/server.mjs';
+import { startServer, sleep, fetch } from './lib/server.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const model = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -153,31 +153,6 @@ test('the engine metrics are valid Prometheus text with vLLM\'s families', async
   assert.deepEqual(problems, [], `promtool check metrics failed:\n${check.stdout}${check.stderr}`);
 });
 
-test('bad requests get a 400 in OpenAI\'s error shape, naming the field', async () => {
-  const cases = [
-    { body: '{"prompt": "Once upon', param: null, message: /not valid JSON/ },
-    { body: '[1, 2]', param: null, message: /JSON object/ },
-    { body: {}, param: 'prompt', message: /required/ },
-    { body: { prompt: '' }, param: 'prompt', message: /required/ },
-    { body: { prompt: 7 }, param: 'prompt', message: /string/ },
-    { body: { prompt: 'Hi', max_tokens: 'ten' }, param: 'max_tokens', message: /integer/ },
-    { body: { prompt: 'Hi', max_tokens: 0 }, param: 'max_tokens', message: /at least 1/ },
-    { body: { prompt: 'Hi', temperature: 5 }, param: 'temperature', message: /must be from/ },
-    { body: { prompt: 'Hi', top_p: 0 }, param: 'top_p', message: /above 0/ },
-    { body: { prompt: 'Hi', stop: ['a', 'b', 'c', 'd', 'e'] }, param: 'stop', message: /at most 4/ },
-    { body: { prompt: 'Hi', stream: 'yes' }, param: 'stream', message: /true or false/ },
-    { body: { prompt: 'Hi', n: 2 }, param: 'n', message: /one completion/ },
-  ];
-  for (const c of cases) {
-    const res = await complete(c.body);
-    const body = await res.json();
-    assert.equal(res.status, 400, JSON.stringify(c.body));
-    assert.equal(body.error.type, 'invalid_request_error');
-    assert.equal(body.error.param, c.param, JSON.stringify(c.body));
-    assert.match(body.error.message, c.message);
-  }
-});
-
 test('a prompt longer than the context is a 400 context_length_exceeded', async () => {
   // stories260K's context is 2048 tokens; this prompt is over 3000.
   const res = await complete({ prompt: 'the cat sat. '.repeat(1000), max_tokens: 4 });
@@ -185,7 +160,7 @@ test('a prompt longer than the context is a 400 context_length_exceeded', async 
   const body = await res.json();
   assert.equal(body.error.code, 'context_length_exceeded');
   assert.equal(body.error.param, 'prompt');
-  assert.match(body.error.message, /context is 2048 tokens/);
+  assert.match(body.error.message, /context length is 2048 tokens/);
 });
 
 test('an unknown model is a 404 model_not_found', async () => {

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, sleep } from './lib/server.mjs';
+import { startServer, sleep, fetch } from './lib/server.mjs';
 
 const root = process.cwd();
 const promDir = path.join(root, 'monitoring', 'prometheus');
@@ -41,8 +41,23 @@ async function completion(body) {
   return res.status;
 }
 
+const adminToken = 'monitoring-test-admin-token';
+let limitedKey;
+
+// A tenant allowed one request a minute, so that a quota rejection shows in the metrics.
+async function makeLimitedTenant() {
+  const admin = { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' };
+  const created = await globalThis.fetch(`${server.url}/admin/v1/tenants`, {
+    method: 'POST', headers: admin, body: JSON.stringify({ id: 'limited', quotas: { requests_per_minute: 1 } }),
+  });
+  assert.equal(created.status, 201, await created.text());
+  const key = await globalThis.fetch(`${server.url}/admin/v1/tenants/limited/keys`, { method: 'POST', headers: admin, body: '{}' });
+  assert.equal(key.status, 201);
+  limitedKey = (await key.json()).key;
+}
+
 // Traffic that touches every family: streamed and whole completions, a request the engine
-// refuses, unknown routes.
+// refuses, a quota rejection, unknown routes.
 async function sendTraffic() {
   assert.equal(await completion({}), 200);
   assert.equal(await completion({ stream: true }), 200);
@@ -51,11 +66,23 @@ async function sendTraffic() {
   assert.equal(await completion({ prompt: story }), 200);
   assert.equal(await completion({ prompt: story }), 200);
   assert.equal(await completion({ max_tokens: -1 }), 400);
+  const limited = async () => {
+    const res = await fetch(`${server.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${limitedKey}` },
+      body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 2 }),
+    });
+    await res.text();
+    return res.status;
+  };
+  await limited();
+  assert.equal(await limited(), 429);
   await (await fetch(`${server.url}/no/such/route`)).text();
 }
 
 before(async () => {
-  server = await startServer(['--threads', '2']);
+  server = await startServer(['--threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', adminToken]);
+  await makeLimitedTenant();
   workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'edge_prometheus_'));
   const shipped = fs.readFileSync(path.join(promDir, 'prometheus.yml'), 'utf8');
   assert.match(shipped, /127\.0\.0\.1:8080/);

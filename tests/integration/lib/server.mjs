@@ -59,6 +59,7 @@ export async function startServer(args = [], { env = {}, timeoutMs = 60000, wait
   server.url = `http://127.0.0.1:${port}`;
   server.stateDir = stateDir;
   server.defaultKey = server.log.match(DEFAULT_KEY)?.[1];
+  if (server.defaultKey) serverKeys.set(server.url, server.defaultKey);
   server.stop = async (signal = 'SIGTERM') => {
     if (child.exitCode === null && child.signalCode === null) child.kill(signal);
     return server.exited;
@@ -82,6 +83,22 @@ export async function startServer(args = [], { env = {}, timeoutMs = 60000, wait
     }
   }
   return server;
+}
+
+// The default tenant's API key of each server started here, by base URL.
+const serverKeys = new Map();
+
+// fetch() that sends the default tenant's API key to the OpenAI routes (/v1/…) of a server
+// started here, unless the request names its own Authorization header. Tests of the API import
+// it in place of the global fetch; tests of authentication itself use the global one.
+export function fetch(url, init = {}) {
+  const target = new URL(url);
+  const key = serverKeys.get(target.origin);
+  const headers = new Headers(init.headers ?? {});
+  if (key && target.pathname.startsWith('/v1/') && !headers.has('authorization')) {
+    headers.set('authorization', `Bearer ${key}`);
+  }
+  return globalThis.fetch(url, { ...init, headers });
 }
 
 // Sends raw bytes on a fresh connection and resolves with everything the server sent back

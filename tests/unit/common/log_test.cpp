@@ -92,3 +92,17 @@ TEST_CASE("lines from many threads are never interleaved") {
     CHECK(line.find('\n') == line.size() - 1);
   }
 }
+
+TEST_CASE("fields follow the message: key=value in text, top-level members in JSON") {
+  captured_log capture;
+  const edge::log::field fields[] = {{"request_id", "req_1"}, {"status", "200", true}, {"tenant", "a\"b"}};
+  edge::log::emit(edge::log::level::info, "access", "POST /v1/completions", fields);
+  edge::log::set_format(edge::log::format::json);
+  edge::log::emit(edge::log::level::info, "access", "POST /v1/completions", fields);
+  REQUIRE(capture.lines.size() == 2);
+  CHECK(capture.lines[0].find("access: POST /v1/completions request_id=req_1 status=200 tenant=a\"b\n") !=
+        std::string::npos);
+  CHECK(capture.lines[1].find(
+            "\"msg\":\"POST /v1/completions\",\"request_id\":\"req_1\",\"status\":200,\"tenant\":\"a\\\"b\"}\n") !=
+        std::string::npos);
+}

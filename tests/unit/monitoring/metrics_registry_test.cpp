@@ -27,3 +27,21 @@ TEST_CASE("a scrape holds build info, process metrics and the gateway families")
   CHECK(text.find("process_open_fds ") != std::string::npos);
   CHECK(text.find("process_start_time_seconds ") != std::string::npos);
 }
+
+TEST_CASE("tenant labels are capped: tenants past the cap are counted as other") {
+  edge::monitoring::metrics_registry metrics;
+  edge::monitoring::gateway_metrics gateway(metrics.families());
+  using gm = edge::monitoring::gateway_metrics;
+  for (std::size_t i = 0; i < gm::max_tenant_labels; ++i) {
+    CHECK(gateway.tenant_labels.label("tenant-" + std::to_string(i)) == "tenant-" + std::to_string(i));
+  }
+  CHECK(gateway.tenant_labels.label("one-too-many") == edge::monitoring::label_limiter::overflow_value);
+  // Tenants seen before the cap was reached keep their own label.
+  CHECK(gateway.tenant_labels.label("tenant-0") == "tenant-0");
+
+  gateway.tenant_tokens.Add({{"tenant", gateway.tenant_labels.label("late")}, {"kind", "prompt"}}).Increment(5);
+  gateway.active_streams.Increment();
+  const std::string text = metrics.scrape();
+  CHECK(text.find("edgeinfer_tenant_tokens_total{kind=\"prompt\",tenant=\"other\"} 5") != std::string::npos);
+  CHECK(text.find("edgeinfer_active_streams 1") != std::string::npos);
+}

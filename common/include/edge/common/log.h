@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,16 @@ void set_sink(std::function<void(std::string_view line)> sink);
 
 bool enabled(level value) noexcept;
 void emit(level value, std::string_view component, std::string_view message);
+
+// A named value carried beside a line's message: appended as ` key=value` to text lines, and
+// as a top-level member of JSON lines (a number when `number`, else a string), so that access
+// logs can be filtered by field.
+struct field {
+  std::string_view key;
+  std::string value;
+  bool number = false;  // `value` is a JSON number (written unquoted)
+};
+void emit(level value, std::string_view component, std::string_view message, std::span<const field> fields);
 
 }  // namespace edge::log
 

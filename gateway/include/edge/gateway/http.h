@@ -9,7 +9,9 @@
 #include <boost/beast/http/verb.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -30,6 +32,18 @@ using path_params = std::vector<std::pair<std::string, std::string>>;
 struct exchange_settings {
   std::chrono::milliseconds write_timeout;
   bool draining;  // the server is shutting down: answer, then close the connection
+  std::chrono::steady_clock::time_point received;  // when the request's headers were read
+};
+
+// What a handler tells the access log about its request, beyond method, path, status and
+// duration. Filled in as the request goes (a client that leaves mid-stream still gets a line
+// with what was served until then).
+struct access_details {
+  std::string tenant;                       // empty: not known
+  std::optional<std::int64_t> prompt_tokens;
+  std::optional<std::int64_t> completion_tokens;
+  std::optional<std::int64_t> cached_tokens;
+  std::optional<double> ttft_seconds;       // headers received to the first token generated
 };
 
 // One request and the means to answer it. Created and used on its connection's strand only.
@@ -49,6 +63,9 @@ class exchange {
   const std::string& request_id() const { return request_id_; }
   // Whether the server was shutting down when this request arrived.
   bool server_draining() const { return settings_.draining; }
+  std::chrono::steady_clock::time_point received() const { return settings_.received; }
+  access_details& access() { return access_; }
+  const access_details& access() const { return access_; }
 
   // Writes a complete response with the common headers (server, x-request-id, connection).
   // At most one response per exchange.
@@ -84,6 +101,7 @@ class exchange {
   std::string request_id_;
   path_params params_;
   exchange_settings settings_;
+  access_details access_;
   unsigned status_code_ = 0;
   bool keep_alive_ = false;
   bool streaming_ = false;

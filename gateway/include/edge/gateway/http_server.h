@@ -37,6 +37,10 @@ struct server_options {
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};   // keep-alive, and reading a request
   std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};  // each write
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(30)};
+  // One info line per request answered (component "access"; JSON fields with --log-format
+  // json): method, path, status, request id, duration, and the tenant, tokens and time to
+  // first token that the handler reported.
+  bool access_log = true;
 };
 
 class http_server {

@@ -3,6 +3,7 @@
 // Bodies are written with Boost.JSON, never pasted together from strings.
 #pragma once
 
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
 #include <optional>
@@ -13,6 +14,11 @@
 namespace edge::gateway {
 
 response json_response(http::status status, const boost::json::value& body);
+
+// {"error": {...}}: the body of an error response, also sent as an event inside a stream.
+boost::json::object error_body(std::string_view message, std::string_view type,
+                               std::optional<std::string_view> param = std::nullopt,
+                               std::optional<std::string_view> code = std::nullopt);
 
 response error_response(http::status status, std::string_view message, std::string_view type,
                         std::optional<std::string_view> param = std::nullopt,

@@ -24,6 +24,8 @@ struct gateway_metrics {
   prometheus::Family<prometheus::Histogram>& http_request_duration;
   // edgeinfer_http_open_connections: client connections currently open.
   prometheus::Gauge& open_connections;
+  // edgeinfer_active_streams: Server-Sent Event streams currently open.
+  prometheus::Gauge& active_streams;
 
   // Per-tenant families. Their `tenant` label goes through tenant_labels: the first
   // max_tenant_labels tenants seen keep their name, the rest are "other".

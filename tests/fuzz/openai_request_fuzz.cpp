@@ -1,0 +1,53 @@
+// libFuzzer harness: parse_openai_request on arbitrary bytes, as both APIs, returns a request
+// or an error naming a field; it never crashes, and what it accepts holds the validator's
+// promises (checked below: a violation aborts, which libFuzzer reports as a crash).
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "edge/gateway/openai_request.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
+
+namespace {
+
+namespace gw = edge::gateway;
+
+void require(bool condition) {
+  if (!condition) std::abort();
+}
+
+void check(gw::openai_api api, std::string_view body) {
+  auto parsed = gw::parse_openai_request(api, body);
+  if (std::holds_alternative<gw::request_error>(parsed)) {
+    require(!std::get<gw::request_error>(parsed).message.empty());
+    return;
+  }
+  const gw::openai_request& r = std::get<gw::openai_request>(parsed);
+  require(r.api == api);
+  if (api == gw::openai_api::chat_completions) {
+    require(!r.messages.empty());
+    for (const auto& m : r.messages) require(m.role == "system" || m.role == "user" || m.role == "assistant");
+  } else if (const auto* ids = std::get_if<std::vector<std::int64_t>>(&r.prompt)) {
+    for (const std::int64_t id : *ids) require(id >= 0);
+  }
+  require(!r.max_tokens || *r.max_tokens >= 1);
+  require(r.sampling.temperature >= 0.0f && r.sampling.temperature <= gw::max_temperature);
+  require(r.sampling.top_p > 0.0f && r.sampling.top_p <= 1.0f);
+  require(r.sampling.top_k >= 0);
+  require(r.sampling.min_p >= 0.0f && r.sampling.min_p <= 1.0f);
+  require(r.sampling.repetition_penalty > 0.0f);
+  require(r.stop.size() <= gw::max_stop_strings);
+  for (const auto& stop : r.stop) require(!stop.empty());
+  require(r.stream || !r.include_usage);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  check(gw::openai_api::chat_completions, body);
+  check(gw::openai_api::completions, body);
+  return 0;
+}

@@ -1,0 +1,282 @@
+// The OpenAI API of `edgeinfer serve` on stories260K, driven by the official `openai` npm SDK:
+// chat and completions, streaming and not, usage, the models API, stop, seeds, an aborted
+// stream freeing its KV blocks, the SDK's error classes, and the SSE wire format.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { startServer, sleep, fetch } from './lib/server.mjs';
+
+const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
+const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
+const modelId = 'stories260K';
+// stories260K's greedy continuation of "Once upon a time" (60 tokens; its README's reference).
+const referenceContinuation =
+  ', there was a little girl named Lily. She loved to play outside in the park. One day, she saw a ' +
+  'big, red ball. She wanted to play with it, but it was too high.\nLily';
+
+let server;
+let client;
+before(async () => {
+  server = await startServer(['--model', storiesGguf, '--threads', '2', '--kv-cache-memory', '16MiB']);
+  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.defaultKey, maxRetries: 0 });
+});
+after(async () => { await server?.stop(); });
+
+// The value of one series in /metrics, e.g. metric('edgeinfer_kv_cache_blocks_free').
+async function metric(series) {
+  const text = await (await fetch(`${server.url}/metrics`)).text();
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
+  }
+  return 0;  // a labelled series that has not been created yet
+}
+
+async function waitFor(what, check, { timeoutMs = 30000 } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+test('models.list and models.retrieve name the served model', async () => {
+  const list = await client.models.list();
+  assert.equal(list.data.length, 1);
+  const [model] = list.data;
+  assert.equal(model.id, modelId);
+  assert.equal(model.object, 'model');
+  assert.equal(model.owned_by, 'edgeinfer');
+  assert.ok(Number.isInteger(model.created) && model.created > 1.6e9);
+  const one = await client.models.retrieve(modelId);
+  assert.deepEqual(one, model);
+});
+
+test('models.retrieve of an unknown model is the SDK\'s NotFoundError (model_not_found)', async () => {
+  await assert.rejects(client.models.retrieve('gpt-4o'), (error) => {
+    assert.ok(error instanceof OpenAI.NotFoundError, String(error));
+    assert.equal(error.status, 404);
+    assert.equal(error.code, 'model_not_found');
+    assert.equal(error.param, 'model');
+    return true;
+  });
+});
+
+test('completions: the greedy text is the model\'s reference, with usage', async () => {
+  const completion = await client.completions.create({
+    model: modelId, prompt: 'Once upon a time', max_tokens: 60, temperature: 0,
+  });
+  assert.equal(completion.object, 'text_completion');
+  assert.equal(completion.model, modelId);
+  assert.match(completion.id, /^cmpl-/);
+  assert.equal(completion.choices.length, 1);
+  assert.equal(completion.choices[0].text, referenceContinuation);
+  assert.equal(completion.choices[0].finish_reason, 'length');
+  assert.equal(completion.choices[0].index, 0);
+  assert.equal(completion.usage.prompt_tokens, 5);  // <s> Once upon a time
+  assert.equal(completion.usage.completion_tokens, 60);
+  assert.equal(completion.usage.total_tokens, 65);
+  assert.equal(typeof completion.usage.prompt_tokens_details.cached_tokens, 'number');
+  assert.match(completion._request_id, /^req_[0-9a-f]{32}$/);  // the SDK reads x-request-id
+});
+
+test('completions, streamed: the same text in deltas, the finish, then the usage chunk', async () => {
+  const stream = await client.completions.create({
+    model: modelId, prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  const usageChunk = chunks.at(-1);
+  assert.deepEqual(usageChunk.choices, []);
+  assert.deepEqual(usageChunk.usage, {
+    prompt_tokens: 5, completion_tokens: 60, total_tokens: 65,
+    prompt_tokens_details: { cached_tokens: usageChunk.usage.prompt_tokens_details.cached_tokens },
+  });
+  const finish = chunks.at(-2);
+  assert.equal(finish.choices[0].finish_reason, 'length');
+  for (const chunk of chunks.slice(0, -1)) {
+    assert.equal(chunk.object, 'text_completion');
+    assert.equal(chunk.usage, null);  // present and null until the usage chunk, as OpenAI sends it
+    text += chunk.choices[0].text;
+  }
+  assert.ok(chunks.length > 10, `only ${chunks.length} chunks: deltas are not sent as produced`);
+  assert.equal(text, referenceContinuation);
+});
+
+test('chat: an assistant message with usage; streamed: role first, the same content, finish, usage', async () => {
+  const request = { model: modelId, messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 30, temperature: 0 };
+  const whole = await client.chat.completions.create(request);
+  assert.equal(whole.object, 'chat.completion');
+  assert.match(whole.id, /^chatcmpl-/);
+  const [choice] = whole.choices;
+  assert.equal(choice.message.role, 'assistant');
+  assert.equal(typeof choice.message.content, 'string');
+  assert.ok(choice.message.content.length > 0);
+  assert.ok(['stop', 'length'].includes(choice.finish_reason));
+  assert.ok(whole.usage.prompt_tokens > 5, 'the chat template adds tokens around the message');
+  assert.equal(whole.usage.total_tokens, whole.usage.prompt_tokens + whole.usage.completion_tokens);
+
+  const stream = await client.chat.completions.create({ ...request, stream: true, stream_options: { include_usage: true } });
+  const chunks = [];
+  for await (const chunk of stream) chunks.push(chunk);
+  assert.deepEqual(chunks[0].choices[0].delta, { role: 'assistant', content: '' });
+  assert.equal(chunks[0].object, 'chat.completion.chunk');
+  const content = chunks.slice(1, -2).map((c) => c.choices[0].delta.content).join('');
+  assert.equal(content, choice.message.content);
+  assert.deepEqual(chunks.at(-2).choices[0].delta, {});
+  assert.equal(chunks.at(-2).choices[0].finish_reason, choice.finish_reason);
+  assert.deepEqual(chunks.at(-1).choices, []);
+  const { usage } = chunks.at(-1);
+  assert.equal(usage.prompt_tokens, whole.usage.prompt_tokens);
+  assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+  assert.equal(usage.total_tokens, whole.usage.total_tokens);
+  // The same prompt again: its full 16-token block comes from the prefix cache.
+  assert.equal(usage.prompt_tokens_details.cached_tokens, 16 * Math.floor((whole.usage.prompt_tokens - 1) / 16));
+});
+
+test('chat content as an array of text parts is the same as the joined string', async () => {
+  const base = { model: modelId, max_tokens: 12, temperature: 0 };
+  const asString = await client.chat.completions.create({
+    ...base, messages: [{ role: 'system', content: 'Tell a story.' }, { role: 'user', content: 'Once upon a time' }],
+  });
+  const asParts = await client.chat.completions.create({
+    ...base,
+    messages: [{ role: 'system', content: [{ type: 'text', text: 'Tell a story.' }] },
+               { role: 'user', content: [{ type: 'text', text: 'Once upon' }, { type: 'text', text: ' a time' }] }],
+  });
+  assert.equal(asParts.choices[0].message.content, asString.choices[0].message.content);
+  assert.equal(asParts.usage.prompt_tokens, asString.usage.prompt_tokens);
+});
+
+test('stop ends the text right before the stop string, with finish_reason stop', async () => {
+  const completion = await client.completions.create({
+    model: modelId, prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stop: [' girl', 'zzz'],
+  });
+  assert.equal(completion.choices[0].text, ', there was a little');
+  assert.equal(completion.choices[0].finish_reason, 'stop');
+  const streamed = await client.completions.create({
+    model: modelId, prompt: 'Once upon a time', max_tokens: 60, temperature: 0, stop: ' girl', stream: true,
+  });
+  let text = '';
+  let reason = null;
+  for await (const chunk of streamed) {
+    text += chunk.choices[0].text;
+    reason = chunk.choices[0].finish_reason ?? reason;
+  }
+  assert.equal(text, ', there was a little');
+  assert.equal(reason, 'stop');
+});
+
+test('the same seed and temperature give the same text; other seeds differ', async () => {
+  const ask = async (seed) => (await client.completions.create({
+    model: modelId, prompt: 'The dog', max_tokens: 40, temperature: 1.0, seed,
+  })).choices[0].text;
+  const first = await ask(1234);
+  assert.equal(await ask(1234), first);
+  const chat = async (seed) => (await client.chat.completions.create({
+    model: modelId, messages: [{ role: 'user', content: 'The dog' }], max_tokens: 40, temperature: 1.0, seed,
+  })).choices[0].message.content;
+  assert.equal(await chat(99), await chat(99));
+  // 40 tokens drawn at temperature 1: three other seeds all matching would mean the seed is unused.
+  const others = [await ask(1), await ask(2), await ask(3)];
+  assert.ok(others.some((text) => text !== first), 'every seed gave the same text');
+});
+
+test('an aborted stream is cancelled in the engine and frees its KV blocks', async () => {
+  const total = await metric('edgeinfer_kv_cache_blocks_total');
+  assert.ok(total > 0);
+  await waitFor('an idle engine', async () => (await metric('edgeinfer_kv_cache_blocks_free')) === total);
+  const abortsBefore = await metric('edgeinfer_request_success_total{finished_reason="abort"}');
+
+  const controller = new AbortController();
+  // Far more tokens than arrive before the abort: only a cancellation ends it early.
+  const stream = await client.completions.create(
+    { model: modelId, prompt: 'Once upon a time', max_tokens: 2000, temperature: 0, stream: true, ignore_eos: true },
+    { signal: controller.signal });
+  let chunks = 0;
+  try {
+    for await (const chunk of stream) {
+      assert.equal(chunk.object, 'text_completion');
+      if (++chunks === 3) {
+        // While it runs, the request holds blocks.
+        assert.ok((await metric('edgeinfer_kv_cache_blocks_free')) < total, 'a running request holds no blocks');
+        controller.abort();
+      }
+    }
+  } catch (error) {
+    // The SDK ends the iteration quietly on abort, or throws its abort error.
+    if (!(error instanceof OpenAI.APIUserAbortError || error.name === 'AbortError')) throw error;
+  }
+  assert.ok(chunks >= 3 && chunks < 100, `${chunks} chunks arrived`);
+
+  await waitFor('the blocks to come back', async () => (await metric('edgeinfer_kv_cache_blocks_free')) === total);
+  assert.equal(await metric('edgeinfer_num_requests_running'), 0);
+  assert.equal(await metric('edgeinfer_request_success_total{finished_reason="abort"}'), abortsBefore + 1);
+  assert.equal(await metric('edgeinfer_active_streams'), 0);
+  // The server serves on.
+  const after = await client.completions.create({ model: modelId, prompt: 'Once upon a time', max_tokens: 5, temperature: 0 });
+  assert.equal(after.choices[0].text, ', there was a little');
+});
+
+test('400s are the SDK\'s BadRequestError with the field named', async () => {
+  const cases = [
+    [{ model: modelId, messages: [{ role: 'user', content: 'hi' }], n: 2 }, 'n'],
+    [{ model: modelId, messages: [] }, 'messages'],
+    [{ model: modelId, messages: [{ role: 'user', content: 'hi' }], temperature: 3 }, 'temperature'],
+    [{ model: modelId, messages: [{ role: 'user', content: 'hi' }], max_tokens: 'ten' }, 'max_tokens'],
+    [{ model: modelId, messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] },
+     'messages[0].content[0].type'],
+  ];
+  for (const [body, param] of cases) {
+    await assert.rejects(client.chat.completions.create(body), (error) => {
+      assert.ok(error instanceof OpenAI.BadRequestError, `${JSON.stringify(body)}: ${error}`);
+      assert.equal(error.status, 400);
+      assert.equal(error.type, 'invalid_request_error');
+      assert.equal(error.param, param);
+      return true;
+    });
+  }
+});
+
+test('an unknown model in a completion request is the SDK\'s NotFoundError', async () => {
+  await assert.rejects(client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] }),
+    (error) => error instanceof OpenAI.NotFoundError && error.code === 'model_not_found');
+});
+
+test('SSE on the wire: headers, data frames, [DONE] last, and x-request-id', async () => {
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-request-id': 'wire-test-1' },
+    body: JSON.stringify({ model: modelId, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 8, stream: true }),
+  });
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('content-type'), 'text/event-stream');
+  assert.equal(res.headers.get('cache-control'), 'no-cache');
+  assert.equal(res.headers.get('x-accel-buffering'), 'no');
+  assert.equal(res.headers.get('x-request-id'), 'wire-test-1');
+  const body = await res.text();
+  assert.ok(body.endsWith('data: [DONE]\n\n'), body.slice(-100));
+  const frames = body.split('\n\n').filter((f) => f !== '');
+  for (const frame of frames) assert.match(frame, /^data: /);
+  const events = frames.slice(0, -1).map((f) => JSON.parse(f.slice(6)));
+  assert.ok(events.every((e) => e.id === 'chatcmpl-wire-test-1'));
+  assert.ok(!events.some((e) => 'usage' in e), 'no usage member unless stream_options.include_usage');
+});
+
+test('usage is counted per tenant and every request gets an access log line', async () => {
+  const series = (kind) => `edgeinfer_tenant_tokens_total{kind="${kind}",tenant="default"}`;
+  const [promptBefore, completionBefore] = [await metric(series('prompt')), await metric(series('completion'))];
+  const completion = await client.completions.create({ model: modelId, prompt: 'Once upon a time', max_tokens: 7, temperature: 0 });
+  assert.equal(await metric(series('prompt')), promptBefore + completion.usage.prompt_tokens);
+  assert.equal(await metric(series('completion')), completionBefore + completion.usage.completion_tokens);
+  const id = completion._request_id;
+  await waitFor('the access log line', async () => server.log.includes(`request_id=${id}`));
+  const line = server.log.split('\n').find((l) => l.includes(`request_id=${id}`));
+  assert.match(line, /access: POST \/v1\/completions status=200 request_id=/);
+  assert.match(line, / tenant=default /);
+  assert.match(line, / prompt_tokens=5 completion_tokens=7 /);
+  assert.match(line, / ttft_ms=\d+(\.\d)?/);
+});
