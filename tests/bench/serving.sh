@@ -56,17 +56,18 @@ stop_server() {
 }
 trap stop_server EXIT
 
-# Starts serve; prints its port once /readyz answers 200, or returns 1 (the log says why).
+# Starts serve in the background; sets $port once /readyz answers 200, or returns 1 (its log
+# says why). Not called in a subshell: $server_pid must stay visible to stop_server.
+port=""
 start_server() {
   local log=$1; shift
-  "$bin" serve --host 127.0.0.1 --port 0 "$@" 2>"$log" &
+  port=""
+  "$bin" serve --host 127.0.0.1 --port 0 "$@" >/dev/null 2>"$log" &
   server_pid=$!
-  local port=""
   for _ in $(seq 1 1200); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then server_pid=""; return 1; fi
+    if ! kill -0 "$server_pid" 2>/dev/null; then wait "$server_pid" 2>/dev/null || true; server_pid=""; return 1; fi
     [[ -z "$port" ]] && port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
     if [[ -n "$port" ]] && [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]]; then
-      echo "$port"
       return 0
     fi
     sleep 0.1
@@ -83,8 +84,8 @@ for model in "${models[@]}"; do
     read -r weights kv <<<"$config"
     name="$model-w$weights-kv$kv"
     echo "== $model: $weights weights, $kv KV cache ==" >&2
-    if ! port=$(start_server "$out/$name.serve.log" --model "$path" --served-model-name "$model" \
-                  --weight-dtype "$weights" --kv-cache-dtype "$kv"); then
+    if ! start_server "$out/$name.serve.log" --model "$path" --served-model-name "$model" \
+         --weight-dtype "$weights" --kv-cache-dtype "$kv"; then
       reason=$(grep -m1 -E 'error|cannot' "$out/$name.serve.log" | sed 's/^.*error *//' || true)
       echo "skipped: the server did not start: $reason" >&2
       skipped+=("$model, $weights weights, $kv KV cache: ${reason:-the server did not start}")
@@ -92,7 +93,7 @@ for model in "${models[@]}"; do
       continue
     fi
     "$bin" bench --base-url "http://127.0.0.1:$port" --model "$model" --label "$weights W / $kv KV" \
-      --concurrency "$concurrency" --duration "$duration" --warmup-requests 8 --seed 1 \
+      --concurrency "$concurrency" --duration "$duration" --warmup-requests 8 --seed 1 --timeout 60s \
       --input-len "$input_len" --output-len "$output_len" \
       --output-json "$out/$name.json" --output-csv "$out/$name.csv" --log-level warn
     stop_server
@@ -120,7 +121,8 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
   echo "  edgeinfer $("$bin" --version | sed 's/^edgeinfer //'), $(date -u +%Y-%m-%d)."
   echo "* Load: closed loop at each concurrency for $duration per point after 8 warm-up requests;"
   echo "  random prompts (seed 1) of common words, \`ignore_eos\` so every request generates"
-  echo "  \`max_tokens\`; temperature 0; streaming with usage."
+  echo "  \`max_tokens\`; temperature 0; streaming with usage. A request still running after 60 s"
+  echo "  fails as a timeout and is counted, not waited for."
   echo "* Metrics as vLLM's \`bench serve\`: TTFT, TPOT (excluding the first token) in ms;"
   echo "  throughput over the point's duration. The last column of each table is the first"
   echo "  configuration against the second, in percent."
