@@ -10,6 +10,7 @@
 # Results go to $BUILD_DIR/bench-serving/ (JSON, CSV, one HTML report per model). A
 # configuration the server refuses to start is skipped and named in the document. Knobs:
 # EDGE_BENCH_CONCURRENCY (1,8,16,32,64), EDGE_BENCH_DURATION (5s per point),
+# EDGE_BENCH_REPORT_ONLY=1 (rewrite the document from the JSON already in $out, measure nothing),
 # EDGE_BENCH_MODELS (stories260K tiny; any make-model preset works, but a 0.5B model on 2
 # cores is too slow for c=64 in this time budget), EDGE_BENCH_DOC (docs/benchmarks.md).
 set -euo pipefail
@@ -80,6 +81,7 @@ start_server() {
 
 skipped=()
 for model in "${models[@]}"; do
+  [[ -n "${EDGE_BENCH_REPORT_ONLY:-}" ]] && break
   path=$(model_path "$model")
   read -r input_len output_len timeout <<<"$(lengths "$model")"
   for config in "${configs[@]}"; do
@@ -126,6 +128,12 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
   echo "  random prompts (seed 1) of common words, \`ignore_eos\` so every request generates"
   echo "  \`max_tokens\`; temperature 0; streaming with usage. A request still running after its"
   echo "  timeout fails as a timeout and is counted (see \"Failed requests\" below), not waited for."
+  failed=$(cat "$out"/*.json 2>/dev/null | grep -o '"failed":[0-9]*' | awk -F: '{s += $2} END {print s + 0}')
+  if [[ "$failed" -gt 0 ]]; then
+    echo "* **$failed requests failed** over the sweep (table at the end). A point's duration runs"
+    echo "  until its last request ended, so a request that ran into its timeout stretches it and"
+    echo "  lowers that point's throughput; the latency percentiles cover completed requests only."
+  fi
   echo "* Metrics as vLLM's \`bench serve\`: TTFT, TPOT (excluding the first token) in ms;"
   echo "  throughput over the point's duration. The last column of each table is the first"
   echo "  configuration against the second, in percent."
