@@ -71,6 +71,10 @@ std::vector<metric_info> all_metrics() {
        [](const run_metrics& m) { return m.total_token_throughput; }},
       {"request_throughput", "Request throughput (req/s)", [](const run_metrics& m) { return m.request_throughput; }},
       {"goodput", "Request goodput (req/s)", [](const run_metrics& m) { return m.goodput; }},
+      {"completed", "Completed requests",
+       [](const run_metrics& m) -> std::optional<double> { return static_cast<double>(m.completed); }},
+      {"failed", "Failed requests",
+       [](const run_metrics& m) -> std::optional<double> { return static_cast<double>(m.failed); }, false},
   };
   const std::array<std::pair<std::string_view, distribution run_metrics::*>, 4> latencies = {{
       {"ttft", &run_metrics::ttft_ms}, {"tpot", &run_metrics::tpot_ms}, {"itl", &run_metrics::itl_ms},

@@ -63,6 +63,9 @@ TEST_CASE("comparisons put concurrency in rows, configurations in columns and th
   auto latency = bench::format_comparison({sample("a", 1), sample("b", 1)}, "ttft_median_ms");
   REQUIRE(latency.ok());
   CHECK(latency->find("| 1 | 20.00 | 20.00 | +0.0% |") != std::string::npos);
+  auto failed = bench::format_comparison({sample("a", 1)}, "failed");
+  REQUIRE(failed.ok());
+  CHECK(failed->find("| 8 | 1.00 |") != std::string::npos);
   CHECK(bench::format_comparison({sample("a", 1)}, "speed").error().message().find("unknown metric") !=
         std::string::npos);
 }
