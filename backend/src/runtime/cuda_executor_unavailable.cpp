@@ -6,7 +6,12 @@
 namespace edge::backend {
 namespace {
 
-status not_built() { return failed_precondition("edgeinfer was built without CUDA (nvcc was not found at build time)"); }
+// The same reason cuda_available() gives.
+status not_built() {
+  std::string why;
+  kernels::cuda::device_count(&why);
+  return failed_precondition(why);
+}
 
 }  // namespace
 
