@@ -1,5 +1,5 @@
-// `edgeinfer generate`: one prompt through the model on the CPU, the completion streamed to
-// stdout as it is produced. stdout carries the prompt and the completion and nothing else;
+// `edgeinfer generate`: one prompt through the model on the CPU or a CUDA GPU (--device), the
+// completion streamed to stdout as it is produced. stdout carries the prompt and the completion and nothing else;
 // loading progress and timings go to stderr.
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
+#include "edge/backend/runtime/cuda_executor.h"
 #include "edge/backend/runtime/generator.h"
 #include "edge/common/format.h"
 #include "edge/common/thread_pool.h"
@@ -44,7 +45,25 @@ config::schema generate_options() {
   s.add_choice("weight-dtype", "auto", {"auto", "int4", "fp8", "bf16", "f16", "f32"},
                "Projection weights: int4 (groups of 128) or fp8 (a scale per row) quantized on load, or converted "
                "to bf16, f16 or f32; auto keeps them as stored");
+  s.add_choice("device", "auto", {"auto", "cpu", "cuda"},
+               "Where the model runs: cuda (the first GPU), cpu, or auto (cuda when a GPU is present)");
+  s.add_number("gpu-memory-utilization", 0.9, 0.01, 1.0,
+               "With --device cuda: the share of the GPU's memory weights, buffers and KV cache may take");
   return s;
+}
+
+// Whether to run on CUDA: --device cuda insists (an error without a GPU), auto falls back to
+// the CPU and says so.
+result<bool> choose_cuda(const std::string& device) {
+  if (device == "cpu") return false;
+  std::string why;
+  const bool available = backend::cuda_available(&why);
+  if (device == "cuda") {
+    if (!available) return failed_precondition(format("--device cuda: {}", why));
+    return true;
+  }
+  if (!available) std::fprintf(stderr, "edgeinfer generate: --device auto: %s; running on the CPU\n", why.c_str());
+  return available;
 }
 
 // The choices offered are exactly the names parse_kv_cache_dtype accepts.
@@ -114,27 +133,52 @@ int run_generate(const config::values& settings) {
   const std::int64_t positions = std::min(prompt_length + request.max_tokens, m.config.max_position);
   const auto layout = backend::kv_cache_layout::for_tokens(m.config, kv_dtype_for(settings.string("kv-cache-dtype"), m),
                                                            16, positions);
-  auto cache = backend::kv_cache::create(layout);
-  if (!cache.ok()) {
-    std::fprintf(stderr, "edgeinfer generate: %s\n", cache.error().message().c_str());
+  const auto use_cuda = choose_cuda(settings.string("device"));
+  if (!use_cuda.ok()) {
+    std::fprintf(stderr, "edgeinfer generate: %s\n", use_cuda.error().message().c_str());
     return 1;
   }
 
   std::size_t threads = static_cast<std::size_t>(settings.integer("threads"));
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  // The calling thread computes too, so the pool holds one worker fewer.
-  std::unique_ptr<thread_pool> pool = threads > 1 ? std::make_unique<thread_pool>(threads - 1) : nullptr;
-  auto exec = backend::cpu_executor::create(
-      m, **cache, pool.get(),
-      {.max_batch_tokens = std::min(prompt_length, prefill_step_tokens), .max_sequences = 1});
-  if (!exec.ok()) {
-    std::fprintf(stderr, "edgeinfer generate: %s\n", exec.error().message().c_str());
-    return 1;
+  std::unique_ptr<backend::kv_cache> cache;
+  std::unique_ptr<thread_pool> pool;
+  std::unique_ptr<backend::executor> exec;
+  std::string where;
+  const std::int64_t step_tokens = std::min(prompt_length, prefill_step_tokens);
+  if (*use_cuda) {
+    // Room for this one sequence, plus the block CUDA-graph batches pad into.
+    auto created = backend::cuda_executor::create(
+        m, {.max_batch_tokens = step_tokens, .max_sequences = 1, .kv_dtype = layout.dtype, .block_size = layout.block_size,
+            .gpu_memory_utilization = settings.number("gpu-memory-utilization"),
+            .kv_cache_bytes = static_cast<std::size_t>(layout.num_blocks + 1) * layout.bytes_per_block()});
+    if (!created.ok()) {
+      std::fprintf(stderr, "edgeinfer generate: %s\n", created.error().message().c_str());
+      return 1;
+    }
+    where = "CUDA: " + (*created)->describe();
+    exec = std::move(*created);
+  } else {
+    auto created_cache = backend::kv_cache::create(layout);
+    if (!created_cache.ok()) {
+      std::fprintf(stderr, "edgeinfer generate: %s\n", created_cache.error().message().c_str());
+      return 1;
+    }
+    cache = std::move(*created_cache);
+    // The calling thread computes too, so the pool holds one worker fewer.
+    if (threads > 1) pool = std::make_unique<thread_pool>(threads - 1);
+    auto created = backend::cpu_executor::create(m, *cache, pool.get(), {.max_batch_tokens = step_tokens, .max_sequences = 1});
+    if (!created.ok()) {
+      std::fprintf(stderr, "edgeinfer generate: %s\n", created.error().message().c_str());
+      return 1;
+    }
+    where = format("{} threads", threads);
+    exec = std::move(*created);
   }
 
   write_out(prompt);
   backend::kv_block_pool blocks(layout.num_blocks);
-  backend::generator gen(m, **exec, blocks, layout.block_size);
+  backend::generator gen(m, *exec, blocks, layout.block_size);
   backend::generation_timing timing;
   auto outputs = gen.run({&request, 1}, [](std::size_t, std::string_view text) { write_out(text); }, &timing);
   if (::isatty(STDOUT_FILENO) == 1) write_out("\n");
@@ -144,10 +188,10 @@ int run_generate(const config::values& settings) {
   }
   const auto rate = [](std::int64_t tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0.0; };
   std::fprintf(stderr, "%s\n",
-               format("prompt: {} tokens, {:.1f} tok/s; generated: {} tokens, {:.1f} tok/s ({} threads, weights {}, "
+               format("prompt: {} tokens, {:.1f} tok/s; generated: {} tokens, {:.1f} tok/s ({}, weights {}, "
                       "KV {})",
                       timing.prefill_tokens, rate(timing.prefill_tokens, timing.prefill_seconds),
-                      outputs->front().tokens.size(), rate(timing.decode_tokens, timing.decode_seconds), threads,
+                      outputs->front().tokens.size(), rate(timing.decode_tokens, timing.decode_seconds), where,
                       kernels::to_string(backend::projection_format(m.weights)), kernels::to_string(layout.dtype))
                    .c_str());
   return 0;
@@ -156,7 +200,7 @@ int run_generate(const config::values& settings) {
 }  // namespace
 
 command make_generate_command(CLI::App& app) {
-  return command(app, "generate", "Generate a completion for one prompt on the CPU, streamed to stdout",
+  return command(app, "generate", "Generate a completion for one prompt on the CPU or a GPU, streamed to stdout",
                  generate_options(), run_generate);
 }
 

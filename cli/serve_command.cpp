@@ -1,4 +1,5 @@
-// `edgeinfer serve`: the HTTP server with the engine in this process, on the CPU executor.
+// `edgeinfer serve`: the HTTP server with the engine in this process, on the CPU executor or
+// the CUDA executor (--device).
 //
 // The server listens at once (/healthz answers, /readyz says "loading") while another thread
 // loads the model, sizes the KV cache from --kv-cache-memory, and starts the engine; then the
@@ -19,6 +20,7 @@
 #include "edge/backend/model/model.h"
 #include "edge/backend/model_locator.h"
 #include "edge/backend/runtime/cpu_executor.h"
+#include "edge/backend/runtime/cuda_executor.h"
 #include "edge/backend/runtime/kv_cache.h"
 #include "edge/common/log.h"
 #include "edge/common/thread_pool.h"
@@ -97,6 +99,11 @@ config::schema serve_options() {
   s.add_path("state-dir", "state", "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
   s.add_string("admin-token", std::nullopt,
                "Bearer token of the admin API (/admin/v1/), at least 16 characters; without it the admin API is off");
+  s.add_choice("device", "auto", {"auto", "cpu", "cuda"},
+               "Where the engine runs: cuda (the first GPU), cpu, or auto (cuda when a GPU is present)");
+  s.add_number("gpu-memory-utilization", 0.9, 0.01, 1.0,
+               "With CUDA: the share of the GPU's memory that weights, buffers and the KV cache may take; the KV "
+               "cache gets what the weights leave (--kv-cache-memory, when given, sizes it instead)");
   return s;
 }
 
@@ -111,7 +118,7 @@ struct serving_runtime {
   std::unique_ptr<backend::kv_cache> cache;
   std::unique_ptr<backend::kv_block_pool> blocks;
   std::unique_ptr<thread_pool> pool;
-  std::unique_ptr<backend::cpu_executor> executor;
+  std::unique_ptr<backend::executor> executor;
   std::unique_ptr<monitoring::engine_metrics> metrics;
   std::unique_ptr<backend::engine> engine;
   std::int64_t context = 0;  // tokens per request at most: the model's, or --max-model-len
@@ -137,17 +144,6 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   EDGE_ASSIGN_OR_RETURN(const auto requested_kv, backend::parse_kv_cache_dtype(settings.string("kv-cache-dtype")));
   const kernels::dtype kv_dtype = backend::resolve_kv_cache_dtype(requested_kv, m);
   const std::int64_t block_size = settings.integer("block-size");
-  const std::size_t budget = settings.bytes("kv-cache-memory");
-  const backend::kv_cache_capacity capacity = backend::kv_cache_capacity_for(m.config, kv_dtype, block_size, budget);
-  log.info("{}", backend::format_kv_cache_capacity(capacity));
-  if (capacity.tokens < m.config.max_position) {
-    log.warn("the KV cache holds {} tokens, fewer than the model's context of {}: a request longer than the cache is "
-             "refused",
-             capacity.tokens, m.config.max_position);
-  }
-  EDGE_ASSIGN_OR_RETURN(rt->cache, backend::kv_cache::create(
-                                       backend::kv_cache_layout::for_budget(m.config, kv_dtype, block_size, budget)));
-  rt->blocks = std::make_unique<backend::kv_block_pool>(rt->cache->layout().num_blocks);
 
   backend::engine_options options;
   options.scheduler.block_size = block_size;
@@ -157,13 +153,50 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   options.scheduler.enable_prefix_caching = settings.boolean("enable-prefix-caching");
   options.max_queued_requests = settings.integer("max-queued-requests");
 
-  const std::size_t threads = resolve_threads(settings.integer("threads"));
-  // The engine thread computes too, so the pool holds one worker fewer.
-  if (threads > 1) rt->pool = std::make_unique<thread_pool>(threads - 1);
-  EDGE_ASSIGN_OR_RETURN(rt->executor,
-                        backend::cpu_executor::create(m, *rt->cache, rt->pool.get(),
-                                                      {.max_batch_tokens = options.scheduler.max_num_batched_tokens,
-                                                       .max_sequences = options.scheduler.max_num_seqs}));
+  // --device: cuda insists on a GPU, auto falls back to the CPU and says why.
+  const std::string& device = settings.string("device");
+  std::string no_gpu;
+  const bool gpu = device != "cpu" && backend::cuda_available(&no_gpu);
+  if (device == "cuda" && !gpu) return failed_precondition(format("--device cuda: {}", no_gpu));
+  if (device == "auto" && !gpu) log.info("--device auto: {}; running on the CPU", no_gpu);
+
+  std::size_t threads = 0;
+  backend::kv_cache_capacity capacity;
+  if (gpu) {
+    backend::cuda_executor_options cuda_options{
+        .max_batch_tokens = options.scheduler.max_num_batched_tokens,
+        .max_sequences = options.scheduler.max_num_seqs,
+        .kv_dtype = kv_dtype,
+        .block_size = block_size,
+        .gpu_memory_utilization = settings.number("gpu-memory-utilization")};
+    if (settings.source_of("kv-cache-memory") != config::origin::default_value) {
+      cuda_options.kv_cache_bytes = settings.bytes("kv-cache-memory");
+    }
+    EDGE_ASSIGN_OR_RETURN(auto cuda, backend::cuda_executor::create(m, cuda_options));
+    capacity = cuda->kv_capacity();
+    log.info("CUDA: {}", cuda->describe());
+    rt->blocks = std::make_unique<backend::kv_block_pool>(cuda->kv_layout().num_blocks);
+    rt->executor = std::move(cuda);
+  } else {
+    const std::size_t budget = settings.bytes("kv-cache-memory");
+    capacity = backend::kv_cache_capacity_for(m.config, kv_dtype, block_size, budget);
+    EDGE_ASSIGN_OR_RETURN(rt->cache, backend::kv_cache::create(
+                                         backend::kv_cache_layout::for_budget(m.config, kv_dtype, block_size, budget)));
+    rt->blocks = std::make_unique<backend::kv_block_pool>(rt->cache->layout().num_blocks);
+    threads = resolve_threads(settings.integer("threads"));
+    // The engine thread computes too, so the pool holds one worker fewer.
+    if (threads > 1) rt->pool = std::make_unique<thread_pool>(threads - 1);
+    EDGE_ASSIGN_OR_RETURN(rt->executor,
+                          backend::cpu_executor::create(m, *rt->cache, rt->pool.get(),
+                                                        {.max_batch_tokens = options.scheduler.max_num_batched_tokens,
+                                                         .max_sequences = options.scheduler.max_num_seqs}));
+  }
+  log.info("{}", backend::format_kv_cache_capacity(capacity));
+  if (capacity.tokens < m.config.max_position) {
+    log.warn("the KV cache holds {} tokens, fewer than the model's context of {}: a request longer than the cache is "
+             "refused",
+             capacity.tokens, m.config.max_position);
+  }
 
   rt->metrics = std::make_unique<monitoring::engine_metrics>(
       registry.families(), monitoring::engine_cache_config{
@@ -176,9 +209,9 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   rt->context = m.config.max_position;
   if (const std::int64_t limit = settings.integer("max-model-len"); limit > 0) rt->context = std::min(limit, rt->context);
   EDGE_ASSIGN_OR_RETURN(rt->engine, backend::engine::create(*m.tok, *rt->executor, *rt->blocks, rt->context, options));
-  log.info("engine: {} compute threads, admission {}, max {} sequences and {} tokens per step, {} queued at most, "
+  log.info("engine: {}, admission {}, max {} sequences and {} tokens per step, {} queued at most, "
            "prefix caching {}",
-           threads, settings.string("admission"), options.scheduler.max_num_seqs,
+           gpu ? std::string("on CUDA") : format("{} compute threads", threads), settings.string("admission"), options.scheduler.max_num_seqs,
            options.scheduler.max_num_batched_tokens, options.max_queued_requests,
            options.scheduler.enable_prefix_caching ? "on" : "off");
   return rt;

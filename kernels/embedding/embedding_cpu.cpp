@@ -3,10 +3,12 @@
 #include "edge/common/format.h"
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/launchers.h"
 
 namespace edge::kernels {
 
 status run_embedding(const embedding_params& p, const stream& s) {
+  if (s.where == device::cuda) return cuda::run_embedding(p, s);
   for (std::int64_t t = 0; t < p.tokens; ++t) {
     if (p.ids[t] < 0 || p.ids[t] >= p.vocab) {
       return invalid_argument(format("token id {} is outside the vocabulary of {}", p.ids[t], p.vocab));

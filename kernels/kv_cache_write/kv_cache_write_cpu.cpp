@@ -6,6 +6,7 @@
 #include "edge/common/format.h"
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/launchers.h"
 
 namespace edge::kernels {
 namespace {
@@ -24,6 +25,7 @@ float write_fp8_row(const float* x, std::int64_t head_dim, std::uint8_t* codes) 
 }  // namespace
 
 status run_kv_cache_write(const kv_cache_write_params& p, const stream& s) {
+  if (s.where == device::cuda) return cuda::run_kv_cache_write(p, s);
   const std::int64_t capacity = p.num_blocks * p.block_size;
   for (std::int64_t t = 0; t < p.tokens; ++t) {
     if (p.slots[t] < 0 || p.slots[t] >= capacity) {

@@ -33,7 +33,22 @@ struct matmul_params {
   std::int64_t x_stride = 0;
   std::int64_t y_stride = 0;
   bool accumulate = false;     // y += x · wᵀ (fuses a residual add)
+  // CUDA only: scratch for splitting k across blocks when the output alone would leave the
+  // GPU idle (few rows, a batch of 9+ tokens). Null (or too small) computes without a split.
+  float* workspace = nullptr;  // [workspace_floats]
+  std::int64_t workspace_floats = 0;
 };
+
+// The CUDA matmul splits k at most this many ways, and only for calls of at most
+// matmul_split_max_tokens tokens (larger batches fill the GPU with output tiles alone).
+inline constexpr std::int64_t matmul_max_split_k = 8;
+inline constexpr std::int64_t matmul_split_max_tokens = 256;
+
+// Workspace floats with which the CUDA matmul never gives up a split it wants, for any call
+// of up to `tokens` tokens and `n` output rows.
+constexpr std::int64_t matmul_workspace_floats(std::int64_t tokens, std::int64_t n) {
+  return matmul_max_split_k * (tokens < matmul_split_max_tokens ? tokens : matmul_split_max_tokens) * n;
+}
 
 status run_matmul(const matmul_params& p, const stream& s);
 

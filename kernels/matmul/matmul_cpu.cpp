@@ -22,6 +22,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/launchers.h"
 
 namespace edge::kernels {
 namespace {
@@ -382,6 +383,7 @@ void dispatch_weights(const weight_view& w, Fn&& f) {
 }  // namespace
 
 status run_matmul(const matmul_params& p, const stream& s) {
+  if (s.where == device::cuda) return cuda::run_matmul(p, s);
   if (p.tokens < 0 || p.n <= 0 || p.k <= 0 || p.x_stride < p.k || p.y_stride < p.n) {
     return invalid_argument("matmul: bad shape or strides");
   }

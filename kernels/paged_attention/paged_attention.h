@@ -46,7 +46,28 @@ struct paged_attention_params {
   std::int64_t q_stride = 0;
   std::int64_t out_stride = 0;
   float scale = 0.0f;               // usually 1 / sqrt(head_dim)
+
+  // CUDA only, all optional. The batch as runs of consecutive tokens, one run per sequence
+  // (run r holds tokens [seq_token_begin[r], seq_token_begin[r + 1]), each with seq[t] == r):
+  // one block then serves several query tokens of a run (prefill), reading each K/V tile once
+  // for all of them. Without it every token gets its own blocks.
+  const std::int32_t* seq_token_begin = nullptr;  // [num_seqs + 1]
+  std::int64_t num_seqs = 0;
+  std::int64_t max_seq_tokens = 0;                // the longest run
+  // Scratch for splitting long contexts across blocks (split-K, combined in a fixed order).
+  // Null (or too small) gives each (token tile, KV head) one block.
+  float* workspace = nullptr;                     // [workspace_floats]
+  std::int64_t workspace_floats = 0;
 };
+
+// The CUDA kernel splits a context at most this many ways.
+inline constexpr std::int64_t attention_max_splits = 32;
+
+// Workspace floats with which the CUDA paged attention never gives up a split it wants.
+constexpr std::int64_t paged_attention_workspace_floats(std::int64_t tokens, std::int64_t num_heads,
+                                                        std::int64_t head_dim) {
+  return tokens * num_heads * attention_max_splits * (head_dim + 2);
+}
 
 // invalid_argument for a shape beyond the limits above, a position beyond its block table, a
 // block outside the cache, or a scaled KV dtype without its scales.

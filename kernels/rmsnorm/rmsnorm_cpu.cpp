@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/launchers.h"
 
 namespace edge::kernels {
 namespace {
@@ -28,6 +29,7 @@ void normalize_row(const rmsnorm_params& p, std::int64_t row) {
 }  // namespace
 
 status run_rmsnorm(const rmsnorm_params& p, const stream& s) {
+  if (s.where == device::cuda) return cuda::run_rmsnorm(p, s);
   if (p.cols <= 0 || p.x_stride < p.cols || p.out_stride < p.cols) {
     return invalid_argument("rmsnorm: bad shape or strides");
   }

@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/launchers.h"
 
 namespace edge::kernels {
 
@@ -34,6 +35,7 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta,
 }
 
 status run_rope(const rope_params& p, const stream& s) {
+  if (s.where == device::cuda) return cuda::run_rope(p, s);
   if (p.head_dim <= 0 || p.head_dim % 2 != 0) return invalid_argument("rope: head_dim must be even");
   const std::int64_t pairs = p.head_dim / 2;
   cpu::parallel_for(s, p.tokens, 16, [&](std::int64_t begin, std::int64_t end) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/launchers.h"
 
 namespace edge::kernels {
 namespace {
@@ -99,6 +100,7 @@ std::int32_t argmax(std::span<const float> values) {
 }
 
 status run_sampling(const sampling_params& p, const stream& s) {
+  if (s.where == device::cuda) return cuda::run_sampling(p, s);
   cpu::parallel_for(s, p.rows, 1, [&](std::int64_t begin, std::int64_t end) {
     // Grows to the vocabulary once per thread, then is reused: no allocation per token.
     thread_local std::vector<candidate> pool;

@@ -3,10 +3,12 @@
 #include <cmath>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/launchers.h"
 
 namespace edge::kernels {
 
 status run_silu_mul(const silu_mul_params& p, const stream& s) {
+  if (s.where == device::cuda) return cuda::run_silu_mul(p, s);
   cpu::parallel_for(s, p.rows, 4, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const float* gate = p.gate + r * p.in_stride;

@@ -1,1 +1,2 @@
-target_sources(edge_backend PRIVATE src/runtime/kv_cache.cpp src/runtime/kv_block_pool.cpp src/runtime/cpu_executor.cpp src/runtime/sampler.cpp src/runtime/stop_checker.cpp src/runtime/generator.cpp src/runtime/sequence_decoder.cpp src/runtime/eval.cpp)
+# The KV cache, executors and sampler are in edge_backend_core (backend/CMakeLists.txt).
+target_sources(edge_backend PRIVATE src/runtime/stop_checker.cpp src/runtime/generator.cpp src/runtime/sequence_decoder.cpp src/runtime/eval.cpp)

@@ -1,0 +1,94 @@
+// The CUDA executor: the Llama forward pass on the CUDA kernels (kernels/<op>/<op>.cu), on one
+// GPU and one stream.
+//
+// * Weights are uploaded once at creation, in the model's projection format (int4 / fp8 as
+//   quantized on the host at load, or bf16 / f16 / f32), with Q, K and V fused into one matrix
+//   and gate and up into another (one matmul each instead of three and two). Norm weights and
+//   biases become f32. A tied classifier shares the embedding's device copy.
+// * Every buffer (weights, activations for max_batch_tokens tokens, workspaces, the KV pool,
+//   pinned staging for the per-step metadata and the logits) is an RAII allocation made at
+//   creation: a step allocates nothing.
+// * The KV pool lives on the device, in the layout of kv_cache.h. Its size is --kv-cache-memory
+//   when given, else gpu_memory_utilization of the device's memory minus what is in use once
+//   weights and buffers are allocated (vLLM's rule). One extra block past kv_layout().num_blocks
+//   is reserved for the padding rows of CUDA-graph batches.
+// * Decode steps (every entry one token with logits) run as CUDA graphs captured per padded
+//   batch size (1, 2, 4, 8, ... up to max_sequences), the first step of a size eagerly.
+//
+// forward() copies the logits back to the host (the engine's sampler applies penalties there);
+// forward_sample() samples on the device and copies back token ids only.
+//
+// Built without CUDA, create() returns failed_precondition. Owned by one thread at a time (the
+// engine thread); every call selects the executor's device first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "edge/backend/model/model.h"
+#include "edge/backend/runtime/executor.h"
+#include "edge/backend/runtime/kv_cache.h"
+#include "kernels/sampling/sampling.h"
+
+namespace edge::backend {
+
+struct cuda_executor_options {
+  std::int64_t max_batch_tokens = 2048;
+  std::int64_t max_sequences = 256;
+  kernels::dtype kv_dtype = kernels::dtype::bf16;
+  std::int64_t block_size = 16;
+  double gpu_memory_utilization = 0.9;      // of the device's whole memory, weights included
+  std::optional<std::size_t> kv_cache_bytes;  // a fixed KV budget instead
+  int device = 0;
+  bool cuda_graphs = true;
+};
+
+// Whether a CUDA device can be used, and if not why ("no CUDA device: ..."); the CLI's
+// --device auto asks this.
+bool cuda_available(std::string* why_not = nullptr);
+
+class cuda_executor final : public executor {
+ public:
+  // invalid_argument for weights the executor cannot run (shapes, mixed projection formats);
+  // resource_exhausted when the weights or a KV pool of at least one block do not fit.
+  static result<std::unique_ptr<cuda_executor>> create(const model& m, const cuda_executor_options& options);
+
+  // A model of `config`'s shape with seeded random weights made on the device (int4 / fp8 by
+  // quantizing random rows there, or bf16), token embedding and classifier in bf16: for speed
+  // measurements of shapes too big to ship (tests/gpu benchmarks). Outputs are noise.
+  static result<std::unique_ptr<cuda_executor>> create_synthetic(const model_config& config,
+                                                                 kernels::weight_format weights, std::uint64_t seed,
+                                                                 const cuda_executor_options& options);
+  ~cuda_executor() override;
+
+  status forward(const batch_plan& plan, std::span<float> logits) override;
+  // As forward, then samples each logits row on the device with config[row]; out[row] = token.
+  status forward_sample(const batch_plan& plan, std::span<const kernels::sampling_row> config,
+                        std::span<std::int32_t> out);
+
+  std::int64_t max_batch_tokens() const override;
+  std::int64_t max_sequences() const override;
+  std::int64_t vocab_size() const override;
+
+  // The device KV pool (blocks a kv_block_pool may hand out), and what it holds.
+  const kv_cache_layout& kv_layout() const;
+  kv_cache_capacity kv_capacity() const;
+  // "NVIDIA H200 (132 SMs, 139.8 GiB): weights 4.3 GiB, KV pool 112.0 GiB, buffers 1.2 GiB"
+  std::string describe() const;
+
+  // Fills every KV block with seeded random values (FP8: random codes with scales), so decode
+  // can be measured at a context length without prefilling it. Benchmarks only.
+  status fill_kv_random(std::uint64_t seed);
+
+ private:
+  struct state;
+  explicit cuda_executor(std::unique_ptr<state> s);
+  // The device selected, its stream made, the options checked.
+  static result<std::unique_ptr<state>> begin(const cuda_executor_options& options);
+  std::unique_ptr<state> state_;
+};
+
+}  // namespace edge::backend

@@ -1,0 +1,598 @@
+// CUDA matmul: y = x · wᵀ (+ bias) (+ y) for every weight format, dequantizing in registers.
+//
+// Three kernels, chosen by the number of tokens and the weight format:
+//   * GEMV (1..8 tokens: decode): memory-bound. A block of 4 warps takes 4 weight rows; each
+//     thread streams 16-byte chunks of those rows (ld.global.nc, not kept in L1, so x stays
+//     there), two chunks per row in flight, dequantizes them in registers and multiplies them
+//     with every token's x in f32. INT4 nibbles become floats with one byte permute and one
+//     subtract (2^23 + nibble is a float whose low bits are the nibble); the group scale
+//     multiplies a chunk's partial sum once (group_size >= 32) or each weight (smaller groups).
+//     FP8 codes are converted by the hardware (cvt e4m3x2 -> f16x2), the row scale applied
+//     once per output.
+//   * Tensor-core GEMM (9+ tokens, bf16 / fp8 / int4 weights: prefill and batched decode):
+//     64 tokens x 64 rows per block, k in steps of 64; x is rounded to bf16 and weights are
+//     dequantized to bf16 (fp8 codes exactly, their row scale applied to the f32 result; int4
+//     as q x scale) into shared memory, multiplied with wmma (bf16 in, f32 accumulate).
+//   * SIMT GEMM (9+ tokens, f32 / f16 weights): f32 multiply-adds, so the reference formats
+//     keep f32 products.
+// When the output tiles alone leave multiprocessors idle (few rows, a small batch), k is split
+// across blocks into matmul_params::workspace and a second kernel adds the parts in a fixed
+// order, so results stay deterministic. Summation orders differ from the CPU reference's
+// 16-lane order; tests/gpu/kernels_gpu_test.cpp states the tolerances.
+#include <mma.h>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launchers.h"
+
+namespace edge::kernels::cuda {
+namespace {
+
+// ---- arguments --------------------------------------------------------------------------------
+
+struct matmul_args {
+  const float* x;          // [tokens, k], row stride x_stride
+  const void* w;           // plain/fp8: [n, k] elements; int4: [n, row_bytes] packed
+  const float* scales;     // fp8: [n]; int4: [n, groups_per_row]; else null
+  const float* bias;       // [n] or null
+  float* y;                // [tokens, n], row stride y_stride
+  float* workspace;        // split-K parts: [splits, tokens, n]
+  std::int64_t tokens, n, k, x_stride, y_stride;
+  std::int64_t row_bytes;       // bytes of one weight row
+  std::int64_t group_size;      // int4 only
+  std::int64_t groups_per_row;  // int4 only
+  std::int64_t k_per_split;     // multiple of the kernel's k step
+  bool accumulate;
+  bool w_vec;  // weight rows are 16-byte aligned: whole chunks load as one vector
+  bool x_vec;  // x rows are 16-byte aligned: 4 floats load as one vector
+};
+
+template <weight_format F>
+EDGE_HOST_DEVICE constexpr int element_bytes() {
+  if constexpr (F == weight_format::f32) return 4;
+  if constexpr (F == weight_format::f16 || F == weight_format::bf16) return 2;
+  return 1;  // fp8 (int4 rows are counted in bytes by int4_row_bytes)
+}
+
+// Elements in one 16-byte chunk of a weight row, and the groups of 4 ("quads") they form.
+template <weight_format F>
+EDGE_HOST_DEVICE constexpr int chunk_elements() {
+  if constexpr (F == weight_format::int4) return static_cast<int>(int4_traits::chunk_elements);
+  return 16 / element_bytes<F>();
+}
+template <weight_format F>
+EDGE_HOST_DEVICE constexpr int chunk_quads() {
+  return chunk_elements<F>() / 4;
+}
+
+constexpr std::int64_t chunk_bytes = 16;
+
+// A 16-byte chunk that is read once: bypass L1 so that the activations stay cached there.
+__device__ __forceinline__ uint4 load_streaming(const void* address) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(address));
+  return v;
+}
+
+// Chunk c of a weight row; bytes at or past `valid_bytes` read as zero (a zero weight in
+// every format). The vector path needs 16-byte alignment and a whole chunk inside the row.
+__device__ __forceinline__ uint4 load_chunk(const std::uint8_t* row, std::int64_t c, std::int64_t valid_bytes,
+                                            bool vec) {
+  const std::int64_t first = c * chunk_bytes;
+  if (vec && first + chunk_bytes <= valid_bytes) return load_streaming(row + first);
+  std::uint32_t words[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int b = 0; b < 16; ++b) {
+    if (first + b < valid_bytes) words[b / 4] |= static_cast<std::uint32_t>(row[first + b]) << (8 * (b % 4));
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+// Index, within its chunk, of the first element of quad q.
+template <weight_format F>
+__device__ __forceinline__ int quad_first_element(int q) {
+  if constexpr (F == weight_format::int4) {
+    // Word q % 4 holds elements 4(q%4)..+3 in its low nibbles and 16 + 4(q%4)..+3 in its high ones.
+    return (q / 4) * static_cast<int>(int4_traits::half_chunk) + 4 * (q % 4);
+  }
+  return 4 * q;
+}
+
+// The 4 weights of quad q of a chunk, as the kernels multiply them: int4 as q (unscaled), fp8
+// as its decoded code (unscaled), the plain formats as their values.
+template <weight_format F>
+__device__ __forceinline__ void quad_weights(const uint4& raw, int q, float w[4]) {
+  if constexpr (F == weight_format::int4) {
+    const std::uint32_t nibbles = (word_of(raw, q % 4) >> (4 * (q / 4))) & 0x0F0F0F0Fu;
+    // 0x4B0000XX is the float 2^23 + XX; minus 2^23 + 8 leaves XX - 8 = q, exactly.
+    constexpr float magic = 8388608.0f + static_cast<float>(int4_traits::code_offset);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = __uint_as_float(__byte_perm(nibbles, 0x4B000000u, 0x7540u | i)) - magic;
+  } else if constexpr (F == weight_format::fp8_e4m3) {
+    const std::uint32_t codes = word_of(raw, q);
+    const float2 lo = fp8x2_to_float2(static_cast<std::uint16_t>(codes & 0xFFFFu));
+    const float2 hi = fp8x2_to_float2(static_cast<std::uint16_t>(codes >> 16));
+    w[0] = lo.x;
+    w[1] = lo.y;
+    w[2] = hi.x;
+    w[3] = hi.y;
+  } else if constexpr (F == weight_format::bf16) {
+    const std::uint32_t a = word_of(raw, 2 * q);
+    const std::uint32_t b = word_of(raw, 2 * q + 1);
+    w[0] = __uint_as_float(a << 16);
+    w[1] = __uint_as_float(a & 0xFFFF0000u);
+    w[2] = __uint_as_float(b << 16);
+    w[3] = __uint_as_float(b & 0xFFFF0000u);
+  } else if constexpr (F == weight_format::f16) {
+    w[0] = f16_bits_to_float(static_cast<std::uint16_t>(word_of(raw, 2 * q) & 0xFFFFu));
+    w[1] = f16_bits_to_float(static_cast<std::uint16_t>(word_of(raw, 2 * q) >> 16));
+    w[2] = f16_bits_to_float(static_cast<std::uint16_t>(word_of(raw, 2 * q + 1) & 0xFFFFu));
+    w[3] = f16_bits_to_float(static_cast<std::uint16_t>(word_of(raw, 2 * q + 1) >> 16));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = __uint_as_float(word_of(raw, i));
+  }
+}
+
+// x[p..p+3] of one token row; elements at or past `limit` read as zero.
+__device__ __forceinline__ float4 load_x4(const float* row, std::int64_t p, std::int64_t limit, bool vec) {
+  if (vec && p + 3 < limit) return *reinterpret_cast<const float4*>(row + p);
+  return make_float4(p < limit ? row[p] : 0.0f, p + 1 < limit ? row[p + 1] : 0.0f, p + 2 < limit ? row[p + 2] : 0.0f,
+                     p + 3 < limit ? row[p + 3] : 0.0f);
+}
+
+// y[t, row] from a finished dot product: the fp8 row scale, the bias, the residual.
+template <weight_format F>
+__device__ __forceinline__ void store_output(const matmul_args& a, std::int64_t t, std::int64_t row, float dot) {
+  float value = dot;
+  if constexpr (F == weight_format::fp8_e4m3) value *= a.scales[row];
+  if (a.bias != nullptr) value += a.bias[row];
+  float& out = a.y[t * a.y_stride + row];
+  out = a.accumulate ? out + value : value;
+}
+
+// ---- GEMV -------------------------------------------------------------------------------------
+
+constexpr int gemv_threads = 128;
+constexpr int gemv_warps = gemv_threads / warp_size;
+constexpr int gemv_rows = 4;    // weight rows per block
+constexpr int gemv_unroll = 2;  // chunks per row in flight per thread
+constexpr std::int64_t gemv_max_tokens = 8;
+
+template <weight_format F, int T_MAX, bool FINE_GROUPS>
+__global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_args a) {
+  constexpr int elements = chunk_elements<F>();
+  constexpr int quads = chunk_quads<F>();
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * gemv_rows;
+  const std::int64_t chunks = ceil_div(a.row_bytes, chunk_bytes);
+  const std::int64_t valid_bytes = F == weight_format::int4 ? a.row_bytes : a.k * element_bytes<F>();
+  const auto* weights = static_cast<const std::uint8_t*>(a.w);
+
+  const std::uint8_t* rows[gemv_rows];
+#pragma unroll
+  for (int r = 0; r < gemv_rows; ++r) {
+    // Rows past n repeat the last row (their results are dropped) so loads stay in bounds.
+    rows[r] = weights + min(row0 + r, a.n - 1) * a.row_bytes;
+  }
+
+  float acc[T_MAX][gemv_rows];
+#pragma unroll
+  for (int t = 0; t < T_MAX; ++t) {
+#pragma unroll
+    for (int r = 0; r < gemv_rows; ++r) acc[t][r] = 0.0f;
+  }
+
+  for (std::int64_t c0 = threadIdx.x; c0 < chunks; c0 += gemv_threads * gemv_unroll) {
+    uint4 raw[gemv_unroll][gemv_rows];
+#pragma unroll
+    for (int u = 0; u < gemv_unroll; ++u) {
+      const std::int64_t c = c0 + u * gemv_threads;
+#pragma unroll
+      for (int r = 0; r < gemv_rows; ++r) {
+        raw[u][r] = c < chunks ? load_chunk(rows[r], c, valid_bytes, a.w_vec) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < gemv_unroll; ++u) {
+      const std::int64_t c = c0 + u * gemv_threads;
+      if (c >= chunks) break;
+      float part[T_MAX][gemv_rows];
+#pragma unroll
+      for (int t = 0; t < T_MAX; ++t) {
+#pragma unroll
+        for (int r = 0; r < gemv_rows; ++r) part[t][r] = 0.0f;
+      }
+#pragma unroll
+      for (int q = 0; q < quads; ++q) {
+        const std::int64_t p = c * elements + quad_first_element<F>(q);
+        float4 xq[T_MAX];
+#pragma unroll
+        for (int t = 0; t < T_MAX; ++t) {
+          xq[t] = t < a.tokens ? load_x4(a.x + t * a.x_stride, p, a.k, a.x_vec) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int r = 0; r < gemv_rows; ++r) {
+          float w[4];
+          quad_weights<F>(raw[u][r], q, w);
+          if constexpr (FINE_GROUPS) {
+            const float* row_scales = a.scales + min(row0 + r, a.n - 1) * a.groups_per_row;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) w[i] *= p + i < a.k ? row_scales[(p + i) / a.group_size] : 0.0f;
+          }
+#pragma unroll
+          for (int t = 0; t < T_MAX; ++t) {
+            part[t][r] = fmaf(w[0], xq[t].x, part[t][r]);
+            part[t][r] = fmaf(w[1], xq[t].y, part[t][r]);
+            part[t][r] = fmaf(w[2], xq[t].z, part[t][r]);
+            part[t][r] = fmaf(w[3], xq[t].w, part[t][r]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < gemv_rows; ++r) {
+        float scale = 1.0f;
+        if constexpr (F == weight_format::int4 && !FINE_GROUPS) {
+          scale = a.scales[min(row0 + r, a.n - 1) * a.groups_per_row + c * elements / a.group_size];
+        }
+#pragma unroll
+        for (int t = 0; t < T_MAX; ++t) acc[t][r] = fmaf(part[t][r], scale, acc[t][r]);
+      }
+    }
+  }
+
+  __shared__ float partial[gemv_warps][T_MAX][gemv_rows];
+  const int warp = static_cast<int>(threadIdx.x) / warp_size;
+  const int lane = static_cast<int>(threadIdx.x) % warp_size;
+#pragma unroll
+  for (int t = 0; t < T_MAX; ++t) {
+#pragma unroll
+    for (int r = 0; r < gemv_rows; ++r) {
+      const float v = warp_sum(acc[t][r]);
+      if (lane == 0) partial[warp][t][r] = v;
+    }
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < T_MAX * gemv_rows; i += gemv_threads) {
+    const int t = i / gemv_rows;
+    const int r = i % gemv_rows;
+    const std::int64_t row = row0 + r;
+    if (t >= a.tokens || row >= a.n) continue;
+    float dot = 0.0f;
+#pragma unroll
+    for (int wi = 0; wi < gemv_warps; ++wi) dot += partial[wi][t][r];
+    store_output<F>(a, t, row, dot);
+  }
+}
+
+// ---- split-K reduction ------------------------------------------------------------------------
+
+template <weight_format F>
+__global__ void split_reduce_kernel(matmul_args a, int splits) {
+  const std::int64_t total = a.tokens * a.n;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float dot = 0.0f;
+    for (int z = 0; z < splits; ++z) dot += a.workspace[z * total + i];
+    store_output<F>(a, i / a.n, i % a.n, dot);
+  }
+}
+
+// Either the final output, or this split's part for split_reduce_kernel.
+template <weight_format F>
+__device__ __forceinline__ void emit(const matmul_args& a, std::int64_t t, std::int64_t row, float dot) {
+  if (gridDim.z == 1) {
+    store_output<F>(a, t, row, dot);
+  } else {
+    a.workspace[(static_cast<std::int64_t>(blockIdx.z) * a.tokens + t) * a.n + row] = dot;
+  }
+}
+
+// ---- tensor-core GEMM (bf16, fp8, int4 weights) -----------------------------------------------
+
+constexpr int tc_bm = 64;   // tokens per block
+constexpr int tc_bn = 64;   // weight rows per block
+constexpr int tc_bk = 64;   // k per step
+constexpr int tc_pad = 8;   // bf16 elements of padding per shared row (keeps wmma rows 32-byte aligned)
+constexpr int tc_threads = 128;
+constexpr int tc_ld = tc_bk + tc_pad;
+constexpr int tc_out_ld = tc_bn + 4;
+constexpr int wmma_m = 16;
+constexpr int wmma_n = 16;
+constexpr int wmma_k = 16;
+constexpr int tc_warp_tile = 32;  // each of the 4 warps computes 32 tokens x 32 rows
+constexpr int tc_frags = tc_warp_tile / wmma_m;
+constexpr std::size_t tc_tile_bytes = 2 * tc_bm * tc_ld * sizeof(__nv_bfloat16);
+constexpr std::size_t tc_out_bytes = tc_bm * tc_out_ld * sizeof(float);
+constexpr std::size_t tc_shared_bytes = tc_tile_bytes > tc_out_bytes ? tc_tile_bytes : tc_out_bytes;
+static_assert(tc_bm == tc_bn, "the shared tiles are carved as two equal halves");
+
+// Dequantizes the [tc_bn, tc_bk] weight tile starting at (n0, kb) into `ws` as bf16.
+template <weight_format F>
+__device__ __forceinline__ void load_weight_tile(const matmul_args& a, std::int64_t n0, std::int64_t kb,
+                                                 __nv_bfloat16 (*ws)[tc_ld]) {
+  constexpr int elements = chunk_elements<F>();
+  constexpr int chunks_per_row = tc_bk / elements;
+  constexpr int chunks = tc_bn * chunks_per_row;
+  const std::int64_t valid_bytes = F == weight_format::int4 ? a.row_bytes : a.k * element_bytes<F>();
+  const auto* weights = static_cast<const std::uint8_t*>(a.w);
+  for (int i = static_cast<int>(threadIdx.x); i < chunks; i += tc_threads) {
+    const int r = i / chunks_per_row;
+    const int part = i % chunks_per_row;
+    const std::int64_t row = n0 + r;
+    const std::int64_t c = kb / elements + part;
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (row < a.n && c * elements < a.k) raw = load_chunk(weights + row * a.row_bytes, c, valid_bytes, a.w_vec);
+    float chunk_scale = 1.0f;
+    if constexpr (F == weight_format::int4) {
+      if (row < a.n && a.group_size >= elements) chunk_scale = a.scales[row * a.groups_per_row + c * elements / a.group_size];
+    }
+#pragma unroll
+    for (int q = 0; q < chunk_quads<F>(); ++q) {
+      float w[4];
+      quad_weights<F>(raw, q, w);
+      const int first = quad_first_element<F>(q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float value = w[e];
+        if constexpr (F == weight_format::int4) {
+          const std::int64_t k_index = c * elements + first + e;
+          if (a.group_size >= elements) {
+            value *= chunk_scale;
+          } else {
+            value *= row < a.n && k_index < a.k ? a.scales[row * a.groups_per_row + k_index / a.group_size] : 0.0f;
+          }
+        }
+        ws[r][part * elements + first + e] = __float2bfloat16_rn(value);
+      }
+    }
+  }
+}
+
+template <weight_format F>
+__global__ void __launch_bounds__(tc_threads) gemm_tc_kernel(matmul_args a) {
+  using namespace nvcuda;
+  __shared__ __align__(128) unsigned char shared[tc_shared_bytes];
+  auto* xs = reinterpret_cast<__nv_bfloat16(*)[tc_ld]>(shared);                          // [tc_bm][tc_ld]
+  auto* ws = reinterpret_cast<__nv_bfloat16(*)[tc_ld]>(shared + tc_tile_bytes / 2);      // [tc_bn][tc_ld]
+  auto* out = reinterpret_cast<float(*)[tc_out_ld]>(shared);                             // [tc_bm][tc_out_ld]
+
+  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * tc_bm;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.y) * tc_bn;
+  const std::int64_t k_begin = static_cast<std::int64_t>(blockIdx.z) * a.k_per_split;
+  const std::int64_t k_end = min(a.k, k_begin + a.k_per_split);
+  const int warp = static_cast<int>(threadIdx.x) / warp_size;
+  const int warp_t = (warp / 2) * tc_warp_tile;
+  const int warp_n = (warp % 2) * tc_warp_tile;
+
+  wmma::fragment<wmma::accumulator, wmma_m, wmma_n, wmma_k, float> acc[tc_frags][tc_frags];
+#pragma unroll
+  for (int i = 0; i < tc_frags; ++i) {
+#pragma unroll
+    for (int j = 0; j < tc_frags; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  }
+
+  for (std::int64_t kb = k_begin; kb < k_end; kb += tc_bk) {
+    // x tile [tc_bm, tc_bk], rounded to bf16; k past this split's end reads as zero.
+    constexpr int x_quads = tc_bm * tc_bk / 4;
+    for (int i = static_cast<int>(threadIdx.x); i < x_quads; i += tc_threads) {
+      const int r = i / (tc_bk / 4);
+      const int col = (i % (tc_bk / 4)) * 4;
+      const std::int64_t t = t0 + r;
+      const float4 v = t < a.tokens ? load_x4(a.x + t * a.x_stride, kb + col, k_end, a.x_vec) : make_float4(0, 0, 0, 0);
+      xs[r][col] = __float2bfloat16_rn(v.x);
+      xs[r][col + 1] = __float2bfloat16_rn(v.y);
+      xs[r][col + 2] = __float2bfloat16_rn(v.z);
+      xs[r][col + 3] = __float2bfloat16_rn(v.w);
+    }
+    load_weight_tile<F>(a, n0, kb, ws);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < tc_bk; kk += wmma_k) {
+      wmma::fragment<wmma::matrix_a, wmma_m, wmma_n, wmma_k, __nv_bfloat16, wmma::row_major> fa[tc_frags];
+      wmma::fragment<wmma::matrix_b, wmma_m, wmma_n, wmma_k, __nv_bfloat16, wmma::col_major> fb[tc_frags];
+#pragma unroll
+      for (int i = 0; i < tc_frags; ++i) wmma::load_matrix_sync(fa[i], &xs[warp_t + i * wmma_m][kk], tc_ld);
+      // B[k][n] = w[n][k]: the weight tile read column-major.
+#pragma unroll
+      for (int j = 0; j < tc_frags; ++j) wmma::load_matrix_sync(fb[j], &ws[warp_n + j * wmma_n][kk], tc_ld);
+#pragma unroll
+      for (int i = 0; i < tc_frags; ++i) {
+#pragma unroll
+        for (int j = 0; j < tc_frags; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < tc_frags; ++i) {
+#pragma unroll
+    for (int j = 0; j < tc_frags; ++j) {
+      wmma::store_matrix_sync(&out[warp_t + i * wmma_m][warp_n + j * wmma_n], acc[i][j], tc_out_ld, wmma::mem_row_major);
+    }
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < tc_bm * tc_bn; i += tc_threads) {
+    const std::int64_t t = t0 + i / tc_bn;
+    const std::int64_t row = n0 + i % tc_bn;
+    if (t < a.tokens && row < a.n) emit<F>(a, t, row, out[i / tc_bn][i % tc_bn]);
+  }
+}
+
+// ---- SIMT GEMM (f32, f16 weights) -------------------------------------------------------------
+
+constexpr int simt_bm = 32;  // tokens per block
+constexpr int simt_bn = 64;  // weight rows per block
+constexpr int simt_bk = 16;
+constexpr int simt_side = 16;  // 16 x 16 threads
+constexpr int simt_threads = simt_side * simt_side;
+constexpr int simt_tokens_per_thread = simt_bm / simt_side;
+constexpr int simt_rows_per_thread = simt_bn / simt_side;
+
+template <weight_format F>
+__global__ void __launch_bounds__(simt_threads) gemm_simt_kernel(matmul_args a) {
+  constexpr dtype element = F == weight_format::f16 ? dtype::f16 : dtype::f32;
+  __shared__ float xs[simt_bk][simt_bm + 1];
+  __shared__ float ws[simt_bk][simt_bn + 1];
+  const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * simt_bm;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.y) * simt_bn;
+  const std::int64_t k_begin = static_cast<std::int64_t>(blockIdx.z) * a.k_per_split;
+  const std::int64_t k_end = min(a.k, k_begin + a.k_per_split);
+  const int tx = static_cast<int>(threadIdx.x) % simt_side;
+  const int ty = static_cast<int>(threadIdx.x) / simt_side;
+
+  float acc[simt_tokens_per_thread][simt_rows_per_thread] = {};
+  for (std::int64_t kb = k_begin; kb < k_end; kb += simt_bk) {
+    for (int i = static_cast<int>(threadIdx.x); i < simt_bm * simt_bk; i += simt_threads) {
+      const std::int64_t t = t0 + i / simt_bk;
+      const std::int64_t kk = kb + i % simt_bk;
+      xs[i % simt_bk][i / simt_bk] = t < a.tokens && kk < k_end ? a.x[t * a.x_stride + kk] : 0.0f;
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < simt_bn * simt_bk; i += simt_threads) {
+      const std::int64_t row = n0 + i / simt_bk;
+      const std::int64_t kk = kb + i % simt_bk;
+      ws[i % simt_bk][i / simt_bk] = row < a.n && kk < k_end ? load_float<element>(a.w, row * a.k + kk) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < simt_bk; ++kk) {
+      float xv[simt_tokens_per_thread];
+      float wv[simt_rows_per_thread];
+#pragma unroll
+      for (int i = 0; i < simt_tokens_per_thread; ++i) xv[i] = xs[kk][ty * simt_tokens_per_thread + i];
+#pragma unroll
+      for (int j = 0; j < simt_rows_per_thread; ++j) wv[j] = ws[kk][tx + simt_side * j];
+#pragma unroll
+      for (int i = 0; i < simt_tokens_per_thread; ++i) {
+#pragma unroll
+        for (int j = 0; j < simt_rows_per_thread; ++j) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < simt_tokens_per_thread; ++i) {
+#pragma unroll
+    for (int j = 0; j < simt_rows_per_thread; ++j) {
+      const std::int64_t t = t0 + ty * simt_tokens_per_thread + i;
+      const std::int64_t row = n0 + tx + simt_side * j;
+      if (t < a.tokens && row < a.n) emit<F>(a, t, row, acc[i][j]);
+    }
+  }
+}
+
+// ---- host side --------------------------------------------------------------------------------
+
+constexpr int reduce_threads = 256;
+constexpr std::int64_t max_reduce_blocks = 4096;
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// How many ways to split k for a grid of `tiles` output tiles (1: no split).
+int choose_splits(const matmul_params& p, std::int64_t tiles, std::int64_t k_step) {
+  const std::int64_t sms = multiprocessor_count();
+  if (tiles >= sms || p.tokens > matmul_split_max_tokens || p.workspace == nullptr) return 1;
+  std::int64_t splits = std::min<std::int64_t>(matmul_max_split_k, ceil_div(2 * sms, tiles));
+  splits = std::min(splits, ceil_div(p.k, 2 * k_step));  // at least two steps of k per split
+  while (splits > 1 && splits * p.tokens * p.n > p.workspace_floats) --splits;
+  return static_cast<int>(std::max<std::int64_t>(splits, 1));
+}
+
+template <weight_format F, int T_MAX>
+void launch_gemv(const matmul_args& a, bool fine_groups, cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>(ceil_div(a.n, gemv_rows));
+  if constexpr (F == weight_format::int4) {
+    if (fine_groups) {
+      gemv_kernel<F, T_MAX, true><<<blocks, gemv_threads, 0, stream>>>(a);
+      return;
+    }
+  }
+  gemv_kernel<F, T_MAX, false><<<blocks, gemv_threads, 0, stream>>>(a);
+}
+
+template <weight_format F>
+status run_format(const matmul_params& p, matmul_args a, cudaStream_t stream) {
+  if (p.tokens <= gemv_max_tokens) {
+    const bool fine_groups = F == weight_format::int4 && p.w.group_size < int4_traits::chunk_elements;
+    if (p.tokens == 1) {
+      launch_gemv<F, 1>(a, fine_groups, stream);
+    } else if (p.tokens <= 4) {
+      launch_gemv<F, 4>(a, fine_groups, stream);
+    } else {
+      launch_gemv<F, 8>(a, fine_groups, stream);
+    }
+    return check_launch("matmul (gemv)");
+  }
+  constexpr bool tensor_cores =
+      F == weight_format::bf16 || F == weight_format::fp8_e4m3 || F == weight_format::int4;
+  const std::int64_t bm = tensor_cores ? tc_bm : simt_bm;
+  const std::int64_t bn = tensor_cores ? tc_bn : simt_bn;
+  const std::int64_t k_step = tensor_cores ? tc_bk : simt_bk;
+  const std::int64_t tiles_t = ceil_div(p.tokens, bm);
+  const std::int64_t tiles_n = ceil_div(p.n, bn);
+  int splits = choose_splits(p, tiles_t * tiles_n, k_step);
+  a.k_per_split = ceil_div(ceil_div(p.k, splits), k_step) * k_step;
+  splits = static_cast<int>(ceil_div(p.k, a.k_per_split));
+  const dim3 grid(static_cast<unsigned>(tiles_t), static_cast<unsigned>(tiles_n), static_cast<unsigned>(splits));
+  if constexpr (tensor_cores) {
+    gemm_tc_kernel<F><<<grid, tc_threads, 0, stream>>>(a);
+  } else {
+    gemm_simt_kernel<F><<<grid, simt_threads, 0, stream>>>(a);
+  }
+  EDGE_RETURN_IF_ERROR(check_launch("matmul (gemm)"));
+  if (splits > 1) {
+    const auto blocks = static_cast<unsigned>(std::min(max_reduce_blocks, ceil_div(p.tokens * p.n, reduce_threads)));
+    split_reduce_kernel<F><<<blocks, reduce_threads, 0, stream>>>(a, splits);
+    EDGE_RETURN_IF_ERROR(check_launch("matmul (split-k reduction)"));
+  }
+  return {};
+}
+
+}  // namespace
+
+status run_matmul(const matmul_params& p, const stream& s) {
+  if (p.tokens < 0 || p.n <= 0 || p.k <= 0 || p.x_stride < p.k || p.y_stride < p.n) {
+    return invalid_argument("matmul: bad shape or strides");
+  }
+  if (p.w.values == nullptr) return invalid_argument("matmul: no weights");
+  if (is_quantized(p.w.format) && p.w.scales == nullptr) return invalid_argument("matmul: quantized weights need scales");
+  if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
+    return invalid_argument("matmul: the INT4 group size must be a power of two dividing k");
+  }
+  if (p.tokens == 0) return {};
+  matmul_args a{};
+  a.x = p.x;
+  a.w = p.w.values;
+  a.scales = p.w.scales;
+  a.bias = p.bias;
+  a.y = p.y;
+  a.workspace = p.workspace;
+  a.tokens = p.tokens;
+  a.n = p.n;
+  a.k = p.k;
+  a.x_stride = p.x_stride;
+  a.y_stride = p.y_stride;
+  a.row_bytes = weight_values_bytes(p.w.format, 1, p.k);
+  a.group_size = p.w.group_size;
+  a.groups_per_row = p.w.format == weight_format::int4 ? p.k / p.w.group_size : 0;
+  a.k_per_split = p.k;
+  a.accumulate = p.accumulate;
+  a.w_vec = aligned16(p.w.values) && a.row_bytes % chunk_bytes == 0;
+  a.x_vec = aligned16(p.x) && p.x_stride % 4 == 0;
+  const cudaStream_t stream = native(s);
+  switch (p.w.format) {
+    case weight_format::f32: return run_format<weight_format::f32>(p, a, stream);
+    case weight_format::f16: return run_format<weight_format::f16>(p, a, stream);
+    case weight_format::bf16: return run_format<weight_format::bf16>(p, a, stream);
+    case weight_format::fp8_e4m3: return run_format<weight_format::fp8_e4m3>(p, a, stream);
+    case weight_format::int4: return run_format<weight_format::int4>(p, a, stream);
+  }
+  return invalid_argument("matmul: unknown weight format");
+}
+
+}  // namespace edge::kernels::cuda

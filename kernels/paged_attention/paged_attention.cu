@@ -1,0 +1,331 @@
+// CUDA paged attention over the block tables, FP8 (scaled) or BF16/F16/F32 KV, decode and
+// causal prefill in one kernel.
+//
+// A block takes one KV head and a tile of query rows: the `group` query heads that share the KV
+// head (GQA: each K/V row is read once for the whole group), for one token (decode, or no run
+// layout given) or for several consecutive tokens of one sequence (prefill, when the caller
+// gives seq_token_begin: up to 16 query rows per block). It walks the keys in tiles of 32:
+// the tile's K and V rows are gathered through the block table with 16-byte loads, widened to
+// f32 with their per-row FP8 scale folded in, and kept in shared memory; each warp then takes
+// some of the query rows, a lane per key for the scores and a lane per head dimension (strided
+// by 32) for the output, with the softmax kept online (running max and sum per row).
+//
+// Long contexts are split (split-K, "flash decoding"): blockIdx.y also selects one of `splits`
+// equal slices of the tile's context (sized on the device from the real positions, so a CUDA
+// graph captured once serves every length), each slice writes its unnormalised output with its
+// max and sum to the workspace, and a second kernel combines the slices in a fixed order.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launchers.h"
+#include "kernels/kv_cache_write/kv_cache_write.h"
+
+namespace edge::kernels::cuda {
+namespace {
+
+constexpr int attn_threads = 128;
+constexpr int attn_warps = attn_threads / warp_size;
+constexpr int key_tile = warp_size;               // keys per tile: one per lane for the scores
+constexpr int max_rows = 32;                      // query rows per block (max_attention_group)
+constexpr int rows_per_warp = max_rows / attn_warps;
+constexpr int prefill_rows = 16;                  // query rows a prefill block aims for
+
+struct attention_args {
+  const float* q;                   // [tokens, num_heads, head_dim], token stride q_stride
+  float* out;                       // [tokens, num_heads, head_dim], token stride out_stride
+  const void* k_cache;              // [num_blocks, num_kv_heads, block_size, head_dim]
+  const void* v_cache;              // [num_blocks, num_kv_heads, block_size, head_dim]
+  const float* k_scales;            // [num_blocks, num_kv_heads, block_size] (fp8)
+  const float* v_scales;            // [num_blocks, num_kv_heads, block_size] (fp8)
+  const std::int32_t* seq;          // [tokens]
+  const std::int32_t* pos;          // [tokens]
+  const std::int32_t* block_tables; // [num_seqs, block_table_stride]
+  const std::int32_t* seq_token_begin;  // [num_seqs + 1] or null (a block per token)
+  float* partials;                  // [tokens, num_heads, splits, head_dim + 2] when splits > 1
+  std::int64_t tokens, num_heads, num_kv_heads, head_dim, block_size, num_blocks, block_table_stride;
+  std::int64_t q_stride, out_stride;
+  int group;        // query heads per KV head
+  int tile_tokens;  // query tokens per block
+  int splits;
+  float scale;
+  bool vec;         // K/V rows are whole 16-byte vectors
+};
+
+// Shared memory of one block, in floats: q rows, K tile (rows padded by one float so that the
+// lanes' different rows fall in different banks), V tile, and the rows' positions.
+std::int64_t shared_floats(std::int64_t rows, std::int64_t head_dim) {
+  return rows * head_dim + key_tile * (head_dim + 1) + key_tile * head_dim + rows;
+}
+
+template <dtype KV, int DPL>
+__global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args a) {
+  extern __shared__ float shared[];
+  const std::int64_t D = a.head_dim;
+  const int rows = a.tile_tokens * a.group;
+  float* q_s = shared;                         // [rows, D]
+  float* k_s = q_s + rows * D;                 // [key_tile, D + 1]
+  float* v_s = k_s + key_tile * (D + 1);       // [key_tile, D]
+  auto* pos_s = reinterpret_cast<int*>(v_s + key_tile * D);  // [rows] position, -1: no token
+
+  const int kv_head = static_cast<int>(blockIdx.y) / a.splits;
+  const int split = static_cast<int>(blockIdx.y) % a.splits;
+  // The tile's tokens [first, last) and their sequence.
+  std::int64_t first = 0;
+  std::int64_t last = 0;
+  std::int64_t seq = 0;
+  if (a.seq_token_begin != nullptr) {
+    seq = blockIdx.z;
+    const std::int64_t begin = a.seq_token_begin[seq];
+    first = begin + static_cast<std::int64_t>(blockIdx.x) * a.tile_tokens;
+    last = min(static_cast<std::int64_t>(a.seq_token_begin[seq + 1]), first + a.tile_tokens);
+    if (first >= last) return;
+  } else {
+    first = blockIdx.x;
+    last = first + 1;
+    seq = a.seq[first];
+  }
+  const std::int32_t* table = a.block_tables + seq * a.block_table_stride;
+  const int warp = static_cast<int>(threadIdx.x) / warp_size;
+  const int lane = static_cast<int>(threadIdx.x) % warp_size;
+
+  // Query rows (row = token_in_tile * group + g) and their positions.
+  for (std::int64_t i = threadIdx.x; i < rows * D; i += attn_threads) {
+    const int r = static_cast<int>(i / D);
+    const std::int64_t t = first + r / a.group;
+    const std::int64_t head = static_cast<std::int64_t>(kv_head) * a.group + r % a.group;
+    q_s[i] = t < last ? a.q[t * a.q_stride + head * D + i % D] : 0.0f;
+  }
+  for (int r = static_cast<int>(threadIdx.x); r < rows; r += attn_threads) {
+    const std::int64_t t = first + r / a.group;
+    pos_s[r] = t < last ? a.pos[t] : -1;
+  }
+  __syncthreads();
+  // Keys [0, context) are visible to some row of the tile; this block takes one slice of them.
+  int context = 0;
+  for (int r = 0; r < rows; ++r) context = max(context, pos_s[r] + 1);
+  const std::int64_t slice = ceil_div(ceil_div(context, a.splits), key_tile) * key_tile;
+  const std::int64_t key_begin = split * slice;
+  const std::int64_t key_end = min(static_cast<std::int64_t>(context), key_begin + slice);
+
+  float acc[rows_per_warp][DPL];
+  float running_max[rows_per_warp];
+  float running_sum[rows_per_warp];
+#pragma unroll
+  for (int rr = 0; rr < rows_per_warp; ++rr) {
+    running_max[rr] = -INFINITY;
+    running_sum[rr] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[rr][i] = 0.0f;
+  }
+
+  constexpr int elem_bytes = KV == dtype::f32 ? 4 : (KV == dtype::fp8_e4m3 ? 1 : 2);
+  constexpr int vec_elems = 16 / elem_bytes;
+  for (std::int64_t kb = key_begin; kb < key_end; kb += key_tile) {
+    // Gather the tile's K and V rows; keys past the slice (or in a block outside the cache)
+    // are zero and masked below.
+    const std::int64_t pieces_per_row = a.vec ? D / vec_elems : D;
+    const int elems = a.vec ? vec_elems : 1;
+    for (std::int64_t i = threadIdx.x; i < key_tile * pieces_per_row; i += attn_threads) {
+      const int j = static_cast<int>(i / pieces_per_row);
+      const std::int64_t d0 = (i % pieces_per_row) * elems;
+      const std::int64_t key = kb + j;
+      std::int64_t row = -1;
+      if (key < key_end) {
+        const std::int64_t block = table[key / a.block_size];
+        if (block >= 0 && block < a.num_blocks) row = (block * a.num_kv_heads + kv_head) * a.block_size + key % a.block_size;
+      }
+      float k_factor = 1.0f;
+      float v_factor = 1.0f;
+      if constexpr (KV == dtype::fp8_e4m3) {
+        if (row >= 0) {
+          k_factor = a.k_scales[row];
+          v_factor = a.v_scales[row];
+        }
+      }
+      if (a.vec) {
+        uint4 kraw = make_uint4(0, 0, 0, 0);
+        uint4 vraw = make_uint4(0, 0, 0, 0);
+        if (row >= 0) {
+          kraw = *reinterpret_cast<const uint4*>(static_cast<const std::uint8_t*>(a.k_cache) + (row * D + d0) * elem_bytes);
+          vraw = *reinterpret_cast<const uint4*>(static_cast<const std::uint8_t*>(a.v_cache) + (row * D + d0) * elem_bytes);
+        }
+#pragma unroll
+        for (int e = 0; e < vec_elems; ++e) {
+          k_s[j * (D + 1) + d0 + e] = load_float<KV>(&kraw, e) * k_factor;
+          v_s[j * D + d0 + e] = load_float<KV>(&vraw, e) * v_factor;
+        }
+      } else {
+        k_s[j * (D + 1) + d0] = row >= 0 ? load_float<KV>(a.k_cache, row * D + d0) * k_factor : 0.0f;
+        v_s[j * D + d0] = row >= 0 ? load_float<KV>(a.v_cache, row * D + d0) * v_factor : 0.0f;
+      }
+    }
+    __syncthreads();
+
+    const std::int64_t key = kb + lane;
+#pragma unroll
+    for (int rr = 0; rr < rows_per_warp; ++rr) {
+      const int r = warp + rr * attn_warps;
+      if (r >= rows || pos_s[r] < 0) continue;  // the same for the whole warp
+      const float* qr = q_s + r * D;
+      const float* kr = k_s + lane * (D + 1);
+      float dot = 0.0f;
+      for (std::int64_t d = 0; d < D; ++d) dot = fmaf(qr[d], kr[d], dot);
+      const bool visible = key < key_end && key <= pos_s[r];
+      const float score = visible ? dot * a.scale : -INFINITY;
+      const float tile_max = warp_max(score);
+      if (tile_max == -INFINITY) continue;  // nothing visible to this row in the tile
+      const float new_max = fmaxf(running_max[rr], tile_max);
+      const float correction = expf(running_max[rr] - new_max);  // exp(-inf) = 0 on the first tile
+      const float p = visible ? expf(score - new_max) : 0.0f;
+      running_sum[rr] = running_sum[rr] * correction + warp_sum(p);
+      running_max[rr] = new_max;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[rr][i] *= correction;
+      for (int j = 0; j < key_tile; ++j) {
+        const float pj = __shfl_sync(full_warp, p, j);
+        if (pj == 0.0f) continue;  // the same for the whole warp
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+          const std::int64_t d = lane + i * warp_size;
+          if (d < D) acc[rr][i] = fmaf(pj, v_s[j * D + d], acc[rr][i]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int rr = 0; rr < rows_per_warp; ++rr) {
+    const int r = warp + rr * attn_warps;
+    if (r >= rows || pos_s[r] < 0) continue;
+    const std::int64_t t = first + r / a.group;
+    const std::int64_t head = static_cast<std::int64_t>(kv_head) * a.group + r % a.group;
+    if (a.splits == 1) {
+      const float inv_sum = 1.0f / running_sum[rr];
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        const std::int64_t d = lane + i * warp_size;
+        if (d < D) a.out[t * a.out_stride + head * D + d] = acc[rr][i] * inv_sum;
+      }
+    } else {
+      // [tokens, num_heads, splits, D + 2]: max, sum, then the unnormalised output.
+      float* part = a.partials + ((t * a.num_heads + head) * a.splits + split) * (D + 2);
+      if (lane == 0) {
+        part[0] = running_max[rr];
+        part[1] = running_sum[rr];
+      }
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) {
+        const std::int64_t d = lane + i * warp_size;
+        if (d < D) part[2 + d] = acc[rr][i];
+      }
+    }
+  }
+}
+
+// One warp per (token, head): the slices' results rescaled to the common max and added in
+// slice order. A slice that saw no key has sum 0 and max -inf and adds nothing.
+__global__ void combine_kernel(attention_args a) {
+  const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * attn_warps + threadIdx.x / warp_size;
+  if (item >= a.tokens * a.num_heads) return;
+  const int lane = static_cast<int>(threadIdx.x) % warp_size;
+  const std::int64_t D = a.head_dim;
+  const float* parts = a.partials + item * a.splits * (D + 2);
+  float max_all = -INFINITY;
+  for (int s = 0; s < a.splits; ++s) max_all = fmaxf(max_all, parts[s * (D + 2)]);
+  float sum = 0.0f;
+  for (int s = 0; s < a.splits; ++s) {
+    const float m = parts[s * (D + 2)];
+    if (m != -INFINITY) sum += parts[s * (D + 2) + 1] * expf(m - max_all);
+  }
+  const std::int64_t t = item / a.num_heads;
+  const std::int64_t head = item % a.num_heads;
+  for (std::int64_t d = lane; d < D; d += warp_size) {
+    float value = 0.0f;
+    for (int s = 0; s < a.splits; ++s) {
+      const float m = parts[s * (D + 2)];
+      if (m != -INFINITY) value += parts[s * (D + 2) + 2 + d] * expf(m - max_all);
+    }
+    a.out[t * a.out_stride + head * D + d] = value / sum;
+  }
+}
+
+template <dtype KV, int DPL>
+status launch(const attention_args& a, dim3 grid, std::int64_t rows, cudaStream_t stream) {
+  const auto bytes = static_cast<int>(shared_floats(rows, a.head_dim) * static_cast<std::int64_t>(sizeof(float)));
+  EDGE_RETURN_IF_ERROR(allow_shared_memory(reinterpret_cast<const void*>(&attention_kernel<KV, DPL>), bytes));
+  attention_kernel<KV, DPL><<<grid, attn_threads, static_cast<std::size_t>(bytes), stream>>>(a);
+  return check_launch("paged_attention");
+}
+
+}  // namespace
+
+status run_paged_attention(const paged_attention_params& p, const stream& s) {
+  if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
+    return invalid_argument("paged_attention: num_heads must be a multiple of num_kv_heads");
+  }
+  if (p.head_dim <= 0 || p.head_dim > max_attention_head_dim) return invalid_argument("paged_attention: bad head_dim");
+  if (p.num_heads / p.num_kv_heads > max_attention_group) {
+    return invalid_argument("paged_attention: too many query heads per KV head");
+  }
+  if (p.block_size <= 0) return invalid_argument("paged_attention: bad block size");
+  if (kv_cache_scaled(p.kv_type) && (p.k_scales == nullptr || p.v_scales == nullptr)) {
+    return invalid_argument("paged_attention: an fp8_e4m3 cache needs K and V scales");
+  }
+  if (p.seq_token_begin != nullptr && (p.num_seqs <= 0 || p.max_seq_tokens <= 0)) {
+    return invalid_argument("paged_attention: seq_token_begin needs num_seqs and max_seq_tokens");
+  }
+  if (p.tokens <= 0) return {};
+
+  attention_args a{};
+  a.q = p.q;
+  a.out = p.out;
+  a.k_cache = p.k_cache;
+  a.v_cache = p.v_cache;
+  a.k_scales = p.k_scales;
+  a.v_scales = p.v_scales;
+  a.seq = p.seq;
+  a.pos = p.pos;
+  a.block_tables = p.block_tables;
+  a.seq_token_begin = p.seq_token_begin;
+  a.partials = p.workspace;
+  a.tokens = p.tokens;
+  a.num_heads = p.num_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.head_dim = p.head_dim;
+  a.block_size = p.block_size;
+  a.num_blocks = p.num_blocks;
+  a.block_table_stride = p.block_table_stride;
+  a.q_stride = p.q_stride;
+  a.out_stride = p.out_stride;
+  a.group = static_cast<int>(p.num_heads / p.num_kv_heads);
+  a.scale = p.scale;
+  const std::int64_t vec_elems = 16 / static_cast<std::int64_t>(dtype_size(p.kv_type));
+  a.vec = p.head_dim % vec_elems == 0 && reinterpret_cast<std::uintptr_t>(p.k_cache) % 16 == 0 &&
+          reinterpret_cast<std::uintptr_t>(p.v_cache) % 16 == 0;
+
+  a.tile_tokens = p.seq_token_begin != nullptr ? std::max(1, prefill_rows / a.group) : 1;
+  const std::int64_t tiles = p.seq_token_begin != nullptr ? ceil_div(p.max_seq_tokens, a.tile_tokens) : p.tokens;
+  const std::int64_t runs = p.seq_token_begin != nullptr ? p.num_seqs : 1;
+  // Split contexts until the grid covers the GPU about twice, as far as the workspace allows.
+  const std::int64_t blocks = tiles * runs * p.num_kv_heads;
+  std::int64_t splits = std::clamp<std::int64_t>(ceil_div(2 * multiprocessor_count(), blocks), 1, attention_max_splits);
+  if (p.workspace == nullptr) splits = 1;
+  while (splits > 1 && p.tokens * p.num_heads * splits * (p.head_dim + 2) > p.workspace_floats) --splits;
+  a.splits = static_cast<int>(splits);
+
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_kv_heads * splits),
+                  static_cast<unsigned>(runs));
+  const std::int64_t rows = static_cast<std::int64_t>(a.tile_tokens) * a.group;
+  const cudaStream_t stream = native(s);
+  EDGE_RETURN_IF_ERROR(dispatch_dtype(p.kv_type, [&]<dtype KV>() {
+    if (p.head_dim <= 64) return launch<KV, 2>(a, grid, rows, stream);
+    if (p.head_dim <= 128) return launch<KV, 4>(a, grid, rows, stream);
+    return launch<KV, 8>(a, grid, rows, stream);
+  }));
+  if (splits > 1) {
+    combine_kernel<<<static_cast<unsigned>(ceil_div(p.tokens * p.num_heads, attn_warps)), attn_threads, 0, stream>>>(a);
+    EDGE_RETURN_IF_ERROR(check_launch("paged_attention (combine)"));
+  }
+  return {};
+}
+
+}  // namespace edge::kernels::cuda

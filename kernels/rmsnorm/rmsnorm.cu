@@ -1,0 +1,61 @@
+// CUDA RMSNorm with the residual add fused in front: one block per row; the row's sum of
+// squares is reduced across the block in float (a fixed order for a given row length, though
+// not the CPU's 16-lane order: results agree to float rounding, tests/gpu states the bound).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launchers.h"
+
+namespace edge::kernels::cuda {
+namespace {
+
+constexpr int rmsnorm_threads = 256;
+constexpr int rmsnorm_warps = rmsnorm_threads / warp_size;
+
+__global__ void __launch_bounds__(rmsnorm_threads)
+    rmsnorm_kernel(float* __restrict__ x,               // [rows, cols], row stride x_stride
+                   const float* __restrict__ residual,  // [rows, cols] or null
+                   const float* __restrict__ weight,    // [cols]
+                   float* out,                          // [rows, cols], row stride out_stride; may be x
+                   std::int64_t cols, std::int64_t x_stride, std::int64_t out_stride, float eps) {
+  __shared__ float partial[rmsnorm_warps];
+  const std::int64_t row = blockIdx.x;
+  float* xr = x + row * x_stride;
+  float sum = 0.0f;
+  for (std::int64_t i = threadIdx.x; i < cols; i += rmsnorm_threads) {
+    float v = xr[i];
+    if (residual != nullptr) {
+      v += residual[row * cols + i];
+      xr[i] = v;
+    }
+    sum += v * v;
+  }
+  sum = warp_sum(sum);
+  const int warp = static_cast<int>(threadIdx.x) / warp_size;
+  const int lane = static_cast<int>(threadIdx.x) % warp_size;
+  if (lane == 0) partial[warp] = sum;
+  __syncthreads();
+  if (warp == 0) {
+    sum = lane < rmsnorm_warps ? partial[lane] : 0.0f;
+    sum = warp_sum(sum);
+    if (lane == 0) partial[0] = sum;
+  }
+  __syncthreads();
+  const float inv_rms = 1.0f / sqrtf(partial[0] / static_cast<float>(cols) + eps);
+  float* orow = out + row * out_stride;
+  // Each thread reads back only the elements it wrote itself above, so no barrier is needed
+  // between the residual update and this pass even when out == x.
+  for (std::int64_t i = threadIdx.x; i < cols; i += rmsnorm_threads) orow[i] = xr[i] * inv_rms * weight[i];
+}
+
+}  // namespace
+
+status run_rmsnorm(const rmsnorm_params& p, const stream& s) {
+  if (p.cols <= 0 || p.x_stride < p.cols || p.out_stride < p.cols) {
+    return invalid_argument("rmsnorm: bad shape or strides");
+  }
+  if (p.rows <= 0) return {};
+  rmsnorm_kernel<<<static_cast<unsigned>(p.rows), rmsnorm_threads, 0, native(s)>>>(
+      p.x, p.residual, p.weight, p.out, p.cols, p.x_stride, p.out_stride, p.eps);
+  return check_launch("rmsnorm");
+}
+
+}  // namespace edge::kernels::cuda

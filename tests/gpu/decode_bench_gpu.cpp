@@ -1,0 +1,279 @@
+// GPU benchmarks (printed, never asserted):
+//   1. The device-copy bandwidth (cudaMemcpy device to device of 2 GiB, bytes read + written
+//      per second): the ceiling the memory-bound kernels are compared with.
+//   2. W4A16 and FP8 GEMV at one token over Llama-3-8B's matrices (fused gate+up [28672, 4096],
+//      down [4096, 14336]), rotating through enough copies that nothing stays in L2: bytes of
+//      weights and scales read per second, and that as a fraction of the copy bandwidth.
+//   3. FP8 and BF16 KV decode attention (64 sequences x 4096 positions, 32 query / 8 KV heads,
+//      head_dim 128, blocks of 16): KV bytes (codes and scales) read per second, and the fraction.
+//   4. Decode tokens/s of the whole CUDA engine for a synthetic Llama-3-8B (32 layers, hidden
+//      4096, 14336, 32/8 heads, vocab 128256; random weights made on the device, embedding and
+//      classifier bf16) at 1, 8, 16, 32 and 64 concurrent sequences, each 1024 positions deep,
+//      for int4 vs fp8 weights and bf16 vs fp8 KV: CUDA-graph decode steps with greedy sampling
+//      on the device, timed over 32 steps after 3 warm-up steps (which capture the graphs).
+// Timings are CUDA events (kernels) or the host clock around synchronised steps (engine); each
+// figure is the median of 5 repetitions.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "edge/backend/model/model_config.h"
+#include "edge/backend/runtime/cuda_executor.h"
+#include "edge/common/format.h"
+#include "gpu_test_support.h"
+#include "kernels/kv_cache_write/kv_cache_write.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/paged_attention/paged_attention.h"
+#include "kernels/quantize/quantize.h"
+
+namespace {
+
+using namespace edge;
+using gpu_test::check_cuda;
+using gpu_test::check_ok;
+
+constexpr int repetitions = 5;
+constexpr double giga = 1e9;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds per call of `body`, by CUDA events over `calls` calls; the median of repetitions.
+template <class F>
+double time_calls(cudaStream_t stream, int calls, const F& body) {
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "event");
+  check_cuda(cudaEventCreate(&stop), "event");
+  body(0);  // warm-up
+  std::vector<double> seconds;
+  for (int rep = 0; rep < repetitions; ++rep) {
+    check_cuda(cudaEventRecord(start, stream), "event");
+    for (int i = 0; i < calls; ++i) body(i);
+    check_cuda(cudaEventRecord(stop, stream), "event");
+    check_cuda(cudaEventSynchronize(stop), "event");
+    float ms = 0.0f;
+    check_cuda(cudaEventElapsedTime(&ms, start, stop), "event");
+    seconds.push_back(static_cast<double>(ms) / 1e3 / calls);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(seconds);
+}
+
+double copy_bandwidth(cudaStream_t stream) {
+  const std::size_t bytes = std::size_t{2} << 30;
+  gpu_test::device_array<std::uint8_t> a(bytes), b(bytes);
+  check_cuda(cudaMemset(a.get(), 1, bytes), "memset");
+  const double s = time_calls(stream, 10, [&](int) {
+    check_cuda(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+  });
+  return 2.0 * static_cast<double>(bytes) / s;  // read + written
+}
+
+// Bytes per second of a one-token GEMV over `copies` distinct [n, k] matrices in format f.
+double gemv_bandwidth(kernels::weight_format f, std::int64_t n, std::int64_t k, cudaStream_t stream) {
+  const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
+  const std::int64_t group = f == kernels::weight_format::int4 ? kernels::int4_group_size_for(k) : 0;
+  const auto value_bytes = static_cast<std::size_t>(kernels::weight_values_bytes(f, n, k));
+  const auto scale_count = static_cast<std::size_t>(kernels::weight_scale_count(f, n, k, group));
+  const std::size_t matrix_bytes = value_bytes + scale_count * sizeof(float);
+  // Enough copies to cover 1 GiB, so every call reads from HBM rather than the 60 MB L2.
+  const int copies = static_cast<int>(std::max<std::size_t>(4, (std::size_t{1} << 30) / matrix_bytes));
+  std::vector<std::unique_ptr<gpu_test::device_array<std::uint8_t>>> values;
+  std::vector<std::unique_ptr<gpu_test::device_array<float>>> scales;
+  {
+    // One random matrix quantized on the device, copied.
+    gpu_test::device_array<float> dense(static_cast<std::size_t>(n * k));
+    gpu_test::device_array<float> x_init(gpu_test::random_floats(static_cast<std::size_t>(std::min<std::int64_t>(n * k, 1 << 24)), 1));
+    for (std::int64_t at = 0; at < n * k; at += static_cast<std::int64_t>(x_init.size())) {
+      const auto count = std::min<std::int64_t>(static_cast<std::int64_t>(x_init.size()), n * k - at);
+      check_cuda(cudaMemcpy(dense.get() + at, x_init.get(), static_cast<std::size_t>(count) * sizeof(float), cudaMemcpyDeviceToDevice), "copy");
+    }
+    for (int c = 0; c < copies; ++c) {
+      values.push_back(std::make_unique<gpu_test::device_array<std::uint8_t>>(value_bytes));
+      scales.push_back(std::make_unique<gpu_test::device_array<float>>(scale_count));
+      check_ok(kernels::run_quantize({.x = dense.get(), .rows = n, .k = k, .x_stride = k, .format = f, .group_size = group,
+                                      .values = values.back()->get(), .scales = scales.back()->get()},
+                                     s),
+               "quantize");
+    }
+  }
+  gpu_test::device_array<float> x(gpu_test::random_floats(static_cast<std::size_t>(k), 2));
+  gpu_test::device_array<float> y(static_cast<std::size_t>(n));
+  const double seconds = time_calls(stream, copies * 4, [&](int i) {
+    const auto c = static_cast<std::size_t>(i % copies);
+    check_ok(kernels::run_matmul({.x = x.get(),
+                                  .w = {.format = f, .values = values[c]->get(), .scales = scales[c]->get(), .group_size = group},
+                                  .y = y.get(), .tokens = 1, .n = n, .k = k, .x_stride = k, .y_stride = n},
+                                 s),
+             "matmul");
+  });
+  return static_cast<double>(matrix_bytes) / seconds;
+}
+
+// Bytes per second of decode attention over a KV cache of `type`.
+double attention_bandwidth(kernels::dtype type, cudaStream_t stream) {
+  const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
+  constexpr std::int64_t seqs = 64, context = 4096, heads = 32, kv_heads = 8, head_dim = 128, block = 16;
+  constexpr std::int64_t blocks_per_seq = context / block;
+  constexpr std::int64_t num_blocks = seqs * blocks_per_seq;
+  const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block * head_dim) * kernels::dtype_size(type);
+  const std::size_t scale_count = static_cast<std::size_t>(num_blocks * kv_heads * block);
+  const bool scaled = kernels::kv_cache_scaled(type);
+  gpu_test::device_array<std::uint8_t> kc(cache_bytes), vc(cache_bytes);
+  gpu_test::device_array<float> ks(std::vector<float>(scale_count, 0.01f)), vs(std::vector<float>(scale_count, 0.01f));
+  // Codes of moderate magnitude everywhere (0x30 is 0.5 in E4M3 and a small bf16 pattern).
+  check_cuda(cudaMemset(kc.get(), 0x30, cache_bytes), "memset");
+  check_cuda(cudaMemset(vc.get(), 0x30, cache_bytes), "memset");
+  std::vector<std::int32_t> tables(static_cast<std::size_t>(num_blocks));
+  for (std::int64_t i = 0; i < num_blocks; ++i) tables[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % num_blocks);
+  std::vector<std::int32_t> seq(seqs), pos(seqs), runs(seqs + 1);
+  for (std::int64_t i = 0; i < seqs; ++i) {
+    seq[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+    pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(context - 1);
+    runs[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+  }
+  runs[seqs] = static_cast<std::int32_t>(seqs);
+  gpu_test::device_array<std::int32_t> d_tables(tables), d_seq(seq), d_pos(pos), d_runs(runs);
+  gpu_test::device_array<float> q(gpu_test::random_floats(static_cast<std::size_t>(seqs * heads * head_dim), 3));
+  gpu_test::device_array<float> out(static_cast<std::size_t>(seqs * heads * head_dim));
+  const std::int64_t workspace_floats = kernels::paged_attention_workspace_floats(seqs, heads, head_dim);
+  gpu_test::device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
+  const double seconds = time_calls(stream, 20, [&](int) {
+    check_ok(kernels::run_paged_attention(
+                 {.q = q.get(), .out = out.get(), .k_cache = kc.get(), .v_cache = vc.get(),
+                  .k_scales = scaled ? ks.get() : nullptr, .v_scales = scaled ? vs.get() : nullptr, .kv_type = type,
+                  .seq = d_seq.get(), .pos = d_pos.get(), .block_tables = d_tables.get(), .tokens = seqs,
+                  .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = head_dim, .block_size = block,
+                  .num_blocks = num_blocks, .block_table_stride = blocks_per_seq, .q_stride = heads * head_dim,
+                  .out_stride = heads * head_dim, .scale = 0.088f, .seq_token_begin = d_runs.get(), .num_seqs = seqs,
+                  .max_seq_tokens = 1, .workspace = workspace.get(), .workspace_floats = workspace_floats},
+                 s),
+             "attention");
+  });
+  const double bytes = 2.0 * static_cast<double>(cache_bytes) + (scaled ? 2.0 * static_cast<double>(scale_count) * 4 : 0.0);
+  return bytes / seconds;
+}
+
+backend::model_config llama3_8b() {
+  backend::model_config c;
+  c.vocab_size = 128256;
+  c.hidden_size = 4096;
+  c.intermediate_size = 14336;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.max_position = 8192;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 500000.0;
+  c.rope = backend::rope_layout::half_split;
+  return c;
+}
+
+// Decode tokens/s at each batch size for one weight format and KV dtype.
+std::vector<double> engine_decode(kernels::weight_format weights, kernels::dtype kv, const std::vector<std::int64_t>& batches) {
+  constexpr std::int64_t context = 1024, warmup = 3, steps = 32, block = 16;
+  const backend::model_config config = llama3_8b();
+  const std::int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  const std::int64_t blocks_per_seq = (context + warmup + steps + block) / block + 1;
+  const std::size_t kv_bytes = static_cast<std::size_t>(max_batch * blocks_per_seq + 2) *
+                               backend::kv_cache_layout::for_budget(config, kv, block, 0).bytes_per_block();
+  auto created = backend::cuda_executor::create_synthetic(
+      config, weights, 7, {.max_batch_tokens = max_batch, .max_sequences = max_batch, .kv_dtype = kv, .block_size = block,
+                           .kv_cache_bytes = kv_bytes});
+  check_ok(created.ok() ? status{} : created.error(), "create_synthetic");
+  backend::cuda_executor& exec = **created;
+  std::printf("  %s weights, %s KV: %s\n", std::string(kernels::to_string(weights)).c_str(),
+              std::string(kernels::to_string(kv)).c_str(), exec.describe().c_str());
+  check_ok(exec.fill_kv_random(11), "fill_kv_random");
+  std::vector<std::vector<std::int32_t>> tables(static_cast<std::size_t>(max_batch));
+  for (std::int64_t s = 0; s < max_batch; ++s) {
+    for (std::int64_t b = 0; b < blocks_per_seq; ++b) tables[static_cast<std::size_t>(s)].push_back(static_cast<std::int32_t>(s * blocks_per_seq + b));
+  }
+  std::vector<double> rates;
+  for (const std::int64_t batch : batches) {
+    std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(batch), std::vector<std::int32_t>{1});
+    const std::vector<kernels::sampling_row> config_rows(static_cast<std::size_t>(batch), kernels::sampling_row{.temperature = 0.0f});
+    std::vector<std::int32_t> out(static_cast<std::size_t>(batch));
+    const auto step = [&](std::int64_t position) {
+      backend::batch_plan plan;
+      for (std::int64_t s = 0; s < batch; ++s) {
+        plan.entries.push_back({.tokens = ids[static_cast<std::size_t>(s)], .start_position = position,
+                                .block_table = tables[static_cast<std::size_t>(s)], .compute_logits = true});
+      }
+      check_ok(exec.forward_sample(plan, config_rows, out), "decode step");
+      for (std::int64_t s = 0; s < batch; ++s) ids[static_cast<std::size_t>(s)][0] = out[static_cast<std::size_t>(s)];
+    };
+    for (std::int64_t i = 0; i < warmup; ++i) step(context + i);
+    std::vector<double> per_rep;
+    for (int rep = 0; rep < repetitions; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      for (std::int64_t i = 0; i < steps; ++i) step(context + warmup + i);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      per_rep.push_back(static_cast<double>(batch * steps) / seconds);
+    }
+    rates.push_back(median(per_rep));
+  }
+  return rates;
+}
+
+}  // namespace
+
+int main() {
+  gpu_test::require_device("decode_bench_gpu");
+  cudaStream_t stream = nullptr;
+  check_cuda(cudaStreamCreate(&stream), "stream");
+
+  const double copy = copy_bandwidth(stream);
+  std::printf("\ndevice copy bandwidth (read + write): %.0f GB/s\n\n", copy / giga);
+
+  std::printf("| kernel (one token / decode) | shape | GB/s | fraction of copy bandwidth |\n|---|---|---|---|\n");
+  for (const auto f : {kernels::weight_format::int4, kernels::weight_format::fp8_e4m3}) {
+    for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{28672, 4096}, {4096, 14336}, {6144, 4096}}) {
+      const double bw = gemv_bandwidth(f, n, k, stream);
+      std::printf("| %s GEMV | [%lld, %lld] | %.0f | %.2f |\n", f == kernels::weight_format::int4 ? "W4A16" : "W8A16 (fp8)",
+                  static_cast<long long>(n), static_cast<long long>(k), bw / giga, bw / copy);
+    }
+  }
+  for (const auto kv : {kernels::dtype::fp8_e4m3, kernels::dtype::bf16}) {
+    const double bw = attention_bandwidth(kv, stream);
+    std::printf("| %s KV decode attention | 64 seqs x 4096 positions, 32/8 heads, d 128 | %.0f | %.2f |\n",
+                std::string(kernels::to_string(kv)).c_str(), bw / giga, bw / copy);
+  }
+
+  const std::vector<std::int64_t> batches = {1, 8, 16, 32, 64};
+  std::printf("\nsynthetic Llama-3-8B decode, 1024 positions per sequence:\n");
+  std::vector<std::pair<std::string, std::vector<double>>> rows;
+  for (const auto weights : {kernels::weight_format::int4, kernels::weight_format::fp8_e4m3}) {
+    for (const auto kv : {kernels::dtype::bf16, kernels::dtype::fp8_e4m3}) {
+      rows.emplace_back(format("{} weights, {} KV", kernels::to_string(weights), kernels::to_string(kv)),
+                        engine_decode(weights, kv, batches));
+    }
+  }
+  std::printf("\n| decode tokens/s | 1 | 8 | 16 | 32 | 64 |\n|---|---|---|---|---|---|\n");
+  for (const auto& [name, rates] : rows) {
+    std::printf("| %s |", name.c_str());
+    for (double r : rates) std::printf(" %.0f |", r);
+    std::printf("\n");
+  }
+  std::printf("\n| int4 / fp8 weights | 1 | 8 | 16 | 32 | 64 |\n|---|---|---|---|---|---|\n");
+  for (int kv = 0; kv < 2; ++kv) {
+    std::printf("| %s KV |", kv == 0 ? "bf16" : "fp8");
+    for (std::size_t i = 0; i < batches.size(); ++i) std::printf(" %.2f |", rows[static_cast<std::size_t>(kv)].second[i] / rows[static_cast<std::size_t>(2 + kv)].second[i]);
+    std::printf("\n");
+  }
+  std::printf("\n| fp8 / bf16 KV | 1 | 8 | 16 | 32 | 64 |\n|---|---|---|---|---|---|\n");
+  for (int w = 0; w < 2; ++w) {
+    std::printf("| %s weights |", w == 0 ? "int4" : "fp8");
+    for (std::size_t i = 0; i < batches.size(); ++i) std::printf(" %.2f |", rows[static_cast<std::size_t>(2 * w + 1)].second[i] / rows[static_cast<std::size_t>(2 * w)].second[i]);
+    std::printf("\n");
+  }
+  cudaStreamDestroy(stream);
+  return 0;
+}

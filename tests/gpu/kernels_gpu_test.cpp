@@ -1,0 +1,648 @@
+// Every CUDA kernel against its CPU reference, over awkward shapes: sizes 1, 54, 97, 4096 and
+// 14336; KV block sizes 1, 8 and 16; head_dim 64 and 128; GQA 1:1, 4:1 and 8:1; every weight
+// format and KV dtype. Each line prints the largest error and the tolerance it is held to:
+//   * exact (tolerance 0): embedding, quantize / dequantize, kv_cache_write (the same encoders
+//     and IEEE division on both sides), greedy sampling;
+//   * float rounding and summation order: rmsnorm, rope, silu_mul, paged attention (absolute,
+//     for the value ranges stated on each line), and matmul with f32 products (f32 / f16
+//     weights, and every format's GEMV for 1..8 tokens): 1e-5 of the sum of |x w|;
+//   * bf16 tensor cores (9+ tokens with bf16 / fp8 / int4 weights): x rounded to bf16 (and int4
+//     weights' q x scale too), so 2^-7 of the sum of |x w| (four bf16 roundings' worth);
+//   * seeded sampling: the GPU's token is the CPU's, or the draw lies within float rounding of
+//     the boundary between the two.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "edge/common/format.h"
+#include "edge/common/thread_pool.h"
+#include "edge/kernels/numerics.h"
+#include "gpu_test_support.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/kv_cache_write/kv_cache_write.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/paged_attention/paged_attention.h"
+#include "kernels/quantize/quantize.h"
+#include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/sampling/sampling.h"
+#include "kernels/silu_mul/silu_mul.h"
+
+namespace {
+
+using namespace edge;
+using namespace edge::kernels;
+using gpu_test::device_array;
+using gpu_test::random_floats;
+
+thread_pool* pool_ptr = nullptr;
+cudaStream_t cuda_stream = nullptr;
+
+stream cpu() { return {.where = device::cpu, .pool = pool_ptr, .cuda_stream = nullptr}; }
+stream gpu() { return {.where = device::cuda, .pool = nullptr, .cuda_stream = cuda_stream}; }
+void sync() { gpu_test::check_cuda(cudaStreamSynchronize(cuda_stream), "kernel"); }
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (std::isnan(d)) return INFINITY;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+template <class T>
+std::size_t count_different(const std::vector<T>& a, const std::vector<T>& b) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0 ? 1 : 0;
+  return n;
+}
+
+// Host storage of floats in a dtype.
+std::vector<std::uint8_t> encode(const std::vector<float>& v, dtype type) {
+  std::vector<std::uint8_t> out(v.size() * dtype_size(type));
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (type == dtype::f32) {
+      std::memcpy(&out[i * 4], &v[i], 4);
+    } else if (type == dtype::bf16) {
+      const std::uint16_t b = float_to_bf16(v[i]);
+      std::memcpy(&out[i * 2], &b, 2);
+    } else if (type == dtype::f16) {
+      const std::uint16_t b = float_to_fp16(v[i]);
+      std::memcpy(&out[i * 2], &b, 2);
+    } else {
+      out[i] = float_to_fp8_e4m3(v[i]);
+    }
+  }
+  return out;
+}
+
+// ---- embedding, rmsnorm, rope, silu_mul -----------------------------------------------------
+
+void test_embedding(gpu_test::results& r) {
+  for (const dtype type : {dtype::f32, dtype::f16, dtype::bf16}) {
+    for (const std::int64_t hidden : {1, 54, 97, 4096}) {
+      const std::int64_t vocab = 97;
+      const std::int64_t tokens = 54;
+      const auto table = encode(random_floats(static_cast<std::size_t>(vocab * hidden), 1), type);
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
+      for (std::int64_t t = 0; t < tokens; ++t) ids[static_cast<std::size_t>(t)] = static_cast<std::int32_t>((t * 37) % vocab);
+      std::vector<float> want(static_cast<std::size_t>(tokens * hidden));
+      gpu_test::check_ok(run_embedding({.ids = ids.data(), .table = table.data(), .table_type = type, .out = want.data(),
+                                        .tokens = tokens, .vocab = vocab, .hidden = hidden},
+                                       cpu()),
+                         "cpu embedding");
+      device_array<std::int32_t> d_ids(ids);
+      device_array<std::uint8_t> d_table(table);
+      device_array<float> d_out(want.size());
+      gpu_test::check_ok(run_embedding({.ids = d_ids.get(), .table = d_table.get(), .table_type = type, .out = d_out.get(),
+                                        .tokens = tokens, .vocab = vocab, .hidden = hidden},
+                                       gpu()),
+                         "gpu embedding");
+      sync();
+      r.check(format("embedding {} hidden {}", to_string(type), hidden), max_abs_diff(want, d_out.download()), 0.0);
+    }
+  }
+}
+
+void test_rmsnorm(gpu_test::results& r) {
+  for (const std::int64_t rows : {1, 54, 97}) {
+    for (const std::int64_t cols : {1, 54, 97, 4096, 14336}) {
+      for (const bool residual : {false, true}) {
+        const auto x = random_floats(static_cast<std::size_t>(rows * cols), 2, -3.0f, 3.0f);
+        const auto res = random_floats(x.size(), 3);
+        const auto weight = random_floats(static_cast<std::size_t>(cols), 4, 0.5f, 1.5f);
+        std::vector<float> x_cpu = x;
+        std::vector<float> out_cpu(x.size());
+        gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .residual = residual ? res.data() : nullptr,
+                                        .weight = weight.data(), .out = out_cpu.data(), .rows = rows, .cols = cols,
+                                        .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
+                                       cpu()),
+                           "cpu rmsnorm");
+        device_array<float> d_x(x);
+        device_array<float> d_res(res);
+        device_array<float> d_w(weight);
+        device_array<float> d_out(x.size());
+        gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .residual = residual ? d_res.get() : nullptr, .weight = d_w.get(),
+                                        .out = d_out.get(), .rows = rows, .cols = cols, .x_stride = cols,
+                                        .out_stride = cols, .eps = 1e-5f},
+                                       gpu()),
+                           "gpu rmsnorm");
+        sync();
+        // Outputs are O(|weight| * 3): a relative 1e-5 of that covers the sum's order.
+        r.check(format("rmsnorm rows {} cols {} residual {} (abs, values up to ~5)", rows, cols, residual),
+                std::max(max_abs_diff(out_cpu, d_out.download()), max_abs_diff(x_cpu, d_x.download())), 5e-5);
+      }
+    }
+  }
+}
+
+void test_rope(gpu_test::results& r) {
+  for (const std::int64_t head_dim : {64, 128}) {
+    for (const std::int64_t heads : {1, 8}) {
+      for (const rope_pairs pairs : {rope_pairs::adjacent, rope_pairs::half_split}) {
+        const std::int64_t tokens = 97;
+        const std::int64_t stride = heads * head_dim + 16;  // a strided view, as in fused QKV
+        const auto x = random_floats(static_cast<std::size_t>(tokens * stride), 5);
+        std::vector<std::int32_t> positions(static_cast<std::size_t>(tokens));
+        for (std::int64_t t = 0; t < tokens; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t * 1013 % 131072);
+        const auto inv_freq = rope_inv_freq(head_dim, 500000.0, rope_llama3_scaling{8.0, 1.0, 4.0, 8192.0});
+        std::vector<float> x_cpu = x;
+        gpu_test::check_ok(run_rope({.x = x_cpu.data(), .positions = positions.data(), .inv_freq = inv_freq.data(),
+                                     .tokens = tokens, .heads = heads, .head_dim = head_dim, .x_stride = stride,
+                                     .pairs = pairs},
+                                    cpu()),
+                           "cpu rope");
+        device_array<float> d_x(x);
+        device_array<std::int32_t> d_pos(positions);
+        device_array<float> d_freq(inv_freq);
+        gpu_test::check_ok(run_rope({.x = d_x.get(), .positions = d_pos.get(), .inv_freq = d_freq.get(), .tokens = tokens,
+                                     .heads = heads, .head_dim = head_dim, .x_stride = stride, .pairs = pairs},
+                                    gpu()),
+                           "gpu rope");
+        sync();
+        r.check(format("rope head_dim {} heads {} {} (abs, |x| <= 1.5)", head_dim, heads,
+                       pairs == rope_pairs::adjacent ? "adjacent" : "half_split"),
+                max_abs_diff(x_cpu, d_x.download()), 1e-5);
+      }
+    }
+  }
+}
+
+void test_silu_mul(gpu_test::results& r) {
+  for (const std::int64_t cols : {1, 97, 14336}) {
+    const std::int64_t rows = 54;
+    const auto gate = random_floats(static_cast<std::size_t>(rows * cols), 6, -8.0f, 8.0f);
+    const auto up = random_floats(gate.size(), 7);
+    std::vector<float> out_cpu(gate.size());
+    gpu_test::check_ok(run_silu_mul({.gate = gate.data(), .up = up.data(), .out = out_cpu.data(), .rows = rows,
+                                     .cols = cols, .in_stride = cols, .out_stride = cols},
+                                    cpu()),
+                       "cpu silu_mul");
+    device_array<float> d_gate(gate);
+    device_array<float> d_up(up);
+    device_array<float> d_out(gate.size());
+    gpu_test::check_ok(run_silu_mul({.gate = d_gate.get(), .up = d_up.get(), .out = d_out.get(), .rows = rows,
+                                     .cols = cols, .in_stride = cols, .out_stride = cols},
+                                    gpu()),
+                       "gpu silu_mul");
+    sync();
+    r.check(format("silu_mul rows {} cols {} (abs, values up to 8)", rows, cols), max_abs_diff(out_cpu, d_out.download()),
+            1e-5);
+  }
+}
+
+// ---- quantize, matmul ---------------------------------------------------------------------
+
+struct host_weights {
+  weight_format format;
+  std::vector<std::uint8_t> values;
+  std::vector<float> scales;
+  std::int64_t group_size = 0;
+  std::vector<float> dense;  // the dequantized matrix [n, k]
+};
+
+host_weights make_weights(weight_format f, std::int64_t n, std::int64_t k, std::uint32_t seed) {
+  host_weights w{.format = f};
+  const auto x = random_floats(static_cast<std::size_t>(n * k), seed, -0.5f, 0.5f);
+  if (is_quantized(f)) {
+    w.group_size = f == weight_format::int4 ? int4_group_size_for(k) : 0;
+    w.values.resize(static_cast<std::size_t>(weight_values_bytes(f, n, k)));
+    w.scales.resize(static_cast<std::size_t>(weight_scale_count(f, n, k, w.group_size)));
+    gpu_test::check_ok(run_quantize({.x = x.data(), .rows = n, .k = k, .x_stride = k, .format = f,
+                                     .group_size = w.group_size, .values = w.values.data(), .scales = w.scales.data()},
+                                    cpu()),
+                       "cpu quantize");
+  } else {
+    w.values = encode(x, *element_dtype(f));
+  }
+  w.dense.resize(static_cast<std::size_t>(n * k));
+  const weight_view view{.format = f, .values = w.values.data(), .scales = w.scales.empty() ? nullptr : w.scales.data(),
+                         .group_size = w.group_size};
+  gpu_test::check_ok(run_dequantize({.w = view, .k = k, .row_begin = 0, .rows = n, .y = w.dense.data(), .y_stride = k}, cpu()),
+                     "cpu dequantize");
+  return w;
+}
+
+void test_quantize(gpu_test::results& r) {
+  for (const weight_format f : {weight_format::int4, weight_format::fp8_e4m3}) {
+    for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 128}, {54, 97}, {97, 4096}, {8, 14336}}) {
+      const std::int64_t group = f == weight_format::int4 ? int4_group_size_for(k) : 0;
+      const auto x = random_floats(static_cast<std::size_t>(n * k), 8, -2.0f, 2.0f);
+      std::vector<std::uint8_t> values(static_cast<std::size_t>(weight_values_bytes(f, n, k)));
+      std::vector<float> scales(static_cast<std::size_t>(weight_scale_count(f, n, k, group)));
+      gpu_test::check_ok(run_quantize({.x = x.data(), .rows = n, .k = k, .x_stride = k, .format = f, .group_size = group,
+                                       .values = values.data(), .scales = scales.data()},
+                                      cpu()),
+                         "cpu quantize");
+      device_array<float> d_x(x);
+      device_array<std::uint8_t> d_values(values.size());
+      device_array<float> d_scales(scales.size());
+      gpu_test::check_ok(run_quantize({.x = d_x.get(), .rows = n, .k = k, .x_stride = k, .format = f, .group_size = group,
+                                       .values = d_values.get(), .scales = d_scales.get()},
+                                      gpu()),
+                         "gpu quantize");
+      sync();
+      const auto got_values = d_values.download();
+      const auto got_scales = d_scales.download();
+      r.check(format("quantize {} [{}, {}] group {}: differing bytes + scales", to_string(f), n, k, group),
+              static_cast<double>(count_different(values, got_values) + count_different(scales, got_scales)), 0.0);
+      std::vector<float> dense_cpu(x.size());
+      const weight_view view{.format = f, .values = values.data(), .scales = scales.data(), .group_size = group};
+      gpu_test::check_ok(run_dequantize({.w = view, .k = k, .row_begin = 0, .rows = n, .y = dense_cpu.data(), .y_stride = k}, cpu()),
+                         "cpu dequantize");
+      device_array<float> d_dense(x.size());
+      const weight_view d_view{.format = f, .values = d_values.get(), .scales = d_scales.get(), .group_size = group};
+      gpu_test::check_ok(run_dequantize({.w = d_view, .k = k, .row_begin = 0, .rows = n, .y = d_dense.get(), .y_stride = k}, gpu()),
+                         "gpu dequantize");
+      sync();
+      r.check(format("dequantize {} [{}, {}]", to_string(f), n, k), max_abs_diff(dense_cpu, d_dense.download()), 0.0);
+    }
+  }
+}
+
+void test_matmul(gpu_test::results& r) {
+  struct shape {
+    std::int64_t n, k;
+    std::vector<std::int64_t> tokens;
+  };
+  const std::vector<shape> shapes = {
+      {1, 128, {1, 54}}, {97, 54, {1, 5, 97}}, {54, 4096, {1, 8, 54}}, {4096, 97, {1, 97}},
+      {14336, 4096, {1}}, {4096, 14336, {1, 8, 54}},
+  };
+  const std::int64_t workspace_floats = matmul_workspace_floats(128, 14336);
+  device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
+  for (const weight_format f : {weight_format::f32, weight_format::f16, weight_format::bf16, weight_format::fp8_e4m3,
+                                weight_format::int4}) {
+    for (const shape& sh : shapes) {
+      const host_weights w = make_weights(f, sh.n, sh.k, 9);
+      device_array<std::uint8_t> d_values(w.values);
+      device_array<float> d_scales(w.scales.empty() ? std::vector<float>{0.0f} : w.scales);
+      const weight_view host_view{.format = f, .values = w.values.data(),
+                                  .scales = w.scales.empty() ? nullptr : w.scales.data(), .group_size = w.group_size};
+      const weight_view device_view{.format = f, .values = d_values.get(),
+                                    .scales = w.scales.empty() ? nullptr : d_scales.get(), .group_size = w.group_size};
+      const auto bias = random_floats(static_cast<std::size_t>(sh.n), 10);
+      std::vector<float> abs_w(w.dense.size());
+      for (std::size_t i = 0; i < abs_w.size(); ++i) abs_w[i] = std::fabs(w.dense[i]);
+      device_array<float> d_bias(bias);
+      for (const std::int64_t tokens : sh.tokens) {
+        for (const bool split : {false, true}) {
+          const std::int64_t x_stride = sh.k + 3;  // an unaligned stride: the scalar x path
+          const auto x = random_floats(static_cast<std::size_t>(tokens * x_stride), 11, -2.0f, 2.0f);
+          const auto y0 = random_floats(static_cast<std::size_t>(tokens * sh.n), 12);
+          std::vector<float> y_cpu = y0;
+          const bool accumulate = split;  // exercise both epilogues
+          gpu_test::check_ok(run_matmul({.x = x.data(), .w = host_view, .bias = bias.data(), .y = y_cpu.data(),
+                                         .tokens = tokens, .n = sh.n, .k = sh.k, .x_stride = x_stride,
+                                         .y_stride = sh.n, .accumulate = accumulate},
+                                        cpu()),
+                             "cpu matmul");
+          device_array<float> d_x(x);
+          device_array<float> d_y(y0);
+          gpu_test::check_ok(run_matmul({.x = d_x.get(), .w = device_view, .bias = d_bias.get(), .y = d_y.get(),
+                                         .tokens = tokens, .n = sh.n, .k = sh.k, .x_stride = x_stride,
+                                         .y_stride = sh.n, .accumulate = accumulate,
+                                         .workspace = split ? workspace.get() : nullptr,
+                                         .workspace_floats = split ? workspace_floats : 0},
+                                        gpu()),
+                             "gpu matmul");
+          sync();
+          const auto y_gpu = d_y.download();
+          // Error relative to the sum of |x w| of each output (computed as a matmul of |x| and |w|).
+          std::vector<float> abs_x(x.size());
+          for (std::size_t i = 0; i < x.size(); ++i) abs_x[i] = std::fabs(x[i]);
+          std::vector<float> magnitude(y0.size());
+          gpu_test::check_ok(run_matmul({.x = abs_x.data(), .w = {.format = weight_format::f32, .values = abs_w.data()},
+                                         .y = magnitude.data(), .tokens = tokens, .n = sh.n, .k = sh.k,
+                                         .x_stride = x_stride, .y_stride = sh.n},
+                                        cpu()),
+                             "cpu |x| |w|");
+          double worst = 0.0;
+          for (std::int64_t t = 0; t < tokens; ++t) {
+            for (std::int64_t n = 0; n < sh.n; ++n) {
+              const std::size_t at = static_cast<std::size_t>(t * sh.n + n);
+              const double bound = magnitude[at] + std::fabs(bias[static_cast<std::size_t>(n)]) + 1e-30;
+              worst = std::max(worst, std::fabs(static_cast<double>(y_gpu[at]) - y_cpu[at]) / bound);
+            }
+          }
+          const bool tensor_cores = tokens > 8 && (f == weight_format::bf16 || f == weight_format::fp8_e4m3 ||
+                                                   f == weight_format::int4);
+          r.check(format("matmul {} n {} k {} tokens {}{} (relative to sum |x w|)", to_string(f), sh.n, sh.k, tokens,
+                         split ? " split-k, accumulate" : ""),
+                  worst, tensor_cores ? 1.0 / 128.0 : 1e-5);
+        }
+      }
+    }
+  }
+}
+
+// ---- KV cache write, paged attention -------------------------------------------------------
+
+struct kv_case {
+  dtype type;
+  std::int64_t head_dim, num_kv_heads, block_size;
+};
+
+void test_kv_cache_write(gpu_test::results& r) {
+  for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
+    for (const std::int64_t head_dim : {64, 128}) {
+      for (const std::int64_t block_size : {1, 8, 16}) {
+        const std::int64_t kv_heads = 8;
+        const std::int64_t tokens = 54;
+        const std::int64_t num_blocks = (tokens * 2 + block_size - 1) / block_size;
+        const std::int64_t kv_stride = kv_heads * head_dim * 3;  // K and V inside a fused QKV row
+        auto k = random_floats(static_cast<std::size_t>(tokens * kv_stride), 13, -4.0f, 4.0f);
+        k[5] = 0.0f;
+        std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
+        for (std::int64_t t = 0; t < tokens; ++t) slots[static_cast<std::size_t>(t)] = (t * 7) % (num_blocks * block_size);
+        std::sort(slots.begin(), slots.end());
+        slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+        const auto used = static_cast<std::int64_t>(slots.size());
+        const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block_size * head_dim) * dtype_size(type);
+        const std::size_t scale_count = static_cast<std::size_t>(num_blocks * kv_heads * block_size);
+        std::vector<std::uint8_t> kc(cache_bytes, 0), vc(cache_bytes, 0);
+        std::vector<float> ks(scale_count, 0.0f), vs(scale_count, 0.0f);
+        const bool scaled = kv_cache_scaled(type);
+        gpu_test::check_ok(run_kv_cache_write({.k = k.data(), .v = k.data() + kv_heads * head_dim, .k_cache = kc.data(),
+                                               .v_cache = vc.data(), .k_scales = scaled ? ks.data() : nullptr,
+                                               .v_scales = scaled ? vs.data() : nullptr, .kv_type = type,
+                                               .slots = slots.data(), .tokens = used, .num_kv_heads = kv_heads,
+                                               .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
+                                               .kv_stride = kv_stride},
+                                              cpu()),
+                           "cpu kv_cache_write");
+        device_array<float> d_k(k);
+        device_array<std::int64_t> d_slots(slots);
+        device_array<std::uint8_t> d_kc(std::vector<std::uint8_t>(cache_bytes, 0)), d_vc(std::vector<std::uint8_t>(cache_bytes, 0));
+        device_array<float> d_ks(std::vector<float>(scale_count, 0.0f)), d_vs(std::vector<float>(scale_count, 0.0f));
+        gpu_test::check_ok(run_kv_cache_write({.k = d_k.get(), .v = d_k.get() + kv_heads * head_dim, .k_cache = d_kc.get(),
+                                               .v_cache = d_vc.get(), .k_scales = scaled ? d_ks.get() : nullptr,
+                                               .v_scales = scaled ? d_vs.get() : nullptr, .kv_type = type,
+                                               .slots = d_slots.get(), .tokens = used, .num_kv_heads = kv_heads,
+                                               .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
+                                               .kv_stride = kv_stride},
+                                              gpu()),
+                           "gpu kv_cache_write");
+        sync();
+        const std::size_t differing = count_different(kc, d_kc.download()) + count_different(vc, d_vc.download()) +
+                                      count_different(ks, d_ks.download()) + count_different(vs, d_vs.download());
+        r.check(format("kv_cache_write {} head_dim {} block {}: differing cache bytes + scales", to_string(type), head_dim,
+                       block_size),
+                static_cast<double>(differing), 0.0);
+      }
+    }
+  }
+}
+
+// A paged cache filled (by the CPU writer) with the K/V of several sequences, and queries.
+void test_paged_attention(gpu_test::results& r) {
+  const std::int64_t attention_workspace = paged_attention_workspace_floats(256, 64, 128);
+  device_array<float> workspace(static_cast<std::size_t>(attention_workspace));
+  for (const dtype type : {dtype::fp8_e4m3, dtype::bf16}) {
+    for (const std::int64_t head_dim : {64, 128}) {
+      for (const std::int64_t group : {1, 4, 8}) {
+        for (const std::int64_t block_size : {1, 8, 16}) {
+          const std::int64_t kv_heads = 2;
+          const std::int64_t heads = kv_heads * group;
+          // Contexts: decode at 1, 54, 97 and 4096 positions, and a prefill chunk of 97 tokens
+          // starting at position 54 of a fifth sequence.
+          const std::vector<std::int64_t> contexts = {1, 54, 97, 4096, 151};
+          const std::int64_t chunk = 97;
+          std::int64_t max_blocks = 0;
+          std::int64_t total_blocks = 0;
+          for (auto c : contexts) {
+            max_blocks = std::max(max_blocks, (c + block_size - 1) / block_size);
+            total_blocks += (c + block_size - 1) / block_size;
+          }
+          const std::int64_t num_blocks = total_blocks + 3;
+          // Block tables: blocks handed out in a shuffled order.
+          std::vector<std::int32_t> order(static_cast<std::size_t>(num_blocks));
+          std::iota(order.begin(), order.end(), 0);
+          std::mt19937 rng(14);
+          std::shuffle(order.begin(), order.end(), rng);
+          std::vector<std::int32_t> tables(contexts.size() * static_cast<std::size_t>(max_blocks), 0);
+          std::size_t next = 0;
+          for (std::size_t s = 0; s < contexts.size(); ++s) {
+            for (std::int64_t b = 0; b < (contexts[s] + block_size - 1) / block_size; ++b) {
+              tables[s * static_cast<std::size_t>(max_blocks) + static_cast<std::size_t>(b)] = order[next++];
+            }
+          }
+          // Write every position of every sequence.
+          std::int64_t positions_total = 0;
+          for (auto c : contexts) positions_total += c;
+          const std::int64_t kv_dim = kv_heads * head_dim;
+          const auto kv = random_floats(static_cast<std::size_t>(positions_total * 2 * kv_dim), 15, -2.0f, 2.0f);
+          std::vector<std::int64_t> slots;
+          for (std::size_t s = 0; s < contexts.size(); ++s) {
+            for (std::int64_t p = 0; p < contexts[s]; ++p) {
+              slots.push_back(tables[s * static_cast<std::size_t>(max_blocks) + static_cast<std::size_t>(p / block_size)] *
+                                  block_size + p % block_size);
+            }
+          }
+          const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block_size * head_dim) * dtype_size(type);
+          const std::size_t scale_count = static_cast<std::size_t>(num_blocks * kv_heads * block_size);
+          std::vector<std::uint8_t> kc(cache_bytes, 0), vc(cache_bytes, 0);
+          std::vector<float> ks(scale_count, 0.0f), vs(scale_count, 0.0f);
+          const bool scaled = kv_cache_scaled(type);
+          gpu_test::check_ok(run_kv_cache_write({.k = kv.data(), .v = kv.data() + kv_dim, .k_cache = kc.data(),
+                                                 .v_cache = vc.data(), .k_scales = scaled ? ks.data() : nullptr,
+                                                 .v_scales = scaled ? vs.data() : nullptr, .kv_type = type,
+                                                 .slots = slots.data(), .tokens = positions_total,
+                                                 .num_kv_heads = kv_heads, .head_dim = head_dim,
+                                                 .block_size = block_size, .num_blocks = num_blocks,
+                                                 .kv_stride = 2 * kv_dim},
+                                                cpu()),
+                             "cpu kv write");
+          // Queries: one decode token for each of the first four sequences (in runs of one),
+          // then the prefill chunk of the fifth.
+          std::vector<std::int32_t> seq, pos, run_begin;
+          for (std::int32_t s = 0; s < 4; ++s) {
+            run_begin.push_back(static_cast<std::int32_t>(seq.size()));
+            seq.push_back(s);
+            pos.push_back(static_cast<std::int32_t>(contexts[static_cast<std::size_t>(s)] - 1));
+          }
+          run_begin.push_back(static_cast<std::int32_t>(seq.size()));
+          for (std::int64_t i = 0; i < chunk; ++i) {
+            seq.push_back(4);
+            pos.push_back(static_cast<std::int32_t>(contexts[4] - chunk + i));
+          }
+          run_begin.push_back(static_cast<std::int32_t>(seq.size()));
+          const auto tokens = static_cast<std::int64_t>(seq.size());
+          const auto q = random_floats(static_cast<std::size_t>(tokens * heads * head_dim), 16, -2.0f, 2.0f);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+          std::vector<float> out_cpu(q.size());
+          gpu_test::check_ok(run_paged_attention({.q = q.data(), .out = out_cpu.data(), .k_cache = kc.data(),
+                                                  .v_cache = vc.data(), .k_scales = scaled ? ks.data() : nullptr,
+                                                  .v_scales = scaled ? vs.data() : nullptr, .kv_type = type,
+                                                  .seq = seq.data(), .pos = pos.data(), .block_tables = tables.data(),
+                                                  .tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads,
+                                                  .head_dim = head_dim, .block_size = block_size,
+                                                  .num_blocks = num_blocks, .block_table_stride = max_blocks,
+                                                  .q_stride = heads * head_dim, .out_stride = heads * head_dim,
+                                                  .scale = scale},
+                                                 cpu()),
+                             "cpu attention");
+          device_array<std::uint8_t> d_kc(kc), d_vc(vc);
+          device_array<float> d_ks(ks), d_vs(vs), d_q(q);
+          device_array<std::int32_t> d_seq(seq), d_pos(pos), d_tables(tables), d_runs(run_begin);
+          for (int mode = 0; mode < 3; ++mode) {
+            // 0: a block per token; 1: prefill tiles over the runs; 2: runs and split-K.
+            const bool runs = mode >= 1;
+            const bool split = mode == 2;
+            device_array<float> d_out(q.size());
+            gpu_test::check_ok(run_paged_attention(
+                                   {.q = d_q.get(), .out = d_out.get(), .k_cache = d_kc.get(), .v_cache = d_vc.get(),
+                                    .k_scales = scaled ? d_ks.get() : nullptr, .v_scales = scaled ? d_vs.get() : nullptr,
+                                    .kv_type = type, .seq = d_seq.get(), .pos = d_pos.get(),
+                                    .block_tables = d_tables.get(), .tokens = tokens, .num_heads = heads,
+                                    .num_kv_heads = kv_heads, .head_dim = head_dim, .block_size = block_size,
+                                    .num_blocks = num_blocks, .block_table_stride = max_blocks,
+                                    .q_stride = heads * head_dim, .out_stride = heads * head_dim, .scale = scale,
+                                    .seq_token_begin = runs ? d_runs.get() : nullptr,
+                                    .num_seqs = runs ? 5 : 0, .max_seq_tokens = runs ? chunk : 0,
+                                    .workspace = split ? workspace.get() : nullptr,
+                                    .workspace_floats = split ? attention_workspace : 0},
+                                   gpu()),
+                               "gpu attention");
+            sync();
+            // Outputs are weighted means of V rows (|v| <= 2): 2e-5 of that covers the order of
+            // the sums and the exponentials.
+            r.check(format("paged_attention {} head_dim {} gqa {}:1 block {} {} (abs, |v| <= 2)", to_string(type),
+                           head_dim, group, block_size,
+                           mode == 0 ? "per token" : (mode == 1 ? "prefill tiles" : "tiles + split-k")),
+                    max_abs_diff(out_cpu, d_out.download()), 4e-5);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- sampling -----------------------------------------------------------------------------
+
+// The CPU's kept distribution for a row, in its sorted order: (id, probability).
+std::vector<std::pair<std::int32_t, double>> kept_distribution(const std::vector<float>& logits, const sampling_row& c) {
+  std::vector<std::pair<float, std::int32_t>> pool;
+  const float inv_t = 1.0f / c.temperature;
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    if (!std::isnan(logits[i])) pool.push_back({logits[i] * inv_t, static_cast<std::int32_t>(i)});
+  }
+  const auto before = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  std::sort(pool.begin(), pool.end(), before);
+  if (c.top_k > 0 && static_cast<std::size_t>(c.top_k) < pool.size()) pool.resize(static_cast<std::size_t>(c.top_k));
+  double total = 0.0;
+  const float max_value = pool.front().first;
+  for (auto& x : pool) {
+    x.first = std::exp(x.first - max_value);
+    total += x.first;
+  }
+  const float inv_total = static_cast<float>(1.0 / total);
+  std::vector<std::pair<std::int32_t, double>> out;
+  double mass = 0.0;
+  for (auto& x : pool) {
+    const float p = x.first * inv_total;
+    if (c.min_p > 0.0f && p < c.min_p * inv_total) continue;
+    if (c.top_p < 1.0f && mass >= c.top_p) break;
+    mass += p;
+    out.push_back({x.second, p});
+  }
+  return out;
+}
+
+void test_sampling(gpu_test::results& r) {
+  const std::vector<sampling_row> configs = {
+      {.temperature = 0.0f},
+      {.temperature = 0.7f, .top_k = 1},
+      {.temperature = 1.0f},
+      {.temperature = 0.8f, .top_p = 0.9f},
+      {.temperature = 1.2f, .top_k = 40},
+      {.temperature = 0.6f, .top_k = 50, .top_p = 0.95f, .min_p = 0.05f},
+      {.temperature = 1.0f, .min_p = 0.1f},
+  };
+  for (const std::int64_t vocab : {54, 97, 4096, 128256}) {
+    const std::int64_t rows = 64;
+    auto logits = random_floats(static_cast<std::size_t>(rows * vocab), 17, -6.0f, 6.0f);
+    // Ties and a NaN, to check the tie and NaN rules.
+    logits[3] = logits[7];
+    logits[static_cast<std::size_t>(vocab) + 1] = NAN;
+    std::vector<sampling_row> rows_config(static_cast<std::size_t>(rows));
+    std::mt19937 rng(18);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      rows_config[static_cast<std::size_t>(i)] = configs[static_cast<std::size_t>(i) % configs.size()];
+      rows_config[static_cast<std::size_t>(i)].uniform = uniform(rng);
+    }
+    std::vector<float> cpu_logits = logits;
+    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(rows));
+    gpu_test::check_ok(run_sampling({.logits = cpu_logits.data(), .config = rows_config.data(), .out = cpu_out.data(),
+                                     .rows = rows, .vocab = vocab},
+                                    cpu()),
+                       "cpu sampling");
+    device_array<float> d_logits(logits);
+    device_array<sampling_row> d_config(rows_config);
+    device_array<std::int32_t> d_out(static_cast<std::size_t>(rows));
+    gpu_test::check_ok(run_sampling({.logits = d_logits.get(), .config = d_config.get(), .out = d_out.get(),
+                                     .rows = rows, .vocab = vocab},
+                                    gpu()),
+                       "gpu sampling");
+    sync();
+    const auto gpu_out = d_out.download();
+    int greedy_mismatch = 0;
+    int unexplained = 0;
+    int differing = 0;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      if (gpu_out[at] == cpu_out[at]) continue;
+      ++differing;
+      const sampling_row& c = rows_config[at];
+      if (c.temperature <= 0.0f || c.top_k == 1) {
+        ++greedy_mismatch;
+        continue;
+      }
+      // A different token is acceptable only where the draw sits on the boundary between them.
+      const std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+      const auto kept = kept_distribution(row, c);
+      double total = 0.0;
+      for (const auto& k : kept) total += k.second;
+      const double target = static_cast<double>(c.uniform) * total;
+      double cumulative = 0.0;
+      bool near_boundary = false;
+      for (const auto& k : kept) {
+        cumulative += k.second;
+        if (std::fabs(cumulative - target) <= 1e-5 * total) near_boundary = true;
+      }
+      if (!near_boundary) ++unexplained;
+    }
+    r.check(format("sampling vocab {}: greedy / top-1 rows that differ", vocab), greedy_mismatch, 0.0);
+    r.check(format("sampling vocab {}: seeded draws that differ away from a boundary ({} differ in all)", vocab, differing),
+            unexplained, 0.0);
+  }
+}
+
+}  // namespace
+
+int main() {
+  gpu_test::require_device("kernels_gpu_test");
+  thread_pool pool(std::max(2u, std::thread::hardware_concurrency()) - 1);
+  pool_ptr = &pool;
+  gpu_test::check_cuda(cudaStreamCreate(&cuda_stream), "cudaStreamCreate");
+  gpu_test::results r("kernels_gpu_test");
+  test_embedding(r);
+  test_rmsnorm(r);
+  test_rope(r);
+  test_silu_mul(r);
+  test_quantize(r);
+  test_matmul(r);
+  test_kv_cache_write(r);
+  test_paged_attention(r);
+  test_sampling(r);
+  return r.finish();
+}
