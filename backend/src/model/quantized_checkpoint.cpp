@@ -20,6 +20,7 @@
 #include "edge/backend/model/gguf.h"
 #include "edge/common/format.h"
 #include "json_fields.h"
+#include "hf_config_text.h"
 #include "json_text.h"
 
 namespace edge::backend {
@@ -318,15 +319,6 @@ std::string quantization_config_json(const checkpoint_plan& plan, weight_format 
       lm_head_quantized ? "" : "\"lm_head\"");
 }
 
-std::string_view architecture_class(architecture arch) {
-  switch (arch) {
-    case architecture::llama: return "LlamaForCausalLM";
-    case architecture::qwen2: return "Qwen2ForCausalLM";
-    case architecture::mistral: return "MistralForCausalLM";
-  }
-  return "LlamaForCausalLM";
-}
-
 std::string_view torch_dtype(kernels::dtype type) {
   switch (type) {
     case kernels::dtype::f32: return "float32";
@@ -342,27 +334,7 @@ std::string config_fields_from_model(const model& m, bool tied) {
   const model_config& c = m.config;
   const bool qwen = c.arch == architecture::qwen2;
   std::string out;
-  out += "  \"architectures\": [\"" + std::string(architecture_class(c.arch)) + "\"],\n";
-  out += "  \"model_type\": \"" + std::string(to_string(c.arch)) + "\",\n";
-  out += "  \"hidden_size\": " + std::to_string(c.hidden_size) + ",\n";
-  out += "  \"intermediate_size\": " + std::to_string(c.intermediate_size) + ",\n";
-  out += "  \"num_hidden_layers\": " + std::to_string(c.num_layers) + ",\n";
-  out += "  \"num_attention_heads\": " + std::to_string(c.num_heads) + ",\n";
-  out += "  \"num_key_value_heads\": " + std::to_string(c.num_kv_heads) + ",\n";
-  out += "  \"head_dim\": " + std::to_string(c.head_dim) + ",\n";
-  out += "  \"vocab_size\": " + std::to_string(c.vocab_size) + ",\n";
-  out += "  \"max_position_embeddings\": " + std::to_string(c.max_position) + ",\n";
-  out += "  \"rms_norm_eps\": " + json_number(c.rms_norm_eps) + ",\n";
-  out += "  \"rope_theta\": " + json_number(c.rope_theta) + ",\n";
-  if (c.rope_scaling) {
-    const auto& s = *c.rope_scaling;
-    out += "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " + json_number(s.factor) +
-           ", \"low_freq_factor\": " + json_number(s.low_freq_factor) +
-           ", \"high_freq_factor\": " + json_number(s.high_freq_factor) +
-           ", \"original_max_position_embeddings\": " + std::to_string(s.original_max_position) + "},\n";
-  } else {
-    out += "  \"rope_scaling\": null,\n";
-  }
+  out += hf_config_shape_fields(c);
   out += "  \"hidden_act\": \"silu\",\n";
   out += qwen ? "  \"use_sliding_window\": false,\n" : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n";
   out += "  \"torch_dtype\": \"" + std::string(torch_dtype(m.weights.token_embedding.type)) + "\",\n";

@@ -15,6 +15,7 @@
 #include "edge/common/format.h"
 #include "edge/kernels/numerics.h"
 #include "json_fields.h"
+#include "hf_config_text.h"
 #include "json_text.h"
 #include "model_checks.h"
 #include "splitmix64.h"
@@ -464,27 +465,7 @@ std::string hf_config_json(const synthetic_preset& preset, const synthetic_optio
   const model_config& c = preset.config;
   const bool qwen = c.arch == architecture::qwen2;
   std::string out = "{\n";
-  out += "  \"architectures\": [\"" + std::string(qwen ? "Qwen2ForCausalLM" : "LlamaForCausalLM") + "\"],\n";
-  out += "  \"model_type\": \"" + std::string(qwen ? "qwen2" : "llama") + "\",\n";
-  out += "  \"hidden_size\": " + std::to_string(c.hidden_size) + ",\n";
-  out += "  \"intermediate_size\": " + std::to_string(c.intermediate_size) + ",\n";
-  out += "  \"num_hidden_layers\": " + std::to_string(c.num_layers) + ",\n";
-  out += "  \"num_attention_heads\": " + std::to_string(c.num_heads) + ",\n";
-  out += "  \"num_key_value_heads\": " + std::to_string(c.num_kv_heads) + ",\n";
-  out += "  \"head_dim\": " + std::to_string(c.head_dim) + ",\n";
-  out += "  \"vocab_size\": " + std::to_string(c.vocab_size) + ",\n";
-  out += "  \"max_position_embeddings\": " + std::to_string(c.max_position) + ",\n";
-  out += "  \"rms_norm_eps\": " + json_number(c.rms_norm_eps) + ",\n";
-  out += "  \"rope_theta\": " + json_number(c.rope_theta) + ",\n";
-  if (c.rope_scaling) {
-    const auto& s = *c.rope_scaling;
-    out += "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " + json_number(s.factor) +
-           ", \"low_freq_factor\": " + json_number(s.low_freq_factor) +
-           ", \"high_freq_factor\": " + json_number(s.high_freq_factor) +
-           ", \"original_max_position_embeddings\": " + std::to_string(s.original_max_position) + "},\n";
-  } else {
-    out += "  \"rope_scaling\": null,\n";
-  }
+  out += hf_config_shape_fields(c);
   out += std::string("  \"tie_word_embeddings\": ") + (c.tie_embeddings ? "true" : "false") + ",\n";
   out += "  \"hidden_act\": \"silu\",\n";
   if (qwen) {
