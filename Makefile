@@ -23,7 +23,7 @@ endif
 GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
-.PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine
+.PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine bench-gateway
 
 all: build
 
@@ -51,7 +51,7 @@ test: build
 test-sanitize:
 	$(MAKE) test EDGE_SANITIZE="address;undefined"
 
-bench: bench-serving bench-decode bench-engine
+bench: bench-serving bench-decode bench-engine bench-gateway
 
 # The serving sweep of docs/benchmarks.md (rewrites that file), about 10 minutes on 2 cores.
 bench-serving: build
@@ -62,6 +62,10 @@ bench-decode: build
 
 bench-engine: build
 	tests/bench/engine.sh $(BUILD_DIR)
+
+# GET /v1/models vs nginx, gateway overhead on a streamed request, memory per idle stream.
+bench-gateway: build
+	tests/bench/gateway.sh $(BUILD_DIR)
 
 run: build
 	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)

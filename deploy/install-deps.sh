@@ -22,6 +22,7 @@ packages=(
   libtomlplusplus-dev
   libhiredis-dev redis-server
   prometheus yamllint systemd
+  nginx wrk
   clang libclang-rt-14-dev
   chromium chromium-driver
 )
