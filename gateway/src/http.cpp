@@ -1,5 +1,7 @@
 #include "edge/gateway/http.h"
 
+#include <tuple>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -113,17 +115,27 @@ asio::awaitable<bool> exchange::end_stream() {
 
 asio::awaitable<bool> exchange::watch_disconnect() {
   auto& socket = stream_.socket();
-  auto [ec] = co_await socket.async_wait(asio::ip::tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable));
-  if (ec == asio::error::operation_aborted) {
-    // Cancelled because the operation awaited alongside completed first: nothing happened here.
-    const asio::cancellation_state cancellation = co_await asio::this_coro::cancellation_state;
-    if (cancellation.cancelled() != asio::cancellation_type::none) co_return false;
-  }
+  boost::system::error_code ec;
   std::size_t n = 0;
-  if (!ec) {
-    // Readable: either the end of the stream (or an error), or bytes of another request.
+  for (;;) {
+    std::tie(ec) = co_await socket.async_wait(asio::ip::tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted) {
+      // Cancelled because the operation awaited alongside completed first: nothing happened here.
+      const asio::cancellation_state cancellation = co_await asio::this_coro::cancellation_state;
+      if (cancellation.cancelled() != asio::cancellation_type::none) co_return false;
+    }
+    if (ec) break;
+    // Readable: either the end of the stream (or an error), or bytes of another request. The
+    // reactor may also report a readiness that is gone by now (the bytes that raised it were
+    // read by the request's parser), so the peek must not block: a blocking peek would hold
+    // this connection's strand, and with it the request's events, until the client spoke.
     char byte = 0;
-    n = socket.receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, ec);
+    const bool was_non_blocking = socket.non_blocking();
+    socket.non_blocking(true, ec);
+    if (!ec) n = socket.receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, ec);
+    boost::system::error_code restore_ignored;
+    socket.non_blocking(was_non_blocking, restore_ignored);
+    if (ec != asio::error::would_block && ec != asio::error::try_again) break;
   }
   if (!ec && n > 0) co_return false;
   keep_alive_ = false;

@@ -61,16 +61,22 @@ trap stop_server EXIT
 
 # Starts serve in the background; sets $port once /readyz answers 200, or returns 1 (its log
 # says why). Not called in a subshell: $server_pid must stay visible to stop_server.
+# Each server gets a fresh tenant store, so its first start creates the default tenant and
+# logs its API key, which $key then holds.
 port=""
+key=""
 start_server() {
   local log=$1; shift
-  port=""
-  "$bin" serve --host 127.0.0.1 --port 0 "$@" >/dev/null 2>"$log" &
+  port="" key=""
+  local state="${log%.serve.log}.state"
+  rm -rf "$state"
+  "$bin" serve --host 127.0.0.1 --port 0 --state-dir "$state" --no-access-log "$@" >/dev/null 2>"$log" &
   server_pid=$!
   for _ in $(seq 1 1200); do
     if ! kill -0 "$server_pid" 2>/dev/null; then wait "$server_pid" 2>/dev/null || true; server_pid=""; return 1; fi
     [[ -z "$port" ]] && port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
     if [[ -n "$port" ]] && [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]]; then
+      key=$(grep -o 'ek-[A-Za-z0-9._-]*' "$log" | head -n1)
       return 0
     fi
     sleep 0.1
@@ -80,6 +86,7 @@ start_server() {
 }
 
 skipped=()
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for model in "${models[@]}"; do
   [[ -n "${EDGE_BENCH_REPORT_ONLY:-}" ]] && break
   path=$(model_path "$model")
@@ -96,7 +103,7 @@ for model in "${models[@]}"; do
       rm -f "$out/$name.json"
       continue
     fi
-    "$bin" bench --base-url "http://127.0.0.1:$port" --model "$model" --label "$weights W / $kv KV" \
+    "$bin" bench --base-url "http://127.0.0.1:$port" --api-key "$key" --model "$model" --label "$weights W / $kv KV" \
       --concurrency "$concurrency" --duration "$duration" --warmup-requests 8 --seed 1 --timeout "$timeout" \
       --input-len "$input_len" --output-len "$output_len" \
       --output-json "$out/$name.json" --output-csv "$out/$name.csv" --log-level warn ||
@@ -119,11 +126,15 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
   echo "# Serving benchmarks (CPU)"
   echo
   echo "Written by \`make bench\` (\`tests/bench/serving.sh\`) from the JSON results in \`$out/\`;"
-  echo "do not edit by hand. \`edgeinfer serve\` on the CPU executor, measured over HTTP by"
-  echo "\`edgeinfer bench\` on the same machine (they share its cores)."
+  echo "do not edit by hand. \`edgeinfer serve\` on the CPU executor (access log off, API key on),"
+  echo "measured over HTTP by \`edgeinfer bench\` on the same machine (they share its cores)."
   echo
   echo "* Machine: $(nproc) cores of ${cpu:-an unknown CPU}, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo);"
   echo "  edgeinfer $("$bin" --version | sed 's/^edgeinfer //'), $(date -u +%Y-%m-%d)."
+  if [[ -z "${EDGE_BENCH_REPORT_ONLY:-}" ]]; then
+    echo "* Machine load average (1, 5, 15 min) when the sweep began: $load_before; when it ended:"
+    echo "  $(cut -d' ' -f1-3 /proc/loadavg). Other work on the machine lowers every figure."
+  fi
   echo "* Load: closed loop at each concurrency for $duration per point after 8 warm-up requests;"
   echo "  random prompts (seed 1) of common words, \`ignore_eos\` so every request generates"
   echo "  \`max_tokens\`; temperature 0; streaming with usage. A request still running after its"
