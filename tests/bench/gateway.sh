@@ -42,24 +42,12 @@ trap cleanup EXIT
 
 free_port() { node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'; }
 
-# Starts serve; sets $port, $key and $server_pid once /readyz answers 200.
-start_serve() {
+source tests/bench/serve_lib.sh
+# Starts serve (see serve_lib.sh) with a state folder of its own, or ends the benchmark.
+start_serve_or_exit() {
   local log=$1; shift
-  port="" key=""
-  "$bin" serve --host 127.0.0.1 --port 0 --state-dir "$out/state-$RANDOM$RANDOM" "$@" >/dev/null 2>"$log" &
-  server_pid=$!
+  start_serve "$log" "$out/state-$(basename "$log" .log)" "$@" || { echo "serve did not start; see $log" >&2; exit 1; }
   pids+=("$server_pid")
-  for _ in $(seq 1 3000); do
-    kill -0 "$server_pid" 2>/dev/null || { echo "serve failed to start; see $log" >&2; exit 1; }
-    [[ -z "$port" ]] && port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
-    if [[ -n "$port" ]] && [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]]; then
-      key=$(grep -o 'ek-[A-Za-z0-9._-]*' "$log" | head -n1)
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "serve did not become ready; see $log" >&2
-  exit 1
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -67,7 +55,7 @@ rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 
 if [[ " $parts " == *" models "* ]]; then
   echo "== GET /v1/models: edgeinfer serve vs nginx, wrk -t$threads -c$connections -d$duration, $rounds rounds"
-  start_serve "$out/models-serve.log" --model "$model" --http-threads "$threads" --no-access-log
+  start_serve_or_exit "$out/models-serve.log" --model "$model" --http-threads "$threads" --no-access-log
   curl -sf -H "Authorization: Bearer $key" "http://127.0.0.1:$port/v1/models" >"$out/models.json"
   nginx_port=$(free_port)
   mkdir -p "$out/nginx"
@@ -118,7 +106,7 @@ if [[ " $parts " == *" streams "* ]]; then
     mkdir -p "$(dirname "$big")"
     "$bin" make-model --preset qwen2.5-0.5b --format gguf --dtype bf16 --seed 1 --out "$big" >&2
   fi
-  start_serve "$out/streams-serve.log" --model "$big" --threads 1 --max-num-seqs 1 \
+  start_serve_or_exit "$out/streams-serve.log" --model "$big" --threads 1 --max-num-seqs 1 \
     --max-queued-requests $((streams + 16)) --kv-cache-memory 256MiB --no-access-log
   served=$(curl -sf -H "Authorization: Bearer $key" "http://127.0.0.1:$port/v1/models" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
   # The long request: it holds the only running slot for minutes.

@@ -49,41 +49,8 @@ lengths() {
   esac
 }
 
-server_pid=""
-stop_server() {
-  if [[ -n "$server_pid" ]]; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-    server_pid=""
-  fi
-}
-trap stop_server EXIT
-
-# Starts serve in the background; sets $port once /readyz answers 200, or returns 1 (its log
-# says why). Not called in a subshell: $server_pid must stay visible to stop_server.
-# Each server gets a fresh tenant store, so its first start creates the default tenant and
-# logs its API key, which $key then holds.
-port=""
-key=""
-start_server() {
-  local log=$1; shift
-  port="" key=""
-  local state="${log%.serve.log}.state"
-  rm -rf "$state"
-  "$bin" serve --host 127.0.0.1 --port 0 --state-dir "$state" --no-access-log "$@" >/dev/null 2>"$log" &
-  server_pid=$!
-  for _ in $(seq 1 1200); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then wait "$server_pid" 2>/dev/null || true; server_pid=""; return 1; fi
-    [[ -z "$port" ]] && port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
-    if [[ -n "$port" ]] && [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]]; then
-      key=$(grep -o 'ek-[A-Za-z0-9._-]*' "$log" | head -n1)
-      return 0
-    fi
-    sleep 0.1
-  done
-  stop_server
-  return 1
-}
+source tests/bench/serve_lib.sh
+trap stop_serve EXIT
 
 skipped=()
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -95,8 +62,8 @@ for model in "${models[@]}"; do
     read -r weights kv <<<"$config"
     name="$model-w$weights-kv$kv"
     echo "== $model: $weights weights, $kv KV cache ==" >&2
-    if ! start_server "$out/$name.serve.log" --model "$path" --served-model-name "$model" \
-         --weight-dtype "$weights" --kv-cache-dtype "$kv"; then
+    if ! start_serve "$out/$name.serve.log" "$out/$name.state" --no-access-log --model "$path" \
+         --served-model-name "$model" --weight-dtype "$weights" --kv-cache-dtype "$kv"; then
       reason=$(grep -m1 -E 'error|cannot' "$out/$name.serve.log" | sed 's/^.*error *//' || true)
       echo "skipped: the server did not start: $reason" >&2
       skipped+=("$model, $weights weights, $kv KV cache: ${reason:-the server did not start}")
@@ -108,7 +75,7 @@ for model in "${models[@]}"; do
       --input-len "$input_len" --output-len "$output_len" \
       --output-json "$out/$name.json" --output-csv "$out/$name.csv" --log-level warn ||
       skipped+=("$model, $weights weights, $kv KV cache: some point completed no request (see $out/$name.json)")
-    stop_server
+    stop_serve
   done
 done
 

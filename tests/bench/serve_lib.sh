@@ -1,0 +1,44 @@
+# Starting and stopping `edgeinfer serve` for the benchmark scripts. Source it after setting
+# $bin (the edgeinfer binary).
+#
+# start_serve LOG STATE_DIR [serve arguments...]
+#   Starts serve in the background on a free loopback port with a fresh tenant store in
+#   STATE_DIR, so that its first start creates the default tenant and logs its API key. Once
+#   /readyz answers 200 it sets $port, $key and $server_pid and returns 0; it returns 1 when the
+#   server exits first or is not ready within 5 minutes (LOG says why). Call it in the script's
+#   own shell, not in a subshell: the variables must stay visible.
+# stop_serve
+#   Sends SIGTERM to the server started last and waits for it.
+server_pid="" port="" key=""
+
+stop_serve() {
+  if [[ -n "$server_pid" ]]; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+  fi
+}
+
+start_serve() {
+  local log=$1 state=$2
+  shift 2
+  port="" key=""
+  rm -rf "$state"
+  "$bin" serve --host 127.0.0.1 --port 0 --state-dir "$state" "$@" >/dev/null 2>"$log" &
+  server_pid=$!
+  for _ in $(seq 1 3000); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      wait "$server_pid" 2>/dev/null || true
+      server_pid=""
+      return 1
+    fi
+    [[ -z "$port" ]] && port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
+    if [[ -n "$port" ]] && [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]]; then
+      key=$(grep -o 'ek-[A-Za-z0-9._-]*' "$log" | head -n1)
+      return 0
+    fi
+    sleep 0.1
+  done
+  stop_serve
+  return 1
+}
