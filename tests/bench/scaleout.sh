@@ -7,7 +7,7 @@
 #   tests/bench/scaleout.sh [BUILD_DIR]      (default build/; `make bench-scaleout` runs it)
 #
 # Knobs: EDGE_SCALEOUT_MODELS (stories260K tiny-hd128: the fixture and a synthetic model with
-# 128-wide heads, where compute per token is larger), EDGE_SCALEOUT_RUNS (5), EDGE_SCALEOUT_CONCURRENCY
+# 128-wide heads, where compute per token is larger), EDGE_SCALEOUT_RUNS (3), EDGE_SCALEOUT_CONCURRENCY
 # (16), EDGE_SCALEOUT_DURATION (5s per run), EDGE_SCALEOUT_OUTPUT_LEN (64 tokens).
 # Results (JSON per run, server logs) go to $BUILD_DIR/bench-scaleout/.
 set -euo pipefail
@@ -17,7 +17,7 @@ bin="$build/edgeinfer"
 fixtures=${EDGE_TEST_MODELS:-../shared/models}
 out="$build/bench-scaleout"
 models=(${EDGE_SCALEOUT_MODELS:-stories260K tiny-hd128})
-runs=${EDGE_SCALEOUT_RUNS:-5}
+runs=${EDGE_SCALEOUT_RUNS:-3}
 concurrency=${EDGE_SCALEOUT_CONCURRENCY:-16}
 duration=${EDGE_SCALEOUT_DURATION:-5s}
 output_len=${EDGE_SCALEOUT_OUTPUT_LEN:-64}
