@@ -3,6 +3,7 @@
 #   make run     install what is missing, build, serve on 127.0.0.1:8080 with the default model
 #   make test    install what is missing, build, run every test but the GPU ones
 #   make build | deps | clean | test-sanitize | bench (bench-serving + bench-decode + bench-engine)
+#   make bench-scaleout   throughput of a split gateway with one backend against two (CPU)
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
@@ -23,7 +24,8 @@ endif
 GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
-.PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine bench-gateway
+.PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine \
+        bench-gateway bench-scaleout
 
 all: build
 
@@ -66,6 +68,10 @@ bench-engine: build
 # GET /v1/models vs nginx, gateway overhead on a streamed request, memory per idle stream.
 bench-gateway: build
 	tests/bench/gateway.sh $(BUILD_DIR)
+
+# One backend against two behind `edgeinfer gateway` (docs/performance.md), about 4 minutes.
+bench-scaleout: build
+	tests/bench/scaleout.sh $(BUILD_DIR)
 
 run: build
 	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)

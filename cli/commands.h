@@ -13,5 +13,7 @@ command make_eval_command(CLI::App& app);
 command make_quantize_command(CLI::App& app);
 command make_admin_command(CLI::App& app);
 command make_bench_command(CLI::App& app);
+command make_backend_command(CLI::App& app);
+command make_gateway_command(CLI::App& app);
 
 }  // namespace edge::cli

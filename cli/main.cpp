@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
 
   std::vector<edge::cli::command> commands;
   commands.push_back(edge::cli::make_serve_command(app));
+  commands.push_back(edge::cli::make_backend_command(app));
+  commands.push_back(edge::cli::make_gateway_command(app));
   commands.push_back(edge::cli::make_make_model_command(app));
   commands.push_back(edge::cli::make_tokenize_command(app));
   commands.push_back(edge::cli::make_generate_command(app));

@@ -12,21 +12,14 @@
 
 #include <atomic>
 #include <csignal>
-#include <cstdlib>
 #include <thread>
 
 #include "commands.h"
-#include "edge/backend/engine.h"
-#include "edge/backend/model/model.h"
-#include "edge/backend/model_locator.h"
-#include "edge/backend/runtime/cpu_executor.h"
-#include "edge/backend/runtime/cuda_executor.h"
-#include "edge/backend/runtime/kv_cache.h"
 #include "edge/common/log.h"
-#include "edge/common/thread_pool.h"
 #include "edge/common/time_source.h"
 #include "edge/common/version.h"
 #include "edge/gateway/admin_routes.h"
+#include "edge/gateway/generation_backend.h"
 #include "edge/gateway/http_server.h"
 #include "edge/gateway/openai_routes.h"
 #include "edge/gateway/operational_routes.h"
@@ -34,187 +27,25 @@
 #include "edge/gateway/serving_model.h"
 #include "edge/gateway/tenancy.h"
 #include "edge/gateway/tenancy_gate.h"
-#include "edge/monitoring/engine_metrics.h"
 #include "edge/monitoring/gateway_metrics.h"
 #include "edge/monitoring/metrics_registry.h"
+#include "serving_setup.h"
 
 namespace edge::cli {
 namespace {
 
 using namespace std::chrono_literals;
 
-// The KV cache a CPU host gets by default: room for a few hundred thousand tokens of a small
-// model (stories260K: 838k; a 1B Llama in bf16: 32k) without taking much of the machine's memory.
-constexpr std::string_view default_kv_cache_memory = "1GiB";
-// Engine defaults, as vLLM's: blocks of 16 tokens, 256 running sequences; 2048 tokens per step
-// keeps a CPU step short while prompts are chunk-prefilled.
-constexpr std::int64_t default_block_size = 16;
-constexpr std::int64_t default_max_num_seqs = 256;
-constexpr std::int64_t default_max_batched_tokens = 2048;
-constexpr std::int64_t default_max_queued_requests = 1024;
-constexpr std::int64_t max_block_size = 256;
-constexpr std::int64_t max_sequences_limit = 4096;
-constexpr std::int64_t max_batched_tokens_limit = 1 << 20;
-constexpr std::int64_t max_queue_limit = 1 << 20;
 // How long the engine may take to finish what is left once the HTTP server has stopped.
 constexpr auto engine_drain_timeout = 5s;
 
 config::schema serve_options() {
   config::schema s;
-  s.add_string("host", "127.0.0.1", "Address to listen on");
-  s.add_integer("port", 8080, 0, 65535, "Port to listen on; 0 picks a free port (the log line says which)");
-  s.add_integer("http-threads", 0, 0, 1024, "HTTP server threads; 0 means one per hardware thread");
-  s.add_integer("threads", 0, 0, 1024, "Compute threads of the engine; 0 means one per hardware thread");
-  s.add_bytes("max-body", "4MiB", 1024, std::int64_t{1} << 30, "Largest request body accepted (413 beyond)");
-  s.add_duration("idle-timeout", "60s", 100ms, 24h, "Close a keep-alive connection idle this long");
-  s.add_duration("write-timeout", "60s", 100ms, 24h, "Give up on a client that accepts no data for this long");
-  s.add_duration("shutdown-timeout", "30s", 0ms, 24h,
-                 "On SIGTERM, how long requests in flight may take before their connections are closed");
-  s.add_duration("sse-heartbeat", "15s", 10ms, 1h, "Send a `: ping` comment on a stream that wrote nothing for this long");
-  s.add_boolean("access-log", true, "Log one line per request (component \"access\"; JSON fields with --log-format json)");
-  s.add_path("model", std::nullopt, "Model file or folder to serve (default: models/default, then the test fixture)");
-  s.add_string("served-model-name", std::nullopt, "Model id clients use (default: the file or folder name)");
-  s.add_bytes("kv-cache-memory", std::string(default_kv_cache_memory), std::int64_t{1} << 16, std::int64_t{1} << 50,
-              "Memory for the KV cache; it is divided into blocks for the chosen --kv-cache-dtype");
-  s.add_choice("kv-cache-dtype", "auto", {"auto", "fp8", "fp8_e4m3", "bf16", "f16", "f32"},
-               "KV cache element type; fp8 is E4M3 with a scale per token and KV head (about twice the tokens of "
-               "bf16); auto is the model's own dtype");
-  s.add_choice("weight-dtype", "auto", {"auto", "int4", "fp8", "bf16", "f16", "f32"},
-               "What the projection weights become on load; auto keeps them as stored");
-  s.add_integer("max-model-len", 0, 0, std::int64_t{1} << 24,
-                "Context served: prompt + completion tokens at most; 0 means the model's own context length");
-  s.add_choice("chat-template", "auto", {"auto", "llama-2", "llama-3", "chatml", "mistral", "plain"},
-               "Chat template for /v1/chat/completions; auto recognises the model's own");
-  s.add_integer("block-size", default_block_size, 1, max_block_size, "Tokens per KV cache block");
-  s.add_integer("max-num-seqs", default_max_num_seqs, 1, max_sequences_limit, "Requests running at once at most");
-  s.add_integer("max-num-batched-tokens", default_max_batched_tokens, 1, max_batched_tokens_limit,
-                "Tokens computed per engine step at most; longer prompts are prefilled in chunks");
-  s.add_choice("admission", "optimistic", {"optimistic", "reserve"},
-               "optimistic: admit for the tokens a request has and preempt (recompute) when blocks run out; "
-               "reserve: admit only when prompt + max_tokens fit, never preempt");
-  s.add_integer("max-queued-requests", default_max_queued_requests, 1, max_queue_limit,
-                "Requests waiting for admission at most; beyond it requests are refused with 503");
-  s.add_boolean("enable-prefix-caching", true,
-                "Reuse the KV blocks of earlier prompts that start the same way (per tenant)");
-  s.add_path("state-dir", "state", "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
-  s.add_string("admin-token", std::nullopt,
-               "Bearer token of the admin API (/admin/v1/), at least 16 characters; without it the admin API is off");
-  s.add_choice("device", "auto", {"auto", "cpu", "cuda"},
-               "Where the engine runs: cuda (the first GPU), cpu, or auto (cuda when a GPU is present)");
-  s.add_number("gpu-memory-utilization", 0.9, 0.01, 1.0,
-               "With CUDA: the share of the GPU's memory that weights, buffers and the KV cache may take; the KV "
-               "cache gets what the weights leave (--kv-cache-memory, when given, sizes it instead)");
+  add_http_options(s, 8080);
+  add_tenancy_options(s);
+  add_model_options(s);
+  add_engine_options(s);
   return s;
-}
-
-std::size_t resolve_threads(std::int64_t requested) {
-  return requested > 0 ? static_cast<std::size_t>(requested) : std::max(1u, std::thread::hardware_concurrency());
-}
-
-// Everything the engine needs, built by the loader thread. Members are destroyed in reverse
-// order: the engine (which stops its thread) before what it uses.
-struct serving_runtime {
-  std::unique_ptr<backend::model> model;
-  std::unique_ptr<backend::kv_cache> cache;
-  std::unique_ptr<backend::kv_block_pool> blocks;
-  std::unique_ptr<thread_pool> pool;
-  std::unique_ptr<backend::executor> executor;
-  std::unique_ptr<monitoring::engine_metrics> metrics;
-  std::unique_ptr<backend::engine> engine;
-  std::int64_t context = 0;  // tokens per request at most: the model's, or --max-model-len
-};
-
-result<std::unique_ptr<serving_runtime>> start_engine(const config::values& settings,
-                                                       const backend::model_location& location,
-                                                       monitoring::metrics_registry& registry, const logger& log) {
-  auto rt = std::make_unique<serving_runtime>();
-  backend::load_options load;
-  load.path = location.path;
-  if (const std::string& weights = settings.string("weight-dtype"); weights != "auto") {
-    load.weight_dtype = kernels::parse_weight_format(weights);
-  }
-  if (const std::string& chat = settings.string("chat-template"); chat != "auto") {
-    load.chat_template = backend::parse_chat_template_name(chat);
-  }
-  EDGE_ASSIGN_OR_RETURN(rt->model, backend::load_model(load));
-  const backend::model& m = *rt->model;
-  log.info("model \"{}\" loaded: {} layers, hidden {}, context {}, weights {}", location.served_name, m.config.num_layers,
-           m.config.hidden_size, m.config.max_position, kernels::to_string(backend::projection_format(m.weights)));
-
-  EDGE_ASSIGN_OR_RETURN(const auto requested_kv, backend::parse_kv_cache_dtype(settings.string("kv-cache-dtype")));
-  const kernels::dtype kv_dtype = backend::resolve_kv_cache_dtype(requested_kv, m);
-  const std::int64_t block_size = settings.integer("block-size");
-
-  backend::engine_options options;
-  options.scheduler.block_size = block_size;
-  options.scheduler.max_num_seqs = settings.integer("max-num-seqs");
-  options.scheduler.max_num_batched_tokens = settings.integer("max-num-batched-tokens");
-  options.scheduler.admission = *backend::parse_admission_policy(settings.string("admission"));
-  options.scheduler.enable_prefix_caching = settings.boolean("enable-prefix-caching");
-  options.max_queued_requests = settings.integer("max-queued-requests");
-
-  // --device: cuda insists on a GPU, auto falls back to the CPU and says why.
-  const std::string& device = settings.string("device");
-  std::string no_gpu;
-  const bool gpu = device != "cpu" && backend::cuda_available(&no_gpu);
-  if (device == "cuda" && !gpu) return failed_precondition(format("--device cuda: {}", no_gpu));
-  if (device == "auto" && !gpu) log.info("--device auto: {}; running on the CPU", no_gpu);
-
-  std::size_t threads = 0;
-  backend::kv_cache_capacity capacity;
-  if (gpu) {
-    backend::cuda_executor_options cuda_options{
-        .max_batch_tokens = options.scheduler.max_num_batched_tokens,
-        .max_sequences = options.scheduler.max_num_seqs,
-        .kv_dtype = kv_dtype,
-        .block_size = block_size,
-        .gpu_memory_utilization = settings.number("gpu-memory-utilization")};
-    if (settings.source_of("kv-cache-memory") != config::origin::default_value) {
-      cuda_options.kv_cache_bytes = settings.bytes("kv-cache-memory");
-    }
-    EDGE_ASSIGN_OR_RETURN(auto cuda, backend::cuda_executor::create(m, cuda_options));
-    capacity = cuda->kv_capacity();
-    log.info("CUDA: {}", cuda->describe());
-    rt->blocks = std::make_unique<backend::kv_block_pool>(cuda->kv_layout().num_blocks);
-    rt->executor = std::move(cuda);
-  } else {
-    const std::size_t budget = settings.bytes("kv-cache-memory");
-    capacity = backend::kv_cache_capacity_for(m.config, kv_dtype, block_size, budget);
-    EDGE_ASSIGN_OR_RETURN(rt->cache, backend::kv_cache::create(
-                                         backend::kv_cache_layout::for_budget(m.config, kv_dtype, block_size, budget)));
-    rt->blocks = std::make_unique<backend::kv_block_pool>(rt->cache->layout().num_blocks);
-    threads = resolve_threads(settings.integer("threads"));
-    // The engine thread computes too, so the pool holds one worker fewer.
-    if (threads > 1) rt->pool = std::make_unique<thread_pool>(threads - 1);
-    EDGE_ASSIGN_OR_RETURN(rt->executor,
-                          backend::cpu_executor::create(m, *rt->cache, rt->pool.get(),
-                                                        {.max_batch_tokens = options.scheduler.max_num_batched_tokens,
-                                                         .max_sequences = options.scheduler.max_num_seqs}));
-  }
-  log.info("{}", backend::format_kv_cache_capacity(capacity));
-  if (capacity.tokens < m.config.max_position) {
-    log.warn("the KV cache holds {} tokens, fewer than the model's context of {}: a request longer than the cache is "
-             "refused",
-             capacity.tokens, m.config.max_position);
-  }
-
-  rt->metrics = std::make_unique<monitoring::engine_metrics>(
-      registry.families(), monitoring::engine_cache_config{
-                               .kv_dtype = std::string(kernels::to_string(kv_dtype)),
-                               .weight_dtype = std::string(kernels::to_string(backend::projection_format(m.weights))),
-                               .block_size = block_size,
-                               .num_blocks = capacity.num_blocks,
-                               .capacity_tokens = capacity.tokens});
-  options.observer = rt->metrics.get();
-  rt->context = m.config.max_position;
-  if (const std::int64_t limit = settings.integer("max-model-len"); limit > 0) rt->context = std::min(limit, rt->context);
-  EDGE_ASSIGN_OR_RETURN(rt->engine, backend::engine::create(*m.tok, *rt->executor, *rt->blocks, rt->context, options));
-  log.info("engine: {}, admission {}, max {} sequences and {} tokens per step, {} queued at most, "
-           "prefix caching {}",
-           gpu ? std::string("on CUDA") : format("{} compute threads", threads), settings.string("admission"), options.scheduler.max_num_seqs,
-           options.scheduler.max_num_batched_tokens, options.max_queued_requests,
-           options.scheduler.enable_prefix_caching ? "on" : "off");
-  return rt;
 }
 
 int run_serve(const config::values& settings) {
@@ -223,15 +54,9 @@ int run_serve(const config::values& settings) {
            cuda_compiled() ? "built" : "not built");
   log.debug("settings: {}", settings.describe());
 
-  backend::locate_options where;
-  if (auto model = settings.optional_string("model")) where.requested = *model;
-  where.served_name = settings.optional_string("served-model-name");
-  if (const char* test_models = std::getenv("EDGE_TEST_MODELS"); test_models && *test_models) {
-    where.test_models = test_models;
-  }
-  auto location = backend::locate_model(where);
+  auto location = locate_served_model(settings);
   if (!location.ok()) {
-    if (where.requested) {
+    if (settings.optional_string("model")) {
       log.error("{}", location.error().message());
       return 1;
     }
@@ -247,89 +72,32 @@ int run_serve(const config::values& settings) {
   // Tenancy outlives the server: requests still holding quota leases when the server goes away
   // settle into it, and its destructor flushes the usage ledger last.
   const real_time_source clock;
-  const std::string admin_token = settings.optional_string("admin-token").value_or("");
-  if (!admin_token.empty() && admin_token.size() < gateway::min_admin_token_length) {
-    log.error("--admin-token must be at least {} characters (it guards every tenant and key)",
-              gateway::min_admin_token_length);
-    return 2;
-  }
-  const std::string state_dir = settings.string("state-dir");
-  auto opened = gateway::tenancy::open({.state_dir = state_dir}, clock, &gateway_families);
-  if (!opened.ok()) {
-    log.error("cannot open the tenant store: {}", opened.error().message());
-    return 1;
-  }
-  std::unique_ptr<gateway::tenancy> tenants = std::move(opened).value();
-  auto bootstrapped = tenants->store().bootstrap_default_tenant({.actor = "serve", .request_id = ""});
-  if (!bootstrapped.ok()) {
-    log.error("cannot create the default tenant: {}", bootstrapped.error().message());
-    return 1;
-  }
-  if (*bootstrapped) {
-    log.info("first start: created tenant \"{}\" with API key {} (shown this once: keep it; more keys with "
-             "`edgeinfer admin keys create`)",
-             gateway::tenant_store::default_tenant_id, (*bootstrapped)->key);
-  }
-  log.info("tenant store {} (schema {}): {} tenants, {} API keys; admin API {}",
-           tenants->store().database_file().string(), tenants->store().schema_version(),
-           tenants->store().snapshot()->tenant_count(), tenants->store().snapshot()->key_count(),
-           admin_token.empty() ? "off (no --admin-token)" : "on");
+  auto opened = open_tenancy(settings, clock, gateway_families, log, "serve");
+  if (const int* exit_code = std::get_if<int>(&opened)) return *exit_code;
+  tenancy_setup& tenancy = std::get<tenancy_setup>(opened);
 
   // What /readyz reports; written by the loader thread.
-  enum class readiness { loading, ready, no_model, failed };
   std::atomic<readiness> state{location.ok() ? readiness::loading : readiness::no_model};
   gateway::model_slot models;
 
   gateway::router routes;
-  gateway::add_operational_routes(routes, metrics, [&state]() -> std::string {
-    switch (state.load(std::memory_order_acquire)) {
-      case readiness::loading: return "loading";
-      case readiness::ready: return "ready";
-      case readiness::no_model: return "no_model";
-      case readiness::failed: return "failed";
-    }
-    return "failed";
-  });
+  gateway::add_operational_routes(routes, metrics,
+                                  [&state]() -> std::string { return to_string(state.load(std::memory_order_acquire)); });
   // API keys and quotas from the tenant store guard every /v1/ route.
-  gateway::tenancy_gate gate(*tenants);
+  gateway::tenancy_gate gate(*tenancy.tenants);
   gateway::add_openai_routes(routes, models, gate, &gateway_families,
                              {.sse_heartbeat = settings.duration("sse-heartbeat")});
-  gateway::add_admin_routes(routes, *tenants, {.admin_token = admin_token});
+  gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
 
-  gateway::server_options options;
-  options.host = settings.string("host");
-  options.port = static_cast<std::uint16_t>(settings.integer("port"));
-  options.threads = static_cast<std::size_t>(settings.integer("http-threads"));
-  options.max_body_bytes = settings.bytes("max-body");
-  options.idle_timeout = settings.duration("idle-timeout");
-  options.write_timeout = settings.duration("write-timeout");
-  options.shutdown_timeout = settings.duration("shutdown-timeout");
-  options.access_log = settings.boolean("access-log");
-
-  gateway::http_server server(options, std::move(routes), &gateway_families);
-  // The first SIGINT/SIGTERM drains; a second one closes what is left at once.
+  gateway::http_server server(http_server_options(settings), std::move(routes), &gateway_families);
   boost::asio::signal_set signals(server.context(), SIGINT, SIGTERM);
-  std::function<void(const boost::system::error_code&, int)> on_signal =
-      [&](const boost::system::error_code& ec, int signal_number) {
-        if (ec) return;
-        log.info("received {}", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
-        server.shutdown();
-        signals.async_wait(on_signal);
-      };
-  signals.async_wait(on_signal);
-
-  if (status listening = server.listen(); !listening.ok()) {
-    log.error("{}", listening.message());
-    return 1;
-  }
-  const auto endpoint = server.local_endpoint();
-  const std::string address = endpoint.address().is_v6() ? "[" + endpoint.address().to_string() + "]"
-                                                         : endpoint.address().to_string();
-  log.info("listening on http://{}:{}", address, endpoint.port());
+  drain_on_signals(signals, server, log);
+  if (!listen_and_announce(server, log)) return 1;
 
   // Destroyed before the server: the engine stops (its last events are posted to the server's
   // io_context, which still exists) before the server's connections and handlers go away.
   std::unique_ptr<serving_runtime> runtime;
+  std::unique_ptr<gateway::local_generation_backend> local;
   std::thread loader;
   if (location.ok()) {
     loader = std::thread([&] {
@@ -341,6 +109,7 @@ int run_serve(const config::values& settings) {
         return;
       }
       runtime = std::move(started).value();
+      local = std::make_unique<gateway::local_generation_backend>(*runtime->engine);
       models.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
           .id = location->served_name,
           .created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -349,7 +118,7 @@ int run_serve(const config::values& settings) {
           .context_length = runtime->context,
           .chat_template = runtime->model->chat_template,
           .tokenizer = runtime->model->tok.get(),
-          .engine = runtime->engine.get()}));
+          .backend = local.get()}));
       state.store(readiness::ready, std::memory_order_release);
       log.info("ready: serving \"{}\"", location->served_name);
     });

@@ -8,9 +8,9 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
-#include <deque>
 
 #include "edge/common/format.h"
+#include "edge/gateway/event_relay.h"
 #include "edge/gateway/json_response.h"
 #include "edge/gateway/openai_request.h"
 #include "edge/gateway/openai_response.h"
@@ -57,11 +57,12 @@ response model_not_found(std::string_view requested, std::string_view served) {
                         "invalid_request_error", "model", "model_not_found");
 }
 
-// What engine.submit() refusing a request means to the client.
+// What the backend refusing a request (generation_backend::submit) means to the client.
 response submit_failure(const status& failure, std::string_view prompt_param) {
   switch (failure.code()) {
     case status_code::resource_exhausted: return unavailable_response(failure.message(), "overloaded");
     case status_code::failed_precondition: return unavailable_response(failure.message(), "shutting_down");
+    case status_code::unavailable: return unavailable_response(failure.message(), "backend_unavailable");
     case status_code::out_of_range:
       return invalid_request(format("The request does not fit: {}", failure.message()), prompt_param,
                              "context_length_exceeded");
@@ -150,25 +151,6 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
                            "max_tokens", "context_length_exceeded");
   }
   return *r.max_tokens;
-}
-
-// ---- events from the engine thread to the connection's strand ---------------------------------
-
-// The events of one request, handed from the engine thread to the connection's strand. Every
-// member is touched on that strand only (the sink posts there).
-struct event_relay {
-  explicit event_relay(const asio::any_io_executor& executor) : wake(executor, clock::time_point::max()) {}
-  std::deque<backend::engine_event> events;
-  asio::steady_timer wake;  // cancelled when an event arrives
-};
-
-backend::event_sink relay_sink(std::shared_ptr<event_relay> relay, asio::any_io_executor strand) {
-  return [relay = std::move(relay), strand = std::move(strand)](backend::engine_event event) {
-    asio::post(strand, [relay, event = std::move(event)]() mutable {
-      relay->events.push_back(std::move(event));
-      relay->wake.cancel();
-    });
-  };
 }
 
 // Settles the quota lease and counts the tenant's request and tokens when the request ends,
@@ -330,14 +312,14 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
 
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
-  auto submitted = model->engine->submit(std::move(request), relay_sink(events, strand));
+  auto submitted = co_await model->backend->submit(std::move(request), relay_sink(events, strand));
   if (!submitted.ok()) {
     accounting.outcome = "failed";
     co_await ex.respond(with_headers(submit_failure(submitted.error(), prompt_param), *accounting.lease));
     co_return;
   }
   // Destroying the handle (leaving this coroutine in any way) cancels the request.
-  const backend::request_handle handle = std::move(submitted).value();
+  const std::unique_ptr<generation_handle> handle = std::move(submitted).value();
   accounting.served.prompt_tokens = prompt_length;
   ex.access().prompt_tokens = prompt_length;
   ex.access().completion_tokens = 0;

@@ -48,6 +48,42 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
       quota_rejections(prometheus::BuildCounter()
                            .Name(name("quota_rejections_total"))
                            .Help("Requests refused by a tenant quota, by tenant and the limit that refused")
-                           .Register(registry)) {}
+                           .Register(registry)),
+      backend_requests(prometheus::BuildCounter()
+                           .Name(name("backend_requests_total"))
+                           .Help("Requests a backend accepted from this gateway")
+                           .Register(registry)),
+      backend_up(prometheus::BuildGauge()
+                     .Name(name("backend_up"))
+                     .Help("1 while a backend is ready, serves the gateway's model and is not ejected")
+                     .Register(registry)),
+      backend_in_flight(prometheus::BuildGauge()
+                            .Name(name("backend_in_flight"))
+                            .Help("Requests this gateway sent to a backend that have not ended")
+                            .Register(registry)),
+      backend_kv_usage(prometheus::BuildGauge()
+                           .Name(name("backend_kv_cache_usage_ratio"))
+                           .Help("KV cache usage of a backend (0..1), as its latest load report says")
+                           .Register(registry)),
+      backend_waiting(prometheus::BuildGauge()
+                          .Name(name("backend_requests_waiting"))
+                          .Help("Requests waiting in a backend's queue, as its latest load report says")
+                          .Register(registry)),
+      backend_retries(prometheus::BuildCounter()
+                          .Name(name("backend_retries_total"))
+                          .Help("Requests retried on another backend after a failure before they started, by cause")
+                          .Register(registry)),
+      backend_ejections(prometheus::BuildCounter()
+                            .Name(name("backend_ejections_total"))
+                            .Help("Times a backend was ejected after consecutive failures")
+                            .Register(registry)),
+      backend_stream_errors(prometheus::BuildCounter()
+                                .Name(name("backend_stream_errors_total"))
+                                .Help("Streams from a backend that broke after the request started")
+                                .Register(registry)),
+      backend_routes(prometheus::BuildCounter()
+                         .Name(name("backend_routes_total"))
+                         .Help("Why the first backend tried for a request was chosen")
+                         .Register(registry)) {}
 
 }  // namespace edge::monitoring

@@ -452,6 +452,7 @@ void engine::state::publish() {
   s.in_flight = static_cast<std::int64_t>(requests.size());
   s.blocks_total = pool.total_blocks();
   s.blocks_free = pool.free_blocks();
+  s.cached_blocks = pool.cached_blocks();
   s.capacity_tokens = pool.total_blocks() * options.scheduler.block_size;
   s.steps = steps;
   s.preemptions = now.preemptions;

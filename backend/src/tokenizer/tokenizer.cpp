@@ -7,6 +7,7 @@
 
 #include "edge/backend/model/gguf.h"
 #include "edge/common/format.h"
+#include "edge/common/sha256.h"
 #include "file_io.h"
 #include "utf8.h"
 
@@ -32,6 +33,33 @@ std::string tokenizer::decode(std::span<const token_id> ids, bool with_special) 
   text.reserve(bytes.size());
   utf8::append_sanitized(text, bytes);
   return text;
+}
+
+std::string tokenizer_fingerprint(const tokenizer& tok) {
+  // Text that exercises what differs between tokenizers of one vocabulary: pre-tokenizer
+  // splits, digits, normalization, byte fallback and special-token parsing.
+  static constexpr std::string_view probe =
+      "Hello, world! It's 2024: caf\u00e9 na\u00efve \u65e5\u672c\u8a9e \U0001F600 <s> <|im_start|>x\n\t  end";
+  sha256_hasher hash;
+  const auto add_int = [&hash](std::int64_t value) { hash.update(format("{};", value)); };
+  add_int(tok.vocab_size());
+  add_int(tok.bos_id().value_or(-1));
+  for (const token_id eos : tok.eos_ids()) add_int(eos);
+  hash.update("|");
+  std::string bytes;
+  for (token_id id = 0; id < tok.vocab_size(); ++id) {
+    bytes.clear();
+    tok.append_token_bytes(id, /*after_bos=*/false, /*with_special=*/true, bytes);
+    const std::string text = tok.token_text(id);
+    add_int(static_cast<std::int64_t>(text.size()));
+    hash.update(text);
+    add_int(static_cast<std::int64_t>(bytes.size()));
+    hash.update(bytes);
+    add_int(tok.is_special(id) ? 1 : 0);
+  }
+  hash.update("|");
+  for (const token_id id : tok.encode(probe, {.add_bos = true, .parse_special = true})) add_int(id);
+  return to_hex(hash.finish());
 }
 
 incremental_detokenizer::incremental_detokenizer(const tokenizer& tok, bool prompt_ends_with_bos, bool with_special)

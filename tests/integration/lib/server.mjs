@@ -20,11 +20,13 @@ export function makeStateDir() {
 // Starts the server with extra arguments; resolves once it logs the port it listens on and,
 // unless `waitReady` is false, once /readyz answers 200 (the model is loaded and the engine runs).
 // Unless the arguments name a --state-dir, the server gets a fresh one (server.stateDir); on its
-// first start it logs an API key for the tenant "default" (server.defaultKey).
-export async function startServer(args = [], { env = {}, timeoutMs = 60000, waitReady = true } = {}) {
-  const stateDir = args.includes('--state-dir') ? args[args.indexOf('--state-dir') + 1] : makeStateDir();
-  const stateArgs = args.includes('--state-dir') ? [] : ['--state-dir', stateDir];
-  const child = spawn(edgeinferBin, ['serve', '--host', '127.0.0.1', '--port', '0', ...stateArgs, ...args], {
+// first start it logs an API key for the tenant "default" (server.defaultKey). `command` runs
+// another server command the same way: `backend` (no tenant store) or `gateway`.
+export async function startServer(args = [], { env = {}, timeoutMs = 60000, waitReady = true, command = 'serve' } = {}) {
+  const tenants = command !== 'backend';
+  const stateDir = args.includes('--state-dir') ? args[args.indexOf('--state-dir') + 1] : (tenants ? makeStateDir() : undefined);
+  const stateArgs = args.includes('--state-dir') || !tenants ? [] : ['--state-dir', stateDir];
+  const child = spawn(edgeinferBin, [command, '--host', '127.0.0.1', '--port', '0', ...stateArgs, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

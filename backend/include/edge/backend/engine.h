@@ -109,6 +109,7 @@ struct engine_stats {
   std::int64_t in_flight = 0;  // accepted and not finished
   std::int64_t blocks_total = 0;
   std::int64_t blocks_free = 0;
+  std::int64_t cached_blocks = 0;  // blocks holding a registered prompt prefix, in use or free
   std::int64_t capacity_tokens = 0;
   std::int64_t steps = 0;
   std::int64_t preemptions = 0;

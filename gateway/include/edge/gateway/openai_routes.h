@@ -1,4 +1,4 @@
-// The OpenAI-compatible API on the in-process engine:
+// The OpenAI-compatible API, on the in-process engine or on remote backends (generation_backend.h):
 //
 //   POST /v1/chat/completions   chat through the model's chat template; stream or not
 //   POST /v1/completions        plain prompt; stream or not
@@ -8,10 +8,10 @@
 // One generation request goes: gate.authenticate → parse and validate the body (400 naming
 // the field) → the model named (404 model_not_found) → chat template + tokenize on this
 // connection's thread → context check (400 context_length_exceeded) → gate.try_acquire
-// (quotas) → engine.submit (503 + retry-after when the engine's queue is full) → events from
-// the engine thread relayed to the connection's strand → the JSON answer, or Server-Sent
-// Events flushed per delta with a `: ping` heartbeat when nothing was written for
-// `sse_heartbeat` → lease settled with the tokens served. A client that goes away (streaming
+// (quotas) → backend.submit (503 + retry-after when the engine's queue is full or no backend
+// answers) → events from the engine thread or the backend's stream relayed to the connection's
+// strand → the JSON answer, or Server-Sent Events flushed per delta with a `: ping` heartbeat
+// when nothing was written for `sse_heartbeat` → lease settled with the tokens served. A client that goes away (streaming
 // or not) cancels its request in the engine at once: the request handle is destroyed, and
 // its KV blocks are freed at the engine's next step.
 #pragma once

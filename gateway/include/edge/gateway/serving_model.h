@@ -1,4 +1,5 @@
-// The model the OpenAI routes serve, published once it is loaded and its engine runs.
+// The model the OpenAI routes serve, published once it is loaded and its engine runs (serve), or
+// once a backend has confirmed that it serves it (gateway).
 #pragma once
 
 #include <cstdint>
@@ -6,9 +7,9 @@
 #include <mutex>
 #include <string>
 
-#include "edge/backend/engine.h"
 #include "edge/backend/tokenizer/chat_template.h"
 #include "edge/backend/tokenizer/tokenizer.h"
+#include "edge/gateway/generation_backend.h"
 
 namespace edge::gateway {
 
@@ -18,7 +19,7 @@ struct serving_model {
   std::int64_t context_length = 0;  // prompt + completion tokens at most
   backend::chat_template_kind chat_template = backend::chat_template_kind::plain;
   const backend::tokenizer* tokenizer = nullptr;
-  backend::engine* engine = nullptr;
+  generation_backend* backend = nullptr;  // where requests are generated
 };
 
 // Empty until the model is loaded; then holds it for the server's life. Thread-safe.

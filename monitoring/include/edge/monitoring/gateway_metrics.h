@@ -39,6 +39,34 @@ struct gateway_metrics {
   prometheus::Family<prometheus::Counter>& quota_rejections;
   label_limiter tenant_labels{max_tenant_labels};
 
+  // Routing of a split gateway (`edgeinfer gateway --backend URL ...`); the `backend` label is
+  // the backend's URL as configured, so its values are bounded by the command line.
+  //
+  // edgeinfer_backend_requests_total{backend}: requests a backend accepted from this gateway.
+  prometheus::Family<prometheus::Counter>& backend_requests;
+  // edgeinfer_backend_up{backend}: 1 while the backend is ready, serves the gateway's model and
+  // is not ejected; 0 otherwise.
+  prometheus::Family<prometheus::Gauge>& backend_up;
+  // edgeinfer_backend_in_flight{backend}: requests sent there that have not ended.
+  prometheus::Family<prometheus::Gauge>& backend_in_flight;
+  // edgeinfer_backend_kv_cache_usage_ratio{backend} and edgeinfer_backend_requests_waiting{backend}:
+  // the latest load report of each backend, as the router weighs it.
+  prometheus::Family<prometheus::Gauge>& backend_kv_usage;
+  prometheus::Family<prometheus::Gauge>& backend_waiting;
+  // edgeinfer_backend_retries_total{reason}: requests sent to another backend after one failed
+  // before the request started: connect (refused, timed out), status (5xx, 401),
+  // stream (broken before the first event).
+  prometheus::Family<prometheus::Counter>& backend_retries;
+  // edgeinfer_backend_ejections_total{backend}: times a backend was ejected after consecutive
+  // failures.
+  prometheus::Family<prometheus::Counter>& backend_ejections;
+  // edgeinfer_backend_stream_errors_total{backend}: streams that broke after they started (the
+  // client got an error event).
+  prometheus::Family<prometheus::Counter>& backend_stream_errors;
+  // edgeinfer_backend_routes_total{reason}: why the first backend tried was chosen: affinity
+  // (it holds the prompt's prefix), rendezvous (a new prefix's hash placed it), least_loaded.
+  prometheus::Family<prometheus::Counter>& backend_routes;
+
   static constexpr std::size_t max_tenant_labels = 100;
 
   static const prometheus::Histogram::BucketBoundaries& duration_buckets();

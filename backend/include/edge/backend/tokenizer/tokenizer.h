@@ -85,6 +85,12 @@ class incremental_detokenizer {
   std::string pending_;  // bytes of an unfinished UTF-8 character
 };
 
+// The tokenizer's identity: SHA-256 (64 hex digits) of its vocabulary (each token's text, bytes
+// and whether it is special), its BOS and EOS ids, and the ids it gives a fixed probe text. Two
+// processes that load the same tokenizer, with or without the model's weights, get the same
+// value; a split gateway compares it with its backends' before it tokenizes for them.
+std::string tokenizer_fingerprint(const tokenizer& tok);
+
 // tokenizer.json (Hugging Face `tokenizers` format; model type BPE, with or without byte
 // fallback) plus, when present beside it, tokenizer_config.json (BOS handling, EOS token).
 result<std::unique_ptr<tokenizer>> load_hf_tokenizer(const std::filesystem::path& tokenizer_json);

@@ -1,0 +1,104 @@
+// The wire format between a split gateway and its backends (`edgeinfer backend`): JSON written
+// with Boost.JSON, read with simdjson's DOM parser (which validates the whole document first).
+//
+//   POST /internal/v1/generate   body: a generate request
+//     {"id","tenant","weight","priority","cache_salt","prompt":[token ids],
+//      "sampling":{"temperature","top_k","top_p","min_p","repetition_penalty",
+//                  "presence_penalty","frequency_penalty","seed"},
+//      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":n|null}
+//     prompt and max_tokens are required; an unknown field is a 400 naming it (a gateway that
+//     asks for something this backend does not know must hear so, not be ignored).
+//     200: application/x-ndjson, one event per line, flushed as produced:
+//       {"type":"admitted"}
+//       {"type":"delta","text","tokens":[ids],"logprobs":[{"id","logprob","top":[{"id","logprob"}]}]}
+//       {"type":"finished","reason":"stop|length|abort|error","error","usage":{"prompt_tokens",
+//        "completion_tokens","cached_tokens"},"timings":{"queued_seconds",
+//        "time_to_first_token","total_seconds","preemptions"}}
+//       {"type":"heartbeat"}    when nothing else was written for a while (keeps read
+//                               timeouts meaningful on a request that waits in the queue)
+//     Refusals: 400 (code invalid_request or context_length_exceeded), 401 (internal token),
+//     503 (code overloaded or shutting_down), all {"error":{"message","type","code"}}.
+//     Closing the connection cancels the request.
+//   GET /internal/v1/info   what the gateway must agree with before it tokenizes for a backend
+//   GET /internal/v1/load   what the router weighs (backend_load_report)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "edge/backend/engine.h"
+#include "edge/backend/tokenizer/chat_template.h"
+#include "edge/common/status.h"
+
+namespace edge::gateway {
+
+inline constexpr std::string_view internal_generate_path = "/internal/v1/generate";
+inline constexpr std::string_view internal_info_path = "/internal/v1/info";
+inline constexpr std::string_view internal_load_path = "/internal/v1/load";
+inline constexpr std::string_view ndjson_content_type = "application/x-ndjson";
+
+// ---- the generate request ---------------------------------------------------------------------
+
+std::string encode_generate_request(const backend::generate_request& request);
+
+// A body the backend cannot use: the message, and the field it is about ("" for the body).
+struct internal_request_error {
+  std::string message;
+  std::string param;
+};
+
+std::variant<backend::generate_request, internal_request_error> parse_generate_request(std::string_view body);
+
+// ---- events -----------------------------------------------------------------------------------
+
+// One line (with its '\n') per event.
+std::string encode_event(const backend::engine_event& event);
+std::string encode_heartbeat();
+
+// A line without its '\n'. nullopt for a heartbeat; invalid_argument for anything malformed.
+result<std::optional<backend::engine_event>> parse_event(std::string_view line);
+
+// ---- model identity ---------------------------------------------------------------------------
+
+struct backend_info {
+  std::string model;                  // the served model id
+  std::int64_t context_length = 0;    // prompt + completion tokens at most
+  backend::chat_template_kind chat_template = backend::chat_template_kind::plain;
+  std::string tokenizer_fingerprint;  // backend::tokenizer_fingerprint
+  std::int64_t vocab_size = 0;
+  std::int64_t block_size = 0;        // tokens per KV block: the prefix cache's unit
+  std::string version;                // edgeinfer's
+};
+
+std::string encode_info(const backend_info& info);
+result<backend_info> parse_info(std::string_view body);
+
+// Why `other` cannot stand in for `expected` (a gateway sends every backend the same token
+// ids), or empty when it can. The version may differ.
+std::string info_mismatch(const backend_info& expected, const backend_info& other);
+
+// ---- load ------------------------------------------------------------------------------------
+
+struct backend_load_report {
+  std::int64_t waiting = 0;    // accepted, not running
+  std::int64_t running = 0;
+  std::int64_t in_flight = 0;  // accepted, not finished
+  std::int64_t kv_blocks_total = 0;
+  std::int64_t kv_blocks_free = 0;
+  double kv_usage = 0.0;       // blocks referenced / total (edgeinfer_kv_cache_usage_ratio)
+  // Prefix cache: its unit, how many blocks hold a cached prefix, and lookups and hits in
+  // tokens since start (hits / queries is the hit rate).
+  std::int64_t block_size = 0;
+  std::int64_t cached_blocks = 0;
+  std::int64_t prefix_cache_queries = 0;
+  std::int64_t prefix_cache_hits = 0;
+};
+
+backend_load_report load_report_from(const backend::engine_stats& stats, std::int64_t block_size);
+std::string encode_load(const backend_load_report& load);
+result<backend_load_report> parse_load(std::string_view body);
+
+}  // namespace edge::gateway

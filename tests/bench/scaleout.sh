@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Throughput scaling of the split topology: `edgeinfer gateway` in front of one `edgeinfer
+# backend`, then of two, measured by `edgeinfer bench` against the gateway (CPU, one compute
+# thread per backend, so that two backends can use the machine's two cores). Prints output
+# tokens/s per run, the medians, and the ratio two/one per model. Measures; asserts nothing.
+#
+#   tests/bench/scaleout.sh [BUILD_DIR]      (default build/; `make bench-scaleout` runs it)
+#
+# Knobs: EDGE_SCALEOUT_MODELS (stories260K tiny-hd128: the fixture and a synthetic model with
+# 128-wide heads, where compute per token is larger), EDGE_SCALEOUT_RUNS (3), EDGE_SCALEOUT_CONCURRENCY
+# (16), EDGE_SCALEOUT_DURATION (5s per run), EDGE_SCALEOUT_OUTPUT_LEN (64 tokens).
+# Results (JSON per run, server logs) go to $BUILD_DIR/bench-scaleout/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+bin="$build/edgeinfer"
+fixtures=${EDGE_TEST_MODELS:-../shared/models}
+out="$build/bench-scaleout"
+models=(${EDGE_SCALEOUT_MODELS:-stories260K tiny-hd128})
+runs=${EDGE_SCALEOUT_RUNS:-3}
+concurrency=${EDGE_SCALEOUT_CONCURRENCY:-16}
+duration=${EDGE_SCALEOUT_DURATION:-5s}
+output_len=${EDGE_SCALEOUT_OUTPUT_LEN:-64}
+mkdir -p "$out"
+
+model_path() {
+  case "$1" in
+    stories260K) echo "$fixtures/stories260K/stories260K.gguf" ;;
+    *)
+      local path="$out/models/$1"
+      if [[ ! -d "$path" ]]; then
+        mkdir -p "$out/models"
+        "$bin" make-model --preset "$1" --seed 1 --out "$path" >&2
+      fi
+      echo "$path" ;;
+  esac
+}
+
+pids=()
+stop_all() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  pids=()
+}
+trap stop_all EXIT
+
+# Starts `edgeinfer $1 ...` in the background, logging to $2; sets $port once it listens.
+port=""
+start() {
+  local command=$1 log=$2; shift 2
+  "$bin" "$command" --host 127.0.0.1 --port 0 --log-level info --no-access-log "$@" >/dev/null 2>"$log" &
+  pids+=($!)
+  port=""
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
+    [[ -n "$port" ]] && return 0
+    sleep 0.1
+  done
+  echo "edgeinfer $command did not start; see $log" >&2
+  return 1
+}
+
+# Waits until `url`/metrics shows `n` backends up (gateway) or /readyz answers 200.
+wait_backends_up() {
+  local url=$1 n=$2
+  for _ in $(seq 1 600); do
+    local up
+    up=$(curl -s "$url/metrics" | grep -c '^edgeinfer_backend_up{.*} 1$' || true)
+    [[ "$up" -ge "$n" ]] && return 0
+    sleep 0.1
+  done
+  echo "the gateway at $url did not see $n backends up" >&2
+  return 1
+}
+
+# One measurement: $1 backends for model $2 (path $3), run $4. Prints output tokens/s.
+measure() {
+  local n=$1 model=$2 path=$3 run=$4
+  local name="$model-b$n-r$run" urls=()
+  for i in $(seq 1 "$n"); do
+    start backend "$out/$name.backend$i.log" --model "$path" --served-model-name "$model" --threads 1 \
+      --http-threads 1 --kv-cache-memory 256MiB
+    urls+=(--backend "http://127.0.0.1:$port")
+  done
+  local state
+  state=$(mktemp -d)
+  start gateway "$out/$name.gateway.log" --model "$path" --state-dir "$state" --http-threads 1 "${urls[@]}"
+  local gateway="http://127.0.0.1:$port"
+  wait_backends_up "$gateway" "$n"
+  local key
+  key=$(sed -n 's/.*with API key \(ek-[0-9a-f]*\.[A-Za-z0-9_-]*\).*/\1/p' "$out/$name.gateway.log" | head -n1)
+  "$bin" bench --base-url "$gateway" --api-key "$key" --model "$model" --label "$n backends" \
+    --concurrency "$concurrency" --duration "$duration" --warmup-requests 8 --seed "$run" --timeout 60s \
+    --input-len 64 --output-len "$output_len" --output-json "$out/$name.json" --log-level warn >/dev/null
+  stop_all
+  rm -rf "$state"
+  grep -o '"output_throughput":[0-9.eE+-]*' "$out/$name.json" | head -n1 | cut -d: -f2
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+range() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.0f-%.0f", lo, hi }'; }
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
+echo "Split gateway scaling: $(nproc) cores of ${cpu:-an unknown CPU}; each backend --threads 1;"
+echo "edgeinfer bench at concurrency $concurrency for $duration per run, 64-word prompts, $output_len output tokens,"
+echo "$runs runs per point (one and two backends alternate, so drift hits both alike)."
+echo
+printf '| %-12s | %-26s | %-26s | %-9s |\n' "model" "1 backend tok/s (median, range)" "2 backends tok/s" "ratio 2/1"
+printf '|%s|%s|%s|%s|\n' "--------------" "----------------------------" "----------------------------" "-----------"
+for model in "${models[@]}"; do
+  path=$(model_path "$model")
+  one=()
+  two=()
+  for run in $(seq 1 "$runs"); do
+    one+=("$(measure 1 "$model" "$path" "$run")")
+    two+=("$(measure 2 "$model" "$path" "$run")")
+    echo "  $model run $run: 1 backend ${one[-1]} tok/s, 2 backends ${two[-1]} tok/s" >&2
+  done
+  m1=$(printf '%s\n' "${one[@]}" | median)
+  m2=$(printf '%s\n' "${two[@]}" | median)
+  r1=$(printf '%s\n' "${one[@]}" | range)
+  r2=$(printf '%s\n' "${two[@]}" | range)
+  ratio=$(awk -v a="$m1" -v b="$m2" 'BEGIN { printf "%.2f", b / a }')
+  printf '| %-12s | %-26s | %-26s | %-9s |\n' "$model" "$(printf '%.0f (%s)' "$m1" "$r1")" \
+    "$(printf '%.0f (%s)' "$m2" "$r2")" "$ratio"
+done

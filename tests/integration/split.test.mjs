@@ -1,0 +1,397 @@
+// The split topology: two `edgeinfer backend` processes (stories260K, one compute thread each)
+// behind one `edgeinfer gateway`, over real HTTP on loopback, with the official `openai` SDK as
+// the client:
+//   1. load spreads by KV usage: idle backends share requests; a backend whose small KV cache
+//      is full gets fewer of them;
+//   2. a backend killed (SIGKILL) mid-run: the stream that was generating on it ends with a
+//      clear error (no hang), requests that had not started there are placed on the other one
+//      and succeed, and new requests go to the survivor;
+//   3. requests sharing a long prefix land on the backend that caches it (its prefix-cache hit
+//      rate is reported);
+//   4. a client that drops its stream frees the backend's request (running back to 0, the
+//      request counted as aborted);
+// Where an outcome would otherwise depend on how fast stories260K generates, the backends are
+// frozen (SIGSTOP) while the test sets the situation up, and let go (SIGCONT) to play it out.
+// plus the internal API's token and wire format, the gateway's model check and bad --backend
+// values.
+import { test, before, after, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { spawnSync } from 'node:child_process';
+import OpenAI from 'openai';
+import { startServer, sleep, edgeinferBin } from './lib/server.mjs';
+
+const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
+const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
+const TOKEN = 'internal-token-0123456789';
+// Prompts the tests send: stories260K writes children's stories.
+const shortPrompt = 'Once upon a time';
+
+// Starts backends (each with `backendArgs`) and a gateway in front of them.
+async function startCluster({ backends = 2, backendArgs = [], gatewayArgs = [] } = {}) {
+  const started = [];
+  for (let i = 0; i < backends; i++) {
+    started.push(await startServer(['--model', storiesGguf, '--threads', '1', '--internal-token', TOKEN,
+      '--http-threads', '1', ...backendArgs], { command: 'backend' }));
+  }
+  const gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN, '--http-threads', '2',
+    '--backend-poll-interval', '100ms', ...started.flatMap((b) => ['--backend', b.url]), ...gatewayArgs],
+  { command: 'gateway' });
+  const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: gateway.defaultKey, maxRetries: 0 });
+  return {
+    backends: started,
+    gateway,
+    client,
+    stop: async () => { await Promise.all([gateway, ...started].map((s) => s.stop())); },
+  };
+}
+
+async function scrape(url) {
+  const res = await fetch(`${url}/metrics`);
+  assert.equal(res.status, 200);
+  return res.text();
+}
+
+// The value of one series (name and labels exactly as written), 0 when absent.
+function value(text, series) {
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
+  }
+  return 0;
+}
+
+// The gateway's count of requests each backend accepted.
+async function acceptedPerBackend(cluster) {
+  const text = await scrape(cluster.gateway.url);
+  return cluster.backends.map((b) => value(text, `edgeinfer_backend_requests_total{backend="${b.url}"}`));
+}
+
+async function load(backend) {
+  const res = await fetch(`${backend.url}/internal/v1/load`, { headers: { authorization: `Bearer ${TOKEN}` } });
+  assert.equal(res.status, 200);
+  return res.json();
+}
+
+async function waitFor(what, check, { timeoutMs = 60000 } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}
+
+// A long streamed completion (ignore_eos keeps it generating) with its progress on record.
+function longStream(client, { maxTokens, prompt = shortPrompt }) {
+  const controller = new AbortController();
+  const record = { deltas: 0, error: null, finishReason: null, controller };
+  record.done = (async () => {
+    try {
+      const stream = await client.completions.create(
+        { model: 'stories260K', prompt, max_tokens: maxTokens, temperature: 0.8, stream: true, ignore_eos: true },
+        { signal: controller.signal });
+      for await (const chunk of stream) {
+        if (chunk.choices[0]?.text) record.deltas++;
+        if (chunk.choices[0]?.finish_reason) record.finishReason = chunk.choices[0].finish_reason;
+      }
+    } catch (error) {
+      record.error = error;
+    }
+  })();
+  return record;
+}
+
+describe('load, KV usage and cancellation', () => {
+  // A small KV cache (153 blocks, 2448 tokens of stories260K in f32) and reserve admission: a
+  // request holds the blocks for its whole output from admission on, so one long request fills
+  // most of a backend and the next ones queue.
+  let cluster;
+  before(async () => {
+    cluster = await startCluster({ backendArgs: ['--kv-cache-memory', '3MiB', '--admission', 'reserve'] });
+  });
+  after(async () => { await cluster?.stop(); });
+
+  test('idle backends share the requests', async () => {
+    const before = await acceptedPerBackend(cluster);
+    await Promise.all(Array.from({ length: 8 }, () => cluster.client.completions.create(
+      { model: 'stories260K', prompt: shortPrompt, max_tokens: 32, temperature: 0 })));
+    const after = await acceptedPerBackend(cluster);
+    const served = after.map((n, i) => n - before[i]);
+    console.log(`8 concurrent requests on idle backends: ${served.join(' / ')}`);
+    assert.equal(served[0] + served[1], 8);
+    assert.ok(served[0] > 0 && served[1] > 0, `both backends serve: ${served}`);
+  });
+
+  test('a backend whose KV cache is full gets fewer requests', async () => {
+    const [full] = cluster.backends;
+    // Fill the first backend directly (not through the gateway, so only its load report can tell).
+    const fillers = Array.from({ length: 12 }, () => {
+      const controller = new AbortController();
+      const done = fetch(`${full.url}/internal/v1/generate`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ prompt: [1, 400, 300, 200], max_tokens: 2000, ignore_eos: true, tenant: 'filler' }),
+        signal: controller.signal,
+      }).then(async (res) => { for await (const chunk of res.body) void chunk; }).catch(() => {});
+      return { controller, done };
+    });
+    try {
+      await waitFor('the full backend to report its KV cache used and a queue', async () => {
+        const l = await load(full);
+        return l.kv_usage_ratio > 0.8 && l.waiting > 0;
+      });
+      // The gateway has read that report once its gauge shows it.
+      await waitFor('the gateway to see the full backend', async () => {
+        const text = await scrape(cluster.gateway.url);
+        return value(text, `edgeinfer_backend_kv_cache_usage_ratio{backend="${full.url}"}`) > 0.8;
+      });
+      const before = await acceptedPerBackend(cluster);
+      for (let i = 0; i < 6; i++) {
+        await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 16, temperature: 0 });
+      }
+      const after = await acceptedPerBackend(cluster);
+      const toFull = after[0] - before[0];
+      const toFree = after[1] - before[1];
+      console.log(`6 requests while backend 1 is full (KV ${(await load(full)).kv_usage_ratio.toFixed(2)}): full ${toFull}, free ${toFree}`);
+      assert.equal(toFull + toFree, 6);
+      assert.ok(toFree > toFull, `the free backend gets more: full ${toFull}, free ${toFree}`);
+    } finally {
+      for (const f of fillers) f.controller.abort();
+      await Promise.all(fillers.map((f) => f.done));
+    }
+    // Dropping the direct streams cancelled them on the backend.
+    await waitFor('the filled backend to be idle again', async () => (await load(full)).in_flight === 0);
+  });
+
+  test('a client that drops its stream frees the request on the backend', async () => {
+    const aborts = async () => (await Promise.all(cluster.backends.map(async (b) =>
+      value(await scrape(b.url), 'edgeinfer_request_success_total{finished_reason="abort"}')))).reduce((x, y) => x + y);
+    const abortedBefore = await aborts();
+    // One long stream per backend (the gateway spreads them), both generating.
+    const streams = Array.from({ length: 2 }, () => longStream(cluster.client, { maxTokens: 1000 }));
+    await waitFor('both streams to produce text', () => streams.every((s) => s.deltas > 0 || s.error));
+    for (const s of streams) assert.equal(s.error, null, String(s.error));
+    // Freeze the backends, so that the outcome does not depend on how fast they generate: the
+    // requests cannot finish while the clients leave.
+    for (const b of cluster.backends) b.child.kill('SIGSTOP');
+    try {
+      for (const s of streams) s.controller.abort();
+      await Promise.all(streams.map((s) => s.done));
+      // The gateway has closed its connections to the backends.
+      await waitFor('the gateway to drop the requests', async () => {
+        const text = await scrape(cluster.gateway.url);
+        return cluster.backends.every((b) => value(text, `edgeinfer_backend_in_flight{backend="${b.url}"}`) === 0);
+      });
+    } finally {
+      for (const b of cluster.backends) b.child.kill('SIGCONT');
+    }
+    await waitFor('both backends to run nothing', async () => {
+      const loads = await Promise.all(cluster.backends.map(load));
+      return loads.every((l) => l.running === 0 && l.in_flight === 0);
+    });
+    // Each dropped stream ended as aborted in its backend's engine, not by running to its length.
+    assert.equal(await aborts() - abortedBefore, 2);
+  });
+});
+
+describe('prefix affinity', () => {
+  let cluster;
+  before(async () => { cluster = await startCluster({ backendArgs: ['--kv-cache-memory', '16MiB'] }); });
+  after(async () => { await cluster?.stop(); });
+
+  test('requests sharing a long prefix land on the backend that caches it', async () => {
+    // About 150 tokens in common, then a different ending per request.
+    const prefix = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park. '
+      + 'One day, she saw a big, red ball. She wanted to play with it, but it was too high. Lily asked her mom '
+      + 'to help her. Her mom smiled and said yes. They played with the ball all day long and had lots of fun. '
+      + 'The sun was warm and the birds sang in the trees. ';
+    const endings = ['Tom came to play.', 'A dog ran by.', 'The cat was sleepy.', 'It began to rain.',
+      'Lily found a shell.', 'Ben had a kite.', 'The sky was blue.', 'A frog jumped high.'];
+    const loadsBefore = await Promise.all(cluster.backends.map(load));
+    const before = await acceptedPerBackend(cluster);
+    for (const ending of endings) {
+      await cluster.client.completions.create({ model: 'stories260K', prompt: prefix + ending, max_tokens: 8, temperature: 0 });
+    }
+    const after = await acceptedPerBackend(cluster);
+    const served = after.map((n, i) => n - before[i]);
+    const loadsAfter = await Promise.all(cluster.backends.map(load));
+    const queries = loadsAfter.map((l, i) => l.prefix_cache.queries - loadsBefore[i].prefix_cache.queries);
+    const hits = loadsAfter.map((l, i) => l.prefix_cache.hits - loadsBefore[i].prefix_cache.hits);
+    const owner = served[0] >= served[1] ? 0 : 1;
+    const rate = hits[owner] / queries[owner];
+    console.log(`prefix affinity: requests per backend ${served.join(' / ')}; prefix-cache hit rate on the `
+      + `owner ${(100 * rate).toFixed(1)}% (${hits[owner]} of ${queries[owner]} prompt tokens)`);
+    // Every request went to one backend, which served the shared blocks from its cache.
+    assert.deepEqual([...served].sort(), [0, endings.length]);
+    assert.equal(queries[1 - owner], 0);
+    assert.ok(hits[owner] > 0);
+    assert.ok(rate > 0.5, `most prompt tokens come from the cache: ${rate}`);
+    const text = await scrape(cluster.gateway.url);
+    assert.equal(value(text, 'edgeinfer_backend_routes_total{reason="affinity"}'), endings.length - 1);
+  });
+});
+
+describe('a backend dies mid-run', () => {
+  let cluster;
+  before(async () => { cluster = await startCluster({ backendArgs: ['--kv-cache-memory', '64MiB'] }); });
+  after(async () => { await cluster?.stop(); });
+
+  test('a stream on it ends with an error, requests not started move to the other, new ones go there', async () => {
+    const [victim, survivor] = cluster.backends;
+    const inFlight = async () => {
+      const text = await scrape(cluster.gateway.url);
+      return cluster.backends.map((b) => value(text, `edgeinfer_backend_in_flight{backend="${b.url}"}`));
+    };
+    // One long stream per backend, both generating.
+    const running = Array.from({ length: 2 }, () => longStream(cluster.client, { maxTokens: 1500 }));
+    await waitFor('both streams to produce text', () => running.every((s) => s.deltas > 0 || s.error));
+    for (const s of running) assert.equal(s.error, null, String(s.error));
+    assert.deepEqual(await inFlight(), [1, 1]);
+    // Freeze both backends, so that nothing finishes by itself; then send requests that cannot
+    // start: the gateway sends half of them to the backend about to die.
+    for (const b of cluster.backends) b.child.kill('SIGSTOP');
+    const waiting = Array.from({ length: 4 }, () => longStream(cluster.client, { maxTokens: 200 }));
+    await waitFor('the gateway to send the new requests', async () => {
+      const n = await inFlight();
+      return n[0] + n[1] === 6;
+    });
+    assert.deepEqual(await inFlight(), [3, 3]);
+    victim.child.kill('SIGKILL');
+    await victim.exited;
+    survivor.child.kill('SIGCONT');
+    await Promise.all([...running, ...waiting].map((s) => s.done));
+
+    // The stream generating on the dead backend ended with a clear error, not a hang; the one on
+    // the survivor completed.
+    const failed = running.filter((s) => s.error);
+    assert.equal(failed.length, 1, `one running stream fails: ${running.map((s) => String(s.error))}`);
+    assert.match(String(failed[0].error?.message), /backend http:\/\/127\.0\.0\.1:\d+ failed during the request/);
+    assert.equal(running.find((s) => !s.error).finishReason, 'length');
+    // No request that had not started failed: those sent to the dead backend ran on the survivor.
+    for (const s of waiting) {
+      assert.equal(s.error, null, String(s.error));
+      assert.equal(s.finishReason, 'length');
+    }
+    let text = await scrape(cluster.gateway.url);
+    const retries = ['connect', 'status', 'stream'].reduce(
+      (sum, reason) => sum + value(text, `edgeinfer_backend_retries_total{reason="${reason}"}`), 0);
+    console.log(`kill: 1 of 2 running streams ended with an error; 4 of 4 requests not started completed `
+      + `(${retries} retries)`);
+    assert.ok(retries >= 2, `the requests sent to the dead backend were retried: ${retries}`);
+    assert.equal(value(text, `edgeinfer_backend_stream_errors_total{backend="${victim.url}"}`), 1);
+
+    // New requests all succeed, on the survivor.
+    const before = await acceptedPerBackend(cluster);
+    for (let i = 0; i < 6; i++) {
+      const done = await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8 });
+      assert.equal(done.choices[0].finish_reason, 'length');
+    }
+    const after = await acceptedPerBackend(cluster);
+    assert.deepEqual([after[0] - before[0], after[1] - before[1]], [0, 6]);
+    text = await scrape(cluster.gateway.url);
+    assert.equal(value(text, `edgeinfer_backend_up{backend="${victim.url}"}`), 0);
+    await waitFor('the survivor to be up', async () =>
+      value(await scrape(cluster.gateway.url), `edgeinfer_backend_up{backend="${survivor.url}"}`) === 1);
+  });
+
+  test('with no backend left, requests get a 503 at once', async () => {
+    const [, survivor] = cluster.backends;
+    survivor.child.kill('SIGKILL');
+    await survivor.exited;
+    await assert.rejects(
+      cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8 }),
+      (error) => {
+        assert.equal(error.status, 503);
+        assert.match(error.message, /backend/);
+        return true;
+      });
+    await waitFor('the gateway to report no backend', async () => (await fetch(`${cluster.gateway.url}/readyz`)).status === 503);
+  });
+});
+
+describe('the internal API and the gateway\'s checks', () => {
+  let backend;
+  before(async () => {
+    backend = await startServer(['--model', storiesGguf, '--threads', '1', '--kv-cache-memory', '16MiB',
+      '--internal-token', TOKEN], { command: 'backend' });
+  });
+  after(async () => { await backend?.stop(); });
+
+  test('the internal routes want the token; probes and metrics do not', async () => {
+    for (const route of ['/internal/v1/info', '/internal/v1/load']) {
+      const res = await fetch(`${backend.url}${route}`);
+      assert.equal(res.status, 401);
+      assert.equal((await res.json()).error.code, 'invalid_internal_token');
+    }
+    assert.equal((await fetch(`${backend.url}/readyz`)).status, 200);
+    assert.equal((await fetch(`${backend.url}/metrics`)).status, 200);
+    const info = await (await fetch(`${backend.url}/internal/v1/info`, { headers: { authorization: `Bearer ${TOKEN}` } })).json();
+    assert.equal(info.model, 'stories260K');
+    assert.equal(info.block_size, 16);
+    assert.match(info.tokenizer_fingerprint, /^[0-9a-f]{64}$/);
+  });
+
+  test('the internal generate API streams NDJSON events and refuses bad bodies naming the field', async () => {
+    const headers = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
+    const res = await fetch(`${backend.url}/internal/v1/generate`, {
+      method: 'POST', headers, body: JSON.stringify({ prompt: [1, 403, 407], max_tokens: 5, ignore_eos: true }),
+    });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('content-type'), 'application/x-ndjson');
+    const events = (await res.text()).trim().split('\n').map((line) => JSON.parse(line));
+    assert.equal(events[0].type, 'admitted');
+    assert.equal(events.at(-1).type, 'finished');
+    assert.equal(events.at(-1).reason, 'length');
+    assert.equal(events.at(-1).usage.completion_tokens, 5);
+    const tokens = events.filter((e) => e.type === 'delta').flatMap((e) => e.tokens);
+    assert.equal(tokens.length, 5);
+
+    const bad = await fetch(`${backend.url}/internal/v1/generate`, {
+      method: 'POST', headers, body: JSON.stringify({ prompt: [1, 'x'], max_tokens: 5 }),
+    });
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).error.param, 'prompt[1]');
+    // Longer than the model's context (2048): the engine refuses it.
+    const tooLong = await fetch(`${backend.url}/internal/v1/generate`, {
+      method: 'POST', headers, body: JSON.stringify({ prompt: Array(2100).fill(300), max_tokens: 4 }),
+    });
+    assert.equal(tooLong.status, 400);
+    assert.equal((await tooLong.json()).error.code, 'context_length_exceeded');
+  });
+
+  test('a gateway whose tokenizer differs from the backend\'s never uses it', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeinfer-split-'));
+    try {
+      const otherModel = path.join(dir, 'tiny-qwen2');
+      const made = spawnSync(edgeinferBin, ['make-model', '--preset', 'tiny-qwen2', '--out', otherModel], { encoding: 'utf8' });
+      assert.equal(made.status, 0, made.stderr);
+      const gateway = await startServer(['--model', otherModel, '--internal-token', TOKEN, '--backend', backend.url,
+        '--backend-poll-interval', '50ms'], { command: 'gateway', waitReady: false });
+      try {
+        await waitFor('the gateway to refuse the backend', async () => /is not used: its tokenizer/.test(gateway.log));
+        const ready = await fetch(`${gateway.url}/readyz`);
+        assert.equal(ready.status, 503);
+        assert.equal((await ready.json()).status, 'connecting');
+      } finally {
+        await gateway.stop();
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('bad --backend values are refused with a clear message', () => {
+    for (const [args, message] of [
+      [[], /at least one --backend/],
+      [['--backend', 'https://a:1'], /https is not supported/],
+      [['--backend', 'http://a:1', '--backend', 'http://a:1/'], /given twice/],
+      [['--backend', 'http://a'], /expected http:\/\/HOST:PORT/],
+    ]) {
+      const run = spawnSync(edgeinferBin, ['gateway', '--model', storiesGguf, ...args], { encoding: 'utf8' });
+      assert.equal(run.status, 2, run.stderr);
+      assert.match(run.stderr, message);
+    }
+  });
+});
