@@ -7,7 +7,8 @@
 // load stops the server with exit code 1.
 //
 // Tenants, API keys, quotas and usage live in --state-dir (created if missing). On its first
-// start the server creates the tenant "default" and logs an API key for it, once.
+// start the server creates the tenant "default" and logs an API key for it, once. Quota
+// counters live in this process, or in Redis when several gateways share them (--quota-store).
 #include <boost/asio/signal_set.hpp>
 
 #include <atomic>
@@ -30,6 +31,7 @@
 #include "edge/gateway/http_server.h"
 #include "edge/gateway/openai_routes.h"
 #include "edge/gateway/operational_routes.h"
+#include "edge/gateway/quota_stores.h"
 #include "edge/gateway/request_gate.h"
 #include "edge/gateway/serving_model.h"
 #include "edge/gateway/tenancy.h"
@@ -104,6 +106,7 @@ config::schema serve_options() {
   s.add_number("gpu-memory-utilization", 0.9, 0.01, 1.0,
                "With CUDA: the share of the GPU's memory that weights, buffers and the KV cache may take; the KV "
                "cache gets what the weights leave (--kv-cache-memory, when given, sizes it instead)");
+  gateway::add_quota_store_options(s);
   return s;
 }
 
@@ -254,7 +257,12 @@ int run_serve(const config::values& settings) {
     return 2;
   }
   const std::string state_dir = settings.string("state-dir");
-  auto opened = gateway::tenancy::open({.state_dir = state_dir}, clock, &gateway_families);
+  auto quota_store = gateway::quota_store_options_from(settings);
+  if (!quota_store.ok()) {
+    log.error("{}", quota_store.error().message());
+    return 2;
+  }
+  auto opened = gateway::tenancy::open({.state_dir = state_dir, .quota_store = *quota_store}, clock, &gateway_families);
   if (!opened.ok()) {
     log.error("cannot open the tenant store: {}", opened.error().message());
     return 1;

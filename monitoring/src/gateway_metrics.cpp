@@ -48,6 +48,16 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
       quota_rejections(prometheus::BuildCounter()
                            .Name(name("quota_rejections_total"))
                            .Help("Requests refused by a tenant quota, by tenant and the limit that refused")
-                           .Register(registry)) {}
+                           .Register(registry)),
+      quota_store_up(prometheus::BuildGauge()
+                         .Name(name("quota_store_up"))
+                         .Help("1 while the quota store (--quota-store) answers, 0 while it cannot be reached")
+                         .Register(registry)
+                         .Add({})),
+      quota_store_errors(prometheus::BuildCounter()
+                             .Name(name("quota_store_errors_total"))
+                             .Help("Calls to the quota store that failed, by operation: connect, acquire, settle, "
+                                   "release, renew")
+                             .Register(registry)) {}
 
 }  // namespace edge::monitoring

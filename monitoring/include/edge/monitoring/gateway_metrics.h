@@ -39,6 +39,12 @@ struct gateway_metrics {
   prometheus::Family<prometheus::Counter>& quota_rejections;
   label_limiter tenant_labels{max_tenant_labels};
 
+  // The quota store (--quota-store). edgeinfer_quota_store_up: 1 while it answers (always, in
+  // memory), 0 during an outage of a shared store. edgeinfer_quota_store_errors_total{operation}:
+  // calls to it that failed, by operation (connect, acquire, settle, release, renew).
+  prometheus::Gauge& quota_store_up;
+  prometheus::Family<prometheus::Counter>& quota_store_errors;
+
   static constexpr std::size_t max_tenant_labels = 100;
 
   static const prometheus::Histogram::BucketBoundaries& duration_buckets();
