@@ -113,17 +113,27 @@ asio::awaitable<bool> exchange::end_stream() {
 
 asio::awaitable<bool> exchange::watch_disconnect() {
   auto& socket = stream_.socket();
-  auto [ec] = co_await socket.async_wait(asio::ip::tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable));
-  if (ec == asio::error::operation_aborted) {
-    // Cancelled because the operation awaited alongside completed first: nothing happened here.
-    const asio::cancellation_state cancellation = co_await asio::this_coro::cancellation_state;
-    if (cancellation.cancelled() != asio::cancellation_type::none) co_return false;
-  }
+  boost::system::error_code ec;
   std::size_t n = 0;
-  if (!ec) {
-    // Readable: either the end of the stream (or an error), or bytes of another request.
+  for (;;) {
+    std::tie(ec) = co_await socket.async_wait(asio::ip::tcp::socket::wait_read, asio::as_tuple(asio::use_awaitable));
+    if (ec == asio::error::operation_aborted) {
+      // Cancelled because the operation awaited alongside completed first: nothing happened here.
+      const asio::cancellation_state cancellation = co_await asio::this_coro::cancellation_state;
+      if (cancellation.cancelled() != asio::cancellation_type::none) co_return false;
+    }
+    if (ec) break;
+    // Readable: the end of the stream (or an error), bytes of another request, or nothing at
+    // all: the reactor may still deliver a readiness event whose bytes an earlier read already
+    // took. So the peek must not block (a blocking one would hold this IO thread and the
+    // connection until the client sends again); with nothing there, watch again.
     char byte = 0;
-    n = socket.receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, ec);
+    const bool was_non_blocking = socket.non_blocking();
+    socket.non_blocking(true, ec);
+    if (!ec) n = socket.receive(asio::buffer(&byte, 1), asio::socket_base::message_peek, ec);
+    boost::system::error_code restored;
+    socket.non_blocking(was_non_blocking, restored);
+    if (ec != asio::error::would_block && ec != asio::error::try_again) break;
   }
   if (!ec && n > 0) co_return false;
   keep_alive_ = false;
