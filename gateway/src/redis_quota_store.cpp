@@ -180,7 +180,8 @@ std::vector<std::string> redis_quota_store::now_arguments() const {
 }
 
 result<std::vector<redis_reply>> redis_quota_store::eval(script& s, const std::vector<std::vector<std::string>>& calls,
-                                                         std::size_t keys_per_call) {
+                                                         std::size_t keys_per_call,
+                                                         const std::vector<std::vector<std::string>>& also) {
   std::string sha;
   {
     std::lock_guard lock(scripts_mutex_);
@@ -201,12 +202,13 @@ result<std::vector<redis_reply>> redis_quota_store::eval(script& s, const std::v
   std::vector<redis_command> commands;
   commands.reserve(calls.size());
   for (const auto& call : calls) commands.push_back(evalsha(call));
+  commands.insert(commands.end(), also.begin(), also.end());
   EDGE_ASSIGN_OR_RETURN(auto replies, redis_->pipeline(commands));
 
   // Redis lost its script cache (restarted, SCRIPT FLUSH, a failover): load the script and send
   // the calls that missed it again, in one round trip. Only those: the others have run.
   std::vector<std::size_t> missed;
-  for (std::size_t i = 0; i < replies.size(); ++i) {
+  for (std::size_t i = 0; i < calls.size(); ++i) {
     if (replies[i].is_error("NOSCRIPT")) missed.push_back(i);
   }
   if (missed.empty()) return replies;
@@ -294,14 +296,26 @@ quota_decision redis_quota_store::unavailable_decision(const quota_request& requ
   return refused;
 }
 
+std::vector<std::string> redis_quota_store::settle_call(const quota_reservation& reservation,
+                                                        std::int64_t used_tokens) const {
+  return {key(reservation.tenant_id, "rate"), key(reservation.tenant_id, "daily"),
+          reservation.bucket_tokens > 0 ? std::to_string(reservation.bucket_tokens - used_tokens) : std::string(),
+          reservation.daily_tokens > 0 ? std::to_string(reservation.daily_tokens - used_tokens) : std::string(),
+          std::to_string(reservation.day)};
+}
+
+void redis_quota_store::forget_slot(const quota_reservation& reservation) {
+  // No longer renewed, whether or not the ZREM that follows gets through: at worst it lapses.
+  std::lock_guard lock(slots_mutex_);
+  if (auto it = held_slots_.find(reservation.tenant_id); it != held_slots_.end()) {
+    it->second.erase(reservation.slot_id);
+    if (it->second.empty()) held_slots_.erase(it);
+  }
+}
+
 void redis_quota_store::settle(const quota_reservation& reservation, std::int64_t used_tokens) {
   if (reservation.bucket_tokens <= 0 && reservation.daily_tokens <= 0) return;
-  const std::vector<std::string> call{
-      key(reservation.tenant_id, "rate"), key(reservation.tenant_id, "daily"),
-      reservation.bucket_tokens > 0 ? std::to_string(reservation.bucket_tokens - used_tokens) : std::string(),
-      reservation.daily_tokens > 0 ? std::to_string(reservation.daily_tokens - used_tokens) : std::string(),
-      std::to_string(reservation.day)};
-  auto replies = eval(settle_script_, {call}, 2);
+  auto replies = eval(settle_script_, {settle_call(reservation, used_tokens)}, 2);
   if (!replies.ok()) return failed("settle", replies.error());
   if ((*replies)[0].is_error()) return failed("settle", internal_error((*replies)[0].text));
   succeeded();
@@ -309,17 +323,28 @@ void redis_quota_store::settle(const quota_reservation& reservation, std::int64_
 
 void redis_quota_store::release(const quota_reservation& reservation) {
   if (!reservation.holds_slot || reservation.slot_id.empty()) return;
-  {
-    // No longer renewed, whether or not the ZREM below gets through: at worst it lapses.
-    std::lock_guard lock(slots_mutex_);
-    if (auto it = held_slots_.find(reservation.tenant_id); it != held_slots_.end()) {
-      it->second.erase(reservation.slot_id);
-      if (it->second.empty()) held_slots_.erase(it);
-    }
-  }
+  forget_slot(reservation);
   auto reply = redis_->command({"ZREM", key(reservation.tenant_id, "slots"), reservation.slot_id});
   if (!reply.ok()) return failed("release", reply.error());
   if (reply->is_error()) return failed("release", internal_error(reply->text));
+  succeeded();
+}
+
+void redis_quota_store::finish(const quota_reservation& reservation, std::int64_t used_tokens) {
+  const bool refund = reservation.bucket_tokens > 0 || reservation.daily_tokens > 0;
+  const bool slot = reservation.holds_slot && !reservation.slot_id.empty();
+  if (!refund || !slot) {  // one command or none: nothing to pipeline
+    settle(reservation, used_tokens);
+    release(reservation);
+    return;
+  }
+  forget_slot(reservation);
+  auto replies = eval(settle_script_, {settle_call(reservation, used_tokens)}, 2,
+                      {{"ZREM", key(reservation.tenant_id, "slots"), reservation.slot_id}});
+  if (!replies.ok()) return failed("finish", replies.error());
+  for (const redis_reply& reply : *replies) {
+    if (reply.is_error()) return failed("finish", internal_error(reply.text));
+  }
   succeeded();
 }
 

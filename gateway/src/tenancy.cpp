@@ -26,8 +26,7 @@ void quota_lease::record(const usage_counts& used) {
 void quota_lease::finish() {
   if (finished_) return;
   finished_ = true;
-  quotas_->settle(reservation_, used_.prompt_tokens + used_.completion_tokens);
-  quotas_->release(reservation_);
+  quotas_->finish(reservation_, used_.prompt_tokens + used_.completion_tokens);
   usage_counts served = used_;
   served.requests = 1;
   served.rejections = 0;

@@ -57,7 +57,7 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
       quota_store_errors(prometheus::BuildCounter()
                              .Name(name("quota_store_errors_total"))
                              .Help("Calls to the quota store that failed, by operation: connect, acquire, settle, "
-                                   "release, renew")
+                                   "release, finish (settle and release at once), renew")
                              .Register(registry)) {}
 
 }  // namespace edge::monitoring

@@ -52,9 +52,11 @@ echo "== quota store calls, in this process =="
 "$build/edge_bench_quota" store --redis "$redis_url" --calls "$calls" --repeat "$repeat"
 echo
 
-# Starts serve with extra arguments, waits for /readyz, and prints "URL KEY" where KEY is an
-# API key of a tenant "bench" with every limit set (and never reached), so each request goes
-# through every counter of the store.
+# Starts serve with extra arguments, waits for /readyz, and sets $url and $key: an API key of a
+# tenant "bench" with every limit set (and never reached), so each request goes through every
+# counter of the store. Not called in a subshell: the server's pid must reach $pids.
+url=""
+key=""
 start_server() {
   local name=$1; shift
   local log="$work/$name.log"
@@ -70,17 +72,19 @@ start_server() {
     sleep 0.1
   done
   [[ -n "$port" ]] || { echo "quota.sh: $name did not start:" >&2; cat "$log" >&2; exit 1; }
-  local url="http://127.0.0.1:$port" huge=1099511627776
+  url="http://127.0.0.1:$port"
+  local huge=1099511627776
   curl -sf -X POST "$url/admin/v1/tenants" -H "authorization: Bearer $admin_token" -H 'content-type: application/json' \
     -d "{\"id\":\"bench\",\"quotas\":{\"requests_per_minute\":$huge,\"tokens_per_minute\":$huge,\"max_concurrent\":$huge,\"daily_tokens\":$huge,\"max_tokens_per_request\":$huge}}" >/dev/null
-  local key
   key=$(curl -sf -X POST "$url/admin/v1/tenants/bench/keys" -H "authorization: Bearer $admin_token" \
     -H 'content-type: application/json' -d '{}' | sed -n 's/.*"key":"\([^"]*\)".*/\1/p')
-  echo "$url $key"
+  [[ -n "$key" ]] || { echo "quota.sh: no API key from $name" >&2; exit 1; }
 }
 
-read -r memory_url memory_key <<<"$(start_server memory --quota-store memory)"
-read -r redis_url_http redis_key <<<"$(start_server redis --quota-store "$redis_url")"
+start_server memory --quota-store memory
+memory_url=$url memory_key=$key
+start_server redis --quota-store "$redis_url"
+redis_url_http=$url redis_key=$key
 echo "== a whole request through the gateway (stories260K, CPU) =="
 "$build/edge_bench_quota" http "memory=$memory_url=$memory_key" "redis=$redis_url_http=$redis_key" \
   --calls "$requests" --repeat "$repeat"

@@ -1,4 +1,4 @@
-// What the quota store costs a request: the latency of try_acquire + settle + release (every
+// What the quota store costs a request: the latency of try_acquire + finish (settle + release; every
 // limit set, so every counter is read and written) with the counters in memory and in Redis,
 // in this process; and, against running servers, the latency of a whole non-streamed
 // /v1/chat/completions with max_tokens 1 over one keep-alive connection. Prints p50 and p99,
@@ -118,13 +118,12 @@ int run_store(const options& o) {
         std::fprintf(stderr, "refused: %s\n", d.message.c_str());
         std::exit(1);
       }
-      store.settle(d.reservation, 150);
-      store.release(d.reservation);
+      store.finish(d.reservation, 150);  // settle + release, as a request's end does
     };
   };
   const percentiles in_memory = measure(o, cycle(memory));
   const percentiles in_redis = measure(o, cycle(*redis));
-  std::printf("try_acquire + settle + release, every limit set (median of %d runs of %d calls, one thread)\n",
+  std::printf("try_acquire + finish (settle + release), every limit set (median of %d runs of %d calls, one thread)\n",
               o.repeat, o.calls);
   std::printf("  %-8s %10s %10s\n", "store", "p50 us", "p99 us");
   std::printf("  %-8s %10.2f %10.2f\n", "memory", in_memory.p50_us, in_memory.p99_us);

@@ -172,10 +172,15 @@ TEST_CASE("redis: a random sequence of requests is decided exactly as in memory,
       if (open.empty()) continue;
       const auto i = static_cast<std::size_t>(uniform(0, static_cast<std::int64_t>(open.size()) - 1));
       const std::int64_t used = uniform(0, open[i].cost);
-      memory.settle(open[i].memory, used);
-      redis->settle(open[i].redis, used);
-      memory.release(open[i].memory);
-      redis->release(open[i].redis);
+      if (op % 2 == 0) {
+        memory.settle(open[i].memory, used);
+        redis->settle(open[i].redis, used);
+        memory.release(open[i].memory);
+        redis->release(open[i].redis);
+      } else {
+        memory.finish(open[i].memory, used);
+        redis->finish(open[i].redis, used);  // both in one pipeline
+      }
       open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
     } else if (op < 99) {
       // Odd nanoseconds, so that sub-microsecond parts are carried too.
@@ -456,6 +461,7 @@ TEST_CASE("redis outage, fail mode closed: 503-style refusals, errors counted, o
   // Settling and releasing during the outage return (and change nothing anyone can see).
   store->settle(before.reservation, 5);
   store->release(before.reservation);
+  store->finish(before.reservation, 5);
 
   CHECK_FALSE(store->up());
   CHECK(metrics.quota_store_up.Value() == 0);
@@ -464,6 +470,7 @@ TEST_CASE("redis outage, fail mode closed: 503-style refusals, errors counted, o
   CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"acquire\"}") != std::string::npos);
   CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"settle\"} 1") != std::string::npos);
   CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"release\"} 1") != std::string::npos);
+  CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"finish\"} 1") != std::string::npos);
   CHECK(log.count("is down") == 1);
 
   const auto response = gw::quota_refusal_response(ask(*store, q, 10, 10));

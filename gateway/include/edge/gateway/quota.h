@@ -100,6 +100,13 @@ class quota_store {
 
   // Frees the request's max_concurrent slot. Call once per admitted request.
   virtual void release(const quota_reservation& reservation) = 0;
+
+  // settle() and release() together, for a request that is over: a shared store sends both in
+  // one round trip.
+  virtual void finish(const quota_reservation& reservation, std::int64_t used_tokens) {
+    settle(reservation, used_tokens);
+    release(reservation);
+  }
 };
 
 // Counters in this process. The daily budget survives a restart only through

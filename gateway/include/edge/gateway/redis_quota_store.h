@@ -96,6 +96,7 @@ class redis_quota_store final : public quota_store {
   quota_decision try_acquire(const quota_request& request) override;
   void settle(const quota_reservation& reservation, std::int64_t used_tokens) override;
   void release(const quota_reservation& reservation) override;
+  void finish(const quota_reservation& reservation, std::int64_t used_tokens) override;  // one pipeline
 
   // Whether the last call reached Redis.
   bool up() const { return up_.load(std::memory_order_acquire); }
@@ -111,10 +112,13 @@ class redis_quota_store final : public quota_store {
     std::string_view body;
     std::string sha;  // SHA1 of body, learned from SCRIPT LOAD; guarded by scripts_mutex_
   };
-  // Runs `calls` (each: keys, then arguments) of one script in one pipeline; on NOSCRIPT the
-  // script is loaded and the calls sent again.
+  // Runs `calls` (each: keys, then arguments) of one script, and `also` after them, in one
+  // pipeline: their replies in that order. On NOSCRIPT the script is loaded and the calls that
+  // missed it are sent again.
   result<std::vector<redis_reply>> eval(script& s, const std::vector<std::vector<std::string>>& calls,
-                                               std::size_t keys_per_call);
+                                        std::size_t keys_per_call, const std::vector<std::vector<std::string>>& also = {});
+  std::vector<std::string> settle_call(const quota_reservation& reservation, std::int64_t used_tokens) const;
+  void forget_slot(const quota_reservation& reservation);  // no longer renewed
   std::string key(std::string_view tenant_id, std::string_view part) const;
   // The scripts' idea of now: "" (server TIME) or, with a test clock, its readings.
   std::vector<std::string> now_arguments() const;

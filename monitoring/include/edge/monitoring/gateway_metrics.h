@@ -41,7 +41,7 @@ struct gateway_metrics {
 
   // The quota store (--quota-store). edgeinfer_quota_store_up: 1 while it answers (always, in
   // memory), 0 during an outage of a shared store. edgeinfer_quota_store_errors_total{operation}:
-  // calls to it that failed, by operation (connect, acquire, settle, release, renew).
+  // calls to it that failed, by operation (connect, acquire, settle, release, finish, renew).
   prometheus::Gauge& quota_store_up;
   prometheus::Family<prometheus::Counter>& quota_store_errors;
 
