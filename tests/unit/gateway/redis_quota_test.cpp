@@ -23,6 +23,7 @@
 #include "edge/gateway/quota_response.h"
 #include "edge/gateway/quota_stores.h"
 #include "edge/gateway/redis_quota_store.h"
+#include "edge/gateway/tenancy.h"
 #include "edge/monitoring/gateway_metrics.h"
 #include "redis_server.h"
 
@@ -531,6 +532,42 @@ TEST_CASE("redis outage, fail mode open: requests pass uncounted, and counting r
   CHECK(first.allowed);
   CHECK(first.reservation.holds_slot);
   CHECK(ask(*store, q, 10, 10).limit == gw::quota_limit::max_concurrent);  // counted again
+}
+
+TEST_CASE("tenancy with a Redis quota store: the shared daily count is the truth, not each gateway's ledger") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  const edge::real_time_source clock;
+  edge::testing::temp_dir first_dir, second_dir;
+  gw::tenancy_options options;
+  options.quota_store.redis = gw::parse_redis_url(server->url()).value();
+  gw::tenant_record tenant;
+  tenant.id = "ledger-vs-redis";
+  tenant.quotas.daily_tokens = 1000;
+  const gw::audit_context admin{"test", ""};
+  {
+    options.state_dir = first_dir.path();
+    auto first = std::move(gw::tenancy::open(options, clock, nullptr)).value();
+    REQUIRE(first->store().create_tenant(tenant, admin).ok());
+    gw::admission a = first->admit({first->store().snapshot()->tenant(tenant.id), "k"}, 100, 800);
+    REQUIRE(a.allowed());
+    a.lease->record({.prompt_tokens = 100, .completion_tokens = 600});  // 700 spent, 200 refunded
+  }
+  // A second gateway, whose own ledger has never seen the tenant, sees the 700.
+  options.state_dir = second_dir.path();
+  auto second = std::move(gw::tenancy::open(options, clock, nullptr)).value();
+  REQUIRE(second->store().create_tenant(tenant, admin).ok());
+  const gw::authenticated_tenant who{second->store().snapshot()->tenant(tenant.id), "k"};
+  CHECK(second->admit(who, 100, 201).decision.limit == gw::quota_limit::daily_tokens);  // 700 + 301 > 1000
+  gw::admission b = second->admit(who, 100, 200);
+  CHECK(b.allowed());
+  b.lease->record({.prompt_tokens = 100, .completion_tokens = 200});
+  b.lease->finish();
+  // The first gateway restarted is not seeded from its ledger on top of Redis's count.
+  options.state_dir = first_dir.path();
+  auto restarted = std::move(gw::tenancy::open(options, clock, nullptr)).value();
+  const gw::authenticated_tenant again{restarted->store().snapshot()->tenant(tenant.id), "k"};
+  CHECK(restarted->admit(again, 0, 1).decision.limit == gw::quota_limit::daily_tokens);  // 1000 of 1000
 }
 
 TEST_CASE("redis URLs: what --quota-store accepts, and clear errors for the rest") {
