@@ -107,8 +107,9 @@ async function complete(server, key, { prompt = 'Once upon a time', maxTokens = 
   return { status: res.status, headers: res.headers, json: await res.json() };
 }
 
-// Sends `total` requests, alternating between the gateways, `parallel` at a time.
-async function sendThroughBoth(keys, total, options, parallel = 8) {
+// Sends `total` requests, alternating between the gateways, all at once: the limits admit or
+// refuse them within moments, so that little can refill meanwhile.
+async function sendThroughBoth(keys, total, options, parallel = total) {
   const gateways = [closedGateway, openGateway];
   const results = [];
   let next = 0;
