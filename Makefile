@@ -2,8 +2,9 @@
 #
 #   make run     install what is missing, build, serve on 127.0.0.1:8080 with the default model
 #   make test    install what is missing, build, run every test but the GPU ones
-#   make build | deps | clean | test-sanitize | bench (bench-serving + bench-decode + bench-engine)
+#   make build | deps | clean | test-sanitize | bench (bench-serving + bench-decode + bench-engine + bench-gateway)
 #   make bench-scaleout   throughput of a split gateway with one backend against two (CPU)
+#   make bench-quota      the quota store in memory against Redis, per call and per request
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
@@ -25,7 +26,7 @@ GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
 .PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine \
-        bench-gateway bench-scaleout
+        bench-gateway bench-scaleout bench-quota
 
 all: build
 
@@ -72,6 +73,10 @@ bench-gateway: build
 # One backend against two behind `edgeinfer gateway` (docs/performance.md), about 4 minutes.
 bench-scaleout: build
 	tests/bench/scaleout.sh $(BUILD_DIR)
+
+# The quota store in memory vs in Redis: per call and per request (docs/performance.md).
+bench-quota: build
+	tests/bench/quota.sh $(BUILD_DIR)
 
 run: build
 	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)

@@ -7,7 +7,8 @@
 // load stops the server with exit code 1.
 //
 // Tenants, API keys, quotas and usage live in --state-dir (created if missing). On its first
-// start the server creates the tenant "default" and logs an API key for it, once.
+// start the server creates the tenant "default" and logs an API key for it, once. Quota
+// counters live in this process, or in Redis when several gateways share them (--quota-store).
 #include <boost/asio/signal_set.hpp>
 
 #include <atomic>

@@ -8,6 +8,7 @@
 #include "edge/backend/runtime/cuda_executor.h"
 #include "edge/common/format.h"
 #include "edge/gateway/admin_routes.h"
+#include "edge/gateway/quota_stores.h"
 
 namespace edge::cli {
 namespace {
@@ -101,6 +102,8 @@ void add_tenancy_options(config::schema& s) {
   s.add_path("state-dir", "state", "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
   s.add_string("admin-token", std::nullopt,
                "Bearer token of the admin API (/admin/v1/), at least 16 characters; without it the admin API is off");
+  // Quota counters in this process, or in Redis when several gateways share them.
+  gateway::add_quota_store_options(s);
 }
 
 result<backend::model_location> locate_served_model(const config::values& settings) {
@@ -229,7 +232,12 @@ std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, co
     return 2;
   }
   const std::string state_dir = settings.string("state-dir");
-  auto opened = gateway::tenancy::open({.state_dir = state_dir}, clock, &metrics);
+  auto quota_store = gateway::quota_store_options_from(settings);
+  if (!quota_store.ok()) {
+    log.error("{}", quota_store.error().message());
+    return 2;
+  }
+  auto opened = gateway::tenancy::open({.state_dir = state_dir, .quota_store = *quota_store}, clock, &metrics);
   if (!opened.ok()) {
     log.error("cannot open the tenant store: {}", opened.error().message());
     return 1;

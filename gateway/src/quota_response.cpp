@@ -42,6 +42,10 @@ response quota_refusal_response(const quota_decision& decision) {
       res = error_response(http::status::too_many_requests, decision.message, "tokens", std::nullopt,
                            "rate_limit_exceeded");
       break;
+    case quota_limit::quota_store_unavailable:
+      res = error_response(http::status::service_unavailable, decision.message, "server_error", std::nullopt,
+                           "quota_store_unavailable");
+      break;
     case quota_limit::requests_per_minute:
     case quota_limit::max_concurrent:
     case quota_limit::none:

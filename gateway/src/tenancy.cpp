@@ -26,20 +26,19 @@ void quota_lease::record(const usage_counts& used) {
 void quota_lease::finish() {
   if (finished_) return;
   finished_ = true;
-  quotas_->settle(reservation_, used_.prompt_tokens + used_.completion_tokens);
-  quotas_->release(reservation_);
+  quotas_->finish(reservation_, used_.prompt_tokens + used_.completion_tokens);
   usage_counts served = used_;
   served.requests = 1;
   served.rejections = 0;
   ledger_->record(reservation_.tenant_id, served);
 }
 
-tenancy::tenancy(std::unique_ptr<tenant_store> store, const time_source& clock, monitoring::gateway_metrics* metrics,
-                 std::chrono::milliseconds flush_interval)
+tenancy::tenancy(std::unique_ptr<tenant_store> store, std::unique_ptr<quota_store> quotas, const time_source& clock,
+                 monitoring::gateway_metrics* metrics, std::chrono::milliseconds flush_interval)
     : clock_(clock),
       metrics_(metrics),
       store_(std::move(store)),
-      quotas_(std::make_unique<in_memory_quota_store>(clock)),
+      quotas_(std::move(quotas)),
       ledger_(std::make_unique<usage_ledger>(*store_, clock, flush_interval)),
       auth_(*store_, clock) {}
 
@@ -52,11 +51,14 @@ tenancy::~tenancy() {
 result<std::unique_ptr<tenancy>> tenancy::open(const tenancy_options& options, const time_source& clock,
                                                monitoring::gateway_metrics* metrics) {
   EDGE_ASSIGN_OR_RETURN(auto store, tenant_store::open(options.state_dir, clock));
-  std::unique_ptr<tenancy> t(new tenancy(std::move(store), clock, metrics, options.ledger_flush_interval));
-  const unix_time now = to_unix_seconds(clock.system_time());
-  const unix_time midnight = now - ((now % seconds_per_day) + seconds_per_day) % seconds_per_day;
-  EDGE_ASSIGN_OR_RETURN(const auto spent_today, t->store_->tokens_since(midnight));
-  for (const auto& [tenant, tokens] : spent_today) t->quotas_->seed_daily_tokens(tenant, tokens);
+  std::unique_ptr<tenancy> t(new tenancy(std::move(store), make_quota_store(options.quota_store, clock, metrics), clock,
+                                         metrics, options.ledger_flush_interval));
+  if (auto* memory = dynamic_cast<in_memory_quota_store*>(t->quotas_.get()); memory != nullptr) {
+    const unix_time now = to_unix_seconds(clock.system_time());
+    const unix_time midnight = now - ((now % seconds_per_day) + seconds_per_day) % seconds_per_day;
+    EDGE_ASSIGN_OR_RETURN(const auto spent_today, t->store_->tokens_since(midnight));
+    for (const auto& [tenant, tokens] : spent_today) memory->seed_daily_tokens(tenant, tokens);
+  }
   t->ledger_->start();
   return t;
 }
@@ -69,6 +71,7 @@ admission tenancy::admit(const authenticated_tenant& who, std::int64_t prompt_to
     out.lease.emplace(*quotas_, *ledger_, out.decision.reservation);
     return out;
   }
+  if (out.decision.limit == quota_limit::quota_store_unavailable) return out;  // no limit of the tenant's refused it
   ledger_->record(tenant.id, usage_counts{.rejections = 1});
   if (metrics_ != nullptr) {
     metrics_->quota_rejections

@@ -84,6 +84,16 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
       backend_routes(prometheus::BuildCounter()
                          .Name(name("backend_routes_total"))
                          .Help("Why the first backend tried for a request was chosen")
-                         .Register(registry)) {}
+                         .Register(registry)),
+      quota_store_up(prometheus::BuildGauge()
+                         .Name(name("quota_store_up"))
+                         .Help("1 while the quota store (--quota-store) answers, 0 while it cannot be reached")
+                         .Register(registry)
+                         .Add({})),
+      quota_store_errors(prometheus::BuildCounter()
+                             .Name(name("quota_store_errors_total"))
+                             .Help("Calls to the quota store that failed, by operation: connect, acquire, settle, "
+                                   "release, finish (settle and release at once), renew")
+                             .Register(registry)) {}
 
 }  // namespace edge::monitoring

@@ -14,8 +14,10 @@
 // A refusal consumes nothing: a request is admitted by every limit at once or by none.
 //
 // quota_store is the seam between the gateway and where the counters live: in this process
-// (in_memory_quota_store) or, for several gateway replicas, a shared store. Time comes from an
-// injected time_source: rates use its monotonic clock, the daily budget its calendar clock.
+// (in_memory_quota_store) or, for several gateway replicas, Redis (redis_quota_store.h; chosen
+// by --quota-store, quota_stores.h). Both judge by the same rules (src/quota_rules.h). Time
+// comes from an injected time_source: rates use its monotonic clock, the daily budget its
+// calendar clock (Redis uses its own server clock for both, so every gateway agrees).
 #pragma once
 
 #include <chrono>
@@ -39,6 +41,9 @@ enum class quota_limit {
   max_concurrent,
   daily_tokens,
   max_tokens_per_request,
+  // Not a limit: the shared quota store could not be reached and --quota-fail-mode is closed,
+  // so the request is refused (503) without being counted.
+  quota_store_unavailable,
 };
 // The quota field's name ("tokens_per_minute"); "none" for none. Also the metric label.
 std::string_view to_string(quota_limit limit);
@@ -59,6 +64,7 @@ struct quota_reservation {
   std::int64_t daily_tokens = 0;   // taken from the daily budget (0: unlimited)
   std::int64_t day = 0;            // the UTC day (days since 1970-01-01) daily_tokens belongs to
   bool holds_slot = false;         // counted against max_concurrent
+  std::string slot_id;             // the slot's name in a shared store ("" in memory)
 };
 
 // One rate limit's state, for the x-ratelimit-* headers.
@@ -94,6 +100,13 @@ class quota_store {
 
   // Frees the request's max_concurrent slot. Call once per admitted request.
   virtual void release(const quota_reservation& reservation) = 0;
+
+  // settle() and release() together, for a request that is over: a shared store sends both in
+  // one round trip.
+  virtual void finish(const quota_reservation& reservation, std::int64_t used_tokens) {
+    settle(reservation, used_tokens);
+    release(reservation);
+  }
 };
 
 // Counters in this process. The daily budget survives a restart only through

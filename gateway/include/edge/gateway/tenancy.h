@@ -33,6 +33,7 @@
 #include "edge/gateway/auth.h"
 #include "edge/gateway/quota.h"
 #include "edge/gateway/quota_response.h"
+#include "edge/gateway/quota_stores.h"
 #include "edge/gateway/tenant_store.h"
 #include "edge/gateway/usage_ledger.h"
 
@@ -79,12 +80,15 @@ struct admission {
 struct tenancy_options {
   std::filesystem::path state_dir;
   std::chrono::milliseconds ledger_flush_interval = usage_ledger::default_flush_interval;
+  quota_store_options quota_store;  // in memory unless it names Redis
 };
 
 class tenancy {
  public:
-  // Opens (or creates) the store in options.state_dir, seeds today's daily budgets from the
-  // ledger (so a restart does not hand out a second budget), and starts the ledger's flushing.
+  // Opens (or creates) the store in options.state_dir, makes the quota store, seeds today's
+  // daily budgets from the ledger when the counters are in memory (so a restart does not hand
+  // out a second budget; in Redis the shared counter is the truth), and starts the ledger's
+  // flushing.
   // `clock` and `metrics` (may be null) must outlive the result.
   static result<std::unique_ptr<tenancy>> open(const tenancy_options& options, const time_source& clock,
                                                monitoring::gateway_metrics* metrics);
@@ -94,7 +98,8 @@ class tenancy {
   result<authenticated_tenant> authenticate(const request& req) const { return auth_.authenticate(req); }
 
   // Admits a request that will read `prompt_tokens` and may write up to `max_tokens`. A refusal
-  // is recorded in the ledger (rejections) and in edgeinfer_quota_rejections_total.
+  // by a limit is recorded in the ledger (rejections) and in edgeinfer_quota_rejections_total;
+  // one because the quota store is down only in the store's own metrics.
   admission admit(const authenticated_tenant& who, std::int64_t prompt_tokens, std::int64_t max_tokens);
 
   tenant_store& store() { return *store_; }
@@ -103,13 +108,13 @@ class tenancy {
   const time_source& clock() const { return clock_; }
 
  private:
-  tenancy(std::unique_ptr<tenant_store> store, const time_source& clock, monitoring::gateway_metrics* metrics,
-          std::chrono::milliseconds flush_interval);
+  tenancy(std::unique_ptr<tenant_store> store, std::unique_ptr<quota_store> quotas, const time_source& clock,
+          monitoring::gateway_metrics* metrics, std::chrono::milliseconds flush_interval);
 
   const time_source& clock_;
   monitoring::gateway_metrics* metrics_;
   std::unique_ptr<tenant_store> store_;
-  std::unique_ptr<in_memory_quota_store> quotas_;
+  std::unique_ptr<quota_store> quotas_;
   std::unique_ptr<usage_ledger> ledger_;
   authenticator auth_;
 };

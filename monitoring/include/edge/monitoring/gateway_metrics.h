@@ -66,6 +66,11 @@ struct gateway_metrics {
   // edgeinfer_backend_routes_total{reason}: why the first backend tried was chosen: affinity
   // (it holds the prompt's prefix), rendezvous (a new prefix's hash placed it), least_loaded.
   prometheus::Family<prometheus::Counter>& backend_routes;
+  // The quota store (--quota-store). edgeinfer_quota_store_up: 1 while it answers (always, in
+  // memory), 0 during an outage of a shared store. edgeinfer_quota_store_errors_total{operation}:
+  // calls to it that failed, by operation (connect, acquire, settle, release, finish, renew).
+  prometheus::Gauge& quota_store_up;
+  prometheus::Family<prometheus::Counter>& quota_store_errors;
 
   static constexpr std::size_t max_tenant_labels = 100;
 

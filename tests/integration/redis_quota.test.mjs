@@ -1,0 +1,226 @@
+// Two gateways sharing quota counters in a real redis-server: one tenant's requests/min and
+// tokens/min hold across both (60, not 120), a Redis killed mid-run is handled as each
+// gateway's --quota-fail-mode says (closed: 503; open: requests pass) and shows in /metrics and
+// in one log line, and a Redis restarted on the same port is used again without restarting the
+// gateways.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import net from 'node:net';
+import { startServer, makeStateDir, sleep } from './lib/server.mjs';
+
+const ADMIN_TOKEN = 'test-admin-token-0123456789';
+const haveRedis = spawnSync('redis-server', ['--version']).status === 0;
+const skip = haveRedis ? false : 'redis-server is not installed (deploy/install-deps.sh installs it)';
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer();
+    probe.on('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+function ping(port) {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    const done = (ok) => { socket.destroy(); resolve(ok); };
+    socket.setTimeout(500, () => done(false));
+    socket.on('error', () => done(false));
+    socket.on('data', (d) => done(String(d).startsWith('+PONG')));
+    socket.on('connect', () => socket.write('PING\r\n'));
+  });
+}
+
+// redis-server on 127.0.0.1:port, no persistence, in a temporary folder.
+async function startRedis(port) {
+  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '',
+    '--appendonly', 'no', '--dir', makeStateDir()], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const redis = { child, port, log: '', exited: new Promise((r) => child.on('exit', r)) };
+  child.stdout.on('data', (d) => { redis.log += d; });
+  child.stderr.on('data', (d) => { redis.log += d; });
+  redis.stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');  // as a crash
+    await redis.exited;
+  };
+  const deadline = Date.now() + 20000;
+  while (!(await ping(port))) {
+    if (child.exitCode !== null) throw new Error(`redis-server exited:\n${redis.log}`);
+    if (Date.now() > deadline) { await redis.stop(); throw new Error(`redis-server did not answer:\n${redis.log}`); }
+    await sleep(50);
+  }
+  return redis;
+}
+
+let redis;
+let closedGateway;  // --quota-fail-mode closed
+let openGateway;    // --quota-fail-mode open
+
+before(async () => {
+  if (!haveRedis) return;
+  redis = await startRedis(await freePort());
+  const common = ['--threads', '1', '--http-threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', ADMIN_TOKEN,
+    '--quota-store', `redis://127.0.0.1:${redis.port}/0`, '--quota-store-timeout', '200ms'];
+  [closedGateway, openGateway] = await Promise.all([
+    startServer([...common, '--quota-fail-mode', 'closed']),
+    startServer([...common, '--quota-fail-mode', 'open']),
+  ]);
+});
+
+after(async () => {
+  await closedGateway?.stop();
+  await openGateway?.stop();
+  await redis?.stop();
+});
+
+async function admin(server, method, path, body) {
+  const res = await fetch(`${server.url}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = await res.json();
+  assert.ok(res.status < 300, `${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
+// The same tenant (same id, same quotas) on both gateways, each with its own tenant store and
+// API key: the counters in Redis are keyed by the tenant id, so they are the same counters.
+async function tenantOnBoth(id, quotas) {
+  const keys = [];
+  for (const server of [closedGateway, openGateway]) {
+    await admin(server, 'POST', '/admin/v1/tenants', { id, quotas });
+    keys.push((await admin(server, 'POST', `/admin/v1/tenants/${id}/keys`, {})).key);
+  }
+  return keys;
+}
+
+async function complete(server, key, { prompt = 'Once upon a time', maxTokens = 1 } = {}) {
+  const res = await fetch(`${server.url}/v1/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0 }),
+  });
+  return { status: res.status, headers: res.headers, json: await res.json() };
+}
+
+// Sends `total` requests, alternating between the gateways, all at once: the limits admit or
+// refuse them within moments, so that little can refill meanwhile.
+async function sendThroughBoth(keys, total, options, parallel = total) {
+  const gateways = [closedGateway, openGateway];
+  const results = [];
+  let next = 0;
+  const start = Date.now();
+  await Promise.all(Array.from({ length: parallel }, async () => {
+    for (let i = next++; i < total; i = next++) {
+      const g = i % 2;
+      results.push({ gateway: g, ...(await complete(gateways[g], keys[g], options)) });
+    }
+  }));
+  return { results, seconds: (Date.now() - start) / 1000 };
+}
+
+async function metrics(server) {
+  return (await fetch(`${server.url}/metrics`)).text();
+}
+
+function metricValue(text, series) {
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+const count = (text, pattern) => (text.match(pattern) ?? []).length;
+
+test('requests per minute: 60 through two gateways are 60 accepted, not 120', { skip }, async () => {
+  const keys = await tenantOnBoth('shared-rpm', { requests_per_minute: 60 });
+  const { results, seconds } = await sendThroughBoth(keys, 140, {});
+  const accepted = results.filter((r) => r.status === 200);
+  const refused = results.filter((r) => r.status !== 200);
+  // GCRA: the minute's 60 at once, then one more per second that passed while sending.
+  assert.ok(accepted.length >= 60, `accepted ${accepted.length}`);
+  assert.ok(accepted.length <= 60 + Math.floor(seconds), `accepted ${accepted.length} in ${seconds} s`);
+  assert.ok(accepted.some((r) => r.gateway === 0) && accepted.some((r) => r.gateway === 1));
+  for (const r of refused) {
+    assert.equal(r.status, 429);
+    assert.equal(r.json.error.type, 'requests');
+    assert.equal(r.json.error.code, 'rate_limit_exceeded');
+    assert.equal(r.headers.get('x-ratelimit-limit-requests'), '60');
+    assert.ok(Number(r.headers.get('retry-after-ms')) <= 1000);
+  }
+  console.log(`requests/min 60 through two gateways: ${accepted.length} accepted of ${results.length} in ${seconds} s`);
+});
+
+test('tokens per minute: two gateways together serve the limit within 1%, not twice it', { skip }, async () => {
+  const tpm = 2000;
+  const keys = await tenantOnBoth('shared-tpm', { tokens_per_minute: tpm });
+  const prompt = 'Once upon a time there was a little girl';
+  const { results, seconds } = await sendThroughBoth(keys, 300, { prompt });
+  const accepted = results.filter((r) => r.status === 200);
+  const used = accepted.reduce((sum, r) => sum + r.json.usage.total_tokens, 0);
+  const cost = Math.max(...accepted.map((r) => r.json.usage.prompt_tokens + 1));  // reserved per request
+  assert.ok(cost <= tpm / 100, `a request reserves ${cost} tokens: too coarse to measure 1%`);
+  assert.ok(results.some((r) => r.status === 429 && r.json.error.type === 'tokens'));
+  // The bucket holds tpm tokens and refills tpm/60 per second: what both served together is the
+  // bucket less at most one request's cost, plus what refilled while sending.
+  const refilled = (tpm * seconds) / 60;
+  assert.ok(used >= tpm - cost, `used ${used} of ${tpm}`);
+  assert.ok(used <= tpm + refilled, `used ${used} of ${tpm} + ${refilled.toFixed(0)} refilled in ${seconds} s`);
+  assert.ok(Math.abs(used - tpm) / tpm <= 0.01 + refilled / tpm, `used ${used}`);
+  console.log(`tokens/min ${tpm} through two gateways: ${used} tokens served in ${seconds} s ` +
+    `(${(100 * (used - tpm) / tpm).toFixed(2)}%, refill ${refilled.toFixed(0)})`);
+});
+
+test('Redis killed: closed answers 503, open lets requests pass; restarted: both count again', { skip }, async () => {
+  const keys = await tenantOnBoth('outage', { requests_per_minute: 1000, tokens_per_minute: 100000 });
+  assert.equal((await complete(closedGateway, keys[0])).status, 200);
+  assert.equal((await complete(openGateway, keys[1])).status, 200);
+  assert.equal(metricValue(await metrics(closedGateway), 'edgeinfer_quota_store_up'), 1);
+
+  await redis.stop();
+  for (let i = 0; i < 5; ++i) {
+    const closed = await complete(closedGateway, keys[0]);
+    assert.equal(closed.status, 503);
+    assert.equal(closed.json.error.type, 'server_error');
+    assert.equal(closed.json.error.code, 'quota_store_unavailable');
+    assert.match(closed.json.error.message, /quota store is unavailable/);
+    assert.equal(closed.headers.get('retry-after'), '1');
+
+    const open = await complete(openGateway, keys[1]);
+    assert.equal(open.status, 200);
+    assert.equal(open.headers.get('x-ratelimit-limit-requests'), null);  // nothing was counted
+  }
+  for (const server of [closedGateway, openGateway]) {
+    const text = await metrics(server);
+    assert.equal(metricValue(text, 'edgeinfer_quota_store_up'), 0);
+    assert.ok(metricValue(text, 'edgeinfer_quota_store_errors_total{operation="acquire"}') >= 5);
+    assert.equal(count(server.log, /quota store redis:\/\/\S+ is down/g), 1, server.log);  // one line, not one per request
+  }
+  assert.match(closedGateway.log, /refused with 503 \(--quota-fail-mode closed\)/);
+  assert.match(openGateway.log, /admitted without being counted \(--quota-fail-mode open\)/);
+
+  redis = await startRedis(redis.port);  // same port, empty
+  const deadline = Date.now() + 30000;
+  let recovered;
+  while ((recovered = await complete(closedGateway, keys[0])).status !== 200 && Date.now() < deadline) await sleep(100);
+  assert.equal(recovered.status, 200);
+  assert.equal(recovered.headers.get('x-ratelimit-limit-requests'), '1000');
+  // The open gateway admits uncounted (no headers) until its own reconnection backoff has passed.
+  let open;
+  while ((open = await complete(openGateway, keys[1])).headers.get('x-ratelimit-limit-requests') === null &&
+    Date.now() < deadline) await sleep(100);
+  assert.equal(open.status, 200);
+  assert.equal(open.headers.get('x-ratelimit-limit-requests'), '1000');  // counted again
+  assert.equal(Number(open.headers.get('x-ratelimit-remaining-requests')), 1000 - 2);  // both gateways' requests
+  for (const server of [closedGateway, openGateway]) {
+    assert.equal(metricValue(await metrics(server), 'edgeinfer_quota_store_up'), 1);
+    assert.equal(count(server.log, /quota store redis:\/\/\S+ is back up/g), 1, server.log);
+  }
+});
+
+test('a --quota-store that is not memory or redis:// stops serve with a clear error', async () => {
+  await assert.rejects(startServer(['--quota-store', 'memcached://localhost'], { timeoutMs: 20000 }),
+    /--quota-store: invalid Redis URL "memcached:\/\/localhost": the scheme is "memcached", not redis/);
+});

@@ -1,0 +1,617 @@
+// redis_quota_store against a real redis-server started here: the same decisions as
+// in_memory_quota_store on the same request sequence (a test clock drives both), one limit for
+// two stores sharing Redis (the server's clock), reservations and refunds, concurrency slots and
+// their leases, the daily budget, refusals taking nothing, keys that expire, a lost script
+// cache, and an outage in both fail modes with recovery. Skipped, saying so, without redis-server.
+#include <doctest/doctest.h>
+
+#include <boost/json/parse.hpp>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "edge/common/config.h"
+#include "edge/common/format.h"
+#include "edge/common/log.h"
+#include "edge/common/time_source.h"
+#include "edge/gateway/quota.h"
+#include "edge/gateway/quota_response.h"
+#include "edge/gateway/quota_stores.h"
+#include "edge/gateway/redis_quota_store.h"
+#include "edge/gateway/tenancy.h"
+#include "edge/monitoring/gateway_metrics.h"
+#include "redis_server.h"
+
+namespace gw = edge::gateway;
+using namespace std::chrono_literals;
+
+namespace {
+
+// 2026-05-01T12:00:00Z: noon, so a day boundary is 12 h away.
+const auto noon = std::chrono::system_clock::time_point(std::chrono::seconds(1777636800));
+
+edge::testing::redis_server* shared_redis() {
+  static const std::unique_ptr<edge::testing::redis_server> server = edge::testing::redis_server::start();
+  return server.get();
+}
+
+#define REQUIRE_REDIS_SERVER(server)                                                               \
+  if ((server) == nullptr) {                                                                       \
+    MESSAGE("skipped: redis-server is not installed (deploy/install-deps.sh installs it)");        \
+    return;                                                                                        \
+  }
+
+// Keys of each test apart from every other's, in the one Redis they share.
+std::string unique_prefix() {
+  static std::atomic<int> next{0};
+  return edge::format("edgeinfer-test:{}:{}:", ::getpid(), next++);
+}
+
+gw::redis_quota_options options_for(const edge::testing::redis_server& server, const edge::time_source* clock = nullptr) {
+  gw::redis_quota_options o;
+  o.address = gw::parse_redis_url(server.url()).value();
+  o.key_prefix = unique_prefix();
+  o.clock = clock;
+  o.command_timeout = 2s;  // generous: a loaded test machine must not look like an outage
+  return o;
+}
+
+gw::quota_decision ask(gw::quota_store& store, const gw::tenant_quotas& q, std::int64_t prompt, std::int64_t max_tokens,
+                       std::string_view tenant = "acme") {
+  return store.try_acquire({tenant, q, prompt, max_tokens});
+}
+
+void check_same_status(const std::optional<gw::rate_limit_status>& memory,
+                       const std::optional<gw::rate_limit_status>& redis) {
+  REQUIRE(memory.has_value() == redis.has_value());
+  if (!memory) return;
+  CHECK(redis->limit == memory->limit);
+  CHECK(redis->remaining == memory->remaining);
+  CHECK(redis->reset == memory->reset);
+}
+
+void check_same(const gw::quota_decision& memory, const gw::quota_decision& redis) {
+  CHECK(redis.allowed == memory.allowed);
+  CHECK(redis.limit == memory.limit);
+  CHECK(redis.retry_after == memory.retry_after);
+  CHECK(redis.message == memory.message);
+  check_same_status(memory.requests, redis.requests);
+  check_same_status(memory.tokens, redis.tokens);
+  CHECK(redis.reservation.tenant_id == memory.reservation.tenant_id);
+  CHECK(redis.reservation.bucket_tokens == memory.reservation.bucket_tokens);
+  CHECK(redis.reservation.daily_tokens == memory.reservation.daily_tokens);
+  CHECK(redis.reservation.day == memory.reservation.day);
+  CHECK(redis.reservation.holds_slot == memory.reservation.holds_slot);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Every line logged while it lives.
+struct captured_log {
+  captured_log() {
+    edge::log::set_sink([this](std::string_view line) {
+      std::lock_guard lock(mutex);
+      lines.emplace_back(line);
+    });
+  }
+  ~captured_log() { edge::log::set_sink({}); }
+  std::size_t count(std::string_view text) {
+    std::lock_guard lock(mutex);
+    std::size_t n = 0;
+    for (const auto& line : lines) n += line.find(text) != std::string::npos ? 1 : 0;
+    return n;
+  }
+  std::mutex mutex;
+  std::vector<std::string> lines;
+};
+
+std::string scrape(prometheus::Registry& registry) { return prometheus::TextSerializer().Serialize(registry.Collect()); }
+
+}  // namespace
+
+TEST_CASE("redis: a random sequence of requests is decided exactly as in memory, headers and messages included") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  edge::manual_time_source clock(noon);
+  gw::in_memory_quota_store memory(clock);
+  auto options = options_for(*server, &clock);
+  options.slot_lease = 1000h;  // the test clock jumps hours; in memory, slots never lapse
+  auto redis = gw::redis_quota_store::create(options, nullptr);
+  REQUIRE(redis->up());
+
+  struct tenant {
+    std::string id;
+    gw::tenant_quotas quotas;
+  };
+  std::vector<tenant> tenants(5);
+  tenants[0].id = "gcra";  // 60 s / 7 is no whole number of microseconds
+  tenants[0].quotas.requests_per_minute = 7;
+  tenants[1].id = "bucket";
+  tenants[1].quotas.tokens_per_minute = 1000;
+  tenants[2].id = "all";
+  tenants[2].quotas = {.requests_per_minute = 30, .tokens_per_minute = 5000, .max_concurrent = 3, .daily_tokens = 20000,
+                       .max_tokens_per_request = 400};
+  tenants[3].id = "daily";
+  tenants[3].quotas = {.max_concurrent = 2, .daily_tokens = 3000};
+  tenants[4].id = "odd";
+  tenants[4].quotas = {.requests_per_minute = 13, .tokens_per_minute = 777, .max_tokens_per_request = 100};
+
+  struct held {
+    gw::quota_reservation memory, redis;
+    std::int64_t cost;
+  };
+  std::vector<held> open;
+  std::mt19937_64 random(20260501);
+  const auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(random);
+  };
+  int admitted = 0, refused = 0;
+  for (int step = 0; step < 3000; ++step) {
+    INFO("step " << step);
+    const std::int64_t op = uniform(0, 99);
+    if (op < 55) {
+      const tenant& t = tenants[static_cast<std::size_t>(uniform(0, 4))];
+      const std::int64_t prompt = uniform(1, 300);
+      const std::int64_t max_tokens = uniform(0, 500);
+      const auto in_memory = ask(memory, t.quotas, prompt, max_tokens, t.id);
+      const auto in_redis = ask(*redis, t.quotas, prompt, max_tokens, t.id);
+      check_same(in_memory, in_redis);
+      if (in_memory.allowed && in_redis.allowed) {
+        open.push_back({in_memory.reservation, in_redis.reservation, prompt + max_tokens});
+        ++admitted;
+      } else {
+        ++refused;
+      }
+    } else if (op < 85) {
+      if (open.empty()) continue;
+      const auto i = static_cast<std::size_t>(uniform(0, static_cast<std::int64_t>(open.size()) - 1));
+      const std::int64_t used = uniform(0, open[i].cost);
+      if (op % 2 == 0) {
+        memory.settle(open[i].memory, used);
+        redis->settle(open[i].redis, used);
+        memory.release(open[i].memory);
+        redis->release(open[i].redis);
+      } else {
+        memory.finish(open[i].memory, used);
+        redis->finish(open[i].redis, used);  // both in one pipeline
+      }
+      open.erase(open.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (op < 99) {
+      // Odd nanoseconds, so that sub-microsecond parts are carried too.
+      clock.advance(std::chrono::nanoseconds(op < 92 ? uniform(0, 2'000'000'000) : uniform(0, 20'000'000'000)));
+    } else {
+      clock.advance(13h + std::chrono::nanoseconds(uniform(0, 999)));  // across a UTC midnight, sometimes
+    }
+  }
+  CHECK(admitted > 300);  // the sequence exercises both outcomes
+  CHECK(refused > 300);
+  CHECK(redis->up());
+}
+
+TEST_CASE("redis: two stores on one Redis enforce one requests-per-minute limit (the server's clock)") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  const auto options = options_for(*server);
+  auto a = gw::redis_quota_store::create(options, nullptr);
+  auto b = gw::redis_quota_store::create(options, nullptr);
+  gw::tenant_quotas q;
+  q.requests_per_minute = 10;  // one every 6 s: the test cannot refill it meaningfully
+
+  const auto start = std::chrono::steady_clock::now();
+  int admitted = 0;
+  std::optional<gw::quota_decision> refusal;
+  for (int i = 0; i < 40; ++i) {
+    auto d = ask(i % 2 == 0 ? *a : *b, q, 1, 1);
+    if (d.allowed) ++admitted;
+    else if (!refusal) refusal = d;
+  }
+  const double elapsed = seconds_since(start);
+  CHECK(admitted >= 10);
+  CHECK(admitted <= 10 + static_cast<int>(elapsed / 6.0));  // one more per 6 s that passed
+  REQUIRE(refusal);
+  CHECK(refusal->limit == gw::quota_limit::requests_per_minute);
+  REQUIRE(refusal->retry_after);
+  CHECK(*refusal->retry_after <= 6s);
+  CHECK(*refusal->retry_after > 0ms);
+  REQUIRE(refusal->requests);
+  CHECK(refusal->requests->limit == 10);
+  CHECK(refusal->requests->remaining == 0);
+}
+
+TEST_CASE("redis: tokens per minute reserve prompt + max_tokens and refund the unused part, across stores") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  const auto options = options_for(*server);
+  auto a = gw::redis_quota_store::create(options, nullptr);
+  auto b = gw::redis_quota_store::create(options, nullptr);
+  gw::tenant_quotas q;
+  q.tokens_per_minute = 600;  // refills 10 tokens a second
+  const auto start = std::chrono::steady_clock::now();
+
+  const auto first = ask(*a, q, 100, 400);
+  REQUIRE(first.allowed);
+  CHECK(first.reservation.bucket_tokens == 500);
+  REQUIRE(first.tokens);
+  CHECK(first.tokens->remaining == 100);  // a full bucket less 500, the first instant
+
+  const auto second = ask(*b, q, 100, 400);  // the other gateway sees the same bucket
+  const double refill = 10.0 * seconds_since(start);
+  if (refill < 400) {
+    CHECK_FALSE(second.allowed);
+    CHECK(second.limit == gw::quota_limit::tokens_per_minute);
+    REQUIRE(second.tokens);
+    CHECK(second.tokens->remaining >= 100);
+    CHECK(second.tokens->remaining <= 100 + static_cast<std::int64_t>(refill) + 1);
+  }
+
+  a->settle(first.reservation, 150);  // 350 come back
+  const auto third = ask(*b, q, 100, 300);
+  CHECK(third.allowed);
+  REQUIRE(third.tokens);
+  CHECK(third.tokens->remaining >= 50);
+  CHECK(third.tokens->remaining <= 50 + static_cast<std::int64_t>(10.0 * seconds_since(start)) + 1);
+}
+
+TEST_CASE("redis: max_concurrent counts slots of every store; a release frees one for any of them") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  const auto options = options_for(*server);
+  auto a = gw::redis_quota_store::create(options, nullptr);
+  auto b = gw::redis_quota_store::create(options, nullptr);
+  gw::tenant_quotas q;
+  q.max_concurrent = 2;
+
+  const auto first = ask(*a, q, 1, 1);
+  const auto second = ask(*b, q, 1, 1);
+  REQUIRE(first.allowed);
+  REQUIRE(second.allowed);
+  CHECK(first.reservation.holds_slot);
+  CHECK(first.reservation.slot_id != second.reservation.slot_id);
+  const auto third = ask(*a, q, 1, 1);
+  CHECK_FALSE(third.allowed);
+  CHECK(third.limit == gw::quota_limit::max_concurrent);
+  CHECK(third.retry_after == std::optional<std::chrono::milliseconds>(1s));
+  CHECK(third.message == "Too many concurrent requests for tenant 'acme': the limit is 2. Please try again when one "
+                         "finishes.");
+
+  b->release(second.reservation);
+  const auto fourth = ask(*a, q, 1, 1);
+  CHECK(fourth.allowed);
+  CHECK_FALSE(ask(*b, q, 1, 1).allowed);
+  a->release(first.reservation);
+  a->release(fourth.reservation);
+  CHECK(ask(*b, q, 1, 1).allowed);
+}
+
+TEST_CASE("redis: a slot is kept while its store renews the lease, and lapses when the store is gone") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  edge::manual_time_source clock(noon);
+  auto options = options_for(*server, &clock);
+  options.slot_lease = 10s;  // of the test clock, which moves only when told
+  auto survivor = gw::redis_quota_store::create(options, nullptr);
+  auto doomed = gw::redis_quota_store::create(options, nullptr);
+  gw::tenant_quotas q;
+  q.max_concurrent = 1;
+
+  REQUIRE(ask(*doomed, q, 1, 1).allowed);
+  clock.advance(9s);
+  doomed->renew_slots();  // as its renewal thread does every lease / 3
+  clock.advance(9s);      // 18 s after admission, 9 s after the renewal
+  CHECK_FALSE(ask(*survivor, q, 1, 1).allowed);
+
+  doomed.reset();  // a gateway that dies: nobody releases or renews its slot
+  clock.advance(500ms);
+  CHECK_FALSE(ask(*survivor, q, 1, 1).allowed);  // 9.5 s after the renewal: the lease still runs
+  clock.advance(1s);
+  CHECK(ask(*survivor, q, 1, 1).allowed);  // 10.5 s after it: lapsed, the slot is free again
+}
+
+TEST_CASE("redis: the daily budget is shared, reserved and refunded; a refusal says when it resets") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  const auto options = options_for(*server);
+  auto a = gw::redis_quota_store::create(options, nullptr);
+  auto b = gw::redis_quota_store::create(options, nullptr);
+  gw::tenant_quotas q;
+  q.daily_tokens = 1000;
+  const auto day_now = [] { return gw::to_unix_seconds(std::chrono::system_clock::now()) / 86400; };
+  const auto day = day_now();
+
+  const auto first = ask(*a, q, 100, 500);
+  REQUIRE(first.allowed);
+  CHECK(first.reservation.daily_tokens == 600);
+  CHECK(first.reservation.day == day);
+  const auto second = ask(*b, q, 100, 500);
+  const auto third_too_big = ask(*b, q, 100, 1000);
+  a->settle(first.reservation, 100);  // 500 come back
+  const auto fourth = ask(*b, q, 100, 500);
+  if (day_now() != day) {
+    MESSAGE("a UTC midnight passed during the test; its budget checks were skipped");
+    return;
+  }
+  CHECK_FALSE(second.allowed);
+  CHECK(second.limit == gw::quota_limit::daily_tokens);
+  REQUIRE(second.retry_after);
+  CHECK(*second.retry_after <= 86400s);
+  CHECK(second.message.find("600 of 1000 tokens spent or reserved today") != std::string::npos);
+  CHECK_FALSE(third_too_big.allowed);
+  CHECK_FALSE(third_too_big.retry_after);  // no waiting makes it fit
+  CHECK(fourth.allowed);
+}
+
+TEST_CASE("redis: a refusal takes nothing from any limit") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  const auto options = options_for(*server);
+  auto store = gw::redis_quota_store::create(options, nullptr);
+  auto redis = server->client();
+  gw::tenant_quotas q{.requests_per_minute = 100, .tokens_per_minute = 100000, .max_concurrent = 1,
+                      .daily_tokens = 5000, .max_tokens_per_request = 2000};
+  const std::string rate = options.key_prefix + "{acme}:rate";
+  const std::string slots = options.key_prefix + "{acme}:slots";
+  const std::string daily = options.key_prefix + "{acme}:daily";
+  const auto read = [&](const std::string& key, const std::string& field) {
+    return redis->command({"HGET", key, field}).value().text;
+  };
+
+  const auto first = ask(*store, q, 100, 100);
+  REQUIRE(first.allowed);
+  const std::string tat = read(rate, "tat_us") + "." + read(rate, "tat_ns");
+  const std::string day_tokens = read(daily, "tokens");
+  CHECK(day_tokens == "200");
+
+  const auto busy = ask(*store, q, 100, 100);  // max_concurrent
+  CHECK(busy.limit == gw::quota_limit::max_concurrent);
+  const auto too_long = ask(*store, q, 100, 3000);  // max_tokens_per_request (and max_concurrent)
+  CHECK(too_long.limit == gw::quota_limit::max_tokens_per_request);
+  CHECK(redis->command({"ZCARD", slots}).value().integer == 1);
+  CHECK(read(rate, "tat_us") + "." + read(rate, "tat_ns") == tat);
+  CHECK(read(daily, "tokens") == day_tokens);
+  REQUIRE(busy.requests);
+  CHECK(busy.requests->remaining == first.requests->remaining);  // still as the admission left it
+
+  store->release(first.reservation);
+  const auto second = ask(*store, q, 100, 100);
+  CHECK(second.allowed);
+  CHECK(redis->command({"ZCARD", slots}).value().integer == 1);
+  CHECK(read(daily, "tokens") == "400");
+}
+
+TEST_CASE("redis: every key expires, so an idle tenant leaves nothing behind") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  auto options = options_for(*server);
+  options.slot_lease = 20s;
+  auto store = gw::redis_quota_store::create(options, nullptr);
+  auto redis = server->client();
+  gw::tenant_quotas q{.requests_per_minute = 100, .tokens_per_minute = 100000, .max_concurrent = 5,
+                      .daily_tokens = 5000};
+  const auto d = ask(*store, q, 10, 10);
+  REQUIRE(d.allowed);
+  const auto held = ask(*store, q, 10, 10);
+  REQUIRE(held.allowed);
+  store->settle(d.reservation, 5);
+  store->release(d.reservation);
+
+  const auto keys = redis->command({"KEYS", options.key_prefix + "*"}).value();
+  REQUIRE(keys.elements.size() == 3);
+  for (const auto& key : keys.elements) {
+    INFO(key.text);
+    const std::int64_t ttl = redis->command({"PTTL", key.text}).value().integer;
+    CHECK(ttl > 0);  // -1 would be a key that never goes away
+    if (key.text.ends_with(":rate")) CHECK(ttl <= 61'000);
+    if (key.text.ends_with(":slots")) CHECK(ttl <= 20'000);
+    if (key.text.ends_with(":daily")) CHECK(ttl <= (86'400 + 60) * 1000);
+  }
+}
+
+TEST_CASE("redis: the scripts are loaded again when Redis lost them (NOSCRIPT)") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  const auto options = options_for(*server);
+  auto store = gw::redis_quota_store::create(options, nullptr);
+  gw::tenant_quotas q;
+  q.requests_per_minute = 10;
+  const auto first = ask(*store, q, 1, 1);
+  REQUIRE(first.allowed);
+  REQUIRE(server->client()->command({"SCRIPT", "FLUSH"}).ok());
+  const auto second = ask(*store, q, 1, 1);
+  CHECK(second.allowed);
+  REQUIRE(second.requests);
+  CHECK(second.requests->remaining == first.requests->remaining - 1);  // counted once, not twice
+  CHECK(store->up());
+}
+
+TEST_CASE("redis outage, fail mode closed: 503-style refusals, errors counted, one log line each way, recovery") {
+  const auto server = edge::testing::redis_server::start();
+  REQUIRE_REDIS_SERVER(server);
+  captured_log log;
+  prometheus::Registry registry;
+  edge::monitoring::gateway_metrics metrics(registry);
+  auto options = options_for(*server);
+  options.fail_mode = gw::quota_fail_mode::closed;
+  options.command_timeout = 200ms;
+  auto store = gw::redis_quota_store::create(options, &metrics);
+  gw::tenant_quotas q{.requests_per_minute = 100, .tokens_per_minute = 10000, .max_concurrent = 10,
+                      .max_tokens_per_request = 500};
+  const auto before = ask(*store, q, 10, 10);
+  REQUIRE(before.allowed);
+  CHECK(metrics.quota_store_up.Value() == 1);
+
+  server->kill();
+  for (int i = 0; i < 3; ++i) {
+    const auto d = ask(*store, q, 10, 10);
+    CHECK_FALSE(d.allowed);
+    CHECK(d.limit == gw::quota_limit::quota_store_unavailable);
+    CHECK(d.retry_after == std::optional<std::chrono::milliseconds>(1s));
+    CHECK(d.message == "Quotas cannot be checked right now: the quota store is unavailable, so requests of tenant "
+                       "'acme' are refused until it is back. Please try again in 1s.");
+    CHECK_FALSE(d.requests);
+    CHECK_FALSE(d.tokens);
+  }
+  // A request no counter could admit is refused for what it is.
+  CHECK(ask(*store, q, 10, 600).limit == gw::quota_limit::max_tokens_per_request);
+  // Settling and releasing during the outage return (and change nothing anyone can see).
+  store->settle(before.reservation, 5);
+  store->release(before.reservation);
+  store->finish(before.reservation, 5);
+
+  CHECK_FALSE(store->up());
+  CHECK(metrics.quota_store_up.Value() == 0);
+  const std::string text = scrape(registry);
+  CHECK(text.find("edgeinfer_quota_store_up 0") != std::string::npos);
+  CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"acquire\"}") != std::string::npos);
+  CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"settle\"} 1") != std::string::npos);
+  CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"release\"} 1") != std::string::npos);
+  CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"finish\"} 1") != std::string::npos);
+  CHECK(log.count("is down") == 1);
+
+  const auto response = gw::quota_refusal_response(ask(*store, q, 10, 10));
+  CHECK(response.result() == boost::beast::http::status::service_unavailable);
+  CHECK(response[boost::beast::http::field::retry_after] == "1");
+  const auto body = boost::json::parse(response.body());
+  CHECK(body.at("error").at("code").as_string() == "quota_store_unavailable");
+  CHECK(body.at("error").at("type").as_string() == "server_error");
+
+  server->restart();
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  gw::quota_decision after;
+  while (!(after = ask(*store, q, 10, 10)).allowed && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK(after.allowed);  // reconnected on its own
+  CHECK(store->up());
+  CHECK(metrics.quota_store_up.Value() == 1);
+  CHECK(log.count("is down") == 1);
+  CHECK(log.count("is back up") == 1);
+}
+
+TEST_CASE("redis outage, fail mode open: requests pass uncounted, and counting resumes after recovery") {
+  const auto server = edge::testing::redis_server::start();
+  REQUIRE_REDIS_SERVER(server);
+  captured_log log;
+  auto options = options_for(*server);
+  options.fail_mode = gw::quota_fail_mode::open;
+  options.command_timeout = 200ms;
+  auto store = gw::redis_quota_store::create(options, nullptr);
+  gw::tenant_quotas q{.requests_per_minute = 2, .max_concurrent = 1, .daily_tokens = 1000};
+  REQUIRE(ask(*store, q, 10, 10).allowed);
+  REQUIRE(ask(*store, q, 10, 10).limit == gw::quota_limit::max_concurrent);
+
+  server->kill();
+  for (int i = 0; i < 5; ++i) {  // past every limit: nothing is counted
+    const auto d = ask(*store, q, 10, 10);
+    CHECK(d.allowed);
+    CHECK_FALSE(d.requests);
+    CHECK(d.reservation.bucket_tokens == 0);
+    CHECK(d.reservation.daily_tokens == 0);
+    CHECK_FALSE(d.reservation.holds_slot);
+    store->settle(d.reservation, 20);
+    store->release(d.reservation);
+  }
+  CHECK(ask(*store, q, 10, 2000).limit == gw::quota_limit::daily_tokens);  // could never fit
+  CHECK(log.count("admitted without being counted (--quota-fail-mode open)") == 1);
+
+  server->restart();  // empty: the counters start afresh
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!store->up() && std::chrono::steady_clock::now() < deadline) {
+    gw::tenant_quotas probe{.daily_tokens = 1000000};
+    (void)store->try_acquire({"probe", probe, 1, 1});
+    std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(store->up());
+  const auto first = ask(*store, q, 10, 10);
+  CHECK(first.allowed);
+  CHECK(first.reservation.holds_slot);
+  CHECK(ask(*store, q, 10, 10).limit == gw::quota_limit::max_concurrent);  // counted again
+}
+
+TEST_CASE("tenancy with a Redis quota store: the shared daily count is the truth, not each gateway's ledger") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  const edge::real_time_source clock;
+  edge::testing::temp_dir first_dir, second_dir;
+  gw::tenancy_options options;
+  options.quota_store.redis = gw::parse_redis_url(server->url()).value();
+  gw::tenant_record tenant;
+  tenant.id = "ledger-vs-redis";
+  tenant.quotas.daily_tokens = 1000;
+  const gw::audit_context admin{"test", ""};
+  {
+    options.state_dir = first_dir.path();
+    auto first = std::move(gw::tenancy::open(options, clock, nullptr)).value();
+    REQUIRE(first->store().create_tenant(tenant, admin).ok());
+    gw::admission a = first->admit({first->store().snapshot()->tenant(tenant.id), "k"}, 100, 800);
+    REQUIRE(a.allowed());
+    a.lease->record({.prompt_tokens = 100, .completion_tokens = 600});  // 700 spent, 200 refunded
+  }
+  // A second gateway, whose own ledger has never seen the tenant, sees the 700.
+  options.state_dir = second_dir.path();
+  auto second = std::move(gw::tenancy::open(options, clock, nullptr)).value();
+  REQUIRE(second->store().create_tenant(tenant, admin).ok());
+  const gw::authenticated_tenant who{second->store().snapshot()->tenant(tenant.id), "k"};
+  CHECK(second->admit(who, 100, 201).decision.limit == gw::quota_limit::daily_tokens);  // 700 + 301 > 1000
+  gw::admission b = second->admit(who, 100, 200);
+  CHECK(b.allowed());
+  b.lease->record({.prompt_tokens = 100, .completion_tokens = 200});
+  b.lease->finish();
+  // The first gateway restarted is not seeded from its ledger on top of Redis's count.
+  options.state_dir = first_dir.path();
+  auto restarted = std::move(gw::tenancy::open(options, clock, nullptr)).value();
+  const gw::authenticated_tenant again{restarted->store().snapshot()->tenant(tenant.id), "k"};
+  CHECK(restarted->admit(again, 0, 1).decision.limit == gw::quota_limit::daily_tokens);  // 1000 of 1000
+}
+
+TEST_CASE("redis URLs: what --quota-store accepts, and clear errors for the rest") {
+  const auto ok = gw::parse_redis_url("redis://10.0.0.5:6380/2");
+  REQUIRE(ok.ok());
+  CHECK(ok->host == "10.0.0.5");
+  CHECK(ok->port == 6380);
+  CHECK(ok->db == 2);
+  const auto defaults = gw::parse_redis_url("redis://redis");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->to_string() == "redis://redis:6379/0");
+
+  for (const auto& [url, why] : std::vector<std::pair<std::string, std::string>>{
+           {"http://localhost:6379", "the scheme is \"http\", not redis"},
+           {"redis://:secret@localhost:6379", "a user or password is not supported"},
+           {"redis://localhost:0", "the port must be a number from 1 to 65535"},
+           {"redis://localhost:6379/x", "the database must be a number, as in /0"},
+           {"redis:///0", "the host is missing"},
+           {"redis://localhost?db=1", "a query or fragment is not supported"}}) {
+    INFO(url);
+    const auto bad = gw::parse_redis_url(url);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().message() ==
+          edge::format("invalid Redis URL \"{}\": {}; expected redis://HOST[:PORT][/DB]", url, why));
+  }
+
+  edge::config::schema schema;
+  gw::add_quota_store_options(schema);
+  const auto resolve = [&](std::map<std::string, std::string> flags) {
+    return edge::config::resolve(schema, {.flags = std::move(flags), .getenv = [](const std::string&) {
+                                            return std::optional<std::string>();
+                                          }});
+  };
+  const auto defaults_settled = gw::quota_store_options_from(resolve({}).value());
+  REQUIRE(defaults_settled.ok());
+  CHECK_FALSE(defaults_settled->redis);  // memory
+  CHECK(defaults_settled->fail_mode == gw::quota_fail_mode::open);
+  const auto redis = gw::quota_store_options_from(
+      resolve({{"quota-store", "redis://127.0.0.1:7000/1"}, {"quota-fail-mode", "closed"}}).value());
+  REQUIRE(redis.ok());
+  CHECK(redis->redis->port == 7000);
+  CHECK(redis->fail_mode == gw::quota_fail_mode::closed);
+  const auto wrong = gw::quota_store_options_from(resolve({{"quota-store", "memcached"}}).value());
+  REQUIRE_FALSE(wrong.ok());
+  CHECK(wrong.error().message() ==
+        "--quota-store: invalid Redis URL \"memcached\": not a URL; expected redis://HOST[:PORT][/DB], or memory");
+}

@@ -1,0 +1,141 @@
+// A real redis-server for unit tests: on a free loopback port, without persistence, in a
+// temporary folder; killed when destroyed. Tests that need one skip (saying so) where
+// redis-server is not installed.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redis_client.h"
+#include "test_support.h"
+
+extern char** environ;
+
+namespace edge::testing {
+
+class redis_server {
+ public:
+  // The redis-server on PATH, if any.
+  static std::optional<std::filesystem::path> binary() {
+    const char* path = std::getenv("PATH");
+    std::stringstream dirs(path != nullptr ? path : "");
+    for (std::string dir; std::getline(dirs, dir, ':');) {
+      const auto candidate = std::filesystem::path(dir) / "redis-server";
+      if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    return std::nullopt;
+  }
+
+  // Starts one on a free port; null when redis-server is not installed. Throws if it is
+  // installed but does not answer.
+  static std::unique_ptr<redis_server> start() {
+    const auto path = binary();
+    if (!path) return nullptr;
+    std::unique_ptr<redis_server> server(new redis_server(*path));
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      server->port_ = free_port();
+      if (server->launch()) return server;
+    }
+    throw std::runtime_error("redis-server did not start; see " + (server->dir_ / "redis.log").string());
+  }
+
+  ~redis_server() { kill(); }
+
+  std::uint16_t port() const { return port_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
+
+  // Kills it as a crash would (SIGKILL).
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  // Starts it again on the same port, empty (no persistence). Throws if it does not answer.
+  void restart() {
+    kill();
+    for (int attempt = 0; attempt < 50; ++attempt) {  // the port may linger a moment
+      if (launch()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    throw std::runtime_error("redis-server did not restart on port " + std::to_string(port_));
+  }
+
+  // A client of its own, for tests that look at the keys.
+  std::unique_ptr<gateway::redis_client> client() const {
+    return std::make_unique<gateway::redis_client>(gateway::redis_client_options{
+        .host = "127.0.0.1", .port = port_, .command_timeout = std::chrono::seconds(5)});
+  }
+
+ private:
+  explicit redis_server(std::filesystem::path binary) : binary_(std::move(binary)) {}
+
+  static std::uint16_t free_port() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    socklen_t length = sizeof(address);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      if (fd >= 0) ::close(fd);
+      throw std::runtime_error("cannot find a free loopback port");
+    }
+    ::close(fd);
+    return ntohs(address.sin_port);
+  }
+
+  // Spawns redis-server and waits (up to 10 s) for PING; false if it exited (port taken).
+  bool launch() {
+    const std::string port = std::to_string(port_);
+    const std::string log = (dir_.path() / "redis.log").string();
+    std::vector<std::string> args{binary_.string(), "--port", port, "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no", "--dir", dir_.path().string(), "--logfile", log,
+                                  "--daemonize", "no"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (::posix_spawn(&pid_, binary_.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+      throw std::runtime_error("cannot start " + binary_.string());
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return false;
+      }
+      gateway::redis_client probe({.host = "127.0.0.1", .port = port_});
+      if (auto pong = probe.command({"PING"}); pong.ok() && pong->text == "PONG") return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill();
+    return false;
+  }
+
+  std::filesystem::path binary_;
+  temp_dir dir_;
+  std::uint16_t port_ = 0;
+  pid_t pid_ = -1;
+};
+
+}  // namespace edge::testing
