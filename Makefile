@@ -70,7 +70,7 @@ bench-engine: build
 bench-gateway: build
 	tests/bench/gateway.sh $(BUILD_DIR)
 
-# One backend against two behind `edgeinfer gateway` (docs/performance.md), about 4 minutes.
+# One backend against two behind `edgeinfer gateway` (docs/performance.md), about 12 minutes.
 bench-scaleout: build
 	tests/bench/scaleout.sh $(BUILD_DIR)
 

@@ -6,9 +6,12 @@
 #
 #   tests/bench/scaleout.sh [BUILD_DIR]      (default build/; `make bench-scaleout` runs it)
 #
-# Knobs: EDGE_SCALEOUT_MODELS (stories260K tiny-hd128: the fixture and a synthetic model with
-# 128-wide heads, where compute per token is larger), EDGE_SCALEOUT_RUNS (3), EDGE_SCALEOUT_CONCURRENCY
-# (16), EDGE_SCALEOUT_DURATION (5s per run), EDGE_SCALEOUT_OUTPUT_LEN (64 tokens).
+# Knobs: EDGE_SCALEOUT_MODELS (stories260K qwen2.5-0.5b: the fixture, whose tokens are so cheap
+# that the gateway and the client weigh as much as the backends, and a synthetic Qwen2.5-0.5B,
+# where each backend's compute dominates; any make-model preset works), EDGE_SCALEOUT_RUNS (3),
+# and for every model EDGE_SCALEOUT_CONCURRENCY, EDGE_SCALEOUT_DURATION (per run) and
+# EDGE_SCALEOUT_OUTPUT_LEN (defaults per model in load_of: 16, 5s, 64 for small models; 4, 20s,
+# 32 for the 0.5B and 1B presets). About 12 minutes on 2 cores with the defaults.
 # Results (JSON per run, server logs) go to $BUILD_DIR/bench-scaleout/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -16,11 +19,18 @@ build=${1:-build}
 bin="$build/edgeinfer"
 fixtures=${EDGE_TEST_MODELS:-../shared/models}
 out="$build/bench-scaleout"
-models=(${EDGE_SCALEOUT_MODELS:-stories260K tiny-hd128})
+models=(${EDGE_SCALEOUT_MODELS:-stories260K qwen2.5-0.5b})
 runs=${EDGE_SCALEOUT_RUNS:-3}
-concurrency=${EDGE_SCALEOUT_CONCURRENCY:-16}
-duration=${EDGE_SCALEOUT_DURATION:-5s}
-output_len=${EDGE_SCALEOUT_OUTPUT_LEN:-64}
+
+# Per model: requests in flight, seconds per run and output tokens. A 0.5B model on one core per
+# backend decodes tens of tokens/s, so it gets fewer requests in flight and longer runs.
+load_of() {
+  case "$1" in
+    qwen2.5-0.5b|llama-3.2-1b)
+      echo "${EDGE_SCALEOUT_CONCURRENCY:-4} ${EDGE_SCALEOUT_DURATION:-20s} ${EDGE_SCALEOUT_OUTPUT_LEN:-32}" ;;
+    *) echo "${EDGE_SCALEOUT_CONCURRENCY:-16} ${EDGE_SCALEOUT_DURATION:-5s} ${EDGE_SCALEOUT_OUTPUT_LEN:-64}" ;;
+  esac
+}
 mkdir -p "$out"
 
 model_path() {
@@ -94,7 +104,7 @@ measure() {
     --input-len 64 --output-len "$output_len" --output-json "$out/$name.json" --log-level warn >/dev/null
   stop_all
   rm -rf "$state"
-  grep -o '"output_throughput":[0-9.eE+-]*' "$out/$name.json" | head -n1 | cut -d: -f2
+  grep -o '"output_throughput":[0-9.eE+-]*' "$out/$name.json" | head -n1 | cut -d: -f2 | awk '{ printf "%.1f\n", $1 }'
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -102,12 +112,17 @@ range() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.0f-%.0f
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
 echo "Split gateway scaling: $(nproc) cores of ${cpu:-an unknown CPU}; each backend --threads 1;"
-echo "edgeinfer bench at concurrency $concurrency for $duration per run, 64-word prompts, $output_len output tokens,"
-echo "$runs runs per point (one and two backends alternate, so drift hits both alike)."
+echo "edgeinfer bench with 64-word prompts, $runs runs per point (one and two backends alternate,"
+echo "so drift hits both alike); load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)."
+for model in "${models[@]}"; do
+  read -r concurrency duration output_len <<<"$(load_of "$model")"
+  echo "$model: concurrency $concurrency, $duration per run, $output_len output tokens"
+done
 echo
 printf '| %-12s | %-26s | %-26s | %-9s |\n' "model" "1 backend tok/s (median, range)" "2 backends tok/s" "ratio 2/1"
 printf '|%s|%s|%s|%s|\n' "--------------" "----------------------------" "----------------------------" "-----------"
 for model in "${models[@]}"; do
+  read -r concurrency duration output_len <<<"$(load_of "$model")"
   path=$(model_path "$model")
   one=()
   two=()
