@@ -454,15 +454,22 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
       pool_->dispatched(b);
       current_ = b;
       attempt_outcome outcome = co_await attempt(b);
-      if (outcome.what == attempt_outcome::kind::accepted) {
+      if (outcome.what == attempt_outcome::kind::accepted && cancelled_) {
+        // The client left while the backend accepted: closing the stream cancels it there.
+        if (stream_) stream_->close();
+        stream_.reset();
+      } else if (outcome.what == attempt_outcome::kind::accepted) {
         pool_->accepted(b, key_);
         co_return status{};
       }
       release();
       if (cancelled_) break;
       if (outcome.what == attempt_outcome::kind::rejected) co_return outcome.error;
-      pool_->failed(b, outcome.error.message());
-      overloaded = overloaded || outcome.error.code() == status_code::resource_exhausted;
+      // A full queue is a healthy backend under load, not a failure: ejecting it would turn a
+      // burst into minutes of "no backend ready".
+      const bool full = outcome.error.code() == status_code::resource_exhausted;
+      if (!full) pool_->failed(b, outcome.error.message());
+      overloaded = overloaded || full;
       last = outcome.error;
       if (static_cast<int>(tried_.size()) < pool_->options.max_attempts) pool_->count_retry(outcome.reason);
     }
@@ -497,6 +504,8 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
         status placed = co_await place();
         if (placed.ok()) continue;
         if (cancelled_) co_return;
+        // Nothing was served: the client is charged nothing.
+        prompt_tokens_ = 0;
         finish_with_error(format("backend {} failed before the request started ({}), and {}", url, problem,
                                  placed.message()));
         co_return;
@@ -557,6 +566,11 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
                                 error_code == "context_length_exceeded" ? out_of_range(message)
                                                                         : invalid_argument(message),
                                 ""};
+    }
+    if (code == 413) {
+      // Too large for this backend's --max-body: for every backend alike, so no retry.
+      co_return attempt_outcome{attempt_outcome::kind::rejected,
+                                invalid_argument(format("the request is too large for the backends: {}", message)), ""};
     }
     if (code == 503 && error_code == "overloaded") {
       co_return attempt_outcome{attempt_outcome::kind::failed, resource_exhausted(format("{}: {}", ep.url, message)),

@@ -233,6 +233,38 @@ describe('prefix affinity', () => {
   });
 });
 
+describe('a backend with a full queue', () => {
+  let cluster;
+  before(async () => {
+    cluster = await startCluster({ backends: 1,
+      backendArgs: ['--kv-cache-memory', '16MiB', '--max-num-seqs', '1', '--max-queued-requests', '1'] });
+  });
+  after(async () => { await cluster?.stop(); });
+
+  test('refusals of a full queue are 503s, and the backend is not ejected for them', async () => {
+    // One request runs, one waits, the rest of a burst of 20 find the queue full.
+    const send = () => fetch(`${cluster.gateway.url}/v1/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${cluster.gateway.defaultKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'stories260K', prompt: shortPrompt, max_tokens: 300, ignore_eos: true }),
+    });
+    const answers = await Promise.all(Array.from({ length: 20 }, send));
+    const codes = answers.map((r) => r.status);
+    await Promise.all(answers.map((r) => r.text()));
+    const refused = codes.filter((c) => c === 503).length;
+    assert.ok(refused >= 3, `the burst met a full queue: ${codes.join(' ')}`);
+    assert.equal(codes.filter((c) => c !== 503 && c !== 200).length, 0, codes.join(' '));
+    // A full queue says nothing about the backend's health: it stays in the pool.
+    const text = await scrape(cluster.gateway.url);
+    const backend = cluster.backends[0].url;
+    assert.equal(value(text, `edgeinfer_backend_ejections_total{backend="${backend}"}`), 0);
+    assert.equal(value(text, `edgeinfer_backend_up{backend="${backend}"}`), 1);
+    assert.equal((await fetch(`${cluster.gateway.url}/readyz`)).status, 200);
+    const next = await send();
+    assert.equal(next.status, 200, await next.text());
+  });
+});
+
 describe('a backend dies mid-run', () => {
   let cluster;
   before(async () => { cluster = await startCluster({ backendArgs: ['--kv-cache-memory', '64MiB'] }); });
