@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <string_view>
 
 #include "edge/common/format.h"
 
@@ -59,6 +61,15 @@ std::string describe_failure(const redisContext& c, std::chrono::milliseconds co
     return format("no answer within {} ms", command_timeout.count());
   }
   return c.errstr[0] != '\0' ? std::string(c.errstr) : std::string("connection failed");
+}
+
+// Whether the connection failed because the server had closed it (end of stream, reset, broken
+// pipe), as opposed to a timeout or a protocol error.
+bool closed_by_server(const redisContext& c) {
+  if (c.err == REDIS_ERR_EOF) return true;
+  if (c.err != REDIS_ERR_IO) return false;
+  const std::string_view text(c.errstr);
+  return text == std::strerror(ECONNRESET) || text == std::strerror(EPIPE);
 }
 
 // Writes every command, then reads one reply per command. A failure leaves the connection
@@ -126,7 +137,7 @@ result<redisContext*> redis_client::connect() {
   return c;
 }
 
-result<redisContext*> redis_client::take() {
+result<redis_client::taken> redis_client::take() {
   std::unique_lock lock(mutex_);
   const auto deadline = steady::now() + options_.command_timeout;
   while (idle_.empty() && open_ >= options_.max_connections) {
@@ -139,7 +150,7 @@ result<redisContext*> redis_client::take() {
   if (!idle_.empty()) {
     redisContext* c = idle_.back();
     idle_.pop_back();
-    return c;
+    return taken{c, true};
   }
   if (const auto now = steady::now(); now < retry_at_) {
     return unavailable(format("{} (next attempt in {} ms)", last_failure_,
@@ -158,7 +169,7 @@ result<redisContext*> redis_client::take() {
     return connected.error();
   }
   backoff_ = std::chrono::milliseconds(0);
-  return *connected;
+  return taken{*connected, false};
 }
 
 void redis_client::give_back(redisContext* context) {
@@ -180,11 +191,20 @@ void redis_client::discard(redisContext* context) {
 }
 
 result<std::vector<redis_reply>> redis_client::pipeline(std::span<const redis_command> commands) {
-  EDGE_ASSIGN_OR_RETURN(redisContext* c, take());
-  auto replies = exchange(c, commands, options_);
-  if (replies.ok()) give_back(c);
-  else discard(c);
-  return replies;
+  for (int attempt = 0;; ++attempt) {
+    EDGE_ASSIGN_OR_RETURN(const taken t, take());
+    auto replies = exchange(t.context, commands, options_);
+    if (replies.ok()) {
+      give_back(t.context);
+      return replies;
+    }
+    // A pooled connection that the server closed while it sat idle (Redis restarted): the
+    // commands reached no live server, so they go once more, on a new connection, instead of
+    // turning one restart into a failed call. Timeouts are not retried: the commands may have run.
+    const bool closed_while_idle = t.pooled && closed_by_server(*t.context);
+    discard(t.context);
+    if (!closed_while_idle || attempt > 0) return replies;
+  }
 }
 
 result<redis_reply> redis_client::command(const redis_command& command) {

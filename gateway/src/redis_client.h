@@ -72,7 +72,11 @@ class redis_client {
  private:
   using steady = std::chrono::steady_clock;
 
-  result<redisContext*> take();        // an idle connection or a new one
+  struct taken {
+    redisContext* context = nullptr;
+    bool pooled = false;  // it had been idle in the pool (and may have been closed meanwhile)
+  };
+  result<taken> take();                // an idle connection or a new one
   void give_back(redisContext* context);
   void discard(redisContext* context);  // after a failure: it and every idle connection are closed
   result<redisContext*> connect();

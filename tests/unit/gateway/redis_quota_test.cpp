@@ -494,6 +494,28 @@ TEST_CASE("redis outage, fail mode closed: 503-style refusals, errors counted, o
   CHECK(log.count("is back up") == 1);
 }
 
+TEST_CASE("redis restarted between two requests: the next one is counted on a new connection, no outage") {
+  const auto server = edge::testing::redis_server::start();
+  REQUIRE_REDIS_SERVER(server);
+  captured_log log;
+  auto options = options_for(*server);
+  options.fail_mode = gw::quota_fail_mode::closed;
+  auto store = gw::redis_quota_store::create(options, nullptr);
+  gw::tenant_quotas q{.requests_per_minute = 100};
+  REQUIRE(ask(*store, q, 1, 1).allowed);  // leaves an idle connection in the pool
+
+  server->kill();
+  server->restart();
+  // The pooled connection was closed by the old server: the call goes again on a new one.
+  const auto after = ask(*store, q, 1, 1);
+  CHECK(after.allowed);
+  CHECK(after.limit == gw::quota_limit::none);
+  REQUIRE(after.requests);
+  CHECK(after.requests->remaining == 99);  // a fresh Redis: counted once, from a full minute
+  CHECK(store->up());
+  CHECK(log.count("is down") == 0);
+}
+
 TEST_CASE("redis outage, fail mode open: requests pass uncounted, and counting resumes after recovery") {
   const auto server = edge::testing::redis_server::start();
   REQUIRE_REDIS_SERVER(server);
