@@ -29,8 +29,6 @@ using namespace std::chrono_literals;
 constexpr std::int64_t default_backend_port = 8081;
 // As the admin token: long enough that guessing it is hopeless.
 constexpr std::size_t min_internal_token_length = 16;
-// How long the engine may take to finish what is left once the HTTP server has stopped.
-constexpr auto engine_drain_timeout = 5s;
 
 config::schema backend_options() {
   config::schema s;
@@ -108,11 +106,7 @@ int run_backend(const config::values& settings) {
 
   server.run();
   loader.join();
-  if (runtime && !runtime->engine->drain(engine_drain_timeout)) {
-    log.warn("requests still running after {}s are aborted", engine_drain_timeout.count());
-  }
-  runtime.reset();
-  return state.load() == readiness::failed ? 1 : 0;
+  return stop_engine(runtime, state.load(), log);
 }
 
 }  // namespace

@@ -64,21 +64,6 @@ config::schema bench_options() {
   return s;
 }
 
-std::vector<std::string> split_list(std::string_view text) {
-  std::vector<std::string> out;
-  std::string item;
-  for (char c : text) {
-    if (c == ',' || c == '\n' || c == ' ' || c == '\t') {
-      if (!item.empty()) out.push_back(std::move(item));
-      item.clear();
-    } else {
-      item += c;
-    }
-  }
-  if (!item.empty()) out.push_back(std::move(item));
-  return out;
-}
-
 result<std::vector<std::int64_t>> parse_concurrency(std::string_view text) {
   std::vector<std::int64_t> out;
   for (const std::string& item : split_list(text)) {

@@ -28,4 +28,19 @@ int command::execute() const {
   return run_(*settled);
 }
 
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (const char c : text) {
+    if (c == ',' || c == '\n' || c == ' ' || c == '\t') {
+      if (!item.empty()) out.push_back(std::move(item));
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  if (!item.empty()) out.push_back(std::move(item));
+  return out;
+}
+
 }  // namespace edge::cli

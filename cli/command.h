@@ -6,6 +6,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "edge/common/config.h"
 
@@ -34,5 +36,9 @@ class command {
   std::unique_ptr<config::cli_binding> binding_;
   body run_;
 };
+
+// The items of an option that takes a list: separated by commas or whitespace, empty items
+// dropped ("a, b,,c" gives a, b, c).
+std::vector<std::string> split_list(std::string_view text);
 
 }  // namespace edge::cli

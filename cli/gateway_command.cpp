@@ -61,28 +61,13 @@ config::schema gateway_options() {
   return s;
 }
 
-std::vector<std::string> split_urls(std::string_view text) {
-  std::vector<std::string> out;
-  std::string item;
-  for (const char c : text) {
-    if (c == ',' || c == '\n' || c == ' ' || c == '\t') {
-      if (!item.empty()) out.push_back(std::move(item));
-      item.clear();
-    } else {
-      item += c;
-    }
-  }
-  if (!item.empty()) out.push_back(std::move(item));
-  return out;
-}
-
 result<gateway::remote_backend_options> pool_options(const config::values& settings) {
   gateway::remote_backend_options options;
   const auto urls = settings.optional_string("backend");
-  if (!urls || split_urls(*urls).empty()) {
+  if (!urls || split_list(*urls).empty()) {
     return invalid_argument("at least one --backend URL is needed, e.g. --backend http://127.0.0.1:8081");
   }
-  for (const std::string& url : split_urls(*urls)) {
+  for (const std::string& url : split_list(*urls)) {
     EDGE_ASSIGN_OR_RETURN(auto endpoint, gateway::parse_backend_url(url));
     for (const auto& known : options.backends) {
       if (known.url == endpoint.url) return invalid_argument(format("--backend {} is given twice", url));

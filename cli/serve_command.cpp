@@ -35,11 +35,6 @@
 namespace edge::cli {
 namespace {
 
-using namespace std::chrono_literals;
-
-// How long the engine may take to finish what is left once the HTTP server has stopped.
-constexpr auto engine_drain_timeout = 5s;
-
 config::schema serve_options() {
   config::schema s;
   add_http_options(s, 8080);
@@ -127,11 +122,7 @@ int run_serve(const config::values& settings) {
 
   server.run();
   if (loader.joinable()) loader.join();
-  if (runtime && !runtime->engine->drain(engine_drain_timeout)) {
-    log.warn("requests still running after {}s are aborted", engine_drain_timeout.count());
-  }
-  runtime.reset();
-  return state.load() == readiness::failed ? 1 : 0;
+  return stop_engine(runtime, state.load(), log);
 }
 
 }  // namespace

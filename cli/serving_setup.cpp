@@ -221,6 +221,15 @@ std::string to_string(readiness state) {
   return "failed";
 }
 
+int stop_engine(std::unique_ptr<serving_runtime>& runtime, readiness final_state, const logger& log) {
+  constexpr auto engine_drain_timeout = std::chrono::seconds(5);
+  if (runtime && !runtime->engine->drain(engine_drain_timeout)) {
+    log.warn("requests still running after {}s are aborted", engine_drain_timeout.count());
+  }
+  runtime.reset();
+  return final_state == readiness::failed ? 1 : 0;
+}
+
 std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, const time_source& clock,
                                               monitoring::gateway_metrics& metrics, const logger& log,
                                               std::string_view actor) {

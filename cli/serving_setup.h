@@ -68,6 +68,11 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
 enum class readiness { loading, ready, no_model, failed };
 std::string to_string(readiness state);
 
+// Once the HTTP server has stopped: lets the engine finish what it accepted (for a few seconds,
+// then aborts the rest), stops it, and gives the command's exit code (1 when the engine failed
+// to start).
+int stop_engine(std::unique_ptr<serving_runtime>& runtime, readiness final_state, const logger& log);
+
 struct tenancy_setup {
   std::unique_ptr<gateway::tenancy> tenants;
   std::string admin_token;  // empty: the admin API is off
