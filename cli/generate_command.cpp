@@ -11,7 +11,7 @@
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/cuda_executor.h"
-#include "edge/backend/runtime/generator.h"
+#include "edge/backend/engine/generator.h"
 #include "edge/common/format.h"
 #include "edge/common/thread_pool.h"
 #include "progress.h"
@@ -112,7 +112,7 @@ int run_generate(const config::values& settings) {
   }
   const backend::model& m = **loaded;
 
-  backend::generation_request request;
+  backend::generate_request request;
   const std::string& prompt = settings.string("prompt");
   request.prompt = prompt_tokens(m, prompt, settings.boolean("chat"));
   request.max_tokens = settings.integer("max-tokens");
@@ -145,7 +145,8 @@ int run_generate(const config::values& settings) {
   std::unique_ptr<thread_pool> pool;
   std::unique_ptr<backend::executor> exec;
   std::string where;
-  const std::int64_t step_tokens = std::min(prompt_length, prefill_step_tokens);
+  // At least a KV block: the scheduler prefills in whole blocks.
+  const std::int64_t step_tokens = std::max(std::min(prompt_length, prefill_step_tokens), layout.block_size);
   if (*use_cuda) {
     // Room for this one sequence, plus the block CUDA-graph batches pad into.
     auto created = backend::cuda_executor::create(
@@ -178,7 +179,7 @@ int run_generate(const config::values& settings) {
 
   write_out(prompt);
   backend::kv_block_pool blocks(layout.num_blocks);
-  backend::generator gen(m, *exec, blocks, layout.block_size);
+  backend::generator gen(m, *exec, blocks);
   backend::generation_timing timing;
   auto outputs = gen.run({&request, 1}, [](std::size_t, std::string_view text) { write_out(text); }, &timing);
   if (::isatty(STDOUT_FILENO) == 1) write_out("\n");

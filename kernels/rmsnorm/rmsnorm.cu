@@ -13,12 +13,13 @@ constexpr int rmsnorm_warps = rmsnorm_threads / warp_size;
 __global__ void __launch_bounds__(rmsnorm_threads)
     rmsnorm_kernel(float* __restrict__ x,               // [rows, cols], row stride x_stride
                    const float* __restrict__ residual,  // [rows, cols] or null
+                   const std::int64_t* __restrict__ row_index,  // [rows] or null (no residual then)
                    const float* __restrict__ weight,    // [cols]
                    float* out,                          // [rows, cols], row stride out_stride; may be x
                    std::int64_t cols, std::int64_t x_stride, std::int64_t out_stride, float eps) {
   __shared__ float partial[rmsnorm_warps];
   const std::int64_t row = blockIdx.x;
-  float* xr = x + row * x_stride;
+  float* xr = x + (row_index != nullptr ? row_index[row] : row) * x_stride;
   float sum = 0.0f;
   for (std::int64_t i = threadIdx.x; i < cols; i += rmsnorm_threads) {
     float v = xr[i];
@@ -52,9 +53,10 @@ status run_rmsnorm(const rmsnorm_params& p, const stream& s) {
   if (p.cols <= 0 || p.x_stride < p.cols || p.out_stride < p.cols) {
     return invalid_argument("rmsnorm: bad shape or strides");
   }
+  if (p.row_index != nullptr && p.residual != nullptr) return invalid_argument("rmsnorm: a gather takes no residual");
   if (p.rows <= 0) return {};
   rmsnorm_kernel<<<static_cast<unsigned>(p.rows), rmsnorm_threads, 0, native(s)>>>(
-      p.x, p.residual, p.weight, p.out, p.cols, p.x_stride, p.out_stride, p.eps);
+      p.x, p.residual, p.row_index, p.weight, p.out, p.cols, p.x_stride, p.out_stride, p.eps);
   return check_launch("rmsnorm");
 }
 

@@ -1,8 +1,10 @@
 // RMSNorm: out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight.
 //
 // With `residual`, the residual add is fused in front: x[t] += residual[t] first (x is updated
-// in place), then the normalised row is written to out. Sums run in float in a fixed order,
-// independent of how many rows are processed together.
+// in place), then the normalised row is written to out. With `row_index`, output row r
+// normalises row row_index[r] of x (a gather: the rows that produce logits, before the
+// classifier); x is then only read. Sums run in float in a fixed order, independent of how many
+// rows are processed together.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,8 @@ namespace edge::kernels {
 struct rmsnorm_params {
   float* x;                       // [rows, cols], row stride x_stride
   const float* residual = nullptr;  // [rows, cols] added into x first, or null
+  const std::int64_t* row_index = nullptr;  // [rows] the row of x each output row normalises, or null;
+                                            // not with residual
   const float* weight;            // [cols]
   float* out;                     // [rows, cols], row stride out_stride; may equal x
   std::int64_t rows = 0;

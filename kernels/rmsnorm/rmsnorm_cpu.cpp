@@ -12,7 +12,7 @@ namespace {
 constexpr std::int64_t sum_lanes = 16;
 
 void normalize_row(const rmsnorm_params& p, std::int64_t row) {
-  float* x = p.x + row * p.x_stride;
+  float* x = p.x + (p.row_index != nullptr ? p.row_index[row] : row) * p.x_stride;
   if (p.residual != nullptr) {
     const float* r = p.residual + row * p.cols;
     for (std::int64_t i = 0; i < p.cols; ++i) x[i] += r[i];
@@ -33,6 +33,7 @@ status run_rmsnorm(const rmsnorm_params& p, const stream& s) {
   if (p.cols <= 0 || p.x_stride < p.cols || p.out_stride < p.cols) {
     return invalid_argument("rmsnorm: bad shape or strides");
   }
+  if (p.row_index != nullptr && p.residual != nullptr) return invalid_argument("rmsnorm: a gather takes no residual");
   cpu::parallel_for(s, p.rows, 8, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t row = begin; row < end; ++row) normalize_row(p, row);
   });

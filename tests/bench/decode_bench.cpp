@@ -40,7 +40,7 @@
 
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
-#include "edge/backend/runtime/generator.h"
+#include "edge/backend/engine/generator.h"
 #include "edge/common/format.h"
 #include "edge/common/thread_pool.h"
 
@@ -212,7 +212,7 @@ struct session {
   std::unique_ptr<edge::backend::cpu_executor> exec;
   std::unique_ptr<edge::backend::kv_block_pool> blocks;
   std::unique_ptr<edge::backend::generator> gen;
-  std::vector<edge::backend::generation_request> requests;
+  std::vector<edge::backend::generate_request> requests;
   std::vector<double> rates, step_rates;
 };
 
@@ -228,7 +228,7 @@ edge::result<session> open_session(const options& opt, const measured_config& c,
                                     {.max_batch_tokens = std::max<std::int64_t>(opt.prompt * batch, batch),
                                      .max_sequences = batch}));
   s.blocks = std::make_unique<edge::backend::kv_block_pool>(layout.num_blocks);
-  s.gen = std::make_unique<edge::backend::generator>(m, *s.exec, *s.blocks, layout.block_size);
+  s.gen = std::make_unique<edge::backend::generator>(m, *s.exec, *s.blocks);
   s.requests.resize(static_cast<std::size_t>(batch));
   for (std::size_t i = 0; i < s.requests.size(); ++i) {
     auto& r = s.requests[i];

@@ -199,7 +199,8 @@ std::vector<double> engine_decode(kernels::weight_format weights, kernels::dtype
   std::vector<double> rates;
   for (const std::int64_t batch : batches) {
     std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(batch), std::vector<std::int32_t>{1});
-    const std::vector<kernels::sampling_row> config_rows(static_cast<std::size_t>(batch), kernels::sampling_row{.temperature = 0.0f});
+    const std::vector<backend::row_sampling> config_rows(static_cast<std::size_t>(batch),
+                                                         backend::row_sampling{.config = {.temperature = 0.0f}});
     std::vector<std::int32_t> out(static_cast<std::size_t>(batch));
     const auto step = [&](std::int64_t position) {
       backend::batch_plan plan;
@@ -207,7 +208,7 @@ std::vector<double> engine_decode(kernels::weight_format weights, kernels::dtype
         plan.entries.push_back({.tokens = ids[static_cast<std::size_t>(s)], .start_position = position,
                                 .block_table = tables[static_cast<std::size_t>(s)], .compute_logits = true});
       }
-      check_ok(exec.forward_sample(plan, config_rows, out), "decode step");
+      check_ok(exec.forward_sample(plan, config_rows, out, {}), "decode step");
       for (std::int64_t s = 0; s < batch; ++s) ids[static_cast<std::size_t>(s)][0] = out[static_cast<std::size_t>(s)];
     };
     for (std::int64_t i = 0; i < warmup; ++i) step(context + i);

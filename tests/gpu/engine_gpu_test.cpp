@@ -7,6 +7,7 @@
 //
 // The model comes from ${EDGE_TEST_MODELS}/stories260K/stories260K.bin (default: the shared
 // fixture folder beside the source tree); without it the test cannot run (exit 2).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -194,16 +195,20 @@ int main() {
       }
       std::vector<float> logits(static_cast<std::size_t>(3 * exec.vocab_size()));
       gpu_test::check_ok(exec.forward(plan, logits), "forward");
-      const std::vector<kernels::sampling_row> config(3, kernels::sampling_row{.temperature = 0.0f});
+      // Row 1 also asks for its raw logits (what log probabilities and host-side penalties read).
+      std::vector<row_sampling> rows(3, row_sampling{.sample = true, .config = {.temperature = 0.0f}});
+      rows[1].copy_logits = true;
       std::vector<std::int32_t> sampled(3);
-      gpu_test::check_ok(exec.forward_sample(plan, config, sampled), "forward_sample");
+      std::vector<float> copied(static_cast<std::size_t>(exec.vocab_size()));
+      gpu_test::check_ok(exec.forward_sample(plan, rows, sampled, copied), "forward_sample");
       for (std::size_t s = 0; s < 3; ++s) {
         const auto row = std::span<const float>(logits).subspan(s * static_cast<std::size_t>(exec.vocab_size()),
                                                                 static_cast<std::size_t>(exec.vocab_size()));
         same = same && sampled[s] == argmax_row(row);
+        if (s == 1) same = same && std::equal(row.begin(), row.end(), copied.begin());
       }
     }
-    r.expect("forward_sample greedy = argmax of forward's logits (batch 3, graph batch 4)", same);
+    r.expect("forward_sample greedy = argmax of forward's logits, copied row = forward's (batch 3, graph batch 4)", same);
   }
   return r.finish();
 }

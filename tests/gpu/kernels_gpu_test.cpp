@@ -140,6 +140,30 @@ void test_rmsnorm(gpu_test::results& r) {
         r.check(format("rmsnorm rows {} cols {} residual {} (abs, values up to ~5)", rows, cols, residual),
                 std::max(max_abs_diff(out_cpu, d_out.download()), max_abs_diff(x_cpu, d_x.download())), 5e-5);
       }
+      // The gather form (the rows that produce logits): every third row, backwards.
+      std::vector<std::int64_t> index;
+      for (std::int64_t i = rows - 1; i >= 0; i -= 3) index.push_back(i);
+      const auto x = random_floats(static_cast<std::size_t>(rows * cols), 5, -3.0f, 3.0f);
+      const auto weight = random_floats(static_cast<std::size_t>(cols), 6, 0.5f, 1.5f);
+      const auto n = static_cast<std::int64_t>(index.size());
+      std::vector<float> x_cpu = x;
+      std::vector<float> out_cpu(static_cast<std::size_t>(n * cols));
+      gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .row_index = index.data(), .weight = weight.data(),
+                                      .out = out_cpu.data(), .rows = n, .cols = cols, .x_stride = cols,
+                                      .out_stride = cols, .eps = 1e-5f},
+                                     cpu()),
+                         "cpu rmsnorm gather");
+      device_array<float> d_x(x);
+      device_array<std::int64_t> d_index(index);
+      device_array<float> d_w(weight);
+      device_array<float> d_out(out_cpu.size());
+      gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .row_index = d_index.get(), .weight = d_w.get(), .out = d_out.get(),
+                                      .rows = n, .cols = cols, .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
+                                     gpu()),
+                         "gpu rmsnorm gather");
+      sync();
+      r.check(format("rmsnorm gather rows {} of {} cols {} (abs)", n, rows, cols), max_abs_diff(out_cpu, d_out.download()),
+              5e-5);
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "edge/backend/engine/step_driver.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"
 
@@ -26,31 +27,6 @@ class steady_clock_source final : public engine_clock {
  public:
   time_point now() const override { return std::chrono::steady_clock::now(); }
 };
-
-// log_softmax of the chosen token and the `top` most likely ones, from the model's raw logits.
-sampled_logprobs logprobs_of(std::span<const float> row, token_id chosen, std::int32_t top) {
-  const float max = *std::max_element(row.begin(), row.end());
-  double sum = 0.0;
-  for (const float l : row) sum += std::exp(static_cast<double>(l - max));
-  const double log_norm = static_cast<double>(max) + std::log(sum);
-  const auto logprob = [&](token_id id) {
-    return static_cast<float>(static_cast<double>(row[static_cast<std::size_t>(id)]) - log_norm);
-  };
-  sampled_logprobs out;
-  out.chosen = {chosen, logprob(chosen)};
-  if (top > 0) {
-    std::vector<token_id> ids(row.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    const auto n = std::min<std::size_t>(static_cast<std::size_t>(top), ids.size());
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](token_id a, token_id b) {
-      const float la = row[static_cast<std::size_t>(a)];
-      const float lb = row[static_cast<std::size_t>(b)];
-      return la != lb ? la > lb : a < b;
-    });
-    for (std::size_t i = 0; i < n; ++i) out.top.push_back({ids[i], logprob(ids[i])});
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -190,12 +166,7 @@ struct engine::state {
   std::int64_t prompt_tokens_total = 0;
   std::int64_t generation_tokens_total = 0;
   std::int64_t finished_total = 0;
-  batch_plan batch;
-  std::vector<float> logits;                  // [rows, vocab]
-  std::vector<float> logprob_rows;            // [rows asking for logprobs, vocab] raw logits
-  std::vector<sequence_id> row_ids;           // [rows]
-  std::vector<sequence_decoder*> row_decoders;  // [rows]
-  std::vector<std::int32_t> chosen;           // [rows]
+  std::unique_ptr<step_driver> driver;
   std::vector<sequence_id> first_admitted;    // admitted for the first time in this step
 
   std::thread thread;
@@ -374,49 +345,22 @@ void engine::state::step() {
   for (const sequence_id id : plan.preempted) ++requests.at(id).preemptions;
   if (plan.empty()) return;
 
-  batch.entries.clear();
-  row_ids.clear();
-  std::vector<sequence_id> batch_ids;
-  batch_ids.reserve(plan.chunks.size());
-  for (const scheduled_chunk& chunk : plan.chunks) {
-    batch.entries.push_back(
-        {.tokens = chunk.tokens, .start_position = chunk.start, .block_table = chunk.block_table, .compute_logits = chunk.samples});
-    batch_ids.push_back(chunk.id);
-    if (chunk.samples) row_ids.push_back(chunk.id);
-  }
-  const std::int64_t vocab = exec.vocab_size();
-  logits.resize(row_ids.size() * static_cast<std::size_t>(vocab));
-  if (status ran = exec.forward(batch, logits); !ran.ok()) {
-    fail_step(batch_ids, ran);
+  const auto ran = driver->run(plan, [&](sequence_id id) {
+    active_request& r = requests.at(id);
+    return driven_sequence{.decoder = r.decoder.get(), .logprobs = r.logprobs};
+  });
+  if (!ran.ok()) {
+    std::vector<sequence_id> ids;
+    ids.reserve(plan.chunks.size());
+    for (const scheduled_chunk& chunk : plan.chunks) ids.push_back(chunk.id);
+    fail_step(ids, ran.error());
     return;
   }
-  sched->complete(plan);
   report.batch_tokens += plan.tokens;
 
-  // Log probabilities come from the raw logits, which sampling overwrites: keep those rows.
-  logprob_rows.clear();
-  row_decoders.clear();
-  for (std::size_t r = 0; r < row_ids.size(); ++r) {
-    active_request& req = requests.at(row_ids[r]);
-    row_decoders.push_back(req.decoder.get());
-    if (req.logprobs) {
-      const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(vocab));
-      logprob_rows.insert(logprob_rows.end(), row, row + vocab);
-    }
-  }
-  chosen.resize(row_ids.size());
-  if (status sampled = sample_rows(logits, vocab, row_decoders, chosen); !sampled.ok()) {
-    fail_step(batch_ids, sampled);
-    return;
-  }
-
   const time_point produced_at = clock.now();
-  std::size_t logprob_row = 0;
-  for (std::size_t r = 0; r < row_ids.size(); ++r) {
-    const sequence_id id = row_ids[r];
-    active_request& req = requests.at(id);
-    const token_id token = chosen[r];
-    sched->append_token(id, token);
+  for (const sampled_token& t : *ran) {
+    active_request& req = requests.at(t.id);
     if (!req.first_token) {
       req.first_token = produced_at;
       report.time_to_first_token.push_back(seconds_between(req.arrival, produced_at));
@@ -430,17 +374,11 @@ void engine::state::step() {
     ++generation_tokens_total;
 
     delta_event delta;
-    delta.tokens.push_back(token);
-    if (req.logprobs) {
-      const std::span<const float> row(logprob_rows.data() + logprob_row * static_cast<std::size_t>(vocab),
-                                       static_cast<std::size_t>(vocab));
-      delta.logprobs.push_back(logprobs_of(row, token, *req.logprobs));
-      ++logprob_row;
-    }
-    sequence_decoder::step decoded = req.decoder->accept(token, sched->sequence_length(id));
-    delta.text = std::move(decoded.text);
+    delta.tokens.push_back(t.token);
+    if (t.logprobs) delta.logprobs.push_back(*t.logprobs);
+    delta.text = t.decoded.text;
     emit(req, std::move(delta));
-    if (decoded.finish) finish(id, *decoded.finish);
+    if (t.decoded.finish) finish(t.id, *t.decoded.finish);
   }
 }
 
@@ -508,8 +446,18 @@ result<std::unique_ptr<engine>> engine::create(const tokenizer& tok, executor& e
                                    options.scheduler.max_num_seqs, exec.max_sequences()));
   }
   if (options.max_queued_requests < 1) return invalid_argument("max_queued_requests must be at least 1");
+  const kv_cache_layout& kv = exec.kv_layout();
+  if (options.scheduler.block_size != kv.block_size) {
+    return invalid_argument(format("the scheduler's block size {} is not the KV cache's {}", options.scheduler.block_size,
+                                   kv.block_size));
+  }
+  if (pool.total_blocks() > kv.num_blocks) {
+    return invalid_argument(format("the block pool hands out {} blocks; the KV cache has {}", pool.total_blocks(),
+                                   kv.num_blocks));
+  }
   auto s = std::make_unique<state>(tok, exec, pool, context, options);
   EDGE_ASSIGN_OR_RETURN(s->sched, scheduler::create(options.scheduler, pool));
+  s->driver = std::make_unique<step_driver>(*s->sched, exec);
   s->snapshot.blocks_total = pool.total_blocks();
   s->snapshot.blocks_free = pool.free_blocks();
   s->snapshot.capacity_tokens = pool.total_blocks() * options.scheduler.block_size;

@@ -303,6 +303,49 @@ result<weight_matrix> weight_converter::matrix(const matrix_source& s, matrix_ro
   return m;
 }
 
+bool weight_converter::drop(const void* data) {
+  const auto it = std::find_if(storage_.begin(), storage_.end(),
+                               [data](const auto& buffer) { return buffer.get() == data; });
+  if (it == storage_.end()) return false;
+  storage_.erase(it);
+  return true;
+}
+
+weight_matrix weight_converter::stack(std::string name, std::span<weight_matrix* const> parts) {
+  const weight_matrix& first = *parts.front();
+  std::int64_t rows = 0;
+  for (const weight_matrix* p : parts) {
+    if (p->format != first.format || p->group_size != first.group_size || p->cols() != first.cols()) return {};
+    rows += p->rows();
+  }
+  const std::int64_t cols = first.cols();
+  weight_matrix fused{.name = std::move(name), .shape = {rows, cols}, .format = first.format,
+                      .group_size = first.group_size};
+  std::byte* values = allocate(static_cast<std::uint64_t>(kernels::weight_values_bytes(fused.format, rows, cols)));
+  const std::int64_t scale_count = kernels::weight_scale_count(fused.format, rows, cols, fused.group_size);
+  auto* scales = scale_count > 0 ? reinterpret_cast<float*>(allocate(static_cast<std::uint64_t>(scale_count) * sizeof(float)))
+                                 : nullptr;
+  fused.data = values;
+  fused.scales = scales;
+  std::int64_t row = 0;
+  for (weight_matrix* p : parts) {
+    const auto value_bytes = static_cast<std::size_t>(kernels::weight_values_bytes(p->format, p->rows(), cols));
+    const auto value_offset = kernels::weight_values_bytes(fused.format, row, cols);
+    std::memcpy(values + value_offset, p->data, value_bytes);
+    if (!drop(p->data) && options_.on_converted) options_.on_converted({p->data, value_bytes});
+    p->data = values + value_offset;
+    if (scales != nullptr) {
+      const auto count = kernels::weight_scale_count(p->format, p->rows(), cols, p->group_size);
+      float* at = scales + kernels::weight_scale_count(fused.format, row, cols, fused.group_size);
+      std::memcpy(at, p->scales, static_cast<std::size_t>(count) * sizeof(float));
+      drop(p->scales);  // scales are always converted into a buffer of ours
+      p->scales = at;
+    }
+    row += p->rows();
+  }
+  return fused;
+}
+
 result<tensor_view> weight_converter::embedding(const tensor_view& table) {
   std::optional<kernels::dtype> wanted;
   if (options_.target && !kernels::is_quantized(*options_.target)) wanted = kernels::element_dtype(*options_.target);

@@ -60,12 +60,21 @@ class weight_converter {
 
   result<weight_matrix> matrix(const matrix_source& source, matrix_role role);
 
+  // Stacks matrices of one format, group size and width into one [sum of rows, cols] matrix,
+  // their rows in order (fused Q/K/V, fused gate/up), and makes each part a view of its rows.
+  // The parts' own buffers are dropped, and file pages they were read from in place are
+  // released through on_converted, so fusing costs no memory. Absent, with the parts as they
+  // were, when they differ in format, group size or width.
+  weight_matrix stack(std::string name, std::span<weight_matrix* const> parts);
+
   // The token embedding table, for the embedding kernel (elements only): F32/F16/BF16/F8 stay as
   // they are unless a float weight dtype is asked; Q4_0 and Q8_0 tables become f16.
   result<tensor_view> embedding(const tensor_view& table);
 
  private:
   std::byte* allocate(std::uint64_t bytes);
+  // Drops the storage buffer starting at `data`; false when `data` is in no buffer of ours.
+  bool drop(const void* data);
 
   const weight_options& options_;
   std::vector<std::shared_ptr<const std::byte[]>>& storage_;

@@ -15,14 +15,6 @@ unsigned blocks_for(std::int64_t count) {
   return static_cast<unsigned>(std::min(max_helper_blocks, std::max<std::int64_t>(1, kc::ceil_div(count, helper_threads))));
 }
 
-__global__ void gather_rows_kernel(const float* __restrict__ x, std::int64_t x_stride,
-                                   const std::int64_t* __restrict__ index, std::int64_t cols,
-                                   float* __restrict__ out) {
-  const std::int64_t r = blockIdx.x;
-  const float* src = x + index[r] * x_stride;
-  for (std::int64_t i = threadIdx.x; i < cols; i += blockDim.x) out[r * cols + i] = src[i];
-}
-
 // SplitMix64 of (seed, index): independent of the launch shape.
 __device__ __forceinline__ std::uint64_t mix(std::uint64_t seed, std::uint64_t index) {
   std::uint64_t z = seed + 0x9E37'79B9'7F4A'7C15ull * (index + 1);
@@ -48,14 +40,6 @@ __global__ void fill_constant_kernel(float* out, std::int64_t count, float value
 }
 
 }  // namespace
-
-status gather_rows(const float* x, std::int64_t x_stride, const std::int64_t* index, std::int64_t rows,
-                   std::int64_t cols, float* out, void* stream) {
-  if (rows <= 0) return {};
-  gather_rows_kernel<<<static_cast<unsigned>(rows), helper_threads, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, x_stride, index, cols, out);
-  return kc::check_launch("gather_rows");
-}
 
 status fill_uniform(void* out, kernels::dtype type, std::int64_t count, std::uint64_t seed, float low, float high,
                     void* stream) {

@@ -1,6 +1,5 @@
-// Small device helpers of the CUDA executor (cuda_executor_kernels.cu): gathering the rows that
-// produce logits, and seeded random fills for synthetic weights and KV contents. Free of CUDA
-// headers; `stream` is a cudaStream_t.
+// Small device helpers of the CUDA executor (cuda_executor_kernels.cu): seeded random fills for
+// synthetic weights and KV contents. Free of CUDA headers; `stream` is a cudaStream_t.
 #pragma once
 
 #include <cstdint>
@@ -9,14 +8,6 @@
 #include "edge/kernels/dtype.h"
 
 namespace edge::backend::cuda_detail {
-
-// out[r] = x[index[r]] for r < rows, rows of `cols` floats.
-status gather_rows(const float* x,             // [tokens, cols], row stride x_stride
-                   std::int64_t x_stride,
-                   const std::int64_t* index,  // [rows] token of each row
-                   std::int64_t rows, std::int64_t cols,
-                   float* out,                 // [rows, cols]
-                   void* stream);
 
 // count values uniform in [low, high), stored as `type` (rounded as numerics.h rounds); the same
 // seed gives the same values.

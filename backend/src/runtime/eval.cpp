@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "edge/backend/runtime/cpu_executor.h"
-#include "edge/backend/runtime/generator.h"
+#include "edge/backend/engine/generator.h"
 #include "edge/backend/runtime/kv_cache.h"
 #include "edge/common/format.h"
 #include "edge/common/thread_pool.h"
@@ -52,7 +52,8 @@ result<session> open_session(const model& m, kernels::dtype kv, std::int64_t tok
   if (!cache.ok()) return cache.error();
   s.cache = std::move(cache).value();
   auto exec = cpu_executor::create(m, *s.cache, options.pool,
-                                   {.max_batch_tokens = batch_tokens, .max_sequences = options.chunk});
+                                   // At least a block: the greedy continuation's scheduler prefills in whole blocks.
+                                   {.max_batch_tokens = std::max(batch_tokens, eval_block_size), .max_sequences = options.chunk});
   if (!exec.ok()) return exec.error();
   s.exec = std::move(exec).value();
   return s;
@@ -101,13 +102,13 @@ result<std::int64_t> teacher_forced(
 
 result<generation_output> greedy_continuation(const model& m, executor& exec, std::int64_t num_blocks,
                                               std::span<const token_id> prompt, std::int64_t tokens) {
-  generation_request request;
+  generate_request request;
   request.prompt.assign(prompt.begin(), prompt.end());
   request.max_tokens = tokens;
   request.ignore_eos = true;  // every configuration continues for the same number of tokens
   request.sampling.temperature = 0.0f;
   kv_block_pool blocks(num_blocks);
-  generator gen(m, exec, blocks, eval_block_size);
+  generator gen(m, exec, blocks);
   auto out = gen.run({&request, 1});
   if (!out.ok()) return out.error();
   return std::move(out->front());

@@ -49,7 +49,26 @@ kv_cache_layout kv_cache_layout::for_tokens(const model_config& config, kernels:
   return layout;
 }
 
-kv_cache::kv_cache(const kv_cache_layout& layout) : layout_(layout) {}
+kv_cache_view kv_cache_view::plan(const kv_cache_layout& layout, std::int64_t allocated_blocks, std::size_t alignment) {
+  kv_cache_view v;
+  v.layout = layout;
+  v.allocated_blocks = allocated_blocks;
+  const auto rows = static_cast<std::size_t>(allocated_blocks * layout.num_kv_heads * layout.block_size);
+  v.pool_bytes = round_up(rows * static_cast<std::size_t>(layout.head_dim) * kernels::dtype_size(layout.dtype), alignment);
+  v.scale_bytes = kernels::kv_cache_scaled(layout.dtype) ? round_up(rows * sizeof(float), alignment) : 0;
+  return v;
+}
+
+void* kv_cache_view::region(std::int64_t layer, int which) const {
+  std::size_t offset = static_cast<std::size_t>(layer) * 2 * (pool_bytes + scale_bytes);
+  switch (which) {
+    case 1: offset += pool_bytes; break;
+    case 2: offset += 2 * pool_bytes; break;
+    case 3: offset += 2 * pool_bytes + scale_bytes; break;
+    default: break;
+  }
+  return base + offset;
+}
 
 void kv_cache::unmap::operator()(std::byte* memory) const {
   if (memory != nullptr) ::munmap(memory, bytes);
@@ -61,33 +80,18 @@ result<std::unique_ptr<kv_cache>> kv_cache::create(const kv_cache_layout& layout
     return invalid_argument(format("KV cache layout has no room: {} blocks of {} tokens", layout.num_blocks,
                                    layout.block_size));
   }
-  std::unique_ptr<kv_cache> cache(new kv_cache(layout));
-  const auto rows = static_cast<std::size_t>(layout.num_blocks * layout.num_kv_heads * layout.block_size);
-  cache->pool_bytes_ =
-      round_up(rows * static_cast<std::size_t>(layout.head_dim) * kernels::dtype_size(layout.dtype), pool_alignment);
-  cache->scale_bytes_ = kernels::kv_cache_scaled(layout.dtype) ? round_up(rows * sizeof(float), pool_alignment) : 0;
-  const std::size_t total =
-      (cache->pool_bytes_ + cache->scale_bytes_) * 2 * static_cast<std::size_t>(layout.num_layers);
+  kv_cache_view view = kv_cache_view::plan(layout, layout.num_blocks, pool_alignment);
+  const std::size_t total = view.total_bytes();
   // Page-aligned (beyond pool_alignment) and zeroed on first touch, so that nothing reads
   // indeterminate bytes even through a stale block table.
   void* memory = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (memory == MAP_FAILED) {
     return resource_exhausted(format("cannot allocate {} for the KV cache", format_bytes(total)));
   }
-  cache->memory_ = std::unique_ptr<std::byte, unmap>(static_cast<std::byte*>(memory), unmap{total});
+  view.base = static_cast<std::byte*>(memory);
+  std::unique_ptr<kv_cache> cache(new kv_cache(view));
+  cache->memory_ = std::unique_ptr<std::byte, unmap>(view.base, unmap{total});
   return cache;
-}
-
-void* kv_cache::region(std::int64_t layer, region_kind which) {
-  const std::size_t layer_bytes = 2 * (pool_bytes_ + scale_bytes_);
-  std::size_t offset = static_cast<std::size_t>(layer) * layer_bytes;
-  switch (which) {
-    case k_pool: break;
-    case v_pool: offset += pool_bytes_; break;
-    case k_scales: offset += 2 * pool_bytes_; break;
-    case v_scales: offset += 2 * pool_bytes_ + scale_bytes_; break;
-  }
-  return memory_.get() + offset;
 }
 
 result<std::optional<kernels::dtype>> parse_kv_cache_dtype(std::string_view name) {

@@ -1,5 +1,8 @@
 #include "edge/backend/runtime/sampler.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <random>
 
 namespace edge::backend {
@@ -28,6 +31,34 @@ float uniform_for_step(std::uint64_t seed, std::uint64_t step) {
 sequence_sampler::sequence_sampler(const sampling_params& params, std::span<const token_id> prompt)
     : params_(params), seed_(params.seed ? *params.seed : random_seed()) {
   if (params_.repetition_penalty != 1.0f) prompt_tokens_.insert(prompt.begin(), prompt.end());
+}
+
+sampled_logprobs logprobs_of(std::span<const float> logits, token_id chosen, std::int32_t top) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (const float l : logits) sum += std::exp(static_cast<double>(l - max));
+  const double log_norm = static_cast<double>(max) + std::log(sum);
+  const auto logprob = [&](token_id id) {
+    return static_cast<float>(static_cast<double>(logits[static_cast<std::size_t>(id)]) - log_norm);
+  };
+  sampled_logprobs out;
+  out.chosen = {chosen, logprob(chosen)};
+  if (top > 0) {
+    std::vector<token_id> ids(logits.size());
+    std::iota(ids.begin(), ids.end(), 0);
+    const auto n = std::min<std::size_t>(static_cast<std::size_t>(top), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](token_id a, token_id b) {
+      const float la = logits[static_cast<std::size_t>(a)];
+      const float lb = logits[static_cast<std::size_t>(b)];
+      return la != lb ? la > lb : a < b;
+    });
+    for (std::size_t i = 0; i < n; ++i) out.top.push_back({ids[i], logprob(ids[i])});
+  }
+  return out;
+}
+
+bool sequence_sampler::has_penalties() const {
+  return params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
 }
 
 void sequence_sampler::apply_penalties(std::span<float> logits) const {
@@ -63,7 +94,7 @@ kernels::sampling_row sequence_sampler::next_row() const {
 }
 
 void sequence_sampler::accept(token_id id) {
-  if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+  if (has_penalties()) {
     ++output_counts_[id];
   }
   ++step_;

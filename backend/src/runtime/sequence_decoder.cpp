@@ -68,23 +68,4 @@ sequence_decoder::step sequence_decoder::accept(token_id id, std::int64_t length
   return out;
 }
 
-status sample_rows(std::span<float> logits, std::int64_t vocab, std::span<sequence_decoder* const> decoders,
-                   std::span<std::int32_t> out) {
-  const auto rows = static_cast<std::int64_t>(decoders.size());
-  if (static_cast<std::int64_t>(logits.size()) != rows * vocab || out.size() != decoders.size()) {
-    return invalid_argument(format("sample_rows: {} logits and {} outputs for {} rows of {}", logits.size(), out.size(),
-                                   rows, vocab));
-  }
-  if (rows == 0) return {};
-  std::vector<kernels::sampling_row> settings(decoders.size());
-  for (std::int64_t r = 0; r < rows; ++r) {
-    settings[static_cast<std::size_t>(r)] =
-        decoders[static_cast<std::size_t>(r)]->prepare(logits.subspan(static_cast<std::size_t>(r * vocab),
-                                                                      static_cast<std::size_t>(vocab)));
-  }
-  kernels::sampling_params p{.logits = logits.data(), .config = settings.data(), .out = out.data(), .rows = rows,
-                             .vocab = vocab};
-  return kernels::run_sampling(p, {});
-}
-
 }  // namespace edge::backend

@@ -58,6 +58,36 @@ TEST_CASE("rmsnorm normalises each row, with and without a fused residual") {
   }
 }
 
+TEST_CASE("rmsnorm with a row index normalises the chosen rows of x into consecutive rows") {
+  const std::int64_t rows = 5, cols = 37;
+  const auto x = edge::testing::random_floats(rows * cols, 6, 2.0f);
+  const auto weight = edge::testing::random_floats(cols, 7);
+  std::vector<float> all(x.size());
+  auto x_copy = x;
+  REQUIRE(edge::kernels::run_rmsnorm({.x = x_copy.data(), .weight = weight.data(), .out = all.data(), .rows = rows,
+                                      .cols = cols, .x_stride = cols, .out_stride = cols},
+                                     {})
+              .ok());
+  const std::vector<std::int64_t> index = {4, 0, 4};
+  std::vector<float> gathered(index.size() * cols);
+  auto x_read = x;
+  REQUIRE(edge::kernels::run_rmsnorm({.x = x_read.data(), .row_index = index.data(), .weight = weight.data(),
+                                      .out = gathered.data(), .rows = 3, .cols = cols, .x_stride = cols,
+                                      .out_stride = cols},
+                                     {})
+              .ok());
+  CHECK(x_read == x);
+  for (std::size_t r = 0; r < index.size(); ++r) {
+    for (std::int64_t i = 0; i < cols; ++i) CHECK(gathered[r * cols + i] == all[index[r] * cols + i]);
+  }
+  const auto residual = edge::testing::random_floats(rows * cols, 8);
+  CHECK(!edge::kernels::run_rmsnorm({.x = x_read.data(), .residual = residual.data(), .row_index = index.data(),
+                                     .weight = weight.data(), .out = gathered.data(), .rows = 3, .cols = cols,
+                                     .x_stride = cols, .out_stride = cols},
+                                    {})
+             .ok());
+}
+
 TEST_CASE("rope rotates the right pairs by position times frequency") {
   const std::int64_t head_dim = 8, heads = 2;
   const auto inv_freq = edge::kernels::rope_inv_freq(head_dim, 10000.0, std::nullopt);

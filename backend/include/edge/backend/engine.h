@@ -53,16 +53,6 @@ struct generate_request {
   std::optional<std::int32_t> logprobs;
 };
 
-struct token_logprob {
-  token_id id = 0;
-  float logprob = 0.0f;  // natural log of the model's probability (before penalties and temperature)
-};
-
-struct sampled_logprobs {
-  token_logprob chosen;
-  std::vector<token_logprob> top;  // most likely first
-};
-
 struct token_usage {
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;
@@ -148,8 +138,9 @@ class request_handle {
 class engine {
  public:
   // Starts the engine thread. The tokenizer, executor and pool must outlive the engine; the pool
-  // hands out blocks of the executor's KV cache, whose block size is options.scheduler's.
-  // `context` is the model's context length. invalid_argument for inconsistent options.
+  // hands out blocks of the executor's KV cache. `context` is the model's context length.
+  // invalid_argument for inconsistent options, and when the scheduler's block size or the
+  // pool's blocks disagree with the executor's KV layout.
   static result<std::unique_ptr<engine>> create(const tokenizer& tok, executor& exec, kv_block_pool& pool,
                                                 std::int64_t context, engine_options options);
   // Stops the engine thread: requests still queued or running finish with abort.

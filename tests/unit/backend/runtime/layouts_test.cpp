@@ -10,7 +10,7 @@
 #include "edge/backend/model/model.h"
 #include "edge/backend/model/synthetic.h"
 #include "edge/backend/runtime/cpu_executor.h"
-#include "edge/backend/runtime/generator.h"
+#include "edge/backend/engine/generator.h"
 #include "test_support.h"
 
 namespace {

@@ -14,7 +14,7 @@
 #include "edge/backend/model/quantized_checkpoint.h"
 #include "edge/backend/model/synthetic.h"
 #include "edge/backend/runtime/cpu_executor.h"
-#include "edge/backend/runtime/generator.h"
+#include "edge/backend/engine/generator.h"
 #include "test_support.h"
 
 namespace {

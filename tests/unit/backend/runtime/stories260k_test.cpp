@@ -7,7 +7,7 @@
 
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
-#include "edge/backend/runtime/generator.h"
+#include "edge/backend/engine/generator.h"
 #include "edge/common/thread_pool.h"
 #include "test_support.h"
 
@@ -49,16 +49,16 @@ struct runtime {
     exec = std::move(e).value();
   }
 
-  std::vector<generation_output> generate(const std::vector<generation_request>& requests, generator_options options = {}) {
-    generator gen(*m, *exec, *blocks, cache->layout().block_size, options);
+  std::vector<generation_output> generate(const std::vector<generate_request>& requests, generator_options options = {}) {
+    generator gen(*m, *exec, *blocks, options);
     auto out = gen.run(requests);
     REQUIRE_MESSAGE(out.ok(), out.error().message());
     return std::move(out).value();
   }
 };
 
-generation_request greedy(std::vector<token_id> prompt, std::int64_t max_tokens) {
-  generation_request r;
+generate_request greedy(std::vector<token_id> prompt, std::int64_t max_tokens) {
+  generate_request r;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens;
   r.sampling.temperature = 0.0f;
@@ -105,7 +105,7 @@ TEST_CASE("sixteen prompts decoded in one ragged batch give exactly the ids each
   for (auto kv : {edge::kernels::dtype::f32, edge::kernels::dtype::bf16, edge::kernels::dtype::fp8_e4m3}) {
     CAPTURE(edge::kernels::to_string(kv));
     runtime rt(edge::testing::stories260k_dir() / "stories260K.gguf", kv);
-    std::vector<generation_request> requests;
+    std::vector<generate_request> requests;
     for (const auto& p : prompts) {
       // Different lengths, so the batch mixes sequences at different positions.
       requests.push_back(greedy(rt.m->tok->encode(p, {.add_bos = true, .parse_special = false}), 40));
@@ -132,15 +132,17 @@ TEST_CASE("a prompt prefilled in chunks of 16 gives the same ids as one prefill"
     const auto whole = rt.generate({greedy(prompt, 50)});
     const auto chunked = rt.generate({greedy(prompt, 50)}, {.prefill_chunk = 16});
     CHECK(whole[0].tokens == chunked[0].tokens);
-    // Chunks that end mid-block, and a mix of chunked sequences in one batch.
-    const auto odd = rt.generate({greedy(prompt, 50), greedy(prompt, 20)}, {.prefill_chunk = 7});
+    // A step budget that is not a whole number of blocks (the scheduler cuts a partial prompt
+    // chunk at a block boundary and gives the rest of the budget to the next sequence), and a
+    // mix of chunked sequences in one batch.
+    const auto odd = rt.generate({greedy(prompt, 50), greedy(prompt, 20)}, {.prefill_chunk = 23});
     CHECK(odd[0].tokens == whole[0].tokens);
   }
 }
 
 TEST_CASE("a seed makes sampling reproducible; different seeds differ") {
   runtime rt(edge::testing::stories260k_dir() / "stories260K.gguf");
-  generation_request r = greedy(reference_prompt, 40);
+  generate_request r = greedy(reference_prompt, 40);
   r.sampling.temperature = 1.0f;
   r.sampling.top_p = 0.95f;
   r.sampling.seed = 42;
@@ -154,7 +156,7 @@ TEST_CASE("a seed makes sampling reproducible; different seeds differ") {
 
 TEST_CASE("generation ends at a stop string, at EOS and at max_tokens") {
   runtime rt(edge::testing::stories260k_dir() / "stories260K.gguf");
-  generation_request r = greedy(reference_prompt, 60);
+  generate_request r = greedy(reference_prompt, 60);
   r.stop = {"park"};
   const auto stopped = rt.generate({r});
   CHECK(stopped[0].reason == finish_reason::stop);
@@ -163,18 +165,18 @@ TEST_CASE("generation ends at a stop string, at EOS and at max_tokens") {
   // A stop string spanning several tokens, released text never containing any of it.
   r.stop = {"red ball"};
   std::string streamed;
-  generator gen(*rt.m, *rt.exec, *rt.blocks, rt.cache->layout().block_size);
+  generator gen(*rt.m, *rt.exec, *rt.blocks);
   auto out = gen.run({&r, 1}, [&](std::size_t, std::string_view t) { streamed += t; });
   REQUIRE(out.ok());
   CHECK(streamed == (*out)[0].text);
   CHECK(streamed.find("red") == std::string::npos);
   CHECK(streamed.ends_with("a big, "));
 
-  generation_request shortest = greedy(reference_prompt, 3);
+  generate_request shortest = greedy(reference_prompt, 3);
   CHECK(rt.generate({shortest})[0].tokens.size() == 3);
 
   // Without ignore_eos, generation ends at EOS (stories often end with "</s>").
-  generation_request until_eos = greedy(reference_prompt, 400);
+  generate_request until_eos = greedy(reference_prompt, 400);
   until_eos.ignore_eos = false;
   const auto eos = rt.generate({until_eos});
   if (eos[0].reason == finish_reason::stop) {

@@ -46,6 +46,11 @@
 
 namespace edge::backend {
 
+// Q, K and V (and gate and up) are stacked into one matrix each when they share a format,
+// which is how every executor runs them (one matmul instead of three, and two): wqkv and
+// w_gate_up then hold the data and wq, wk, wv, w_gate, w_up are views of their rows. When the
+// parts differ in format (or load_options::fuse_projections is off), wqkv / w_gate_up are
+// absent and the parts stand alone.
 struct layer_weights {
   tensor_view attn_norm;   // [hidden]
   weight_matrix wq;        // [num_heads * head_dim, hidden]
@@ -59,6 +64,8 @@ struct layer_weights {
   weight_matrix w_gate;    // [intermediate, hidden]
   weight_matrix w_up;      // [intermediate, hidden]
   weight_matrix w_down;    // [hidden, intermediate]
+  weight_matrix wqkv;      // [(num_heads + 2 num_kv_heads) * head_dim, hidden]: rows of wq, wk, wv; or absent
+  weight_matrix w_gate_up; // [2 intermediate, hidden]: rows of w_gate, w_up; or absent
 };
 
 struct model_weights {
@@ -97,6 +104,8 @@ struct load_options {
   std::optional<chat_template_kind> chat_template;
   // What the projection matrices become (see above); nullopt ("auto"): as stored.
   std::optional<kernels::weight_format> weight_dtype;
+  // Stack Q/K/V and gate/up (layer_weights); off only to compare against the separate layout.
+  bool fuse_projections = true;
   // Called with (bytes done, bytes total) while weights are read; may be empty.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };

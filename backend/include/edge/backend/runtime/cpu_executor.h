@@ -1,6 +1,7 @@
-// The CPU executor: the Llama forward pass on the kernels' CPU implementations, on a thread
-// pool. Every buffer it needs is allocated at construction for max_batch_tokens tokens, so a
-// step allocates nothing.
+// The CPU executor: the forward pass (forward.h) on the kernels' CPU implementations, on a
+// thread pool. Weights are used where the model keeps them (no copy); norms, biases and RoPE
+// tables are widened to f32. Every buffer a step needs is allocated at construction for
+// max_batch_tokens tokens, so a step allocates nothing.
 #pragma once
 
 #include <memory>
@@ -30,6 +31,9 @@ class cpu_executor final : public executor {
   ~cpu_executor() override;
 
   status forward(const batch_plan& plan, std::span<float> logits) override;
+  status forward_sample(const batch_plan& plan, std::span<const row_sampling> rows, std::span<std::int32_t> tokens,
+                        std::span<float> logits) override;
+  const kv_cache_layout& kv_layout() const override;
   std::int64_t max_batch_tokens() const override;
   std::int64_t max_sequences() const override;
   std::int64_t vocab_size() const override;

@@ -1,10 +1,10 @@
-// The CUDA executor: the Llama forward pass on the CUDA kernels (kernels/<op>/<op>.cu), on one
-// GPU and one stream.
+// The CUDA executor: the forward pass (forward.h) on the CUDA kernels (kernels/<op>/<op>.cu), on
+// one GPU and one stream.
 //
 // * Weights are uploaded once at creation, in the model's projection format (int4 / fp8 as
-//   quantized on the host at load, or bf16 / f16 / f32), with Q, K and V fused into one matrix
-//   and gate and up into another (one matmul each instead of three and two). Norm weights and
-//   biases become f32. A tied classifier shares the embedding's device copy.
+//   quantized on the host at load, or bf16 / f16 / f32) and layout (Q/K/V and gate/up stacked
+//   where the model stacked them: model.h). Norm weights and biases become f32. A tied
+//   classifier shares the embedding's device copy.
 // * Every buffer (weights, activations for max_batch_tokens tokens, workspaces, the KV pool,
 //   pinned staging for the per-step metadata and the logits) is an RAII allocation made at
 //   creation: a step allocates nothing.
@@ -15,8 +15,8 @@
 // * Decode steps (every entry one token with logits) run as CUDA graphs captured per padded
 //   batch size (1, 2, 4, 8, ... up to max_sequences), the first step of a size eagerly.
 //
-// forward() copies the logits back to the host (the engine's sampler applies penalties there);
-// forward_sample() samples on the device and copies back token ids only.
+// forward() copies the logits back to the host; forward_sample() (the serving path) samples on
+// the device and copies back token ids, plus the logits rows asked for.
 //
 // Built without CUDA, create() returns failed_precondition. Owned by one thread at a time (the
 // engine thread); every call selects the executor's device first.
@@ -65,16 +65,15 @@ class cuda_executor final : public executor {
   ~cuda_executor() override;
 
   status forward(const batch_plan& plan, std::span<float> logits) override;
-  // As forward, then samples each logits row on the device with config[row]; out[row] = token.
-  status forward_sample(const batch_plan& plan, std::span<const kernels::sampling_row> config,
-                        std::span<std::int32_t> out);
+  status forward_sample(const batch_plan& plan, std::span<const row_sampling> rows, std::span<std::int32_t> tokens,
+                        std::span<float> logits) override;
 
   std::int64_t max_batch_tokens() const override;
   std::int64_t max_sequences() const override;
   std::int64_t vocab_size() const override;
 
   // The device KV pool (blocks a kv_block_pool may hand out), and what it holds.
-  const kv_cache_layout& kv_layout() const;
+  const kv_cache_layout& kv_layout() const override;
   kv_cache_capacity kv_capacity() const;
   // "NVIDIA H200 (132 SMs, 139.8 GiB): weights 4.3 GiB, KV pool 112.0 GiB, buffers 1.2 GiB"
   std::string describe() const;

@@ -6,8 +6,10 @@
 #include <span>
 #include <vector>
 
+#include "edge/backend/runtime/kv_cache.h"
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "edge/common/status.h"
+#include "kernels/sampling/sampling.h"
 
 namespace edge::backend {
 
@@ -25,6 +27,16 @@ struct batch_plan {
   std::int64_t logits_rows() const;
 };
 
+// What forward_sample does with one logits row (one per entry with compute_logits, in order).
+struct row_sampling {
+  // Sample on the executor with `config`; false leaves the row to the caller (who needs to
+  // change the logits first: repetition, presence and frequency penalties).
+  bool sample = true;
+  kernels::sampling_row config;
+  // Copy the row's raw logits to the host (for log probabilities, or for sampling there).
+  bool copy_logits = false;
+};
+
 class executor {
  public:
   virtual ~executor() = default;
@@ -32,6 +44,16 @@ class executor {
   // Writes every token's K/V into the cache and, for each entry with compute_logits (in entry
   // order), one row of `logits` ([logits_rows, vocab]).
   virtual status forward(const batch_plan& plan, std::span<float> logits) = 0;
+
+  // The serving path: forward, then each logits row as `rows` says. tokens[r] is the token
+  // sampled for row r (untouched for rows that are not sampled); `logits` receives the rows
+  // with copy_logits, in order ([rows with copy_logits, vocab]). On a GPU only those rows and
+  // the token ids cross to the host.
+  virtual status forward_sample(const batch_plan& plan, std::span<const row_sampling> rows,
+                                std::span<std::int32_t> tokens, std::span<float> logits) = 0;
+
+  // The KV pool the executor computes on: what the engine's block pool may hand out.
+  virtual const kv_cache_layout& kv_layout() const = 0;
 
   // Most tokens one forward() takes (all entries together), and most entries.
   virtual std::int64_t max_batch_tokens() const = 0;

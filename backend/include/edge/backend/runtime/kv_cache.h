@@ -48,30 +48,56 @@ struct kv_cache_layout {
                                     std::int64_t tokens);
 };
 
+// Where every layer's K pool, V pool, K scales and V scales lie in one allocation (in that order,
+// layer after layer, each region rounded up to an alignment), wherever the allocation is: host
+// memory (kv_cache) or the device (the CUDA executor). What the forward pass reads and writes.
+struct kv_cache_view {
+  std::byte* base = nullptr;
+  kv_cache_layout layout;              // the blocks a kv_block_pool may hand out
+  std::int64_t allocated_blocks = 0;   // blocks in the allocation, >= layout.num_blocks (a
+                                       // padding block past the pool's, on CUDA)
+  std::size_t pool_bytes = 0;          // one layer's K (or V) pool
+  std::size_t scale_bytes = 0;         // one layer's K (or V) scales; 0 for unscaled dtypes
+
+  // The regions of `layout` with room for `allocated_blocks`, at no address yet.
+  static kv_cache_view plan(const kv_cache_layout& layout, std::int64_t allocated_blocks, std::size_t alignment);
+  std::size_t total_bytes() const {
+    return 2 * (pool_bytes + scale_bytes) * static_cast<std::size_t>(layout.num_layers);
+  }
+
+  void* keys(std::int64_t layer) const { return region(layer, 0); }
+  void* values(std::int64_t layer) const { return region(layer, 1); }
+  // Null unless kernels::kv_cache_scaled(layout.dtype).
+  float* key_scales(std::int64_t layer) const {
+    return scale_bytes == 0 ? nullptr : static_cast<float*>(region(layer, 2));
+  }
+  float* value_scales(std::int64_t layer) const {
+    return scale_bytes == 0 ? nullptr : static_cast<float*>(region(layer, 3));
+  }
+
+ private:
+  // 0 K pool, 1 V pool, 2 K scales, 3 V scales.
+  void* region(std::int64_t layer, int which) const;
+};
+
 class kv_cache {
  public:
   // resource_exhausted when the memory cannot be allocated; invalid_argument for an empty layout.
   static result<std::unique_ptr<kv_cache>> create(const kv_cache_layout& layout);
 
-  const kv_cache_layout& layout() const { return layout_; }
+  const kv_cache_layout& layout() const { return view_.layout; }
+  const kv_cache_view& view() const { return view_; }
 
-  void* keys(std::int64_t layer) { return region(layer, k_pool); }
-  void* values(std::int64_t layer) { return region(layer, v_pool); }
+  void* keys(std::int64_t layer) { return view_.keys(layer); }
+  void* values(std::int64_t layer) { return view_.values(layer); }
   // Null unless kernels::kv_cache_scaled(layout().dtype).
-  float* key_scales(std::int64_t layer) { return scaled() ? static_cast<float*>(region(layer, k_scales)) : nullptr; }
-  float* value_scales(std::int64_t layer) { return scaled() ? static_cast<float*>(region(layer, v_scales)) : nullptr; }
+  float* key_scales(std::int64_t layer) { return view_.key_scales(layer); }
+  float* value_scales(std::int64_t layer) { return view_.value_scales(layer); }
 
  private:
-  // The regions of one layer, in memory order.
-  enum region_kind { k_pool, v_pool, k_scales, v_scales };
+  explicit kv_cache(const kv_cache_view& view) : view_(view) {}
 
-  explicit kv_cache(const kv_cache_layout& layout);
-  bool scaled() const { return scale_bytes_ != 0; }
-  void* region(std::int64_t layer, region_kind which);
-
-  kv_cache_layout layout_;
-  std::size_t pool_bytes_ = 0;   // one K or V pool of one layer
-  std::size_t scale_bytes_ = 0;  // one layer's K or V scales; 0 for unscaled dtypes
+  kv_cache_view view_;
   // An anonymous mapping: the kernel hands out zeroed pages when they are first touched, so a
   // large cache costs nothing at start-up and nothing reads indeterminate bytes.
   struct unmap {

@@ -8,6 +8,7 @@
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "kernels/sampling/sampling.h"
@@ -27,11 +28,27 @@ struct sampling_params {
   bool greedy() const { return temperature <= 0.0f; }
 };
 
+struct token_logprob {
+  token_id id = 0;
+  float logprob = 0.0f;  // natural log of the model's probability (before penalties and temperature)
+};
+
+struct sampled_logprobs {
+  token_logprob chosen;
+  std::vector<token_logprob> top;  // most likely first
+};
+
+// log_softmax of the chosen token and of the `top` most likely ones, from a row of raw logits.
+sampled_logprobs logprobs_of(std::span<const float> logits, token_id chosen, std::int32_t top);
+
 class sequence_sampler {
  public:
   // Without a seed, one is drawn from the system's random source.
   sequence_sampler(const sampling_params& params, std::span<const token_id> prompt);
 
+  // Whether any of the repetition, presence and frequency penalties is on: then the logits must
+  // be changed (apply_penalties) before they are sampled.
+  bool has_penalties() const;
   // Applies the repetition, presence and frequency penalties to one row of logits.
   void apply_penalties(std::span<float> logits) const;
   // The kernel's per-row settings for the next draw, its uniform number included.

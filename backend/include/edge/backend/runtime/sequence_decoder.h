@@ -1,5 +1,5 @@
-// What happens to one sequence's logits and sampled tokens, shared by the generator and the
-// serving engine: penalties and sampling settings per row, then for each sampled token the
+// What happens to one sequence's logits and sampled tokens (the step driver applies it for the
+// engine and the generator alike): penalties and sampling settings per row, then for each sampled token the
 // end-of-sequence and stop-token checks, incremental UTF-8-safe detokenization, stop strings
 // and the length limits. Owned by whoever drives the sequence (one thread).
 #pragma once
@@ -42,6 +42,11 @@ class sequence_decoder {
   sequence_decoder(const tokenizer& tok, const sampling_params& sampling, std::span<const token_id> prompt,
                    decode_limits limits);
 
+  // Whether the next token must be sampled where the logits can be changed first (penalties):
+  // on the host, from a copy of the row.
+  bool samples_on_host() const { return sampler_.has_penalties(); }
+  // The next draw's sampling settings, for an executor that samples (samples_on_host() false).
+  kernels::sampling_row next_row() const { return sampler_.next_row(); }
   // Applies the penalties to this sequence's row of logits and returns the row's sampling settings.
   kernels::sampling_row prepare(std::span<float> logits) const;
 
@@ -66,10 +71,5 @@ class sequence_decoder {
   std::int64_t generated_ = 0;
   bool finished_ = false;
 };
-
-// Samples one token for each row of `logits` ([rows, vocab]); row r belongs to decoders[r],
-// whose penalties are applied to it first. The chosen ids go to `out` ([rows]).
-status sample_rows(std::span<float> logits, std::int64_t vocab, std::span<sequence_decoder* const> decoders,
-                   std::span<std::int32_t> out);
 
 }  // namespace edge::backend

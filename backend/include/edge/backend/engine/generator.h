@@ -1,0 +1,63 @@
+// Runs a set of requests to completion on one executor, synchronously on the calling thread:
+// a thin loop over the serving engine's own scheduler and step driver (step_driver.h), so that
+// `edgeinfer generate`, the model tests and the decode benchmark run exactly what serving runs.
+// All requests are queued at once; the scheduler admits them as the token budget and the KV
+// cache allow, prefills their prompts (in chunks when the budget is smaller) and decodes them in
+// ragged batches until each ends.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "edge/backend/engine.h"
+#include "edge/backend/model/model.h"
+#include "edge/backend/runtime/executor.h"
+#include "edge/backend/runtime/kv_block_pool.h"
+
+namespace edge::backend {
+
+struct generation_output {
+  std::vector<token_id> tokens;  // generated ids (a stop string's tokens included)
+  std::string text;              // released text (up to, not including, a stop string)
+  finish_reason reason = finish_reason::length;  // stop or length
+};
+
+struct generation_timing {
+  double prefill_seconds = 0.0;  // steps that computed prompt tokens
+  double decode_seconds = 0.0;   // steps that only decoded
+  std::int64_t prefill_tokens = 0;
+  std::int64_t decode_tokens = 0;  // tokens sampled by decode-only steps
+  std::int64_t decode_steps = 0;
+};
+
+struct generator_options {
+  // Tokens per step at most (the scheduler's max_num_batched_tokens; at least a KV block):
+  // smaller than a prompt, it is prefilled in chunks. 0: the executor's max_batch_tokens.
+  std::int64_t prefill_chunk = 0;
+};
+
+class generator {
+ public:
+  // All must outlive the generator. `blocks` hands out blocks of the executor's KV cache.
+  generator(const model& m, executor& exec, kv_block_pool& blocks, generator_options options = {});
+
+  // Runs every request; the fields of generate_request that concern a tenant (id, tenant,
+  // weight, priority, cache_salt) are not used. `on_text(i, text)` receives request i's text
+  // as it is released (never empty). invalid_argument / out_of_range for a request that can
+  // never run; resource_exhausted when the KV cache cannot hold the requests' work at all.
+  result<std::vector<generation_output>> run(std::span<const generate_request> requests,
+                                             const std::function<void(std::size_t, std::string_view)>& on_text = {},
+                                             generation_timing* timing = nullptr);
+
+ private:
+  const model& model_;
+  executor& exec_;
+  kv_block_pool& blocks_;
+  generator_options options_;
+};
+
+}  // namespace edge::backend

@@ -1,0 +1,59 @@
+// One step of continuous batching, for the serving engine and the synchronous generator alike:
+// the scheduler's plan runs on the executor (forward_sample: sampled there, the logits rows
+// copied to the host only for the sequences that need them), each sampled token is recorded with
+// the scheduler and fed to its sequence's decoder. What happens around a step (events, clocks,
+// metrics, finishing sequences) is the caller's. Engine thread only (or the generator's thread).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "edge/backend/engine/scheduler.h"
+#include "edge/backend/runtime/executor.h"
+#include "edge/backend/runtime/sampler.h"
+#include "edge/backend/runtime/sequence_decoder.h"
+#include "edge/common/status.h"
+
+namespace edge::backend {
+
+// What the driver needs of a sequence whose chunk samples.
+struct driven_sequence {
+  sequence_decoder* decoder = nullptr;
+  std::optional<std::int32_t> logprobs;  // log probabilities of the sampled token and this many alternatives
+};
+
+struct sampled_token {
+  sequence_id id = 0;
+  token_id token = 0;
+  sequence_decoder::step decoded;           // the text it released, and whether it ended the sequence
+  std::optional<sampled_logprobs> logprobs; // when the sequence asked for them
+};
+
+class step_driver {
+ public:
+  // The scheduler and executor must outlive the driver.
+  step_driver(scheduler& sched, executor& exec);
+
+  // Runs `plan` (the scheduler's latest) and returns one sampled token per chunk that samples,
+  // in plan order. `sequence_of(id)` gives each such sequence's decoder; a sequence must not
+  // be removed from the scheduler until run() returns. On an error nothing is recorded (the
+  // caller ends the plan's sequences).
+  result<std::vector<sampled_token>> run(const step_plan& plan,
+                                         const std::function<driven_sequence(sequence_id)>& sequence_of);
+
+ private:
+  scheduler& sched_;
+  executor& exec_;
+  // Per step, kept to avoid allocations.
+  batch_plan batch_;
+  std::vector<sequence_id> row_ids_;        // [rows]
+  std::vector<driven_sequence> row_seqs_;   // [rows]
+  std::vector<row_sampling> rows_;          // [rows]
+  std::vector<std::int32_t> tokens_;        // [rows]
+  std::vector<float> logits_;               // [rows with copy_logits, vocab]
+  std::vector<float> raw_;                  // [vocab] a row's logits before penalties
+};
+
+}  // namespace edge::backend

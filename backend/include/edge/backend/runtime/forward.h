@@ -1,0 +1,149 @@
+// The forward pass, once for every executor: it walks a model_plan and calls the kernels'
+// run_<op> entry points, which run on the stream's device. An executor supplies where things
+// live (weights placed by place_weights, buffers sized by forward_buffer_floats, the step's
+// metadata staged by stage_step and, on a GPU, copied to the device) and how steps are
+// launched (eagerly, or replayed as CUDA graphs); the arithmetic is here.
+//
+// Pointers in these structs are host or device pointers, as the stream's device says.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "edge/backend/model/model.h"
+#include "edge/backend/model/model_plan.h"
+#include "edge/backend/runtime/executor.h"
+#include "edge/backend/runtime/kv_cache.h"
+#include "edge/common/status.h"
+#include "edge/kernels/stream.h"
+#include "edge/kernels/weight_format.h"
+
+namespace edge::backend {
+
+// Matrices whose outputs lie side by side in one row of the output: Q, K and V (gate and up).
+// One part when the model stacked them (layer_weights::wqkv), else one per matrix; a part's
+// output starts where the previous one's ends.
+struct projection_part {
+  kernels::weight_view w;     // [rows, k]
+  std::int64_t rows = 0;
+  const float* bias = nullptr;  // [rows] or null
+};
+
+struct layer_forward_weights {
+  const float* attn_norm = nullptr;         // [hidden]
+  std::vector<projection_part> qkv;         // [qkv_dim, hidden] in all
+  const float* rope_inv_freq = nullptr;     // [rotary_dim / 2]
+  kernels::weight_view wo;                  // [hidden, q_dim]
+  const float* ffn_norm = nullptr;          // [hidden]
+  std::vector<projection_part> gate_up;     // [2 intermediate, hidden] in all: gate rows, then up rows
+  kernels::weight_view w_down;              // [hidden, intermediate]
+};
+
+struct forward_weights {
+  const void* embedding = nullptr;  // [vocab, hidden] of embedding_type
+  kernels::dtype embedding_type = kernels::dtype::f32;
+  std::vector<layer_forward_weights> layers;
+  const float* final_norm = nullptr;  // [hidden]
+  kernels::weight_view lm_head;       // [vocab, hidden]
+};
+
+// Where an executor keeps weights: host views of the model's memory, or device copies.
+class weight_placement {
+ public:
+  virtual ~weight_placement() = default;
+  virtual result<kernels::weight_view> matrix(const weight_matrix& w) = 0;
+  // The values must stay valid (copied, or kept) after the call returns.
+  virtual result<const float*> floats(std::span<const float> values) = 0;
+  // A tensor's elements as stored (the token embedding table).
+  virtual result<const void*> elements(const tensor_view& t) = 0;
+};
+
+// Checks every weight's shape against the plan (invalid_argument naming the tensor) and places
+// it: matrices as stored (stacked where the model stacked them), norms and biases as f32, one
+// RoPE frequency table per distinct rope plan, and a tied classifier as the placed embedding.
+result<forward_weights> place_weights(const model& m, const model_plan& plan, weight_placement& place);
+
+// Floats of each buffer for steps of up to `tokens` tokens and `sequences` entries.
+struct forward_buffer_floats {
+  std::int64_t x = 0, xn = 0, qkv = 0, attn = 0, gate_up = 0, last = 0, logits = 0;
+  static forward_buffer_floats for_step(const model_plan& plan, std::int64_t tokens, std::int64_t sequences);
+};
+
+struct forward_buffers {
+  float* x = nullptr;        // [tokens, hidden] the residual stream
+  float* xn = nullptr;       // [tokens, hidden] normalised
+  float* qkv = nullptr;      // [tokens, qkv_dim] Q, K and V side by side
+  float* attn = nullptr;     // [tokens, q_dim]
+  float* gate_up = nullptr;  // [tokens, 2 intermediate] gate, then up
+  float* last = nullptr;     // [rows, hidden] the rows that produce logits, normalised
+  float* logits = nullptr;   // [rows, vocab]
+  float* matmul_workspace = nullptr;  // [matmul_workspace_floats] (CUDA split-K)
+  std::int64_t matmul_workspace_floats = 0;
+  float* attention_workspace = nullptr;  // [attention_workspace_floats] (CUDA split attention)
+  std::int64_t attention_workspace_floats = 0;
+};
+
+// One step's metadata, as the kernels read it.
+struct forward_step {
+  const std::int32_t* ids = nullptr;           // [tokens]
+  const std::int32_t* positions = nullptr;     // [tokens]
+  const std::int32_t* seq = nullptr;           // [tokens] entry of each token
+  const std::int64_t* slots = nullptr;         // [tokens] KV slot: block * block_size + offset
+  const std::int32_t* block_tables = nullptr;  // [seqs, table_stride]
+  const std::int32_t* seq_begin = nullptr;     // [seqs + 1] first token of each entry
+  const std::int64_t* last_token = nullptr;    // [rows] token whose hidden state gives each logits row
+  std::int64_t table_stride = 0;
+  std::int64_t tokens = 0;
+  std::int64_t seqs = 0;
+  std::int64_t rows = 0;
+  std::int64_t max_run = 0;  // most tokens of one entry
+};
+
+// Host arrays stage_step writes, sized for the step (tokens and entries, padding included).
+struct step_arrays {
+  std::int32_t* ids = nullptr;           // [tokens]
+  std::int32_t* positions = nullptr;     // [tokens]
+  std::int32_t* seq = nullptr;           // [tokens]
+  std::int64_t* slots = nullptr;         // [tokens]
+  std::int32_t* block_tables = nullptr;  // [seqs, table_stride]
+  std::int32_t* seq_begin = nullptr;     // [seqs + 1]
+  std::int64_t* last_token = nullptr;    // [seqs]
+};
+
+struct staged_step {
+  std::int64_t tokens = 0;
+  std::int64_t seqs = 0;
+  std::int64_t rows = 0;
+  std::int64_t max_run = 0;
+};
+
+// Tokens and entries a batch needs in the executor's buffers when padded to `padded_seqs`
+// entries (each padding entry is one token).
+std::int64_t padded_tokens(const batch_plan& plan, std::int64_t padded_seqs);
+
+// Checks the plan against the executor's limits, the vocabulary and the KV pool
+// (invalid_argument) and writes its metadata. Entries past the plan's, up to `padded_seqs`, are
+// padding for CUDA-graph batches: one token at position 0 writing into block `pad_block`, its
+// logits computed and unused.
+result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs, std::int64_t vocab,
+                               const kv_cache_layout& kv, std::int64_t table_stride, std::int64_t pad_block,
+                               const step_arrays& out);
+
+// invalid_argument unless forward_sample's arguments fit the plan: one row_sampling and one
+// token per logits row, and `logits` holding vocab floats per row with copy_logits.
+status check_sampling_args(const batch_plan& plan, std::span<const row_sampling> rows, std::span<std::int32_t> tokens,
+                           std::span<float> logits, std::int64_t vocab);
+
+// invalid_argument when the plan exceeds max_tokens tokens or max_seqs entries.
+status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs);
+
+// Block-table entries per sequence for a model's context.
+std::int64_t block_table_stride(const model_plan& plan, std::int64_t block_size);
+
+// The whole forward pass of one staged step: every token's K/V into the cache, and for each
+// logits row its logits. Queues work on the stream and returns (a CUDA stream runs it later).
+status run_forward(const model_plan& plan, const forward_weights& weights, const forward_buffers& buffers,
+                   const forward_step& step, const kv_cache_view& kv, const kernels::stream& stream);
+
+}  // namespace edge::backend

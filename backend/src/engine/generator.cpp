@@ -1,0 +1,108 @@
+#include "edge/backend/engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "edge/backend/engine/scheduler.h"
+#include "edge/backend/engine/step_driver.h"
+#include "edge/common/format.h"
+
+namespace edge::backend {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point start) {
+  return std::chrono::duration<double>(clock_type::now() - start).count();
+}
+
+// One request in flight.
+struct sequence {
+  std::unique_ptr<sequence_decoder> decoder;
+  generation_output output;
+};
+
+}  // namespace
+
+generator::generator(const model& m, executor& exec, kv_block_pool& blocks, generator_options options)
+    : model_(m), exec_(exec), blocks_(blocks), options_(options) {}
+
+result<std::vector<generation_output>> generator::run(
+    std::span<const generate_request> requests, const std::function<void(std::size_t, std::string_view)>& on_text,
+    generation_timing* timing) {
+  const std::int64_t context = model_.config.max_position;
+  const std::int64_t budget = options_.prefill_chunk > 0 ? std::min(options_.prefill_chunk, exec_.max_batch_tokens())
+                                                         : exec_.max_batch_tokens();
+  // Every request is queued up front and the set is known: serve them in arrival order, and
+  // leave no block idle (no watermark, no prefix cache: runs are independent).
+  const scheduler_config config{.block_size = exec_.kv_layout().block_size,
+                                .max_num_seqs = exec_.max_sequences(),
+                                .max_num_batched_tokens = budget,
+                                .admission = admission_policy::optimistic,
+                                .order = tenant_order::first_come_first_served,
+                                .enable_prefix_caching = false,
+                                .watermark = 0.0,
+                                .max_model_len = context};
+  EDGE_ASSIGN_OR_RETURN(auto sched, scheduler::create(config, blocks_));
+  step_driver driver(*sched, exec_);
+
+  std::vector<sequence> seqs(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const generate_request& r = requests[i];
+    EDGE_RETURN_IF_ERROR(sched->check_fits(static_cast<std::int64_t>(r.prompt.size()), r.max_tokens)
+                             .with_context(format("request {}", i)));
+    seqs[i].decoder = std::make_unique<sequence_decoder>(*model_.tok, r.sampling, r.prompt,
+                                                         decode_limits{.max_tokens = r.max_tokens,
+                                                                       .context = context,
+                                                                       .ignore_eos = r.ignore_eos,
+                                                                       .stop_token_ids = r.stop_token_ids,
+                                                                       .stop = r.stop});
+    EDGE_RETURN_IF_ERROR(sched->add({.id = i, .prompt = r.prompt, .max_tokens = r.max_tokens}));
+  }
+
+  generation_timing measured;
+  while (!sched->idle()) {
+    const auto start = clock_type::now();
+    const step_plan plan = sched->schedule();
+    if (plan.empty()) return resource_exhausted("the KV cache cannot hold the next step of any request");
+    std::int64_t prompt_tokens = 0;
+    for (const scheduled_chunk& chunk : plan.chunks) {
+      if (chunk.start < static_cast<std::int64_t>(requests[chunk.id].prompt.size())) {
+        prompt_tokens += static_cast<std::int64_t>(chunk.tokens.size());
+      }
+    }
+    EDGE_ASSIGN_OR_RETURN(const auto sampled, driver.run(plan, [&](sequence_id id) {
+                            return driven_sequence{.decoder = seqs[id].decoder.get()};
+                          }));
+    for (const sampled_token& t : sampled) {
+      sequence& s = seqs[t.id];
+      s.output.tokens.push_back(t.token);
+      if (!t.decoded.text.empty()) {
+        s.output.text += t.decoded.text;
+        if (on_text) on_text(t.id, t.decoded.text);
+      }
+      if (t.decoded.finish) {
+        s.output.reason = *t.decoded.finish;
+        sched->remove(t.id);
+      }
+    }
+    const double seconds = seconds_since(start);
+    if (prompt_tokens > 0) {
+      measured.prefill_seconds += seconds;
+      measured.prefill_tokens += prompt_tokens;
+    } else {
+      measured.decode_seconds += seconds;
+      measured.decode_tokens += static_cast<std::int64_t>(sampled.size());
+      ++measured.decode_steps;
+    }
+  }
+  if (timing != nullptr) *timing = measured;
+
+  std::vector<generation_output> outputs;
+  outputs.reserve(seqs.size());
+  for (auto& s : seqs) outputs.push_back(std::move(s.output));
+  return outputs;
+}
+
+}  // namespace edge::backend

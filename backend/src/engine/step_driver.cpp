@@ -1,0 +1,68 @@
+#include "edge/backend/engine/step_driver.h"
+
+#include <span>
+
+#include "kernels/sampling/sampling.h"
+
+namespace edge::backend {
+
+step_driver::step_driver(scheduler& sched, executor& exec) : sched_(sched), exec_(exec) {}
+
+result<std::vector<sampled_token>> step_driver::run(const step_plan& plan,
+                                                    const std::function<driven_sequence(sequence_id)>& sequence_of) {
+  batch_.entries.clear();
+  row_ids_.clear();
+  row_seqs_.clear();
+  rows_.clear();
+  std::size_t copied = 0;
+  for (const scheduled_chunk& chunk : plan.chunks) {
+    batch_.entries.push_back({.tokens = chunk.tokens,
+                              .start_position = chunk.start,
+                              .block_table = chunk.block_table,
+                              .compute_logits = chunk.samples});
+    if (!chunk.samples) continue;
+    const driven_sequence seq = sequence_of(chunk.id);
+    const bool on_host = seq.decoder->samples_on_host();
+    row_sampling row{.sample = !on_host, .copy_logits = on_host || seq.logprobs.has_value()};
+    if (row.sample) row.config = seq.decoder->next_row();
+    copied += row.copy_logits ? 1 : 0;
+    row_ids_.push_back(chunk.id);
+    row_seqs_.push_back(seq);
+    rows_.push_back(row);
+  }
+  const auto vocab = static_cast<std::size_t>(exec_.vocab_size());
+  tokens_.assign(rows_.size(), 0);
+  logits_.resize(copied * vocab);
+  EDGE_RETURN_IF_ERROR(exec_.forward_sample(batch_, rows_, tokens_, logits_));
+  sched_.complete(plan);
+
+  std::vector<sampled_token> out;
+  out.reserve(rows_.size());
+  std::size_t logits_row = 0;
+  for (std::size_t r = 0; r < rows_.size(); ++r) {
+    const driven_sequence& seq = row_seqs_[r];
+    std::span<float> row;  // the raw logits, when copied
+    if (rows_[r].copy_logits) row = std::span<float>(logits_).subspan(logits_row++ * vocab, vocab);
+    std::span<const float> raw = row;
+    if (!rows_[r].sample) {
+      // Penalties change the row and sampling uses it as scratch: log probabilities, which are of
+      // the model's own distribution, read a copy taken first.
+      if (seq.logprobs) {
+        raw_.assign(row.begin(), row.end());
+        raw = raw_;
+      }
+      kernels::sampling_row config = seq.decoder->prepare(row);
+      EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = row.data(), .config = &config, .out = &tokens_[r], .rows = 1,
+                                                  .vocab = static_cast<std::int64_t>(vocab)},
+                                                 {}));
+    }
+    sampled_token t{.id = row_ids_[r], .token = tokens_[r]};
+    if (seq.logprobs) t.logprobs = logprobs_of(raw, t.token, *seq.logprobs);
+    sched_.append_token(t.id, t.token);
+    t.decoded = seq.decoder->accept(t.token, sched_.sequence_length(t.id));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace edge::backend

@@ -1,0 +1,88 @@
+#include "edge/backend/model/model_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "edge/common/format.h"
+
+namespace edge::backend {
+
+std::string_view to_string(attention_kind kind) {
+  switch (kind) {
+    case attention_kind::gqa: return "gqa";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(mlp_kind kind) {
+  switch (kind) {
+    case mlp_kind::dense: return "dense";
+  }
+  return "unknown";
+}
+
+std::vector<float> rope_plan::inv_freq() const { return kernels::rope_inv_freq(rotary_dim, theta, scaling); }
+
+std::int64_t model_plan::max_q_dim() const {
+  std::int64_t widest = 0;
+  for (const layer_plan& l : layers) widest = std::max(widest, l.attention.q_dim());
+  return widest;
+}
+
+std::int64_t model_plan::max_qkv_dim() const {
+  std::int64_t widest = 0;
+  for (const layer_plan& l : layers) widest = std::max(widest, l.attention.qkv_dim());
+  return widest;
+}
+
+std::int64_t model_plan::max_intermediate() const {
+  std::int64_t widest = 0;
+  for (const layer_plan& l : layers) widest = std::max(widest, l.mlp.intermediate);
+  return widest;
+}
+
+result<model_plan> plan_model(const model_config& c) {
+  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
+      c.head_dim <= 0 || c.intermediate_size <= 0) {
+    return invalid_argument(format("the model configuration has an empty dimension (vocab {}, hidden {}, layers {}, "
+                                   "heads {}, kv heads {}, head_dim {}, intermediate {})",
+                                   c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
+                                   c.intermediate_size));
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return invalid_argument(format("{} attention heads do not divide into groups of {} KV heads", c.num_heads,
+                                   c.num_kv_heads));
+  }
+  if (c.head_dim % 2 != 0) return invalid_argument(format("RoPE needs an even head size, not {}", c.head_dim));
+
+  model_plan plan;
+  plan.arch = c.arch;
+  plan.vocab = c.vocab_size;
+  plan.hidden = c.hidden_size;
+  plan.norm_eps = static_cast<float>(c.rms_norm_eps);
+  plan.tied_embeddings = c.tie_embeddings;
+  plan.context = c.max_position;
+
+  rope_plan rope;
+  rope.pairs = c.rope == rope_layout::adjacent_pairs ? kernels::rope_pairs::adjacent : kernels::rope_pairs::half_split;
+  rope.rotary_dim = c.head_dim;
+  rope.theta = c.rope_theta;
+  if (c.rope_scaling) {
+    rope.scaling = kernels::rope_llama3_scaling{c.rope_scaling->factor, c.rope_scaling->low_freq_factor,
+                                                c.rope_scaling->high_freq_factor,
+                                                static_cast<double>(c.rope_scaling->original_max_position)};
+  }
+  const layer_plan layer{
+      .attention = {.kind = attention_kind::gqa,
+                    .num_heads = c.num_heads,
+                    .num_kv_heads = c.num_kv_heads,
+                    .head_dim = c.head_dim,
+                    .qkv_bias = c.qkv_bias,
+                    .softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                    .rope = rope},
+      .mlp = {.kind = mlp_kind::dense, .intermediate = c.intermediate_size}};
+  plan.layers.assign(static_cast<std::size_t>(c.num_layers), layer);
+  return plan;
+}
+
+}  // namespace edge::backend

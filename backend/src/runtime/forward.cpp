@@ -1,0 +1,361 @@
+#include "edge/backend/runtime/forward.h"
+
+#include <algorithm>
+
+#include "edge/common/format.h"
+#include "kernels/cpu/load.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/kv_cache_write/kv_cache_write.h"
+#include "kernels/matmul/matmul.h"
+#include "kernels/paged_attention/paged_attention.h"
+#include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/silu_mul/silu_mul.h"
+
+namespace edge::backend {
+namespace {
+
+std::string dims(std::span<const std::int64_t> shape) {
+  std::string out;
+  for (const auto d : shape) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return out;
+}
+
+// A tensor_view or a weight_matrix of exactly this shape.
+template <class Tensor>
+status check_shape(const Tensor& t, std::initializer_list<std::int64_t> expected) {
+  if (!t.present()) return invalid_argument(format("tensor {} is missing", t.name));
+  const std::vector<std::int64_t> want(expected);
+  if (t.shape != want) {
+    return invalid_argument(format("tensor {} has shape [{}], expected [{}]", t.name, dims(t.shape), dims(want)));
+  }
+  return {};
+}
+
+std::vector<float> floats_of(const tensor_view& t) {
+  std::vector<float> out(static_cast<std::size_t>(t.elements()));
+  kernels::cpu::convert_to_float(t.type, t.data, t.elements(), out.data());
+  return out;
+}
+
+// Places the parts of a projection that lie side by side in its output: the stacked matrix
+// when the model has one, else each part, with their biases (stacked alike).
+result<std::vector<projection_part>> place_projection(weight_placement& place, const weight_matrix& stacked,
+                                                      std::span<const weight_matrix* const> parts,
+                                                      std::span<const tensor_view* const> biases) {
+  std::vector<projection_part> out;
+  if (stacked.present()) {
+    const float* bias = nullptr;
+    if (!biases.empty()) {
+      std::vector<float> all;
+      for (const tensor_view* b : biases) {
+        const std::vector<float> part = floats_of(*b);
+        all.insert(all.end(), part.begin(), part.end());
+      }
+      EDGE_ASSIGN_OR_RETURN(bias, place.floats(all));
+    }
+    EDGE_ASSIGN_OR_RETURN(const kernels::weight_view w, place.matrix(stacked));
+    out.push_back({.w = w, .rows = stacked.rows(), .bias = bias});
+    return out;
+  }
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    projection_part p{.rows = parts[i]->rows()};
+    EDGE_ASSIGN_OR_RETURN(p.w, place.matrix(*parts[i]));
+    if (!biases.empty()) {
+      EDGE_ASSIGN_OR_RETURN(p.bias, place.floats(floats_of(*biases[i])));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+result<const float*> place_vector(weight_placement& place, const tensor_view& t) { return place.floats(floats_of(t)); }
+
+}  // namespace
+
+result<forward_weights> place_weights(const model& m, const model_plan& plan, weight_placement& place) {
+  const model_weights& w = m.weights;
+  const std::int64_t hidden = plan.hidden;
+  if (w.layers.size() != plan.layers.size()) {
+    return invalid_argument(format("model has {} layers of weights, its plan {}", w.layers.size(), plan.layers.size()));
+  }
+  EDGE_RETURN_IF_ERROR(check_shape(w.token_embedding, {plan.vocab, hidden}));
+  EDGE_RETURN_IF_ERROR(check_shape(w.lm_head, {plan.vocab, hidden}));
+  EDGE_RETURN_IF_ERROR(check_shape(w.final_norm, {hidden}));
+  if (w.token_embedding.encoding != tensor_encoding::elements) {
+    return invalid_argument("the token embedding must be stored as plain elements");
+  }
+
+  forward_weights out;
+  EDGE_ASSIGN_OR_RETURN(out.embedding, place.elements(w.token_embedding));
+  out.embedding_type = w.token_embedding.type;
+  EDGE_ASSIGN_OR_RETURN(out.final_norm, place_vector(place, w.final_norm));
+  const bool tied = w.lm_head.data == w.token_embedding.data &&
+                    w.lm_head.format == kernels::weight_format_of(w.token_embedding.type);
+  if (tied) {
+    out.lm_head = {.format = w.lm_head.format, .values = out.embedding, .scales = nullptr, .group_size = 0};
+  } else {
+    EDGE_ASSIGN_OR_RETURN(out.lm_head, place.matrix(w.lm_head));
+  }
+
+  // One frequency table for all layers that rotate alike (all of them, today).
+  std::vector<std::pair<const rope_plan*, const float*>> rope_tables;
+  for (std::size_t i = 0; i < plan.layers.size(); ++i) {
+    const layer_plan& lp = plan.layers[i];
+    const layer_weights& l = w.layers[i];
+    const attention_plan& a = lp.attention;
+    const std::int64_t inter = lp.mlp.intermediate;
+    EDGE_RETURN_IF_ERROR(check_shape(l.attn_norm, {hidden}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.wq, {a.q_dim(), hidden}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.wk, {a.kv_dim(), hidden}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.wv, {a.kv_dim(), hidden}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.wo, {hidden, a.q_dim()}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.ffn_norm, {hidden}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.w_gate, {inter, hidden}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.w_up, {inter, hidden}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.w_down, {hidden, inter}));
+    if (l.wqkv.present()) EDGE_RETURN_IF_ERROR(check_shape(l.wqkv, {a.qkv_dim(), hidden}));
+    if (l.w_gate_up.present()) EDGE_RETURN_IF_ERROR(check_shape(l.w_gate_up, {2 * inter, hidden}));
+    if (a.qkv_bias) {
+      EDGE_RETURN_IF_ERROR(check_shape(l.bq, {a.q_dim()}));
+      EDGE_RETURN_IF_ERROR(check_shape(l.bk, {a.kv_dim()}));
+      EDGE_RETURN_IF_ERROR(check_shape(l.bv, {a.kv_dim()}));
+    }
+
+    layer_forward_weights lw;
+    EDGE_ASSIGN_OR_RETURN(lw.attn_norm, place_vector(place, l.attn_norm));
+    EDGE_ASSIGN_OR_RETURN(lw.ffn_norm, place_vector(place, l.ffn_norm));
+    const weight_matrix* const qkv_parts[] = {&l.wq, &l.wk, &l.wv};
+    const tensor_view* const qkv_biases[] = {&l.bq, &l.bk, &l.bv};
+    EDGE_ASSIGN_OR_RETURN(lw.qkv, place_projection(place, l.wqkv, qkv_parts,
+                                                   a.qkv_bias ? std::span<const tensor_view* const>(qkv_biases)
+                                                              : std::span<const tensor_view* const>()));
+    EDGE_ASSIGN_OR_RETURN(lw.wo, place.matrix(l.wo));
+    const weight_matrix* const gate_up_parts[] = {&l.w_gate, &l.w_up};
+    EDGE_ASSIGN_OR_RETURN(lw.gate_up, place_projection(place, l.w_gate_up, gate_up_parts, {}));
+    EDGE_ASSIGN_OR_RETURN(lw.w_down, place.matrix(l.w_down));
+
+    const auto same_rope = [&](const auto& entry) {
+      const rope_plan& r = *entry.first;
+      const bool same_scaling = r.scaling.has_value() == a.rope.scaling.has_value() &&
+                                (!r.scaling || (r.scaling->factor == a.rope.scaling->factor &&
+                                                r.scaling->low_freq_factor == a.rope.scaling->low_freq_factor &&
+                                                r.scaling->high_freq_factor == a.rope.scaling->high_freq_factor &&
+                                                r.scaling->original_max_position == a.rope.scaling->original_max_position));
+      return r.rotary_dim == a.rope.rotary_dim && r.theta == a.rope.theta && same_scaling;
+    };
+    if (const auto it = std::find_if(rope_tables.begin(), rope_tables.end(), same_rope); it != rope_tables.end()) {
+      lw.rope_inv_freq = it->second;
+    } else {
+      EDGE_ASSIGN_OR_RETURN(lw.rope_inv_freq, place.floats(a.rope.inv_freq()));
+      rope_tables.emplace_back(&a.rope, lw.rope_inv_freq);
+    }
+    out.layers.push_back(std::move(lw));
+  }
+  return out;
+}
+
+forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, std::int64_t tokens,
+                                                      std::int64_t sequences) {
+  return {.x = tokens * plan.hidden,
+          .xn = tokens * plan.hidden,
+          .qkv = tokens * plan.max_qkv_dim(),
+          .attn = tokens * plan.max_q_dim(),
+          .gate_up = tokens * 2 * plan.max_intermediate(),
+          .last = sequences * plan.hidden,
+          .logits = sequences * plan.vocab};
+}
+
+std::int64_t block_table_stride(const model_plan& plan, std::int64_t block_size) {
+  return (std::max<std::int64_t>(plan.context, 1) + block_size - 1) / block_size;
+}
+
+status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs) {
+  if (plan.total_tokens() > max_tokens) {
+    return invalid_argument(format("batch of {} tokens exceeds max_batch_tokens {}", plan.total_tokens(), max_tokens));
+  }
+  if (static_cast<std::int64_t>(plan.entries.size()) > max_seqs) {
+    return invalid_argument(format("batch of {} sequences exceeds max_sequences {}", plan.entries.size(), max_seqs));
+  }
+  return {};
+}
+
+status check_sampling_args(const batch_plan& plan, std::span<const row_sampling> rows, std::span<std::int32_t> tokens,
+                           std::span<float> logits, std::int64_t vocab) {
+  const std::int64_t wanted = plan.logits_rows();
+  const auto copied = static_cast<std::int64_t>(
+      std::count_if(rows.begin(), rows.end(), [](const row_sampling& r) { return r.copy_logits; }));
+  if (static_cast<std::int64_t>(rows.size()) != wanted || static_cast<std::int64_t>(tokens.size()) != wanted) {
+    return invalid_argument(format("forward_sample: {} sampling rows and {} tokens for {} logits rows", rows.size(),
+                                   tokens.size(), wanted));
+  }
+  if (static_cast<std::int64_t>(logits.size()) != copied * vocab) {
+    return invalid_argument(format("forward_sample: a logits buffer of {} floats for {} rows to copy", logits.size(), copied));
+  }
+  return {};
+}
+
+std::int64_t batch_plan::total_tokens() const {
+  std::int64_t n = 0;
+  for (const auto& e : entries) n += static_cast<std::int64_t>(e.tokens.size());
+  return n;
+}
+
+std::int64_t batch_plan::logits_rows() const {
+  std::int64_t n = 0;
+  for (const auto& e : entries) n += e.compute_logits ? 1 : 0;
+  return n;
+}
+
+std::int64_t padded_tokens(const batch_plan& plan, std::int64_t padded_seqs) {
+  return plan.total_tokens() + std::max<std::int64_t>(0, padded_seqs - static_cast<std::int64_t>(plan.entries.size()));
+}
+
+result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs, std::int64_t vocab,
+                               const kv_cache_layout& kv, std::int64_t table_stride, std::int64_t pad_block,
+                               const step_arrays& out) {
+  const auto entries = static_cast<std::int64_t>(plan.entries.size());
+  const std::int64_t seqs = std::max(entries, padded_seqs);
+  std::int64_t t = 0;
+  std::int64_t row = 0;
+  std::int64_t max_run = 0;
+  for (std::int64_t e = 0; e < seqs; ++e) {
+    out.seq_begin[e] = static_cast<std::int32_t>(t);
+    std::int32_t* table = out.block_tables + e * table_stride;
+    if (e >= entries) {
+      table[0] = static_cast<std::int32_t>(pad_block);
+      out.ids[t] = 0;
+      out.positions[t] = 0;
+      out.seq[t] = static_cast<std::int32_t>(e);
+      out.slots[t] = pad_block * kv.block_size;
+      out.last_token[row++] = t;
+      ++t;
+      max_run = std::max<std::int64_t>(max_run, 1);
+      continue;
+    }
+    const batch_entry& entry = plan.entries[static_cast<std::size_t>(e)];
+    const auto count = static_cast<std::int64_t>(entry.tokens.size());
+    const std::int64_t end_position = entry.start_position + count;
+    const std::int64_t blocks_needed = (end_position + kv.block_size - 1) / kv.block_size;
+    if (count == 0 || entry.start_position < 0) return invalid_argument("batch entry without tokens");
+    if (blocks_needed > static_cast<std::int64_t>(entry.block_table.size()) || blocks_needed > table_stride) {
+      return invalid_argument(format("block table of {} blocks cannot hold position {} (limit {} blocks)",
+                                     entry.block_table.size(), end_position - 1, table_stride));
+    }
+    for (std::int64_t b = 0; b < blocks_needed; ++b) {
+      const std::int32_t block = entry.block_table[static_cast<std::size_t>(b)];
+      if (block < 0 || block >= kv.num_blocks) {
+        return invalid_argument(format("block {} outside the KV cache of {} blocks", block, kv.num_blocks));
+      }
+      table[b] = block;
+    }
+    for (std::int64_t i = 0; i < count; ++i, ++t) {
+      const std::int32_t id = entry.tokens[static_cast<std::size_t>(i)];
+      if (id < 0 || id >= vocab) return invalid_argument(format("token id {} is outside the vocabulary of {}", id, vocab));
+      const std::int64_t position = entry.start_position + i;
+      out.ids[t] = id;
+      out.positions[t] = static_cast<std::int32_t>(position);
+      out.seq[t] = static_cast<std::int32_t>(e);
+      out.slots[t] = static_cast<std::int64_t>(table[position / kv.block_size]) * kv.block_size + position % kv.block_size;
+    }
+    max_run = std::max(max_run, count);
+    if (entry.compute_logits) out.last_token[row++] = t - 1;
+  }
+  out.seq_begin[seqs] = static_cast<std::int32_t>(t);
+  return staged_step{.tokens = t, .seqs = seqs, .rows = row, .max_run = max_run};
+}
+
+status run_forward(const model_plan& plan, const forward_weights& weights, const forward_buffers& b,
+                   const forward_step& step, const kv_cache_view& kv, const kernels::stream& s) {
+  const std::int64_t hidden = plan.hidden;
+  const std::int64_t tokens = step.tokens;
+  const auto matmul = [&](const float* in, std::int64_t in_stride, const kernels::weight_view& w, const float* bias,
+                          float* out, std::int64_t out_stride, std::int64_t n, std::int64_t k, bool accumulate,
+                          std::int64_t rows) {
+    return kernels::run_matmul({.x = in, .w = w, .bias = bias, .y = out, .tokens = rows, .n = n, .k = k,
+                                .x_stride = in_stride, .y_stride = out_stride, .accumulate = accumulate,
+                                .workspace = b.matmul_workspace, .workspace_floats = b.matmul_workspace_floats},
+                               s);
+  };
+  // The parts of a side-by-side projection, each into its columns of `out` ([tokens, width]).
+  const auto project = [&](const std::vector<projection_part>& parts, float* out, std::int64_t width) -> status {
+    std::int64_t column = 0;
+    for (const projection_part& p : parts) {
+      EDGE_RETURN_IF_ERROR(matmul(b.xn, hidden, p.w, p.bias, out + column, width, p.rows, hidden, false, tokens));
+      column += p.rows;
+    }
+    return {};
+  };
+  const auto norm = [&](const float* weight) {
+    return kernels::run_rmsnorm({.x = b.x, .weight = weight, .out = b.xn, .rows = tokens, .cols = hidden,
+                                 .x_stride = hidden, .out_stride = hidden, .eps = plan.norm_eps},
+                                s);
+  };
+
+  EDGE_RETURN_IF_ERROR(kernels::run_embedding({.ids = step.ids, .table = weights.embedding,
+                                               .table_type = weights.embedding_type, .out = b.x, .tokens = tokens,
+                                               .vocab = plan.vocab, .hidden = hidden},
+                                              s));
+  for (std::size_t l = 0; l < plan.layers.size(); ++l) {
+    const layer_plan& lp = plan.layers[l];
+    const layer_forward_weights& w = weights.layers[l];
+    const auto layer = static_cast<std::int64_t>(l);
+
+    // Attention (gqa).
+    const attention_plan& a = lp.attention;
+    const std::int64_t qkv_dim = a.qkv_dim();
+    float* q = b.qkv;
+    float* k = b.qkv + a.q_dim();
+    float* v = k + a.kv_dim();
+    EDGE_RETURN_IF_ERROR(norm(w.attn_norm));
+    EDGE_RETURN_IF_ERROR(project(w.qkv, b.qkv, qkv_dim));
+    EDGE_RETURN_IF_ERROR(kernels::run_rope({.x = q, .positions = step.positions, .inv_freq = w.rope_inv_freq,
+                                            .tokens = tokens, .heads = a.num_heads, .head_dim = a.head_dim,
+                                            .x_stride = qkv_dim, .pairs = a.rope.pairs},
+                                           s));
+    EDGE_RETURN_IF_ERROR(kernels::run_rope({.x = k, .positions = step.positions, .inv_freq = w.rope_inv_freq,
+                                            .tokens = tokens, .heads = a.num_kv_heads, .head_dim = a.head_dim,
+                                            .x_stride = qkv_dim, .pairs = a.rope.pairs},
+                                           s));
+    EDGE_RETURN_IF_ERROR(kernels::run_kv_cache_write(
+        {.k = k, .v = v, .k_cache = kv.keys(layer), .v_cache = kv.values(layer), .k_scales = kv.key_scales(layer),
+         .v_scales = kv.value_scales(layer), .kv_type = kv.layout.dtype, .slots = step.slots, .tokens = tokens,
+         .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim, .block_size = kv.layout.block_size,
+         .num_blocks = kv.allocated_blocks, .kv_stride = qkv_dim},
+        s));
+    EDGE_RETURN_IF_ERROR(kernels::run_paged_attention(
+        {.q = q, .out = b.attn, .k_cache = kv.keys(layer), .v_cache = kv.values(layer),
+         .k_scales = kv.key_scales(layer), .v_scales = kv.value_scales(layer), .kv_type = kv.layout.dtype,
+         .seq = step.seq, .pos = step.positions, .block_tables = step.block_tables, .tokens = tokens,
+         .num_heads = a.num_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
+         .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks,
+         .block_table_stride = step.table_stride, .q_stride = qkv_dim, .out_stride = a.q_dim(),
+         .scale = a.softmax_scale, .seq_token_begin = step.seq_begin, .num_seqs = step.seqs,
+         .max_seq_tokens = step.max_run, .workspace = b.attention_workspace,
+         .workspace_floats = b.attention_workspace_floats},
+        s));
+    // x += attn · woᵀ
+    EDGE_RETURN_IF_ERROR(matmul(b.attn, a.q_dim(), w.wo, nullptr, b.x, hidden, hidden, a.q_dim(), true, tokens));
+
+    // MLP (dense SwiGLU).
+    const std::int64_t inter = lp.mlp.intermediate;
+    EDGE_RETURN_IF_ERROR(norm(w.ffn_norm));
+    EDGE_RETURN_IF_ERROR(project(w.gate_up, b.gate_up, 2 * inter));
+    EDGE_RETURN_IF_ERROR(kernels::run_silu_mul({.gate = b.gate_up, .up = b.gate_up + inter, .out = b.gate_up,
+                                                .rows = tokens, .cols = inter, .in_stride = 2 * inter,
+                                                .out_stride = 2 * inter},
+                                               s));
+    // x += silu(gate) * up · w_downᵀ
+    EDGE_RETURN_IF_ERROR(matmul(b.gate_up, 2 * inter, w.w_down, nullptr, b.x, hidden, hidden, inter, true, tokens));
+  }
+  if (step.rows == 0) return {};
+
+  // Only the rows that produce logits go through the final norm and the classifier.
+  EDGE_RETURN_IF_ERROR(kernels::run_rmsnorm({.x = b.x, .row_index = step.last_token, .weight = weights.final_norm,
+                                             .out = b.last, .rows = step.rows, .cols = hidden, .x_stride = hidden,
+                                             .out_stride = hidden, .eps = plan.norm_eps},
+                                            s));
+  return matmul(b.last, hidden, weights.lm_head, nullptr, b.logits, plan.vocab, plan.vocab, hidden, false, step.rows);
+}
+
+}  // namespace edge::backend
