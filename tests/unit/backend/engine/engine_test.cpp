@@ -462,3 +462,109 @@ TEST_CASE("64 concurrent streams fit an fp8 budget; bf16 admits fewer at once, a
     check_fp8_admits_more(*written, 2.0 * 128.0 / (128.0 + 4.0));
   }
 }
+
+TEST_CASE("engine::create checks the scheduler and the block pool against the executor's KV layout") {
+  auto loaded = load_model({.path = stories260k_dir() / "stories260K.gguf"});
+  REQUIRE(loaded.ok());
+  const model& m = **loaded;
+  auto cache = kv_cache::create(kv_cache_layout::for_tokens(m.config, kernels::dtype::f32, 16, 64 * 16));
+  REQUIRE(cache.ok());
+  auto exec = cpu_executor::create(m, **cache, nullptr, {.max_batch_tokens = 256, .max_sequences = 8});
+  REQUIRE(exec.ok());
+  const scheduler_config sched{.block_size = 16, .max_num_seqs = 8, .max_num_batched_tokens = 256};
+  kv_block_pool right(64);
+  CHECK(engine::create(*m.tok, **exec, right, m.config.max_position, {.scheduler = sched}).ok());
+
+  scheduler_config other_block = sched;
+  other_block.block_size = 8;
+  const auto mismatched = engine::create(*m.tok, **exec, right, m.config.max_position, {.scheduler = other_block});
+  REQUIRE(!mismatched.ok());
+  CHECK(mismatched.error().code() == edge::status_code::invalid_argument);
+  CHECK(mismatched.error().message().find("block size") != std::string::npos);
+
+  kv_block_pool too_many(65);
+  const auto overcommitted = engine::create(*m.tok, **exec, too_many, m.config.max_position, {.scheduler = sched});
+  REQUIRE(!overcommitted.ok());
+  CHECK(overcommitted.error().code() == edge::status_code::invalid_argument);
+}
+
+namespace {
+
+// The greedy tokens of one request with a repetition penalty, by hand on the executor: every
+// step's logits on the host, penalised by the request's sampler and reduced to their argmax.
+std::vector<token_id> penalised_reference(engine_runtime& rt, const generate_request& r) {
+  kv_block_pool pool(rt.cache->layout().num_blocks);
+  std::vector<std::int32_t> table;
+  for (int i = 0; i < 8; ++i) table.push_back(*pool.allocate());
+  sequence_sampler sampler(r.sampling, r.prompt);
+  std::vector<token_id> all = r.prompt;
+  std::vector<token_id> out;
+  std::vector<float> logits(static_cast<std::size_t>(rt.exec->vocab_size()));
+  std::int64_t computed = 0;
+  while (static_cast<std::int64_t>(out.size()) < r.max_tokens) {
+    batch_plan plan;
+    plan.entries.push_back({.tokens = std::span<const token_id>(all).subspan(static_cast<std::size_t>(computed)),
+                            .start_position = computed, .block_table = table, .compute_logits = true});
+    REQUIRE(rt.exec->forward(plan, logits).ok());
+    computed = static_cast<std::int64_t>(all.size());
+    sampler.apply_penalties(logits);
+    const token_id next = kernels::argmax(logits);
+    sampler.accept(next);
+    all.push_back(next);
+    out.push_back(next);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("penalties are applied on the host, log probabilities come from the raw logits, in one batch") {
+  event_log log;
+  engine_runtime rt(setup_with(kernels::dtype::f32, 256, {.enable_prefix_caching = false}));
+  // Long enough for the greedy text to repeat a token (it does not within its first 24).
+  constexpr std::int64_t tokens = 48;
+  auto penalised = greedy_request(rt.encode("Once upon a time"), tokens);
+  penalised.sampling.repetition_penalty = 1.8f;
+  penalised.sampling.presence_penalty = 3.0f;
+  const auto reference = penalised_reference(rt, penalised);
+  const auto plain = reference_tokens(kernels::dtype::f32, {"Once upon a time"}, tokens);
+  REQUIRE(reference != plain[0]);  // the penalty changes the text, so the test sees whether it was applied
+
+  // Penalised (host-sampled), logprobs (executor-sampled, logits copied) and plain rows together.
+  auto with_logprobs = greedy_request(rt.encode("Once upon a time"), tokens);
+  with_logprobs.logprobs = 3;
+  std::vector<std::pair<std::string, request_handle>> live;
+  const auto submit = [&](const std::string& name, generate_request r) {
+    auto h = rt.eng->submit(std::move(r), log.sink(name));
+    REQUIRE(h.ok());
+    live.emplace_back(name, std::move(h).value());
+  };
+  std::vector<std::vector<sampled_logprobs>> seen;
+  auto h = rt.eng->submit(with_logprobs, [&, sink = log.sink("logprobs")](engine_event e) mutable {
+    if (const auto* d = std::get_if<delta_event>(&e)) seen.push_back(d->logprobs);
+    sink(std::move(e));
+  });
+  REQUIRE(h.ok());
+  submit("penalised", penalised);
+  submit("plain", greedy_request(rt.encode("Once upon a time"), tokens));
+  REQUIRE(log.wait_all_finished(3));
+  CHECK(log.get("penalised").tokens == reference);
+  CHECK(log.get("plain").tokens == plain[0]);
+  const auto lp = log.get("logprobs");
+  CHECK(lp.tokens == plain[0]);
+  REQUIRE(seen.size() == static_cast<std::size_t>(tokens));
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    REQUIRE(seen[i].size() == 1);
+    const sampled_logprobs& s = seen[i][0];
+    CHECK(s.chosen.id == lp.tokens[i]);
+    REQUIRE(s.top.size() == 3);
+    CHECK(s.top[0].id == s.chosen.id);  // greedy: the most likely token
+    CHECK(s.top[0].logprob == doctest::Approx(s.chosen.logprob));
+    CHECK(s.top[0].logprob >= s.top[1].logprob);
+    CHECK(s.top[1].logprob >= s.top[2].logprob);
+    double mass = 0;
+    for (const auto& t : s.top) mass += std::exp(static_cast<double>(t.logprob));
+    CHECK(s.chosen.logprob <= 0.0f);
+    CHECK(mass <= 1.0 + 1e-6);
+  }
+}

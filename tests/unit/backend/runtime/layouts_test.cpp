@@ -23,9 +23,10 @@ struct loaded {
   std::unique_ptr<cpu_executor> exec;
 };
 
-loaded load(const std::filesystem::path& path) {
+loaded load(const std::filesystem::path& path, load_options options = {}) {
   loaded l;
-  auto m = load_model({.path = path});
+  options.path = path;
+  auto m = load_model(options);
   REQUIRE_MESSAGE(m.ok(), m.error().message());
   l.m = std::move(m).value();
   auto c = kv_cache::create(kv_cache_layout::for_tokens(l.m->config, edge::kernels::dtype::f32, 16, 512));
@@ -55,7 +56,88 @@ std::vector<float> logits_along(loaded& l, const std::vector<token_id>& prompt) 
   return all;
 }
 
+// Largest difference relative to the largest value (at least 1).
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double max_diff = 0, max_value = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, double(std::fabs(a[i] - b[i])));
+    max_value = std::max(max_value, double(std::fabs(a[i])));
+  }
+  REQUIRE(max_value > 0.0);
+  return max_diff / std::max(1.0, max_value);
+}
+
 }  // namespace
+
+TEST_CASE("the stacked Q/K/V and gate/up layout computes the logits of the separate matrices") {
+  edge::testing::temp_dir dir;
+  const std::vector<token_id> prompt = {1, 17, 42, 99, 7, 250, 3, 64, 128, 5, 11, 300};
+  for (const char* preset : {"tiny", "tiny-qwen2"}) {
+    CAPTURE(preset);
+    const auto path = dir / preset;
+    auto written = write_synthetic_model({.preset = preset, .format = synthetic_format::safetensors, .seed = 9,
+                                          .dtype = edge::kernels::dtype::bf16, .out = path});
+    REQUIRE_MESSAGE(written.ok(), written.error().message());
+    for (const auto weights : {std::optional<edge::kernels::weight_format>{}, std::optional{edge::kernels::weight_format::int4},
+                               std::optional{edge::kernels::weight_format::fp8_e4m3}}) {
+      CAPTURE(weights ? edge::kernels::to_string(*weights) : "as stored");
+      loaded stacked = load(path, {.weight_dtype = weights});
+      loaded separate = load(path, {.weight_dtype = weights, .fuse_projections = false});
+      REQUIRE(stacked.m->weights.layers[0].wqkv.present());
+      REQUIRE_FALSE(separate.m->weights.layers[0].wqkv.present());
+      CHECK(relative_difference(logits_along(stacked, prompt), logits_along(separate, prompt)) <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("forward_sample samples on the executor and copies only the rows asked for") {
+  edge::testing::temp_dir dir;
+  const auto path = dir / "tiny";
+  REQUIRE(write_synthetic_model({.preset = "tiny", .seed = 4, .dtype = edge::kernels::dtype::f32, .out = path}).ok());
+  loaded l = load(path);
+  const std::int64_t vocab = l.m->config.vocab_size;
+  const std::vector<token_id> a = {1, 5, 9}, b = {2, 8}, c = {3};
+  const std::vector<std::int32_t> ta = {0}, tb = {1}, tc = {2}, td = {3};
+  batch_plan plan;
+  plan.entries.push_back({.tokens = a, .start_position = 0, .block_table = ta, .compute_logits = true});
+  plan.entries.push_back({.tokens = b, .start_position = 0, .block_table = tb, .compute_logits = false});
+  plan.entries.push_back({.tokens = b, .start_position = 0, .block_table = tc, .compute_logits = true});
+  plan.entries.push_back({.tokens = c, .start_position = 0, .block_table = td, .compute_logits = true});
+  std::vector<float> expected(static_cast<std::size_t>(3 * vocab));
+  REQUIRE(l.exec->forward(plan, expected).ok());
+  const auto row = [&](std::size_t r) {
+    return std::vector<float>(expected.begin() + static_cast<std::ptrdiff_t>(r * vocab),
+                              expected.begin() + static_cast<std::ptrdiff_t>((r + 1) * vocab));
+  };
+
+  // Row 0 greedy on the executor; row 1 sampled with a draw and copied; row 2 left to the caller.
+  const std::vector<row_sampling> rows = {
+      {.sample = true, .config = {.temperature = 0.0f}},
+      {.sample = true, .config = {.temperature = 1.0f, .top_k = 5, .uniform = 0.3f}, .copy_logits = true},
+      {.sample = false, .copy_logits = true}};
+  std::vector<std::int32_t> tokens(3, -7);
+  std::vector<float> copied(static_cast<std::size_t>(2 * vocab));
+  REQUIRE(l.exec->forward_sample(plan, rows, tokens, copied).ok());
+  CHECK(tokens[0] == edge::kernels::argmax(row(0)));
+  CHECK(tokens[2] == -7);
+  CHECK(std::vector<float>(copied.begin(), copied.begin() + vocab) == row(1));
+  CHECK(std::vector<float>(copied.begin() + vocab, copied.end()) == row(2));
+  // The draw is the sampling kernel's on that row with that config.
+  std::vector<float> scratch = row(1);
+  std::int32_t reference = -1;
+  REQUIRE(edge::kernels::run_sampling({.logits = scratch.data(), .config = &rows[1].config, .out = &reference,
+                                       .rows = 1, .vocab = vocab},
+                                      {})
+              .ok());
+  CHECK(tokens[1] == reference);
+
+  // Arguments that do not fit the plan are refused.
+  std::vector<float> short_buffer(static_cast<std::size_t>(vocab));
+  CHECK(l.exec->forward_sample(plan, rows, tokens, short_buffer).code() == edge::status_code::invalid_argument);
+  CHECK(l.exec->forward_sample(plan, std::span(rows).first(2), std::span(tokens).first(2), copied).code() ==
+        edge::status_code::invalid_argument);
+}
 
 TEST_CASE("the Hugging Face and GGUF forms of one synthetic model compute the same logits") {
   edge::testing::temp_dir dir;
