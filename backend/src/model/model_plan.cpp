@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "edge/common/format.h"
+#include "model_checks.h"
 
 namespace edge::backend {
 
@@ -42,18 +42,7 @@ std::int64_t model_plan::max_intermediate() const {
 }
 
 result<model_plan> plan_model(const model_config& c) {
-  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
-      c.head_dim <= 0 || c.intermediate_size <= 0) {
-    return invalid_argument(format("the model configuration has an empty dimension (vocab {}, hidden {}, layers {}, "
-                                   "heads {}, kv heads {}, head_dim {}, intermediate {})",
-                                   c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim,
-                                   c.intermediate_size));
-  }
-  if (c.num_heads % c.num_kv_heads != 0) {
-    return invalid_argument(format("{} attention heads do not divide into groups of {} KV heads", c.num_heads,
-                                   c.num_kv_heads));
-  }
-  if (c.head_dim % 2 != 0) return invalid_argument(format("RoPE needs an even head size, not {}", c.head_dim));
+  EDGE_RETURN_IF_ERROR(check_config(c));
 
   model_plan plan;
   plan.arch = c.arch;

@@ -135,7 +135,7 @@ TEST_CASE("a GGUF llama model plans adjacent-pair RoPE; its layers are stacked a
 
 TEST_CASE("an inconsistent configuration has no plan") {
   model_config c{.vocab_size = 10, .hidden_size = 16, .intermediate_size = 32, .num_layers = 1, .num_heads = 4,
-                 .num_kv_heads = 3, .head_dim = 4};
+                 .num_kv_heads = 3, .head_dim = 4, .max_position = 64};
   CHECK(plan_model(c).error().code() == edge::status_code::invalid_argument);  // 4 heads in groups of 3
   c.num_kv_heads = 2;
   c.head_dim = 5;

@@ -84,8 +84,8 @@ struct model_plan {
   std::int64_t max_intermediate() const;
 };
 
-// invalid_argument for a configuration with an empty or inconsistent dimension (heads that do
-// not divide into KV groups, an odd head size for RoPE).
+// invalid_argument for a configuration that fails the loaders' plausibility checks (an empty or
+// oversized dimension, heads that do not divide into KV groups, an odd head size for RoPE).
 result<model_plan> plan_model(const model_config& config);
 
 }  // namespace edge::backend
