@@ -17,7 +17,7 @@
 #include <variant>
 #include <vector>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/gguf.h"
 #include "edge/common/format.h"
 #include "json_fields.h"
 #include "hf_config_text.h"

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/gguf.h"
 #include "edge/common/format.h"
 #include "edge/kernels/numerics.h"
 #include "json_fields.h"

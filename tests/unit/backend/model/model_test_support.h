@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "edge/backend/model/tensor.h"
+#include "edge/backend/io/tensor_view.h"
 #include "edge/kernels/numerics.h"
 
 namespace edge::testing {

@@ -14,17 +14,32 @@
 #include <variant>
 #include <vector>
 
-#include "edge/backend/model/mapped_file.h"
-#include "edge/backend/model/tensor.h"
+#include "edge/backend/io/dtype_names.h"
+#include "edge/backend/io/mapped_file.h"
+#include "edge/backend/io/tensor_view.h"
 #include "edge/common/status.h"
 
 namespace edge::backend {
 
-// GGUF's ggml tensor types that edgeinfer reads (the numbering is the file format's). Other
-// types are rejected by name ("unsupported tensor type Q4_K (12) for tensor ..."). Q4_0 and
-// Q8_0 tensors (tensor_encoding::ggml_q4_0 / ggml_q8_0) must have rows of whole 32-element
-// blocks; load_model repacks or converts them (model.h).
-enum class ggml_type : std::uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8, bf16 = 30 };
+// The format's default alignment of tensor data.
+constexpr std::uint64_t gguf_default_alignment = 32;
+
+// Metadata value types (the numbering is the file format's).
+enum class gguf_value_type : std::uint32_t {
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
+};
 
 struct gguf_value;
 using gguf_array = std::vector<gguf_value>;
@@ -43,8 +58,8 @@ struct gguf_value {
 
 struct gguf_file {
   std::uint32_t version = 0;
-  std::uint64_t alignment = 32;    // general.alignment, or the format's default
-  std::uint64_t data_offset = 0;   // where the tensor data section starts in the file
+  std::uint64_t alignment = gguf_default_alignment;  // general.alignment, or the format's default
+  std::uint64_t data_offset = 0;  // where the tensor data section starts in the file
   std::map<std::string, gguf_value, std::less<>> metadata;
   std::vector<tensor_view> tensors;  // data points into `file`
   std::shared_ptr<const mapped_file> file;
@@ -53,6 +68,10 @@ struct gguf_file {
   const tensor_view* find_tensor(std::string_view name) const;
 };
 
+// Tensor types are the ggml_type numbers (dtype_names.h); others are rejected by name
+// ("unsupported tensor type Q4_K (12) for tensor ..."). Q4_0 and Q8_0 tensors must have rows
+// of whole 32-element blocks; load_model repacks or converts them (model.h).
+//
 // Parses a GGUF held in `bytes` (a mapping of the whole file). data_loss for truncation, counts
 // that cannot fit in the bytes left, or tensor data outside the data section; invalid_argument
 // for a bad magic/version/value type/tensor type, a duplicate key or tensor name, a misaligned

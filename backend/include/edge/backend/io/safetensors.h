@@ -8,13 +8,18 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "edge/backend/model/mapped_file.h"
-#include "edge/backend/model/tensor.h"
+#include "edge/backend/io/mapped_file.h"
+#include "edge/backend/io/tensor_view.h"
 #include "edge/common/status.h"
 
 namespace edge::backend {
+
+// The weights of a folder in one file, or the index of its shards.
+constexpr std::string_view safetensors_single_file = "model.safetensors";
+constexpr std::string_view safetensors_index_file = "model.safetensors.index.json";
 
 struct safetensors_file {
   std::vector<tensor_view> tensors;  // data points into the bytes parsed
@@ -22,8 +27,8 @@ struct safetensors_file {
 };
 
 // Validates every tensor's dtype, shape and range against the buffer. Only the dtypes
-// edgeinfer reads (F32, F16, BF16, F8_E4M3, and I32 / I64 for compressed-tensors' packed weights
-// and shapes) are accepted; others are invalid_argument naming the tensor.
+// edgeinfer reads (parse_safetensors_dtype in dtype_names.h) are accepted; others are
+// invalid_argument naming the tensor.
 result<safetensors_file> parse_safetensors(std::span<const std::byte> bytes);
 
 // All tensors of a Hugging Face folder: model.safetensors, or every shard listed by
