@@ -1,6 +1,7 @@
 // GGUF v2/v3 (the llama.cpp file format): metadata key/values and tensor descriptors, parsed
 // from a memory-mapped file and validated so that a truncated or corrupt file is an error,
-// never an out-of-bounds read.
+// never an out-of-bounds read; and the writer of GGUF v3 files (`edgeinfer make-model`'s models,
+// `edgeinfer quantize`'s tokenizer.gguf).
 #pragma once
 
 #include <cstdint>
@@ -16,12 +17,14 @@
 
 #include "edge/backend/io/dtype_names.h"
 #include "edge/backend/io/mapped_file.h"
+#include "edge/backend/io/output_files.h"
 #include "edge/backend/io/tensor_view.h"
 #include "edge/common/status.h"
 
 namespace edge::backend {
 
-// The format's default alignment of tensor data.
+// The format's default alignment of tensor data, which every file edgeinfer writes uses (so it
+// writes no general.alignment).
 constexpr std::uint64_t gguf_default_alignment = 32;
 
 // Metadata value types (the numbering is the file format's).
@@ -80,5 +83,44 @@ struct gguf_file {
 result<gguf_file> parse_gguf(std::span<const std::byte> bytes);
 // The same for a file, which it maps; errors name the path.
 result<gguf_file> load_gguf(const std::filesystem::path& path);
+
+// Metadata for write_gguf, serialised as keys are added, in that order (the caller keeps keys
+// unique).
+class gguf_metadata_writer {
+ public:
+  void add_u32(std::string_view key, std::uint32_t value);
+  void add_u64(std::string_view key, std::uint64_t value);
+  void add_f32(std::string_view key, float value);
+  void add_bool(std::string_view key, bool value);
+  void add_string(std::string_view key, std::string_view value);
+  void add_strings(std::string_view key, std::span<const std::string> values);
+  void add_i32s(std::string_view key, std::span<const std::int32_t> values);
+  // A value as parse_gguf holds it, in the types it widened to: integers as u64 / i64, numbers
+  // as f64. An array's elements are written as its first element's type; an empty array is of
+  // i64.
+  void add(std::string_view key, const gguf_value& value);
+
+  std::uint64_t count() const { return count_; }
+  std::string_view bytes() const { return bytes_; }
+
+ private:
+  template <class T>
+  void put(T value) {
+    bytes_.append(reinterpret_cast<const char*>(&value), sizeof(value));
+  }
+  void put_string(std::string_view text);
+  void put_value(const gguf_value& value);
+  void begin(std::string_view key, gguf_value_type type);
+
+  std::string bytes_;
+  std::uint64_t count_ = 0;
+};
+
+// A GGUF v3 file at `path`, written through an atomic_file: the metadata, each tensor's info
+// (ggml's dimension order, data offsets aligned to gguf_default_alignment), then each tensor's
+// data, padded to the alignment. invalid_argument naming a tensor whose type GGUF has no
+// number for (FP8, compressed-tensors' integers), before anything is written.
+status write_gguf(const std::filesystem::path& path, const gguf_metadata_writer& metadata,
+                  std::span<const output_tensor> tensors);
 
 }  // namespace edge::backend
