@@ -1,8 +1,9 @@
 // write_gguf and gguf_metadata_writer (edge/backend/io/gguf.h).
+#include "edge/backend/io/gguf.h"
+
 #include <bit>
 #include <type_traits>
 
-#include "edge/backend/io/gguf.h"
 #include "edge/common/format.h"
 
 namespace edge::backend {

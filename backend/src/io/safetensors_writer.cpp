@@ -1,10 +1,11 @@
 // write_safetensors_weights (edge/backend/io/safetensors.h).
+#include "edge/backend/io/safetensors.h"
+
 #include <bit>
 #include <string>
 #include <vector>
 
 #include "../model/json_text.h"
-#include "edge/backend/io/safetensors.h"
 #include "edge/common/format.h"
 
 namespace edge::backend {

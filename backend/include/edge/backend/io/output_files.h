@@ -22,7 +22,7 @@ namespace edge::backend {
 
 // A file written through a buffer under `path` + partial_suffix and renamed to `path` by
 // commit(). Destroyed uncommitted (an error on the way, an exception), it removes the
-// temporary file, so nothing is left at either name. One writer, one thread.
+// temporary file and leaves a file already at `path` as it was. One writer, one thread.
 class atomic_file {
  public:
   static constexpr std::string_view partial_suffix = ".partial";
