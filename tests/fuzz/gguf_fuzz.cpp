@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <span>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "edge/backend/io/mapped_file.h"
 #include "edge/backend/model/formats.h"
-#include "edge/backend/model/mapped_file.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/cuda_executor.h"
 #include "edge/backend/runtime/kv_block_pool.h"

@@ -8,9 +8,9 @@
 #include <map>
 #include <thread>
 
+#include "edge/backend/io/safetensors.h"
 #include "edge/backend/model/formats.h"
 #include "edge/backend/model/model.h"
-#include "edge/backend/model/safetensors.h"
 #include "edge/backend/model_locator.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"

@@ -3,21 +3,19 @@
 #include "edge/backend/model/quantized_checkpoint.h"
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
-#include <memory>
-#include <span>
 #include <string>
-#include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/dtype_names.h"
+#include "edge/backend/io/gguf.h"
+#include "edge/backend/io/output_files.h"
+#include "edge/backend/io/safetensors.h"
 #include "edge/common/format.h"
 #include "json_fields.h"
 #include "hf_config_text.h"
@@ -29,102 +27,15 @@ namespace {
 namespace fs = std::filesystem;
 using kernels::weight_format;
 
-static_assert(std::endian::native == std::endian::little, "safetensors and GGUF are written as little-endian bytes");
-
-constexpr std::string_view partial_suffix = ".partial";
-constexpr std::string_view single_file_name = "model.safetensors";
-constexpr std::string_view index_file_name = "model.safetensors.index.json";
-constexpr std::size_t safetensors_header_alignment = 8;
 // compressed-tensors packs eight 4-bit values into each int32.
 constexpr std::int64_t nibbles_per_word = 8;
-constexpr std::uint32_t gguf_version = 3;
-constexpr std::uint64_t gguf_alignment = 32;
 // Files a Hugging Face source keeps its tokenizer and chat template in (and the ones an
 // earlier `edgeinfer quantize` wrote for GGUF and llama2.c sources).
 constexpr std::string_view tokenizer_files[] = {"tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
                                                 "chat_template.jinja", "generation_config.json", "tokenizer.gguf",
                                                 "tokenizer.bin"};
 
-// A file written under a temporary name and renamed into place when complete, so that an
-// interrupted run never leaves a file that looks whole.
-class output_file {
- public:
-  static result<std::unique_ptr<output_file>> create(fs::path path) {
-    fs::path partial = path;
-    partial += partial_suffix;
-    std::FILE* f = std::fopen(partial.c_str(), "wb");
-    if (f == nullptr) return unavailable(edge::format("cannot create {}: {}", partial.string(), std::strerror(errno)));
-    return std::unique_ptr<output_file>(new output_file(std::move(path), std::move(partial), f));
-  }
-  ~output_file() {
-    if (file_ != nullptr) {
-      std::fclose(file_);
-      std::error_code ec;
-      fs::remove(partial_, ec);
-    }
-  }
-  output_file(const output_file&) = delete;
-  output_file& operator=(const output_file&) = delete;
-
-  status write(const void* data, std::size_t size) {
-    if (size > 0 && std::fwrite(data, 1, size, file_) != size) return failure("write");
-    return {};
-  }
-  status write(std::string_view text) { return write(text.data(), text.size()); }
-  template <class T>
-  status write_scalar(T value) {
-    return write(&value, sizeof(value));
-  }
-  status commit() {
-    std::FILE* f = std::exchange(file_, nullptr);
-    if (std::fclose(f) != 0) return failure("close");
-    std::error_code ec;
-    fs::rename(partial_, path_, ec);
-    if (ec) return unavailable(edge::format("cannot rename {} to {}: {}", partial_.string(), path_.string(), ec.message()));
-    return {};
-  }
-
- private:
-  output_file(fs::path path, fs::path partial, std::FILE* f) : path_(std::move(path)), partial_(std::move(partial)), file_(f) {}
-
-  status failure(std::string_view what) const {
-    const int error = errno;
-    std::string message = edge::format("cannot {} {}: {}", what, partial_.string(), std::strerror(error));
-    return error == ENOSPC ? resource_exhausted(std::move(message)) : unavailable(std::move(message));
-  }
-
-  fs::path path_;
-  fs::path partial_;
-  std::FILE* file_;
-};
-
-status write_text_file(const fs::path& path, std::string_view text) {
-  EDGE_ASSIGN_OR_RETURN(auto file, output_file::create(path));
-  EDGE_RETURN_IF_ERROR(file->write(text));
-  return file->commit();
-}
-
 // ---- the tensors --------------------------------------------------------------------------------
-
-// One tensor of the checkpoint: its header entry and how its bytes are produced, row by row so
-// that memory stays small whatever the model size.
-struct planned_tensor {
-  std::string name;
-  std::string_view dtype;  // safetensors' name: "F32", "I32", "F8_E4M3", ...
-  std::vector<std::int64_t> shape;
-  std::uint64_t bytes = 0;
-  std::function<status(output_file&)> write;
-};
-
-std::string_view safetensors_dtype(kernels::dtype type) {
-  switch (type) {
-    case kernels::dtype::f32: return "F32";
-    case kernels::dtype::f16: return "F16";
-    case kernels::dtype::bf16: return "BF16";
-    case kernels::dtype::fp8_e4m3: return "F8_E4M3";
-  }
-  return "F32";
-}
 
 // The row of a matrix stored in the adjacent-pair RoPE order that holds row `row` of the
 // half-split order: within each head of `head_dim` rows, half-split row half × head_dim / 2 + i
@@ -144,13 +55,12 @@ row_map identity_rows() {
 }
 
 // A plain tensor (embedding, norm, bias) as the model holds it, rows reordered by `rows_of`.
-planned_tensor plain_tensor(std::string name, const tensor_view& view, row_map rows_of) {
+output_tensor plain_tensor(std::string name, const tensor_view& view, row_map rows_of) {
   const std::int64_t rows = view.shape.size() == 1 ? view.shape[0] : view.rows();
   const std::size_t row_bytes =
       view.shape.size() == 1 ? kernels::dtype_size(view.type) : view.bytes() / static_cast<std::size_t>(rows);
-  planned_tensor t{.name = std::move(name), .dtype = safetensors_dtype(view.type), .shape = view.shape,
-                   .bytes = view.bytes()};
-  t.write = [view, rows, row_bytes, rows_of = std::move(rows_of)](output_file& out) -> status {
+  output_tensor t{.name = std::move(name), .type = {.type = view.type, .encoding = view.encoding}, .shape = view.shape};
+  t.write = [view, rows, row_bytes, rows_of = std::move(rows_of)](atomic_file& out) -> status {
     for (std::int64_t r = 0; r < rows; ++r) {
       EDGE_RETURN_IF_ERROR(out.write(view.data + static_cast<std::size_t>(rows_of(r)) * row_bytes, row_bytes));
     }
@@ -161,16 +71,16 @@ planned_tensor plain_tensor(std::string name, const tensor_view& view, row_map r
 
 // A weight matrix under `stem` ("model.layers.0.self_attn.q_proj."): weight_packed /
 // weight_scale / weight_shape for INT4, weight / weight_scale for FP8, weight for the rest.
-void add_matrix(std::vector<planned_tensor>& plan, const std::string& stem, const weight_matrix& w, row_map rows_of) {
+void add_matrix(std::vector<output_tensor>& plan, const std::string& stem, const weight_matrix& w, row_map rows_of) {
   const std::int64_t rows = w.rows();
   const std::int64_t cols = w.cols();
   switch (w.format) {
     case weight_format::int4: {
       const std::int64_t words = (cols + nibbles_per_word - 1) / nibbles_per_word;
       const std::int64_t groups = cols / w.group_size;
-      planned_tensor packed{.name = stem + "weight_packed", .dtype = "I32", .shape = {rows, words},
-                            .bytes = static_cast<std::uint64_t>(rows * words * 4)};
-      packed.write = [w, rows, cols, words, rows_of](output_file& out) -> status {
+      output_tensor packed{.name = stem + "weight_packed", .type = {.encoding = tensor_encoding::int32},
+                           .shape = {rows, words}};
+      packed.write = [w, rows, cols, words, rows_of](atomic_file& out) -> status {
         const std::int64_t row_bytes = kernels::int4_row_bytes(cols);
         std::vector<std::uint32_t> row(static_cast<std::size_t>(words));  // [words]
         for (std::int64_t r = 0; r < rows; ++r) {
@@ -186,17 +96,16 @@ void add_matrix(std::vector<planned_tensor>& plan, const std::string& stem, cons
         return {};
       };
       plan.push_back(std::move(packed));
-      planned_tensor scales{.name = stem + "weight_scale", .dtype = "F32", .shape = {rows, groups},
-                            .bytes = static_cast<std::uint64_t>(rows * groups) * sizeof(float)};
-      scales.write = [w, rows, groups, rows_of](output_file& out) -> status {
+      output_tensor scales{.name = stem + "weight_scale", .type = {.type = kernels::dtype::f32}, .shape = {rows, groups}};
+      scales.write = [w, rows, groups, rows_of](atomic_file& out) -> status {
         for (std::int64_t r = 0; r < rows; ++r) {
           EDGE_RETURN_IF_ERROR(out.write(w.scales + rows_of(r) * groups, static_cast<std::size_t>(groups) * sizeof(float)));
         }
         return {};
       };
       plan.push_back(std::move(scales));
-      planned_tensor shape{.name = stem + "weight_shape", .dtype = "I64", .shape = {2}, .bytes = 2 * sizeof(std::int64_t)};
-      shape.write = [rows, cols](output_file& out) -> status {
+      output_tensor shape{.name = stem + "weight_shape", .type = {.encoding = tensor_encoding::int64}, .shape = {2}};
+      shape.write = [rows, cols](atomic_file& out) -> status {
         EDGE_RETURN_IF_ERROR(out.write_scalar(rows));
         return out.write_scalar(cols);
       };
@@ -206,9 +115,8 @@ void add_matrix(std::vector<planned_tensor>& plan, const std::string& stem, cons
     case weight_format::fp8_e4m3: {
       const tensor_view codes{.name = stem + "weight", .type = kernels::dtype::fp8_e4m3, .shape = w.shape, .data = w.data};
       plan.push_back(plain_tensor(stem + "weight", codes, rows_of));
-      planned_tensor scales{.name = stem + "weight_scale", .dtype = "F32", .shape = {rows, 1},
-                            .bytes = static_cast<std::uint64_t>(rows) * sizeof(float)};
-      scales.write = [w, rows, rows_of](output_file& out) -> status {
+      output_tensor scales{.name = stem + "weight_scale", .type = {.type = kernels::dtype::f32}, .shape = {rows, 1}};
+      scales.write = [w, rows, rows_of](atomic_file& out) -> status {
         for (std::int64_t r = 0; r < rows; ++r) EDGE_RETURN_IF_ERROR(out.write_scalar(w.scales[rows_of(r)]));
         return {};
       };
@@ -234,7 +142,7 @@ bool classifier_is_embedding(const model& m) {
 }
 
 struct checkpoint_plan {
-  std::vector<planned_tensor> tensors;
+  std::vector<output_tensor> tensors;
   // Linear module name → INT4 group size (pack-quantized) or 0 (FP8), for quantization_config.
   std::map<std::string, std::int64_t> quantized_modules;
   bool tied = false;
@@ -319,16 +227,6 @@ std::string quantization_config_json(const checkpoint_plan& plan, weight_format 
       lm_head_quantized ? "" : "\"lm_head\"");
 }
 
-std::string_view torch_dtype(kernels::dtype type) {
-  switch (type) {
-    case kernels::dtype::f32: return "float32";
-    case kernels::dtype::f16: return "float16";
-    case kernels::dtype::bf16: return "bfloat16";
-    case kernels::dtype::fp8_e4m3: break;
-  }
-  return "float32";
-}
-
 // The fields load_model reads, from the model's configuration (GGUF and llama2.c sources).
 std::string config_fields_from_model(const model& m, bool tied) {
   const model_config& c = m.config;
@@ -337,7 +235,7 @@ std::string config_fields_from_model(const model& m, bool tied) {
   out += hf_config_shape_fields(c);
   out += "  \"hidden_act\": \"silu\",\n";
   out += qwen ? "  \"use_sliding_window\": false,\n" : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n";
-  out += "  \"torch_dtype\": \"" + std::string(torch_dtype(m.weights.token_embedding.type)) + "\",\n";
+  out += "  \"torch_dtype\": \"" + std::string(torch_dtype_name(m.weights.token_embedding.type)) + "\",\n";
   out += std::string("  \"tie_word_embeddings\": ") + (tied ? "true" : "false") + ",\n";
   if (m.synthetic) out += "  \"edgeinfer_synthetic\": true,\n";
   return out;
@@ -366,78 +264,19 @@ result<std::string> config_fields_from_source(const fs::path& config_path, bool 
 
 // ---- tokenizer files ----------------------------------------------------------------------------
 
-// GGUF metadata values as a GGUF writes them (the value type tags are the file format's).
-enum class gguf_tag : std::uint32_t { boolean = 7, string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12 };
-
-gguf_tag tag_of(const gguf_value& v) {
-  switch (v.value.index()) {
-    case 0: return gguf_tag::u64;
-    case 1: return gguf_tag::i64;
-    case 2: return gguf_tag::f64;
-    case 3: return gguf_tag::boolean;
-    case 4: return gguf_tag::string;
-    default: return gguf_tag::array;
-  }
-}
-
-void put_string(std::string& out, std::string_view text) {
-  const auto length = static_cast<std::uint64_t>(text.size());
-  out.append(reinterpret_cast<const char*>(&length), sizeof(length));
-  out.append(text);
-}
-
-template <class T>
-void put_scalar(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
-}
-
-void put_value(std::string& out, const gguf_value& v) {
-  std::visit(
-      [&](const auto& x) {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) {
-          put_scalar(out, static_cast<std::uint8_t>(x ? 1 : 0));
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          put_string(out, x);
-        } else if constexpr (std::is_same_v<T, gguf_array>) {
-          // Elements of an array share the first one's type; an empty array is of i64.
-          const gguf_tag element = x.empty() ? gguf_tag::i64 : tag_of(x.front());
-          put_scalar(out, static_cast<std::uint32_t>(element));
-          put_scalar(out, static_cast<std::uint64_t>(x.size()));
-          for (const auto& item : x) put_value(out, item);
-        } else {
-          put_scalar(out, x);
-        }
-      },
-      v.value);
-}
-
 // tokenizer.gguf: a GGUF without tensors holding the source's general.* and tokenizer.*
 // metadata, which is all a GGUF vocabulary and chat template need.
 status write_gguf_tokenizer(const fs::path& source, const fs::path& path) {
   EDGE_ASSIGN_OR_RETURN(const auto file, load_gguf(source));
-  std::string keys;
-  std::uint64_t count = 0;
+  gguf_metadata_writer keys;
   for (const auto& [key, value] : file.metadata) {
     if (!key.starts_with("general.") && !key.starts_with("tokenizer.")) continue;
-    if (value.as_array() && !value.as_array()->empty() && tag_of(value.as_array()->front()) == gguf_tag::array) {
+    if (const auto* array = value.as_array(); array && !array->empty() && array->front().as_array()) {
       continue;  // arrays of arrays: no vocabulary key uses them
     }
-    put_string(keys, key);
-    put_scalar(keys, static_cast<std::uint32_t>(tag_of(value)));
-    put_value(keys, value);
-    ++count;
+    keys.add(key, value);
   }
-  EDGE_ASSIGN_OR_RETURN(auto out, output_file::create(path));
-  EDGE_RETURN_IF_ERROR(out->write("GGUF"));
-  EDGE_RETURN_IF_ERROR(out->write_scalar(gguf_version));
-  EDGE_RETURN_IF_ERROR(out->write_scalar(std::uint64_t{0}));  // tensors
-  EDGE_RETURN_IF_ERROR(out->write_scalar(count));
-  EDGE_RETURN_IF_ERROR(out->write(keys));
-  // The (empty) data section starts at the next multiple of the alignment.
-  const std::uint64_t header = 4 + sizeof(gguf_version) + 2 * sizeof(std::uint64_t) + keys.size();
-  EDGE_RETURN_IF_ERROR(out->write(std::string((gguf_alignment - header % gguf_alignment) % gguf_alignment, '\0')));
-  return out->commit();
+  return write_gguf(path, keys, {});
 }
 
 status copy_tokenizer_file(const fs::path& from, const fs::path& to) {
@@ -486,46 +325,9 @@ status write_tokenizer(const model& m, const load_options& source, const fs::pat
 // ---- the folder ---------------------------------------------------------------------------------
 
 status prepare_folder(const fs::path& folder) {
-  std::error_code ec;
-  if (!fs::exists(folder, ec)) {
-    fs::create_directories(folder, ec);
-    if (ec) return unavailable(edge::format("cannot create {}: {}", folder.string(), ec.message()));
-    return {};
-  }
-  if (!fs::is_directory(folder, ec)) return invalid_argument(edge::format("{} exists and is not a folder", folder.string()));
-  if (!fs::is_empty(folder, ec)) {
-    return failed_precondition(edge::format("{} is not empty; choose a new folder", folder.string()));
-  }
+  EDGE_ASSIGN_OR_RETURN(const bool has_files, output_folder_has_files(folder));
+  if (has_files) return failed_precondition(edge::format("{} is not empty; choose a new folder", folder.string()));
   return {};
-}
-
-std::string safetensors_header(std::span<const planned_tensor* const> tensors, weight_format format) {
-  std::string header = edge::format("{{\"__metadata__\": {{\"format\": \"pt\", \"edgeinfer_quantized\": \"{}\"}}",
-                                    kernels::to_string(format));
-  std::uint64_t offset = 0;
-  for (const auto* t : tensors) {
-    header += ", ";
-    append_json_string(header, t->name);
-    header += ": {\"dtype\": \"" + std::string(t->dtype) + "\", \"shape\": [";
-    for (std::size_t i = 0; i < t->shape.size(); ++i) header += (i ? ", " : "") + std::to_string(t->shape[i]);
-    header += "], \"data_offsets\": [" + std::to_string(offset) + ", " + std::to_string(offset + t->bytes) + "]}";
-    offset += t->bytes;
-  }
-  header += '}';
-  // Spaces up to a multiple of 8 put the data at an aligned offset (8-byte length + header).
-  header.append((safetensors_header_alignment - header.size() % safetensors_header_alignment) %
-                    safetensors_header_alignment,
-                ' ');
-  return header;
-}
-
-std::string shard_name(std::size_t index, std::size_t count) {
-  constexpr std::size_t digits = 5;
-  const auto padded = [](std::size_t n) {
-    std::string text = std::to_string(n);
-    return std::string(text.size() < digits ? digits - text.size() : 0, '0') + text;
-  };
-  return "model-" + padded(index + 1) + "-of-" + padded(count) + ".safetensors";
 }
 
 }  // namespace
@@ -544,7 +346,7 @@ result<fs::path> write_quantized_checkpoint(const model& m, const quantized_chec
                                kernels::to_string(m.weights.lm_head.format), kernels::to_string(format)));
   }
   EDGE_RETURN_IF_ERROR(prepare_folder(options.out));
-  const checkpoint_plan plan = plan_checkpoint(m);
+  checkpoint_plan plan = plan_checkpoint(m);
 
   std::string config = "{\n";
   if (m.format == model_format::hugging_face) {
@@ -557,41 +359,24 @@ result<fs::path> write_quantized_checkpoint(const model& m, const quantized_chec
 
   EDGE_RETURN_IF_ERROR(write_tokenizer(m, options.source, options.out));
 
-  // Tensors in order, a new shard whenever the next one would pass the limit.
-  std::vector<std::vector<const planned_tensor*>> shards(1);
-  std::uint64_t shard_bytes = 0, total = 0;
-  for (const auto& t : plan.tensors) {
-    if (!shards.back().empty() && shard_bytes + t.bytes > options.max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(&t);
-    shard_bytes += t.bytes;
-    total += t.bytes;
-  }
+  std::uint64_t total = 0;
   std::uint64_t written = 0;
-  if (options.progress) options.progress(0, total);
-  std::string weight_map;
-  for (std::size_t s = 0; s < shards.size(); ++s) {
-    const std::string file_name = shards.size() == 1 ? std::string(single_file_name) : shard_name(s, shards.size());
-    const std::string header = safetensors_header(shards[s], format);
-    EDGE_ASSIGN_OR_RETURN(auto out, output_file::create(options.out / file_name));
-    EDGE_RETURN_IF_ERROR(out->write_scalar(static_cast<std::uint64_t>(header.size())));
-    EDGE_RETURN_IF_ERROR(out->write(header));
-    for (const auto* t : shards[s]) {
-      EDGE_RETURN_IF_ERROR(t->write(*out));
-      written += t->bytes;
-      if (options.progress) options.progress(written, total);
-      weight_map += weight_map.empty() ? "\n    " : ",\n    ";
-      weight_map += json_string(t->name) + ": " + json_string(file_name);
+  for (const auto& t : plan.tensors) total += t.bytes();
+  if (options.progress) {
+    // Told after each tensor: the writer only asks the tensors for their bytes.
+    options.progress(0, total);
+    for (auto& t : plan.tensors) {
+      t.write = [write = std::move(t.write), bytes = t.bytes(), total, &written,
+                 &progress = options.progress](atomic_file& out) -> status {
+        EDGE_RETURN_IF_ERROR(write(out));
+        written += bytes;
+        progress(written, total);
+        return {};
+      };
     }
-    EDGE_RETURN_IF_ERROR(out->commit());
   }
-  if (shards.size() > 1) {
-    const std::string index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total) +
-                              "},\n  \"weight_map\": {" + weight_map + "\n  }\n}\n";
-    EDGE_RETURN_IF_ERROR(write_text_file(options.out / index_file_name, index));
-  }
+  const safetensors_metadata metadata = {{"edgeinfer_quantized", std::string(kernels::to_string(format))}};
+  EDGE_RETURN_IF_ERROR(write_safetensors_weights(options.out, plan.tensors, metadata, options.max_shard_bytes));
   // Last, so that the folder is only loadable once everything else is in place.
   EDGE_RETURN_IF_ERROR(write_text_file(options.out / "config.json", config));
   return options.out;

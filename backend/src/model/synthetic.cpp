@@ -1,17 +1,18 @@
 #include "edge/backend/model/synthetic.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <bit>
-#include <cerrno>
+#include <algorithm>
 #include <cstring>
-#include <memory>
+#include <functional>
 #include <numbers>
+#include <span>
 #include <utility>
 #include <vector>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/dtype_names.h"
+#include "edge/backend/io/gguf.h"
+#include "edge/backend/io/mapped_file.h"
+#include "edge/backend/io/output_files.h"
+#include "edge/backend/io/safetensors.h"
 #include "edge/common/format.h"
 #include "edge/kernels/numerics.h"
 #include "json_fields.h"
@@ -26,22 +27,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-static_assert(std::endian::native == std::endian::little, "GGUF and safetensors are written as little-endian bytes");
-
 // Uniform on [-w, w] has the standard deviation w / sqrt(3): this matches N(0, 0.02), the
 // initialisation Llama-family models are trained from.
 constexpr double weight_std = 0.02;
 constexpr float weight_half_width = static_cast<float>(weight_std * std::numbers::sqrt3);
 constexpr float norm_value = 1.0f;
 
-constexpr std::size_t write_buffer_bytes = std::size_t{8} << 20;
 // Progress is reported about this often (in bytes written).
 constexpr std::uint64_t progress_step_bytes = std::uint64_t{32} << 20;
-
-constexpr std::uint32_t gguf_version = 3;
-constexpr std::uint64_t gguf_alignment = 32;  // the format's default; not written as general.alignment
-constexpr std::size_t safetensors_header_alignment = 8;
-constexpr std::string_view partial_suffix = ".partial";
 
 // ---- presets --------------------------------------------------------------------------------
 
@@ -127,12 +120,6 @@ struct planned_tensor {
   // GGUF llama Q/K: rows reordered within each of this many heads for adjacent-pair RoPE.
   std::int64_t permute_heads = 0;
   std::vector<float> values;  // fill::values
-
-  std::uint64_t bytes() const {
-    std::uint64_t n = kernels::dtype_size(type);
-    for (const auto d : shape) n *= static_cast<std::uint64_t>(d);
-    return n;
-  }
 };
 
 std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format format, kernels::dtype dtype) {
@@ -261,7 +248,9 @@ void encode(std::span<const float> values, kernels::dtype type, std::byte* out) 
 // Reports bytes written to the caller at a steady pace.
 class progress_meter {
  public:
-  progress_meter(const synthetic_options& options, std::uint64_t total) : callback_(options.progress), total_(total) {
+  explicit progress_meter(const synthetic_options& options) : callback_(options.progress) {}
+  void start(std::uint64_t total) {
+    total_ = total;
     if (callback_) callback_(0, total_);
   }
   void add(std::uint64_t bytes) {
@@ -274,108 +263,13 @@ class progress_meter {
 
  private:
   const std::function<void(std::uint64_t, std::uint64_t)>& callback_;
-  std::uint64_t total_;
+  std::uint64_t total_ = 0;
   std::uint64_t done_ = 0;
   std::uint64_t next_report_ = progress_step_bytes;
 };
 
-// A file written through a buffer under a temporary name and renamed into place by commit(),
-// so that an interrupted run never leaves a file that looks complete.
-class output_file {
- public:
-  static result<std::unique_ptr<output_file>> create(const fs::path& path) {
-    fs::path partial = path;
-    partial += partial_suffix;
-    constexpr mode_t readable_by_all = 0644;
-    const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, readable_by_all);
-    if (fd < 0) return unavailable(edge::format("cannot create {}: {}", partial.string(), std::strerror(errno)));
-    return std::unique_ptr<output_file>(new output_file(path, std::move(partial), fd));
-  }
-
-  ~output_file() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      std::error_code ec;
-      fs::remove(partial_, ec);
-    }
-  }
-  output_file(const output_file&) = delete;
-  output_file& operator=(const output_file&) = delete;
-
-  std::uint64_t position() const { return position_; }
-
-  status write(const void* data, std::size_t size) {
-    const auto* bytes = static_cast<const std::byte*>(data);
-    position_ += size;
-    while (size > 0) {
-      const std::size_t n = std::min(size, buffer_.size() - used_);
-      std::memcpy(buffer_.data() + used_, bytes, n);
-      used_ += n;
-      bytes += n;
-      size -= n;
-      if (used_ == buffer_.size()) EDGE_RETURN_IF_ERROR(flush());
-    }
-    return {};
-  }
-  status write(std::string_view text) { return write(text.data(), text.size()); }
-  template <class T>
-  status write_scalar(T value) {
-    return write(&value, sizeof(value));
-  }
-
-  // Zero bytes up to the next multiple of `alignment`.
-  status pad_to(std::uint64_t alignment) {
-    static constexpr std::byte zeros[gguf_alignment] = {};
-    while (position_ % alignment != 0) {
-      const auto n = std::min<std::uint64_t>(alignment - position_ % alignment, sizeof(zeros));
-      EDGE_RETURN_IF_ERROR(write(zeros, static_cast<std::size_t>(n)));
-    }
-    return {};
-  }
-
-  status commit() {
-    EDGE_RETURN_IF_ERROR(flush());
-    const int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) return failure("close");
-    std::error_code ec;
-    fs::rename(partial_, path_, ec);
-    if (ec) return unavailable(edge::format("cannot rename {} to {}: {}", partial_.string(), path_.string(), ec.message()));
-    return {};
-  }
-
- private:
-  output_file(fs::path path, fs::path partial, int fd)
-      : path_(std::move(path)), partial_(std::move(partial)), fd_(fd), buffer_(write_buffer_bytes) {}
-
-  status flush() {
-    std::size_t written = 0;
-    while (written < used_) {
-      const auto n = ::write(fd_, buffer_.data() + written, used_ - written);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return failure("write");
-      }
-      written += static_cast<std::size_t>(n);
-    }
-    used_ = 0;
-    return {};
-  }
-
-  status failure(std::string_view what) const {
-    const int error = errno;
-    std::string message = edge::format("cannot {} {}: {}", what, partial_.string(), std::strerror(error));
-    return error == ENOSPC ? resource_exhausted(std::move(message)) : unavailable(std::move(message));
-  }
-
-  fs::path path_;
-  fs::path partial_;
-  int fd_;
-  std::vector<std::byte> buffer_;
-  std::size_t used_ = 0;
-  std::uint64_t position_ = 0;
-};
-
-status write_tensor_data(output_file& out, const planned_tensor& t, std::uint64_t seed_hash, progress_meter& progress) {
+// The tensor's rows in order, each made and encoded as it is written.
+status write_rows(atomic_file& out, const planned_tensor& t, std::uint64_t seed_hash, progress_meter& progress) {
   const std::int64_t rows = t.shape.size() == 1 ? 1 : t.shape.front();
   const std::int64_t cols = t.shape.back();
   std::vector<float> row(static_cast<std::size_t>(cols));  // [cols]
@@ -390,75 +284,36 @@ status write_tensor_data(output_file& out, const planned_tensor& t, std::uint64_
   return {};
 }
 
-std::uint64_t total_bytes(const std::vector<planned_tensor>& plan) {
-  std::uint64_t total = 0;
-  for (const auto& t : plan) total += t.bytes();
-  return total;
-}
-
 std::uint64_t seed_hash_of(std::uint64_t seed) {
   std::uint64_t state = seed;
   return splitmix64(state);
-}
-
-std::string_view safetensors_dtype(kernels::dtype type) {
-  switch (type) {
-    case kernels::dtype::f32: return "F32";
-    case kernels::dtype::f16: return "F16";
-    case kernels::dtype::bf16: return "BF16";
-    case kernels::dtype::fp8_e4m3: break;  // refused by write_synthetic_model
-  }
-  return "F32";
-}
-
-std::string torch_dtype(kernels::dtype type) {
-  switch (type) {
-    case kernels::dtype::f32: return "float32";
-    case kernels::dtype::f16: return "float16";
-    case kernels::dtype::bf16: return "bfloat16";
-    case kernels::dtype::fp8_e4m3: break;  // refused by write_synthetic_model
-  }
-  return "float32";
 }
 
 special_token_style style_of(const model_config& config) {
   return config.arch == architecture::qwen2 ? special_token_style::chatml : special_token_style::llama3;
 }
 
-// ---- safetensors folder -------------------------------------------------------------------------
-
-constexpr std::string_view single_file_name = "model.safetensors";
-constexpr std::string_view index_file_name = "model.safetensors.index.json";
-
-std::string shard_name(std::size_t index, std::size_t count) {
-  constexpr int digits = 5;
-  const auto padded = [](std::size_t n) {
-    std::string text = std::to_string(n);
-    return std::string(text.size() < digits ? digits - text.size() : 0, '0') + text;
-  };
-  return "model-" + padded(index + 1) + "-of-" + padded(count) + ".safetensors";
-}
-
-std::string safetensors_header(std::span<const planned_tensor* const> tensors, const synthetic_options& options) {
-  std::string header = "{\"__metadata__\": {\"format\": \"pt\", \"edgeinfer_synthetic\": \"true\", "
-                       "\"edgeinfer_preset\": " +
-                       json_string(options.preset) + ", \"edgeinfer_seed\": \"" + std::to_string(options.seed) + "\"}";
-  std::uint64_t offset = 0;
-  for (const auto* t : tensors) {
-    header += ", ";
-    append_json_string(header, t->name);
-    header += ": {\"dtype\": \"" + std::string(safetensors_dtype(t->type)) + "\", \"shape\": [";
-    for (std::size_t i = 0; i < t->shape.size(); ++i) header += (i ? ", " : "") + std::to_string(t->shape[i]);
-    header += "], \"data_offsets\": [" + std::to_string(offset) + ", " + std::to_string(offset + t->bytes()) + "]}";
-    offset += t->bytes();
+// The plan as the writers take it: each tensor's rows made as they are written.
+std::vector<output_tensor> output_tensors(const std::vector<planned_tensor>& plan, std::uint64_t seed_hash,
+                                          progress_meter& progress) {
+  std::vector<output_tensor> tensors;
+  tensors.reserve(plan.size());
+  for (const auto& t : plan) {
+    tensors.push_back({.name = t.name, .type = {.type = t.type}, .shape = t.shape,
+                       .write = [&t, seed_hash, &progress](atomic_file& out) {
+                         return write_rows(out, t, seed_hash, progress);
+                       }});
   }
-  header += '}';
-  // Spaces up to a multiple of 8 put the data at an aligned offset (8-byte length + header).
-  header.append((safetensors_header_alignment - header.size() % safetensors_header_alignment) %
-                    safetensors_header_alignment,
-                ' ');
-  return header;
+  return tensors;
 }
+
+std::uint64_t total_bytes(std::span<const output_tensor> tensors) {
+  std::uint64_t total = 0;
+  for (const auto& t : tensors) total += t.bytes();
+  return total;
+}
+
+// ---- safetensors folder -------------------------------------------------------------------------
 
 std::string hf_config_json(const synthetic_preset& preset, const synthetic_options& options,
                            const synthetic_vocab& vocab) {
@@ -475,17 +330,11 @@ std::string hf_config_json(const synthetic_preset& preset, const synthetic_optio
   }
   if (vocab.bos_id) out += "  \"bos_token_id\": " + std::to_string(*vocab.bos_id) + ",\n";
   out += "  \"eos_token_id\": " + std::to_string(vocab.eos_id) + ",\n";
-  out += "  \"torch_dtype\": \"" + torch_dtype(options.dtype) + "\",\n";
+  out += "  \"torch_dtype\": \"" + std::string(torch_dtype_name(options.dtype)) + "\",\n";
   out += "  \"edgeinfer_synthetic\": true,\n";
   out += "  \"edgeinfer_preset\": " + json_string(preset.name) + ",\n";
   out += "  \"edgeinfer_seed\": " + std::to_string(options.seed) + "\n}\n";
   return out;
-}
-
-status write_text_file(const fs::path& path, std::string_view text) {
-  EDGE_ASSIGN_OR_RETURN(auto file, output_file::create(path));
-  EDGE_RETURN_IF_ERROR(file->write(text));
-  return file->commit();
 }
 
 bool is_earlier_output(const fs::path& folder) {
@@ -502,22 +351,18 @@ bool is_earlier_output(const fs::path& folder) {
 // An empty (or new) folder, or an earlier make-model output whose files are removed first so
 // that no stale shard survives next to the new ones.
 status prepare_folder(const fs::path& folder) {
-  std::error_code ec;
-  if (!fs::exists(folder, ec)) {
-    fs::create_directories(folder, ec);
-    if (ec) return unavailable(edge::format("cannot create {}: {}", folder.string(), ec.message()));
-    return {};
-  }
-  if (!fs::is_directory(folder, ec)) return invalid_argument(edge::format("{} exists and is not a folder", folder.string()));
-  if (fs::is_empty(folder, ec)) return {};
+  EDGE_ASSIGN_OR_RETURN(const bool has_files, output_folder_has_files(folder));
+  if (!has_files) return {};
   if (!is_earlier_output(folder)) {
     return failed_precondition(edge::format(
         "{} is not empty and not an earlier make-model output; choose a new folder", folder.string()));
   }
+  std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
     const auto name = entry.path().filename().string();
     const bool ours = name == "config.json" || name == "tokenizer.json" || name == "tokenizer_config.json" ||
-                      name.ends_with(".safetensors") || name == index_file_name || name.ends_with(partial_suffix);
+                      name.ends_with(".safetensors") || name == safetensors_index_file ||
+                      name.ends_with(atomic_file::partial_suffix);
     if (ours) fs::remove(entry.path(), ec);
   }
   return {};
@@ -529,153 +374,50 @@ status write_safetensors_folder(const synthetic_preset& preset, const synthetic_
   EDGE_RETURN_IF_ERROR(prepare_folder(folder));
   const auto plan = plan_tensors(preset.config, synthetic_format::safetensors, options.dtype);
 
-  // Tensors in order, a new shard whenever the next one would pass the limit.
-  std::vector<std::vector<const planned_tensor*>> shards(1);
-  std::uint64_t shard_bytes = 0;
-  for (const auto& t : plan) {
-    if (!shards.back().empty() && shard_bytes + t.bytes() > options.max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(&t);
-    shard_bytes += t.bytes();
-  }
-
   EDGE_RETURN_IF_ERROR(write_text_file(folder / "tokenizer.json", tokenizer_json(vocab)));
   EDGE_RETURN_IF_ERROR(write_text_file(folder / "tokenizer_config.json", tokenizer_config_json(vocab)));
 
-  const std::uint64_t seed_hash = seed_hash_of(options.seed);
-  progress_meter progress(options, total_bytes(plan));
-  std::string weight_map;
-  for (std::size_t s = 0; s < shards.size(); ++s) {
-    const std::string file_name = shards.size() == 1 ? std::string(single_file_name) : shard_name(s, shards.size());
-    const std::string header = safetensors_header(shards[s], options);
-    EDGE_ASSIGN_OR_RETURN(auto out, output_file::create(folder / file_name));
-    EDGE_RETURN_IF_ERROR(out->write_scalar(static_cast<std::uint64_t>(header.size())));
-    EDGE_RETURN_IF_ERROR(out->write(header));
-    for (const auto* t : shards[s]) {
-      EDGE_RETURN_IF_ERROR(write_tensor_data(*out, *t, seed_hash, progress));
-      weight_map += weight_map.empty() ? "\n    " : ",\n    ";
-      weight_map += json_string(t->name) + ": " + json_string(file_name);
-    }
-    EDGE_RETURN_IF_ERROR(out->commit());
-  }
-  if (shards.size() > 1) {
-    const std::string index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total_bytes(plan)) +
-                              "},\n  \"weight_map\": {" + weight_map + "\n  }\n}\n";
-    EDGE_RETURN_IF_ERROR(write_text_file(folder / index_file_name, index));
-  }
+  progress_meter progress(options);
+  const auto tensors = output_tensors(plan, seed_hash_of(options.seed), progress);
+  progress.start(total_bytes(tensors));
+  const safetensors_metadata metadata = {{"edgeinfer_synthetic", "true"},
+                                         {"edgeinfer_preset", options.preset},
+                                         {"edgeinfer_seed", std::to_string(options.seed)}};
+  EDGE_RETURN_IF_ERROR(write_safetensors_weights(folder, tensors, metadata, options.max_shard_bytes));
   // Last, so that a folder is only loadable once everything else is in place.
   return write_text_file(folder / "config.json", hf_config_json(preset, options, vocab));
 }
 
 // ---- GGUF -------------------------------------------------------------------------------------
 
-enum class gguf_type : std::uint32_t { u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8, array = 9, u64 = 10 };
-
-// GGUF metadata, serialised as it is added.
-class gguf_metadata {
- public:
-  std::uint64_t count() const { return count_; }
-  const std::string& bytes() const { return bytes_; }
-
-  void add_u32(std::string_view key, std::int64_t value) {
-    begin(key, gguf_type::u32);
-    put(static_cast<std::uint32_t>(value));
-  }
-  void add_u64(std::string_view key, std::uint64_t value) {
-    begin(key, gguf_type::u64);
-    put(value);
-  }
-  void add_f32(std::string_view key, double value) {
-    begin(key, gguf_type::f32);
-    put(static_cast<float>(value));
-  }
-  void add_bool(std::string_view key, bool value) {
-    begin(key, gguf_type::boolean);
-    put(static_cast<std::uint8_t>(value ? 1 : 0));
-  }
-  void add_string(std::string_view key, std::string_view value) {
-    begin(key, gguf_type::string);
-    put_string(value);
-  }
-  void add_strings(std::string_view key, const std::vector<std::string>& values) {
-    begin(key, gguf_type::array);
-    put(static_cast<std::uint32_t>(gguf_type::string));
-    put(static_cast<std::uint64_t>(values.size()));
-    for (const auto& value : values) put_string(value);
-  }
-  void add_i32s(std::string_view key, const std::vector<std::int32_t>& values) {
-    begin(key, gguf_type::array);
-    put(static_cast<std::uint32_t>(gguf_type::i32));
-    put(static_cast<std::uint64_t>(values.size()));
-    for (const auto value : values) put(value);
-  }
-
- private:
-  template <class T>
-  void put(T value) {
-    bytes_.append(reinterpret_cast<const char*>(&value), sizeof(value));
-  }
-  void put_string(std::string_view text) {
-    put(static_cast<std::uint64_t>(text.size()));
-    bytes_.append(text);
-  }
-  void begin(std::string_view key, gguf_type type) {
-    ++count_;
-    put_string(key);
-    put(static_cast<std::uint32_t>(type));
-  }
-
-  std::string bytes_;
-  std::uint64_t count_ = 0;
-};
-
-std::uint32_t ggml_type_of(kernels::dtype type) {
-  switch (type) {
-    case kernels::dtype::f32: return static_cast<std::uint32_t>(ggml_type::f32);
-    case kernels::dtype::f16: return static_cast<std::uint32_t>(ggml_type::f16);
-    case kernels::dtype::bf16: return static_cast<std::uint32_t>(ggml_type::bf16);
-    case kernels::dtype::fp8_e4m3: break;  // refused by write_synthetic_model
-  }
-  return 0;
-}
-
-// llama.cpp's general.file_type: what most of the weights are.
-std::uint32_t gguf_file_type(kernels::dtype type) {
-  constexpr std::uint32_t all_f32 = 0;
-  constexpr std::uint32_t mostly_f16 = 1;
-  constexpr std::uint32_t mostly_bf16 = 32;
-  switch (type) {
-    case kernels::dtype::f32: return all_f32;
-    case kernels::dtype::f16: return mostly_f16;
-    case kernels::dtype::bf16: return mostly_bf16;
-    case kernels::dtype::fp8_e4m3: break;  // refused by write_synthetic_model
-  }
-  return all_f32;
-}
-
-gguf_metadata gguf_keys(const synthetic_preset& preset, const synthetic_options& options, const synthetic_vocab& vocab) {
+gguf_metadata_writer gguf_keys(const synthetic_preset& preset, const synthetic_options& options,
+                               const synthetic_vocab& vocab) {
   constexpr std::int32_t token_type_normal = 1;
   constexpr std::int32_t token_type_control = 3;
   const model_config& c = preset.config;
   const std::string arch(to_string(c.arch));
-  gguf_metadata keys;
+  gguf_metadata_writer keys;
+  // GGUF keeps hyperparameters as u32 and f32.
+  const auto add_u32 = [&keys](std::string_view key, std::int64_t value) {
+    keys.add_u32(key, static_cast<std::uint32_t>(value));
+  };
+  const auto add_f32 = [&keys](std::string_view key, double value) { keys.add_f32(key, static_cast<float>(value)); };
   keys.add_string("general.architecture", arch);
   keys.add_string("general.name", preset.name + "-synthetic");
-  keys.add_u32("general.file_type", gguf_file_type(options.dtype));
-  keys.add_u32(arch + ".vocab_size", c.vocab_size);
-  keys.add_u32(arch + ".context_length", c.max_position);
-  keys.add_u32(arch + ".embedding_length", c.hidden_size);
-  keys.add_u32(arch + ".block_count", c.num_layers);
-  keys.add_u32(arch + ".feed_forward_length", c.intermediate_size);
-  keys.add_u32(arch + ".attention.head_count", c.num_heads);
-  keys.add_u32(arch + ".attention.head_count_kv", c.num_kv_heads);
-  keys.add_u32(arch + ".attention.key_length", c.head_dim);
-  keys.add_u32(arch + ".attention.value_length", c.head_dim);
-  keys.add_u32(arch + ".rope.dimension_count", c.head_dim);
-  keys.add_f32(arch + ".rope.freq_base", c.rope_theta);
-  keys.add_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  // FP8, which has no file type, is refused by write_synthetic_model.
+  keys.add_u32("general.file_type", gguf_file_type(options.dtype).value_or(0));
+  add_u32(arch + ".vocab_size", c.vocab_size);
+  add_u32(arch + ".context_length", c.max_position);
+  add_u32(arch + ".embedding_length", c.hidden_size);
+  add_u32(arch + ".block_count", c.num_layers);
+  add_u32(arch + ".feed_forward_length", c.intermediate_size);
+  add_u32(arch + ".attention.head_count", c.num_heads);
+  add_u32(arch + ".attention.head_count_kv", c.num_kv_heads);
+  add_u32(arch + ".attention.key_length", c.head_dim);
+  add_u32(arch + ".attention.value_length", c.head_dim);
+  add_u32(arch + ".rope.dimension_count", c.head_dim);
+  add_f32(arch + ".rope.freq_base", c.rope_theta);
+  add_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   keys.add_bool("edgeinfer.synthetic", true);
   keys.add_string("edgeinfer.preset", preset.name);
   keys.add_u64("edgeinfer.seed", options.seed);
@@ -688,9 +430,9 @@ gguf_metadata gguf_keys(const synthetic_preset& preset, const synthetic_options&
   keys.add_strings("tokenizer.ggml.tokens", vocab.tokens);
   keys.add_i32s("tokenizer.ggml.token_type", token_types);
   keys.add_strings("tokenizer.ggml.merges", vocab.merges);
-  keys.add_u32("tokenizer.ggml.bos_token_id", vocab.bos_id.value_or(vocab.pad_id));
-  keys.add_u32("tokenizer.ggml.eos_token_id", vocab.eos_id);
-  keys.add_u32("tokenizer.ggml.padding_token_id", vocab.pad_id);
+  add_u32("tokenizer.ggml.bos_token_id", vocab.bos_id.value_or(vocab.pad_id));
+  add_u32("tokenizer.ggml.eos_token_id", vocab.eos_id);
+  add_u32("tokenizer.ggml.padding_token_id", vocab.pad_id);
   keys.add_bool("tokenizer.ggml.add_bos_token", vocab.add_bos);
   keys.add_string("tokenizer.chat_template", vocab.chat_template);
   return keys;
@@ -705,36 +447,10 @@ status write_gguf_file(const synthetic_preset& preset, const synthetic_options& 
   if (options.out.has_parent_path()) fs::create_directories(options.out.parent_path(), ec);
 
   const auto plan = plan_tensors(preset.config, synthetic_format::gguf, options.dtype);
-  const auto keys = gguf_keys(preset, options, vocab);
-
-  EDGE_ASSIGN_OR_RETURN(auto out, output_file::create(options.out));
-  EDGE_RETURN_IF_ERROR(out->write("GGUF"));
-  EDGE_RETURN_IF_ERROR(out->write_scalar(gguf_version));
-  EDGE_RETURN_IF_ERROR(out->write_scalar(static_cast<std::uint64_t>(plan.size())));
-  EDGE_RETURN_IF_ERROR(out->write_scalar(keys.count()));
-  EDGE_RETURN_IF_ERROR(out->write(keys.bytes()));
-  std::uint64_t offset = 0;
-  for (const auto& t : plan) {
-    EDGE_RETURN_IF_ERROR(out->write_scalar(static_cast<std::uint64_t>(t.name.size())));
-    EDGE_RETURN_IF_ERROR(out->write(t.name));
-    EDGE_RETURN_IF_ERROR(out->write_scalar(static_cast<std::uint32_t>(t.shape.size())));
-    // ggml lists the contiguous dimension first.
-    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) {
-      EDGE_RETURN_IF_ERROR(out->write_scalar(static_cast<std::uint64_t>(*it)));
-    }
-    EDGE_RETURN_IF_ERROR(out->write_scalar(ggml_type_of(t.type)));
-    EDGE_RETURN_IF_ERROR(out->write_scalar(offset));
-    offset += (t.bytes() + gguf_alignment - 1) / gguf_alignment * gguf_alignment;
-  }
-  EDGE_RETURN_IF_ERROR(out->pad_to(gguf_alignment));
-
-  const std::uint64_t seed_hash = seed_hash_of(options.seed);
-  progress_meter progress(options, total_bytes(plan));
-  for (const auto& t : plan) {
-    EDGE_RETURN_IF_ERROR(write_tensor_data(*out, t, seed_hash, progress));
-    EDGE_RETURN_IF_ERROR(out->pad_to(gguf_alignment));
-  }
-  return out->commit();
+  progress_meter progress(options);
+  const auto tensors = output_tensors(plan, seed_hash_of(options.seed), progress);
+  progress.start(total_bytes(tensors));
+  return write_gguf(options.out, gguf_keys(preset, options, vocab), tensors);
 }
 
 }  // namespace

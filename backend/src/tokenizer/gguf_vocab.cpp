@@ -1,7 +1,7 @@
 // tokenizer_from_gguf: the vocabulary llama.cpp's converters write into GGUF metadata
 // (tokenizer.ggml.*), as a SentencePiece ("llama") or byte-level BPE ("gpt2") tokenizer.
 #include "builders.h"
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/gguf.h"
 #include "edge/common/format.h"
 
 namespace edge::backend {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/gguf.h"
 #include "edge/common/format.h"
 #include "edge/common/sha256.h"
 #include "file_io.h"

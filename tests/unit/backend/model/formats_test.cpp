@@ -1,8 +1,8 @@
 // Hyperparameters and weights from each format, without a tokenizer.
 #include <doctest/doctest.h>
 
+#include "edge/backend/io/safetensors.h"
 #include "edge/backend/model/formats.h"
-#include "edge/backend/model/safetensors.h"
 #include "model_test_support.h"
 #include "weight_test_support.h"
 #include "test_support.h"

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <variant>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/gguf.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/kv_cache.h"

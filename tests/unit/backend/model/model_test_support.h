@@ -1,5 +1,5 @@
 // Shared by the model-format tests: reading files, and writing small GGUF and safetensors
-// files byte by byte (independently of the writer in synthetic.cpp, so that a bug there cannot
+// files byte by byte (independently of the writers in backend/src/io, so that a bug there cannot
 // hide the same bug in the parsers).
 #pragma once
 
@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "edge/backend/model/tensor.h"
+#include "edge/backend/io/tensor_view.h"
 #include "edge/kernels/numerics.h"
 
 namespace edge::testing {

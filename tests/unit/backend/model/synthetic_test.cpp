@@ -4,8 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "edge/backend/io/safetensors.h"
 #include "edge/backend/model/formats.h"
-#include "edge/backend/model/safetensors.h"
 #include "edge/backend/model/synthetic.h"
 #include "model_test_support.h"
 #include "weight_test_support.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/gguf.h"
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "tokenizer_fixtures.h"
 

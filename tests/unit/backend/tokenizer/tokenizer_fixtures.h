@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/gguf.h"
 #include "test_support.h"
 
 namespace edge::testing {

@@ -9,7 +9,7 @@
 #include <span>
 #include <string_view>
 
-#include "edge/backend/model/gguf.h"
+#include "edge/backend/io/gguf.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/model/model_config.h"
 #include "edge/backend/model/tensor.h"

@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "edge/backend/model/mapped_file.h"
+#include "edge/backend/io/mapped_file.h"
 #include "edge/backend/model/model_config.h"
 #include "edge/backend/model/tensor.h"
 #include "edge/backend/tokenizer/chat_template.h"

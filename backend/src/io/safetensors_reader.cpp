@@ -1,4 +1,5 @@
-#include "edge/backend/model/safetensors.h"
+// parse_safetensors and load_safetensors_folder (edge/backend/io/safetensors.h).
+#include "edge/backend/io/safetensors.h"
 
 #include <simdjson.h>
 
@@ -9,6 +10,7 @@
 #include <set>
 #include <string_view>
 
+#include "edge/backend/io/dtype_names.h"
 #include "edge/common/format.h"
 
 namespace edge::backend {
@@ -20,34 +22,6 @@ constexpr std::size_t header_length_size = 8;
 // The reference implementation refuses headers over 100 MB; a larger length is corruption.
 constexpr std::uint64_t max_header_size = 100'000'000;
 constexpr std::string_view metadata_key = "__metadata__";
-constexpr std::string_view single_file_name = "model.safetensors";
-constexpr std::string_view index_file_name = "model.safetensors.index.json";
-
-struct readable_type {
-  kernels::dtype type = kernels::dtype::f32;
-  tensor_encoding encoding = tensor_encoding::elements;
-};
-
-// Float weights, FP8 weights (compressed-tensors' float-quantized format), and the integer
-// tensors of its pack-quantized format (packed INT4 weights, weight shapes).
-std::optional<readable_type> readable(std::string_view name) {
-  if (name == "F32") return readable_type{kernels::dtype::f32};
-  if (name == "F16") return readable_type{kernels::dtype::f16};
-  if (name == "BF16") return readable_type{kernels::dtype::bf16};
-  if (name == "F8_E4M3") return readable_type{kernels::dtype::fp8_e4m3};
-  if (name == "I32") return readable_type{kernels::dtype::f32, tensor_encoding::int32};
-  if (name == "I64") return readable_type{kernels::dtype::f32, tensor_encoding::int64};
-  return std::nullopt;
-}
-
-bool known_dtype(std::string_view name) {
-  static constexpr std::string_view others[] = {"F64", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL",
-                                                "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
-  for (auto other : others) {
-    if (other == name) return true;
-  }
-  return false;
-}
 
 result<std::uint64_t> read_unsigned(simdjson::dom::element element, std::string_view what) {
   std::uint64_t value = 0;
@@ -66,10 +40,10 @@ result<tensor_view> parse_tensor(std::string_view name, simdjson::dom::element e
   if (fields["dtype"].get_string().get(dtype_name) != simdjson::SUCCESS) {
     return invalid_argument("has no \"dtype\" string");
   }
-  const auto stored = readable(dtype_name);
+  const auto stored = parse_safetensors_dtype(dtype_name);
   if (!stored) {
-    return invalid_argument(edge::format("{} dtype {}", known_dtype(dtype_name) ? "unsupported" : "unknown",
-                                         dtype_name));
+    return invalid_argument(edge::format(
+        "{} dtype {}", is_other_safetensors_dtype(dtype_name) ? "unsupported" : "unknown", dtype_name));
   }
 
   simdjson::dom::array shape_json;
@@ -232,13 +206,13 @@ result<safetensors_file> parse_safetensors(std::span<const std::byte> bytes) {
 
 result<std::vector<tensor_view>> load_safetensors_folder(const std::filesystem::path& folder,
                                                          std::vector<std::shared_ptr<const mapped_file>>& keep_alive) {
-  const auto index_path = folder / index_file_name;
+  const auto index_path = folder / safetensors_index_file;
   std::error_code ec;
   if (!std::filesystem::exists(index_path, ec)) {
-    const auto single_path = folder / single_file_name;
+    const auto single_path = folder / safetensors_single_file;
     if (!std::filesystem::exists(single_path, ec)) {
-      return not_found(edge::format("{} holds neither {} nor {}", folder.string(), single_file_name,
-                                    index_file_name));
+      return not_found(edge::format("{} holds neither {} nor {}", folder.string(), safetensors_single_file,
+                                    safetensors_index_file));
     }
     return map_and_parse(single_path, keep_alive);
   }

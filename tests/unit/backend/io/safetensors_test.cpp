@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
-#include "edge/backend/model/safetensors.h"
-#include "model_test_support.h"
+#include "backend/model/model_test_support.h"
+#include "edge/backend/io/safetensors.h"
 #include "test_support.h"
 
 using namespace edge::backend;

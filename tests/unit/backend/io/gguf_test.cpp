@@ -4,8 +4,8 @@
 #include <map>
 #include <set>
 
-#include "edge/backend/model/gguf.h"
-#include "model_test_support.h"
+#include "backend/model/model_test_support.h"
+#include "edge/backend/io/gguf.h"
 #include "test_support.h"
 
 using namespace edge::backend;

@@ -1,4 +1,4 @@
-#include "edge/backend/model/mapped_file.h"
+#include "edge/backend/io/mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

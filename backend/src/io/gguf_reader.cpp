@@ -1,4 +1,5 @@
-#include "edge/backend/model/gguf.h"
+// parse_gguf and load_gguf (edge/backend/io/gguf.h).
+#include "edge/backend/io/gguf.h"
 
 #include <bit>
 #include <cmath>
@@ -17,7 +18,6 @@ static_assert(std::endian::native == std::endian::little, "GGUF is read by reint
 constexpr std::uint32_t gguf_magic = 0x4655'4747;  // "GGUF" read as a little-endian uint32
 constexpr std::uint32_t min_version = 2;           // v1 used 32-bit counts; nothing writes it any more
 constexpr std::uint32_t max_version = 3;
-constexpr std::uint64_t default_alignment = 32;
 // Larger alignments are legal but no writer uses them; beyond this a value is corruption.
 constexpr std::uint64_t max_alignment = std::uint64_t{1} << 30;
 constexpr std::uint32_t max_tensor_dims = 4;  // GGML_MAX_DIMS
@@ -28,40 +28,25 @@ constexpr int max_array_depth = 16;
 // is in the file, so a corrupt file is stopped long before it can exhaust memory.
 constexpr std::uint64_t max_array_elements = std::uint64_t{1} << 24;
 
-enum class value_type : std::uint32_t {
-  u8 = 0,
-  i8 = 1,
-  u16 = 2,
-  i16 = 3,
-  u32 = 4,
-  i32 = 5,
-  f32 = 6,
-  boolean = 7,
-  string = 8,
-  array = 9,
-  u64 = 10,
-  i64 = 11,
-  f64 = 12,
-};
-constexpr std::uint32_t value_type_count = 13;
+constexpr std::uint32_t value_type_count = 13;  // u8 .. f64
 
 // The fewest bytes one value of a type occupies: a count that needs more than the bytes left
 // is rejected before anything is allocated for it.
-constexpr std::uint64_t min_encoded_size(value_type type) {
+constexpr std::uint64_t min_encoded_size(gguf_value_type type) {
   switch (type) {
-    case value_type::u8:
-    case value_type::i8:
-    case value_type::boolean: return 1;
-    case value_type::u16:
-    case value_type::i16: return 2;
-    case value_type::u32:
-    case value_type::i32:
-    case value_type::f32: return 4;
-    case value_type::u64:
-    case value_type::i64:
-    case value_type::f64:
-    case value_type::string: return 8;           // the length alone
-    case value_type::array: return 4 + 8;        // element type and count
+    case gguf_value_type::u8:
+    case gguf_value_type::i8:
+    case gguf_value_type::boolean: return 1;
+    case gguf_value_type::u16:
+    case gguf_value_type::i16: return 2;
+    case gguf_value_type::u32:
+    case gguf_value_type::i32:
+    case gguf_value_type::f32: return 4;
+    case gguf_value_type::u64:
+    case gguf_value_type::i64:
+    case gguf_value_type::f64:
+    case gguf_value_type::string: return 8;     // the length alone
+    case gguf_value_type::array: return 4 + 8;  // element type and count
   }
   return 1;
 }
@@ -70,61 +55,6 @@ constexpr std::uint64_t min_encoded_size(value_type type) {
 constexpr std::uint64_t min_tensor_info_size = 8 + 4 + 8 + 4 + 8;
 // A key/value pair: key length, value type, and at least one byte of value.
 constexpr std::uint64_t min_kv_size = 8 + 4 + 1;
-
-// ggml's type numbers, for messages about the ones this build cannot read (yet).
-std::string_view ggml_type_name(std::uint32_t type) {
-  switch (type) {
-    case 0: return "F32";
-    case 1: return "F16";
-    case 2: return "Q4_0";
-    case 3: return "Q4_1";
-    case 6: return "Q5_0";
-    case 7: return "Q5_1";
-    case 8: return "Q8_0";
-    case 9: return "Q8_1";
-    case 10: return "Q2_K";
-    case 11: return "Q3_K";
-    case 12: return "Q4_K";
-    case 13: return "Q5_K";
-    case 14: return "Q6_K";
-    case 15: return "Q8_K";
-    case 16: return "IQ2_XXS";
-    case 17: return "IQ2_XS";
-    case 18: return "IQ3_XXS";
-    case 19: return "IQ1_S";
-    case 20: return "IQ4_NL";
-    case 21: return "IQ3_S";
-    case 22: return "IQ2_S";
-    case 23: return "IQ4_XS";
-    case 24: return "I8";
-    case 25: return "I16";
-    case 26: return "I32";
-    case 27: return "I64";
-    case 28: return "F64";
-    case 29: return "IQ1_M";
-    case 30: return "BF16";
-    case 34: return "TQ1_0";
-    case 35: return "TQ2_0";
-    case 39: return "MXFP4";
-    default: return {};
-  }
-}
-
-struct readable_type {
-  kernels::dtype type = kernels::dtype::f32;
-  tensor_encoding encoding = tensor_encoding::elements;
-};
-
-std::optional<readable_type> readable(std::uint32_t type) {
-  switch (static_cast<ggml_type>(type)) {
-    case ggml_type::f32: return readable_type{kernels::dtype::f32};
-    case ggml_type::f16: return readable_type{kernels::dtype::f16};
-    case ggml_type::bf16: return readable_type{kernels::dtype::bf16};
-    case ggml_type::q4_0: return readable_type{kernels::dtype::f16, tensor_encoding::ggml_q4_0};
-    case ggml_type::q8_0: return readable_type{kernels::dtype::f16, tensor_encoding::ggml_q8_0};
-  }
-  return std::nullopt;
-}
 
 // Bounds-checked little-endian reads from the front of the unread bytes. Every failure is
 // data_loss naming the offset; callers add what was being read.
@@ -187,7 +117,7 @@ class cursor {
 
 // Values are read into their final place (a map entry, an array slot): moving a freshly built
 // variant through result<> makes GCC's -Wmaybe-uninitialized misfire under the sanitizers.
-status read_value(cursor& in, value_type type, int depth, gguf_value& out);
+status read_value(cursor& in, gguf_value_type type, int depth, gguf_value& out);
 
 template <class Stored, class Encoded>
 status read_scalar(cursor& in, gguf_value& out) {
@@ -196,13 +126,13 @@ status read_scalar(cursor& in, gguf_value& out) {
   return {};
 }
 
-result<value_type> read_value_type(cursor& in) {
+result<gguf_value_type> read_value_type(cursor& in) {
   const auto at = in.offset();
   EDGE_ASSIGN_OR_RETURN(const auto raw, in.read<std::uint32_t>());
   if (raw >= value_type_count) {
     return invalid_argument(edge::format("unknown metadata value type {} at offset {}", raw, at));
   }
-  return static_cast<value_type>(raw);
+  return static_cast<gguf_value_type>(raw);
 }
 
 status read_array(cursor& in, int depth, gguf_value& out) {
@@ -221,31 +151,31 @@ status read_array(cursor& in, int depth, gguf_value& out) {
   return {};
 }
 
-status read_value(cursor& in, value_type type, int depth, gguf_value& out) {
+status read_value(cursor& in, gguf_value_type type, int depth, gguf_value& out) {
   switch (type) {
-    case value_type::u8: return read_scalar<std::uint64_t, std::uint8_t>(in, out);
-    case value_type::i8: return read_scalar<std::int64_t, std::int8_t>(in, out);
-    case value_type::u16: return read_scalar<std::uint64_t, std::uint16_t>(in, out);
-    case value_type::i16: return read_scalar<std::int64_t, std::int16_t>(in, out);
-    case value_type::u32: return read_scalar<std::uint64_t, std::uint32_t>(in, out);
-    case value_type::i32: return read_scalar<std::int64_t, std::int32_t>(in, out);
-    case value_type::u64: return read_scalar<std::uint64_t, std::uint64_t>(in, out);
-    case value_type::i64: return read_scalar<std::int64_t, std::int64_t>(in, out);
-    case value_type::f32: return read_scalar<double, float>(in, out);
-    case value_type::f64: return read_scalar<double, double>(in, out);
-    case value_type::boolean: {
+    case gguf_value_type::u8: return read_scalar<std::uint64_t, std::uint8_t>(in, out);
+    case gguf_value_type::i8: return read_scalar<std::int64_t, std::int8_t>(in, out);
+    case gguf_value_type::u16: return read_scalar<std::uint64_t, std::uint16_t>(in, out);
+    case gguf_value_type::i16: return read_scalar<std::int64_t, std::int16_t>(in, out);
+    case gguf_value_type::u32: return read_scalar<std::uint64_t, std::uint32_t>(in, out);
+    case gguf_value_type::i32: return read_scalar<std::int64_t, std::int32_t>(in, out);
+    case gguf_value_type::u64: return read_scalar<std::uint64_t, std::uint64_t>(in, out);
+    case gguf_value_type::i64: return read_scalar<std::int64_t, std::int64_t>(in, out);
+    case gguf_value_type::f32: return read_scalar<double, float>(in, out);
+    case gguf_value_type::f64: return read_scalar<double, double>(in, out);
+    case gguf_value_type::boolean: {
       const auto at = in.offset();
       EDGE_ASSIGN_OR_RETURN(const auto raw, in.read<std::uint8_t>());
       if (raw > 1) return invalid_argument(edge::format("boolean value {} at offset {} is neither 0 nor 1", raw, at));
       out.value = raw == 1;
       return {};
     }
-    case value_type::string: {
+    case gguf_value_type::string: {
       EDGE_ASSIGN_OR_RETURN(auto text, in.read_string());
       out.value = std::move(text);
       return {};
     }
-    case value_type::array: return read_array(in, depth, out);
+    case gguf_value_type::array: return read_array(in, depth, out);
   }
   return invalid_argument("unknown metadata value type");
 }
@@ -289,7 +219,7 @@ result<raw_tensor_info> read_tensor_info(cursor& in, std::uint64_t index) {
 
   auto type = in.read<std::uint32_t>();
   if (!type.ok()) return fail(type.error());
-  const auto stored = readable(*type);
+  const auto stored = parse_ggml_type(*type);
   if (!stored) {
     const auto type_name = ggml_type_name(*type);
     if (type_name.empty()) {
@@ -395,7 +325,7 @@ result<gguf_file> parse_gguf(std::span<const std::byte> bytes) {
     if (status read = read_value(in, *type, 0, slot->second); !read.ok()) return fail(read);
   }
 
-  std::uint64_t alignment = default_alignment;
+  std::uint64_t alignment = gguf_default_alignment;
   if (const auto* value = file.find("general.alignment")) {
     const auto given = value->as_int();
     if (!given || *given <= 0 || static_cast<std::uint64_t>(*given) > max_alignment ||
