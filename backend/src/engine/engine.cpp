@@ -345,7 +345,7 @@ void engine::state::step() {
   for (const sequence_id id : plan.preempted) ++requests.at(id).preemptions;
   if (plan.empty()) return;
 
-  const auto ran = driver->run(plan, [&](sequence_id id) {
+  auto ran = driver->run(plan, [&](sequence_id id) {
     active_request& r = requests.at(id);
     return driven_sequence{.decoder = r.decoder.get(), .logprobs = r.logprobs};
   });
@@ -359,7 +359,7 @@ void engine::state::step() {
   report.batch_tokens += plan.tokens;
 
   const time_point produced_at = clock.now();
-  for (const sampled_token& t : *ran) {
+  for (sampled_token& t : *ran) {
     active_request& req = requests.at(t.id);
     if (!req.first_token) {
       req.first_token = produced_at;
@@ -375,8 +375,8 @@ void engine::state::step() {
 
     delta_event delta;
     delta.tokens.push_back(t.token);
-    if (t.logprobs) delta.logprobs.push_back(*t.logprobs);
-    delta.text = t.decoded.text;
+    if (t.logprobs) delta.logprobs.push_back(std::move(*t.logprobs));
+    delta.text = std::move(t.decoded.text);
     emit(req, std::move(delta));
     if (t.decoded.finish) finish(t.id, *t.decoded.finish);
   }
