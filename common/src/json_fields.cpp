@@ -130,7 +130,7 @@ template json_result<json_array> json_value::as<json_array>(std::string_view) co
 std::optional<json_value> json_fields::find(std::string_view key) const {
   // By iteration rather than object_[key] (as costly: a DOM object is a list), so that the path
   // keeps the parser's copy of the name, never the caller's.
-  for (const simdjson::dom::key_value_pair field : object_) {
+  for (const simdjson::dom::key_value_pair field : items_) {
     if (field.key != key) continue;
     if (field.value.is_null()) return std::nullopt;
     return json_value(field.value, path_.member(field.key));

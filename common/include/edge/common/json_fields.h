@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "edge/common/status.h"
 
@@ -75,22 +76,14 @@ class json_fields;
 class json_array;
 
 // How an error names the JSON type a reader wanted.
-template <class T>
-inline constexpr std::string_view json_type_name = {};
-template <>
-inline constexpr std::string_view json_type_name<std::int64_t> = "an integer";
-template <>
-inline constexpr std::string_view json_type_name<std::uint64_t> = "a non-negative integer";
-template <>
-inline constexpr std::string_view json_type_name<double> = "a number";
-template <>
-inline constexpr std::string_view json_type_name<bool> = "true or false";
-template <>
-inline constexpr std::string_view json_type_name<std::string_view> = "a string";
-template <>
-inline constexpr std::string_view json_type_name<json_fields> = "an object";
-template <>
-inline constexpr std::string_view json_type_name<json_array> = "an array";
+template <class T> inline constexpr std::string_view json_type_name = {};
+template <> inline constexpr std::string_view json_type_name<std::int64_t> = "an integer";
+template <> inline constexpr std::string_view json_type_name<std::uint64_t> = "a non-negative integer";
+template <> inline constexpr std::string_view json_type_name<double> = "a number";
+template <> inline constexpr std::string_view json_type_name<bool> = "true or false";
+template <> inline constexpr std::string_view json_type_name<std::string_view> = "a string";
+template <> inline constexpr std::string_view json_type_name<json_fields> = "an object";
+template <> inline constexpr std::string_view json_type_name<json_array> = "an array";
 
 // One value of a parsed document, and where it is.
 class json_value {
@@ -128,15 +121,56 @@ struct json_member {
   json_value value;
 };
 
-// An object's fields, read by name or in document order.
-class json_fields {
+// What objects and arrays share: their path, their size, and their items in document order,
+// each with its path below the container's.
+template <class Container>  // simdjson::dom::object or simdjson::dom::array
+class json_container {
  public:
-  explicit json_fields(simdjson::dom::object object) noexcept : object_(object) {}  // the document
-  json_fields(simdjson::dom::object object, json_path path) noexcept : object_(object), path_(path) {}
+  class iterator {
+   public:
+    iterator(typename Container::iterator at, const json_path* parent) noexcept : at_(at), parent_(parent) {}
+    auto operator*() const {
+      if constexpr (std::is_same_v<Container, simdjson::dom::object>) {
+        const simdjson::dom::key_value_pair field = *at_;
+        return json_member{field.key, json_value(field.value, parent_->member(field.key))};
+      } else {
+        return json_value(*at_, parent_->element(index_));
+      }
+    }
+    iterator& operator++() noexcept {
+      ++at_;
+      ++index_;
+      return *this;
+    }
+    bool operator!=(const iterator& other) const noexcept { return at_ != other.at_; }
 
-  simdjson::dom::object object() const noexcept { return object_; }
+   private:
+    typename Container::iterator at_;
+    const json_path* parent_;
+    std::size_t index_ = 0;
+  };
+
   const json_path& path() const noexcept { return path_; }
-  std::size_t size() const noexcept { return object_.size(); }
+  std::size_t size() const noexcept { return items_.size(); }
+  bool empty() const noexcept { return size() == 0; }
+  iterator begin() const noexcept { return {items_.begin(), &path_}; }
+  iterator end() const noexcept { return {items_.end(), &path_}; }
+
+ protected:
+  json_container(Container items, json_path path) noexcept : items_(items), path_(path) {}
+
+  Container items_;
+  json_path path_;
+};
+
+// An object's fields, read by name or in document order (a repeated key as often as it is
+// written).
+class json_fields : public json_container<simdjson::dom::object> {
+ public:
+  explicit json_fields(simdjson::dom::object object) noexcept : json_container(object, {}) {}  // the document
+  json_fields(simdjson::dom::object object, json_path path) noexcept : json_container(object, path) {}
+
+  simdjson::dom::object object() const noexcept { return items_; }
 
   // The field `key` (the first, when it is repeated), unless it is absent or null: both mean
   // "not given".
@@ -170,65 +204,14 @@ class json_fields {
     if (!value.ok()) return value.error();
     return value->value_or(std::move(fallback));
   }
-
-  // Every field in document order, a repeated key as often as it is written.
-  class iterator {
-   public:
-    iterator(simdjson::dom::object::iterator at, const json_path* parent) noexcept : at_(at), parent_(parent) {}
-    json_member operator*() const {
-      const simdjson::dom::key_value_pair field = *at_;
-      return {field.key, json_value(field.value, parent_->member(field.key))};
-    }
-    iterator& operator++() noexcept {
-      ++at_;
-      return *this;
-    }
-    bool operator!=(const iterator& other) const noexcept { return at_ != other.at_; }
-
-   private:
-    simdjson::dom::object::iterator at_;
-    const json_path* parent_;
-  };
-  iterator begin() const noexcept { return {object_.begin(), &path_}; }
-  iterator end() const noexcept { return {object_.end(), &path_}; }
-
- private:
-  simdjson::dom::object object_;
-  json_path path_;
 };
 
 // An array's elements, in order.
-class json_array {
+class json_array : public json_container<simdjson::dom::array> {
  public:
-  json_array(simdjson::dom::array array, json_path path) noexcept : array_(array), path_(path) {}
+  json_array(simdjson::dom::array array, json_path path) noexcept : json_container(array, path) {}
 
-  const json_path& path() const noexcept { return path_; }
-  std::size_t size() const noexcept { return array_.size(); }
-  bool empty() const noexcept { return size() == 0; }
   json_value front() const { return *begin(); }  // of an array that is not empty
-
-  class iterator {
-   public:
-    iterator(simdjson::dom::array::iterator at, const json_path* parent) noexcept : at_(at), parent_(parent) {}
-    json_value operator*() const { return {*at_, parent_->element(index_)}; }
-    iterator& operator++() noexcept {
-      ++at_;
-      ++index_;
-      return *this;
-    }
-    bool operator!=(const iterator& other) const noexcept { return at_ != other.at_; }
-
-   private:
-    simdjson::dom::array::iterator at_;
-    const json_path* parent_;
-    std::size_t index_ = 0;
-  };
-  iterator begin() const noexcept { return {array_.begin(), &path_}; }
-  iterator end() const noexcept { return {array_.end(), &path_}; }
-
- private:
-  simdjson::dom::array array_;
-  json_path path_;
 };
 
 // Parses `text` into `parser` (which holds what the result refers to). The error's message is
