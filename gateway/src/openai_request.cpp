@@ -136,13 +136,12 @@ field_error read_stream_options(const json_value& v, openai_request& r) {
 
 // A field that asks for something not served: a 400 unless it is off (false, 0, empty).
 field_error refuse_unless_off(const json_value& v) {
-  const simdjson::dom::element e = v.element();
   bool off = false;
   switch (v.type()) {
-    case element_type::BOOL: off = !e.get_bool().value_unsafe(); break;
-    case element_type::STRING: off = e.get_string().value_unsafe().empty(); break;
-    case element_type::ARRAY: off = e.get_array().value_unsafe().size() == 0; break;
-    case element_type::OBJECT: off = e.get_object().value_unsafe().size() == 0; break;
+    case element_type::BOOL: off = !*v.as<bool>(); break;
+    case element_type::STRING: off = v.as<std::string_view>()->empty(); break;
+    case element_type::ARRAY: off = v.as<json_array>()->empty(); break;
+    case element_type::OBJECT: off = v.as<json_fields>()->empty(); break;
     default: break;
   }
   if (off) return std::nullopt;
