@@ -9,6 +9,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "edge/common/json_text.h"
+
 namespace edge::log {
 namespace {
 
@@ -56,70 +58,6 @@ void append_timestamp(std::string& out) {
   out += static_cast<char>('0' + ms / 10 % 10);
   out += static_cast<char>('0' + ms % 10);
   out += 'Z';
-}
-
-// Length of the valid UTF-8 sequence starting at text[i], or 0 if it is not valid.
-std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  std::size_t length = 0;
-  std::uint32_t min_code = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-    min_code = 0x80;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    min_code = 0x800;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    min_code = 0x10000;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  std::uint32_t code = lead & (0x7F >> length);
-  for (std::size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    code = (code << 6) | (byte(i + k) & 0x3F);
-  }
-  if (code < min_code || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return 0;
-  return length;
-}
-
-// JSON string contents (RFC 8259): quotes, backslashes and control characters escaped;
-// bytes that are not valid UTF-8 become U+FFFD so every line stays valid JSON.
-void append_json_escaped(std::string& out, std::string_view text) {
-  static constexpr char hex[] = "0123456789abcdef";
-  for (std::size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        default:
-          if (c < 0x20 || c == 0x7F) {
-            out += "\\u00";
-            out += hex[c >> 4];
-            out += hex[c & 0xF];
-          } else {
-            out += static_cast<char>(c);
-          }
-      }
-      ++i;
-      continue;
-    }
-    const std::size_t length = utf8_sequence_length(text, i);
-    if (length == 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    } else {
-      out.append(text.substr(i, length));
-      i += length;
-    }
-  }
 }
 
 }  // namespace
@@ -175,21 +113,18 @@ void emit(level value, std::string_view component, std::string_view message, std
     append_timestamp(line);
     line += "\",\"level\":\"";
     line += to_string(value);
-    line += "\",\"component\":\"";
-    append_json_escaped(line, component);
-    line += "\",\"msg\":\"";
-    append_json_escaped(line, message);
-    line += '"';
+    line += "\",\"component\":";
+    append_json_string(line, component);
+    line += ",\"msg\":";
+    append_json_string(line, message);
     for (const field& f : fields) {
-      line += ",\"";
-      append_json_escaped(line, f.key);
-      line += "\":";
+      line += ',';
+      append_json_string(line, f.key);
+      line += ':';
       if (f.number) {
         line += f.value;
       } else {
-        line += '"';
-        append_json_escaped(line, f.value);
-        line += '"';
+        append_json_string(line, f.value);
       }
     }
     line += "}\n";

@@ -3,13 +3,13 @@
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/url/parse_query.hpp>
-#include <simdjson.h>
 
 #include <charconv>
 #include <cmath>
 #include <functional>
 
 #include "edge/common/format.h"
+#include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "edge/common/sha256.h"
 #include "edge/gateway/json_response.h"
@@ -20,7 +20,6 @@ namespace edge::gateway {
 namespace {
 
 namespace json = boost::json;
-namespace od = simdjson::ondemand;
 
 constexpr std::size_t default_audit_limit = 100;
 constexpr std::size_t max_audit_limit = 1000;
@@ -30,104 +29,60 @@ constexpr std::int64_t max_key_lifetime_seconds = 10LL * 366 * seconds_per_day;
 // ---- body parsing -----------------------------------------------------------------------------
 
 using parse_error = admin_request_error;
-
-parse_error wrong_type(std::string_view param, std::string_view expected) {
-  return {format("'{}' must be {}", param, expected), std::string(param)};
-}
-
-bool is_null(od::value& v) {
-  od::json_type type;
-  return v.type().get(type) == simdjson::SUCCESS && type == od::json_type::null;
-}
-
-// Calls `on_field(name, value)` for each member of the body's top-level object.
-template <class F>
-std::optional<parse_error> for_each_field(od::object& object, F&& on_field, std::string_view prefix = {}) {
-  for (auto field : object) {
-    std::string_view key;
-    od::value value;
-    if (field.unescaped_key().get(key) != simdjson::SUCCESS || field.value().get(value) != simdjson::SUCCESS) {
-      return parse_error{"The body is not valid JSON", ""};
-    }
-    const std::string name = std::string(prefix) + std::string(key);
-    if (auto error = on_field(name, value)) return error;
-  }
-  return std::nullopt;
-}
+// What each field reader answers: nothing, or the first problem, an error naming the field.
+using field_error = std::optional<json_error>;
 
 // A quota value: a whole number from 1 to max_quota_value, or null (unlimited).
-std::optional<parse_error> read_quota(od::value& v, std::string_view param, std::optional<std::int64_t>& out) {
-  if (is_null(v)) {
+field_error read_quota(const json_value& v, std::optional<std::int64_t>& out) {
+  if (v.is_null()) {
     out.reset();
     return std::nullopt;
   }
-  std::int64_t n = 0;
-  if (v.get_int64().get(n) != simdjson::SUCCESS) return wrong_type(param, "a whole number or null (unlimited)");
-  if (n < 1 || n > max_quota_value) {
-    return parse_error{format("'{}' must be from 1 to {}, or null for unlimited", param, max_quota_value),
-                       std::string(param)};
-  }
+  EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>("a whole number or null (unlimited)"));
+  if (n < 1 || n > max_quota_value) return v.must_be(format("from 1 to {}, or null for unlimited", max_quota_value));
   out = n;
   return std::nullopt;
 }
 
-std::optional<parse_error> read_weight(od::value& v, double& out) {
-  if (v.get_double().get(out) != simdjson::SUCCESS) return wrong_type("weight", "a number");
-  if (!(out > 0.0 && out <= max_tenant_weight)) {
-    return parse_error{format("'weight' must be above 0 and at most {}", max_tenant_weight), "weight"};
+field_error read_weight(const json_value& v, double& out) {
+  EDGE_ASSIGN_OR_RETURN(out, v.as<double>());
+  if (!(out > 0.0 && out <= max_tenant_weight)) return v.must_be(format("above 0 and at most {}", max_tenant_weight));
+  return std::nullopt;
+}
+
+// The quotas object: `slot(name)` is where each field's value goes (nullptr: no such quota).
+field_error read_quotas(const json_value& v, const std::function<std::optional<std::int64_t>*(std::string_view)>& slot) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields quotas, v.as<json_fields>());
+  for (const auto [name, value] : quotas) {
+    std::optional<std::int64_t>* target = slot(name);
+    if (target == nullptr) {
+      return json_error(format("unknown quota '{}': the quotas are requests_per_minute, tokens_per_minute, "
+                               "max_concurrent, daily_tokens and max_tokens_per_request",
+                               name),
+                        value.path().str());
+    }
+    if (auto error = read_quota(value, *target)) return error;
   }
   return std::nullopt;
 }
 
-// The quotas object. `set(name, value)` receives each field; absent fields are not reported.
-std::optional<parse_error> read_quotas(od::value& v,
-                                       const std::function<std::optional<std::int64_t>*(std::string_view)>& slot) {
-  od::object quotas;
-  if (v.get_object().get(quotas) != simdjson::SUCCESS) return wrong_type("quotas", "an object");
-  return for_each_field(
-      quotas,
-      [&](const std::string& name, od::value& value) -> std::optional<parse_error> {
-        const std::string_view field = std::string_view(name).substr(std::string_view("quotas.").size());
-        std::optional<std::int64_t>* target = slot(field);
-        if (target == nullptr) {
-          return parse_error{format("unknown quota '{}': the quotas are requests_per_minute, tokens_per_minute, "
-                                    "max_concurrent, daily_tokens and max_tokens_per_request",
-                                    field),
-                             name};
-        }
-        return read_quota(value, name, *target);
-      },
-      "quotas.");
-}
-
-struct parsed_document {
-  simdjson::padded_string padded;
-  od::parser parser;
-  od::document document;
-};
-
-std::optional<parse_error> open_object(parsed_document& doc, std::string_view body, od::object& object,
-                                       bool empty_is_object) {
+// Parses the body and calls `read(name, value)` for each field of its object, in order; the
+// first error, as the API answers it. An empty body is {} where `empty_is_object`.
+template <class F>
+std::optional<parse_error> read_body(std::string_view body, bool empty_is_object, F&& read) {
   if (empty_is_object && body.find_first_not_of(" \t\r\n") == std::string_view::npos) body = "{}";
-  doc.padded = simdjson::padded_string(body);
-  if (doc.parser.iterate(doc.padded).get(doc.document) != simdjson::SUCCESS) {
-    return parse_error{"The body is not valid JSON", ""};
-  }
-  if (const auto error = doc.document.get_object().get(object); error != simdjson::SUCCESS) {
-    return parse_error{error == simdjson::INCORRECT_TYPE ? "The body must be a JSON object" : "The body is not valid JSON",
-                       ""};
+  simdjson::dom::parser parser;
+  const auto document = parse_json(parser, body);
+  if (!document.ok()) return parse_error{"The body is not valid JSON", ""};
+  if (document->type() != simdjson::dom::element_type::OBJECT) return parse_error{"The body must be a JSON object", ""};
+  for (const auto [name, value] : json_fields(document->get_object().value_unsafe())) {
+    if (const field_error error = read(name, value)) return parse_error{error->message(), error->path()};
   }
   return std::nullopt;
 }
 
-// After the object's fields: anything but the end of the body is malformed JSON.
-std::optional<parse_error> check_end(parsed_document& doc) {
-  // simdjson 3.0: current_location() is OUT_OF_BOUNDS once every token has been read.
-  const char* rest = nullptr;
-  if (doc.document.current_location().get(rest) == simdjson::SUCCESS) {
-    return parse_error{"The body is not valid JSON", ""};
-  }
-  return std::nullopt;
+json_error unknown_field(std::string_view name, std::string_view known) {
+  return {format("unknown field '{}': {}", name, known), std::string(name)};
 }
 
 std::optional<std::int64_t>* quota_slot(tenant_quotas& q, std::string_view name) {
@@ -394,47 +349,37 @@ void add(router& routes, http::verb method, std::string pattern, const std::shar
 }  // namespace
 
 std::variant<tenant_record, admin_request_error> parse_tenant_create(std::string_view body) {
-  parsed_document doc;
-  od::object object;
-  if (auto error = open_object(doc, body, object, false)) return *error;
   tenant_record tenant;
   bool has_id = false;
-  auto error = for_each_field(object, [&](const std::string& name, od::value& v) -> std::optional<parse_error> {
+  auto error = read_body(body, false, [&](std::string_view name, const json_value& v) -> field_error {
     if (name == "id") {
-      std::string_view id;
-      if (v.get_string().get(id) != simdjson::SUCCESS) return wrong_type("id", "a string");
+      EDGE_ASSIGN_OR_RETURN(const std::string_view id, v.as<std::string_view>());
       if (!is_valid_tenant_id(id)) {
-        return parse_error{"'id' must be 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a "
-                           "letter or digit",
-                           "id"};
+        return v.must_be("1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit");
       }
       tenant.id = std::string(id);
       has_id = true;
     } else if (name == "weight") {
-      if (is_null(v)) return std::nullopt;
+      if (v.is_null()) return std::nullopt;
       return read_weight(v, tenant.weight);
     } else if (name == "quotas") {
-      if (is_null(v)) return std::nullopt;
+      if (v.is_null()) return std::nullopt;
       return read_quotas(v, [&](std::string_view field) { return quota_slot(tenant.quotas, field); });
     } else {
-      return parse_error{format("unknown field '{}': a tenant has id, weight and quotas", name), name};
+      return unknown_field(name, "a tenant has id, weight and quotas");
     }
     return std::nullopt;
   });
   if (error) return *error;
-  if (auto trailing = check_end(doc)) return *trailing;
   if (!has_id) return parse_error{"'id' is required", "id"};
   return tenant;
 }
 
 std::variant<tenant_patch, admin_request_error> parse_tenant_patch(std::string_view body, std::string_view tenant_id) {
-  parsed_document doc;
-  od::object object;
-  if (auto error = open_object(doc, body, object, false)) return *error;
   tenant_patch patch;
   tenant_quotas values;   // the quota fields given, and their values
   tenant_quotas present;  // 1 for each quota field given (its value may be null)
-  auto error = for_each_field(object, [&](const std::string& name, od::value& v) -> std::optional<parse_error> {
+  auto error = read_body(body, false, [&](std::string_view name, const json_value& v) -> field_error {
     if (name == "weight") {
       double w = 0;
       if (auto e = read_weight(v, w)) return e;
@@ -448,16 +393,14 @@ std::variant<tenant_patch, admin_request_error> parse_tenant_patch(std::string_v
     } else if (name == "id") {
       // The body may repeat the tenant's id, never change it: it names the tenant in its keys
       // and usage.
-      std::string_view id;
-      if (v.get_string().get(id) != simdjson::SUCCESS) return wrong_type("id", "a string");
-      if (id != tenant_id) return parse_error{"'id' cannot be changed", "id"};
+      EDGE_ASSIGN_OR_RETURN(const std::string_view id, v.as<std::string_view>());
+      if (id != tenant_id) return v.error("cannot be changed");
     } else {
-      return parse_error{format("unknown field '{}': a tenant has weight and quotas", name), name};
+      return unknown_field(name, "a tenant has weight and quotas");
     }
     return std::nullopt;
   });
   if (error) return *error;
-  if (auto trailing = check_end(doc)) return *trailing;
   if (present.requests_per_minute) patch.requests_per_minute = values.requests_per_minute;
   if (present.tokens_per_minute) patch.tokens_per_minute = values.tokens_per_minute;
   if (present.max_concurrent) patch.max_concurrent = values.max_concurrent;
@@ -467,38 +410,30 @@ std::variant<tenant_patch, admin_request_error> parse_tenant_patch(std::string_v
 }
 
 std::variant<key_create_params, admin_request_error> parse_key_create(std::string_view body) {
-  parsed_document doc;
-  od::object object;
-  if (auto error = open_object(doc, body, object, true)) return *error;
   key_create_params params;
-  auto error = for_each_field(object, [&](const std::string& name, od::value& v) -> std::optional<parse_error> {
-    if (is_null(v)) return std::nullopt;
+  auto error = read_body(body, true, [&](std::string_view name, const json_value& v) -> field_error {
+    if (v.is_null()) return std::nullopt;
     if (name == "expires_in") {
-      std::int64_t seconds = 0;
-      if (v.get_int64().get(seconds) != simdjson::SUCCESS) return wrong_type(name, "a whole number of seconds");
+      EDGE_ASSIGN_OR_RETURN(const std::int64_t seconds, v.as<std::int64_t>("a whole number of seconds"));
       if (seconds < 1 || seconds > max_key_lifetime_seconds) {
-        return parse_error{format("'expires_in' must be from 1 to {} seconds", max_key_lifetime_seconds), name};
+        return v.must_be(format("from 1 to {} seconds", max_key_lifetime_seconds));
       }
       params.expires_in = seconds;
     } else if (name == "expires_at") {
-      std::int64_t at = 0;
-      std::string_view text;
-      if (v.get_int64().get(at) == simdjson::SUCCESS) {
-        params.expires_at = at;
-      } else if (v.get_string().get(text) == simdjson::SUCCESS) {
-        auto parsed = parse_utc(text);
-        if (!parsed.ok()) return parse_error{format("'expires_at': {}", parsed.error().message()), name};
+      if (v.type() == simdjson::dom::element_type::STRING) {
+        auto parsed = parse_utc(*v.as<std::string_view>());
+        if (!parsed.ok()) return json_error(format("'{}': {}", name, parsed.error().message()), std::string(name));
         params.expires_at = *parsed;
       } else {
-        return wrong_type(name, "unix seconds or a UTC time such as \"2026-05-01T13:00:00Z\"");
+        EDGE_ASSIGN_OR_RETURN(params.expires_at,
+                              v.as<std::int64_t>("unix seconds or a UTC time such as \"2026-05-01T13:00:00Z\""));
       }
     } else {
-      return parse_error{format("unknown field '{}': a key takes expires_in or expires_at", name), name};
+      return unknown_field(name, "a key takes expires_in or expires_at");
     }
     return std::nullopt;
   });
   if (error) return *error;
-  if (auto trailing = check_end(doc)) return *trailing;
   if (params.expires_in && params.expires_at) {
     return admin_request_error{"give 'expires_in' or 'expires_at', not both", "expires_at"};
   }

@@ -3,19 +3,17 @@
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
-#include <simdjson.h>
 
 #include <cmath>
 #include <limits>
 
 #include "edge/common/format.h"
+#include "edge/common/json_fields.h"
 
 namespace edge::gateway {
 namespace {
 
 namespace json = boost::json;
-using element = simdjson::dom::element;
-using element_type = simdjson::dom::element_type;
 
 // The most top alternatives a delta may carry (the engine's own limit is lower).
 constexpr std::size_t max_top_logprobs_on_wire = 64;
@@ -28,217 +26,133 @@ double finite_logprob(float logprob) {
 
 // ---- reading ---------------------------------------------------------------------------------
 
-// A field that is absent, null or of the wrong type, named for the error.
-internal_request_error bad(std::string_view param, std::string_view expected) {
-  return {format("'{}' must be {}", param, expected), std::string(param)};
-}
+// What each reader answers: nothing, or the first problem, an error naming the field.
+using field_error = std::optional<json_error>;
 
-std::optional<std::int64_t> as_int64(element v) {
-  if (v.type() == element_type::INT64) return v.get_int64().value_unsafe();
-  if (v.type() == element_type::UINT64) {
-    const std::uint64_t u = v.get_uint64().value_unsafe();
-    if (u <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return static_cast<std::int64_t>(u);
-  }
-  return std::nullopt;
-}
-
-std::optional<double> as_double(element v) {
-  const element_type t = v.type();
-  if (t != element_type::INT64 && t != element_type::UINT64 && t != element_type::DOUBLE) return std::nullopt;
-  const double d = v.get_double().value_unsafe();
-  if (!std::isfinite(d)) return std::nullopt;
-  return d;
-}
-
-std::optional<internal_request_error> read_token_ids(element v, std::string_view param,
-                                                     std::vector<backend::token_id>& out) {
-  if (v.type() != element_type::ARRAY) return bad(param, "an array of token ids");
-  std::size_t index = 0;
-  const simdjson::dom::array items = v.get_array().value_unsafe();
-  for (element item : items) {
-    const auto id = as_int64(item);
-    if (!id || *id < 0 || *id > std::numeric_limits<backend::token_id>::max()) {
-      return bad(format("{}[{}]", param, index), "a token id");
-    }
+field_error read_token_ids(const json_value& v, std::vector<backend::token_id>& out) {
+  EDGE_ASSIGN_OR_RETURN(const json_array items, v.as<json_array>("an array of token ids"));
+  out.reserve(out.size() + items.size());
+  for (const json_value item : items) {
+    const auto id = item.as<std::int64_t>();
+    if (!id.ok() || *id < 0 || *id > std::numeric_limits<backend::token_id>::max()) return item.must_be("a token id");
     out.push_back(static_cast<backend::token_id>(*id));
-    ++index;
   }
   return std::nullopt;
 }
 
-std::optional<internal_request_error> read_sampling(element v, backend::sampling_params& out) {
-  if (v.type() != element_type::OBJECT) return bad("sampling", "an object");
-  const simdjson::dom::object fields = v.get_object().value_unsafe();
-  for (const auto field : fields) {
-    const std::string param = format("sampling.{}", field.key);
-    const element value = field.value;
-    if (field.key == "seed") {
-      if (value.type() == element_type::NULL_VALUE) continue;
-      if (value.type() == element_type::UINT64) {
-        out.seed = value.get_uint64().value_unsafe();
-        continue;
-      }
-      const auto seed = as_int64(value);
-      if (!seed || *seed < 0) return bad(param, "a non-negative integer");
-      out.seed = static_cast<std::uint64_t>(*seed);
+field_error read_sampling(const json_value& v, backend::sampling_params& out) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields fields, v.as<json_fields>());
+  for (const auto [key, value] : fields) {
+    if (key == "seed") {
+      if (value.is_null()) continue;
+      EDGE_ASSIGN_OR_RETURN(out.seed, value.as<std::uint64_t>());
       continue;
     }
-    if (field.key == "top_k") {
-      const auto k = as_int64(value);
-      if (!k || *k < 0 || *k > std::numeric_limits<std::int32_t>::max()) return bad(param, "a non-negative integer");
+    if (key == "top_k") {
+      const auto k = value.as<std::int64_t>();
+      if (!k.ok() || *k < 0 || *k > std::numeric_limits<std::int32_t>::max()) {
+        return value.must_be("a non-negative integer");
+      }
       out.top_k = static_cast<std::int32_t>(*k);
       continue;
     }
-    const auto number = as_double(value);
-    if (!number) return bad(param, "a number");
-    const auto f = static_cast<float>(*number);
-    if (field.key == "temperature") {
+    EDGE_ASSIGN_OR_RETURN(const double number, value.as<double>());
+    const auto f = static_cast<float>(number);
+    if (key == "temperature") {
       out.temperature = f;
-    } else if (field.key == "top_p") {
+    } else if (key == "top_p") {
       out.top_p = f;
-    } else if (field.key == "min_p") {
+    } else if (key == "min_p") {
       out.min_p = f;
-    } else if (field.key == "repetition_penalty") {
+    } else if (key == "repetition_penalty") {
       out.repetition_penalty = f;
-    } else if (field.key == "presence_penalty") {
+    } else if (key == "presence_penalty") {
       out.presence_penalty = f;
-    } else if (field.key == "frequency_penalty") {
+    } else if (key == "frequency_penalty") {
       out.frequency_penalty = f;
     } else {
-      return internal_request_error{format("unknown field '{}'", param), param};
+      std::string param = value.path().str();
+      std::string message = format("unknown field '{}'", param);
+      return json_error(std::move(message), std::move(param));
     }
   }
   return std::nullopt;
 }
 
-std::optional<internal_request_error> read_fields(simdjson::dom::object fields, backend::generate_request& r) {
+field_error read_fields(const json_fields& fields, backend::generate_request& r) {
   bool has_prompt = false;
   bool has_max_tokens = false;
-  for (const auto field : fields) {
-    const std::string_view key = field.key;
-    const element value = field.value;
-    const auto read_string = [&](std::string& out) -> std::optional<internal_request_error> {
-      if (value.type() != element_type::STRING) return bad(key, "a string");
-      out = std::string(value.get_string().value_unsafe());
-      return std::nullopt;
-    };
-    std::optional<internal_request_error> error;
+  for (const auto [key, value] : fields) {
     if (key == "id") {
-      error = read_string(r.id);
+      EDGE_ASSIGN_OR_RETURN(r.id, value.as<std::string_view>());
     } else if (key == "tenant") {
-      error = read_string(r.tenant);
+      EDGE_ASSIGN_OR_RETURN(r.tenant, value.as<std::string_view>());
     } else if (key == "cache_salt") {
-      error = read_string(r.cache_salt);
+      EDGE_ASSIGN_OR_RETURN(r.cache_salt, value.as<std::string_view>());
     } else if (key == "weight") {
-      const auto w = as_double(value);
-      if (!w) return bad(key, "a number");
-      r.weight = *w;
+      EDGE_ASSIGN_OR_RETURN(r.weight, value.as<double>());
     } else if (key == "priority") {
-      const auto p = as_int64(value);
-      if (!p || *p < std::numeric_limits<std::int32_t>::min() || *p > std::numeric_limits<std::int32_t>::max()) {
-        return bad(key, "a 32-bit integer");
+      const auto p = value.as<std::int64_t>();
+      if (!p.ok() || *p < std::numeric_limits<std::int32_t>::min() || *p > std::numeric_limits<std::int32_t>::max()) {
+        return value.must_be("a 32-bit integer");
       }
       r.priority = static_cast<std::int32_t>(*p);
     } else if (key == "prompt") {
       r.prompt.clear();
-      error = read_token_ids(value, key, r.prompt);
+      if (auto error = read_token_ids(value, r.prompt)) return error;
       has_prompt = true;
     } else if (key == "sampling") {
-      error = read_sampling(value, r.sampling);
+      if (auto error = read_sampling(value, r.sampling)) return error;
     } else if (key == "max_tokens") {
-      const auto n = as_int64(value);
-      if (!n || *n < 1) return bad(key, "a positive integer");
+      const auto n = value.as<std::int64_t>();
+      if (!n.ok() || *n < 1) return value.must_be("a positive integer");
       r.max_tokens = *n;
       has_max_tokens = true;
     } else if (key == "stop") {
-      if (value.type() != element_type::ARRAY) return bad(key, "an array of strings");
+      EDGE_ASSIGN_OR_RETURN(const json_array items, value.as<json_array>("an array of strings"));
       r.stop.clear();
-      std::size_t index = 0;
-      const simdjson::dom::array items = value.get_array().value_unsafe();
-      for (element item : items) {
-        if (item.type() != element_type::STRING) return bad(format("stop[{}]", index), "a string");
-        r.stop.emplace_back(item.get_string().value_unsafe());
-        ++index;
+      for (const json_value item : items) {
+        EDGE_ASSIGN_OR_RETURN(const std::string_view text, item.as<std::string_view>());
+        r.stop.emplace_back(text);
       }
     } else if (key == "stop_token_ids") {
       r.stop_token_ids.clear();
-      error = read_token_ids(value, key, r.stop_token_ids);
+      if (auto error = read_token_ids(value, r.stop_token_ids)) return error;
     } else if (key == "ignore_eos") {
-      if (value.type() != element_type::BOOL) return bad(key, "true or false");
-      r.ignore_eos = value.get_bool().value_unsafe();
+      EDGE_ASSIGN_OR_RETURN(r.ignore_eos, value.as<bool>());
     } else if (key == "logprobs") {
-      if (value.type() == element_type::NULL_VALUE) {
+      if (value.is_null()) {
         r.logprobs.reset();
-      } else {
-        const auto n = as_int64(value);
-        if (!n || *n < 0 || *n > static_cast<std::int64_t>(max_top_logprobs_on_wire)) {
-          return bad(key, format("null or an integer from 0 to {}", max_top_logprobs_on_wire));
-        }
-        r.logprobs = static_cast<std::int32_t>(*n);
+        continue;
       }
+      const auto n = value.as<std::int64_t>();
+      if (!n.ok() || *n < 0 || *n > static_cast<std::int64_t>(max_top_logprobs_on_wire)) {
+        return value.must_be(format("null or an integer from 0 to {}", max_top_logprobs_on_wire));
+      }
+      r.logprobs = static_cast<std::int32_t>(*n);
     } else {
-      return internal_request_error{format("unknown field '{}'", key), std::string(key)};
+      return json_error(format("unknown field '{}'", key), std::string(key));
     }
-    if (error) return error;
   }
-  if (!has_prompt) return internal_request_error{"'prompt' is required", "prompt"};
-  if (!has_max_tokens) return internal_request_error{"'max_tokens' is required", "max_tokens"};
+  if (!has_prompt) return fields.path().member("prompt").error("is required");
+  if (!has_max_tokens) return fields.path().member("max_tokens").error("is required");
   return std::nullopt;
 }
 
-// Reads `body` into a DOM; the parser must outlive the element.
-result<element> parse_document(simdjson::dom::parser& parser, std::string_view body, std::string_view what) {
-  element document;
-  if (const auto error = parser.parse(body.data(), body.size()).get(document); error != simdjson::SUCCESS) {
-    return invalid_argument(format("{} is not valid JSON: {}", what, simdjson::error_message(error)));
-  }
-  if (document.type() != element_type::OBJECT) return invalid_argument(format("{} is not a JSON object", what));
-  return document;
+// `body` read as the JSON object `what` by `read`; every error names `what`.
+template <class T>
+result<T> read_object(std::string_view body, std::string_view what, result<T> (*read)(const json_fields&)) {
+  simdjson::dom::parser parser;
+  EDGE_ASSIGN_OR_RETURN(const auto object, parse_json_object(parser, body, what));
+  auto value = read(json_fields(object));
+  if (!value.ok()) return value.error().with_context(what);
+  return value;
 }
 
-result<std::int64_t> required_integer(simdjson::dom::object o, std::string_view key, std::string_view what) {
-  element v;
-  if (o[key].get(v) != simdjson::SUCCESS) return invalid_argument(format("{}: '{}' is missing", what, key));
-  const auto n = as_int64(v);
-  if (!n) return invalid_argument(format("{}: '{}' is not an integer", what, key));
-  return *n;
-}
-
-result<double> required_number(simdjson::dom::object o, std::string_view key, std::string_view what) {
-  element v;
-  if (o[key].get(v) != simdjson::SUCCESS) return invalid_argument(format("{}: '{}' is missing", what, key));
-  const auto d = as_double(v);
-  if (!d) return invalid_argument(format("{}: '{}' is not a number", what, key));
-  return *d;
-}
-
-result<std::string> required_string(simdjson::dom::object o, std::string_view key, std::string_view what) {
-  element v;
-  if (o[key].get(v) != simdjson::SUCCESS || v.type() != element_type::STRING) {
-    return invalid_argument(format("{}: '{}' is missing or not a string", what, key));
-  }
-  return std::string(v.get_string().value_unsafe());
-}
-
-result<simdjson::dom::object> required_object(simdjson::dom::object o, std::string_view key, std::string_view what) {
-  element v;
-  if (o[key].get(v) != simdjson::SUCCESS || v.type() != element_type::OBJECT) {
-    return invalid_argument(format("{}: '{}' is missing or not an object", what, key));
-  }
-  return v.get_object().value_unsafe();
-}
-
-result<std::vector<backend::token_id>> token_list(element v, std::string_view what) {
-  std::vector<backend::token_id> out;
-  if (const auto error = read_token_ids(v, what, out)) return invalid_argument(error->message);
-  return out;
-}
-
-result<backend::token_logprob> token_logprob_from(element v) {
-  if (v.type() != element_type::OBJECT) return invalid_argument("a logprob is not an object");
-  const simdjson::dom::object o = v.get_object().value_unsafe();
-  EDGE_ASSIGN_OR_RETURN(const std::int64_t id, required_integer(o, "id", "logprob"));
-  EDGE_ASSIGN_OR_RETURN(const double logprob, required_number(o, "logprob", "logprob"));
+result<backend::token_logprob> token_logprob_from(const json_value& v) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields o, v.as<json_fields>());
+  EDGE_ASSIGN_OR_RETURN(const std::int64_t id, o.required<std::int64_t>("id"));
+  EDGE_ASSIGN_OR_RETURN(const double logprob, o.required<double>("logprob"));
   return backend::token_logprob{static_cast<backend::token_id>(id), static_cast<float>(logprob)};
 }
 
@@ -250,26 +164,22 @@ std::optional<backend::finish_reason> parse_finish_reason(std::string_view text)
   return std::nullopt;
 }
 
-result<backend::engine_event> delta_from(simdjson::dom::object o) {
+result<backend::engine_event> delta_from(const json_fields& o) {
   backend::delta_event delta;
-  EDGE_ASSIGN_OR_RETURN(delta.text, required_string(o, "text", "delta"));
-  element tokens;
-  if (o["tokens"].get(tokens) != simdjson::SUCCESS) return invalid_argument("delta: 'tokens' is missing");
-  EDGE_ASSIGN_OR_RETURN(delta.tokens, token_list(tokens, "tokens"));
-  element logprobs;
-  if (o["logprobs"].get(logprobs) == simdjson::SUCCESS) {
-    if (logprobs.type() != element_type::ARRAY) return invalid_argument("delta: 'logprobs' is not an array");
-    const simdjson::dom::array items = logprobs.get_array().value_unsafe();
-    for (element item : items) {
+  EDGE_ASSIGN_OR_RETURN(delta.text, o.required<std::string_view>("text"));
+  EDGE_ASSIGN_OR_RETURN(const json_value tokens, o.required("tokens"));
+  if (auto error = read_token_ids(tokens, delta.tokens)) return *error;
+  EDGE_ASSIGN_OR_RETURN(const auto logprobs, o.optional<json_array>("logprobs"));
+  if (logprobs) {
+    for (const json_value item : *logprobs) {
       backend::sampled_logprobs sampled;
       EDGE_ASSIGN_OR_RETURN(sampled.chosen, token_logprob_from(item));
-      element top;
-      if (item.get_object().value_unsafe()["top"].get(top) == simdjson::SUCCESS) {
-        if (top.type() != element_type::ARRAY) return invalid_argument("delta: 'top' is not an array");
-        const simdjson::dom::array alternatives = top.get_array().value_unsafe();
-        for (element alternative : alternatives) {
-          EDGE_ASSIGN_OR_RETURN(auto entry, token_logprob_from(alternative));
-          sampled.top.push_back(entry);
+      EDGE_ASSIGN_OR_RETURN(const json_fields entry, item.as<json_fields>());
+      EDGE_ASSIGN_OR_RETURN(const auto top, entry.optional<json_array>("top"));
+      if (top) {
+        for (const json_value alternative : *top) {
+          EDGE_ASSIGN_OR_RETURN(const backend::token_logprob other, token_logprob_from(alternative));
+          sampled.top.push_back(other);
         }
       }
       delta.logprobs.push_back(std::move(sampled));
@@ -278,23 +188,57 @@ result<backend::engine_event> delta_from(simdjson::dom::object o) {
   return backend::engine_event(std::move(delta));
 }
 
-result<backend::engine_event> finished_from(simdjson::dom::object o) {
+result<backend::engine_event> finished_from(const json_fields& o) {
   backend::finished_event finished;
-  EDGE_ASSIGN_OR_RETURN(const std::string reason, required_string(o, "reason", "finished"));
+  EDGE_ASSIGN_OR_RETURN(const std::string_view reason, o.required<std::string_view>("reason"));
   const auto parsed = parse_finish_reason(reason);
-  if (!parsed) return invalid_argument(format("finished: unknown reason '{}'", reason));
+  if (!parsed) return invalid_argument(format("unknown finish reason '{}'", reason));
   finished.reason = *parsed;
-  EDGE_ASSIGN_OR_RETURN(finished.error, required_string(o, "error", "finished"));
-  EDGE_ASSIGN_OR_RETURN(const auto usage, required_object(o, "usage", "finished"));
-  EDGE_ASSIGN_OR_RETURN(finished.usage.prompt_tokens, required_integer(usage, "prompt_tokens", "usage"));
-  EDGE_ASSIGN_OR_RETURN(finished.usage.completion_tokens, required_integer(usage, "completion_tokens", "usage"));
-  EDGE_ASSIGN_OR_RETURN(finished.usage.cached_tokens, required_integer(usage, "cached_tokens", "usage"));
-  EDGE_ASSIGN_OR_RETURN(const auto timings, required_object(o, "timings", "finished"));
-  EDGE_ASSIGN_OR_RETURN(finished.timings.queued_seconds, required_number(timings, "queued_seconds", "timings"));
-  EDGE_ASSIGN_OR_RETURN(finished.timings.time_to_first_token, required_number(timings, "time_to_first_token", "timings"));
-  EDGE_ASSIGN_OR_RETURN(finished.timings.total_seconds, required_number(timings, "total_seconds", "timings"));
-  EDGE_ASSIGN_OR_RETURN(finished.timings.preemptions, required_integer(timings, "preemptions", "timings"));
+  EDGE_ASSIGN_OR_RETURN(finished.error, o.required<std::string_view>("error"));
+  EDGE_ASSIGN_OR_RETURN(const json_fields usage, o.required<json_fields>("usage"));
+  EDGE_ASSIGN_OR_RETURN(finished.usage.prompt_tokens, usage.required<std::int64_t>("prompt_tokens"));
+  EDGE_ASSIGN_OR_RETURN(finished.usage.completion_tokens, usage.required<std::int64_t>("completion_tokens"));
+  EDGE_ASSIGN_OR_RETURN(finished.usage.cached_tokens, usage.required<std::int64_t>("cached_tokens"));
+  EDGE_ASSIGN_OR_RETURN(const json_fields timings, o.required<json_fields>("timings"));
+  EDGE_ASSIGN_OR_RETURN(finished.timings.queued_seconds, timings.required<double>("queued_seconds"));
+  EDGE_ASSIGN_OR_RETURN(finished.timings.time_to_first_token, timings.required<double>("time_to_first_token"));
+  EDGE_ASSIGN_OR_RETURN(finished.timings.total_seconds, timings.required<double>("total_seconds"));
+  EDGE_ASSIGN_OR_RETURN(finished.timings.preemptions, timings.required<std::int64_t>("preemptions"));
   return backend::engine_event(std::move(finished));
+}
+
+result<backend_info> info_from(const json_fields& o) {
+  backend_info info;
+  EDGE_ASSIGN_OR_RETURN(info.model, o.required<std::string_view>("model"));
+  EDGE_ASSIGN_OR_RETURN(info.context_length, o.required<std::int64_t>("context_length"));
+  EDGE_ASSIGN_OR_RETURN(const std::string_view chat, o.required<std::string_view>("chat_template"));
+  const auto kind = backend::parse_chat_template_name(chat);
+  if (!kind) return invalid_argument(format("unknown chat template '{}'", chat));
+  info.chat_template = *kind;
+  EDGE_ASSIGN_OR_RETURN(info.tokenizer_fingerprint, o.required<std::string_view>("tokenizer_fingerprint"));
+  EDGE_ASSIGN_OR_RETURN(info.vocab_size, o.required<std::int64_t>("vocab_size"));
+  EDGE_ASSIGN_OR_RETURN(info.block_size, o.required<std::int64_t>("block_size"));
+  EDGE_ASSIGN_OR_RETURN(info.version, o.required<std::string_view>("version"));
+  if (info.context_length < 1 || info.block_size < 1 || info.vocab_size < 1) {
+    return invalid_argument("context_length, vocab_size and block_size must be positive");
+  }
+  return info;
+}
+
+result<backend_load_report> load_from(const json_fields& o) {
+  backend_load_report load;
+  EDGE_ASSIGN_OR_RETURN(load.waiting, o.required<std::int64_t>("waiting"));
+  EDGE_ASSIGN_OR_RETURN(load.running, o.required<std::int64_t>("running"));
+  EDGE_ASSIGN_OR_RETURN(load.in_flight, o.required<std::int64_t>("in_flight"));
+  EDGE_ASSIGN_OR_RETURN(load.kv_blocks_total, o.required<std::int64_t>("kv_blocks_total"));
+  EDGE_ASSIGN_OR_RETURN(load.kv_blocks_free, o.required<std::int64_t>("kv_blocks_free"));
+  EDGE_ASSIGN_OR_RETURN(load.kv_usage, o.required<double>("kv_usage_ratio"));
+  EDGE_ASSIGN_OR_RETURN(const json_fields prefix, o.required<json_fields>("prefix_cache"));
+  EDGE_ASSIGN_OR_RETURN(load.block_size, prefix.required<std::int64_t>("block_size"));
+  EDGE_ASSIGN_OR_RETURN(load.cached_blocks, prefix.required<std::int64_t>("cached_blocks"));
+  EDGE_ASSIGN_OR_RETURN(load.prefix_cache_queries, prefix.required<std::int64_t>("queries"));
+  EDGE_ASSIGN_OR_RETURN(load.prefix_cache_hits, prefix.required<std::int64_t>("hits"));
+  return load;
 }
 
 json::object logprob_json(const backend::token_logprob& entry) {
@@ -339,13 +283,10 @@ std::string encode_generate_request(const backend::generate_request& r) {
 
 std::variant<backend::generate_request, internal_request_error> parse_generate_request(std::string_view body) {
   simdjson::dom::parser parser;
-  element document;
-  if (const auto error = parser.parse(body.data(), body.size()).get(document); error != simdjson::SUCCESS) {
-    return internal_request_error{format("the body is not valid JSON: {}", simdjson::error_message(error)), ""};
-  }
-  if (document.type() != element_type::OBJECT) return internal_request_error{"the body must be a JSON object", ""};
+  const auto document = parse_json_object(parser, body, "the body");
+  if (!document.ok()) return internal_request_error{document.error().message(), ""};
   backend::generate_request r;
-  if (auto error = read_fields(document.get_object().value_unsafe(), r)) return std::move(*error);
+  if (auto error = read_fields(json_fields(*document), r)) return internal_request_error{error->message(), error->path()};
   return r;
 }
 
@@ -392,9 +333,9 @@ std::string encode_heartbeat() { return json::serialize(json::object{{"type", "h
 
 result<std::optional<backend::engine_event>> parse_event(std::string_view line) {
   simdjson::dom::parser parser;
-  EDGE_ASSIGN_OR_RETURN(const element document, parse_document(parser, line, "an event"));
-  const simdjson::dom::object o = document.get_object().value_unsafe();
-  EDGE_ASSIGN_OR_RETURN(const std::string type, required_string(o, "type", "event"));
+  EDGE_ASSIGN_OR_RETURN(const auto document, parse_json_object(parser, line, "an event"));
+  const json_fields o(document);
+  EDGE_ASSIGN_OR_RETURN(const std::string_view type, o.required<std::string_view>("type"));
   if (type == "heartbeat") return std::optional<backend::engine_event>();
   if (type == "admitted") return std::optional<backend::engine_event>(backend::admitted_event{});
   if (type == "delta") {
@@ -420,27 +361,7 @@ std::string encode_info(const backend_info& info) {
                                       {"version", info.version}});
 }
 
-result<backend_info> parse_info(std::string_view body) {
-  constexpr std::string_view what = "backend info";
-  simdjson::dom::parser parser;
-  EDGE_ASSIGN_OR_RETURN(const element document, parse_document(parser, body, what));
-  const simdjson::dom::object o = document.get_object().value_unsafe();
-  backend_info info;
-  EDGE_ASSIGN_OR_RETURN(info.model, required_string(o, "model", what));
-  EDGE_ASSIGN_OR_RETURN(info.context_length, required_integer(o, "context_length", what));
-  EDGE_ASSIGN_OR_RETURN(const std::string chat, required_string(o, "chat_template", what));
-  const auto kind = backend::parse_chat_template_name(chat);
-  if (!kind) return invalid_argument(format("{}: unknown chat template '{}'", what, chat));
-  info.chat_template = *kind;
-  EDGE_ASSIGN_OR_RETURN(info.tokenizer_fingerprint, required_string(o, "tokenizer_fingerprint", what));
-  EDGE_ASSIGN_OR_RETURN(info.vocab_size, required_integer(o, "vocab_size", what));
-  EDGE_ASSIGN_OR_RETURN(info.block_size, required_integer(o, "block_size", what));
-  EDGE_ASSIGN_OR_RETURN(info.version, required_string(o, "version", what));
-  if (info.context_length < 1 || info.block_size < 1 || info.vocab_size < 1) {
-    return invalid_argument(format("{}: context_length, vocab_size and block_size must be positive", what));
-  }
-  return info;
-}
+result<backend_info> parse_info(std::string_view body) { return read_object(body, "backend info", info_from); }
 
 std::string info_mismatch(const backend_info& expected, const backend_info& other) {
   if (other.model != expected.model) return format("it serves model \"{}\", not \"{}\"", other.model, expected.model);
@@ -501,24 +422,6 @@ std::string encode_load(const backend_load_report& load) {
                                                                     {"hit_rate", hit_rate}}}});
 }
 
-result<backend_load_report> parse_load(std::string_view body) {
-  constexpr std::string_view what = "backend load";
-  simdjson::dom::parser parser;
-  EDGE_ASSIGN_OR_RETURN(const element document, parse_document(parser, body, what));
-  const simdjson::dom::object o = document.get_object().value_unsafe();
-  backend_load_report load;
-  EDGE_ASSIGN_OR_RETURN(load.waiting, required_integer(o, "waiting", what));
-  EDGE_ASSIGN_OR_RETURN(load.running, required_integer(o, "running", what));
-  EDGE_ASSIGN_OR_RETURN(load.in_flight, required_integer(o, "in_flight", what));
-  EDGE_ASSIGN_OR_RETURN(load.kv_blocks_total, required_integer(o, "kv_blocks_total", what));
-  EDGE_ASSIGN_OR_RETURN(load.kv_blocks_free, required_integer(o, "kv_blocks_free", what));
-  EDGE_ASSIGN_OR_RETURN(load.kv_usage, required_number(o, "kv_usage_ratio", what));
-  EDGE_ASSIGN_OR_RETURN(const auto prefix, required_object(o, "prefix_cache", what));
-  EDGE_ASSIGN_OR_RETURN(load.block_size, required_integer(prefix, "block_size", what));
-  EDGE_ASSIGN_OR_RETURN(load.cached_blocks, required_integer(prefix, "cached_blocks", what));
-  EDGE_ASSIGN_OR_RETURN(load.prefix_cache_queries, required_integer(prefix, "queries", what));
-  EDGE_ASSIGN_OR_RETURN(load.prefix_cache_hits, required_integer(prefix, "hits", what));
-  return load;
-}
+result<backend_load_report> parse_load(std::string_view body) { return read_object(body, "backend load", load_from); }
 
 }  // namespace edge::gateway

@@ -16,13 +16,13 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <simdjson.h>
 
 #include <array>
 #include <map>
 #include <optional>
 
 #include "edge/common/format.h"
+#include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "edge/gateway/http.h"
 #include "edge/monitoring/gateway_metrics.h"
@@ -106,16 +106,17 @@ asio::awaitable<result<http_reply>> round_trip(beast::tcp_stream& stream, const 
 // The message and code of {"error":{"message","code"}}, else the body's start.
 std::pair<std::string, std::string> error_fields(std::string_view body) {
   constexpr std::size_t shown = 200;
+  std::pair<std::string, std::string> out{std::string(body.substr(0, shown)), ""};
   simdjson::dom::parser parser;
-  simdjson::dom::element document;
-  if (parser.parse(body.data(), body.size()).get(document) != simdjson::SUCCESS) {
-    return {std::string(body.substr(0, shown)), ""};
+  const auto document = parse_json_object(parser, body, "the answer");
+  if (!document.ok()) return out;
+  const auto error = json_fields(*document).optional<json_fields>("error");
+  if (!error.ok() || !*error) return out;
+  if (const auto message = (*error)->optional<std::string_view>("message"); message.ok() && *message) {
+    out.first = **message;
   }
-  std::string_view message;
-  std::string_view code;
-  if (document["error"]["message"].get(message) != simdjson::SUCCESS) message = body.substr(0, shown);
-  if (document["error"]["code"].get(code) != simdjson::SUCCESS) code = {};
-  return {std::string(message), std::string(code)};
+  if (const auto code = (*error)->optional<std::string_view>("code"); code.ok() && *code) out.second = **code;
+  return out;
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 // parse_safetensors and load_safetensors_folder (edge/backend/io/safetensors.h).
 #include "edge/backend/io/safetensors.h"
 
-#include <simdjson.h>
-
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -12,6 +10,7 @@
 
 #include "edge/backend/io/dtype_names.h"
 #include "edge/common/format.h"
+#include "edge/common/json_fields.h"
 
 namespace edge::backend {
 namespace {
@@ -23,33 +22,16 @@ constexpr std::size_t header_length_size = 8;
 constexpr std::uint64_t max_header_size = 100'000'000;
 constexpr std::string_view metadata_key = "__metadata__";
 
-result<std::uint64_t> read_unsigned(simdjson::dom::element element, std::string_view what) {
-  std::uint64_t value = 0;
-  if (element.get_uint64().get(value) != simdjson::SUCCESS) {
-    return invalid_argument(edge::format("{} must be a non-negative integer", what));
-  }
-  return value;
-}
-
-result<tensor_view> parse_tensor(std::string_view name, simdjson::dom::element entry,
-                                 std::span<const std::byte> data) {
-  simdjson::dom::object fields;
-  if (entry.get_object().get(fields) != simdjson::SUCCESS) return invalid_argument("is not a JSON object");
-
-  std::string_view dtype_name;
-  if (fields["dtype"].get_string().get(dtype_name) != simdjson::SUCCESS) {
-    return invalid_argument("has no \"dtype\" string");
-  }
+// `fields`: a tensor's entry, read as a document of its own (the caller names the tensor).
+result<tensor_view> parse_tensor(std::string_view name, const json_fields& fields, std::span<const std::byte> data) {
+  EDGE_ASSIGN_OR_RETURN(const std::string_view dtype_name, fields.required<std::string_view>("dtype"));
   const auto stored = parse_safetensors_dtype(dtype_name);
   if (!stored) {
     return invalid_argument(edge::format(
         "{} dtype {}", is_other_safetensors_dtype(dtype_name) ? "unsupported" : "unknown", dtype_name));
   }
 
-  simdjson::dom::array shape_json;
-  if (fields["shape"].get_array().get(shape_json) != simdjson::SUCCESS) {
-    return invalid_argument("has no \"shape\" array");
-  }
+  EDGE_ASSIGN_OR_RETURN(const json_array shape_json, fields.required<json_array>("shape"));
   tensor_view view;
   view.name = std::string(name);
   view.type = stored->type;
@@ -58,8 +40,8 @@ result<tensor_view> parse_tensor(std::string_view name, simdjson::dom::element e
   // tensor_view::elements() overflows, even for an empty tensor.
   std::uint64_t elements = 1;
   std::uint64_t nonzero_product = 1;
-  for (auto dim_json : shape_json) {
-    EDGE_ASSIGN_OR_RETURN(const auto dim, read_unsigned(dim_json, "a shape dimension"));
+  for (const json_value dim_json : shape_json) {
+    EDGE_ASSIGN_OR_RETURN(const std::uint64_t dim, dim_json.as<std::uint64_t>());
     if (dim != 0 && (__builtin_mul_overflow(nonzero_product, dim, &nonzero_product) ||
                      nonzero_product > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))) {
       return invalid_argument("shape has too many elements");
@@ -68,14 +50,14 @@ result<tensor_view> parse_tensor(std::string_view name, simdjson::dom::element e
     view.shape.push_back(static_cast<std::int64_t>(dim));
   }
 
-  simdjson::dom::array offsets_json;
-  if (fields["data_offsets"].get_array().get(offsets_json) != simdjson::SUCCESS || offsets_json.size() != 2) {
-    return invalid_argument("has no \"data_offsets\" pair");
-  }
+  constexpr std::string_view offsets_expected = "a [begin, end] pair";
+  EDGE_ASSIGN_OR_RETURN(const json_value offsets_value, fields.required("data_offsets"));
+  EDGE_ASSIGN_OR_RETURN(const json_array offsets_json, offsets_value.as<json_array>(offsets_expected));
+  if (offsets_json.size() != 2) return offsets_value.must_be(offsets_expected);
   std::uint64_t range[2] = {};  // [begin, end) relative to the data section
   std::size_t next = 0;
-  for (auto offset_json : offsets_json) {
-    EDGE_ASSIGN_OR_RETURN(range[next], read_unsigned(offset_json, "data_offsets"));
+  for (const json_value offset_json : offsets_json) {
+    EDGE_ASSIGN_OR_RETURN(range[next], offset_json.as<std::uint64_t>());
     ++next;
   }
   const auto [begin, end] = range;
@@ -97,18 +79,12 @@ result<tensor_view> parse_tensor(std::string_view name, simdjson::dom::element e
   return view;
 }
 
-result<std::map<std::string, std::string>> parse_metadata(simdjson::dom::element entry) {
-  simdjson::dom::object fields;
-  if (entry.get_object().get(fields) != simdjson::SUCCESS) {
-    return invalid_argument("\"__metadata__\" is not a JSON object");
-  }
+result<std::map<std::string, std::string>> parse_metadata(const json_value& entry) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields fields, entry.as<json_fields>());
   std::map<std::string, std::string> metadata;
-  for (auto field : fields) {
-    std::string_view text;
-    if (field.value.get_string().get(text) != simdjson::SUCCESS) {
-      return invalid_argument(edge::format("\"__metadata__\" value of \"{}\" is not a string", field.key));
-    }
-    metadata.insert_or_assign(std::string(field.key), std::string(text));
+  for (const auto [key, value] : fields) {
+    EDGE_ASSIGN_OR_RETURN(const std::string_view text, value.as<std::string_view>());
+    metadata.insert_or_assign(std::string(key), std::string(text));
   }
   return metadata;
 }
@@ -122,26 +98,18 @@ result<std::string> read_small_file(const std::filesystem::path& path) {
 // The shard file names of an index, each checked to name a file inside the folder.
 result<std::map<std::string, std::string>> parse_weight_map(std::string_view json) {
   simdjson::dom::parser parser;
-  simdjson::dom::element document;
-  if (auto error = parser.parse(simdjson::padded_string(json)).get(document); error != simdjson::SUCCESS) {
-    return invalid_argument(edge::format("invalid JSON: {}", simdjson::error_message(error)));
-  }
-  simdjson::dom::object weight_map;
-  if (document["weight_map"].get_object().get(weight_map) != simdjson::SUCCESS) {
-    return invalid_argument("no \"weight_map\" object");
-  }
+  EDGE_ASSIGN_OR_RETURN(const auto index, parse_json_object(parser, json));
+  const json_fields index_fields(index);
+  EDGE_ASSIGN_OR_RETURN(const json_fields weight_map, index_fields.required<json_fields>("weight_map"));
   std::map<std::string, std::string> shard_of;
-  for (auto field : weight_map) {
-    std::string_view shard;
-    if (field.value.get_string().get(shard) != simdjson::SUCCESS) {
-      return invalid_argument(edge::format("weight_map entry \"{}\" is not a file name", field.key));
-    }
+  for (const auto [tensor, value] : weight_map) {
+    EDGE_ASSIGN_OR_RETURN(const std::string_view shard, value.as<std::string_view>("a file name"));
     if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string_view::npos) {
       return invalid_argument(edge::format("weight_map entry \"{}\" names \"{}\", not a file in the folder",
-                                           field.key, shard));
+                                           tensor, shard));
     }
-    if (!shard_of.emplace(std::string(field.key), std::string(shard)).second) {
-      return invalid_argument(edge::format("weight_map lists \"{}\" twice", field.key));
+    if (!shard_of.emplace(std::string(tensor), std::string(shard)).second) {
+      return invalid_argument(edge::format("weight_map lists \"{}\" twice", tensor));
     }
   }
   return shard_of;
@@ -178,27 +146,21 @@ result<safetensors_file> parse_safetensors(std::span<const std::byte> bytes) {
   const auto data = bytes.subspan(header_length_size + static_cast<std::size_t>(header_size));
 
   simdjson::dom::parser parser;
-  simdjson::dom::element document;
-  if (auto error = parser.parse(simdjson::padded_string(header)).get(document); error != simdjson::SUCCESS) {
-    return invalid_argument(edge::format("the header is not valid JSON: {}", simdjson::error_message(error)));
-  }
-  simdjson::dom::object entries;
-  if (document.get_object().get(entries) != simdjson::SUCCESS) {
-    return invalid_argument("the header is not a JSON object");
-  }
+  EDGE_ASSIGN_OR_RETURN(const auto entries, parse_json_object(parser, header, "the header"));
 
   safetensors_file file;
   std::set<std::string_view> seen;
-  for (auto entry : entries) {
-    if (!seen.insert(entry.key).second) {
-      return invalid_argument(edge::format("the header names \"{}\" twice", entry.key));
+  for (const auto [name, value] : json_fields(entries)) {
+    if (!seen.insert(name).second) {
+      return invalid_argument(edge::format("the header names \"{}\" twice", name));
     }
-    if (entry.key == metadata_key) {
-      EDGE_ASSIGN_OR_RETURN(file.metadata, parse_metadata(entry.value));
+    if (name == metadata_key) {
+      EDGE_ASSIGN_OR_RETURN(file.metadata, parse_metadata(value));
       continue;
     }
-    auto tensor = parse_tensor(entry.key, entry.value, data);
-    if (!tensor.ok()) return tensor.error().with_context(edge::format("tensor \"{}\"", entry.key));
+    EDGE_ASSIGN_OR_RETURN(const json_fields entry, value.as<json_fields>());
+    auto tensor = parse_tensor(name, json_fields(entry.object()), data);
+    if (!tensor.ok()) return tensor.error().with_context(edge::format("tensor \"{}\"", name));
     file.tensors.push_back(std::move(tensor).value());
   }
   return file;

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "../model/json_text.h"
 #include "edge/common/format.h"
+#include "edge/common/json_text.h"
 
 namespace edge::backend {
 namespace {

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "edge/backend/model/model_config.h"
-#include "json_text.h"
+#include "edge/common/json_text.h"
 
 namespace edge::backend {
 

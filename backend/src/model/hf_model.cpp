@@ -3,8 +3,8 @@
 
 #include "edge/backend/model/formats.h"
 #include "edge/common/format.h"
+#include "edge/common/json_fields.h"
 #include "edge/common/log.h"
-#include "json_fields.h"
 #include "model_checks.h"
 #include "weight_binding.h"
 
@@ -30,17 +30,13 @@ constexpr double default_rms_norm_eps = 1e-6;
 constexpr double default_rope_theta = 10000.0;
 
 result<std::optional<rope_scaling_llama3>> parse_rope_scaling(const json_fields& config) {
-  const auto element = config.find("rope_scaling");
-  if (!element) return std::optional<rope_scaling_llama3>{};
-  simdjson::dom::object object;
-  if (element->get_object().get(object) != simdjson::SUCCESS) {
-    return invalid_argument("\"rope_scaling\" must be an object or null");
-  }
-  const json_fields fields(object);
+  EDGE_ASSIGN_OR_RETURN(const auto object, config.optional<json_fields>("rope_scaling"));
+  if (!object) return std::optional<rope_scaling_llama3>{};
+  const json_fields& fields = *object;
   // transformers renamed "type" to "rope_type"; files carry either.
-  EDGE_ASSIGN_OR_RETURN(auto type, fields.optional_string("rope_type"));
+  EDGE_ASSIGN_OR_RETURN(auto type, fields.optional<std::string_view>("rope_type"));
   if (!type) {
-    EDGE_ASSIGN_OR_RETURN(type, fields.optional_string("type"));
+    EDGE_ASSIGN_OR_RETURN(type, fields.optional<std::string_view>("type"));
   }
   if (!type || *type == "default") return std::optional<rope_scaling_llama3>{};
   if (*type != "llama3") {
@@ -48,10 +44,10 @@ result<std::optional<rope_scaling_llama3>> parse_rope_scaling(const json_fields&
                   edge::format("rope_scaling type \"{}\" is not supported (only \"llama3\" is)", *type));
   }
   rope_scaling_llama3 scaling;
-  EDGE_ASSIGN_OR_RETURN(const auto factor, fields.optional_number("factor"));
-  EDGE_ASSIGN_OR_RETURN(const auto low, fields.optional_number("low_freq_factor"));
-  EDGE_ASSIGN_OR_RETURN(const auto high, fields.optional_number("high_freq_factor"));
-  EDGE_ASSIGN_OR_RETURN(const auto original, fields.optional_int("original_max_position_embeddings"));
+  EDGE_ASSIGN_OR_RETURN(const auto factor, fields.optional<double>("factor"));
+  EDGE_ASSIGN_OR_RETURN(const auto low, fields.optional<double>("low_freq_factor"));
+  EDGE_ASSIGN_OR_RETURN(const auto high, fields.optional<double>("high_freq_factor"));
+  EDGE_ASSIGN_OR_RETURN(const auto original, fields.optional<std::int64_t>("original_max_position_embeddings"));
   if (!factor || !original) {
     return invalid_argument("llama3 rope_scaling needs \"factor\" and \"original_max_position_embeddings\"");
   }
@@ -71,10 +67,10 @@ constexpr int int4_bits = 4;
 constexpr int fp8_bits = 8;
 
 status check_weight_scheme(std::string_view group_name, std::string_view format, const json_fields& weights) {
-  EDGE_ASSIGN_OR_RETURN(const auto bits, weights.optional_int("num_bits"));
-  EDGE_ASSIGN_OR_RETURN(const auto type, weights.optional_string("type"));
-  EDGE_ASSIGN_OR_RETURN(const auto symmetric, weights.optional_bool("symmetric"));
-  EDGE_ASSIGN_OR_RETURN(const auto strategy, weights.optional_string("strategy"));
+  EDGE_ASSIGN_OR_RETURN(const auto bits, weights.optional<std::int64_t>("num_bits"));
+  EDGE_ASSIGN_OR_RETURN(const auto type, weights.optional<std::string_view>("type"));
+  EDGE_ASSIGN_OR_RETURN(const auto symmetric, weights.optional<bool>("symmetric"));
+  EDGE_ASSIGN_OR_RETURN(const auto strategy, weights.optional<std::string_view>("strategy"));
   const auto unsupported = [&](std::string_view what) {
     return status(status_code::unimplemented,
                   edge::format("quantization_config group \"{}\": {} is not supported (symmetric INT4 in groups or "
@@ -86,36 +82,32 @@ status check_weight_scheme(std::string_view group_name, std::string_view format,
     if (bits.value_or(0) != int4_bits || type.value_or("int") != "int") {
       return unsupported(edge::format("{}-bit {} weights", bits.value_or(0), type.value_or("int")));
     }
-    if (strategy && *strategy != "group" && *strategy != "channel") return unsupported("strategy " + *strategy);
+    if (strategy && *strategy != "group" && *strategy != "channel") return unsupported(edge::format("strategy {}", *strategy));
     return {};
   }
   if (bits.value_or(0) != fp8_bits || type.value_or("") != "float") {
     return unsupported(edge::format("{}-bit {} weights", bits.value_or(0), type.value_or("int")));
   }
-  if (strategy && *strategy != "channel" && *strategy != "tensor") return unsupported("strategy " + *strategy);
+  if (strategy && *strategy != "channel" && *strategy != "tensor") return unsupported(edge::format("strategy {}", *strategy));
   return {};
 }
 
 result<std::optional<kernels::weight_format>> parse_quantization(const json_fields& config) {
-  const auto element = config.find("quantization_config");
-  if (!element) return std::optional<kernels::weight_format>{};
-  simdjson::dom::object object;
-  if (element->get_object().get(object) != simdjson::SUCCESS) {
-    return invalid_argument("\"quantization_config\" must be an object");
-  }
-  const json_fields fields(object);
-  EDGE_ASSIGN_OR_RETURN(const auto method, fields.optional_string("quant_method"));
+  EDGE_ASSIGN_OR_RETURN(const auto object, config.optional<json_fields>("quantization_config"));
+  if (!object) return std::optional<kernels::weight_format>{};
+  const json_fields& fields = *object;
+  EDGE_ASSIGN_OR_RETURN(const auto method, fields.optional<std::string_view>("quant_method"));
   if (method.value_or("") != "compressed-tensors") {
     return status(status_code::unimplemented,
                   edge::format("quantization method \"{}\" is not supported (compressed-tensors is)", method.value_or("")));
   }
-  if (fields.find("sparsity_config")) {
-    simdjson::dom::object sparsity;
-    if (fields.find("sparsity_config")->get_object().get(sparsity) != simdjson::SUCCESS || sparsity.size() != 0) {
+  if (const auto sparsity = fields.find("sparsity_config")) {
+    const auto sparsity_fields = sparsity->as<json_fields>();
+    if (!sparsity_fields.ok() || sparsity_fields->size() != 0) {
       return status(status_code::unimplemented, "sparse compressed-tensors checkpoints are not supported");
     }
   }
-  EDGE_ASSIGN_OR_RETURN(const auto format, fields.optional_string("format"));
+  EDGE_ASSIGN_OR_RETURN(const auto format, fields.optional<std::string_view>("format"));
   std::optional<kernels::weight_format> quantized;
   if (format == "pack-quantized") {
     quantized = kernels::weight_format::int4;
@@ -127,22 +119,12 @@ result<std::optional<kernels::weight_format>> parse_quantization(const json_fiel
                                "are)",
                                format.value_or("")));
   }
-  simdjson::dom::object groups;
-  if (const auto element_groups = fields.find("config_groups");
-      !element_groups || element_groups->get_object().get(groups) != simdjson::SUCCESS) {
-    return invalid_argument("quantization_config needs a \"config_groups\" object");
-  }
+  EDGE_ASSIGN_OR_RETURN(const json_fields groups, fields.required<json_fields>("config_groups"));
   bool activations = false;
-  for (auto group : groups) {
-    simdjson::dom::object group_object;
-    if (group.value.get_object().get(group_object) != simdjson::SUCCESS) {
-      return invalid_argument(edge::format("quantization_config group \"{}\" is not an object", group.key));
-    }
-    const json_fields group_fields(group_object);
-    simdjson::dom::object weights;
-    if (const auto w = group_fields.find("weights"); w && w->get_object().get(weights) == simdjson::SUCCESS) {
-      EDGE_RETURN_IF_ERROR(check_weight_scheme(group.key, *format, json_fields(weights)));
-    }
+  for (const auto [name, group] : groups) {
+    EDGE_ASSIGN_OR_RETURN(const json_fields group_fields, group.as<json_fields>());
+    EDGE_ASSIGN_OR_RETURN(const auto weights, group_fields.optional<json_fields>("weights"));
+    if (weights) EDGE_RETURN_IF_ERROR(check_weight_scheme(name, *format, *weights));
     activations = activations || group_fields.find("input_activations").has_value();
   }
   if (activations) {
@@ -153,13 +135,11 @@ result<std::optional<kernels::weight_format>> parse_quantization(const json_fiel
 }
 
 result<parsed_config> parse_config_object(const json_fields& fields) {
-  simdjson::dom::array architectures;
-  std::string_view class_name;
-  const auto architectures_element = fields.find("architectures");
-  if (!architectures_element || architectures_element->get_array().get(architectures) != simdjson::SUCCESS ||
-      architectures.size() == 0 || architectures.at(0).get_string().get(class_name) != simdjson::SUCCESS) {
-    return invalid_argument("\"architectures\" must be a list starting with the model class name");
-  }
+  constexpr std::string_view architectures_expected = "a list starting with the model class name";
+  EDGE_ASSIGN_OR_RETURN(const json_value architectures, fields.required("architectures"));
+  EDGE_ASSIGN_OR_RETURN(const json_array classes, architectures.as<json_array>(architectures_expected));
+  if (classes.empty()) return architectures.must_be(architectures_expected);
+  EDGE_ASSIGN_OR_RETURN(const std::string_view class_name, classes.front().as<std::string_view>());
   const architecture_defaults* defaults = nullptr;
   for (const auto& known : known_architectures) {
     if (known.class_name == class_name) defaults = &known;
@@ -176,46 +156,46 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   config.arch = defaults->arch;
   config.rope = rope_layout::half_split;
   config.qkv_bias = defaults->qkv_bias;
-  EDGE_ASSIGN_OR_RETURN(config.hidden_size, fields.required_int("hidden_size"));
-  EDGE_ASSIGN_OR_RETURN(config.intermediate_size, fields.required_int("intermediate_size"));
-  EDGE_ASSIGN_OR_RETURN(config.num_layers, fields.required_int("num_hidden_layers"));
-  EDGE_ASSIGN_OR_RETURN(config.num_heads, fields.required_int("num_attention_heads"));
-  EDGE_ASSIGN_OR_RETURN(config.vocab_size, fields.required_int("vocab_size"));
-  EDGE_ASSIGN_OR_RETURN(const auto kv_heads, fields.optional_int("num_key_value_heads"));
+  EDGE_ASSIGN_OR_RETURN(config.hidden_size, fields.required<std::int64_t>("hidden_size"));
+  EDGE_ASSIGN_OR_RETURN(config.intermediate_size, fields.required<std::int64_t>("intermediate_size"));
+  EDGE_ASSIGN_OR_RETURN(config.num_layers, fields.required<std::int64_t>("num_hidden_layers"));
+  EDGE_ASSIGN_OR_RETURN(config.num_heads, fields.required<std::int64_t>("num_attention_heads"));
+  EDGE_ASSIGN_OR_RETURN(config.vocab_size, fields.required<std::int64_t>("vocab_size"));
+  EDGE_ASSIGN_OR_RETURN(const auto kv_heads, fields.optional<std::int64_t>("num_key_value_heads"));
   config.num_kv_heads = kv_heads.value_or(config.num_heads);
-  EDGE_ASSIGN_OR_RETURN(const auto head_dim, fields.optional_int("head_dim"));
+  EDGE_ASSIGN_OR_RETURN(const auto head_dim, fields.optional<std::int64_t>("head_dim"));
   if (head_dim) {
     config.head_dim = *head_dim;
   } else if (config.num_heads > 0) {
     config.head_dim = config.hidden_size / config.num_heads;
   }
-  EDGE_ASSIGN_OR_RETURN(const auto max_position, fields.optional_int("max_position_embeddings"));
+  EDGE_ASSIGN_OR_RETURN(const auto max_position, fields.optional<std::int64_t>("max_position_embeddings"));
   config.max_position = max_position.value_or(defaults->max_position);
-  EDGE_ASSIGN_OR_RETURN(const auto eps, fields.optional_number("rms_norm_eps"));
+  EDGE_ASSIGN_OR_RETURN(const auto eps, fields.optional<double>("rms_norm_eps"));
   config.rms_norm_eps = eps.value_or(default_rms_norm_eps);
-  EDGE_ASSIGN_OR_RETURN(const auto theta, fields.optional_number("rope_theta"));
+  EDGE_ASSIGN_OR_RETURN(const auto theta, fields.optional<double>("rope_theta"));
   config.rope_theta = theta.value_or(default_rope_theta);
   EDGE_ASSIGN_OR_RETURN(config.rope_scaling, parse_rope_scaling(fields));
   // All three classes default to an untied classifier (Qwen2.5's small models say true).
-  EDGE_ASSIGN_OR_RETURN(const auto tie, fields.optional_bool("tie_word_embeddings"));
+  EDGE_ASSIGN_OR_RETURN(const auto tie, fields.optional<bool>("tie_word_embeddings"));
   config.tie_embeddings = tie.value_or(false);
 
-  EDGE_ASSIGN_OR_RETURN(const auto activation, fields.optional_string("hidden_act"));
+  EDGE_ASSIGN_OR_RETURN(const auto activation, fields.optional<std::string_view>("hidden_act"));
   if (activation && *activation != "silu") {
     return status(status_code::unimplemented,
                   edge::format("hidden_act \"{}\" is not supported (only \"silu\" is)", *activation));
   }
   // Llama's attention_bias also puts a bias on o_proj, which model_weights has no slot for.
-  EDGE_ASSIGN_OR_RETURN(const auto attention_bias, fields.optional_bool("attention_bias"));
-  EDGE_ASSIGN_OR_RETURN(const auto mlp_bias, fields.optional_bool("mlp_bias"));
+  EDGE_ASSIGN_OR_RETURN(const auto attention_bias, fields.optional<bool>("attention_bias"));
+  EDGE_ASSIGN_OR_RETURN(const auto mlp_bias, fields.optional<bool>("mlp_bias"));
   if (attention_bias.value_or(false) || mlp_bias.value_or(false)) {
     return status(status_code::unimplemented, "attention_bias / mlp_bias are not supported");
   }
 
   // Sliding-window attention is not implemented; within the window the results are the same.
   const logger log{"model"};
-  EDGE_ASSIGN_OR_RETURN(const auto use_sliding_window, fields.optional_bool("use_sliding_window"));
-  EDGE_ASSIGN_OR_RETURN(const auto sliding_window, fields.optional_int("sliding_window"));
+  EDGE_ASSIGN_OR_RETURN(const auto use_sliding_window, fields.optional<bool>("use_sliding_window"));
+  EDGE_ASSIGN_OR_RETURN(const auto sliding_window, fields.optional<std::int64_t>("sliding_window"));
   const bool sliding = config.arch == architecture::qwen2 ? use_sliding_window.value_or(false)
                                                           : sliding_window.has_value();
   if (sliding && sliding_window && *sliding_window < config.max_position) {
@@ -224,7 +204,7 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
              *sliding_window);
   }
 
-  EDGE_ASSIGN_OR_RETURN(const auto synthetic, fields.optional_bool("edgeinfer_synthetic"));
+  EDGE_ASSIGN_OR_RETURN(const auto synthetic, fields.optional<bool>("edgeinfer_synthetic"));
   parsed.synthetic = synthetic.value_or(false);
   EDGE_ASSIGN_OR_RETURN(parsed.quantized, parse_quantization(fields));
 

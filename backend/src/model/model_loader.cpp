@@ -13,9 +13,9 @@
 #include "edge/backend/model/model.h"
 #include "edge/backend/model_locator.h"
 #include "edge/common/format.h"
+#include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "edge/common/thread_pool.h"
-#include "json_fields.h"
 
 namespace edge::backend {
 namespace {
@@ -149,33 +149,35 @@ chat_template_kind choose_chat_template(const load_options& options, const std::
 }
 
 // tokenizer_config.json's "chat_template": a string, or a list of {name, template} of which the
-// one named "default" is the chat template. Newer folders keep it in chat_template.jinja.
+// one named "default" is the chat template.
+result<std::optional<std::string>> chat_template_field(std::string_view config_text) {
+  simdjson::dom::parser parser;
+  EDGE_ASSIGN_OR_RETURN(const auto object, parse_json_members(parser, config_text, "the file", {"chat_template"}));
+  const json_fields fields(object);
+  const auto value = fields.find("chat_template");
+  if (!value) return std::optional<std::string>{};
+  if (const auto jinja = value->as<std::string_view>(); jinja.ok()) return std::optional<std::string>(*jinja);
+  EDGE_ASSIGN_OR_RETURN(const json_array templates, value->as<json_array>("a string or a list of templates"));
+  for (const json_value entry : templates) {
+    EDGE_ASSIGN_OR_RETURN(const json_fields named, entry.as<json_fields>());
+    EDGE_ASSIGN_OR_RETURN(const auto name, named.optional<std::string_view>("name"));
+    if (name != "default") continue;
+    EDGE_ASSIGN_OR_RETURN(const std::string_view jinja, named.required<std::string_view>("template"));
+    return std::optional<std::string>(jinja);
+  }
+  return std::optional<std::string>{};
+}
+
+// The chat template of tokenizer_config.json, or else of chat_template.jinja (where newer folders
+// keep it).
 result<std::optional<std::string>> hf_chat_template(const fs::path& folder) {
   std::error_code ec;
   const auto config_path = folder / "tokenizer_config.json";
   if (fs::exists(config_path, ec)) {
     EDGE_ASSIGN_OR_RETURN(const auto text, read_text_file(config_path));
-    simdjson::dom::parser parser;
-    auto object = parse_json_object(parser, text);
-    if (!object.ok()) return object.error().with_context(config_path.string());
-    const json_fields fields(*object);
-    if (const auto element = fields.find("chat_template")) {
-      std::string_view jinja;
-      if (element->get_string().get(jinja) == simdjson::SUCCESS) return std::optional<std::string>(jinja);
-      simdjson::dom::array templates;
-      if (element->get_array().get(templates) == simdjson::SUCCESS) {
-        for (auto entry : templates) {
-          std::string_view name;
-          if (entry["name"].get_string().get(name) == simdjson::SUCCESS && name == "default" &&
-              entry["template"].get_string().get(jinja) == simdjson::SUCCESS) {
-            return std::optional<std::string>(jinja);
-          }
-        }
-        return std::optional<std::string>{};
-      }
-      return invalid_argument(edge::format("{}: \"chat_template\" must be a string or a list of templates",
-                                           config_path.string()));
-    }
+    auto jinja = chat_template_field(text);
+    if (!jinja.ok()) return jinja.error().with_context(config_path.string());
+    if (*jinja) return jinja;
   }
   const auto jinja_path = folder / "chat_template.jinja";
   if (fs::exists(jinja_path, ec)) {

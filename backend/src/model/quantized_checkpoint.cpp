@@ -17,9 +17,9 @@
 #include "edge/backend/io/output_files.h"
 #include "edge/backend/io/safetensors.h"
 #include "edge/common/format.h"
-#include "json_fields.h"
+#include "edge/common/json_fields.h"
+#include "edge/common/json_text.h"
 #include "hf_config_text.h"
-#include "json_text.h"
 
 namespace edge::backend {
 namespace {

@@ -14,10 +14,10 @@
 #include "edge/backend/io/output_files.h"
 #include "edge/backend/io/safetensors.h"
 #include "edge/common/format.h"
+#include "edge/common/json_fields.h"
+#include "edge/common/json_text.h"
 #include "edge/kernels/numerics.h"
-#include "json_fields.h"
 #include "hf_config_text.h"
-#include "json_text.h"
 #include "model_checks.h"
 #include "splitmix64.h"
 #include "synthetic_tokenizer.h"
@@ -344,7 +344,7 @@ bool is_earlier_output(const fs::path& folder) {
   simdjson::dom::parser parser;
   const auto object = parse_json_object(parser, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   if (!object.ok()) return false;
-  const auto marker = json_fields(*object).optional_bool("edgeinfer_synthetic");
+  const auto marker = json_fields(*object).optional<bool>("edgeinfer_synthetic");
   return marker.ok() && marker->value_or(false);
 }
 

@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "edge/common/format.h"
-#include "json_text.h"
+#include "edge/common/json_text.h"
 #include "splitmix64.h"
 
 namespace edge::backend {

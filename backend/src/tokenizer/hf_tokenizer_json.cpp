@@ -1,52 +1,13 @@
 // Hugging Face tokenizer.json (model type BPE) and tokenizer_config.json, parsed with simdjson's
 // DOM into bpe_settings. Components outside what Llama/Mistral/Qwen-family files use are
 // refused by name (unimplemented), never silently approximated.
-#include <simdjson.h>
-
-
 #include "builders.h"
 #include "edge/common/format.h"
+#include "edge/common/json_fields.h"
 #include "file_io.h"
 
 namespace edge::backend {
 namespace {
-
-using simdjson::dom::array;
-using simdjson::dom::element;
-using simdjson::dom::object;
-
-status json_error(std::string_view what, simdjson::error_code error) {
-  return invalid_argument(format("{}: {}", what, simdjson::error_message(error)));
-}
-
-std::optional<element> member(const element& e, std::string_view key) {
-  element value;
-  if (e.type() != simdjson::dom::element_type::OBJECT) return std::nullopt;
-  if (e[key].get(value) != simdjson::SUCCESS || value.is_null()) return std::nullopt;
-  return value;
-}
-
-std::optional<std::string_view> member_string(const element& e, std::string_view key) {
-  const auto value = member(e, key);
-  if (!value) return std::nullopt;
-  std::string_view text;
-  if (value->get_string().get(text) != simdjson::SUCCESS) return std::nullopt;
-  return text;
-}
-
-bool member_bool(const element& e, std::string_view key, bool fallback) {
-  const auto value = member(e, key);
-  bool flag = fallback;
-  if (value && value->get_bool().get(flag) != simdjson::SUCCESS) return fallback;
-  return flag;
-}
-
-std::optional<std::int64_t> member_int(const element& e, std::string_view key) {
-  const auto value = member(e, key);
-  std::int64_t number = 0;
-  if (!value || value->get_int64().get(number) != simdjson::SUCCESS) return std::nullopt;
-  return number;
-}
 
 struct config_fields {
   std::optional<std::string> bos_token;
@@ -55,46 +16,29 @@ struct config_fields {
 };
 
 // A tokenizer_config.json token: "<s>", {"content": "<s>", ...} or null.
-std::optional<std::string> config_token(simdjson::ondemand::value value) {
-  simdjson::ondemand::json_type type;
-  if (value.type().get(type) != simdjson::SUCCESS) return std::nullopt;
-  std::string_view text;
-  if (type == simdjson::ondemand::json_type::string) {
-    if (value.get_string().get(text) != simdjson::SUCCESS) return std::nullopt;
-    return std::string(text);
+json_result<std::optional<std::string>> config_token(const json_fields& config, std::string_view key) {
+  const auto value = config.find(key);
+  if (!value) return std::optional<std::string>{};
+  if (value->type() == simdjson::dom::element_type::OBJECT) {
+    EDGE_ASSIGN_OR_RETURN(const json_fields token, value->as<json_fields>());
+    EDGE_ASSIGN_OR_RETURN(const std::string_view content, token.required<std::string_view>("content"));
+    return std::optional<std::string>(content);
   }
-  if (type == simdjson::ondemand::json_type::object) {
-    if (value.find_field_unordered("content").get_string().get(text) != simdjson::SUCCESS) return std::nullopt;
-    return std::string(text);
-  }
-  return std::nullopt;
+  EDGE_ASSIGN_OR_RETURN(const std::string_view text, value->as<std::string_view>("a string or {\"content\": ...}"));
+  return std::optional<std::string>(text);
 }
 
-// tokenizer_config.json through simdjson's on-demand API, which leaves the fields it is not
-// asked for unparsed: some files hold numbers no 64-bit type can (Llama 3's model_max_length
-// is 1e30 written out in digits).
+// tokenizer_config.json's fields that shape tokenization. Only they are read: some files hold
+// numbers no 64-bit type can (Llama 3's model_max_length is 1e30 written out in digits).
 result<config_fields> parse_config(std::string_view json) {
-  simdjson::ondemand::parser parser;
-  const simdjson::padded_string padded(json);
-  simdjson::ondemand::document document;
-  if (auto error = parser.iterate(padded).get(document)) return json_error("tokenizer_config.json", error);
-  simdjson::ondemand::object object;
-  if (auto error = document.get_object().get(object)) return json_error("tokenizer_config.json", error);
+  simdjson::dom::parser parser;
+  EDGE_ASSIGN_OR_RETURN(const auto object,
+                        parse_json_members(parser, json, "the file", {"bos_token", "eos_token", "add_bos_token"}));
+  const json_fields config(object);
   config_fields fields;
-  for (auto entry : object) {
-    simdjson::ondemand::field field;
-    if (auto error = std::move(entry).get(field)) return json_error("tokenizer_config.json", error);
-    std::string_view key;
-    if (auto error = field.unescaped_key().get(key)) return json_error("tokenizer_config.json", error);
-    if (key == "bos_token") {
-      fields.bos_token = config_token(field.value());
-    } else if (key == "eos_token") {
-      fields.eos_token = config_token(field.value());
-    } else if (key == "add_bos_token") {
-      bool flag = false;
-      if (field.value().get_bool().get(flag) == simdjson::SUCCESS) fields.add_bos_token = flag;
-    }
-  }
+  EDGE_ASSIGN_OR_RETURN(fields.bos_token, config_token(config, "bos_token"));
+  EDGE_ASSIGN_OR_RETURN(fields.eos_token, config_token(config, "eos_token"));
+  EDGE_ASSIGN_OR_RETURN(fields.add_bos_token, config.optional<bool>("add_bos_token"));
   return fields;
 }
 
@@ -104,46 +48,42 @@ struct pattern_spec {
   bool is_regex = false;
 };
 
-result<pattern_spec> parse_pattern(const element& e, std::string_view owner) {
-  const auto pattern = member(e, "pattern");
-  if (!pattern) return invalid_argument(format("{} has no pattern", owner));
-  if (const auto text = member_string(*pattern, "String")) return pattern_spec{std::string(*text), false};
-  if (const auto regex = member_string(*pattern, "Regex")) return pattern_spec{std::string(*regex), true};
-  return invalid_argument(format("{} pattern is neither String nor Regex", owner));
+result<pattern_spec> parse_pattern(const json_fields& e) {
+  EDGE_ASSIGN_OR_RETURN(const json_value value, e.required("pattern"));
+  EDGE_ASSIGN_OR_RETURN(const json_fields pattern, value.as<json_fields>());
+  EDGE_ASSIGN_OR_RETURN(const auto text, pattern.optional<std::string_view>("String"));
+  if (text) return pattern_spec{std::string(*text), false};
+  EDGE_ASSIGN_OR_RETURN(const auto regex, pattern.optional<std::string_view>("Regex"));
+  if (regex) return pattern_spec{std::string(*regex), true};
+  return value.must_be("{\"String\": ...} or {\"Regex\": ...}");
 }
 
-status parse_normalizer(const element& e, std::vector<detail::normalizer_step>& out) {
+status parse_normalizer(const json_value& value, std::vector<detail::normalizer_step>& out) {
   using detail::normalizer_step;
-  const auto type = member_string(e, "type");
-  if (!type) return invalid_argument("normalizer without a type");
+  EDGE_ASSIGN_OR_RETURN(const json_fields e, value.as<json_fields>());
+  EDGE_ASSIGN_OR_RETURN(const std::string_view type, e.required<std::string_view>("type"));
   const auto unicode = [&](detail::normalization_form form) {
     out.push_back({.kind = normalizer_step::type::unicode, .form = form});
     return status{};
   };
-  if (*type == "NFC") return unicode(detail::normalization_form::nfc);
-  if (*type == "NFD") return unicode(detail::normalization_form::nfd);
-  if (*type == "NFKC") return unicode(detail::normalization_form::nfkc);
-  if (*type == "NFKD") return unicode(detail::normalization_form::nfkd);
-  if (*type == "Sequence") {
-    array steps;
-    const auto list = member(e, "normalizers");
-    if (!list || list->get_array().get(steps) != simdjson::SUCCESS) {
-      return invalid_argument("normalizer Sequence without a normalizers array");
-    }
-    for (element step : steps) EDGE_RETURN_IF_ERROR(parse_normalizer(step, out));
+  if (type == "NFC") return unicode(detail::normalization_form::nfc);
+  if (type == "NFD") return unicode(detail::normalization_form::nfd);
+  if (type == "NFKC") return unicode(detail::normalization_form::nfkc);
+  if (type == "NFKD") return unicode(detail::normalization_form::nfkd);
+  if (type == "Sequence") {
+    EDGE_ASSIGN_OR_RETURN(const json_array steps, e.required<json_array>("normalizers"));
+    for (const json_value step : steps) EDGE_RETURN_IF_ERROR(parse_normalizer(step, out));
     return {};
   }
-  if (*type == "Prepend") {
-    const auto prefix = member_string(e, "prepend");
-    if (!prefix) return invalid_argument("normalizer Prepend without a prepend string");
-    out.push_back({.kind = normalizer_step::type::prepend, .text = std::string(*prefix)});
+  if (type == "Prepend") {
+    EDGE_ASSIGN_OR_RETURN(const std::string_view prefix, e.required<std::string_view>("prepend"));
+    out.push_back({.kind = normalizer_step::type::prepend, .text = std::string(prefix)});
     return {};
   }
-  if (*type == "Replace") {
-    EDGE_ASSIGN_OR_RETURN(auto pattern, parse_pattern(e, "normalizer Replace"));
-    const auto content = member_string(e, "content");
-    if (!content) return invalid_argument("normalizer Replace without content");
-    normalizer_step step{.kind = normalizer_step::type::replace, .content = std::string(*content)};
+  if (type == "Replace") {
+    EDGE_ASSIGN_OR_RETURN(auto pattern, parse_pattern(e));
+    EDGE_ASSIGN_OR_RETURN(const std::string_view content, e.required<std::string_view>("content"));
+    normalizer_step step{.kind = normalizer_step::type::replace, .content = std::string(content)};
     if (pattern.is_regex) {
       EDGE_ASSIGN_OR_RETURN(auto regex, detail::pcre_regex::compile(pattern.text));
       step.regex = std::move(regex);
@@ -153,7 +93,7 @@ status parse_normalizer(const element& e, std::vector<detail::normalizer_step>& 
     out.push_back(std::move(step));
     return {};
   }
-  return status(status_code::unimplemented, format("normalizer type \"{}\" is not supported", *type));
+  return status(status_code::unimplemented, format("normalizer type \"{}\" is not supported", type));
 }
 
 result<detail::split_behavior> parse_behavior(std::string_view name) {
@@ -166,39 +106,37 @@ result<detail::split_behavior> parse_behavior(std::string_view name) {
   return invalid_argument(format("unknown Split behavior \"{}\"", name));
 }
 
-result<detail::prepend_scheme> parse_prepend_scheme(const element& e) {
-  if (const auto scheme = member_string(e, "prepend_scheme")) {
+result<detail::prepend_scheme> parse_prepend_scheme(const json_fields& e) {
+  EDGE_ASSIGN_OR_RETURN(const auto scheme, e.optional<std::string_view>("prepend_scheme"));
+  if (scheme) {
     if (*scheme == "always") return detail::prepend_scheme::always;
     if (*scheme == "first") return detail::prepend_scheme::first;
     if (*scheme == "never") return detail::prepend_scheme::never;
     return invalid_argument(format("unknown Metaspace prepend_scheme \"{}\"", *scheme));
   }
   // Files written before prepend_scheme existed say add_prefix_space.
-  return member_bool(e, "add_prefix_space", true) ? detail::prepend_scheme::always : detail::prepend_scheme::never;
+  EDGE_ASSIGN_OR_RETURN(const bool add_prefix_space, e.value_or("add_prefix_space", true));
+  return add_prefix_space ? detail::prepend_scheme::always : detail::prepend_scheme::never;
 }
 
-status parse_pre_tokenizer(const element& e, detail::bpe_settings& settings, bool& saw_byte_level) {
+status parse_pre_tokenizer(const json_value& value, detail::bpe_settings& settings, bool& saw_byte_level) {
   using detail::pre_tokenizer_step;
-  const auto type = member_string(e, "type");
-  if (!type) return invalid_argument("pre_tokenizer without a type");
-  if (saw_byte_level && *type != "Sequence") {
-    return status(status_code::unimplemented, format("pre_tokenizer \"{}\" after ByteLevel is not supported", *type));
+  EDGE_ASSIGN_OR_RETURN(const json_fields e, value.as<json_fields>());
+  EDGE_ASSIGN_OR_RETURN(const std::string_view type, e.required<std::string_view>("type"));
+  if (saw_byte_level && type != "Sequence") {
+    return status(status_code::unimplemented, format("pre_tokenizer \"{}\" after ByteLevel is not supported", type));
   }
-  if (*type == "Sequence") {
-    array steps;
-    const auto list = member(e, "pretokenizers");
-    if (!list || list->get_array().get(steps) != simdjson::SUCCESS) {
-      return invalid_argument("pre_tokenizer Sequence without a pretokenizers array");
-    }
-    for (element step : steps) EDGE_RETURN_IF_ERROR(parse_pre_tokenizer(step, settings, saw_byte_level));
+  if (type == "Sequence") {
+    EDGE_ASSIGN_OR_RETURN(const json_array steps, e.required<json_array>("pretokenizers"));
+    for (const json_value step : steps) EDGE_RETURN_IF_ERROR(parse_pre_tokenizer(step, settings, saw_byte_level));
     return {};
   }
-  if (*type == "Split") {
-    EDGE_ASSIGN_OR_RETURN(auto pattern, parse_pattern(e, "pre_tokenizer Split"));
-    const auto behavior_name = member_string(e, "behavior");
-    EDGE_ASSIGN_OR_RETURN(auto behavior, parse_behavior(behavior_name.value_or("Isolated")));
-    pre_tokenizer_step step{.kind = pre_tokenizer_step::type::split, .behavior = behavior,
-                            .invert = member_bool(e, "invert", false)};
+  if (type == "Split") {
+    EDGE_ASSIGN_OR_RETURN(auto pattern, parse_pattern(e));
+    EDGE_ASSIGN_OR_RETURN(const auto behavior_name, e.value_or<std::string_view>("behavior", "Isolated"));
+    EDGE_ASSIGN_OR_RETURN(auto behavior, parse_behavior(behavior_name));
+    EDGE_ASSIGN_OR_RETURN(const bool invert, e.value_or("invert", false));
+    pre_tokenizer_step step{.kind = pre_tokenizer_step::type::split, .behavior = behavior, .invert = invert};
     if (pattern.is_regex) {
       EDGE_ASSIGN_OR_RETURN(auto regex, detail::pcre_regex::compile(pattern.text));
       step.regex = std::move(regex);
@@ -208,10 +146,11 @@ status parse_pre_tokenizer(const element& e, detail::bpe_settings& settings, boo
     settings.pre_tokenizers.push_back(std::move(step));
     return {};
   }
-  if (*type == "ByteLevel") {
-    pre_tokenizer_step step{.kind = pre_tokenizer_step::type::byte_level,
-                            .add_prefix_space = member_bool(e, "add_prefix_space", true)};
-    if (member_bool(e, "use_regex", true)) {
+  if (type == "ByteLevel") {
+    EDGE_ASSIGN_OR_RETURN(const bool add_prefix_space, e.value_or("add_prefix_space", true));
+    EDGE_ASSIGN_OR_RETURN(const bool use_regex, e.value_or("use_regex", true));
+    pre_tokenizer_step step{.kind = pre_tokenizer_step::type::byte_level, .add_prefix_space = add_prefix_space};
+    if (use_regex) {
       EDGE_ASSIGN_OR_RETURN(auto regex, detail::pcre_regex::compile(detail::gpt2_pattern));
       step.regex = std::move(regex);
     }
@@ -220,71 +159,70 @@ status parse_pre_tokenizer(const element& e, detail::bpe_settings& settings, boo
     saw_byte_level = true;
     return {};
   }
-  if (*type == "Digits") {
-    const bool individual = member_bool(e, "individual_digits", false);
+  if (type == "Digits") {
+    EDGE_ASSIGN_OR_RETURN(const bool individual, e.value_or("individual_digits", false));
     EDGE_ASSIGN_OR_RETURN(auto regex, detail::pcre_regex::compile(individual ? R"(\p{N})" : R"(\p{N}+)"));
     settings.pre_tokenizers.push_back(
         {.kind = pre_tokenizer_step::type::split, .regex = std::move(regex), .behavior = detail::split_behavior::isolated});
     return {};
   }
-  if (*type == "Metaspace") {
+  if (type == "Metaspace") {
     EDGE_ASSIGN_OR_RETURN(auto scheme, parse_prepend_scheme(e));
+    EDGE_ASSIGN_OR_RETURN(const bool split, e.value_or("split", true));
+    EDGE_ASSIGN_OR_RETURN(const auto replacement, e.optional<std::string_view>("replacement"));
     pre_tokenizer_step step{.kind = pre_tokenizer_step::type::metaspace, .prepend = scheme,
-                            .split_on_replacement = member_bool(e, "split", true)};
-    if (const auto replacement = member_string(e, "replacement")) step.replacement = std::string(*replacement);
+                            .split_on_replacement = split};
+    if (replacement) step.replacement = std::string(*replacement);
     settings.pre_tokenizers.push_back(std::move(step));
     return {};
   }
-  return status(status_code::unimplemented, format("pre_tokenizer type \"{}\" is not supported", *type));
+  return status(status_code::unimplemented, format("pre_tokenizer type \"{}\" is not supported", type));
 }
 
-status parse_decoder(const element& e, detail::bpe_settings& settings) {
-  const auto type = member_string(e, "type");
-  if (!type) return invalid_argument("decoder without a type");
-  if (*type == "Sequence") {
-    array steps;
-    const auto list = member(e, "decoders");
-    if (!list || list->get_array().get(steps) != simdjson::SUCCESS) {
-      return invalid_argument("decoder Sequence without a decoders array");
-    }
-    for (element step : steps) EDGE_RETURN_IF_ERROR(parse_decoder(step, settings));
+status parse_decoder(const json_value& value, detail::bpe_settings& settings) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields e, value.as<json_fields>());
+  EDGE_ASSIGN_OR_RETURN(const std::string_view type, e.required<std::string_view>("type"));
+  if (type == "Sequence") {
+    EDGE_ASSIGN_OR_RETURN(const json_array steps, e.required<json_array>("decoders"));
+    for (const json_value step : steps) EDGE_RETURN_IF_ERROR(parse_decoder(step, settings));
     return {};
   }
-  if (*type == "ByteLevel") {
+  if (type == "ByteLevel") {
     settings.decode_byte_level = true;
     return {};
   }
-  if (*type == "ByteFallback") {
+  if (type == "ByteFallback") {
     settings.decode_byte_fallback = true;
     return {};
   }
-  if (*type == "Fuse") return {};  // decoding joins token texts anyway
-  if (*type == "Replace") {
-    EDGE_ASSIGN_OR_RETURN(auto pattern, parse_pattern(e, "decoder Replace"));
-    const auto content = member_string(e, "content");
-    if (pattern.is_regex || !content || *content != " ") {
+  if (type == "Fuse") return {};  // decoding joins token texts anyway
+  if (type == "Replace") {
+    EDGE_ASSIGN_OR_RETURN(auto pattern, parse_pattern(e));
+    EDGE_ASSIGN_OR_RETURN(const auto content, e.optional<std::string_view>("content"));
+    if (pattern.is_regex || content != " ") {
       return status(status_code::unimplemented, "decoder Replace is supported only from a string to a space");
     }
     settings.decode_replace_from = std::move(pattern.text);
     return {};
   }
-  if (*type == "Strip") {
-    const auto content = member_string(e, "content");
-    const auto start = member_int(e, "start").value_or(0);
-    const auto stop = member_int(e, "stop").value_or(0);
-    if (!content || *content != " " || start > 1 || stop != 0) {
+  if (type == "Strip") {
+    EDGE_ASSIGN_OR_RETURN(const auto content, e.optional<std::string_view>("content"));
+    EDGE_ASSIGN_OR_RETURN(const std::int64_t start, e.value_or<std::int64_t>("start", 0));
+    EDGE_ASSIGN_OR_RETURN(const std::int64_t stop, e.value_or<std::int64_t>("stop", 0));
+    if (content != " " || start > 1 || stop != 0) {
       return status(status_code::unimplemented, "decoder Strip is supported only for one leading space");
     }
     settings.strip_space_after_bos = start == 1;
     return {};
   }
-  if (*type == "Metaspace") {
+  if (type == "Metaspace") {
     EDGE_ASSIGN_OR_RETURN(auto scheme, parse_prepend_scheme(e));
-    settings.decode_replace_from = std::string(member_string(e, "replacement").value_or(detail::spm_space));
+    EDGE_ASSIGN_OR_RETURN(const auto replacement, e.value_or<std::string_view>("replacement", detail::spm_space));
+    settings.decode_replace_from = std::string(replacement);
     settings.strip_space_after_bos = scheme != detail::prepend_scheme::never;
     return {};
   }
-  return status(status_code::unimplemented, format("decoder type \"{}\" is not supported", *type));
+  return status(status_code::unimplemented, format("decoder type \"{}\" is not supported", type));
 }
 
 // TemplateProcessing's "single" template: whether it starts with a special token, and its id.
@@ -293,107 +231,90 @@ struct template_bos {
   std::optional<token_id> bos;
 };
 
-template_bos parse_post_processor(const element& e) {
-  const auto type = member_string(e, "type");
-  if (!type) return {};
-  if (*type == "Sequence") {
-    array steps;
-    const auto list = member(e, "processors");
-    if (!list || list->get_array().get(steps) != simdjson::SUCCESS) return {};
-    for (element step : steps) {
-      template_bos found = parse_post_processor(step);
+result<template_bos> parse_post_processor(const json_value& value) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields e, value.as<json_fields>());
+  EDGE_ASSIGN_OR_RETURN(const auto type, e.optional<std::string_view>("type"));
+  if (type == "Sequence") {
+    EDGE_ASSIGN_OR_RETURN(const auto steps, e.optional<json_array>("processors"));
+    if (!steps) return template_bos{};
+    for (const json_value step : *steps) {
+      EDGE_ASSIGN_OR_RETURN(const template_bos found, parse_post_processor(step));
       if (found.found) return found;
     }
-    return {};
+    return template_bos{};
   }
-  if (*type != "TemplateProcessing") return {};
-  template_bos result{.found = true};
-  array single;
-  const auto items = member(e, "single");
-  if (!items || items->get_array().get(single) != simdjson::SUCCESS) return result;
-  for (element first : single) {
-    const auto special = member(first, "SpecialToken");
-    if (!special) return result;
-    const auto name = member_string(*special, "id");
-    const auto tokens = member(e, "special_tokens");
-    if (!name || !tokens) return result;
-    const auto entry = member(*tokens, *name);
-    if (!entry) return result;
-    array ids;
-    const auto id_list = member(*entry, "ids");
-    if (!id_list || id_list->get_array().get(ids) != simdjson::SUCCESS) return result;
-    for (element id : ids) {
-      std::int64_t value = 0;
-      if (id.get_int64().get(value) == simdjson::SUCCESS) result.bos = static_cast<token_id>(value);
-      break;
-    }
-    return result;
+  if (type != "TemplateProcessing") return template_bos{};
+  template_bos found{.found = true};
+  EDGE_ASSIGN_OR_RETURN(const auto single, e.optional<json_array>("single"));
+  if (!single || single->empty()) return found;
+  EDGE_ASSIGN_OR_RETURN(const json_fields first, single->front().as<json_fields>());
+  EDGE_ASSIGN_OR_RETURN(const auto special, first.optional<json_fields>("SpecialToken"));
+  if (!special) return found;
+  EDGE_ASSIGN_OR_RETURN(const std::string_view name, special->required<std::string_view>("id"));
+  EDGE_ASSIGN_OR_RETURN(const json_fields tokens, e.required<json_fields>("special_tokens"));
+  EDGE_ASSIGN_OR_RETURN(const json_fields entry, tokens.required<json_fields>(name));
+  EDGE_ASSIGN_OR_RETURN(const json_array ids, entry.required<json_array>("ids"));
+  if (!ids.empty()) {
+    EDGE_ASSIGN_OR_RETURN(const std::int64_t id, ids.front().as<std::int64_t>());
+    found.bos = static_cast<token_id>(id);
   }
-  return result;
+  return found;
 }
 
-status parse_model(const element& model, detail::bpe_settings& settings, std::optional<std::string>& unknown) {
-  const auto type = member_string(model, "type");
+status parse_model(const json_fields& model, detail::bpe_settings& settings, std::optional<std::string>& unknown) {
+  EDGE_ASSIGN_OR_RETURN(const auto type, model.optional<std::string_view>("type"));
   if (type && *type != "BPE") {
     return status(status_code::unimplemented, format("tokenizer model type \"{}\" is not supported (only BPE)", *type));
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (const auto affix = member_string(model, key); affix && !affix->empty()) {
-      return status(status_code::unimplemented, format("BPE {} is not supported", key));
-    }
+    EDGE_ASSIGN_OR_RETURN(const auto affix, model.optional<std::string_view>(key));
+    if (affix && !affix->empty()) return status(status_code::unimplemented, format("BPE {} is not supported", key));
   }
-  settings.byte_fallback = member_bool(model, "byte_fallback", false);
-  settings.ignore_merges = member_bool(model, "ignore_merges", false);
-  settings.fuse_unk = member_bool(model, "fuse_unk", false);
-  if (const auto unk = member_string(model, "unk_token")) unknown = std::string(*unk);
+  EDGE_ASSIGN_OR_RETURN(settings.byte_fallback, model.value_or("byte_fallback", false));
+  EDGE_ASSIGN_OR_RETURN(settings.ignore_merges, model.value_or("ignore_merges", false));
+  EDGE_ASSIGN_OR_RETURN(settings.fuse_unk, model.value_or("fuse_unk", false));
+  EDGE_ASSIGN_OR_RETURN(const auto unk, model.optional<std::string_view>("unk_token"));
+  if (unk) unknown = std::string(*unk);
 
-  object vocab;
-  const auto vocab_element = member(model, "vocab");
-  if (!vocab_element || vocab_element->get_object().get(vocab) != simdjson::SUCCESS) {
-    return invalid_argument("model.vocab is not an object");
-  }
-  for (auto field : vocab) {
-    std::int64_t id = 0;
-    if (field.value.get_int64().get(id) != simdjson::SUCCESS || id < 0 || id >= INT32_MAX) {
-      return invalid_argument(format("model.vocab entry \"{}\" has no valid id", std::string_view(field.key)));
+  EDGE_ASSIGN_OR_RETURN(const json_fields vocab, model.required<json_fields>("vocab"));
+  for (const auto [text, value] : vocab) {
+    const auto id = value.as<std::int64_t>();
+    if (!id.ok() || *id < 0 || *id >= INT32_MAX) {
+      return invalid_argument(format("model.vocab entry \"{}\" has no valid id", text));
     }
-    const auto index = static_cast<std::size_t>(id);
+    const auto index = static_cast<std::size_t>(*id);
     if (index >= settings.texts.size()) {
       settings.texts.resize(index + 1);
       settings.kinds.resize(index + 1, detail::token_kind::unused);
     }
-    settings.texts[index] = std::string(field.key);
+    settings.texts[index] = std::string(text);
     settings.kinds[index] = detail::token_kind::normal;
-    if (settings.byte_fallback && detail::parse_byte_token(field.key)) settings.kinds[index] = detail::token_kind::byte;
+    if (settings.byte_fallback && detail::parse_byte_token(text)) settings.kinds[index] = detail::token_kind::byte;
   }
 
-  array merges;
-  const auto merges_element = member(model, "merges");
-  if (merges_element && merges_element->get_array().get(merges) != simdjson::SUCCESS) {
-    return invalid_argument("model.merges is not an array");
-  }
-  if (merges_element) {
-    settings.merges.reserve(merges.size());
-    for (element merge : merges) {
-      std::string_view line;
-      array pair;
-      if (merge.get_string().get(line) == simdjson::SUCCESS) {
-        const std::size_t space = line.find(' ');
-        if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
-          return invalid_argument(format("model.merges entry \"{}\" is not two tokens", line));
-        }
-        settings.merges.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
-      } else if (merge.get_array().get(pair) == simdjson::SUCCESS && pair.size() == 2) {
-        std::string_view a;
-        std::string_view b;
-        if (pair.at(0).get_string().get(a) != simdjson::SUCCESS || pair.at(1).get_string().get(b) != simdjson::SUCCESS) {
-          return invalid_argument("model.merges entry is not a pair of strings");
-        }
-        settings.merges.emplace_back(std::string(a), std::string(b));
-      } else {
-        return invalid_argument("model.merges entry is neither \"a b\" nor [a, b]");
+  EDGE_ASSIGN_OR_RETURN(const auto merges, model.optional<json_array>("merges"));
+  if (!merges) return {};
+  settings.merges.reserve(merges->size());
+  for (const json_value merge : *merges) {
+    if (merge.type() == simdjson::dom::element_type::STRING) {
+      const std::string_view line = *merge.as<std::string_view>();
+      const std::size_t space = line.find(' ');
+      if (space == std::string_view::npos || line.find(' ', space + 1) != std::string_view::npos) {
+        return invalid_argument(format("model.merges entry \"{}\" is not two tokens", line));
       }
+      settings.merges.emplace_back(std::string(line.substr(0, space)), std::string(line.substr(space + 1)));
+      continue;
     }
+    constexpr std::string_view expected = "\"a b\" or [a, b]";
+    EDGE_ASSIGN_OR_RETURN(const json_array pair, merge.as<json_array>(expected));
+    if (pair.size() != 2) return merge.must_be(expected);
+    std::string_view halves[2];
+    std::size_t next = 0;
+    for (const json_value half : pair) {
+      EDGE_ASSIGN_OR_RETURN(halves[next], half.as<std::string_view>());
+      ++next;
+    }
+    settings.merges.emplace_back(std::string(halves[0]), std::string(halves[1]));
   }
   return {};
 }
@@ -402,39 +323,41 @@ status parse_model(const element& model, detail::bpe_settings& settings, std::op
 
 result<std::unique_ptr<tokenizer>> parse_hf_tokenizer(std::string_view tokenizer_json, std::string_view tokenizer_config) {
   simdjson::dom::parser parser;
-  const simdjson::padded_string padded(tokenizer_json);
-  element root;
-  if (auto error = parser.parse(padded).get(root)) return json_error("tokenizer.json is not valid JSON", error);
+  EDGE_ASSIGN_OR_RETURN(const auto document, parse_json_object(parser, tokenizer_json, "tokenizer.json"));
+  const json_fields root(document);
 
   detail::bpe_settings settings;
   settings.byte_level = false;
   settings.decode_byte_level = false;
 
-  const auto model = member(root, "model");
-  if (!model) return invalid_argument("tokenizer.json has no model");
+  EDGE_ASSIGN_OR_RETURN(const json_fields model, root.required<json_fields>("model"));
   std::optional<std::string> unknown_text;
-  EDGE_RETURN_IF_ERROR(parse_model(*model, settings, unknown_text));
+  EDGE_RETURN_IF_ERROR(parse_model(model, settings, unknown_text));
 
-  if (const auto normalizer = member(root, "normalizer")) {
+  if (const auto normalizer = root.find("normalizer")) {
     EDGE_RETURN_IF_ERROR(parse_normalizer(*normalizer, settings.normalizers));
   }
-  if (const auto pre = member(root, "pre_tokenizer")) {
+  if (const auto pre = root.find("pre_tokenizer")) {
     bool saw_byte_level = false;
     EDGE_RETURN_IF_ERROR(parse_pre_tokenizer(*pre, settings, saw_byte_level));
   }
-  if (const auto decoder = member(root, "decoder")) EDGE_RETURN_IF_ERROR(parse_decoder(*decoder, settings));
+  if (const auto decoder = root.find("decoder")) EDGE_RETURN_IF_ERROR(parse_decoder(*decoder, settings));
 
-  array added;
-  if (const auto list = member(root, "added_tokens"); list && list->get_array().get(added) == simdjson::SUCCESS) {
-    for (element token : added) {
-      const auto id = member_int(token, "id");
-      const auto content = member_string(token, "content");
-      if (!id || !content || *id < 0 || *id >= INT32_MAX) return invalid_argument("added_tokens entry without id/content");
-      settings.added.push_back({.content = std::string(*content),
-                                .id = static_cast<token_id>(*id),
-                                .special = member_bool(token, "special", false),
-                                .lstrip = member_bool(token, "lstrip", false),
-                                .rstrip = member_bool(token, "rstrip", false)});
+  EDGE_ASSIGN_OR_RETURN(const auto added, root.optional<json_array>("added_tokens"));
+  if (added) {
+    for (const json_value entry : *added) {
+      EDGE_ASSIGN_OR_RETURN(const json_fields token, entry.as<json_fields>());
+      EDGE_ASSIGN_OR_RETURN(const std::int64_t id, token.required<std::int64_t>("id"));
+      EDGE_ASSIGN_OR_RETURN(const std::string_view content, token.required<std::string_view>("content"));
+      if (id < 0 || id >= INT32_MAX) return entry.error(format("has id {}, which is not a token id", id));
+      EDGE_ASSIGN_OR_RETURN(const bool special, token.value_or("special", false));
+      EDGE_ASSIGN_OR_RETURN(const bool lstrip, token.value_or("lstrip", false));
+      EDGE_ASSIGN_OR_RETURN(const bool rstrip, token.value_or("rstrip", false));
+      settings.added.push_back({.content = std::string(content),
+                                .id = static_cast<token_id>(id),
+                                .special = special,
+                                .lstrip = lstrip,
+                                .rstrip = rstrip});
     }
   }
 
@@ -456,12 +379,16 @@ result<std::unique_ptr<tokenizer>> parse_hf_tokenizer(std::string_view tokenizer
   }
 
   template_bos from_template;
-  if (const auto post = member(root, "post_processor")) from_template = parse_post_processor(*post);
+  if (const auto post = root.find("post_processor")) {
+    EDGE_ASSIGN_OR_RETURN(from_template, parse_post_processor(*post));
+  }
   settings.add_bos = from_template.bos.has_value();
   settings.bos = from_template.bos;
 
   if (!tokenizer_config.empty()) {
-    EDGE_ASSIGN_OR_RETURN(const config_fields config, parse_config(tokenizer_config));
+    auto parsed_config = parse_config(tokenizer_config);
+    if (!parsed_config.ok()) return parsed_config.error().with_context("tokenizer_config.json");
+    const config_fields& config = *parsed_config;
     if (config.bos_token && !settings.bos) settings.bos = lookup(*config.bos_token);
     if (config.eos_token) settings.eos = lookup(*config.eos_token);
     // The slow/fast Llama tokenizers rebuild their post-processor from add_bos_token, so when it

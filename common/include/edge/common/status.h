@@ -69,23 +69,26 @@ inline status unavailable(std::string message) { return {status_code::unavailabl
 inline status data_loss(std::string message) { return {status_code::data_loss, std::move(message)}; }
 inline status internal_error(std::string message) { return {status_code::internal, std::move(message)}; }
 
-// A value of type T, or the status that explains why there is none.
-template <class T>
+// A value of type T, or the status that explains why there is none. The error type E is status
+// or a type derived from it that says more (json_error: the field at fault); returned from a
+// function whose result has a plain status, it becomes that status.
+template <class T, class E = status>
 class [[nodiscard]] result {
-  static_assert(!std::is_same_v<std::remove_cvref_t<T>, status>, "result<status> is meaningless");
+  static_assert(!std::is_base_of_v<status, std::remove_cvref_t<T>>, "result<status> is meaningless");
+  static_assert(std::is_base_of_v<status, E>, "the error of a result is a status");
 
  public:
   result(T value) : state_(std::in_place_index<0>, std::move(value)) {}  // NOLINT: implicit by design
-  result(status failure) : state_(std::in_place_index<1>, std::move(failure)) {  // NOLINT
+  result(E failure) : state_(std::in_place_index<1>, std::move(failure)) {  // NOLINT
     assert(!std::get<1>(state_).ok() && "a result cannot hold an ok status without a value");
   }
 
   bool ok() const noexcept { return state_.index() == 0; }
   explicit operator bool() const noexcept { return ok(); }
 
-  // The status: ok when a value is held.
-  const status& error() const {
-    static const status ok_status;
+  // The error: an ok one when a value is held.
+  const E& error() const {
+    static const E ok_status;
     return ok() ? ok_status : std::get<1>(state_);
   }
 
@@ -105,7 +108,7 @@ class [[nodiscard]] result {
   }
 
  private:
-  std::variant<T, status> state_;
+  std::variant<T, E> state_;
 };
 
 }  // namespace edge

@@ -130,6 +130,19 @@ TEST_CASE("load_model: chat_template as a list in tokenizer_config.json, and unk
   CHECK(load({.path = folder})->chat_template == chat_template_kind::plain);
 }
 
+TEST_CASE("load_model: a tokenizer_config.json number that no 64-bit type holds is not read") {
+  // Llama 3's files write model_max_length, 1e30, in digits.
+  t::temp_dir dir;
+  const auto folder = make(dir / "m", "tiny", synthetic_format::safetensors, 1);
+  const auto config = t::read_text(folder / "tokenizer_config.json");
+  REQUIRE(config.starts_with("{"));
+  t::write_text(folder / "tokenizer_config.json",
+                "{\"model_max_length\": 1000000000000000019884624838656," + config.substr(1));
+  const auto m = load({.path = folder});
+  CHECK(m->chat_template == chat_template_kind::llama3);
+  CHECK(m->tok->bos_id().has_value());
+}
+
 TEST_CASE("load_model: errors name the file") {
   t::temp_dir dir;
   auto missing = load_model({.path = dir / "absent.gguf"});
