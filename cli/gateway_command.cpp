@@ -146,7 +146,7 @@ int run_gateway(const config::values& settings) {
         .context_length = info.context_length,
         .chat_template = info.chat_template,
         .tokenizer = tok.get(),
-        .backend = &pool}));
+        .engine = &pool}));
     log.info("ready: serving \"{}\" through the backends", info.model);
   });
 

@@ -20,7 +20,7 @@
 #include "edge/common/time_source.h"
 #include "edge/common/version.h"
 #include "edge/gateway/admin_routes.h"
-#include "edge/gateway/generation_backend.h"
+#include "edge/gateway/engine_client.h"
 #include "edge/gateway/http_server.h"
 #include "edge/gateway/openai_routes.h"
 #include "edge/gateway/operational_routes.h"
@@ -93,7 +93,7 @@ int run_serve(const config::values& settings) {
   // Destroyed before the server: the engine stops (its last events are posted to the server's
   // io_context, which still exists) before the server's connections and handlers go away.
   std::unique_ptr<serving_runtime> runtime;
-  std::unique_ptr<gateway::local_generation_backend> local;
+  std::unique_ptr<gateway::local_engine_client> local;
   std::thread loader;
   if (location.ok()) {
     loader = std::thread([&] {
@@ -105,7 +105,7 @@ int run_serve(const config::values& settings) {
         return;
       }
       runtime = std::move(started).value();
-      local = std::make_unique<gateway::local_generation_backend>(*runtime->engine);
+      local = std::make_unique<gateway::local_engine_client>(*runtime->engine);
       models.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
           .id = location->served_name,
           .created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -114,7 +114,7 @@ int run_serve(const config::values& settings) {
           .context_length = runtime->context,
           .chat_template = runtime->model->chat_template,
           .tokenizer = runtime->model->tok.get(),
-          .backend = local.get()}));
+          .engine = local.get()}));
       state.store(readiness::ready, std::memory_order_release);
       log.info("ready: serving \"{}\"", location->served_name);
     });

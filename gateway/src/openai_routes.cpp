@@ -57,7 +57,7 @@ response model_not_found(std::string_view requested, std::string_view served) {
                         "invalid_request_error", "model", "model_not_found");
 }
 
-// What the backend refusing a request (generation_backend::submit) means to the client.
+// What the engine refusing a request (engine_client::submit) means to the client.
 response submit_failure(const status& failure, std::string_view prompt_param) {
   switch (failure.code()) {
     case status_code::resource_exhausted: return unavailable_response(failure.message(), "overloaded");
@@ -312,14 +312,14 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
 
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
-  auto submitted = co_await model->backend->submit(std::move(request), relay_sink(events, strand));
+  auto submitted = co_await model->engine->submit(std::move(request), relay_sink(events, strand));
   if (!submitted.ok()) {
     accounting.outcome = "failed";
     co_await ex.respond(with_headers(submit_failure(submitted.error(), prompt_param), *accounting.lease));
     co_return;
   }
   // Destroying the handle (leaving this coroutine in any way) cancels the request.
-  const std::unique_ptr<generation_handle> handle = std::move(submitted).value();
+  const backend::request_handle handle = std::move(submitted).value();
   accounting.served.prompt_tokens = prompt_length;
   ex.access().prompt_tokens = prompt_length;
   ex.access().completion_tokens = 0;

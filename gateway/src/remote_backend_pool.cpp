@@ -517,8 +517,8 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
     }
   }
 
-  // From the handle's destructor, on the strand: closing the connection cancels the request in
-  // the backend's engine.
+  // From the request handle (destroyed or cancelled), on the strand: closing the connection
+  // cancels the request in the backend's engine.
   void cancel() {
     cancelled_ = true;
     if (stream_) stream_->close();
@@ -672,10 +672,12 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
   bool started_ = false;   // a delta was forwarded: the request can no longer move
 };
 
-class remote_handle final : public generation_handle {
+// Cancelling closes the connection to the backend (remote_call::cancel), on the strand that
+// owns the handle.
+class remote_canceller final : public backend::request_handle::canceller {
  public:
-  explicit remote_handle(std::shared_ptr<remote_call> call) : call_(std::move(call)) {}
-  ~remote_handle() override { call_->cancel(); }
+  explicit remote_canceller(std::shared_ptr<remote_call> call) : call_(std::move(call)) {}
+  void cancel() override { call_->cancel(); }
 
  private:
   std::shared_ptr<remote_call> call_;
@@ -698,14 +700,14 @@ void remote_backend_pool::start(asio::any_io_executor executor, std::function<vo
   }
 }
 
-asio::awaitable<result<std::unique_ptr<generation_handle>>> remote_backend_pool::submit(
+asio::awaitable<result<backend::request_handle>> remote_backend_pool::submit(
     backend::generate_request generate, backend::event_sink sink) {
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto call = std::make_shared<remote_call>(impl_, strand, generate, std::move(sink));
   status placed = co_await call->place();
   if (!placed.ok()) co_return placed;
   asio::co_spawn(strand, call->relay(), asio::detached);
-  co_return std::unique_ptr<generation_handle>(std::make_unique<remote_handle>(std::move(call)));
+  co_return backend::request_handle(std::make_unique<remote_canceller>(std::move(call)));
 }
 
 std::string remote_backend_pool::readiness() const {

@@ -34,7 +34,7 @@
 #include "edge/common/log.h"
 #include "edge/common/thread_pool.h"
 #include "edge/common/time_source.h"
-#include "edge/gateway/generation_backend.h"
+#include "edge/gateway/engine_client.h"
 #include "edge/gateway/http_server.h"
 #include "edge/gateway/openai_routes.h"
 #include "edge/gateway/serving_model.h"
@@ -238,14 +238,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot create the default tenant\n");
     return 1;
   }
-  gw::local_generation_backend generation(**eng);
+  gw::local_engine_client local(**eng);
   gw::model_slot models;
   models.publish(std::make_shared<gw::serving_model>(gw::serving_model{.id = "bench",
                                                                        .created = 0,
                                                                        .context_length = m.config.max_position,
                                                                        .chat_template = m.chat_template,
                                                                        .tokenizer = m.tok.get(),
-                                                                       .backend = &generation}));
+                                                                       .engine = &local}));
   gw::tenancy_gate gate(**tenants);
   gw::router routes;
   gw::add_openai_routes(routes, models, gate, nullptr);

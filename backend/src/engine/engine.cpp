@@ -1,6 +1,7 @@
 #include "edge/backend/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -76,31 +77,40 @@ class engine_inbox {
   }
 };
 
-request_handle::request_handle(std::shared_ptr<engine_inbox> inbox, sequence_id id,
-                               std::shared_ptr<std::atomic<bool>> finished)
-    : inbox_(std::move(inbox)), id_(id), finished_(std::move(finished)) {}
-
-request_handle::request_handle(request_handle&& other) noexcept
-    : inbox_(std::move(other.inbox_)), id_(other.id_), finished_(std::move(other.finished_)) {}
-
 request_handle& request_handle::operator=(request_handle&& other) noexcept {
   if (this != &other) {
     cancel();
-    inbox_ = std::move(other.inbox_);
-    id_ = other.id_;
-    finished_ = std::move(other.finished_);
+    canceller_ = std::move(other.canceller_);
   }
   return *this;
 }
 
-request_handle::~request_handle() { cancel(); }
-
 void request_handle::cancel() {
-  if (inbox_ == nullptr) return;
-  if (!finished_->load(std::memory_order_acquire)) inbox_->cancel(id_);
-  inbox_.reset();
-  finished_.reset();
+  if (canceller_ == nullptr) return;
+  canceller_->cancel();
+  canceller_.reset();
 }
+
+namespace {
+
+// The engine's own cancellation: a command for the engine thread, unless the request has
+// finished. Holds the inbox, so a handle that outlives its engine stays harmless.
+class engine_canceller final : public request_handle::canceller {
+ public:
+  engine_canceller(std::shared_ptr<engine_inbox> inbox, sequence_id id, std::shared_ptr<std::atomic<bool>> finished)
+      : inbox_(std::move(inbox)), id_(id), finished_(std::move(finished)) {}
+
+  void cancel() override {
+    if (!finished_->load(std::memory_order_acquire)) inbox_->cancel(id_);
+  }
+
+ private:
+  std::shared_ptr<engine_inbox> inbox_;
+  sequence_id id_;
+  std::shared_ptr<std::atomic<bool>> finished_;
+};
+
+}  // namespace
 
 // ---- the engine thread ------------------------------------------------------------------------
 
@@ -501,15 +511,15 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
                                                                  .stop = request.stop});
   sub.request = std::move(request);
   sub.sink = std::move(sink);
-  request_handle handle(s.inbox, sub.id, sub.finished);
+  request_handle handle(std::make_unique<engine_canceller>(s.inbox, sub.id, sub.finished));
   {
     std::lock_guard lock(s.inbox->mutex);
     if (!s.inbox->accepting || s.inbox->stopping) {
-      handle.finished_->store(true);  // nothing to cancel
+      sub.finished->store(true);  // nothing to cancel
       return failed_precondition("the engine is shutting down");
     }
     if (s.inbox->queued >= s.options.max_queued_requests) {
-      handle.finished_->store(true);
+      sub.finished->store(true);
       return resource_exhausted(
           format("the engine is overloaded: {} requests are already waiting", s.inbox->queued));
     }

@@ -14,7 +14,6 @@
 //   * stats() and drain().
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -110,29 +109,32 @@ struct engine_stats {
   std::int64_t finished = 0;
 };
 
-class engine;
-class engine_inbox;  // the queue between submitting threads and the engine thread (engine.cpp)
-
-// Cancels its request when destroyed (or by cancel()), unless it has finished. Movable.
+// A submitted request: destroying it (or cancel()) cancels the request, unless it has
+// finished. Movable. What cancelling means is the canceller's: the engine's own (a
+// cancellation queued for the engine thread), or whatever stands between a caller and an
+// engine elsewhere (the split gateway closes its connection to a backend).
 class request_handle {
  public:
+  class canceller {
+   public:
+    virtual ~canceller() = default;
+    // Called at most once, from the thread (or strand) that owns the handle.
+    virtual void cancel() = 0;
+  };
+
   request_handle() = default;
-  request_handle(request_handle&& other) noexcept;
+  explicit request_handle(std::unique_ptr<canceller> cancel) : canceller_(std::move(cancel)) {}
+  request_handle(request_handle&& other) noexcept = default;
   request_handle& operator=(request_handle&& other) noexcept;
   request_handle(const request_handle&) = delete;
   request_handle& operator=(const request_handle&) = delete;
-  ~request_handle();
+  ~request_handle() { cancel(); }
 
   void cancel();
-  bool valid() const { return inbox_ != nullptr; }
+  bool valid() const { return canceller_ != nullptr; }
 
  private:
-  friend class engine;
-  request_handle(std::shared_ptr<engine_inbox> inbox, sequence_id id, std::shared_ptr<std::atomic<bool>> finished);
-
-  std::shared_ptr<engine_inbox> inbox_;
-  sequence_id id_ = 0;
-  std::shared_ptr<std::atomic<bool>> finished_;
+  std::unique_ptr<canceller> canceller_;
 };
 
 class engine {

@@ -1,4 +1,4 @@
-// The OpenAI-compatible API, on the in-process engine or on remote backends (generation_backend.h):
+// The OpenAI-compatible API, on the in-process engine or on remote backends (engine_client.h):
 //
 //   POST /v1/chat/completions   chat through the model's chat template; stream or not
 //   POST /v1/completions        plain prompt; stream or not
@@ -8,7 +8,7 @@
 // One generation request goes: gate.authenticate → parse and validate the body (400 naming
 // the field) → the model named (404 model_not_found) → chat template + tokenize on this
 // connection's thread → context check (400 context_length_exceeded) → gate.try_acquire
-// (quotas) → backend.submit (503 + retry-after when the engine's queue is full or no backend
+// (quotas) → engine.submit (503 + retry-after when the engine's queue is full or no backend
 // answers) → events from the engine thread or the backend's stream relayed to the connection's
 // strand → the JSON answer, or Server-Sent Events flushed per delta with a `: ping` heartbeat
 // when nothing was written for `sse_heartbeat` → lease settled with the tokens served. A client that goes away (streaming

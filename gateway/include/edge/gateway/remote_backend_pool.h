@@ -1,5 +1,5 @@
-// Generation on `edgeinfer backend` processes over HTTP (internal_protocol.h): the
-// generation_backend of a split gateway (`edgeinfer gateway --backend URL ...`).
+// The engines of `edgeinfer backend` processes, over HTTP (internal_protocol.h): the
+// engine_client of a split gateway (`edgeinfer gateway --backend URL ...`).
 //
 // Per backend, a poller (a coroutine on the gateway's io_context, every poll_interval) asks
 // /internal/v1/info until the backend is known to serve the gateway's model (same tokenizer
@@ -35,7 +35,7 @@
 #include "edge/common/status.h"
 #include "edge/common/time_source.h"
 #include "edge/gateway/backend_router.h"
-#include "edge/gateway/generation_backend.h"
+#include "edge/gateway/engine_client.h"
 #include "edge/gateway/internal_protocol.h"
 
 namespace edge::monitoring {
@@ -67,7 +67,7 @@ struct remote_backend_options {
   router_options routing;
 };
 
-class remote_backend_pool final : public generation_backend {
+class remote_backend_pool final : public engine_client {
  public:
   // `tokenizer_fingerprint` is the gateway's own tokenizer's: a backend with another is never
   // used. `clock` and `metrics` (may be null) must outlive the pool.
@@ -82,8 +82,8 @@ class remote_backend_pool final : public generation_backend {
   // io_context (its coroutines refer to it until they are destroyed).
   void start(boost::asio::any_io_executor executor, std::function<void(const backend_info&)> on_model);
 
-  boost::asio::awaitable<result<std::unique_ptr<generation_handle>>> submit(backend::generate_request request,
-                                                                              backend::event_sink sink) override;
+  boost::asio::awaitable<result<backend::request_handle>> submit(backend::generate_request request,
+                                                                 backend::event_sink sink) override;
 
   // "ready" while some backend is available, else why not ("connecting": no backend has
   // confirmed the model yet; "no_backend": none is available now). Thread-safe.

@@ -9,7 +9,7 @@
 
 #include "edge/backend/tokenizer/chat_template.h"
 #include "edge/backend/tokenizer/tokenizer.h"
-#include "edge/gateway/generation_backend.h"
+#include "edge/gateway/engine_client.h"
 
 namespace edge::gateway {
 
@@ -19,7 +19,7 @@ struct serving_model {
   std::int64_t context_length = 0;  // prompt + completion tokens at most
   backend::chat_template_kind chat_template = backend::chat_template_kind::plain;
   const backend::tokenizer* tokenizer = nullptr;
-  generation_backend* backend = nullptr;  // where requests are generated
+  engine_client* engine = nullptr;  // where requests are generated
 };
 
 // Empty until the model is loaded; then holds it for the server's life. Thread-safe.
