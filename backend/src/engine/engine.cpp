@@ -19,6 +19,9 @@ namespace {
 
 using time_point = engine_clock::time_point;
 
+// What engine::state::round_started holds while the engine thread waits for work.
+constexpr time_point waiting_for_work = time_point::max();
+
 // Most alternatives a request may ask log probabilities for (OpenAI's limit for completions).
 constexpr std::int32_t max_top_logprobs = 20;
 
@@ -29,7 +32,20 @@ class steady_clock_source final : public engine_clock {
   time_point now() const override { return std::chrono::steady_clock::now(); }
 };
 
+double stall_seconds(const engine_options& options) {
+  return std::chrono::duration<double>(options.stall_timeout).count();
+}
+
 }  // namespace
+
+std::string_view to_string(engine_state state) {
+  switch (state) {
+    case engine_state::running: return "running";
+    case engine_state::stalled: return "stalled";
+    case engine_state::failed: return "failed";
+  }
+  return "failed";
+}
 
 engine_clock& steady_engine_clock() {
   static steady_clock_source clock;
@@ -64,6 +80,8 @@ class engine_inbox {
   std::deque<command> commands;     // guarded by mutex
   bool stopping = false;            // guarded by mutex
   bool accepting = true;            // guarded by mutex
+  // Guarded by mutex; set once, by the engine thread, when a bug ended its loop (with stopping).
+  std::optional<std::string> failure;
   std::int64_t queued = 0;          // guarded by mutex: accepted, never admitted yet, not finished
   std::int64_t in_flight = 0;       // guarded by mutex: accepted, not finished
 
@@ -168,6 +186,10 @@ struct engine::state {
   mutable std::mutex stats_mutex;
   engine_stats snapshot;  // guarded by stats_mutex
 
+  // Written by the engine thread, read by any thread (health(), submit()): when its current
+  // round of work began, or waiting_for_work.
+  std::atomic<time_point> round_started{waiting_for_work};
+
   // Engine thread only.
   std::unordered_map<sequence_id, active_request> requests;
   round_report report;
@@ -182,7 +204,9 @@ struct engine::state {
   std::thread thread;
 
   void run();
+  void fail(const std::string& what);
   void loop();
+  double busy_seconds(time_point now) const;
   void apply(command& c);
   void step();
   void fail_step(const std::vector<sequence_id>& ids, const status& failure);
@@ -195,41 +219,51 @@ void engine::state::run() {
   try {
     loop();
   } catch (const std::exception& e) {
-    // A bug: end every request so that no client waits forever, and stop.
-    log.error("engine thread failed: {}", e.what());
-    const std::string failure = format("engine failure: {}", e.what());
-    // Nothing will serve requests any more: refuse new ones, and end every accepted one.
-    std::deque<command> left;
-    {
-      std::lock_guard lock(inbox->mutex);
-      inbox->stopping = true;
-      left.swap(inbox->commands);
-    }
-    std::vector<sequence_id> ids;
-    for (const auto& [id, r] : requests) ids.push_back(id);
-    for (const sequence_id id : ids) finish(id, finish_reason::error, failure);
-    std::int64_t never_applied = 0;
-    for (command& c : left) {
-      auto* sub = std::get_if<submission>(&c);
-      if (sub == nullptr) continue;
-      ++never_applied;
-      sub->finished->store(true, std::memory_order_release);
-      finished_event event;
-      event.reason = finish_reason::error;
-      event.error = failure;
-      try {
-        sub->sink(std::move(event));
-      } catch (const std::exception& sink_error) {
-        log.error("event sink of request {} threw: {}", sub->request.id, sink_error.what());
-      }
-    }
-    {
-      std::lock_guard lock(inbox->mutex);
-      inbox->queued -= never_applied;
-      inbox->in_flight -= never_applied;
-    }
-    publish();
+    fail(e.what());
+  } catch (...) {
+    fail("an exception of unknown type");
   }
+}
+
+// A bug ended the loop: end every request so that no client waits forever, and stop for good.
+// Should this throw too (the scheduler itself broken), it escapes the thread and aborts the
+// process.
+void engine::state::fail(const std::string& what) {
+  log.error("engine thread failed: {}", what);
+  const std::string failure = format("engine failure: {}", what);
+  round_started.store(waiting_for_work, std::memory_order_release);
+  // Nothing will serve requests any more: refuse new ones, and end every accepted one.
+  std::deque<command> left;
+  {
+    std::lock_guard lock(inbox->mutex);
+    inbox->stopping = true;
+    inbox->failure = what;
+    left.swap(inbox->commands);
+  }
+  std::vector<sequence_id> ids;
+  for (const auto& [id, r] : requests) ids.push_back(id);
+  for (const sequence_id id : ids) finish(id, finish_reason::error, failure);
+  std::int64_t never_applied = 0;
+  for (command& c : left) {
+    auto* sub = std::get_if<submission>(&c);
+    if (sub == nullptr) continue;
+    ++never_applied;
+    sub->finished->store(true, std::memory_order_release);
+    finished_event event;
+    event.reason = finish_reason::error;
+    event.error = failure;
+    try {
+      sub->sink(std::move(event));
+    } catch (const std::exception& sink_error) {
+      log.error("event sink of request {} threw: {}", sub->request.id, sink_error.what());
+    }
+  }
+  {
+    std::lock_guard lock(inbox->mutex);
+    inbox->queued -= never_applied;
+    inbox->in_flight -= never_applied;
+  }
+  publish();
 }
 
 void engine::state::loop() {
@@ -238,10 +272,14 @@ void engine::state::loop() {
     bool stop = false;
     {
       std::unique_lock lock(inbox->mutex);
-      if (sched->idle()) inbox->wake.wait(lock, [&] { return inbox->stopping || !inbox->commands.empty(); });
+      if (sched->idle()) {
+        round_started.store(waiting_for_work, std::memory_order_release);
+        inbox->wake.wait(lock, [&] { return inbox->stopping || !inbox->commands.empty(); });
+      }
       commands.swap(inbox->commands);
       stop = inbox->stopping;
     }
+    round_started.store(clock.now(), std::memory_order_release);
     const bool took_commands = !commands.empty();
     for (command& c : commands) apply(c);
     commands.clear();
@@ -253,9 +291,17 @@ void engine::state::loop() {
       return;
     }
     const bool stepped = !sched->idle();
-    if (stepped) step();
+    if (stepped) {
+      if (options.before_step) options.before_step();
+      step();
+    }
     if (took_commands || stepped) publish();
   }
+}
+
+double engine::state::busy_seconds(time_point now) const {
+  const time_point started = round_started.load(std::memory_order_acquire);
+  return started == waiting_for_work || now < started ? 0.0 : seconds_between(started, now);
 }
 
 void engine::state::apply(command& c) {
@@ -456,6 +502,7 @@ result<std::unique_ptr<engine>> engine::create(const tokenizer& tok, executor& e
                                    options.scheduler.max_num_seqs, exec.max_sequences()));
   }
   if (options.max_queued_requests < 1) return invalid_argument("max_queued_requests must be at least 1");
+  if (options.stall_timeout <= std::chrono::milliseconds::zero()) return invalid_argument("stall_timeout must be positive");
   const kv_cache_layout& kv = exec.kv_layout();
   if (options.scheduler.block_size != kv.block_size) {
     return invalid_argument(format("the scheduler's block size {} is not the KV cache's {}", options.scheduler.block_size,
@@ -499,8 +546,14 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
   }
   EDGE_RETURN_IF_ERROR(s.sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens));
 
+  const time_point arrival = s.clock.now();
+  // A request queued behind a step that does not end would wait as long as its client does.
+  if (const double busy = s.busy_seconds(arrival); busy > stall_seconds(s.options)) {
+    return unavailable(format("the engine is stalled: its current step has run for {:.0f} s", busy));
+  }
+
   submission sub;
-  sub.arrival = s.clock.now();
+  sub.arrival = arrival;
   sub.id = s.next_id.fetch_add(1, std::memory_order_relaxed);
   sub.finished = std::make_shared<std::atomic<bool>>(false);
   sub.decoder = std::make_unique<sequence_decoder>(s.tok, request.sampling, request.prompt,
@@ -514,8 +567,12 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
   request_handle handle(std::make_unique<engine_canceller>(s.inbox, sub.id, sub.finished));
   {
     std::lock_guard lock(s.inbox->mutex);
-    if (!s.inbox->accepting || s.inbox->stopping) {
+    if (s.inbox->failure) {
       sub.finished->store(true);  // nothing to cancel
+      return unavailable(format("the engine failed: {}", *s.inbox->failure));
+    }
+    if (!s.inbox->accepting || s.inbox->stopping) {
+      sub.finished->store(true);
       return failed_precondition("the engine is shutting down");
     }
     if (s.inbox->queued >= s.options.max_queued_requests) {
@@ -534,6 +591,21 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
 engine_stats engine::stats() const {
   std::lock_guard lock(state_->stats_mutex);
   return state_->snapshot;
+}
+
+engine_health engine::health() const {
+  engine_health h;
+  {
+    std::lock_guard lock(state_->inbox->mutex);
+    if (state_->inbox->failure) {
+      h.state = engine_state::failed;
+      h.failure = *state_->inbox->failure;
+      return h;
+    }
+  }
+  h.busy_seconds = state_->busy_seconds(state_->clock.now());
+  if (h.busy_seconds > stall_seconds(state_->options)) h.state = engine_state::stalled;
+  return h;
 }
 
 bool engine::drain(std::chrono::milliseconds timeout) {

@@ -3,10 +3,21 @@
 #include <algorithm>
 #include <cassert>
 #include <limits>
+#include <stdexcept>
 
 #include "edge/common/format.h"
 
 namespace edge::backend {
+namespace {
+
+// Block tables and the pool's reference counts disagree: a bug here, found before two
+// sequences write one block. Thrown on the engine thread, it ends the engine loop (engine.h:
+// the engine fails, its requests end with error) instead of serving corrupt attention.
+[[noreturn]] void accounting_bug(const std::string& what) {
+  throw std::logic_error(format("KV block accounting: {}", what));
+}
+
+}  // namespace
 
 std::optional<admission_policy> parse_admission_policy(std::string_view name) {
   if (name == "optimistic") return admission_policy::optimistic;
@@ -216,7 +227,12 @@ void scheduler::register_full_blocks(sequence& s) {
 void scheduler::release_blocks(sequence& s) {
   // Last block first: the pool evicts free cached blocks least recently freed first, so a
   // sequence's later blocks go before the shared beginnings that other prompts may reuse.
-  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) pool_.free(*it);
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) {
+    if (*it < 0 || *it >= pool_.total_blocks() || pool_.ref_count(*it) <= 0) {
+      accounting_bug(format("sequence {} frees block {}, which nobody holds", s.id, *it));
+    }
+    pool_.free(*it);
+  }
   s.blocks.clear();
   s.registered = 0;
 }
@@ -283,7 +299,7 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, step_plan& plan) {
   }
   for (std::int64_t i = 0; i < fresh; ++i) {
     const auto block = pool_.allocate();
-    assert(block && "admission checked that the blocks are free");
+    if (!block) accounting_bug(format("admitting sequence {} found fewer free blocks than counted", s.id));
     s.blocks.push_back(*block);
   }
   s.computed = start;
@@ -327,7 +343,9 @@ step_plan scheduler::schedule() {
     bool preempted_self = false;
     while (needed > pool_.free_blocks()) {
       // Only optimistic admission grows a sequence after admission.
-      assert(config_.admission == admission_policy::optimistic);
+      if (config_.admission != admission_policy::optimistic) {
+        accounting_bug(format("sequence {} outgrew the blocks reserved at its admission", s.id));
+      }
       sequence& victim = *running_.back();
       plan.preempted.push_back(victim.id);
       preempt(victim);
@@ -338,7 +356,11 @@ step_plan scheduler::schedule() {
     }
     // Everything after s has been preempted before s itself was.
     if (preempted_self) break;
-    for (std::int64_t n = 0; n < needed; ++n) s.blocks.push_back(*pool_.allocate());
+    for (std::int64_t n = 0; n < needed; ++n) {
+      const auto block = pool_.allocate();
+      if (!block) accounting_bug(format("growing sequence {} found fewer free blocks than counted", s.id));
+      s.blocks.push_back(*block);
+    }
     plan.chunks.push_back({.id = s.id,
                            .start = s.computed,
                            .tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),

@@ -11,7 +11,12 @@
 //     and finished (exactly once per accepted request, whatever happens: stop, length, abort
 //     or error, with usage and timings). A sink must not block: the gateway posts each event to
 //     its connection's strand.
-//   * stats() and drain().
+//   * stats(), health() and drain().
+//
+// A bug on the engine thread (an exception escaping a step: a broken invariant, memory
+// exhausted) ends the engine loop: every accepted request finishes with error, health() says
+// failed for good, and submit() refuses with unavailable. A failed executor step is not a bug:
+// that step's requests finish with error and the engine goes on.
 #pragma once
 
 #include <chrono>
@@ -20,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -90,6 +96,13 @@ struct engine_options {
   std::int64_t max_queued_requests = 1024;  // waiting requests beyond which submit() refuses
   engine_observer* observer = nullptr;      // may be null; must outlive the engine
   engine_clock* clock = nullptr;            // null: steady_engine_clock()
+  // A round of work (applying submissions and cancellations, one step, publishing) that runs
+  // longer than this is a stalled engine (health() says stalled): a hung executor or a
+  // blocking event sink. vLLM's engine iteration timeout has the same default.
+  std::chrono::milliseconds stall_timeout{std::chrono::seconds(60)};
+  // For tests only: called on the engine thread before each step. What it throws ends the
+  // engine loop as a bug would; blocking in it stalls the engine. Empty in production.
+  std::function<void()> before_step;
 };
 
 struct engine_stats {
@@ -107,6 +120,19 @@ struct engine_stats {
   std::int64_t prompt_tokens = 0;
   std::int64_t generation_tokens = 0;
   std::int64_t finished = 0;
+};
+
+enum class engine_state {
+  running,  // the engine thread is waiting for work or its current round is within stall_timeout
+  stalled,  // its current round has run longer than stall_timeout; it may still come back
+  failed,   // an exception ended the engine loop; it never comes back
+};
+std::string_view to_string(engine_state state);
+
+struct engine_health {
+  engine_state state = engine_state::running;
+  std::string failure;        // failed: what ended the engine loop
+  double busy_seconds = 0.0;  // how long the current round of work has run; 0 while waiting for work
 };
 
 // A submitted request: destroying it (or cancel()) cancels the request, unless it has
@@ -153,11 +179,16 @@ class engine {
   // Queues a request; the sink gets its events. Errors (nothing is queued, no event follows):
   // invalid_argument / out_of_range for a request that can never run (empty prompt, longer
   // than the context or than the KV cache), resource_exhausted when max_queued_requests are
-  // waiting, failed_precondition once drain() began. Thread-safe.
+  // waiting, failed_precondition once drain() began, unavailable while the engine is failed or
+  // stalled (health()). Thread-safe.
   result<request_handle> submit(generate_request request, event_sink sink);
 
   // A snapshot as of the end of the latest step. Thread-safe.
   engine_stats stats() const;
+
+  // Whether the engine thread is alive and stepping, as of now. Thread-safe and cheap: what
+  // /readyz asks on every probe.
+  engine_health health() const;
 
   // Refuses new submissions from now on and waits until every accepted request has finished
   // or `timeout` passed; true when all finished. Thread-safe.

@@ -274,27 +274,6 @@ TEST_CASE("drain refuses new requests and waits for those in flight; destruction
   CHECK(log.get("c").admitted == 0);
 }
 
-namespace {
-
-// Time that moves only when the test says.
-class manual_clock final : public engine_clock {
- public:
-  time_point now() const override {
-    std::lock_guard lock(mutex_);
-    return now_;
-  }
-  void advance(std::chrono::milliseconds d) {
-    std::lock_guard lock(mutex_);
-    now_ += d;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  time_point now_{std::chrono::hours(1)};
-};
-
-}  // namespace
-
 TEST_CASE("queueing time and latencies come from the injected clock") {
   manual_clock clock;
   peak_observer observed;
