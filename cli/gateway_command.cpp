@@ -127,7 +127,7 @@ int run_gateway(const config::values& settings) {
   gateway::remote_backend_pool pool(std::move(options).value(), fingerprint, clock, &gateway_families);
 
   gateway::router routes;
-  gateway::add_operational_routes(routes, metrics, [&pool] { return pool.readiness(); });
+  gateway::add_operational_routes(routes, metrics, {.readiness = [&pool] { return pool.readiness(); }});
   gateway::tenancy_gate gate(*tenancy.tenants);
   gateway::add_openai_routes(routes, models, gate, &gateway_families,
                              {.sse_heartbeat = settings.duration("sse-heartbeat")});

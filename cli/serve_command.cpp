@@ -4,44 +4,40 @@
 // The server listens at once (/healthz answers, /readyz says "loading") while another thread
 // loads the model, sizes the KV cache from --kv-cache-memory, and starts the engine; then the
 // model is published to the OpenAI routes and /readyz turns 200. A model that fails to
-// load stops the server with exit code 1.
+// load stops the server with exit code 1. An engine that fails later (a bug ended its loop)
+// turns /readyz and /healthz to 503 engine_failed; one whose step hangs turns /readyz to 503
+// engine_stalled (--engine-stall-timeout).
 //
 // Tenants, API keys, quotas and usage live in --state-dir (created if missing). On its first
 // start the server creates the tenant "default" and logs an API key for it, once. Quota
 // counters live in this process, or in Redis when several gateways share them (--quota-store).
+#include "serve_command.h"
+
 #include <boost/asio/signal_set.hpp>
 
-#include <atomic>
 #include <csignal>
-#include <thread>
 
 #include "commands.h"
-#include "edge/common/log.h"
+#include "edge/common/format.h"
 #include "edge/common/time_source.h"
 #include "edge/common/version.h"
 #include "edge/gateway/admin_routes.h"
-#include "edge/gateway/engine_client.h"
-#include "edge/gateway/http_server.h"
 #include "edge/gateway/openai_routes.h"
 #include "edge/gateway/operational_routes.h"
-#include "edge/gateway/request_gate.h"
-#include "edge/gateway/serving_model.h"
-#include "edge/gateway/tenancy.h"
-#include "edge/gateway/tenancy_gate.h"
-#include "edge/monitoring/gateway_metrics.h"
-#include "edge/monitoring/metrics_registry.h"
-#include "serving_setup.h"
 
 namespace edge::cli {
 namespace {
 
-config::schema serve_options() {
-  config::schema s;
-  add_http_options(s, 8080);
-  add_tenancy_options(s);
-  add_model_options(s);
-  add_engine_options(s);
-  return s;
+gateway::router serve_routes(const config::values& settings, tenancy_setup& tenancy,
+                             monitoring::metrics_registry& metrics, monitoring::gateway_metrics& families,
+                             const engine_loader& engine, const gateway::model_slot& models,
+                             gateway::request_gate& gate) {
+  gateway::router routes;
+  gateway::add_operational_routes(routes, metrics, engine_probes(engine));
+  // API keys and quotas from the tenant store guard every /v1/ route.
+  gateway::add_openai_routes(routes, models, gate, &families, {.sse_heartbeat = settings.duration("sse-heartbeat")});
+  gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
+  return routes;
 }
 
 int run_serve(const config::values& settings) {
@@ -72,60 +68,58 @@ int run_serve(const config::values& settings) {
   if (const int* exit_code = std::get_if<int>(&opened)) return *exit_code;
   tenancy_setup& tenancy = std::get<tenancy_setup>(opened);
 
-  // What /readyz reports; written by the loader thread.
-  std::atomic<readiness> state{location.ok() ? readiness::loading : readiness::no_model};
-  gateway::model_slot models;
-
-  gateway::router routes;
-  gateway::add_operational_routes(routes, metrics,
-                                  [&state]() -> std::string { return to_string(state.load(std::memory_order_acquire)); });
-  // API keys and quotas from the tenant store guard every /v1/ route.
-  gateway::tenancy_gate gate(*tenancy.tenants);
-  gateway::add_openai_routes(routes, models, gate, &gateway_families,
-                             {.sse_heartbeat = settings.duration("sse-heartbeat")});
-  gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
-
-  gateway::http_server server(http_server_options(settings), std::move(routes), &gateway_families);
-  boost::asio::signal_set signals(server.context(), SIGINT, SIGTERM);
-  drain_on_signals(signals, server, log);
-  if (!listen_and_announce(server, log)) return 1;
-
-  // Destroyed before the server: the engine stops (its last events are posted to the server's
-  // io_context, which still exists) before the server's connections and handlers go away.
-  std::unique_ptr<serving_runtime> runtime;
-  std::unique_ptr<gateway::local_engine_client> local;
-  std::thread loader;
-  if (location.ok()) {
-    loader = std::thread([&] {
-      auto started = start_engine(settings, *location, metrics, log);
-      if (!started.ok()) {
-        log.error("cannot serve {}: {}", location->path.string(), started.error().message());
-        state.store(readiness::failed, std::memory_order_release);
-        server.shutdown();
-        return;
-      }
-      runtime = std::move(started).value();
-      local = std::make_unique<gateway::local_engine_client>(*runtime->engine);
-      models.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
-          .id = location->served_name,
-          .created = std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count(),
-          .context_length = runtime->context,
-          .chat_template = runtime->model->chat_template,
-          .tokenizer = runtime->model->tok.get(),
-          .engine = local.get()}));
-      state.store(readiness::ready, std::memory_order_release);
-      log.info("ready: serving \"{}\"", location->served_name);
-    });
-  }
-
-  server.run();
-  if (loader.joinable()) loader.join();
-  return stop_engine(runtime, state.load(), log);
+  serve_server serve(settings, location.ok() ? std::optional(*location) : std::nullopt, tenancy, metrics,
+                     gateway_families);
+  boost::asio::signal_set signals(serve.http().context(), SIGINT, SIGTERM);
+  drain_on_signals(signals, serve.http(), log);
+  if (!listen_and_announce(serve.http(), log)) return 1;
+  serve.load(log);
+  serve.http().run();
+  return serve.stop(log);
 }
 
 }  // namespace
+
+config::schema serve_options() {
+  config::schema s;
+  add_http_options(s, 8080);
+  add_tenancy_options(s);
+  add_model_options(s);
+  add_engine_options(s);
+  return s;
+}
+
+serve_server::serve_server(const config::values& settings, std::optional<backend::model_location> location,
+                           tenancy_setup& tenancy, monitoring::metrics_registry& metrics,
+                           monitoring::gateway_metrics& families, std::function<void()> before_step)
+    : settings_(settings),
+      location_(std::move(location)),
+      metrics_(metrics),
+      before_step_(std::move(before_step)),
+      gate_(*tenancy.tenants),
+      server_(http_server_options(settings), serve_routes(settings, tenancy, metrics, families, engine_, models_, gate_),
+              &families),
+      engine_(location_.has_value()) {}
+
+void serve_server::load(const logger& log) {
+  if (!location_) return;
+  engine_.start(
+      settings_, *location_, metrics_, log, server_,
+      [this](serving_runtime& rt) {
+        client_ = std::make_unique<gateway::local_engine_client>(*rt.engine);
+        models_.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
+            .id = location_->served_name,
+            .created = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count(),
+            .context_length = rt.context,
+            .chat_template = rt.model->chat_template,
+            .tokenizer = rt.model->tok.get(),
+            .engine = client_.get()}));
+        return format("serving \"{}\"", location_->served_name);
+      },
+      before_step_);
+}
 
 command make_serve_command(CLI::App& app) {
   return command(app, "serve", "Serve the OpenAI-compatible API with the engine in this process", serve_options(),

@@ -88,6 +88,9 @@ void add_engine_options(config::schema& s) {
                "reserve: admit only when prompt + max_tokens fit, never preempt");
   s.add_integer("max-queued-requests", default_max_queued_requests, 1, max_queue_limit,
                 "Requests waiting for admission at most; beyond it requests are refused with 503");
+  s.add_duration("engine-stall-timeout", "60s", 1s, 24h,
+                 "An engine step running this long stalls the engine: /readyz answers 503 engine_stalled and new "
+                 "requests are refused with 503 until it ends");
   s.add_boolean("enable-prefix-caching", true,
                 "Reuse the KV blocks of earlier prompts that start the same way (per tenant)");
   s.add_choice("device", "auto", {"auto", "cpu", "cuda"},
@@ -118,7 +121,8 @@ result<backend::model_location> locate_served_model(const config::values& settin
 
 result<std::unique_ptr<serving_runtime>> start_engine(const config::values& settings,
                                                        const backend::model_location& location,
-                                                       monitoring::metrics_registry& registry, const logger& log) {
+                                                       monitoring::metrics_registry& registry, const logger& log,
+                                                       std::function<void()> before_step) {
   auto rt = std::make_unique<serving_runtime>();
   backend::load_options load;
   load.path = location.path;
@@ -145,6 +149,8 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   options.scheduler.admission = *backend::parse_admission_policy(settings.string("admission"));
   options.scheduler.enable_prefix_caching = settings.boolean("enable-prefix-caching");
   options.max_queued_requests = settings.integer("max-queued-requests");
+  options.stall_timeout = settings.duration("engine-stall-timeout");
+  options.before_step = std::move(before_step);
 
   // --device: cuda insists on a GPU, auto falls back to the CPU and says why.
   const std::string& device = settings.string("device");
@@ -210,24 +216,70 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   return rt;
 }
 
+engine_loader::engine_loader(bool will_load) : stage_(will_load ? stage::loading : stage::no_model) {}
 
-std::string to_string(readiness state) {
-  switch (state) {
-    case readiness::loading: return "loading";
-    case readiness::ready: return "ready";
-    case readiness::no_model: return "no_model";
-    case readiness::failed: return "failed";
-  }
-  return "failed";
+engine_loader::~engine_loader() {
+  if (thread_.joinable()) thread_.join();
 }
 
-int stop_engine(std::unique_ptr<serving_runtime>& runtime, readiness final_state, const logger& log) {
+void engine_loader::start(const config::values& settings, backend::model_location location,
+                          monitoring::metrics_registry& metrics, const logger& log, gateway::http_server& server,
+                          std::function<std::string(serving_runtime&)> publish, std::function<void()> before_step) {
+  thread_ = std::thread([this, &settings, location = std::move(location), &metrics, &log, &server,
+                         publish = std::move(publish), before_step = std::move(before_step)]() mutable {
+    // Loading may also throw (memory exhausted, a file system error): this thread is its root.
+    auto started = [&]() -> result<std::unique_ptr<serving_runtime>> {
+      try {
+        return start_engine(settings, location, metrics, log, std::move(before_step));
+      } catch (const std::exception& e) {
+        return internal_error(e.what());
+      }
+    }();
+    if (!started.ok()) {
+      log.error("cannot serve {}: {}", location.path.string(), started.error().message());
+      stage_.store(stage::failed, std::memory_order_release);
+      server.shutdown();
+      return;
+    }
+    runtime_ = std::move(started).value();
+    const std::string serving = publish(*runtime_);
+    stage_.store(stage::ready, std::memory_order_release);
+    log.info("ready: {}", serving);
+  });
+}
+
+std::string engine_loader::readiness() const {
+  switch (stage_.load(std::memory_order_acquire)) {
+    case stage::loading: return "loading";
+    case stage::no_model: return "no_model";
+    case stage::failed: return "failed";
+    case stage::ready: break;
+  }
+  const backend::engine_health health = runtime_->engine->health();
+  return health.state == backend::engine_state::running ? "ready"
+                                                        : format("engine_{}", backend::to_string(health.state));
+}
+
+bool engine_loader::engine_failed() const {
+  return stage_.load(std::memory_order_acquire) == stage::ready &&
+         runtime_->engine->health().state == backend::engine_state::failed;
+}
+
+std::string engine_loader::liveness() const { return engine_failed() ? "engine_failed" : "ok"; }
+
+gateway::health_probes engine_probes(const engine_loader& engine) {
+  return {.readiness = [&engine] { return engine.readiness(); }, .liveness = [&engine] { return engine.liveness(); }};
+}
+
+int engine_loader::stop(const logger& log) {
+  if (thread_.joinable()) thread_.join();
+  const bool failed_after_start = engine_failed();
   constexpr auto engine_drain_timeout = std::chrono::seconds(5);
-  if (runtime && !runtime->engine->drain(engine_drain_timeout)) {
+  if (runtime_ && !runtime_->engine->drain(engine_drain_timeout)) {
     log.warn("requests still running after {}s are aborted", engine_drain_timeout.count());
   }
-  runtime.reset();
-  return final_state == readiness::failed ? 1 : 0;
+  runtime_.reset();
+  return failed_after_start || stage_.load(std::memory_order_acquire) == stage::failed ? 1 : 0;
 }
 
 std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, const time_source& clock,

@@ -7,8 +7,10 @@
 #include <boost/asio/signal_set.hpp>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <variant>
 
 #include "edge/backend/engine.h"
@@ -23,6 +25,7 @@
 #include "edge/common/thread_pool.h"
 #include "edge/common/time_source.h"
 #include "edge/gateway/http_server.h"
+#include "edge/gateway/operational_routes.h"
 #include "edge/gateway/tenancy.h"
 #include "edge/monitoring/engine_metrics.h"
 #include "edge/monitoring/gateway_metrics.h"
@@ -60,18 +63,56 @@ struct serving_runtime {
 };
 
 // Loads the model, sizes the KV cache and starts the engine, as the engine options say.
+// `before_step` becomes engine_options::before_step (tests only; empty otherwise).
 result<std::unique_ptr<serving_runtime>> start_engine(const config::values& settings,
                                                        const backend::model_location& location,
-                                                       monitoring::metrics_registry& registry, const logger& log);
+                                                       monitoring::metrics_registry& registry, const logger& log,
+                                                       std::function<void()> before_step = {});
 
-// What /readyz reports while a loader thread starts the engine.
-enum class readiness { loading, ready, no_model, failed };
-std::string to_string(readiness state);
+// The engine of `serve` and `backend`: loaded on a thread of its own while the server already
+// answers, then handed to the routes; and what /readyz and /healthz say of it all along.
+class engine_loader {
+ public:
+  // `will_load` false: nothing will be loaded (serve without a model; /readyz says no_model).
+  explicit engine_loader(bool will_load);
+  ~engine_loader();  // waits for the loader thread
+  engine_loader(const engine_loader&) = delete;
+  engine_loader& operator=(const engine_loader&) = delete;
 
-// Once the HTTP server has stopped: lets the engine finish what it accepted (for a few seconds,
-// then aborts the rest), stops it, and gives the command's exit code (1 when the engine failed
-// to start).
-int stop_engine(std::unique_ptr<serving_runtime>& runtime, readiness final_state, const logger& log);
+  // Starts the loader thread: start_engine(), then `publish` hands the running engine to the
+  // routes, readiness turns ready and "ready: " + what publish returned is logged. An engine
+  // that cannot start is logged, readiness says failed and `server` shuts down. `before_step`
+  // as start_engine's. `settings`, `metrics`, `log` and `server` must outlive the loader.
+  void start(const config::values& settings, backend::model_location location, monitoring::metrics_registry& metrics,
+             const logger& log, gateway::http_server& server, std::function<std::string(serving_runtime&)> publish,
+             std::function<void()> before_step = {});
+
+  // "ready" while the engine runs and steps; else loading, no_model, failed (it did not
+  // start), engine_stalled (engine_options::stall_timeout) or engine_failed. Any thread.
+  std::string readiness() const;
+  // "ok", or engine_failed once the engine's loop has ended: it never comes back, so only a
+  // restart helps. Any thread.
+  std::string liveness() const;
+
+  // Once the HTTP server has stopped: waits for the loader, lets the engine finish what it
+  // accepted (for a few seconds, then aborts the rest) and stops it. The command's exit code:
+  // 1 when the engine failed to start or failed later, else 0.
+  int stop(const logger& log);
+
+ private:
+  enum class stage { loading, ready, no_model, failed };
+  // The engine ran, and a bug has ended its loop since.
+  bool engine_failed() const;
+
+  std::atomic<stage> stage_;
+  std::unique_ptr<serving_runtime> runtime_;  // written by the loader thread before stage_ turns ready
+  std::thread thread_;
+};
+
+// /readyz and /healthz as `engine` says (add_operational_routes). Only probing uses `engine`,
+// so a server may take these before its engine_loader member is constructed; the loader must
+// outlive the router.
+gateway::health_probes engine_probes(const engine_loader& engine);
 
 struct tenancy_setup {
   std::unique_ptr<gateway::tenancy> tenants;

@@ -27,7 +27,8 @@ response refusal(http::status code, std::string_view message, std::string_view t
   return error_response(code, message, type, std::nullopt, error_code);
 }
 
-// What engine::submit() refusing a request means to the gateway (it maps these back).
+// What engine::submit() refusing a request means to the gateway (it maps these back: a 503
+// other than overloaded is this backend's failure, and the request goes to another one).
 response submit_refusal(const status& failure) {
   switch (failure.code()) {
     case status_code::out_of_range:
@@ -36,6 +37,8 @@ response submit_refusal(const status& failure) {
       return refusal(http::status::service_unavailable, failure.message(), "server_error", "overloaded");
     case status_code::failed_precondition:
       return refusal(http::status::service_unavailable, failure.message(), "server_error", "shutting_down");
+    case status_code::unavailable:
+      return refusal(http::status::service_unavailable, failure.message(), "server_error", "backend_unavailable");
     default: return refusal(http::status::bad_request, failure.message(), "invalid_request_error", "invalid_request");
   }
 }

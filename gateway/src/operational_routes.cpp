@@ -9,6 +9,7 @@ namespace edge::gateway {
 namespace {
 
 constexpr std::string_view ready_state = "ready";
+constexpr std::string_view alive_state = "ok";
 
 response status_response(http::status code, std::string_view state) {
   boost::json::object body;
@@ -16,20 +17,25 @@ response status_response(http::status code, std::string_view state) {
   return json_response(code, body);
 }
 
+// 200 when the probe (or, without one, the fact of answering) says `good`, else 503 with its word.
+response probe_response(const health_probe& probe, std::string_view good) {
+  const std::string state = probe ? probe() : std::string(good);
+  return status_response(state == good ? http::status::ok : http::status::service_unavailable, state);
+}
+
 }  // namespace
 
-void add_operational_routes(router& routes, monitoring::metrics_registry& metrics, readiness_probe readiness) {
-  routes.add(http::verb::get, "/healthz", [](exchange& ex) -> asio::awaitable<void> {
-    co_await ex.respond(status_response(http::status::ok, "ok"));
+void add_operational_routes(router& routes, monitoring::metrics_registry& metrics, health_probes probes) {
+  routes.add(http::verb::get, "/healthz", [liveness = std::move(probes.liveness)](exchange& ex) -> asio::awaitable<void> {
+    co_await ex.respond(probe_response(liveness, alive_state));
   });
 
-  routes.add(http::verb::get, "/readyz", [readiness = std::move(readiness)](exchange& ex) -> asio::awaitable<void> {
+  routes.add(http::verb::get, "/readyz", [readiness = std::move(probes.readiness)](exchange& ex) -> asio::awaitable<void> {
     if (ex.server_draining()) {
       co_await ex.respond(status_response(http::status::service_unavailable, "draining"));
       co_return;
     }
-    const std::string state = readiness ? readiness() : std::string(ready_state);
-    co_await ex.respond(status_response(state == ready_state ? http::status::ok : http::status::service_unavailable, state));
+    co_await ex.respond(probe_response(readiness, ready_state));
   });
 
   routes.add(http::verb::get, "/metrics", [&metrics](exchange& ex) -> asio::awaitable<void> {
