@@ -124,6 +124,45 @@ struct engine_bug {
   }
 };
 
+// A serve_server or backend_server listening on port 0 with its model loading, served on a
+// thread of its own until stop().
+template <class Server>
+class running_server {
+ public:
+  running_server(Server& server, const edge::logger& log) : server_(server), log_(log) {
+    REQUIRE(server_.http().listen().ok());
+    port_ = server_.http().local_endpoint().port();
+    server_.load(log_);
+    thread_ = std::thread([this] { server_.http().run(); });
+  }
+  ~running_server() {
+    if (thread_.joinable()) stop();
+  }
+  running_server(const running_server&) = delete;
+  running_server& operator=(const running_server&) = delete;
+
+  std::uint16_t port() const { return port_; }
+
+  // Shuts the server down and stops its engine; the command's exit code.
+  int stop() {
+    server_.http().shutdown();
+    thread_.join();
+    return server_.stop(log_);
+  }
+
+ private:
+  Server& server_;
+  const edge::logger& log_;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+// What a command's metrics are: the registry and the HTTP families in it.
+struct command_metrics {
+  edge::monitoring::metrics_registry registry;
+  edge::monitoring::gateway_metrics families{registry.families()};
+};
+
 const std::string chat_body = R"({"messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":4})";
 
 }  // namespace
@@ -132,10 +171,9 @@ TEST_CASE("serve: once a bug ends the engine loop, /readyz and /healthz answer 5
   edge::testing::temp_dir state;
   const config::values settings = settings_for(cli::serve_options(), state.path());
   const edge::logger log{"test"};
-  edge::monitoring::metrics_registry metrics;
-  edge::monitoring::gateway_metrics families(metrics.families());
+  command_metrics metrics;
   const edge::real_time_source clock;
-  auto opened = cli::open_tenancy(settings, clock, families, log, "test");
+  auto opened = cli::open_tenancy(settings, clock, metrics.families, log, "test");
   REQUIRE(std::holds_alternative<cli::tenancy_setup>(opened));
   cli::tenancy_setup& tenancy = std::get<cli::tenancy_setup>(opened);
   auto key = tenancy.tenants->store().create_key(edge::gateway::tenant_store::default_tenant_id, std::nullopt,
@@ -145,11 +183,9 @@ TEST_CASE("serve: once a bug ends the engine loop, /readyz and /healthz answer 5
   REQUIRE(location.ok());
 
   engine_bug bug;
-  cli::serve_server serve(settings, *location, tenancy, metrics, families, bug.hook());
-  REQUIRE(serve.http().listen().ok());
-  const std::uint16_t port = serve.http().local_endpoint().port();
-  serve.load(log);
-  std::thread io([&] { serve.http().run(); });
+  cli::serve_server serve(settings, *location, tenancy, metrics.registry, metrics.families, bug.hook());
+  running_server running(serve, log);
+  const std::uint16_t port = running.port();
 
   wait_ready(port);
   CHECK(get(port, "/healthz").status == 200);
@@ -178,26 +214,21 @@ TEST_CASE("serve: once a bug ends the engine loop, /readyz and /healthz answer 5
   CHECK(json_field(refused.body, {"error", "message"}).find("the engine failed: injected engine bug") !=
         std::string::npos);
 
-  serve.http().shutdown();
-  io.join();
-  CHECK(serve.stop(log) == 1);
+  CHECK(running.stop() == 1);
 }
 
 TEST_CASE("backend: once a bug ends the engine loop, /readyz answers 503 and generate refuses with 503") {
   edge::testing::temp_dir state;
   const config::values settings = settings_for(cli::backend_options(), state.path());
   const edge::logger log{"test"};
-  edge::monitoring::metrics_registry metrics;
-  edge::monitoring::gateway_metrics families(metrics.families());
+  command_metrics metrics;
   auto location = cli::locate_served_model(settings);
   REQUIRE(location.ok());
 
   engine_bug bug;
-  cli::backend_server backend(settings, *location, metrics, families, bug.hook());
-  REQUIRE(backend.http().listen().ok());
-  const std::uint16_t port = backend.http().local_endpoint().port();
-  backend.load(log);
-  std::thread io([&] { backend.http().run(); });
+  cli::backend_server backend(settings, *location, metrics.registry, metrics.families, bug.hook());
+  running_server running(backend, log);
+  const std::uint16_t port = running.port();
 
   wait_ready(port);
   edge::backend::generate_request request;
@@ -227,7 +258,5 @@ TEST_CASE("backend: once a bug ends the engine loop, /readyz answers 503 and gen
   CHECK(refused.status == 503);
   CHECK(json_field(refused.body, {"error", "code"}) == "backend_unavailable");
 
-  backend.http().shutdown();
-  io.join();
-  CHECK(backend.stop(log) == 1);
+  CHECK(running.stop() == 1);
 }
