@@ -546,11 +546,9 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
   }
   EDGE_RETURN_IF_ERROR(s.sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens));
 
+  // A stalled engine still queues (bounded by max_queued_requests): a step can be slow without
+  // being stuck, and /readyz already tells load balancers to send work elsewhere.
   const time_point arrival = s.clock.now();
-  // A request queued behind a step that does not end would wait as long as its client does.
-  if (const double busy = s.busy_seconds(arrival); busy > stall_seconds(s.options)) {
-    return unavailable(format("the engine is stalled: its current step has run for {:.0f} s", busy));
-  }
 
   submission sub;
   sub.arrival = arrival;

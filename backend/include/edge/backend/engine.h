@@ -179,8 +179,8 @@ class engine {
   // Queues a request; the sink gets its events. Errors (nothing is queued, no event follows):
   // invalid_argument / out_of_range for a request that can never run (empty prompt, longer
   // than the context or than the KV cache), resource_exhausted when max_queued_requests are
-  // waiting, failed_precondition once drain() began, unavailable while the engine is failed or
-  // stalled (health()). Thread-safe.
+  // waiting, failed_precondition once drain() began, unavailable once the engine has failed
+  // (health()). A stalled engine still queues requests. Thread-safe.
   result<request_handle> submit(generate_request request, event_sink sink);
 
   // A snapshot as of the end of the latest step. Thread-safe.
