@@ -89,8 +89,8 @@ void add_engine_options(config::schema& s) {
   s.add_integer("max-queued-requests", default_max_queued_requests, 1, max_queue_limit,
                 "Requests waiting for admission at most; beyond it requests are refused with 503");
   s.add_duration("engine-stall-timeout", "60s", 1s, 24h,
-                 "An engine step running this long stalls the engine: /readyz answers 503 engine_stalled and new "
-                 "requests are refused with 503 until it ends");
+                 "An engine step running this long stalls the engine: /readyz answers 503 engine_stalled until it "
+                 "ends (new requests still queue)");
   s.add_boolean("enable-prefix-caching", true,
                 "Reuse the KV blocks of earlier prompts that start the same way (per tenant)");
   s.add_choice("device", "auto", {"auto", "cpu", "cuda"},

@@ -22,6 +22,8 @@ struct rope_llama3_scaling {
   double low_freq_factor;
   double high_freq_factor;
   double original_max_position;
+
+  friend bool operator==(const rope_llama3_scaling&, const rope_llama3_scaling&) = default;
 };
 
 // inv_freq[i] = theta^(-2i/head_dim) for i < head_dim/2, then the Llama-3 frequency scaling

@@ -186,7 +186,7 @@ struct engine::state {
   mutable std::mutex stats_mutex;
   engine_stats snapshot;  // guarded by stats_mutex
 
-  // Written by the engine thread, read by any thread (health(), submit()): when its current
+  // Written by the engine thread, read by any thread (health()): when its current
   // round of work began, or waiting_for_work.
   std::atomic<time_point> round_started{waiting_for_work};
 

@@ -66,11 +66,13 @@ result<std::vector<generation_output>> generator::run(
     const auto start = clock_type::now();
     const step_plan plan = sched->schedule();
     if (plan.empty()) return resource_exhausted("the KV cache cannot hold the next step of any request");
+    // A chunk decodes when it is one token past the prompt; any other computes a prompt or, after
+    // a preemption, recomputes a sequence.
     std::int64_t prompt_tokens = 0;
     for (const scheduled_chunk& chunk : plan.chunks) {
-      if (chunk.start < static_cast<std::int64_t>(requests[chunk.id].prompt.size())) {
-        prompt_tokens += static_cast<std::int64_t>(chunk.tokens.size());
-      }
+      const bool decodes = chunk.tokens.size() == 1 &&
+                           chunk.start >= static_cast<std::int64_t>(requests[chunk.id].prompt.size());
+      if (!decodes) prompt_tokens += static_cast<std::int64_t>(chunk.tokens.size());
     }
     EDGE_ASSIGN_OR_RETURN(const auto sampled, driver.run(plan, [&](sequence_id id) {
                             return driven_sequence{.decoder = seqs[id].decoder.get()};

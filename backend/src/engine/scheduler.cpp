@@ -71,7 +71,12 @@ scheduler::scheduler(const scheduler_config& config, kv_block_pool& pool) : conf
 }
 
 scheduler::~scheduler() {
-  for (auto& [id, s] : sequences_) release_blocks(*s);
+  // A destructor must not throw: an accounting mismatch found while tearing down (the engine
+  // already failed, or is stopping) has nothing left to protect, and the pool goes with us.
+  try {
+    for (auto& [id, s] : sequences_) release_blocks(*s);
+  } catch (const std::exception&) {
+  }
 }
 
 result<std::unique_ptr<scheduler>> scheduler::create(const scheduler_config& config, kv_block_pool& pool) {

@@ -34,10 +34,9 @@ result<std::vector<sampled_token>> step_driver::run(const step_plan& plan,
   tokens_.assign(rows_.size(), 0);
   logits_.resize(copied * vocab);
   EDGE_RETURN_IF_ERROR(exec_.forward_sample(batch_, rows_, tokens_, logits_));
-  sched_.complete(plan);
 
-  std::vector<sampled_token> out;
-  out.reserve(rows_.size());
+  // First every token (what can fail), then the records: an error leaves nothing half done.
+  std::vector<sampled_token> out(rows_.size());
   std::size_t logits_row = 0;
   for (std::size_t r = 0; r < rows_.size(); ++r) {
     const driven_sequence& seq = row_seqs_[r];
@@ -56,11 +55,14 @@ result<std::vector<sampled_token>> step_driver::run(const step_plan& plan,
                                                   .vocab = static_cast<std::int64_t>(vocab)},
                                                  {}));
     }
-    sampled_token t{.id = row_ids_[r], .token = tokens_[r]};
-    if (seq.logprobs) t.logprobs = logprobs_of(raw, t.token, *seq.logprobs);
-    sched_.append_token(t.id, t.token);
-    t.decoded = seq.decoder->accept(t.token, sched_.sequence_length(t.id));
-    out.push_back(std::move(t));
+    out[r].id = row_ids_[r];
+    out[r].token = tokens_[r];
+    if (seq.logprobs) out[r].logprobs = logprobs_of(raw, out[r].token, *seq.logprobs);
+  }
+  sched_.complete(plan);
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    sched_.append_token(out[r].id, out[r].token);
+    out[r].decoded = row_seqs_[r].decoder->accept(out[r].token, sched_.sequence_length(out[r].id));
   }
   return out;
 }

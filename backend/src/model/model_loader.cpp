@@ -119,7 +119,6 @@ class weight_loading {
   weight_loading(const load_options& options, const std::vector<std::shared_ptr<const mapped_file>>& files)
       : pool_(std::max(1u, std::thread::hardware_concurrency()) - 1) {
     options_.target = options.weight_dtype;
-    options_.fuse_projections = options.fuse_projections;
     options_.pool = pool_.size() > 0 ? &pool_ : nullptr;
     options_.on_converted = [&files](std::span<const std::byte> bytes) {
       for (const auto& f : files) {

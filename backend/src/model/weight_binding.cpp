@@ -200,12 +200,10 @@ result<model_weights> bind_weights(const tensor_index& tensors, const model_conf
     EDGE_ASSIGN_OR_RETURN(layer.w_gate, projection(name.w_gate, ffn, hidden));
     EDGE_ASSIGN_OR_RETURN(layer.w_up, projection(name.w_up, ffn, hidden));
     EDGE_ASSIGN_OR_RETURN(layer.w_down, projection(name.w_down, hidden, ffn));
-    if (options.fuse_projections) {
-      weight_matrix* const qkv[] = {&layer.wq, &layer.wk, &layer.wv};
-      layer.wqkv = convert.stack(name.wq + "+" + name.wk + "+" + name.wv, qkv);
-      weight_matrix* const gate_up[] = {&layer.w_gate, &layer.w_up};
-      layer.w_gate_up = convert.stack(name.w_gate + "+" + name.w_up, gate_up);
-    }
+    weight_matrix* const qkv[] = {&layer.wq, &layer.wk, &layer.wv};
+    layer.wqkv = convert.stack(name.wq + "+" + name.wk + "+" + name.wv, qkv);
+    weight_matrix* const gate_up[] = {&layer.w_gate, &layer.w_up};
+    layer.w_gate_up = convert.stack(name.w_gate + "+" + name.w_up, gate_up);
     weights.layers.push_back(std::move(layer));
   }
   return weights;

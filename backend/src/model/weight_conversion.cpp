@@ -303,22 +303,22 @@ result<weight_matrix> weight_converter::matrix(const matrix_source& s, matrix_ro
   return m;
 }
 
-bool weight_converter::drop(const void* data) {
-  const auto it = std::find_if(storage_.begin(), storage_.end(),
-                               [data](const auto& buffer) { return buffer.get() == data; });
-  if (it == storage_.end()) return false;
-  storage_.erase(it);
-  return true;
+bool weight_converter::owns(const void* data) const {
+  return std::any_of(storage_.begin(), storage_.end(), [data](const auto& buffer) { return buffer.get() == data; });
+}
+
+void weight_converter::drop(const void* data) {
+  std::erase_if(storage_, [data](const auto& buffer) { return buffer.get() == data; });
 }
 
 weight_matrix weight_converter::stack(std::string name, std::span<weight_matrix* const> parts) {
+  const std::vector<const weight_matrix*> views(parts.begin(), parts.end());
+  if (!same_layout(views)) return {};
+  if (!std::all_of(parts.begin(), parts.end(), [&](const weight_matrix* p) { return owns(p->data); })) return {};
   const weight_matrix& first = *parts.front();
-  std::int64_t rows = 0;
-  for (const weight_matrix* p : parts) {
-    if (p->format != first.format || p->group_size != first.group_size || p->cols() != first.cols()) return {};
-    rows += p->rows();
-  }
   const std::int64_t cols = first.cols();
+  std::int64_t rows = 0;
+  for (const weight_matrix* p : parts) rows += p->rows();
   weight_matrix fused{.name = std::move(name), .shape = {rows, cols}, .format = first.format,
                       .group_size = first.group_size};
   std::byte* values = allocate(static_cast<std::uint64_t>(kernels::weight_values_bytes(fused.format, rows, cols)));
@@ -329,16 +329,16 @@ weight_matrix weight_converter::stack(std::string name, std::span<weight_matrix*
   fused.scales = scales;
   std::int64_t row = 0;
   for (weight_matrix* p : parts) {
-    const auto value_bytes = static_cast<std::size_t>(kernels::weight_values_bytes(p->format, p->rows(), cols));
     const auto value_offset = kernels::weight_values_bytes(fused.format, row, cols);
-    std::memcpy(values + value_offset, p->data, value_bytes);
-    if (!drop(p->data) && options_.on_converted) options_.on_converted({p->data, value_bytes});
+    std::memcpy(values + value_offset, p->data, static_cast<std::size_t>(kernels::weight_values_bytes(p->format, p->rows(), cols)));
+    drop(p->data);
     p->data = values + value_offset;
     if (scales != nullptr) {
-      const auto count = kernels::weight_scale_count(p->format, p->rows(), cols, p->group_size);
       float* at = scales + kernels::weight_scale_count(fused.format, row, cols, fused.group_size);
-      std::memcpy(at, p->scales, static_cast<std::size_t>(count) * sizeof(float));
-      drop(p->scales);  // scales are always converted into a buffer of ours
+      std::memcpy(at, p->scales,
+                  static_cast<std::size_t>(kernels::weight_scale_count(p->format, p->rows(), cols, p->group_size)) *
+                      sizeof(float));
+      drop(p->scales);
       p->scales = at;
     }
     row += p->rows();

@@ -61,10 +61,11 @@ class weight_converter {
   result<weight_matrix> matrix(const matrix_source& source, matrix_role role);
 
   // Stacks matrices of one format, group size and width into one [sum of rows, cols] matrix,
-  // their rows in order (fused Q/K/V, fused gate/up), and makes each part a view of its rows.
-  // The parts' own buffers are dropped, and file pages they were read from in place are
-  // released through on_converted, so fusing costs no memory. Absent, with the parts as they
-  // were, when they differ in format, group size or width.
+  // their rows in order (fused Q/K/V, fused gate/up), and makes each part a view of its rows,
+  // dropping the parts' own buffers. Only matrices this converter made: weights used in place
+  // from a file stay separate rather than be copied out of their (shared, reclaimable) pages,
+  // and the executors run them as they are (the CUDA executor stacks them as it uploads).
+  // Absent, with the parts as they were, when they cannot be stacked.
   weight_matrix stack(std::string name, std::span<weight_matrix* const> parts);
 
   // The token embedding table, for the embedding kernel (elements only): F32/F16/BF16/F8 stay as
@@ -73,8 +74,9 @@ class weight_converter {
 
  private:
   std::byte* allocate(std::uint64_t bytes);
-  // Drops the storage buffer starting at `data`; false when `data` is in no buffer of ours.
-  bool drop(const void* data);
+  // Whether `data` is the start of a storage buffer of ours; drop() frees it.
+  bool owns(const void* data) const;
+  void drop(const void* data);
 
   const weight_options& options_;
   std::vector<std::shared_ptr<const std::byte[]>>& storage_;

@@ -15,6 +15,9 @@ namespace {
 class host_placement final : public weight_placement {
  public:
   result<kernels::weight_view> matrix(const weight_matrix& w) override { return w.view(); }
+  result<std::optional<kernels::weight_view>> stack(std::span<const weight_matrix* const>) override {
+    return std::optional<kernels::weight_view>{};
+  }
   result<const float*> floats(std::span<const float> values) override {
     if (values.empty()) return static_cast<const float*>(nullptr);
     return kept_.emplace_back(values.begin(), values.end()).data();
@@ -121,10 +124,7 @@ status cpu_executor::state::run(const batch_plan& batch, float* logits_out) {
 status cpu_executor::forward(const batch_plan& plan, std::span<float> logits) {
   state& s = *state_;
   if (plan.total_tokens() == 0) return {};
-  if (static_cast<std::int64_t>(logits.size()) != plan.logits_rows() * s.plan.vocab) {
-    return invalid_argument(
-        format("logits buffer holds {} floats, the batch needs {}", logits.size(), plan.logits_rows() * s.plan.vocab));
-  }
+  EDGE_RETURN_IF_ERROR(check_logits_buffer(plan, logits, s.plan.vocab));
   return s.run(plan, logits.data());
 }
 

@@ -12,6 +12,7 @@
 #include "cuda_executor_kernels.h"
 #include "edge/backend/runtime/forward.h"
 #include "edge/common/format.h"
+#include "edge/common/log.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/paged_attention/paged_attention.h"
@@ -174,9 +175,10 @@ struct cuda_executor::state {
   kv_cache_view kv;
 
   meta_layout step_meta;                      // the layout of the step last executed
-  std::int64_t step_rows = 0;                 // logits rows of the step last executed, padding included
   std::map<std::int64_t, graph_exec> graphs;  // by padded decode batch size
   std::set<std::int64_t> warmed;              // sizes run eagerly once (kernel attributes set)
+  std::set<std::int64_t> uncapturable;        // sizes whose capture failed: they run eagerly
+  logger log{"cuda"};
 
   ~state() {
     graphs.clear();
@@ -383,34 +385,48 @@ struct cuda_executor::state {
       configs[r] = given ? sampling[static_cast<std::size_t>(r)].config : kernels::sampling_row{.temperature = 0.0f};
     }
     step_meta = m;
-    step_rows = staged.rows;
+    const status queued = launch(m, staged, graph_batch > 0 && padded == graph_batch ? graph_batch : 0);
+    // The staging buffer is rewritten by the next step: a failed step must not leave its copy
+    // in flight.
+    if (!queued.ok()) static_cast<void>(cudaStreamSynchronize(stream));
+    return queued;
+  }
+
+  // Uploads the staged metadata and queues the step: a CUDA graph of size `graph_batch` (0:
+  // eagerly), capturing it on the size's second eager run.
+  status launch(const meta_layout& m, const staged_step& staged, std::int64_t graph_batch) {
     EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(meta, staging.data(), m.bytes, cudaMemcpyHostToDevice, stream),
                                     "metadata upload"));
-    const bool use_graph = graph_batch > 0 && padded == graph_batch;
-    if (use_graph) {
+    if (graph_batch > 0) {
       if (const auto it = graphs.find(graph_batch); it != graphs.end()) {
         return cuda_check(cudaGraphLaunch(it->second.exec, stream), "cudaGraphLaunch");
       }
     }
     EDGE_RETURN_IF_ERROR(run_step(m, staged));
-    if (use_graph && !warmed.insert(graph_batch).second) {
+    if (graph_batch > 0 && !warmed.insert(graph_batch).second && !uncapturable.contains(graph_batch)) {
       // Second step of this size: the eager runs have set every kernel attribute, so capture.
-      EDGE_RETURN_IF_ERROR(capture(graph_batch, m, staged));
+      // The step itself has run: a capture that fails costs only the graph.
+      if (const status captured = capture(graph_batch, m, staged); !captured.ok()) {
+        uncapturable.insert(graph_batch);
+        log.warn("decode batches of {} run without a CUDA graph: {}", graph_batch, captured.message());
+      }
     }
     return {};
   }
 
+  // Captures the step's graph for `size`.
   status capture(std::int64_t size, const meta_layout& m, const staged_step& staged) {
     EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamSynchronize(stream), "synchronise before capture"));
     EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture"));
     const status queued = run_step(m, staged);
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t made = cudaErrorUnknown;
+    if (queued.ok() && ended == cudaSuccess) made = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph != nullptr) cudaGraphDestroy(graph);
     EDGE_RETURN_IF_ERROR(queued);
     EDGE_RETURN_IF_ERROR(cuda_check(ended, "end capture"));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
     EDGE_RETURN_IF_ERROR(cuda_check(made, "cudaGraphInstantiate"));
     graphs.emplace(size, graph_exec(exec));
     return {};
@@ -433,6 +449,40 @@ struct cuda_executor::state {
         scales = static_cast<float*>(p);
       }
       return kernels::weight_view{.format = w.format, .values = values, .scales = scales, .group_size = w.group_size};
+    }
+    // One device matrix of the parts' rows in order (the CPU runs in-place weights separately).
+    result<std::optional<kernels::weight_view>> stack(std::span<const weight_matrix* const> parts) override {
+      const weight_matrix& first = *parts.front();
+      const std::int64_t k = first.cols();
+      std::int64_t rows = 0;
+      for (const weight_matrix* p : parts) rows += p->rows();
+      const auto value_bytes = static_cast<std::size_t>(kernels::weight_values_bytes(first.format, rows, k));
+      const auto scale_count =
+          static_cast<std::size_t>(kernels::weight_scale_count(first.format, rows, k, first.group_size));
+      EDGE_ASSIGN_OR_RETURN(void* values, s_.allocate_weight(value_bytes, first.name));
+      float* scales = nullptr;
+      if (scale_count > 0) {
+        EDGE_ASSIGN_OR_RETURN(void* p, s_.allocate_weight(scale_count * sizeof(float), first.name));
+        scales = static_cast<float*>(p);
+      }
+      std::int64_t row = 0;
+      for (const weight_matrix* p : parts) {
+        auto* value_at = static_cast<std::byte*>(values) + kernels::weight_values_bytes(first.format, row, k);
+        EDGE_RETURN_IF_ERROR(cuda_check(
+            cudaMemcpy(value_at, p->data, static_cast<std::size_t>(kernels::weight_values_bytes(p->format, p->rows(), k)),
+                       cudaMemcpyHostToDevice),
+            "upload"));
+        if (scales != nullptr) {
+          const auto count = kernels::weight_scale_count(p->format, p->rows(), k, p->group_size);
+          EDGE_RETURN_IF_ERROR(
+              cuda_check(cudaMemcpy(scales + kernels::weight_scale_count(first.format, row, k, first.group_size), p->scales,
+                                    static_cast<std::size_t>(count) * sizeof(float), cudaMemcpyHostToDevice),
+                         "upload"));
+        }
+        row += p->rows();
+      }
+      return std::optional<kernels::weight_view>{
+          kernels::weight_view{.format = first.format, .values = values, .scales = scales, .group_size = first.group_size}};
     }
     result<const float*> floats(std::span<const float> values) override {
       if (values.empty()) return static_cast<const float*>(nullptr);
@@ -558,10 +608,7 @@ result<std::unique_ptr<cuda_executor>> cuda_executor::create_synthetic(const mod
 status cuda_executor::forward(const batch_plan& plan, std::span<float> logits) {
   state& s = *state_;
   if (plan.total_tokens() == 0) return {};
-  if (static_cast<std::int64_t>(logits.size()) != plan.logits_rows() * s.plan.vocab) {
-    return invalid_argument(format("logits buffer holds {} floats, the batch needs {}", logits.size(),
-                                   plan.logits_rows() * s.plan.vocab));
-  }
+  EDGE_RETURN_IF_ERROR(check_logits_buffer(plan, logits, s.plan.vocab));
   EDGE_RETURN_IF_ERROR(s.execute(plan, {}));
   const std::size_t bytes = logits.size() * sizeof(float);  // the plan's rows; padding rows stay behind
   if (bytes > 0) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "edge/backend/model/formats.h"
 #include "edge/common/format.h"
 #include "kernels/cpu/load.h"
 #include "kernels/embedding/embedding.h"
@@ -15,19 +16,14 @@
 namespace edge::backend {
 namespace {
 
-std::string dims(std::span<const std::int64_t> shape) {
-  std::string out;
-  for (const auto d : shape) out += (out.empty() ? "" : ", ") + std::to_string(d);
-  return out;
-}
-
 // A tensor_view or a weight_matrix of exactly this shape.
 template <class Tensor>
 status check_shape(const Tensor& t, std::initializer_list<std::int64_t> expected) {
   if (!t.present()) return invalid_argument(format("tensor {} is missing", t.name));
   const std::vector<std::int64_t> want(expected);
   if (t.shape != want) {
-    return invalid_argument(format("tensor {} has shape [{}], expected [{}]", t.name, dims(t.shape), dims(want)));
+    return invalid_argument(format("tensor {} has shape {}, expected {}", t.name, shape_to_string(t.shape),
+                                   shape_to_string(want)));
   }
   return {};
 }
@@ -38,24 +34,33 @@ std::vector<float> floats_of(const tensor_view& t) {
   return out;
 }
 
-// Places the parts of a projection that lie side by side in its output: the stacked matrix
-// when the model has one, else each part, with their biases (stacked alike).
+// Places the parts of a projection that lie side by side in its output as one matrix where
+// the model stacked them or the placement stacks them, else part by part; biases alike.
 result<std::vector<projection_part>> place_projection(weight_placement& place, const weight_matrix& stacked,
                                                       std::span<const weight_matrix* const> parts,
                                                       std::span<const tensor_view* const> biases) {
-  std::vector<projection_part> out;
+  std::optional<kernels::weight_view> one;
   if (stacked.present()) {
-    const float* bias = nullptr;
-    if (!biases.empty()) {
-      std::vector<float> all;
-      for (const tensor_view* b : biases) {
-        const std::vector<float> part = floats_of(*b);
-        all.insert(all.end(), part.begin(), part.end());
+    EDGE_ASSIGN_OR_RETURN(one, place.matrix(stacked));
+  } else if (same_layout(parts)) {
+    EDGE_ASSIGN_OR_RETURN(one, place.stack(parts));
+  }
+  std::vector<projection_part> out;
+  if (one) {
+    std::int64_t rows = 0;
+    std::vector<float> bias;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      rows += parts[i]->rows();
+      if (!biases.empty()) {
+        const std::vector<float> part = floats_of(*biases[i]);
+        bias.insert(bias.end(), part.begin(), part.end());
       }
-      EDGE_ASSIGN_OR_RETURN(bias, place.floats(all));
     }
-    EDGE_ASSIGN_OR_RETURN(const kernels::weight_view w, place.matrix(stacked));
-    out.push_back({.w = w, .rows = stacked.rows(), .bias = bias});
+    projection_part p{.w = *one, .rows = rows};
+    if (!bias.empty()) {
+      EDGE_ASSIGN_OR_RETURN(p.bias, place.floats(bias));
+    }
+    out.push_back(p);
     return out;
   }
   for (std::size_t i = 0; i < parts.size(); ++i) {
@@ -90,7 +95,8 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
   EDGE_ASSIGN_OR_RETURN(out.embedding, place.elements(w.token_embedding));
   out.embedding_type = w.token_embedding.type;
   EDGE_ASSIGN_OR_RETURN(out.final_norm, place_vector(place, w.final_norm));
-  const bool tied = w.lm_head.data == w.token_embedding.data &&
+  // A tied classifier that loading kept as the embedding's own bytes is placed once.
+  const bool tied = plan.tied_embeddings && w.lm_head.data == w.token_embedding.data &&
                     w.lm_head.format == kernels::weight_format_of(w.token_embedding.type);
   if (tied) {
     out.lm_head = {.format = w.lm_head.format, .values = out.embedding, .scales = nullptr, .group_size = 0};
@@ -122,6 +128,12 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
       EDGE_RETURN_IF_ERROR(check_shape(l.bv, {a.kv_dim()}));
     }
 
+    if (a.rope.rotary_dim != a.head_dim) {
+      return status(status_code::unimplemented,
+                    format("layer {}: RoPE over {} of {} head elements is not implemented", i, a.rope.rotary_dim,
+                           a.head_dim));
+    }
+
     layer_forward_weights lw;
     EDGE_ASSIGN_OR_RETURN(lw.attn_norm, place_vector(place, l.attn_norm));
     EDGE_ASSIGN_OR_RETURN(lw.ffn_norm, place_vector(place, l.ffn_norm));
@@ -135,16 +147,9 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
     EDGE_ASSIGN_OR_RETURN(lw.gate_up, place_projection(place, l.w_gate_up, gate_up_parts, {}));
     EDGE_ASSIGN_OR_RETURN(lw.w_down, place.matrix(l.w_down));
 
-    const auto same_rope = [&](const auto& entry) {
-      const rope_plan& r = *entry.first;
-      const bool same_scaling = r.scaling.has_value() == a.rope.scaling.has_value() &&
-                                (!r.scaling || (r.scaling->factor == a.rope.scaling->factor &&
-                                                r.scaling->low_freq_factor == a.rope.scaling->low_freq_factor &&
-                                                r.scaling->high_freq_factor == a.rope.scaling->high_freq_factor &&
-                                                r.scaling->original_max_position == a.rope.scaling->original_max_position));
-      return r.rotary_dim == a.rope.rotary_dim && r.theta == a.rope.theta && same_scaling;
-    };
-    if (const auto it = std::find_if(rope_tables.begin(), rope_tables.end(), same_rope); it != rope_tables.end()) {
+    if (const auto it = std::find_if(rope_tables.begin(), rope_tables.end(),
+                                     [&](const auto& entry) { return *entry.first == a.rope; });
+        it != rope_tables.end()) {
       lw.rope_inv_freq = it->second;
     } else {
       EDGE_ASSIGN_OR_RETURN(lw.rope_inv_freq, place.floats(a.rope.inv_freq()));
@@ -191,6 +196,14 @@ status check_sampling_args(const batch_plan& plan, std::span<const row_sampling>
   }
   if (static_cast<std::int64_t>(logits.size()) != copied * vocab) {
     return invalid_argument(format("forward_sample: a logits buffer of {} floats for {} rows to copy", logits.size(), copied));
+  }
+  return {};
+}
+
+status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std::int64_t vocab) {
+  if (static_cast<std::int64_t>(logits.size()) != plan.logits_rows() * vocab) {
+    return invalid_argument(
+        format("logits buffer holds {} floats, the batch needs {}", logits.size(), plan.logits_rows() * vocab));
   }
   return {};
 }
@@ -265,44 +278,46 @@ result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs,
   return staged_step{.tokens = t, .seqs = seqs, .rows = row, .max_run = max_run};
 }
 
-status run_forward(const model_plan& plan, const forward_weights& weights, const forward_buffers& b,
-                   const forward_step& step, const kv_cache_view& kv, const kernels::stream& s) {
-  const std::int64_t hidden = plan.hidden;
-  const std::int64_t tokens = step.tokens;
-  const auto matmul = [&](const float* in, std::int64_t in_stride, const kernels::weight_view& w, const float* bias,
-                          float* out, std::int64_t out_stride, std::int64_t n, std::int64_t k, bool accumulate,
-                          std::int64_t rows) {
+namespace {
+
+// One forward pass in progress: what every layer kind reads. A new kind of attention or MLP is
+// one more member here and one more case in run_forward's switches.
+struct forward_pass {
+  const model_plan& plan;
+  const forward_buffers& b;
+  const forward_step& step;
+  const kv_cache_view& kv;
+  const kernels::stream& s;
+
+  status matmul(const float* in, std::int64_t in_stride, const kernels::weight_view& w, const float* bias, float* out,
+                std::int64_t out_stride, std::int64_t n, std::int64_t k, bool accumulate, std::int64_t rows) const {
     return kernels::run_matmul({.x = in, .w = w, .bias = bias, .y = out, .tokens = rows, .n = n, .k = k,
                                 .x_stride = in_stride, .y_stride = out_stride, .accumulate = accumulate,
                                 .workspace = b.matmul_workspace, .workspace_floats = b.matmul_workspace_floats},
                                s);
-  };
-  // The parts of a side-by-side projection, each into its columns of `out` ([tokens, width]).
-  const auto project = [&](const std::vector<projection_part>& parts, float* out, std::int64_t width) -> status {
+  }
+
+  // The parts of a side-by-side projection of xn, each into its columns of `out` ([tokens, width]).
+  status project(const std::vector<projection_part>& parts, float* out, std::int64_t width) const {
     std::int64_t column = 0;
     for (const projection_part& p : parts) {
-      EDGE_RETURN_IF_ERROR(matmul(b.xn, hidden, p.w, p.bias, out + column, width, p.rows, hidden, false, tokens));
+      EDGE_RETURN_IF_ERROR(matmul(b.xn, plan.hidden, p.w, p.bias, out + column, width, p.rows, plan.hidden, false,
+                                  step.tokens));
       column += p.rows;
     }
     return {};
-  };
-  const auto norm = [&](const float* weight) {
-    return kernels::run_rmsnorm({.x = b.x, .weight = weight, .out = b.xn, .rows = tokens, .cols = hidden,
-                                 .x_stride = hidden, .out_stride = hidden, .eps = plan.norm_eps},
+  }
+
+  // xn = rmsnorm(x)
+  status norm(const float* weight) const {
+    return kernels::run_rmsnorm({.x = b.x, .weight = weight, .out = b.xn, .rows = step.tokens, .cols = plan.hidden,
+                                 .x_stride = plan.hidden, .out_stride = plan.hidden, .eps = plan.norm_eps},
                                 s);
-  };
+  }
 
-  EDGE_RETURN_IF_ERROR(kernels::run_embedding({.ids = step.ids, .table = weights.embedding,
-                                               .table_type = weights.embedding_type, .out = b.x, .tokens = tokens,
-                                               .vocab = plan.vocab, .hidden = hidden},
-                                              s));
-  for (std::size_t l = 0; l < plan.layers.size(); ++l) {
-    const layer_plan& lp = plan.layers[l];
-    const layer_forward_weights& w = weights.layers[l];
-    const auto layer = static_cast<std::int64_t>(l);
-
-    // Attention (gqa).
-    const attention_plan& a = lp.attention;
+  // x += attention(rmsnorm(x)): Q/K/V projections, RoPE on Q and K, K/V into the cache, paged
+  // attention over it (grouped-query), the output projection.
+  status gqa_attention(std::int64_t layer, const attention_plan& a, const layer_forward_weights& w) const {
     const std::int64_t qkv_dim = a.qkv_dim();
     float* q = b.qkv;
     float* k = b.qkv + a.q_dim();
@@ -310,23 +325,23 @@ status run_forward(const model_plan& plan, const forward_weights& weights, const
     EDGE_RETURN_IF_ERROR(norm(w.attn_norm));
     EDGE_RETURN_IF_ERROR(project(w.qkv, b.qkv, qkv_dim));
     EDGE_RETURN_IF_ERROR(kernels::run_rope({.x = q, .positions = step.positions, .inv_freq = w.rope_inv_freq,
-                                            .tokens = tokens, .heads = a.num_heads, .head_dim = a.head_dim,
+                                            .tokens = step.tokens, .heads = a.num_heads, .head_dim = a.head_dim,
                                             .x_stride = qkv_dim, .pairs = a.rope.pairs},
                                            s));
     EDGE_RETURN_IF_ERROR(kernels::run_rope({.x = k, .positions = step.positions, .inv_freq = w.rope_inv_freq,
-                                            .tokens = tokens, .heads = a.num_kv_heads, .head_dim = a.head_dim,
+                                            .tokens = step.tokens, .heads = a.num_kv_heads, .head_dim = a.head_dim,
                                             .x_stride = qkv_dim, .pairs = a.rope.pairs},
                                            s));
     EDGE_RETURN_IF_ERROR(kernels::run_kv_cache_write(
         {.k = k, .v = v, .k_cache = kv.keys(layer), .v_cache = kv.values(layer), .k_scales = kv.key_scales(layer),
-         .v_scales = kv.value_scales(layer), .kv_type = kv.layout.dtype, .slots = step.slots, .tokens = tokens,
+         .v_scales = kv.value_scales(layer), .kv_type = kv.layout.dtype, .slots = step.slots, .tokens = step.tokens,
          .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim, .block_size = kv.layout.block_size,
          .num_blocks = kv.allocated_blocks, .kv_stride = qkv_dim},
         s));
     EDGE_RETURN_IF_ERROR(kernels::run_paged_attention(
         {.q = q, .out = b.attn, .k_cache = kv.keys(layer), .v_cache = kv.values(layer),
          .k_scales = kv.key_scales(layer), .v_scales = kv.value_scales(layer), .kv_type = kv.layout.dtype,
-         .seq = step.seq, .pos = step.positions, .block_tables = step.block_tables, .tokens = tokens,
+         .seq = step.seq, .pos = step.positions, .block_tables = step.block_tables, .tokens = step.tokens,
          .num_heads = a.num_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
          .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks,
          .block_table_stride = step.table_stride, .q_stride = qkv_dim, .out_stride = a.q_dim(),
@@ -335,27 +350,53 @@ status run_forward(const model_plan& plan, const forward_weights& weights, const
          .workspace_floats = b.attention_workspace_floats},
         s));
     // x += attn · woᵀ
-    EDGE_RETURN_IF_ERROR(matmul(b.attn, a.q_dim(), w.wo, nullptr, b.x, hidden, hidden, a.q_dim(), true, tokens));
+    return matmul(b.attn, a.q_dim(), w.wo, nullptr, b.x, plan.hidden, plan.hidden, a.q_dim(), true, step.tokens);
+  }
 
-    // MLP (dense SwiGLU).
-    const std::int64_t inter = lp.mlp.intermediate;
+  // x += down(silu(gate(xn)) * up(xn)), xn = rmsnorm(x)
+  status dense_mlp(const mlp_plan& m, const layer_forward_weights& w) const {
+    const std::int64_t inter = m.intermediate;
     EDGE_RETURN_IF_ERROR(norm(w.ffn_norm));
     EDGE_RETURN_IF_ERROR(project(w.gate_up, b.gate_up, 2 * inter));
     EDGE_RETURN_IF_ERROR(kernels::run_silu_mul({.gate = b.gate_up, .up = b.gate_up + inter, .out = b.gate_up,
-                                                .rows = tokens, .cols = inter, .in_stride = 2 * inter,
+                                                .rows = step.tokens, .cols = inter, .in_stride = 2 * inter,
                                                 .out_stride = 2 * inter},
                                                s));
-    // x += silu(gate) * up · w_downᵀ
-    EDGE_RETURN_IF_ERROR(matmul(b.gate_up, 2 * inter, w.w_down, nullptr, b.x, hidden, hidden, inter, true, tokens));
+    return matmul(b.gate_up, 2 * inter, w.w_down, nullptr, b.x, plan.hidden, plan.hidden, inter, true, step.tokens);
+  }
+};
+
+}  // namespace
+
+status run_forward(const model_plan& plan, const forward_weights& weights, const forward_buffers& buffers,
+                   const forward_step& step, const kv_cache_view& kv, const kernels::stream& stream) {
+  const forward_pass pass{.plan = plan, .b = buffers, .step = step, .kv = kv, .s = stream};
+  EDGE_RETURN_IF_ERROR(kernels::run_embedding({.ids = step.ids, .table = weights.embedding,
+                                               .table_type = weights.embedding_type, .out = buffers.x,
+                                               .tokens = step.tokens, .vocab = plan.vocab, .hidden = plan.hidden},
+                                              stream));
+  for (std::size_t l = 0; l < plan.layers.size(); ++l) {
+    const layer_plan& lp = plan.layers[l];
+    const layer_forward_weights& w = weights.layers[l];
+    switch (lp.attention.kind) {
+      case attention_kind::gqa:
+        EDGE_RETURN_IF_ERROR(pass.gqa_attention(static_cast<std::int64_t>(l), lp.attention, w));
+        break;
+    }
+    switch (lp.mlp.kind) {
+      case mlp_kind::dense: EDGE_RETURN_IF_ERROR(pass.dense_mlp(lp.mlp, w)); break;
+    }
   }
   if (step.rows == 0) return {};
 
   // Only the rows that produce logits go through the final norm and the classifier.
-  EDGE_RETURN_IF_ERROR(kernels::run_rmsnorm({.x = b.x, .row_index = step.last_token, .weight = weights.final_norm,
-                                             .out = b.last, .rows = step.rows, .cols = hidden, .x_stride = hidden,
-                                             .out_stride = hidden, .eps = plan.norm_eps},
-                                            s));
-  return matmul(b.last, hidden, weights.lm_head, nullptr, b.logits, plan.vocab, plan.vocab, hidden, false, step.rows);
+  EDGE_RETURN_IF_ERROR(kernels::run_rmsnorm({.x = buffers.x, .row_index = step.last_token,
+                                             .weight = weights.final_norm, .out = buffers.last, .rows = step.rows,
+                                             .cols = plan.hidden, .x_stride = plan.hidden, .out_stride = plan.hidden,
+                                             .eps = plan.norm_eps},
+                                            stream));
+  return pass.matmul(buffers.last, plan.hidden, weights.lm_head, nullptr, buffers.logits, plan.vocab, plan.vocab,
+                     plan.hidden, false, step.rows);
 }
 
 }  // namespace edge::backend

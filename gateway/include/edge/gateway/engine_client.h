@@ -8,8 +8,8 @@
 // submit() completes once the request is accepted (queued in an engine) or refused. Errors,
 // as engine::submit's (engine.h): invalid_argument / out_of_range for a request that can never
 // run (the client's fault: a 400), resource_exhausted when the engine's queue is full,
-// failed_precondition while shutting down, unavailable when the engine has failed or stalled
-// or no backend could be reached (all 503). Once accepted, the sink gets the request's events
+// failed_precondition while shutting down, unavailable when the engine has failed or no
+// backend could be reached (all 503). Once accepted, the sink gets the request's events
 // as engine.h describes them, ending with exactly one finished event, unless the handle is
 // destroyed first: destroying it cancels the request, and the engine frees its KV blocks.
 #pragma once

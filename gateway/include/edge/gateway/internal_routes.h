@@ -11,8 +11,8 @@
 // No tenants and no API keys: the gateway has checked those. With a token, every internal
 // route wants `Authorization: Bearer TOKEN` (401 otherwise); the operational routes
 // (/healthz, /readyz, /metrics) stay open for probes and scrapers. Until the engine runs,
-// the internal routes answer 503 model_not_ready; once its engine has failed or stalled,
-// generate answers 503 backend_unavailable (the gateway tries another backend).
+// the internal routes answer 503 model_not_ready; once its engine has failed, generate answers
+// 503 backend_unavailable (the gateway tries another backend).
 #pragma once
 
 #include <chrono>

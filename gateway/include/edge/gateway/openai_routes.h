@@ -9,8 +9,8 @@
 // the field) → the model named (404 model_not_found) → chat template + tokenize on this
 // connection's thread → context check (400 context_length_exceeded) → gate.try_acquire
 // (quotas) → engine.submit (503 + retry-after when the engine's queue is full, the engine has
-// failed or stalled, or no backend answers) → events from the engine thread or the backend's stream relayed to the connection's
-// strand → the JSON answer, or Server-Sent Events flushed per delta with a `: ping` heartbeat
+// failed, or no backend answers) → events from the engine thread or the backend's stream
+// relayed to the connection's strand → the JSON answer, or Server-Sent Events flushed per delta with a `: ping` heartbeat
 // when nothing was written for `sse_heartbeat` → lease settled with the tokens served. A client that goes away (streaming
 // or not) cancels its request in the engine at once: the request handle is destroyed, and
 // its KV blocks are freed at the engine's next step.

@@ -469,22 +469,25 @@ TEST_CASE("engine::create checks the scheduler and the block pool against the ex
 
 namespace {
 
-// The greedy tokens of one request with a repetition penalty, by hand on the executor: every
-// step's logits on the host, penalised by the request's sampler and reduced to their argmax.
-std::vector<token_id> penalised_reference(engine_runtime& rt, const generate_request& r) {
-  kv_block_pool pool(rt.cache->layout().num_blocks);
-  std::vector<std::int32_t> table;
-  for (int i = 0; i < 8; ++i) table.push_back(*pool.allocate());
+// The greedy tokens of one request with penalties, by hand on an executor of its own (the
+// engine's belongs to the engine thread): every step's logits on the host, penalised by the
+// request's sampler and reduced to their argmax.
+std::vector<token_id> penalised_reference(const model& m, const generate_request& r) {
+  auto cache = kv_cache::create(kv_cache_layout::for_tokens(m.config, kernels::dtype::f32, 16, 8 * 16));
+  REQUIRE(cache.ok());
+  auto exec = cpu_executor::create(m, **cache, nullptr, {.max_batch_tokens = 256, .max_sequences = 1});
+  REQUIRE(exec.ok());
+  std::vector<std::int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
   sequence_sampler sampler(r.sampling, r.prompt);
   std::vector<token_id> all = r.prompt;
   std::vector<token_id> out;
-  std::vector<float> logits(static_cast<std::size_t>(rt.exec->vocab_size()));
+  std::vector<float> logits(static_cast<std::size_t>((*exec)->vocab_size()));
   std::int64_t computed = 0;
   while (static_cast<std::int64_t>(out.size()) < r.max_tokens) {
     batch_plan plan;
     plan.entries.push_back({.tokens = std::span<const token_id>(all).subspan(static_cast<std::size_t>(computed)),
                             .start_position = computed, .block_table = table, .compute_logits = true});
-    REQUIRE(rt.exec->forward(plan, logits).ok());
+    REQUIRE((*exec)->forward(plan, logits).ok());
     computed = static_cast<std::int64_t>(all.size());
     sampler.apply_penalties(logits);
     const token_id next = kernels::argmax(logits);
@@ -505,7 +508,7 @@ TEST_CASE("penalties are applied on the host, log probabilities come from the ra
   auto penalised = greedy_request(rt.encode("Once upon a time"), tokens);
   penalised.sampling.repetition_penalty = 1.8f;
   penalised.sampling.presence_penalty = 3.0f;
-  const auto reference = penalised_reference(rt, penalised);
+  const auto reference = penalised_reference(*rt.m, penalised);
   const auto plain = reference_tokens(kernels::dtype::f32, {"Once upon a time"}, tokens);
   REQUIRE(reference != plain[0]);  // the penalty changes the text, so the test sees whether it was applied
 

@@ -88,16 +88,17 @@ TEST_CASE("a Qwen2 configuration plans Q/K/V biases; a Mistral one plain multi-h
   CHECK(mistral.max_q_dim() == 4 * 48);
 }
 
-TEST_CASE("a GGUF llama model plans adjacent-pair RoPE; its layers are stacked as the plan's widths say") {
+TEST_CASE("a GGUF llama model plans adjacent-pair RoPE; converted layers are stacked as the plan's widths say") {
   edge::testing::temp_dir dir;
   for (const char* preset : {"tiny", "tiny-qwen2"}) {
     CAPTURE(preset);
     const auto path = dir / (std::string(preset) + ".gguf");
     auto written = write_synthetic_model({.preset = preset, .format = synthetic_format::gguf, .seed = 3,
-                                          .dtype = edge::kernels::dtype::f32, .out = path});
+                                          .dtype = edge::kernels::dtype::bf16, .out = path});
     REQUIRE_MESSAGE(written.ok(), written.error().message());
-    for (const auto weights : {std::optional<edge::kernels::weight_format>{}, std::optional{edge::kernels::weight_format::int4},
-                               std::optional{edge::kernels::weight_format::fp8_e4m3}}) {
+    for (const auto weights : {edge::kernels::weight_format::f32, edge::kernels::weight_format::int4,
+                               edge::kernels::weight_format::fp8_e4m3}) {
+      CAPTURE(edge::kernels::to_string(weights));
       auto loaded = load_model({.path = path, .weight_dtype = weights});
       REQUIRE_MESSAGE(loaded.ok(), loaded.error().message());
       const model& m = **loaded;
@@ -112,6 +113,7 @@ TEST_CASE("a GGUF llama model plans adjacent-pair RoPE; its layers are stacked a
         const attention_plan& a = plan.layers[i].attention;
         REQUIRE(l.wqkv.present());
         REQUIRE(l.w_gate_up.present());
+        CHECK(l.wqkv.format == weights);
         CHECK(l.wqkv.rows() == a.qkv_dim());
         CHECK(l.w_gate_up.rows() == 2 * plan.layers[i].mlp.intermediate);
         // The parts are views of the stacked rows, values and scales alike.
@@ -126,10 +128,11 @@ TEST_CASE("a GGUF llama model plans adjacent-pair RoPE; its layers are stacked a
         }
       }
     }
-    auto separate = load_model({.path = path, .fuse_projections = false});
-    REQUIRE(separate.ok());
-    CHECK_FALSE((*separate)->weights.layers[0].wqkv.present());
-    CHECK_FALSE((*separate)->weights.layers[0].w_gate_up.present());
+    // Weights used in place from the file are not copied out of it to be stacked.
+    auto in_place = load_model({.path = path});
+    REQUIRE(in_place.ok());
+    CHECK_FALSE((*in_place)->weights.layers[0].wqkv.present());
+    CHECK_FALSE((*in_place)->weights.layers[0].w_gate_up.present());
   }
 }
 

@@ -26,11 +26,15 @@ struct generation_output {
   finish_reason reason = finish_reason::length;  // stop or length
 };
 
+// Steps are timed by what they computed: a step with any prompt chunk (or a recompute after a
+// preemption) counts as prefill, one where every sequence decoded a single token as decode.
+// With a budget that admits every prompt at once, these are the prefill phase and the decode
+// phase; with a smaller one, the steps that mix both count as prefill.
 struct generation_timing {
-  double prefill_seconds = 0.0;  // steps that computed prompt tokens
-  double decode_seconds = 0.0;   // steps that only decoded
-  std::int64_t prefill_tokens = 0;
-  std::int64_t decode_tokens = 0;  // tokens sampled by decode-only steps
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  std::int64_t prefill_tokens = 0;  // tokens computed by prefill steps
+  std::int64_t decode_tokens = 0;   // tokens sampled by decode steps
   std::int64_t decode_steps = 0;
 };
 

@@ -36,9 +36,6 @@ struct weight_options {
   // Told the bytes of each projection that was converted into a buffer of its own: load_model
   // releases those file pages.
   std::function<void(std::span<const std::byte>)> on_converted;
-  // Stack Q/K/V and gate/up into one matrix each (layer_weights::wqkv, w_gate_up) where they
-  // share a format.
-  bool fuse_projections = true;
 };
 
 // config.json of a Hugging Face folder (LlamaForCausalLM, Qwen2ForCausalLM,

@@ -46,11 +46,12 @@
 
 namespace edge::backend {
 
-// Q, K and V (and gate and up) are stacked into one matrix each when they share a format,
-// which is how every executor runs them (one matmul instead of three, and two): wqkv and
-// w_gate_up then hold the data and wq, wk, wv, w_gate, w_up are views of their rows. When the
-// parts differ in format (or load_options::fuse_projections is off), wqkv / w_gate_up are
-// absent and the parts stand alone.
+// Q, K and V (and gate and up) are stacked into one matrix each when loading converted them
+// (quantized, repacked or widened into buffers of the model's own) and they share a format:
+// wqkv and w_gate_up then hold the data, and wq, wk, wv, w_gate, w_up are views of their rows.
+// Weights used in place from a file stay separate (stacking would copy them out of the file's
+// pages), and wqkv / w_gate_up are absent: the CPU executor runs the parts as they are and the
+// CUDA executor stacks them as it uploads them.
 struct layer_weights {
   tensor_view attn_norm;   // [hidden]
   weight_matrix wq;        // [num_heads * head_dim, hidden]
@@ -104,8 +105,6 @@ struct load_options {
   std::optional<chat_template_kind> chat_template;
   // What the projection matrices become (see above); nullopt ("auto"): as stored.
   std::optional<kernels::weight_format> weight_dtype;
-  // Stack Q/K/V and gate/up (layer_weights); off only to compare against the separate layout.
-  bool fuse_projections = true;
   // Called with (bytes done, bytes total) while weights are read; may be empty.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };

@@ -42,6 +42,8 @@ struct rope_plan {
 
   // [rotary_dim / 2] the rotation frequencies, scaling applied.
   std::vector<float> inv_freq() const;
+
+  friend bool operator==(const rope_plan&, const rope_plan&) = default;
 };
 
 struct attention_plan {

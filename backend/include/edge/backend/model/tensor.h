@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,17 @@ struct weight_matrix {
     return {.format = format, .values = data, .scales = scales, .group_size = group_size};
   }
 };
+
+// Whether matrices can be stacked into one (their rows in order): one format, one group size,
+// one width.
+inline bool same_layout(std::span<const weight_matrix* const> parts) {
+  for (const weight_matrix* p : parts) {
+    if (p->format != parts.front()->format || p->group_size != parts.front()->group_size ||
+        p->cols() != parts.front()->cols()) {
+      return false;
+    }
+  }
+  return !parts.empty();
+}
 
 }  // namespace edge::backend

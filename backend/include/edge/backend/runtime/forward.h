@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -53,6 +54,9 @@ class weight_placement {
  public:
   virtual ~weight_placement() = default;
   virtual result<kernels::weight_view> matrix(const weight_matrix& w) = 0;
+  // Matrices of one layout (same_layout) placed as one, their rows in order; nullopt when this
+  // placement runs them as they are (the host: no copy of weights used in place).
+  virtual result<std::optional<kernels::weight_view>> stack(std::span<const weight_matrix* const> parts) = 0;
   // The values must stay valid (copied, or kept) after the call returns.
   virtual result<const float*> floats(std::span<const float> values) = 0;
   // A tensor's elements as stored (the token embedding table).
@@ -60,8 +64,9 @@ class weight_placement {
 };
 
 // Checks every weight's shape against the plan (invalid_argument naming the tensor) and places
-// it: matrices as stored (stacked where the model stacked them), norms and biases as f32, one
-// RoPE frequency table per distinct rope plan, and a tied classifier as the placed embedding.
+// it: matrices as stored (stacked where the model stacked them, or where the placement stacks
+// them), norms and biases as f32, one RoPE frequency table per distinct rope plan, and a tied
+// classifier as the placed embedding. unimplemented for a plan the forward pass cannot run.
 result<forward_weights> place_weights(const model& m, const model_plan& plan, weight_placement& place);
 
 // Floats of each buffer for steps of up to `tokens` tokens and `sequences` entries.
@@ -134,6 +139,9 @@ result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs,
 // token per logits row, and `logits` holding vocab floats per row with copy_logits.
 status check_sampling_args(const batch_plan& plan, std::span<const row_sampling> rows, std::span<std::int32_t> tokens,
                            std::span<float> logits, std::int64_t vocab);
+
+// invalid_argument unless forward's `logits` holds vocab floats per logits row of the plan.
+status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std::int64_t vocab);
 
 // invalid_argument when the plan exceeds max_tokens tokens or max_seqs entries.
 status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs);
