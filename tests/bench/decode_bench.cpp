@@ -151,9 +151,9 @@ std::uint64_t weight_bytes_per_step(const edge::backend::model& m) {
   return total;
 }
 
-// Decodes `steps` tokens for each of `batch` sequences from position `context` on, one
-// forward_sample per step (greedy, on the executor, as the engine calls it), each sampled token
-// fed back.
+// Decodes `steps` tokens for each of `batch` sequences from position `context` on, one forward
+// pass per step: the executor's step alone (the generator's runs time the whole serving step).
+// The tokens fed are fixed rather than sampled: only the steps' time counts.
 edge::result<edge::backend::generation_timing> decode_at_context(edge::backend::executor& exec, std::int64_t block_size,
                                                                  std::int64_t batch, std::int64_t context,
                                                                  std::int64_t steps) {
@@ -164,9 +164,7 @@ edge::result<edge::backend::generation_timing> decode_at_context(edge::backend::
   for (std::size_t b = 0; b < ids.size(); ++b) {
     ids[b] = static_cast<edge::backend::token_id>((7 + 101 * static_cast<std::int64_t>(b)) % exec.vocab_size());
   }
-  const std::vector<edge::backend::row_sampling> rows(static_cast<std::size_t>(batch),
-                                                      edge::backend::row_sampling{.config = {.temperature = 0.0f}});
-  std::vector<std::int32_t> sampled(static_cast<std::size_t>(batch));
+  std::vector<float> logits(static_cast<std::size_t>(batch * exec.vocab_size()));
   edge::backend::batch_plan plan;
   const auto start = clock_type::now();
   for (std::int64_t s = 0; s < steps; ++s) {
@@ -178,8 +176,7 @@ edge::result<edge::backend::generation_timing> decode_at_context(edge::backend::
                                   static_cast<std::size_t>(b * per_sequence), static_cast<std::size_t>(per_sequence)),
                               .compute_logits = true});
     }
-    if (auto st = exec.forward_sample(plan, rows, sampled, {}); !st.ok()) return st;
-    std::copy(sampled.begin(), sampled.end(), ids.begin());
+    if (auto st = exec.forward(plan, logits); !st.ok()) return st;
   }
   return edge::backend::generation_timing{.decode_seconds = std::chrono::duration<double>(clock_type::now() - start).count(),
                                           .decode_tokens = batch * steps,
