@@ -1,12 +1,9 @@
 #include "edge/backend/engine.h"
 
-#include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <numeric>
 #include <thread>
 #include <unordered_map>
 
@@ -546,12 +543,8 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
   }
   EDGE_RETURN_IF_ERROR(s.sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens));
 
-  // A stalled engine still queues (bounded by max_queued_requests): a step can be slow without
-  // being stuck, and /readyz already tells load balancers to send work elsewhere.
-  const time_point arrival = s.clock.now();
-
   submission sub;
-  sub.arrival = arrival;
+  sub.arrival = s.clock.now();
   sub.id = s.next_id.fetch_add(1, std::memory_order_relaxed);
   sub.finished = std::make_shared<std::atomic<bool>>(false);
   sub.decoder = std::make_unique<sequence_decoder>(s.tok, request.sampling, request.prompt,
@@ -591,6 +584,8 @@ engine_stats engine::stats() const {
   return state_->snapshot;
 }
 
+// A stalled engine still queues what is submitted (bounded by max_queued_requests): a step can
+// be slow without being stuck, and /readyz tells load balancers to send work elsewhere.
 engine_health engine::health() const {
   engine_health h;
   {

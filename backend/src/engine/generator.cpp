@@ -32,8 +32,9 @@ result<std::vector<generation_output>> generator::run(
     std::span<const generate_request> requests, const std::function<void(std::size_t, std::string_view)>& on_text,
     generation_timing* timing) {
   const std::int64_t context = model_.config.max_position;
-  const std::int64_t budget = options_.prefill_chunk > 0 ? std::min(options_.prefill_chunk, exec_.max_batch_tokens())
-                                                         : exec_.max_batch_tokens();
+  const std::int64_t budget = options_.max_num_batched_tokens > 0
+                                  ? std::min(options_.max_num_batched_tokens, exec_.max_batch_tokens())
+                                  : exec_.max_batch_tokens();
   // Every request is queued up front and the set is known: serve them in arrival order, and
   // leave no block idle (no watermark, no prefix cache: runs are independent).
   const scheduler_config config{.block_size = exec_.kv_layout().block_size,

@@ -8,7 +8,7 @@ namespace edge::backend {
 
 step_driver::step_driver(scheduler& sched, executor& exec) : sched_(sched), exec_(exec) {}
 
-result<std::vector<sampled_token>> step_driver::run(const step_plan& plan,
+result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
                                                     const std::function<driven_sequence(sequence_id)>& sequence_of) {
   batch_.entries.clear();
   row_ids_.clear();
@@ -36,7 +36,8 @@ result<std::vector<sampled_token>> step_driver::run(const step_plan& plan,
   EDGE_RETURN_IF_ERROR(exec_.forward_sample(batch_, rows_, tokens_, logits_));
 
   // First every token (what can fail), then the records: an error leaves nothing half done.
-  std::vector<sampled_token> out(rows_.size());
+  sampled_.assign(rows_.size(), sampled_token{});
+  std::vector<sampled_token>& out = sampled_;
   std::size_t logits_row = 0;
   for (std::size_t r = 0; r < rows_.size(); ++r) {
     const driven_sequence& seq = row_seqs_[r];
@@ -64,7 +65,7 @@ result<std::vector<sampled_token>> step_driver::run(const step_plan& plan,
     sched_.append_token(out[r].id, out[r].token);
     out[r].decoded = row_seqs_[r].decoder->accept(out[r].token, sched_.sequence_length(out[r].id));
   }
-  return out;
+  return std::span<sampled_token>(out);
 }
 
 }  // namespace edge::backend

@@ -141,12 +141,6 @@ result<matrix_source> tensor_index::require_matrix(std::string_view name, std::i
   return matrix_source_of(*tensor, rows, cols);
 }
 
-status check_shape(const tensor_view& tensor, const std::vector<std::int64_t>& shape) {
-  if (tensor.shape == shape) return {};
-  return invalid_argument(edge::format("tensor \"{}\" has shape {}, expected {}", tensor.name,
-                                       shape_to_string(tensor.shape), shape_to_string(shape)));
-}
-
 result<model_weights> bind_weights(const tensor_index& tensors, const model_config& config, const tensor_names& names,
                                    const weight_options& options) {
   const std::int64_t hidden = config.hidden_size;

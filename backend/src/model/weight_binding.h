@@ -34,9 +34,6 @@ class tensor_index {
   std::unordered_map<std::string_view, const tensor_view*> by_name_;
 };
 
-// invalid_argument naming the tensor, the shape wanted and the shape found, when they differ.
-status check_shape(const tensor_view& tensor, const std::vector<std::int64_t>& shape);
-
 // What a format calls each weight.
 struct layer_tensor_names {
   std::string attn_norm, wq, wk, wv, wo;

@@ -161,10 +161,7 @@ result<matrix_source> matrix_source_of(const tensor_view& tensor, std::int64_t r
     case tensor_encoding::int64:
       return invalid_argument(edge::format("tensor \"{}\" is {}, not a weight matrix", tensor.name, type_name(tensor)));
   }
-  if (tensor.shape != std::vector<std::int64_t>{rows, cols}) {
-    return invalid_argument(edge::format("tensor \"{}\" has shape {}, expected {}", tensor.name,
-                                         shape_to_string(tensor.shape), shape_to_string(std::vector{rows, cols})));
-  }
+  EDGE_RETURN_IF_ERROR(check_shape(tensor, {rows, cols}));
   return source;
 }
 

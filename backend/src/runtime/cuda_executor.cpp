@@ -438,17 +438,9 @@ struct cuda_executor::state {
     explicit placement(state& s) : s_(s) {}
 
     result<kernels::weight_view> matrix(const weight_matrix& w) override {
-      const std::int64_t rows = w.rows();
-      const std::int64_t k = w.cols();
-      const auto value_bytes = static_cast<std::size_t>(kernels::weight_values_bytes(w.format, rows, k));
-      const auto scale_count = static_cast<std::size_t>(kernels::weight_scale_count(w.format, rows, k, w.group_size));
-      EDGE_ASSIGN_OR_RETURN(void* values, s_.upload(w.data, value_bytes, w.name));
-      float* scales = nullptr;
-      if (scale_count > 0) {
-        EDGE_ASSIGN_OR_RETURN(void* p, s_.upload(w.scales, scale_count * sizeof(float), w.name));
-        scales = static_cast<float*>(p);
-      }
-      return kernels::weight_view{.format = w.format, .values = values, .scales = scales, .group_size = w.group_size};
+      const weight_matrix* const one[] = {&w};
+      EDGE_ASSIGN_OR_RETURN(const auto placed, stack(one));
+      return *placed;
     }
     // One device matrix of the parts' rows in order (the CPU runs in-place weights separately).
     result<std::optional<kernels::weight_view>> stack(std::span<const weight_matrix* const> parts) override {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "edge/backend/model/formats.h"
 #include "edge/common/format.h"
 #include "kernels/cpu/load.h"
 #include "kernels/embedding/embedding.h"
@@ -15,18 +14,6 @@
 
 namespace edge::backend {
 namespace {
-
-// A tensor_view or a weight_matrix of exactly this shape.
-template <class Tensor>
-status check_shape(const Tensor& t, std::initializer_list<std::int64_t> expected) {
-  if (!t.present()) return invalid_argument(format("tensor {} is missing", t.name));
-  const std::vector<std::int64_t> want(expected);
-  if (t.shape != want) {
-    return invalid_argument(format("tensor {} has shape {}, expected {}", t.name, shape_to_string(t.shape),
-                                   shape_to_string(want)));
-  }
-  return {};
-}
 
 std::vector<float> floats_of(const tensor_view& t) {
   std::vector<float> out(static_cast<std::size_t>(t.elements()));

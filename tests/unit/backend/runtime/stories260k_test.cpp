@@ -130,12 +130,12 @@ TEST_CASE("a prompt prefilled in chunks of 16 gives the same ids as one prefill"
         {.add_bos = true, .parse_special = false});
     REQUIRE(prompt.size() > 40);
     const auto whole = rt.generate({greedy(prompt, 50)});
-    const auto chunked = rt.generate({greedy(prompt, 50)}, {.prefill_chunk = 16});
+    const auto chunked = rt.generate({greedy(prompt, 50)}, {.max_num_batched_tokens = 16});
     CHECK(whole[0].tokens == chunked[0].tokens);
     // A step budget that is not a whole number of blocks (the scheduler cuts a partial prompt
     // chunk at a block boundary and gives the rest of the budget to the next sequence), and a
     // mix of chunked sequences in one batch.
-    const auto odd = rt.generate({greedy(prompt, 50), greedy(prompt, 20)}, {.prefill_chunk = 23});
+    const auto odd = rt.generate({greedy(prompt, 50), greedy(prompt, 20)}, {.max_num_batched_tokens = 23});
     CHECK(odd[0].tokens == whole[0].tokens);
   }
 }

@@ -41,7 +41,7 @@ struct generation_timing {
 struct generator_options {
   // Tokens per step at most (the scheduler's max_num_batched_tokens; at least a KV block):
   // smaller than a prompt, it is prefilled in chunks. 0: the executor's max_batch_tokens.
-  std::int64_t prefill_chunk = 0;
+  std::int64_t max_num_batched_tokens = 0;
 };
 
 class generator {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "edge/backend/engine/scheduler.h"
@@ -37,11 +38,12 @@ class step_driver {
   step_driver(scheduler& sched, executor& exec);
 
   // Runs `plan` (the scheduler's latest) and returns one sampled token per chunk that samples,
-  // in plan order. `sequence_of(id)` gives each such sequence's decoder; a sequence must not
-  // be removed from the scheduler until run() returns. On an error nothing is recorded (the
+  // in plan order (the driver's own buffer: valid until the next run; the caller may move out
+  // of it). `sequence_of(id)` gives each such sequence's decoder; a sequence must not be
+  // removed from the scheduler until run() returns. On an error nothing is recorded (the
   // caller ends the plan's sequences).
-  result<std::vector<sampled_token>> run(const step_plan& plan,
-                                         const std::function<driven_sequence(sequence_id)>& sequence_of);
+  result<std::span<sampled_token>> run(const step_plan& plan,
+                                       const std::function<driven_sequence(sequence_id)>& sequence_of);
 
  private:
   scheduler& sched_;
@@ -54,6 +56,7 @@ class step_driver {
   std::vector<std::int32_t> tokens_;        // [rows]
   std::vector<float> logits_;               // [rows with copy_logits, vocab]
   std::vector<float> raw_;                  // [vocab] a row's logits before penalties
+  std::vector<sampled_token> sampled_;      // [rows] what run() returns
 };
 
 }  // namespace edge::backend

@@ -68,7 +68,4 @@ struct llama2c_checkpoint {
 };
 result<llama2c_checkpoint> parse_llama2c(std::span<const std::byte> bytes, const weight_options& options = {});
 
-// "[4096, 128256]".
-std::string shape_to_string(std::span<const std::int64_t> shape);
-
 }  // namespace edge::backend

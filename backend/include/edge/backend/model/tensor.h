@@ -9,9 +9,24 @@
 #include <vector>
 
 #include "edge/backend/io/tensor_view.h"
+#include "edge/common/format.h"
+#include "edge/common/status.h"
 #include "edge/kernels/weight_format.h"
 
 namespace edge::backend {
+
+// "[4096, 128256]".
+std::string shape_to_string(std::span<const std::int64_t> shape);
+
+// invalid_argument naming the tensor (a tensor_view or a weight_matrix), the shape wanted and
+// the shape found, when they differ or the tensor is absent.
+template <class Tensor>
+status check_shape(const Tensor& tensor, const std::vector<std::int64_t>& shape) {
+  if (!tensor.present()) return invalid_argument(format("tensor \"{}\" is missing", tensor.name));
+  if (tensor.shape == shape) return {};
+  return invalid_argument(format("tensor \"{}\" has shape {}, expected {}", tensor.name, shape_to_string(tensor.shape),
+                                 shape_to_string(shape)));
+}
 
 // A weight matrix [rows, cols] ([out_features, in_features]) in a format the matmul kernels
 // read: values and, for INT4 and FP8, scales (layouts in edge/kernels/weight_format.h).

@@ -23,8 +23,8 @@
 namespace edge::backend {
 
 // Matrices whose outputs lie side by side in one row of the output: Q, K and V (gate and up).
-// One part when the model stacked them (layer_weights::wqkv), else one per matrix; a part's
-// output starts where the previous one's ends.
+// One part when they are stacked (by the loader, layer_weights::wqkv, or by the placement),
+// else one per matrix; a part's output starts where the previous one's ends.
 struct projection_part {
   kernels::weight_view w;     // [rows, k]
   std::int64_t rows = 0;
