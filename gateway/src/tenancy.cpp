@@ -66,7 +66,15 @@ result<std::unique_ptr<tenancy>> tenancy::open(const tenancy_options& options, c
 admission tenancy::admit(const authenticated_tenant& who, std::int64_t prompt_tokens, std::int64_t max_tokens) {
   const tenant_record& tenant = *who.tenant;
   admission out;
-  out.decision = quotas_->try_acquire({tenant.id, tenant.quotas, prompt_tokens, max_tokens});
+  const std::string reservation_id = reservation_ids_.next();
+  out.decision = quotas_->try_admit({tenant.id, tenant.quotas, reservation_id});
+  if (out.decision.allowed) {
+    const quota_reservation held = out.decision.reservation;
+    quota_decision reserved = quotas_->try_reserve(held, {tenant.id, tenant.quotas, prompt_tokens, max_tokens});
+    reserved.requests = out.decision.requests;
+    out.decision = std::move(reserved);
+    if (!out.decision.allowed) quotas_->finish(held, 0);
+  }
   if (out.decision.allowed) {
     out.lease.emplace(*quotas_, *ledger_, out.decision.reservation);
     return out;

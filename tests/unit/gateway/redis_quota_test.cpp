@@ -25,6 +25,7 @@
 #include "edge/gateway/redis_quota_store.h"
 #include "edge/gateway/tenancy.h"
 #include "edge/monitoring/gateway_metrics.h"
+#include "quota_phases.h"
 #include "redis_server.h"
 
 namespace gw = edge::gateway;
@@ -63,7 +64,7 @@ gw::redis_quota_options options_for(const edge::testing::redis_server& server, c
 
 gw::quota_decision ask(gw::quota_store& store, const gw::tenant_quotas& q, std::int64_t prompt, std::int64_t max_tokens,
                        std::string_view tenant = "acme") {
-  return store.try_acquire({tenant, q, prompt, max_tokens});
+  return edge::testing::admit_and_reserve(store, q, prompt, max_tokens, tenant);
 }
 
 void check_same_status(const std::optional<gw::rate_limit_status>& memory,
@@ -273,7 +274,7 @@ TEST_CASE("redis: max_concurrent counts slots of every store; a release frees on
   REQUIRE(first.allowed);
   REQUIRE(second.allowed);
   CHECK(first.reservation.holds_slot);
-  CHECK(first.reservation.slot_id != second.reservation.slot_id);
+  CHECK(first.reservation.id != second.reservation.id);
   const auto third = ask(*a, q, 1, 1);
   CHECK_FALSE(third.allowed);
   CHECK(third.limit == gw::quota_limit::max_concurrent);
@@ -347,7 +348,7 @@ TEST_CASE("redis: the daily budget is shared, reserved and refunded; a refusal s
   CHECK(fourth.allowed);
 }
 
-TEST_CASE("redis: a refusal takes nothing from any limit") {
+TEST_CASE("redis: a refusal takes nothing from the limits of its phase; a body refused in phase 2 counts as a request") {
   auto* server = shared_redis();
   REQUIRE_REDIS_SERVER(server);
   const auto options = options_for(*server);
@@ -361,26 +362,38 @@ TEST_CASE("redis: a refusal takes nothing from any limit") {
   const auto read = [&](const std::string& key, const std::string& field) {
     return redis->command({"HGET", key, field}).value().text;
   };
+  const auto arrival = [&] { return read(rate, "tat_us") + "." + read(rate, "tat_ns"); };
 
   const auto first = ask(*store, q, 100, 100);
   REQUIRE(first.allowed);
-  const std::string tat = read(rate, "tat_us") + "." + read(rate, "tat_ns");
-  const std::string day_tokens = read(daily, "tokens");
-  CHECK(day_tokens == "200");
+  const std::string tat = arrival();
+  CHECK(read(daily, "tokens") == "200");
 
-  const auto busy = ask(*store, q, 100, 100);  // max_concurrent
+  // Phase 1 refuses (max_concurrent): nothing is taken.
+  const auto busy = store->try_admit({"acme", q, "busy"});
   CHECK(busy.limit == gw::quota_limit::max_concurrent);
-  const auto too_long = ask(*store, q, 100, 3000);  // max_tokens_per_request (and max_concurrent)
-  CHECK(too_long.limit == gw::quota_limit::max_tokens_per_request);
   CHECK(redis->command({"ZCARD", slots}).value().integer == 1);
-  CHECK(read(rate, "tat_us") + "." + read(rate, "tat_ns") == tat);
-  CHECK(read(daily, "tokens") == day_tokens);
+  CHECK(arrival() == tat);
   REQUIRE(busy.requests);
   CHECK(busy.requests->remaining == first.requests->remaining);  // still as the admission left it
+  store->finish(first.reservation, 200);
 
-  store->release(first.reservation);
+  // Phase 2 refuses (max_tokens_per_request): the request counted, no tokens were taken, and
+  // finishing phase 1 frees its slot.
+  const auto too_long = store->try_admit({"acme", q, "too-long"});
+  REQUIRE(too_long.allowed);
+  const auto refused = store->try_reserve(too_long.reservation, {"acme", q, 100, 3000});
+  CHECK(refused.limit == gw::quota_limit::max_tokens_per_request);
+  REQUIRE(refused.tokens);
+  CHECK(refused.tokens->remaining >= 100000 - 200);  // read, for the headers (it refills meanwhile)
+  CHECK(arrival() != tat);
+  CHECK(read(daily, "tokens") == "200");
+  store->finish(too_long.reservation, 0);
+  CHECK(redis->command({"ZCARD", slots}).value().integer == 0);
+
   const auto second = ask(*store, q, 100, 100);
   CHECK(second.allowed);
+  CHECK(second.requests->remaining == first.requests->remaining - 2);  // three requests so far
   CHECK(redis->command({"ZCARD", slots}).value().integer == 1);
   CHECK(read(daily, "tokens") == "400");
 }
@@ -401,8 +414,9 @@ TEST_CASE("redis: every key expires, so an idle tenant leaves nothing behind") {
   store->settle(d.reservation, 5);
   store->release(d.reservation);
 
+  // The settled request's record is gone with its tokens; the one still held keeps its own.
   const auto keys = redis->command({"KEYS", options.key_prefix + "*"}).value();
-  REQUIRE(keys.elements.size() == 3);
+  REQUIRE(keys.elements.size() == 4);
   for (const auto& key : keys.elements) {
     INFO(key.text);
     const std::int64_t ttl = redis->command({"PTTL", key.text}).value().integer;
@@ -410,6 +424,11 @@ TEST_CASE("redis: every key expires, so an idle tenant leaves nothing behind") {
     if (key.text.ends_with(":rate")) CHECK(ttl <= 61'000);
     if (key.text.ends_with(":slots")) CHECK(ttl <= 20'000);
     if (key.text.ends_with(":daily")) CHECK(ttl <= (86'400 + 60) * 1000);
+    if (key.text.find(":reservation:") != std::string::npos) {
+      CHECK(key.text.ends_with(":reservation:" + held.reservation.id));
+      CHECK(ttl <= 25 * 3'600'000);
+      CHECK(ttl > 24 * 3'600'000);  // past the end of any day it was written in
+    }
   }
 }
 
@@ -444,6 +463,8 @@ TEST_CASE("redis outage, fail mode closed: 503-style refusals, errors counted, o
                       .max_tokens_per_request = 500};
   const auto before = ask(*store, q, 10, 10);
   REQUIRE(before.allowed);
+  const auto admitted_before = store->try_admit({"acme", q, "admitted-before"});
+  REQUIRE(admitted_before.allowed);
   CHECK(metrics.quota_store_up.Value() == 1);
 
   server->kill();
@@ -457,8 +478,10 @@ TEST_CASE("redis outage, fail mode closed: 503-style refusals, errors counted, o
     CHECK_FALSE(d.requests);
     CHECK_FALSE(d.tokens);
   }
-  // A request no counter could admit is refused for what it is.
-  CHECK(ask(*store, q, 10, 600).limit == gw::quota_limit::max_tokens_per_request);
+  // A request no counter could admit is refused for what it is (in phase 2: phase 1 alone
+  // cannot tell).
+  CHECK(store->try_reserve(admitted_before.reservation, {"acme", q, 10, 600}).limit ==
+        gw::quota_limit::max_tokens_per_request);
   // Settling and releasing during the outage return (and change nothing anyone can see).
   store->settle(before.reservation, 5);
   store->release(before.reservation);
@@ -546,7 +569,7 @@ TEST_CASE("redis outage, fail mode open: requests pass uncounted, and counting r
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!store->up() && std::chrono::steady_clock::now() < deadline) {
     gw::tenant_quotas probe{.daily_tokens = 1000000};
-    (void)store->try_acquire({"probe", probe, 1, 1});
+    (void)ask(*store, probe, 1, 1, "probe");
     std::this_thread::sleep_for(50ms);
   }
   REQUIRE(store->up());

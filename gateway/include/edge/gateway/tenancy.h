@@ -17,7 +17,7 @@
 //   // to the ledger (requests +1, prompt/completion/cached tokens).
 //
 // The parts stay reachable (store(), quotas(), ledger()) for the admin API and for routes that
-// need finer control: quotas().try_acquire / settle / release, ledger().record(tenant, counts).
+// need finer control: quotas().try_admit / try_reserve / settle / release, ledger().record(tenant, counts).
 //
 // Thread-safe. Must outlive every request that holds a lease.
 #pragma once
@@ -115,6 +115,7 @@ class tenancy {
   monitoring::gateway_metrics* metrics_;
   std::unique_ptr<tenant_store> store_;
   std::unique_ptr<quota_store> quotas_;
+  reservation_ids reservation_ids_;
   std::unique_ptr<usage_ledger> ledger_;
   authenticator auth_;
 };
