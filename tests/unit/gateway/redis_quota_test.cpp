@@ -25,7 +25,9 @@
 #include "edge/gateway/redis_quota_store.h"
 #include "edge/gateway/tenancy.h"
 #include "edge/monitoring/gateway_metrics.h"
+#include "await_now.h"
 #include "quota_phases.h"
+#include "await_now.h"
 #include "redis_server.h"
 
 namespace gw = edge::gateway;
@@ -590,29 +592,33 @@ TEST_CASE("tenancy with a Redis quota store: the shared daily count is the truth
   tenant.id = "ledger-vs-redis";
   tenant.quotas.daily_tokens = 1000;
   const gw::audit_context admin{"test", ""};
+  // A request of `prompt` + `max_tokens` through a session: the refusal's limit, or none.
+  const auto ask = [](gw::tenancy& tenants, std::int64_t prompt, std::int64_t max_tokens,
+                      std::int64_t completion) -> gw::quota_limit {
+    gw::request_session session = tenants.session_for({tenants.store().snapshot()->tenant("ledger-vs-redis"), "k"});
+    if (auto refused = edge::testing::await_now(session.admit())) return refused->limit;
+    if (auto refused = edge::testing::await_now(session.reserve(prompt, max_tokens))) return refused->limit;
+    session.metered([](edge::backend::engine_event) {})(
+        edge::backend::delta_event{.tokens = std::vector<edge::backend::token_id>(static_cast<std::size_t>(completion), 1)});
+    return gw::quota_limit::none;
+  };
   {
     options.state_dir = first_dir.path();
     auto first = std::move(gw::tenancy::open(options, clock, nullptr)).value();
     REQUIRE(first->store().create_tenant(tenant, admin).ok());
-    gw::admission a = first->admit({first->store().snapshot()->tenant(tenant.id), "k"}, 100, 800);
-    REQUIRE(a.allowed());
-    a.lease->record({.prompt_tokens = 100, .completion_tokens = 600});  // 700 spent, 200 refunded
+    CHECK(ask(*first, 100, 800, 600) == gw::quota_limit::none);  // 700 spent, 200 refunded
   }
   // A second gateway, whose own ledger has never seen the tenant, sees the 700.
   options.state_dir = second_dir.path();
   auto second = std::move(gw::tenancy::open(options, clock, nullptr)).value();
   REQUIRE(second->store().create_tenant(tenant, admin).ok());
-  const gw::authenticated_tenant who{second->store().snapshot()->tenant(tenant.id), "k"};
-  CHECK(second->admit(who, 100, 201).decision.limit == gw::quota_limit::daily_tokens);  // 700 + 301 > 1000
-  gw::admission b = second->admit(who, 100, 200);
-  CHECK(b.allowed());
-  b.lease->record({.prompt_tokens = 100, .completion_tokens = 200});
-  b.lease->finish();
+  CHECK(ask(*second, 100, 201, 0) == gw::quota_limit::daily_tokens);  // 700 + 301 > 1000
+  CHECK(ask(*second, 100, 200, 200) == gw::quota_limit::none);
+  second.reset();  // its settlement is sent before it closes
   // The first gateway restarted is not seeded from its ledger on top of Redis's count.
   options.state_dir = first_dir.path();
   auto restarted = std::move(gw::tenancy::open(options, clock, nullptr)).value();
-  const gw::authenticated_tenant again{restarted->store().snapshot()->tenant(tenant.id), "k"};
-  CHECK(restarted->admit(again, 0, 1).decision.limit == gw::quota_limit::daily_tokens);  // 1000 of 1000
+  CHECK(ask(*restarted, 0, 1, 0) == gw::quota_limit::daily_tokens);  // 1000 of 1000
 }
 
 TEST_CASE("redis URLs: what --quota-store accepts, and clear errors for the rest") {
