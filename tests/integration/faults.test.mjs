@@ -266,3 +266,33 @@ test('a stalled Redis slows no tenant that does not use it, and holds nothing on
     await redis.stop();
   }
 });
+
+test('a client that leaves mid-stream is charged what the engine generated for it, not what it read', async () => {
+  const server = await startServer(['--admin-token', ADMIN_TOKEN]);
+  try {
+    const key = await tenantWithKey(server, 'leaver');
+    const before = (await metric(server, 'edgeinfer_generation_tokens_total')) ?? 0;
+    const leaving = new AbortController();
+    const res = await post(server, key, '/v1/completions',
+      { prompt: 'Once upon a time', max_tokens: 400, ignore_eos: true, stream: true }, leaving.signal);
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    await reader.read();  // the first event, then gone
+    leaving.abort();
+    // The engine notices at its next step; everything it generated until then is charged.
+    const deadline = Date.now() + 10000;
+    for (;;) {
+      const generated = (await metric(server, 'edgeinfer_generation_tokens_total')) - before;
+      const usage = await admin(server, 'GET', '/admin/v1/tenants/leaver/usage');
+      if (usage.total.requests === 1 && usage.total.completion_tokens === generated &&
+          (await metric(server, 'edgeinfer_num_requests_running')) === 0) {
+        assert.ok(generated < 400, `generated ${generated}: the request was not cancelled`);
+        break;
+      }
+      assert.ok(Date.now() < deadline, `charged ${usage.total.completion_tokens} of ${generated} generated`);
+      await sleep(50);
+    }
+  } finally {
+    await server.stop();
+  }
+});
