@@ -9,6 +9,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -579,6 +580,241 @@ TEST_CASE("redis outage, fail mode open: requests pass uncounted, and counting r
   CHECK(first.allowed);
   CHECK(first.reservation.holds_slot);
   CHECK(ask(*store, q, 10, 10).limit == gw::quota_limit::max_concurrent);  // counted again
+}
+
+namespace {
+
+// A tenant's counters as Redis holds them, read with a client of the test's own.
+struct held_counters {
+  std::int64_t slots = 0;
+  std::string day_tokens;
+  std::string bucket;
+};
+
+held_counters read_counters(const edge::testing::redis_server& server, const gw::redis_quota_options& options,
+                            std::string_view tenant = "acme") {
+  auto redis = server.client();
+  const std::string prefix = edge::format("{}{{{}}}:", options.key_prefix, tenant);
+  return {redis->command({"ZCARD", prefix + "slots"}).value().integer,
+          redis->command({"HGET", prefix + "daily", "tokens"}).value().text,
+          redis->command({"HGET", prefix + "rate", "bucket"}).value().text};
+}
+
+// Waits (up to 30 s) until every store has applied what it queued.
+bool drained(const std::vector<gw::redis_quota_store*>& stores) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  const auto all_done = [&] {
+    return std::all_of(stores.begin(), stores.end(), [](const auto* s) { return s->pending() == 0 && s->up(); });
+  };
+  while (!all_done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  return all_done();
+}
+
+// A Redis stalled by SIGSTOP while requests are in both phases. Every call made during the
+// stall waits out its timeout, is left unanswered and runs when Redis resumes; a gateway must
+// give back what those calls took. Each stalled call goes through a gateway of its own, made
+// before the stall, so that each is certainly sent (a gateway's client backs off after a
+// timeout and would not send the next).
+void check_stall_is_compensated(gw::quota_fail_mode mode) {
+  const auto server = edge::testing::redis_server::start();
+  REQUIRE_REDIS_SERVER(server);
+  edge::manual_time_source clock(noon);  // the counters stay where the requests put them
+  auto options = options_for(*server, &clock);
+  options.fail_mode = mode;
+  options.command_timeout = 200ms;
+  options.slot_lease = 1000h;  // a slot must be given back, not lapse
+  auto store = gw::redis_quota_store::create(options, nullptr);
+  std::vector<std::unique_ptr<gw::redis_quota_store>> gateways;
+  for (int i = 0; i < 6; ++i) gateways.push_back(gw::redis_quota_store::create(options, nullptr));
+  const gw::tenant_quotas q{.requests_per_minute = 1000, .tokens_per_minute = 100000, .max_concurrent = 20,
+                            .daily_tokens = 1000000};
+  gw::reservation_ids ids;
+  const bool open = mode == gw::quota_fail_mode::open;
+
+  std::vector<gw::quota_reservation> served;  // hold a slot and 300 tokens each
+  for (int i = 0; i < 2; ++i) {
+    const auto d = ask(*store, q, 100, 200);
+    REQUIRE(d.allowed);
+    served.push_back(d.reservation);
+  }
+  std::vector<gw::quota_reservation> tokenizing;  // phase 1 passed; phase 2 comes during the stall
+  for (int i = 0; i < 3; ++i) {
+    const auto d = store->try_admit({"acme", q, ids.next()});
+    REQUIRE(d.allowed);
+    tokenizing.push_back(d.reservation);
+  }
+
+  server->stop();
+  std::vector<gw::quota_reservation> running_uncounted;  // fail open: admitted while Redis did not answer
+  const auto stalled = [&](gw::redis_quota_store& gateway, auto call) {
+    const auto start = std::chrono::steady_clock::now();
+    gw::quota_decision d = call(gateway);
+    CHECK(seconds_since(start) >= 0.19);  // sent, and unanswered until the timeout
+    CHECK(d.allowed == open);
+    if (!open) CHECK(d.limit == gw::quota_limit::quota_store_unavailable);
+    return d;
+  };
+  for (std::size_t i = 0; i < tokenizing.size(); ++i) {
+    const auto d = stalled(*gateways[i], [&](gw::redis_quota_store& g) {
+      return g.try_reserve(tokenizing[i], {"acme", q, 100, 200});
+    });
+    if (d.allowed) running_uncounted.push_back(d.reservation);  // holds its phase-1 slot still
+    else store->finish(tokenizing[i], 0);                       // queued: Redis does not answer
+  }
+  for (std::size_t i = tokenizing.size(); i < gateways.size(); ++i) {
+    const auto d = stalled(*gateways[i], [&](gw::redis_quota_store& g) { return g.try_admit({"acme", q, ids.next()}); });
+    if (d.allowed) running_uncounted.push_back(gateways[i]->try_reserve(d.reservation, {"acme", q, 100, 200}).reservation);
+  }
+  server->resume();
+
+  std::vector<gw::redis_quota_store*> all{store.get()};
+  for (const auto& g : gateways) all.push_back(g.get());
+  REQUIRE(drained(all));
+  // Exactly what the requests that hold something hold: the two served, and (fail open) the
+  // three whose phase 1 had passed before the stall. No tokens of a stalled call remain.
+  const std::int64_t slots_held = 2 + (open ? 3 : 0);
+  auto now = read_counters(*server, options);
+  CHECK(now.slots == slots_held);
+  CHECK(now.day_tokens == "600");
+  CHECK(now.bucket == std::to_string(100000 - 600));
+
+  for (const auto& r : served) store->finish(r, 120);
+  for (const auto& r : running_uncounted) store->finish(r, 250);  // counted nowhere: nothing to refund
+  now = read_counters(*server, options);
+  CHECK(now.slots == 0);
+  CHECK(now.day_tokens == "240");  // what the counted requests used
+  CHECK(now.bucket == std::to_string(100000 - 240));
+  // And nothing lingers to run later: the marks stop the stalled calls for good.
+  std::this_thread::sleep_for(100ms);
+  CHECK(read_counters(*server, options).slots == 0);
+}
+
+}  // namespace
+
+TEST_CASE("redis stalled (SIGSTOP), fail mode closed: calls that timed out and ran on SIGCONT take nothing for good") {
+  check_stall_is_compensated(gw::quota_fail_mode::closed);
+}
+
+TEST_CASE("redis stalled (SIGSTOP), fail mode open: calls that timed out and ran on SIGCONT take nothing for good") {
+  check_stall_is_compensated(gw::quota_fail_mode::open);
+}
+
+TEST_CASE("redis down: a settle made meanwhile is queued and lands once, when Redis is back") {
+  const auto server = edge::testing::redis_server::start(edge::testing::redis_server::persistence::every_command);
+  REQUIRE_REDIS_SERVER(server);
+  captured_log log;
+  prometheus::Registry registry;
+  edge::monitoring::gateway_metrics metrics(registry);
+  edge::manual_time_source clock(noon);
+  auto options = options_for(*server, &clock);
+  options.command_timeout = 200ms;
+  auto store = gw::redis_quota_store::create(options, &metrics);
+  const gw::tenant_quotas q{.tokens_per_minute = 10000, .max_concurrent = 5, .daily_tokens = 1000};
+  const auto d = ask(*store, q, 100, 500);
+  REQUIRE(d.allowed);
+  CHECK(read_counters(*server, options).day_tokens == "600");
+
+  server->kill();
+  store->finish(d.reservation, 150);  // no Redis to take it
+  CHECK(store->pending() == 1);
+  CHECK(metrics.quota_store_pending.Value() == 1);
+  CHECK(log.count("queued, with any that follow, until Redis answers") == 1);
+
+  server->restart();  // with every counter it held
+  REQUIRE(drained({store.get()}));
+  const auto now = read_counters(*server, options);
+  CHECK(now.day_tokens == "150");
+  CHECK(now.bucket == std::to_string(10000 - 150));
+  CHECK(now.slots == 0);
+  CHECK(metrics.quota_store_pending.Value() == 0);
+  CHECK(log.count("1 queued calls applied") == 1);
+  store->finish(d.reservation, 150);  // once only
+  CHECK(read_counters(*server, options).day_tokens == "150");
+}
+
+TEST_CASE("redis: the queue of calls waiting for Redis is bounded, and what it drops is counted") {
+  const auto server = edge::testing::redis_server::start();
+  REQUIRE_REDIS_SERVER(server);
+  captured_log log;
+  prometheus::Registry registry;
+  edge::monitoring::gateway_metrics metrics(registry);
+  auto options = options_for(*server);
+  options.max_pending = 2;
+  auto store = gw::redis_quota_store::create(options, &metrics);
+  const gw::tenant_quotas q{.daily_tokens = 100000};
+  std::vector<gw::quota_reservation> held;
+  for (int i = 0; i < 3; ++i) held.push_back(ask(*store, q, 10, 10).reservation);
+
+  server->kill();
+  for (const auto& r : held) store->settle(r, 5);
+  CHECK(store->pending() == 2);
+  CHECK(metrics.quota_store_dropped.Value() == 1);
+  CHECK(log.count("calls are queued until Redis answers, the most kept") == 1);
+}
+
+TEST_CASE("redis: a repeated finish, settle or release gives nothing back twice, from any gateway") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  edge::manual_time_source clock(noon);
+  auto options = options_for(*server, &clock);
+  auto store = gw::redis_quota_store::create(options, nullptr);
+  auto other_gateway = gw::redis_quota_store::create(options, nullptr);
+  const gw::tenant_quotas q{.tokens_per_minute = 10000, .max_concurrent = 5, .daily_tokens = 10000};
+  const auto a = ask(*store, q, 100, 500);
+  const auto b = ask(*store, q, 100, 500);
+  REQUIRE(a.allowed);
+  REQUIRE(b.allowed);
+  auto now = read_counters(*server, options);
+  CHECK(now.slots == 2);
+  CHECK(now.day_tokens == "1200");
+
+  store->finish(a.reservation, 200);
+  const auto once = read_counters(*server, options);
+  CHECK(once.slots == 1);
+  CHECK(once.day_tokens == "800");
+  CHECK(once.bucket == std::to_string(10000 - 600 - 200));
+
+  store->finish(a.reservation, 200);
+  store->settle(a.reservation, 0);
+  store->release(a.reservation);
+  other_gateway->finish(a.reservation, 0);
+  now = read_counters(*server, options);
+  CHECK(now.slots == 1);  // b's slot stays
+  CHECK(now.day_tokens == once.day_tokens);
+  CHECK(now.bucket == once.bucket);
+}
+
+TEST_CASE("redis: a phase whose limits the tenant does not have makes no round trip") {
+  const auto server = edge::testing::redis_server::start();
+  REQUIRE_REDIS_SERVER(server);
+  prometheus::Registry registry;
+  edge::monitoring::gateway_metrics metrics(registry);
+  auto options = options_for(*server);
+  options.command_timeout = 300ms;
+  auto store = gw::redis_quota_store::create(options, &metrics);
+  CHECK(store->may_block());
+  const gw::tenant_quotas rpm_only{.requests_per_minute = 100};
+  const gw::tenant_quotas daily_only{.daily_tokens = 100000};
+  const gw::tenant_quotas local_only{.max_tokens_per_request = 100};
+  const auto rpm_admitted = store->try_admit({"rpm", rpm_only, "rpm-1"});
+  REQUIRE(rpm_admitted.allowed);
+
+  server->stop();  // any call that reaches Redis would wait out its timeout
+  const auto start = std::chrono::steady_clock::now();
+  const auto rpm_reserved = store->try_reserve(rpm_admitted.reservation, {"rpm", rpm_only, 10, 10});
+  CHECK(rpm_reserved.allowed);
+  const auto daily_admitted = store->try_admit({"daily", daily_only, "daily-1"});
+  CHECK(daily_admitted.allowed);
+  CHECK_FALSE(daily_admitted.reservation.holds_slot);
+  const auto local = ask(*store, local_only, 10, 100, "local");
+  CHECK(local.allowed);
+  store->finish(local.reservation, 20);
+  store->finish(rpm_reserved.reservation, 20);
+  CHECK(ask(*store, local_only, 10, 101, "local").limit == gw::quota_limit::max_tokens_per_request);
+  CHECK(seconds_since(start) < 0.15);
+  CHECK(store->up());
+  CHECK(scrape(registry).find("edgeinfer_quota_store_errors_total{") == std::string::npos);
+  server->resume();
 }
 
 TEST_CASE("tenancy with a Redis quota store: the shared daily count is the truth, not each gateway's ledger") {

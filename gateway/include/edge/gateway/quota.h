@@ -129,10 +129,11 @@ class quota_store {
   virtual quota_decision try_reserve(const quota_reservation& held, const quota_request& request) = 0;
 
   // The request is over and used `used_tokens` (prompt + completion) of its reservation: the
-  // rest goes back to the bucket and the day's budget. Call once per admitted request.
+  // rest goes back to the bucket and the day's budget. Call once per admitted request (a shared
+  // store, whose calls may be repeated, ignores a repeat; the one in memory does not).
   virtual void settle(const quota_reservation& reservation, std::int64_t used_tokens) = 0;
 
-  // Frees the request's max_concurrent slot. Call once per admitted request.
+  // Frees the request's max_concurrent slot. Call once per admitted request (as settle).
   virtual void release(const quota_reservation& reservation) = 0;
 
   // settle() and release() together, for a request that is over, after either phase: a shared
