@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <random>
 #include <vector>
 
 #include "edge/common/format.h"
@@ -478,12 +477,13 @@ std::size_t redis_quota_store::pending() const {
 }
 
 void redis_quota_store::apply_pending() {
+  // The batch stays at the front of the queue until it is applied (calls only join at the
+  // back, and only this thread takes them off), so pending() counts it while it is sent.
   std::vector<pending_call> batch;
   {
     std::lock_guard lock(background_mutex_);
     const std::size_t n = std::min(pending_.size(), max_batch);
-    std::move(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n), std::back_inserter(batch));
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+    batch.assign(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
   }
   if (batch.empty()) return;
   std::vector<std::vector<std::string>> calls;
@@ -494,13 +494,13 @@ void redis_quota_store::apply_pending() {
 
   std::unique_lock lock(background_mutex_);
   if (!replies.ok()) {
-    pending_.insert(pending_.begin(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
     retry_backoff_ = std::min(retry_backoff_ * 2, max_retry);
     retry_at_ = std::chrono::steady_clock::now() + retry_backoff_;
     lock.unlock();
     failed("retry", replies.error());
     return;
   }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(batch.size()));
   std::size_t errors = 0;
   std::string first_error;
   for (std::size_t i = 0; i < batch.size(); ++i) {
