@@ -476,7 +476,7 @@ std::size_t redis_quota_store::pending() const {
   return pending_.size();
 }
 
-void redis_quota_store::apply_pending() {
+bool redis_quota_store::apply_pending() {
   // The batch stays at the front of the queue until it is applied (calls only join at the
   // back, and only this thread takes them off), so pending() counts it while it is sent.
   std::vector<pending_call> batch;
@@ -485,7 +485,7 @@ void redis_quota_store::apply_pending() {
     const std::size_t n = std::min(pending_.size(), max_batch);
     batch.assign(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
   }
-  if (batch.empty()) return;
+  if (batch.empty()) return false;
   std::vector<std::vector<std::string>> calls;
   calls.reserve(batch.size());
   for (const pending_call& p : batch) calls.push_back(p.call);
@@ -498,7 +498,7 @@ void redis_quota_store::apply_pending() {
     retry_at_ = std::chrono::steady_clock::now() + retry_backoff_;
     lock.unlock();
     failed("retry", replies.error());
-    return;
+    return false;
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(batch.size()));
   std::size_t errors = 0;
@@ -528,6 +528,7 @@ void redis_quota_store::apply_pending() {
                "after the first was queued",
                options_.address.to_string(), applied, compensated, dropped, seconds);
   }
+  return true;
 }
 
 void redis_quota_store::renew_slots() {
@@ -573,6 +574,9 @@ void redis_quota_store::background_loop() {
       lock.lock();
     }
   }
+  // Stopping: what is still queued gets one more chance, as long as Redis takes it.
+  lock.unlock();
+  while (apply_pending()) {}
 }
 
 void redis_quota_store::succeeded() {
