@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <random>
 #include <vector>
 
 #include "edge/common/format.h"
@@ -477,15 +476,16 @@ std::size_t redis_quota_store::pending() const {
   return pending_.size();
 }
 
-void redis_quota_store::apply_pending() {
+bool redis_quota_store::apply_pending() {
+  // The batch stays at the front of the queue until it is applied (calls only join at the
+  // back, and only this thread takes them off), so pending() counts it while it is sent.
   std::vector<pending_call> batch;
   {
     std::lock_guard lock(background_mutex_);
     const std::size_t n = std::min(pending_.size(), max_batch);
-    std::move(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n), std::back_inserter(batch));
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
+    batch.assign(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n));
   }
-  if (batch.empty()) return;
+  if (batch.empty()) return false;
   std::vector<std::vector<std::string>> calls;
   calls.reserve(batch.size());
   for (const pending_call& p : batch) calls.push_back(p.call);
@@ -494,13 +494,13 @@ void redis_quota_store::apply_pending() {
 
   std::unique_lock lock(background_mutex_);
   if (!replies.ok()) {
-    pending_.insert(pending_.begin(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
     retry_backoff_ = std::min(retry_backoff_ * 2, max_retry);
     retry_at_ = std::chrono::steady_clock::now() + retry_backoff_;
     lock.unlock();
     failed("retry", replies.error());
-    return;
+    return false;
   }
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(batch.size()));
   std::size_t errors = 0;
   std::string first_error;
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -528,6 +528,7 @@ void redis_quota_store::apply_pending() {
                "after the first was queued",
                options_.address.to_string(), applied, compensated, dropped, seconds);
   }
+  return true;
 }
 
 void redis_quota_store::renew_slots() {
@@ -573,6 +574,9 @@ void redis_quota_store::background_loop() {
       lock.lock();
     }
   }
+  // Stopping: what is still queued gets one more chance, as long as Redis takes it.
+  lock.unlock();
+  while (apply_pending()) {}
 }
 
 void redis_quota_store::succeeded() {

@@ -411,6 +411,16 @@ TEST_CASE("without limits everything is admitted and nothing is counted") {
   CHECK(store.in_flight("acme") == 0);
 }
 
+TEST_CASE("reservation ids differ between calls and between gateways") {
+  gw::reservation_ids first_gateway, second_gateway;
+  const std::string a = first_gateway.next();
+  const std::string b = first_gateway.next();
+  const std::string c = second_gateway.next();
+  CHECK(a != b);
+  CHECK(a != c);  // each gateway draws its own prefix
+  CHECK(b != c);
+}
+
 TEST_CASE("reset durations are written as OpenAI writes them") {
   CHECK(gw::format_reset_duration(0ms) == "0s");
   CHECK(gw::format_reset_duration(20ms) == "20ms");

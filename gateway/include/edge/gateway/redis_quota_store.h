@@ -111,7 +111,8 @@ class redis_quota_store final : public quota_store {
   // Connects once to say in the log whether Redis answers; a Redis that is down is not an
   // error here (the fail mode applies until it is back). `metrics` may be null.
   static std::unique_ptr<redis_quota_store> create(redis_quota_options options, monitoring::gateway_metrics* metrics);
-  // Stops the background thread; calls still queued are lost (the slots they hold lapse).
+  // Stops the background thread after one more attempt at what is queued; what Redis does not
+  // take then is lost (a slot so lost lapses with its lease).
   ~redis_quota_store() override;
 
   quota_decision try_admit(const admit_request& request) override;
@@ -152,7 +153,7 @@ class redis_quota_store final : public quota_store {
   // Runs a close call now; queued if it fails.
   void close_now(std::string_view operation, std::vector<std::string> call);
   void enqueue(pending_call call);
-  void apply_pending();  // one batch of the queue; background thread only
+  bool apply_pending();  // one batch of the queue, false when none was applied; background thread only
   void forget_slot(const quota_reservation& reservation);  // no longer renewed
   std::string key(std::string_view tenant_id, std::string_view part) const;
   std::string record_key(std::string_view tenant_id, std::string_view id) const;
