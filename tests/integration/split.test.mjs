@@ -12,8 +12,8 @@
 //      request counted as aborted);
 // Where an outcome would otherwise depend on how fast stories260K generates, the backends are
 // frozen (SIGSTOP) while the test sets the situation up, and let go (SIGCONT) to play it out.
-// plus the internal API's token and wire format, the gateway's model check and bad --backend
-// values.
+// plus the internal API's token (given, or made on a backend's first start) and wire format,
+// the gateway's model check and bad --backend values.
 import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -21,7 +21,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
-import { startServer, sleep, edgeinferBin } from './lib/server.mjs';
+import { startServer, sleep, edgeinferBin, makeStateDir } from './lib/server.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -424,6 +424,62 @@ describe('the internal API and the gateway\'s checks', () => {
       const run = spawnSync(edgeinferBin, ['gateway', '--model', storiesGguf, ...args], { encoding: 'utf8' });
       assert.equal(run.status, 2, run.stderr);
       assert.match(run.stderr, message);
+    }
+  });
+});
+
+describe('the internal token when none is given', () => {
+  test('a backend makes one on its first start, logs it that once and wants it; a gateway needs it', async () => {
+    const stateDir = makeStateDir();
+    const args = ['--model', storiesGguf, '--threads', '1', '--kv-cache-memory', '16MiB', '--state-dir', stateDir];
+    const noToken = { ...process.env, EDGE_INTERNAL_TOKEN: '' };
+    let backend = await startServer(args, { command: 'backend', env: noToken });
+    const token = backend.internalToken;
+    try {
+      assert.ok(token?.length >= 16, backend.log);
+      const file = path.join(stateDir, 'internal_token');
+      assert.equal(fs.readFileSync(file, 'utf8').trim(), token);
+      assert.equal(fs.statSync(file).mode & 0o777, 0o600);
+      // Without it, or with another token, every internal route answers 401.
+      for (const authorization of [undefined, 'Bearer not-the-token-0123456789']) {
+        const headers = authorization ? { authorization } : {};
+        assert.equal((await fetch(`${backend.url}/internal/v1/info`, { headers })).status, 401);
+        assert.equal((await fetch(`${backend.url}/internal/v1/load`, { headers })).status, 401);
+        const generate = await fetch(`${backend.url}/internal/v1/generate`, {
+          method: 'POST',
+          headers: { ...headers, 'content-type': 'application/json' },
+          body: JSON.stringify({ prompt: [1, 403, 407], max_tokens: 2 }),
+        });
+        assert.equal(generate.status, 401);
+      }
+      // A gateway that has no token does not start, and says where the backend keeps it.
+      const run = spawnSync(edgeinferBin, ['gateway', '--model', storiesGguf, '--backend', backend.url],
+        { encoding: 'utf8', env: noToken });
+      assert.equal(run.status, 2, run.stderr);
+      assert.match(run.stderr, /--internal-token \(or EDGE_INTERNAL_TOKEN\).*internal_token/);
+      // Given it in the environment, the gateway serves through the backend.
+      const gateway = await startServer(['--model', storiesGguf, '--backend', backend.url, '--backend-poll-interval', '50ms'],
+        { command: 'gateway', env: { EDGE_INTERNAL_TOKEN: token } });
+      try {
+        const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: gateway.defaultKey, maxRetries: 0 });
+        const done = await client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 4 });
+        assert.equal(done.choices[0].finish_reason, 'length');
+      } finally {
+        await gateway.stop();
+      }
+    } finally {
+      await backend.stop();
+    }
+    // Started again on the same folder: the same token, not shown again.
+    backend = await startServer(args, { command: 'backend', env: noToken });
+    try {
+      assert.equal(backend.internalToken, undefined);
+      assert.ok(!backend.log.includes(token), backend.log);
+      assert.match(backend.log, /internal API guarded by the token in .*internal_token/);
+      const info = await fetch(`${backend.url}/internal/v1/info`, { headers: { authorization: `Bearer ${token}` } });
+      assert.equal(info.status, 200);
+    } finally {
+      await backend.stop();
     }
   });
 });

@@ -1,11 +1,17 @@
 // The gateway ↔ backend wire format: requests and events survive the trip, bad input is
-// refused naming the field, and the identity check says why a backend cannot be used.
+// refused naming the field, and the identity check says why a backend cannot be used; and the
+// token a backend makes for its internal API when it is given none.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
+#include <fstream>
 #include <variant>
 
 #include "edge/gateway/internal_protocol.h"
+#include "edge/gateway/internal_routes.h"
 #include "edge/gateway/remote_backend_pool.h"
+#include "test_support.h"
 
 namespace gw = edge::gateway;
 namespace be = edge::backend;
@@ -165,4 +171,43 @@ TEST_CASE("backend URLs: http://HOST:PORT only, with a clear error otherwise") {
     REQUIRE_FALSE(parsed.ok());
     CHECK(parsed.error().message().find("--backend") != std::string::npos);
   }
+}
+
+TEST_CASE("a backend without --internal-token makes a token on its first start and keeps it, owner-only") {
+  edge::testing::temp_dir state;
+  const auto folder = state / "backend-state";  // created if missing
+  const auto first = gw::load_or_create_internal_token(folder);
+  REQUIRE_MESSAGE(first.ok(), first.error().message());
+  CHECK(first->created);
+  CHECK(first->token.size() >= gw::min_internal_token_length);
+  CHECK(first->file == folder / gw::internal_token_file_name);
+  struct stat st {};
+  REQUIRE(::stat(first->file.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  // Only the token file is left behind.
+  CHECK(std::distance(std::filesystem::directory_iterator(folder), std::filesystem::directory_iterator()) == 1);
+
+  // Every later start reads the same token and makes none.
+  const auto again = gw::load_or_create_internal_token(folder);
+  REQUIRE(again.ok());
+  CHECK_FALSE(again->created);
+  CHECK(again->token == first->token);
+
+  // Another folder, another token.
+  const auto other = gw::load_or_create_internal_token(state / "other");
+  REQUIRE(other.ok());
+  CHECK(other->token != first->token);
+
+  // A token file others may read guards nothing: refused, saying how to fix it.
+  REQUIRE(::chmod(first->file.c_str(), 0644) == 0);
+  const auto loose = gw::load_or_create_internal_token(folder);
+  REQUIRE_FALSE(loose.ok());
+  CHECK(loose.error().message().find("chmod 600") != std::string::npos);
+
+  // So is one that holds no usable token.
+  REQUIRE(::chmod(first->file.c_str(), 0600) == 0);
+  std::ofstream(first->file) << "short\n";
+  const auto bad = gw::load_or_create_internal_token(folder);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("at least 16 characters") != std::string::npos);
 }

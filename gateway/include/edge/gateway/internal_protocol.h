@@ -39,6 +39,11 @@ inline constexpr std::string_view internal_generate_path = "/internal/v1/generat
 inline constexpr std::string_view internal_info_path = "/internal/v1/info";
 inline constexpr std::string_view internal_load_path = "/internal/v1/load";
 inline constexpr std::string_view ndjson_content_type = "application/x-ndjson";
+// The internal API's bearer token is at least this long (as the admin token): guessing it must
+// be hopeless.
+inline constexpr std::size_t min_internal_token_length = 16;
+// Where a backend started without one keeps the token it made (in its --state-dir).
+inline constexpr std::string_view internal_token_file_name = "internal_token";
 
 // ---- the generate request ---------------------------------------------------------------------
 

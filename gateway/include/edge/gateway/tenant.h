@@ -70,6 +70,10 @@ inline constexpr std::string_view api_key_prefix = "ek-";
 // are safe in URLs, metric labels and log lines as they are.
 bool is_valid_tenant_id(std::string_view id);
 
+// `bytes` bytes from the kernel's CSPRNG as base64url text: the secret of an API key, and the
+// internal API's token a backend makes on its first start.
+std::string generate_secret_text(std::size_t bytes);
+
 // A fresh key for `tenant_id`: a random id and secret from the kernel's CSPRNG.
 issued_api_key generate_api_key(std::string_view tenant_id, unix_time now, std::optional<unix_time> expires_at);
 
