@@ -192,10 +192,17 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
   const auto backend = co_await admit(ex);
   if (backend == nullptr) co_return;
   auto parsed = parse_generate_request(ex.req().body());
+  std::optional<internal_request_error> refused;
   if (auto* error = std::get_if<internal_request_error>(&parsed)) {
-    co_await ex.respond(error_response(http::status::bad_request, error->message, "invalid_request_error",
-                                       error->param.empty() ? std::nullopt : std::optional<std::string_view>(error->param),
-                                       "invalid_request"));
+    refused = std::move(*error);
+  } else {
+    refused = check_generate_request(std::get<backend::generate_request>(parsed), backend->info);
+  }
+  if (refused) {
+    co_await ex.respond(error_response(http::status::bad_request, refused->message, "invalid_request_error",
+                                       refused->param.empty() ? std::nullopt
+                                                              : std::optional<std::string_view>(refused->param),
+                                       refused->code));
     co_return;
   }
   backend::generate_request& request = std::get<backend::generate_request>(parsed);

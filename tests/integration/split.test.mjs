@@ -393,6 +393,33 @@ describe('the internal API and the gateway\'s checks', () => {
     assert.equal((await tooLong.json()).error.code, 'context_length_exceeded');
   });
 
+  test('the internal API holds every field to the public API\'s rules', async () => {
+    const headers = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
+    const generate = (fields) => fetch(`${backend.url}/internal/v1/generate`, {
+      method: 'POST', headers, body: JSON.stringify({ prompt: [1, 403, 407], max_tokens: 4, ...fields }),
+    });
+    for (const [fields, param, code] of [
+      [{ sampling: { temperature: 1e9 } }, 'sampling.temperature', 'invalid_request'],
+      [{ sampling: { top_p: 0 } }, 'sampling.top_p', 'invalid_request'],
+      [{ sampling: { repetition_penalty: -1 } }, 'sampling.repetition_penalty', 'invalid_request'],
+      [{ stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop', 'invalid_request'],
+      [{ prompt: [1, 512] }, 'prompt[1]', 'invalid_request'],  // stories260K has 512 tokens
+      [{ stop_token_ids: [100000] }, 'stop_token_ids[0]', 'invalid_request'],
+      [{ max_tokens: 2046 }, 'max_tokens', 'context_length_exceeded'],  // 3 + 2046 > 2048
+      [{ tenant: 'acme\nforged access line' }, 'tenant', 'invalid_request'],
+      [{ id: 'x y' }, 'id', 'invalid_request'],
+    ]) {
+      const res = await generate(fields);
+      const body = await res.json();
+      assert.equal(res.status, 400, JSON.stringify(fields));
+      assert.equal(body.error.param, param, JSON.stringify(body));
+      assert.equal(body.error.code, code, JSON.stringify(body));
+    }
+    const fits = await generate({ max_tokens: 2045, stop: 'x' });
+    assert.equal(fits.status, 200);
+    await fits.body.cancel();
+  });
+
   test('a gateway whose tokenizer differs from the backend\'s never uses it', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeinfer-split-'));
     try {

@@ -6,10 +6,14 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <limits>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "edge/gateway/internal_protocol.h"
 #include "edge/gateway/internal_routes.h"
+#include "edge/gateway/openai_request.h"
 #include "edge/gateway/remote_backend_pool.h"
 #include "test_support.h"
 
@@ -68,6 +72,92 @@ TEST_CASE("a bad generate request names the field") {
   CHECK(error_of(R"({"prompt":[1],"max_tokens":4,"sampling":{"temprature":1}})").param == "sampling.temprature");
   CHECK(error_of(R"({"prompt":[1],"max_tokens":4,"beam_width":2})").param == "beam_width");
   CHECK(error_of(R"({"prompt":[1],"max_tokens":4,"stop":["a",3]})").param == "stop[1]");
+}
+
+TEST_CASE("the internal API holds every field to the public API's rules") {
+  const auto error_of = [](std::string_view body) {
+    const auto parsed = gw::parse_generate_request(body);
+    REQUIRE_MESSAGE(std::holds_alternative<gw::internal_request_error>(parsed), body);
+    return std::get<gw::internal_request_error>(parsed);
+  };
+  const auto with = [](std::string_view fields) { return std::string(R"({"prompt":[1,2],"max_tokens":4,)") + std::string(fields) + "}"; };
+  for (const auto& [fields, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("sampling":{"temperature":1e9})", "sampling.temperature"},
+           {R"("sampling":{"temperature":-0.5})", "sampling.temperature"},
+           {R"("sampling":{"top_p":0})", "sampling.top_p"},
+           {R"("sampling":{"top_p":1.5})", "sampling.top_p"},
+           {R"("sampling":{"top_k":-2})", "sampling.top_k"},
+           {R"("sampling":{"min_p":2})", "sampling.min_p"},
+           {R"("sampling":{"presence_penalty":3})", "sampling.presence_penalty"},
+           {R"("sampling":{"frequency_penalty":-1e300})", "sampling.frequency_penalty"},
+           {R"("sampling":{"repetition_penalty":0})", "sampling.repetition_penalty"},
+           {R"("stop":["a","b","c","d","e"])", "stop"},
+           {R"("tenant":"acme\nmallory")", "tenant"},
+           {R"("tenant":"")", "tenant"},
+           {R"("tenant":"-acme")", "tenant"},
+           {R"("id":"req 1\r\nforged")", "id"},
+       }) {
+    CAPTURE(fields);
+    const gw::internal_request_error error = error_of(with(fields));
+    CHECK(error.param == param);
+    CHECK(error.code == "invalid_request");
+  }
+  // The very rule of the public API, in its words.
+  const auto public_error = gw::parse_openai_request(gw::openai_api::completions, R"({"prompt":"x","temperature":9})");
+  REQUIRE(std::holds_alternative<gw::request_error>(public_error));
+  CHECK(std::get<gw::request_error>(public_error).message == "'temperature' must be from 0 to 2");
+  CHECK(error_of(with(R"("sampling":{"temperature":9})")).message == "'sampling.temperature' must be from 0 to 2");
+
+  // As in the public API, an empty stop string is dropped and one string is a list of one.
+  const auto parsed = gw::parse_generate_request(with(R"("stop":["","END"],"sampling":{"top_k":-1,"seed":null})"));
+  REQUIRE(std::holds_alternative<be::generate_request>(parsed));
+  CHECK(std::get<be::generate_request>(parsed).stop == std::vector<std::string>{"END"});
+  CHECK(std::get<be::generate_request>(parsed).sampling.top_k == 0);
+  const auto one = gw::parse_generate_request(with(R"("stop":"END")"));
+  REQUIRE(std::holds_alternative<be::generate_request>(one));
+  CHECK(std::get<be::generate_request>(one).stop == std::vector<std::string>{"END"});
+}
+
+TEST_CASE("the internal API checks token ids against the vocabulary and lengths against the context") {
+  const gw::backend_info model{.model = "m", .context_length = 512, .vocab_size = 512, .block_size = 16};
+  be::generate_request r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 16;
+  CHECK_FALSE(gw::check_generate_request(r, model));
+
+  r.prompt = {1, 512, 3};
+  auto refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->param == "prompt[1]");
+  CHECK(refused->code == "invalid_request");
+  CHECK(refused->message == "'prompt[1]' is token 512, outside the vocabulary of 512 tokens");
+
+  r.prompt = {1, 2, 3};
+  r.stop_token_ids = {2, 70000};
+  refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->param == "stop_token_ids[1]");
+  r.stop_token_ids.clear();
+
+  r.prompt.assign(512, 7);
+  refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->param == "prompt");
+  CHECK(refused->code == "context_length_exceeded");
+
+  // prompt + max_tokens beyond the context: refused, as the public API refuses it, not clipped.
+  r.prompt.assign(500, 7);
+  r.max_tokens = 13;
+  refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->param == "max_tokens");
+  CHECK(refused->code == "context_length_exceeded");
+  r.max_tokens = 12;
+  CHECK_FALSE(gw::check_generate_request(r, model));
+  r.max_tokens = std::numeric_limits<std::int64_t>::max();
+  refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->message.find(std::to_string(std::numeric_limits<std::int64_t>::max())) != std::string::npos);
 }
 
 TEST_CASE("events survive the trip; heartbeats are recognised; garbage is refused") {

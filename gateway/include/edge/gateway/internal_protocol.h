@@ -7,7 +7,10 @@
 //                  "presence_penalty","frequency_penalty","seed"},
 //      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":n|null}
 //     prompt and max_tokens are required; an unknown field is a 400 naming it (a gateway that
-//     asks for something this backend does not know must hear so, not be ignored).
+//     asks for something this backend does not know must hear so, not be ignored). Every field
+//     is held to the public API's rules (openai_request.h: sampling ranges, stop strings,
+//     max_tokens; token ids within the vocabulary, prompt and completion within the context),
+//     id to an x-request-id's and tenant to a tenant id's.
 //     200: application/x-ndjson, one event per line, flushed as produced:
 //       {"type":"admitted"}
 //       {"type":"delta","text","tokens":[ids],"logprobs":[{"id","logprob","top":[{"id","logprob"}]}]}
@@ -35,6 +38,8 @@
 
 namespace edge::gateway {
 
+struct backend_info;
+
 inline constexpr std::string_view internal_generate_path = "/internal/v1/generate";
 inline constexpr std::string_view internal_info_path = "/internal/v1/info";
 inline constexpr std::string_view internal_load_path = "/internal/v1/load";
@@ -49,13 +54,20 @@ inline constexpr std::string_view internal_token_file_name = "internal_token";
 
 std::string encode_generate_request(const backend::generate_request& request);
 
-// A body the backend cannot use: the message, and the field it is about ("" for the body).
+// A body the backend cannot use: the message, the field it is about ("" for the body), and
+// the error's code (the gateway tells a prompt too long for the context by it).
 struct internal_request_error {
   std::string message;
   std::string param;
+  std::string code = "invalid_request";  // or context_length_exceeded
 };
 
 std::variant<backend::generate_request, internal_request_error> parse_generate_request(std::string_view body);
+
+// The rules a parsed request is held to against the model it is for: its token ids within the
+// vocabulary, its prompt and max_tokens within the context.
+std::optional<internal_request_error> check_generate_request(const backend::generate_request& request,
+                                                             const backend_info& model);
 
 // ---- events -----------------------------------------------------------------------------------
 

@@ -67,8 +67,11 @@ struct issued_api_key {
 inline constexpr std::string_view api_key_prefix = "ek-";
 
 // Tenant ids: 1 to 64 characters of [A-Za-z0-9._-], starting with a letter or digit, so they
-// are safe in URLs, metric labels and log lines as they are.
+// are safe in URLs, metric labels and log lines as they are. The rule in the words of an
+// error: "'id' must be {tenant_id_rule}".
 bool is_valid_tenant_id(std::string_view id);
+inline constexpr std::string_view tenant_id_rule =
+    "1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit";
 
 // `bytes` bytes from the kernel's CSPRNG as base64url text: the secret of an API key, and the
 // internal API's token a backend makes on its first start.
