@@ -46,7 +46,7 @@ field_error read_quota(const json_value& v, std::optional<std::int64_t>& out) {
 
 field_error read_weight(const json_value& v, double& out) {
   EDGE_ASSIGN_OR_RETURN(out, v.as<double>());
-  if (!(out > 0.0 && out <= max_tenant_weight)) return v.must_be(format("above 0 and at most {}", max_tenant_weight));
+  if (!is_valid_tenant_weight(out)) return v.must_be(tenant_weight_rule());
   return std::nullopt;
 }
 

@@ -72,15 +72,20 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r)
       if (!is_valid_tenant_id(tenant)) return value.must_be(tenant_id_rule);
       r.tenant = std::string(tenant);
     } else if (key == "cache_salt") {
-      EDGE_ASSIGN_OR_RETURN(r.cache_salt, value.as<std::string_view>());
+      // Gateways before the salt became the tenant's own sent it empty; a caller that names one
+      // would read another tenant's prefix cache by timing.
+      EDGE_ASSIGN_OR_RETURN(const std::string_view salt, value.as<std::string_view>());
+      if (!salt.empty()) return value.error("is not accepted: the prefix cache is salted with the tenant's id");
     } else if (key == "weight") {
+      // Bounded as the tenant admin bounds it: a weight beyond it would be served first for good.
       EDGE_ASSIGN_OR_RETURN(r.weight, value.as<double>());
+      if (!is_valid_tenant_weight(r.weight)) return value.must_be(tenant_weight_rule());
     } else if (key == "priority") {
       const auto p = value.as<std::int64_t>();
-      if (!p.ok() || *p < std::numeric_limits<std::int32_t>::min() || *p > std::numeric_limits<std::int32_t>::max()) {
-        return value.must_be("a 32-bit integer");
+      if (!p.ok() || *p != tenant_request_priority) {
+        return value.must_be(format("{}: tenants have no priorities", tenant_request_priority));
       }
-      r.priority = static_cast<std::int32_t>(*p);
+      r.priority = tenant_request_priority;
     } else if (key == "prompt") {
       r.prompt.clear();
       if (auto error = read_token_ids(value, r.prompt)) return error;
@@ -243,7 +248,6 @@ std::string encode_generate_request(const backend::generate_request& r) {
                     {"tenant", r.tenant},
                     {"weight", r.weight},
                     {"priority", r.priority},
-                    {"cache_salt", r.cache_salt},
                     {"prompt", json::array(r.prompt.begin(), r.prompt.end())},
                     {"sampling", std::move(sampling)},
                     {"max_tokens", r.max_tokens},

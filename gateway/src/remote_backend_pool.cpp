@@ -434,8 +434,7 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
       : pool_(std::move(pool)), strand_(std::move(strand)), sink_(std::move(sink)) {
     prompt_tokens_ = static_cast<std::int64_t>(generate.prompt.size());
     if (const auto block_size = pool_->block_size()) {
-      const std::string& salt = generate.cache_salt.empty() ? generate.tenant : generate.cache_salt;
-      key_ = prompt_affinity_key(salt, generate.prompt, *block_size, pool_->options.routing.affinity_blocks);
+      key_ = prompt_affinity_key(generate.tenant, generate.prompt, *block_size, pool_->options.routing.affinity_blocks);
     }
     body_ = encode_generate_request(generate);
   }

@@ -96,6 +96,10 @@ std::string generate_secret_text(std::size_t bytes) {
   return base64url(secret);
 }
 
+bool is_valid_tenant_weight(double weight) { return weight > 0.0 && weight <= max_tenant_weight; }
+
+std::string tenant_weight_rule() { return format("above 0 and at most {}", max_tenant_weight); }
+
 issued_api_key generate_api_key(std::string_view tenant_id, unix_time now, std::optional<unix_time> expires_at) {
   std::array<std::uint8_t, key_id_bytes> id{};
   random_bytes(id);

@@ -420,6 +420,37 @@ describe('the internal API and the gateway\'s checks', () => {
     await fits.body.cancel();
   });
 
+  test('a caller can neither read another tenant\'s prefix cache nor outrank tenants by weight or priority', async () => {
+    const headers = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
+    // Five full KV blocks of 16 tokens, and one more token.
+    const prompt = Array.from({ length: 81 }, (_, i) => 300 + (i % 50));
+    const generate = async (fields) => {
+      const res = await fetch(`${backend.url}/internal/v1/generate`, {
+        method: 'POST', headers, body: JSON.stringify({ prompt, max_tokens: 1, ...fields }),
+      });
+      return { status: res.status, body: await res.text() };
+    };
+    const hits = async () => (await load(backend)).prefix_cache.hits;
+    assert.equal((await generate({ tenant: 'victim' })).status, 200);
+    const before = await hits();
+    // Naming the victim's salt is refused; as itself, another tenant finds nothing of the victim's.
+    const probe = await generate({ tenant: 'mallory', cache_salt: 'victim' });
+    assert.equal(probe.status, 400);
+    assert.equal(JSON.parse(probe.body).error.param, 'cache_salt');
+    assert.equal((await generate({ tenant: 'mallory' })).status, 200);
+    assert.equal(await hits(), before);
+    // The victim itself does hit its cache.
+    assert.equal((await generate({ tenant: 'victim' })).status, 200);
+    assert.ok(await hits() >= before + 80, `${await hits()} hits after ${before}`);
+    // Beyond what the tenant admin allows, weight and priority are refused.
+    for (const [fields, param] of [[{ weight: 1.7e308 }, 'weight'], [{ weight: 0 }, 'weight'],
+      [{ priority: 2147483647 }, 'priority']]) {
+      const res = await generate(fields);
+      assert.equal(res.status, 400, JSON.stringify(fields));
+      assert.equal(JSON.parse(res.body).error.param, param);
+    }
+  });
+
   test('a gateway whose tokenizer differs from the backend\'s never uses it', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeinfer-split-'));
     try {

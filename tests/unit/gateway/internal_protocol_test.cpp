@@ -15,6 +15,7 @@
 #include "edge/gateway/internal_routes.h"
 #include "edge/gateway/openai_request.h"
 #include "edge/gateway/remote_backend_pool.h"
+#include "edge/gateway/tenant.h"
 #include "test_support.h"
 
 namespace gw = edge::gateway;
@@ -25,8 +26,6 @@ TEST_CASE("a generate request survives encoding and parsing") {
   r.id = "req_1";
   r.tenant = "acme";
   r.weight = 2.5;
-  r.priority = -3;
-  r.cache_salt = "salt";
   r.prompt = {1, 2, 300};
   r.sampling.temperature = 0.5f;
   r.sampling.top_k = 40;
@@ -44,7 +43,6 @@ TEST_CASE("a generate request survives encoding and parsing") {
   CHECK(back.tenant == r.tenant);
   CHECK(back.weight == r.weight);
   CHECK(back.priority == r.priority);
-  CHECK(back.cache_salt == r.cache_salt);
   CHECK(back.prompt == r.prompt);
   CHECK(back.sampling.temperature == r.sampling.temperature);
   CHECK(back.sampling.top_k == r.sampling.top_k);
@@ -116,6 +114,35 @@ TEST_CASE("the internal API holds every field to the public API's rules") {
   const auto one = gw::parse_generate_request(with(R"("stop":"END")"));
   REQUIRE(std::holds_alternative<be::generate_request>(one));
   CHECK(std::get<be::generate_request>(one).stop == std::vector<std::string>{"END"});
+}
+
+TEST_CASE("weight, priority and prefix-cache salt are never taken beyond what the tenant admin allows") {
+  const auto refused = [](std::string_view fields) {
+    const auto parsed = gw::parse_generate_request(std::string(R"({"prompt":[1,2],"max_tokens":4,)") +
+                                                   std::string(fields) + "}");
+    if (std::holds_alternative<be::generate_request>(parsed)) return std::string();
+    return std::get<gw::internal_request_error>(parsed).param;
+  };
+  // A weight past the tenant admin's bound would be served first for good.
+  CHECK(refused(R"("weight":1.7e308)") == "weight");
+  CHECK(refused(R"("weight":1001)") == "weight");
+  CHECK(refused(R"("weight":0)") == "weight");
+  CHECK(refused(R"("weight":-1)") == "weight");
+  CHECK(refused(R"("weight":1000)").empty());
+  CHECK(refused(R"("weight":0.25)").empty());
+  // Tenants have no priorities: a request that claims one would never be preempted.
+  CHECK(refused(R"("priority":2147483647)") == "priority");
+  CHECK(refused(R"("priority":-1)") == "priority");
+  CHECK(refused(R"("priority":0)").empty());
+  // Another tenant's salt would read its prefix cache by timing; "" is what older gateways send.
+  CHECK(refused(R"("tenant":"mallory","cache_salt":"victim")") == "cache_salt");
+  CHECK(refused(R"("cache_salt":"")").empty());
+  // What a gateway sends passes.
+  be::generate_request r;
+  r.tenant = "acme";
+  r.weight = gw::max_tenant_weight;
+  r.prompt = {1, 2};
+  CHECK(std::holds_alternative<be::generate_request>(gw::parse_generate_request(gw::encode_generate_request(r))));
 }
 
 TEST_CASE("the internal API checks token ids against the vocabulary and lengths against the context") {

@@ -43,10 +43,9 @@ namespace edge::backend {
 
 struct generate_request {
   std::string id;                 // the caller's request id, for logs
-  std::string tenant = "default";
+  std::string tenant = "default";  // also the prefix cache's salt: tenants never share cached blocks
   double weight = 1.0;            // the tenant's share of the engine relative to others (> 0)
   std::int32_t priority = 0;      // higher is admitted first within its tenant and preempted last
-  std::string cache_salt;         // prefix-cache namespace; empty: the tenant's name
   std::vector<token_id> prompt;
   sampling_params sampling;
   std::int64_t max_tokens = 16;

@@ -2,7 +2,7 @@
 // with Boost.JSON, read with simdjson's DOM parser (which validates the whole document first).
 //
 //   POST /internal/v1/generate   body: a generate request
-//     {"id","tenant","weight","priority","cache_salt","prompt":[token ids],
+//     {"id","tenant","weight","priority","prompt":[token ids],
 //      "sampling":{"temperature","top_k","top_p","min_p","repetition_penalty",
 //                  "presence_penalty","frequency_penalty","seed"},
 //      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":n|null}
@@ -10,7 +10,10 @@
 //     asks for something this backend does not know must hear so, not be ignored). Every field
 //     is held to the public API's rules (openai_request.h: sampling ranges, stop strings,
 //     max_tokens; token ids within the vocabulary, prompt and completion within the context),
-//     id to an x-request-id's and tenant to a tenant id's.
+//     id to an x-request-id's and tenant to a tenant id's. Weight and priority are bounded as
+//     the tenant admin bounds them (tenant.h: 0 < weight <= 1000; no priorities, so 0). The
+//     prefix cache is salted with the tenant's id, as in `serve`: a "cache_salt" other than
+//     "" (what older gateways send) is refused.
 //     200: application/x-ndjson, one event per line, flushed as produced:
 //       {"type":"admitted"}
 //       {"type":"delta","text","tokens":[ids],"logprobs":[{"id","logprob","top":[{"id","logprob"}]}]}

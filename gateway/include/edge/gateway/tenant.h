@@ -34,6 +34,13 @@ struct tenant_quotas {
 // clients in any language read it back exactly).
 inline constexpr std::int64_t max_quota_value = std::int64_t{1} << 50;
 inline constexpr double max_tenant_weight = 1000.0;
+// Whether the tenant admin accepts `weight`: above 0 and at most max_tenant_weight. The rule in
+// the words of an error: "'weight' must be {tenant_weight_rule()}".
+bool is_valid_tenant_weight(double weight);
+std::string tenant_weight_rule();
+// Tenants have no priority of their own (the tenant admin sets none): every request a gateway
+// sends runs at this one.
+inline constexpr std::int32_t tenant_request_priority = 0;
 
 struct tenant_record {
   std::string id;
