@@ -10,6 +10,8 @@
 //      rate is reported);
 //   4. a client that drops its stream frees the backend's request (running back to 0, the
 //      request counted as aborted);
+//   5. usage figures a backend reports outside what the gateway sent, relayed and asked for are
+//      corrected before they are charged (a proxy rewrites a real backend's figures);
 // Where an outcome would otherwise depend on how fast stories260K generates, the backends are
 // frozen (SIGSTOP) while the test sets the situation up, and let go (SIGCONT) to play it out.
 // plus the internal API's token (given, or made on a backend's first start) and wire format,
@@ -17,6 +19,7 @@
 import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
@@ -539,5 +542,119 @@ describe('the internal token when none is given', () => {
     } finally {
       await backend.stop();
     }
+  });
+});
+
+// A proxy in front of `backend` that passes every event of a generation stream through `edit`
+// (the backend's own usage figures are kept in proxy.reported); everything else passes as it is.
+async function eventEditingProxy(backend, edit) {
+  const target = new URL(backend.url);
+  const proxy = { reported: [] };
+  proxy.server = http.createServer((req, res) => {
+    const upstream = http.request({ host: target.hostname, port: target.port, path: req.url, method: req.method,
+      headers: req.headers }, (answer) => {
+      res.writeHead(answer.statusCode, answer.headers);
+      if (req.url !== '/internal/v1/generate' || answer.statusCode !== 200) {
+        answer.pipe(res);
+        return;
+      }
+      let pending = '';
+      answer.on('data', (chunk) => {
+        pending += chunk;
+        for (let end; (end = pending.indexOf('\n')) >= 0; pending = pending.slice(end + 1)) {
+          const event = JSON.parse(pending.slice(0, end));
+          if (event.type === 'finished') proxy.reported.push(event.usage);
+          res.write(`${JSON.stringify(edit(event))}\n`);
+        }
+      });
+      answer.on('end', () => res.end());
+    });
+    upstream.on('error', () => res.destroy());
+    res.on('close', () => upstream.destroy());
+    req.pipe(upstream);
+  });
+  await new Promise((resolve) => proxy.server.listen(0, '127.0.0.1', resolve));
+  proxy.url = `http://127.0.0.1:${proxy.server.address().port}`;
+  proxy.close = () => new Promise((resolve) => { proxy.server.closeAllConnections(); proxy.server.close(resolve); });
+  return proxy;
+}
+
+describe('usage a backend reports', () => {
+  const ADMIN_TOKEN = 'split-admin-token-0123456789';
+  let backend;
+  let proxy;
+  let gateway;
+  let edit = (event) => event;
+  const usageOf = (usage) => (event) => (event.type === 'finished' ? { ...event, usage } : event);
+  before(async () => {
+    backend = await startServer(['--model', storiesGguf, '--threads', '1', '--kv-cache-memory', '16MiB',
+      '--internal-token', TOKEN], { command: 'backend' });
+    proxy = await eventEditingProxy(backend, (event) => edit(event));
+    gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN, '--backend', proxy.url,
+      '--backend-poll-interval', '50ms', '--admin-token', ADMIN_TOKEN], { command: 'gateway' });
+  });
+  after(async () => {
+    await gateway?.stop();
+    await proxy?.close();
+    await backend?.stop();
+  });
+
+  test('is corrected to what the gateway sent, relayed and asked for before it is charged', async () => {
+    const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: gateway.defaultKey, maxRetries: 0 });
+    const request = { model: 'stories260K', prompt: shortPrompt, max_tokens: 8, temperature: 0, ignore_eos: true };
+    const charged = [];
+    // Zero and negative figures (a tenant would get tokens for free, or a budget back) ...
+    edit = usageOf({ prompt_tokens: -5, completion_tokens: 0, cached_tokens: -1 });
+    const low = await client.completions.create(request);
+    const own = proxy.reported.at(-1);
+    assert.equal(own.completion_tokens, 8);
+    assert.deepEqual([low.usage.prompt_tokens, low.usage.completion_tokens], [own.prompt_tokens, 8]);
+    charged.push(low.usage);
+    // ... and figures beyond the request: the completion at most max_tokens, cached at most the prompt.
+    edit = usageOf({ prompt_tokens: 1e6, completion_tokens: 1e6, cached_tokens: 1e6 });
+    const high = await client.completions.create(request);
+    assert.deepEqual([high.usage.prompt_tokens, high.usage.completion_tokens], [own.prompt_tokens, 8]);
+    assert.equal(high.usage.prompt_tokens_details.cached_tokens, own.prompt_tokens);
+    charged.push(high.usage);
+    // Figures within the bounds are charged as reported.
+    edit = (event) => event;
+    const fair = await client.completions.create(request);
+    assert.equal(fair.usage.completion_tokens, 8);
+    charged.push(fair.usage);
+
+    const text = await scrape(gateway.url);
+    assert.equal(value(text, `edgeinfer_backend_usage_corrections_total{backend="${proxy.url}"}`), 2);
+    // Logged, but not once per request.
+    assert.equal(gateway.log.match(/reported usage prompt/g)?.length, 1, gateway.log);
+    assert.match(gateway.log, /reported usage prompt -5, completion 0, cached -1; charged \d+, 8, 0 instead/);
+    // The ledger holds the corrected figures.
+    const from = encodeURIComponent(new Date(Date.now() - 2 * 86400e3).toISOString().slice(0, 19) + 'Z');
+    const sum = (field) => charged.reduce((total, usage) => total + usage[field], 0);
+    await waitFor('the ledger to hold the three requests', async () => {
+      const res = await fetch(`${gateway.url}/admin/v1/tenants/default/usage?from=${from}`,
+        { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+      const { total } = await res.json();
+      return total.requests === 3 && total.prompt_tokens === sum('prompt_tokens')
+        && total.completion_tokens === sum('completion_tokens');
+    }, { timeoutMs: 10000 });
+  });
+
+  test('a stream that brings more tokens than were asked for has failed, and is charged max_tokens', async () => {
+    edit = (event) => (event.type === 'delta' ? { ...event, tokens: [...event.tokens, ...event.tokens] } : event);
+    try {
+      const res = await fetch(`${gateway.url}/v1/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${gateway.defaultKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8, ignore_eos: true, stream: true }),
+      });
+      const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: {'))
+        .map((e) => JSON.parse(e.slice('data: '.length)));
+      assert.match(events.at(-1).error?.message ?? '', /failed during the request: it sent more than the 8 tokens asked for/);
+      assert.ok(events.every((e) => !e.choices?.[0]?.finish_reason), 'no chunk says the stream is complete');
+    } finally {
+      edit = (event) => event;
+    }
+    const text = await scrape(gateway.url);
+    assert.equal(value(text, 'edgeinfer_tenant_tokens_total{kind="completion",tenant="default"}'), 8 * 3 + 8);
   });
 });

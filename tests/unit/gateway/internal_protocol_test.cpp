@@ -231,6 +231,26 @@ TEST_CASE("events survive the trip; heartbeats are recognised; garbage is refuse
   CHECK_FALSE(gw::parse_event(R"({"type":"finished","reason":"bored"})").ok());
 }
 
+TEST_CASE("a backend's usage is charged only within what the gateway sent, relayed and asked for") {
+  const gw::usage_bounds bounds{.prompt_tokens = 12, .relayed_tokens = 5, .max_tokens = 20};
+  const auto charged = [&](be::token_usage reported) { return gw::bounded_usage(reported, bounds); };
+  // Figures within the bounds are charged as reported.
+  CHECK(charged({12, 9, 4}) == be::token_usage{12, 9, 4});
+  CHECK(charged({12, 5, 0}) == be::token_usage{12, 5, 0});
+  CHECK(charged({12, 20, 12}) == be::token_usage{12, 20, 12});
+  // Zero or negative counts never reach the ledger: the prompt is what was sent, the completion
+  // at least what the client received.
+  CHECK(charged({0, 0, 0}) == be::token_usage{12, 5, 0});
+  CHECK(charged({-100, -7, -3}) == be::token_usage{12, 5, 0});
+  // Nor does more than was asked for, or a cache hit larger than the prompt.
+  CHECK(charged({1'000'000, 1'000'000, 1'000'000}) == be::token_usage{12, 20, 12});
+  CHECK(charged({3, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min()}) ==
+        be::token_usage{12, 20, 0});
+  // Everything asked for was relayed: that is the charge.
+  CHECK(gw::bounded_usage({12, 0, 0}, {.prompt_tokens = 12, .relayed_tokens = 20, .max_tokens = 20}) ==
+        be::token_usage{12, 20, 0});
+}
+
 TEST_CASE("info and load round-trip, and a mismatch says what differs") {
   gw::backend_info info{.model = "stories260K",
                         .context_length = 512,

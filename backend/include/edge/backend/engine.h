@@ -61,6 +61,8 @@ struct token_usage {
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;
   std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+
+  friend bool operator==(const token_usage&, const token_usage&) = default;
 };
 
 struct request_timings {
