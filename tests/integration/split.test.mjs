@@ -12,6 +12,9 @@
 //      request counted as aborted);
 //   5. usage figures a backend reports outside what the gateway sent, relayed and asked for are
 //      corrected before they are charged (a proxy rewrites a real backend's figures);
+//   6. chaos: a backend killed with SIGKILL mid-stream: its client gets an error event, the
+//      ledger charges what the client received, the backend is marked down and the next
+//      requests go to the other one, all within stated bounds;
 // Where an outcome would otherwise depend on how fast stories260K generates, the backends are
 // frozen (SIGSTOP) while the test sets the situation up, and let go (SIGCONT) to play it out.
 // plus the internal API's token (given, or made on a backend's first start) and wire format,
@@ -433,18 +436,31 @@ describe('the internal API and the gateway\'s checks', () => {
       });
       return { status: res.status, body: await res.text() };
     };
-    const hits = async () => (await load(backend)).prefix_cache.hits;
-    assert.equal((await generate({ tenant: 'victim' })).status, 200);
-    const before = await hits();
+    // The load report is the engine's latest, published once per step: each request is waited
+    // for there (its prefix-cache lookup counted) before the hits are compared.
+    const cache = async () => (await load(backend)).prefix_cache;
+    const served = async (fields) => {
+      const queries = (await cache()).queries;
+      const res = await generate(fields);
+      if (res.status === 200) {
+        await waitFor('its lookup in the load report', async () => (await cache()).queries >= queries + prompt.length);
+      }
+      return res;
+    };
+    // Nothing else runs meanwhile (a request re-admitted after preemption would look its own blocks up).
+    await waitFor('the backend to be idle', async () => (await load(backend)).in_flight === 0);
+    assert.equal((await served({ tenant: 'victim' })).status, 200);
+    const before = (await cache()).hits;
     // Naming the victim's salt is refused; as itself, another tenant finds nothing of the victim's.
-    const probe = await generate({ tenant: 'mallory', cache_salt: 'victim' });
+    const probe = await served({ tenant: 'mallory', cache_salt: 'victim' });
     assert.equal(probe.status, 400);
     assert.equal(JSON.parse(probe.body).error.param, 'cache_salt');
-    assert.equal((await generate({ tenant: 'mallory' })).status, 200);
-    assert.equal(await hits(), before);
+    assert.equal((await served({ tenant: 'mallory' })).status, 200);
+    assert.equal((await cache()).hits, before, 'another tenant finds none of the victim\'s blocks');
     // The victim itself does hit its cache.
-    assert.equal((await generate({ tenant: 'victim' })).status, 200);
-    assert.ok(await hits() >= before + 80, `${await hits()} hits after ${before}`);
+    assert.equal((await served({ tenant: 'victim' })).status, 200);
+    const after = (await cache()).hits;
+    assert.ok(after >= before + 80, `${after} hits after ${before}`);
     // Beyond what the tenant admin allows, weight and priority are refused.
     for (const [fields, param] of [[{ weight: 1.7e308 }, 'weight'], [{ weight: 0 }, 'weight'],
       [{ priority: 2147483647 }, 'priority']]) {
@@ -519,7 +535,8 @@ describe('the internal token when none is given', () => {
       assert.equal(run.status, 2, run.stderr);
       assert.match(run.stderr, /--internal-token \(or EDGE_INTERNAL_TOKEN\).*internal_token/);
       // Given it in the environment, the gateway serves through the backend.
-      const gateway = await startServer(['--model', storiesGguf, '--backend', backend.url, '--backend-poll-interval', '50ms'],
+      const gateway = await startServer(
+        ['--model', storiesGguf, '--backend', backend.url, '--backend-poll-interval', '50ms'],
         { command: 'gateway', env: { EDGE_INTERNAL_TOKEN: token } });
       try {
         const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: gateway.defaultKey, maxRetries: 0 });
@@ -649,12 +666,161 @@ describe('usage a backend reports', () => {
       });
       const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: {'))
         .map((e) => JSON.parse(e.slice('data: '.length)));
-      assert.match(events.at(-1).error?.message ?? '', /failed during the request: it sent more than the 8 tokens asked for/);
+      assert.match(events.at(-1).error?.message ?? '',
+        /failed during the request: it sent more than the 8 tokens asked for/);
       assert.ok(events.every((e) => !e.choices?.[0]?.finish_reason), 'no chunk says the stream is complete');
     } finally {
       edit = (event) => event;
     }
     const text = await scrape(gateway.url);
     assert.equal(value(text, 'edgeinfer_tenant_tokens_total{kind="completion",tenant="default"}'), 8 * 3 + 8);
+  });
+});
+
+// A streamed completion read as raw server-sent events, so that a test sees every event as the
+// gateway wrote it: the content chunks, the chunk that says why it finished, an error object,
+// [DONE], and when the stream ended.
+function rawStream(url, key, body) {
+  const record = { chunks: 0, finishReason: null, error: null, done: false, endedAt: null };
+  record.ended = (async () => {
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...body, stream: true }),
+    });
+    assert.equal(res.status, 200);
+    const decoder = new TextDecoder();
+    let pending = '';
+    for await (const bytes of res.body) {
+      pending += decoder.decode(bytes, { stream: true });
+      for (let end; (end = pending.indexOf('\n\n')) >= 0; pending = pending.slice(end + 2)) {
+        const event = pending.slice(0, end);
+        if (!event.startsWith('data: ')) continue;  // a heartbeat comment
+        const data = event.slice('data: '.length);
+        if (data === '[DONE]') {
+          record.done = true;
+          continue;
+        }
+        const chunk = JSON.parse(data);
+        if (chunk.error) record.error = chunk.error;
+        if (chunk.choices?.[0]?.text) record.chunks++;
+        if (chunk.choices?.[0]?.finish_reason) record.finishReason = chunk.choices[0].finish_reason;
+      }
+    }
+    record.endedAt = Date.now();
+  })();
+  return record;
+}
+
+describe('chaos: a backend killed with SIGKILL mid-stream', () => {
+  const ADMIN_TOKEN = 'chaos-admin-token-0123456789';
+  let cluster;
+  before(async () => {
+    cluster = await startCluster({ backendArgs: ['--kv-cache-memory', '64MiB'],
+      gatewayArgs: ['--admin-token', ADMIN_TOKEN] });
+  });
+  after(async () => { await cluster?.stop(); });
+
+  const admin = async (method, route, body) => {
+    const res = await fetch(`${cluster.gateway.url}${route}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return { status: res.status, json: await res.json() };
+  };
+
+  test('its client gets an error event and is charged what it received; the next requests go to the other', async () => {
+    const [victim, survivor] = cluster.backends;
+    // One tenant per stream: each one's ledger is that stream's alone.
+    const tenants = ['chaos-a', 'chaos-b'];
+    const keys = {};
+    for (const id of tenants) {
+      assert.equal((await admin('POST', '/admin/v1/tenants', { id })).status, 201);
+      const key = await admin('POST', `/admin/v1/tenants/${id}/keys`, {});
+      assert.equal(key.status, 201);
+      keys[id] = key.json.key;
+    }
+    const maxTokens = 2000;
+    // Greedy: both streams are the same tokens, the one cut short a prefix of the other's.
+    const request = { model: 'stories260K', prompt: shortPrompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true };
+    const streams = tenants.map((id) => rawStream(cluster.gateway.url, keys[id], request));
+    await waitFor('both streams to produce text', () => streams.every((s) => s.chunks > 0 || s.endedAt));
+    // Frozen, the backends produce nothing more; what the gateway had is written out.
+    for (const b of cluster.backends) b.child.kill('SIGSTOP');
+    try {
+      const metrics = await scrape(cluster.gateway.url);
+      const inFlight = cluster.backends.map((b) => value(metrics, `edgeinfer_backend_in_flight{backend="${b.url}"}`));
+      assert.deepEqual(inFlight, [1, 1], 'one stream on each backend');
+      let counts = streams.map((s) => s.chunks);
+      for (let stable = 0; stable < 8; await sleep(25)) {
+        const now = streams.map((s) => s.chunks);
+        stable = now.every((n, i) => n === counts[i]) ? stable + 1 : 0;
+        counts = now;
+      }
+      assert.ok(streams.every((s) => !s.endedAt && s.chunks < maxTokens), 'both streams are mid-way');
+      const killedAt = Date.now();
+      victim.child.kill('SIGKILL');
+      await victim.exited;
+      survivor.child.kill('SIGCONT');
+      await Promise.race([Promise.all(streams.map((s) => s.ended)), sleep(60000)]);
+      assert.ok(streams.every((s) => s.endedAt), 'both streams ended within 60 s');
+
+      const failed = streams.filter((s) => s.error);
+      assert.equal(failed.length, 1, 'the stream on the killed backend, and only it, failed');
+      const [lost] = failed;
+      const completed = streams.find((s) => !s.error);
+      // Never a stream that looks complete: an error event, and no chunk that says it finished.
+      assert.match(lost.error.message, /backend http:\/\/127\.0\.0\.1:\d+ failed during the request/);
+      assert.equal(lost.finishReason, null);
+      const noticedMs = lost.endedAt - killedAt;
+      assert.ok(noticedMs < 5000, `the client heard of the kill in ${noticedMs} ms`);
+      assert.equal(completed.finishReason, 'length');
+      // A token whose text is held back (half a character, say) brings no content chunk of its
+      // own: the full stream shows how many of those its tokens hold, a bound on any prefix.
+      const silentTokens = maxTokens - completed.chunks;
+      assert.ok(silentTokens >= 0 && silentTokens <= 8, `${completed.chunks} content chunks for ${maxTokens} tokens`);
+
+      // The ledger charges each tenant what its client received.
+      const from = encodeURIComponent(new Date(Date.now() - 2 * 86400e3).toISOString().slice(0, 19) + 'Z');
+      const received = Object.fromEntries(tenants.map((id, i) => [id, streams[i].chunks]));
+      let ledger = {};
+      await waitFor('the ledger to hold both requests', async () => {
+        for (const id of tenants) ledger[id] = (await admin('GET', `/admin/v1/tenants/${id}/usage?from=${from}`)).json.total;
+        return tenants.every((id) => ledger[id].requests === 1);
+      }, { timeoutMs: 10000 });
+      const lostTenant = tenants[streams.indexOf(lost)];
+      const completedTenant = tenants[streams.indexOf(completed)];
+      assert.equal(ledger[completedTenant].completion_tokens, maxTokens);
+      const charged = ledger[lostTenant].completion_tokens;
+      assert.ok(charged >= received[lostTenant] && charged <= received[lostTenant] + silentTokens,
+        `charged ${charged} completion tokens for ${received[lostTenant]} content chunks received`);
+      assert.equal(ledger[lostTenant].prompt_tokens, ledger[completedTenant].prompt_tokens);
+      console.log(`chaos: SIGKILL mid-stream: the client heard in ${noticedMs} ms; charged ${charged} completion `
+        + `tokens for ${received[lostTenant]} content chunks received (bound: +${silentTokens}); the other stream `
+        + `completed (${maxTokens} tokens)`);
+    } finally {
+      survivor.child.kill('SIGCONT');
+    }
+
+    // The killed backend is marked down, and every next request goes to the survivor.
+    await waitFor('the gateway to mark the killed backend down', async () =>
+      value(await scrape(cluster.gateway.url), `edgeinfer_backend_up{backend="${victim.url}"}`) === 0, { timeoutMs: 5000 });
+    let text = await scrape(cluster.gateway.url);
+    assert.equal(value(text, `edgeinfer_backend_stream_errors_total{backend="${victim.url}"}`), 1);
+    const before = await acceptedPerBackend(cluster);
+    for (let i = 0; i < 6; i++) {
+      const done = await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8 });
+      assert.equal(done.choices[0].finish_reason, 'length');
+    }
+    const after = await acceptedPerBackend(cluster);
+    assert.deepEqual([after[0] - before[0], after[1] - before[1]], [0, 6]);
+    text = await scrape(cluster.gateway.url);
+    assert.equal(value(text, `edgeinfer_backend_retries_total{reason="connect"}`), 0, 'no request was even tried there');
+    // Nothing is left running on the survivor, and its KV blocks are all free again.
+    await waitFor('the survivor to be idle with its KV blocks free', async () => {
+      const l = await load(survivor);
+      return l.in_flight === 0 && l.running === 0 && l.kv_blocks_free === l.kv_blocks_total;
+    }, { timeoutMs: 10000 });
   });
 });
