@@ -4,7 +4,6 @@
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -350,17 +349,6 @@ result<std::optional<backend::engine_event>> parse_event(std::string_view line) 
     return std::optional<backend::engine_event>(std::move(finished));
   }
   return invalid_argument(format("unknown event type '{}'", type));
-}
-
-// ---- usage ------------------------------------------------------------------------------------
-
-backend::token_usage bounded_usage(const backend::token_usage& reported, const usage_bounds& bounds) {
-  backend::token_usage charged;
-  charged.prompt_tokens = bounds.prompt_tokens;
-  charged.completion_tokens =
-      std::clamp(reported.completion_tokens, bounds.relayed_tokens, std::max(bounds.relayed_tokens, bounds.max_tokens));
-  charged.cached_tokens = std::clamp(reported.cached_tokens, std::int64_t{0}, bounds.prompt_tokens);
-  return charged;
 }
 
 // ---- model identity ---------------------------------------------------------------------------

@@ -25,6 +25,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "edge/gateway/http.h"
+#include "edge/gateway/usage_ledger.h"
 #include "edge/monitoring/gateway_metrics.h"
 
 // GCC 12 reports a mismatched operator delete in the frames of Asio's awaitables: Asio
@@ -653,9 +654,11 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
             count_failure = false;
             co_return pump_result::broken;
           }
+          // Held to the rule the session charges by, here where the backend is known: the
+          // correction is counted and logged against it (rate-limited), and charged as corrected.
           const backend::token_usage charged = bounded_usage(
               finished->usage,
-              {.prompt_tokens = prompt_tokens_, .relayed_tokens = completion_tokens_, .max_tokens = max_tokens_});
+              {.prompt_tokens = prompt_tokens_, .seen_completion_tokens = completion_tokens_, .max_tokens = max_tokens_});
           if (charged != finished->usage) {
             pool_->corrected_usage(*current_, finished->usage, charged);
             finished->usage = charged;

@@ -74,6 +74,17 @@ async function acceptedPerBackend(cluster) {
   return cluster.backends.map((b) => value(text, `edgeinfer_backend_requests_total{backend="${b.url}"}`));
 }
 
+// Sends `n` short requests through the gateway: every one succeeds, and backend `only` takes them all.
+async function allServedBy(cluster, only, n = 6) {
+  const before = await acceptedPerBackend(cluster);
+  for (let i = 0; i < n; i++) {
+    const done = await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8 });
+    assert.equal(done.choices[0].finish_reason, 'length');
+  }
+  const after = await acceptedPerBackend(cluster);
+  assert.deepEqual(after.map((count, i) => count - before[i]), cluster.backends.map((_, i) => (i === only ? n : 0)));
+}
+
 async function load(backend) {
   const res = await fetch(`${backend.url}/internal/v1/load`, { headers: { authorization: `Bearer ${TOKEN}` } });
   assert.equal(res.status, 200);
@@ -321,13 +332,7 @@ describe('a backend dies mid-run', () => {
     assert.equal(value(text, `edgeinfer_backend_stream_errors_total{backend="${victim.url}"}`), 1);
 
     // New requests all succeed, on the survivor.
-    const before = await acceptedPerBackend(cluster);
-    for (let i = 0; i < 6; i++) {
-      const done = await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8 });
-      assert.equal(done.choices[0].finish_reason, 'length');
-    }
-    const after = await acceptedPerBackend(cluster);
-    assert.deepEqual([after[0] - before[0], after[1] - before[1]], [0, 6]);
+    await allServedBy(cluster, 1);
     text = await scrape(cluster.gateway.url);
     assert.equal(value(text, `edgeinfer_backend_up{backend="${victim.url}"}`), 0);
     await waitFor('the survivor to be up', async () =>
@@ -808,13 +813,7 @@ describe('chaos: a backend killed with SIGKILL mid-stream', () => {
       value(await scrape(cluster.gateway.url), `edgeinfer_backend_up{backend="${victim.url}"}`) === 0, { timeoutMs: 5000 });
     let text = await scrape(cluster.gateway.url);
     assert.equal(value(text, `edgeinfer_backend_stream_errors_total{backend="${victim.url}"}`), 1);
-    const before = await acceptedPerBackend(cluster);
-    for (let i = 0; i < 6; i++) {
-      const done = await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8 });
-      assert.equal(done.choices[0].finish_reason, 'length');
-    }
-    const after = await acceptedPerBackend(cluster);
-    assert.deepEqual([after[0] - before[0], after[1] - before[1]], [0, 6]);
+    await allServedBy(cluster, 1);
     text = await scrape(cluster.gateway.url);
     assert.equal(value(text, `edgeinfer_backend_retries_total{reason="connect"}`), 0, 'no request was even tried there');
     // Nothing is left running on the survivor, and its KV blocks are all free again.

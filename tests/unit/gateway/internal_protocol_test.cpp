@@ -16,6 +16,7 @@
 #include "edge/gateway/openai_request.h"
 #include "edge/gateway/remote_backend_pool.h"
 #include "edge/gateway/tenant.h"
+#include "edge/gateway/usage_ledger.h"
 #include "test_support.h"
 
 namespace gw = edge::gateway;
@@ -232,7 +233,7 @@ TEST_CASE("events survive the trip; heartbeats are recognised; garbage is refuse
 }
 
 TEST_CASE("a backend's usage is charged only within what the gateway sent, relayed and asked for") {
-  const gw::usage_bounds bounds{.prompt_tokens = 12, .relayed_tokens = 5, .max_tokens = 20};
+  const gw::usage_bounds bounds{.prompt_tokens = 12, .seen_completion_tokens = 5, .max_tokens = 20};
   const auto charged = [&](be::token_usage reported) { return gw::bounded_usage(reported, bounds); };
   // Figures within the bounds are charged as reported.
   CHECK(charged({12, 9, 4}) == be::token_usage{12, 9, 4});
@@ -247,7 +248,7 @@ TEST_CASE("a backend's usage is charged only within what the gateway sent, relay
   CHECK(charged({3, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min()}) ==
         be::token_usage{12, 20, 0});
   // Everything asked for was relayed: that is the charge.
-  CHECK(gw::bounded_usage({12, 0, 0}, {.prompt_tokens = 12, .relayed_tokens = 20, .max_tokens = 20}) ==
+  CHECK(gw::bounded_usage({12, 0, 0}, {.prompt_tokens = 12, .seen_completion_tokens = 20, .max_tokens = 20}) ==
         be::token_usage{12, 20, 0});
 }
 

@@ -81,20 +81,6 @@ std::string encode_heartbeat();
 // A line without its '\n'. nullopt for a heartbeat; invalid_argument for anything malformed.
 result<std::optional<backend::engine_event>> parse_event(std::string_view line);
 
-// ---- usage ------------------------------------------------------------------------------------
-
-// What the gateway knows of a request a backend served, to hold the backend's usage to.
-struct usage_bounds {
-  std::int64_t prompt_tokens = 0;    // the prompt it sent, as it tokenized it
-  std::int64_t relayed_tokens = 0;   // completion tokens relayed to the client
-  std::int64_t max_tokens = 0;       // what it asked for (relayed_tokens never exceeds it)
-};
-
-// The usage to charge for `reported`: the prompt as sent, completion tokens between those
-// relayed and max_tokens, cached tokens within 0..prompt. A backend's figures are its word
-// only: a zero or negative count would let a tenant through quotas and budgets.
-backend::token_usage bounded_usage(const backend::token_usage& reported, const usage_bounds& bounds);
-
 // ---- model identity ---------------------------------------------------------------------------
 
 struct backend_info {

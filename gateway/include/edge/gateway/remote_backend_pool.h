@@ -19,10 +19,11 @@
 // the handle closes the connection, which cancels the request in the backend's engine.
 //
 // A backend's usage figures are its word only: the finished event's usage is held to what the
-// gateway knows (bounded_usage: the prompt it sent, completion tokens between those relayed and
-// max_tokens, cached tokens within the prompt) before anything is charged; each correction is
-// counted (edgeinfer_backend_usage_corrections_total) and logged, at most every 10 s per
-// backend. A stream that brings more tokens than max_tokens has failed.
+// gateway knows (usage_ledger.h's bounded_usage, the rule every request is charged by: the
+// prompt it sent, completion tokens between those relayed and max_tokens, cached tokens within
+// the prompt) before it goes on; each correction is counted
+// (edgeinfer_backend_usage_corrections_total) and logged, at most every 10 s per backend. A
+// stream that brings more tokens than max_tokens has failed.
 //
 // Each request has its own connection (closing it is the cancellation); pollers keep one
 // keep-alive connection each.
