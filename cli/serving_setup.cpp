@@ -102,7 +102,8 @@ void add_engine_options(config::schema& s) {
 
 void add_tenancy_options(config::schema& s) {
   s.add_duration("sse-heartbeat", "15s", 10ms, 1h, "Send a `: ping` comment on a stream that wrote nothing for this long");
-  s.add_path("state-dir", std::string(default_state_dir), "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
+  s.add_path("state-dir", std::string(default_state_dir),
+             "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
   s.add_string("admin-token", std::nullopt,
                "Bearer token of the admin API (/admin/v1/), at least 16 characters; without it the admin API is off");
   // Quota counters in this process, or in Redis when several gateways share them.

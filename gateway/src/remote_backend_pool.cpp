@@ -291,8 +291,9 @@ struct remote_backend_pool::impl : std::enable_shared_from_this<impl> {
       ++s.usage_corrections_unlogged;
       return;
     }
-    const std::string also =
-        s.usage_corrections_unlogged > 0 ? format(" ({} more since the last such line)", s.usage_corrections_unlogged) : "";
+    const std::string also = s.usage_corrections_unlogged > 0
+                                 ? format(" ({} more since the last such line)", s.usage_corrections_unlogged)
+                                 : "";
     log.warn("backend {} reported usage prompt {}, completion {}, cached {}; charged {}, {}, {} instead{}",
              endpoint(b).url, reported.prompt_tokens, reported.completion_tokens, reported.cached_tokens,
              charged.prompt_tokens, charged.completion_tokens, charged.cached_tokens, also);
@@ -656,9 +657,9 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
           }
           // Held to the rule the session charges by, here where the backend is known: the
           // correction is counted and logged against it (rate-limited), and charged as corrected.
-          const backend::token_usage charged = bounded_usage(
-              finished->usage,
-              {.prompt_tokens = prompt_tokens_, .seen_completion_tokens = completion_tokens_, .max_tokens = max_tokens_});
+          const backend::token_usage charged = bounded_usage(finished->usage, {.prompt_tokens = prompt_tokens_,
+                                                                               .seen_completion_tokens = completion_tokens_,
+                                                                               .max_tokens = max_tokens_});
           if (charged != finished->usage) {
             pool_->corrected_usage(*current_, finished->usage, charged);
             finished->usage = charged;

@@ -103,7 +103,8 @@ std::optional<request_error> find_token_outside_vocabulary(std::span<const Id> i
 }
 // The prompt must leave room for at least one token of completion (OpenAI's and vLLM's rule),
 // and prompt + max_tokens must fit in the context (context_length_exceeded, both).
-std::optional<request_error> prompt_does_not_fit(std::int64_t prompt_length, std::int64_t context, std::string_view what);
+std::optional<request_error> prompt_does_not_fit(std::int64_t prompt_length, std::int64_t context,
+                                                 std::string_view what);
 std::optional<request_error> completion_does_not_fit(std::int64_t prompt_length, std::int64_t max_tokens,
                                                      std::int64_t context, std::string_view what);
 
