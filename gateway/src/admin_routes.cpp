@@ -46,7 +46,7 @@ field_error read_quota(const json_value& v, std::optional<std::int64_t>& out) {
 
 field_error read_weight(const json_value& v, double& out) {
   EDGE_ASSIGN_OR_RETURN(out, v.as<double>());
-  if (!(out > 0.0 && out <= max_tenant_weight)) return v.must_be(format("above 0 and at most {}", max_tenant_weight));
+  if (!is_valid_tenant_weight(out)) return v.must_be(tenant_weight_rule());
   return std::nullopt;
 }
 
@@ -354,9 +354,7 @@ std::variant<tenant_record, admin_request_error> parse_tenant_create(std::string
   auto error = read_body(body, false, [&](std::string_view name, const json_value& v) -> field_error {
     if (name == "id") {
       EDGE_ASSIGN_OR_RETURN(const std::string_view id, v.as<std::string_view>());
-      if (!is_valid_tenant_id(id)) {
-        return v.must_be("1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit");
-      }
+      if (!is_valid_tenant_id(id)) return v.must_be(tenant_id_rule);
       tenant.id = std::string(id);
       has_id = true;
     } else if (name == "weight") {

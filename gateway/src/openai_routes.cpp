@@ -117,17 +117,10 @@ std::variant<std::vector<backend::token_id>, response> prompt_tokens(const opena
     return tok.encode(*text, {.add_bos = true, .parse_special = false});
   }
   const auto& ids = std::get<std::vector<std::int64_t>>(r.prompt);
-  std::vector<backend::token_id> tokens;
-  tokens.reserve(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] >= tok.vocab_size()) {
-      return invalid_request(format("'prompt[{}]' is token {}, outside the vocabulary of {} tokens", i, ids[i],
-                                    tok.vocab_size()),
-                             format("prompt[{}]", i));
-    }
-    tokens.push_back(static_cast<backend::token_id>(ids[i]));
+  if (auto outside = find_token_outside_vocabulary(std::span(ids), tok.vocab_size(), "prompt")) {
+    return invalid_request(outside->message, outside->param);
   }
-  return tokens;
+  return std::vector<backend::token_id>(ids.begin(), ids.end());
 }
 
 // The completion's token limit after defaults, or the 400 when prompt and completion cannot
@@ -136,22 +129,15 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
                                                         std::int64_t context, const request_session& session) {
   const bool chat = r.api == openai_api::chat_completions;
   const std::string_view what = chat ? "messages" : "prompt";
-  if (prompt_length >= context) {
-    return invalid_request(format("This model's maximum context length is {} tokens. However, your {} resulted in {} "
-                                  "tokens. Please reduce the length of the {}.",
-                                  context, what, prompt_length, what),
-                           what, "context_length_exceeded");
+  if (auto e = prompt_does_not_fit(prompt_length, context, what)) {
+    return invalid_request(e->message, e->param, "context_length_exceeded");
   }
   const std::int64_t room = context - prompt_length;
   if (!r.max_tokens) {
     return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room));
   }
-  if (*r.max_tokens > room) {
-    return invalid_request(format("This model's maximum context length is {} tokens. However, you requested {} tokens "
-                                  "({} in the {}, {} for the completion). Please reduce the length of the {} or the "
-                                  "completion.",
-                                  context, prompt_length + *r.max_tokens, prompt_length, what, *r.max_tokens, what),
-                           "max_tokens", "context_length_exceeded");
+  if (auto e = completion_does_not_fit(prompt_length, *r.max_tokens, context, what)) {
+    return invalid_request(e->message, e->param, "context_length_exceeded");
   }
   return *r.max_tokens;
 }

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <stdexcept>
+#include <vector>
 
 #include "edge/common/format.h"
 
@@ -24,7 +25,7 @@ void random_bytes(std::span<std::uint8_t> out) {
     const ssize_t n = ::getrandom(out.data() + filled, out.size() - filled, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error("getrandom failed: the system cannot generate API keys");
+      throw std::runtime_error("getrandom failed: the system cannot generate API keys or tokens");
     }
     filled += static_cast<std::size_t>(n);
   }
@@ -89,15 +90,23 @@ bool is_valid_tenant_id(std::string_view id) {
   return true;
 }
 
+std::string generate_secret_text(std::size_t bytes) {
+  std::vector<std::uint8_t> secret(bytes);
+  random_bytes(secret);
+  return base64url(secret);
+}
+
+bool is_valid_tenant_weight(double weight) { return weight > 0.0 && weight <= max_tenant_weight; }
+
+std::string tenant_weight_rule() { return format("above 0 and at most {}", max_tenant_weight); }
+
 issued_api_key generate_api_key(std::string_view tenant_id, unix_time now, std::optional<unix_time> expires_at) {
   std::array<std::uint8_t, key_id_bytes> id{};
-  std::array<std::uint8_t, key_secret_bytes> secret{};
   random_bytes(id);
-  random_bytes(secret);
   issued_api_key issued;
   issued.record.id = hex(id);
   issued.record.tenant_id = std::string(tenant_id);
-  const std::string secret_text = base64url(secret);
+  const std::string secret_text = generate_secret_text(key_secret_bytes);
   issued.record.secret_sha256 = sha256(secret_text);
   issued.record.created_at = now;
   issued.record.expires_at = expires_at;
