@@ -164,6 +164,23 @@ test('an unknown model is a 404 model_not_found', async () => {
   assert.equal((await fetch(`${server.url}/v1/models/org%2Fname`)).status, 404);
 });
 
+test('error bodies are valid UTF-8 even when they repeat request bytes that are not', async () => {
+  const strict = new TextDecoder('utf-8', { fatal: true });
+  const request = Buffer.concat([Buffer.from('GET /v1/caf'), Buffer.from([0xC3, 0xFF, 0xFE]),
+                                 Buffer.from(' HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')]);
+  const bytes = await new Promise((resolve, reject) => {
+    const socket = net.connect(server.port, '127.0.0.1', () => socket.end(request));
+    const chunks = [];
+    socket.on('data', (d) => chunks.push(d));
+    socket.on('close', () => resolve(Buffer.concat(chunks)));
+    socket.on('error', reject);
+  });
+  const text = strict.decode(bytes);
+  const reply = parseResponse(text);
+  assert.equal(reply.status, 404);
+  assert.match(JSON.parse(reply.body).error.message, /Invalid URL \(GET \/v1\/caf\uFFFD\uFFFD\uFFFD\)/);
+});
+
 // Opens a raw connection and sends `request`; resolves once `until` matches what came back.
 function openRaw(port, request, until) {
   return new Promise((resolve, reject) => {
