@@ -51,7 +51,7 @@ bool is_capture(const std::string& segment) {
 exchange::exchange(beast::tcp_stream& stream, beast::flat_buffer& input, const request& req, std::string request_id,
                    path_params params, exchange_settings settings)
     : stream_(stream), input_(input), req_(req), request_id_(std::move(request_id)), params_(std::move(params)),
-      settings_(settings) {}
+      settings_(settings), peer_done_sending_(settings.input_ended), input_ended_(settings.input_ended) {}
 
 std::string_view exchange::path() const {
   const std::string_view target = req_.target();
@@ -144,7 +144,7 @@ asio::awaitable<void> exchange::watch_disconnect() {
     if (!peer_done_sending_ && input_.size() < settings_.max_read_ahead) {
       auto [ec, n] = co_await socket.async_read_some(input_.prepare(settings_.max_read_ahead - input_.size()), use_tuple);
       input_.commit(n);
-      if (ec == asio::error::eof) peer_done_sending_ = true;
+      if (ec == asio::error::eof) peer_done_sending_ = input_ended_ = true;
       else if (ec && ec != asio::error::operation_aborted) break;
       // Aborted: cancelled (seen at the top), or the socket was closed under us (the next
       // read says so).

@@ -47,6 +47,10 @@ constexpr auto refusal_write_timeout = 1s;
 // Refusals being written at once; past this many, a connection over the cap is closed at once
 // (each refusal holds a descriptor for up to a couple of seconds).
 constexpr std::size_t max_refusals_in_flight = 64;
+// A body up to this size is never refused for the budget of bodies being received: so that
+// ordinary requests are still served while large stalled bodies hold the budget. What such
+// bodies hold together is bounded by the connection cap.
+constexpr std::size_t budget_exempt_body_bytes = 64 * 1024;
 // What an idle connection reads first: a small read, so that waiting holds no large buffer.
 constexpr std::size_t first_read_bytes = 1024;
 constexpr std::size_t default_connection_cap = 4096;
@@ -152,6 +156,34 @@ class body_charge {
   std::size_t charged_ = 0;
 };
 
+using request_parser = http::request_parser<http::string_body>;
+
+struct read_outcome {
+  beast::error_code ec;
+  bool over_budget = false;   // the body would have taken the budget of bodies being received past its limit
+  bool write_failed = false;  // the interim 100 Continue could not be written
+};
+
+struct dispatch_outcome {
+  bool keep_alive = false;           // the connection may carry another request
+  bool client_done_sending = false;  // the end of the client's data has been read
+};
+
+// The next request from what `buffer` holds, once the end of the client's data has been read
+// (no read would complete): a request cut short by that end is a partial message.
+read_outcome parse_buffered(request_parser& parser, beast::flat_buffer& buffer) {
+  read_outcome out;
+  while (!parser.is_done()) {
+    const std::size_t used = parser.put(buffer.data(), out.ec);
+    buffer.consume(used);
+    if (out.ec == http::error::need_more || (!out.ec && used == 0)) break;
+    if (out.ec) return out;
+  }
+  out.ec = {};
+  if (!parser.is_done()) parser.put_eof(out.ec);
+  return out;
+}
+
 response overloaded_response(std::string_view message) {
   response res = error_response(http::status::service_unavailable, message, "server_error", std::nullopt, "overloaded");
   res.set(http::field::retry_after, retry_after_seconds);
@@ -191,8 +223,13 @@ struct http_server::impl {
   asio::awaitable<void> accept_loop();
   void refuse_connection(tcp::socket socket);
   asio::awaitable<void> serve_connection(tcp::socket socket);
-  asio::awaitable<bool> dispatch(beast::tcp_stream& stream, beast::flat_buffer& input, const request& req,
-                                 std::chrono::steady_clock::time_point started);
+  // Reads the next request from the connection, its body charged against the budget.
+  asio::awaitable<read_outcome> read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                             request_parser& parser, body_charge& charge,
+                                             const std::shared_ptr<connection_state>& state,
+                                             asio::steady_timer& read_deadline);
+  asio::awaitable<dispatch_outcome> dispatch(beast::tcp_stream& stream, beast::flat_buffer& input, const request& req,
+                                             std::chrono::steady_clock::time_point started, bool input_ended);
   // Answers a request that could not be read, then closes; returns the request id it sent.
   asio::awaitable<std::string> reply_and_close(beast::tcp_stream& stream, response res,
                                                std::chrono::milliseconds write_timeout);
@@ -412,56 +449,29 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
 
   beast::flat_buffer buffer;
   asio::steady_timer read_deadline(stream.get_executor());
-  // Each phase of reading a request ends at its own deadline, and at the idle timeout if that
-  // is shorter.
-  const auto header_deadline = std::min(options.header_timeout, options.idle_timeout);
-  const auto body_deadline = std::min(options.body_timeout, options.idle_timeout);
+  // The end of the client's data was read while a request was answered: what is left of its
+  // requests is in the buffer. (Asio reads a socket again only once it signals more, which after
+  // its end it never does: a read would wait for its deadline.)
+  bool client_done_sending = false;
   for (;;) {
     if (owner.draining()) break;
+    if (client_done_sending && buffer.size() == 0) break;
     state->busy = false;
     // A keep-alive connection waiting for its next request holds no read buffer.
     if (buffer.size() == 0) buffer.shrink_to_fit();
-    http::request_parser<http::string_body> parser;
+    request_parser parser;
     parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
     parser.body_limit(options.max_body_bytes);
     body_charge charge(buffered_body_bytes, metrics ? &metrics->buffered_body_bytes : nullptr);
 
-    beast::error_code ec;
-    stream.expires_never();
-    if (buffer.size() == 0) {
-      // The request's first bytes: the header deadline starts once they are here.
-      arm_read_deadline(read_deadline, state, options.idle_timeout);
-      std::size_t n = 0;
-      std::tie(ec, n) = co_await stream.async_read_some(buffer.prepare(first_read_bytes), use_tuple);
-      buffer.commit(n);
-      disarm_read_deadline(read_deadline, *state);
-    }
-    if (!ec) {
-      arm_read_deadline(read_deadline, state, header_deadline);
-      std::tie(ec, std::ignore) = co_await http::async_read_header(stream, buffer, parser, use_tuple);
-      disarm_read_deadline(read_deadline, *state);
-    }
+    const read_outcome read = client_done_sending ? parse_buffered(parser, buffer)
+                                                  : co_await read_request(stream, buffer, parser, charge, state,
+                                                                          read_deadline);
+    const beast::error_code ec = read.ec;
+    const bool over_budget = read.over_budget;
     const auto started = std::chrono::steady_clock::now();
-    bool over_budget = false;
-    if (!ec) {
-      state->busy = true;
-      if (parser.get()[http::field::expect] == "100-continue") {
-        http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
-        stream.expires_after(options.write_timeout);
-        std::tie(ec, std::ignore) = co_await http::async_write(stream, go_on, use_tuple);
-        if (ec) break;
-      }
-      stream.expires_never();
-      arm_read_deadline(read_deadline, state, body_deadline);
-      while (!ec && !parser.is_done()) {
-        std::tie(ec, std::ignore) = co_await http::async_read_some(stream, buffer, parser, use_tuple);
-        // Charged as it arrives: a body that stalls halfway holds what it has sent.
-        over_budget = !ec && charge.update(parser.get().body().size()) > options.max_buffered_body_bytes;
-        if (over_budget) break;
-      }
-      disarm_read_deadline(read_deadline, *state);
-    }
-
+    if (read.write_failed) break;
+    if (!ec) state->busy = true;
     if (over_budget) {
       if (metrics) metrics->http_overload_rejections.Add({{"limit", "max_buffered_body_bytes"}}).Increment();
       charge.update(0);
@@ -512,7 +522,9 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
 
     charge.update(0);  // complete: the request owns its body now
     const request req = parser.release();
-    if (!co_await dispatch(stream, buffer, req, started)) break;
+    const dispatch_outcome answered = co_await dispatch(stream, buffer, req, started, client_done_sending);
+    if (!answered.keep_alive) break;
+    client_done_sending = answered.client_done_sending;
   }
 
   if (state->alive) {
@@ -521,8 +533,55 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
   }
 }
 
-asio::awaitable<bool> http_server::impl::dispatch(beast::tcp_stream& stream, beast::flat_buffer& input,
-                                                   const request& req, std::chrono::steady_clock::time_point started) {
+asio::awaitable<read_outcome> http_server::impl::read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                                             request_parser& parser, body_charge& charge,
+                                                             const std::shared_ptr<connection_state>& state,
+                                                             asio::steady_timer& read_deadline) {
+  // Each phase of reading a request ends at its own deadline, and at the idle timeout if that
+  // is shorter.
+  const auto header_deadline = std::min(options.header_timeout, options.idle_timeout);
+  const auto body_deadline = std::min(options.body_timeout, options.idle_timeout);
+  read_outcome out;
+  auto& ec = out.ec;
+  stream.expires_never();
+  if (buffer.size() == 0) {
+    // The request's first bytes: the header deadline starts once they are here.
+    arm_read_deadline(read_deadline, state, options.idle_timeout);
+    std::size_t n = 0;
+    std::tie(ec, n) = co_await stream.async_read_some(buffer.prepare(first_read_bytes), use_tuple);
+    buffer.commit(n);
+    disarm_read_deadline(read_deadline, *state);
+    if (ec) co_return out;
+  }
+  arm_read_deadline(read_deadline, state, header_deadline);
+  std::tie(ec, std::ignore) = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+  disarm_read_deadline(read_deadline, *state);
+  if (ec) co_return out;
+  state->busy = true;
+  if (parser.get()[http::field::expect] == "100-continue") {
+    http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
+    stream.expires_after(options.write_timeout);
+    std::tie(ec, std::ignore) = co_await http::async_write(stream, go_on, use_tuple);
+    out.write_failed = static_cast<bool>(ec);
+    if (ec) co_return out;
+  }
+  stream.expires_never();
+  arm_read_deadline(read_deadline, state, body_deadline);
+  while (!ec && !parser.is_done()) {
+    std::tie(ec, std::ignore) = co_await http::async_read_some(stream, buffer, parser, use_tuple);
+    // Charged as it arrives: a body that stalls halfway holds what it has sent.
+    const std::size_t held = parser.get().body().size();
+    out.over_budget = !ec && charge.update(held) > options.max_buffered_body_bytes && held > budget_exempt_body_bytes;
+    if (out.over_budget) break;
+  }
+  disarm_read_deadline(read_deadline, *state);
+  co_return out;
+}
+
+asio::awaitable<dispatch_outcome> http_server::impl::dispatch(beast::tcp_stream& stream, beast::flat_buffer& input,
+                                                              const request& req,
+                                                              std::chrono::steady_clock::time_point started,
+                                                              bool input_ended) {
   const std::string_view target = req.target();
   const std::string_view path = target.substr(0, target.find('?'));
   router::match found = routes.find(req.method(), path);
@@ -530,7 +589,7 @@ asio::awaitable<bool> http_server::impl::dispatch(beast::tcp_stream& stream, bea
   const auto id_header = req["x-request-id"];
   std::string request_id = is_valid_request_id(id_header) ? std::string(id_header) : new_request_id();
   exchange ex(stream, input, req, std::move(request_id), std::move(found.params),
-              {options.write_timeout, owner.draining(), started, options.max_header_bytes});
+              {options.write_timeout, owner.draining(), started, options.max_header_bytes, input_ended});
 
   if (found.target == nullptr) {
     if (!found.allow.empty()) {
@@ -561,7 +620,7 @@ asio::awaitable<bool> http_server::impl::dispatch(beast::tcp_stream& stream, bea
   }
   record(found.route, ex.status_code(), started);
   log_access(req.method_string(), path, ex.status_code(), ex.request_id(), started, ex.access());
-  co_return ex.keep_alive();
+  co_return dispatch_outcome{ex.keep_alive(), ex.input_ended()};
 }
 
 asio::awaitable<std::string> http_server::impl::reply_and_close(beast::tcp_stream& stream, response res,

@@ -190,6 +190,7 @@ TEST_CASE("a client that half-closes (HTTP/1.1) is not gone: it gets an interim 
   CHECK(c.receive(interim.size(), 5s) == interim);
   CHECK_FALSE(finished(watched, 300ms));
   CHECK(c.ex->status_code() == 0);
+  CHECK(c.ex->input_ended());  // what follows this request is in the input buffer, or nothing
   c.cancel_watch();
   REQUIRE(finished(watched, 5s));
 

@@ -38,6 +38,8 @@ struct exchange_settings {
   // buffer may hold while this one is answered: the header limit, so that the next request's
   // headers are never cut short.
   std::size_t max_read_ahead = 16 * 1024;
+  // The end of the client's data was read before this request (see exchange::input_ended()).
+  bool input_ended = false;
 };
 
 // What a handler tells the access log about its request, beyond method, path, status and
@@ -109,6 +111,9 @@ class exchange {
   bool responded() const { return status_code_ != 0; }
   // Whether the connection may carry another request after this one.
   bool keep_alive() const { return keep_alive_; }
+  // Whether watch_disconnect read the end of the client's data: the connection's next request,
+  // if any, is whole in the input buffer, and no read on the socket would complete.
+  bool input_ended() const { return input_ended_; }
 
  private:
   // What watch_disconnect saw when it could read no further.
@@ -132,6 +137,7 @@ class exchange {
   bool streaming_ = false;
   bool chunked_ = false;
   bool peer_done_sending_ = false;  // the client's data has ended (a close or a half-close)
+  bool input_ended_ = false;        // and a read returned that end
   std::size_t interim_unsent_ = 0;  // bytes at the end of the interim response not written yet
   std::chrono::steady_clock::time_point next_interim_{};
 };

@@ -7,7 +7,8 @@
 //
 // Hostile or careless clients are bounded: at most max_connections connections (past it a new
 // one is answered 503 and closed), at most max_buffered_body_bytes of request bodies being
-// received by all of them together (the request that would pass it is answered 503), and each
+// received by all of them together (the request that would pass it is answered 503, unless
+// its body is small: up to 64 KiB, bounded by the connection cap instead), and each
 // request has header_timeout for its headers from its first byte and body_timeout for its body
 // (408 past either), so that a client trickling bytes holds neither a connection nor memory
 // for long.
