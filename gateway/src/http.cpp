@@ -116,11 +116,9 @@ asio::awaitable<bool> exchange::write_chunk(std::string_view data) {
   stream_.expires_after(settings_.write_timeout);
   beast::error_code ec;
   if (chunked_) {
-    std::tie(ec, std::ignore) = co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)),
-                                                           use_tuple);
+    std::tie(ec, std::ignore) = co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)), use_tuple);
   } else {
-    std::tie(ec, std::ignore) =
-        co_await asio::async_write(stream_, asio::buffer(data), use_tuple);
+    std::tie(ec, std::ignore) = co_await asio::async_write(stream_, asio::buffer(data), use_tuple);
   }
   if (ec) keep_alive_ = false;
   co_return !ec;
@@ -142,7 +140,8 @@ asio::awaitable<void> exchange::watch_disconnect() {
     // (Checked before each wait: a cancellation requested earlier does not reach a new one.)
     if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) co_return;
     if (!peer_done_sending_ && input_.size() < settings_.max_read_ahead) {
-      auto [ec, n] = co_await socket.async_read_some(input_.prepare(settings_.max_read_ahead - input_.size()), use_tuple);
+      const auto room = input_.prepare(settings_.max_read_ahead - input_.size());
+      auto [ec, n] = co_await socket.async_read_some(room, use_tuple);
       input_.commit(n);
       if (ec == asio::error::eof) peer_done_sending_ = input_ended_ = true;
       else if (ec && ec != asio::error::operation_aborted) break;

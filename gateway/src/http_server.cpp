@@ -386,7 +386,9 @@ asio::awaitable<void> http_server::impl::accept_loop() {
       continue;
     }
     if (accepted.load(std::memory_order_acquire) >= options.max_connections) {
-      if (!at_cap) log.warn("{} connections open, the limit (--max-connections): refusing new ones", options.max_connections);
+      if (!at_cap) {
+        log.warn("{} connections open, the limit (--max-connections): refusing new ones", options.max_connections);
+      }
       at_cap = true;
       refuse_connection(std::move(socket));
       continue;
@@ -415,10 +417,9 @@ void http_server::impl::refuse_connection(tcp::socket socket) {
       executor,
       [this, socket = std::move(socket)]() mutable -> asio::awaitable<void> {
         beast::tcp_stream stream(std::move(socket));
-        co_await reply_and_close(
-            stream,
-            overloaded_response(format("The server is overloaded: {} connections are open, its limit", options.max_connections)),
-            refusal_write_timeout);
+        const std::string message =
+            format("The server is overloaded: {} connections are open, its limit", options.max_connections);
+        co_await reply_and_close(stream, overloaded_response(message), refusal_write_timeout);
       },
       [this](std::exception_ptr e) {
         refusals.fetch_sub(1, std::memory_order_acq_rel);

@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import path from 'node:path';
-import { startServer, rawExchange, parseResponse, sleep, fetch } from './lib/server.mjs';
+import { startServer, rawExchange, parseResponse, sleep, waitFor, fetch } from './lib/server.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -32,15 +32,6 @@ async function metric(target, series) {
     if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
   }
   return 0;
-}
-
-async function waitFor(what, check, { timeoutMs = 30000 } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
 }
 
 function assertInvalid(reply, param, message) {

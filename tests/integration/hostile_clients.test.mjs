@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
-import { startServer, parseResponse, sleep } from './lib/server.mjs';
+import { startServer, parseResponse, sleep, waitFor } from './lib/server.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -59,15 +59,6 @@ async function metrics(server) {
 
 async function metric(server, name, labels) {
   return seriesValue(await metrics(server), name, labels);
-}
-
-async function waitFor(what, check, { timeoutMs = 30000 } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
 }
 
 async function timed(fn) {
