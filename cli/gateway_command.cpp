@@ -22,7 +22,6 @@
 #include "edge/gateway/operational_routes.h"
 #include "edge/gateway/remote_backend_pool.h"
 #include "edge/gateway/serving_model.h"
-#include "edge/gateway/tenancy_gate.h"
 #include "edge/monitoring/gateway_metrics.h"
 #include "edge/monitoring/metrics_registry.h"
 #include "serving_setup.h"
@@ -128,8 +127,7 @@ int run_gateway(const config::values& settings) {
 
   gateway::router routes;
   gateway::add_operational_routes(routes, metrics, {.readiness = [&pool] { return pool.readiness(); }});
-  gateway::tenancy_gate gate(*tenancy.tenants);
-  gateway::add_openai_routes(routes, models, gate, &gateway_families,
+  gateway::add_openai_routes(routes, models, *tenancy.tenants, &gateway_families,
                              {.sse_heartbeat = settings.duration("sse-heartbeat")});
   gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
 
@@ -151,6 +149,8 @@ int run_gateway(const config::values& settings) {
   });
 
   server.run();
+  // Store calls still running resume their requests on the server's io_context: let them land first.
+  tenancy.tenants->drain_quota_calls();
   return 0;
 }
 

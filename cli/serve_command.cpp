@@ -30,12 +30,11 @@ namespace {
 
 gateway::router serve_routes(const config::values& settings, tenancy_setup& tenancy,
                              monitoring::metrics_registry& metrics, monitoring::gateway_metrics& families,
-                             const engine_loader& engine, const gateway::model_slot& models,
-                             gateway::request_gate& gate) {
+                             const engine_loader& engine, const gateway::model_slot& models) {
   gateway::router routes;
   gateway::add_operational_routes(routes, metrics, engine_probes(engine));
   // API keys and quotas from the tenant store guard every /v1/ route.
-  gateway::add_openai_routes(routes, models, gate, &families, {.sse_heartbeat = settings.duration("sse-heartbeat")});
+  gateway::add_openai_routes(routes, models, *tenancy.tenants, &families, {.sse_heartbeat = settings.duration("sse-heartbeat")});
   gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
   return routes;
 }
@@ -94,12 +93,14 @@ serve_server::serve_server(const config::values& settings, std::optional<backend
                            monitoring::gateway_metrics& families, std::function<void()> before_step)
     : settings_(settings),
       location_(std::move(location)),
+      tenants_(*tenancy.tenants),
       metrics_(metrics),
       before_step_(std::move(before_step)),
-      gate_(*tenancy.tenants),
-      server_(http_server_options(settings), serve_routes(settings, tenancy, metrics, families, engine_, models_, gate_),
+      server_(http_server_options(settings), serve_routes(settings, tenancy, metrics, families, engine_, models_),
               &families),
       engine_(location_.has_value()) {}
+
+serve_server::~serve_server() { tenants_.drain_quota_calls(); }
 
 void serve_server::load(const logger& log) {
   if (!location_) return;

@@ -14,7 +14,6 @@
 #include "edge/gateway/http_server.h"
 #include "edge/gateway/serving_model.h"
 #include "edge/gateway/tenancy.h"
-#include "edge/gateway/tenancy_gate.h"
 #include "edge/monitoring/gateway_metrics.h"
 #include "edge/monitoring/metrics_registry.h"
 #include "serving_setup.h"
@@ -33,6 +32,9 @@ class serve_server {
   serve_server(const config::values& settings, std::optional<backend::model_location> location, tenancy_setup& tenancy,
                monitoring::metrics_registry& metrics, monitoring::gateway_metrics& families,
                std::function<void()> before_step = {});
+  // Waits for the quota store calls still running: they resume their requests on the server's
+  // io_context, which must outlive them.
+  ~serve_server();
   serve_server(const serve_server&) = delete;
   serve_server& operator=(const serve_server&) = delete;
 
@@ -47,11 +49,11 @@ class serve_server {
  private:
   const config::values& settings_;
   std::optional<backend::model_location> location_;
+  gateway::tenancy& tenants_;
   monitoring::metrics_registry& metrics_;
   std::function<void()> before_step_;
   gateway::model_slot models_;
   std::unique_ptr<gateway::local_engine_client> client_;  // set by the loader thread before models_ names it
-  gateway::tenancy_gate gate_;
   gateway::http_server server_;
   // Destroyed before the server: the engine stops (its last events are posted to the server's
   // io_context, which still exists) before the server's connections and handlers go away.

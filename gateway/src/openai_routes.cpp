@@ -12,6 +12,7 @@
 #include "edge/common/format.h"
 #include "edge/gateway/event_relay.h"
 #include "edge/gateway/json_response.h"
+#include "edge/gateway/quota_response.h"
 #include "edge/gateway/openai_request.h"
 #include "edge/gateway/openai_response.h"
 #include "edge/gateway/sse_writer.h"
@@ -32,10 +33,10 @@ std::int64_t unix_seconds() {
 
 // ---- responses --------------------------------------------------------------------------------
 
-// The response with the lease's headers (x-ratelimit-*), which every answer to an admitted
+// The response with the session's headers (x-ratelimit-*), which every answer to an admitted
 // request carries.
-response with_headers(response res, const gate_lease& lease) {
-  lease.add_headers(res);
+response with_headers(response res, const request_session& session) {
+  session.add_headers(res);
   return res;
 }
 
@@ -132,7 +133,7 @@ std::variant<std::vector<backend::token_id>, response> prompt_tokens(const opena
 // The completion's token limit after defaults, or the 400 when prompt and completion cannot
 // fit in the context (OpenAI's and vLLM's rule: prompt + max_tokens <= context).
 std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r, std::int64_t prompt_length,
-                                                        std::int64_t context) {
+                                                        std::int64_t context, const request_session& session) {
   const bool chat = r.api == openai_api::chat_completions;
   const std::string_view what = chat ? "messages" : "prompt";
   if (prompt_length >= context) {
@@ -142,7 +143,9 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
                            what, "context_length_exceeded");
   }
   const std::int64_t room = context - prompt_length;
-  if (!r.max_tokens) return chat ? room : std::min(default_completion_max_tokens, room);
+  if (!r.max_tokens) {
+    return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room));
+  }
   if (*r.max_tokens > room) {
     return invalid_request(format("This model's maximum context length is {} tokens. However, you requested {} tokens "
                                   "({} in the {}, {} for the completion). Please reduce the length of the {} or the "
@@ -153,64 +156,40 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
   return *r.max_tokens;
 }
 
-// Settles the quota lease and counts the tenant's request and tokens when the request ends,
-// however it ends (finished, client gone, write failed): what was served so far is what is
-// charged. `outcome` is edgeinfer_tenant_requests_total's label: completed (stop or length),
-// failed (the engine refused or failed it), cancelled (the client left first).
-struct request_accounting {
-  std::unique_ptr<gate_lease> lease;
-  monitoring::gateway_metrics* metrics = nullptr;
-  std::string tenant;
-  backend::token_usage served;
-  std::string_view outcome = "cancelled";
-
-  ~request_accounting() {
-    if (lease) lease->settle(served);
-    if (metrics == nullptr) return;
-    const std::string label = metrics->tenant_labels.label(tenant);
-    metrics->tenant_requests.Add({{"tenant", label}, {"outcome", std::string(outcome)}}).Increment();
-    metrics->tenant_tokens.Add({{"tenant", label}, {"kind", "prompt"}}).Increment(static_cast<double>(served.prompt_tokens));
-    metrics->tenant_tokens.Add({{"tenant", label}, {"kind", "completion"}})
-        .Increment(static_cast<double>(served.completion_tokens));
-    metrics->tenant_tokens.Add({{"tenant", label}, {"kind", "cached"}})
-        .Increment(static_cast<double>(served.cached_tokens));
-  }
-};
-
 // ---- the handlers -----------------------------------------------------------------------------
 
 class openai_service {
  public:
-  openai_service(const model_slot& models, request_gate& gate, monitoring::gateway_metrics* metrics,
+  openai_service(const model_slot& models, tenancy& tenants, monitoring::gateway_metrics* metrics,
                  openai_route_options options)
-      : models_(models), gate_(gate), metrics_(metrics), options_(options) {}
+      : models_(models), tenants_(tenants), metrics_(metrics), options_(options) {}
 
   asio::awaitable<void> list_models(exchange& ex);
   asio::awaitable<void> get_model(exchange& ex);
   asio::awaitable<void> generate(exchange& ex, openai_api api);
 
  private:
-  // The caller, or nothing when a refusal was answered.
-  asio::awaitable<std::optional<caller>> authenticate(exchange& ex);
+  // The caller's session, or nothing when a refusal was answered.
+  asio::awaitable<std::optional<request_session>> authenticate(exchange& ex);
   // The loaded model, or nothing when a 503 was answered.
   asio::awaitable<std::shared_ptr<const serving_model>> loaded_model(exchange& ex);
   asio::awaitable<void> relay(exchange& ex, event_relay& events, const openai_request& r, const response_meta& meta,
-                              request_accounting& accounting);
+                              request_session& session);
 
   const model_slot& models_;
-  request_gate& gate_;
+  tenancy& tenants_;
   monitoring::gateway_metrics* metrics_;
   openai_route_options options_;
 };
 
-asio::awaitable<std::optional<caller>> openai_service::authenticate(exchange& ex) {
-  auto who = gate_.authenticate(ex.req());
-  if (auto* refusal = std::get_if<gate_refusal>(&who)) {
-    co_await ex.respond(std::move(*refusal));
+asio::awaitable<std::optional<request_session>> openai_service::authenticate(exchange& ex) {
+  auto session = tenants_.authenticate(ex.req());
+  if (!session.ok()) {
+    co_await ex.respond(unauthorized_response(session.error()));
     co_return std::nullopt;
   }
-  ex.access().tenant = std::get<caller>(who).tenant;
-  co_return std::get<caller>(std::move(who));
+  ex.access().tenant = session->tenant().id;
+  co_return std::move(session).value();
 }
 
 asio::awaitable<std::shared_ptr<const serving_model>> openai_service::loaded_model(exchange& ex) {
@@ -249,61 +228,57 @@ asio::awaitable<void> openai_service::get_model(exchange& ex) {
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
-  const std::optional<caller> who = co_await authenticate(ex);
-  if (!who) co_return;
+  std::optional<request_session> session = co_await authenticate(ex);
+  if (!session) co_return;
   const auto model = co_await loaded_model(ex);
   if (model == nullptr) co_return;
+  if (auto refused = co_await session->admit()) {
+    co_await ex.respond(quota_refusal_response(*refused));
+    co_return;
+  }
+  // From here on every answer carries the x-ratelimit-* headers.
+  const auto answer = [&](response res) { return ex.respond(with_headers(std::move(res), *session)); };
 
   auto parsed = parse_openai_request(api, ex.req().body());
   if (auto* error = std::get_if<request_error>(&parsed)) {
-    co_await ex.respond(invalid_request(error->message, error->param));
+    co_await answer(invalid_request(error->message, error->param));
     co_return;
   }
   const openai_request& r = std::get<openai_request>(parsed);
   if (r.model && *r.model != model->id) {
-    co_await ex.respond(model_not_found(*r.model, model->id));
+    co_await answer(model_not_found(*r.model, model->id));
     co_return;
   }
 
   auto tokens = prompt_tokens(r, *model);
   if (auto* refused = std::get_if<response>(&tokens)) {
-    co_await ex.respond(std::move(*refused));
+    co_await answer(std::move(*refused));
     co_return;
   }
   std::vector<backend::token_id>& prompt = std::get<std::vector<backend::token_id>>(tokens);
   const auto prompt_length = static_cast<std::int64_t>(prompt.size());
   const std::string_view prompt_param = api == openai_api::chat_completions ? "messages" : "prompt";
   if (prompt_length == 0) {
-    co_await ex.respond(invalid_request("The prompt is empty: it encodes to no tokens", prompt_param));
+    co_await answer(invalid_request("The prompt is empty: it encodes to no tokens", prompt_param));
     co_return;
   }
-  auto limit = resolve_max_tokens(r, prompt_length, model->context_length);
+  auto limit = resolve_max_tokens(r, prompt_length, model->context_length, *session);
   if (auto* refused = std::get_if<response>(&limit)) {
-    co_await ex.respond(std::move(*refused));
+    co_await answer(std::move(*refused));
     co_return;
   }
   const std::int64_t max_tokens = std::get<std::int64_t>(limit);
-
-  request_accounting accounting;
-  accounting.metrics = metrics_;
-  accounting.tenant = who->tenant;
-  {
-    auto acquired = gate_.try_acquire(*who, {.prompt_tokens = prompt_length, .max_tokens = max_tokens, .model = model->id});
-    if (auto* refusal = std::get_if<gate_refusal>(&acquired)) {
-      if (metrics_ != nullptr) {
-        metrics_->tenant_requests.Add({{"tenant", metrics_->tenant_labels.label(who->tenant)}, {"outcome", "rejected"}})
-            .Increment();
-      }
-      co_await ex.respond(std::move(*refusal));
-      co_return;
-    }
-    accounting.lease = std::get<std::unique_ptr<gate_lease>>(std::move(acquired));
+  if (auto refused = co_await session->reserve(prompt_length, max_tokens)) {
+    response res = quota_refusal_response(*refused);
+    session->add_headers(res);  // phase 1's requests figures too
+    co_await ex.respond(std::move(res));
+    co_return;
   }
 
   backend::generate_request request;
   request.id = ex.request_id();
-  request.tenant = who->tenant;
-  request.weight = who->weight;
+  request.tenant = session->tenant().id;
+  request.weight = session->tenant().weight;
   request.prompt = std::move(prompt);
   request.sampling = r.sampling;
   request.max_tokens = max_tokens;
@@ -312,32 +287,33 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
 
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
-  auto submitted = co_await model->engine->submit(std::move(request), relay_sink(events, strand));
+  auto submitted = co_await model->engine->submit(std::move(request), session->metered(relay_sink(events, strand)));
+  ex.access().prompt_tokens = prompt_length;
+  ex.access().completion_tokens = 0;
   if (!submitted.ok()) {
-    accounting.outcome = "failed";
-    co_await ex.respond(with_headers(submit_failure(submitted.error(), prompt_param), *accounting.lease));
+    session->set_outcome(request_outcome::failed);
+    co_await answer(submit_failure(submitted.error(), prompt_param));
     co_return;
   }
   // Destroying the handle (leaving this coroutine in any way) cancels the request.
   const backend::request_handle handle = std::move(submitted).value();
-  accounting.served.prompt_tokens = prompt_length;
-  ex.access().prompt_tokens = prompt_length;
-  ex.access().completion_tokens = 0;
 
   const response_meta meta{api, response_id(api, ex.request_id()), unix_seconds(), model->id};
-  co_await relay(ex, *events, r, meta, accounting);
+  co_await relay(ex, *events, r, meta, *session);
+  const usage_counts used = session->usage().counts();
+  ex.access().completion_tokens = used.completion_tokens;
+  ex.access().cached_tokens = used.cached_tokens;
 }
 
 // Answers from the engine's events until the request finishes or the client leaves.
 asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, const openai_request& r,
-                                            const response_meta& meta, request_accounting& accounting) {
-  const gate_lease& lease = *accounting.lease;
+                                            const response_meta& meta, request_session& session) {
   const chunk_builder chunks(meta, r.include_usage);
   std::optional<sse_writer> sse;
   if (r.stream) {
     sse.emplace(ex, metrics_ != nullptr ? &metrics_->active_streams : nullptr);
     http::response_header<> head;
-    lease.add_headers(head);
+    session.add_headers(head);
     if (!co_await sse->open(std::move(head))) co_return;
     // (No co_await inside && or ||: GCC 12 mishandles the temporaries of such operands.)
     if (meta.api == openai_api::chat_completions) {
@@ -355,8 +331,6 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
         if (!delta->tokens.empty() && !ex.access().ttft_seconds) {
           ex.access().ttft_seconds = std::chrono::duration<double>(clock::now() - ex.received()).count();
         }
-        accounting.served.completion_tokens += static_cast<std::int64_t>(delta->tokens.size());
-        ex.access().completion_tokens = accounting.served.completion_tokens;
         if (delta->text.empty()) continue;
         if (!sse) {
           text += delta->text;
@@ -368,26 +342,25 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
       const auto* finished = std::get_if<backend::finished_event>(&event);
       if (finished == nullptr) continue;  // admitted
 
-      accounting.served = finished->usage;
-      ex.access().prompt_tokens = finished->usage.prompt_tokens;
-      ex.access().completion_tokens = finished->usage.completion_tokens;
-      ex.access().cached_tokens = finished->usage.cached_tokens;
+      // The usage as the session charges it (the engine's figures, within what the gateway knows).
+      const usage_counts charged = session.usage().counts();
+      const backend::token_usage used{charged.prompt_tokens, charged.completion_tokens, charged.cached_tokens};
       const bool aborted = finished->reason == backend::finish_reason::abort;
       const bool failed = aborted || finished->reason == backend::finish_reason::error;
-      accounting.outcome = failed ? "failed" : "completed";
+      session.set_outcome(failed ? request_outcome::failed : request_outcome::completed);
       if (!sse) {
         if (aborted) {
           co_await ex.respond(with_headers(
-              unavailable_response("The request was aborted: the server is shutting down", "shutting_down"), lease));
+              unavailable_response("The request was aborted: the server is shutting down", "shutting_down"), session));
         } else if (failed) {
           co_await ex.respond(with_headers(error_response(http::status::internal_server_error,
                                                           format("The engine failed: {}", finished->error),
                                                           "server_error"),
-                                           lease));
+                                           session));
         } else {
           co_await ex.respond(with_headers(
-              json_response(http::status::ok, completion_response(meta, text, finished->reason, finished->usage)),
-              lease));
+              json_response(http::status::ok, completion_response(meta, text, finished->reason, used)),
+              session));
         }
         co_return;
       }
@@ -400,7 +373,7 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
       } else {
         if (!co_await sse->event(chunks.finish(finished->reason))) co_return;
         if (r.include_usage) {
-          const boost::json::value usage = chunks.usage(finished->usage);
+          const boost::json::value usage = chunks.usage(used);
           if (!co_await sse->event(usage)) co_return;
         }
       }
@@ -423,9 +396,9 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
 
 }  // namespace
 
-void add_openai_routes(router& routes, const model_slot& models, request_gate& gate,
+void add_openai_routes(router& routes, const model_slot& models, tenancy& tenants,
                        monitoring::gateway_metrics* metrics, openai_route_options options) {
-  auto service = std::make_shared<openai_service>(models, gate, metrics, options);
+  auto service = std::make_shared<openai_service>(models, tenants, metrics, options);
   routes.add(http::verb::post, "/v1/chat/completions", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->generate(ex, openai_api::chat_completions);
   });

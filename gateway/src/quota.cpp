@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "edge/common/format.h"
 #include "edge/gateway/tenant_store.h"
@@ -42,6 +43,22 @@ std::string format_reset_duration(std::chrono::milliseconds d) {
   return out;
 }
 
+namespace {
+
+std::string random_hex_id() {
+  std::random_device device;
+  std::uint64_t value = (static_cast<std::uint64_t>(device()) << 32) | device();
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, value >>= 4) out[static_cast<std::size_t>(i)] = "0123456789abcdef"[value & 0xf];
+  return out;
+}
+
+}  // namespace
+
+reservation_ids::reservation_ids() : prefix_(random_hex_id() + ":") {}
+
+std::string reservation_ids::next() { return prefix_ + std::to_string(next_.fetch_add(1, std::memory_order_relaxed)); }
+
 in_memory_quota_store::tenant_state& in_memory_quota_store::state_of(std::string_view tenant_id) {
   auto it = tenants_.find(tenant_id);
   if (it == tenants_.end()) it = tenants_.emplace(std::string(tenant_id), tenant_state{}).first;
@@ -62,10 +79,28 @@ void in_memory_quota_store::refill(tenant_state& state, std::int64_t capacity, s
   state.bucket_at_ns = std::max(state.bucket_at_ns, now_ns);
 }
 
-quota_decision in_memory_quota_store::try_acquire(const quota_request& request) {
+std::int64_t in_memory_quota_store::now_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.monotonic_time().time_since_epoch()).count();
+}
+
+quota_decision in_memory_quota_store::try_admit(const admit_request& request) {
   const tenant_quotas& q = request.quotas;
-  const std::int64_t now_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.monotonic_time().time_since_epoch()).count();
+  const std::int64_t now = now_ns();
+  std::lock_guard lock(mutex_);
+  tenant_state& st = state_of(request.tenant_id);
+  quota_rules::admit_counters seen{.in_flight = st.in_flight};
+  if (q.requests_per_minute) seen.backlog_ns = std::max(st.tat_ns, now) - now;
+
+  quota_decision d = quota_rules::judge_admit(request, seen);
+  if (!d.allowed) return d;  // a refusal takes nothing
+  if (q.requests_per_minute) st.tat_ns = now + seen.backlog_ns + quota_rules::gcra_interval_ns(*q.requests_per_minute);
+  if (d.reservation.holds_slot) ++st.in_flight;
+  return d;
+}
+
+quota_decision in_memory_quota_store::try_reserve(const quota_reservation& held, const quota_request& request) {
+  const tenant_quotas& q = request.quotas;
+  const std::int64_t now = now_ns();
   const unix_time now_s = to_unix_seconds(clock_.system_time());
   const std::int64_t today = quota_rules::utc_day(now_s);
 
@@ -75,21 +110,16 @@ quota_decision in_memory_quota_store::try_acquire(const quota_request& request) 
     st.day = today;
     st.day_tokens = 0;
   }
-  quota_rules::counters seen{.in_flight = st.in_flight, .day_tokens = st.day_tokens};
-  if (q.requests_per_minute) seen.backlog_ns = std::max(st.tat_ns, now_ns) - now_ns;
+  quota_rules::reserve_counters seen{.day_tokens = st.day_tokens};
   if (q.tokens_per_minute) {
-    refill(st, *q.tokens_per_minute, now_ns);
+    refill(st, *q.tokens_per_minute, now);
     seen.bucket = st.bucket;
   }
 
-  quota_decision d = quota_rules::judge(request, seen, today, now_s);
-  if (!d.allowed) return d;  // a refusal takes nothing
-  if (q.requests_per_minute) {
-    st.tat_ns = now_ns + seen.backlog_ns + quota_rules::gcra_interval_ns(*q.requests_per_minute);
-  }
+  quota_decision d = quota_rules::judge_reserve(held, request, seen, today, now_s);
+  if (!d.allowed) return d;  // a refusal takes nothing more
   st.bucket -= static_cast<double>(d.reservation.bucket_tokens);
   st.day_tokens += d.reservation.daily_tokens;
-  if (d.reservation.holds_slot) ++st.in_flight;
   return d;
 }
 

@@ -30,6 +30,33 @@ std::int64_t refill_ns(double tokens, std::int64_t capacity) {
 
 std::string seconds_text(std::chrono::milliseconds d) { return format_reset_duration(d); }
 
+// The refusals of one phase: every limit is checked; the first refusal is the one reported,
+// and retry_after is when all of them would pass (none when one never can).
+class refusals {
+ public:
+  void add(quota_limit limit, std::optional<std::chrono::milliseconds> after, std::string message) {
+    if (!first_) first_ = refusal{limit, std::move(message)};
+    if (!after) retry_after_.reset();
+    else if (retry_after_) retry_after_ = std::max(*retry_after_, *after);
+  }
+  bool any() const { return first_.has_value(); }
+  // Fills in a refused decision.
+  void refuse(quota_decision& d) {
+    d.allowed = false;
+    d.limit = first_->limit;
+    d.message = std::move(first_->message);
+    d.retry_after = retry_after_;
+  }
+
+ private:
+  struct refusal {
+    quota_limit limit;
+    std::string message;
+  };
+  std::optional<refusal> first_;
+  std::optional<std::chrono::milliseconds> retry_after_{std::chrono::milliseconds(0)};
+};
+
 }  // namespace
 
 std::int64_t gcra_interval_ns(std::int64_t limit) { return std::max<std::int64_t>(window_ns / limit, 1); }
@@ -38,50 +65,16 @@ std::int64_t utc_day(unix_time t) {
   return t >= 0 ? t / seconds_per_day : -((-t + seconds_per_day - 1) / seconds_per_day);
 }
 
-quota_decision judge(const quota_request& request, const counters& seen, std::int64_t today, unix_time now_s) {
+quota_decision judge_admit(const admit_request& request, const admit_counters& seen) {
   const tenant_quotas& q = request.quotas;
-  const std::int64_t cost = request.cost();
-
   quota_decision d;
-  // Every limit is checked; the first refusal is the one reported, and retry_after is when all
-  // of them would pass.
-  struct refusal {
-    quota_limit limit;
-    std::string message;
-  };
-  std::optional<refusal> first;
-  std::optional<std::chrono::milliseconds> retry_after{std::chrono::milliseconds(0)};
-  const auto refuse = [&](quota_limit limit, std::optional<std::chrono::milliseconds> after, std::string message) {
-    if (!first) first = refusal{limit, std::move(message)};
-    if (!after) retry_after.reset();
-    else if (retry_after) retry_after = std::max(*retry_after, *after);
-  };
-
-  if (q.max_tokens_per_request && request.max_tokens > *q.max_tokens_per_request) {
-    refuse(quota_limit::max_tokens_per_request, std::nullopt,
-           format("max_tokens is too large: {}. Tenant '{}' may ask for at most {} tokens per request.",
-                  request.max_tokens, request.tenant_id, *q.max_tokens_per_request));
-  }
-
-  // Daily budget.
-  if (q.daily_tokens && seen.day_tokens + cost > *q.daily_tokens) {
-    const unix_time midnight = (today + 1) * seconds_per_day;
-    if (cost > *q.daily_tokens) {
-      refuse(quota_limit::daily_tokens, std::nullopt,
-             format("This request needs up to {} tokens, more than tenant '{}''s whole daily budget of {}.", cost,
-                    request.tenant_id, *q.daily_tokens));
-    } else {
-      refuse(quota_limit::daily_tokens, std::chrono::seconds(midnight - now_s),
-             format("Tenant '{}' has used its daily token budget: {} of {} tokens spent or reserved today, this "
-                    "request needs up to {}. The budget resets at {}.",
-                    request.tenant_id, seen.day_tokens, *q.daily_tokens, cost, format_utc(midnight)));
-    }
-  }
+  refusals refused;
 
   if (q.max_concurrent && seen.in_flight >= *q.max_concurrent) {
-    refuse(quota_limit::max_concurrent, concurrency_retry_after,
-           format("Too many concurrent requests for tenant '{}': the limit is {}. Please try again when one finishes.",
-                  request.tenant_id, *q.max_concurrent));
+    refused.add(quota_limit::max_concurrent, concurrency_retry_after,
+                format("Too many concurrent requests for tenant '{}': the limit is {}. Please try again when one "
+                       "finishes.",
+                       request.tenant_id, *q.max_concurrent));
   }
 
   // Requests per minute (GCRA). `requests_idle` is the limit as it stands (what a refusal
@@ -97,9 +90,50 @@ quota_decision judge(const quota_request& request, const counters& seen, std::in
       d.requests = rate_limit_status{limit, (window_ns - next) / interval, ceil_ms(next)};
     } else {
       const auto wait = ceil_ms(next - window_ns);
-      refuse(quota_limit::requests_per_minute, wait,
-             format("Rate limit reached for requests per minute on tenant '{}': limit {}. Please try again in {}.",
-                    request.tenant_id, limit, seconds_text(wait)));
+      refused.add(quota_limit::requests_per_minute, wait,
+                  format("Rate limit reached for requests per minute on tenant '{}': limit {}. Please try again in {}.",
+                         request.tenant_id, limit, seconds_text(wait)));
+    }
+  }
+
+  if (refused.any()) {
+    // Nothing is taken: the headers describe the limit as it stands.
+    if (q.requests_per_minute) d.requests = requests_idle;
+    refused.refuse(d);
+    return d;
+  }
+  d.allowed = true;
+  d.reservation.tenant_id = std::string(request.tenant_id);
+  d.reservation.id = std::string(request.reservation_id);
+  d.reservation.holds_slot = q.max_concurrent.has_value();
+  return d;
+}
+
+quota_decision judge_reserve(const quota_reservation& held, const quota_request& request, const reserve_counters& seen,
+                             std::int64_t today, unix_time now_s) {
+  const tenant_quotas& q = request.quotas;
+  const std::int64_t cost = request.cost();
+  quota_decision d;
+  refusals refused;
+
+  if (q.max_tokens_per_request && request.max_tokens > *q.max_tokens_per_request) {
+    refused.add(quota_limit::max_tokens_per_request, std::nullopt,
+                format("max_tokens is too large: {}. Tenant '{}' may ask for at most {} tokens per request.",
+                       request.max_tokens, request.tenant_id, *q.max_tokens_per_request));
+  }
+
+  // Daily budget.
+  if (q.daily_tokens && seen.day_tokens + cost > *q.daily_tokens) {
+    const unix_time midnight = (today + 1) * seconds_per_day;
+    if (cost > *q.daily_tokens) {
+      refused.add(quota_limit::daily_tokens, std::nullopt,
+                  format("This request needs up to {} tokens, more than tenant '{}''s whole daily budget of {}.", cost,
+                         request.tenant_id, *q.daily_tokens));
+    } else {
+      refused.add(quota_limit::daily_tokens, std::chrono::seconds(midnight - now_s),
+                  format("Tenant '{}' has used its daily token budget: {} of {} tokens spent or reserved today, this "
+                         "request needs up to {}. The budget resets at {}.",
+                         request.tenant_id, seen.day_tokens, *q.daily_tokens, cost, format_utc(midnight)));
     }
   }
 
@@ -116,36 +150,32 @@ quota_decision judge(const quota_request& request, const counters& seen, std::in
       d.tokens = rate_limit_status{capacity, static_cast<std::int64_t>(std::floor(after)),
                                    ceil_ms(refill_ns(full - after, capacity))};
     } else if (cost > capacity) {
-      refuse(quota_limit::tokens_per_minute, std::nullopt,
-             format("Request too large for tokens per minute on tenant '{}': limit {}, requested {} (prompt {} + "
-                    "max_tokens {}). Lower max_tokens or shorten the prompt.",
-                    request.tenant_id, capacity, cost, request.prompt_tokens, request.max_tokens));
+      refused.add(quota_limit::tokens_per_minute, std::nullopt,
+                  format("Request too large for tokens per minute on tenant '{}': limit {}, requested {} (prompt {} + "
+                         "max_tokens {}). Lower max_tokens or shorten the prompt.",
+                         request.tenant_id, capacity, cost, request.prompt_tokens, request.max_tokens));
     } else {
       const auto wait = ceil_ms(refill_ns(static_cast<double>(cost) - level, capacity));
-      refuse(quota_limit::tokens_per_minute, wait,
-             format("Rate limit reached for tokens per minute on tenant '{}': limit {}, available {}, requested {}. "
-                    "Please try again in {}.",
-                    request.tenant_id, capacity, tokens_idle.remaining, cost, seconds_text(wait)));
+      refused.add(quota_limit::tokens_per_minute, wait,
+                  format("Rate limit reached for tokens per minute on tenant '{}': limit {}, available {}, requested "
+                         "{}. Please try again in {}.",
+                         request.tenant_id, capacity, tokens_idle.remaining, cost, seconds_text(wait)));
     }
   }
 
-  if (first) {
-    // Nothing is taken: the headers describe the limits as they stand.
-    if (q.requests_per_minute) d.requests = requests_idle;
+  if (refused.any()) {
+    // Nothing more is taken: the headers describe the limit as it stands.
     if (q.tokens_per_minute) d.tokens = tokens_idle;
-    d.allowed = false;
-    d.limit = first->limit;
-    d.message = std::move(first->message);
-    d.retry_after = retry_after;
+    refused.refuse(d);
     return d;
   }
-
   d.allowed = true;
-  d.reservation.tenant_id = std::string(request.tenant_id);
+  d.reservation = held;
   if (q.tokens_per_minute) d.reservation.bucket_tokens = cost;
-  if (q.daily_tokens) d.reservation.daily_tokens = cost;
-  d.reservation.day = today;
-  d.reservation.holds_slot = q.max_concurrent.has_value();
+  if (q.daily_tokens) {
+    d.reservation.daily_tokens = cost;
+    d.reservation.day = today;
+  }
   return d;
 }
 

@@ -21,7 +21,7 @@ void add_quota_store_options(config::schema& options) {
                      "While the Redis quota store cannot be reached: open admits requests without counting them, "
                      "closed refuses them with 503 and retry-after");
   options.add_duration("quota-store-timeout", "100ms", 1ms, 10s,
-                       "Longest wait for one Redis command of the quota store (it runs on an HTTP thread)");
+                       "Longest wait for one Redis command of the quota store");
   options.add_duration("quota-store-connect-timeout", "200ms", 1ms, 10s,
                        "Longest wait for a new connection to the Redis quota store");
   options.add_integer("quota-store-connections", 16, 1, max_connections_limit,

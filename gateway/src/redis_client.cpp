@@ -73,7 +73,8 @@ bool closed_by_server(const redisContext& c) {
 }
 
 // Writes every command, then reads one reply per command. A failure leaves the connection
-// unusable (replies out of step), so the caller closes it.
+// unusable (replies out of step), so the caller closes it. Once hiredis starts writing, what
+// reached Redis is unknown: such a failure is deadline_exceeded (may_have_run).
 result<std::vector<redis_reply>> exchange(redisContext* c, std::span<const redis_command> commands,
                                           const redis_client_options& options) {
   std::vector<const char*> argv;
@@ -94,7 +95,8 @@ result<std::vector<redis_reply>> exchange(redisContext* c, std::span<const redis
   for (std::size_t i = 0; i < commands.size(); ++i) {
     void* raw = nullptr;
     if (redisGetReply(c, &raw) != REDIS_OK || raw == nullptr) {
-      return unavailable(format("Redis at {}:{}: {}", options.host, options.port, describe_failure(*c, options.command_timeout)));
+      return status(status_code::deadline_exceeded, format("Redis at {}:{}: {}", options.host, options.port,
+                                                           describe_failure(*c, options.command_timeout)));
     }
     replies.push_back(convert(*static_cast<redisReply*>(raw)));
     freeReplyObject(raw);
@@ -103,6 +105,8 @@ result<std::vector<redis_reply>> exchange(redisContext* c, std::span<const redis
 }
 
 }  // namespace
+
+bool may_have_run(const status& failure) { return failure.code() == status_code::deadline_exceeded; }
 
 bool redis_reply::is_error(std::string_view code) const {
   return type == kind::error && std::string_view(text).substr(0, code.size()) == code;
@@ -162,9 +166,7 @@ result<redis_client::taken> redis_client::take() {
   lock.lock();
   if (!connected.ok()) {
     --open_;
-    backoff_ = backoff_.count() == 0 ? first_backoff : std::min(backoff_ * 2, max_backoff);
-    retry_at_ = steady::now() + backoff_;
-    last_failure_ = connected.error().message();
+    back_off(connected.error());
     freed_.notify_one();
     return connected.error();
   }
@@ -178,13 +180,20 @@ void redis_client::give_back(redisContext* context) {
   freed_.notify_one();
 }
 
-void redis_client::discard(redisContext* context) {
+void redis_client::back_off(const status& why) {
+  backoff_ = backoff_.count() == 0 ? first_backoff : std::min(backoff_ * 2, max_backoff);
+  retry_at_ = steady::now() + backoff_;
+  last_failure_ = why.message();
+}
+
+void redis_client::discard(redisContext* context, bool back_off_too, const status& why) {
   std::vector<redisContext*> closing;
   {
     std::lock_guard lock(mutex_);
     closing.swap(idle_);
     closing.push_back(context);
     open_ -= closing.size();
+    if (back_off_too) back_off(why);
     freed_.notify_all();
   }
   for (redisContext* c : closing) redisFree(c);
@@ -202,8 +211,9 @@ result<std::vector<redis_reply>> redis_client::pipeline(std::span<const redis_co
     // commands reached no live server, so they go once more, on a new connection, instead of
     // turning one restart into a failed call. Timeouts are not retried: the commands may have run.
     const bool closed_while_idle = t.pooled && closed_by_server(*t.context);
-    discard(t.context);
-    if (!closed_while_idle || attempt > 0) return replies;
+    const bool final = !closed_while_idle || attempt > 0;
+    discard(t.context, final, replies.error());
+    if (final) return replies;
   }
 }
 

@@ -7,10 +7,15 @@
 //
 // A pipeline sends its commands in one write and reads their replies in order: one round trip.
 // Redis's own error replies (NOSCRIPT, WRONGTYPE, ...) are replies; only not reaching Redis (no
-// connection, a timeout, a broken connection) is a failed result. A connection that failed is
-// closed, with every idle one (after a Redis restart they are all dead), and new connections are
-// not attempted again until a backoff has passed (50 ms doubling to 2 s, reset by a success):
-// during an outage calls fail at once instead of each waiting for a connect timeout.
+// connection, a timeout, a broken connection) is a failed result, and may_have_run() tells the
+// two kinds of failure apart: commands that never left (no connection) cannot run, while
+// commands sent without a reply (a timeout, a connection broken after sending) may have run or
+// may still run: a stopped Redis (SIGSTOP) executes what it had received once it resumes.
+//
+// A connection that failed is closed, with every idle one (after a Redis restart they are all
+// dead), and new connections are not attempted again until a backoff has passed (50 ms doubling
+// to 2 s, reset by a new connection): during an outage or a stall calls fail at once instead of
+// each waiting for a connect or command timeout.
 //
 // Thread-safe; a call holds one connection for its duration.
 #pragma once
@@ -43,6 +48,9 @@ struct redis_reply {
 };
 
 using redis_command = std::vector<std::string>;  // the command and its arguments
+
+// Whether a failed call's commands may have reached Redis (and so may have run, or run later).
+bool may_have_run(const status& failure);
 
 struct redis_client_options {
   std::string host = "127.0.0.1";
@@ -78,7 +86,10 @@ class redis_client {
   };
   result<taken> take();                // an idle connection or a new one
   void give_back(redisContext* context);
-  void discard(redisContext* context);  // after a failure: it and every idle connection are closed
+  // After a failure: it and every idle connection are closed, and with `back_off` no new one is
+  // attempted before the backoff has passed.
+  void discard(redisContext* context, bool back_off, const status& why);
+  void back_off(const status& why);  // mutex_ held
   result<redisContext*> connect();
 
   const redis_client_options options_;

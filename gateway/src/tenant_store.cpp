@@ -68,6 +68,15 @@ CREATE TABLE audit_log (
   details    TEXT NOT NULL
 );
 )sql"},
+    {2, "daily-budget holds of requests being served", R"sql(
+CREATE TABLE usage_holds (
+  id              TEXT PRIMARY KEY,
+  tenant_id       TEXT NOT NULL,
+  day             INTEGER NOT NULL,
+  reserved_tokens INTEGER NOT NULL CHECK (reserved_tokens >= 0),
+  charged_tokens  INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+)sql"},
 };
 
 constexpr std::string_view tenant_columns =
@@ -473,32 +482,79 @@ result<api_key_record> tenant_store::revoke_key(std::string_view key_id, const a
   return key;
 }
 
-status tenant_store::add_usage(std::span<const usage_row> rows) {
-  if (rows.empty()) return {};
+status tenant_store::add_usage(const usage_batch& batch) {
+  if (batch.empty()) return {};
   std::lock_guard guard(impl_->mutex);
   auto& db = impl_->db;
   EDGE_ASSIGN_OR_RETURN(sqlite::transaction tx, sqlite::transaction::begin(db));
-  EDGE_ASSIGN_OR_RETURN(
-      sqlite::statement upsert,
-      db.prepare("INSERT INTO usage_hourly (tenant_id, hour_start, requests, prompt_tokens, completion_tokens, "
-                 "cached_tokens, rejections) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                 "ON CONFLICT (tenant_id, hour_start) DO UPDATE SET "
-                 "requests = requests + excluded.requests, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-                 "completion_tokens = completion_tokens + excluded.completion_tokens, "
-                 "cached_tokens = cached_tokens + excluded.cached_tokens, "
-                 "rejections = rejections + excluded.rejections"));
-  for (const usage_row& row : rows) {
-    upsert.reset();
-    EDGE_RETURN_IF_ERROR(upsert.bind(1, std::string_view(row.tenant_id))
-                             .bind(2, hour_start_of(row.hour_start))
-                             .bind(3, row.counts.requests)
-                             .bind(4, row.counts.prompt_tokens)
-                             .bind(5, row.counts.completion_tokens)
-                             .bind(6, row.counts.cached_tokens)
-                             .bind(7, row.counts.rejections)
-                             .run());
+  if (!batch.rows.empty()) {
+    EDGE_ASSIGN_OR_RETURN(
+        sqlite::statement upsert,
+        db.prepare("INSERT INTO usage_hourly (tenant_id, hour_start, requests, prompt_tokens, completion_tokens, "
+                   "cached_tokens, rejections) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                   "ON CONFLICT (tenant_id, hour_start) DO UPDATE SET "
+                   "requests = requests + excluded.requests, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+                   "completion_tokens = completion_tokens + excluded.completion_tokens, "
+                   "cached_tokens = cached_tokens + excluded.cached_tokens, "
+                   "rejections = rejections + excluded.rejections"));
+    for (const usage_row& row : batch.rows) {
+      upsert.reset();
+      EDGE_RETURN_IF_ERROR(upsert.bind(1, std::string_view(row.tenant_id))
+                               .bind(2, hour_start_of(row.hour_start))
+                               .bind(3, row.counts.requests)
+                               .bind(4, row.counts.prompt_tokens)
+                               .bind(5, row.counts.completion_tokens)
+                               .bind(6, row.counts.cached_tokens)
+                               .bind(7, row.counts.rejections)
+                               .run());
+    }
+  }
+  if (!batch.hold_progress.empty()) {
+    EDGE_ASSIGN_OR_RETURN(sqlite::statement update,
+                          db.prepare("UPDATE usage_holds SET charged_tokens = ? WHERE id = ?"));
+    for (const auto& [id, charged] : batch.hold_progress) {
+      update.reset();
+      EDGE_RETURN_IF_ERROR(update.bind(1, charged).bind(2, std::string_view(id)).run());
+    }
+  }
+  if (!batch.released_holds.empty()) {
+    EDGE_ASSIGN_OR_RETURN(sqlite::statement erase, db.prepare("DELETE FROM usage_holds WHERE id = ?"));
+    for (const std::string& id : batch.released_holds) {
+      erase.reset();
+      EDGE_RETURN_IF_ERROR(erase.bind(1, std::string_view(id)).run());
+    }
   }
   return tx.commit();
+}
+
+status tenant_store::add_hold(const usage_hold& hold) {
+  std::lock_guard guard(impl_->mutex);
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement insert,
+                        impl_->db.prepare("INSERT OR REPLACE INTO usage_holds (id, tenant_id, day, reserved_tokens) "
+                                          "VALUES (?, ?, ?, ?)"));
+  return insert.bind(1, std::string_view(hold.id))
+      .bind(2, std::string_view(hold.tenant_id))
+      .bind(3, hold.day)
+      .bind(4, hold.reserved_tokens)
+      .run();
+}
+
+result<std::map<std::string, std::int64_t>> tenant_store::unreleased_hold_tokens(std::int64_t day) {
+  std::lock_guard guard(impl_->mutex);
+  auto& db = impl_->db;
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement stale, db.prepare("DELETE FROM usage_holds WHERE day < ?"));
+  EDGE_RETURN_IF_ERROR(stale.bind(1, day).run());
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement q,
+                        db.prepare("SELECT tenant_id, sum(max(reserved_tokens - charged_tokens, 0)) FROM usage_holds "
+                                   "WHERE day = ? GROUP BY tenant_id"));
+  q.bind(1, day);
+  std::map<std::string, std::int64_t> out;
+  for (;;) {
+    EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    out[q.text(0)] = q.int64(1);
+  }
+  return out;
 }
 
 result<std::vector<usage_row>> tenant_store::usage(std::string_view tenant_id, unix_time from,

@@ -103,7 +103,18 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
       quota_store_errors(prometheus::BuildCounter()
                              .Name(name("quota_store_errors_total"))
                              .Help("Calls to the quota store that failed, by operation: connect, acquire, settle, "
-                                   "release, finish (settle and release at once), renew")
-                             .Register(registry)) {}
+                                   "release, finish (settle and release at once), renew, retry (of queued calls)")
+                             .Register(registry)),
+      quota_store_pending(prometheus::BuildGauge()
+                              .Name(name("quota_store_pending"))
+                              .Help("Quota store calls queued until it answers again: settlements that failed and "
+                                    "compensations of calls that timed out")
+                              .Register(registry)
+                              .Add({})),
+      quota_store_dropped(prometheus::BuildCounter()
+                              .Name(name("quota_store_dropped_total"))
+                              .Help("Queued quota store calls dropped because the queue was full")
+                              .Register(registry)
+                              .Add({})) {}
 
 }  // namespace edge::monitoring

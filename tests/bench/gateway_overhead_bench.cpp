@@ -39,7 +39,6 @@
 #include "edge/gateway/openai_routes.h"
 #include "edge/gateway/serving_model.h"
 #include "edge/gateway/tenancy.h"
-#include "edge/gateway/tenancy_gate.h"
 
 namespace be = edge::backend;
 namespace gw = edge::gateway;
@@ -246,9 +245,8 @@ int main(int argc, char** argv) {
                                                                        .chat_template = m.chat_template,
                                                                        .tokenizer = m.tok.get(),
                                                                        .engine = &local}));
-  gw::tenancy_gate gate(**tenants);
   gw::router routes;
-  gw::add_openai_routes(routes, models, gate, nullptr);
+  gw::add_openai_routes(routes, models, **tenants, nullptr);
   gw::server_options server_options;
   server_options.port = 0;
   server_options.threads = 1;

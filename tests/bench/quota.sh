@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The quota store benchmark of docs/performance.md ("Quotas in Redis"):
-#   * try_acquire + settle + release with the counters in memory and in Redis (p50 / p99);
+#   * try_admit + try_reserve + finish with the counters in memory and in Redis (p50 / p99);
 #   * the latency a whole request gains: non-streamed /v1/chat/completions with max_tokens 1
 #     against `serve --quota-store memory` and `serve --quota-store redis://...`, measured in
 #     turn on one keep-alive connection each (p50 / p99, medians of several runs).

@@ -1,5 +1,5 @@
-// What the quota store costs a request: the latency of try_acquire + finish (settle + release; every
-// limit set, so every counter is read and written) with the counters in memory and in Redis,
+// What the quota store costs a request: the latency of try_admit + try_reserve + finish (settle +
+// release; every limit set, so every counter is read and written) with the counters in memory and in Redis,
 // in this process; and, against running servers, the latency of a whole non-streamed
 // /v1/chat/completions with max_tokens 1 over one keep-alive connection. Prints p50 and p99,
 // each the median over several runs. tests/bench/quota.sh starts Redis and the servers.
@@ -111,9 +111,13 @@ int run_store(const options& o) {
   constexpr std::int64_t huge = std::int64_t{1} << 40;
   const gw::tenant_quotas quotas{.requests_per_minute = huge, .tokens_per_minute = huge, .max_concurrent = huge,
                                  .daily_tokens = huge, .max_tokens_per_request = huge};
+  gw::reservation_ids ids;
   const auto cycle = [&](gw::quota_store& store) {
-    return [&store, &quotas] {
-      const gw::quota_decision d = store.try_acquire({"bench", quotas, 100, 100});
+    return [&store, &quotas, &ids] {
+      const std::string id = ids.next();
+      const gw::quota_decision admitted = store.try_admit({"bench", quotas, id});
+      const gw::quota_decision d =
+          admitted.allowed ? store.try_reserve(admitted.reservation, {"bench", quotas, 100, 100}) : admitted;
       if (!d.allowed) {
         std::fprintf(stderr, "refused: %s\n", d.message.c_str());
         std::exit(1);
@@ -123,7 +127,7 @@ int run_store(const options& o) {
   };
   const percentiles in_memory = measure(o, cycle(memory));
   const percentiles in_redis = measure(o, cycle(*redis));
-  std::printf("try_acquire + finish (settle + release), every limit set (median of %d runs of %d calls, one thread)\n",
+  std::printf("try_admit + try_reserve + finish (settle + release), every limit set (median of %d runs of %d calls, one thread)\n",
               o.repeat, o.calls);
   std::printf("  %-8s %10s %10s\n", "store", "p50 us", "p99 us");
   std::printf("  %-8s %10.2f %10.2f\n", "memory", in_memory.p50_us, in_memory.p99_us);

@@ -5,62 +5,16 @@
 // gateways.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
-import net from 'node:net';
-import { startServer, makeStateDir, sleep } from './lib/server.mjs';
+import { startServer, sleep } from './lib/server.mjs';
+import { freePort, skipWithoutRedis as skip, startRedis } from './lib/redis.mjs';
 
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
-const haveRedis = spawnSync('redis-server', ['--version']).status === 0;
-const skip = haveRedis ? false : 'redis-server is not installed (deploy/install-deps.sh installs it)';
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer();
-    probe.on('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
-  });
-}
-
-function ping(port) {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1');
-    const done = (ok) => { socket.destroy(); resolve(ok); };
-    socket.setTimeout(500, () => done(false));
-    socket.on('error', () => done(false));
-    socket.on('data', (d) => done(String(d).startsWith('+PONG')));
-    socket.on('connect', () => socket.write('PING\r\n'));
-  });
-}
-
-// redis-server on 127.0.0.1:port, no persistence, in a temporary folder.
-async function startRedis(port) {
-  const child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '',
-    '--appendonly', 'no', '--dir', makeStateDir()], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const redis = { child, port, log: '', exited: new Promise((r) => child.on('exit', r)) };
-  child.stdout.on('data', (d) => { redis.log += d; });
-  child.stderr.on('data', (d) => { redis.log += d; });
-  redis.stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');  // as a crash
-    await redis.exited;
-  };
-  const deadline = Date.now() + 20000;
-  while (!(await ping(port))) {
-    if (child.exitCode !== null) throw new Error(`redis-server exited:\n${redis.log}`);
-    if (Date.now() > deadline) { await redis.stop(); throw new Error(`redis-server did not answer:\n${redis.log}`); }
-    await sleep(50);
-  }
-  return redis;
-}
-
 let redis;
 let closedGateway;  // --quota-fail-mode closed
 let openGateway;    // --quota-fail-mode open
 
 before(async () => {
-  if (!haveRedis) return;
+  if (skip) return;
   redis = await startRedis(await freePort());
   const common = ['--threads', '1', '--http-threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', ADMIN_TOKEN,
     '--quota-store', `redis://127.0.0.1:${redis.port}/0`, '--quota-store-timeout', '200ms'];

@@ -10,6 +10,7 @@
 #include "edge/common/time_source.h"
 #include "edge/gateway/quota.h"
 #include "edge/gateway/quota_response.h"
+#include "quota_phases.h"
 
 namespace gw = edge::gateway;
 using namespace std::chrono_literals;
@@ -21,7 +22,7 @@ const auto noon = std::chrono::system_clock::time_point(std::chrono::seconds(177
 
 gw::quota_decision ask(gw::quota_store& store, const gw::tenant_quotas& q, std::int64_t prompt, std::int64_t max_tokens,
                        std::string_view tenant = "acme") {
-  return store.try_acquire({tenant, q, prompt, max_tokens});
+  return edge::testing::admit_and_reserve(store, q, prompt, max_tokens, tenant);
 }
 
 }  // namespace
@@ -254,30 +255,133 @@ TEST_CASE("max tokens per request bounds max_tokens, not the prompt") {
   CHECK(d.message.find("4097") != std::string::npos);
 }
 
-TEST_CASE("a refused request takes nothing from the limits that would have admitted it") {
+TEST_CASE("a refused request takes nothing from the limits of the phase that refused it") {
   edge::manual_time_source clock(noon);
   gw::in_memory_quota_store store(clock);
   gw::tenant_quotas q;
-  q.requests_per_minute = 2;
+  q.requests_per_minute = 3;
   q.tokens_per_minute = 1000;
   q.max_concurrent = 5;
   q.daily_tokens = 100000;
 
-  // Refused by tokens: the request slot, the concurrency slot and the budget stay untouched.
-  for (int i = 0; i < 3; ++i) CHECK_FALSE(ask(store, q, 0, 1001).allowed);
+  // Refused by tokens (phase 2): the bucket, the budget and, once finished, the slot are
+  // untouched; the requests count.
+  for (int i = 0; i < 2; ++i) CHECK_FALSE(ask(store, q, 0, 1001).allowed);
   CHECK(store.in_flight("acme") == 0);
   CHECK(store.daily_tokens_used("acme") == 0);
   auto a = ask(store, q, 0, 400);
   REQUIRE(a.allowed);
-  CHECK(a.requests->remaining == 1);
+  CHECK(a.requests->remaining == 0);
+  CHECK(a.tokens->remaining == 600);
 
-  // Refused by requests: the tokens stay.
-  REQUIRE(ask(store, q, 0, 100).allowed);
-  auto refused = ask(store, q, 0, 100);
+  // Refused by requests (phase 1): the concurrency slots stay as they were.
+  auto refused = store.try_admit({"acme", q, "late"});
   CHECK_FALSE(refused.allowed);
   CHECK(refused.limit == gw::quota_limit::requests_per_minute);
-  CHECK(refused.tokens->remaining == 500);
-  CHECK(store.in_flight("acme") == 2);
+  CHECK(store.in_flight("acme") == 1);
+  CHECK(store.daily_tokens_used("acme") == 400);
+}
+
+TEST_CASE("phase 1 judges requests/min and concurrency before the prompt is known; a body refused later still counts") {
+  edge::manual_time_source clock(noon);
+  gw::in_memory_quota_store store(clock);
+  gw::tenant_quotas q;
+  q.requests_per_minute = 1;
+  q.max_tokens_per_request = 100;
+
+  const auto admitted = store.try_admit({"acme", q, "first"});
+  REQUIRE(admitted.allowed);
+  REQUIRE(admitted.requests);
+  CHECK(admitted.requests->remaining == 0);
+  CHECK_FALSE(admitted.tokens);  // tokens are phase 2's
+  CHECK(admitted.reservation.id == "first");
+  CHECK_FALSE(admitted.reservation.holds_slot);
+
+  const auto body = store.try_reserve(admitted.reservation, {"acme", q, 10, 4000});
+  CHECK_FALSE(body.allowed);
+  CHECK(body.limit == gw::quota_limit::max_tokens_per_request);
+  CHECK_FALSE(body.requests);
+  store.finish(admitted.reservation, 0);
+
+  // The refused request was a request: the next one waits its turn, before any body is read.
+  const auto next = store.try_admit({"acme", q, "second"});
+  CHECK_FALSE(next.allowed);
+  CHECK(next.limit == gw::quota_limit::requests_per_minute);
+  CHECK(next.retry_after == std::optional<std::chrono::milliseconds>(60s));
+  clock.advance(60s);
+  CHECK(store.try_admit({"acme", q, "third"}).allowed);
+}
+
+TEST_CASE("phase 2 adds the tokens to what phase 1 holds; refused, it leaves the slot held until finish") {
+  edge::manual_time_source clock(noon);
+  gw::in_memory_quota_store store(clock);
+  gw::tenant_quotas q;
+  q.max_concurrent = 1;
+  q.tokens_per_minute = 1000;
+  q.daily_tokens = 5000;
+
+  const auto admitted = store.try_admit({"acme", q, "a"});
+  REQUIRE(admitted.allowed);
+  CHECK_FALSE(admitted.requests);  // requests/min is unlimited
+  CHECK(admitted.reservation.holds_slot);
+  CHECK(store.in_flight("acme") == 1);
+
+  const auto too_big = store.try_reserve(admitted.reservation, {"acme", q, 1, 1000});
+  CHECK_FALSE(too_big.allowed);
+  CHECK(too_big.limit == gw::quota_limit::tokens_per_minute);
+  CHECK_FALSE(too_big.retry_after);
+  REQUIRE(too_big.tokens);
+  CHECK(too_big.tokens->remaining == 1000);
+  CHECK(store.in_flight("acme") == 1);  // the caller still holds phase 1
+  CHECK(store.daily_tokens_used("acme") == 0);
+  CHECK(store.try_admit({"acme", q, "b"}).limit == gw::quota_limit::max_concurrent);
+
+  const auto reserved = store.try_reserve(admitted.reservation, {"acme", q, 100, 400});
+  REQUIRE(reserved.allowed);
+  CHECK(reserved.reservation.tenant_id == "acme");
+  CHECK(reserved.reservation.id == "a");
+  CHECK(reserved.reservation.holds_slot);
+  CHECK(reserved.reservation.bucket_tokens == 500);
+  CHECK(reserved.reservation.daily_tokens == 500);
+  REQUIRE(reserved.tokens);
+  CHECK(reserved.tokens->remaining == 500);
+  CHECK_FALSE(reserved.requests);
+  CHECK(store.daily_tokens_used("acme") == 500);
+
+  store.finish(reserved.reservation, 200);
+  CHECK(store.in_flight("acme") == 0);
+  CHECK(store.daily_tokens_used("acme") == 200);
+  CHECK(store.try_admit({"acme", q, "c"}).allowed);
+}
+
+TEST_CASE("within a phase the first refusal in order is reported, and retry-after is the longest wait") {
+  edge::manual_time_source clock(noon);
+  gw::in_memory_quota_store store(clock);
+  gw::tenant_quotas q;
+  q.requests_per_minute = 1;
+  q.max_concurrent = 1;
+  q.max_tokens_per_request = 100;
+  q.daily_tokens = 1000;
+  q.tokens_per_minute = 600;
+
+  // Phase 1: max_concurrent before requests_per_minute; the minute is the longer wait.
+  const auto held = store.try_admit({"acme", q, "held"});
+  REQUIRE(held.allowed);
+  const auto both = store.try_admit({"acme", q, "both"});
+  CHECK(both.limit == gw::quota_limit::max_concurrent);
+  CHECK(both.retry_after == std::optional<std::chrono::milliseconds>(60s));
+  CHECK(both.message.find("Too many concurrent requests") != std::string::npos);
+
+  // Phase 2: max_tokens_per_request, then daily_tokens, then tokens_per_minute.
+  const auto spent = store.try_reserve(held.reservation, {"acme", q, 450, 100});
+  REQUIRE(spent.allowed);  // 550 of the day, 50 left in the bucket
+  const auto day_and_bucket = store.try_reserve(held.reservation, {"acme", q, 400, 100});
+  CHECK(day_and_bucket.limit == gw::quota_limit::daily_tokens);
+  CHECK(day_and_bucket.retry_after == std::optional<std::chrono::milliseconds>(12h));  // midnight, not the bucket's 45 s
+  const auto never = store.try_reserve(held.reservation, {"acme", q, 400, 101});
+  CHECK(never.limit == gw::quota_limit::max_tokens_per_request);
+  CHECK_FALSE(never.retry_after);  // one of them can never pass
+  CHECK(store.daily_tokens_used("acme") == 550);
 }
 
 TEST_CASE("retry-after is the longest wait among the limits that refused") {
@@ -305,6 +409,16 @@ TEST_CASE("without limits everything is admitted and nothing is counted") {
     CHECK_FALSE(d.reservation.holds_slot);
   }
   CHECK(store.in_flight("acme") == 0);
+}
+
+TEST_CASE("reservation ids differ between calls and between gateways") {
+  gw::reservation_ids first_gateway, second_gateway;
+  const std::string a = first_gateway.next();
+  const std::string b = first_gateway.next();
+  const std::string c = second_gateway.next();
+  CHECK(a != b);
+  CHECK(a != c);  // each gateway draws its own prefix
+  CHECK(b != c);
 }
 
 TEST_CASE("reset durations are written as OpenAI writes them") {

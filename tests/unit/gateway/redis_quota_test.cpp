@@ -9,6 +9,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -25,6 +26,9 @@
 #include "edge/gateway/redis_quota_store.h"
 #include "edge/gateway/tenancy.h"
 #include "edge/monitoring/gateway_metrics.h"
+#include "await_now.h"
+#include "quota_phases.h"
+#include "await_now.h"
 #include "redis_server.h"
 
 namespace gw = edge::gateway;
@@ -63,7 +67,7 @@ gw::redis_quota_options options_for(const edge::testing::redis_server& server, c
 
 gw::quota_decision ask(gw::quota_store& store, const gw::tenant_quotas& q, std::int64_t prompt, std::int64_t max_tokens,
                        std::string_view tenant = "acme") {
-  return store.try_acquire({tenant, q, prompt, max_tokens});
+  return edge::testing::admit_and_reserve(store, q, prompt, max_tokens, tenant);
 }
 
 void check_same_status(const std::optional<gw::rate_limit_status>& memory,
@@ -112,7 +116,13 @@ struct captured_log {
   std::vector<std::string> lines;
 };
 
-std::string scrape(prometheus::Registry& registry) { return prometheus::TextSerializer().Serialize(registry.Collect()); }
+// What a store under test tells an operator: its log lines and its metrics.
+struct observed {
+  captured_log log;
+  prometheus::Registry registry;
+  edge::monitoring::gateway_metrics metrics{registry};
+  std::string scrape() { return prometheus::TextSerializer().Serialize(registry.Collect()); }
+};
 
 }  // namespace
 
@@ -273,7 +283,7 @@ TEST_CASE("redis: max_concurrent counts slots of every store; a release frees on
   REQUIRE(first.allowed);
   REQUIRE(second.allowed);
   CHECK(first.reservation.holds_slot);
-  CHECK(first.reservation.slot_id != second.reservation.slot_id);
+  CHECK(first.reservation.id != second.reservation.id);
   const auto third = ask(*a, q, 1, 1);
   CHECK_FALSE(third.allowed);
   CHECK(third.limit == gw::quota_limit::max_concurrent);
@@ -347,7 +357,7 @@ TEST_CASE("redis: the daily budget is shared, reserved and refunded; a refusal s
   CHECK(fourth.allowed);
 }
 
-TEST_CASE("redis: a refusal takes nothing from any limit") {
+TEST_CASE("redis: a refusal takes nothing from the limits of its phase; a body refused in phase 2 counts as a request") {
   auto* server = shared_redis();
   REQUIRE_REDIS_SERVER(server);
   const auto options = options_for(*server);
@@ -361,26 +371,38 @@ TEST_CASE("redis: a refusal takes nothing from any limit") {
   const auto read = [&](const std::string& key, const std::string& field) {
     return redis->command({"HGET", key, field}).value().text;
   };
+  const auto arrival = [&] { return read(rate, "tat_us") + "." + read(rate, "tat_ns"); };
 
   const auto first = ask(*store, q, 100, 100);
   REQUIRE(first.allowed);
-  const std::string tat = read(rate, "tat_us") + "." + read(rate, "tat_ns");
-  const std::string day_tokens = read(daily, "tokens");
-  CHECK(day_tokens == "200");
+  const std::string tat = arrival();
+  CHECK(read(daily, "tokens") == "200");
 
-  const auto busy = ask(*store, q, 100, 100);  // max_concurrent
+  // Phase 1 refuses (max_concurrent): nothing is taken.
+  const auto busy = store->try_admit({"acme", q, "busy"});
   CHECK(busy.limit == gw::quota_limit::max_concurrent);
-  const auto too_long = ask(*store, q, 100, 3000);  // max_tokens_per_request (and max_concurrent)
-  CHECK(too_long.limit == gw::quota_limit::max_tokens_per_request);
   CHECK(redis->command({"ZCARD", slots}).value().integer == 1);
-  CHECK(read(rate, "tat_us") + "." + read(rate, "tat_ns") == tat);
-  CHECK(read(daily, "tokens") == day_tokens);
+  CHECK(arrival() == tat);
   REQUIRE(busy.requests);
   CHECK(busy.requests->remaining == first.requests->remaining);  // still as the admission left it
+  store->finish(first.reservation, 200);
 
-  store->release(first.reservation);
+  // Phase 2 refuses (max_tokens_per_request): the request counted, no tokens were taken, and
+  // finishing phase 1 frees its slot.
+  const auto too_long = store->try_admit({"acme", q, "too-long"});
+  REQUIRE(too_long.allowed);
+  const auto refused = store->try_reserve(too_long.reservation, {"acme", q, 100, 3000});
+  CHECK(refused.limit == gw::quota_limit::max_tokens_per_request);
+  REQUIRE(refused.tokens);
+  CHECK(refused.tokens->remaining >= 100000 - 200);  // read, for the headers (it refills meanwhile)
+  CHECK(arrival() != tat);
+  CHECK(read(daily, "tokens") == "200");
+  store->finish(too_long.reservation, 0);
+  CHECK(redis->command({"ZCARD", slots}).value().integer == 0);
+
   const auto second = ask(*store, q, 100, 100);
   CHECK(second.allowed);
+  CHECK(second.requests->remaining == first.requests->remaining - 2);  // three requests so far
   CHECK(redis->command({"ZCARD", slots}).value().integer == 1);
   CHECK(read(daily, "tokens") == "400");
 }
@@ -401,8 +423,9 @@ TEST_CASE("redis: every key expires, so an idle tenant leaves nothing behind") {
   store->settle(d.reservation, 5);
   store->release(d.reservation);
 
+  // The settled request's record is gone with its tokens; the one still held keeps its own.
   const auto keys = redis->command({"KEYS", options.key_prefix + "*"}).value();
-  REQUIRE(keys.elements.size() == 3);
+  REQUIRE(keys.elements.size() == 4);
   for (const auto& key : keys.elements) {
     INFO(key.text);
     const std::int64_t ttl = redis->command({"PTTL", key.text}).value().integer;
@@ -410,6 +433,11 @@ TEST_CASE("redis: every key expires, so an idle tenant leaves nothing behind") {
     if (key.text.ends_with(":rate")) CHECK(ttl <= 61'000);
     if (key.text.ends_with(":slots")) CHECK(ttl <= 20'000);
     if (key.text.ends_with(":daily")) CHECK(ttl <= (86'400 + 60) * 1000);
+    if (key.text.find(":reservation:") != std::string::npos) {
+      CHECK(key.text.ends_with(":reservation:" + held.reservation.id));
+      CHECK(ttl <= 25 * 3'600'000);
+      CHECK(ttl > 24 * 3'600'000);  // past the end of any day it was written in
+    }
   }
 }
 
@@ -433,18 +461,18 @@ TEST_CASE("redis: the scripts are loaded again when Redis lost them (NOSCRIPT)")
 TEST_CASE("redis outage, fail mode closed: 503-style refusals, errors counted, one log line each way, recovery") {
   const auto server = edge::testing::redis_server::start();
   REQUIRE_REDIS_SERVER(server);
-  captured_log log;
-  prometheus::Registry registry;
-  edge::monitoring::gateway_metrics metrics(registry);
+  observed seen;
   auto options = options_for(*server);
   options.fail_mode = gw::quota_fail_mode::closed;
   options.command_timeout = 200ms;
-  auto store = gw::redis_quota_store::create(options, &metrics);
+  auto store = gw::redis_quota_store::create(options, &seen.metrics);
   gw::tenant_quotas q{.requests_per_minute = 100, .tokens_per_minute = 10000, .max_concurrent = 10,
                       .max_tokens_per_request = 500};
   const auto before = ask(*store, q, 10, 10);
   REQUIRE(before.allowed);
-  CHECK(metrics.quota_store_up.Value() == 1);
+  const auto admitted_before = store->try_admit({"acme", q, "admitted-before"});
+  REQUIRE(admitted_before.allowed);
+  CHECK(seen.metrics.quota_store_up.Value() == 1);
 
   server->kill();
   for (int i = 0; i < 3; ++i) {
@@ -457,22 +485,24 @@ TEST_CASE("redis outage, fail mode closed: 503-style refusals, errors counted, o
     CHECK_FALSE(d.requests);
     CHECK_FALSE(d.tokens);
   }
-  // A request no counter could admit is refused for what it is.
-  CHECK(ask(*store, q, 10, 600).limit == gw::quota_limit::max_tokens_per_request);
+  // A request no counter could admit is refused for what it is (in phase 2: phase 1 alone
+  // cannot tell).
+  CHECK(store->try_reserve(admitted_before.reservation, {"acme", q, 10, 600}).limit ==
+        gw::quota_limit::max_tokens_per_request);
   // Settling and releasing during the outage return (and change nothing anyone can see).
   store->settle(before.reservation, 5);
   store->release(before.reservation);
   store->finish(before.reservation, 5);
 
   CHECK_FALSE(store->up());
-  CHECK(metrics.quota_store_up.Value() == 0);
-  const std::string text = scrape(registry);
+  CHECK(seen.metrics.quota_store_up.Value() == 0);
+  const std::string text = seen.scrape();
   CHECK(text.find("edgeinfer_quota_store_up 0") != std::string::npos);
   CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"acquire\"}") != std::string::npos);
   CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"settle\"} 1") != std::string::npos);
   CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"release\"} 1") != std::string::npos);
   CHECK(text.find("edgeinfer_quota_store_errors_total{operation=\"finish\"} 1") != std::string::npos);
-  CHECK(log.count("is down") == 1);
+  CHECK(seen.log.count("is down") == 1);
 
   const auto response = gw::quota_refusal_response(ask(*store, q, 10, 10));
   CHECK(response.result() == boost::beast::http::status::service_unavailable);
@@ -489,9 +519,9 @@ TEST_CASE("redis outage, fail mode closed: 503-style refusals, errors counted, o
   }
   CHECK(after.allowed);  // reconnected on its own
   CHECK(store->up());
-  CHECK(metrics.quota_store_up.Value() == 1);
-  CHECK(log.count("is down") == 1);
-  CHECK(log.count("is back up") == 1);
+  CHECK(seen.metrics.quota_store_up.Value() == 1);
+  CHECK(seen.log.count("is down") == 1);
+  CHECK(seen.log.count("is back up") == 1);
 }
 
 TEST_CASE("redis restarted between two requests: the next one is counted on a new connection, no outage") {
@@ -546,7 +576,7 @@ TEST_CASE("redis outage, fail mode open: requests pass uncounted, and counting r
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!store->up() && std::chrono::steady_clock::now() < deadline) {
     gw::tenant_quotas probe{.daily_tokens = 1000000};
-    (void)store->try_acquire({"probe", probe, 1, 1});
+    (void)ask(*store, probe, 1, 1, "probe");
     std::this_thread::sleep_for(50ms);
   }
   REQUIRE(store->up());
@@ -554,6 +584,236 @@ TEST_CASE("redis outage, fail mode open: requests pass uncounted, and counting r
   CHECK(first.allowed);
   CHECK(first.reservation.holds_slot);
   CHECK(ask(*store, q, 10, 10).limit == gw::quota_limit::max_concurrent);  // counted again
+}
+
+namespace {
+
+// A tenant's counters as Redis holds them, read with a client of the test's own.
+struct held_counters {
+  std::int64_t slots = 0;
+  std::string day_tokens;
+  std::string bucket;
+};
+
+held_counters read_counters(const edge::testing::redis_server& server, const gw::redis_quota_options& options,
+                            std::string_view tenant = "acme") {
+  auto redis = server.client();
+  const std::string prefix = edge::format("{}{{{}}}:", options.key_prefix, tenant);
+  return {redis->command({"ZCARD", prefix + "slots"}).value().integer,
+          redis->command({"HGET", prefix + "daily", "tokens"}).value().text,
+          redis->command({"HGET", prefix + "rate", "bucket"}).value().text};
+}
+
+// Waits (up to 30 s) until every store has applied what it queued.
+bool drained(const std::vector<gw::redis_quota_store*>& stores) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  const auto all_done = [&] {
+    return std::all_of(stores.begin(), stores.end(), [](const auto* s) { return s->pending() == 0; });
+  };
+  while (!all_done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  return all_done();
+}
+
+// A Redis stalled by SIGSTOP while requests are in both phases. Every call made during the
+// stall waits out its timeout, is left unanswered and runs when Redis resumes; a gateway must
+// give back what those calls took. Each stalled call goes through a gateway of its own, made
+// before the stall, so that each is certainly sent (a gateway's client backs off after a
+// timeout and would not send the next).
+void check_stall_is_compensated(gw::quota_fail_mode mode) {
+  const auto server = edge::testing::redis_server::start();
+  REQUIRE_REDIS_SERVER(server);
+  edge::manual_time_source clock(noon);  // the counters stay where the requests put them
+  auto options = options_for(*server, &clock);
+  options.fail_mode = mode;
+  options.command_timeout = 200ms;
+  options.slot_lease = 1000h;  // a slot must be given back, not lapse
+  auto store = gw::redis_quota_store::create(options, nullptr);
+  std::vector<std::unique_ptr<gw::redis_quota_store>> gateways;
+  for (int i = 0; i < 6; ++i) gateways.push_back(gw::redis_quota_store::create(options, nullptr));
+  const gw::tenant_quotas q{.requests_per_minute = 1000, .tokens_per_minute = 100000, .max_concurrent = 20,
+                            .daily_tokens = 1000000};
+  gw::reservation_ids ids;
+  const bool open = mode == gw::quota_fail_mode::open;
+
+  std::vector<gw::quota_reservation> served;  // hold a slot and 300 tokens each
+  for (int i = 0; i < 2; ++i) {
+    const auto d = ask(*store, q, 100, 200);
+    REQUIRE(d.allowed);
+    served.push_back(d.reservation);
+  }
+  std::vector<gw::quota_reservation> tokenizing;  // phase 1 passed; phase 2 comes during the stall
+  for (int i = 0; i < 3; ++i) {
+    const auto d = store->try_admit({"acme", q, ids.next()});
+    REQUIRE(d.allowed);
+    tokenizing.push_back(d.reservation);
+  }
+
+  server->stop();
+  std::vector<gw::quota_reservation> running_uncounted;  // fail open: admitted while Redis did not answer
+  const auto stalled = [&](gw::redis_quota_store& gateway, auto call) {
+    const auto start = std::chrono::steady_clock::now();
+    gw::quota_decision d = call(gateway);
+    CHECK(seconds_since(start) >= 0.19);  // sent, and unanswered until the timeout
+    CHECK(d.allowed == open);
+    if (!open) CHECK(d.limit == gw::quota_limit::quota_store_unavailable);
+    return d;
+  };
+  for (std::size_t i = 0; i < tokenizing.size(); ++i) {
+    const auto d = stalled(*gateways[i], [&](gw::redis_quota_store& g) {
+      return g.try_reserve(tokenizing[i], {"acme", q, 100, 200});
+    });
+    if (d.allowed) running_uncounted.push_back(d.reservation);  // holds its phase-1 slot still
+    else store->finish(tokenizing[i], 0);                       // queued: Redis does not answer
+  }
+  for (std::size_t i = tokenizing.size(); i < gateways.size(); ++i) {
+    const auto d = stalled(*gateways[i], [&](gw::redis_quota_store& g) { return g.try_admit({"acme", q, ids.next()}); });
+    if (d.allowed) running_uncounted.push_back(gateways[i]->try_reserve(d.reservation, {"acme", q, 100, 200}).reservation);
+  }
+  server->resume();
+
+  std::vector<gw::redis_quota_store*> all{store.get()};
+  for (const auto& g : gateways) all.push_back(g.get());
+  REQUIRE(drained(all));
+  // Exactly what the requests that hold something hold: the two served, and (fail open) the
+  // three whose phase 1 had passed before the stall. No tokens of a stalled call remain.
+  const std::int64_t slots_held = 2 + (open ? 3 : 0);
+  auto now = read_counters(*server, options);
+  CHECK(now.slots == slots_held);
+  CHECK(now.day_tokens == "600");
+  CHECK(now.bucket == std::to_string(100000 - 600));
+
+  for (const auto& r : served) store->finish(r, 120);
+  for (const auto& r : running_uncounted) store->finish(r, 250);  // counted nowhere: nothing to refund
+  now = read_counters(*server, options);
+  CHECK(now.slots == 0);
+  CHECK(now.day_tokens == "240");  // what the counted requests used
+  CHECK(now.bucket == std::to_string(100000 - 240));
+  // And nothing lingers to run later: the marks stop the stalled calls for good.
+  std::this_thread::sleep_for(100ms);
+  CHECK(read_counters(*server, options).slots == 0);
+}
+
+}  // namespace
+
+TEST_CASE("redis stalled (SIGSTOP), fail mode closed: calls that timed out and ran on SIGCONT take nothing for good") {
+  check_stall_is_compensated(gw::quota_fail_mode::closed);
+}
+
+TEST_CASE("redis stalled (SIGSTOP), fail mode open: calls that timed out and ran on SIGCONT take nothing for good") {
+  check_stall_is_compensated(gw::quota_fail_mode::open);
+}
+
+TEST_CASE("redis down: a settle made meanwhile is queued and lands once, when Redis is back") {
+  const auto server = edge::testing::redis_server::start(edge::testing::redis_server::persistence::every_command);
+  REQUIRE_REDIS_SERVER(server);
+  observed seen;
+  edge::manual_time_source clock(noon);
+  auto options = options_for(*server, &clock);
+  options.command_timeout = 200ms;
+  auto store = gw::redis_quota_store::create(options, &seen.metrics);
+  const gw::tenant_quotas q{.tokens_per_minute = 10000, .max_concurrent = 5, .daily_tokens = 1000};
+  const auto d = ask(*store, q, 100, 500);
+  REQUIRE(d.allowed);
+  CHECK(read_counters(*server, options).day_tokens == "600");
+
+  server->kill();
+  store->finish(d.reservation, 150);  // no Redis to take it
+  CHECK(store->pending() == 1);
+  CHECK(seen.metrics.quota_store_pending.Value() == 1);
+  CHECK(seen.log.count("queued, with any that follow, until Redis answers") == 1);
+
+  server->restart();  // with every counter it held
+  REQUIRE(drained({store.get()}));
+  const auto now = read_counters(*server, options);
+  CHECK(now.day_tokens == "150");
+  CHECK(now.bucket == std::to_string(10000 - 150));
+  CHECK(now.slots == 0);
+  CHECK(seen.metrics.quota_store_pending.Value() == 0);
+  CHECK(seen.log.count("1 queued calls applied") == 1);
+  store->finish(d.reservation, 150);  // once only
+  CHECK(read_counters(*server, options).day_tokens == "150");
+}
+
+TEST_CASE("redis: the queue of calls waiting for Redis is bounded, and what it drops is counted") {
+  const auto server = edge::testing::redis_server::start();
+  REQUIRE_REDIS_SERVER(server);
+  observed seen;
+  auto options = options_for(*server);
+  options.max_pending = 2;
+  auto store = gw::redis_quota_store::create(options, &seen.metrics);
+  const gw::tenant_quotas q{.daily_tokens = 100000};
+  std::vector<gw::quota_reservation> held;
+  for (int i = 0; i < 3; ++i) held.push_back(ask(*store, q, 10, 10).reservation);
+
+  server->kill();
+  for (const auto& r : held) store->settle(r, 5);
+  CHECK(store->pending() == 2);
+  CHECK(seen.metrics.quota_store_dropped.Value() == 1);
+  CHECK(seen.log.count("calls are queued until Redis answers, the most kept") == 1);
+}
+
+TEST_CASE("redis: a repeated finish, settle or release gives nothing back twice, from any gateway") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  edge::manual_time_source clock(noon);
+  auto options = options_for(*server, &clock);
+  auto store = gw::redis_quota_store::create(options, nullptr);
+  auto other_gateway = gw::redis_quota_store::create(options, nullptr);
+  const gw::tenant_quotas q{.tokens_per_minute = 10000, .max_concurrent = 5, .daily_tokens = 10000};
+  const auto a = ask(*store, q, 100, 500);
+  const auto b = ask(*store, q, 100, 500);
+  REQUIRE(a.allowed);
+  REQUIRE(b.allowed);
+  auto now = read_counters(*server, options);
+  CHECK(now.slots == 2);
+  CHECK(now.day_tokens == "1200");
+
+  store->finish(a.reservation, 200);
+  const auto once = read_counters(*server, options);
+  CHECK(once.slots == 1);
+  CHECK(once.day_tokens == "800");
+  CHECK(once.bucket == std::to_string(10000 - 600 - 200));
+
+  store->finish(a.reservation, 200);
+  store->settle(a.reservation, 0);
+  store->release(a.reservation);
+  other_gateway->finish(a.reservation, 0);
+  now = read_counters(*server, options);
+  CHECK(now.slots == 1);  // b's slot stays
+  CHECK(now.day_tokens == once.day_tokens);
+  CHECK(now.bucket == once.bucket);
+}
+
+TEST_CASE("redis: a phase whose limits the tenant does not have makes no round trip") {
+  const auto server = edge::testing::redis_server::start();
+  REQUIRE_REDIS_SERVER(server);
+  observed seen;
+  auto options = options_for(*server);
+  options.command_timeout = 300ms;
+  auto store = gw::redis_quota_store::create(options, &seen.metrics);
+  CHECK(store->may_block());
+  const gw::tenant_quotas rpm_only{.requests_per_minute = 100};
+  const gw::tenant_quotas daily_only{.daily_tokens = 100000};
+  const gw::tenant_quotas local_only{.max_tokens_per_request = 100};
+  const auto rpm_admitted = store->try_admit({"rpm", rpm_only, "rpm-1"});
+  REQUIRE(rpm_admitted.allowed);
+
+  server->stop();  // any call that reaches Redis would wait out its timeout
+  const auto start = std::chrono::steady_clock::now();
+  const auto rpm_reserved = store->try_reserve(rpm_admitted.reservation, {"rpm", rpm_only, 10, 10});
+  CHECK(rpm_reserved.allowed);
+  const auto daily_admitted = store->try_admit({"daily", daily_only, "daily-1"});
+  CHECK(daily_admitted.allowed);
+  CHECK_FALSE(daily_admitted.reservation.holds_slot);
+  const auto local = ask(*store, local_only, 10, 100, "local");
+  CHECK(local.allowed);
+  store->finish(local.reservation, 20);
+  store->finish(rpm_reserved.reservation, 20);
+  CHECK(ask(*store, local_only, 10, 101, "local").limit == gw::quota_limit::max_tokens_per_request);
+  CHECK(seconds_since(start) < 0.15);
+  CHECK(store->up());
+  CHECK(seen.scrape().find("edgeinfer_quota_store_errors_total{") == std::string::npos);
+  server->resume();
 }
 
 TEST_CASE("tenancy with a Redis quota store: the shared daily count is the truth, not each gateway's ledger") {
@@ -567,29 +827,33 @@ TEST_CASE("tenancy with a Redis quota store: the shared daily count is the truth
   tenant.id = "ledger-vs-redis";
   tenant.quotas.daily_tokens = 1000;
   const gw::audit_context admin{"test", ""};
+  // A request of `prompt` + `max_tokens` through a session: the refusal's limit, or none.
+  const auto ask = [](gw::tenancy& tenants, std::int64_t prompt, std::int64_t max_tokens,
+                      std::int64_t completion) -> gw::quota_limit {
+    gw::request_session session = tenants.session_for({tenants.store().snapshot()->tenant("ledger-vs-redis"), "k"});
+    if (auto refused = edge::testing::await_now(session.admit())) return refused->limit;
+    if (auto refused = edge::testing::await_now(session.reserve(prompt, max_tokens))) return refused->limit;
+    session.metered([](edge::backend::engine_event) {})(
+        edge::backend::delta_event{.tokens = std::vector<edge::backend::token_id>(static_cast<std::size_t>(completion), 1)});
+    return gw::quota_limit::none;
+  };
   {
     options.state_dir = first_dir.path();
     auto first = std::move(gw::tenancy::open(options, clock, nullptr)).value();
     REQUIRE(first->store().create_tenant(tenant, admin).ok());
-    gw::admission a = first->admit({first->store().snapshot()->tenant(tenant.id), "k"}, 100, 800);
-    REQUIRE(a.allowed());
-    a.lease->record({.prompt_tokens = 100, .completion_tokens = 600});  // 700 spent, 200 refunded
+    CHECK(ask(*first, 100, 800, 600) == gw::quota_limit::none);  // 700 spent, 200 refunded
   }
   // A second gateway, whose own ledger has never seen the tenant, sees the 700.
   options.state_dir = second_dir.path();
   auto second = std::move(gw::tenancy::open(options, clock, nullptr)).value();
   REQUIRE(second->store().create_tenant(tenant, admin).ok());
-  const gw::authenticated_tenant who{second->store().snapshot()->tenant(tenant.id), "k"};
-  CHECK(second->admit(who, 100, 201).decision.limit == gw::quota_limit::daily_tokens);  // 700 + 301 > 1000
-  gw::admission b = second->admit(who, 100, 200);
-  CHECK(b.allowed());
-  b.lease->record({.prompt_tokens = 100, .completion_tokens = 200});
-  b.lease->finish();
+  CHECK(ask(*second, 100, 201, 0) == gw::quota_limit::daily_tokens);  // 700 + 301 > 1000
+  CHECK(ask(*second, 100, 200, 200) == gw::quota_limit::none);
+  second.reset();  // its settlement is sent before it closes
   // The first gateway restarted is not seeded from its ledger on top of Redis's count.
   options.state_dir = first_dir.path();
   auto restarted = std::move(gw::tenancy::open(options, clock, nullptr)).value();
-  const gw::authenticated_tenant again{restarted->store().snapshot()->tenant(tenant.id), "k"};
-  CHECK(restarted->admit(again, 0, 1).decision.limit == gw::quota_limit::daily_tokens);  // 1000 of 1000
+  CHECK(ask(*restarted, 0, 1, 0) == gw::quota_limit::daily_tokens);  // 1000 of 1000
 }
 
 TEST_CASE("redis URLs: what --quota-store accepts, and clear errors for the rest") {

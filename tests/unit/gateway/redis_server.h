@@ -1,6 +1,7 @@
-// A real redis-server for unit tests: on a free loopback port, without persistence, in a
-// temporary folder; killed when destroyed. Tests that need one skip (saying so) where
-// redis-server is not installed.
+// A real redis-server for unit tests: on a free loopback port, in a temporary folder, without
+// persistence unless asked (then an append-only file written at every command, so that a
+// kill -9 and a restart keep every counter); killed when destroyed. Tests that need one skip
+// (saying so) where redis-server is not installed.
 #pragma once
 
 #include <arpa/inet.h>
@@ -42,12 +43,14 @@ class redis_server {
     return std::nullopt;
   }
 
+  enum class persistence { none, every_command };
+
   // Starts one on a free port; null when redis-server is not installed. Throws if it is
   // installed but does not answer.
-  static std::unique_ptr<redis_server> start() {
+  static std::unique_ptr<redis_server> start(persistence kept = persistence::none) {
     const auto path = binary();
     if (!path) return nullptr;
-    std::unique_ptr<redis_server> server(new redis_server(*path));
+    std::unique_ptr<redis_server> server(new redis_server(*path, kept));
     for (int attempt = 0; attempt < 5; ++attempt) {
       server->port_ = free_port();
       if (server->launch()) return server;
@@ -69,7 +72,18 @@ class redis_server {
     pid_ = -1;
   }
 
-  // Starts it again on the same port, empty (no persistence). Throws if it does not answer.
+  // Stalls it as a hung host would (SIGSTOP): the kernel still accepts connections and
+  // buffers what clients send; nothing is answered until resume() (SIGCONT), when Redis runs
+  // it all.
+  void stop() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  void resume() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
+
+  // Starts it again on the same port: empty, or, with persistence, with what it held. Throws
+  // if it does not answer.
   void restart() {
     kill();
     for (int attempt = 0; attempt < 50; ++attempt) {  // the port may linger a moment
@@ -86,7 +100,7 @@ class redis_server {
   }
 
  private:
-  explicit redis_server(std::filesystem::path binary) : binary_(std::move(binary)) {}
+  redis_server(std::filesystem::path binary, persistence kept) : binary_(std::move(binary)), kept_(kept) {}
 
   static std::uint16_t free_port() {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -108,9 +122,10 @@ class redis_server {
   bool launch() {
     const std::string port = std::to_string(port_);
     const std::string log = (dir_.path() / "redis.log").string();
+    const bool append = kept_ == persistence::every_command;
     std::vector<std::string> args{binary_.string(), "--port", port, "--bind", "127.0.0.1", "--save", "",
-                                  "--appendonly", "no", "--dir", dir_.path().string(), "--logfile", log,
-                                  "--daemonize", "no"};
+                                  "--appendonly", append ? "yes" : "no", "--appendfsync", append ? "always" : "everysec",
+                                  "--dir", dir_.path().string(), "--logfile", log, "--daemonize", "no"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -133,6 +148,7 @@ class redis_server {
   }
 
   std::filesystem::path binary_;
+  persistence kept_;
   temp_dir dir_;
   std::uint16_t port_ = 0;
   pid_t pid_ = -1;

@@ -43,7 +43,7 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   {
     auto store = open_store(dir, clock);
     CHECK(std::filesystem::exists(dir / "tenants.db"));
-    CHECK(store->schema_version() == 1);
+    CHECK(store->schema_version() == 2);
     CHECK(store->snapshot()->tenant_count() == 0);
     auto db = gw::sqlite::database::open(dir / "tenants.db");
     REQUIRE(db.ok());
@@ -51,7 +51,7 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   }
   // Reopening finds the schema in place and runs nothing again.
   auto again = open_store(dir, clock);
-  CHECK(again->schema_version() == 1);
+  CHECK(again->schema_version() == 2);
 }
 
 TEST_CASE("a state folder is used by one store at a time") {
@@ -224,7 +224,7 @@ TEST_CASE("everything survives reopening the store") {
     auto store = open_store(tmp.path(), clock);
     REQUIRE(store->create_tenant(tenant("acme", 60), admin).ok());
     key_id = store->create_key("acme", std::nullopt, admin)->record.id;
-    REQUIRE(store->add_usage(std::vector<gw::usage_row>{{"acme", 1777636800, {1, 10, 20, 5, 0}}}).ok());
+    REQUIRE(store->add_usage({.rows = {{"acme", 1777636800, {1, 10, 20, 5, 0}}}}).ok());
   }
   auto store = open_store(tmp.path(), clock);
   CHECK(store->snapshot()->tenant("acme")->quotas.requests_per_minute == 60);
@@ -244,8 +244,8 @@ TEST_CASE("usage rows add up per tenant and hour; queries by time range") {
       {"acme", h0 + 3600, {1, 1, 1, 0, 0}},    // next hour
       {"beta", h0, {7, 7, 7, 7, 7}},
   };
-  REQUIRE(store->add_usage(rows).ok());
-  REQUIRE(store->add_usage(std::vector<gw::usage_row>{{"acme", h0, {0, 0, 0, 0, 3}}}).ok());
+  REQUIRE(store->add_usage({.rows = rows}).ok());
+  REQUIRE(store->add_usage({.rows = {{"acme", h0, {0, 0, 0, 0, 3}}}}).ok());
 
   auto all = store->usage("acme", h0 - 86400, h0 + 86400);
   REQUIRE(all.ok());

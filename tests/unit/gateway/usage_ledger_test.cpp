@@ -1,20 +1,16 @@
 // The usage ledger: increments buffered in memory, filed under their UTC hour, written to the
 // store by flush(), by the background thread, and when the ledger stops; a failed write keeps
-// them. And the tenancy facade's leases, which settle quotas and write the ledger when a
-// request ends however it ends.
+// them. Requests being served are checkpointed at every flush, and their daily-budget holds
+// released with their last usage.
 #include <doctest/doctest.h>
 
-#include <prometheus/registry.h>
-#include <prometheus/text_serializer.h>
-
 #include <chrono>
+#include <map>
 #include <thread>
 #include <vector>
 
 #include "edge/common/time_source.h"
-#include "edge/gateway/tenancy.h"
 #include "edge/gateway/usage_ledger.h"
-#include "edge/monitoring/gateway_metrics.h"
 #include "sqlite.h"
 #include "test_support.h"
 
@@ -127,67 +123,82 @@ TEST_CASE("a failed write keeps the increments for the next flush") {
   CHECK(total(*store, "acme") == gw::usage_counts{2, 11, 11, 0, 0});
 }
 
-TEST_CASE("a lease settles the quotas and writes the ledger when the request ends") {
+TEST_CASE("a metered request is checkpointed at every flush and written in full when it ends") {
   edge::testing::temp_dir tmp;
   edge::manual_time_source clock(noon);
-  prometheus::Registry registry;
-  edge::monitoring::gateway_metrics metrics(registry);
-  auto opened = gw::tenancy::open({.state_dir = tmp.path(), .ledger_flush_interval = 1h}, clock, &metrics);
-  REQUIRE(opened.ok());
-  gw::tenancy& tenants = **opened;
-
-  gw::tenant_record acme;
-  acme.id = "acme";
-  acme.quotas.tokens_per_minute = 1000;
-  acme.quotas.max_concurrent = 1;
-  acme.quotas.daily_tokens = 100000;
-  REQUIRE(tenants.store().create_tenant(acme, admin).ok());
-  const gw::authenticated_tenant who{tenants.store().snapshot()->tenant("acme"), "k"};
-
+  auto store = std::move(gw::tenant_store::open(tmp.path(), clock)).value();
+  gw::usage_ledger ledger(*store, clock, 1h);
+  gw::request_usage usage(/*prompt_tokens=*/40, /*max_tokens=*/100);
   {
-    gw::admission first = tenants.admit(who, 100, 400);
-    REQUIRE(first.allowed());
-    REQUIRE(first.lease);
-    CHECK(first.decision.tokens->remaining == 500);
-    // The concurrency slot is taken: a second request waits.
-    gw::admission second = tenants.admit(who, 1, 1);
-    CHECK_FALSE(second.allowed());
-    CHECK(second.decision.limit == gw::quota_limit::max_concurrent);
-    first.lease->record({.prompt_tokens = 100, .completion_tokens = 20, .cached_tokens = 64});
-  }  // the request ends: 380 tokens come back, the slot is free
-
-  gw::admission third = tenants.admit(who, 0, 880);
-  REQUIRE(third.allowed());
-  CHECK(third.decision.tokens->remaining == 0);
-  third.lease->finish();  // nothing was used (the engine refused it, say): all 880 come back
-  third.lease->finish();  // idempotent
-  CHECK(tenants.admit(who, 0, 880).allowed());
-
-  REQUIRE(tenants.ledger().flush().ok());
-  // Three admitted requests (two used nothing), one rejection; tokens as recorded.
-  CHECK(total(tenants.store(), "acme") == gw::usage_counts{3, 100, 20, 64, 1});
-
-  const std::string scrape = prometheus::TextSerializer().Serialize(registry.Collect());
-  CHECK(scrape.find("edgeinfer_quota_rejections_total{limit=\"max_concurrent\",tenant=\"acme\"} 1") !=
-        std::string::npos);
+    gw::usage_ledger::meter meter = ledger.open_meter("acme", usage);
+    CHECK(ledger.open_meters() == 1);
+    usage.add_completion(7);
+    REQUIRE(ledger.flush().ok());
+    CHECK(total(*store, "acme") == gw::usage_counts{1, 40, 7, 0, 0});
+    usage.add_completion(5);
+    REQUIRE(ledger.flush().ok());  // only what grew since the last checkpoint
+    CHECK(total(*store, "acme") == gw::usage_counts{1, 40, 12, 0, 0});
+    usage.add_completion(3);
+    CHECK(usage.finish(/*completion_tokens=*/16, /*cached_tokens=*/32));
+  }  // the meter ends: the rest is recorded
+  CHECK(ledger.open_meters() == 0);
+  REQUIRE(ledger.flush().ok());
+  CHECK(total(*store, "acme") == gw::usage_counts{1, 40, 16, 32, 0});
 }
 
-TEST_CASE("a restart keeps today's spent budget (seeded from the ledger)") {
+TEST_CASE("a request's usage is believed within what the gateway knows") {
+  gw::request_usage usage(/*prompt_tokens=*/10, /*max_tokens=*/20);
+  usage.add_completion(5);
+  CHECK_FALSE(usage.finish(/*completion_tokens=*/-3, /*cached_tokens=*/-1));  // less than generated, negative
+  CHECK(usage.counts() == gw::usage_counts{1, 10, 5, 0, 0});
+  CHECK_FALSE(usage.finish(/*completion_tokens=*/1000, /*cached_tokens=*/50));  // past max_tokens, past the prompt
+  CHECK(usage.counts() == gw::usage_counts{1, 10, 20, 10, 0});
+  gw::request_usage flooded(/*prompt_tokens=*/10, /*max_tokens=*/3);
+  flooded.add_completion(2);
+  flooded.add_completion(2);
+  CHECK(flooded.counts().completion_tokens == 3);
+}
+
+TEST_CASE("a hold is released by the flush that writes its request's last usage") {
   edge::testing::temp_dir tmp;
   edge::manual_time_source clock(noon);
-  gw::tenant_record acme;
-  acme.id = "acme";
-  acme.quotas.daily_tokens = 1000;
+  auto store = std::move(gw::tenant_store::open(tmp.path(), clock)).value();
+  gw::usage_ledger ledger(*store, clock, 1h);
+  const std::int64_t day = noon_s / 86400;
+  REQUIRE(store->add_hold({.id = "r1", .tenant_id = "acme", .day = day, .reserved_tokens = 500}).ok());
+  REQUIRE(store->add_hold({.id = "old", .tenant_id = "acme", .day = day - 1, .reserved_tokens = 900}).ok());
+  gw::request_usage usage(/*prompt_tokens=*/100, /*max_tokens=*/400);
+  gw::usage_ledger::meter meter = ledger.open_meter("acme", usage, "r1");
+  usage.add_completion(50);
+  REQUIRE(ledger.flush().ok());
+  // Were the server to crash now: 150 are in the ledger, 350 more may have been used.
+  auto held = store->unreleased_hold_tokens(day);
+  REQUIRE(held.ok());
+  CHECK(*held == std::map<std::string, std::int64_t>{{"acme", 350}});  // yesterday's hold is gone
+  meter.end();
+  REQUIRE(ledger.flush().ok());
+  CHECK(store->unreleased_hold_tokens(day)->empty());
+  CHECK(total(*store, "acme") == gw::usage_counts{1, 100, 50, 0, 0});
+}
+
+TEST_CASE("a failed flush keeps a meter's checkpoint and its hold's release for the next one") {
+  edge::testing::temp_dir tmp;
+  edge::manual_time_source clock(noon);
+  auto store = std::move(gw::tenant_store::open(tmp.path(), clock)).value();
+  gw::usage_ledger ledger(*store, clock, 1h);
+  REQUIRE(store->add_hold({.id = "r1", .tenant_id = "acme", .day = noon_s / 86400, .reserved_tokens = 50}).ok());
+  gw::request_usage usage(/*prompt_tokens=*/10, /*max_tokens=*/40);
   {
-    auto tenants = std::move(gw::tenancy::open({.state_dir = tmp.path()}, clock, nullptr)).value();
-    REQUIRE(tenants->store().create_tenant(acme, admin).ok());
-    const gw::authenticated_tenant who{tenants->store().snapshot()->tenant("acme"), "k"};
-    gw::admission a = tenants->admit(who, 100, 800);
-    REQUIRE(a.allowed());
-    a.lease->record({.prompt_tokens = 100, .completion_tokens = 600});
-  }  // stopping flushes the ledger
-  auto tenants = std::move(gw::tenancy::open({.state_dir = tmp.path()}, clock, nullptr)).value();
-  const gw::authenticated_tenant who{tenants->store().snapshot()->tenant("acme"), "k"};
-  CHECK_FALSE(tenants->admit(who, 100, 201).allowed());  // 700 + 301 > 1000
-  CHECK(tenants->admit(who, 100, 200).allowed());
+    gw::usage_ledger::meter meter = ledger.open_meter("acme", usage, "r1");
+    usage.add_completion(4);
+  }
+  auto side = gw::sqlite::database::open(tmp / "tenants.db");
+  REQUIRE(side.ok());
+  REQUIRE(side->exec("ALTER TABLE usage_hourly RENAME TO usage_hourly_away").ok());
+  CHECK_FALSE(ledger.flush().ok());
+  CHECK(store->unreleased_hold_tokens(noon_s / 86400)->size() == 1);  // the transaction rolled back whole
+  REQUIRE(side->exec("ALTER TABLE usage_hourly_away RENAME TO usage_hourly").ok());
+  REQUIRE(ledger.flush().ok());
+  CHECK(total(*store, "acme") == gw::usage_counts{1, 10, 4, 0, 0});
+  CHECK(store->unreleased_hold_tokens(noon_s / 86400)->empty());
 }

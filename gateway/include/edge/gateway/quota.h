@@ -11,7 +11,14 @@
 //                           the bucket; the budget starts afresh at 00:00 UTC
 //   max_tokens_per_request  the largest max_tokens one request may ask for
 //
-// A refusal consumes nothing: a request is admitted by every limit at once or by none.
+// Admission has two phases, so that the cheap limits are judged before a request costs
+// anything (its body parsed, its prompt tokenized):
+//   1. try_admit, right after authentication: requests_per_minute and max_concurrent. The
+//      request counts against requests_per_minute from here on, whatever happens to it later.
+//   2. try_reserve, once prompt_tokens and max_tokens are known: max_tokens_per_request,
+//      daily_tokens and tokens_per_minute.
+// Within a phase a request is admitted by every limit at once or by none, and a refusal takes
+// nothing (a phase-2 refusal leaves phase 1 held: the caller ends it with finish(held, 0)).
 //
 // quota_store is the seam between the gateway and where the counters live: in this process
 // (in_memory_quota_store) or, for several gateway replicas, Redis (redis_quota_store.h; chosen
@@ -20,6 +27,7 @@
 // calendar clock (Redis uses its own server clock for both, so every gateway agrees).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -48,7 +56,14 @@ enum class quota_limit {
 // The quota field's name ("tokens_per_minute"); "none" for none. Also the metric label.
 std::string_view to_string(quota_limit limit);
 
-// What a request asks to be admitted with.
+// Phase 1: who is asking, before anything else is known of the request.
+struct admit_request {
+  std::string_view tenant_id;
+  const tenant_quotas& quotas;      // the tenant's limits (from the tenant snapshot)
+  std::string_view reservation_id;  // unique per request across gateways (reservation_ids makes them)
+};
+
+// Phase 2: what the request asks to be admitted with.
 struct quota_request {
   std::string_view tenant_id;
   const tenant_quotas& quotas;  // the tenant's limits (from the tenant snapshot)
@@ -60,11 +75,23 @@ struct quota_request {
 // What an admitted request holds until it is settled and released.
 struct quota_reservation {
   std::string tenant_id;
+  std::string id;                  // the reservation id of try_admit (a shared store's record of it)
   std::int64_t bucket_tokens = 0;  // taken from the tokens-per-minute bucket (0: unlimited)
   std::int64_t daily_tokens = 0;   // taken from the daily budget (0: unlimited)
   std::int64_t day = 0;            // the UTC day (days since 1970-01-01) daily_tokens belongs to
   bool holds_slot = false;         // counted against max_concurrent
-  std::string slot_id;             // the slot's name in a shared store ("" in memory)
+};
+
+// Reservation ids unique across gateways: a random prefix drawn when this is made, and a
+// counter. Thread-safe.
+class reservation_ids {
+ public:
+  reservation_ids();
+  std::string next();
+
+ private:
+  const std::string prefix_;
+  std::atomic<std::uint64_t> next_{0};
 };
 
 // One rate limit's state, for the x-ratelimit-* headers.
@@ -80,8 +107,8 @@ struct quota_decision {
   // When a refused request can be retried with success (everything else staying equal); absent
   // when retrying cannot help (the request alone exceeds the limit).
   std::optional<std::chrono::milliseconds> retry_after;
-  std::optional<rate_limit_status> requests;  // absent when requests_per_minute is unlimited
-  std::optional<rate_limit_status> tokens;    // absent when tokens_per_minute is unlimited
+  std::optional<rate_limit_status> requests;  // phase 1 only; absent when requests_per_minute is unlimited
+  std::optional<rate_limit_status> tokens;    // phase 2 only; absent when tokens_per_minute is unlimited
   std::string message;                        // a refusal's explanation, for the error body
   quota_reservation reservation;              // allowed only
 };
@@ -90,23 +117,34 @@ class quota_store {
  public:
   virtual ~quota_store() = default;
 
-  // Admits the request against every limit of its tenant, reserving its cost, or refuses it
-  // and changes nothing. Thread-safe.
-  virtual quota_decision try_acquire(const quota_request& request) = 0;
+  // Phase 1: requests_per_minute (the request counts from here on, whatever happens to it
+  // later) and max_concurrent (takes a slot). A refusal takes nothing. Thread-safe, as is every
+  // call here.
+  virtual quota_decision try_admit(const admit_request& request) = 0;
+
+  // Phase 2: max_tokens_per_request, daily_tokens, tokens_per_minute. `held` is the reservation
+  // try_admit returned. On success the decision's reservation is `held` plus the tokens taken;
+  // a refusal takes nothing more (the caller still holds phase 1 and ends it with
+  // finish(held, 0)).
+  virtual quota_decision try_reserve(const quota_reservation& held, const quota_request& request) = 0;
 
   // The request is over and used `used_tokens` (prompt + completion) of its reservation: the
-  // rest goes back to the bucket and the day's budget. Call once per admitted request.
+  // rest goes back to the bucket and the day's budget. Call once per admitted request (a shared
+  // store, whose calls may be repeated, ignores a repeat; the one in memory does not).
   virtual void settle(const quota_reservation& reservation, std::int64_t used_tokens) = 0;
 
-  // Frees the request's max_concurrent slot. Call once per admitted request.
+  // Frees the request's max_concurrent slot. Call once per admitted request (as settle).
   virtual void release(const quota_reservation& reservation) = 0;
 
-  // settle() and release() together, for a request that is over: a shared store sends both in
-  // one round trip.
+  // settle() and release() together, for a request that is over, after either phase: a shared
+  // store sends both in one round trip.
   virtual void finish(const quota_reservation& reservation, std::int64_t used_tokens) {
     settle(reservation, used_tokens);
     release(reservation);
   }
+
+  // Whether calls may wait on I/O (Redis): callers on an I/O thread run them on another thread.
+  virtual bool may_block() const { return false; }
 };
 
 // Counters in this process. The daily budget survives a restart only through
@@ -115,7 +153,8 @@ class in_memory_quota_store final : public quota_store {
  public:
   explicit in_memory_quota_store(const time_source& clock) : clock_(clock) {}
 
-  quota_decision try_acquire(const quota_request& request) override;
+  quota_decision try_admit(const admit_request& request) override;
+  quota_decision try_reserve(const quota_reservation& held, const quota_request& request) override;
   void settle(const quota_reservation& reservation, std::int64_t used_tokens) override;
   void release(const quota_reservation& reservation) override;
 
@@ -137,6 +176,7 @@ class in_memory_quota_store final : public quota_store {
     std::int64_t day_tokens = 0;        // reserved or spent during `day`
   };
   tenant_state& state_of(std::string_view tenant_id);  // mutex_ held
+  std::int64_t now_ns() const;                         // the monotonic clock
   void refill(tenant_state& state, std::int64_t capacity, std::int64_t now_ns) const;
 
   const time_source& clock_;

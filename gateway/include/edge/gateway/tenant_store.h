@@ -67,6 +67,26 @@ struct usage_row {
   usage_counts counts;
 };
 
+// The daily-budget reservation of a request being served, written before the request is served:
+// a restart after a crash counts what it had not yet been charged as spent (it may have been),
+// so a crash can never let a tenant overrun its daily budget.
+struct usage_hold {
+  std::string id;  // the reservation's id
+  std::string tenant_id;
+  std::int64_t day = 0;              // UTC day (days since 1970-01-01) the tokens were reserved on
+  std::int64_t reserved_tokens = 0;  // prompt + max_tokens
+};
+
+// What one flush of the usage ledger writes, in one transaction: a hold is released in the same
+// transaction that adds the last of its request's usage.
+struct usage_batch {
+  std::vector<usage_row> rows;  // added to their (tenant, hour) rows
+  // hold id -> prompt + completion tokens its request has been charged so far (in rows now or before)
+  std::vector<std::pair<std::string, std::int64_t>> hold_progress;
+  std::vector<std::string> released_holds;  // requests that ended: everything they used is in rows
+  bool empty() const { return rows.empty() && hold_progress.empty() && released_holds.empty(); }
+};
+
 inline constexpr unix_time seconds_per_hour = 3600;
 inline constexpr unix_time seconds_per_day = 86400;
 inline constexpr unix_time hour_start_of(unix_time t) {
@@ -143,8 +163,15 @@ class tenant_store {
   // Marks the key revoked (kept for the record). Revoking a revoked key changes nothing.
   result<api_key_record> revoke_key(std::string_view key_id, const audit_context& who);
 
-  // Usage ledger. add_usage() adds the counts to their (tenant, hour) rows in one transaction.
-  status add_usage(std::span<const usage_row> rows);
+  // Usage ledger. add_usage() adds the counts to their (tenant, hour) rows and records the holds'
+  // progress and releases, in one transaction.
+  status add_usage(const usage_batch& batch);
+  // Writes a hold (usage_hold); it stays until a batch releases it.
+  status add_hold(const usage_hold& hold);
+  // For each tenant, the tokens that holds still in the store for `day` may have spent beyond
+  // what the ledger has charged: reserved - charged. Called when a server starts, when every
+  // hold left is one a crash kept from being released. Holds of earlier days are deleted.
+  result<std::map<std::string, std::int64_t>> unreleased_hold_tokens(std::int64_t day);
   // Rows of hours that start in [hour_start_of(from), to), oldest first.
   result<std::vector<usage_row>> usage(std::string_view tenant_id, unix_time from, unix_time to) const;
   // Prompt + completion tokens per tenant in hours starting at or after `from` (a UTC midnight:

@@ -76,9 +76,14 @@ struct gateway_metrics {
   prometheus::Family<prometheus::Counter>& backend_routes;
   // The quota store (--quota-store). edgeinfer_quota_store_up: 1 while it answers (always, in
   // memory), 0 during an outage of a shared store. edgeinfer_quota_store_errors_total{operation}:
-  // calls to it that failed, by operation (connect, acquire, settle, release, finish, renew).
+  // calls to it that failed, by operation (connect, acquire, settle, release, finish, renew,
+  // retry). edgeinfer_quota_store_pending: calls queued to be applied once it answers again
+  // (settlements that failed, compensations of calls that timed out);
+  // edgeinfer_quota_store_dropped_total: those dropped because the queue was full.
   prometheus::Gauge& quota_store_up;
   prometheus::Family<prometheus::Counter>& quota_store_errors;
+  prometheus::Gauge& quota_store_pending;
+  prometheus::Counter& quota_store_dropped;
 
   static constexpr std::size_t max_tenant_labels = 100;
 
