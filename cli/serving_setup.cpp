@@ -41,7 +41,18 @@ void add_http_options(config::schema& s, std::int64_t default_port) {
   s.add_integer("port", default_port, 0, 65535, "Port to listen on; 0 picks a free port (the log line says which)");
   s.add_integer("http-threads", 0, 0, 1024, "HTTP server threads; 0 means one per hardware thread");
   s.add_bytes("max-body", "4MiB", 1024, std::int64_t{1} << 30, "Largest request body accepted (413 beyond)");
-  s.add_duration("idle-timeout", "60s", 100ms, 24h, "Close a keep-alive connection idle this long");
+  s.add_integer("max-connections", 0, 0, std::int64_t{1} << 20,
+                "Client connections open at once; past it a new one is answered 503 and closed. 0 means 4096, "
+                "or less where the file-descriptor limit is lower");
+  s.add_bytes("max-buffered-body-bytes", "256MiB", 1024, std::int64_t{1} << 40,
+              "Request bodies still being received may hold this much, all connections together; the request "
+              "that would pass it is answered 503 (keep it above --max-body)");
+  s.add_duration("header-timeout", "10s", 100ms, 24h,
+                 "A request's headers must arrive within this long of its first byte (408 beyond)");
+  s.add_duration("body-timeout", "30s", 100ms, 24h,
+                 "A request's body must arrive within this long of its headers (408 beyond)");
+  s.add_duration("idle-timeout", "60s", 100ms, 24h,
+                 "Close a keep-alive connection idle this long; no part of reading a request takes longer");
   s.add_duration("write-timeout", "60s", 100ms, 24h, "Give up on a client that accepts no data for this long");
   s.add_duration("shutdown-timeout", "30s", 0ms, 24h,
                  "On SIGTERM, how long requests in flight may take before their connections are closed");
@@ -54,6 +65,10 @@ gateway::server_options http_server_options(const config::values& settings) {
   options.port = static_cast<std::uint16_t>(settings.integer("port"));
   options.threads = static_cast<std::size_t>(settings.integer("http-threads"));
   options.max_body_bytes = settings.bytes("max-body");
+  options.max_connections = static_cast<std::size_t>(settings.integer("max-connections"));
+  options.max_buffered_body_bytes = settings.bytes("max-buffered-body-bytes");
+  options.header_timeout = settings.duration("header-timeout");
+  options.body_timeout = settings.duration("body-timeout");
   options.idle_timeout = settings.duration("idle-timeout");
   options.write_timeout = settings.duration("write-timeout");
   options.shutdown_timeout = settings.duration("shutdown-timeout");

@@ -1,43 +1,14 @@
 #include "edge/common/json_text.h"
 
 #include <charconv>
-#include <cstdint>
+
+#include "edge/common/utf8.h"
 
 namespace edge {
 namespace {
 
 constexpr unsigned char first_printable = 0x20;
 constexpr unsigned char delete_character = 0x7F;
-constexpr std::string_view replacement_character = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
-
-// Length of the valid UTF-8 sequence starting at text[i], or 0 if it is not valid (overlong
-// forms, surrogates and code points past U+10FFFF are not).
-std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  std::size_t length = 0;
-  std::uint32_t min_code = 0;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-    min_code = 0x80;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    min_code = 0x800;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    min_code = 0x10000;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  std::uint32_t code = lead & (0x7F >> length);
-  for (std::size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
-    code = (code << 6) | (byte(i + k) & 0x3F);
-  }
-  if (code < min_code || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return 0;
-  return length;
-}
 
 }  // namespace
 
@@ -65,9 +36,9 @@ void append_json_string(std::string& out, std::string_view text) {
       ++i;
       continue;
     }
-    const std::size_t length = utf8_sequence_length(text, i);
+    const std::size_t length = utf8::valid_length(text, i);
     if (length == 0) {
-      out += replacement_character;
+      out += utf8::replacement_character;
       ++i;
     } else {
       out.append(text.substr(i, length));
@@ -87,6 +58,31 @@ std::string json_number(double value) {
   char buffer[32];
   const auto [end, error] = std::to_chars(buffer, buffer + sizeof(buffer), value);
   return std::string(buffer, error == std::errc{} ? end : buffer);
+}
+
+bool is_json_number(std::string_view text) {
+  std::size_t i = 0;
+  const auto digits = [&] {
+    const std::size_t start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    return i - start;
+  };
+  if (i < text.size() && text[i] == '-') ++i;
+  if (i < text.size() && text[i] == '0') {
+    ++i;
+  } else if (digits() == 0) {
+    return false;
+  }
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    if (digits() == 0) return false;
+  }
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == text.size();
 }
 
 }  // namespace edge

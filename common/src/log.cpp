@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "edge/common/json_text.h"
+#include "edge/common/utf8.h"
 
 namespace edge::log {
 namespace {
@@ -58,6 +59,66 @@ void append_timestamp(std::string& out) {
   out += static_cast<char>('0' + ms / 10 % 10);
   out += static_cast<char>('0' + ms % 10);
   out += 'Z';
+}
+
+constexpr char hex_digits[] = "0123456789abcdef";
+
+void append_hex_escape(std::string& out, std::string_view prefix, unsigned value, int digits) {
+  out += prefix;
+  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) out += hex_digits[(value >> shift) & 0xF];
+}
+
+// Text lines hold one entry each, whatever a message or a field value holds (a tenant name, a
+// path, a header a client chose): control characters (C0, DEL and C1, which terminals act on),
+// and bytes that are not valid UTF-8, are written as escapes, and a backslash always starts
+// one, so that what is read back is unambiguous. `quote` is escaped as well, for quoted values.
+void append_escaped(std::string& out, std::string_view text, char quote = '\0') {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x80) {
+      const std::size_t length = utf8::valid_length(text, i);
+      if (length == 0) {
+        append_hex_escape(out, "\\x", c, 2);
+        ++i;
+        continue;
+      }
+      const char32_t code_point = utf8::decode(text.substr(i), length);
+      if (code_point <= 0x9F) {
+        append_hex_escape(out, "\\u", static_cast<unsigned>(code_point), 4);
+      } else {
+        out.append(text.substr(i, length));
+      }
+      i += length;
+      continue;
+    }
+    switch (c) {
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\\': out += "\\\\"; break;
+      default:
+        if (c < 0x20 || c == 0x7F) {
+          append_hex_escape(out, "\\x", c, 2);
+        } else {
+          if (quote != '\0' && c == static_cast<unsigned char>(quote)) out += '\\';
+          out += static_cast<char>(c);
+        }
+    }
+    ++i;
+  }
+}
+
+// A value that could be read as more than one field (it holds a space or '=', or looks quoted)
+// or as none (empty) is quoted.
+void append_field_value(std::string& out, std::string_view value) {
+  const bool quoted = value.empty() || value.front() == '"' || value.find_first_of(" =") != std::string_view::npos;
+  if (!quoted) {
+    append_escaped(out, value);
+    return;
+  }
+  out += '"';
+  append_escaped(out, value, '"');
+  out += '"';
 }
 
 }  // namespace
@@ -121,7 +182,8 @@ void emit(level value, std::string_view component, std::string_view message, std
       line += ',';
       append_json_string(line, f.key);
       line += ':';
-      if (f.number) {
+      // A number field's text comes from the caller: written bare only when it is one.
+      if (f.number && is_json_number(f.value)) {
         line += f.value;
       } else {
         append_json_string(line, f.value);
@@ -136,12 +198,12 @@ void emit(level value, std::string_view component, std::string_view message, std
     line.append(6 - name.size(), ' ');
     line += component;
     line += ": ";
-    line += message;
+    append_escaped(line, message);
     for (const field& f : fields) {
       line += ' ';
       line += f.key;
       line += '=';
-      line += f.value;
+      append_field_value(line, f.value);
     }
     line += '\n';
   }

@@ -12,6 +12,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "edge/common/sha256.h"
+#include "edge/common/utf8.h"
 #include "edge/gateway/json_response.h"
 #include "edge/gateway/tenancy.h"
 #include "edge/gateway/tenant_json.h"
@@ -146,10 +147,16 @@ std::variant<std::vector<query_param>, response> read_query(std::string_view que
   decoding.space_as_plus = true;
   for (const auto& param : *parsed) {
     std::string name = param.key.decode(decoding);
+    std::string value = param.value.decode(decoding);
+    // Both are echoed in error messages, which are JSON and so must be UTF-8: bytes that are
+    // not are refused without being repeated.
+    if (!utf8::is_valid(name) || !utf8::is_valid(value)) {
+      return invalid("Query parameter names and values must be UTF-8 once percent-decoded");
+    }
     bool is_known = false;
     for (std::string_view k : known) is_known = is_known || k == name;
     if (!is_known) return invalid(format("unknown query parameter '{}'", name), name);
-    out.push_back({std::move(name), param.value.decode(decoding)});
+    out.push_back({std::move(name), std::move(value)});
   }
   return out;
 }

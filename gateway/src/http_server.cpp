@@ -1,5 +1,7 @@
 #include "edge/gateway/http_server.h"
 
+#include <sys/resource.h>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -13,6 +15,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <algorithm>
 #include <array>
 #include <mutex>
 #include <random>
@@ -39,6 +42,21 @@ constexpr auto forced_close_grace = 2s;
 // An error response is followed by a half-close; this long is given to the client to read it.
 constexpr auto linger_timeout = 1s;
 constexpr std::size_t linger_max_bytes = 1 << 20;
+// A connection refused at the cap gets its 503 within this long, or is closed without it.
+constexpr auto refusal_write_timeout = 1s;
+// Refusals being written at once; past this many, a connection over the cap is closed at once
+// (each refusal holds a descriptor for up to a couple of seconds).
+constexpr std::size_t max_refusals_in_flight = 64;
+// A body up to this size is never refused for the budget of bodies being received: so that
+// ordinary requests are still served while large stalled bodies hold the budget. What such
+// bodies hold together is bounded by the connection cap.
+constexpr std::size_t budget_exempt_body_bytes = 64 * 1024;
+// What an idle connection reads first: a small read, so that waiting holds no large buffer.
+constexpr std::size_t first_read_bytes = 1024;
+constexpr std::size_t default_connection_cap = 4096;
+constexpr std::size_t max_reserved_descriptors = 256;
+// How long a client told "overloaded" should wait before trying again.
+constexpr std::string_view retry_after_seconds = "1";
 
 // Errors that mean the client went away or the connection was closed under us: nothing to
 // answer, nobody to answer to.
@@ -108,6 +126,70 @@ void disarm_read_deadline(asio::steady_timer& timer, connection_state& state) {
   timer.cancel();
 }
 
+// One request body's share of the server-wide budget for bodies being received: charged as
+// the body grows, given back when it is complete or the connection ends. Connection strand
+// only; the total is shared by every connection.
+class body_charge {
+ public:
+  body_charge(std::atomic<std::size_t>& total, prometheus::Gauge* gauge) : total_(total), gauge_(gauge) {}
+  ~body_charge() { update(0); }
+  body_charge(const body_charge&) = delete;
+  body_charge& operator=(const body_charge&) = delete;
+
+  // Charges `held` bytes in all for this body. Returns the total of every body charged now.
+  std::size_t update(std::size_t held) {
+    std::size_t total = 0;
+    if (held >= charged_) {
+      total = total_.fetch_add(held - charged_, std::memory_order_relaxed) + (held - charged_);
+      if (gauge_ != nullptr) gauge_->Increment(static_cast<double>(held - charged_));
+    } else {
+      total = total_.fetch_sub(charged_ - held, std::memory_order_relaxed) - (charged_ - held);
+      if (gauge_ != nullptr) gauge_->Decrement(static_cast<double>(charged_ - held));
+    }
+    charged_ = held;
+    return total;
+  }
+
+ private:
+  std::atomic<std::size_t>& total_;
+  prometheus::Gauge* gauge_;
+  std::size_t charged_ = 0;
+};
+
+using request_parser = http::request_parser<http::string_body>;
+
+struct read_outcome {
+  beast::error_code ec;
+  bool over_budget = false;   // the body would have taken the budget of bodies being received past its limit
+  bool write_failed = false;  // the interim 100 Continue could not be written
+};
+
+struct dispatch_outcome {
+  bool keep_alive = false;           // the connection may carry another request
+  bool client_done_sending = false;  // the end of the client's data has been read
+};
+
+// The next request from what `buffer` holds, once the end of the client's data has been read
+// (no read would complete): a request cut short by that end is a partial message.
+read_outcome parse_buffered(request_parser& parser, beast::flat_buffer& buffer) {
+  read_outcome out;
+  while (!parser.is_done()) {
+    const std::size_t used = parser.put(buffer.data(), out.ec);
+    buffer.consume(used);
+    if (out.ec == http::error::need_more || (!out.ec && used == 0)) break;
+    if (out.ec) return out;
+  }
+  out.ec = {};
+  if (!parser.is_done()) parser.put_eof(out.ec);
+  return out;
+}
+
+response overloaded_response(std::string_view message) {
+  response res = error_response(http::status::service_unavailable, message, "server_error", std::nullopt, "overloaded");
+  res.set(http::field::retry_after, retry_after_seconds);
+  return res;
+}
+
 }  // namespace
 
 struct http_server::impl {
@@ -132,13 +214,25 @@ struct http_server::impl {
 
   std::mutex connections_mutex;
   std::unordered_set<std::shared_ptr<connection_state>> connections;  // guarded by connections_mutex
+  // Connections accepted and not closed yet, and refusals being written (refuse_connection).
+  std::atomic<std::size_t> accepted{0};
+  std::atomic<std::size_t> refusals{0};
+  bool at_cap = false;  // the last connection accepted was refused (control strand only)
+  std::atomic<std::size_t> buffered_body_bytes{0};  // every body_charge together
 
   asio::awaitable<void> accept_loop();
+  void refuse_connection(tcp::socket socket);
   asio::awaitable<void> serve_connection(tcp::socket socket);
-  asio::awaitable<bool> dispatch(beast::tcp_stream& stream, const request& req,
-                                 std::chrono::steady_clock::time_point started);
+  // Reads the next request from the connection, its body charged against the budget.
+  asio::awaitable<read_outcome> read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                             request_parser& parser, body_charge& charge,
+                                             const std::shared_ptr<connection_state>& state,
+                                             asio::steady_timer& read_deadline);
+  asio::awaitable<dispatch_outcome> dispatch(beast::tcp_stream& stream, beast::flat_buffer& input, const request& req,
+                                             std::chrono::steady_clock::time_point started, bool input_ended);
   // Answers a request that could not be read, then closes; returns the request id it sent.
-  asio::awaitable<std::string> reply_and_close(beast::tcp_stream& stream, response res);
+  asio::awaitable<std::string> reply_and_close(beast::tcp_stream& stream, response res,
+                                               std::chrono::milliseconds write_timeout);
   asio::awaitable<void> drain();
   void close_connections(bool force);
   std::size_t open_connections();
@@ -162,11 +256,20 @@ void log_exception(const logger& log, std::string_view where, std::exception_ptr
 
 }  // namespace
 
+std::size_t default_max_connections() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return default_connection_cap;
+  const auto descriptors = static_cast<std::size_t>(limit.rlim_cur);
+  const std::size_t reserved = std::min(max_reserved_descriptors, descriptors / 4);
+  return std::clamp<std::size_t>(descriptors - reserved, 1, default_connection_cap);
+}
+
 http_server::http_server(server_options options, router routes, monitoring::gateway_metrics* metrics)
     : impl_(std::make_unique<impl>(*this, std::move(options), std::move(routes), metrics)) {
   if (impl_->options.threads == 0) {
     impl_->options.threads = std::max(1u, std::thread::hardware_concurrency());
   }
+  if (impl_->options.max_connections == 0) impl_->options.max_connections = default_max_connections();
 }
 
 http_server::~http_server() = default;
@@ -282,12 +385,46 @@ asio::awaitable<void> http_server::impl::accept_loop() {
       co_await backoff.async_wait(use_tuple);
       continue;
     }
+    if (accepted.load(std::memory_order_acquire) >= options.max_connections) {
+      if (!at_cap) {
+        log.warn("{} connections open, the limit (--max-connections): refusing new ones", options.max_connections);
+      }
+      at_cap = true;
+      refuse_connection(std::move(socket));
+      continue;
+    }
+    if (at_cap) log.info("accepting connections again");
+    at_cap = false;
+    accepted.fetch_add(1, std::memory_order_acq_rel);
     beast::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
     auto executor = socket.get_executor();
     asio::co_spawn(executor, serve_connection(std::move(socket)),
                    [this](std::exception_ptr e) { log_exception(log, "connection", e); });
   }
+}
+
+void http_server::impl::refuse_connection(tcp::socket socket) {
+  if (metrics) metrics->http_overload_rejections.Add({{"limit", "max_connections"}}).Increment();
+  // Past the refusals already being written, close at once: a refusal must cost little more
+  // than the connection it turns away.
+  if (refusals.fetch_add(1, std::memory_order_acq_rel) >= max_refusals_in_flight) {
+    refusals.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  auto executor = socket.get_executor();
+  asio::co_spawn(
+      executor,
+      [this, socket = std::move(socket)]() mutable -> asio::awaitable<void> {
+        beast::tcp_stream stream(std::move(socket));
+        const std::string message =
+            format("The server is overloaded: {} connections are open, its limit", options.max_connections);
+        co_await reply_and_close(stream, overloaded_response(message), refusal_write_timeout);
+      },
+      [this](std::exception_ptr e) {
+        refusals.fetch_sub(1, std::memory_order_acq_rel);
+        log_exception(log, "refused connection", e);
+      });
 }
 
 asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
@@ -305,6 +442,7 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
     ~unregister() {
       state->alive = false;
       if (server.metrics) server.metrics->open_connections.Decrement();
+      server.accepted.fetch_sub(1, std::memory_order_acq_rel);
       std::lock_guard lock(server.connections_mutex);
       server.connections.erase(state);
     }
@@ -312,40 +450,50 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
 
   beast::flat_buffer buffer;
   asio::steady_timer read_deadline(stream.get_executor());
+  // The end of the client's data was read while a request was answered: what is left of its
+  // requests is in the buffer. (Asio reads a socket again only once it signals more, which after
+  // its end it never does: a read would wait for its deadline.)
+  bool client_done_sending = false;
   for (;;) {
     if (owner.draining()) break;
+    if (client_done_sending && buffer.size() == 0) break;
     state->busy = false;
-    http::request_parser<http::string_body> parser;
+    // A keep-alive connection waiting for its next request holds no read buffer.
+    if (buffer.size() == 0) buffer.shrink_to_fit();
+    request_parser parser;
     parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
     parser.body_limit(options.max_body_bytes);
+    body_charge charge(buffered_body_bytes, metrics ? &metrics->buffered_body_bytes : nullptr);
 
-    beast::error_code ec;
-    stream.expires_never();
-    arm_read_deadline(read_deadline, state, options.idle_timeout);
-    std::tie(ec, std::ignore) = co_await http::async_read_header(stream, buffer, parser, use_tuple);
-    disarm_read_deadline(read_deadline, *state);
+    const read_outcome read = client_done_sending ? parse_buffered(parser, buffer)
+                                                  : co_await read_request(stream, buffer, parser, charge, state,
+                                                                          read_deadline);
+    const beast::error_code ec = read.ec;
+    const bool over_budget = read.over_budget;
     const auto started = std::chrono::steady_clock::now();
-    if (!ec) {
-      state->busy = true;
-      if (parser.get()[http::field::expect] == "100-continue") {
-        http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
-        stream.expires_after(options.write_timeout);
-        std::tie(ec, std::ignore) = co_await http::async_write(stream, go_on, use_tuple);
-        if (ec) break;
-      }
-      stream.expires_never();
-      arm_read_deadline(read_deadline, state, options.idle_timeout);
-      std::tie(ec, std::ignore) = co_await http::async_read(stream, buffer, parser, use_tuple);
-      disarm_read_deadline(read_deadline, *state);
+    if (read.write_failed) break;
+    if (!ec) state->busy = true;
+    if (over_budget) {
+      if (metrics) metrics->http_overload_rejections.Add({{"limit", "max_buffered_body_bytes"}}).Increment();
+      charge.update(0);
+      const std::string id = co_await reply_and_close(
+          stream,
+          overloaded_response(format("The server is overloaded: request bodies being received hold {}, its limit",
+                                     format_bytes(options.max_buffered_body_bytes))),
+          options.write_timeout);
+      record("unmatched", 503, started);
+      log_access("-", "-", 503, id, started, {});
+      break;
     }
-
     if (ec) {
       if (state->read_timed_out) {
         // Bytes of a start line or headers that never completed sit in the buffer unparsed.
         if (parser.got_some() || buffer.size() > 0) {
           const std::string id = co_await reply_and_close(
-              stream, error_response(http::status::request_timeout, "Timed out reading the request",
-                                     "invalid_request_error", std::nullopt, "timeout"));
+              stream,
+              error_response(http::status::request_timeout, "Timed out reading the request", "invalid_request_error",
+                             std::nullopt, "timeout"),
+              options.write_timeout);
           record("unmatched", 408, started);
           log_access("-", "-", 408, id, started, {});
         }
@@ -366,14 +514,18 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
                              "invalid_request_error", std::nullopt, "malformed_request");
       }
       const unsigned code = res.result_int();
-      const std::string id = co_await reply_and_close(stream, std::move(res));
+      charge.update(0);
+      const std::string id = co_await reply_and_close(stream, std::move(res), options.write_timeout);
       record("unmatched", code, started);
       log_access("-", "-", code, id, started, {});
       break;
     }
 
+    charge.update(0);  // complete: the request owns its body now
     const request req = parser.release();
-    if (!co_await dispatch(stream, req, started)) break;
+    const dispatch_outcome answered = co_await dispatch(stream, buffer, req, started, client_done_sending);
+    if (!answered.keep_alive) break;
+    client_done_sending = answered.client_done_sending;
   }
 
   if (state->alive) {
@@ -382,16 +534,63 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
   }
 }
 
-asio::awaitable<bool> http_server::impl::dispatch(beast::tcp_stream& stream, const request& req,
-                                                   std::chrono::steady_clock::time_point started) {
+asio::awaitable<read_outcome> http_server::impl::read_request(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                                             request_parser& parser, body_charge& charge,
+                                                             const std::shared_ptr<connection_state>& state,
+                                                             asio::steady_timer& read_deadline) {
+  // Each phase of reading a request ends at its own deadline, and at the idle timeout if that
+  // is shorter.
+  const auto header_deadline = std::min(options.header_timeout, options.idle_timeout);
+  const auto body_deadline = std::min(options.body_timeout, options.idle_timeout);
+  read_outcome out;
+  auto& ec = out.ec;
+  stream.expires_never();
+  if (buffer.size() == 0) {
+    // The request's first bytes: the header deadline starts once they are here.
+    arm_read_deadline(read_deadline, state, options.idle_timeout);
+    std::size_t n = 0;
+    std::tie(ec, n) = co_await stream.async_read_some(buffer.prepare(first_read_bytes), use_tuple);
+    buffer.commit(n);
+    disarm_read_deadline(read_deadline, *state);
+    if (ec) co_return out;
+  }
+  arm_read_deadline(read_deadline, state, header_deadline);
+  std::tie(ec, std::ignore) = co_await http::async_read_header(stream, buffer, parser, use_tuple);
+  disarm_read_deadline(read_deadline, *state);
+  if (ec) co_return out;
+  state->busy = true;
+  if (parser.get()[http::field::expect] == "100-continue") {
+    http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
+    stream.expires_after(options.write_timeout);
+    std::tie(ec, std::ignore) = co_await http::async_write(stream, go_on, use_tuple);
+    out.write_failed = static_cast<bool>(ec);
+    if (ec) co_return out;
+  }
+  stream.expires_never();
+  arm_read_deadline(read_deadline, state, body_deadline);
+  while (!ec && !parser.is_done()) {
+    std::tie(ec, std::ignore) = co_await http::async_read_some(stream, buffer, parser, use_tuple);
+    // Charged as it arrives: a body that stalls halfway holds what it has sent.
+    const std::size_t held = parser.get().body().size();
+    out.over_budget = !ec && charge.update(held) > options.max_buffered_body_bytes && held > budget_exempt_body_bytes;
+    if (out.over_budget) break;
+  }
+  disarm_read_deadline(read_deadline, *state);
+  co_return out;
+}
+
+asio::awaitable<dispatch_outcome> http_server::impl::dispatch(beast::tcp_stream& stream, beast::flat_buffer& input,
+                                                              const request& req,
+                                                              std::chrono::steady_clock::time_point started,
+                                                              bool input_ended) {
   const std::string_view target = req.target();
   const std::string_view path = target.substr(0, target.find('?'));
   router::match found = routes.find(req.method(), path);
 
   const auto id_header = req["x-request-id"];
   std::string request_id = is_valid_request_id(id_header) ? std::string(id_header) : new_request_id();
-  exchange ex(stream, req, std::move(request_id), std::move(found.params),
-              {options.write_timeout, owner.draining(), started});
+  exchange ex(stream, input, req, std::move(request_id), std::move(found.params),
+              {options.write_timeout, owner.draining(), started, options.max_header_bytes, input_ended});
 
   if (found.target == nullptr) {
     if (!found.allow.empty()) {
@@ -422,17 +621,18 @@ asio::awaitable<bool> http_server::impl::dispatch(beast::tcp_stream& stream, con
   }
   record(found.route, ex.status_code(), started);
   log_access(req.method_string(), path, ex.status_code(), ex.request_id(), started, ex.access());
-  co_return ex.keep_alive();
+  co_return dispatch_outcome{ex.keep_alive(), ex.input_ended()};
 }
 
-asio::awaitable<std::string> http_server::impl::reply_and_close(beast::tcp_stream& stream, response res) {
+asio::awaitable<std::string> http_server::impl::reply_and_close(beast::tcp_stream& stream, response res,
+                                                                std::chrono::milliseconds write_timeout) {
   std::string request_id = new_request_id();
   res.version(11);
   res.keep_alive(false);
   res.set(http::field::server, "edgeinfer");
   res.set("x-request-id", request_id);
   res.prepare_payload();
-  stream.expires_after(options.write_timeout);
+  stream.expires_after(write_timeout);
   auto [ec, n] = co_await http::async_write(stream, res, use_tuple);
   if (ec) co_return request_id;
   // Half-close, then read and discard what the client is still sending, so that closing does

@@ -230,7 +230,6 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
   clock::time_point last_write = clock::now();
   std::int64_t completion_tokens = 0;
 
-  bool watching = true;
   for (;;) {
     // Everything queued goes out as one chunk.
     std::string lines;
@@ -259,15 +258,8 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
 
     // Sleep until an event arrives, the heartbeat is due, or the gateway leaves.
     events->wake.expires_at(last_write + options_.heartbeat);
-    if (watching) {
-      auto woken = co_await (events->wake.async_wait(asio::as_tuple(asio::use_awaitable)) || ex.watch_disconnect());
-      if (woken.index() == 1) {
-        if (std::get<1>(woken)) co_return;  // the gateway is gone: the handle cancels the request
-        watching = false;                    // a pipelined request is waiting: stop watching
-      }
-    } else {
-      co_await events->wake.async_wait(asio::as_tuple(asio::use_awaitable));
-    }
+    const auto woken = co_await (events->wake.async_wait(asio::as_tuple(asio::use_awaitable)) || ex.watch_disconnect());
+    if (woken.index() == 1) co_return;  // the gateway is gone: the handle cancels the request
     if (events->events.empty() && clock::now() >= last_write + options_.heartbeat) {
       if (!co_await ex.write_chunk(encode_heartbeat())) co_return;
       last_write = clock::now();

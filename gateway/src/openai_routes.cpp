@@ -309,7 +309,6 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
   }
 
   std::string text;  // not streaming: the whole completion
-  bool watching = true;
   for (;;) {
     while (!events.events.empty()) {
       backend::engine_event event = std::move(events.events.front());
@@ -371,15 +370,8 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
     // Sleep until an event arrives, the heartbeat is due, or the client leaves.
     const clock::time_point heartbeat_due = sse ? sse->last_write() + options_.sse_heartbeat : clock::time_point::max();
     events.wake.expires_at(heartbeat_due);
-    if (watching) {
-      auto woken = co_await (events.wake.async_wait(asio::as_tuple(asio::use_awaitable)) || ex.watch_disconnect());
-      if (woken.index() == 1) {
-        if (std::get<1>(woken)) co_return;  // the client is gone: the handle cancels the request
-        watching = false;                    // a pipelined request is waiting: stop watching
-      }
-    } else {
-      co_await events.wake.async_wait(asio::as_tuple(asio::use_awaitable));
-    }
+    const auto woken = co_await (events.wake.async_wait(asio::as_tuple(asio::use_awaitable)) || ex.watch_disconnect());
+    if (woken.index() == 1) co_return;  // the client is gone: the handle cancels the request
     if (sse && events.events.empty() && clock::now() >= sse->last_write() + options_.sse_heartbeat) {
       if (!co_await sse->ping()) co_return;
     }

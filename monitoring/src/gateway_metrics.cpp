@@ -32,6 +32,16 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                            .Help("Client connections currently open")
                            .Register(registry)
                            .Add({})),
+      buffered_body_bytes(prometheus::BuildGauge()
+                              .Name(name("http_buffered_body_bytes"))
+                              .Help("Bytes of request bodies still being received, all connections together")
+                              .Register(registry)
+                              .Add({})),
+      http_overload_rejections(prometheus::BuildCounter()
+                                   .Name(name("http_overload_rejections_total"))
+                                   .Help("Connections and requests refused at a limit of the server's own: "
+                                         "max_connections, max_buffered_body_bytes")
+                                   .Register(registry)),
       active_streams(prometheus::BuildGauge()
                          .Name(name("active_streams"))
                          .Help("Server-Sent Event streams currently open")

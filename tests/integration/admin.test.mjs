@@ -160,6 +160,30 @@ test('bad admin bodies are 400s naming the field', async () => {
   assert.equal(audit.json.error.param, 'limit');
 });
 
+test('query strings that are not UTF-8 once decoded are 400s whose bodies are valid UTF-8 and echo no raw bytes', async () => {
+  const strict = new TextDecoder('utf-8', { fatal: true });
+  const get = async (path) => {
+    const res = await fetch(`${server.url}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    const bytes = Buffer.from(await res.arrayBuffer());
+    return { status: res.status, bytes, json: JSON.parse(strict.decode(bytes)) };
+  };
+  for (const path of ['/admin/v1/tenants/default/usage?from=%FF%FE', '/admin/v1/tenants/default/usage?%C0%AF=1',
+                      '/admin/v1/audit?limit=%ED%A0%80', '/admin/v1/audit?%FFlimit=1']) {
+    const reply = await get(path);
+    assert.equal(reply.status, 400, path);
+    assert.equal(reply.json.error.type, 'invalid_request_error');
+    assert.match(reply.json.error.message, /UTF-8/, path);
+    for (const raw of [0xFF, 0xFE, 0xC0, 0xED]) assert.equal(reply.bytes.indexOf(raw), -1, `${path} echoes 0x${raw.toString(16)}`);
+  }
+  // A valid name that is unknown is still named; a valid value that is wrong is still shown.
+  const unknown = await get('/admin/v1/audit?caf%C3%A9=1');
+  assert.equal(unknown.status, 400);
+  assert.equal(unknown.json.error.param, 'café');
+  const wrong = await get(`/admin/v1/tenants/default/usage?from=${encodeURIComponent('hier 😀')}`);
+  assert.equal(wrong.status, 400);
+  assert.match(wrong.json.error.message, /"hier 😀" is not a time/);
+});
+
 test('keys: the secret is shown once, works at once, and stops at once when revoked', async () => {
   await admin('POST', '/admin/v1/tenants', { body: { id: 'keyed' } });
   const created = await admin('POST', '/admin/v1/tenants/keyed/keys', { body: {} });

@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import path from 'node:path';
-import { startServer, rawExchange, parseResponse, sleep, fetch } from './lib/server.mjs';
+import { startServer, rawExchange, parseResponse, sleep, waitFor, fetch } from './lib/server.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -32,15 +32,6 @@ async function metric(target, series) {
     if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
   }
   return 0;
-}
-
-async function waitFor(what, check, { timeoutMs = 30000 } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
 }
 
 function assertInvalid(reply, param, message) {
@@ -162,6 +153,23 @@ test('an unknown model is a 404 model_not_found', async () => {
   // Percent-encoded ids are decoded: "org/name" ids arrive as %2F.
   assert.equal((await fetch(`${server.url}/v1/models/${encodeURIComponent(modelId)}`)).status, 200);
   assert.equal((await fetch(`${server.url}/v1/models/org%2Fname`)).status, 404);
+});
+
+test('error bodies are valid UTF-8 even when they repeat request bytes that are not', async () => {
+  const strict = new TextDecoder('utf-8', { fatal: true });
+  const request = Buffer.concat([Buffer.from('GET /v1/caf'), Buffer.from([0xC3, 0xFF, 0xFE]),
+                                 Buffer.from(' HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')]);
+  const bytes = await new Promise((resolve, reject) => {
+    const socket = net.connect(server.port, '127.0.0.1', () => socket.end(request));
+    const chunks = [];
+    socket.on('data', (d) => chunks.push(d));
+    socket.on('close', () => resolve(Buffer.concat(chunks)));
+    socket.on('error', reject);
+  });
+  const text = strict.decode(bytes);
+  const reply = parseResponse(text);
+  assert.equal(reply.status, 404);
+  assert.match(JSON.parse(reply.body).error.message, /Invalid URL \(GET \/v1\/caf\uFFFD\uFFFD\uFFFD\)/);
 });
 
 // Opens a raw connection and sends `request`; resolves once `until` matches what came back.

@@ -15,7 +15,7 @@
 
 #include "builders.h"
 #include "edge/common/format.h"
-#include "utf8.h"
+#include "edge/common/utf8.h"
 
 namespace edge::backend::detail {
 namespace {

@@ -14,7 +14,7 @@
 #include <array>
 #include <utility>
 
-#include "utf8.h"
+#include "edge/common/utf8.h"
 
 namespace edge::backend {
 namespace {

@@ -4,7 +4,7 @@
 #include <pcre2.h>
 
 #include "edge/common/format.h"
-#include "utf8.h"
+#include "edge/common/utf8.h"
 
 namespace edge::backend::detail {
 namespace {

@@ -1,6 +1,5 @@
 # Sources of backend/src/tokenizer: target_sources(edge_backend PRIVATE src/tokenizer/<file>.cpp ...)
 target_sources(edge_backend PRIVATE
-  src/tokenizer/utf8.cpp
   src/tokenizer/file_io.cpp
   src/tokenizer/pcre_regex.cpp
   src/tokenizer/unicode_normalize.cpp

@@ -8,8 +8,8 @@
 #include "edge/backend/io/gguf.h"
 #include "edge/common/format.h"
 #include "edge/common/sha256.h"
+#include "edge/common/utf8.h"
 #include "file_io.h"
-#include "utf8.h"
 
 namespace edge::backend {
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "utf8.h"
+#include "edge/common/utf8.h"
 
 namespace edge::backend::detail {
 namespace {

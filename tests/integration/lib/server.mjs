@@ -147,3 +147,13 @@ export function parseResponse(text) {
 export function sleep(ms) {
   return new Promise((r) => setTimeout(r, ms));
 }
+
+// Resolves once `check` (async) returns true; throws, naming `what`, after `timeoutMs`.
+export async function waitFor(what, check, { timeoutMs = 30000 } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}

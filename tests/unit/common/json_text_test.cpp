@@ -59,3 +59,14 @@ TEST_CASE("numbers are written in their shortest exact form") {
     CHECK(std::stod(edge::json_number(value)) == value);
   }
 }
+
+TEST_CASE("is_json_number accepts what RFC 8259 calls a number, and nothing else") {
+  for (const char* number : {"0", "-0", "7", "-12", "0.5", "10.25", "1e3", "1E+3", "2.5e-07", "-0.0e0"}) {
+    CAPTURE(number);
+    CHECK(edge::is_json_number(number));
+  }
+  for (const char* other : {"", "-", "01", "1.", ".5", "+1", "1e", "1e+", "NaN", "inf", "0x10", "1 ", " 1", "1,2"}) {
+    CAPTURE(other);
+    CHECK_FALSE(edge::is_json_number(other));
+  }
+}

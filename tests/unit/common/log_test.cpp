@@ -106,3 +106,39 @@ TEST_CASE("fields follow the message: key=value in text, top-level members in JS
             "\"msg\":\"POST /v1/completions\",\"request_id\":\"req_1\",\"status\":200,\"tenant\":\"a\\\"b\"}\n") !=
         std::string::npos);
 }
+
+TEST_CASE("text lines escape what could forge a line: control characters, DEL, C1 and invalid UTF-8") {
+  captured_log capture;
+  edge::logger log{"access"};
+  log.info("GET /x\n2026-01-01T00:00:00.000Z info  access: forged\r\x1b[2J\x7f \xff nel \xC2\x85 \\ caf\xC3\xA9");
+  REQUIRE(capture.lines.size() == 1);
+  const std::string& line = capture.lines[0];
+  CHECK(line.find('\n') == line.size() - 1);
+  CHECK(line.find('\r') == std::string::npos);
+  CHECK(line.find("access: GET /x\\n2026-01-01T00:00:00.000Z info  access: forged\\r\\x1b[2J\\x7f \\xff nel "
+                  "\\u0085 \\\\ caf\xC3\xA9\n") != std::string::npos);
+}
+
+TEST_CASE("text field values are escaped, and quoted when they could pass for more fields") {
+  captured_log capture;
+  const edge::log::field fields[] = {
+      {"tenant", "evil\nX"}, {"path", "a status=200"}, {"empty", ""}, {"quoted", "\"x y\\"}, {"status", "499", true}};
+  edge::log::emit(edge::log::level::info, "access", "POST /v1/completions", fields);
+  REQUIRE(capture.lines.size() == 1);
+  CHECK(capture.lines[0].find(
+            "access: POST /v1/completions tenant=evil\\nX path=\"a status=200\" empty=\"\" quoted=\"\\\"x y\\\\\" "
+            "status=499\n") != std::string::npos);
+}
+
+TEST_CASE("json lines stay one valid object whatever a number field holds") {
+  captured_log capture;
+  edge::log::set_format(edge::log::format::json);
+  const edge::log::field fields[] = {{"status", "200", true},
+                                     {"duration_ms", "1.5e3", true},
+                                     {"forged", "1,\"level\":\"error\"", true},
+                                     {"empty", "", true}};
+  edge::log::emit(edge::log::level::info, "access", "GET /", fields);
+  REQUIRE(capture.lines.size() == 1);
+  CHECK(capture.lines[0].find(R"("status":200,"duration_ms":1.5e3,"forged":"1,\"level\":\"error\"","empty":""})") !=
+        std::string::npos);
+}

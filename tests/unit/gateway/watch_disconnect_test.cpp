@@ -1,12 +1,19 @@
-// exchange::watch_disconnect on a real loopback connection: it reports a client that closes, a
-// client that sends more bytes, and never holds the connection's strand while it watches, even
-// when the reactor reports a readiness whose bytes someone else has already read.
+// exchange::watch_disconnect on a real loopback connection: it reports a client that closes or
+// resets, whatever it sent before (bytes of pipelined requests are kept for the next request's
+// parser, up to the read-ahead bound and past it), tells a half-closed HTTP/1.1 client (which
+// still gets its answer) from a closed one, and never holds the connection's strand.
 #include <doctest/doctest.h>
+
+#include <sys/socket.h>
 
 #include <chrono>
 #include <future>
+#include <memory>
+#include <string>
 #include <thread>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -14,6 +21,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
 #include "edge/gateway/http.h"
@@ -25,7 +34,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A server-side stream (on a strand of a 2-thread io_context) connected to a blocking client.
+constexpr std::string_view interim = "HTTP/1.1 100 Continue\r\n\r\n";
+
+// A server-side stream (on a strand of a 2-thread io_context) connected to a blocking client,
+// and an exchange for a request of HTTP `version` on it.
 struct connection {
   asio::io_context ioc;
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(ioc);
@@ -33,10 +45,18 @@ struct connection {
   asio::io_context client_ioc;
   asio::ip::tcp::socket client{client_ioc};
   beast::tcp_stream stream{asio::make_strand(ioc)};
+  beast::flat_buffer input;
   edge::gateway::request req;
-  exchange ex{stream, req, "req_test", {}, {}};
+  std::unique_ptr<exchange> ex;
+  asio::cancellation_signal stop_watching;
 
-  connection() {
+  explicit connection(unsigned version = 11, std::size_t read_ahead = 16 * 1024) {
+    req.version(version);
+    edge::gateway::exchange_settings settings;
+    settings.write_timeout = 5s;
+    settings.received = std::chrono::steady_clock::now();
+    settings.max_read_ahead = read_ahead;
+    ex = std::make_unique<exchange>(stream, input, req, "req_test", edge::gateway::path_params{}, settings);
     asio::ip::tcp::acceptor acceptor(ioc, {asio::ip::make_address("127.0.0.1"), 0});
     client.connect(acceptor.local_endpoint());
     acceptor.accept(stream.socket());
@@ -59,17 +79,57 @@ struct connection {
     done.get_future().wait();
   }
 
-  std::future<bool> watch() {
-    auto result = std::make_shared<std::promise<bool>>();
+  // Runs a coroutine of the exchange on the strand; the future is ready when it has finished.
+  std::future<void> spawn(asio::awaitable<void> work_to_do, bool cancellable = false) {
+    auto result = std::make_shared<std::promise<void>>();
     auto future = result->get_future();
-    asio::co_spawn(stream.get_executor(), ex.watch_disconnect(), [result](std::exception_ptr e, bool closed) {
+    const auto done = [result](std::exception_ptr e) {
       if (e) result->set_exception(e);
-      else result->set_value(closed);
-    });
-    on_strand([] {});  // the coroutine has started and waits for the socket
+      else result->set_value();
+    };
+    if (cancellable) {
+      asio::co_spawn(stream.get_executor(), std::move(work_to_do),
+                     asio::bind_cancellation_slot(stop_watching.slot(), done));
+    } else {
+      asio::co_spawn(stream.get_executor(), std::move(work_to_do), done);
+    }
+    on_strand([] {});  // the coroutine has started and waits
     return future;
   }
+
+  std::future<void> watch() { return spawn(ex->watch_disconnect(), /*cancellable=*/true); }
+  // What the operation awaited alongside the watch does when it completes first.
+  void cancel_watch() { on_strand([&] { stop_watching.emit(asio::cancellation_type::terminal); }); }
+
+  std::string buffered() {
+    std::string text;
+    on_strand([&] { text = beast::buffers_to_string(input.data()); });
+    return text;
+  }
+
+  // What the client receives within `timeout`, up to `want` bytes.
+  std::string receive(std::size_t want, std::chrono::milliseconds timeout) {
+    std::string got;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (got.size() < want && std::chrono::steady_clock::now() < deadline) {
+      if (client.available() == 0) {
+        std::this_thread::sleep_for(5ms);
+        continue;
+      }
+      char bytes[4096];
+      got.append(bytes, client.read_some(asio::buffer(bytes, std::min(sizeof(bytes), want - got.size()))));
+    }
+    return got;
+  }
 };
+
+asio::awaitable<void> begin_stream(exchange& ex, boost::beast::http::response_header<> head) {
+  co_await ex.begin_stream(std::move(head));
+}
+
+bool finished(std::future<void>& f, std::chrono::milliseconds within) {
+  return f.wait_for(within) == std::future_status::ready;
+}
 
 }  // namespace
 
@@ -77,42 +137,114 @@ TEST_CASE("watch_disconnect reports a client that closes the connection") {
   connection c;
   auto watched = c.watch();
   c.client.close();
-  REQUIRE(watched.wait_for(5s) == std::future_status::ready);
-  CHECK(watched.get());
-  CHECK(c.ex.status_code() == exchange::client_closed_request);
-  CHECK_FALSE(c.ex.keep_alive());
+  REQUIRE(finished(watched, 5s));
+  watched.get();
+  CHECK(c.ex->status_code() == exchange::client_closed_request);
+  CHECK_FALSE(c.ex->keep_alive());
 }
 
-TEST_CASE("watch_disconnect reports bytes of another request without reading them") {
+TEST_CASE("watch_disconnect reports a client that resets the connection") {
+  connection c;
+  auto watched = c.watch();
+  c.client.set_option(asio::socket_base::linger(true, 0));
+  c.client.close();
+  REQUIRE(finished(watched, 5s));
+  CHECK(c.ex->status_code() == exchange::client_closed_request);
+}
+
+TEST_CASE("a client that sends a byte of another request and closes is still reported; the byte is kept") {
   connection c;
   auto watched = c.watch();
   asio::write(c.client, asio::buffer("G", 1));
-  REQUIRE(watched.wait_for(5s) == std::future_status::ready);
-  CHECK_FALSE(watched.get());
-  // The byte is still there for the next request's parser.
-  char byte = 0;
-  c.on_strand([&] { c.stream.socket().receive(asio::buffer(&byte, 1)); });
-  CHECK(byte == 'G');
+  CHECK_FALSE(finished(watched, 300ms));  // a pipelined request: the client is still there
+  CHECK(c.buffered() == "G");             // read for the next request's parser
+  c.client.close();
+  REQUIRE(finished(watched, 5s));
+  CHECK(c.ex->status_code() == exchange::client_closed_request);
+  CHECK(c.buffered() == "G");
 }
 
-TEST_CASE("a readiness whose bytes were already read does not hold the connection's strand") {
-  connection c;
+TEST_CASE("past the read-ahead bound the rest stays in the socket, a close is still reported, the strand stays free") {
+  connection c(11, /*read_ahead=*/8);
   auto watched = c.watch();
-  // On the strand: the client sends a byte, the reactor (the other thread) sees it and queues the
-  // watcher's wake-up behind this handler, which then reads the byte itself. The watcher wakes
-  // to a socket with nothing to read.
-  c.on_strand([&] {
-    asio::write(c.client, asio::buffer("x", 1));
-    std::this_thread::sleep_for(100ms);
-    char byte = 0;
-    c.stream.socket().receive(asio::buffer(&byte, 1));
-  });
+  const std::string pipelined(100, 'x');
+  asio::write(c.client, asio::buffer(pipelined));
+  CHECK_FALSE(finished(watched, 300ms));
+  CHECK(c.buffered() == pipelined.substr(0, 8));
   // The strand must stay free for the request's other work (its events, its writes).
   std::promise<void> ran;
   asio::post(c.stream.get_executor(), [&] { ran.set_value(); });
   CHECK(ran.get_future().wait_for(5s) == std::future_status::ready);
-  CHECK(watched.wait_for(0s) == std::future_status::timeout);  // still watching
+  std::size_t in_socket = 0;
+  c.on_strand([&] { in_socket = c.stream.socket().available(); });
+  CHECK(in_socket == pipelined.size() - 8);
   c.client.close();
-  REQUIRE(watched.wait_for(5s) == std::future_status::ready);
-  CHECK(watched.get());
+  REQUIRE(finished(watched, 5s));
+  CHECK(c.ex->status_code() == exchange::client_closed_request);
+}
+
+TEST_CASE("a client that half-closes (HTTP/1.1) is not gone: it gets an interim 100 Continue, then its answer") {
+  connection c;
+  auto watched = c.watch();
+  c.client.shutdown(asio::socket_base::shutdown_send);
+  CHECK(c.receive(interim.size(), 5s) == interim);
+  CHECK_FALSE(finished(watched, 300ms));
+  CHECK(c.ex->status_code() == 0);
+  CHECK(c.ex->input_ended());  // what follows this request is in the input buffer, or nothing
+  c.cancel_watch();
+  REQUIRE(finished(watched, 5s));
+
+  edge::gateway::response res{boost::beast::http::status::ok, 11};
+  res.body() = "answer";
+  auto answered = c.spawn(c.ex->respond(std::move(res)));
+  REQUIRE(finished(answered, 5s));
+  const std::string reply = c.receive(4096, 500ms);
+  CHECK(reply.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(reply.find("\r\n\r\nanswer") != std::string::npos);
+  CHECK(c.ex->status_code() == 200);
+}
+
+TEST_CASE("a half-closed client that then closes is reported at the next interim response") {
+  connection c;
+  auto watched = c.watch();
+  c.client.shutdown(asio::socket_base::shutdown_send);
+  CHECK(c.receive(interim.size(), 5s) == interim);
+  c.client.close();
+  // The next interim response is due within seconds: the closed socket resets it.
+  REQUIRE(finished(watched, 15s));
+  CHECK(c.ex->status_code() == exchange::client_closed_request);
+}
+
+TEST_CASE("an HTTP/1.0 client that half-closes counts as gone, and is sent no interim response") {
+  connection c(10);
+  auto watched = c.watch();
+  c.client.shutdown(asio::socket_base::shutdown_send);
+  REQUIRE(finished(watched, 5s));
+  CHECK(c.ex->status_code() == exchange::client_closed_request);
+  CHECK(c.receive(1, 200ms).empty());
+}
+
+TEST_CASE("a client that half-closes while its response streams counts as gone") {
+  connection c;
+  boost::beast::http::response_header<> head;
+  head.result(boost::beast::http::status::ok);
+  auto begun = c.spawn(begin_stream(*c.ex, std::move(head)));
+  REQUIRE(finished(begun, 5s));
+  auto watched = c.watch();
+  c.client.shutdown(asio::socket_base::shutdown_send);
+  REQUIRE(finished(watched, 5s));
+  CHECK(c.ex->status_code() == 200);
+  CHECK_FALSE(c.ex->keep_alive());
+  CHECK(c.receive(4096, 200ms).find("100 Continue") == std::string::npos);
+}
+
+TEST_CASE("a watch cancelled by the operation awaited alongside it reports nothing") {
+  connection c;
+  auto watched = c.watch();
+  asio::write(c.client, asio::buffer("GET", 3));
+  CHECK_FALSE(finished(watched, 200ms));
+  c.cancel_watch();
+  REQUIRE(finished(watched, 5s));
+  CHECK(c.ex->status_code() == 0);
+  CHECK(c.buffered() == "GET");
 }

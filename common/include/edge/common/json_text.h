@@ -20,4 +20,8 @@ std::string json_string(std::string_view text);
 // infinities or NaN).
 std::string json_number(double value);
 
+// Whether `text` is a JSON number as RFC 8259 spells one ("-1", "0.5", "2e-3"; not "01", "1.",
+// ".5", "+1", "NaN").
+bool is_json_number(std::string_view text);
+
 }  // namespace edge

@@ -6,7 +6,10 @@
 // Text:  2026-11-30T00:20:26.123Z info  gateway: listening on http://127.0.0.1:8080
 // JSON:  {"ts":"2026-11-30T00:20:26.123Z","level":"info","component":"gateway","msg":"..."}
 //
-// Each line is written whole with one write(2), so lines from several threads never mix.
+// Each line is written whole with one write(2), so lines from several threads never mix, and
+// holds one entry whatever its message and fields contain: text lines write control
+// characters (newline, CR, the other C0 controls, DEL, C1), bytes that are not valid UTF-8 and
+// the backslash as escapes (\n, \x1b, \u0085, \\), JSON lines escape them as JSON does.
 // configure() is meant for start-up; the level check on the hot path is one relaxed load.
 #pragma once
 
@@ -36,9 +39,10 @@ void set_sink(std::function<void(std::string_view line)> sink);
 bool enabled(level value) noexcept;
 void emit(level value, std::string_view component, std::string_view message);
 
-// A named value carried beside a line's message: appended as ` key=value` to text lines, and
-// as a top-level member of JSON lines (a number when `number`, else a string), so that access
-// logs can be filtered by field.
+// A named value carried beside a line's message: appended as ` key=value` to text lines (the
+// value in quotes when it is empty or holds a space, an '=' or a leading quote), and as a
+// top-level member of JSON lines (a number when `number` and `value` is a JSON number, else a
+// string), so that access logs can be filtered by field.
 struct field {
   std::string_view key;
   std::string value;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -35,9 +36,15 @@ inline constexpr std::string_view request_id_rule = "1 to 128 characters of A-Z,
 using path_params = std::vector<std::pair<std::string, std::string>>;
 
 struct exchange_settings {
-  std::chrono::milliseconds write_timeout;
-  bool draining;  // the server is shutting down: answer, then close the connection
+  std::chrono::milliseconds write_timeout{};
+  bool draining = false;  // the server is shutting down: answer, then close the connection
   std::chrono::steady_clock::time_point received;  // when the request's headers were read
+  // How many bytes of the requests that follow this one (pipelined) the connection's input
+  // buffer may hold while this one is answered: the header limit, so that the next request's
+  // headers are never cut short.
+  std::size_t max_read_ahead = 16 * 1024;
+  // The end of the client's data was read before this request (see exchange::input_ended()).
+  bool input_ended = false;
 };
 
 // What a handler tells the access log about its request, beyond method, path, status and
@@ -57,8 +64,9 @@ class exchange {
   // The status recorded for a request whose client left before it was answered.
   static constexpr unsigned client_closed_request = 499;
 
-  exchange(beast::tcp_stream& stream, const request& req, std::string request_id, path_params params,
-           exchange_settings settings);
+  // `input` is the connection's read buffer, which the next request's parser reads first.
+  exchange(beast::tcp_stream& stream, beast::flat_buffer& input, const request& req, std::string request_id,
+           path_params params, exchange_settings settings);
 
   const request& req() const { return req_; }
   std::string_view path() const;   // the target without its query
@@ -87,21 +95,43 @@ class exchange {
   asio::awaitable<bool> end_stream();
   bool streaming() const { return streaming_; }
 
-  // Completes when the client closes the connection or it fails (true: the exchange counts as
-  // answered with client_closed_request unless it was), or when the client
-  // sends more bytes while this request is being answered (false: a pipelined request, which
-  // the caller should leave unread and stop watching). Lets a handler that waits for something
-  // else notice at once that nobody is left to answer; await it only with another operation
-  // (awaitable operator ||), as it reads nothing.
-  asio::awaitable<bool> watch_disconnect();
+  // Completes only once the client is gone, so that a handler waiting for something else
+  // notices at once that nobody is left to answer; await it with that other operation
+  // (awaitable operator ||), which cancels it. Gone means the connection was closed or reset,
+  // whatever the client sent before: bytes of pipelined requests are read into the input
+  // buffer (up to settings.max_read_ahead bytes there) for the next request's parser, and
+  // past that bound the socket is polled for a close without reading.
+  //
+  // The end of the client's data alone cannot tell a close from a half-close (shutdown of its
+  // sending side only, after which it still reads the answer). For an HTTP/1.1 request whose
+  // response has not begun, the exchange then sends an interim "100 Continue" (RFC 9110: a
+  // client must accept 1xx responses it did not ask for), again every few seconds: a closed
+  // socket answers it with a reset, a half-closed one does not. For HTTP/1.0 (which has no
+  // interim responses) and for a response already streaming, the end of the client's data
+  // counts as gone. Once gone, the exchange counts as answered with client_closed_request
+  // unless it was, and the connection is not reused.
+  asio::awaitable<void> watch_disconnect();
 
   unsigned status_code() const { return status_code_; }
   bool responded() const { return status_code_ != 0; }
   // Whether the connection may carry another request after this one.
   bool keep_alive() const { return keep_alive_; }
+  // Whether watch_disconnect read the end of the client's data: the connection's next request,
+  // if any, is whole in the input buffer, and no read on the socket would complete.
+  bool input_ended() const { return input_ended_; }
 
  private:
+  // What watch_disconnect saw when it could read no further.
+  enum class peer_state { sending, done_sending, gone };
+  peer_state poll_peer();
+  // Sends what is left of the interim response, without blocking; false once the socket failed.
+  bool send_interim();
+  // Writes what send_interim left, so that a response never starts inside the interim one.
+  asio::awaitable<bool> finish_interim();
+  void mark_gone();
+
   beast::tcp_stream& stream_;
+  beast::flat_buffer& input_;
   const request& req_;
   std::string request_id_;
   path_params params_;
@@ -111,6 +141,10 @@ class exchange {
   bool keep_alive_ = false;
   bool streaming_ = false;
   bool chunked_ = false;
+  bool peer_done_sending_ = false;  // the client's data has ended (a close or a half-close)
+  bool input_ended_ = false;        // and a read returned that end
+  std::size_t interim_unsent_ = 0;  // bytes at the end of the interim response not written yet
+  std::chrono::steady_clock::time_point next_interim_{};
 };
 
 using handler = std::function<asio::awaitable<void>(exchange&)>;

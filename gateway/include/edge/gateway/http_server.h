@@ -5,6 +5,14 @@
 // write has a deadline. A request's headers are limited to 16 KiB and its body to max_body
 // bytes; anything malformed or too large is answered with an OpenAI-shaped JSON error.
 //
+// Hostile or careless clients are bounded: at most max_connections connections (past it a new
+// one is answered 503 and closed), at most max_buffered_body_bytes of request bodies being
+// received by all of them together (the request that would pass it is answered 503, unless
+// its body is small: up to 64 KiB, bounded by the connection cap instead), and each
+// request has header_timeout for its headers from its first byte and body_timeout for its body
+// (408 past either), so that a client trickling bytes holds neither a connection nor memory
+// for long.
+//
 // Shutdown (shutdown(), or the first SIGINT/SIGTERM the owner forwards): stop accepting,
 // /readyz turns 503, idle keep-alive connections close, requests in flight finish and close,
 // and whatever is still open after shutdown_timeout is closed by force. run() then returns.
@@ -34,14 +42,23 @@ struct server_options {
   std::size_t threads = 0;    // 0: one per hardware thread
   std::size_t max_header_bytes = 16 * 1024;
   std::size_t max_body_bytes = 4 * 1024 * 1024;
-  std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};   // keep-alive, and reading a request
-  std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};  // each write
+  std::size_t max_connections = 0;  // 0: default_max_connections()
+  std::size_t max_buffered_body_bytes = 256 * 1024 * 1024;
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};    // keep-alive, and reading a request
+  std::chrono::milliseconds header_timeout{std::chrono::seconds(10)};  // a request's first byte to its headers' end
+  std::chrono::milliseconds body_timeout{std::chrono::seconds(30)};    // its headers' end to its body's end
+  std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};   // each write
   std::chrono::milliseconds shutdown_timeout{std::chrono::seconds(30)};
   // One info line per request answered (component "access"; JSON fields with --log-format
   // json): method, path, status, request id, duration, and the tenant, tokens and time to
   // first token that the handler reported.
   bool access_log = true;
 };
+
+// The connection cap when none is set: 4096, or less where the file-descriptor limit
+// (RLIMIT_NOFILE) is lower, keeping a quarter of it (256 at most) for everything else the
+// process opens: model files, the state store, Redis, backends.
+std::size_t default_max_connections();
 
 class http_server {
  public:

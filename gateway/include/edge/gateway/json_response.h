@@ -16,6 +16,7 @@ namespace edge::gateway {
 response json_response(http::status status, const boost::json::value& body);
 
 // {"error": {...}}: the body of an error response, also sent as an event inside a stream.
+// `message` and `param` may repeat request bytes: any that are not UTF-8 become U+FFFD.
 boost::json::object error_body(std::string_view message, std::string_view type,
                                std::optional<std::string_view> param = std::nullopt,
                                std::optional<std::string_view> code = std::nullopt);

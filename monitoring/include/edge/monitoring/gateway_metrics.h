@@ -24,6 +24,14 @@ struct gateway_metrics {
   prometheus::Family<prometheus::Histogram>& http_request_duration;
   // edgeinfer_http_open_connections: client connections currently open.
   prometheus::Gauge& open_connections;
+  // edgeinfer_http_buffered_body_bytes: bytes of request bodies still being received, all
+  // connections together (bounded by --max-buffered-body-bytes).
+  prometheus::Gauge& buffered_body_bytes;
+  // edgeinfer_http_overload_rejections_total{limit}: refused because the server was at one of
+  // its own limits: max_connections (a connection answered 503 and closed as it was accepted),
+  // max_buffered_body_bytes (a request whose body would have taken the bodies being received
+  // past their budget).
+  prometheus::Family<prometheus::Counter>& http_overload_rejections;
   // edgeinfer_active_streams: Server-Sent Event streams currently open.
   prometheus::Gauge& active_streams;
 

@@ -1,6 +1,6 @@
-#include "utf8.h"
+#include "edge/common/utf8.h"
 
-namespace edge::backend::utf8 {
+namespace edge::utf8 {
 namespace {
 
 struct scan_result {
@@ -118,4 +118,4 @@ char32_t decode(std::string_view text, std::size_t length) noexcept {
   }
 }
 
-}  // namespace edge::backend::utf8
+}  // namespace edge::utf8

@@ -1,11 +1,12 @@
-// UTF-8 helpers shared by the tokenizers: character boundaries, validation and repair.
+// UTF-8 helpers: character boundaries, validation and repair, for the tokenizers, the JSON
+// text writer, the log and the gateway's error messages.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <string_view>
 
-namespace edge::backend::utf8 {
+namespace edge::utf8 {
 
 inline constexpr std::string_view replacement_character = "\xEF\xBF\xBD";  // U+FFFD
 
@@ -40,4 +41,4 @@ void append_code_point(std::string& out, char32_t code_point);
 // The code point of the well-formed character of `length` bytes at the start of `text`.
 char32_t decode(std::string_view text, std::size_t length) noexcept;
 
-}  // namespace edge::backend::utf8
+}  // namespace edge::utf8
