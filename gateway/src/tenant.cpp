@@ -128,10 +128,16 @@ std::string format_utc(unix_time t) {
   const sys_days day = floor<days>(at);
   const year_month_day ymd{day};
   const hh_mm_ss<seconds> time{at - day};
-  const auto two = [](long v) { return v < 10 ? "0" + std::to_string(v) : std::to_string(v); };
-  return format("{}-{}-{}T{}:{}:{}Z", static_cast<int>(ymd.year()), two(static_cast<unsigned>(ymd.month())),
-                two(static_cast<unsigned>(ymd.day())), two(time.hours().count()), two(time.minutes().count()),
-                two(static_cast<long>(time.seconds().count())));
+  const auto padded = [](long v, std::size_t width) {
+    std::string digits = std::to_string(v);
+    if (v >= 0 && digits.size() < width) digits.insert(0, width - digits.size(), '0');
+    return digits;
+  };
+  // Years of four digits, as ISO 8601 writes them and parse_utc reads them ("0026-02-01").
+  return format("{}-{}-{}T{}:{}:{}Z", padded(static_cast<int>(ymd.year()), 4),
+                padded(static_cast<unsigned>(ymd.month()), 2), padded(static_cast<unsigned>(ymd.day()), 2),
+                padded(time.hours().count(), 2), padded(time.minutes().count(), 2),
+                padded(static_cast<long>(time.seconds().count()), 2));
 }
 
 result<unix_time> parse_utc(std::string_view text) {
