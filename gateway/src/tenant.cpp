@@ -14,6 +14,8 @@ namespace {
 
 constexpr std::size_t key_id_bytes = 8;       // 16 hex digits
 constexpr std::size_t key_secret_bytes = 32;  // 256 bits
+// The last second of year 9999, the latest time a date (YYYY-MM-DD) can name.
+constexpr unix_time last_utc_second = 253402300799;
 constexpr std::size_t max_tenant_id_length = 64;
 
 // Fills `out` from the kernel's CSPRNG. Failure means the system cannot make secrets at all:
@@ -147,6 +149,8 @@ result<unix_time> parse_utc(std::string_view text) {
   if (!text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos) {
     unix_time value = 0;
     if (std::from_chars(text.data(), text.data() + text.size(), value).ec != std::errc{}) return bad();
+    // Past year 9999 no time can be written back as a date (nor, past 32767, even computed).
+    if (value > last_utc_second) return bad();
     return value;
   }
   // YYYY-MM-DD

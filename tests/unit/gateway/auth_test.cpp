@@ -179,5 +179,9 @@ TEST_CASE("tenant ids and UTC times") {
   CHECK_FALSE(gw::parse_utc("2026-05-01T25:00").ok());
   CHECK_FALSE(gw::parse_utc("2026-05-01T12:00:00+02:00").ok());
   CHECK_FALSE(gw::parse_utc("yesterday").ok());
+  // Unix seconds as far as a date can go, no further (format_utc could not write them back).
+  CHECK(*gw::parse_utc("253402300799") == *gw::parse_utc("9999-12-31T23:59:59Z"));
+  CHECK_FALSE(gw::parse_utc("253402300800").ok());
+  CHECK_FALSE(gw::parse_utc("9223372036854775807").ok());
   CHECK_FALSE(gw::parse_utc("").ok());
 }
