@@ -57,6 +57,8 @@ field_error read_sampling(const json_value& v, backend::sampling_params& out) {
       continue;
     }
     EDGE_ASSIGN_OR_RETURN(const double number, value.as<double>());
+    // Past a float's range the value would become infinity, which JSON cannot carry on.
+    if (std::abs(number) > std::numeric_limits<float>::max()) return value.must_be("a number a float can hold");
     const auto f = static_cast<float>(number);
     if (key == "temperature") {
       out.temperature = f;

@@ -2,6 +2,7 @@
 // refused naming the field, and the identity check says why a backend cannot be used.
 #include <doctest/doctest.h>
 
+#include <string>
 #include <variant>
 
 #include "edge/gateway/internal_protocol.h"
@@ -62,6 +63,22 @@ TEST_CASE("a bad generate request names the field") {
   CHECK(error_of(R"({"prompt":[1],"max_tokens":4,"sampling":{"temprature":1}})").param == "sampling.temprature");
   CHECK(error_of(R"({"prompt":[1],"max_tokens":4,"beam_width":2})").param == "beam_width");
   CHECK(error_of(R"({"prompt":[1],"max_tokens":4,"stop":["a",3]})").param == "stop[1]");
+}
+
+TEST_CASE("sampling values a float cannot hold are refused, not read as infinity") {
+  for (const std::string key :
+       {"temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"}) {
+    for (const std::string number : {"1e300", "-1e39"}) {
+      const std::string body = R"({"prompt":[1],"max_tokens":4,"sampling":{")" + key + "\":" + number + "}}";
+      const auto parsed = gw::parse_generate_request(body);
+      REQUIRE_MESSAGE(std::holds_alternative<gw::internal_request_error>(parsed), body);
+      CHECK(std::get<gw::internal_request_error>(parsed).param == "sampling." + key);
+    }
+  }
+  const auto largest =
+      gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,"sampling":{"repetition_penalty":3.4e38}})");
+  REQUIRE(std::holds_alternative<be::generate_request>(largest));
+  CHECK(std::get<be::generate_request>(largest).sampling.repetition_penalty == doctest::Approx(3.4e38f));
 }
 
 TEST_CASE("events survive the trip; heartbeats are recognised; garbage is refused") {
