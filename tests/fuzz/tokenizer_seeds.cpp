@@ -48,9 +48,10 @@ std::string template_with_bos(std::string_view bos, int id) {
 }
 
 std::string split_then_byte_level(std::string_view pattern) {
-  return R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":)" + json_quote(std::string(pattern)) +
-         R"(},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,)"
-         R"("use_regex":false}]})";
+  return R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":)" +
+         json_quote(std::string(pattern)) +
+         R"(},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,)"
+         R"("trim_offsets":true,"use_regex":false}]})";
 }
 
 constexpr std::string_view llama3_pattern =
@@ -247,7 +248,9 @@ std::vector<std::string> tokenizer_encode_seeds() {
   };
   std::vector<std::string> seeds;
   for (unsigned tokenizer = 0; tokenizer < 5; ++tokenizer) {
-    for (const std::string& text : texts) seeds.push_back(mode_byte(tokenizer, tokenizer % 2 == 0, false, false, false) + text);
+    for (const std::string& text : texts) {
+      seeds.push_back(mode_byte(tokenizer, tokenizer % 2 == 0, false, false, false) + text);
+    }
     seeds.push_back(mode_byte(tokenizer, true, true, true, false) + texts[4]);
     // Ids: BOS, some pieces, a byte token cut from a character, ids past the vocabulary.
     seeds.push_back(mode_byte(tokenizer, false, false, tokenizer % 2 == 1, true) +

@@ -117,7 +117,9 @@ TEST_CASE("key bodies: empty, expires_in, expires_at as unix seconds or UTC text
 
 TEST_CASE("usage query: from and to as unix seconds or UTC text, today by default") {
   const gw::unix_time now = 1777641600;  // 2026-05-01T13:20:00Z
-  const auto window = [&](std::string_view query) { return std::get<gw::usage_window>(gw::parse_usage_query(query, now)); };
+  const auto window = [&](std::string_view query) {
+    return std::get<gw::usage_window>(gw::parse_usage_query(query, now));
+  };
   CHECK(window("").from == 1777593600);  // 2026-05-01T00:00:00Z
   CHECK(window("").to == now + 1);
   CHECK(window("from=1777600000").from == 1777600000);
