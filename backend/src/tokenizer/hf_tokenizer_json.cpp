@@ -262,6 +262,8 @@ result<template_bos> parse_post_processor(const json_value& value) {
   EDGE_ASSIGN_OR_RETURN(const json_array ids, entry.required<json_array>("ids"));
   if (!ids.empty()) {
     EDGE_ASSIGN_OR_RETURN(const std::int64_t id, ids.front().as<std::int64_t>());
+    // Checked before the narrowing: 4294967297 must not become BOS 1.
+    if (id < 0 || id > INT32_MAX) return ids.front().must_be("a token id");
     found.bos = static_cast<token_id>(id);
   }
   return found;

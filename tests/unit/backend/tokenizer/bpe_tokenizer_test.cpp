@@ -204,6 +204,13 @@ TEST_CASE("tokenizer_config.json and the post-processor decide BOS and EOS") {
   // add_bos_token in the config overrides the template.
   auto overridden = parse(json, R"({"add_bos_token":false,"bos_token":{"content":"<|begin_of_text|>"}})");
   CHECK(overridden->encode("a", {}) == ids{byte_id('a')});
+
+  // A template's id past 32 bits is refused, not cut to another token's id.
+  std::string text = json.text();
+  const std::string bot_ids = "\"ids\":[" + std::to_string(bot) + "]";
+  REQUIRE(text.find(bot_ids) != std::string::npos);
+  text.replace(text.find(bot_ids), bot_ids.size(), "\"ids\":[" + std::to_string((std::int64_t{1} << 32) + bot) + "]");
+  CHECK_FALSE(edge::backend::parse_hf_tokenizer(text, "").ok());
 }
 
 TEST_CASE("tokenizer.json errors are reported, unsupported parts by name") {
