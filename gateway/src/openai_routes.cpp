@@ -15,6 +15,7 @@
 #include "edge/gateway/quota_response.h"
 #include "edge/gateway/openai_request.h"
 #include "edge/gateway/openai_response.h"
+#include "edge/gateway/percent_encoding.h"
 #include "edge/gateway/sse_writer.h"
 #include "edge/monitoring/gateway_metrics.h"
 
@@ -69,31 +70,6 @@ response submit_failure(const status& failure, std::string_view prompt_param) {
                              "context_length_exceeded");
     default: return invalid_request(failure.message(), prompt_param);
   }
-}
-
-// "%2F" → "/": model ids such as "org/name" arrive percent-encoded in the path.
-std::optional<std::string> percent_decode(std::string_view text) {
-  const auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out += text[i];
-      continue;
-    }
-    if (i + 2 >= text.size()) return std::nullopt;
-    const int high = hex(text[i + 1]);
-    const int low = hex(text[i + 2]);
-    if (high < 0 || low < 0) return std::nullopt;
-    out += static_cast<char>(high * 16 + low);
-    i += 2;
-  }
-  return out;
 }
 
 // ---- the prompt -------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ namespace {
 
 constexpr std::size_t key_id_bytes = 8;       // 16 hex digits
 constexpr std::size_t key_secret_bytes = 32;  // 256 bits
+// The last second of year 9999, the latest time a date (YYYY-MM-DD) can name.
+constexpr unix_time last_utc_second = 253402300799;
 constexpr std::size_t max_tenant_id_length = 64;
 
 // Fills `out` from the kernel's CSPRNG. Failure means the system cannot make secrets at all:
@@ -137,10 +139,16 @@ std::string format_utc(unix_time t) {
   const sys_days day = floor<days>(at);
   const year_month_day ymd{day};
   const hh_mm_ss<seconds> time{at - day};
-  const auto two = [](long v) { return v < 10 ? "0" + std::to_string(v) : std::to_string(v); };
-  return format("{}-{}-{}T{}:{}:{}Z", static_cast<int>(ymd.year()), two(static_cast<unsigned>(ymd.month())),
-                two(static_cast<unsigned>(ymd.day())), two(time.hours().count()), two(time.minutes().count()),
-                two(static_cast<long>(time.seconds().count())));
+  const auto padded = [](long v, std::size_t width) {
+    std::string digits = std::to_string(v);
+    if (v >= 0 && digits.size() < width) digits.insert(0, width - digits.size(), '0');
+    return digits;
+  };
+  // Years of four digits, as ISO 8601 writes them and parse_utc reads them ("0026-02-01").
+  return format("{}-{}-{}T{}:{}:{}Z", padded(static_cast<int>(ymd.year()), 4),
+                padded(static_cast<unsigned>(ymd.month()), 2), padded(static_cast<unsigned>(ymd.day()), 2),
+                padded(time.hours().count(), 2), padded(time.minutes().count(), 2),
+                padded(static_cast<long>(time.seconds().count()), 2));
 }
 
 result<unix_time> parse_utc(std::string_view text) {
@@ -150,6 +158,8 @@ result<unix_time> parse_utc(std::string_view text) {
   if (!text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos) {
     unix_time value = 0;
     if (std::from_chars(text.data(), text.data() + text.size(), value).ec != std::errc{}) return bad();
+    // Past year 9999 no time can be written back as a date (nor, past 32767, even computed).
+    if (value > last_utc_second) return bad();
     return value;
   }
   // YYYY-MM-DD

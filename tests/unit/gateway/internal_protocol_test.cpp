@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <limits>
+#include <string>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -186,6 +187,22 @@ TEST_CASE("the internal API checks token ids against the vocabulary and lengths 
   refused = gw::check_generate_request(r, model);
   REQUIRE(refused);
   CHECK(refused->message.find(std::to_string(std::numeric_limits<std::int64_t>::max())) != std::string::npos);
+}
+
+TEST_CASE("sampling values a float cannot hold are refused, not read as infinity") {
+  for (const std::string key :
+       {"temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"}) {
+    for (const std::string number : {"1e300", "-1e39"}) {
+      const std::string body = R"({"prompt":[1],"max_tokens":4,"sampling":{")" + key + "\":" + number + "}}";
+      const auto parsed = gw::parse_generate_request(body);
+      REQUIRE_MESSAGE(std::holds_alternative<gw::internal_request_error>(parsed), body);
+      CHECK(std::get<gw::internal_request_error>(parsed).param == "sampling." + key);
+    }
+  }
+  const auto largest =
+      gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,"sampling":{"repetition_penalty":3.4e38}})");
+  REQUIRE(std::holds_alternative<be::generate_request>(largest));
+  CHECK(std::get<be::generate_request>(largest).sampling.repetition_penalty == doctest::Approx(3.4e38f));
 }
 
 TEST_CASE("events survive the trip; heartbeats are recognised; garbage is refused") {

@@ -103,7 +103,7 @@ unix_time to_unix_seconds(std::chrono::system_clock::time_point t);
 std::string format_utc(unix_time t);
 // Accepts unix seconds ("1714568400"), a date ("2026-05-01", midnight UTC), or a UTC time
 // ("2026-05-01T13:00:00Z", "2026-05-01T13:00Z", "2026-05-01T13:00:00"; a trailing "Z" or
-// "+00:00" is allowed, other offsets are not).
+// "+00:00" is allowed, other offsets are not), up to 9999-12-31T23:59:59Z.
 result<unix_time> parse_utc(std::string_view text);
 
 }  // namespace edge::gateway
