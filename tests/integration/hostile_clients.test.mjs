@@ -316,8 +316,10 @@ test('the connection cap: past --max-connections a connection gets 503 overloade
   const server = await startServer([...modelArgs, '--max-connections', String(cap)]);
   try {
     const baseline = await probeLatency(server);
-    // The probes' connections close as they end: wait for them to be gone.
+    // The probes' connections close as they end: wait for them to be gone, and for the one that
+    // asked (it closes just after its answer).
     await waitFor('no connection open', async () => (await metric(server, 'edgeinfer_http_open_connections')) <= 1);
+    await sleep(200);
     const idle = await Promise.all(Array.from({ length: cap }, () => openRaw(server.port)));
     await sleep(100);
     const refusedSockets = await Promise.all(Array.from({ length: 5 }, () => openRaw(server.port)));
