@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "edge/backend/model_locator.h"
 #include "edge/common/config.h"
@@ -22,10 +23,11 @@ config::schema backend_options();
 // `location` once it runs.
 class backend_server {
  public:
-  // `settings` and the metrics must outlive the server. `before_step` as start_engine's
-  // (tests only).
-  backend_server(const config::values& settings, backend::model_location location, monitoring::metrics_registry& metrics,
-                 monitoring::gateway_metrics& families, std::function<void()> before_step = {});
+  // `settings` and the metrics must outlive the server. The internal routes want
+  // `internal_token` (not empty). `before_step` as start_engine's (tests only).
+  backend_server(const config::values& settings, std::string internal_token, backend::model_location location,
+                 monitoring::metrics_registry& metrics, monitoring::gateway_metrics& families,
+                 std::function<void()> before_step = {});
   backend_server(const backend_server&) = delete;
   backend_server& operator=(const backend_server&) = delete;
 

@@ -6,7 +6,8 @@
 // tokenizer (no weights) and tokenizes here. A backend is used once its /internal/v1/info shows
 // the same tokenizer (and, after the first one, the same model id, chat template, context and
 // KV block size); the chat template and context come from the backends, which own them.
-// /readyz turns 200 when a backend is available.
+// /readyz turns 200 when a backend is available. The backends' internal token is required
+// (--internal-token, or EDGE_INTERNAL_TOKEN).
 #include <boost/asio/signal_set.hpp>
 
 #include <csignal>
@@ -43,7 +44,9 @@ config::schema gateway_options() {
              "test fixture)");
   s.add_string("backend", std::nullopt,
                "A backend's URL, http://HOST:PORT (repeat the flag, or separate URLs with commas)");
-  s.add_string("internal-token", std::nullopt, "Bearer token sent to the backends' internal API (their --internal-token)");
+  s.add_string("internal-token", std::nullopt,
+               "Bearer token sent to the backends' internal API (required): their --internal-token, or the token a "
+               "backend made on its first start (in its --state-dir, file internal_token)");
   s.add_duration("backend-poll-interval", "200ms", 10ms, 1min, "How often each backend's health and load are read");
   s.add_duration("backend-connect-timeout", "2s", 10ms, 1min, "Give up connecting to a backend after this long");
   s.add_duration("backend-timeout", "10s", 10ms, 1h,
@@ -74,6 +77,12 @@ result<gateway::remote_backend_options> pool_options(const config::values& setti
     options.backends.push_back(std::move(endpoint));
   }
   options.internal_token = settings.optional_string("internal-token").value_or("");
+  if (options.internal_token.size() < gateway::min_internal_token_length) {
+    return invalid_argument(format(
+        "--internal-token (or EDGE_INTERNAL_TOKEN) must name the backends' token, at least {} characters: their "
+        "--internal-token, or the one a backend logs on its first start and keeps in its --state-dir (file {})",
+        gateway::min_internal_token_length, gateway::internal_token_file_name));
+  }
   options.poll_interval = settings.duration("backend-poll-interval");
   options.connect_timeout = settings.duration("backend-connect-timeout");
   options.request_timeout = settings.duration("backend-timeout");

@@ -117,7 +117,8 @@ void add_engine_options(config::schema& s) {
 
 void add_tenancy_options(config::schema& s) {
   s.add_duration("sse-heartbeat", "15s", 10ms, 1h, "Send a `: ping` comment on a stream that wrote nothing for this long");
-  s.add_path("state-dir", "state", "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
+  s.add_path("state-dir", std::string(default_state_dir),
+             "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
   s.add_string("admin-token", std::nullopt,
                "Bearer token of the admin API (/admin/v1/), at least 16 characters; without it the admin API is off");
   // Quota counters in this process, or in Redis when several gateways share them.
@@ -325,15 +326,19 @@ std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, co
     return 1;
   }
   if (*bootstrapped) {
-    log.info("first start: created tenant \"{}\" with API key {} (shown this once: keep it; more keys with "
-             "`edgeinfer admin keys create`)",
-             gateway::tenant_store::default_tenant_id, (*bootstrapped)->key);
+    log_first_start_secret(log, format("tenant \"{}\" with API key", gateway::tenant_store::default_tenant_id),
+                           (*bootstrapped)->key, "more keys with `edgeinfer admin keys create`");
   }
   const gateway::tenant_store& store = setup.tenants->store();
   log.info("tenant store {} (schema {}): {} tenants, {} API keys; admin API {}", store.database_file().string(),
            store.schema_version(), store.snapshot()->tenant_count(), store.snapshot()->key_count(),
            setup.admin_token.empty() ? "off (no --admin-token)" : "on");
   return setup;
+}
+
+void log_first_start_secret(const logger& log, std::string_view what, std::string_view secret,
+                            std::string_view advice) {
+  log.info("first start: created {} {} (shown this once: keep it; {})", what, secret, advice);
 }
 
 void drain_on_signals(boost::asio::signal_set& signals, gateway::http_server& server, const logger& log) {

@@ -45,6 +45,9 @@ void add_model_options(config::schema& s);
 void add_engine_options(config::schema& s);
 // --state-dir, --admin-token, --sse-heartbeat: what the OpenAI and admin routes need.
 void add_tenancy_options(config::schema& s);
+// What --state-dir is unless given: the tenant store of `serve` and `gateway`, the internal
+// token of `backend`.
+inline constexpr std::string_view default_state_dir = "state";
 
 // The model --model names, else models/default, else the test fixture (model_locator.h).
 result<backend::model_location> locate_served_model(const config::values& settings);
@@ -127,6 +130,11 @@ struct tenancy_setup {
 std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, const time_source& clock,
                                               monitoring::gateway_metrics& metrics, const logger& log,
                                               std::string_view actor);
+
+// Logs a secret made on the first start, the one time it is shown: "first start: created
+// {what} {secret} (shown this once: keep it; {advice})".
+void log_first_start_secret(const logger& log, std::string_view what, std::string_view secret,
+                            std::string_view advice);
 
 // The first SIGINT/SIGTERM drains the server; a second one closes what is left at once.
 // `signals` must live until the server has stopped.

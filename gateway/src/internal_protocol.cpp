@@ -9,6 +9,9 @@
 
 #include "edge/common/format.h"
 #include "edge/common/json_fields.h"
+#include "edge/gateway/http.h"
+#include "edge/gateway/openai_request.h"
+#include "edge/gateway/tenant.h"
 
 namespace edge::gateway {
 namespace {
@@ -40,41 +43,17 @@ field_error read_token_ids(const json_value& v, std::vector<backend::token_id>& 
   return std::nullopt;
 }
 
+json_error unknown_field(const json_value& value) {
+  std::string param = value.path().str();
+  std::string message = format("unknown field '{}'", param);
+  return {std::move(message), std::move(param)};
+}
+
 field_error read_sampling(const json_value& v, backend::sampling_params& out) {
   EDGE_ASSIGN_OR_RETURN(const json_fields fields, v.as<json_fields>());
   for (const auto [key, value] : fields) {
-    if (key == "seed") {
-      if (value.is_null()) continue;
-      EDGE_ASSIGN_OR_RETURN(out.seed, value.as<std::uint64_t>());
-      continue;
-    }
-    if (key == "top_k") {
-      const auto k = value.as<std::int64_t>();
-      if (!k.ok() || *k < 0 || *k > std::numeric_limits<std::int32_t>::max()) {
-        return value.must_be("a non-negative integer");
-      }
-      out.top_k = static_cast<std::int32_t>(*k);
-      continue;
-    }
-    EDGE_ASSIGN_OR_RETURN(const double number, value.as<double>());
-    const auto f = static_cast<float>(number);
-    if (key == "temperature") {
-      out.temperature = f;
-    } else if (key == "top_p") {
-      out.top_p = f;
-    } else if (key == "min_p") {
-      out.min_p = f;
-    } else if (key == "repetition_penalty") {
-      out.repetition_penalty = f;
-    } else if (key == "presence_penalty") {
-      out.presence_penalty = f;
-    } else if (key == "frequency_penalty") {
-      out.frequency_penalty = f;
-    } else {
-      std::string param = value.path().str();
-      std::string message = format("unknown field '{}'", param);
-      return json_error(std::move(message), std::move(param));
-    }
+    if (!is_sampling_field(key)) return unknown_field(value);
+    if (auto error = read_sampling_field(key, value, out)) return error;
   }
   return std::nullopt;
 }
@@ -84,19 +63,29 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r)
   bool has_max_tokens = false;
   for (const auto [key, value] : fields) {
     if (key == "id") {
-      EDGE_ASSIGN_OR_RETURN(r.id, value.as<std::string_view>());
+      EDGE_ASSIGN_OR_RETURN(const std::string_view id, value.as<std::string_view>());
+      // Empty: the backend names the request itself.
+      if (!id.empty() && !is_valid_request_id(id)) return value.must_be(request_id_rule);
+      r.id = std::string(id);
     } else if (key == "tenant") {
-      EDGE_ASSIGN_OR_RETURN(r.tenant, value.as<std::string_view>());
+      EDGE_ASSIGN_OR_RETURN(const std::string_view tenant, value.as<std::string_view>());
+      if (!is_valid_tenant_id(tenant)) return value.must_be(tenant_id_rule);
+      r.tenant = std::string(tenant);
     } else if (key == "cache_salt") {
-      EDGE_ASSIGN_OR_RETURN(r.cache_salt, value.as<std::string_view>());
+      // Gateways before the salt became the tenant's own sent it empty; a caller that names one
+      // would read another tenant's prefix cache by timing.
+      EDGE_ASSIGN_OR_RETURN(const std::string_view salt, value.as<std::string_view>());
+      if (!salt.empty()) return value.error("is not accepted: the prefix cache is salted with the tenant's id");
     } else if (key == "weight") {
+      // Bounded as the tenant admin bounds it: a weight beyond it would be served first for good.
       EDGE_ASSIGN_OR_RETURN(r.weight, value.as<double>());
+      if (!is_valid_tenant_weight(r.weight)) return value.must_be(tenant_weight_rule());
     } else if (key == "priority") {
       const auto p = value.as<std::int64_t>();
-      if (!p.ok() || *p < std::numeric_limits<std::int32_t>::min() || *p > std::numeric_limits<std::int32_t>::max()) {
-        return value.must_be("a 32-bit integer");
+      if (!p.ok() || *p != tenant_request_priority) {
+        return value.must_be(format("{}: tenants have no priorities", tenant_request_priority));
       }
-      r.priority = static_cast<std::int32_t>(*p);
+      r.priority = tenant_request_priority;
     } else if (key == "prompt") {
       r.prompt.clear();
       if (auto error = read_token_ids(value, r.prompt)) return error;
@@ -104,17 +93,10 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r)
     } else if (key == "sampling") {
       if (auto error = read_sampling(value, r.sampling)) return error;
     } else if (key == "max_tokens") {
-      const auto n = value.as<std::int64_t>();
-      if (!n.ok() || *n < 1) return value.must_be("a positive integer");
-      r.max_tokens = *n;
+      EDGE_ASSIGN_OR_RETURN(r.max_tokens, read_max_tokens(value));
       has_max_tokens = true;
     } else if (key == "stop") {
-      EDGE_ASSIGN_OR_RETURN(const json_array items, value.as<json_array>("an array of strings"));
-      r.stop.clear();
-      for (const json_value item : items) {
-        EDGE_ASSIGN_OR_RETURN(const std::string_view text, item.as<std::string_view>());
-        r.stop.emplace_back(text);
-      }
+      if (auto error = read_stop(value, r.stop)) return error;
     } else if (key == "stop_token_ids") {
       r.stop_token_ids.clear();
       if (auto error = read_token_ids(value, r.stop_token_ids)) return error;
@@ -131,7 +113,7 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r)
       }
       r.logprobs = static_cast<std::int32_t>(*n);
     } else {
-      return json_error(format("unknown field '{}'", key), std::string(key));
+      return unknown_field(value);
     }
   }
   if (!has_prompt) return fields.path().member("prompt").error("is required");
@@ -266,7 +248,6 @@ std::string encode_generate_request(const backend::generate_request& r) {
                     {"tenant", r.tenant},
                     {"weight", r.weight},
                     {"priority", r.priority},
-                    {"cache_salt", r.cache_salt},
                     {"prompt", json::array(r.prompt.begin(), r.prompt.end())},
                     {"sampling", std::move(sampling)},
                     {"max_tokens", r.max_tokens},
@@ -288,6 +269,27 @@ std::variant<backend::generate_request, internal_request_error> parse_generate_r
   backend::generate_request r;
   if (auto error = read_fields(json_fields(*document), r)) return internal_request_error{error->message(), error->path()};
   return r;
+}
+
+std::optional<internal_request_error> check_generate_request(const backend::generate_request& r,
+                                                             const backend_info& model) {
+  const auto refusal = [](request_error error, std::string_view code) {
+    return internal_request_error{std::move(error.message), std::move(error.param), std::string(code)};
+  };
+  if (auto e = find_token_outside_vocabulary(std::span(r.prompt), model.vocab_size, "prompt")) {
+    return refusal(std::move(*e), "invalid_request");
+  }
+  if (auto e = find_token_outside_vocabulary(std::span(r.stop_token_ids), model.vocab_size, "stop_token_ids")) {
+    return refusal(std::move(*e), "invalid_request");
+  }
+  const auto prompt_length = static_cast<std::int64_t>(r.prompt.size());
+  if (auto e = prompt_does_not_fit(prompt_length, model.context_length, "prompt")) {
+    return refusal(std::move(*e), "context_length_exceeded");
+  }
+  if (auto e = completion_does_not_fit(prompt_length, r.max_tokens, model.context_length, "prompt")) {
+    return refusal(std::move(*e), "context_length_exceeded");
+  }
+  return std::nullopt;
 }
 
 // ---- events -----------------------------------------------------------------------------------

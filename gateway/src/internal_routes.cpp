@@ -5,13 +5,101 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
 #include "edge/common/format.h"
 #include "edge/common/sha256.h"
 #include "edge/gateway/event_relay.h"
 #include "edge/gateway/json_response.h"
+#include "edge/gateway/tenant.h"
 
 namespace edge::gateway {
 namespace {
+
+// 256 bits, as an API key's secret.
+constexpr std::size_t internal_token_bytes = 32;
+// A token file is one line; anything much longer is not one.
+constexpr std::size_t max_token_file_bytes = 4096;
+constexpr mode_t owner_only = 0600;
+constexpr mode_t group_or_others = 0077;
+
+status file_error(std::string_view what, const std::filesystem::path& file, int error) {
+  return unavailable(format("cannot {} {}: {}", what, file.string(), std::strerror(error)));
+}
+
+// The token in `file`; not_found when there is no such file.
+result<std::string> read_token_file(const std::filesystem::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return not_found(format("no {}", file.string()));
+    return file_error("open", file, errno);
+  }
+  struct stat st {};
+  std::array<char, max_token_file_bytes> buffer{};
+  std::size_t size = 0;
+  int error = ::fstat(fd, &st) == 0 ? 0 : errno;
+  while (error == 0 && size < buffer.size()) {
+    const ssize_t n = ::read(fd, buffer.data() + size, buffer.size() - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = errno;
+    if (n <= 0) break;
+    size += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (error != 0) return file_error("read", file, error);
+  // As ssh does with keys: a token others can read guards nothing.
+  if ((st.st_mode & group_or_others) != 0) {
+    return failed_precondition(format("{} may be read by others (mode 0{}{}{}): chmod 600 {}", file.string(),
+                                      (st.st_mode >> 6) & 7, (st.st_mode >> 3) & 7, st.st_mode & 7, file.string()));
+  }
+  std::string_view text(buffer.data(), size);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
+  const bool one_word = text.find_first_of(" \t\r\n") == std::string_view::npos;
+  if (text.size() < min_internal_token_length || !one_word) {
+    return failed_precondition(format("{} holds no token of at least {} characters on one line: fix it, or remove it "
+                                      "and a new one is made on the next start",
+                                      file.string(), min_internal_token_length));
+  }
+  return std::string(text);
+}
+
+// Writes `token` to `file` unless the file exists: written whole to a file of its own first,
+// then linked into place, so that a backend starting at the same time on the same folder reads
+// either no token file or the whole token. False when the file existed.
+result<bool> create_token_file(const std::filesystem::path& file, std::string_view token) {
+  std::filesystem::path partial = file;
+  partial += format(".{}.partial", ::getpid());
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, owner_only);
+  if (fd < 0) return file_error("create", partial, errno);
+  const std::string line = std::string(token) + "\n";
+  std::size_t written = 0;
+  int error = ::fchmod(fd, owner_only) == 0 ? 0 : errno;
+  while (error == 0 && written < line.size()) {
+    const ssize_t n = ::write(fd, line.data() + written, line.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = errno;
+    if (n <= 0) break;
+    written += static_cast<std::size_t>(n);
+  }
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  ::close(fd);
+  if (error != 0) {
+    ::unlink(partial.c_str());
+    return file_error("write", partial, error);
+  }
+  const int linked = ::link(partial.c_str(), file.c_str());
+  const int link_error = errno;
+  ::unlink(partial.c_str());
+  if (linked == 0) return true;
+  if (link_error == EEXIST) return false;
+  return file_error("create", file, link_error);
+}
 
 using namespace boost::asio::experimental::awaitable_operators;
 using clock = std::chrono::steady_clock;
@@ -61,18 +149,16 @@ class internal_service {
 };
 
 asio::awaitable<std::shared_ptr<const internal_backend>> internal_service::admit(exchange& ex) {
-  if (!options_.token.empty()) {
-    const std::string_view header = ex.req()[http::field::authorization];
-    constexpr std::string_view bearer = "Bearer ";
-    const std::string_view presented = header.starts_with(bearer) ? header.substr(bearer.size()) : std::string_view{};
-    // Digests compared, so neither the token's length nor its contents leak by timing.
-    const sha256_digest expected = sha256(options_.token);
-    const sha256_digest got = sha256(presented);
-    if (!constant_time_equal(expected, got)) {
-      co_await ex.respond(refusal(http::status::unauthorized, "The internal token is missing or wrong",
-                                  "invalid_request_error", "invalid_internal_token"));
-      co_return nullptr;
-    }
+  const std::string_view header = ex.req()[http::field::authorization];
+  constexpr std::string_view bearer = "Bearer ";
+  const std::string_view presented = header.starts_with(bearer) ? header.substr(bearer.size()) : std::string_view{};
+  // Digests compared, so neither the token's length nor its contents leak by timing.
+  const sha256_digest expected = sha256(options_.token);
+  const sha256_digest got = sha256(presented);
+  if (options_.token.empty() || !constant_time_equal(expected, got)) {
+    co_await ex.respond(refusal(http::status::unauthorized, "The internal token is missing or wrong",
+                                "invalid_request_error", "invalid_internal_token"));
+    co_return nullptr;
   }
   auto backend = backends_.get();
   if (backend == nullptr) {
@@ -106,10 +192,17 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
   const auto backend = co_await admit(ex);
   if (backend == nullptr) co_return;
   auto parsed = parse_generate_request(ex.req().body());
+  std::optional<internal_request_error> refused;
   if (auto* error = std::get_if<internal_request_error>(&parsed)) {
-    co_await ex.respond(error_response(http::status::bad_request, error->message, "invalid_request_error",
-                                       error->param.empty() ? std::nullopt : std::optional<std::string_view>(error->param),
-                                       "invalid_request"));
+    refused = std::move(*error);
+  } else {
+    refused = check_generate_request(std::get<backend::generate_request>(parsed), backend->info);
+  }
+  if (refused) {
+    co_await ex.respond(error_response(http::status::bad_request, refused->message, "invalid_request_error",
+                                       refused->param.empty() ? std::nullopt
+                                                              : std::optional<std::string_view>(refused->param),
+                                       refused->code));
     co_return;
   }
   backend::generate_request& request = std::get<backend::generate_request>(parsed);
@@ -186,6 +279,29 @@ void internal_backend_slot::publish(std::shared_ptr<const internal_backend> back
 std::shared_ptr<const internal_backend> internal_backend_slot::get() const {
   std::lock_guard lock(mutex_);
   return backend_;
+}
+
+result<stored_internal_token> load_or_create_internal_token(const std::filesystem::path& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) return unavailable(format("cannot create the state directory {}: {}", state_dir.string(), ec.message()));
+  stored_internal_token stored{.token = {}, .file = state_dir / internal_token_file_name, .created = false};
+  auto existing = read_token_file(stored.file);
+  if (existing.ok()) {
+    stored.token = std::move(existing).value();
+    return stored;
+  }
+  if (existing.error().code() != status_code::not_found) return existing.error();
+  const std::string token = generate_secret_text(internal_token_bytes);
+  EDGE_ASSIGN_OR_RETURN(const bool created, create_token_file(stored.file, token));
+  if (!created) {
+    // Another backend made it first: both use that one.
+    EDGE_ASSIGN_OR_RETURN(stored.token, read_token_file(stored.file));
+    return stored;
+  }
+  stored.token = token;
+  stored.created = true;
+  return stored;
 }
 
 void add_internal_routes(router& routes, const internal_backend_slot& backends, internal_route_options options) {

@@ -28,25 +28,6 @@ field_error read_string(const json_value& v, std::string& out) {
   return std::nullopt;
 }
 
-field_error read_stop(const json_value& v, std::vector<std::string>& out) {
-  out.clear();  // a repeated key: the last one counts, as for every other field
-  const auto add = [&](std::string_view text) {
-    // An empty stop string would end every completion before it began; OpenAI ignores it.
-    if (!text.empty()) out.emplace_back(text);
-  };
-  if (v.type() == element_type::STRING) {
-    add(*v.as<std::string_view>());
-    return std::nullopt;
-  }
-  EDGE_ASSIGN_OR_RETURN(const json_array items, v.as<json_array>("a string or an array of strings"));
-  for (const json_value item : items) {
-    EDGE_ASSIGN_OR_RETURN(const std::string_view text, item.as<std::string_view>());
-    add(text);
-  }
-  if (items.size() > max_stop_strings) return v.must_be(format("at most {} strings", max_stop_strings));
-  return std::nullopt;
-}
-
 // "hello" or [{"type":"text","text":"hel"}, {"type":"text","text":"lo"}]: parts are joined.
 field_error read_content(const json_value& v, std::string& out) {
   if (v.type() == element_type::STRING) return read_string(v, out);
@@ -159,7 +140,6 @@ field_error read_response_format(const json_value& v) {
 field_error read_field(std::string_view key, const json_value& v, openai_request& r) {
   if (v.is_null()) return std::nullopt;  // null means "not given"
   const bool chat = r.api == openai_api::chat_completions;
-  auto& s = r.sampling;
 
   if (key == "model") {
     std::string model;
@@ -170,10 +150,47 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
   } else if (!chat && key == "prompt") {
     return read_prompt(v, r.prompt);
   } else if (key == "max_tokens" || (chat && key == "max_completion_tokens")) {
+    EDGE_ASSIGN_OR_RETURN(r.max_tokens, read_max_tokens(v));
+  } else if (is_sampling_field(key)) {
+    return read_sampling_field(key, v, r.sampling);
+  } else if (key == "stop") {
+    return read_stop(v, r.stop);
+  } else if (key == "stream") {
+    EDGE_ASSIGN_OR_RETURN(r.stream, v.as<bool>());
+  } else if (key == "stream_options") {
+    return read_stream_options(v, r);
+  } else if (key == "ignore_eos") {
+    EDGE_ASSIGN_OR_RETURN(r.ignore_eos, v.as<bool>());
+  } else if (key == "user") {
+    return read_string(v, r.user);
+  } else if (key == "n" || (!chat && key == "best_of")) {
     EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>());
-    if (n < 1) return v.must_be("at least 1");
-    r.max_tokens = n;
-  } else if (key == "temperature") {
+    if (n != 1) return v.must_be("1: one choice per request is supported");
+  } else if (key == "logprobs" || key == "echo" || key == "suffix" || key == "tools" || key == "functions" ||
+             key == "logit_bias" || (chat && key == "top_logprobs")) {
+    if (key == "top_logprobs") {
+      const auto alternatives = v.as<std::int64_t>();
+      if (alternatives.ok() && *alternatives == 0) return std::nullopt;  // no alternatives: off
+    }
+    return refuse_unless_off(v);
+  } else if (chat && key == "response_format") {
+    return read_response_format(v);
+  }
+  return std::nullopt;
+}
+
+request_error to_request_error(const json_error& error) { return {error.message(), error.path()}; }
+
+}  // namespace
+
+bool is_sampling_field(std::string_view key) {
+  return key == "temperature" || key == "top_p" || key == "top_k" || key == "min_p" || key == "presence_penalty" ||
+         key == "frequency_penalty" || key == "repetition_penalty" || key == "seed";
+}
+
+std::optional<json_error> read_sampling_field(std::string_view key, const json_value& v, backend::sampling_params& s) {
+  if (v.is_null()) return std::nullopt;
+  if (key == "temperature") {
     double t = 0;
     if (auto e = read_number(v, 0.0, max_temperature, t)) return e;
     s.temperature = static_cast<float>(t);
@@ -209,35 +226,66 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
       EDGE_ASSIGN_OR_RETURN(const std::int64_t seed, v.as<std::int64_t>());
       s.seed = static_cast<std::uint64_t>(seed);
     }
-  } else if (key == "stop") {
-    return read_stop(v, r.stop);
-  } else if (key == "stream") {
-    EDGE_ASSIGN_OR_RETURN(r.stream, v.as<bool>());
-  } else if (key == "stream_options") {
-    return read_stream_options(v, r);
-  } else if (key == "ignore_eos") {
-    EDGE_ASSIGN_OR_RETURN(r.ignore_eos, v.as<bool>());
-  } else if (key == "user") {
-    return read_string(v, r.user);
-  } else if (key == "n" || (!chat && key == "best_of")) {
-    EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>());
-    if (n != 1) return v.must_be("1: one choice per request is supported");
-  } else if (key == "logprobs" || key == "echo" || key == "suffix" || key == "tools" || key == "functions" ||
-             key == "logit_bias" || (chat && key == "top_logprobs")) {
-    if (key == "top_logprobs") {
-      const auto alternatives = v.as<std::int64_t>();
-      if (alternatives.ok() && *alternatives == 0) return std::nullopt;  // no alternatives: off
-    }
-    return refuse_unless_off(v);
-  } else if (chat && key == "response_format") {
-    return read_response_format(v);
+  } else {
+    return v.error("is not a sampling parameter");
   }
   return std::nullopt;
 }
 
-request_error to_request_error(const json_error& error) { return {error.message(), error.path()}; }
+std::optional<json_error> read_stop(const json_value& v, std::vector<std::string>& out) {
+  out.clear();  // a repeated key: the last one counts, as for every other field
+  const auto add = [&](std::string_view text) {
+    // An empty stop string would end every completion before it began; OpenAI ignores it.
+    if (!text.empty()) out.emplace_back(text);
+  };
+  if (v.type() == element_type::STRING) {
+    add(*v.as<std::string_view>());
+    return std::nullopt;
+  }
+  EDGE_ASSIGN_OR_RETURN(const json_array items, v.as<json_array>("a string or an array of strings"));
+  for (const json_value item : items) {
+    EDGE_ASSIGN_OR_RETURN(const std::string_view text, item.as<std::string_view>());
+    add(text);
+  }
+  if (items.size() > max_stop_strings) return v.must_be(format("at most {} strings", max_stop_strings));
+  return std::nullopt;
+}
 
-}  // namespace
+json_result<std::int64_t> read_max_tokens(const json_value& v) {
+  EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>());
+  if (n < 1) return v.must_be("at least 1");
+  return n;
+}
+
+request_error token_outside_vocabulary(std::string_view what, std::size_t index, std::int64_t id,
+                                       std::int64_t vocab_size) {
+  std::string param = format("{}[{}]", what, index);
+  std::string message = format("'{}' is token {}, outside the vocabulary of {} tokens", param, id, vocab_size);
+  return {std::move(message), std::move(param)};
+}
+
+std::optional<request_error> prompt_does_not_fit(std::int64_t prompt_length, std::int64_t context,
+                                                 std::string_view what) {
+  if (prompt_length < context) return std::nullopt;
+  return request_error{format("This model's maximum context length is {} tokens. However, your {} resulted in {} "
+                              "tokens. Please reduce the length of the {}.",
+                              context, what, prompt_length, what),
+                       std::string(what)};
+}
+
+std::optional<request_error> completion_does_not_fit(std::int64_t prompt_length, std::int64_t max_tokens,
+                                                     std::int64_t context, std::string_view what) {
+  if (max_tokens <= context - prompt_length) return std::nullopt;
+  // max_tokens may be as large as an int64: the sum is capped, not overflowed.
+  const std::int64_t requested = max_tokens > std::numeric_limits<std::int64_t>::max() - prompt_length
+                                     ? std::numeric_limits<std::int64_t>::max()
+                                     : prompt_length + max_tokens;
+  return request_error{format("This model's maximum context length is {} tokens. However, you requested {} tokens "
+                              "({} in the {}, {} for the completion). Please reduce the length of the {} or the "
+                              "completion.",
+                              context, requested, prompt_length, what, max_tokens, what),
+                       "max_tokens"};
+}
 
 std::variant<openai_request, request_error> parse_openai_request(openai_api api, std::string_view body) {
   // A parser per request: its buffers grow with the document, and a thread-local one would

@@ -15,6 +15,7 @@
 #include "edge/gateway/quota_response.h"
 #include "edge/gateway/openai_request.h"
 #include "edge/gateway/openai_response.h"
+#include "edge/gateway/percent_encoding.h"
 #include "edge/gateway/sse_writer.h"
 #include "edge/monitoring/gateway_metrics.h"
 
@@ -71,31 +72,6 @@ response submit_failure(const status& failure, std::string_view prompt_param) {
   }
 }
 
-// "%2F" → "/": model ids such as "org/name" arrive percent-encoded in the path.
-std::optional<std::string> percent_decode(std::string_view text) {
-  const auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out += text[i];
-      continue;
-    }
-    if (i + 2 >= text.size()) return std::nullopt;
-    const int high = hex(text[i + 1]);
-    const int low = hex(text[i + 2]);
-    if (high < 0 || low < 0) return std::nullopt;
-    out += static_cast<char>(high * 16 + low);
-    i += 2;
-  }
-  return out;
-}
-
 // ---- the prompt -------------------------------------------------------------------------------
 
 // The prompt's token ids, or the 400 to answer. Runs on the connection's thread: the engine
@@ -117,17 +93,10 @@ std::variant<std::vector<backend::token_id>, response> prompt_tokens(const opena
     return tok.encode(*text, {.add_bos = true, .parse_special = false});
   }
   const auto& ids = std::get<std::vector<std::int64_t>>(r.prompt);
-  std::vector<backend::token_id> tokens;
-  tokens.reserve(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] >= tok.vocab_size()) {
-      return invalid_request(format("'prompt[{}]' is token {}, outside the vocabulary of {} tokens", i, ids[i],
-                                    tok.vocab_size()),
-                             format("prompt[{}]", i));
-    }
-    tokens.push_back(static_cast<backend::token_id>(ids[i]));
+  if (auto outside = find_token_outside_vocabulary(std::span(ids), tok.vocab_size(), "prompt")) {
+    return invalid_request(outside->message, outside->param);
   }
-  return tokens;
+  return std::vector<backend::token_id>(ids.begin(), ids.end());
 }
 
 // The completion's token limit after defaults, or the 400 when prompt and completion cannot
@@ -136,22 +105,15 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
                                                         std::int64_t context, const request_session& session) {
   const bool chat = r.api == openai_api::chat_completions;
   const std::string_view what = chat ? "messages" : "prompt";
-  if (prompt_length >= context) {
-    return invalid_request(format("This model's maximum context length is {} tokens. However, your {} resulted in {} "
-                                  "tokens. Please reduce the length of the {}.",
-                                  context, what, prompt_length, what),
-                           what, "context_length_exceeded");
+  if (auto e = prompt_does_not_fit(prompt_length, context, what)) {
+    return invalid_request(e->message, e->param, "context_length_exceeded");
   }
   const std::int64_t room = context - prompt_length;
   if (!r.max_tokens) {
     return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room));
   }
-  if (*r.max_tokens > room) {
-    return invalid_request(format("This model's maximum context length is {} tokens. However, you requested {} tokens "
-                                  "({} in the {}, {} for the completion). Please reduce the length of the {} or the "
-                                  "completion.",
-                                  context, prompt_length + *r.max_tokens, prompt_length, what, *r.max_tokens, what),
-                           "max_tokens", "context_length_exceeded");
+  if (auto e = completion_does_not_fit(prompt_length, *r.max_tokens, context, what)) {
+    return invalid_request(e->message, e->param, "context_length_exceeded");
   }
   return *r.max_tokens;
 }

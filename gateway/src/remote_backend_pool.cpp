@@ -25,6 +25,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "edge/gateway/http.h"
+#include "edge/gateway/usage_ledger.h"
 #include "edge/monitoring/gateway_metrics.h"
 
 // GCC 12 reports a mismatched operator delete in the frames of Asio's awaitables: Asio
@@ -47,6 +48,8 @@ constexpr std::size_t read_chunk = 16 * 1024;
 constexpr std::size_t max_event_line = 16 << 20;
 
 constexpr std::string_view readyz_path = "/readyz";
+// A backend whose usage figures keep needing correction is logged about at most this often.
+constexpr auto usage_correction_log_interval = std::chrono::seconds(10);
 
 http::request<http::string_body> make_request(http::verb method, std::string_view target, const backend_endpoint& ep,
                                               const std::string& token, std::string body = {}) {
@@ -166,6 +169,7 @@ struct remote_backend_pool::impl : std::enable_shared_from_this<impl> {
        monitoring::gateway_metrics* metrics_)
       : options(std::move(options_)),
         fingerprint(std::move(fingerprint_)),
+        clock(clock_),
         metrics(metrics_),
         router(names(options), options.routing, clock_),
         backends(options.backends.size()) {
@@ -179,6 +183,7 @@ struct remote_backend_pool::impl : std::enable_shared_from_this<impl> {
       backends[i].waiting = &metrics->backend_waiting.Add(label);
       backends[i].ejections = &metrics->backend_ejections.Add(label);
       backends[i].stream_errors = &metrics->backend_stream_errors.Add(label);
+      backends[i].usage_corrections = &metrics->backend_usage_corrections.Add(label);
     }
   }
 
@@ -200,10 +205,15 @@ struct remote_backend_pool::impl : std::enable_shared_from_this<impl> {
     prometheus::Gauge* waiting = nullptr;
     prometheus::Counter* ejections = nullptr;
     prometheus::Counter* stream_errors = nullptr;
+    prometheus::Counter* usage_corrections = nullptr;
+    // Usage corrections are logged once per usage_correction_log_interval; the others counted.
+    std::optional<std::chrono::steady_clock::time_point> usage_logged_at;
+    std::int64_t usage_corrections_unlogged = 0;
   };
 
   const remote_backend_options options;
   const std::string fingerprint;
+  const time_source& clock;
   monitoring::gateway_metrics* metrics;
   logger log{"router"};
   std::function<void(const backend_info&)> on_model;
@@ -269,6 +279,26 @@ struct remote_backend_pool::impl : std::enable_shared_from_this<impl> {
   void count_stream_error(std::size_t b) {
     std::lock_guard lock(mutex);
     if (backends[b].stream_errors) backends[b].stream_errors->Increment();
+  }
+
+  // Backend b reported usage the gateway had to correct to `charged` before charging it.
+  void corrected_usage(std::size_t b, const backend::token_usage& reported, const backend::token_usage& charged) {
+    std::lock_guard lock(mutex);
+    backend_status& s = backends[b];
+    if (s.usage_corrections) s.usage_corrections->Increment();
+    const auto now = clock.monotonic_time();
+    if (s.usage_logged_at && now - *s.usage_logged_at < usage_correction_log_interval) {
+      ++s.usage_corrections_unlogged;
+      return;
+    }
+    const std::string also = s.usage_corrections_unlogged > 0
+                                 ? format(" ({} more since the last such line)", s.usage_corrections_unlogged)
+                                 : "";
+    log.warn("backend {} reported usage prompt {}, completion {}, cached {}; charged {}, {}, {} instead{}",
+             endpoint(b).url, reported.prompt_tokens, reported.completion_tokens, reported.cached_tokens,
+             charged.prompt_tokens, charged.completion_tokens, charged.cached_tokens, also);
+    s.usage_logged_at = now;
+    s.usage_corrections_unlogged = 0;
   }
 
   std::size_t size() const { return options.backends.size(); }
@@ -433,9 +463,9 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
               const backend::generate_request& generate, backend::event_sink sink)
       : pool_(std::move(pool)), strand_(std::move(strand)), sink_(std::move(sink)) {
     prompt_tokens_ = static_cast<std::int64_t>(generate.prompt.size());
+    max_tokens_ = generate.max_tokens;
     if (const auto block_size = pool_->block_size()) {
-      const std::string& salt = generate.cache_salt.empty() ? generate.tenant : generate.cache_salt;
-      key_ = prompt_affinity_key(salt, generate.prompt, *block_size, pool_->options.routing.affinity_blocks);
+      key_ = prompt_affinity_key(generate.tenant, generate.prompt, *block_size, pool_->options.routing.affinity_blocks);
     }
     body_ = encode_generate_request(generate);
   }
@@ -611,14 +641,29 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
           if (admitted_) continue;  // admitted on an earlier backend already
           admitted_ = true;
         } else if (auto* delta = std::get_if<backend::delta_event>(&e)) {
+          const auto tokens = static_cast<std::int64_t>(delta->tokens.size());
+          if (tokens > max_tokens_ - completion_tokens_) {
+            problem = format("it sent more than the {} tokens asked for", max_tokens_);
+            co_return pump_result::broken;
+          }
           started_ = true;
-          completion_tokens_ += static_cast<std::int64_t>(delta->tokens.size());
-        } else if (auto* finished = std::get_if<backend::finished_event>(&e);
-                   finished->reason == backend::finish_reason::abort && !started_) {
-          // The backend is shutting down and dropped the request before it began.
-          problem = "it is shutting down";
-          count_failure = false;
-          co_return pump_result::broken;
+          completion_tokens_ += tokens;
+        } else if (auto* finished = std::get_if<backend::finished_event>(&e)) {
+          if (finished->reason == backend::finish_reason::abort && !started_) {
+            // The backend is shutting down and dropped the request before it began.
+            problem = "it is shutting down";
+            count_failure = false;
+            co_return pump_result::broken;
+          }
+          // Held to the rule the session charges by, here where the backend is known: the
+          // correction is counted and logged against it (rate-limited), and charged as corrected.
+          const backend::token_usage charged = bounded_usage(finished->usage, {.prompt_tokens = prompt_tokens_,
+                                                                               .seen_completion_tokens = completion_tokens_,
+                                                                               .max_tokens = max_tokens_});
+          if (charged != finished->usage) {
+            pool_->corrected_usage(*current_, finished->usage, charged);
+            finished->usage = charged;
+          }
         }
         const bool last = std::holds_alternative<backend::finished_event>(e);
         sink_(std::move(e));
@@ -661,7 +706,8 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
   std::string body_;
   std::optional<affinity_key> key_;
   std::int64_t prompt_tokens_ = 0;
-  std::int64_t completion_tokens_ = 0;
+  std::int64_t max_tokens_ = 0;
+  std::int64_t completion_tokens_ = 0;  // relayed to the sink
   std::vector<std::size_t> tried_;
   std::optional<std::size_t> current_;  // the backend counting this request as in flight
   std::unique_ptr<beast::tcp_stream> stream_;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <charconv>
 #include <stdexcept>
+#include <vector>
 
 #include "edge/common/format.h"
 
@@ -14,6 +15,8 @@ namespace {
 
 constexpr std::size_t key_id_bytes = 8;       // 16 hex digits
 constexpr std::size_t key_secret_bytes = 32;  // 256 bits
+// The last second of year 9999, the latest time a date (YYYY-MM-DD) can name.
+constexpr unix_time last_utc_second = 253402300799;
 constexpr std::size_t max_tenant_id_length = 64;
 
 // Fills `out` from the kernel's CSPRNG. Failure means the system cannot make secrets at all:
@@ -24,7 +27,7 @@ void random_bytes(std::span<std::uint8_t> out) {
     const ssize_t n = ::getrandom(out.data() + filled, out.size() - filled, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw std::runtime_error("getrandom failed: the system cannot generate API keys");
+      throw std::runtime_error("getrandom failed: the system cannot generate API keys or tokens");
     }
     filled += static_cast<std::size_t>(n);
   }
@@ -89,15 +92,23 @@ bool is_valid_tenant_id(std::string_view id) {
   return true;
 }
 
+std::string generate_secret_text(std::size_t bytes) {
+  std::vector<std::uint8_t> secret(bytes);
+  random_bytes(secret);
+  return base64url(secret);
+}
+
+bool is_valid_tenant_weight(double weight) { return weight > 0.0 && weight <= max_tenant_weight; }
+
+std::string tenant_weight_rule() { return format("above 0 and at most {}", max_tenant_weight); }
+
 issued_api_key generate_api_key(std::string_view tenant_id, unix_time now, std::optional<unix_time> expires_at) {
   std::array<std::uint8_t, key_id_bytes> id{};
-  std::array<std::uint8_t, key_secret_bytes> secret{};
   random_bytes(id);
-  random_bytes(secret);
   issued_api_key issued;
   issued.record.id = hex(id);
   issued.record.tenant_id = std::string(tenant_id);
-  const std::string secret_text = base64url(secret);
+  const std::string secret_text = generate_secret_text(key_secret_bytes);
   issued.record.secret_sha256 = sha256(secret_text);
   issued.record.created_at = now;
   issued.record.expires_at = expires_at;
@@ -128,10 +139,16 @@ std::string format_utc(unix_time t) {
   const sys_days day = floor<days>(at);
   const year_month_day ymd{day};
   const hh_mm_ss<seconds> time{at - day};
-  const auto two = [](long v) { return v < 10 ? "0" + std::to_string(v) : std::to_string(v); };
-  return format("{}-{}-{}T{}:{}:{}Z", static_cast<int>(ymd.year()), two(static_cast<unsigned>(ymd.month())),
-                two(static_cast<unsigned>(ymd.day())), two(time.hours().count()), two(time.minutes().count()),
-                two(static_cast<long>(time.seconds().count())));
+  const auto padded = [](long v, std::size_t width) {
+    std::string digits = std::to_string(v);
+    if (v >= 0 && digits.size() < width) digits.insert(0, width - digits.size(), '0');
+    return digits;
+  };
+  // Years of four digits, as ISO 8601 writes them and parse_utc reads them ("0026-02-01").
+  return format("{}-{}-{}T{}:{}:{}Z", padded(static_cast<int>(ymd.year()), 4),
+                padded(static_cast<unsigned>(ymd.month()), 2), padded(static_cast<unsigned>(ymd.day()), 2),
+                padded(time.hours().count(), 2), padded(time.minutes().count(), 2),
+                padded(static_cast<long>(time.seconds().count()), 2));
 }
 
 result<unix_time> parse_utc(std::string_view text) {
@@ -141,6 +158,8 @@ result<unix_time> parse_utc(std::string_view text) {
   if (!text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos) {
     unix_time value = 0;
     if (std::from_chars(text.data(), text.data() + text.size(), value).ec != std::errc{}) return bad();
+    // Past year 9999 no time can be written back as a date (nor, past 32767, even computed).
+    if (value > last_utc_second) return bad();
     return value;
   }
   // YYYY-MM-DD

@@ -16,13 +16,22 @@ void request_usage::add_completion(std::int64_t tokens) {
   }
 }
 
+backend::token_usage bounded_usage(const backend::token_usage& reported, const usage_bounds& bounds) {
+  const std::int64_t seen = bounds.seen_completion_tokens;
+  return {.prompt_tokens = bounds.prompt_tokens,
+          .completion_tokens = std::clamp(reported.completion_tokens, seen, std::max(seen, bounds.max_tokens)),
+          .cached_tokens = std::clamp<std::int64_t>(reported.cached_tokens, 0, bounds.prompt_tokens)};
+}
+
 bool request_usage::finish(std::int64_t completion_tokens, std::int64_t cached_tokens) {
-  const std::int64_t seen = completion_.load(std::memory_order_relaxed);
-  const std::int64_t completion = std::clamp(completion_tokens, seen, std::max(seen, max_tokens_));
-  const std::int64_t cached = std::clamp<std::int64_t>(cached_tokens, 0, prompt_);
-  completion_.store(completion, std::memory_order_relaxed);
-  cached_.store(cached, std::memory_order_relaxed);
-  return completion == completion_tokens && cached == cached_tokens;
+  const backend::token_usage charged =
+      bounded_usage({.prompt_tokens = prompt_, .completion_tokens = completion_tokens, .cached_tokens = cached_tokens},
+                    {.prompt_tokens = prompt_,
+                     .seen_completion_tokens = completion_.load(std::memory_order_relaxed),
+                     .max_tokens = max_tokens_});
+  completion_.store(charged.completion_tokens, std::memory_order_relaxed);
+  cached_.store(charged.cached_tokens, std::memory_order_relaxed);
+  return charged.completion_tokens == completion_tokens && charged.cached_tokens == cached_tokens;
 }
 
 usage_counts request_usage::counts() const {

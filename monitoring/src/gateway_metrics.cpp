@@ -91,6 +91,11 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                                 .Name(name("backend_stream_errors_total"))
                                 .Help("Streams from a backend that broke after the request started")
                                 .Register(registry)),
+      backend_usage_corrections(prometheus::BuildCounter()
+                                    .Name(name("backend_usage_corrections_total"))
+                                    .Help("Requests whose usage, as a backend reported it, was corrected before "
+                                          "charging")
+                                    .Register(registry)),
       backend_routes(prometheus::BuildCounter()
                          .Name(name("backend_routes_total"))
                          .Help("Why the first backend tried for a request was chosen")

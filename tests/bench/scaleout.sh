@@ -32,6 +32,9 @@ load_of() {
   esac
 }
 mkdir -p "$out"
+# The internal API's token, read by every backend and gateway started here.
+EDGE_INTERNAL_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+export EDGE_INTERNAL_TOKEN
 
 model_path() {
   case "$1" in

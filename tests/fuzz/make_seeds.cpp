@@ -1,9 +1,13 @@
 // Writes the seed corpora of the parser fuzzers: small valid GGUF and safetensors files that
 // between them use every metadata value type, nested arrays, every accepted tensor type, a
-// non-default alignment and safetensors metadata, and OpenAI request bodies that use every
-// field. Mutations of valid inputs reach far deeper into a parser than random bytes do.
+// non-default alignment and safetensors metadata; OpenAI request bodies that use every field;
+// tokenizers of both families in every format the loaders read (tokenizer_seeds.h); the
+// internal protocol's requests, events, info and load bodies; admin API bodies and query
+// strings. Mutations of valid inputs reach far deeper into a parser than random bytes do.
 //
-//   edge_fuzz_seeds DIR     writes DIR/gguf/*, DIR/safetensors/* and DIR/openai_request/*
+//   edge_fuzz_seeds DIR     writes DIR/<fuzzer>/* for each fuzzer (its name without
+//                           edge_fuzz_), and DIR/tokenizers/, the tokenizers that
+//                           edge_fuzz_tokenizer_encode loads
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -11,6 +15,7 @@
 #include <vector>
 
 #include "model_test_support.h"
+#include "tokenizer_seeds.h"
 
 namespace {
 
@@ -72,6 +77,147 @@ std::vector<std::vector<std::byte>> safetensors_seeds() {
   return seeds;
 }
 
+std::vector<std::byte> bytes_of(std::string_view text) {
+  const auto* bytes = reinterpret_cast<const std::byte*>(text.data());
+  return {bytes, bytes + text.size()};
+}
+
+std::vector<std::vector<std::byte>> seeds_of(const std::vector<std::string>& texts) {
+  std::vector<std::vector<std::byte>> seeds;
+  for (const std::string& text : texts) seeds.push_back(bytes_of(text));
+  return seeds;
+}
+
+// A GGUF string array.
+void put_strings(t::byte_writer& w, std::string_view key, const std::vector<std::string>& values) {
+  w.str(key).put<std::uint32_t>(t::gguf_array).put<std::uint32_t>(t::gguf_string).put<std::uint64_t>(values.size());
+  for (const std::string& value : values) w.str(value);
+}
+
+void put_u32(t::byte_writer& w, std::string_view key, std::uint32_t value) {
+  w.str(key).put<std::uint32_t>(t::gguf_u32).put<std::uint32_t>(value);
+}
+
+void put_bool(t::byte_writer& w, std::string_view key, bool value) {
+  w.str(key).put<std::uint32_t>(t::gguf_bool).put<std::uint8_t>(value ? 1 : 0);
+}
+
+void put_types(t::byte_writer& w, const std::vector<int>& types) {
+  w.str("tokenizer.ggml.token_type").put<std::uint32_t>(t::gguf_array).put<std::uint32_t>(t::gguf_i32);
+  w.put<std::uint64_t>(types.size());
+  for (const int type : types) w.put<std::int32_t>(type);
+}
+
+// GGUF vocabularies as llama.cpp's converters write them, and llama.2c tokenizer files.
+std::vector<std::vector<std::byte>> tokenizer_vocab_seeds() {
+  std::vector<std::vector<std::byte>> seeds;
+  const auto spm = edge::fuzz::spm_vocabulary();
+  std::vector<std::string> spm_texts;
+  std::vector<int> spm_types;
+  for (const auto& piece : spm) {
+    spm_texts.push_back(piece.text);
+    spm_types.push_back(piece.gguf_type);
+  }
+  seeds.push_back(t::make_gguf(
+      9,
+      [&](t::byte_writer& w) {
+        w.str("tokenizer.ggml.model").put<std::uint32_t>(t::gguf_string).str("llama");
+        put_strings(w, "tokenizer.ggml.tokens", spm_texts);
+        w.str("tokenizer.ggml.scores").put<std::uint32_t>(t::gguf_array).put<std::uint32_t>(t::gguf_f32);
+        w.put<std::uint64_t>(spm.size());
+        for (const auto& piece : spm) w.put<float>(piece.score);
+        put_types(w, spm_types);
+        put_u32(w, "tokenizer.ggml.bos_token_id", 1);
+        put_u32(w, "tokenizer.ggml.eos_token_id", 2);
+        put_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+        put_bool(w, "tokenizer.ggml.add_bos_token", true);
+        put_bool(w, "tokenizer.ggml.add_space_prefix", true);
+      },
+      {}));
+  // No scores or types (byte tokens are found by their text), no dummy prefix.
+  seeds.push_back(t::make_gguf(
+      3,
+      [&](t::byte_writer& w) {
+        w.str("tokenizer.ggml.model").put<std::uint32_t>(t::gguf_string).str("llama");
+        put_strings(w, "tokenizer.ggml.tokens", spm_texts);
+        put_bool(w, "tokenizer.ggml.add_space_prefix", false);
+      },
+      {}));
+  const auto bpe = edge::fuzz::byte_level_vocab();
+  const auto first_special = static_cast<std::uint32_t>(bpe.tokens.size() - 3);
+  seeds.push_back(t::make_gguf(
+      7,
+      [&](t::byte_writer& w) {
+        w.str("tokenizer.ggml.model").put<std::uint32_t>(t::gguf_string).str("gpt2");
+        w.str("tokenizer.ggml.pre").put<std::uint32_t>(t::gguf_string).str("llama-bpe");
+        put_strings(w, "tokenizer.ggml.tokens", bpe.tokens);
+        put_types(w, bpe.gguf_types);
+        put_strings(w, "tokenizer.ggml.merges", bpe.merges);
+        put_u32(w, "tokenizer.ggml.bos_token_id", first_special);
+        put_bool(w, "tokenizer.ggml.add_bos_token", true);
+      },
+      {}));
+  seeds.push_back(t::make_gguf(
+      4,
+      [&](t::byte_writer& w) {
+        w.str("tokenizer.ggml.model").put<std::uint32_t>(t::gguf_string).str("gpt2");
+        w.str("tokenizer.ggml.pre").put<std::uint32_t>(t::gguf_string).str("qwen2");
+        put_strings(w, "tokenizer.ggml.tokens", bpe.tokens);
+        put_strings(w, "tokenizer.ggml.merges", bpe.merges);
+      },
+      {}));
+  seeds.push_back(bytes_of(edge::fuzz::llama2c_tokenizer_file()));
+  return seeds;
+}
+
+std::vector<std::vector<std::byte>> internal_protocol_seeds() {
+  return seeds_of({
+      (R"({"id":"r1","tenant":"acme","weight":1.5,"priority":2,"cache_salt":"s","prompt":[1,403,407],)"
+       R"("sampling":{"temperature":0.7,"top_k":40,"top_p":0.9,"min_p":0.05,"repetition_penalty":1.1,)"
+       R"("presence_penalty":0.5,"frequency_penalty":-0.5,"seed":42},"max_tokens":16,"stop":["
+","The end"],)"
+       R"("stop_token_ids":[2],"ignore_eos":false,"logprobs":2})"),
+      R"({"prompt":[1],"max_tokens":1,"sampling":{"seed":null},"logprobs":null})",
+      R"({"type":"admitted"})",
+      R"({"type":"heartbeat"})",
+      (R"({"type":"delta","text":"Once é","tokens":[403,7],"logprobs":[{"id":403,"logprob":-0.25,)"
+       R"("top":[{"id":403,"logprob":-0.25},{"id":7,"logprob":-3.5}]},{"id":7,"logprob":-1e30,"top":[]}]})"),
+      (R"({"type":"finished","reason":"length","error":"","usage":{"prompt_tokens":5,"completion_tokens":16,)"
+       R"("cached_tokens":0},"timings":{"queued_seconds":0.01,"time_to_first_token":0.05,"total_seconds":0.5,)"
+       R"("preemptions":1}})"),
+      (R"({"model":"stories260K","context_length":512,"chat_template":"llama-2","tokenizer_fingerprint":)"
+       R"("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","vocab_size":512,"block_size":16,)"
+       R"("version":"0.1.0"})"),
+      (R"({"waiting":1,"running":2,"in_flight":3,"kv_blocks_total":100,"kv_blocks_free":40,"kv_usage_ratio":0.6,)"
+       R"("prefix_cache":{"block_size":16,"cached_blocks":10,"queries":100,"hits":25,"hit_rate":0.25}})"),
+  });
+}
+
+std::vector<std::vector<std::byte>> admin_request_seeds() {
+  return seeds_of({
+      (R"({"id":"acme","weight":2,"quotas":{"requests_per_minute":600,"tokens_per_minute":100000,)"
+       R"("max_concurrent":4,"daily_tokens":1000000,"max_tokens_per_request":null}})"),
+      R"({"id":"acme-2.b_c","quotas":{"daily_tokens":null},"weight":0.5})",
+      R"({"id":"acme","weight":1.25,"quotas":{"tokens_per_minute":null,"max_concurrent":8}})",
+      R"({"expires_in":3600})",
+      R"({"expires_at":"2026-05-01T12:00:00Z"})",
+      R"({"expires_at":1777636800,"expires_in":null})",
+      "",
+  });
+}
+
+std::vector<std::vector<std::byte>> query_string_seeds() {
+  return seeds_of({
+      "from=2026-05-01&to=2026-05-02T00:00:00Z",
+      "from=1777636800&to=1777640400",
+      "limit=50&before=1234",
+      "to=2026-05-01T13:00Z&from=2026-04-30+13:00:00",
+      "from=2026%2D05%2D01&to=9999-12-31T23:59:59%2B00:00",
+      "org%2Fname%20x+y",
+      "2026-05-01t13:00:00z",
+  });
+}
+
 std::vector<std::vector<std::byte>> openai_request_seeds() {
   // Each seed in parentheses: adjacent literals are one seed, not several.
   const char* bodies[] = {
@@ -88,10 +234,7 @@ std::vector<std::vector<std::byte>> openai_request_seeds() {
       R"({"prompt":["text"],"stream":false})",
   };
   std::vector<std::vector<std::byte>> seeds;
-  for (const std::string_view body : bodies) {
-    const auto* bytes = reinterpret_cast<const std::byte*>(body.data());
-    seeds.emplace_back(bytes, bytes + body.size());
-  }
+  for (const std::string_view body : bodies) seeds.push_back(bytes_of(body));
   return seeds;
 }
 
@@ -114,8 +257,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path root = argv[1];
-  return write_all(root / "gguf", gguf_seeds()) && write_all(root / "safetensors", safetensors_seeds()) &&
-                 write_all(root / "openai_request", openai_request_seeds())
-             ? 0
-             : 1;
+  const bool written =
+      write_all(root / "gguf", gguf_seeds()) && write_all(root / "safetensors", safetensors_seeds()) &&
+      write_all(root / "openai_request", openai_request_seeds()) &&
+      write_all(root / "tokenizer_json", seeds_of(edge::fuzz::tokenizer_json_seeds())) &&
+      write_all(root / "tokenizer_vocab", tokenizer_vocab_seeds()) &&
+      write_all(root / "tokenizer_encode", seeds_of(edge::fuzz::tokenizer_encode_seeds())) &&
+      write_all(root / "internal_protocol", internal_protocol_seeds()) &&
+      write_all(root / "admin_request", admin_request_seeds()) &&
+      write_all(root / "query_string", query_string_seeds()) && write_all(root / "tokenizers", {});
+  if (!written) return 1;
+  t::write_text(root / "tokenizers" / "byte_level.json", edge::fuzz::byte_level_tokenizer_json());
+  t::write_text(root / "tokenizers" / "spm_style.json", edge::fuzz::spm_style_tokenizer_json());
+  t::write_text(root / "tokenizers" / "spm.bin", edge::fuzz::llama2c_tokenizer_file());
+  return 0;
 }

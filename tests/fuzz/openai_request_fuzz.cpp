@@ -3,10 +3,10 @@
 // promises (checked below: a violation aborts, which libFuzzer reports as a crash).
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <string_view>
 
 #include "edge/gateway/openai_request.h"
+#include "require.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 
@@ -14,9 +14,7 @@ namespace {
 
 namespace gw = edge::gateway;
 
-void require(bool condition) {
-  if (!condition) std::abort();
-}
+using edge::fuzz::require;
 
 void check(gw::openai_api api, std::string_view body) {
   auto parsed = gw::parse_openai_request(api, body);

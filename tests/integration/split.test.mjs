@@ -10,18 +10,24 @@
 //      rate is reported);
 //   4. a client that drops its stream frees the backend's request (running back to 0, the
 //      request counted as aborted);
+//   5. usage figures a backend reports outside what the gateway sent, relayed and asked for are
+//      corrected before they are charged (a proxy rewrites a real backend's figures);
+//   6. chaos: a backend killed with SIGKILL mid-stream: its client gets an error event, the
+//      ledger charges what the client received, the backend is marked down and the next
+//      requests go to the other one, all within stated bounds;
 // Where an outcome would otherwise depend on how fast stories260K generates, the backends are
 // frozen (SIGSTOP) while the test sets the situation up, and let go (SIGCONT) to play it out.
-// plus the internal API's token and wire format, the gateway's model check and bad --backend
-// values.
+// plus the internal API's token (given, or made on a backend's first start) and wire format,
+// the gateway's model check and bad --backend values.
 import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
-import { startServer, sleep, edgeinferBin } from './lib/server.mjs';
+import { startServer, sleep, edgeinferBin, makeStateDir } from './lib/server.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -66,6 +72,17 @@ function value(text, series) {
 async function acceptedPerBackend(cluster) {
   const text = await scrape(cluster.gateway.url);
   return cluster.backends.map((b) => value(text, `edgeinfer_backend_requests_total{backend="${b.url}"}`));
+}
+
+// Sends `n` short requests through the gateway: every one succeeds, and backend `only` takes them all.
+async function allServedBy(cluster, only, n = 6) {
+  const before = await acceptedPerBackend(cluster);
+  for (let i = 0; i < n; i++) {
+    const done = await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8 });
+    assert.equal(done.choices[0].finish_reason, 'length');
+  }
+  const after = await acceptedPerBackend(cluster);
+  assert.deepEqual(after.map((count, i) => count - before[i]), cluster.backends.map((_, i) => (i === only ? n : 0)));
 }
 
 async function load(backend) {
@@ -315,13 +332,7 @@ describe('a backend dies mid-run', () => {
     assert.equal(value(text, `edgeinfer_backend_stream_errors_total{backend="${victim.url}"}`), 1);
 
     // New requests all succeed, on the survivor.
-    const before = await acceptedPerBackend(cluster);
-    for (let i = 0; i < 6; i++) {
-      const done = await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8 });
-      assert.equal(done.choices[0].finish_reason, 'length');
-    }
-    const after = await acceptedPerBackend(cluster);
-    assert.deepEqual([after[0] - before[0], after[1] - before[1]], [0, 6]);
+    await allServedBy(cluster, 1);
     text = await scrape(cluster.gateway.url);
     assert.equal(value(text, `edgeinfer_backend_up{backend="${victim.url}"}`), 0);
     await waitFor('the survivor to be up', async () =>
@@ -393,6 +404,77 @@ describe('the internal API and the gateway\'s checks', () => {
     assert.equal((await tooLong.json()).error.code, 'context_length_exceeded');
   });
 
+  test('the internal API holds every field to the public API\'s rules', async () => {
+    const headers = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
+    const generate = (fields) => fetch(`${backend.url}/internal/v1/generate`, {
+      method: 'POST', headers, body: JSON.stringify({ prompt: [1, 403, 407], max_tokens: 4, ...fields }),
+    });
+    for (const [fields, param, code] of [
+      [{ sampling: { temperature: 1e9 } }, 'sampling.temperature', 'invalid_request'],
+      [{ sampling: { top_p: 0 } }, 'sampling.top_p', 'invalid_request'],
+      [{ sampling: { repetition_penalty: -1 } }, 'sampling.repetition_penalty', 'invalid_request'],
+      [{ stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop', 'invalid_request'],
+      [{ prompt: [1, 512] }, 'prompt[1]', 'invalid_request'],  // stories260K has 512 tokens
+      [{ stop_token_ids: [100000] }, 'stop_token_ids[0]', 'invalid_request'],
+      [{ max_tokens: 2046 }, 'max_tokens', 'context_length_exceeded'],  // 3 + 2046 > 2048
+      [{ tenant: 'acme\nforged access line' }, 'tenant', 'invalid_request'],
+      [{ id: 'x y' }, 'id', 'invalid_request'],
+    ]) {
+      const res = await generate(fields);
+      const body = await res.json();
+      assert.equal(res.status, 400, JSON.stringify(fields));
+      assert.equal(body.error.param, param, JSON.stringify(body));
+      assert.equal(body.error.code, code, JSON.stringify(body));
+    }
+    const fits = await generate({ max_tokens: 2045, stop: 'x' });
+    assert.equal(fits.status, 200);
+    await fits.body.cancel();
+  });
+
+  test('a caller can neither read another tenant\'s prefix cache nor outrank tenants by weight or priority', async () => {
+    const headers = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
+    // Five full KV blocks of 16 tokens, and one more token.
+    const prompt = Array.from({ length: 81 }, (_, i) => 300 + (i % 50));
+    const generate = async (fields) => {
+      const res = await fetch(`${backend.url}/internal/v1/generate`, {
+        method: 'POST', headers, body: JSON.stringify({ prompt, max_tokens: 1, ...fields }),
+      });
+      return { status: res.status, body: await res.text() };
+    };
+    // The load report is the engine's latest, published once per step: each request is waited
+    // for there (its prefix-cache lookup counted) before the hits are compared.
+    const cache = async () => (await load(backend)).prefix_cache;
+    const served = async (fields) => {
+      const queries = (await cache()).queries;
+      const res = await generate(fields);
+      if (res.status === 200) {
+        await waitFor('its lookup in the load report', async () => (await cache()).queries >= queries + prompt.length);
+      }
+      return res;
+    };
+    // Nothing else runs meanwhile (a request re-admitted after preemption would look its own blocks up).
+    await waitFor('the backend to be idle', async () => (await load(backend)).in_flight === 0);
+    assert.equal((await served({ tenant: 'victim' })).status, 200);
+    const before = (await cache()).hits;
+    // Naming the victim's salt is refused; as itself, another tenant finds nothing of the victim's.
+    const probe = await served({ tenant: 'mallory', cache_salt: 'victim' });
+    assert.equal(probe.status, 400);
+    assert.equal(JSON.parse(probe.body).error.param, 'cache_salt');
+    assert.equal((await served({ tenant: 'mallory' })).status, 200);
+    assert.equal((await cache()).hits, before, 'another tenant finds none of the victim\'s blocks');
+    // The victim itself does hit its cache.
+    assert.equal((await served({ tenant: 'victim' })).status, 200);
+    const after = (await cache()).hits;
+    assert.ok(after >= before + 80, `${after} hits after ${before}`);
+    // Beyond what the tenant admin allows, weight and priority are refused.
+    for (const [fields, param] of [[{ weight: 1.7e308 }, 'weight'], [{ weight: 0 }, 'weight'],
+      [{ priority: 2147483647 }, 'priority']]) {
+      const res = await generate(fields);
+      assert.equal(res.status, 400, JSON.stringify(fields));
+      assert.equal(JSON.parse(res.body).error.param, param);
+    }
+  });
+
   test('a gateway whose tokenizer differs from the backend\'s never uses it', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeinfer-split-'));
     try {
@@ -425,5 +507,319 @@ describe('the internal API and the gateway\'s checks', () => {
       assert.equal(run.status, 2, run.stderr);
       assert.match(run.stderr, message);
     }
+  });
+});
+
+describe('the internal token when none is given', () => {
+  test('a backend makes one on its first start, logs it that once and wants it; a gateway needs it', async () => {
+    const stateDir = makeStateDir();
+    const args = ['--model', storiesGguf, '--threads', '1', '--kv-cache-memory', '16MiB', '--state-dir', stateDir];
+    const noToken = { ...process.env, EDGE_INTERNAL_TOKEN: '' };
+    let backend = await startServer(args, { command: 'backend', env: noToken });
+    const token = backend.internalToken;
+    try {
+      assert.ok(token?.length >= 16, backend.log);
+      const file = path.join(stateDir, 'internal_token');
+      assert.equal(fs.readFileSync(file, 'utf8').trim(), token);
+      assert.equal(fs.statSync(file).mode & 0o777, 0o600);
+      // Without it, or with another token, every internal route answers 401.
+      for (const authorization of [undefined, 'Bearer not-the-token-0123456789']) {
+        const headers = authorization ? { authorization } : {};
+        assert.equal((await fetch(`${backend.url}/internal/v1/info`, { headers })).status, 401);
+        assert.equal((await fetch(`${backend.url}/internal/v1/load`, { headers })).status, 401);
+        const generate = await fetch(`${backend.url}/internal/v1/generate`, {
+          method: 'POST',
+          headers: { ...headers, 'content-type': 'application/json' },
+          body: JSON.stringify({ prompt: [1, 403, 407], max_tokens: 2 }),
+        });
+        assert.equal(generate.status, 401);
+      }
+      // A gateway that has no token does not start, and says where the backend keeps it.
+      const run = spawnSync(edgeinferBin, ['gateway', '--model', storiesGguf, '--backend', backend.url],
+        { encoding: 'utf8', env: noToken });
+      assert.equal(run.status, 2, run.stderr);
+      assert.match(run.stderr, /--internal-token \(or EDGE_INTERNAL_TOKEN\).*internal_token/);
+      // Given it in the environment, the gateway serves through the backend.
+      const gateway = await startServer(
+        ['--model', storiesGguf, '--backend', backend.url, '--backend-poll-interval', '50ms'],
+        { command: 'gateway', env: { EDGE_INTERNAL_TOKEN: token } });
+      try {
+        const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: gateway.defaultKey, maxRetries: 0 });
+        const done = await client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 4 });
+        assert.equal(done.choices[0].finish_reason, 'length');
+      } finally {
+        await gateway.stop();
+      }
+    } finally {
+      await backend.stop();
+    }
+    // Started again on the same folder: the same token, not shown again.
+    backend = await startServer(args, { command: 'backend', env: noToken });
+    try {
+      assert.equal(backend.internalToken, undefined);
+      assert.ok(!backend.log.includes(token), backend.log);
+      assert.match(backend.log, /internal API guarded by the token in .*internal_token/);
+      const info = await fetch(`${backend.url}/internal/v1/info`, { headers: { authorization: `Bearer ${token}` } });
+      assert.equal(info.status, 200);
+    } finally {
+      await backend.stop();
+    }
+  });
+});
+
+// A proxy in front of `backend` that passes every event of a generation stream through `edit`
+// (the backend's own usage figures are kept in proxy.reported); everything else passes as it is.
+async function eventEditingProxy(backend, edit) {
+  const target = new URL(backend.url);
+  const proxy = { reported: [] };
+  proxy.server = http.createServer((req, res) => {
+    const upstream = http.request({ host: target.hostname, port: target.port, path: req.url, method: req.method,
+      headers: req.headers }, (answer) => {
+      res.writeHead(answer.statusCode, answer.headers);
+      if (req.url !== '/internal/v1/generate' || answer.statusCode !== 200) {
+        answer.pipe(res);
+        return;
+      }
+      let pending = '';
+      answer.on('data', (chunk) => {
+        pending += chunk;
+        for (let end; (end = pending.indexOf('\n')) >= 0; pending = pending.slice(end + 1)) {
+          const event = JSON.parse(pending.slice(0, end));
+          if (event.type === 'finished') proxy.reported.push(event.usage);
+          res.write(`${JSON.stringify(edit(event))}\n`);
+        }
+      });
+      answer.on('end', () => res.end());
+    });
+    upstream.on('error', () => res.destroy());
+    res.on('close', () => upstream.destroy());
+    req.pipe(upstream);
+  });
+  await new Promise((resolve) => proxy.server.listen(0, '127.0.0.1', resolve));
+  proxy.url = `http://127.0.0.1:${proxy.server.address().port}`;
+  proxy.close = () => new Promise((resolve) => { proxy.server.closeAllConnections(); proxy.server.close(resolve); });
+  return proxy;
+}
+
+describe('usage a backend reports', () => {
+  const ADMIN_TOKEN = 'split-admin-token-0123456789';
+  let backend;
+  let proxy;
+  let gateway;
+  let edit = (event) => event;
+  const usageOf = (usage) => (event) => (event.type === 'finished' ? { ...event, usage } : event);
+  before(async () => {
+    backend = await startServer(['--model', storiesGguf, '--threads', '1', '--kv-cache-memory', '16MiB',
+      '--internal-token', TOKEN], { command: 'backend' });
+    proxy = await eventEditingProxy(backend, (event) => edit(event));
+    gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN, '--backend', proxy.url,
+      '--backend-poll-interval', '50ms', '--admin-token', ADMIN_TOKEN], { command: 'gateway' });
+  });
+  after(async () => {
+    await gateway?.stop();
+    await proxy?.close();
+    await backend?.stop();
+  });
+
+  test('is corrected to what the gateway sent, relayed and asked for before it is charged', async () => {
+    const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: gateway.defaultKey, maxRetries: 0 });
+    const request = { model: 'stories260K', prompt: shortPrompt, max_tokens: 8, temperature: 0, ignore_eos: true };
+    const charged = [];
+    // Zero and negative figures (a tenant would get tokens for free, or a budget back) ...
+    edit = usageOf({ prompt_tokens: -5, completion_tokens: 0, cached_tokens: -1 });
+    const low = await client.completions.create(request);
+    const own = proxy.reported.at(-1);
+    assert.equal(own.completion_tokens, 8);
+    assert.deepEqual([low.usage.prompt_tokens, low.usage.completion_tokens], [own.prompt_tokens, 8]);
+    charged.push(low.usage);
+    // ... and figures beyond the request: the completion at most max_tokens, cached at most the prompt.
+    edit = usageOf({ prompt_tokens: 1e6, completion_tokens: 1e6, cached_tokens: 1e6 });
+    const high = await client.completions.create(request);
+    assert.deepEqual([high.usage.prompt_tokens, high.usage.completion_tokens], [own.prompt_tokens, 8]);
+    assert.equal(high.usage.prompt_tokens_details.cached_tokens, own.prompt_tokens);
+    charged.push(high.usage);
+    // Figures within the bounds are charged as reported.
+    edit = (event) => event;
+    const fair = await client.completions.create(request);
+    assert.equal(fair.usage.completion_tokens, 8);
+    charged.push(fair.usage);
+
+    const text = await scrape(gateway.url);
+    assert.equal(value(text, `edgeinfer_backend_usage_corrections_total{backend="${proxy.url}"}`), 2);
+    // Logged, but not once per request.
+    assert.equal(gateway.log.match(/reported usage prompt/g)?.length, 1, gateway.log);
+    assert.match(gateway.log, /reported usage prompt -5, completion 0, cached -1; charged \d+, 8, 0 instead/);
+    // The ledger holds the corrected figures.
+    const from = encodeURIComponent(new Date(Date.now() - 2 * 86400e3).toISOString().slice(0, 19) + 'Z');
+    const sum = (field) => charged.reduce((total, usage) => total + usage[field], 0);
+    await waitFor('the ledger to hold the three requests', async () => {
+      const res = await fetch(`${gateway.url}/admin/v1/tenants/default/usage?from=${from}`,
+        { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+      const { total } = await res.json();
+      return total.requests === 3 && total.prompt_tokens === sum('prompt_tokens')
+        && total.completion_tokens === sum('completion_tokens');
+    }, { timeoutMs: 10000 });
+  });
+
+  test('a stream that brings more tokens than were asked for has failed, and is charged max_tokens', async () => {
+    edit = (event) => (event.type === 'delta' ? { ...event, tokens: [...event.tokens, ...event.tokens] } : event);
+    try {
+      const res = await fetch(`${gateway.url}/v1/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${gateway.defaultKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'stories260K', prompt: shortPrompt, max_tokens: 8, ignore_eos: true, stream: true }),
+      });
+      const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: {'))
+        .map((e) => JSON.parse(e.slice('data: '.length)));
+      assert.match(events.at(-1).error?.message ?? '',
+        /failed during the request: it sent more than the 8 tokens asked for/);
+      assert.ok(events.every((e) => !e.choices?.[0]?.finish_reason), 'no chunk says the stream is complete');
+    } finally {
+      edit = (event) => event;
+    }
+    const text = await scrape(gateway.url);
+    assert.equal(value(text, 'edgeinfer_tenant_tokens_total{kind="completion",tenant="default"}'), 8 * 3 + 8);
+  });
+});
+
+// A streamed completion read as raw server-sent events, so that a test sees every event as the
+// gateway wrote it: the content chunks, the chunk that says why it finished, an error object,
+// [DONE], and when the stream ended.
+function rawStream(url, key, body) {
+  const record = { chunks: 0, finishReason: null, error: null, done: false, endedAt: null };
+  record.ended = (async () => {
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...body, stream: true }),
+    });
+    assert.equal(res.status, 200);
+    const decoder = new TextDecoder();
+    let pending = '';
+    for await (const bytes of res.body) {
+      pending += decoder.decode(bytes, { stream: true });
+      for (let end; (end = pending.indexOf('\n\n')) >= 0; pending = pending.slice(end + 2)) {
+        const event = pending.slice(0, end);
+        if (!event.startsWith('data: ')) continue;  // a heartbeat comment
+        const data = event.slice('data: '.length);
+        if (data === '[DONE]') {
+          record.done = true;
+          continue;
+        }
+        const chunk = JSON.parse(data);
+        if (chunk.error) record.error = chunk.error;
+        if (chunk.choices?.[0]?.text) record.chunks++;
+        if (chunk.choices?.[0]?.finish_reason) record.finishReason = chunk.choices[0].finish_reason;
+      }
+    }
+    record.endedAt = Date.now();
+  })();
+  return record;
+}
+
+describe('chaos: a backend killed with SIGKILL mid-stream', () => {
+  const ADMIN_TOKEN = 'chaos-admin-token-0123456789';
+  let cluster;
+  before(async () => {
+    cluster = await startCluster({ backendArgs: ['--kv-cache-memory', '64MiB'],
+      gatewayArgs: ['--admin-token', ADMIN_TOKEN] });
+  });
+  after(async () => { await cluster?.stop(); });
+
+  const admin = async (method, route, body) => {
+    const res = await fetch(`${cluster.gateway.url}${route}`, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return { status: res.status, json: await res.json() };
+  };
+
+  test('its client gets an error event and is charged what it received; the next requests go to the other', async () => {
+    const [victim, survivor] = cluster.backends;
+    // One tenant per stream: each one's ledger is that stream's alone.
+    const tenants = ['chaos-a', 'chaos-b'];
+    const keys = {};
+    for (const id of tenants) {
+      assert.equal((await admin('POST', '/admin/v1/tenants', { id })).status, 201);
+      const key = await admin('POST', `/admin/v1/tenants/${id}/keys`, {});
+      assert.equal(key.status, 201);
+      keys[id] = key.json.key;
+    }
+    const maxTokens = 2000;
+    // Greedy: both streams are the same tokens, the one cut short a prefix of the other's.
+    const request = { model: 'stories260K', prompt: shortPrompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true };
+    const streams = tenants.map((id) => rawStream(cluster.gateway.url, keys[id], request));
+    await waitFor('both streams to produce text', () => streams.every((s) => s.chunks > 0 || s.endedAt));
+    // Frozen, the backends produce nothing more; what the gateway had is written out.
+    for (const b of cluster.backends) b.child.kill('SIGSTOP');
+    try {
+      const metrics = await scrape(cluster.gateway.url);
+      const inFlight = cluster.backends.map((b) => value(metrics, `edgeinfer_backend_in_flight{backend="${b.url}"}`));
+      assert.deepEqual(inFlight, [1, 1], 'one stream on each backend');
+      let counts = streams.map((s) => s.chunks);
+      for (let stable = 0; stable < 8; await sleep(25)) {
+        const now = streams.map((s) => s.chunks);
+        stable = now.every((n, i) => n === counts[i]) ? stable + 1 : 0;
+        counts = now;
+      }
+      assert.ok(streams.every((s) => !s.endedAt && s.chunks < maxTokens), 'both streams are mid-way');
+      const killedAt = Date.now();
+      victim.child.kill('SIGKILL');
+      await victim.exited;
+      survivor.child.kill('SIGCONT');
+      await Promise.race([Promise.all(streams.map((s) => s.ended)), sleep(60000)]);
+      assert.ok(streams.every((s) => s.endedAt), 'both streams ended within 60 s');
+
+      const failed = streams.filter((s) => s.error);
+      assert.equal(failed.length, 1, 'the stream on the killed backend, and only it, failed');
+      const [lost] = failed;
+      const completed = streams.find((s) => !s.error);
+      // Never a stream that looks complete: an error event, and no chunk that says it finished.
+      assert.match(lost.error.message, /backend http:\/\/127\.0\.0\.1:\d+ failed during the request/);
+      assert.equal(lost.finishReason, null);
+      const noticedMs = lost.endedAt - killedAt;
+      assert.ok(noticedMs < 5000, `the client heard of the kill in ${noticedMs} ms`);
+      assert.equal(completed.finishReason, 'length');
+      // A token whose text is held back (half a character, say) brings no content chunk of its
+      // own: the full stream shows how many of those its tokens hold, a bound on any prefix.
+      const silentTokens = maxTokens - completed.chunks;
+      assert.ok(silentTokens >= 0 && silentTokens <= 8, `${completed.chunks} content chunks for ${maxTokens} tokens`);
+
+      // The ledger charges each tenant what its client received.
+      const from = encodeURIComponent(new Date(Date.now() - 2 * 86400e3).toISOString().slice(0, 19) + 'Z');
+      const received = Object.fromEntries(tenants.map((id, i) => [id, streams[i].chunks]));
+      let ledger = {};
+      await waitFor('the ledger to hold both requests', async () => {
+        for (const id of tenants) ledger[id] = (await admin('GET', `/admin/v1/tenants/${id}/usage?from=${from}`)).json.total;
+        return tenants.every((id) => ledger[id].requests === 1);
+      }, { timeoutMs: 10000 });
+      const lostTenant = tenants[streams.indexOf(lost)];
+      const completedTenant = tenants[streams.indexOf(completed)];
+      assert.equal(ledger[completedTenant].completion_tokens, maxTokens);
+      const charged = ledger[lostTenant].completion_tokens;
+      assert.ok(charged >= received[lostTenant] && charged <= received[lostTenant] + silentTokens,
+        `charged ${charged} completion tokens for ${received[lostTenant]} content chunks received`);
+      assert.equal(ledger[lostTenant].prompt_tokens, ledger[completedTenant].prompt_tokens);
+      console.log(`chaos: SIGKILL mid-stream: the client heard in ${noticedMs} ms; charged ${charged} completion `
+        + `tokens for ${received[lostTenant]} content chunks received (bound: +${silentTokens}); the other stream `
+        + `completed (${maxTokens} tokens)`);
+    } finally {
+      survivor.child.kill('SIGCONT');
+    }
+
+    // The killed backend is marked down, and every next request goes to the survivor.
+    await waitFor('the gateway to mark the killed backend down', async () =>
+      value(await scrape(cluster.gateway.url), `edgeinfer_backend_up{backend="${victim.url}"}`) === 0, { timeoutMs: 5000 });
+    let text = await scrape(cluster.gateway.url);
+    assert.equal(value(text, `edgeinfer_backend_stream_errors_total{backend="${victim.url}"}`), 1);
+    await allServedBy(cluster, 1);
+    text = await scrape(cluster.gateway.url);
+    assert.equal(value(text, `edgeinfer_backend_retries_total{reason="connect"}`), 0, 'no request was even tried there');
+    // Nothing is left running on the survivor, and its KV blocks are all free again.
+    await waitFor('the survivor to be idle with its KV blocks free', async () => {
+      const l = await load(survivor);
+      return l.in_flight === 0 && l.running === 0 && l.kv_blocks_free === l.kv_blocks_total;
+    }, { timeoutMs: 10000 });
   });
 });

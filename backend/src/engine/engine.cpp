@@ -321,7 +321,6 @@ void engine::state::apply(command& c) {
                              .tenant = std::move(s.request.tenant),
                              .weight = s.request.weight,
                              .priority = s.request.priority,
-                             .cache_salt = std::move(s.request.cache_salt),
                              .prompt = std::move(s.request.prompt),
                              .max_tokens = s.request.max_tokens});
   if (!added.ok()) finish(s.id, finish_reason::error, added.message());

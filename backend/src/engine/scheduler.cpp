@@ -139,7 +139,7 @@ status scheduler::add(sequence_spec spec) {
   s->prompt_length = static_cast<std::int64_t>(spec.prompt.size());
   s->max_tokens = spec.max_tokens;
   s->tokens = std::move(spec.prompt);
-  s->root = prefix_root_hash(spec.cache_salt.empty() ? spec.tenant : spec.cache_salt);
+  s->root = prefix_root_hash(spec.tenant);
   sequence& ref = *s;
   sequences_.emplace(spec.id, std::move(s));
   if (!active(tenant)) activate(tenant);

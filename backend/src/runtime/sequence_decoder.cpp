@@ -17,16 +17,6 @@ bool contains(std::span<const token_id> ids, token_id id) { return std::find(ids
 
 }  // namespace
 
-std::string_view to_string(finish_reason reason) {
-  switch (reason) {
-    case finish_reason::stop: return "stop";
-    case finish_reason::length: return "length";
-    case finish_reason::abort: return "abort";
-    case finish_reason::error: return "error";
-  }
-  return "unknown";
-}
-
 sequence_decoder::sequence_decoder(const tokenizer& tok, const sampling_params& sampling,
                                    std::span<const token_id> prompt, decode_limits limits)
     : tok_(tok),

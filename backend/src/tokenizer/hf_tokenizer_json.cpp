@@ -42,6 +42,12 @@ result<config_fields> parse_config(std::string_view json) {
   return fields;
 }
 
+// A vocabulary of n ids lists n tokens: an id past them is a corrupt file, which taken as it
+// is would size the tables by the id (2e9 entries for "a": 2000000000).
+status id_past_listed(std::string_view what, std::int64_t id, std::size_t listed) {
+  return invalid_argument(format("{} has id {}, but the file lists only {} tokens", what, id, listed));
+}
+
 // A "pattern" member: {"String": "..."} or {"Regex": "..."}.
 struct pattern_spec {
   std::string text;
@@ -256,12 +262,17 @@ result<template_bos> parse_post_processor(const json_value& value) {
   EDGE_ASSIGN_OR_RETURN(const json_array ids, entry.required<json_array>("ids"));
   if (!ids.empty()) {
     EDGE_ASSIGN_OR_RETURN(const std::int64_t id, ids.front().as<std::int64_t>());
+    // Checked before the narrowing: 4294967297 must not become BOS 1.
+    if (id < 0 || id > INT32_MAX) return ids.front().must_be("a token id");
     found.bos = static_cast<token_id>(id);
   }
   return found;
 }
 
-status parse_model(const json_fields& model, detail::bpe_settings& settings, std::optional<std::string>& unknown) {
+// `listed_ids`: how many tokens the file lists (model.vocab and added_tokens together), which
+// every id must be below.
+status parse_model(const json_fields& model, std::size_t listed_ids, detail::bpe_settings& settings,
+                   std::optional<std::string>& unknown) {
   EDGE_ASSIGN_OR_RETURN(const auto type, model.optional<std::string_view>("type"));
   if (type && *type != "BPE") {
     return status(status_code::unimplemented, format("tokenizer model type \"{}\" is not supported (only BPE)", *type));
@@ -279,8 +290,9 @@ status parse_model(const json_fields& model, detail::bpe_settings& settings, std
   EDGE_ASSIGN_OR_RETURN(const json_fields vocab, model.required<json_fields>("vocab"));
   for (const auto [text, value] : vocab) {
     const auto id = value.as<std::int64_t>();
-    if (!id.ok() || *id < 0 || *id >= INT32_MAX) {
-      return invalid_argument(format("model.vocab entry \"{}\" has no valid id", text));
+    if (!id.ok() || *id < 0) return invalid_argument(format("model.vocab entry \"{}\" has no valid id", text));
+    if (static_cast<std::uint64_t>(*id) >= listed_ids) {
+      return id_past_listed(format("model.vocab entry \"{}\"", text), *id, listed_ids);
     }
     const auto index = static_cast<std::size_t>(*id);
     if (index >= settings.texts.size()) {
@@ -331,8 +343,13 @@ result<std::unique_ptr<tokenizer>> parse_hf_tokenizer(std::string_view tokenizer
   settings.decode_byte_level = false;
 
   EDGE_ASSIGN_OR_RETURN(const json_fields model, root.required<json_fields>("model"));
+  EDGE_ASSIGN_OR_RETURN(const auto added, root.optional<json_array>("added_tokens"));
+  std::size_t listed_ids = added ? added->size() : 0;
+  if (const auto vocab = model.find("vocab"); vocab && vocab->type() == simdjson::dom::element_type::OBJECT) {
+    listed_ids += vocab->as<json_fields>()->size();
+  }
   std::optional<std::string> unknown_text;
-  EDGE_RETURN_IF_ERROR(parse_model(model, settings, unknown_text));
+  EDGE_RETURN_IF_ERROR(parse_model(model, listed_ids, settings, unknown_text));
 
   if (const auto normalizer = root.find("normalizer")) {
     EDGE_RETURN_IF_ERROR(parse_normalizer(*normalizer, settings.normalizers));
@@ -343,13 +360,15 @@ result<std::unique_ptr<tokenizer>> parse_hf_tokenizer(std::string_view tokenizer
   }
   if (const auto decoder = root.find("decoder")) EDGE_RETURN_IF_ERROR(parse_decoder(*decoder, settings));
 
-  EDGE_ASSIGN_OR_RETURN(const auto added, root.optional<json_array>("added_tokens"));
   if (added) {
     for (const json_value entry : *added) {
       EDGE_ASSIGN_OR_RETURN(const json_fields token, entry.as<json_fields>());
       EDGE_ASSIGN_OR_RETURN(const std::int64_t id, token.required<std::int64_t>("id"));
       EDGE_ASSIGN_OR_RETURN(const std::string_view content, token.required<std::string_view>("content"));
-      if (id < 0 || id >= INT32_MAX) return entry.error(format("has id {}, which is not a token id", id));
+      if (id < 0) return entry.error(format("has id {}, which is not a token id", id));
+      if (static_cast<std::uint64_t>(id) >= listed_ids) {
+        return id_past_listed(format("added token \"{}\"", content), id, listed_ids);
+      }
       EDGE_ASSIGN_OR_RETURN(const bool special, token.value_or("special", false));
       EDGE_ASSIGN_OR_RETURN(const bool lstrip, token.value_or("lstrip", false));
       EDGE_ASSIGN_OR_RETURN(const bool rstrip, token.value_or("rstrip", false));

@@ -36,9 +36,8 @@ std::string_view trim_newlines(std::string_view text) {
 
 }  // namespace
 
-result<std::unique_ptr<tokenizer>> load_llama2c_tokenizer(const std::filesystem::path& path, std::int64_t vocab_size) {
-  EDGE_ASSIGN_OR_RETURN(auto bytes, detail::read_whole_file(path));
-  const auto fail = [&](std::string what) { return data_loss(format("{}: {}", path.string(), what)); };
+result<std::unique_ptr<tokenizer>> parse_llama2c_tokenizer(std::string_view bytes, std::int64_t vocab_size) {
+  const auto fail = [](std::string what) { return data_loss(std::move(what)); };
   if (bytes.size() < 4) return fail("truncated: no header");
   std::uint32_t max_token_length = 0;
   std::memcpy(&max_token_length, bytes.data(), 4);
@@ -64,7 +63,7 @@ result<std::unique_ptr<tokenizer>> load_llama2c_tokenizer(const std::filesystem:
     if (bytes.size() - pos < length) {
       return fail(format("truncated inside token {}{}", index, to_end ? "" : format(" of {}", wanted)));
     }
-    const std::string_view piece(bytes.data() + pos, length);
+    const std::string_view piece = bytes.substr(pos, length);
     pos += length;
 
     detail::token_kind kind = detail::token_kind::normal;
@@ -90,7 +89,12 @@ result<std::unique_ptr<tokenizer>> load_llama2c_tokenizer(const std::filesystem:
   s.unknown = 0;
   s.bos = 1;
   s.eos = 2;
-  auto made = detail::make_spm_tokenizer(std::move(s));
+  return detail::make_spm_tokenizer(std::move(s));
+}
+
+result<std::unique_ptr<tokenizer>> load_llama2c_tokenizer(const std::filesystem::path& path, std::int64_t vocab_size) {
+  EDGE_ASSIGN_OR_RETURN(const auto bytes, detail::read_whole_file(path));
+  auto made = parse_llama2c_tokenizer(bytes, vocab_size);
   if (!made.ok()) return made.error().with_context(path.string());
   return made;
 }

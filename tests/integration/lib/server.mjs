@@ -9,11 +9,16 @@ export const edgeinferBin = process.env.EDGEINFER_BIN ?? path.resolve('build/edg
 
 const LISTENING = /listening on http:\/\/([^\s]+):(\d+)/;
 const DEFAULT_KEY = /with API key (ek-[0-9a-f]+\.[A-Za-z0-9_-]+)/;
+const INTERNAL_TOKEN = /created internal token ([A-Za-z0-9_-]+)/;
 
-// A fresh state folder (tenant store) for a server; removed when the test process exits.
+// State folders made here, removed when the test process exits.
+const stateDirs = [];
+process.on('exit', () => { for (const dir of stateDirs) fs.rmSync(dir, { recursive: true, force: true }); });
+
+// A fresh state folder (tenant store, internal token) for a server.
 export function makeStateDir() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeinfer-state-'));
-  process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+  stateDirs.push(dir);
   return dir;
 }
 
@@ -21,11 +26,11 @@ export function makeStateDir() {
 // unless `waitReady` is false, once /readyz answers 200 (the model is loaded and the engine runs).
 // Unless the arguments name a --state-dir, the server gets a fresh one (server.stateDir); on its
 // first start it logs an API key for the tenant "default" (server.defaultKey). `command` runs
-// another server command the same way: `backend` (no tenant store) or `gateway`.
+// another server command the same way: `gateway`, or `backend`, which without --internal-token
+// logs the token it made on its first start (server.internalToken).
 export async function startServer(args = [], { env = {}, timeoutMs = 60000, waitReady = true, command = 'serve' } = {}) {
-  const tenants = command !== 'backend';
-  const stateDir = args.includes('--state-dir') ? args[args.indexOf('--state-dir') + 1] : (tenants ? makeStateDir() : undefined);
-  const stateArgs = args.includes('--state-dir') || !tenants ? [] : ['--state-dir', stateDir];
+  const stateDir = args.includes('--state-dir') ? args[args.indexOf('--state-dir') + 1] : makeStateDir();
+  const stateArgs = args.includes('--state-dir') ? [] : ['--state-dir', stateDir];
   const child = spawn(edgeinferBin, [command, '--host', '127.0.0.1', '--port', '0', ...stateArgs, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -61,6 +66,7 @@ export async function startServer(args = [], { env = {}, timeoutMs = 60000, wait
   server.url = `http://127.0.0.1:${port}`;
   server.stateDir = stateDir;
   server.defaultKey = server.log.match(DEFAULT_KEY)?.[1];
+  server.internalToken = server.log.match(INTERNAL_TOKEN)?.[1];
   if (server.defaultKey) serverKeys.set(server.url, server.defaultKey);
   server.stop = async (signal = 'SIGTERM') => {
     if (child.exitCode === null && child.signalCode === null) child.kill(signal);

@@ -226,7 +226,8 @@ TEST_CASE("backend: once a bug ends the engine loop, /readyz answers 503 and gen
   REQUIRE(location.ok());
 
   engine_bug bug;
-  cli::backend_server backend(settings, *location, metrics.registry, metrics.families, bug.hook());
+  const std::string token = "internal-token-0123456789";
+  cli::backend_server backend(settings, token, *location, metrics.registry, metrics.families, bug.hook());
   running_server running(backend, log);
   const std::uint16_t port = running.port();
 
@@ -236,11 +237,11 @@ TEST_CASE("backend: once a bug ends the engine loop, /readyz answers 503 and gen
   request.max_tokens = 4;
   const std::string body = edge::gateway::encode_generate_request(request);
   const std::string target(edge::gateway::internal_generate_path);
-  CHECK(send(port, http::verb::post, target, body).status == 200);
+  CHECK(send(port, http::verb::post, target, body, token).status == 200);
 
   bug.armed = true;
   // The stream in flight ends with a finished event of reason error.
-  const reply failed = send(port, http::verb::post, target, body);
+  const reply failed = send(port, http::verb::post, target, body, token);
   CHECK(failed.status == 200);
   const std::string last_line = failed.body.substr(failed.body.rfind('\n', failed.body.size() - 2) + 1);
   auto event = edge::gateway::parse_event(last_line.substr(0, last_line.size() - 1));
@@ -254,7 +255,7 @@ TEST_CASE("backend: once a bug ends the engine loop, /readyz answers 503 and gen
   const reply ready = get(port, "/readyz");
   CHECK(ready.status == 503);
   CHECK(json_field(ready.body, {"status"}) == "engine_failed");
-  const reply refused = send(port, http::verb::post, target, body);
+  const reply refused = send(port, http::verb::post, target, body, token);
   CHECK(refused.status == 503);
   CHECK(json_field(refused.body, {"error", "code"}) == "backend_unavailable");
 

@@ -1,9 +1,10 @@
-// Admin API bodies: what is accepted, and a 400 naming the field for everything else.
+// Admin API bodies and query strings: what is accepted, and a 400 naming the field or
+// parameter for everything else.
 #include <doctest/doctest.h>
 
 #include <variant>
 
-#include "edge/gateway/admin_routes.h"
+#include "edge/gateway/admin_request.h"
 
 namespace gw = edge::gateway;
 
@@ -112,4 +113,37 @@ TEST_CASE("key bodies: empty, expires_in, expires_at as unix seconds or UTC text
   CHECK(error_param(gw::parse_key_create(R"({"expires_at":[]})")) == "expires_at");
   CHECK(error_param(gw::parse_key_create(R"({"expires_in":60,"expires_at":1777636800})")) == "expires_at");
   CHECK(error_param(gw::parse_key_create(R"({"name":"ci"})")) == "name");
+}
+
+TEST_CASE("usage query: from and to as unix seconds or UTC text, today by default") {
+  const gw::unix_time now = 1777641600;  // 2026-05-01T13:20:00Z
+  const auto window = [&](std::string_view query) {
+    return std::get<gw::usage_window>(gw::parse_usage_query(query, now));
+  };
+  CHECK(window("").from == 1777593600);  // 2026-05-01T00:00:00Z
+  CHECK(window("").to == now + 1);
+  CHECK(window("from=1777600000").from == 1777600000);
+  CHECK(window("from=2026-04-30&to=2026-05-01T12:00:00Z").from == 1777507200);
+  CHECK(window("from=2026-04-30&to=2026-05-01T12:00:00Z").to == 1777636800);
+  // Percent-encoding and '+' for a space are decoded before the time is read.
+  CHECK(window("to=2026-05-01%2012:00:00%2B00:00").to == 1777636800);
+  CHECK(window("to=2026-05-01+12:00").to == 1777636800);
+  CHECK(window("fr%6Fm=1").from == 1);
+
+  CHECK(error_param(gw::parse_usage_query("from=yesterday", now)) == "from");
+  CHECK(error_param(gw::parse_usage_query("from=2026-05-02&to=2026-05-01", now)) == "from");
+  CHECK(error_param(gw::parse_usage_query("tenant=acme", now)) == "tenant");
+}
+
+TEST_CASE("audit query: limit from 1 to 1000, before an entry id") {
+  const auto page = [](std::string_view query) { return std::get<gw::audit_page>(gw::parse_audit_query(query)); };
+  CHECK(page("").limit == gw::default_audit_limit);
+  CHECK_FALSE(page("").before);
+  CHECK(page("limit=1000&before=7").limit == 1000);
+  CHECK(page("limit=1000&before=7").before == 7);
+  for (const std::string_view bad : {"limit=0", "limit=1001", "limit=5x", "limit=", "limit=-1", "limit=1e3"}) {
+    CHECK_MESSAGE(error_param(gw::parse_audit_query(bad)) == "limit", bad);
+  }
+  CHECK(error_param(gw::parse_audit_query("before=0")) == "before");
+  CHECK(error_param(gw::parse_audit_query("after=3")) == "after");
 }

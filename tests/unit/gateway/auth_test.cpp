@@ -166,6 +166,9 @@ TEST_CASE("tenant ids and UTC times") {
 
   CHECK(gw::format_utc(1777636800) == "2026-05-01T12:00:00Z");
   CHECK(gw::format_utc(0) == "1970-01-01T00:00:00Z");
+  // Early years keep four digits, so that what is written reads back.
+  CHECK(gw::format_utc(-61344000000) == "0026-02-01T00:00:00Z");
+  CHECK(*gw::parse_utc(gw::format_utc(-30610224001)) == -30610224001);  // 0999-12-31T23:59:59Z
   CHECK(*gw::parse_utc("1777636800") == 1777636800);
   CHECK(*gw::parse_utc("2026-05-01") == 1777593600);
   CHECK(*gw::parse_utc("2026-05-01T12:00:00Z") == 1777636800);
@@ -176,5 +179,9 @@ TEST_CASE("tenant ids and UTC times") {
   CHECK_FALSE(gw::parse_utc("2026-05-01T25:00").ok());
   CHECK_FALSE(gw::parse_utc("2026-05-01T12:00:00+02:00").ok());
   CHECK_FALSE(gw::parse_utc("yesterday").ok());
+  // Unix seconds as far as a date can go, no further (format_utc could not write them back).
+  CHECK(*gw::parse_utc("253402300799") == *gw::parse_utc("9999-12-31T23:59:59Z"));
+  CHECK_FALSE(gw::parse_utc("253402300800").ok());
+  CHECK_FALSE(gw::parse_utc("9223372036854775807").ok());
   CHECK_FALSE(gw::parse_utc("").ok());
 }

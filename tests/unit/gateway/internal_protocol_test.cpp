@@ -1,11 +1,24 @@
 // The gateway ↔ backend wire format: requests and events survive the trip, bad input is
-// refused naming the field, and the identity check says why a backend cannot be used.
+// refused naming the field, and the identity check says why a backend cannot be used; and the
+// token a backend makes for its internal API when it is given none.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
+#include <fstream>
+#include <limits>
+#include <string>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "edge/gateway/internal_protocol.h"
+#include "edge/gateway/internal_routes.h"
+#include "edge/gateway/openai_request.h"
 #include "edge/gateway/remote_backend_pool.h"
+#include "edge/gateway/tenant.h"
+#include "edge/gateway/usage_ledger.h"
+#include "test_support.h"
 
 namespace gw = edge::gateway;
 namespace be = edge::backend;
@@ -15,8 +28,6 @@ TEST_CASE("a generate request survives encoding and parsing") {
   r.id = "req_1";
   r.tenant = "acme";
   r.weight = 2.5;
-  r.priority = -3;
-  r.cache_salt = "salt";
   r.prompt = {1, 2, 300};
   r.sampling.temperature = 0.5f;
   r.sampling.top_k = 40;
@@ -34,7 +45,6 @@ TEST_CASE("a generate request survives encoding and parsing") {
   CHECK(back.tenant == r.tenant);
   CHECK(back.weight == r.weight);
   CHECK(back.priority == r.priority);
-  CHECK(back.cache_salt == r.cache_salt);
   CHECK(back.prompt == r.prompt);
   CHECK(back.sampling.temperature == r.sampling.temperature);
   CHECK(back.sampling.top_k == r.sampling.top_k);
@@ -62,6 +72,137 @@ TEST_CASE("a bad generate request names the field") {
   CHECK(error_of(R"({"prompt":[1],"max_tokens":4,"sampling":{"temprature":1}})").param == "sampling.temprature");
   CHECK(error_of(R"({"prompt":[1],"max_tokens":4,"beam_width":2})").param == "beam_width");
   CHECK(error_of(R"({"prompt":[1],"max_tokens":4,"stop":["a",3]})").param == "stop[1]");
+}
+
+TEST_CASE("the internal API holds every field to the public API's rules") {
+  const auto error_of = [](std::string_view body) {
+    const auto parsed = gw::parse_generate_request(body);
+    REQUIRE_MESSAGE(std::holds_alternative<gw::internal_request_error>(parsed), body);
+    return std::get<gw::internal_request_error>(parsed);
+  };
+  const auto with = [](std::string_view fields) { return std::string(R"({"prompt":[1,2],"max_tokens":4,)") + std::string(fields) + "}"; };
+  for (const auto& [fields, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("sampling":{"temperature":1e9})", "sampling.temperature"},
+           {R"("sampling":{"temperature":-0.5})", "sampling.temperature"},
+           {R"("sampling":{"top_p":0})", "sampling.top_p"},
+           {R"("sampling":{"top_p":1.5})", "sampling.top_p"},
+           {R"("sampling":{"top_k":-2})", "sampling.top_k"},
+           {R"("sampling":{"min_p":2})", "sampling.min_p"},
+           {R"("sampling":{"presence_penalty":3})", "sampling.presence_penalty"},
+           {R"("sampling":{"frequency_penalty":-1e300})", "sampling.frequency_penalty"},
+           {R"("sampling":{"repetition_penalty":0})", "sampling.repetition_penalty"},
+           {R"("stop":["a","b","c","d","e"])", "stop"},
+           {R"("tenant":"acme\nmallory")", "tenant"},
+           {R"("tenant":"")", "tenant"},
+           {R"("tenant":"-acme")", "tenant"},
+           {R"("id":"req 1\r\nforged")", "id"},
+       }) {
+    CAPTURE(fields);
+    const gw::internal_request_error error = error_of(with(fields));
+    CHECK(error.param == param);
+    CHECK(error.code == "invalid_request");
+  }
+  // The very rule of the public API, in its words.
+  const auto public_error = gw::parse_openai_request(gw::openai_api::completions, R"({"prompt":"x","temperature":9})");
+  REQUIRE(std::holds_alternative<gw::request_error>(public_error));
+  CHECK(std::get<gw::request_error>(public_error).message == "'temperature' must be from 0 to 2");
+  CHECK(error_of(with(R"("sampling":{"temperature":9})")).message == "'sampling.temperature' must be from 0 to 2");
+
+  // As in the public API, an empty stop string is dropped and one string is a list of one.
+  const auto parsed = gw::parse_generate_request(with(R"("stop":["","END"],"sampling":{"top_k":-1,"seed":null})"));
+  REQUIRE(std::holds_alternative<be::generate_request>(parsed));
+  CHECK(std::get<be::generate_request>(parsed).stop == std::vector<std::string>{"END"});
+  CHECK(std::get<be::generate_request>(parsed).sampling.top_k == 0);
+  const auto one = gw::parse_generate_request(with(R"("stop":"END")"));
+  REQUIRE(std::holds_alternative<be::generate_request>(one));
+  CHECK(std::get<be::generate_request>(one).stop == std::vector<std::string>{"END"});
+}
+
+TEST_CASE("weight, priority and prefix-cache salt are never taken beyond what the tenant admin allows") {
+  const auto refused = [](std::string_view fields) {
+    const auto parsed = gw::parse_generate_request(std::string(R"({"prompt":[1,2],"max_tokens":4,)") +
+                                                   std::string(fields) + "}");
+    if (std::holds_alternative<be::generate_request>(parsed)) return std::string();
+    return std::get<gw::internal_request_error>(parsed).param;
+  };
+  // A weight past the tenant admin's bound would be served first for good.
+  CHECK(refused(R"("weight":1.7e308)") == "weight");
+  CHECK(refused(R"("weight":1001)") == "weight");
+  CHECK(refused(R"("weight":0)") == "weight");
+  CHECK(refused(R"("weight":-1)") == "weight");
+  CHECK(refused(R"("weight":1000)").empty());
+  CHECK(refused(R"("weight":0.25)").empty());
+  // Tenants have no priorities: a request that claims one would never be preempted.
+  CHECK(refused(R"("priority":2147483647)") == "priority");
+  CHECK(refused(R"("priority":-1)") == "priority");
+  CHECK(refused(R"("priority":0)").empty());
+  // Another tenant's salt would read its prefix cache by timing; "" is what older gateways send.
+  CHECK(refused(R"("tenant":"mallory","cache_salt":"victim")") == "cache_salt");
+  CHECK(refused(R"("cache_salt":"")").empty());
+  // What a gateway sends passes.
+  be::generate_request r;
+  r.tenant = "acme";
+  r.weight = gw::max_tenant_weight;
+  r.prompt = {1, 2};
+  CHECK(std::holds_alternative<be::generate_request>(gw::parse_generate_request(gw::encode_generate_request(r))));
+}
+
+TEST_CASE("the internal API checks token ids against the vocabulary and lengths against the context") {
+  const gw::backend_info model{.model = "m", .context_length = 512, .vocab_size = 512, .block_size = 16};
+  be::generate_request r;
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 16;
+  CHECK_FALSE(gw::check_generate_request(r, model));
+
+  r.prompt = {1, 512, 3};
+  auto refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->param == "prompt[1]");
+  CHECK(refused->code == "invalid_request");
+  CHECK(refused->message == "'prompt[1]' is token 512, outside the vocabulary of 512 tokens");
+
+  r.prompt = {1, 2, 3};
+  r.stop_token_ids = {2, 70000};
+  refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->param == "stop_token_ids[1]");
+  r.stop_token_ids.clear();
+
+  r.prompt.assign(512, 7);
+  refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->param == "prompt");
+  CHECK(refused->code == "context_length_exceeded");
+
+  // prompt + max_tokens beyond the context: refused, as the public API refuses it, not clipped.
+  r.prompt.assign(500, 7);
+  r.max_tokens = 13;
+  refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->param == "max_tokens");
+  CHECK(refused->code == "context_length_exceeded");
+  r.max_tokens = 12;
+  CHECK_FALSE(gw::check_generate_request(r, model));
+  r.max_tokens = std::numeric_limits<std::int64_t>::max();
+  refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->message.find(std::to_string(std::numeric_limits<std::int64_t>::max())) != std::string::npos);
+}
+
+TEST_CASE("sampling values a float cannot hold are refused, not read as infinity") {
+  for (const std::string key :
+       {"temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty"}) {
+    for (const std::string number : {"1e300", "-1e39"}) {
+      const std::string body = R"({"prompt":[1],"max_tokens":4,"sampling":{")" + key + "\":" + number + "}}";
+      const auto parsed = gw::parse_generate_request(body);
+      REQUIRE_MESSAGE(std::holds_alternative<gw::internal_request_error>(parsed), body);
+      CHECK(std::get<gw::internal_request_error>(parsed).param == "sampling." + key);
+    }
+  }
+  const auto largest =
+      gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,"sampling":{"repetition_penalty":3.4e38}})");
+  REQUIRE(std::holds_alternative<be::generate_request>(largest));
+  CHECK(std::get<be::generate_request>(largest).sampling.repetition_penalty == doctest::Approx(3.4e38f));
 }
 
 TEST_CASE("events survive the trip; heartbeats are recognised; garbage is refused") {
@@ -106,6 +247,26 @@ TEST_CASE("events survive the trip; heartbeats are recognised; garbage is refuse
   CHECK_FALSE(gw::parse_event("not json").ok());
   CHECK_FALSE(gw::parse_event(R"({"type":"teleported"})").ok());
   CHECK_FALSE(gw::parse_event(R"({"type":"finished","reason":"bored"})").ok());
+}
+
+TEST_CASE("a backend's usage is charged only within what the gateway sent, relayed and asked for") {
+  const gw::usage_bounds bounds{.prompt_tokens = 12, .seen_completion_tokens = 5, .max_tokens = 20};
+  const auto charged = [&](be::token_usage reported) { return gw::bounded_usage(reported, bounds); };
+  // Figures within the bounds are charged as reported.
+  CHECK(charged({12, 9, 4}) == be::token_usage{12, 9, 4});
+  CHECK(charged({12, 5, 0}) == be::token_usage{12, 5, 0});
+  CHECK(charged({12, 20, 12}) == be::token_usage{12, 20, 12});
+  // Zero or negative counts never reach the ledger: the prompt is what was sent, the completion
+  // at least what the client received.
+  CHECK(charged({0, 0, 0}) == be::token_usage{12, 5, 0});
+  CHECK(charged({-100, -7, -3}) == be::token_usage{12, 5, 0});
+  // Nor does more than was asked for, or a cache hit larger than the prompt.
+  CHECK(charged({1'000'000, 1'000'000, 1'000'000}) == be::token_usage{12, 20, 12});
+  CHECK(charged({3, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min()}) ==
+        be::token_usage{12, 20, 0});
+  // Everything asked for was relayed: that is the charge.
+  CHECK(gw::bounded_usage({12, 0, 0}, {.prompt_tokens = 12, .seen_completion_tokens = 20, .max_tokens = 20}) ==
+        be::token_usage{12, 20, 0});
 }
 
 TEST_CASE("info and load round-trip, and a mismatch says what differs") {
@@ -165,4 +326,43 @@ TEST_CASE("backend URLs: http://HOST:PORT only, with a clear error otherwise") {
     REQUIRE_FALSE(parsed.ok());
     CHECK(parsed.error().message().find("--backend") != std::string::npos);
   }
+}
+
+TEST_CASE("a backend without --internal-token makes a token on its first start and keeps it, owner-only") {
+  edge::testing::temp_dir state;
+  const auto folder = state / "backend-state";  // created if missing
+  const auto first = gw::load_or_create_internal_token(folder);
+  REQUIRE_MESSAGE(first.ok(), first.error().message());
+  CHECK(first->created);
+  CHECK(first->token.size() >= gw::min_internal_token_length);
+  CHECK(first->file == folder / gw::internal_token_file_name);
+  struct stat st {};
+  REQUIRE(::stat(first->file.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  // Only the token file is left behind.
+  CHECK(std::distance(std::filesystem::directory_iterator(folder), std::filesystem::directory_iterator()) == 1);
+
+  // Every later start reads the same token and makes none.
+  const auto again = gw::load_or_create_internal_token(folder);
+  REQUIRE(again.ok());
+  CHECK_FALSE(again->created);
+  CHECK(again->token == first->token);
+
+  // Another folder, another token.
+  const auto other = gw::load_or_create_internal_token(state / "other");
+  REQUIRE(other.ok());
+  CHECK(other->token != first->token);
+
+  // A token file others may read guards nothing: refused, saying how to fix it.
+  REQUIRE(::chmod(first->file.c_str(), 0644) == 0);
+  const auto loose = gw::load_or_create_internal_token(folder);
+  REQUIRE_FALSE(loose.ok());
+  CHECK(loose.error().message().find("chmod 600") != std::string::npos);
+
+  // So is one that holds no usable token.
+  REQUIRE(::chmod(first->file.c_str(), 0600) == 0);
+  std::ofstream(first->file) << "short\n";
+  const auto bad = gw::load_or_create_internal_token(folder);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("at least 16 characters") != std::string::npos);
 }

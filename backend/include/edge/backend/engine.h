@@ -43,10 +43,9 @@ namespace edge::backend {
 
 struct generate_request {
   std::string id;                 // the caller's request id, for logs
-  std::string tenant = "default";
+  std::string tenant = "default";  // also the prefix cache's salt: tenants never share cached blocks
   double weight = 1.0;            // the tenant's share of the engine relative to others (> 0)
   std::int32_t priority = 0;      // higher is admitted first within its tenant and preempted last
-  std::string cache_salt;         // prefix-cache namespace; empty: the tenant's name
   std::vector<token_id> prompt;
   sampling_params sampling;
   std::int64_t max_tokens = 16;
@@ -62,6 +61,8 @@ struct token_usage {
   std::int64_t prompt_tokens = 0;
   std::int64_t completion_tokens = 0;
   std::int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+
+  friend bool operator==(const token_usage&, const token_usage&) = default;
 };
 
 struct request_timings {

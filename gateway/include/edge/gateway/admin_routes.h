@@ -13,21 +13,17 @@
 //
 // Every call needs `Authorization: Bearer <admin token>` (--admin-token / EDGE_ADMIN_TOKEN),
 // compared in constant time; without a configured token the whole API answers 403
-// admin_api_disabled. Bodies are parsed with simdjson; unknown fields, wrong types and values
-// out of range are a 400 naming the field (a misspelt quota silently ignored would leave a
-// tenant unlimited). Quota fields absent (or null) mean unlimited; in a PATCH, absent means
+// admin_api_disabled. Bodies and query strings are read by admin_request.h: unknown fields,
+// wrong types and values out of range are a 400 naming the field (a misspelt quota silently
+// ignored would leave a tenant unlimited). Quota fields absent (or null) mean unlimited; in a PATCH, absent means
 // unchanged and null means unlimited. Times are unix seconds; `from`, `to` and `expires_at`
 // also take "2026-05-01" or "2026-05-01T13:00:00Z".
 #pragma once
 
-#include <optional>
 #include <string>
-#include <string_view>
-#include <variant>
 
+#include "edge/gateway/admin_request.h"
 #include "edge/gateway/http.h"
-#include "edge/gateway/tenant.h"
-#include "edge/gateway/tenant_store.h"
 
 namespace edge::gateway {
 
@@ -42,21 +38,5 @@ struct admin_options {
 
 // `tenants` must outlive the router.
 void add_admin_routes(router& routes, tenancy& tenants, admin_options options);
-
-// A body the client must fix: 400 with `param` naming the field ("quotas.daily_tokens").
-struct admin_request_error {
-  std::string message;
-  std::string param;
-};
-
-std::variant<tenant_record, admin_request_error> parse_tenant_create(std::string_view body);
-// `tenant_id` is the tenant patched: the body may repeat it, not change it.
-std::variant<tenant_patch, admin_request_error> parse_tenant_patch(std::string_view body, std::string_view tenant_id);
-
-struct key_create_params {
-  std::optional<unix_time> expires_at;  // absolute
-  std::optional<std::int64_t> expires_in;  // seconds from now
-};
-std::variant<key_create_params, admin_request_error> parse_key_create(std::string_view body);
 
 }  // namespace edge::gateway

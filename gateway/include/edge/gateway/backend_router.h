@@ -61,8 +61,8 @@ struct router_options {
 // A prompt's affinity key; absent when the prompt holds no full block.
 using affinity_key = backend::block_hash;
 
-// The key of `prompt` for tenant salt `salt` (generate_request::cache_salt, else the tenant),
-// with the backends' `block_size`.
+// The key of `prompt` for prefix-cache salt `salt` (the tenant's id, as the backends' engines
+// salt their caches), with the backends' `block_size`.
 std::optional<affinity_key> prompt_affinity_key(std::string_view salt, std::span<const std::int32_t> prompt,
                                                 std::int64_t block_size, std::int64_t affinity_blocks);
 

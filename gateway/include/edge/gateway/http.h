@@ -27,6 +27,11 @@ namespace http = beast::http;
 using request = http::request<http::string_body>;
 using response = http::response<http::string_body>;
 
+// What a request id (a client's x-request-id, the internal API's "id") may be: 1 to 128
+// characters of A-Z, a-z, 0-9, '-', '_', '.' and ':', safe in headers and log lines.
+bool is_valid_request_id(std::string_view id);
+inline constexpr std::string_view request_id_rule = "1 to 128 characters of A-Z, a-z, 0-9, '-', '_', '.' and ':'";
+
 // Path parameters captured by a route pattern such as "/v1/models/{id}".
 using path_params = std::vector<std::pair<std::string, std::string>>;
 

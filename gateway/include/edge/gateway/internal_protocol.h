@@ -2,12 +2,18 @@
 // with Boost.JSON, read with simdjson's DOM parser (which validates the whole document first).
 //
 //   POST /internal/v1/generate   body: a generate request
-//     {"id","tenant","weight","priority","cache_salt","prompt":[token ids],
+//     {"id","tenant","weight","priority","prompt":[token ids],
 //      "sampling":{"temperature","top_k","top_p","min_p","repetition_penalty",
 //                  "presence_penalty","frequency_penalty","seed"},
 //      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":n|null}
 //     prompt and max_tokens are required; an unknown field is a 400 naming it (a gateway that
-//     asks for something this backend does not know must hear so, not be ignored).
+//     asks for something this backend does not know must hear so, not be ignored). Every field
+//     is held to the public API's rules (openai_request.h: sampling ranges, stop strings,
+//     max_tokens; token ids within the vocabulary, prompt and completion within the context),
+//     id to an x-request-id's and tenant to a tenant id's. Weight and priority are bounded as
+//     the tenant admin bounds them (tenant.h: 0 < weight <= 1000; no priorities, so 0). The
+//     prefix cache is salted with the tenant's id, as in `serve`: a "cache_salt" other than
+//     "" (what older gateways send) is refused.
 //     200: application/x-ndjson, one event per line, flushed as produced:
 //       {"type":"admitted"}
 //       {"type":"delta","text","tokens":[ids],"logprobs":[{"id","logprob","top":[{"id","logprob"}]}]}
@@ -35,22 +41,36 @@
 
 namespace edge::gateway {
 
+struct backend_info;
+
 inline constexpr std::string_view internal_generate_path = "/internal/v1/generate";
 inline constexpr std::string_view internal_info_path = "/internal/v1/info";
 inline constexpr std::string_view internal_load_path = "/internal/v1/load";
 inline constexpr std::string_view ndjson_content_type = "application/x-ndjson";
+// The internal API's bearer token is at least this long (as the admin token): guessing it must
+// be hopeless.
+inline constexpr std::size_t min_internal_token_length = 16;
+// Where a backend started without one keeps the token it made (in its --state-dir).
+inline constexpr std::string_view internal_token_file_name = "internal_token";
 
 // ---- the generate request ---------------------------------------------------------------------
 
 std::string encode_generate_request(const backend::generate_request& request);
 
-// A body the backend cannot use: the message, and the field it is about ("" for the body).
+// A body the backend cannot use: the message, the field it is about ("" for the body), and
+// the error's code (the gateway tells a prompt too long for the context by it).
 struct internal_request_error {
   std::string message;
   std::string param;
+  std::string code = "invalid_request";  // or context_length_exceeded
 };
 
 std::variant<backend::generate_request, internal_request_error> parse_generate_request(std::string_view body);
+
+// The rules a parsed request is held to against the model it is for: its token ids within the
+// vocabulary, its prompt and max_tokens within the context.
+std::optional<internal_request_error> check_generate_request(const backend::generate_request& request,
+                                                             const backend_info& model);
 
 // ---- events -----------------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -28,6 +29,7 @@
 
 #include "edge/backend/runtime/sampler.h"
 #include "edge/backend/tokenizer/chat_template.h"
+#include "edge/common/json_fields.h"
 
 namespace edge::gateway {
 
@@ -67,5 +69,43 @@ inline constexpr double max_penalty = 2.0;
 inline constexpr std::int64_t default_completion_max_tokens = 16;
 
 std::variant<openai_request, request_error> parse_openai_request(openai_api api, std::string_view body);
+
+// ---- the rules of every generation request ---------------------------------------------------
+// The OpenAI routes and a backend's internal API (internal_protocol.h) read and check these
+// fields with the same functions: a caller of a backend gets nothing past what the public API
+// refuses.
+
+// Whether `key` names a sampling parameter: temperature (0..2), top_p (0 < p <= 1), top_k (-1,
+// 0 or > 0), min_p (0..1), presence_penalty and frequency_penalty (-2..2), repetition_penalty
+// (> 0), seed (any 64-bit integer).
+bool is_sampling_field(std::string_view key);
+// Reads the sampling parameter `key` (is_sampling_field) into `out`; a value outside its range
+// is the error. Null leaves `out` as it is.
+std::optional<json_error> read_sampling_field(std::string_view key, const json_value& v, backend::sampling_params& out);
+// Stop strings: a string, or an array of at most max_stop_strings; empty ones are dropped.
+std::optional<json_error> read_stop(const json_value& v, std::vector<std::string>& out);
+// A completion's token limit: at least 1.
+json_result<std::int64_t> read_max_tokens(const json_value& v);
+
+// The rules that need the model: the error, or nothing. `what` names the prompt's field
+// ("messages", "prompt").
+request_error token_outside_vocabulary(std::string_view what, std::size_t index, std::int64_t id,
+                                       std::int64_t vocab_size);
+template <class Id>
+std::optional<request_error> find_token_outside_vocabulary(std::span<const Id> ids, std::int64_t vocab_size,
+                                                           std::string_view what) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || static_cast<std::int64_t>(ids[i]) >= vocab_size) {
+      return token_outside_vocabulary(what, i, static_cast<std::int64_t>(ids[i]), vocab_size);
+    }
+  }
+  return std::nullopt;
+}
+// The prompt must leave room for at least one token of completion (OpenAI's and vLLM's rule),
+// and prompt + max_tokens must fit in the context (context_length_exceeded, both).
+std::optional<request_error> prompt_does_not_fit(std::int64_t prompt_length, std::int64_t context,
+                                                 std::string_view what);
+std::optional<request_error> completion_does_not_fit(std::int64_t prompt_length, std::int64_t max_tokens,
+                                                     std::int64_t context, std::string_view what);
 
 }  // namespace edge::gateway

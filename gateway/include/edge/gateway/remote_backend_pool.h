@@ -15,8 +15,15 @@
 // the client notices nothing. A 400 is the request's fault and is returned as is. Once a
 // stream has delivered tokens, a broken stream (connection lost, or nothing at all for
 // stream_idle_timeout: backends send heartbeats) ends the request with a finished event of
-// reason error that names the backend: never a hang. Destroying the handle closes the
-// connection, which cancels the request in the backend's engine.
+// reason error that names the backend: never a hang; its usage is what was relayed. Destroying
+// the handle closes the connection, which cancels the request in the backend's engine.
+//
+// A backend's usage figures are its word only: the finished event's usage is held to what the
+// gateway knows (usage_ledger.h's bounded_usage, the rule every request is charged by: the
+// prompt it sent, completion tokens between those relayed and max_tokens, cached tokens within
+// the prompt) before it goes on; each correction is counted
+// (edgeinfer_backend_usage_corrections_total) and logged, at most every 10 s per backend. A
+// stream that brings more tokens than max_tokens has failed.
 //
 // Each request has its own connection (closing it is the cancellation); pollers keep one
 // keep-alive connection each.

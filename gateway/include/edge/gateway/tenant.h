@@ -34,6 +34,13 @@ struct tenant_quotas {
 // clients in any language read it back exactly).
 inline constexpr std::int64_t max_quota_value = std::int64_t{1} << 50;
 inline constexpr double max_tenant_weight = 1000.0;
+// Whether the tenant admin accepts `weight`: above 0 and at most max_tenant_weight. The rule in
+// the words of an error: "'weight' must be {tenant_weight_rule()}".
+bool is_valid_tenant_weight(double weight);
+std::string tenant_weight_rule();
+// Tenants have no priority of their own (the tenant admin sets none): every request a gateway
+// sends runs at this one.
+inline constexpr std::int32_t tenant_request_priority = 0;
 
 struct tenant_record {
   std::string id;
@@ -67,8 +74,15 @@ struct issued_api_key {
 inline constexpr std::string_view api_key_prefix = "ek-";
 
 // Tenant ids: 1 to 64 characters of [A-Za-z0-9._-], starting with a letter or digit, so they
-// are safe in URLs, metric labels and log lines as they are.
+// are safe in URLs, metric labels and log lines as they are. The rule in the words of an
+// error: "'id' must be {tenant_id_rule}".
 bool is_valid_tenant_id(std::string_view id);
+inline constexpr std::string_view tenant_id_rule =
+    "1 to 64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit";
+
+// `bytes` bytes from the kernel's CSPRNG as base64url text: the secret of an API key, and the
+// internal API's token a backend makes on its first start.
+std::string generate_secret_text(std::size_t bytes);
 
 // A fresh key for `tenant_id`: a random id and secret from the kernel's CSPRNG.
 issued_api_key generate_api_key(std::string_view tenant_id, unix_time now, std::optional<unix_time> expires_at);
@@ -89,7 +103,7 @@ unix_time to_unix_seconds(std::chrono::system_clock::time_point t);
 std::string format_utc(unix_time t);
 // Accepts unix seconds ("1714568400"), a date ("2026-05-01", midnight UTC), or a UTC time
 // ("2026-05-01T13:00:00Z", "2026-05-01T13:00Z", "2026-05-01T13:00:00"; a trailing "Z" or
-// "+00:00" is allowed, other offsets are not).
+// "+00:00" is allowed, other offsets are not), up to 9999-12-31T23:59:59Z.
 result<unix_time> parse_utc(std::string_view text);
 
 }  // namespace edge::gateway

@@ -24,12 +24,26 @@
 #include <thread>
 #include <vector>
 
+#include "edge/backend/engine.h"
 #include "edge/common/log.h"
 #include "edge/common/status.h"
 #include "edge/common/time_source.h"
 #include "edge/gateway/tenant_store.h"
 
 namespace edge::gateway {
+
+// What the gateway knows of a request, to hold an engine's usage figures to.
+struct usage_bounds {
+  std::int64_t prompt_tokens = 0;           // the prompt as it tokenized it
+  std::int64_t seen_completion_tokens = 0;  // completion tokens it saw generated
+  std::int64_t max_tokens = 0;              // the most it asked for
+};
+
+// The usage to charge for `reported`: the prompt as the gateway tokenized it, completion tokens
+// at least those it saw and at most max_tokens, cached tokens within the prompt. An engine's
+// figures, a remote backend's above all, are its word only: a zero or negative count would let
+// a tenant past its quotas.
+backend::token_usage bounded_usage(const backend::token_usage& reported, const usage_bounds& bounds);
 
 // One request's usage while it is served: the one record of it that the ledger's checkpoints,
 // the quota settlement, the access log and the metrics all read. Written by whoever sees the

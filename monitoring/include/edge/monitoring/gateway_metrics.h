@@ -71,6 +71,10 @@ struct gateway_metrics {
   // edgeinfer_backend_stream_errors_total{backend}: streams that broke after they started (the
   // client got an error event).
   prometheus::Family<prometheus::Counter>& backend_stream_errors;
+  // edgeinfer_backend_usage_corrections_total{backend}: requests whose usage figures, as the
+  // backend reported them, the gateway corrected before charging (outside what it sent,
+  // relayed and asked for).
+  prometheus::Family<prometheus::Counter>& backend_usage_corrections;
   // edgeinfer_backend_routes_total{reason}: why the first backend tried was chosen: affinity
   // (it holds the prompt's prefix), rendezvous (a new prefix's hash placed it), least_loaded.
   prometheus::Family<prometheus::Counter>& backend_routes;

@@ -204,6 +204,13 @@ TEST_CASE("tokenizer_config.json and the post-processor decide BOS and EOS") {
   // add_bos_token in the config overrides the template.
   auto overridden = parse(json, R"({"add_bos_token":false,"bos_token":{"content":"<|begin_of_text|>"}})");
   CHECK(overridden->encode("a", {}) == ids{byte_id('a')});
+
+  // A template's id past 32 bits is refused, not cut to another token's id.
+  std::string text = json.text();
+  const std::string bot_ids = "\"ids\":[" + std::to_string(bot) + "]";
+  REQUIRE(text.find(bot_ids) != std::string::npos);
+  text.replace(text.find(bot_ids), bot_ids.size(), "\"ids\":[" + std::to_string((std::int64_t{1} << 32) + bot) + "]");
+  CHECK_FALSE(edge::backend::parse_hf_tokenizer(text, "").ok());
 }
 
 TEST_CASE("tokenizer.json errors are reported, unsupported parts by name") {
@@ -226,6 +233,27 @@ TEST_CASE("tokenizer.json errors are reported, unsupported parts by name") {
   CHECK_FALSE(edge::backend::parse_hf_tokenizer(text, "").ok());
   json.pre_tokenizer = R"({"type":"Split","pattern":{"Regex":"(unclosed"},"behavior":"Isolated","invert":false})";
   CHECK_FALSE(edge::backend::parse_hf_tokenizer(json.text(), "").ok());
+}
+
+TEST_CASE("tokenizer.json ids past the tokens the file lists are refused, not sized for") {
+  byte_level_json json;
+  // 256 byte tokens and one added token: ids 0 to 256 are the most a file of 257 tokens names.
+  json.added_tokens = R"([{"id":256,"content":"<|end|>","special":true}])";
+  CHECK(edge::backend::parse_hf_tokenizer(json.text(), "").ok());
+  json.added_tokens = R"([{"id":2000000000,"content":"<|end|>","special":true}])";
+  const auto far_added = edge::backend::parse_hf_tokenizer(json.text(), "");
+  REQUIRE_FALSE(far_added.ok());
+  CHECK(far_added.error().code() == edge::status_code::invalid_argument);
+  CHECK(far_added.error().message().find("2000000000") != std::string::npos);
+
+  json.added_tokens = "[]";
+  std::string text = json.text();
+  const std::string last = "\":255}";
+  REQUIRE(text.find(last) != std::string::npos);
+  text.replace(text.find(last), last.size(), "\":1322222226}");
+  const auto far_vocab = edge::backend::parse_hf_tokenizer(text, "");
+  REQUIRE_FALSE(far_vocab.ok());
+  CHECK(far_vocab.error().message().find("1322222226") != std::string::npos);
 }
 
 namespace {

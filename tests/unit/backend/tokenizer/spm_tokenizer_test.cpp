@@ -156,6 +156,18 @@ TEST_CASE("llama2.c tokenizer files: truncation and bad sizes are data_loss") {
   CHECK(missing.error().code() == edge::status_code::not_found);
 }
 
+TEST_CASE("llama2.c tokenizer bytes parse as the file loads; errors name no file") {
+  const std::string bytes = edge::testing::read_file(edge::testing::stories260k_dir() / "tok512.bin");
+  const auto tok = edge::backend::parse_llama2c_tokenizer(bytes, 0);
+  REQUIRE(tok.ok());
+  CHECK((*tok)->vocab_size() == 512);
+  CHECK((*tok)->encode(readme_reference_text, {}) == from_tok512()->encode(readme_reference_text, {}));
+  const auto cut = edge::backend::parse_llama2c_tokenizer(bytes.substr(0, 100), 512);
+  REQUIRE_FALSE(cut.ok());
+  CHECK(cut.error().code() == edge::status_code::data_loss);
+  CHECK(cut.error().message().starts_with("truncated"));
+}
+
 TEST_CASE("GGUF SentencePiece vocabulary: flags and validation") {
   auto file = edge::testing::stories_gguf_vocabulary();
   file.metadata["tokenizer.ggml.add_bos_token"] = {false};

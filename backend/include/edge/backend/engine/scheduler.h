@@ -21,7 +21,7 @@
 //    not overtake it, so none waits forever.
 //
 // With prefix caching, admission first looks up the request's full blocks in the pool's cache
-// (hash chain seeded by the request's salt); blocks found are shared, not recomputed. At least
+// (hash chain seeded by the request's tenant); blocks found are shared, not recomputed. At least
 // the last prompt token is always computed, in a block of the sequence's own, so that shared
 // blocks are never written. A sequence registers each block it has filled.
 #pragma once
@@ -80,10 +80,9 @@ struct scheduler_config {
 // What the scheduler needs to know about a request.
 struct sequence_spec {
   sequence_id id = 0;
-  std::string tenant = "default";
+  std::string tenant = "default";  // also the prefix-cache salt
   double weight = 1.0;         // the tenant's share relative to other tenants (> 0)
   std::int32_t priority = 0;   // higher: admitted before, preempted after
-  std::string cache_salt;      // prefix-cache namespace; empty: the tenant's name
   std::vector<std::int32_t> prompt;
   std::int64_t max_tokens = 16;
 };

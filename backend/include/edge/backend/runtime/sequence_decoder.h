@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "edge/backend/runtime/sampler.h"
@@ -25,8 +26,17 @@ enum class finish_reason {
   error,   // the engine failed while running it
 };
 
-// "stop", "length", "abort", "error": the OpenAI / vLLM spelling.
-std::string_view to_string(finish_reason reason);
+// "stop", "length", "abort", "error": the OpenAI / vLLM spelling. Inline, so that the wire
+// formats that name a reason need nothing of the runtime.
+constexpr std::string_view to_string(finish_reason reason) {
+  switch (reason) {
+    case finish_reason::stop: return "stop";
+    case finish_reason::length: return "length";
+    case finish_reason::abort: return "abort";
+    case finish_reason::error: return "error";
+  }
+  return "unknown";
+}
 
 struct decode_limits {
   std::int64_t max_tokens = 16;  // generated tokens at most

@@ -103,6 +103,8 @@ result<std::unique_ptr<tokenizer>> tokenizer_from_gguf(const gguf_file& file);
 // A llama2.c tokenizer file (tokenizer.bin / tok512.bin) for a model of `vocab_size` tokens;
 // `vocab_size` <= 0 reads every token in the file. A file shorter than it claims is data_loss.
 result<std::unique_ptr<tokenizer>> load_llama2c_tokenizer(const std::filesystem::path& path, std::int64_t vocab_size);
+// The same from the file's bytes (errors do not name a file).
+result<std::unique_ptr<tokenizer>> parse_llama2c_tokenizer(std::string_view bytes, std::int64_t vocab_size);
 
 // Any of the above by content: a tokenizer.json, a GGUF, a llama2.c tokenizer, or a folder
 // holding a tokenizer.json.
