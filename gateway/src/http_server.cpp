@@ -80,16 +80,6 @@ std::string new_request_id() {
 
 }  // namespace
 
-bool is_valid_request_id(std::string_view id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (char c : id) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-' || c == '_' || c == '.' || c == ':';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 // Shared between a connection's coroutine and the server's shutdown logic. Every field is
 // touched on the connection's strand only; the registry holds the pointer under its mutex.
 struct connection_state {
