@@ -19,7 +19,7 @@
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "edge/common/format.h"
 #include "edge/common/version.h"
-#include "edge/gateway/operational_routes.h"
+#include "edge/gateway/http/operational_routes.h"
 
 namespace edge::cli {
 namespace {

@@ -21,9 +21,9 @@
 #include "edge/common/format.h"
 #include "edge/common/time_source.h"
 #include "edge/common/version.h"
-#include "edge/gateway/admin_routes.h"
-#include "edge/gateway/openai_routes.h"
-#include "edge/gateway/operational_routes.h"
+#include "edge/gateway/tenancy/admin_routes.h"
+#include "edge/gateway/openai/openai_routes.h"
+#include "edge/gateway/http/operational_routes.h"
 
 namespace edge::cli {
 namespace {

@@ -7,8 +7,8 @@
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/cuda_executor.h"
 #include "edge/common/format.h"
-#include "edge/gateway/admin_routes.h"
-#include "edge/gateway/quota_stores.h"
+#include "edge/gateway/tenancy/admin_routes.h"
+#include "edge/gateway/tenancy/quota_stores.h"
 
 namespace edge::cli {
 namespace {

@@ -34,11 +34,11 @@
 #include "edge/common/log.h"
 #include "edge/common/thread_pool.h"
 #include "edge/common/time_source.h"
-#include "edge/gateway/engine_client.h"
-#include "edge/gateway/http_server.h"
-#include "edge/gateway/openai_routes.h"
-#include "edge/gateway/serving_model.h"
-#include "edge/gateway/tenancy.h"
+#include "edge/gateway/openai/engine_client.h"
+#include "edge/gateway/http/http_server.h"
+#include "edge/gateway/openai/openai_routes.h"
+#include "edge/gateway/openai/serving_model.h"
+#include "edge/gateway/tenancy/tenancy.h"
 
 namespace be = edge::backend;
 namespace gw = edge::gateway;

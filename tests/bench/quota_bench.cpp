@@ -24,8 +24,8 @@
 
 #include "edge/common/format.h"
 #include "edge/common/time_source.h"
-#include "edge/gateway/quota.h"
-#include "edge/gateway/redis_quota_store.h"
+#include "edge/gateway/tenancy/quota.h"
+#include "edge/gateway/tenancy/redis_quota_store.h"
 
 namespace gw = edge::gateway;
 namespace beast = boost::beast;

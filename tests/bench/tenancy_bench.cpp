@@ -22,7 +22,7 @@
 
 #include "edge/common/format.h"
 #include "edge/common/time_source.h"
-#include "edge/gateway/tenancy.h"
+#include "edge/gateway/tenancy/tenancy.h"
 
 namespace gw = edge::gateway;
 using clock_type = std::chrono::steady_clock;

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <variant>
 
-#include "edge/gateway/internal_protocol.h"
+#include "edge/gateway/split/internal_protocol.h"
 #include "require.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);

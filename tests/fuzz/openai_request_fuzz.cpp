@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "edge/gateway/openai_request.h"
+#include "edge/gateway/openai/openai_request.h"
 #include "require.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <variant>
 
-#include "edge/gateway/admin_request.h"
-#include "edge/gateway/percent_encoding.h"
+#include "edge/gateway/tenancy/admin_request.h"
+#include "edge/gateway/http/percent_encoding.h"
 #include "require.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);

@@ -19,7 +19,7 @@
 
 #include "backend_command.h"
 #include "edge/common/time_source.h"
-#include "edge/gateway/internal_protocol.h"
+#include "edge/gateway/split/internal_protocol.h"
 #include "serve_command.h"
 #include "test_support.h"
 

@@ -4,7 +4,7 @@
 
 #include <variant>
 
-#include "edge/gateway/admin_request.h"
+#include "edge/gateway/tenancy/admin_request.h"
 
 namespace gw = edge::gateway;
 

@@ -8,9 +8,9 @@
 #include <set>
 
 #include "edge/common/time_source.h"
-#include "edge/gateway/auth.h"
-#include "edge/gateway/tenant.h"
-#include "edge/gateway/tenant_store.h"
+#include "edge/gateway/tenancy/auth.h"
+#include "edge/gateway/tenancy/tenant.h"
+#include "edge/gateway/tenancy/tenant_store.h"
 #include "test_support.h"
 
 namespace gw = edge::gateway;

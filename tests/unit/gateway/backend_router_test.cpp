@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "edge/common/time_source.h"
-#include "edge/gateway/backend_router.h"
+#include "edge/gateway/split/backend_router.h"
 
 namespace gw = edge::gateway;
 using namespace std::chrono_literals;

@@ -12,12 +12,12 @@
 #include <variant>
 #include <vector>
 
-#include "edge/gateway/internal_protocol.h"
-#include "edge/gateway/internal_routes.h"
-#include "edge/gateway/openai_request.h"
-#include "edge/gateway/remote_backend_pool.h"
-#include "edge/gateway/tenant.h"
-#include "edge/gateway/usage_ledger.h"
+#include "edge/gateway/split/internal_protocol.h"
+#include "edge/gateway/split/internal_routes.h"
+#include "edge/gateway/openai/openai_request.h"
+#include "edge/gateway/split/remote_backend_pool.h"
+#include "edge/gateway/tenancy/tenant.h"
+#include "edge/gateway/tenancy/usage_ledger.h"
 #include "test_support.h"
 
 namespace gw = edge::gateway;

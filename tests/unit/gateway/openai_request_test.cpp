@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "edge/gateway/openai_request.h"
+#include "edge/gateway/openai/openai_request.h"
 
 namespace gw = edge::gateway;
 

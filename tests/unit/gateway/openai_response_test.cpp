@@ -2,7 +2,7 @@
 
 #include <boost/json/serialize.hpp>
 
-#include "edge/gateway/openai_response.h"
+#include "edge/gateway/openai/openai_response.h"
 
 namespace gw = edge::gateway;
 namespace backend = edge::backend;

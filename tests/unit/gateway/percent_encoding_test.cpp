@@ -1,7 +1,7 @@
 // Percent-decoding of path segments (model ids such as "org/name" in GET /v1/models/{id}).
 #include <doctest/doctest.h>
 
-#include "edge/gateway/percent_encoding.h"
+#include "edge/gateway/http/percent_encoding.h"
 
 namespace gw = edge::gateway;
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "edge/gateway/quota.h"
+#include "edge/gateway/tenancy/quota.h"
 
 namespace edge::testing {
 

@@ -8,8 +8,8 @@
 #include <chrono>
 
 #include "edge/common/time_source.h"
-#include "edge/gateway/quota.h"
-#include "edge/gateway/quota_response.h"
+#include "edge/gateway/tenancy/quota.h"
+#include "edge/gateway/tenancy/quota_response.h"
 #include "quota_phases.h"
 
 namespace gw = edge::gateway;

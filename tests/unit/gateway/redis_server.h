@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "redis_client.h"
+#include "tenancy/redis_client.h"
 #include "test_support.h"
 
 extern char** environ;

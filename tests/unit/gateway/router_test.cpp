@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "edge/gateway/http.h"
+#include "edge/gateway/http/http.h"
 
 namespace gw = edge::gateway;
 

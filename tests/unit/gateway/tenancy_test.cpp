@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "edge/common/time_source.h"
-#include "edge/gateway/tenancy.h"
+#include "edge/gateway/tenancy/tenancy.h"
 #include "edge/monitoring/gateway_metrics.h"
 #include "await_now.h"
 #include "test_support.h"

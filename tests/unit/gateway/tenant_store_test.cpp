@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "edge/common/time_source.h"
-#include "edge/gateway/tenant_store.h"
-#include "sqlite.h"
+#include "edge/gateway/tenancy/tenant_store.h"
+#include "tenancy/sqlite.h"
 #include "test_support.h"
 
 namespace gw = edge::gateway;

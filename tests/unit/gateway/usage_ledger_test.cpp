@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "edge/common/time_source.h"
-#include "edge/gateway/usage_ledger.h"
-#include "sqlite.h"
+#include "edge/gateway/tenancy/usage_ledger.h"
+#include "tenancy/sqlite.h"
 #include "test_support.h"
 
 namespace gw = edge::gateway;

@@ -25,7 +25,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 
-#include "edge/gateway/http.h"
+#include "edge/gateway/http/http.h"
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;

@@ -1,0 +1,36 @@
+// The model the OpenAI routes serve, published once it is loaded and its engine runs (serve), or
+// once a backend has confirmed that it serves it (gateway).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "edge/backend/tokenizer/chat_template.h"
+#include "edge/backend/tokenizer/tokenizer.h"
+#include "edge/gateway/openai/engine_client.h"
+
+namespace edge::gateway {
+
+struct serving_model {
+  std::string id;                // the served model name
+  std::int64_t created = 0;      // Unix seconds when it was loaded (the models API's "created")
+  std::int64_t context_length = 0;  // prompt + completion tokens at most
+  backend::chat_template_kind chat_template = backend::chat_template_kind::plain;
+  const backend::tokenizer* tokenizer = nullptr;
+  engine_client* engine = nullptr;  // where requests are generated
+};
+
+// Empty until the model is loaded; then holds it for the server's life. Thread-safe.
+class model_slot {
+ public:
+  void publish(std::shared_ptr<const serving_model> model);
+  std::shared_ptr<const serving_model> get() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const serving_model> model_;  // guarded by mutex_
+};
+
+}  // namespace edge::gateway

@@ -1,0 +1,191 @@
+// Per-tenant quotas, held exactly: a request reserves its worst case (prompt tokens +
+// max_tokens) when it is admitted, so a tenant can never overrun a limit by streaming, and the
+// unused part is refunded when it ends.
+//
+//   requests_per_minute     GCRA (generic cell rate algorithm): one request every 60 s / limit,
+//                           with bursts of up to the whole minute's worth after a quiet minute
+//   tokens_per_minute       token bucket of `limit` tokens refilled at limit / 60 s per second;
+//                           reserve prompt + max_tokens at admission, refund the unused part
+//   max_concurrent          requests admitted and not yet released
+//   daily_tokens            prompt + completion tokens per UTC day, reserved and refunded like
+//                           the bucket; the budget starts afresh at 00:00 UTC
+//   max_tokens_per_request  the largest max_tokens one request may ask for
+//
+// Admission has two phases, so that the cheap limits are judged before a request costs
+// anything (its body parsed, its prompt tokenized):
+//   1. try_admit, right after authentication: requests_per_minute and max_concurrent. The
+//      request counts against requests_per_minute from here on, whatever happens to it later.
+//   2. try_reserve, once prompt_tokens and max_tokens are known: max_tokens_per_request,
+//      daily_tokens and tokens_per_minute.
+// Within a phase a request is admitted by every limit at once or by none, and a refusal takes
+// nothing (a phase-2 refusal leaves phase 1 held: the caller ends it with finish(held, 0)).
+//
+// quota_store is the seam between the gateway and where the counters live: in this process
+// (in_memory_quota_store) or, for several gateway replicas, Redis (redis_quota_store.h; chosen
+// by --quota-store, quota_stores.h). Both judge by the same rules (src/quota_rules.h). Time
+// comes from an injected time_source: rates use its monotonic clock, the daily budget its
+// calendar clock (Redis uses its own server clock for both, so every gateway agrees).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "edge/common/time_source.h"
+#include "edge/gateway/tenancy/tenant.h"
+
+namespace edge::gateway {
+
+enum class quota_limit {
+  none,
+  requests_per_minute,
+  tokens_per_minute,
+  max_concurrent,
+  daily_tokens,
+  max_tokens_per_request,
+  // Not a limit: the shared quota store could not be reached and --quota-fail-mode is closed,
+  // so the request is refused (503) without being counted.
+  quota_store_unavailable,
+};
+// The quota field's name ("tokens_per_minute"); "none" for none. Also the metric label.
+std::string_view to_string(quota_limit limit);
+
+// Phase 1: who is asking, before anything else is known of the request.
+struct admit_request {
+  std::string_view tenant_id;
+  const tenant_quotas& quotas;      // the tenant's limits (from the tenant snapshot)
+  std::string_view reservation_id;  // unique per request across gateways (reservation_ids makes them)
+};
+
+// Phase 2: what the request asks to be admitted with.
+struct quota_request {
+  std::string_view tenant_id;
+  const tenant_quotas& quotas;  // the tenant's limits (from the tenant snapshot)
+  std::int64_t prompt_tokens = 0;
+  std::int64_t max_tokens = 0;  // the most completion tokens it may produce
+  std::int64_t cost() const { return prompt_tokens + max_tokens; }
+};
+
+// What an admitted request holds until it is settled and released.
+struct quota_reservation {
+  std::string tenant_id;
+  std::string id;                  // the reservation id of try_admit (a shared store's record of it)
+  std::int64_t bucket_tokens = 0;  // taken from the tokens-per-minute bucket (0: unlimited)
+  std::int64_t daily_tokens = 0;   // taken from the daily budget (0: unlimited)
+  std::int64_t day = 0;            // the UTC day (days since 1970-01-01) daily_tokens belongs to
+  bool holds_slot = false;         // counted against max_concurrent
+};
+
+// Reservation ids unique across gateways: a random prefix drawn when this is made, and a
+// counter. Thread-safe.
+class reservation_ids {
+ public:
+  reservation_ids();
+  std::string next();
+
+ private:
+  const std::string prefix_;
+  std::atomic<std::uint64_t> next_{0};
+};
+
+// One rate limit's state, for the x-ratelimit-* headers.
+struct rate_limit_status {
+  std::int64_t limit = 0;
+  std::int64_t remaining = 0;           // what can be admitted right now
+  std::chrono::milliseconds reset{0};   // until the limit is back to its full allowance
+};
+
+struct quota_decision {
+  bool allowed = false;
+  quota_limit limit = quota_limit::none;  // the limit that refused (none when allowed)
+  // When a refused request can be retried with success (everything else staying equal); absent
+  // when retrying cannot help (the request alone exceeds the limit).
+  std::optional<std::chrono::milliseconds> retry_after;
+  std::optional<rate_limit_status> requests;  // phase 1 only; absent when requests_per_minute is unlimited
+  std::optional<rate_limit_status> tokens;    // phase 2 only; absent when tokens_per_minute is unlimited
+  std::string message;                        // a refusal's explanation, for the error body
+  quota_reservation reservation;              // allowed only
+};
+
+class quota_store {
+ public:
+  virtual ~quota_store() = default;
+
+  // Phase 1: requests_per_minute (the request counts from here on, whatever happens to it
+  // later) and max_concurrent (takes a slot). A refusal takes nothing. Thread-safe, as is every
+  // call here.
+  virtual quota_decision try_admit(const admit_request& request) = 0;
+
+  // Phase 2: max_tokens_per_request, daily_tokens, tokens_per_minute. `held` is the reservation
+  // try_admit returned. On success the decision's reservation is `held` plus the tokens taken;
+  // a refusal takes nothing more (the caller still holds phase 1 and ends it with
+  // finish(held, 0)).
+  virtual quota_decision try_reserve(const quota_reservation& held, const quota_request& request) = 0;
+
+  // The request is over and used `used_tokens` (prompt + completion) of its reservation: the
+  // rest goes back to the bucket and the day's budget. Call once per admitted request (a shared
+  // store, whose calls may be repeated, ignores a repeat; the one in memory does not).
+  virtual void settle(const quota_reservation& reservation, std::int64_t used_tokens) = 0;
+
+  // Frees the request's max_concurrent slot. Call once per admitted request (as settle).
+  virtual void release(const quota_reservation& reservation) = 0;
+
+  // settle() and release() together, for a request that is over, after either phase: a shared
+  // store sends both in one round trip.
+  virtual void finish(const quota_reservation& reservation, std::int64_t used_tokens) {
+    settle(reservation, used_tokens);
+    release(reservation);
+  }
+
+  // Whether calls may wait on I/O (Redis): callers on an I/O thread run them on another thread.
+  virtual bool may_block() const { return false; }
+};
+
+// Counters in this process. The daily budget survives a restart only through
+// seed_daily_tokens() (the server seeds it from the usage ledger when it starts).
+class in_memory_quota_store final : public quota_store {
+ public:
+  explicit in_memory_quota_store(const time_source& clock) : clock_(clock) {}
+
+  quota_decision try_admit(const admit_request& request) override;
+  quota_decision try_reserve(const quota_reservation& held, const quota_request& request) override;
+  void settle(const quota_reservation& reservation, std::int64_t used_tokens) override;
+  void release(const quota_reservation& reservation) override;
+
+  // Counts `tokens` as already spent today by the tenant (e.g. before a restart).
+  void seed_daily_tokens(std::string_view tenant_id, std::int64_t tokens);
+
+  // For tests and diagnostics.
+  std::int64_t in_flight(std::string_view tenant_id) const;
+  std::int64_t daily_tokens_used(std::string_view tenant_id) const;
+
+ private:
+  struct tenant_state {
+    std::int64_t tat_ns = std::numeric_limits<std::int64_t>::min();  // GCRA theoretical arrival time
+    double bucket = 0.0;                // tokens in the bucket after the last refill
+    std::int64_t bucket_at_ns = 0;      // when `bucket` was last refilled
+    bool bucket_started = false;        // false: full at first use
+    std::int64_t in_flight = 0;
+    std::int64_t day = std::numeric_limits<std::int64_t>::min();
+    std::int64_t day_tokens = 0;        // reserved or spent during `day`
+  };
+  tenant_state& state_of(std::string_view tenant_id);  // mutex_ held
+  std::int64_t now_ns() const;                         // the monotonic clock
+  void refill(tenant_state& state, std::int64_t capacity, std::int64_t now_ns) const;
+
+  const time_source& clock_;
+  mutable std::mutex mutex_;
+  std::map<std::string, tenant_state, std::less<>> tenants_;  // guarded by mutex_
+};
+
+// Go-style duration as OpenAI writes x-ratelimit-reset-*: "0s", "20ms", "1s", "6m0s", "1.5s",
+// "1h2m3s".
+std::string format_reset_duration(std::chrono::milliseconds d);
+
+}  // namespace edge::gateway

@@ -1,0 +1,378 @@
+#include "edge/gateway/openai/openai_routes.h"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+
+#include "edge/common/format.h"
+#include "edge/gateway/http/event_relay.h"
+#include "edge/gateway/http/json_response.h"
+#include "edge/gateway/tenancy/quota_response.h"
+#include "edge/gateway/openai/openai_request.h"
+#include "edge/gateway/openai/openai_response.h"
+#include "edge/gateway/http/percent_encoding.h"
+#include "edge/gateway/http/sse_writer.h"
+#include "edge/monitoring/gateway_metrics.h"
+
+namespace edge::gateway {
+namespace {
+
+using namespace boost::asio::experimental::awaitable_operators;
+using clock = std::chrono::steady_clock;
+
+// How long a client should wait before retrying when the engine is full or not ready.
+constexpr std::string_view retry_after_seconds = "1";
+
+std::int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// ---- responses --------------------------------------------------------------------------------
+
+// The response with the session's headers (x-ratelimit-*), which every answer to an admitted
+// request carries.
+response with_headers(response res, const request_session& session) {
+  session.add_headers(res);
+  return res;
+}
+
+response unavailable_response(std::string_view message, std::string_view code) {
+  response res = error_response(http::status::service_unavailable, message, "server_error", std::nullopt, code);
+  res.set(http::field::retry_after, retry_after_seconds);
+  return res;
+}
+
+response invalid_request(std::string_view message, std::string_view param,
+                         std::optional<std::string_view> code = std::nullopt) {
+  return error_response(http::status::bad_request, message, "invalid_request_error",
+                        param.empty() ? std::nullopt : std::optional<std::string_view>(param), code);
+}
+
+response model_not_found(std::string_view requested, std::string_view served) {
+  return error_response(http::status::not_found,
+                        format("The model '{}' does not exist; this server serves '{}'", requested, served),
+                        "invalid_request_error", "model", "model_not_found");
+}
+
+// What the engine refusing a request (engine_client::submit) means to the client.
+response submit_failure(const status& failure, std::string_view prompt_param) {
+  switch (failure.code()) {
+    case status_code::resource_exhausted: return unavailable_response(failure.message(), "overloaded");
+    case status_code::failed_precondition: return unavailable_response(failure.message(), "shutting_down");
+    case status_code::unavailable: return unavailable_response(failure.message(), "backend_unavailable");
+    case status_code::out_of_range:
+      return invalid_request(format("The request does not fit: {}", failure.message()), prompt_param,
+                             "context_length_exceeded");
+    default: return invalid_request(failure.message(), prompt_param);
+  }
+}
+
+// ---- the prompt -------------------------------------------------------------------------------
+
+// The prompt's token ids, or the 400 to answer. Runs on the connection's thread: the engine
+// thread never tokenizes.
+std::variant<std::vector<backend::token_id>, response> prompt_tokens(const openai_request& r, const serving_model& model) {
+  const backend::tokenizer& tok = *model.tokenizer;
+  if (r.api == openai_api::chat_completions) {
+    backend::chat_render_options options;
+    if (auto bos = tok.bos_id()) options.bos_text = tok.token_text(*bos);
+    if (!tok.eos_ids().empty()) options.eos_text = tok.token_text(tok.eos_ids().front());
+    const std::string text = backend::render_chat(model.chat_template, r.messages, options);
+    // Templates that write BOS themselves (llama-2/3, mistral) must not get a second one; the
+    // others (plain, chatml) get BOS where the model's tokenizer adds it.
+    const bool bos_in_text = !options.bos_text.empty() && text.starts_with(options.bos_text);
+    return tok.encode(text, {.add_bos = !bos_in_text, .parse_special = true});
+  }
+  if (const auto* text = std::get_if<std::string>(&r.prompt)) {
+    // Prompt text is the user's text: "<|im_start|>" in it stays text.
+    return tok.encode(*text, {.add_bos = true, .parse_special = false});
+  }
+  const auto& ids = std::get<std::vector<std::int64_t>>(r.prompt);
+  if (auto outside = find_token_outside_vocabulary(std::span(ids), tok.vocab_size(), "prompt")) {
+    return invalid_request(outside->message, outside->param);
+  }
+  return std::vector<backend::token_id>(ids.begin(), ids.end());
+}
+
+// The completion's token limit after defaults, or the 400 when prompt and completion cannot
+// fit in the context (OpenAI's and vLLM's rule: prompt + max_tokens <= context).
+std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r, std::int64_t prompt_length,
+                                                        std::int64_t context, const request_session& session) {
+  const bool chat = r.api == openai_api::chat_completions;
+  const std::string_view what = chat ? "messages" : "prompt";
+  if (auto e = prompt_does_not_fit(prompt_length, context, what)) {
+    return invalid_request(e->message, e->param, "context_length_exceeded");
+  }
+  const std::int64_t room = context - prompt_length;
+  if (!r.max_tokens) {
+    return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room));
+  }
+  if (auto e = completion_does_not_fit(prompt_length, *r.max_tokens, context, what)) {
+    return invalid_request(e->message, e->param, "context_length_exceeded");
+  }
+  return *r.max_tokens;
+}
+
+// ---- the handlers -----------------------------------------------------------------------------
+
+class openai_service {
+ public:
+  openai_service(const model_slot& models, tenancy& tenants, monitoring::gateway_metrics* metrics,
+                 openai_route_options options)
+      : models_(models), tenants_(tenants), metrics_(metrics), options_(options) {}
+
+  asio::awaitable<void> list_models(exchange& ex);
+  asio::awaitable<void> get_model(exchange& ex);
+  asio::awaitable<void> generate(exchange& ex, openai_api api);
+
+ private:
+  // The caller's session, or nothing when a refusal was answered.
+  asio::awaitable<std::optional<request_session>> authenticate(exchange& ex);
+  // The loaded model, or nothing when a 503 was answered.
+  asio::awaitable<std::shared_ptr<const serving_model>> loaded_model(exchange& ex);
+  asio::awaitable<void> relay(exchange& ex, event_relay& events, const openai_request& r, const response_meta& meta,
+                              request_session& session);
+
+  const model_slot& models_;
+  tenancy& tenants_;
+  monitoring::gateway_metrics* metrics_;
+  openai_route_options options_;
+};
+
+asio::awaitable<std::optional<request_session>> openai_service::authenticate(exchange& ex) {
+  auto session = tenants_.authenticate(ex.req());
+  if (!session.ok()) {
+    co_await ex.respond(unauthorized_response(session.error()));
+    co_return std::nullopt;
+  }
+  ex.access().tenant = session->tenant().id;
+  co_return std::move(session).value();
+}
+
+asio::awaitable<std::shared_ptr<const serving_model>> openai_service::loaded_model(exchange& ex) {
+  std::shared_ptr<const serving_model> model = models_.get();
+  if (model == nullptr) co_await ex.respond(unavailable_response("The model is still loading", "model_not_ready"));
+  co_return model;
+}
+
+asio::awaitable<void> openai_service::list_models(exchange& ex) {
+  if (!co_await authenticate(ex)) co_return;
+  const auto model = co_await loaded_model(ex);
+  if (model == nullptr) co_return;
+  co_await ex.respond(json_response(http::status::ok, model_list(*model)));
+}
+
+asio::awaitable<void> openai_service::get_model(exchange& ex) {
+  if (!co_await authenticate(ex)) co_return;
+  const auto model = co_await loaded_model(ex);
+  if (model == nullptr) co_return;
+  const auto id = percent_decode(ex.path_param("id"));
+  if (!id) {
+    co_await ex.respond(invalid_request("The model id in the path is not valid percent-encoding", "model"));
+    co_return;
+  }
+  if (*id != model->id) {
+    co_await ex.respond(model_not_found(*id, model->id));
+    co_return;
+  }
+  co_await ex.respond(json_response(http::status::ok, model_object(*model)));
+}
+
+// GCC 12 reports a mismatched operator delete inside the coroutine frames that Asio's awaitable
+// operators create: Asio allocates and frees those frames with its own matching pair, which
+// the warning's inlining-based analysis does not see through (a known false positive).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
+  std::optional<request_session> session = co_await authenticate(ex);
+  if (!session) co_return;
+  const auto model = co_await loaded_model(ex);
+  if (model == nullptr) co_return;
+  if (auto refused = co_await session->admit()) {
+    co_await ex.respond(quota_refusal_response(*refused));
+    co_return;
+  }
+  // From here on every answer carries the x-ratelimit-* headers.
+  const auto answer = [&](response res) { return ex.respond(with_headers(std::move(res), *session)); };
+
+  auto parsed = parse_openai_request(api, ex.req().body());
+  if (auto* error = std::get_if<request_error>(&parsed)) {
+    co_await answer(invalid_request(error->message, error->param));
+    co_return;
+  }
+  const openai_request& r = std::get<openai_request>(parsed);
+  if (r.model && *r.model != model->id) {
+    co_await answer(model_not_found(*r.model, model->id));
+    co_return;
+  }
+
+  auto tokens = prompt_tokens(r, *model);
+  if (auto* refused = std::get_if<response>(&tokens)) {
+    co_await answer(std::move(*refused));
+    co_return;
+  }
+  std::vector<backend::token_id>& prompt = std::get<std::vector<backend::token_id>>(tokens);
+  const auto prompt_length = static_cast<std::int64_t>(prompt.size());
+  const std::string_view prompt_param = api == openai_api::chat_completions ? "messages" : "prompt";
+  if (prompt_length == 0) {
+    co_await answer(invalid_request("The prompt is empty: it encodes to no tokens", prompt_param));
+    co_return;
+  }
+  auto limit = resolve_max_tokens(r, prompt_length, model->context_length, *session);
+  if (auto* refused = std::get_if<response>(&limit)) {
+    co_await answer(std::move(*refused));
+    co_return;
+  }
+  const std::int64_t max_tokens = std::get<std::int64_t>(limit);
+  if (auto refused = co_await session->reserve(prompt_length, max_tokens)) {
+    response res = quota_refusal_response(*refused);
+    session->add_headers(res);  // phase 1's requests figures too
+    co_await ex.respond(std::move(res));
+    co_return;
+  }
+
+  backend::generate_request request;
+  request.id = ex.request_id();
+  request.tenant = session->tenant().id;
+  request.weight = session->tenant().weight;
+  request.prompt = std::move(prompt);
+  request.sampling = r.sampling;
+  request.max_tokens = max_tokens;
+  request.stop = r.stop;
+  request.ignore_eos = r.ignore_eos;
+
+  const asio::any_io_executor strand = co_await asio::this_coro::executor;
+  auto events = std::make_shared<event_relay>(strand);
+  auto submitted = co_await model->engine->submit(std::move(request), session->metered(relay_sink(events, strand)));
+  ex.access().prompt_tokens = prompt_length;
+  ex.access().completion_tokens = 0;
+  if (!submitted.ok()) {
+    session->set_outcome(request_outcome::failed);
+    co_await answer(submit_failure(submitted.error(), prompt_param));
+    co_return;
+  }
+  // Destroying the handle (leaving this coroutine in any way) cancels the request.
+  const backend::request_handle handle = std::move(submitted).value();
+
+  const response_meta meta{api, response_id(api, ex.request_id()), unix_seconds(), model->id};
+  co_await relay(ex, *events, r, meta, *session);
+  const usage_counts used = session->usage().counts();
+  ex.access().completion_tokens = used.completion_tokens;
+  ex.access().cached_tokens = used.cached_tokens;
+}
+
+// Answers from the engine's events until the request finishes or the client leaves.
+asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, const openai_request& r,
+                                            const response_meta& meta, request_session& session) {
+  const chunk_builder chunks(meta, r.include_usage);
+  std::optional<sse_writer> sse;
+  if (r.stream) {
+    sse.emplace(ex, metrics_ != nullptr ? &metrics_->active_streams : nullptr);
+    http::response_header<> head;
+    session.add_headers(head);
+    if (!co_await sse->open(std::move(head))) co_return;
+    // (No co_await inside && or ||: GCC 12 mishandles the temporaries of such operands.)
+    if (meta.api == openai_api::chat_completions) {
+      const boost::json::value role = chunks.role();
+      if (!co_await sse->event(role)) co_return;
+    }
+  }
+
+  std::string text;  // not streaming: the whole completion
+  for (;;) {
+    while (!events.events.empty()) {
+      backend::engine_event event = std::move(events.events.front());
+      events.events.pop_front();
+      if (auto* delta = std::get_if<backend::delta_event>(&event)) {
+        if (!delta->tokens.empty() && !ex.access().ttft_seconds) {
+          ex.access().ttft_seconds = std::chrono::duration<double>(clock::now() - ex.received()).count();
+        }
+        if (delta->text.empty()) continue;
+        if (!sse) {
+          text += delta->text;
+        } else if (!co_await sse->event(chunks.content(delta->text))) {
+          co_return;
+        }
+        continue;
+      }
+      const auto* finished = std::get_if<backend::finished_event>(&event);
+      if (finished == nullptr) continue;  // admitted
+
+      // The usage as the session charges it (the engine's figures, within what the gateway knows).
+      const usage_counts charged = session.usage().counts();
+      const backend::token_usage used{charged.prompt_tokens, charged.completion_tokens, charged.cached_tokens};
+      const bool aborted = finished->reason == backend::finish_reason::abort;
+      const bool failed = aborted || finished->reason == backend::finish_reason::error;
+      session.set_outcome(failed ? request_outcome::failed : request_outcome::completed);
+      if (!sse) {
+        if (aborted) {
+          co_await ex.respond(with_headers(
+              unavailable_response("The request was aborted: the server is shutting down", "shutting_down"), session));
+        } else if (failed) {
+          co_await ex.respond(with_headers(error_response(http::status::internal_server_error,
+                                                          format("The engine failed: {}", finished->error),
+                                                          "server_error"),
+                                           session));
+        } else {
+          co_await ex.respond(with_headers(
+              json_response(http::status::ok, completion_response(meta, text, finished->reason, used)),
+              session));
+        }
+        co_return;
+      }
+      if (failed) {
+        const auto body = aborted ? error_body("The request was aborted: the server is shutting down", "server_error",
+                                               std::nullopt, "shutting_down")
+                                  : error_body(format("The engine failed: {}", finished->error), "server_error",
+                                               std::nullopt, "engine_error");
+        if (!co_await sse->event(body)) co_return;
+      } else {
+        if (!co_await sse->event(chunks.finish(finished->reason))) co_return;
+        if (r.include_usage) {
+          const boost::json::value usage = chunks.usage(used);
+          if (!co_await sse->event(usage)) co_return;
+        }
+      }
+      co_await sse->done();
+      co_return;
+    }
+
+    // Sleep until an event arrives, the heartbeat is due, or the client leaves.
+    const clock::time_point heartbeat_due = sse ? sse->last_write() + options_.sse_heartbeat : clock::time_point::max();
+    events.wake.expires_at(heartbeat_due);
+    const auto woken = co_await (events.wake.async_wait(asio::as_tuple(asio::use_awaitable)) || ex.watch_disconnect());
+    if (woken.index() == 1) co_return;  // the client is gone: the handle cancels the request
+    if (sse && events.events.empty() && clock::now() >= sse->last_write() + options_.sse_heartbeat) {
+      if (!co_await sse->ping()) co_return;
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
+}  // namespace
+
+void add_openai_routes(router& routes, const model_slot& models, tenancy& tenants,
+                       monitoring::gateway_metrics* metrics, openai_route_options options) {
+  auto service = std::make_shared<openai_service>(models, tenants, metrics, options);
+  routes.add(http::verb::post, "/v1/chat/completions", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->generate(ex, openai_api::chat_completions);
+  });
+  routes.add(http::verb::post, "/v1/completions", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->generate(ex, openai_api::completions);
+  });
+  routes.add(http::verb::get, "/v1/models", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->list_models(ex);
+  });
+  routes.add(http::verb::get, "/v1/models/{id}", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->get_model(ex);
+  });
+}
+
+}  // namespace edge::gateway

@@ -1,0 +1,77 @@
+#include "edge/gateway/tenancy/auth.h"
+
+#include "edge/common/format.h"
+#include "edge/gateway/http/json_response.h"
+
+namespace edge::gateway {
+namespace {
+
+constexpr std::string_view bearer_scheme = "bearer";
+
+status unauthenticated(std::string message) { return status(status_code::unauthenticated, std::move(message)); }
+
+// Enough of a presented key to recognise it in a message, never enough to use it.
+std::string redact(std::string_view key) {
+  if (key.size() <= 12) return "****";
+  return std::string(key.substr(0, 6)) + "****" + std::string(key.substr(key.size() - 4));
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t'; }
+
+}  // namespace
+
+std::string_view bearer_token(std::string_view authorization) {
+  while (!authorization.empty() && is_space(authorization.front())) authorization.remove_prefix(1);
+  if (authorization.size() <= bearer_scheme.size() || !is_space(authorization[bearer_scheme.size()])) return {};
+  for (std::size_t i = 0; i < bearer_scheme.size(); ++i) {
+    const char c = authorization[i];
+    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != bearer_scheme[i]) return {};
+  }
+  authorization.remove_prefix(bearer_scheme.size());
+  while (!authorization.empty() && is_space(authorization.front())) authorization.remove_prefix(1);
+  while (!authorization.empty() && is_space(authorization.back())) authorization.remove_suffix(1);
+  return authorization;
+}
+
+result<authenticated_tenant> authenticator::authenticate(const request& req) const {
+  return authenticate_header(req[http::field::authorization]);
+}
+
+result<authenticated_tenant> authenticator::authenticate_header(std::string_view authorization) const {
+  if (authorization.empty()) {
+    return unauthenticated(
+        "You didn't provide an API key. Send it in the Authorization header: \"Authorization: Bearer ek-...\"");
+  }
+  const std::string_view token = bearer_token(authorization);
+  if (token.empty()) {
+    return unauthenticated("The Authorization header must be \"Bearer <API key>\"");
+  }
+  const auto incorrect = [&] { return unauthenticated(format("Incorrect API key provided: {}", redact(token))); };
+  const auto parts = split_api_key(token);
+  if (!parts) return incorrect();
+
+  const std::shared_ptr<const tenant_snapshot> snapshot = store_.snapshot();
+  const api_key_record* key = snapshot->key(parts->id);
+  // An unknown id is refused after hashing all the same, so that a known id with a wrong secret
+  // and an unknown id take the same time.
+  static const sha256_digest no_digest{};
+  const bool secret_ok = secret_matches(parts->secret, key != nullptr ? key->secret_sha256 : no_digest);
+  if (key == nullptr || !secret_ok) return incorrect();
+  // Only the key's owner learns that it expired or was revoked.
+  if (key->revoked_at) return unauthenticated(format("The API key ek-{} has been revoked", key->id));
+  if (key->expires_at && *key->expires_at <= to_unix_seconds(clock_.system_time())) {
+    return unauthenticated(format("The API key ek-{} expired at {}", key->id, format_utc(*key->expires_at)));
+  }
+  std::shared_ptr<const tenant_record> tenant = snapshot->tenant(key->tenant_id);
+  if (tenant == nullptr) return incorrect();
+  return authenticated_tenant{std::move(tenant), key->id};
+}
+
+response unauthorized_response(const status& failure) {
+  response res = error_response(http::status::unauthorized, failure.message(), "invalid_request_error", std::nullopt,
+                                "invalid_api_key");
+  res.set(http::field::www_authenticate, "Bearer");
+  return res;
+}
+
+}  // namespace edge::gateway
