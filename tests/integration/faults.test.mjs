@@ -8,20 +8,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
-import { edgeinferBin, makeStateDir, sleep, startServer } from './lib/server.mjs';
+import { adminCall, edgeinferBin, makeStateDir, sleep, startServer } from './lib/server.mjs';
 import { skipWithoutRedis, startRedis } from './lib/redis.mjs';
 
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
 
-async function admin(server, method, route, body) {
-  const res = await fetch(`${server.url}${route}`, {
-    method,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const json = await res.json();
-  assert.ok(res.status < 300, `${method} ${route}: ${res.status} ${JSON.stringify(json)}`);
-  return json;
+function admin(server, method, route, body) {
+  return adminCall(server, ADMIN_TOKEN, method, route, body);
 }
 
 async function tenantWithKey(server, id, quotas = {}) {

@@ -6,10 +6,9 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, sleep, fetch } from './lib/server.mjs';
+import { freePort, startServer, sleep, fetch } from './lib/server.mjs';
 
 const root = process.cwd();
 const promDir = path.join(root, 'monitoring', 'prometheus');
@@ -19,17 +18,6 @@ let server;
 let prometheus;
 let promUrl;
 let workDir;
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 async function completion(body) {
   const res = await fetch(`${server.url}/v1/completions`, {

@@ -5,8 +5,8 @@
 // gateways.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, sleep } from './lib/server.mjs';
-import { freePort, skipWithoutRedis as skip, startRedis } from './lib/redis.mjs';
+import { adminCall, freePort, startServer, sleep } from './lib/server.mjs';
+import { skipWithoutRedis as skip, startRedis } from './lib/redis.mjs';
 
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
 let redis;
@@ -30,15 +30,8 @@ after(async () => {
   await redis?.stop();
 });
 
-async function admin(server, method, path, body) {
-  const res = await fetch(`${server.url}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const json = await res.json();
-  assert.ok(res.status < 300, `${method} ${path}: ${res.status} ${JSON.stringify(json)}`);
-  return json;
+function admin(server, method, route, body) {
+  return adminCall(server, ADMIN_TOKEN, method, route, body);
 }
 
 // The same tenant (same id, same quotas) on both gateways, each with its own tenant store and

@@ -539,6 +539,21 @@ status tenant_store::add_hold(const usage_hold& hold) {
       .run();
 }
 
+namespace {
+
+// The rows of a "SELECT tenant_id, sum(...) ... GROUP BY tenant_id" query.
+result<std::map<std::string, std::int64_t>> per_tenant_sums(sqlite::statement& q) {
+  std::map<std::string, std::int64_t> out;
+  for (;;) {
+    EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    out[q.text(0)] = q.int64(1);
+  }
+  return out;
+}
+
+}  // namespace
+
 result<std::map<std::string, std::int64_t>> tenant_store::unreleased_hold_tokens(std::int64_t day) {
   std::lock_guard guard(impl_->mutex);
   auto& db = impl_->db;
@@ -548,13 +563,7 @@ result<std::map<std::string, std::int64_t>> tenant_store::unreleased_hold_tokens
                         db.prepare("SELECT tenant_id, sum(max(reserved_tokens - charged_tokens, 0)) FROM usage_holds "
                                    "WHERE day = ? GROUP BY tenant_id"));
   q.bind(1, day);
-  std::map<std::string, std::int64_t> out;
-  for (;;) {
-    EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
-    if (!row) break;
-    out[q.text(0)] = q.int64(1);
-  }
-  return out;
+  return per_tenant_sums(q);
 }
 
 result<std::vector<usage_row>> tenant_store::usage(std::string_view tenant_id, unix_time from,
@@ -585,13 +594,7 @@ result<std::map<std::string, std::int64_t>> tenant_store::tokens_since(unix_time
                         impl_->db.prepare("SELECT tenant_id, sum(prompt_tokens + completion_tokens) FROM usage_hourly "
                                           "WHERE hour_start >= ? GROUP BY tenant_id"));
   q.bind(1, from);
-  std::map<std::string, std::int64_t> out;
-  for (;;) {
-    EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
-    if (!row) break;
-    out[q.text(0)] = q.int64(1);
-  }
-  return out;
+  return per_tenant_sums(q);
 }
 
 result<std::vector<audit_entry>> tenant_store::audit(std::size_t limit, std::optional<std::int64_t> before) const {

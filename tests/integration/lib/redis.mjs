@@ -1,21 +1,10 @@
 // A real redis-server for a test: on a free loopback port, no persistence, in a temporary folder.
 import { spawn, spawnSync } from 'node:child_process';
 import net from 'node:net';
-import { makeStateDir, sleep } from './server.mjs';
+import { freePort, makeStateDir, sleep } from './server.mjs';
 
 export const haveRedis = spawnSync('redis-server', ['--version']).status === 0;
 export const skipWithoutRedis = haveRedis ? false : 'redis-server is not installed (deploy/install-deps.sh installs it)';
-
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer();
-    probe.on('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
-  });
-}
 
 function ping(port) {
   return new Promise((resolve) => {

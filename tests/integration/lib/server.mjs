@@ -144,6 +144,30 @@ export function parseResponse(text) {
   return { status, headers, body: text.slice(end + 4) };
 }
 
+// A port nobody listens on now, on the loopback interface, for a server a test starts itself.
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const probe = net.createServer();
+    probe.on('error', reject);
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+// One call of a server's admin API that must succeed; resolves with its JSON answer.
+export async function adminCall(server, token, method, route, body) {
+  const res = await globalThis.fetch(`${server.url}${route}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = await res.json();
+  if (res.status >= 300) throw new Error(`${method} ${route}: ${res.status} ${JSON.stringify(json)}`);
+  return json;
+}
+
 export function sleep(ms) {
   return new Promise((r) => setTimeout(r, ms));
 }

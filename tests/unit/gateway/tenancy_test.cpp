@@ -18,23 +18,17 @@
 #include "edge/monitoring/gateway_metrics.h"
 #include "await_now.h"
 #include "test_support.h"
+#include "usage_fixtures.h"
 
 namespace gw = edge::gateway;
+using edge::testing::noon;
+using edge::testing::noon_s;
+using edge::testing::total_usage;
 using edge::testing::await_now;
 
 namespace {
 
-const auto noon = std::chrono::system_clock::time_point(std::chrono::seconds(1777636800));  // 2026-05-01T12:00Z
-constexpr gw::unix_time noon_s = 1777636800;
 const gw::audit_context admin{"admin", "req_test"};
-
-gw::usage_counts total(const gw::tenant_store& store, std::string_view tenant) {
-  auto rows = store.usage(tenant, noon_s - 86400, noon_s + 86400);
-  REQUIRE(rows.ok());
-  gw::usage_counts sum;
-  for (const auto& row : *rows) sum += row.counts;
-  return sum;
-}
 
 gw::request_session session(gw::tenancy& tenants, std::string_view id) {
   return tenants.session_for({tenants.store().snapshot()->tenant(id), "k"});
@@ -112,7 +106,7 @@ TEST_CASE("a session settles once both it and the engine's sink have let go") {
 
   REQUIRE(tenants->ledger().flush().ok());
   // Three requests reserved tokens (the last one still runs: its checkpoint counts it), two were refused.
-  CHECK(total(tenants->store(), "acme") == gw::usage_counts{3, 100, 20, 64, 2});
+  CHECK(total_usage(tenants->store(), "acme") == gw::usage_counts{3, 100, 20, 64, 2});
   const std::string scrape = prometheus::TextSerializer().Serialize(registry.Collect());
   CHECK(scrape.find("edgeinfer_quota_rejections_total{limit=\"max_concurrent\",tenant=\"acme\"} 2") !=
         std::string::npos);
@@ -200,7 +194,7 @@ TEST_CASE("kill -9: the ledger keeps the last checkpoint, and the budget counts 
 
   auto tenants = std::move(gw::tenancy::open({.state_dir = tmp.path()}, clock, nullptr)).value();
   // At most the last interval is lost: the 100 + 100 generated after the checkpoint.
-  CHECK(total(tenants->store(), "crashy") == gw::usage_counts{2, 20, 600, 0, 0});
+  CHECK(total_usage(tenants->store(), "crashy") == gw::usage_counts{2, 20, 600, 0, 0});
   // Both reservations count as spent: 5000 - 2 x 2010 = 980 left, whatever the cut requests used.
   gw::request_session over = session(*tenants, "crashy");
   REQUIRE(admitted(over));

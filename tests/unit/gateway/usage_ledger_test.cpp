@@ -13,25 +13,13 @@
 #include "edge/gateway/tenancy/usage_ledger.h"
 #include "tenancy/sqlite.h"
 #include "test_support.h"
+#include "usage_fixtures.h"
 
 namespace gw = edge::gateway;
+using edge::testing::noon;
+using edge::testing::noon_s;
+using edge::testing::total_usage;
 using namespace std::chrono_literals;
-
-namespace {
-
-const auto noon = std::chrono::system_clock::time_point(std::chrono::seconds(1777636800));  // 2026-05-01T12:00Z
-constexpr gw::unix_time noon_s = 1777636800;
-const gw::audit_context admin{"admin", "req_test"};
-
-gw::usage_counts total(const gw::tenant_store& store, std::string_view tenant) {
-  auto rows = store.usage(tenant, noon_s - 86400, noon_s + 86400);
-  REQUIRE(rows.ok());
-  gw::usage_counts sum;
-  for (const auto& row : *rows) sum += row.counts;
-  return sum;
-}
-
-}  // namespace
 
 TEST_CASE("record() buffers; flush() writes each tenant's hours") {
   edge::testing::temp_dir tmp;
@@ -57,7 +45,7 @@ TEST_CASE("record() buffers; flush() writes each tenant's hours") {
   CHECK((*rows)[0].counts == gw::usage_counts{2, 150, 25, 10, 1});
   CHECK((*rows)[1].hour_start == noon_s + 3600);
   CHECK((*rows)[1].counts == gw::usage_counts{1, 7, 7, 0, 0});
-  CHECK(total(*store, "beta") == gw::usage_counts{1, 1, 1, 0, 0});
+  CHECK(total_usage(*store, "beta") == gw::usage_counts{1, 1, 1, 0, 0});
 }
 
 TEST_CASE("records from many threads all arrive, exactly once") {
@@ -74,7 +62,7 @@ TEST_CASE("records from many threads all arrive, exactly once") {
   }
   for (auto& w : writers) w.join();
   REQUIRE(ledger.stop().ok());
-  CHECK(total(*store, "acme") == gw::usage_counts{10000, 30000, 20000, 10000, 0});
+  CHECK(total_usage(*store, "acme") == gw::usage_counts{10000, 30000, 20000, 10000, 0});
 }
 
 TEST_CASE("the background thread flushes without being asked") {
@@ -87,8 +75,8 @@ TEST_CASE("the background thread flushes without being asked") {
   // Waits for the row however long a loaded machine takes; the interval itself is not what is
   // tested. Nothing but the thread writes it: flush() is never called here.
   const gw::usage_counts expected{1, 2, 3, 0, 0};
-  for (int i = 0; i < 6000 && total(*store, "acme") != expected; ++i) std::this_thread::sleep_for(5ms);
-  CHECK(total(*store, "acme") == expected);
+  for (int i = 0; i < 6000 && total_usage(*store, "acme") != expected; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(total_usage(*store, "acme") == expected);
   CHECK(ledger.pending_rows() == 0);
 }
 
@@ -101,7 +89,7 @@ TEST_CASE("the destructor flushes what is left") {
     ledger.start();
     ledger.record("acme", {1, 5, 5, 0, 0});
   }
-  CHECK(total(*store, "acme") == gw::usage_counts{1, 5, 5, 0, 0});
+  CHECK(total_usage(*store, "acme") == gw::usage_counts{1, 5, 5, 0, 0});
 }
 
 TEST_CASE("a failed write keeps the increments for the next flush") {
@@ -120,7 +108,7 @@ TEST_CASE("a failed write keeps the increments for the next flush") {
 
   REQUIRE(side->exec("ALTER TABLE usage_hourly_away RENAME TO usage_hourly").ok());
   REQUIRE(ledger.flush().ok());
-  CHECK(total(*store, "acme") == gw::usage_counts{2, 11, 11, 0, 0});
+  CHECK(total_usage(*store, "acme") == gw::usage_counts{2, 11, 11, 0, 0});
 }
 
 TEST_CASE("a metered request is checkpointed at every flush and written in full when it ends") {
@@ -134,16 +122,16 @@ TEST_CASE("a metered request is checkpointed at every flush and written in full 
     CHECK(ledger.open_meters() == 1);
     usage.add_completion(7);
     REQUIRE(ledger.flush().ok());
-    CHECK(total(*store, "acme") == gw::usage_counts{1, 40, 7, 0, 0});
+    CHECK(total_usage(*store, "acme") == gw::usage_counts{1, 40, 7, 0, 0});
     usage.add_completion(5);
     REQUIRE(ledger.flush().ok());  // only what grew since the last checkpoint
-    CHECK(total(*store, "acme") == gw::usage_counts{1, 40, 12, 0, 0});
+    CHECK(total_usage(*store, "acme") == gw::usage_counts{1, 40, 12, 0, 0});
     usage.add_completion(3);
     CHECK(usage.finish(/*completion_tokens=*/16, /*cached_tokens=*/32));
   }  // the meter ends: the rest is recorded
   CHECK(ledger.open_meters() == 0);
   REQUIRE(ledger.flush().ok());
-  CHECK(total(*store, "acme") == gw::usage_counts{1, 40, 16, 32, 0});
+  CHECK(total_usage(*store, "acme") == gw::usage_counts{1, 40, 16, 32, 0});
 }
 
 TEST_CASE("a request's usage is believed within what the gateway knows") {
@@ -178,7 +166,7 @@ TEST_CASE("a hold is released by the flush that writes its request's last usage"
   meter.end();
   REQUIRE(ledger.flush().ok());
   CHECK(store->unreleased_hold_tokens(day)->empty());
-  CHECK(total(*store, "acme") == gw::usage_counts{1, 100, 50, 0, 0});
+  CHECK(total_usage(*store, "acme") == gw::usage_counts{1, 100, 50, 0, 0});
 }
 
 TEST_CASE("a failed flush keeps a meter's checkpoint and its hold's release for the next one") {
@@ -199,6 +187,6 @@ TEST_CASE("a failed flush keeps a meter's checkpoint and its hold's release for 
   CHECK(store->unreleased_hold_tokens(noon_s / 86400)->size() == 1);  // the transaction rolled back whole
   REQUIRE(side->exec("ALTER TABLE usage_hourly_away RENAME TO usage_hourly").ok());
   REQUIRE(ledger.flush().ok());
-  CHECK(total(*store, "acme") == gw::usage_counts{1, 10, 4, 0, 0});
+  CHECK(total_usage(*store, "acme") == gw::usage_counts{1, 10, 4, 0, 0});
   CHECK(store->unreleased_hold_tokens(noon_s / 86400)->empty());
 }

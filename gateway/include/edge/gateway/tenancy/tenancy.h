@@ -144,8 +144,6 @@ class tenancy {
   usage_ledger& ledger() { return *ledger_; }
   const time_source& clock() const { return clock_; }
 
-  // Store calls waiting for or running on the pool now.
-  std::size_t queued_quota_calls() const { return queued_calls_.load(std::memory_order_relaxed); }
   // Waits until no store call is queued or running: call it after the HTTP server's threads
   // stopped and before the server is destroyed, as a finished call resumes its request there.
   void drain_quota_calls() const;

@@ -64,8 +64,6 @@ class request_usage {
   // requests = 1 and the tokens so far.
   usage_counts counts() const;
   std::int64_t charged_tokens() const;  // prompt + completion so far
-  std::int64_t prompt_tokens() const { return prompt_; }
-  std::int64_t max_tokens() const { return max_tokens_; }
 
  private:
   const std::int64_t prompt_;
@@ -107,7 +105,6 @@ class usage_ledger {
     meter& operator=(const meter&) = delete;
     ~meter() { end(); }
     void end();
-    bool active() const { return ledger_ != nullptr; }
 
    private:
     friend class usage_ledger;
