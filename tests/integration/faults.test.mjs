@@ -7,8 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import path from 'node:path';
-import { adminCall, edgeinferBin, makeStateDir, sleep, startServer } from './lib/server.mjs';
+import { adminCall, makeSlowModel, makeStateDir, sleep, startServer } from './lib/server.mjs';
 import { skipWithoutRedis, startRedis } from './lib/redis.mjs';
 
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
@@ -72,11 +71,8 @@ async function metric(server, series) {
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 test('kill -9 mid-stream: the ledger has what was served up to the last second; the daily budget is not handed out twice', async () => {
-  // A model slow enough on a CPU (about 10 tokens/s) that two streams are still running when
-  // the server is killed: synthetic Qwen2.5-0.5B shapes.
-  const model = path.join(makeStateDir(), 'qwen');
-  const made = spawnSync(edgeinferBin, ['make-model', '--preset', 'qwen2.5-0.5b', '--out', model], { encoding: 'utf8' });
-  assert.equal(made.status, 0, made.stderr);
+  // Two streams still running when the server is killed.
+  const model = makeSlowModel();
   const stateDir = makeStateDir();
   const args = ['--model', model, '--state-dir', stateDir, '--admin-token', ADMIN_TOKEN, '--max-model-len', '4096',
     '--kv-cache-memory', '256MiB'];

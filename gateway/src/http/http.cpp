@@ -77,7 +77,7 @@ asio::awaitable<void> exchange::respond(response res) {
     co_return;
   }
   status_code_ = res.result_int();
-  keep_alive_ = req_.keep_alive() && !settings_.draining;
+  keep_alive_ = req_.keep_alive() && !settings_.draining && !cut_;
   res.version(req_.version());
   res.keep_alive(keep_alive_);
   res.set(http::field::server, "edgeinfer/" + std::string(version_string()));
@@ -98,7 +98,7 @@ asio::awaitable<bool> exchange::begin_stream(http::response_header<> header) {
   streaming_ = true;
   chunked_ = req_.version() >= 11;
   // An HTTP/1.0 body without a length ends when the connection closes.
-  keep_alive_ = chunked_ && req_.keep_alive() && !settings_.draining;
+  keep_alive_ = chunked_ && req_.keep_alive() && !settings_.draining && !cut_;
   res.version(req_.version());
   res.keep_alive(keep_alive_);
   res.set(http::field::server, "edgeinfer/" + std::string(version_string()));
@@ -139,14 +139,15 @@ asio::awaitable<void> exchange::watch_disconnect() {
     // Cancelled because the operation awaited alongside completed first: nothing happened here.
     // (Checked before each wait: a cancellation requested earlier does not reach a new one.)
     if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none) co_return;
+    if (cut_) co_return;
     if (!peer_done_sending_ && input_.size() < settings_.max_read_ahead) {
       const auto room = input_.prepare(settings_.max_read_ahead - input_.size());
       auto [ec, n] = co_await socket.async_read_some(room, use_tuple);
       input_.commit(n);
       if (ec == asio::error::eof) peer_done_sending_ = input_ended_ = true;
       else if (ec && ec != asio::error::operation_aborted) break;
-      // Aborted: cancelled (seen at the top), or the socket was closed under us (the next
-      // read says so).
+      // Aborted: cancelled or cut (seen at the top), or the socket was closed under us (the
+      // next read says so).
       continue;
     }
     if (peer_done_sending_) {
@@ -166,6 +167,18 @@ asio::awaitable<void> exchange::watch_disconnect() {
     co_await tick.async_wait(use_tuple);
   }
   mark_gone();
+}
+
+void exchange::cut_short() {
+  if (cut_) return;
+  cut_ = true;
+  keep_alive_ = false;
+  beast::error_code ignored;
+  stream_.socket().cancel(ignored);  // the pending read of watch_disconnect completes
+}
+
+void exchange::record_stream_failure(http::status status) {
+  if (streaming_) status_code_ = static_cast<unsigned>(status);
 }
 
 exchange::peer_state exchange::poll_peer() {

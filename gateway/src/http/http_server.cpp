@@ -37,6 +37,9 @@ namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 // How often a draining server checks whether its connections have all closed.
 constexpr auto drain_poll_interval = 25ms;
+// Past the shutdown deadline, how long requests cut short have to write their error and end,
+// before their connections are closed by force.
+constexpr auto cut_grace = 2s;
 // After a forced close, how long to wait for connections to notice before stopping anyway.
 constexpr auto forced_close_grace = 2s;
 // An error response is followed by a half-close; this long is given to the client to read it.
@@ -88,6 +91,7 @@ struct connection_state {
   beast::tcp_stream* stream = nullptr;  // valid while alive
   bool alive = true;
   bool busy = false;  // a request's headers have arrived and it is not answered yet
+  exchange* current = nullptr;  // the request being answered, once its handler runs
   // The read deadline (see arm_read_deadline): which read it belongs to, and whether it fired.
   std::uint64_t read_generation = 0;
   bool read_timed_out = false;
@@ -219,12 +223,21 @@ struct http_server::impl {
                                              const std::shared_ptr<connection_state>& state,
                                              asio::steady_timer& read_deadline);
   asio::awaitable<dispatch_outcome> dispatch(beast::tcp_stream& stream, beast::flat_buffer& input, const request& req,
-                                             std::chrono::steady_clock::time_point started, bool input_ended);
+                                             connection_state& state, std::chrono::steady_clock::time_point started,
+                                             bool input_ended);
   // Answers a request that could not be read, then closes; returns the request id it sent.
   asio::awaitable<std::string> reply_and_close(beast::tcp_stream& stream, response res,
                                                std::chrono::milliseconds write_timeout);
   asio::awaitable<void> drain();
-  void close_connections(bool force);
+  // Which connections close_connections() ends.
+  enum class closing {
+    idle,  // those between requests; requests being answered finish first
+    cut,   // those between requests, and the requests being answered are cut short
+    all,   // every one, at once
+  };
+  void close_connections(closing which);
+  // Waits until every connection closed or `deadline` passed.
+  asio::awaitable<void> wait_closed(std::chrono::steady_clock::time_point deadline);
   std::size_t open_connections();
   void record(const std::string& route, unsigned code, std::chrono::steady_clock::time_point started);
   void log_access(std::string_view method, std::string_view path, unsigned code, std::string_view request_id,
@@ -309,14 +322,14 @@ void http_server::shutdown() {
   asio::post(impl_->control, [this, again] {
     if (again) {
       impl_->log.warn("second shutdown request: closing {} connections now", impl_->open_connections());
-      impl_->close_connections(/*force=*/true);
+      impl_->close_connections(impl::closing::all);
       return;
     }
     beast::error_code ec;
     impl_->acceptor.close(ec);
     impl_->log.info("shutting down: stopped accepting; {} connections open, waiting up to {}ms",
                     impl_->open_connections(), impl_->options.shutdown_timeout.count());
-    impl_->close_connections(/*force=*/false);
+    impl_->close_connections(impl::closing::idle);
     asio::co_spawn(impl_->control, impl_->drain(),
                    [this](std::exception_ptr e) { log_exception(impl_->log, "drain", e); });
   });
@@ -327,15 +340,20 @@ std::size_t http_server::impl::open_connections() {
   return connections.size();
 }
 
-void http_server::impl::close_connections(bool force) {
+void http_server::impl::close_connections(closing which) {
   std::vector<std::shared_ptr<connection_state>> targets;
   {
     std::lock_guard lock(connections_mutex);
     targets.assign(connections.begin(), connections.end());
   }
   for (auto& state : targets) {
-    asio::post(state->executor, [state, force] {
-      if (!state->alive || (state->busy && !force)) return;
+    asio::post(state->executor, [state, which] {
+      if (!state->alive) return;
+      if (state->busy && which == closing::idle) return;
+      if (state->busy && which == closing::cut && state->current != nullptr) {
+        state->current->cut_short();
+        return;
+      }
       beast::error_code ec;
       state->stream->socket().shutdown(tcp::socket::shutdown_both, ec);
       state->stream->close();
@@ -343,21 +361,27 @@ void http_server::impl::close_connections(bool force) {
   }
 }
 
-asio::awaitable<void> http_server::impl::drain() {
+asio::awaitable<void> http_server::impl::wait_closed(std::chrono::steady_clock::time_point deadline) {
   asio::steady_timer timer(control);
-  const auto deadline = std::chrono::steady_clock::now() + options.shutdown_timeout;
   while (open_connections() > 0 && std::chrono::steady_clock::now() < deadline) {
     timer.expires_after(drain_poll_interval);
     co_await timer.async_wait(use_tuple);
   }
+}
+
+asio::awaitable<void> http_server::impl::drain() {
+  co_await wait_closed(std::chrono::steady_clock::now() + options.shutdown_timeout);
   if (const std::size_t left = open_connections(); left > 0) {
-    log.warn("shutdown timeout: closing {} connections still open", left);
-    close_connections(/*force=*/true);
-    const auto grace_end = std::chrono::steady_clock::now() + forced_close_grace;
-    while (open_connections() > 0 && std::chrono::steady_clock::now() < grace_end) {
-      timer.expires_after(drain_poll_interval);
-      co_await timer.async_wait(use_tuple);
-    }
+    log.warn("shutdown timeout: {} connections still open: cutting short the requests being answered, closing the rest",
+             left);
+    close_connections(closing::cut);
+    co_await wait_closed(std::chrono::steady_clock::now() + cut_grace);
+  }
+  if (const std::size_t left = open_connections(); left > 0) {
+    log.warn("closing {} connections that did not end within {}ms of being cut short", left,
+             std::chrono::duration_cast<std::chrono::milliseconds>(cut_grace).count());
+    close_connections(closing::all);
+    co_await wait_closed(std::chrono::steady_clock::now() + forced_close_grace);
   }
   log.info("shutdown complete");
   ioc.stop();
@@ -513,7 +537,7 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
 
     charge.update(0);  // complete: the request owns its body now
     const request req = parser.release();
-    const dispatch_outcome answered = co_await dispatch(stream, buffer, req, started, client_done_sending);
+    const dispatch_outcome answered = co_await dispatch(stream, buffer, req, *state, started, client_done_sending);
     if (!answered.keep_alive) break;
     client_done_sending = answered.client_done_sending;
   }
@@ -570,7 +594,7 @@ asio::awaitable<read_outcome> http_server::impl::read_request(beast::tcp_stream&
 }
 
 asio::awaitable<dispatch_outcome> http_server::impl::dispatch(beast::tcp_stream& stream, beast::flat_buffer& input,
-                                                              const request& req,
+                                                              const request& req, connection_state& state,
                                                               std::chrono::steady_clock::time_point started,
                                                               bool input_ended) {
   const std::string_view target = req.target();
@@ -581,6 +605,11 @@ asio::awaitable<dispatch_outcome> http_server::impl::dispatch(beast::tcp_stream&
   std::string request_id = is_valid_request_id(id_header) ? std::string(id_header) : new_request_id();
   exchange ex(stream, input, req, std::move(request_id), std::move(found.params),
               {options.write_timeout, owner.draining(), started, options.max_header_bytes, input_ended});
+  state.current = &ex;
+  struct forget_exchange {
+    connection_state& state;
+    ~forget_exchange() { state.current = nullptr; }
+  } forget{state};
 
   if (found.target == nullptr) {
     if (!found.allow.empty()) {

@@ -47,6 +47,35 @@ response unavailable_response(std::string_view message, std::string_view code) {
   return res;
 }
 
+// Why the server could not complete a request it had begun to serve.
+struct request_failure {
+  http::status status;
+  std::string message;
+  std::string_view code;
+};
+
+request_failure shutting_down_failure(std::string message) {
+  return {http::status::service_unavailable, std::move(message), "shutting_down"};
+}
+
+// Ends a request that failed: its error response (a 503 with retry-after), or for a stream
+// begun already its error event and [DONE], with the stream recorded under the error's status.
+asio::awaitable<void> end_failed(exchange& ex, std::optional<sse_writer>& sse, request_session& session,
+                                 const request_failure& failure) {
+  session.set_outcome(request_outcome::failed);
+  if (!sse) {
+    response res = failure.status == http::status::service_unavailable
+                       ? unavailable_response(failure.message, failure.code)
+                       : error_response(failure.status, failure.message, "server_error", std::nullopt, failure.code);
+    co_await ex.respond(with_headers(std::move(res), session));
+    co_return;
+  }
+  ex.record_stream_failure(failure.status);
+  const boost::json::value body = error_body(failure.message, "server_error", std::nullopt, failure.code);
+  if (!co_await sse->event(body)) co_return;
+  co_await sse->done();
+}
+
 response invalid_request(std::string_view message, std::string_view param,
                          std::optional<std::string_view> code = std::nullopt) {
   return error_response(http::status::bad_request, message, "invalid_request_error",
@@ -304,42 +333,39 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
       const auto* finished = std::get_if<backend::finished_event>(&event);
       if (finished == nullptr) continue;  // admitted
 
+      if (finished->reason == backend::finish_reason::abort || finished->reason == backend::finish_reason::error) {
+        // (A named local, not a temporary in the co_await: GCC 12 mishandles such temporaries.)
+        const request_failure failure =
+            finished->reason == backend::finish_reason::abort
+                ? shutting_down_failure("The request was aborted: the server is shutting down")
+                : request_failure{http::status::internal_server_error, format("The engine failed: {}", finished->error),
+                                  "engine_error"};
+        co_await end_failed(ex, sse, session, failure);
+        co_return;
+      }
+      session.set_outcome(request_outcome::completed);
       // The usage as the session charges it (the engine's figures, within what the gateway knows).
       const usage_counts charged = session.usage().counts();
       const backend::token_usage used{charged.prompt_tokens, charged.completion_tokens, charged.cached_tokens};
-      const bool aborted = finished->reason == backend::finish_reason::abort;
-      const bool failed = aborted || finished->reason == backend::finish_reason::error;
-      session.set_outcome(failed ? request_outcome::failed : request_outcome::completed);
       if (!sse) {
-        if (aborted) {
-          co_await ex.respond(with_headers(
-              unavailable_response("The request was aborted: the server is shutting down", "shutting_down"), session));
-        } else if (failed) {
-          co_await ex.respond(with_headers(error_response(http::status::internal_server_error,
-                                                          format("The engine failed: {}", finished->error),
-                                                          "server_error"),
-                                           session));
-        } else {
-          co_await ex.respond(with_headers(
-              json_response(http::status::ok, completion_response(meta, text, finished->reason, used)),
-              session));
-        }
+        co_await ex.respond(
+            with_headers(json_response(http::status::ok, completion_response(meta, text, finished->reason, used)),
+                         session));
         co_return;
       }
-      if (failed) {
-        const auto body = aborted ? error_body("The request was aborted: the server is shutting down", "server_error",
-                                               std::nullopt, "shutting_down")
-                                  : error_body(format("The engine failed: {}", finished->error), "server_error",
-                                               std::nullopt, "engine_error");
-        if (!co_await sse->event(body)) co_return;
-      } else {
-        if (!co_await sse->event(chunks.finish(finished->reason))) co_return;
-        if (r.include_usage) {
-          const boost::json::value usage = chunks.usage(used);
-          if (!co_await sse->event(usage)) co_return;
-        }
+      if (!co_await sse->event(chunks.finish(finished->reason))) co_return;
+      if (r.include_usage) {
+        const boost::json::value usage = chunks.usage(used);
+        if (!co_await sse->event(usage)) co_return;
       }
       co_await sse->done();
+      co_return;
+    }
+
+    if (ex.was_cut()) {
+      const request_failure failure =
+          shutting_down_failure("The server is shutting down: the request was cut short at its shutdown deadline");
+      co_await end_failed(ex, sse, session, failure);
       co_return;
     }
 
@@ -347,7 +373,7 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
     const clock::time_point heartbeat_due = sse ? sse->last_write() + options_.sse_heartbeat : clock::time_point::max();
     events.wake.expires_at(heartbeat_due);
     const auto woken = co_await (events.wake.async_wait(asio::as_tuple(asio::use_awaitable)) || ex.watch_disconnect());
-    if (woken.index() == 1) co_return;  // the client is gone: the handle cancels the request
+    if (woken.index() == 1 && !ex.was_cut()) co_return;  // the client is gone: the handle cancels the request
     if (sse && events.events.empty() && clock::now() >= sse->last_write() + options_.sse_heartbeat) {
       if (!co_await sse->ping()) co_return;
     }

@@ -208,7 +208,8 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
   backend::generate_request& request = std::get<backend::generate_request>(parsed);
   if (request.id.empty()) request.id = ex.request_id();
   ex.access().tenant = request.tenant;
-  ex.access().prompt_tokens = static_cast<std::int64_t>(request.prompt.size());
+  const auto prompt_tokens = static_cast<std::int64_t>(request.prompt.size());
+  ex.access().prompt_tokens = prompt_tokens;
 
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
@@ -255,11 +256,23 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
       co_await ex.end_stream();
       co_return;
     }
+    if (ex.was_cut()) {
+      // Ended as the engine ends a request it aborts at shutdown, with what was generated: the
+      // gateway answers its client with that error (or, before the first token, tries another
+      // backend). The handle cancels the request here.
+      backend::finished_event cut{.reason = backend::finish_reason::abort,
+                                  .usage = {.prompt_tokens = prompt_tokens, .completion_tokens = completion_tokens},
+                                  .timings = {},
+                                  .error = "the backend is shutting down"};
+      ex.record_stream_failure(http::status::service_unavailable);
+      if (co_await ex.write_chunk(encode_event(cut))) co_await ex.end_stream();
+      co_return;
+    }
 
     // Sleep until an event arrives, the heartbeat is due, or the gateway leaves.
     events->wake.expires_at(last_write + options_.heartbeat);
     const auto woken = co_await (events->wake.async_wait(asio::as_tuple(asio::use_awaitable)) || ex.watch_disconnect());
-    if (woken.index() == 1) co_return;  // the gateway is gone: the handle cancels the request
+    if (woken.index() == 1 && !ex.was_cut()) co_return;  // the gateway is gone: the handle cancels the request
     if (events->events.empty() && clock::now() >= last_write + options_.heartbeat) {
       if (!co_await ex.write_chunk(encode_heartbeat())) co_return;
       last_write = clock::now();

@@ -1,5 +1,5 @@
 // Starts `edgeinfer serve` on a free loopback port for a test and stops it afterwards.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -20,6 +20,15 @@ export function makeStateDir() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'edgeinfer-state-'));
   stateDirs.push(dir);
   return dir;
+}
+
+// A model slow enough on a CPU (about 10 tokens/s) that its requests are still running when a
+// test acts on them: synthetic Qwen2.5-0.5B shapes, made in a fresh folder (a few seconds).
+export function makeSlowModel() {
+  const model = path.join(makeStateDir(), 'qwen');
+  const made = spawnSync(edgeinferBin, ['make-model', '--preset', 'qwen2.5-0.5b', '--out', model], { encoding: 'utf8' });
+  if (made.status !== 0) throw new Error(`make-model failed: ${made.stderr}`);
+  return model;
 }
 
 // Starts the server with extra arguments; resolves once it logs the port it listens on and,

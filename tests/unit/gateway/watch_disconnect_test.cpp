@@ -1,7 +1,8 @@
 // exchange::watch_disconnect on a real loopback connection: it reports a client that closes or
 // resets, whatever it sent before (bytes of pipelined requests are kept for the next request's
 // parser, up to the read-ahead bound and past it), tells a half-closed HTTP/1.1 client (which
-// still gets its answer) from a closed one, and never holds the connection's strand.
+// still gets its answer) from a closed one, never holds the connection's strand, and ends when
+// the server cuts the request short.
 #include <doctest/doctest.h>
 
 #include <sys/socket.h>
@@ -247,4 +248,41 @@ TEST_CASE("a watch cancelled by the operation awaited alongside it reports nothi
   REQUIRE(finished(watched, 5s));
   CHECK(c.ex->status_code() == 0);
   CHECK(c.buffered() == "GET");
+}
+
+TEST_CASE("a request cut short by the server ends the watch, the client still there, and its connection is not reused") {
+  connection c;
+  c.req.keep_alive(true);
+  auto watched = c.watch();
+  asio::write(c.client, asio::buffer("GET", 3));
+  CHECK_FALSE(finished(watched, 200ms));
+  c.on_strand([&] { c.ex->cut_short(); });
+  REQUIRE(finished(watched, 5s));
+  CHECK(c.ex->was_cut());
+  CHECK(c.ex->status_code() == 0);  // not counted as a client that left: the handler answers
+  CHECK(c.buffered() == "GET");
+
+  // A watch begun after the cut ends at once.
+  auto again = c.watch();
+  REQUIRE(finished(again, 5s));
+
+  edge::gateway::response res{boost::beast::http::status::service_unavailable, 11};
+  res.body() = "shutting down";
+  auto answered = c.spawn(c.ex->respond(std::move(res)));
+  REQUIRE(finished(answered, 5s));
+  const std::string reply = c.receive(4096, 500ms);
+  CHECK(reply.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0) == 0);
+  CHECK(reply.find("Connection: close\r\n") != std::string::npos);
+  CHECK_FALSE(c.ex->keep_alive());
+}
+
+TEST_CASE("a stream that ends with an error event is recorded under the error's status") {
+  connection c;
+  boost::beast::http::response_header<> head;
+  head.result(boost::beast::http::status::ok);
+  auto begun = c.spawn(begin_stream(*c.ex, std::move(head)));
+  REQUIRE(finished(begun, 5s));
+  CHECK(c.ex->status_code() == 200);
+  c.on_strand([&] { c.ex->record_stream_failure(boost::beast::http::status::service_unavailable); });
+  CHECK(c.ex->status_code() == 503);
 }

@@ -119,7 +119,20 @@ class exchange {
   // interim responses) and for a response already streaming, the end of the client's data
   // counts as gone. Once gone, the exchange counts as answered with client_closed_request
   // unless it was, and the connection is not reused.
+  //
+  // It completes too once the server cut the request short (was_cut()).
   asio::awaitable<void> watch_disconnect();
+
+  // The server's shutdown deadline passed with this request still being answered: a handler
+  // that sees was_cut() ends its answer at once, with an error saying so (a 503, or for a
+  // stream begun already its error event and end), and the connection closes after it. Wakes
+  // watch_disconnect; a write stalled at that moment fails. Connection strand only.
+  void cut_short();
+  bool was_cut() const { return cut_; }
+
+  // A stream that ends with an error event: the status that error stands for, which the
+  // access log and the metrics record in place of the 200 the stream began with.
+  void record_stream_failure(http::status status);
 
   unsigned status_code() const { return status_code_; }
   bool responded() const { return status_code_ != 0; }
@@ -150,6 +163,7 @@ class exchange {
   bool keep_alive_ = false;
   bool streaming_ = false;
   bool chunked_ = false;
+  bool cut_ = false;
   bool peer_done_sending_ = false;  // the client's data has ended (a close or a half-close)
   bool input_ended_ = false;        // and a read returned that end
   std::size_t interim_unsent_ = 0;  // bytes at the end of the interim response not written yet

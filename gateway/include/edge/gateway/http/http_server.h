@@ -14,8 +14,10 @@
 // for long.
 //
 // Shutdown (shutdown(), or the first SIGINT/SIGTERM the owner forwards): stop accepting,
-// /readyz turns 503, idle keep-alive connections close, requests in flight finish and close,
-// and whatever is still open after shutdown_timeout is closed by force. run() then returns.
+// /readyz turns 503, idle keep-alive connections close, requests in flight finish and close.
+// Requests still being answered after shutdown_timeout are cut short (exchange::cut_short():
+// each ends with an error saying so, a stream with its error event), and what is still open
+// two seconds after that is closed by force. run() then returns.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
