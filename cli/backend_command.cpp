@@ -68,6 +68,10 @@ int run_backend(const config::values& settings) {
   log.info("edgeinfer {} (commit {}), CUDA {}", version_string(), git_commit(),
            cuda_compiled() ? "built" : "not built");
   log.debug("settings: {}", settings.describe());
+  if (const auto conflict = http_options_conflict(settings)) {
+    log.error("{}", *conflict);
+    return 2;
+  }
 
   auto token = internal_token(settings, log);
   if (const int* exit_code = std::get_if<int>(&token)) return *exit_code;

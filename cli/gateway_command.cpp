@@ -100,6 +100,10 @@ int run_gateway(const config::values& settings) {
   const logger log{"gateway"};
   log.info("edgeinfer {} (commit {})", version_string(), git_commit());
   log.debug("settings: {}", settings.describe());
+  if (const auto conflict = http_options_conflict(settings)) {
+    log.error("{}", *conflict);
+    return 2;
+  }
 
   auto options = pool_options(settings);
   if (!options.ok()) {

@@ -44,6 +44,10 @@ int run_serve(const config::values& settings) {
   log.info("edgeinfer {} (commit {}), CUDA {}", version_string(), git_commit(),
            cuda_compiled() ? "built" : "not built");
   log.debug("settings: {}", settings.describe());
+  if (const auto conflict = http_options_conflict(settings)) {
+    log.error("{}", *conflict);
+    return 2;
+  }
 
   auto location = locate_served_model(settings);
   if (!location.ok()) {

@@ -55,7 +55,7 @@ void add_http_options(config::schema& s, std::int64_t default_port) {
                  "Close a keep-alive connection idle this long; no part of reading a request takes longer");
   s.add_duration("write-timeout", "60s", 100ms, 24h, "Give up on a client that accepts no data for this long");
   s.add_duration("shutdown-timeout", "30s", 0ms, 24h,
-                 "On SIGTERM, how long requests in flight may take before their connections are closed");
+                 "On SIGTERM, how long requests in flight may take before they are cut short with an error");
   s.add_boolean("access-log", true, "Log one line per request (component \"access\"; JSON fields with --log-format json)");
 }
 
@@ -74,6 +74,15 @@ gateway::server_options http_server_options(const config::values& settings) {
   options.shutdown_timeout = settings.duration("shutdown-timeout");
   options.access_log = settings.boolean("access-log");
   return options;
+}
+
+std::optional<std::string> http_options_conflict(const config::values& settings) {
+  if (settings.bytes("max-buffered-body-bytes") < settings.bytes("max-body")) {
+    return format("--max-buffered-body-bytes ({}) is below --max-body ({}): a body of the largest size allowed "
+                  "could never be received",
+                  format_bytes(settings.bytes("max-buffered-body-bytes")), format_bytes(settings.bytes("max-body")));
+  }
+  return std::nullopt;
 }
 
 void add_model_options(config::schema& s) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
@@ -38,6 +39,9 @@ namespace edge::cli {
 // --write-timeout, --shutdown-timeout, --access-log.
 void add_http_options(config::schema& s, std::int64_t default_port);
 gateway::server_options http_server_options(const config::values& settings);
+// Settings of add_http_options that contradict each other (a body budget below the largest
+// body), as a message naming them; the serving commands exit 2 with it.
+std::optional<std::string> http_options_conflict(const config::values& settings);
 
 // --model, --served-model-name.
 void add_model_options(config::schema& s);

@@ -120,6 +120,9 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                               .Name(name("quota_store_dropped_total"))
                               .Help("Queued quota store calls dropped because the queue was full")
                               .Register(registry)
-                              .Add({})) {}
+                              .Add({})) {
+  // Both limits from the start, at 0: an alert's rate() needs the series before the first refusal.
+  for (const char* limit : {"max_connections", "max_buffered_body_bytes"}) http_overload_rejections.Add({{"limit", limit}});
+}
 
 }  // namespace edge::monitoring

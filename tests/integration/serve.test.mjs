@@ -137,6 +137,15 @@ test('a bad setting exits 2 with a message naming it', () => {
   assert.match(r.stderr, /invalid value "lots" for max-body \(environment variable EDGE_MAX_BODY\)/);
 });
 
+test('settings that contradict each other exit 2 naming both', () => {
+  for (const command of ['serve', 'backend', 'gateway']) {
+    const r = spawnSync(edgeinferBin, [command, '--port', '0', '--max-body', '8MiB', '--max-buffered-body-bytes', '4MiB'],
+      { encoding: 'utf8' });
+    assert.equal(r.status, 2, `${command}: ${r.stderr}`);
+    assert.match(r.stderr, /--max-buffered-body-bytes \(4 MiB\) is below --max-body \(8 MiB\)/);
+  }
+});
+
 test('a port already in use exits 1 with a clear error', async () => {
   const r = spawnSync(edgeinferBin, ['serve', '--host', '127.0.0.1', '--port', String(server.port),
     '--state-dir', makeStateDir()], {
