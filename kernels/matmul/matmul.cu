@@ -75,8 +75,10 @@ __device__ __forceinline__ uint4 load_streaming(const void* address) {
   return v;
 }
 
-// Chunk c of a weight row; bytes at or past `valid_bytes` read as zero (a zero weight in
-// every format). The vector path needs 16-byte alignment and a whole chunk inside the row.
+// Chunk c of a weight row; bytes at or past `valid_bytes` read as zero bytes (a zero weight in
+// the plain and FP8 formats; in INT4 the code of q = -8, so INT4 callers also give such
+// elements a zero scale). The vector path needs 16-byte alignment and a whole chunk inside the
+// row.
 __device__ __forceinline__ uint4 load_chunk(const std::uint8_t* row, std::int64_t c, std::int64_t valid_bytes,
                                             bool vec) {
   const std::int64_t first = c * chunk_bytes;
@@ -311,10 +313,12 @@ constexpr std::size_t tc_out_bytes = tc_bm * tc_out_ld * sizeof(float);
 constexpr std::size_t tc_shared_bytes = tc_tile_bytes > tc_out_bytes ? tc_tile_bytes : tc_out_bytes;
 static_assert(tc_bm == tc_bn, "the shared tiles are carved as two equal halves");
 
-// Dequantizes the [tc_bn, tc_bk] weight tile starting at (n0, kb) into `ws` as bf16.
+// Dequantizes the [tc_bn, tc_bk] weight tile starting at (n0, kb) into `ws` as bf16. Elements
+// at or past k_end (the end of this block's split of k) read as zero: neither a scale past the
+// row nor a weight of the next split (a NaN code there must not reach this split's sum) is read.
 template <weight_format F>
 __device__ __forceinline__ void load_weight_tile(const matmul_args& a, std::int64_t n0, std::int64_t kb,
-                                                 __nv_bfloat16 (*ws)[tc_ld]) {
+                                                 std::int64_t k_end, __nv_bfloat16 (*ws)[tc_ld]) {
   constexpr int elements = chunk_elements<F>();
   constexpr int chunks_per_row = tc_bk / elements;
   constexpr int chunks = tc_bn * chunks_per_row;
@@ -325,11 +329,12 @@ __device__ __forceinline__ void load_weight_tile(const matmul_args& a, std::int6
     const int part = i % chunks_per_row;
     const std::int64_t row = n0 + r;
     const std::int64_t c = kb / elements + part;
+    const bool inside = row < a.n && c * elements < k_end;
     uint4 raw = make_uint4(0, 0, 0, 0);
-    if (row < a.n && c * elements < a.k) raw = load_chunk(weights + row * a.row_bytes, c, valid_bytes, a.w_vec);
+    if (inside) raw = load_chunk(weights + row * a.row_bytes, c, valid_bytes, a.w_vec);
     float chunk_scale = 1.0f;
     if constexpr (F == weight_format::int4) {
-      if (row < a.n && a.group_size >= elements) chunk_scale = a.scales[row * a.groups_per_row + c * elements / a.group_size];
+      if (a.group_size >= elements) chunk_scale = inside ? a.scales[row * a.groups_per_row + c * elements / a.group_size] : 0.0f;
     }
 #pragma unroll
     for (int q = 0; q < chunk_quads<F>(); ++q) {
@@ -344,7 +349,7 @@ __device__ __forceinline__ void load_weight_tile(const matmul_args& a, std::int6
           if (a.group_size >= elements) {
             value *= chunk_scale;
           } else {
-            value *= row < a.n && k_index < a.k ? a.scales[row * a.groups_per_row + k_index / a.group_size] : 0.0f;
+            value *= row < a.n && k_index < k_end ? a.scales[row * a.groups_per_row + k_index / a.group_size] : 0.0f;
           }
         }
         ws[r][part * elements + first + e] = __float2bfloat16_rn(value);
@@ -389,7 +394,7 @@ __global__ void __launch_bounds__(tc_threads) gemm_tc_kernel(matmul_args a) {
       xs[r][col + 2] = __float2bfloat16_rn(v.z);
       xs[r][col + 3] = __float2bfloat16_rn(v.w);
     }
-    load_weight_tile<F>(a, n0, kb, ws);
+    load_weight_tile<F>(a, n0, kb, k_end, ws);
     __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < tc_bk; kk += wmma_k) {
