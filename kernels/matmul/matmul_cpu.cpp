@@ -121,8 +121,14 @@ EDGE_AVX512 inline __m512 load_weights(const void* base, std::int64_t index, __m
     constexpr short fp16_of_fp8_mask = static_cast<short>(0xBF80);
     constexpr int fp16_of_fp8_shift = fp16_traits::mantissa_bits - fp8_e4m3_traits::mantissa_bits;
     const __m128i raw = _mm_maskz_loadu_epi8(mask, static_cast<const std::uint8_t*>(base) + index);
-    const __m256i bits = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(raw), fp16_of_fp8_shift),
-                                          _mm256_set1_epi16(fp16_of_fp8_mask));
+    __m256i bits = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(raw), fp16_of_fp8_shift),
+                                    _mm256_set1_epi16(fp16_of_fp8_mask));
+    // E4M3's NaN code would land on a finite FP16 (480): make it FP16's NaN, as the portable
+    // path and the device read it.
+    const __mmask16 nan = _mm256_cmpeq_epi16_mask(
+        _mm256_and_si256(_mm256_cvtepu8_epi16(raw), _mm256_set1_epi16(fp8_e4m3_traits::abs_mask)),
+        _mm256_set1_epi16(fp8_e4m3_traits::nan_code));
+    bits = _mm256_mask_mov_epi16(bits, nan, _mm256_set1_epi16(static_cast<short>(fp16_traits::nan_code)));
     return _mm512_cvtph_ps(bits);
   }
 }

@@ -20,9 +20,10 @@ constexpr int sampling_threads = 1024;
 constexpr int sampling_warps = sampling_threads / warp_size;
 constexpr int key_bits = 32;
 
-// Float bits in an order that matches the float order (negative values reversed).
+// Float bits in an order that matches the float order (negative values reversed). -0.0 and
+// +0.0 get one key, as they compare equal on the CPU: their tie goes to the lower id there too.
 __device__ __forceinline__ std::uint32_t ordered_bits(float v) {
-  const std::uint32_t u = __float_as_uint(v);
+  const std::uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
   return (u & 0x8000'0000u) != 0u ? ~u : u | 0x8000'0000u;
 }
 

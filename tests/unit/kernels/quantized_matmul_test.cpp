@@ -245,6 +245,26 @@ TEST_CASE("FP8 matmul matches the f32 matmul of the dequantized weights to 1e-5"
   }
 }
 
+TEST_CASE("an FP8 NaN code makes its row's outputs NaN and no other") {
+  // Codes 0x7F and 0xFF are E4M3's NaN; every other code is finite. Rows of 40 (a full
+  // 16-wide vector and a masked tail) with the NaN code at different places.
+  const std::int64_t n = 4, k = 40, tokens = 3;
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(n * k), 0x38);  // 1.0
+  codes[static_cast<std::size_t>(0 * k + 3)] = 0x7F;
+  codes[static_cast<std::size_t>(2 * k + 37)] = 0xFF;
+  const std::vector<float> scales(static_cast<std::size_t>(n), 0.5f);
+  const weight_view w{.format = weight_format::fp8_e4m3, .values = codes.data(), .scales = scales.data(), .group_size = 0};
+  const auto x = edge::testing::random_floats(static_cast<std::size_t>(tokens * k), 61);
+  const auto y = matmul(x, w, tokens, n, k, nullptr, nullptr);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    CAPTURE(t);
+    CHECK(std::isnan(y[static_cast<std::size_t>(t * n + 0)]));
+    CHECK(std::isfinite(y[static_cast<std::size_t>(t * n + 1)]));
+    CHECK(std::isnan(y[static_cast<std::size_t>(t * n + 2)]));
+    CHECK(std::isfinite(y[static_cast<std::size_t>(t * n + 3)]));
+  }
+}
+
 TEST_CASE("quantized matmul gives each token bit-identical results alone and in any batch") {
   edge::thread_pool pool(2);
   const std::int64_t n = 203, k = 176, tokens = 17;

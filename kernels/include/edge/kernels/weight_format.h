@@ -27,8 +27,10 @@
 //
 // FP8 (weight_format::fp8_e4m3)
 //   values [n, k] E4M3 codes (numerics.h); scales [n] f32. The weight is decode(code) × scale.
-//   Quantization: scale = amax / 448 over the row, code = float_to_fp8_e4m3(x / scale). The
-//   quantizer never writes a NaN code, and the kernels do not read one as NaN.
+//   Quantization: scale = amax / 448 over the row, code = float_to_fp8_e4m3(x / scale). A NaN
+//   weight (or a row whose amax is not finite) is stored as the NaN code (0x7F / 0xFF), and
+//   every kernel, on the CPU and the device, reads that code as NaN: a broken checkpoint shows
+//   as NaN outputs, never as silently different numbers.
 //
 // A zero group or row (amax = 0) gets scale 0 and codes for 0.
 #pragma once
