@@ -47,7 +47,7 @@ config::schema generate_options() {
                "to bf16, f16 or f32; auto keeps them as stored");
   s.add_choice("device", "auto", {"auto", "cpu", "cuda"},
                "Where the model runs: cuda (the first GPU), cpu, or auto (cuda when a GPU is present)");
-  s.add_number("gpu-memory-utilization", 0.9, 0.01, 1.0,
+  s.add_number("gpu-memory-utilization", 0.9, 0.01, backend::max_gpu_memory_utilization,
                "With --device cuda: the share of the GPU's memory weights, buffers and KV cache may take");
   return s;
 }

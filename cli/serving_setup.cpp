@@ -119,7 +119,7 @@ void add_engine_options(config::schema& s) {
                 "Reuse the KV blocks of earlier prompts that start the same way (per tenant)");
   s.add_choice("device", "auto", {"auto", "cpu", "cuda"},
                "Where the engine runs: cuda (the first GPU), cpu, or auto (cuda when a GPU is present)");
-  s.add_number("gpu-memory-utilization", 0.9, 0.01, 1.0,
+  s.add_number("gpu-memory-utilization", 0.9, 0.01, backend::max_gpu_memory_utilization,
                "With CUDA: the share of the GPU's memory that weights, buffers and the KV cache may take; the KV "
                "cache gets what the weights leave (--kv-cache-memory, when given, sizes it instead)");
 }

@@ -27,6 +27,8 @@ int device_count(std::string* why_none) {
 
 status from_cuda(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return {};
+  // Cleared, so that the next launch's check_launch reports only its own error.
+  static_cast<void>(cudaGetLastError());
   return internal_error(format("{}: {} ({})", what, cudaGetErrorName(error), cudaGetErrorString(error)));
 }
 

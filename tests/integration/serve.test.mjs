@@ -146,6 +146,12 @@ test('settings that contradict each other exit 2 naming both', () => {
   }
 });
 
+test('a GPU memory share that leaves the CUDA runtime nothing is refused', () => {
+  const r = spawnSync(edgeinferBin, ['serve', '--port', '0', '--gpu-memory-utilization', '1.0'], { encoding: 'utf8' });
+  assert.equal(r.status, 2, r.stderr);
+  assert.match(r.stderr, /gpu-memory-utilization/);
+});
+
 test('a port already in use exits 1 with a clear error', async () => {
   const r = spawnSync(edgeinferBin, ['serve', '--host', '127.0.0.1', '--port', String(server.port),
     '--state-dir', makeStateDir()], {

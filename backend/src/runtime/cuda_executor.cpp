@@ -26,6 +26,9 @@ using kernels::weight_format;
 
 status cuda_check(cudaError_t error, std::string_view what) {
   if (error == cudaSuccess) return {};
+  // Taken out of the runtime's last-error slot, so that the next launch's check does not report
+  // it again as its own (a failed graph capture must not fail the step after it).
+  static_cast<void>(cudaGetLastError());
   return internal_error(format("{}: {} ({})", what, cudaGetErrorName(error), cudaGetErrorString(error)));
 }
 
@@ -196,9 +199,17 @@ struct cuda_executor::state {
     return p;
   }
 
+  // Copies on the executor's stream: a plain cudaMemcpy runs on the legacy stream, which the
+  // non-blocking stream the kernels run on does not wait for. (From pageable memory the call
+  // returns once the bytes are staged, so `host` may go away at once.) The executor
+  // synchronises its stream before its first step.
+  status copy_to_device(void* target, const void* host, std::size_t bytes) {
+    return cuda_check(cudaMemcpyAsync(target, host, bytes, cudaMemcpyHostToDevice, stream), "upload");
+  }
+
   result<void*> upload(const void* host, std::size_t bytes, std::string_view what) {
     EDGE_ASSIGN_OR_RETURN(void* p, allocate_weight(bytes, what));
-    EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "upload"));
+    EDGE_RETURN_IF_ERROR(copy_to_device(p, host, bytes));
     return p;
   }
 
@@ -299,15 +310,14 @@ struct cuda_executor::state {
     if (options.kv_cache_bytes) {
       budget = *options.kv_cache_bytes;
     } else {
-      const double allowed = options.gpu_memory_utilization * static_cast<double>(total_bytes);
-      const auto in_use = static_cast<double>(total_bytes - free_bytes);
-      if (allowed <= in_use) {
+      budget = utilization_kv_budget(total_bytes, free_bytes, options.gpu_memory_utilization);
+      if (budget == 0) {
         return resource_exhausted(format("--gpu-memory-utilization {:.2f} of {} leaves nothing for the KV cache: {} is "
-                                         "already in use (weights {})",
+                                         "already in use (weights {}), and {} of it is free",
                                          options.gpu_memory_utilization, format_bytes(total_bytes),
-                                         format_bytes(total_bytes - free_bytes), format_bytes(weight_bytes)));
+                                         format_bytes(total_bytes - free_bytes), format_bytes(weight_bytes),
+                                         format_bytes(free_bytes)));
       }
-      budget = static_cast<std::size_t>(allowed - in_use);
     }
     kv_cache_layout layout = kv_cache_layout::for_budget(config, options.kv_dtype, options.block_size, budget);
     // One block of the budget is the padding block of CUDA-graph batches.
@@ -460,16 +470,12 @@ struct cuda_executor::state {
       std::int64_t row = 0;
       for (const weight_matrix* p : parts) {
         auto* value_at = static_cast<std::byte*>(values) + kernels::weight_values_bytes(first.format, row, k);
-        EDGE_RETURN_IF_ERROR(cuda_check(
-            cudaMemcpy(value_at, p->data, static_cast<std::size_t>(kernels::weight_values_bytes(p->format, p->rows(), k)),
-                       cudaMemcpyHostToDevice),
-            "upload"));
+        EDGE_RETURN_IF_ERROR(s_.copy_to_device(
+            value_at, p->data, static_cast<std::size_t>(kernels::weight_values_bytes(p->format, p->rows(), k))));
         if (scales != nullptr) {
           const auto count = kernels::weight_scale_count(p->format, p->rows(), k, p->group_size);
-          EDGE_RETURN_IF_ERROR(
-              cuda_check(cudaMemcpy(scales + kernels::weight_scale_count(first.format, row, k, first.group_size), p->scales,
-                                    static_cast<std::size_t>(count) * sizeof(float), cudaMemcpyHostToDevice),
-                         "upload"));
+          EDGE_RETURN_IF_ERROR(s_.copy_to_device(scales + kernels::weight_scale_count(first.format, row, k, first.group_size),
+                                                 p->scales, static_cast<std::size_t>(count) * sizeof(float)));
         }
         row += p->rows();
       }
@@ -513,8 +519,9 @@ result<std::unique_ptr<cuda_executor::state>> cuda_executor::begin(const cuda_ex
   if (options.max_batch_tokens <= 0 || options.max_sequences <= 0 || options.block_size <= 0) {
     return invalid_argument("max_batch_tokens, max_sequences and block_size must be positive");
   }
-  if (!(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= 1.0)) {
-    return invalid_argument(format("gpu_memory_utilization must be in (0, 1], not {}", options.gpu_memory_utilization));
+  if (!(options.gpu_memory_utilization > 0.0 && options.gpu_memory_utilization <= max_gpu_memory_utilization)) {
+    return invalid_argument(format("gpu_memory_utilization must be in (0, {}], not {}", max_gpu_memory_utilization,
+                                   options.gpu_memory_utilization));
   }
   auto s = std::make_unique<cuda_executor::state>();
   s->options = options;

@@ -1,5 +1,6 @@
 // The CUDA executor where `make test` runs (no GPU): it refuses to start with the reason, so
-// `--device cuda` can say why and `--device auto` can fall back to the CPU.
+// `--device cuda` can say why and `--device auto` can fall back to the CPU. And the KV budget
+// rule it sizes the pool by.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -22,4 +23,19 @@ TEST_CASE("cuda_executor::create without a usable GPU says why") {
   CHECK(created.error().message() == why);
   const auto synthetic = edge::backend::cuda_executor::create_synthetic(m.config, edge::kernels::weight_format::int4, 1, {});
   CHECK_FALSE(synthetic.ok());
+}
+
+TEST_CASE("the utilization rule leaves the runtime its headroom") {
+  using edge::backend::utilization_kv_budget;
+  constexpr std::size_t gib = std::size_t{1} << 30;
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  // 141 GiB device, 20 GiB in use: 0.9 allows 126.9 - 20 GiB; the headroom (1.41 GiB) is not reached.
+  const std::size_t total = 141 * gib;
+  CHECK(utilization_kv_budget(total, total - 20 * gib, 0.9) ==
+        static_cast<std::size_t>(0.9 * static_cast<double>(total)) - 20 * gib);
+  // A small device keeps 512 MiB even at the largest share (0.98 of 8 GiB would leave 164 MiB).
+  CHECK(utilization_kv_budget(8 * gib, 6 * gib, 0.98) == 6 * gib - 512 * mib);
+  // Nothing left: in use already past the share, or free memory within the headroom.
+  CHECK(utilization_kv_budget(total, 10 * gib, 0.9) == 0);
+  CHECK(utilization_kv_budget(8 * gib, 400 * mib, 0.98) == 0);
 }

@@ -9,9 +9,11 @@
 //   pinned staging for the per-step metadata and the logits) is an RAII allocation made at
 //   creation: a step allocates nothing.
 // * The KV pool lives on the device, in the layout of kv_cache.h. Its size is --kv-cache-memory
-//   when given, else gpu_memory_utilization of the device's memory minus what is in use once
-//   weights and buffers are allocated (vLLM's rule). One extra block past kv_layout().num_blocks
-//   is reserved for the padding rows of CUDA-graph batches.
+//   when given, else utilization_kv_budget(): gpu_memory_utilization of the device's memory
+//   minus what is in use once weights and buffers are allocated (vLLM's rule), leaving free at
+//   least a headroom for what the runtime allocates later (kernel modules loaded lazily at
+//   their first launch, CUDA graphs). One extra block past kv_layout().num_blocks is reserved
+//   for the padding rows of CUDA-graph batches.
 // * Decode steps (every entry one token with logits) run as CUDA graphs captured per padded
 //   batch size (1, 2, 4, 8, ... up to max_sequences), the first step of a size eagerly.
 //
@@ -22,6 +24,7 @@
 // engine thread); every call selects the executor's device first.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -40,11 +43,27 @@ struct cuda_executor_options {
   std::int64_t max_sequences = 256;
   kernels::dtype kv_dtype = kernels::dtype::bf16;
   std::int64_t block_size = 16;
-  double gpu_memory_utilization = 0.9;      // of the device's whole memory, weights included
+  double gpu_memory_utilization = 0.9;      // of the device's whole memory, weights included; at most max_gpu_memory_utilization
   std::optional<std::size_t> kv_cache_bytes;  // a fixed KV budget instead
   int device = 0;
   bool cuda_graphs = true;
 };
+
+// The largest gpu_memory_utilization accepted: at 1.0 nothing would be left for the runtime.
+inline constexpr double max_gpu_memory_utilization = 0.98;
+
+// Device memory the KV pool may take under the utilization rule: utilization × total minus
+// what is in use (total − free), but never so much that less than the headroom stays free
+// (512 MiB, or 1% of a device larger than 50 GiB). 0 when nothing is left.
+constexpr std::size_t utilization_kv_budget(std::size_t total_bytes, std::size_t free_bytes, double utilization) {
+  constexpr std::size_t min_headroom = std::size_t{512} << 20;
+  const std::size_t headroom = total_bytes / 100 > min_headroom ? total_bytes / 100 : min_headroom;
+  const double allowed = utilization * static_cast<double>(total_bytes);
+  const double in_use = static_cast<double>(total_bytes - free_bytes);
+  if (allowed <= in_use || free_bytes <= headroom) return 0;
+  const auto by_utilization = static_cast<std::size_t>(allowed - in_use);
+  return by_utilization < free_bytes - headroom ? by_utilization : free_bytes - headroom;
+}
 
 // Whether a CUDA device can be used, and if not why ("no CUDA device: ..."); the CLI's
 // --device auto asks this.
