@@ -14,13 +14,21 @@
 
 namespace edge::gpu_test {
 
-// Exit codes: 0 all passed, 1 a comparison failed, 2 the test could not run (no GPU, CUDA error).
+// Exit codes: 0 all passed, 1 a comparison failed, 2 the test could not run (a CUDA error, a
+// fixture named but missing), 77 skipped (no CUDA device here, or no fixture where none was
+// named: ctest's SKIP_RETURN_CODE). tests/gpu/run.sh counts anything but 0 as a failure.
 constexpr int exit_failed = 1;
 constexpr int exit_cannot_run = 2;
+constexpr int exit_skipped = 77;
 
 [[noreturn]] inline void cannot_run(const std::string& why) {
   std::fprintf(stderr, "cannot run: %s\n", why.c_str());
   std::exit(exit_cannot_run);
+}
+
+[[noreturn]] inline void skip(const std::string& why) {
+  std::fprintf(stderr, "skipped: %s\n", why.c_str());
+  std::exit(exit_skipped);
 }
 
 inline void check_cuda(cudaError_t error, const char* what) {
@@ -98,7 +106,7 @@ inline std::vector<float> random_floats(std::size_t count, std::uint32_t seed, f
 // Prints the device, or ends the program when there is none.
 inline cudaDeviceProp require_device(const char* program) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) cannot_run("no CUDA device");
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) skip("no CUDA device");
   cudaDeviceProp properties{};
   check_cuda(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties");
   std::printf("%s on %s (compute capability %d.%d, %d SMs, %.1f GiB)\n", program, properties.name, properties.major,

@@ -1,6 +1,8 @@
 // Every CUDA kernel against its CPU reference, over awkward shapes: sizes 1, 54, 97, 4096 and
-// 14336; KV block sizes 1, 8 and 16; head_dim 64 and 128; GQA 1:1, 4:1 and 8:1; every weight
-// format and KV dtype. Each line prints the largest error and the tolerance it is held to:
+// 14336, and k = 288 / 96 for INT4 groups of 32 that end half-way through a tensor-core tile;
+// packed and strided activations; KV block sizes 1, 8 and 16; head_dim 64, 128 and 256; GQA
+// 1:1, 4:1, 8:1 and 16:1 (the last two shapes past 48 KB of shared memory); every weight
+// format and KV dtype; weight scales followed by a NaN, so that a read past them shows. Each line prints the largest error and the tolerance it is held to:
 //   * exact (tolerance 0): embedding, quantize / dequantize, kv_cache_write (the same encoders
 //     and IEEE division on both sides), greedy sampling;
 //   * float rounding and summation order: rmsnorm, rope, silu_mul, paged attention (absolute,
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -43,6 +46,9 @@ using gpu_test::random_floats;
 
 thread_pool* pool_ptr = nullptr;
 cudaStream_t cuda_stream = nullptr;
+// --quick: small shapes only, for a run under compute-sanitizer (which is slow): every kernel
+// and path, the edge cases above among them, none of the large matrices or long contexts.
+bool quick = false;
 
 stream cpu() { return {.where = device::cpu, .pool = pool_ptr, .cuda_stream = nullptr}; }
 stream gpu() { return {.where = device::cuda, .pool = nullptr, .cuda_stream = cuda_stream}; }
@@ -297,18 +303,24 @@ void test_matmul(gpu_test::results& r) {
     std::int64_t n, k;
     std::vector<std::int64_t> tokens;
   };
+  // k = 288 and 96 (k = 32 mod 64): INT4 groups of 32 whose last tensor-core tile ends half-way,
+  // at 9, 17, 64 and 65 tokens.
   const std::vector<shape> shapes = {
       {1, 128, {1, 54}}, {97, 54, {1, 5, 97}}, {54, 4096, {1, 8, 54}}, {4096, 97, {1, 97}},
-      {14336, 4096, {1}}, {4096, 14336, {1, 8, 54}},
+      {14336, 4096, {1}}, {4096, 14336, {1, 8, 54}}, {97, 288, {9, 64, 65}}, {64, 96, {9, 17}},
   };
   const std::int64_t workspace_floats = matmul_workspace_floats(128, 14336);
   device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
   for (const weight_format f : {weight_format::f32, weight_format::f16, weight_format::bf16, weight_format::fp8_e4m3,
                                 weight_format::int4}) {
     for (const shape& sh : shapes) {
+      if (quick && sh.n * sh.k > 64 * 1024) continue;
       const host_weights w = make_weights(f, sh.n, sh.k, 9);
       device_array<std::uint8_t> d_values(w.values);
-      device_array<float> d_scales(w.scales.empty() ? std::vector<float>{0.0f} : w.scales);
+      // A NaN past the last scale: a kernel that reads beyond the scales turns its output NaN.
+      std::vector<float> scales_with_canary = w.scales;
+      scales_with_canary.push_back(std::nanf(""));
+      device_array<float> d_scales(scales_with_canary);
       const weight_view host_view{.format = f, .values = w.values.data(),
                                   .scales = w.scales.empty() ? nullptr : w.scales.data(), .group_size = w.group_size};
       const weight_view device_view{.format = f, .values = d_values.get(),
@@ -319,11 +331,14 @@ void test_matmul(gpu_test::results& r) {
       device_array<float> d_bias(bias);
       for (const std::int64_t tokens : sh.tokens) {
         for (const bool split : {false, true}) {
-          const std::int64_t x_stride = sh.k + 3;  // an unaligned stride: the scalar x path
+          // Without a split the rows are packed (k a multiple of 4 takes the aligned float4 x
+          // path the executor uses); with one they are not (the scalar path). Both epilogues
+          // with and without a split, by the parity of the token count.
+          const std::int64_t x_stride = split ? sh.k + 3 : sh.k;
           const auto x = random_floats(static_cast<std::size_t>(tokens * x_stride), 11, -2.0f, 2.0f);
           const auto y0 = random_floats(static_cast<std::size_t>(tokens * sh.n), 12);
           std::vector<float> y_cpu = y0;
-          const bool accumulate = split;  // exercise both epilogues
+          const bool accumulate = split != (tokens % 2 == 0);
           gpu_test::check_ok(run_matmul({.x = x.data(), .w = host_view, .bias = bias.data(), .y = y_cpu.data(),
                                          .tokens = tokens, .n = sh.n, .k = sh.k, .x_stride = x_stride,
                                          .y_stride = sh.n, .accumulate = accumulate},
@@ -359,8 +374,9 @@ void test_matmul(gpu_test::results& r) {
           }
           const bool tensor_cores = tokens > 8 && (f == weight_format::bf16 || f == weight_format::fp8_e4m3 ||
                                                    f == weight_format::int4);
-          r.check(format("matmul {} n {} k {} tokens {}{} (relative to sum |x w|)", to_string(f), sh.n, sh.k, tokens,
-                         split ? " split-k, accumulate" : ""),
+          r.check(format("matmul {} n {} k {} tokens {}{}{}{} (relative to sum |x w|)", to_string(f), sh.n, sh.k,
+                         tokens, split ? " split-k" : "", accumulate ? " accumulate" : "",
+                         x_stride == sh.k ? " packed x" : ""),
                   worst, tensor_cores ? 1.0 / 128.0 : 1e-5);
         }
       }
@@ -428,17 +444,19 @@ void test_kv_cache_write(gpu_test::results& r) {
 
 // A paged cache filled (by the CPU writer) with the K/V of several sequences, and queries.
 void test_paged_attention(gpu_test::results& r) {
-  const std::int64_t attention_workspace = paged_attention_workspace_floats(256, 64, 128);
+  const std::int64_t attention_workspace = paged_attention_workspace_floats(256, 64, 256);
   device_array<float> workspace(static_cast<std::size_t>(attention_workspace));
   for (const dtype type : {dtype::fp8_e4m3, dtype::bf16}) {
-    for (const std::int64_t head_dim : {64, 128}) {
-      for (const std::int64_t group : {1, 4, 8}) {
+    // head_dim 256, and 16 query heads per KV head at 128, need more than 48 KB of shared memory.
+    for (const std::int64_t head_dim : {64, 128, 256}) {
+      for (const std::int64_t group : {1, 4, 8, 16}) {
         for (const std::int64_t block_size : {1, 8, 16}) {
+          if (quick && (block_size == 8 || group == 4)) continue;
           const std::int64_t kv_heads = 2;
           const std::int64_t heads = kv_heads * group;
-          // Contexts: decode at 1, 54, 97 and 4096 positions, and a prefill chunk of 97 tokens
-          // starting at position 54 of a fifth sequence.
-          const std::vector<std::int64_t> contexts = {1, 54, 97, 4096, 151};
+          // Contexts: decode at 1, 54, 97 and 4096 (--quick: 300) positions, and a prefill
+          // chunk of 97 tokens starting at position 54 of a fifth sequence.
+          const std::vector<std::int64_t> contexts = {1, 54, 97, quick ? 300 : 4096, 151};
           const std::int64_t chunk = 97;
           std::int64_t max_blocks = 0;
           std::int64_t total_blocks = 0;
@@ -653,7 +671,8 @@ void test_sampling(gpu_test::results& r) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  quick = argc > 1 && std::string_view(argv[1]) == "--quick";
   gpu_test::require_device("kernels_gpu_test");
   thread_pool pool(std::max(2u, std::thread::hardware_concurrency()) - 1);
   pool_ptr = &pool;
