@@ -2,10 +2,12 @@
 // bf16, FP8 with row scales, INT4 with group scales: edge/kernels/weight_format.h), widened and
 // dequantized in registers (no dequantized copy of the weights).
 //
-// Each output element is one dot product over k whose summation order depends only on k, not
-// on how many tokens or rows are computed together. A sequence therefore gets bit-identical
-// results alone or in any batch (batch invariance), and decode (one token) and prefill (many)
-// share one code path: the kernel tiles several tokens against several weight rows so that a
+// On the CPU each output element is one dot product over k whose summation order depends only
+// on k, not on how many tokens or rows are computed together. A sequence therefore gets
+// bit-identical results alone or in any batch there (batch invariance). The CUDA kernels do
+// not promise that: 1 to 8 tokens take the f32 GEMV, 9 and more the bf16 tensor-core GEMM, and
+// the split of k depends on the tile count (docs/decisions.md). On both, decode (one token)
+// and prefill (many) share one code path: the kernel tiles several tokens against several weight rows so that a
 // weight row fetched from memory serves every token of the tile.
 //
 // Quantized weights give the result of the same matmul over their dequantized values

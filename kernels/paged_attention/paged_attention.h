@@ -6,7 +6,9 @@
 // (those of the token itself included, so the cache must be written first). Grouped-query
 // attention: query head h reads KV head h / (num_heads / num_kv_heads), and each KV row is
 // read once for the whole group. Softmax is computed online, one KV block at a time, in a
-// fixed order per token, so results do not depend on batch composition.
+// fixed order per token, so on the CPU results do not depend on batch composition. The CUDA
+// kernel splits a context into a number of slices chosen from the batch's size (to fill the
+// device), so there a token's result may round differently in another batch.
 //
 // An fp8_e4m3 cache is dequantized inside the kernel (kv_cache_write.h describes the scales):
 // a K row's scale multiplies its dot product with q, and a V row's scale multiplies its

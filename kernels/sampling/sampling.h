@@ -1,6 +1,7 @@
 // Choosing the next token from a row of logits: greedy (argmax), or a draw after temperature,
 // top-k, min-p and top-p. Randomness comes in as one uniform number per row, so the caller
-// decides seeding (a request's seed and step give the same token whatever the batch).
+// decides seeding (a request's seed and step give the same token for the same logits,
+// whatever the batch; on a GPU the logits themselves may change with the batch: matmul.h).
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
 // The CUDA engine against the CPU engine on the real stories260K model: greedy decoding of the
 // README's prompt must give the same 60 tokens on both (and, for f32 weights and KV, the
 // reference ids of llama2.c), alone and in a batch of four sequences of different lengths
-// (chunked prefill, then decode steps that run as CUDA graphs), for f32 / int4 / fp8 weights
-// and f32 / bf16 / fp8 KV caches. Also: forward_sample's greedy tokens equal the host argmax
+// (chunked prefill, then decode steps that run as CUDA graphs; compared in lock step, where
+// only near-ties may differ), for f32 / int4 / fp8 weights and f32 / bf16 / fp8 KV caches;
+// and the same batch twice on CUDA gives the same tokens. Also: forward_sample's greedy tokens equal the host argmax
 // of forward's logits.
 //
 // The model comes from ${EDGE_TEST_MODELS}/stories260K/stories260K.bin (default: the shared
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -71,50 +73,122 @@ std::unique_ptr<loaded_model> load(std::optional<kernels::weight_format> weights
 
 std::int32_t argmax_row(std::span<const float> row) { return kernels::argmax(row); }
 
-// Greedy decoding of several prompts together: each prompt prefilled in chunks of `chunk`
-// tokens, then one decode step for all sequences until each has `generated` tokens.
-std::vector<std::vector<std::int32_t>> greedy(executor& exec, std::int64_t num_blocks,
-                                              const std::vector<std::vector<std::int32_t>>& prompts, std::int64_t chunk) {
-  kv_block_pool blocks(num_blocks);
-  const std::int64_t vocab = exec.vocab_size();
-  std::vector<std::vector<std::int32_t>> tokens = prompts;
-  std::vector<std::vector<std::int32_t>> tables(prompts.size());
-  std::vector<std::int64_t> done(prompts.size(), 0);  // tokens whose K/V are in the cache
-  const auto grow = [&](std::size_t s, std::int64_t positions) {
-    while (static_cast<std::int64_t>(tables[s].size()) * block_size < positions) {
-      auto b = blocks.allocate();
-      if (!b) gpu_test::cannot_run("KV cache full");
-      tables[s].push_back(*b);
-    }
-  };
-  std::vector<float> logits;
-  for (;;) {
-    batch_plan plan;
-    std::vector<std::size_t> owners;
-    for (std::size_t s = 0; s < prompts.size(); ++s) {
-      if (static_cast<std::int64_t>(tokens[s].size()) >= static_cast<std::int64_t>(prompts[s].size()) + generated) continue;
-      const std::int64_t have = static_cast<std::int64_t>(tokens[s].size());
-      const std::int64_t count = std::min(chunk, have - done[s]);
-      grow(s, done[s] + count);
-      const bool last = done[s] + count == have;
-      plan.entries.push_back({.tokens = std::span<const std::int32_t>(tokens[s]).subspan(static_cast<std::size_t>(done[s]),
-                                                                                        static_cast<std::size_t>(count)),
-                              .start_position = done[s],
-                              .block_table = tables[s],
+// Several prompts decoded together: each prefilled in chunks of `chunk` tokens, then one
+// decode step for all sequences until each has `generated` tokens. next_step() plans a step;
+// push() appends the token chosen for each sequence with logits in it.
+class decoding {
+ public:
+  decoding(std::int64_t num_blocks, const std::vector<std::vector<std::int32_t>>& prompts, std::int64_t chunk)
+      : blocks_(num_blocks), prompts_(prompts), tokens_(prompts), tables_(prompts.size()),
+        done_(prompts.size(), 0), chunk_(chunk) {}
+
+  // The next step's plan and the sequence of each of its logits rows; false once all are done.
+  bool next_step(batch_plan& plan, std::vector<std::size_t>& owners) {
+    plan = {};
+    owners.clear();
+    for (std::size_t s = 0; s < prompts_.size(); ++s) {
+      const std::int64_t have = static_cast<std::int64_t>(tokens_[s].size());
+      if (have >= static_cast<std::int64_t>(prompts_[s].size()) + generated) continue;
+      const std::int64_t count = std::min(chunk_, have - done_[s]);
+      while (static_cast<std::int64_t>(tables_[s].size()) * block_size < done_[s] + count) {
+        auto b = blocks_.allocate();
+        if (!b) gpu_test::cannot_run("KV cache full");
+        tables_[s].push_back(*b);
+      }
+      const bool last = done_[s] + count == have;
+      plan.entries.push_back({.tokens = std::span<const std::int32_t>(tokens_[s]).subspan(static_cast<std::size_t>(done_[s]),
+                                                                                         static_cast<std::size_t>(count)),
+                              .start_position = done_[s],
+                              .block_table = tables_[s],
                               .compute_logits = last});
       if (last) owners.push_back(s);
-      done[s] += count;
+      done_[s] += count;
     }
-    if (plan.entries.empty()) break;
-    logits.resize(static_cast<std::size_t>(plan.logits_rows() * vocab));
+    return !plan.entries.empty();
+  }
+  void push(std::size_t sequence, std::int32_t token) { tokens_[sequence].push_back(token); }
+
+  // What each sequence generated.
+  std::vector<std::vector<std::int32_t>> generated_tokens() const {
+    std::vector<std::vector<std::int32_t>> out;
+    for (std::size_t s = 0; s < prompts_.size(); ++s) {
+      out.emplace_back(tokens_[s].begin() + static_cast<std::ptrdiff_t>(prompts_[s].size()), tokens_[s].end());
+    }
+    return out;
+  }
+
+ private:
+  kv_block_pool blocks_;
+  const std::vector<std::vector<std::int32_t>>& prompts_;
+  std::vector<std::vector<std::int32_t>> tokens_;
+  std::vector<std::vector<std::int32_t>> tables_;
+  std::vector<std::int64_t> done_;  // tokens whose K/V are in the cache
+  std::int64_t chunk_;
+};
+
+std::span<const float> logits_row(const std::vector<float>& logits, std::size_t row, std::int64_t vocab) {
+  return std::span<const float>(logits).subspan(row * static_cast<std::size_t>(vocab), static_cast<std::size_t>(vocab));
+}
+
+// Greedy decoding on one executor.
+std::vector<std::vector<std::int32_t>> greedy(executor& exec, std::int64_t num_blocks,
+                                              const std::vector<std::vector<std::int32_t>>& prompts, std::int64_t chunk) {
+  decoding run(num_blocks, prompts, chunk);
+  batch_plan plan;
+  std::vector<std::size_t> owners;
+  std::vector<float> logits;
+  while (run.next_step(plan, owners)) {
+    logits.resize(static_cast<std::size_t>(plan.logits_rows() * exec.vocab_size()));
     gpu_test::check_ok(exec.forward(plan, logits), "forward");
+    for (std::size_t r = 0; r < owners.size(); ++r) run.push(owners[r], argmax_row(logits_row(logits, r, exec.vocab_size())));
+  }
+  return run.generated_tokens();
+}
+
+// Greedy decoding on two executors in lock step, each step's tokens chosen from the
+// reference's logits and fed to both. Where the two argmaxes differ, that is a failure unless
+// the reference's two best logits lie within `tie_margin` of each other (rounding may order a
+// near-tie either way: a batch of 9+ tokens takes another GEMM on the device).
+struct lockstep_result {
+  int steps = 0;
+  int near_ties = 0;
+  std::string mismatch;  // empty: none beyond near-ties
+};
+
+lockstep_result greedy_lockstep(executor& reference, executor& device, std::int64_t num_blocks,
+                                const std::vector<std::vector<std::int32_t>>& prompts, std::int64_t chunk,
+                                float tie_margin) {
+  decoding run(num_blocks, prompts, chunk);
+  const std::int64_t vocab = reference.vocab_size();
+  lockstep_result out;
+  batch_plan plan;
+  std::vector<std::size_t> owners;
+  std::vector<float> ref_logits;
+  std::vector<float> dev_logits;
+  while (run.next_step(plan, owners)) {
+    ref_logits.resize(static_cast<std::size_t>(plan.logits_rows() * vocab));
+    dev_logits.resize(ref_logits.size());
+    gpu_test::check_ok(reference.forward(plan, ref_logits), "forward (reference)");
+    gpu_test::check_ok(device.forward(plan, dev_logits), "forward (device)");
+    ++out.steps;
     for (std::size_t r = 0; r < owners.size(); ++r) {
-      tokens[owners[r]].push_back(argmax_row(std::span<const float>(logits).subspan(r * static_cast<std::size_t>(vocab),
-                                                                                    static_cast<std::size_t>(vocab))));
+      const std::int32_t want = argmax_row(logits_row(ref_logits, r, vocab));
+      const std::int32_t got = argmax_row(logits_row(dev_logits, r, vocab));
+      if (got != want) {
+        const auto row = logits_row(ref_logits, r, vocab);
+        std::vector<float> best(row.begin(), row.end());
+        std::partial_sort(best.begin(), best.begin() + 2, best.end(), std::greater<>());
+        if (best[0] - best[1] <= tie_margin) {
+          ++out.near_ties;
+        } else if (out.mismatch.empty()) {
+          out.mismatch = format("step {}, sequence {}: device {} vs reference {} (logit gap {:.3g})", out.steps, owners[r],
+                                got, want, best[0] - best[1]);
+        }
+      }
+      run.push(owners[r], want);
     }
   }
-  for (std::size_t s = 0; s < prompts.size(); ++s) tokens[s].erase(tokens[s].begin(), tokens[s].begin() + static_cast<std::ptrdiff_t>(prompts[s].size()));
-  return tokens;
+  return out;
 }
 
 std::string first_difference(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b) {
@@ -168,18 +242,22 @@ int main() {
       r.expect(format("{}: greedy stories260K equals llama2.c's reference ids", v.name), gpu_one[0] == reference_ids,
                first_difference(gpu_one[0], reference_ids));
     }
-    // Four sequences of different lengths, prompts prefilled 3 tokens at a time.
-    const auto cpu_batch = greedy(**cpu, num_blocks, batch, 3);
+    // Four sequences of different lengths, prompts prefilled 3 tokens at a time: the first
+    // step has 9 tokens, which takes the tensor-core GEMM for int4 / fp8 weights (bf16
+    // activations) and the SIMT GEMM for f32 (another summation order), so a near-tie may go
+    // either way: compared in lock step, near-ties counted.
+    const float tie_margin = v.weights ? 5e-2f : 1e-3f;
+    const lockstep_result batched = greedy_lockstep(**cpu, **gpu, num_blocks, batch, 3, tie_margin);
+    r.expect(format("{}: greedy, 4 sequences, chunked prefill, CUDA = CPU but near-ties", v.name),
+             batched.mismatch.empty(),
+             batched.mismatch.empty() ? format("{} steps, {} near-ties (logit gap <= {})", batched.steps,
+                                               batched.near_ties, tie_margin)
+                                      : batched.mismatch);
+    // Deterministic: the same batch again gives the same tokens (the GPU is not batch
+    // invariant, docs/decisions.md, but it is run to run).
     const auto gpu_batch = greedy(**gpu, num_blocks, batch, 3);
-    bool same = true;
-    std::string detail = "identical";
-    for (std::size_t s = 0; s < batch.size(); ++s) {
-      if (gpu_batch[s] != cpu_batch[s]) {
-        same = false;
-        detail = format("sequence {}: {}", s, first_difference(gpu_batch[s], cpu_batch[s]));
-      }
-    }
-    r.expect(format("{}: greedy, 4 sequences, chunked prefill, CUDA = CPU", v.name), same, detail);
+    const auto gpu_batch_again = greedy(**gpu, num_blocks, batch, 3);
+    r.expect(format("{}: the same batch twice on CUDA, the same tokens", v.name), gpu_batch == gpu_batch_again);
   }
 
   // forward_sample (greedy on the device) against forward's logits, at a batch of 3 (a
