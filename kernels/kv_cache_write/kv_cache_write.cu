@@ -45,7 +45,8 @@ __global__ void __launch_bounds__(kv_write_warps * warp_size)
   const std::int64_t t = item / num_kv_heads;
   const std::int64_t h = item % num_kv_heads;
   const std::int64_t slot = slots[t];
-  // A slot outside the cache (the caller checks slots on the host) is skipped, never written.
+  // A slot outside the cache is skipped, never written: the padding rows of CUDA-graph batches
+  // (slot -1); the caller checks the slots of real rows on the host.
   if (slot < 0 || slot >= num_blocks * block_size) return;
   // Row index of (block, h, offset) in [num_blocks, num_kv_heads, block_size].
   const std::int64_t row = (slot / block_size * num_kv_heads + h) * block_size + slot % block_size;

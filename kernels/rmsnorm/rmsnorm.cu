@@ -11,7 +11,7 @@ constexpr int rmsnorm_threads = 256;
 constexpr int rmsnorm_warps = rmsnorm_threads / warp_size;
 
 __global__ void __launch_bounds__(rmsnorm_threads)
-    rmsnorm_kernel(float* __restrict__ x,               // [rows, cols], row stride x_stride
+    rmsnorm_kernel(float* x,  // [rows, cols], row stride x_stride; may be out (not restrict)
                    const float* __restrict__ residual,  // [rows, cols] or null
                    const std::int64_t* __restrict__ row_index,  // [rows] or null (no residual then)
                    const float* __restrict__ weight,    // [cols]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks the shipped monitoring and deployment files with the tools that read them:
 # promtool (scrape config, alert rules and their unit tests), systemd-analyze (the unit),
-# yamllint (compose, Kubernetes, Prometheus, Grafana provisioning) and a JSON parse of the
-# Grafana dashboard.
+# yamllint (compose, Kubernetes, Prometheus, Grafana provisioning), a JSON parse of the
+# Grafana dashboard, and a parse of tests/gpu/run.sh.
 #
 #   tests/deploy/check.sh SOURCE_DIR EDGEINFER_BINARY
 set -euo pipefail
@@ -43,6 +43,9 @@ step "yamllint" yamllint -c "$src/.yamllint" --strict \
 for json in "$src"/monitoring/grafana/dashboards/*.json; do
   step "JSON $(basename "$json")" node -e 'JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"))' "$json"
 done
+
+# The GPU window's one command must at least parse here, where it never runs.
+step "bash -n tests/gpu/run.sh" bash -n "$src/tests/gpu/run.sh"
 
 if [[ $failures -gt 0 ]]; then
   echo "$failures check(s) failed"

@@ -74,13 +74,13 @@ step() {
   fi
   note "$(printf '%-9s %-4s %4ds' "$name" "$verdict" $((SECONDS - start)))"
   grep -E ': [0-9]+ checks, [0-9]+ failed|^numerics_gpu_test: |ERROR SUMMARY|^skipped: |^cannot run: ' "$logs/$name.log" |
-    tail -n 3 | cut -c1-200 | sed 's/^/          /' >> "$summary"
+    tail -n 3 | cut -c1-150 | sed 's/^/          /' >> "$summary"
   if ((rc != 0)); then
     failed=1
     if [[ $name == build ]]; then
-      grep -E 'error|Error' "$logs/$name.log" | head -n 12 | cut -c1-200 | sed 's/^/          /' >> "$summary"
+      grep -E 'error|Error' "$logs/$name.log" | head -n 5 | cut -c1-150 | sed 's/^/          /' >> "$summary"
     else
-      grep -E '^FAIL|error|Error' "$logs/$name.log" | head -n 10 | cut -c1-200 | sed 's/^/          /' >> "$summary"
+      grep -E '^FAIL|error|Error' "$logs/$name.log" | head -n 5 | cut -c1-150 | sed 's/^/          /' >> "$summary"
     fi
   fi
   return $rc
@@ -130,5 +130,7 @@ fi
 
 echo
 echo "==== tests/gpu/run.sh summary (logs in $logs) ===="
-cat "$summary"
+# Bounded by construction (at most about 10 KB); cut regardless, so that it always fits the
+# 12,000 characters of output a GPU run brings back.
+head -c 11000 "$summary"
 exit $failed

@@ -227,7 +227,10 @@ result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs,
       out.ids[t] = 0;
       out.positions[t] = 0;
       out.seq[t] = static_cast<std::int32_t>(e);
-      out.slots[t] = pad_block * kv.block_size;
+      // Written nowhere (the device kernel skips a negative slot): the padding rows of a graph
+      // batch all sit at position 0 of the pad block, which stays zero, and would otherwise
+      // race to write its first row.
+      out.slots[t] = -1;
       out.last_token[row++] = t;
       ++t;
       max_run = std::max<std::int64_t>(max_run, 1);

@@ -2,7 +2,7 @@
 // folder (half-split RoPE, Q/K rows as trained) and as a GGUF (adjacent-pair RoPE, Q/K rows
 // permuted as llama.cpp's converter does; Qwen2 GGUFs keep half-split). The forward pass must
 // give the same logits for both, which checks both RoPE layouts, the permutation and (for
-// Qwen2) the Q/K/V biases end to end.
+// Qwen2) the Q/K/V biases end to end. Also: how stage_step pads a CUDA-graph batch.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 #include "edge/backend/model/model.h"
 #include "edge/backend/model/synthetic.h"
 #include "edge/backend/runtime/cpu_executor.h"
+#include "edge/backend/runtime/forward.h"
 #include "edge/backend/engine/generator.h"
 #include "test_support.h"
 
@@ -164,5 +165,31 @@ TEST_CASE("the Hugging Face and GGUF forms of one synthetic model compute the sa
     CHECK(gguf.m->config.rope == (std::string(preset) == "tiny" ? rope_layout::adjacent_pairs : rope_layout::half_split));
     const std::vector<token_id> prompt = {1, 17, 42, 99, 7, 250, 3, 64, 128, 5, 11, 300};
     CHECK(relative_difference(logits_along(hf, prompt), logits_along(gguf, prompt)) <= 1e-5);
+  }
+}
+
+TEST_CASE("stage_step: padding entries of a graph batch read the pad block and write nothing") {
+  const kv_cache_layout kv{.num_layers = 1, .num_kv_heads = 1, .head_dim = 4, .block_size = 16, .num_blocks = 8};
+  const std::int64_t pad_block = kv.num_blocks;
+  const std::int64_t table_stride = 4;
+  const std::vector<std::int32_t> ids = {5};
+  const std::vector<std::int32_t> table = {3};
+  batch_plan plan;
+  plan.entries.push_back({.tokens = ids, .start_position = 2, .block_table = table, .compute_logits = true});
+  constexpr std::int64_t seqs = 4;  // one entry padded to a graph batch of 4
+  std::vector<std::int32_t> out_ids(seqs), positions(seqs), seq(seqs), tables(seqs * table_stride), seq_begin(seqs + 1);
+  std::vector<std::int64_t> slots(seqs), last_token(seqs);
+  const auto staged = stage_step(plan, seqs, 32, kv, table_stride, pad_block,
+                                 {.ids = out_ids.data(), .positions = positions.data(), .seq = seq.data(),
+                                  .slots = slots.data(), .block_tables = tables.data(), .seq_begin = seq_begin.data(),
+                                  .last_token = last_token.data()});
+  REQUIRE_MESSAGE(staged.ok(), staged.error().message());
+  CHECK(staged->tokens == seqs);
+  CHECK(slots[0] == 3 * kv.block_size + 2);
+  for (std::int64_t t = 1; t < seqs; ++t) {
+    CAPTURE(t);
+    CHECK(slots[static_cast<std::size_t>(t)] == -1);
+    CHECK(positions[static_cast<std::size_t>(t)] == 0);
+    CHECK(tables[static_cast<std::size_t>(t * table_stride)] == pad_block);
   }
 }

@@ -129,8 +129,8 @@ std::int64_t padded_tokens(const batch_plan& plan, std::int64_t padded_seqs);
 
 // Checks the plan against the executor's limits, the vocabulary and the KV pool
 // (invalid_argument) and writes its metadata. Entries past the plan's, up to `padded_seqs`, are
-// padding for CUDA-graph batches: one token at position 0 writing into block `pad_block`, its
-// logits computed and unused.
+// padding for CUDA-graph batches: one token at position 0 of block `pad_block` (which stays
+// zero: its slot is -1, written nowhere), its logits computed and unused.
 result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs, std::int64_t vocab,
                                const kv_cache_layout& kv, std::int64_t table_stride, std::int64_t pad_block,
                                const step_arrays& out);
