@@ -65,6 +65,8 @@ engine_metrics::engine_metrics(prometheus::Registry& registry, const engine_cach
       preemptions_(counter(registry, "num_preemptions_total", "Requests preempted to free KV blocks (recomputed later)")),
       prefix_queries_(counter(registry, "prefix_cache_queries_total", "Tokens looked up in the prefix cache")),
       prefix_hits_(counter(registry, "prefix_cache_hits_total", "Tokens found in the prefix cache")),
+      graph_capture_failures_(counter(registry, "cuda_graph_capture_failures_total",
+                                      "CUDA graph captures that failed; those decode batch sizes run eagerly")),
       success_(prometheus::BuildCounter()
                    .Name(name("request_success_total"))
                    .Help("Requests finished, by reason: stop, length, abort or error")
@@ -108,6 +110,7 @@ void engine_metrics::on_step(const backend::engine_step_report& report) {
   preemptions_.Increment(static_cast<double>(report.preemptions));
   prefix_queries_.Increment(static_cast<double>(report.prefix_cache_queries));
   prefix_hits_.Increment(static_cast<double>(report.prefix_cache_hits));
+  graph_capture_failures_.Increment(static_cast<double>(report.graph_capture_failures));
   if (report.batch_tokens > 0) iteration_tokens_.Observe(static_cast<double>(report.batch_tokens));
   for (const double s : report.time_to_first_token) time_to_first_token_.Observe(s);
   for (const double s : report.inter_token_latency) inter_token_latency_.Observe(s);

@@ -191,6 +191,7 @@ struct engine::state {
   std::unordered_map<sequence_id, active_request> requests;
   round_report report;
   scheduler_counters reported;  // the scheduler's counters as of the last report
+  executor_counters reported_executor;  // and the executor's
   std::int64_t steps = 0;
   std::int64_t prompt_tokens_total = 0;
   std::int64_t generation_tokens_total = 0;
@@ -436,6 +437,7 @@ void engine::state::step() {
 
 void engine::state::publish() {
   const scheduler_counters& now = sched->counters();
+  const executor_counters executor_now = exec.counters();
   engine_stats s;
   s.running = sched->num_running();
   s.waiting = sched->num_waiting();
@@ -467,6 +469,7 @@ void engine::state::publish() {
     out.preemptions = now.preemptions - reported.preemptions;
     out.prefix_cache_queries = now.prefix_queries - reported.prefix_queries;
     out.prefix_cache_hits = now.prefix_hits - reported.prefix_hits;
+    out.graph_capture_failures = executor_now.graph_capture_failures - reported_executor.graph_capture_failures;
     out.time_to_first_token = report.time_to_first_token;
     out.inter_token_latency = report.inter_token_latency;
     out.queue_time = report.queue_time;
@@ -474,6 +477,7 @@ void engine::state::publish() {
     options.observer->on_step(out);
   }
   reported = now;
+  reported_executor = executor_now;
   {
     std::lock_guard lock(inbox->mutex);
     inbox->in_flight -= report.finished_requests;

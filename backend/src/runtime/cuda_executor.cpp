@@ -6,10 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <set>
 #include <vector>
 
 #include "cuda_executor_kernels.h"
+#include "edge/backend/runtime/cuda_graph_policy.h"
 #include "edge/backend/runtime/forward.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"
@@ -179,8 +179,7 @@ struct cuda_executor::state {
 
   meta_layout step_meta;                      // the layout of the step last executed
   std::map<std::int64_t, graph_exec> graphs;  // by padded decode batch size
-  std::set<std::int64_t> warmed;              // sizes run eagerly once (kernel attributes set)
-  std::set<std::int64_t> uncapturable;        // sizes whose capture failed: they run eagerly
+  cuda_graph_policy graph_policy;             // which sizes run as graphs
   logger log{"cuda"};
 
   ~state() {
@@ -407,19 +406,23 @@ struct cuda_executor::state {
   status launch(const meta_layout& m, const staged_step& staged, std::int64_t graph_batch) {
     EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(meta, staging.data(), m.bytes, cudaMemcpyHostToDevice, stream),
                                     "metadata upload"));
-    if (graph_batch > 0) {
-      if (const auto it = graphs.find(graph_batch); it != graphs.end()) {
-        return cuda_check(cudaGraphLaunch(it->second.exec, stream), "cudaGraphLaunch");
-      }
+    const cuda_graph_policy::action act =
+        graph_batch > 0 ? graph_policy.next(graph_batch) : cuda_graph_policy::action::eager;
+    if (act == cuda_graph_policy::action::replay) {
+      return cuda_check(cudaGraphLaunch(graphs.at(graph_batch).exec, stream), "cudaGraphLaunch");
     }
     EDGE_RETURN_IF_ERROR(run_step(m, staged));
-    if (graph_batch > 0 && !warmed.insert(graph_batch).second && !uncapturable.contains(graph_batch)) {
-      // Second step of this size: the eager runs have set every kernel attribute, so capture.
-      // The step itself has run: a capture that fails costs only the graph.
-      if (const status captured = capture(graph_batch, m, staged); !captured.ok()) {
-        uncapturable.insert(graph_batch);
-        log.warn("decode batches of {} run without a CUDA graph: {}", graph_batch, captured.message());
-      }
+    if (graph_batch == 0) return {};
+    if (act == cuda_graph_policy::action::eager) {
+      graph_policy.ran_eagerly(graph_batch);
+      return {};
+    }
+    // The step itself has run: a capture that fails costs only the graph.
+    if (const status captured = capture(graph_batch, m, staged); !captured.ok()) {
+      graph_policy.capture_failed(graph_batch);
+      log.warn("decode batches of {} run without a CUDA graph: {}", graph_batch, captured.message());
+    } else {
+      graph_policy.captured(graph_batch);
     }
     return {};
   }
@@ -657,6 +660,9 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
 std::int64_t cuda_executor::max_batch_tokens() const { return state_->options.max_batch_tokens; }
 std::int64_t cuda_executor::max_sequences() const { return state_->options.max_sequences; }
 std::int64_t cuda_executor::vocab_size() const { return state_->plan.vocab; }
+executor_counters cuda_executor::counters() const {
+  return {.graph_capture_failures = state_->graph_policy.capture_failures()};
+}
 const kv_cache_layout& cuda_executor::kv_layout() const { return state_->kv.layout; }
 
 kv_cache_capacity cuda_executor::kv_capacity() const {

@@ -98,6 +98,7 @@ TEST_CASE("engine steps update the gauges, counters and histograms") {
                    .preemptions = 1,
                    .prefix_cache_queries = 32,
                    .prefix_cache_hits = 16,
+                   .graph_capture_failures = 1,
                    .time_to_first_token = ttft,
                    .inter_token_latency = itl,
                    .queue_time = queued,
@@ -114,6 +115,7 @@ TEST_CASE("engine steps update the gauges, counters and histograms") {
   CHECK(has(text, "edgeinfer_num_preemptions_total 1"));
   CHECK(has(text, "edgeinfer_prefix_cache_queries_total 32"));
   CHECK(has(text, "edgeinfer_prefix_cache_hits_total 16"));
+  CHECK(has(text, "edgeinfer_cuda_graph_capture_failures_total 1"));
   CHECK(has(text, "edgeinfer_request_success_total{finished_reason=\"length\"} 1"));
   CHECK(has(text, "edgeinfer_request_success_total{finished_reason=\"abort\"} 1"));
   CHECK(has(text, "edgeinfer_request_success_total{finished_reason=\"stop\"} 0"));

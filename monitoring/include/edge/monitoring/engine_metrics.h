@@ -9,6 +9,7 @@
 //   edgeinfer_generation_tokens_total                    counter: tokens sampled
 //   edgeinfer_num_preemptions_total                      counter
 //   edgeinfer_prefix_cache_queries_total / _hits_total   counters, in tokens
+//   edgeinfer_cuda_graph_capture_failures_total          counter: those decode batch sizes run eagerly
 //   edgeinfer_request_success_total{finished_reason}     counter: stop, length, abort, error
 //   edgeinfer_time_to_first_token_seconds                histogram
 //   edgeinfer_inter_token_latency_seconds                histogram (vLLM's time_per_output_token buckets)
@@ -69,6 +70,7 @@ class engine_metrics final : public backend::engine_observer {
   prometheus::Counter& preemptions_;
   prometheus::Counter& prefix_queries_;
   prometheus::Counter& prefix_hits_;
+  prometheus::Counter& graph_capture_failures_;
   prometheus::Family<prometheus::Counter>& success_;
   std::array<prometheus::Counter*, finished_reasons.size()> success_by_reason_{};
   prometheus::Histogram& time_to_first_token_;

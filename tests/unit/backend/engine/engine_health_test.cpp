@@ -1,7 +1,7 @@
 // What the engine does when things go wrong on its thread, on stories260K with the real CPU
 // executor: a bug that ends the engine loop (engine_options::before_step throws), a step that
 // does not end (before_step blocks, time from an injected clock), and an executor step that
-// fails.
+// fails; and the executor's own counters reaching the engine's observer.
 #include <doctest/doctest.h>
 
 #include <stdexcept>
@@ -51,8 +51,10 @@ class failing_executor final : public executor {
   std::int64_t max_batch_tokens() const override { return inner_.max_batch_tokens(); }
   std::int64_t max_sequences() const override { return inner_.max_sequences(); }
   std::int64_t vocab_size() const override { return inner_.vocab_size(); }
+  executor_counters counters() const override { return {.graph_capture_failures = capture_failures.load()}; }
 
   std::atomic<bool> fail_next{false};
+  std::atomic<std::int64_t> capture_failures{0};  // what counters() reports
 
  private:
   static edge::status injected() { return edge::internal_error("injected executor failure"); }
@@ -198,4 +200,31 @@ TEST_CASE("a failed executor step ends that step's requests with error and the e
   CHECK(log.get("b").tokens.size() == 8);
   REQUIRE(eng->drain(std::chrono::minutes(1)));
   CHECK(eng->stats().blocks_free == eng->stats().blocks_total);
+}
+
+TEST_CASE("the executor's own counters reach the engine's observer as increments") {
+  struct summing_observer final : engine_observer {
+    void on_step(const engine_step_report& report) override { capture_failures += report.graph_capture_failures; }
+    std::atomic<std::int64_t> capture_failures{0};
+  } observer;
+  event_log log;
+  engine_runtime rt(small_setup({}));
+  rt.eng.reset();
+  failing_executor exec(*rt.exec);
+  auto created = engine::create(*rt.m->tok, exec, *rt.blocks, rt.m->config.max_position, {.observer = &observer});
+  REQUIRE(created.ok());
+  const std::unique_ptr<engine> eng = std::move(created).value();
+  // Two failed captures counted by the executor during A's run, one more during B's.
+  auto a = eng->submit(greedy_request(rt.encode("One day"), 8), log.sink("a", [&](const engine_event& e) {
+    if (std::holds_alternative<delta_event>(e) && exec.capture_failures.load() == 0) exec.capture_failures = 2;
+  }));
+  REQUIRE(a.ok());
+  REQUIRE(log.wait_finished("a"));
+  auto b = eng->submit(greedy_request(rt.encode("One day"), 8), log.sink("b", [&](const engine_event& e) {
+    if (std::holds_alternative<delta_event>(e) && exec.capture_failures.load() == 2) exec.capture_failures = 3;
+  }));
+  REQUIRE(b.ok());
+  REQUIRE(log.wait_finished("b"));
+  REQUIRE(eng->drain(std::chrono::minutes(1)));
+  CHECK(observer.capture_failures.load() == 3);
 }

@@ -1,12 +1,13 @@
 // The CUDA executor where `make test` runs (no GPU): it refuses to start with the reason, so
-// `--device cuda` can say why and `--device auto` can fall back to the CPU. And the KV budget
-// rule it sizes the pool by.
+// `--device cuda` can say why and `--device auto` can fall back to the CPU. And the host rules
+// it runs by: the KV budget it sizes the pool by, and which decode batches run as graphs.
 #include <doctest/doctest.h>
 
 #include <string>
 
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cuda_executor.h"
+#include "edge/backend/runtime/cuda_graph_policy.h"
 
 TEST_CASE("cuda_executor::create without a usable GPU says why") {
   std::string why;
@@ -38,4 +39,29 @@ TEST_CASE("the utilization rule leaves the runtime its headroom") {
   // Nothing left: in use already past the share, or free memory within the headroom.
   CHECK(utilization_kv_budget(total, 10 * gib, 0.9) == 0);
   CHECK(utilization_kv_budget(8 * gib, 400 * mib, 0.98) == 0);
+}
+
+TEST_CASE("CUDA graphs: a size runs eagerly twice, is captured after its second step, then replayed") {
+  using edge::backend::cuda_graph_policy;
+  cuda_graph_policy policy;
+  CHECK(policy.next(4) == cuda_graph_policy::action::eager);
+  policy.ran_eagerly(4);
+  CHECK(policy.next(4) == cuda_graph_policy::action::eager_capture);
+  CHECK(policy.next(8) == cuda_graph_policy::action::eager);  // sizes are independent
+  policy.captured(4);
+  CHECK(policy.next(4) == cuda_graph_policy::action::replay);
+  CHECK(policy.capture_failures() == 0);
+}
+
+TEST_CASE("CUDA graphs: a size whose capture failed runs eagerly for good, and the failure is counted once") {
+  using edge::backend::cuda_graph_policy;
+  cuda_graph_policy policy;
+  policy.ran_eagerly(16);
+  REQUIRE(policy.next(16) == cuda_graph_policy::action::eager_capture);
+  policy.capture_failed(16);
+  for (int step = 0; step < 3; ++step) {
+    CHECK(policy.next(16) == cuda_graph_policy::action::eager);
+    policy.ran_eagerly(16);
+  }
+  CHECK(policy.capture_failures() == 1);
 }

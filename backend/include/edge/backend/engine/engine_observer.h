@@ -32,6 +32,7 @@ struct engine_step_report {
   std::int64_t preemptions = 0;
   std::int64_t prefix_cache_queries = 0;  // tokens looked up
   std::int64_t prefix_cache_hits = 0;     // tokens found
+  std::int64_t graph_capture_failures = 0;  // the executor's CUDA graph captures that failed
 
   // Per request.
   std::span<const double> time_to_first_token;  // seconds, submitted to first token

@@ -90,6 +90,7 @@ class cuda_executor final : public executor {
   std::int64_t max_batch_tokens() const override;
   std::int64_t max_sequences() const override;
   std::int64_t vocab_size() const override;
+  executor_counters counters() const override;
 
   // The device KV pool (blocks a kv_block_pool may hand out), and what it holds.
   const kv_cache_layout& kv_layout() const override;

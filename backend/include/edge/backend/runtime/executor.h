@@ -37,6 +37,11 @@ struct row_sampling {
   bool copy_logits = false;
 };
 
+// What an executor did on its own, counted since it was created (for metrics).
+struct executor_counters {
+  std::int64_t graph_capture_failures = 0;  // CUDA graph captures that failed (those sizes run eagerly)
+};
+
 class executor {
  public:
   virtual ~executor() = default;
@@ -59,6 +64,8 @@ class executor {
   virtual std::int64_t max_batch_tokens() const = 0;
   virtual std::int64_t max_sequences() const = 0;
   virtual std::int64_t vocab_size() const = 0;
+
+  virtual executor_counters counters() const { return {}; }
 };
 
 }  // namespace edge::backend
