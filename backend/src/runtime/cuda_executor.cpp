@@ -32,6 +32,23 @@ status cuda_check(cudaError_t error, std::string_view what) {
   return internal_error(format("{}: {} ({})", what, cudaGetErrorName(error), cudaGetErrorString(error)));
 }
 
+// Waits for the stream when a step that was queued returns early with an error: the next step
+// rewrites the pinned staging and host buffers that its queued copies may still be reading.
+class settle_on_early_return {
+ public:
+  explicit settle_on_early_return(cudaStream_t stream) : stream_(stream) {}
+  ~settle_on_early_return() {
+    if (stream_ != nullptr) static_cast<void>(cudaStreamSynchronize(stream_));
+  }
+  settle_on_early_return(const settle_on_early_return&) = delete;
+  settle_on_early_return& operator=(const settle_on_early_return&) = delete;
+  // The step was waited for on the way out.
+  void settled() { stream_ = nullptr; }
+
+ private:
+  cudaStream_t stream_;
+};
+
 // Device memory, freed with the owner.
 class device_memory {
  public:
@@ -374,9 +391,10 @@ struct cuda_executor::state {
     EDGE_RETURN_IF_ERROR(check_batch_limits(batch, options.max_batch_tokens, options.max_sequences));
     const auto entries = static_cast<std::int64_t>(batch.entries.size());
     const std::int64_t graph_batch = graph_size(batch);
-    // Padding tokens count against the buffers too.
-    const std::int64_t padded =
-        std::max(entries, std::min(graph_batch, entries + (options.max_batch_tokens - batch.total_tokens())));
+    // Padding tokens count against the buffers too: a graph size whose padding does not fit
+    // runs eagerly, unpadded (padding short of the graph's size would be computed for nothing).
+    const bool padding_fits = graph_batch - entries <= options.max_batch_tokens - batch.total_tokens();
+    const std::int64_t padded = graph_batch > 0 && padding_fits ? graph_batch : entries;
     const meta_layout m = meta_layout::for_step(padded_tokens(batch, padded), padded, table_stride);
     std::byte* base = staging.data();
     const step_arrays arrays{.ids = reinterpret_cast<std::int32_t*>(base + m.ids),
@@ -612,6 +630,7 @@ status cuda_executor::forward(const batch_plan& plan, std::span<float> logits) {
   if (plan.total_tokens() == 0) return {};
   EDGE_RETURN_IF_ERROR(check_logits_buffer(plan, logits, s.plan.vocab));
   EDGE_RETURN_IF_ERROR(s.execute(plan, {}));
+  settle_on_early_return settle(s.stream);
   const std::size_t bytes = logits.size() * sizeof(float);  // the plan's rows; padding rows stay behind
   if (bytes > 0) {
     EDGE_RETURN_IF_ERROR(cuda_check(
@@ -619,6 +638,7 @@ status cuda_executor::forward(const batch_plan& plan, std::span<float> logits) {
         "logits download"));
   }
   EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamSynchronize(s.stream), "forward"));
+  settle.settled();
   if (bytes > 0) std::memcpy(logits.data(), s.host_logits.data(), bytes);
   return {};
 }
@@ -629,6 +649,7 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
   EDGE_RETURN_IF_ERROR(check_sampling_args(plan, rows, tokens, logits, s.plan.vocab));
   if (plan.total_tokens() == 0) return {};
   EDGE_RETURN_IF_ERROR(s.execute(plan, rows));
+  settle_on_early_return settle(s.stream);
   const auto wanted = static_cast<std::int64_t>(rows.size());
   // Raw rows first: sampling uses the device logits as scratch.
   std::int64_t copied = 0;
@@ -647,6 +668,7 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
                                     "token download"));
   }
   EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamSynchronize(s.stream), "forward_sample"));
+  settle.settled();
   if (copied > 0) std::memcpy(logits.data(), s.host_logits.data(), logits.size_bytes());
   if (any_sampled) {
     const auto* sampled = reinterpret_cast<const std::int32_t*>(s.host_sampled.data());
