@@ -1,7 +1,7 @@
 // GPU benchmarks (printed, never asserted):
 //   1. The device-copy bandwidth (cudaMemcpy device to device of 2 GiB, bytes read + written
 //      per second): the ceiling the memory-bound kernels are compared with.
-//   2. W4A16 and FP8 GEMV at one token over Llama-3-8B's matrices (fused gate+up [28672, 4096],
+//   2. W4A16 and FP8 GEMV at 1, 4 and 8 tokens over Llama-3-8B's matrices (fused gate+up [28672, 4096],
 //      down [4096, 14336]), rotating through enough copies that nothing stays in L2: bytes of
 //      weights and scales read per second, and that as a fraction of the copy bandwidth.
 //   3. FP8 and BF16 KV decode attention (64 sequences x 4096 positions, 32 query / 8 KV heads,
@@ -76,7 +76,9 @@ double copy_bandwidth(cudaStream_t stream) {
 }
 
 // Bytes per second of a one-token GEMV over `copies` distinct [n, k] matrices in format f.
-double gemv_bandwidth(kernels::weight_format f, std::int64_t n, std::int64_t k, cudaStream_t stream) {
+// Weight + scale bytes read per second by the matmul at each token count of `token_counts`.
+std::vector<double> gemv_bandwidth(kernels::weight_format f, std::int64_t n, std::int64_t k,
+                                   const std::vector<std::int64_t>& token_counts, cudaStream_t stream) {
   const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
   const std::int64_t group = f == kernels::weight_format::int4 ? kernels::int4_group_size_for(k) : 0;
   const auto value_bytes = static_cast<std::size_t>(kernels::weight_values_bytes(f, n, k));
@@ -103,17 +105,21 @@ double gemv_bandwidth(kernels::weight_format f, std::int64_t n, std::int64_t k, 
                "quantize");
     }
   }
-  gpu_test::device_array<float> x(gpu_test::random_floats(static_cast<std::size_t>(k), 2));
-  gpu_test::device_array<float> y(static_cast<std::size_t>(n));
-  const double seconds = time_calls(stream, copies * 4, [&](int i) {
-    const auto c = static_cast<std::size_t>(i % copies);
-    check_ok(kernels::run_matmul({.x = x.get(),
-                                  .w = {.format = f, .values = values[c]->get(), .scales = scales[c]->get(), .group_size = group},
-                                  .y = y.get(), .tokens = 1, .n = n, .k = k, .x_stride = k, .y_stride = n},
-                                 s),
-             "matmul");
-  });
-  return static_cast<double>(matrix_bytes) / seconds;
+  std::vector<double> out;
+  for (const std::int64_t tokens : token_counts) {
+    gpu_test::device_array<float> x(gpu_test::random_floats(static_cast<std::size_t>(tokens * k), 2));  // [tokens, k]
+    gpu_test::device_array<float> y(static_cast<std::size_t>(tokens * n));                             // [tokens, n]
+    const double seconds = time_calls(stream, copies * 4, [&](int i) {
+      const auto c = static_cast<std::size_t>(i % copies);
+      check_ok(kernels::run_matmul({.x = x.get(),
+                                    .w = {.format = f, .values = values[c]->get(), .scales = scales[c]->get(), .group_size = group},
+                                    .y = y.get(), .tokens = tokens, .n = n, .k = k, .x_stride = k, .y_stride = n},
+                                   s),
+               "matmul");
+    });
+    out.push_back(static_cast<double>(matrix_bytes) / seconds);
+  }
+  return out;
 }
 
 // Bytes per second of decode attention over a KV cache of `type`.
@@ -234,17 +240,23 @@ int main() {
   const double copy = copy_bandwidth(stream);
   std::printf("\ndevice copy bandwidth (read + write): %.0f GB/s\n\n", copy / giga);
 
-  std::printf("| kernel (one token / decode) | shape | GB/s | fraction of copy bandwidth |\n|---|---|---|---|\n");
+  // Weight bytes per second at 1, 4 and 8 tokens: decode's GEMV reads each weight once for
+  // every token of the step, so the share should stay near the one-token figure up to 8.
+  std::printf("| kernel (decode) | shape | tokens | GB/s | fraction of copy bandwidth |\n|---|---|---|---|---|\n");
   for (const auto f : {kernels::weight_format::int4, kernels::weight_format::fp8_e4m3}) {
     for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{28672, 4096}, {4096, 14336}, {6144, 4096}}) {
-      const double bw = gemv_bandwidth(f, n, k, stream);
-      std::printf("| %s GEMV | [%lld, %lld] | %.0f | %.2f |\n", f == kernels::weight_format::int4 ? "W4A16" : "W8A16 (fp8)",
-                  static_cast<long long>(n), static_cast<long long>(k), bw / giga, bw / copy);
+      const std::vector<std::int64_t> token_counts = {1, 4, 8};
+      const std::vector<double> rates = gemv_bandwidth(f, n, k, token_counts, stream);
+      for (std::size_t i = 0; i < token_counts.size(); ++i) {
+        std::printf("| %s GEMV | [%lld, %lld] | %lld | %.0f | %.2f |\n",
+                    f == kernels::weight_format::int4 ? "W4A16" : "W8A16 (fp8)", static_cast<long long>(n),
+                    static_cast<long long>(k), static_cast<long long>(token_counts[i]), rates[i] / giga, rates[i] / copy);
+      }
     }
   }
   for (const auto kv : {kernels::dtype::fp8_e4m3, kernels::dtype::bf16}) {
     const double bw = attention_bandwidth(kv, stream);
-    std::printf("| %s KV decode attention | 64 seqs x 4096 positions, 32/8 heads, d 128 | %.0f | %.2f |\n",
+    std::printf("| %s KV decode attention | 64 seqs x 4096 positions, 32/8 heads, d 128 | 64 | %.0f | %.2f |\n",
                 std::string(kernels::to_string(kv)).c_str(), bw / giga, bw / copy);
   }
 
