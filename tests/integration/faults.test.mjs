@@ -3,7 +3,8 @@
 // does not use it and leaves nothing held when it resumes; cheap limits come before the body is
 // parsed; a missing max_tokens is capped by the tenant's limits instead of refused.
 //
-// Latency assertions compare with a baseline measured in the same test, by a stated factor.
+// Latency assertions compare with a baseline measured in the same test, by a stated factor or
+// a stated slack, whichever allows more (latencyWithin).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -69,6 +70,13 @@ async function metric(server, series) {
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+// Whether `during` (seconds) stays within `factor` times `alone`, or within a quarter second
+// more than it: a baseline of tens of milliseconds is within the scheduling noise of a shared
+// 2-core machine running other tests, while the defects these tests catch cost seconds (a
+// stalled Redis turned 1.9 s into 26.7 s; parsing refused 3.8 MB bodies, 0.5 s into 4.3 s).
+const latencySlackSeconds = 0.25;
+const latencyWithin = (during, alone, factor) => during <= Math.max(factor * alone, alone + latencySlackSeconds);
 
 test('kill -9 mid-stream: the ledger has what was served up to the last second; the daily budget is not handed out twice', async () => {
   // Two streams still running when the server is killed.
@@ -186,7 +194,7 @@ test('requests per minute are judged before the body is parsed; a refused body s
     const factor = median(during) / median(alone);
     console.log(`a bystander's 200-token stream: ${median(alone).toFixed(3)} s alone, ${median(during).toFixed(3)} s ` +
       `while a limited tenant sends 3.8 MB bodies (×${factor.toFixed(2)})`);
-    assert.ok(factor < 3, `the bystander slowed ×${factor.toFixed(2)}`);
+    assert.ok(latencyWithin(median(during), median(alone), 3), `the bystander slowed ×${factor.toFixed(2)}`);
 
     const usage = await admin(server, 'GET', '/admin/v1/tenants/one-a-minute/usage');
     assert.equal(usage.total.rejections, 13);
@@ -234,10 +242,10 @@ test('a stalled Redis slows no tenant that does not use it, and holds nothing on
     const statuses = stalledRun.statuses;
 
     const factor = median(during) / median(alone);
-    console.log(`Redis stopped: a tenant without Redis limits streamed 200 tokens in ${median(alone).toFixed(3)} s ` +
+    console.log(`Redis stopped: a tenant without Redis limits streamed 400 tokens in ${median(alone).toFixed(3)} s ` +
       `before, ${median(during).toFixed(3)} s during the stall (×${factor.toFixed(2)}); ${statuses.length} requests of ` +
       `a Redis-limited tenant meanwhile (${statuses.filter((s) => s === 200).length} served uncounted)`);
-    assert.ok(factor < 2, `×${factor.toFixed(2)}`);
+    assert.ok(latencyWithin(median(during), median(alone), 2), `×${factor.toFixed(2)}`);
 
     // Once Redis answers, what the stalled calls took is given back: no slot is held by a
     // request that is not running, and the day's count is what the counted requests used.
