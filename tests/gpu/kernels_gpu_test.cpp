@@ -615,6 +615,11 @@ void test_sampling(gpu_test::results& r) {
     // Ties and a NaN, to check the tie and NaN rules.
     logits[3] = logits[7];
     logits[static_cast<std::size_t>(vocab) + 1] = NAN;
+    // Row 0 (greedy): its best logits are -0.0 at id 5 and +0.0 at id 9, equal as floats, so
+    // the lower id wins, as on the CPU (the sign bit must not order them).
+    for (std::int64_t i = 0; i < vocab; ++i) logits[static_cast<std::size_t>(i)] = -std::fabs(logits[static_cast<std::size_t>(i)]) - 0.5f;
+    logits[5] = -0.0f;
+    logits[9] = 0.0f;
     std::vector<sampling_row> rows_config(static_cast<std::size_t>(rows));
     std::mt19937 rng(18);
     std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
