@@ -2,7 +2,8 @@
 // README's prompt must give the same 60 tokens on both (and, for f32 weights and KV, the
 // reference ids of llama2.c), alone and in a batch of four sequences of different lengths
 // (chunked prefill, then decode steps that run as CUDA graphs; compared in lock step, where
-// only near-ties may differ), for f32 / int4 / fp8 weights and f32 / bf16 / fp8 KV caches;
+// only near-ties may differ) and of ten (decode graphs of 16, on the tensor-core GEMM), for
+// f32 / int4 / fp8 weights and f32 / bf16 / fp8 KV caches;
 // and the same batch twice on CUDA gives the same tokens. Also: forward_sample's greedy tokens equal the host argmax
 // of forward's logits.
 //
@@ -225,10 +226,10 @@ int main() {
     auto cache = kv_cache::create(kv_cache_layout::for_tokens(m.config, v.kv, block_size, tokens_needed));
     gpu_test::check_ok(cache.ok() ? status{} : cache.error(), "kv_cache");
     const std::int64_t num_blocks = (*cache)->layout().num_blocks;
-    auto cpu = cpu_executor::create(m, **cache, nullptr, {.max_batch_tokens = 64, .max_sequences = 8});
+    auto cpu = cpu_executor::create(m, **cache, nullptr, {.max_batch_tokens = 64, .max_sequences = 16});
     gpu_test::check_ok(cpu.ok() ? status{} : cpu.error(), "cpu_executor");
     auto gpu = cuda_executor::create(
-        m, {.max_batch_tokens = 64, .max_sequences = 8, .kv_dtype = v.kv, .block_size = block_size,
+        m, {.max_batch_tokens = 64, .max_sequences = 16, .kv_dtype = v.kv, .block_size = block_size,
             .kv_cache_bytes = static_cast<std::size_t>(num_blocks + 1) * (*cache)->layout().bytes_per_block()});
     gpu_test::check_ok(gpu.ok() ? status{} : gpu.error(), "cuda_executor");
     std::printf("%s: %s\n", v.name, (*gpu)->describe().c_str());
@@ -253,6 +254,15 @@ int main() {
              batched.mismatch.empty() ? format("{} steps, {} near-ties (logit gap <= {})", batched.steps,
                                                batched.near_ties, tie_margin)
                                       : batched.mismatch);
+    // Ten sequences: their decode steps run as CUDA graphs of 16 rows, past the GEMV's 8, so
+    // the tensor-core GEMM (int4 / fp8 weights) runs inside a graph.
+    std::vector<std::vector<std::int32_t>> ten;
+    for (std::size_t i = 0; i < 10; ++i) ten.push_back(batch[i % batch.size()]);
+    const lockstep_result wide = greedy_lockstep(**cpu, **gpu, num_blocks, ten, 64, tie_margin);
+    r.expect(format("{}: greedy, 10 sequences (decode graphs of 16), CUDA = CPU but near-ties", v.name),
+             wide.mismatch.empty(),
+             wide.mismatch.empty() ? format("{} steps, {} near-ties (logit gap <= {})", wide.steps, wide.near_ties, tie_margin)
+                                   : wide.mismatch);
     // Deterministic: the same batch again gives the same tokens (the GPU is not batch
     // invariant, docs/decisions.md, but it is run to run).
     const auto gpu_batch = greedy(**gpu, num_blocks, batch, 3);
