@@ -50,9 +50,10 @@ struct attention_args {
 };
 
 // Shared memory of one block, in floats: q rows, K tile (rows padded by one float so that the
-// lanes' different rows fall in different banks), V tile, and the rows' positions.
+// lanes' different rows fall in different banks), V tile, the rows' positions, and whether each
+// key of the tile is in the cache.
 std::int64_t shared_floats(std::int64_t rows, std::int64_t head_dim) {
-  return rows * head_dim + key_tile * (head_dim + 1) + key_tile * head_dim + rows;
+  return rows * head_dim + key_tile * (head_dim + 1) + key_tile * head_dim + rows + key_tile;
 }
 
 template <dtype KV, int DPL>
@@ -64,6 +65,7 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
   float* k_s = q_s + rows * D;                 // [key_tile, D + 1]
   float* v_s = k_s + key_tile * (D + 1);       // [key_tile, D]
   auto* pos_s = reinterpret_cast<int*>(v_s + key_tile * D);  // [rows] position, -1: no token
+  int* key_cached_s = pos_s + rows;                          // [key_tile] 1: the key's block is in the cache
 
   const int kv_head = static_cast<int>(blockIdx.y) / a.splits;
   const int split = static_cast<int>(blockIdx.y) % a.splits;
@@ -119,8 +121,9 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
   constexpr int elem_bytes = KV == dtype::f32 ? 4 : (KV == dtype::fp8_e4m3 ? 1 : 2);
   constexpr int vec_elems = 16 / elem_bytes;
   for (std::int64_t kb = key_begin; kb < key_end; kb += key_tile) {
-    // Gather the tile's K and V rows; keys past the slice (or in a block outside the cache)
-    // are zero and masked below.
+    // Gather the tile's K and V rows; keys past the slice, past the block table or in a block
+    // outside the cache are zero and masked below (the executor checks its tables on the host;
+    // a caller that did not gets no out-of-bounds read and no diluted softmax).
     const std::int64_t pieces_per_row = a.vec ? D / vec_elems : D;
     const int elems = a.vec ? vec_elems : 1;
     for (std::int64_t i = threadIdx.x; i < key_tile * pieces_per_row; i += attn_threads) {
@@ -128,10 +131,11 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
       const std::int64_t d0 = (i % pieces_per_row) * elems;
       const std::int64_t key = kb + j;
       std::int64_t row = -1;
-      if (key < key_end) {
+      if (key < key_end && key / a.block_size < a.block_table_stride) {
         const std::int64_t block = table[key / a.block_size];
         if (block >= 0 && block < a.num_blocks) row = (block * a.num_kv_heads + kv_head) * a.block_size + key % a.block_size;
       }
+      if (d0 == 0) key_cached_s[j] = row >= 0 ? 1 : 0;
       float k_factor = 1.0f;
       float v_factor = 1.0f;
       if constexpr (KV == dtype::fp8_e4m3) {
@@ -168,7 +172,7 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
       const float* kr = k_s + lane * (D + 1);
       float dot = 0.0f;
       for (std::int64_t d = 0; d < D; ++d) dot = fmaf(qr[d], kr[d], dot);
-      const bool visible = key < key_end && key <= pos_s[r];
+      const bool visible = key < key_end && key <= pos_s[r] && key_cached_s[lane] != 0;
       const float score = visible ? dot * a.scale : -INFINITY;
       const float tile_max = warp_max(score);
       if (tile_max == -INFINITY) continue;  // nothing visible to this row in the tile
