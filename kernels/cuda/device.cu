@@ -35,11 +35,10 @@ status from_cuda(cudaError_t error, const char* what) {
 status check_launch(const char* op) { return from_cuda(cudaGetLastError(), op); }
 
 int multiprocessor_count() {
-  static std::mutex mutex;
-  static std::vector<int> counts;  // by device ordinal; 0 = not read yet
+  // Per thread, so that the launchers (hundreds per step) take no lock for it.
+  thread_local std::vector<int> counts;  // by device ordinal; 0 = not read yet
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 1;
-  const std::lock_guard lock(mutex);
   if (counts.size() <= static_cast<std::size_t>(device)) counts.resize(static_cast<std::size_t>(device) + 1, 0);
   int& count = counts[static_cast<std::size_t>(device)];
   if (count == 0 && cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) count = 1;

@@ -199,11 +199,21 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
 #pragma unroll
   for (int rr = 0; rr < rows_per_warp; ++rr) {
     const int r = warp + rr * attn_warps;
-    if (r >= rows || pos_s[r] < 0) continue;
+    if (r >= rows) continue;
     const std::int64_t t = first + r / a.group;
+    if (t >= last) continue;  // no token in this row of the tile
     const std::int64_t head = static_cast<std::int64_t>(kv_head) * a.group + r % a.group;
+    if (pos_s[r] < 0) {
+      // A token at a negative position (the CPU refuses it) reads as zeros; with splits the
+      // combine kernel writes them.
+      if (a.splits == 1) {
+        for (std::int64_t d = lane; d < D; d += warp_size) a.out[t * a.out_stride + head * D + d] = 0.0f;
+      }
+      continue;
+    }
     if (a.splits == 1) {
-      const float inv_sum = 1.0f / running_sum[rr];
+      // A row that saw no key (its blocks all outside the cache) reads as zeros, not NaN.
+      const float inv_sum = running_sum[rr] > 0.0f ? 1.0f / running_sum[rr] : 0.0f;
 #pragma unroll
       for (int i = 0; i < DPL; ++i) {
         const std::int64_t d = lane + i * warp_size;
@@ -232,6 +242,13 @@ __global__ void combine_kernel(attention_args a) {
   if (item >= a.tokens * a.num_heads) return;
   const int lane = static_cast<int>(threadIdx.x) % warp_size;
   const std::int64_t D = a.head_dim;
+  const std::int64_t t = item / a.num_heads;
+  const std::int64_t head = item % a.num_heads;
+  if (a.pos[t] < 0) {
+    // A token at a negative position wrote no partials (the CPU refuses it): zeros.
+    for (std::int64_t d = lane; d < D; d += warp_size) a.out[t * a.out_stride + head * D + d] = 0.0f;
+    return;
+  }
   const float* parts = a.partials + item * a.splits * (D + 2);
   float max_all = -INFINITY;
   for (int s = 0; s < a.splits; ++s) max_all = fmaxf(max_all, parts[s * (D + 2)]);
@@ -240,15 +257,15 @@ __global__ void combine_kernel(attention_args a) {
     const float m = parts[s * (D + 2)];
     if (m != -INFINITY) sum += parts[s * (D + 2) + 1] * expf(m - max_all);
   }
-  const std::int64_t t = item / a.num_heads;
-  const std::int64_t head = item % a.num_heads;
+  // A token that saw no key (its blocks all outside the cache) has sum 0: zeros, not NaN.
+  const bool none = !(sum > 0.0f);
   for (std::int64_t d = lane; d < D; d += warp_size) {
     float value = 0.0f;
-    for (int s = 0; s < a.splits; ++s) {
+    for (int s = 0; s < a.splits && !none; ++s) {
       const float m = parts[s * (D + 2)];
       if (m != -INFINITY) value += parts[s * (D + 2) + 2 + d] * expf(m - max_all);
     }
-    a.out[t * a.out_stride + head * D + d] = value / sum;
+    a.out[t * a.out_stride + head * D + d] = none ? 0.0f : value / sum;
   }
 }
 
