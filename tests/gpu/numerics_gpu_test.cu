@@ -2,8 +2,9 @@
 // __nv_fp8_e4m3, __float2bfloat16_rn, __float2half_rn) and our numerics.h compiled as device
 // code must both produce, bit for bit, what our encoders and decoders produce on the host
 // (a NaN decoded by the hardware only has to be a NaN).
-// Exits 0 when every comparison agrees, 1 on a mismatch, 2 when the test cannot run (no GPU,
-// a CUDA error, or device code built for an architecture without FP8 conversions).
+// Exits 0 when every comparison agrees, 1 on a mismatch, 2 when the test cannot run (a CUDA
+// error, or device code built for an architecture without FP8 conversions), 77 when there is
+// no GPU (a skip).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -25,6 +26,7 @@ namespace ek = edge::kernels;
 
 constexpr int exit_mismatch = 1;
 constexpr int exit_cannot_run = 2;
+constexpr int exit_skipped = 77;  // no device here: ctest's SKIP_RETURN_CODE (gpu_test_support.h's rule)
 constexpr int threads_per_block = 256;
 constexpr std::uint32_t fp8_code_count = 256;
 constexpr std::uint32_t half_code_count = 0x1'0000;  // bf16 and fp16
@@ -245,7 +247,7 @@ int run() {
     std::fprintf(
         stderr, "numerics_gpu_test: no usable CUDA device (%s); this test needs a GPU\n",
         count_result != cudaSuccess ? cudaGetErrorString(count_result) : "device count is 0");
-    return exit_cannot_run;
+    return exit_skipped;
   }
   cudaDeviceProp properties{};
   if (!cuda_ok(cudaGetDeviceProperties(&properties, 0), "cudaGetDeviceProperties")) {
