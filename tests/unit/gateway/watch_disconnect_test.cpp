@@ -108,6 +108,15 @@ struct connection {
     return text;
   }
 
+  // Answers through the exchange with `status` and `body`; returns what the client received.
+  std::string answer(boost::beast::http::status status, std::string body) {
+    edge::gateway::response res{status, 11};
+    res.body() = std::move(body);
+    auto answered = spawn(ex->respond(std::move(res)));
+    REQUIRE(answered.wait_for(5s) == std::future_status::ready);
+    return receive(4096, 500ms);
+  }
+
   // What the client receives within `timeout`, up to `want` bytes.
   std::string receive(std::size_t want, std::chrono::milliseconds timeout) {
     std::string got;
@@ -195,11 +204,7 @@ TEST_CASE("a client that half-closes (HTTP/1.1) is not gone: it gets an interim 
   c.cancel_watch();
   REQUIRE(finished(watched, 5s));
 
-  edge::gateway::response res{boost::beast::http::status::ok, 11};
-  res.body() = "answer";
-  auto answered = c.spawn(c.ex->respond(std::move(res)));
-  REQUIRE(finished(answered, 5s));
-  const std::string reply = c.receive(4096, 500ms);
+  const std::string reply = c.answer(boost::beast::http::status::ok, "answer");
   CHECK(reply.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
   CHECK(reply.find("\r\n\r\nanswer") != std::string::npos);
   CHECK(c.ex->status_code() == 200);
@@ -266,11 +271,7 @@ TEST_CASE("a request cut short by the server ends the watch, the client still th
   auto again = c.watch();
   REQUIRE(finished(again, 5s));
 
-  edge::gateway::response res{boost::beast::http::status::service_unavailable, 11};
-  res.body() = "shutting down";
-  auto answered = c.spawn(c.ex->respond(std::move(res)));
-  REQUIRE(finished(answered, 5s));
-  const std::string reply = c.receive(4096, 500ms);
+  const std::string reply = c.answer(boost::beast::http::status::service_unavailable, "shutting down");
   CHECK(reply.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0) == 0);
   CHECK(reply.find("Connection: close\r\n") != std::string::npos);
   CHECK_FALSE(c.ex->keep_alive());
