@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <vector>
 
 #include "cuda_executor_kernels.h"
@@ -318,7 +319,10 @@ struct cuda_executor::state {
   }
 
   // The KV pool from what is left of the device: --kv-cache-memory, or the utilization rule.
+  // Measured after the warm-up has freed its own pool.
   status allocate_kv() {
+    kv_memory = device_memory();
+    kv = kv_cache_view{};
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
     EDGE_RETURN_IF_ERROR(cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
@@ -335,12 +339,17 @@ struct cuda_executor::state {
                                          format_bytes(free_bytes)));
       }
     }
-    kv_cache_layout layout = kv_cache_layout::for_budget(config, options.kv_dtype, options.block_size, budget);
+    const kv_cache_layout layout = kv_cache_layout::for_budget(config, options.kv_dtype, options.block_size, budget);
     // One block of the budget is the padding block of CUDA-graph batches.
     if (layout.num_blocks < 2) {
       return resource_exhausted(format("a KV budget of {} holds no usable block of {} tokens", format_bytes(budget),
                                        options.block_size));
     }
+    return place_kv(layout);
+  }
+
+  // Allocates and zeroes a pool of `layout`, whose last block becomes the padding block.
+  status place_kv(kv_cache_layout layout) {
     const std::int64_t allocated = layout.num_blocks;
     layout.num_blocks -= 1;
     constexpr std::size_t align = 256;
@@ -556,14 +565,45 @@ result<std::unique_ptr<cuda_executor::state>> cuda_executor::begin(const cuda_ex
   return s;
 }
 
+result<std::unique_ptr<cuda_executor>> cuda_executor::finish(std::unique_ptr<state> s) {
+  EDGE_RETURN_IF_ERROR(s->allocate_buffers());
+  const std::int64_t prefill = std::min(s->options.max_batch_tokens, warm_up_prefill_tokens);
+  const std::int64_t blocks = (prefill + 1 + s->options.block_size - 1) / s->options.block_size;
+  kv_cache_layout warm = kv_cache_layout::for_tokens(s->config, s->options.kv_dtype, s->options.block_size,
+                                                     (blocks + 1) * s->options.block_size);
+  EDGE_RETURN_IF_ERROR(s->place_kv(warm));
+  std::unique_ptr<cuda_executor> e(new cuda_executor(std::move(s)));
+  if (const status warmed = e->warm_up(prefill, blocks); !warmed.ok()) {
+    return status(warmed.code(), format("the warm-up forward failed: {}", warmed.message()));
+  }
+  EDGE_RETURN_IF_ERROR(e->state_->allocate_kv());
+  return e;
+}
+
+// A prefill of `prefill` tokens (at 9 or more, the tensor-core GEMM and prefill attention),
+// then a one-token decode (the GEMV and decode attention), each sampled: with lazy module
+// loading, the CUDA default, a kernel's code is loaded at its first launch, and the pool sized
+// after this leaves room for what loaded. It also proves at start-up that the kernels run on
+// this device. The tokens are id 0; what they compute is thrown away.
+status cuda_executor::warm_up(std::int64_t prefill, std::int64_t blocks) {
+  std::vector<std::int32_t> table(static_cast<std::size_t>(blocks));
+  std::iota(table.begin(), table.end(), 0);
+  const std::vector<token_id> ids(static_cast<std::size_t>(prefill), 0);
+  const row_sampling drawn{.config = {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .min_p = 0.01f, .uniform = 0.5f}};
+  std::int32_t token = 0;
+  const batch_plan first{.entries = {{.tokens = ids, .start_position = 0, .block_table = table, .compute_logits = true}}};
+  EDGE_RETURN_IF_ERROR(forward_sample(first, std::span(&drawn, 1), std::span(&token, 1), {}));
+  const batch_plan next{
+      .entries = {{.tokens = std::span(ids.data(), 1), .start_position = prefill, .block_table = table, .compute_logits = true}}};
+  return forward_sample(next, std::span(&drawn, 1), std::span(&token, 1), {});
+}
+
 result<std::unique_ptr<cuda_executor>> cuda_executor::create(const model& m, const cuda_executor_options& options) {
   EDGE_ASSIGN_OR_RETURN(auto s, begin(options));
   EDGE_RETURN_IF_ERROR(s->set_plan(m.config));
   state::placement place(*s);
   EDGE_ASSIGN_OR_RETURN(s->weights, place_weights(m, s->plan, place));
-  EDGE_RETURN_IF_ERROR(s->allocate_buffers());
-  EDGE_RETURN_IF_ERROR(s->allocate_kv());
-  return std::unique_ptr<cuda_executor>(new cuda_executor(std::move(s)));
+  return finish(std::move(s));
 }
 
 result<std::unique_ptr<cuda_executor>> cuda_executor::create_synthetic(const model_config& config,
@@ -620,9 +660,7 @@ result<std::unique_ptr<cuda_executor>> cuda_executor::create_synthetic(const mod
   w.lm_head = {.format = weight_format::bf16, .values = head, .scales = nullptr, .group_size = 0};
   EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamSynchronize(s->stream), "synthetic weights"));
   scratch = device_memory();
-  EDGE_RETURN_IF_ERROR(s->allocate_buffers());
-  EDGE_RETURN_IF_ERROR(s->allocate_kv());
-  return std::unique_ptr<cuda_executor>(new cuda_executor(std::move(s)));
+  return finish(std::move(s));
 }
 
 status cuda_executor::forward(const batch_plan& plan, std::span<float> logits) {

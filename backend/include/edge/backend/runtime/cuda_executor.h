@@ -107,6 +107,11 @@ class cuda_executor final : public executor {
   explicit cuda_executor(std::unique_ptr<state> s);
   // The device selected, its stream made, the options checked.
   static result<std::unique_ptr<state>> begin(const cuda_executor_options& options);
+  // The buffers, a warm-up forward over a pool of its own, then the KV pool from what is left.
+  static result<std::unique_ptr<cuda_executor>> finish(std::unique_ptr<state> s);
+  status warm_up(std::int64_t prefill, std::int64_t blocks);
+  // Tokens of the warm-up's prefill (fewer when a step holds fewer).
+  static constexpr std::int64_t warm_up_prefill_tokens = 64;
   std::unique_ptr<state> state_;
 };
 
