@@ -1,33 +1,27 @@
 // CUDA sampling: one block of 1024 threads per row of logits, the same steps and order as the
 // CPU reference (temperature, top-k, softmax, min-p, top-p, draw), with the row's uniform
 // number deciding the draw, so a seeded request picks the same token on either device unless
-// the draw falls within float rounding of a boundary between two tokens.
+// the draw falls within rounding of a boundary between two tokens.
 //
-// The CPU sorts candidates; here every "first items in sorted order" question (the k largest,
-// the smallest prefix of mass >= top_p, the item whose cumulative mass passes the draw) is
-// answered by bisection over a 64-bit key whose order is the sort order: the value's bits made
-// monotonic (high 32 bits), then the complement of the token id (low 32 bits: lower ids first
-// among equal values, as on the CPU). Each bisection step is one pass over the row and a block
-// reduction; the low half is bisected only when several tokens share the boundary value.
-// Greedy rows are a plain argmax (lowest index among equal maxima, NaN never chosen).
+// The CPU sorts candidates; here every "first items in sorted order" question is answered by
+// the radix selection of sampling_keys.h: a pass over the row per 8-bit digit of the key, each
+// filling a 256-bin histogram in shared memory (8 copies, one per 4 warps, to spread the
+// atomics), then one warp choosing the digit. Greedy rows are a plain argmax (lowest index
+// among equal maxima, NaN never chosen).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/sampling/sampling_keys.h"
 
 namespace edge::kernels::cuda {
 namespace {
 
+namespace keys = sampling_keys;
+
 constexpr int sampling_threads = 1024;
 constexpr int sampling_warps = sampling_threads / warp_size;
-constexpr int key_bits = 32;
-
-// Float bits in an order that matches the float order (negative values reversed). -0.0 and
-// +0.0 get one key, as they compare equal on the CPU: their tie goes to the lower id there too.
-__device__ __forceinline__ std::uint32_t ordered_bits(float v) {
-  const std::uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
-  return (u & 0x8000'0000u) != 0u ? ~u : u | 0x8000'0000u;
-}
-
-__device__ __forceinline__ std::uint32_t id_key(std::int64_t id) { return ~static_cast<std::uint32_t>(id); }
+constexpr int histogram_copies = 8;
+constexpr int bins_per_lane = keys::radix_bins / warp_size;
+static_assert(keys::radix_bins % warp_size == 0);
 
 struct block_scratch {
   double sums[sampling_warps];
@@ -36,23 +30,29 @@ struct block_scratch {
   unsigned long long keys[sampling_warps];
 };
 
-// The smallest (or largest) 64-bit key over the block.
-template <bool Largest>
-__device__ unsigned long long block_extreme(unsigned long long v, block_scratch& s) {
-  const auto pick = [](unsigned long long a, unsigned long long b) { return Largest ? (a > b ? a : b) : (a < b ? a : b); };
+// One level's histogram and the digit chosen from it (about 27 KiB).
+struct radix_scratch {
+  unsigned long long copy_weights[histogram_copies][keys::radix_bins];
+  std::uint32_t copy_counts[histogram_copies][keys::radix_bins];
+  unsigned long long weights[keys::radix_bins];
+  std::uint32_t counts[keys::radix_bins];
+  unsigned long long total;
+  int choice_digit;  // the chosen digit_choice, held as plain fields (no initialisers in shared memory)
+  unsigned long long choice_above;
+  std::uint32_t only;
+};
+
+// The smallest 64-bit key over the block.
+__device__ unsigned long long block_min(unsigned long long v, block_scratch& s) {
 #pragma unroll
-  for (int offset = warp_size / 2; offset > 0; offset /= 2) v = pick(v, __shfl_xor_sync(full_warp, v, offset));
+  for (int offset = warp_size / 2; offset > 0; offset /= 2) v = min(v, __shfl_xor_sync(full_warp, v, offset));
   const int warp = static_cast<int>(threadIdx.x) / warp_size;
   const int lane = static_cast<int>(threadIdx.x) % warp_size;
   __syncthreads();
   if (lane == 0) s.keys[warp] = v;
   __syncthreads();
-  for (int w = 0; w < sampling_warps; ++w) v = pick(v, s.keys[w]);
+  for (int w = 0; w < sampling_warps; ++w) v = min(v, s.keys[w]);
   return v;
-}
-
-__device__ __forceinline__ unsigned long long full_key(float v, std::int64_t id) {
-  return (static_cast<unsigned long long>(ordered_bits(v)) << key_bits) | id_key(id);
 }
 
 __device__ double block_sum(double v, block_scratch& s) {
@@ -111,77 +111,130 @@ __device__ std::int32_t block_argmax(const float* row, std::int64_t vocab, block
   return id < 0 ? 0 : id;
 }
 
-enum class weighting { count, mass };
-enum class passes { at_least, more_than };
+// The kept items (non-NaN) of a row, weighted by count or by fixed-point probability mass: the
+// passes keys::find_boundary asks for, each run by every thread of the block in step.
+template <bool Mass>
+struct block_passes {
+  const float* row;  // [vocab]
+  std::int64_t vocab;
+  radix_scratch& s;
 
-// Weight (count or mass) of the kept items (non-NaN) whose key is at least (hi, lo), where
-// lo only matters among items whose high half equals hi (use_lo).
-template <weighting W>
-__device__ double weight_from(const float* row, std::int64_t vocab, std::uint32_t hi, bool use_lo, std::uint32_t lo,
-                              block_scratch& s) {
-  double sum = 0.0;
-  for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) {
-    const float v = row[i];
-    if (isnan(v)) continue;
-    const std::uint32_t h = ordered_bits(v);
-    const bool in = h > hi || (h == hi && (!use_lo || id_key(i) >= lo));
-    if (in) sum += W == weighting::count ? 1.0 : static_cast<double>(v);
+  __device__ void histogram(bool low_half, std::uint32_t hi, std::uint32_t lo, int level) {
+    for (int i = static_cast<int>(threadIdx.x); i < histogram_copies * keys::radix_bins; i += sampling_threads) {
+      (&s.copy_weights[0][0])[i] = 0;
+      (&s.copy_counts[0][0])[i] = 0;
+    }
+    __syncthreads();
+    const int copy = static_cast<int>(threadIdx.x) / warp_size % histogram_copies;
+    for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) {
+      const float v = row[i];
+      if (isnan(v)) continue;
+      const std::uint32_t h = keys::ordered_bits(v);
+      std::uint32_t key = h;
+      if (!low_half) {
+        if (!keys::matches(h, hi, level)) continue;
+      } else {
+        key = keys::id_key(i);
+        if (h != hi || !keys::matches(key, lo, level)) continue;
+      }
+      const int d = keys::digit(key, level);
+      atomicAdd(&s.copy_counts[copy][d], 1u);
+      if constexpr (Mass) atomicAdd(&s.copy_weights[copy][d], static_cast<unsigned long long>(keys::fixed_mass(v)));
+    }
+    __syncthreads();
+    for (int d = static_cast<int>(threadIdx.x); d < keys::radix_bins; d += sampling_threads) {
+      unsigned long long w = 0;
+      std::uint32_t c = 0;
+      for (int k = 0; k < histogram_copies; ++k) {
+        w += s.copy_weights[k][d];
+        c += s.copy_counts[k][d];
+      }
+      s.counts[d] = c;
+      s.weights[d] = Mass ? w : c;
+    }
+    __syncthreads();
+    if (threadIdx.x < warp_size) {
+      unsigned long long t = 0;
+      for (int d = static_cast<int>(threadIdx.x); d < keys::radix_bins; d += warp_size) t += s.weights[d];
+#pragma unroll
+      for (int offset = warp_size / 2; offset > 0; offset /= 2) t += __shfl_xor_sync(full_warp, t, offset);
+      if (threadIdx.x == 0) s.total = t;
+    }
+    __syncthreads();
   }
-  return block_sum(sum, s);
-}
 
-template <passes P>
-__device__ __forceinline__ bool passes_threshold(double weight, double threshold) {
-  return P == passes::at_least ? weight >= threshold : weight > threshold;
-}
+  __device__ std::uint64_t total() const { return s.total; }
+  __device__ std::uint32_t count(int d) const { return s.counts[d]; }
 
-// The largest key (hi, lo) among kept items whose weight from that key on passes `threshold`:
-// the boundary item of the sorted order. found = false when no key passes.
-struct boundary {
-  std::uint32_t hi = 0;
-  std::uint32_t lo = 0;
-  bool found = false;
+  // keys::choose_digit with one warp: each lane takes 8 bins, a suffix scan over the lanes
+  // gives the weight ahead of each lane's bins, and the highest lane holding a passing digit
+  // holds the boundary (the weight from a digit on falls as the digit grows).
+  __device__ keys::digit_choice choose(std::uint64_t above, std::uint64_t threshold, keys::passes p) {
+    if (threadIdx.x < warp_size) {
+      const int lane = static_cast<int>(threadIdx.x);
+      unsigned long long own = 0;
+#pragma unroll
+      for (int j = 0; j < bins_per_lane; ++j) own += s.weights[lane * bins_per_lane + j];
+      unsigned long long from_lane = own;  // this lane's bins and every higher lane's
+#pragma unroll
+      for (int offset = 1; offset < warp_size; offset *= 2) {
+        const unsigned long long higher = __shfl_down_sync(full_warp, from_lane, offset);
+        if (lane + offset < warp_size) from_lane += higher;
+      }
+      std::uint64_t from = above + (from_lane - own);
+      keys::digit_choice mine;
+      for (int j = bins_per_lane - 1; j >= 0; --j) {
+        const int d = lane * bins_per_lane + j;
+        const std::uint64_t at = from + s.weights[d];
+        if (keys::passes_threshold(at, threshold, p)) {
+          mine = {.digit = d, .above = from};
+          break;
+        }
+        from = at;
+      }
+      const unsigned holders = __ballot_sync(full_warp, mine.digit >= 0);
+      if (holders == 0u) {
+        if (lane == 0) s.choice_digit = -1;
+      } else if (lane == warp_size - 1 - __clz(holders)) {
+        s.choice_digit = mine.digit;
+        s.choice_above = mine.above;
+      }
+    }
+    __syncthreads();
+    const keys::digit_choice c{.digit = s.choice_digit, .above = s.choice_digit < 0 ? 0 : s.choice_above};
+    __syncthreads();  // read by all before the next choice is written
+    return c;
+  }
+
+  __device__ std::uint32_t only_key(std::uint32_t hi) {
+    for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) {
+      if (!isnan(row[i]) && keys::ordered_bits(row[i]) == hi) s.only = keys::id_key(i);  // exactly one item
+    }
+    __syncthreads();
+    const std::uint32_t key = s.only;
+    __syncthreads();
+    return key;
+  }
 };
 
-template <weighting W, passes P>
-__device__ boundary find_boundary(const float* row, std::int64_t vocab, double threshold, block_scratch& s) {
-  boundary b;
-  if (!passes_threshold<P>(weight_from<W>(row, vocab, 0, false, 0, s), threshold)) return b;
-  std::uint32_t hi = 0;
-  for (int bit = key_bits - 1; bit >= 0; --bit) {
-    const std::uint32_t candidate = hi | (1u << bit);
-    if (passes_threshold<P>(weight_from<W>(row, vocab, candidate, false, 0, s), threshold)) hi = candidate;
+struct fixed_threshold {
+  std::uint64_t value;
+  __device__ std::uint64_t operator()(std::uint64_t) const { return value; }
+};
+
+// The draw's threshold: its share of the kept mass.
+struct draw_threshold {
+  float uniform;
+  __device__ std::uint64_t operator()(std::uint64_t kept) const {
+    return static_cast<std::uint64_t>(static_cast<double>(uniform) * static_cast<double>(kept));
   }
-  // Among the items with value bits == hi, bisect their ids only when there are several.
-  std::uint32_t lo = 0;
-  const double ties = weight_from<weighting::count>(row, vocab, hi, false, 0, s) -
-                      (hi == 0xFFFF'FFFFu ? 0.0 : weight_from<weighting::count>(row, vocab, hi + 1, false, 0, s));
-  if (ties > 1.0) {
-    for (int bit = key_bits - 1; bit >= 0; --bit) {
-      const std::uint32_t candidate = lo | (1u << bit);
-      if (passes_threshold<P>(weight_from<W>(row, vocab, hi, true, candidate, s), threshold)) lo = candidate;
-    }
-  } else {
-    // The one item with these value bits.
-    unsigned long long key = 0;
-    for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) {
-      if (!isnan(row[i]) && ordered_bits(row[i]) == hi) key = full_key(row[i], i);
-    }
-    lo = static_cast<std::uint32_t>(block_extreme<true>(key, s));
-  }
-  b.hi = hi;
-  b.lo = lo;
-  b.found = true;
-  return b;
-}
+};
 
 // Drops (sets to NaN) the kept items ordered after the boundary.
-__device__ void keep_from(float* row, std::int64_t vocab, const boundary& b) {
+__device__ void keep_from(float* row, std::int64_t vocab, const keys::boundary& b) {
   for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) {
     const float v = row[i];
-    if (isnan(v)) continue;
-    const std::uint32_t h = ordered_bits(v);
-    if (h < b.hi || (h == b.hi && id_key(i) < b.lo)) row[i] = NAN;
+    if (!isnan(v) && keys::after(b, keys::ordered_bits(v), keys::id_key(i))) row[i] = NAN;
   }
   __syncthreads();
 }
@@ -192,6 +245,7 @@ __global__ void __launch_bounds__(sampling_threads)
                     std::int32_t* __restrict__ out,            // [rows]
                     std::int64_t vocab) {
   __shared__ block_scratch s;
+  __shared__ radix_scratch radix;
   float* row = logits + static_cast<std::int64_t>(blockIdx.x) * vocab;
   const sampling_row c = config[blockIdx.x];
   if (c.temperature <= 0.0f) {
@@ -202,15 +256,20 @@ __global__ void __launch_bounds__(sampling_threads)
 
   // Temperature; from here on the row holds each candidate's value, NaN for dropped ones.
   const float inv_temperature = 1.0f / c.temperature;
-  for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) row[i] *= inv_temperature;
-  __syncthreads();
-  const double candidates = weight_from<weighting::count>(row, vocab, 0, false, 0, s);
+  double own = 0.0;
+  for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) {
+    row[i] *= inv_temperature;
+    if (!isnan(row[i])) own += 1.0;
+  }
+  const double candidates = block_sum(own, s);
   if (candidates == 0.0) {
     if (threadIdx.x == 0) out[blockIdx.x] = 0;
     return;
   }
   if (c.top_k > 0 && static_cast<double>(c.top_k) < candidates) {
-    keep_from(row, vocab, find_boundary<weighting::count, passes::at_least>(row, vocab, c.top_k, s));
+    block_passes<false> counted{.row = row, .vocab = vocab, .s = radix};
+    keep_from(row, vocab,
+              keys::find_boundary(counted, fixed_threshold{static_cast<std::uint64_t>(c.top_k)}, keys::passes::at_least));
   }
 
   // Softmax over what is left: exp in float, the total in double, as on the CPU.
@@ -235,27 +294,28 @@ __global__ void __launch_bounds__(sampling_threads)
   }
   __syncthreads();
 
+  block_passes<true> weighed{.row = row, .vocab = vocab, .s = radix};
   if (c.top_p < 1.0f) {
-    const boundary b = find_boundary<weighting::mass, passes::at_least>(row, vocab, c.top_p, s);
+    const keys::boundary b =
+        keys::find_boundary(weighed, fixed_threshold{keys::fixed_mass(c.top_p)}, keys::passes::at_least);
     // Mass short of top_p (rounding): everything stays, as on the CPU.
     if (b.found) keep_from(row, vocab, b);
   }
 
-  const double kept = weight_from<weighting::mass>(row, vocab, 0, false, 0, s);
-  const double target = static_cast<double>(c.uniform) * kept;
-  const boundary chosen = find_boundary<weighting::mass, passes::more_than>(row, vocab, target, s);
+  const keys::boundary chosen = keys::find_boundary(weighed, draw_threshold{c.uniform}, keys::passes::more_than);
   std::int32_t id = 0;
   if (chosen.found) {
-    id = static_cast<std::int32_t>(~chosen.lo);
+    id = keys::id_of(chosen.lo);
   } else {
     // The draw landed past the total (rounding): the CPU takes its last candidate in sorted
     // order, the one with the smallest key.
     unsigned long long key = ~0ull;
     for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) {
-      if (!isnan(row[i])) key = min(key, full_key(row[i], i));
+      if (isnan(row[i])) continue;
+      key = min(key, (static_cast<unsigned long long>(keys::ordered_bits(row[i])) << 32) | keys::id_key(i));
     }
-    key = block_extreme<false>(key, s);
-    id = key == ~0ull ? 0 : static_cast<std::int32_t>(~static_cast<std::uint32_t>(key));
+    key = block_min(key, s);
+    id = key == ~0ull ? 0 : keys::id_of(static_cast<std::uint32_t>(key));
   }
   if (threadIdx.x == 0) out[blockIdx.x] = id;
 }

@@ -6,7 +6,8 @@
 //      weights and scales read per second, and that as a fraction of the copy bandwidth.
 //   3. FP8 and BF16 KV decode attention (64 sequences x 4096 positions, 32 query / 8 KV heads,
 //      head_dim 128, blocks of 16): KV bytes (codes and scales) read per second, and the fraction.
-//   4. Decode tokens/s of the whole CUDA engine for a synthetic Llama-3-8B (32 layers, hidden
+//   4. Sampling 64 rows of a 128,256-token vocabulary, greedy and through each filter.
+//   5. Decode tokens/s of the whole CUDA engine for a synthetic Llama-3-8B (32 layers, hidden
 //      4096, 14336, 32/8 heads, vocab 128256; random weights made on the device, embedding and
 //      classifier bf16) at 1, 8, 16, 32 and 64 concurrent sequences, each 1024 positions deep,
 //      for int4 vs fp8 weights and bf16 vs fp8 KV: CUDA-graph decode steps with greedy sampling
@@ -27,6 +28,7 @@
 #include "kernels/matmul/matmul.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/quantize/quantize.h"
+#include "kernels/sampling/sampling.h"
 
 namespace {
 
@@ -166,6 +168,44 @@ double attention_bandwidth(kernels::dtype type, cudaStream_t stream) {
   return bytes / seconds;
 }
 
+// Sampling 64 rows of a 128,256-token vocabulary: microseconds per call, greedy (one pass over
+// the rows: the floor) and seeded draws through each filter, with the copy that restores the
+// logits (sampling uses them as scratch) timed alone and subtracted.
+void sampling_times(cudaStream_t stream) {
+  const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
+  constexpr std::int64_t rows = 64, vocab = 128256;
+  const auto count = static_cast<std::size_t>(rows * vocab);
+  gpu_test::device_array<float> pristine(gpu_test::random_floats(count, 21, -8.0f, 8.0f));
+  gpu_test::device_array<float> logits(count);
+  gpu_test::device_array<std::int32_t> out(static_cast<std::size_t>(rows));
+  const auto restore = [&] {
+    check_cuda(cudaMemcpyAsync(logits.get(), pristine.get(), count * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+               "restore");
+  };
+  const double copy = time_calls(stream, 20, [&](int) { restore(); });
+  const std::vector<std::pair<std::string, kernels::sampling_row>> configs = {
+      {"greedy", {.temperature = 0.0f}},
+      {"temperature 1", {.temperature = 1.0f, .uniform = 0.37f}},
+      {"top_k 50", {.temperature = 0.8f, .top_k = 50, .uniform = 0.37f}},
+      {"top_p 0.9", {.temperature = 0.8f, .top_p = 0.9f, .uniform = 0.37f}},
+      {"top_k 50, top_p 0.95, min_p 0.05", {.temperature = 0.6f, .top_k = 50, .top_p = 0.95f, .min_p = 0.05f, .uniform = 0.37f}},
+  };
+  std::printf("\n| sampling, 64 rows x vocab 128256 | us per call | x greedy |\n|---|---|---|\n");
+  double greedy = 0.0;
+  for (const auto& [name, row] : configs) {
+    gpu_test::device_array<kernels::sampling_row> config(std::vector<kernels::sampling_row>(rows, row));
+    const double seconds = time_calls(stream, 20, [&](int) {
+                             restore();
+                             check_ok(kernels::run_sampling({.logits = logits.get(), .config = config.get(),
+                                                             .out = out.get(), .rows = rows, .vocab = vocab},
+                                                            s),
+                                      "sampling");
+                           }) - copy;
+    if (greedy == 0.0) greedy = seconds;
+    std::printf("| %s | %.1f | %.1f |\n", name.c_str(), seconds * 1e6, seconds / greedy);
+  }
+}
+
 backend::model_config llama3_8b() {
   backend::model_config c;
   c.vocab_size = 128256;
@@ -259,6 +299,8 @@ int main() {
     std::printf("| %s KV decode attention | 64 seqs x 4096 positions, 32/8 heads, d 128 | 64 | %.0f | %.2f |\n",
                 std::string(kernels::to_string(kv)).c_str(), bw / giga, bw / copy);
   }
+
+  sampling_times(stream);
 
   const std::vector<std::int64_t> batches = {1, 8, 16, 32, 64};
   std::printf("\nsynthetic Llama-3-8B decode, 1024 positions per sequence:\n");

@@ -615,6 +615,14 @@ void test_sampling(gpu_test::results& r) {
     // Ties and a NaN, to check the tie and NaN rules.
     logits[3] = logits[7];
     logits[static_cast<std::size_t>(vocab) + 1] = NAN;
+    // Every fourth row in whole numbers: many tokens share each value, so the selection orders
+    // ties by id (the low half of its key) at the top-k, top-p and draw boundaries.
+    for (std::int64_t i = 3; i < rows; i += 4) {
+      for (std::int64_t j = 0; j < vocab; ++j) {
+        float& v = logits[static_cast<std::size_t>(i * vocab + j)];
+        v = std::round(v);
+      }
+    }
     // Row 0 (greedy): its best logits are -0.0 at id 5 and +0.0 at id 9, equal as floats, so
     // the lower id wins, as on the CPU (the sign bit must not order them).
     for (std::int64_t i = 0; i < vocab; ++i) logits[static_cast<std::size_t>(i)] = -std::fabs(logits[static_cast<std::size_t>(i)]) - 0.5f;
