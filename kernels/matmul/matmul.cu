@@ -1,7 +1,12 @@
 // CUDA matmul: y = x · wᵀ (+ bias) (+ y) for every weight format, dequantizing in registers.
 //
-// Three kernels, chosen by the number of tokens and the weight format:
-//   * GEMV (1..8 tokens: decode): memory-bound. A block of 4 warps takes 4 weight rows; each
+// Four kernels, chosen by the number of tokens and the weight format (which ones round x to
+// bf16: cuda_matmul_uses_tensor_cores in matmul.h):
+//   * W4A16 decode (1..8 tokens, INT4 groups of 32 or more): tensor cores fed from a cp.async
+//     pipeline, the weights dequantized two at a time in registers (below, and
+//     w4a16_fragments.h), so that the instructions per weight stay below what the memory
+//     bandwidth allows at every token count up to 8.
+//   * GEMV (1..8 tokens, the other formats): memory-bound. A block of 4 warps takes 4 weight rows; each
 //     thread streams 16-byte chunks of those rows (ld.global.nc, not kept in L1, so x stays
 //     there), two chunks per row in flight, dequantizes them in registers and multiplies them
 //     with every token's x in f32. INT4 nibbles become floats with one byte permute and one
@@ -23,6 +28,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/matmul/w4a16_fragments.h"
 
 namespace edge::kernels::cuda {
 namespace {
@@ -268,6 +274,172 @@ __global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_args a) {
 #pragma unroll
     for (int wi = 0; wi < gemv_warps; ++wi) dot += partial[wi][t][r];
     store_output<F>(a, t, row, dot);
+  }
+}
+
+// ---- W4A16 decode on tensor cores (INT4 groups of 32 or more, 1..8 tokens) ---------------------
+//
+// A block of 4 warps takes 16 weight rows and walks k in stages of 16 chunks (512 k): cp.async
+// copies each stage's raw INT4 chunks and their scales into shared memory, 4 stages in flight;
+// each warp takes 4 chunks of a stage, ldmatrix hands every lane its word of rows g and g + 8,
+// one mask-and-OR and one bf16x2 subtraction dequantize two weights at a time, and each chunk
+// is two mma.m16n8k16 steps against the tokens' x rounded to bf16 (w4a16_fragments.h says which
+// element goes where; its host test emulates it). The chunk's product is scaled in f32 by its
+// group's scale, so q stays exact and only x is rounded. The warps' parts meet in shared memory.
+
+namespace w4 = w4a16;
+
+__device__ __forceinline__ std::uint32_t shared_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Asynchronous copies into shared memory; an invalid source fills the destination with zeros
+// (no byte is read, but the address given stays a valid one).
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void copy_async_4(void* shared, const void* global, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(shared)), "l"(global),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `Pending` of this thread's committed copy groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* shared) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(shared)));
+}
+
+// d += a · b over one m16n8k16 step (bf16 in, f32 accumulate).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) {
+  std::uint32_t bits;
+  __builtin_memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+__device__ __forceinline__ __nv_bfloat162 bf16x2_of(std::uint32_t bits) {
+  __nv_bfloat162 v;
+  __builtin_memcpy(&v, &bits, sizeof bits);
+  return v;
+}
+
+// Pair p of a lane's word as bf16 q values (exact: small integers).
+__device__ __forceinline__ std::uint32_t dequantized_pair(std::uint32_t word, int p) {
+  return bf16x2_bits(__hsub2(bf16x2_of(w4::pair_bits(word, p)), bf16x2_of(w4::pair_offset_bits)));
+}
+
+struct w4a16_stage {
+  uint4 weights[w4::tile_rows][w4::stage_chunks];  // chunk c of row r in slot [r][swizzled_chunk(r, c)]
+  float scales[w4::tile_rows][w4::scale_stride];   // [r][c]: the scale of chunk c's group
+};
+
+__global__ void __launch_bounds__(w4::threads) w4a16_decode_kernel(matmul_args a) {
+  __shared__ __align__(128) w4a16_stage stage[w4::stages];
+  __shared__ float partial[w4::warps][w4::tile_rows][w4::tile_tokens];
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * w4::tile_rows;
+  const std::int64_t chunks = a.row_bytes / w4::chunk_bytes;  // k / 32: groups of 32+ divide k
+  const std::int64_t stage_count = ceil_div(chunks, w4::stage_chunks);
+  const auto* weights = static_cast<const std::uint8_t*>(a.w);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / warp_size;
+  const int lane = tid % warp_size;
+  const int g = lane / 4;  // the lane's rows g and g + 8, and its token
+  const int t = lane % 4;
+
+  // Queues stage s into its buffer: chunks past the row read as zeros (their scale too), rows
+  // past n repeat the last row (their results are dropped).
+  const auto load_stage = [&](std::int64_t s) {
+    w4a16_stage& st = stage[s % w4::stages];
+    for (int i = tid; i < w4::tile_rows * w4::stage_chunks; i += w4::threads) {
+      const int r = i / w4::stage_chunks;
+      const int c = i % w4::stage_chunks;
+      const std::int64_t row = min(row0 + r, a.n - 1);
+      const std::int64_t chunk = s * w4::stage_chunks + c;
+      const bool inside = chunk < chunks;
+      const std::int64_t at = inside ? chunk : 0;
+      copy_async_16(&st.weights[r][w4::swizzled_chunk(r, c)], weights + row * a.row_bytes + at * w4::chunk_bytes, inside);
+      copy_async_4(&st.scales[r][c], a.scales + row * a.groups_per_row + at * w4::chunk_k / a.group_size, inside);
+    }
+  };
+
+  // One commit per stage slot, empty or not, so that wait_group counts stages.
+#pragma unroll
+  for (int s = 0; s < w4::stages - 1; ++s) {
+    if (s < stage_count) load_stage(s);
+    copy_async_commit();
+  }
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // (row g, tokens 2t, 2t+1), (row g + 8, tokens 2t, 2t+1)
+  for (std::int64_t s = 0; s < stage_count; ++s) {
+    copy_async_wait<w4::stages - 2>();  // this thread's copies of stage s have landed
+    __syncthreads();                    // everyone's have, and nobody still reads stage s - 1's buffer
+    if (s + w4::stages - 1 < stage_count) load_stage(s + w4::stages - 1);
+    copy_async_commit();
+    const w4a16_stage& st = stage[s % w4::stages];
+#pragma unroll
+    for (int j = 0; j < w4::chunks_per_warp / 2; ++j) {
+      const int pair_chunk = warp * w4::chunks_per_warp + 2 * j;  // within the stage
+      const std::int64_t first = s * w4::stage_chunks + pair_chunk;
+      if (first >= chunks) break;  // the same for the whole warp
+      const w4::ldmatrix_source src = w4::ldmatrix_row(warp, j, lane);
+      std::uint32_t words[4];
+      ldmatrix_x4(words, &st.weights[src.row][w4::swizzled_chunk(src.row, src.chunk)]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t chunk = first + h;
+        if (chunk >= chunks) break;
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int step = 0; step < 2; ++step) {
+          std::uint32_t b[2] = {0u, 0u};
+          if (g < a.tokens) {
+            const float4 xv = load_x4(a.x + g * a.x_stride, chunk * w4::chunk_k + w4::step_x_element(t, step), a.k, a.x_vec);
+            b[0] = bf16x2_bits(__floats2bfloat162_rn(xv.x, xv.z));
+            b[1] = bf16x2_bits(__floats2bfloat162_rn(xv.y, xv.w));
+          }
+          const std::uint32_t af[4] = {dequantized_pair(words[2 * h], w4::step_pair(step, 0)),
+                                       dequantized_pair(words[2 * h + 1], w4::step_pair(step, 0)),
+                                       dequantized_pair(words[2 * h], w4::step_pair(step, 1)),
+                                       dequantized_pair(words[2 * h + 1], w4::step_pair(step, 1))};
+          mma_bf16(d, af, b);
+        }
+        const float scale_g = st.scales[g][pair_chunk + h];
+        const float scale_g8 = st.scales[g + 8][pair_chunk + h];
+        acc[0] = fmaf(scale_g, d[0], acc[0]);
+        acc[1] = fmaf(scale_g, d[1], acc[1]);
+        acc[2] = fmaf(scale_g8, d[2], acc[2]);
+        acc[3] = fmaf(scale_g8, d[3], acc[3]);
+      }
+    }
+  }
+  copy_async_wait<0>();
+
+  partial[warp][g][2 * t] = acc[0];
+  partial[warp][g][2 * t + 1] = acc[1];
+  partial[warp][g + 8][2 * t] = acc[2];
+  partial[warp][g + 8][2 * t + 1] = acc[3];
+  __syncthreads();
+  static_assert(w4::threads == w4::tile_rows * w4::tile_tokens, "one output per thread");
+  const int r = tid / w4::tile_tokens;
+  const int token = tid % w4::tile_tokens;
+  const std::int64_t row = row0 + r;
+  if (row < a.n && token < a.tokens) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int w = 0; w < w4::warps; ++w) dot += partial[w][r][token];
+    store_output<weight_format::int4>(a, token, row, dot);
   }
 }
 
@@ -522,6 +694,11 @@ void launch_gemv(const matmul_args& a, bool fine_groups, cudaStream_t stream) {
 
 template <weight_format F>
 status run_format(const matmul_params& p, matmul_args a, cudaStream_t stream) {
+  if (F == weight_format::int4 && a.w_vec && cuda_matmul_uses_tensor_cores(F, p.tokens, p.w.group_size) &&
+      p.tokens <= gemv_max_tokens) {
+    w4a16_decode_kernel<<<static_cast<unsigned>(ceil_div(p.n, w4::tile_rows)), w4::threads, 0, stream>>>(a);
+    return check_launch("matmul (w4a16 decode)");
+  }
   if (p.tokens <= gemv_max_tokens) {
     const bool fine_groups = F == weight_format::int4 && p.w.group_size < int4_traits::chunk_elements;
     if (p.tokens == 1) {

@@ -5,8 +5,9 @@
 // On the CPU each output element is one dot product over k whose summation order depends only
 // on k, not on how many tokens or rows are computed together. A sequence therefore gets
 // bit-identical results alone or in any batch there (batch invariance). The CUDA kernels do
-// not promise that: 1 to 8 tokens take the f32 GEMV, 9 and more the bf16 tensor-core GEMM, and
-// the split of k depends on the tile count (docs/decisions.md). On both, decode (one token)
+// not promise that: 1 to 8 tokens take the f32 GEMV (or, for INT4, the W4A16 tensor-core
+// kernel), 9 and more the bf16 tensor-core GEMM, and the split of k depends on the tile count
+// (docs/decisions.md). On both, decode (one token)
 // and prefill (many) share one code path: the kernel tiles several tokens against several weight rows so that a
 // weight row fetched from memory serves every token of the tile.
 //
@@ -50,6 +51,15 @@ inline constexpr std::int64_t matmul_split_max_tokens = 256;
 // of up to `tokens` tokens and `n` output rows.
 constexpr std::int64_t matmul_workspace_floats(std::int64_t tokens, std::int64_t n) {
   return matmul_max_split_k * (tokens < matmul_split_max_tokens ? tokens : matmul_split_max_tokens) * n;
+}
+
+// Whether the CUDA matmul runs a call on tensor cores, rounding x to bf16 (weights stay exact:
+// bf16 values, fp8 codes, int4 q, with scales applied in f32): 9+ tokens with bf16, fp8 or int4
+// weights, and 1..8 tokens with int4 groups of 32 or more (the W4A16 decode kernel). Everything
+// else multiplies in f32.
+constexpr bool cuda_matmul_uses_tensor_cores(weight_format f, std::int64_t tokens, std::int64_t group_size) {
+  if (f == weight_format::int4 && group_size >= 32) return true;
+  return tokens > 8 && (f == weight_format::bf16 || f == weight_format::fp8_e4m3 || f == weight_format::int4);
 }
 
 status run_matmul(const matmul_params& p, const stream& s);

@@ -7,9 +7,11 @@
 //     and IEEE division on both sides), greedy sampling;
 //   * float rounding and summation order: rmsnorm, rope, silu_mul, paged attention (absolute,
 //     for the value ranges stated on each line), and matmul with f32 products (f32 / f16
-//     weights, and every format's GEMV for 1..8 tokens): 1e-5 of the sum of |x w|;
-//   * bf16 tensor cores (9+ tokens with bf16 / fp8 / int4 weights): x rounded to bf16 (and int4
-//     weights' q x scale too), so 2^-7 of the sum of |x w| (four bf16 roundings' worth);
+//     weights, and the GEMV for 1..8 tokens of bf16 / fp8 weights and int4 groups under 32):
+//     1e-5 of the sum of |x w|;
+//   * bf16 tensor cores (cuda_matmul_uses_tensor_cores: 9+ tokens with bf16 / fp8 / int4
+//     weights, and the W4A16 decode kernel at 1..8 tokens): x rounded to bf16 (in the 9+ GEMM,
+//     int4 weights' q x scale too), so 2^-7 of the sum of |x w| (four bf16 roundings' worth);
 //   * seeded sampling: the GPU's token is the CPU's, or the draw lies within float rounding of
 //     the boundary between the two.
 #include <algorithm>
@@ -304,10 +306,12 @@ void test_matmul(gpu_test::results& r) {
     std::vector<std::int64_t> tokens;
   };
   // k = 288 and 96 (k = 32 mod 64): INT4 groups of 32 whose last tensor-core tile ends half-way,
-  // at 9, 17, 64 and 65 tokens.
+  // at 9, 17, 64 and 65 tokens, and whose W4A16 decode stage (512 k) is partly empty at 1..8;
+  // k = 1056: groups of 32 over two stages, the second holding one chunk.
   const std::vector<shape> shapes = {
-      {1, 128, {1, 54}}, {97, 54, {1, 5, 97}}, {54, 4096, {1, 8, 54}}, {4096, 97, {1, 97}},
-      {14336, 4096, {1}}, {4096, 14336, {1, 8, 54}}, {97, 288, {9, 64, 65}}, {64, 96, {9, 17}},
+      {1, 128, {1, 54}},  {97, 54, {1, 5, 97}},         {54, 4096, {1, 8, 54}}, {4096, 97, {1, 97}},
+      {14336, 4096, {1}}, {4096, 14336, {1, 8, 54}},    {97, 288, {1, 5, 9, 64, 65}},
+      {64, 96, {1, 8, 9, 17}}, {54, 1056, {1, 3, 8}},
   };
   const std::int64_t workspace_floats = matmul_workspace_floats(128, 14336);
   device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
@@ -372,8 +376,7 @@ void test_matmul(gpu_test::results& r) {
               worst = std::max(worst, std::fabs(static_cast<double>(y_gpu[at]) - y_cpu[at]) / bound);
             }
           }
-          const bool tensor_cores = tokens > 8 && (f == weight_format::bf16 || f == weight_format::fp8_e4m3 ||
-                                                   f == weight_format::int4);
+          const bool tensor_cores = cuda_matmul_uses_tensor_cores(f, tokens, w.group_size);
           r.check(format("matmul {} n {} k {} tokens {}{}{}{} (relative to sum |x w|)", to_string(f), sh.n, sh.k,
                          tokens, split ? " split-k" : "", accumulate ? " accumulate" : "",
                          x_stride == sh.k ? " packed x" : ""),
