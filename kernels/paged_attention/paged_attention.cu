@@ -37,10 +37,11 @@ struct attention_args {
   const float* v_scales;            // [num_blocks, num_kv_heads, block_size] (fp8)
   const std::int32_t* seq;          // [tokens]
   const std::int32_t* pos;          // [tokens]
-  const std::int32_t* block_tables; // [num_seqs, block_table_stride]
+  const std::int32_t* block_tables; // [table_begin[rows]]: row s at [table_begin[s], table_begin[s + 1])
+  const std::int32_t* table_begin;  // [rows + 1]
   const std::int32_t* seq_token_begin;  // [num_seqs + 1] or null (a block per token)
   float* partials;                  // [tokens, num_heads, splits, head_dim + 2] when splits > 1
-  std::int64_t tokens, num_heads, num_kv_heads, head_dim, block_size, num_blocks, block_table_stride;
+  std::int64_t tokens, num_heads, num_kv_heads, head_dim, block_size, num_blocks;
   std::int64_t q_stride, out_stride;
   int group;        // query heads per KV head
   int tile_tokens;  // query tokens per block
@@ -84,7 +85,8 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
     last = first + 1;
     seq = a.seq[first];
   }
-  const std::int32_t* table = a.block_tables + seq * a.block_table_stride;
+  const std::int32_t* table = a.block_tables + a.table_begin[seq];
+  const std::int64_t table_blocks = a.table_begin[seq + 1] - a.table_begin[seq];
   const int warp = static_cast<int>(threadIdx.x) / warp_size;
   const int lane = static_cast<int>(threadIdx.x) % warp_size;
 
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
       const std::int64_t d0 = (i % pieces_per_row) * elems;
       const std::int64_t key = kb + j;
       std::int64_t row = -1;
-      if (key < key_end && key / a.block_size < a.block_table_stride) {
+      if (key < key_end && key / a.block_size < table_blocks) {
         const std::int64_t block = table[key / a.block_size];
         if (block >= 0 && block < a.num_blocks) row = (block * a.num_kv_heads + kv_head) * a.block_size + key % a.block_size;
       }
@@ -295,6 +297,7 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
     return invalid_argument("paged_attention: seq_token_begin needs num_seqs and max_seq_tokens");
   }
   if (p.tokens <= 0) return {};
+  if (p.block_tables == nullptr || p.table_begin == nullptr) return invalid_argument("paged_attention: no block tables");
 
   attention_args a{};
   a.q = p.q;
@@ -306,6 +309,7 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
   a.seq = p.seq;
   a.pos = p.pos;
   a.block_tables = p.block_tables;
+  a.table_begin = p.table_begin;
   a.seq_token_begin = p.seq_token_begin;
   a.partials = p.workspace;
   a.tokens = p.tokens;
@@ -314,7 +318,6 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
   a.head_dim = p.head_dim;
   a.block_size = p.block_size;
   a.num_blocks = p.num_blocks;
-  a.block_table_stride = p.block_table_stride;
   a.q_stride = p.q_stride;
   a.out_stride = p.out_stride;
   a.group = static_cast<int>(p.num_heads / p.num_kv_heads);

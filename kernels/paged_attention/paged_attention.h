@@ -35,16 +35,19 @@ struct paged_attention_params {
   const float* k_scales = nullptr;  // [num_blocks, num_kv_heads, block_size]; when kv_cache_scaled(kv_type)
   const float* v_scales = nullptr;  // [num_blocks, num_kv_heads, block_size]; when kv_cache_scaled(kv_type)
   dtype kv_type = dtype::f32;
-  const std::int32_t* seq;          // [tokens] index into block_tables
+  const std::int32_t* seq;          // [tokens] the token's row of table_begin
   const std::int32_t* pos;          // [tokens]
-  const std::int32_t* block_tables; // [num_seqs, block_table_stride]
+  // The block tables, one after another: row s holds block_tables[table_begin[s] ..
+  // table_begin[s + 1]), as many blocks as the row's sequence covers (ragged, so that a step
+  // stages and uploads only the blocks its sequences use).
+  const std::int32_t* block_tables; // [table_begin[rows]]
+  const std::int32_t* table_begin;  // [rows + 1]
   std::int64_t tokens = 0;
   std::int64_t num_heads = 0;
   std::int64_t num_kv_heads = 0;
   std::int64_t head_dim = 0;
   std::int64_t block_size = 0;
   std::int64_t num_blocks = 0;
-  std::int64_t block_table_stride = 0;
   std::int64_t q_stride = 0;
   std::int64_t out_stride = 0;
   float scale = 0.0f;               // usually 1 / sqrt(head_dim)

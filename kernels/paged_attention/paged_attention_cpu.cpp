@@ -163,7 +163,7 @@ void attend(const paged_attention_params& p, std::int64_t t, std::int64_t kv_hea
   const std::int64_t group = p.num_heads / p.num_kv_heads;
   const std::int64_t hd = p.head_dim;
   const std::int64_t context = static_cast<std::int64_t>(p.pos[t]) + 1;
-  const std::int32_t* table = p.block_tables + static_cast<std::int64_t>(p.seq[t]) * p.block_table_stride;
+  const std::int32_t* table = p.block_tables + p.table_begin[p.seq[t]];
 
   float acc_storage[max_attention_group * max_attention_head_dim];
   head_state heads[max_attention_group];
@@ -250,12 +250,16 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
   if (kv_cache_scaled(p.kv_type) && (p.k_scales == nullptr || p.v_scales == nullptr)) {
     return invalid_argument(format("paged_attention: a {} cache needs K and V scales", to_string(p.kv_type)));
   }
+  if (p.tokens > 0 && (p.block_tables == nullptr || p.table_begin == nullptr)) {
+    return invalid_argument("paged_attention: no block tables");
+  }
   for (std::int64_t t = 0; t < p.tokens; ++t) {
     const std::int64_t blocks_needed = (static_cast<std::int64_t>(p.pos[t]) + p.block_size) / p.block_size;
-    if (p.pos[t] < 0 || blocks_needed > p.block_table_stride) {
+    const std::int32_t* row = p.table_begin + p.seq[t];
+    if (p.pos[t] < 0 || blocks_needed > row[1] - row[0]) {
       return invalid_argument(format("paged_attention: position {} beyond the block table", p.pos[t]));
     }
-    const std::int32_t* table = p.block_tables + static_cast<std::int64_t>(p.seq[t]) * p.block_table_stride;
+    const std::int32_t* table = p.block_tables + row[0];
     for (std::int64_t b = 0; b < blocks_needed; ++b) {
       if (table[b] < 0 || table[b] >= p.num_blocks) {
         return invalid_argument(format("paged_attention: block {} outside the cache", table[b]));

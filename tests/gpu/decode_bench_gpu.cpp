@@ -140,14 +140,15 @@ double attention_bandwidth(kernels::dtype type, cudaStream_t stream) {
   check_cuda(cudaMemset(vc.get(), 0x30, cache_bytes), "memset");
   std::vector<std::int32_t> tables(static_cast<std::size_t>(num_blocks));
   for (std::int64_t i = 0; i < num_blocks; ++i) tables[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % num_blocks);
-  std::vector<std::int32_t> seq(seqs), pos(seqs), runs(seqs + 1);
+  std::vector<std::int32_t> seq(seqs), pos(seqs), runs(seqs + 1), table_begin(seqs + 1);
+  for (std::int64_t i = 0; i <= seqs; ++i) table_begin[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i * blocks_per_seq);
   for (std::int64_t i = 0; i < seqs; ++i) {
     seq[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
     pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(context - 1);
     runs[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
   }
   runs[seqs] = static_cast<std::int32_t>(seqs);
-  gpu_test::device_array<std::int32_t> d_tables(tables), d_seq(seq), d_pos(pos), d_runs(runs);
+  gpu_test::device_array<std::int32_t> d_tables(tables), d_table_begin(table_begin), d_seq(seq), d_pos(pos), d_runs(runs);
   gpu_test::device_array<float> q(gpu_test::random_floats(static_cast<std::size_t>(seqs * heads * head_dim), 3));
   gpu_test::device_array<float> out(static_cast<std::size_t>(seqs * heads * head_dim));
   const std::int64_t workspace_floats = kernels::paged_attention_workspace_floats(seqs, heads, head_dim);
@@ -156,9 +157,9 @@ double attention_bandwidth(kernels::dtype type, cudaStream_t stream) {
     check_ok(kernels::run_paged_attention(
                  {.q = q.get(), .out = out.get(), .k_cache = kc.get(), .v_cache = vc.get(),
                   .k_scales = scaled ? ks.get() : nullptr, .v_scales = scaled ? vs.get() : nullptr, .kv_type = type,
-                  .seq = d_seq.get(), .pos = d_pos.get(), .block_tables = d_tables.get(), .tokens = seqs,
-                  .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = head_dim, .block_size = block,
-                  .num_blocks = num_blocks, .block_table_stride = blocks_per_seq, .q_stride = heads * head_dim,
+                  .seq = d_seq.get(), .pos = d_pos.get(), .block_tables = d_tables.get(),
+                  .table_begin = d_table_begin.get(), .tokens = seqs, .num_heads = heads, .num_kv_heads = kv_heads,
+                  .head_dim = head_dim, .block_size = block, .num_blocks = num_blocks, .q_stride = heads * head_dim,
                   .out_stride = heads * head_dim, .scale = 0.088f, .seq_token_begin = d_runs.get(), .num_seqs = seqs,
                   .max_seq_tokens = 1, .workspace = workspace.get(), .workspace_floats = workspace_floats},
                  s),

@@ -461,25 +461,23 @@ void test_paged_attention(gpu_test::results& r) {
           // chunk of 97 tokens starting at position 54 of a fifth sequence.
           const std::vector<std::int64_t> contexts = {1, 54, 97, quick ? 300 : 4096, 151};
           const std::int64_t chunk = 97;
-          std::int64_t max_blocks = 0;
           std::int64_t total_blocks = 0;
-          for (auto c : contexts) {
-            max_blocks = std::max(max_blocks, (c + block_size - 1) / block_size);
-            total_blocks += (c + block_size - 1) / block_size;
-          }
+          for (auto c : contexts) total_blocks += (c + block_size - 1) / block_size;
           const std::int64_t num_blocks = total_blocks + 3;
           // Block tables: blocks handed out in a shuffled order.
           std::vector<std::int32_t> order(static_cast<std::size_t>(num_blocks));
           std::iota(order.begin(), order.end(), 0);
           std::mt19937 rng(14);
           std::shuffle(order.begin(), order.end(), rng);
-          std::vector<std::int32_t> tables(contexts.size() * static_cast<std::size_t>(max_blocks), 0);
+          // Ragged, as the executor stages them: each sequence's blocks right after the previous one's.
+          std::vector<std::int32_t> tables;
+          std::vector<std::int32_t> table_begin;
           std::size_t next = 0;
           for (std::size_t s = 0; s < contexts.size(); ++s) {
-            for (std::int64_t b = 0; b < (contexts[s] + block_size - 1) / block_size; ++b) {
-              tables[s * static_cast<std::size_t>(max_blocks) + static_cast<std::size_t>(b)] = order[next++];
-            }
+            table_begin.push_back(static_cast<std::int32_t>(tables.size()));
+            for (std::int64_t b = 0; b < (contexts[s] + block_size - 1) / block_size; ++b) tables.push_back(order[next++]);
           }
+          table_begin.push_back(static_cast<std::int32_t>(tables.size()));
           // Write every position of every sequence.
           std::int64_t positions_total = 0;
           for (auto c : contexts) positions_total += c;
@@ -488,8 +486,8 @@ void test_paged_attention(gpu_test::results& r) {
           std::vector<std::int64_t> slots;
           for (std::size_t s = 0; s < contexts.size(); ++s) {
             for (std::int64_t p = 0; p < contexts[s]; ++p) {
-              slots.push_back(tables[s * static_cast<std::size_t>(max_blocks) + static_cast<std::size_t>(p / block_size)] *
-                                  block_size + p % block_size);
+              slots.push_back(tables[static_cast<std::size_t>(table_begin[s] + p / block_size)] * block_size +
+                              p % block_size);
             }
           }
           const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block_size * head_dim) * dtype_size(type);
@@ -528,16 +526,16 @@ void test_paged_attention(gpu_test::results& r) {
                                                   .v_cache = vc.data(), .k_scales = scaled ? ks.data() : nullptr,
                                                   .v_scales = scaled ? vs.data() : nullptr, .kv_type = type,
                                                   .seq = seq.data(), .pos = pos.data(), .block_tables = tables.data(),
-                                                  .tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads,
+                                                  .table_begin = table_begin.data(), .tokens = tokens,
+                                                  .num_heads = heads, .num_kv_heads = kv_heads,
                                                   .head_dim = head_dim, .block_size = block_size,
-                                                  .num_blocks = num_blocks, .block_table_stride = max_blocks,
-                                                  .q_stride = heads * head_dim, .out_stride = heads * head_dim,
+                                                  .num_blocks = num_blocks, .q_stride = heads * head_dim, .out_stride = heads * head_dim,
                                                   .scale = scale},
                                                  cpu()),
                              "cpu attention");
           device_array<std::uint8_t> d_kc(kc), d_vc(vc);
           device_array<float> d_ks(ks), d_vs(vs), d_q(q);
-          device_array<std::int32_t> d_seq(seq), d_pos(pos), d_tables(tables), d_runs(run_begin);
+          device_array<std::int32_t> d_seq(seq), d_pos(pos), d_tables(tables), d_table_begin(table_begin), d_runs(run_begin);
           for (int mode = 0; mode < 3; ++mode) {
             // 0: a block per token; 1: prefill tiles over the runs; 2: runs and split-K.
             const bool runs = mode >= 1;
@@ -547,9 +545,9 @@ void test_paged_attention(gpu_test::results& r) {
                                    {.q = d_q.get(), .out = d_out.get(), .k_cache = d_kc.get(), .v_cache = d_vc.get(),
                                     .k_scales = scaled ? d_ks.get() : nullptr, .v_scales = scaled ? d_vs.get() : nullptr,
                                     .kv_type = type, .seq = d_seq.get(), .pos = d_pos.get(),
-                                    .block_tables = d_tables.get(), .tokens = tokens, .num_heads = heads,
-                                    .num_kv_heads = kv_heads, .head_dim = head_dim, .block_size = block_size,
-                                    .num_blocks = num_blocks, .block_table_stride = max_blocks,
+                                    .block_tables = d_tables.get(), .table_begin = d_table_begin.get(),
+                                    .tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads,
+                                    .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
                                     .q_stride = heads * head_dim, .out_stride = heads * head_dim, .scale = scale,
                                     .seq_token_begin = runs ? d_runs.get() : nullptr,
                                     .num_seqs = runs ? 5 : 0, .max_seq_tokens = runs ? chunk : 0,

@@ -38,7 +38,7 @@ struct cpu_executor::state {
   model_plan plan;
   forward_weights weights;
   std::deque<std::vector<float>> weight_vectors;  // what weights' norms, biases and RoPE tables point into
-  std::int64_t table_stride = 0;
+  std::int64_t table_blocks = 0;  // the most blocks one sequence's table holds
 
   // Step buffers, sized for options.max_batch_tokens tokens and options.max_sequences entries.
   std::vector<float> x, xn, qkv, attn, gate_up, last;  // forward_buffers
@@ -47,7 +47,8 @@ struct cpu_executor::state {
   std::vector<std::int32_t> sampled;                   // [sequences]
   std::vector<std::int32_t> ids, positions, seq;       // [tokens]
   std::vector<std::int64_t> slots;                     // [tokens]
-  std::vector<std::int32_t> tables;                    // [sequences, table_stride]
+  std::vector<std::int32_t> tables;                    // [sequences * table_blocks] room, ragged
+  std::vector<std::int32_t> table_begin;               // [sequences + 1]
   std::vector<std::int32_t> seq_begin;                 // [sequences + 1]
   std::vector<std::int64_t> last_token;                // [sequences]
 
@@ -81,7 +82,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
   host_placement place;
   EDGE_ASSIGN_OR_RETURN(s->weights, place_weights(m, s->plan, place));
   s->weight_vectors = std::move(place.kept_);
-  s->table_stride = block_table_stride(s->plan, layout.block_size);
+  s->table_blocks = max_table_blocks(s->plan, layout.block_size);
 
   const auto tokens = options.max_batch_tokens;
   const auto sequences = options.max_sequences;
@@ -100,7 +101,8 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
   s->positions.resize(size(tokens));
   s->seq.resize(size(tokens));
   s->slots.resize(size(tokens));
-  s->tables.resize(size(sequences * s->table_stride));
+  s->tables.resize(size(sequences * s->table_blocks));
+  s->table_begin.resize(size(sequences + 1));
   s->seq_begin.resize(size(sequences + 1));
   s->last_token.resize(size(sequences));
   return std::unique_ptr<cpu_executor>(new cpu_executor(std::move(s)));
@@ -109,12 +111,13 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
 status cpu_executor::state::run(const batch_plan& batch, float* logits_out) {
   EDGE_RETURN_IF_ERROR(check_batch_limits(batch, options.max_batch_tokens, options.max_sequences));
   const step_arrays arrays{.ids = ids.data(), .positions = positions.data(), .seq = seq.data(), .slots = slots.data(),
-                           .block_tables = tables.data(), .seq_begin = seq_begin.data(), .last_token = last_token.data()};
+                           .block_tables = tables.data(), .table_begin = table_begin.data(),
+                           .seq_begin = seq_begin.data(), .last_token = last_token.data()};
   EDGE_ASSIGN_OR_RETURN(const staged_step staged,
-                        stage_step(batch, 0, plan.vocab, cache.layout(), table_stride, 0, arrays));
+                        stage_step(batch, 0, plan.vocab, cache.layout(), table_blocks, 0, arrays));
   const forward_step step{.ids = ids.data(), .positions = positions.data(), .seq = seq.data(), .slots = slots.data(),
-                          .block_tables = tables.data(), .seq_begin = seq_begin.data(),
-                          .last_token = last_token.data(), .table_stride = table_stride, .tokens = staged.tokens,
+                          .block_tables = tables.data(), .table_begin = table_begin.data(),
+                          .seq_begin = seq_begin.data(), .last_token = last_token.data(), .tokens = staged.tokens,
                           .seqs = staged.seqs, .rows = staged.rows, .max_run = staged.max_run};
   const forward_buffers buffers{.x = x.data(), .xn = xn.data(), .qkv = qkv.data(), .attn = attn.data(),
                                 .gate_up = gate_up.data(), .last = last.data(), .logits = logits_out};

@@ -119,12 +119,14 @@ struct meta_layout {
   std::size_t ids = 0;         // int32 [T]
   std::size_t positions = 0;   // int32 [T]
   std::size_t seq = 0;         // int32 [T]
-  std::size_t seq_begin = 0;   // int32 [S + 1]
-  std::size_t tables = 0;      // int32 [S, max_table]
-  std::size_t sampling = 0;    // sampling_row [S]
+  std::size_t seq_begin = 0;    // int32 [S + 1]
+  std::size_t table_begin = 0;  // int32 [S + 1]
+  std::size_t sampling = 0;     // sampling_row [S]
+  std::size_t tables = 0;       // int32 [table_entries], last: a step copies only the entries it wrote
   std::size_t bytes = 0;
 
-  static meta_layout for_step(std::int64_t tokens, std::int64_t seqs, std::int64_t max_table) {
+  // Every offset depends on tokens and seqs alone (a graph's pointers stay valid for any tables).
+  static meta_layout for_step(std::int64_t tokens, std::int64_t seqs, std::int64_t table_entries) {
     meta_layout m;
     std::size_t at = 0;
     const auto take = [&at](std::size_t& field, std::size_t bytes) {
@@ -139,8 +141,9 @@ struct meta_layout {
     take(m.positions, t * sizeof(std::int32_t));
     take(m.seq, t * sizeof(std::int32_t));
     take(m.seq_begin, (s + 1) * sizeof(std::int32_t));
-    take(m.tables, s * static_cast<std::size_t>(max_table) * sizeof(std::int32_t));
+    take(m.table_begin, (s + 1) * sizeof(std::int32_t));
     take(m.sampling, s * sizeof(kernels::sampling_row));
+    take(m.tables, static_cast<std::size_t>(table_entries) * sizeof(std::int32_t));
     m.bytes = at;
     return m;
   }
@@ -171,7 +174,7 @@ struct cuda_executor::state {
   cudaStream_t stream = nullptr;
   std::string device_name;
   int multiprocessors = 0;
-  std::int64_t table_stride = 0;
+  std::int64_t table_blocks = 0;  // the most blocks one sequence's table holds
 
   // Weights.
   std::vector<device_memory> weight_memory;
@@ -267,7 +270,7 @@ struct cuda_executor::state {
   status set_plan(const model_config& c) {
     config = c;
     EDGE_ASSIGN_OR_RETURN(plan, plan_model(c));
-    table_stride = block_table_stride(plan, options.block_size);
+    table_blocks = max_table_blocks(plan, options.block_size);
     return {};
   }
 
@@ -288,7 +291,7 @@ struct cuda_executor::state {
     }
     buffers.attention_workspace_floats =
         kernels::paged_attention_workspace_floats(std::min<std::int64_t>(T, 64), widest_heads, widest_head_dim);
-    meta_bytes = meta_layout::for_step(T, S, table_stride).bytes;
+    meta_bytes = meta_layout::for_step(T, S, S * table_blocks).bytes;
     const std::vector<std::pair<float**, std::int64_t>> float_buffers = {
         {&buffers.x, floats.x},
         {&buffers.xn, floats.xn},
@@ -371,9 +374,9 @@ struct cuda_executor::state {
                             .seq = reinterpret_cast<const std::int32_t*>(at(m.seq)),
                             .slots = reinterpret_cast<const std::int64_t*>(at(m.slots)),
                             .block_tables = reinterpret_cast<const std::int32_t*>(at(m.tables)),
+                            .table_begin = reinterpret_cast<const std::int32_t*>(at(m.table_begin)),
                             .seq_begin = reinterpret_cast<const std::int32_t*>(at(m.seq_begin)),
                             .last_token = reinterpret_cast<const std::int64_t*>(at(m.last_token)),
-                            .table_stride = table_stride,
                             .tokens = staged.tokens,
                             .seqs = staged.seqs,
                             .rows = staged.rows,
@@ -404,17 +407,19 @@ struct cuda_executor::state {
     // runs eagerly, unpadded (padding short of the graph's size would be computed for nothing).
     const bool padding_fits = graph_batch - entries <= options.max_batch_tokens - batch.total_tokens();
     const std::int64_t padded = graph_batch > 0 && padding_fits ? graph_batch : entries;
-    const meta_layout m = meta_layout::for_step(padded_tokens(batch, padded), padded, table_stride);
+    // Room for every entry's whole table; only the entries written are copied (launch).
+    const meta_layout m = meta_layout::for_step(padded_tokens(batch, padded), padded, padded * table_blocks);
     std::byte* base = staging.data();
     const step_arrays arrays{.ids = reinterpret_cast<std::int32_t*>(base + m.ids),
                              .positions = reinterpret_cast<std::int32_t*>(base + m.positions),
                              .seq = reinterpret_cast<std::int32_t*>(base + m.seq),
                              .slots = reinterpret_cast<std::int64_t*>(base + m.slots),
                              .block_tables = reinterpret_cast<std::int32_t*>(base + m.tables),
+                             .table_begin = reinterpret_cast<std::int32_t*>(base + m.table_begin),
                              .seq_begin = reinterpret_cast<std::int32_t*>(base + m.seq_begin),
                              .last_token = reinterpret_cast<std::int64_t*>(base + m.last_token)};
     EDGE_ASSIGN_OR_RETURN(const staged_step staged,
-                          stage_step(batch, padded, plan.vocab, kv.layout, table_stride, pad_block(), arrays));
+                          stage_step(batch, padded, plan.vocab, kv.layout, table_blocks, pad_block(), arrays));
     auto* configs = reinterpret_cast<kernels::sampling_row*>(base + m.sampling);
     for (std::int64_t r = 0; r < staged.rows; ++r) {
       const bool given = r < static_cast<std::int64_t>(sampling.size()) && sampling[static_cast<std::size_t>(r)].sample;
@@ -431,7 +436,9 @@ struct cuda_executor::state {
   // Uploads the staged metadata and queues the step: a CUDA graph of size `graph_batch` (0:
   // eagerly), capturing it on the size's second eager run.
   status launch(const meta_layout& m, const staged_step& staged, std::int64_t graph_batch) {
-    EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(meta, staging.data(), m.bytes, cudaMemcpyHostToDevice, stream),
+    // Everything before the tables, and the table entries the step wrote.
+    const std::size_t used = m.tables + static_cast<std::size_t>(staged.table_entries) * sizeof(std::int32_t);
+    EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(meta, staging.data(), used, cudaMemcpyHostToDevice, stream),
                                     "metadata upload"));
     const cuda_graph_policy::action act =
         graph_batch > 0 ? graph_policy.next(graph_batch) : cuda_graph_policy::action::eager;

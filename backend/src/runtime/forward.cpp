@@ -158,7 +158,7 @@ forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, st
           .logits = sequences * plan.vocab};
 }
 
-std::int64_t block_table_stride(const model_plan& plan, std::int64_t block_size) {
+std::int64_t max_table_blocks(const model_plan& plan, std::int64_t block_size) {
   return (std::max<std::int64_t>(plan.context, 1) + block_size - 1) / block_size;
 }
 
@@ -212,18 +212,21 @@ std::int64_t padded_tokens(const batch_plan& plan, std::int64_t padded_seqs) {
 }
 
 result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs, std::int64_t vocab,
-                               const kv_cache_layout& kv, std::int64_t table_stride, std::int64_t pad_block,
+                               const kv_cache_layout& kv, std::int64_t max_table_blocks, std::int64_t pad_block,
                                const step_arrays& out) {
   const auto entries = static_cast<std::int64_t>(plan.entries.size());
   const std::int64_t seqs = std::max(entries, padded_seqs);
   std::int64_t t = 0;
   std::int64_t row = 0;
   std::int64_t max_run = 0;
+  std::int64_t table_at = 0;
   for (std::int64_t e = 0; e < seqs; ++e) {
     out.seq_begin[e] = static_cast<std::int32_t>(t);
-    std::int32_t* table = out.block_tables + e * table_stride;
+    out.table_begin[e] = static_cast<std::int32_t>(table_at);
+    std::int32_t* table = out.block_tables + table_at;
     if (e >= entries) {
       table[0] = static_cast<std::int32_t>(pad_block);
+      ++table_at;
       out.ids[t] = 0;
       out.positions[t] = 0;
       out.seq[t] = static_cast<std::int32_t>(e);
@@ -241,10 +244,11 @@ result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs,
     const std::int64_t end_position = entry.start_position + count;
     const std::int64_t blocks_needed = (end_position + kv.block_size - 1) / kv.block_size;
     if (count == 0 || entry.start_position < 0) return invalid_argument("batch entry without tokens");
-    if (blocks_needed > static_cast<std::int64_t>(entry.block_table.size()) || blocks_needed > table_stride) {
+    if (blocks_needed > static_cast<std::int64_t>(entry.block_table.size()) || blocks_needed > max_table_blocks) {
       return invalid_argument(format("block table of {} blocks cannot hold position {} (limit {} blocks)",
-                                     entry.block_table.size(), end_position - 1, table_stride));
+                                     entry.block_table.size(), end_position - 1, max_table_blocks));
     }
+    table_at += blocks_needed;
     for (std::int64_t b = 0; b < blocks_needed; ++b) {
       const std::int32_t block = entry.block_table[static_cast<std::size_t>(b)];
       if (block < 0 || block >= kv.num_blocks) {
@@ -265,7 +269,8 @@ result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs,
     if (entry.compute_logits) out.last_token[row++] = t - 1;
   }
   out.seq_begin[seqs] = static_cast<std::int32_t>(t);
-  return staged_step{.tokens = t, .seqs = seqs, .rows = row, .max_run = max_run};
+  out.table_begin[seqs] = static_cast<std::int32_t>(table_at);
+  return staged_step{.tokens = t, .seqs = seqs, .rows = row, .max_run = max_run, .table_entries = table_at};
 }
 
 namespace {
@@ -331,10 +336,10 @@ struct forward_pass {
     EDGE_RETURN_IF_ERROR(kernels::run_paged_attention(
         {.q = q, .out = b.attn, .k_cache = kv.keys(layer), .v_cache = kv.values(layer),
          .k_scales = kv.key_scales(layer), .v_scales = kv.value_scales(layer), .kv_type = kv.layout.dtype,
-         .seq = step.seq, .pos = step.positions, .block_tables = step.block_tables, .tokens = step.tokens,
-         .num_heads = a.num_heads, .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim,
-         .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks,
-         .block_table_stride = step.table_stride, .q_stride = qkv_dim, .out_stride = a.q_dim(),
+         .seq = step.seq, .pos = step.positions, .block_tables = step.block_tables,
+         .table_begin = step.table_begin, .tokens = step.tokens, .num_heads = a.num_heads,
+         .num_kv_heads = a.num_kv_heads, .head_dim = a.head_dim, .block_size = kv.layout.block_size,
+         .num_blocks = kv.allocated_blocks, .q_stride = qkv_dim, .out_stride = a.q_dim(),
          .scale = a.softmax_scale, .seq_token_begin = step.seq_begin, .num_seqs = step.seqs,
          .max_seq_tokens = step.max_run, .workspace = b.attention_workspace,
          .workspace_floats = b.attention_workspace_floats},

@@ -44,10 +44,11 @@ std::vector<float> cache_values(const std::vector<float>& x, dtype type, std::in
 
 // A paged cache holding `seqs` sequences of random K/V, their blocks scattered over the pool.
 struct fixture {
-  std::int64_t heads, kv_heads, head_dim, block_size, num_blocks, table_stride;
+  std::int64_t heads, kv_heads, head_dim, block_size, num_blocks;
   dtype kv_type;
-  std::vector<std::int64_t> lengths;    // positions per sequence
-  std::vector<std::int32_t> tables;     // [seqs, table_stride]
+  std::vector<std::int64_t> lengths;       // positions per sequence
+  std::vector<std::int32_t> tables;        // each sequence's blocks, one table after another
+  std::vector<std::int32_t> table_begin;   // [seqs + 1]
   std::vector<std::byte> k_cache, v_cache;
   std::vector<float> k_scales, v_scales;  // [num_blocks, kv_heads, block_size]; fp8 only
   std::vector<float> k_values, v_values;  // decoded, [seq][pos][kv_head][d] flattened per sequence offset
@@ -56,21 +57,17 @@ struct fixture {
   fixture(std::vector<std::int64_t> lens, std::int64_t h, std::int64_t kvh, std::int64_t hd, std::int64_t bs, dtype type)
       : heads(h), kv_heads(kvh), head_dim(hd), block_size(bs), kv_type(type), lengths(std::move(lens)) {
     std::int64_t blocks = 0;
-    table_stride = 0;
-    for (auto len : lengths) {
-      const std::int64_t b = (len + bs - 1) / bs;
-      blocks += b;
-      table_stride = std::max(table_stride, b);
-    }
+    for (auto len : lengths) blocks += (len + bs - 1) / bs;
     num_blocks = blocks + 3;  // some blocks stay unused
     std::vector<std::int32_t> order(static_cast<std::size_t>(num_blocks));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), std::mt19937(11));
-    tables.assign(lengths.size() * static_cast<std::size_t>(table_stride), -1);
     std::size_t next = 0;
     for (std::size_t s = 0; s < lengths.size(); ++s) {
-      for (std::int64_t b = 0; b < (lengths[s] + bs - 1) / bs; ++b) tables[s * static_cast<std::size_t>(table_stride) + static_cast<std::size_t>(b)] = order[next++];
+      table_begin.push_back(static_cast<std::int32_t>(tables.size()));
+      for (std::int64_t b = 0; b < (lengths[s] + bs - 1) / bs; ++b) tables.push_back(order[next++]);
     }
+    table_begin.push_back(static_cast<std::int32_t>(tables.size()));
     const std::size_t cache_elems = static_cast<std::size_t>(num_blocks * kv_heads * bs * hd);
     k_cache.assign(cache_elems * edge::kernels::dtype_size(type), std::byte{0});
     v_cache.assign(k_cache.size(), std::byte{0});
@@ -90,7 +87,7 @@ struct fixture {
     std::vector<std::int64_t> slots;
     for (std::size_t s = 0; s < lengths.size(); ++s) {
       for (std::int64_t p = 0; p < lengths[s]; ++p) {
-        slots.push_back(tables[s * static_cast<std::size_t>(table_stride) + static_cast<std::size_t>(p / bs)] * bs + p % bs);
+        slots.push_back(tables[static_cast<std::size_t>(table_begin[s] + p / bs)] * bs + p % bs);
       }
     }
     edge::kernels::kv_cache_write_params w{.k = k.data(), .v = v.data(), .k_cache = k_cache.data(),
@@ -135,9 +132,9 @@ struct fixture {
                                                const std::int32_t* pos, std::int64_t tokens) const {
     return {.q = q, .out = out, .k_cache = k_cache.data(), .v_cache = v_cache.data(), .k_scales = scales(k_scales),
             .v_scales = scales(v_scales), .kv_type = kv_type,
-            .seq = seq, .pos = pos, .block_tables = tables.data(), .tokens = tokens, .num_heads = heads,
-            .num_kv_heads = kv_heads, .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
-            .block_table_stride = table_stride, .q_stride = heads * head_dim, .out_stride = heads * head_dim,
+            .seq = seq, .pos = pos, .block_tables = tables.data(), .table_begin = table_begin.data(),
+            .tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads, .head_dim = head_dim,
+            .block_size = block_size, .num_blocks = num_blocks, .q_stride = heads * head_dim, .out_stride = heads * head_dim,
             .scale = 1.0f / std::sqrt(static_cast<float>(head_dim))};
   }
 };
@@ -306,15 +303,16 @@ TEST_CASE("every E4M3 code in an FP8 V row reads back exactly through attention"
 
   // Position 0 of a sequence whose block table is {1}.
   const std::vector<std::int32_t> table = {1};
+  const std::vector<std::int32_t> table_begin = {0, 1};
   const std::int32_t seq = 0, pos = 0;
   const auto q = edge::testing::random_floats(v.size(), 42);
   std::vector<float> out(v.size());
   REQUIRE(edge::kernels::run_paged_attention(
               {.q = q.data(), .out = out.data(), .k_cache = k_cache.data(), .v_cache = v_cache.data(),
                .k_scales = k_scales.data(), .v_scales = v_scales.data(), .kv_type = dtype::fp8_e4m3,
-               .seq = &seq, .pos = &pos, .block_tables = table.data(), .tokens = 1, .num_heads = 1,
-               .num_kv_heads = 1, .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
-               .block_table_stride = 1, .q_stride = head_dim, .out_stride = head_dim, .scale = 0.0625f},
+               .seq = &seq, .pos = &pos, .block_tables = table.data(), .table_begin = table_begin.data(),
+               .tokens = 1, .num_heads = 1, .num_kv_heads = 1, .head_dim = head_dim, .block_size = block_size,
+               .num_blocks = num_blocks, .q_stride = head_dim, .out_stride = head_dim, .scale = 0.0625f},
               {})
               .ok());
   for (std::size_t d = 0; d < v.size(); ++d) {
@@ -333,6 +331,13 @@ TEST_CASE("paged attention and the cache write reject out-of-range blocks and sl
   std::vector<float> q(32), out(32);
   std::int32_t seq = 0, pos = 40;  // beyond the 2-block table
   CHECK_FALSE(edge::kernels::run_paged_attention(f.params(q.data(), out.data(), &seq, &pos, 1), {}).ok());
+  // Ragged tables: a row's own length bounds it, not what follows it.
+  fixture two({20, 40}, 2, 1, 16, 16, dtype::f32);
+  pos = 39;
+  CHECK_FALSE(edge::kernels::run_paged_attention(two.params(q.data(), out.data(), &seq, &pos, 1), {}).ok());
+  seq = 1;
+  CHECK(edge::kernels::run_paged_attention(two.params(q.data(), out.data(), &seq, &pos, 1), {}).ok());
+  seq = 0;
 
   std::int64_t slot = f.num_blocks * f.block_size;
   std::vector<float> k(16), v(16);

@@ -171,25 +171,69 @@ TEST_CASE("the Hugging Face and GGUF forms of one synthetic model compute the sa
 TEST_CASE("stage_step: padding entries of a graph batch read the pad block and write nothing") {
   const kv_cache_layout kv{.num_layers = 1, .num_kv_heads = 1, .head_dim = 4, .block_size = 16, .num_blocks = 8};
   const std::int64_t pad_block = kv.num_blocks;
-  const std::int64_t table_stride = 4;
+  const std::int64_t table_blocks = 4;
   const std::vector<std::int32_t> ids = {5};
   const std::vector<std::int32_t> table = {3};
   batch_plan plan;
   plan.entries.push_back({.tokens = ids, .start_position = 2, .block_table = table, .compute_logits = true});
   constexpr std::int64_t seqs = 4;  // one entry padded to a graph batch of 4
-  std::vector<std::int32_t> out_ids(seqs), positions(seqs), seq(seqs), tables(seqs * table_stride), seq_begin(seqs + 1);
+  std::vector<std::int32_t> out_ids(seqs), positions(seqs), seq(seqs), tables(seqs * table_blocks), table_begin(seqs + 1),
+      seq_begin(seqs + 1);
   std::vector<std::int64_t> slots(seqs), last_token(seqs);
-  const auto staged = stage_step(plan, seqs, 32, kv, table_stride, pad_block,
+  const auto staged = stage_step(plan, seqs, 32, kv, table_blocks, pad_block,
                                  {.ids = out_ids.data(), .positions = positions.data(), .seq = seq.data(),
-                                  .slots = slots.data(), .block_tables = tables.data(), .seq_begin = seq_begin.data(),
-                                  .last_token = last_token.data()});
+                                  .slots = slots.data(), .block_tables = tables.data(), .table_begin = table_begin.data(),
+                                  .seq_begin = seq_begin.data(), .last_token = last_token.data()});
   REQUIRE_MESSAGE(staged.ok(), staged.error().message());
   CHECK(staged->tokens == seqs);
+  CHECK(staged->table_entries == seqs);
   CHECK(slots[0] == 3 * kv.block_size + 2);
   for (std::int64_t t = 1; t < seqs; ++t) {
     CAPTURE(t);
     CHECK(slots[static_cast<std::size_t>(t)] == -1);
     CHECK(positions[static_cast<std::size_t>(t)] == 0);
-    CHECK(tables[static_cast<std::size_t>(t * table_stride)] == pad_block);
+    CHECK(tables[static_cast<std::size_t>(table_begin[static_cast<std::size_t>(t)])] == pad_block);
   }
+}
+
+TEST_CASE("stage_step: block tables are ragged, each entry's blocks up to its last position, one after another") {
+  const kv_cache_layout kv{.num_layers = 1, .num_kv_heads = 1, .head_dim = 4, .block_size = 4, .num_blocks = 16};
+  const std::int64_t table_blocks = 8;  // a context of 32 positions
+  // A decode token at position 9 (3 blocks of a 5-block table: only 3 are staged), a prefill
+  // chunk of 5 tokens from position 0 (2 blocks), and a decode token at position 0 (1 block).
+  const std::vector<std::int32_t> one = {7};
+  const std::vector<std::int32_t> five = {1, 2, 3, 4, 5};
+  const std::vector<std::int32_t> long_table = {9, 2, 11, 14, 6};
+  const std::vector<std::int32_t> short_table = {12, 13};
+  const std::vector<std::int32_t> single = {0};
+  batch_plan plan;
+  plan.entries.push_back({.tokens = one, .start_position = 9, .block_table = long_table, .compute_logits = true});
+  plan.entries.push_back({.tokens = five, .start_position = 0, .block_table = short_table, .compute_logits = true});
+  plan.entries.push_back({.tokens = one, .start_position = 0, .block_table = single, .compute_logits = true});
+  constexpr std::int64_t seqs = 3;
+  const std::int64_t tokens = plan.total_tokens();
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens)), positions(ids.size()), seq(ids.size());
+  std::vector<std::int32_t> tables(seqs * table_blocks, -7), table_begin(seqs + 1), seq_begin(seqs + 1);
+  std::vector<std::int64_t> slots(ids.size()), last_token(seqs);
+  const auto staged = stage_step(plan, 0, 32, kv, table_blocks, kv.num_blocks,
+                                 {.ids = ids.data(), .positions = positions.data(), .seq = seq.data(),
+                                  .slots = slots.data(), .block_tables = tables.data(), .table_begin = table_begin.data(),
+                                  .seq_begin = seq_begin.data(), .last_token = last_token.data()});
+  REQUIRE_MESSAGE(staged.ok(), staged.error().message());
+  CHECK(table_begin == std::vector<std::int32_t>{0, 3, 5, 6});
+  CHECK(staged->table_entries == 6);
+  CHECK(std::vector<std::int32_t>(tables.begin(), tables.begin() + 6) == std::vector<std::int32_t>{9, 2, 11, 12, 13, 0});
+  CHECK(tables[6] == -7);  // nothing written past the last entry's blocks
+  CHECK(slots[0] == 11 * kv.block_size + 1);
+  CHECK(slots[5] == 13 * kv.block_size + 0);
+
+  // An entry whose positions reach past the limit is refused, whatever its table holds.
+  const std::vector<std::int32_t> nine(9, 1);
+  batch_plan too_long;
+  too_long.entries.push_back({.tokens = one, .start_position = 32, .block_table = nine, .compute_logits = true});
+  CHECK_FALSE(stage_step(too_long, 0, 32, kv, table_blocks, kv.num_blocks,
+                         {.ids = ids.data(), .positions = positions.data(), .seq = seq.data(), .slots = slots.data(),
+                          .block_tables = tables.data(), .table_begin = table_begin.data(),
+                          .seq_begin = seq_begin.data(), .last_token = last_token.data()})
+                  .ok());
 }

@@ -95,10 +95,10 @@ struct forward_step {
   const std::int32_t* positions = nullptr;     // [tokens]
   const std::int32_t* seq = nullptr;           // [tokens] entry of each token
   const std::int64_t* slots = nullptr;         // [tokens] KV slot: block * block_size + offset
-  const std::int32_t* block_tables = nullptr;  // [seqs, table_stride]
+  const std::int32_t* block_tables = nullptr;  // [table_begin[seqs]] each entry's blocks, one after another
+  const std::int32_t* table_begin = nullptr;   // [seqs + 1] first block-table element of each entry
   const std::int32_t* seq_begin = nullptr;     // [seqs + 1] first token of each entry
   const std::int64_t* last_token = nullptr;    // [rows] token whose hidden state gives each logits row
-  std::int64_t table_stride = 0;
   std::int64_t tokens = 0;
   std::int64_t seqs = 0;
   std::int64_t rows = 0;
@@ -111,7 +111,8 @@ struct step_arrays {
   std::int32_t* positions = nullptr;     // [tokens]
   std::int32_t* seq = nullptr;           // [tokens]
   std::int64_t* slots = nullptr;         // [tokens]
-  std::int32_t* block_tables = nullptr;  // [seqs, table_stride]
+  std::int32_t* block_tables = nullptr;  // [seqs * max_table_blocks] room; each entry's blocks, ragged
+  std::int32_t* table_begin = nullptr;   // [seqs + 1]
   std::int32_t* seq_begin = nullptr;     // [seqs + 1]
   std::int64_t* last_token = nullptr;    // [seqs]
 };
@@ -121,6 +122,7 @@ struct staged_step {
   std::int64_t seqs = 0;
   std::int64_t rows = 0;
   std::int64_t max_run = 0;
+  std::int64_t table_entries = 0;  // block-table elements written: what a device copy of them needs
 };
 
 // Tokens and entries a batch needs in the executor's buffers when padded to `padded_seqs`
@@ -128,11 +130,13 @@ struct staged_step {
 std::int64_t padded_tokens(const batch_plan& plan, std::int64_t padded_seqs);
 
 // Checks the plan against the executor's limits, the vocabulary and the KV pool
-// (invalid_argument) and writes its metadata. Entries past the plan's, up to `padded_seqs`, are
-// padding for CUDA-graph batches: one token at position 0 of block `pad_block` (which stays
-// zero: its slot is -1, written nowhere), its logits computed and unused.
+// (invalid_argument) and writes its metadata. Each entry's block table holds the blocks its
+// positions reach (at most `max_table_blocks`), right after the previous entry's. Entries past
+// the plan's, up to `padded_seqs`, are padding for CUDA-graph batches: one token at position 0
+// of block `pad_block` (which stays zero: its slot is -1, written nowhere), its logits computed
+// and unused.
 result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs, std::int64_t vocab,
-                               const kv_cache_layout& kv, std::int64_t table_stride, std::int64_t pad_block,
+                               const kv_cache_layout& kv, std::int64_t max_table_blocks, std::int64_t pad_block,
                                const step_arrays& out);
 
 // invalid_argument unless forward_sample's arguments fit the plan: one row_sampling and one
@@ -146,8 +150,8 @@ status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std:
 // invalid_argument when the plan exceeds max_tokens tokens or max_seqs entries.
 status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs);
 
-// Block-table entries per sequence for a model's context.
-std::int64_t block_table_stride(const model_plan& plan, std::int64_t block_size);
+// Block-table entries a sequence needs at most: the model's context in blocks.
+std::int64_t max_table_blocks(const model_plan& plan, std::int64_t block_size);
 
 // The whole forward pass of one staged step: every token's K/V into the cache, and for each
 // logits row its logits. Queues work on the stream and returns (a CUDA stream runs it later).
