@@ -6,8 +6,11 @@
 //      weights and scales read per second, and that as a fraction of the copy bandwidth.
 //   3. FP8 and BF16 KV decode attention (64 sequences x 4096 positions, 32 query / 8 KV heads,
 //      head_dim 128, blocks of 16): KV bytes (codes and scales) read per second, and the fraction.
-//   4. Sampling 64 rows of a 128,256-token vocabulary, greedy and through each filter.
-//   5. Decode tokens/s of the whole CUDA engine for a synthetic Llama-3-8B (32 layers, hidden
+//   4. The GEMM at 16, 64, 256 and 1024 tokens for int4, fp8 and bf16 weights over the
+//      [4096, 14336] down projection: the pipelined tensor-core kernel against the general
+//      wmma one on the same call (x rows left unaligned), in weight GB/s and TFLOP/s.
+//   5. Sampling 64 rows of a 128,256-token vocabulary, greedy and through each filter.
+//   6. Decode tokens/s of the whole CUDA engine for a synthetic Llama-3-8B (32 layers, hidden
 //      4096, 14336, 32/8 heads, vocab 128256; random weights made on the device, embedding and
 //      classifier bf16) at 1, 8, 16, 32 and 64 concurrent sequences, each 1024 positions deep,
 //      for int4 vs fp8 weights and bf16 vs fp8 KV: CUDA-graph decode steps with greedy sampling
@@ -77,17 +80,24 @@ double copy_bandwidth(cudaStream_t stream) {
   return 2.0 * static_cast<double>(bytes) / s;  // read + written
 }
 
-// Bytes per second of a one-token GEMV over `copies` distinct [n, k] matrices in format f.
-// Weight + scale bytes read per second by the matmul at each token count of `token_counts`.
-std::vector<double> gemv_bandwidth(kernels::weight_format f, std::int64_t n, std::int64_t k,
-                                   const std::vector<std::int64_t>& token_counts, cudaStream_t stream) {
+// Seconds per matmul call over `copies` distinct [n, k] matrices in format f (enough to cover
+// 1 GiB, so every call reads its weights from HBM rather than the 60 MB L2), at each token count,
+// with a split-K workspace as the engine gives one. x rows `x_pad` floats longer than k: 0 packs
+// them (the executor's layout); 1 leaves them unaligned, which sends 9+ tokens to the general
+// wmma GEMM instead of the pipelined one. Also the weight + scale bytes of one matrix.
+struct matmul_timing {
+  std::vector<double> seconds;  // per token count
+  std::size_t matrix_bytes = 0;
+};
+matmul_timing time_matmul(kernels::weight_format f, std::int64_t n, std::int64_t k,
+                          const std::vector<std::int64_t>& token_counts, std::int64_t x_pad, cudaStream_t stream) {
   const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
   const std::int64_t group = f == kernels::weight_format::int4 ? kernels::int4_group_size_for(k) : 0;
   const auto value_bytes = static_cast<std::size_t>(kernels::weight_values_bytes(f, n, k));
   const auto scale_count = static_cast<std::size_t>(kernels::weight_scale_count(f, n, k, group));
-  const std::size_t matrix_bytes = value_bytes + scale_count * sizeof(float);
-  // Enough copies to cover 1 GiB, so every call reads from HBM rather than the 60 MB L2.
-  const int copies = static_cast<int>(std::max<std::size_t>(4, (std::size_t{1} << 30) / matrix_bytes));
+  matmul_timing out;
+  out.matrix_bytes = value_bytes + scale_count * sizeof(float);
+  const int copies = static_cast<int>(std::max<std::size_t>(4, (std::size_t{1} << 30) / out.matrix_bytes));
   std::vector<std::unique_ptr<gpu_test::device_array<std::uint8_t>>> values;
   std::vector<std::unique_ptr<gpu_test::device_array<float>>> scales;
   {
@@ -107,19 +117,22 @@ std::vector<double> gemv_bandwidth(kernels::weight_format f, std::int64_t n, std
                "quantize");
     }
   }
-  std::vector<double> out;
+  const std::int64_t most = *std::max_element(token_counts.begin(), token_counts.end());
+  const std::int64_t workspace_floats = kernels::matmul_workspace_floats(most, n);
+  gpu_test::device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
   for (const std::int64_t tokens : token_counts) {
-    gpu_test::device_array<float> x(gpu_test::random_floats(static_cast<std::size_t>(tokens * k), 2));  // [tokens, k]
-    gpu_test::device_array<float> y(static_cast<std::size_t>(tokens * n));                             // [tokens, n]
-    const double seconds = time_calls(stream, copies * 4, [&](int i) {
+    const std::int64_t x_stride = k + x_pad;
+    gpu_test::device_array<float> x(gpu_test::random_floats(static_cast<std::size_t>(tokens * x_stride), 2));  // [tokens, x_stride]
+    gpu_test::device_array<float> y(static_cast<std::size_t>(tokens * n));                                    // [tokens, n]
+    out.seconds.push_back(time_calls(stream, std::min(copies * 4, 64), [&](int i) {
       const auto c = static_cast<std::size_t>(i % copies);
       check_ok(kernels::run_matmul({.x = x.get(),
                                     .w = {.format = f, .values = values[c]->get(), .scales = scales[c]->get(), .group_size = group},
-                                    .y = y.get(), .tokens = tokens, .n = n, .k = k, .x_stride = k, .y_stride = n},
+                                    .y = y.get(), .tokens = tokens, .n = n, .k = k, .x_stride = x_stride, .y_stride = n,
+                                    .workspace = workspace.get(), .workspace_floats = workspace_floats},
                                    s),
                "matmul");
-    });
-    out.push_back(static_cast<double>(matrix_bytes) / seconds);
+    }));
   }
   return out;
 }
@@ -287,11 +300,12 @@ int main() {
   for (const auto f : {kernels::weight_format::int4, kernels::weight_format::fp8_e4m3}) {
     for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{28672, 4096}, {4096, 14336}, {6144, 4096}}) {
       const std::vector<std::int64_t> token_counts = {1, 4, 8};
-      const std::vector<double> rates = gemv_bandwidth(f, n, k, token_counts, stream);
+      const matmul_timing timing = time_matmul(f, n, k, token_counts, 0, stream);
       for (std::size_t i = 0; i < token_counts.size(); ++i) {
+        const double rate = static_cast<double>(timing.matrix_bytes) / timing.seconds[i];
         std::printf("| %s GEMV | [%lld, %lld] | %lld | %.0f | %.2f |\n",
                     f == kernels::weight_format::int4 ? "W4A16" : "W8A16 (fp8)", static_cast<long long>(n),
-                    static_cast<long long>(k), static_cast<long long>(token_counts[i]), rates[i] / giga, rates[i] / copy);
+                    static_cast<long long>(k), static_cast<long long>(token_counts[i]), rate / giga, rate / copy);
       }
     }
   }
@@ -300,6 +314,27 @@ int main() {
     std::printf("| %s KV decode attention | 64 seqs x 4096 positions, 32/8 heads, d 128 | 64 | %.0f | %.2f |\n",
                 std::string(kernels::to_string(kv)).c_str(), bw / giga, bw / copy);
   }
+
+  // The GEMM at 16 to 1024 tokens (batched decode to prefill) over the [4096, 14336] down
+  // projection: the pipelined kernel against the general wmma one, run on the same call with
+  // unaligned x rows. Weight bytes per second (what bounds batched decode) and TFLOP/s (what
+  // bounds prefill).
+  std::printf("\n| GEMM [4096, 14336] | tokens | pipelined GB/s | TFLOP/s | wmma TFLOP/s | pipelined / wmma |\n"
+              "|---|---|---|---|---|---|\n");
+  for (const auto f : {kernels::weight_format::int4, kernels::weight_format::fp8_e4m3, kernels::weight_format::bf16}) {
+    const std::vector<std::int64_t> token_counts = {16, 64, 256, 1024};
+    const matmul_timing pipelined = time_matmul(f, 4096, 14336, token_counts, 0, stream);
+    const matmul_timing general = time_matmul(f, 4096, 14336, token_counts, 1, stream);
+    for (std::size_t i = 0; i < token_counts.size(); ++i) {
+      const double flops = 2.0 * static_cast<double>(token_counts[i]) * 4096.0 * 14336.0;
+      std::printf("| %s | %lld | %.0f | %.1f | %.1f | %.2f |\n", std::string(kernels::to_string(f)).c_str(),
+                  static_cast<long long>(token_counts[i]),
+                  static_cast<double>(pipelined.matrix_bytes) / pipelined.seconds[i] / giga,
+                  flops / pipelined.seconds[i] / 1e12, flops / general.seconds[i] / 1e12,
+                  general.seconds[i] / pipelined.seconds[i]);
+    }
+  }
+  std::printf("\n");
 
   sampling_times(stream);
 

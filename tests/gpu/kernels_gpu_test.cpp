@@ -334,15 +334,17 @@ void test_matmul(gpu_test::results& r) {
       for (std::size_t i = 0; i < abs_w.size(); ++i) abs_w[i] = std::fabs(w.dense[i]);
       device_array<float> d_bias(bias);
       for (const std::int64_t tokens : sh.tokens) {
-        for (const bool split : {false, true}) {
-          // Without a split the rows are packed (k a multiple of 4 takes the aligned float4 x
-          // path the executor uses); with one they are not (the scalar path). Both epilogues
-          // with and without a split, by the parity of the token count.
-          const std::int64_t x_stride = split ? sh.k + 3 : sh.k;
+        for (const int mode : {0, 1, 2}) {
+          // 0: packed rows (k a multiple of 4 takes the aligned float4 x path the executor
+          // uses, and the pipelined GEMM), no split; 1: packed, split-K; 2: rows that are not
+          // 16-byte aligned (the scalar path; the wmma GEMM at 9+ tokens), split-K. Both
+          // epilogues in each, by the parity of the token count.
+          const bool split = mode >= 1;
+          const std::int64_t x_stride = mode == 2 ? sh.k + 3 : sh.k;
           const auto x = random_floats(static_cast<std::size_t>(tokens * x_stride), 11, -2.0f, 2.0f);
           const auto y0 = random_floats(static_cast<std::size_t>(tokens * sh.n), 12);
           std::vector<float> y_cpu = y0;
-          const bool accumulate = split != (tokens % 2 == 0);
+          const bool accumulate = (mode == 1) != (tokens % 2 == 0);
           gpu_test::check_ok(run_matmul({.x = x.data(), .w = host_view, .bias = bias.data(), .y = y_cpu.data(),
                                          .tokens = tokens, .n = sh.n, .k = sh.k, .x_stride = x_stride,
                                          .y_stride = sh.n, .accumulate = accumulate},
