@@ -1,7 +1,8 @@
 // What the CUDA kernels share: status from CUDA errors, the stream, warp reductions, element
-// loads that widen any stored dtype to float, and the dispatch that turns a runtime dtype into
-// a template argument (only the combinations a caller names are instantiated). Device code
-// only: included by kernels/<op>/<op>.cu, never by a host header.
+// loads that widen any stored dtype to float, cp.async / ldmatrix / mma.sync wrappers, and the
+// dispatch that turns a runtime dtype into a template argument (only the combinations a caller
+// names are instantiated). Device code only: included by kernels/<op>/<op>.cu, never by a host
+// header.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -102,6 +103,63 @@ __device__ __forceinline__ void store_float(void* base, std::int64_t index, floa
   } else {
     static_cast<std::uint8_t*>(base)[index] = float_to_fp8_e4m3(value);
   }
+}
+
+// ---- tensor cores and asynchronous copies (sm_80+) ----------------------------------------
+
+__device__ __forceinline__ std::uint32_t shared_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Asynchronous copies into shared memory; an invalid source fills the destination with zeros
+// (no byte is read, but the address given stays a valid one).
+__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void copy_async_4(void* shared, const void* global, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(shared)), "l"(global),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most `Pending` of this thread's committed copy groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+}
+
+// Four 8x8 matrices of 16-bit values from shared memory (lanes 8m..8m+7 give matrix m's row
+// addresses): register m holds row lane / 4, columns 2 (lane % 4) and + 1 of matrix m; with
+// .trans, rows 2 (lane % 4) and + 1 of column lane / 4.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* shared) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(shared)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* shared) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(shared)));
+}
+
+// d += a · b over one m16n8k16 step (bf16 in, f32 accumulate).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) {
+  std::uint32_t bits;
+  __builtin_memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+__device__ __forceinline__ __nv_bfloat162 bf16x2_of(std::uint32_t bits) {
+  __nv_bfloat162 v;
+  __builtin_memcpy(&v, &bits, sizeof bits);
+  return v;
 }
 
 // ---- dispatch -------------------------------------------------------------------------------

@@ -294,53 +294,6 @@ __global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_args a) {
 
 namespace w4 = w4a16;
 
-__device__ __forceinline__ std::uint32_t shared_address(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Asynchronous copies into shared memory; an invalid source fills the destination with zeros
-// (no byte is read, but the address given stays a valid one).
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)), "l"(global),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void copy_async_4(void* shared, const void* global, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address(shared)), "l"(global),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-// Waits until at most `Pending` of this thread's committed copy groups are still in flight.
-template <int Pending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* shared) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(shared)));
-}
-
-// d += a · b over one m16n8k16 step (bf16 in, f32 accumulate).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ std::uint32_t bf16x2_bits(__nv_bfloat162 v) {
-  std::uint32_t bits;
-  __builtin_memcpy(&bits, &v, sizeof bits);
-  return bits;
-}
-__device__ __forceinline__ __nv_bfloat162 bf16x2_of(std::uint32_t bits) {
-  __nv_bfloat162 v;
-  __builtin_memcpy(&v, &bits, sizeof bits);
-  return v;
-}
-
 // Pair p of a lane's word as bf16 q values (exact: small integers).
 __device__ __forceinline__ std::uint32_t dequantized_pair(std::uint32_t word, int p) {
   return bf16x2_bits(__hsub2(bf16x2_of(w4::pair_bits(word, p)), bf16x2_of(w4::pair_offset_bits)));

@@ -1,6 +1,8 @@
-// CUDA paged attention over the block tables, FP8 (scaled) or BF16/F16/F32 KV, decode and
-// causal prefill in one kernel.
+// CUDA paged attention over the block tables, FP8 (scaled) or BF16/F16/F32 KV: a SIMT kernel
+// for every case, and a tensor-core kernel for prefill runs over a bf16 / FP8 cache at head_dim
+// 64 or 128 (cuda_attention_uses_tensor_cores; described with its code below).
 //
+// The SIMT kernel:
 // A block takes one KV head and a tile of query rows: the `group` query heads that share the KV
 // head (GQA: each K/V row is read once for the whole group), for one token (decode, or no run
 // layout given) or for several consecutive tokens of one sequence (prefill, when the caller
@@ -17,6 +19,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
+#include "kernels/paged_attention/attention_tiles.h"
 
 namespace edge::kernels::cuda {
 namespace {
@@ -271,6 +274,320 @@ __global__ void combine_kernel(attention_args a) {
   }
 }
 
+// ---- tensor-core prefill (bf16 / FP8 cache, head_dim 64 or 128) ------------------------------
+//
+// attention_tiles.h gives the tiling and where each value sits in the mma fragments (its host
+// test emulates a warp's tile). The block's 64 query rows live in registers as bf16 A
+// fragments; keys come in tiles of 64 through two shared buffers that cp.async fills while the
+// previous tile is computed.
+
+namespace at = attention_tiles;
+
+// Shared memory of the tensor-core kernel, in bytes from its start.
+template <dtype KV, int D>
+struct mma_shared {
+  static constexpr bool fp8 = KV == dtype::fp8_e4m3;
+  static constexpr int tile_bytes = at::key_tile * at::row_elements(D) * 2;  // bf16 [key_tile][row_elements]
+  static constexpr int raw_bytes = fp8 ? at::key_tile * D : 0;                // FP8 codes [key_tile][D]
+  static constexpr int k_tiles = 0;                                           // [buffers] K tiles, then V tiles
+  static constexpr int v_tiles = k_tiles + at::buffers * tile_bytes;
+  static constexpr int k_raw = v_tiles + at::buffers * tile_bytes;            // [buffers] FP8 K codes, then V codes
+  static constexpr int v_raw = k_raw + at::buffers * raw_bytes;
+  static constexpr int k_scales = v_raw + at::buffers * raw_bytes;            // [buffers][key_tile] f32
+  static constexpr int v_scales = k_scales + (fp8 ? at::buffers * at::key_tile * 4 : 0);
+  static constexpr int cached = v_scales + (fp8 ? at::buffers * at::key_tile * 4 : 0);  // [buffers][key_tile] int
+  static constexpr int positions = cached + at::buffers * at::key_tile * 4;             // [rows] int
+  static constexpr int total = positions + at::rows * 4;
+  static_assert(tile_bytes % 16 == 0 && raw_bytes % 16 == 0, "16-byte aligned regions for cp.async");
+};
+
+template <dtype KV, int D>
+__global__ void __launch_bounds__(at::threads) attention_mma_kernel(attention_args a) {
+  using layout = mma_shared<KV, D>;
+  constexpr bool fp8 = layout::fp8;
+  constexpr int row_e = at::row_elements(D);
+  constexpr int elem_bytes = fp8 ? 1 : 2;
+  constexpr int pieces = D * elem_bytes / 16;  // 16-byte pieces of a cache row
+  extern __shared__ __align__(128) unsigned char attention_shared[];
+  unsigned char* const sm = attention_shared;
+  auto* positions = reinterpret_cast<int*>(sm + layout::positions);
+
+  const int kv_head = static_cast<int>(blockIdx.y) / a.splits;
+  const int split = static_cast<int>(blockIdx.y) % a.splits;
+  const std::int64_t seq = blockIdx.z;
+  const std::int64_t first = a.seq_token_begin[seq] + static_cast<std::int64_t>(blockIdx.x) * a.tile_tokens;
+  const std::int64_t last = min(static_cast<std::int64_t>(a.seq_token_begin[seq + 1]), first + a.tile_tokens);
+  if (first >= last) return;
+  const std::int32_t* table = a.block_tables + a.table_begin[seq];
+  const std::int64_t table_blocks = a.table_begin[seq + 1] - a.table_begin[seq];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / warp_size;
+  const int lane = tid % warp_size;
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  // Row r of the block: token r / group of the tile, head r % group of the KV head.
+  const auto token_of = [&](int r) { return first + r / a.group; };
+  const auto head_of = [&](int r) { return static_cast<std::int64_t>(kv_head) * a.group + r % a.group; };
+  for (int r = tid; r < at::rows; r += at::threads) positions[r] = token_of(r) < last ? a.pos[token_of(r)] : -1;
+  __syncthreads();
+  int context = 0;
+  for (int r = 0; r < at::rows; ++r) context = max(context, positions[r] + 1);
+  const std::int64_t slice = ceil_div(ceil_div(context, a.splits), at::key_tile) * at::key_tile;
+  const std::int64_t key_begin = split * slice;
+  const std::int64_t key_end = min(static_cast<std::int64_t>(context), key_begin + slice);
+  const std::int64_t tiles = key_end > key_begin ? ceil_div(key_end - key_begin, at::key_tile) : 0;
+
+  // This warp's rows g and g + 8 (of its 16), their positions, and Q as A fragments.
+  const int row_base = warp * 16;
+  const int row_pos[2] = {positions[row_base + g], positions[row_base + g + 8]};
+  std::uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int step = 0; step < D / 16; ++step) {
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      const at::q_element e = at::q_register(g, t, step, reg);
+      const int r = row_base + e.row;
+      float lo = 0.0f;
+      float hi = 0.0f;
+      if (token_of(r) < last) {
+        const float* qr = a.q + token_of(r) * a.q_stride + head_of(r) * D;
+        lo = qr[e.d];
+        hi = qr[e.d + 1];
+      }
+      qf[step][reg] = bf16x2_bits(__floats2bfloat162_rn(lo, hi));
+    }
+  }
+
+  // Queues key tile `i` (keys kb..kb+63) into buffer i % 2: rows through the block table; keys
+  // past the slice, past the table or in a block outside the cache read as zeros and are masked.
+  const auto load_tile = [&](std::int64_t i) {
+    const int buffer = static_cast<int>(i % at::buffers);
+    const std::int64_t kb = key_begin + i * at::key_tile;
+    unsigned char* k_dst = sm + (fp8 ? layout::k_raw + buffer * layout::raw_bytes : layout::k_tiles + buffer * layout::tile_bytes);
+    unsigned char* v_dst = sm + (fp8 ? layout::v_raw + buffer * layout::raw_bytes : layout::v_tiles + buffer * layout::tile_bytes);
+    const int dst_row_bytes = fp8 ? D : row_e * 2;
+    for (int item = tid; item < at::key_tile * pieces; item += at::threads) {
+      const int j = item / pieces;
+      const int piece = item % pieces;
+      const std::int64_t key = kb + j;
+      std::int64_t row = -1;
+      if (key < key_end && key / a.block_size < table_blocks) {
+        const std::int64_t block = table[key / a.block_size];
+        if (block >= 0 && block < a.num_blocks) row = (block * a.num_kv_heads + kv_head) * a.block_size + key % a.block_size;
+      }
+      const bool inside = row >= 0;
+      const std::int64_t offset = (inside ? row : 0) * D * elem_bytes + piece * 16;
+      copy_async_16(k_dst + j * dst_row_bytes + piece * 16, static_cast<const std::uint8_t*>(a.k_cache) + offset, inside);
+      copy_async_16(v_dst + j * dst_row_bytes + piece * 16, static_cast<const std::uint8_t*>(a.v_cache) + offset, inside);
+      if (piece == 0) {
+        reinterpret_cast<int*>(sm + layout::cached)[buffer * at::key_tile + j] = inside ? 1 : 0;
+        if constexpr (fp8) {
+          auto* ks = reinterpret_cast<float*>(sm + layout::k_scales) + buffer * at::key_tile;
+          auto* vs = reinterpret_cast<float*>(sm + layout::v_scales) + buffer * at::key_tile;
+          copy_async_4(ks + j, a.k_scales + (inside ? row : 0), inside);
+          copy_async_4(vs + j, a.v_scales + (inside ? row : 0), inside);
+        }
+      }
+    }
+  };
+
+  float running_max[2] = {-INFINITY, -INFINITY};
+  float running_sum[2] = {0.0f, 0.0f};
+  float o[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[n][c] = 0.0f;
+  }
+
+  if (tiles > 0) load_tile(0);
+  copy_async_commit();
+  for (std::int64_t i = 0; i < tiles; ++i) {
+    if (i + 1 < tiles) load_tile(i + 1);  // into the buffer tile i - 1 used: every warp is done with it
+    copy_async_commit();
+    copy_async_wait<1>();  // tile i has landed
+    __syncthreads();
+    const int buffer = static_cast<int>(i % at::buffers);
+    const std::int64_t kb = key_begin + i * at::key_tile;
+    auto* k_tile = reinterpret_cast<__nv_bfloat16*>(sm + layout::k_tiles + buffer * layout::tile_bytes);
+    auto* v_tile = reinterpret_cast<__nv_bfloat16*>(sm + layout::v_tiles + buffer * layout::tile_bytes);
+    if constexpr (fp8) {
+      // Codes to bf16 (exact), 16 at a time.
+      const unsigned char* k_codes = sm + layout::k_raw + buffer * layout::raw_bytes;
+      const unsigned char* v_codes = sm + layout::v_raw + buffer * layout::raw_bytes;
+      for (int item = tid; item < at::key_tile * (D / 16); item += at::threads) {
+        const int j = item / (D / 16);
+        const int d0 = (item % (D / 16)) * 16;
+#pragma unroll
+        for (int which = 0; which < 2; ++which) {
+          const uint4 raw = *reinterpret_cast<const uint4*>((which == 0 ? k_codes : v_codes) + j * D + d0);
+          const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+          std::uint32_t out[8];
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            const float2 lo = fp8x2_to_float2(static_cast<std::uint16_t>(words[w] & 0xFFFFu));
+            const float2 hi = fp8x2_to_float2(static_cast<std::uint16_t>(words[w] >> 16));
+            out[2 * w] = bf16x2_bits(__floats2bfloat162_rn(lo.x, lo.y));
+            out[2 * w + 1] = bf16x2_bits(__floats2bfloat162_rn(hi.x, hi.y));
+          }
+          auto* dst = reinterpret_cast<uint4*>((which == 0 ? k_tile : v_tile) + j * row_e + d0);
+          dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+          dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+        }
+      }
+      __syncthreads();
+    }
+    const int* cached = reinterpret_cast<const int*>(sm + layout::cached) + buffer * at::key_tile;
+    const float* k_scale = fp8 ? reinterpret_cast<const float*>(sm + layout::k_scales) + buffer * at::key_tile : nullptr;
+    const float* v_scale = fp8 ? reinterpret_cast<const float*>(sm + layout::v_scales) + buffer * at::key_tile : nullptr;
+
+    // S = Q Kᵀ over the tile's 64 keys.
+    float sc[at::key_n_tiles][4];
+#pragma unroll
+    for (int j = 0; j < at::key_n_tiles; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sc[j][c] = 0.0f;
+    }
+#pragma unroll
+    for (int step = 0; step < D / 16; ++step) {
+#pragma unroll
+      for (int pair = 0; pair < at::key_n_tiles / 2; ++pair) {
+        const at::k_source src = at::k_row(pair, step, lane);
+        std::uint32_t kb_regs[4];
+        ldmatrix_x4(kb_regs, k_tile + src.key * row_e + src.d);
+        const std::uint32_t b0[2] = {kb_regs[0], kb_regs[1]};
+        const std::uint32_t b1[2] = {kb_regs[2], kb_regs[3]};
+        mma_bf16(sc[2 * pair], qf[step], b0);
+        mma_bf16(sc[2 * pair + 1], qf[step], b1);
+      }
+    }
+    // Scale, mask, and the online softmax of rows g and g + 8 (a row's 64 scores lie across the
+    // 4 lanes of its quad).
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < at::key_n_tiles; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const at::s_element e = at::s_accumulator(g, t, j, c);
+        const std::int64_t key = kb + e.key;
+        const bool visible = key < key_end && key <= row_pos[c / 2] && cached[e.key] != 0;
+        const float factor = fp8 ? a.scale * k_scale[e.key] : a.scale;
+        sc[j][c] = visible ? sc[j][c] * factor : -INFINITY;
+        tile_max[c / 2] = fmaxf(tile_max[c / 2], sc[j][c]);
+      }
+    }
+    float correction[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(full_warp, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(full_warp, tile_max[h], 2));
+      const float new_max = fmaxf(running_max[h], tile_max[h]);
+      correction[h] = running_max[h] == -INFINITY ? 0.0f : expf(running_max[h] - new_max);
+      running_max[h] = new_max;
+    }
+    float tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < at::key_n_tiles; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int h = c / 2;
+        const float p = sc[j][c] == -INFINITY ? 0.0f : expf(sc[j][c] - running_max[h]);
+        tile_sum[h] += p;
+        sc[j][c] = fp8 ? p * v_scale[at::s_accumulator(g, t, j, c).key] : p;  // the V row's scale rides on its weight
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_sum[h] += __shfl_xor_sync(full_warp, tile_sum[h], 1);
+      tile_sum[h] += __shfl_xor_sync(full_warp, tile_sum[h], 2);
+      running_sum[h] = running_sum[h] * correction[h] + tile_sum[h];
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[n][c] *= correction[c / 2];
+    }
+    // O += P V.
+#pragma unroll
+    for (int key_step = 0; key_step < at::key_tile / 16; ++key_step) {
+      std::uint32_t pf[4];
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        const at::p_source src = at::p_register(key_step, reg);
+        pf[reg] = bf16x2_bits(
+            __floats2bfloat162_rn(sc[src.n_tile][src.first_accumulator], sc[src.n_tile][src.first_accumulator + 1]));
+      }
+#pragma unroll
+      for (int pair = 0; pair < D / 16; ++pair) {
+        const at::v_source src = at::v_row(key_step, pair, lane);
+        std::uint32_t vb[4];
+        ldmatrix_x4_trans(vb, v_tile + src.key * row_e + src.d);
+        const std::uint32_t b0[2] = {vb[0], vb[1]};
+        const std::uint32_t b1[2] = {vb[2], vb[3]};
+        mma_bf16(o[2 * pair], pf, b0);
+        mma_bf16(o[2 * pair + 1], pf, b1);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+  copy_async_wait<0>();
+
+  // Rows g and g + 8: normalised output, or the slice's partial (max, sum, unnormalised output).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = row_base + g + 8 * h;
+    const std::int64_t token = token_of(r);
+    if (token >= last) continue;
+    const std::int64_t head = head_of(r);
+    float* out_row = a.out + token * a.out_stride + head * D;
+    if (row_pos[h] < 0) {
+      // A token at a negative position (the CPU refuses it) reads as zeros; with splits the
+      // combine kernel writes them.
+      if (a.splits == 1) {
+        for (int d = t; d < D; d += 4) out_row[d] = 0.0f;
+      }
+      continue;
+    }
+    float* part = a.splits == 1 ? nullptr : a.partials + ((token * a.num_heads + head) * a.splits + split) * (D + 2);
+    if (part != nullptr && t == 0) {
+      part[0] = running_max[h];
+      part[1] = running_sum[h];
+    }
+    // A row that saw no key (its blocks all outside the cache) reads as zeros, not NaN.
+    const float inv_sum = running_sum[h] > 0.0f ? 1.0f / running_sum[h] : 0.0f;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+      for (int c = 2 * h; c < 2 * h + 2; ++c) {
+        const int d = at::o_accumulator(g, t, n, c).d;
+        if (part != nullptr) {
+          part[2 + d] = o[n][c];
+        } else {
+          out_row[d] = o[n][c] * inv_sum;
+        }
+      }
+    }
+  }
+}
+
+template <dtype KV, int D>
+status launch_mma(const attention_args& a, dim3 grid, cudaStream_t stream) {
+  constexpr int bytes = mma_shared<KV, D>::total;
+  EDGE_RETURN_IF_ERROR(allow_shared_memory(reinterpret_cast<const void*>(&attention_mma_kernel<KV, D>), bytes));
+  attention_mma_kernel<KV, D><<<grid, at::threads, bytes, stream>>>(a);
+  return check_launch("paged_attention (tensor cores)");
+}
+
+// The instantiations cuda_attention_uses_tensor_cores admits.
+status launch_tensor_cores(const attention_args& a, dim3 grid, dtype kv, std::int64_t head_dim, cudaStream_t stream) {
+  if (kv == dtype::bf16) {
+    return head_dim == 64 ? launch_mma<dtype::bf16, 64>(a, grid, stream) : launch_mma<dtype::bf16, 128>(a, grid, stream);
+  }
+  return head_dim == 64 ? launch_mma<dtype::fp8_e4m3, 64>(a, grid, stream)
+                        : launch_mma<dtype::fp8_e4m3, 128>(a, grid, stream);
+}
+
 template <dtype KV, int DPL>
 status launch(const attention_args& a, dim3 grid, std::int64_t rows, cudaStream_t stream) {
   const auto bytes = static_cast<int>(shared_floats(rows, a.head_dim) * static_cast<std::int64_t>(sizeof(float)));
@@ -326,7 +643,13 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
   a.vec = p.head_dim % vec_elems == 0 && reinterpret_cast<std::uintptr_t>(p.k_cache) % 16 == 0 &&
           reinterpret_cast<std::uintptr_t>(p.v_cache) % 16 == 0;
 
-  a.tile_tokens = p.seq_token_begin != nullptr ? std::max(1, prefill_rows / a.group) : 1;
+  const bool tensor_cores = a.vec && cuda_attention_uses_tensor_cores(p.kv_type, p.head_dim, a.group,
+                                                                     p.seq_token_begin != nullptr, p.max_seq_tokens);
+  if (tensor_cores) {
+    a.tile_tokens = at::rows / a.group;
+  } else {
+    a.tile_tokens = p.seq_token_begin != nullptr ? std::max(1, prefill_rows / a.group) : 1;
+  }
   const std::int64_t tiles = p.seq_token_begin != nullptr ? ceil_div(p.max_seq_tokens, a.tile_tokens) : p.tokens;
   const std::int64_t runs = p.seq_token_begin != nullptr ? p.num_seqs : 1;
   // Split contexts until the grid covers the GPU about twice, as far as the workspace allows.
@@ -340,11 +663,15 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
                   static_cast<unsigned>(runs));
   const std::int64_t rows = static_cast<std::int64_t>(a.tile_tokens) * a.group;
   const cudaStream_t stream = native(s);
-  EDGE_RETURN_IF_ERROR(dispatch_dtype(p.kv_type, [&]<dtype KV>() {
-    if (p.head_dim <= 64) return launch<KV, 2>(a, grid, rows, stream);
-    if (p.head_dim <= 128) return launch<KV, 4>(a, grid, rows, stream);
-    return launch<KV, 8>(a, grid, rows, stream);
-  }));
+  if (tensor_cores) {
+    EDGE_RETURN_IF_ERROR(launch_tensor_cores(a, grid, p.kv_type, p.head_dim, stream));
+  } else {
+    EDGE_RETURN_IF_ERROR(dispatch_dtype(p.kv_type, [&]<dtype KV>() {
+      if (p.head_dim <= 64) return launch<KV, 2>(a, grid, rows, stream);
+      if (p.head_dim <= 128) return launch<KV, 4>(a, grid, rows, stream);
+      return launch<KV, 8>(a, grid, rows, stream);
+    }));
+  }
   if (splits > 1) {
     combine_kernel<<<static_cast<unsigned>(ceil_div(p.tokens * p.num_heads, attn_warps)), attn_threads, 0, stream>>>(a);
     EDGE_RETURN_IF_ERROR(check_launch("paged_attention (combine)"));

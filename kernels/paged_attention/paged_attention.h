@@ -74,6 +74,17 @@ constexpr std::int64_t paged_attention_workspace_floats(std::int64_t tokens, std
   return tokens * num_heads * attention_max_splits * (head_dim + 2);
 }
 
+// Whether the CUDA paged attention runs a call on tensor cores, rounding q, K and the softmax
+// weights to bf16 (the scores, the softmax and the output stay f32): runs of several query
+// tokens (prefill chunks; seq_token_begin given) over a bf16 or FP8 cache with head_dim 64 or
+// 128 and a group that divides 64. Everything else (decode steps, f16 / f32 caches, other
+// head sizes) multiplies in f32.
+constexpr bool cuda_attention_uses_tensor_cores(dtype kv, std::int64_t head_dim, std::int64_t group, bool runs,
+                                                std::int64_t max_run) {
+  return runs && max_run > 1 && (kv == dtype::bf16 || kv == dtype::fp8_e4m3) && (head_dim == 64 || head_dim == 128) &&
+         group > 0 && 64 % group == 0;
+}
+
 // invalid_argument for a shape beyond the limits above, a position beyond its block table, a
 // block outside the cache, or a scaled KV dtype without its scales.
 status run_paged_attention(const paged_attention_params& p, const stream& s);
