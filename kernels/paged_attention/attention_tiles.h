@@ -13,6 +13,8 @@
 // multiply per key and row.
 #pragma once
 
+#include <cstdint>
+
 #include "edge/kernels/numerics.h"
 
 namespace edge::kernels::attention_tiles {
@@ -89,6 +91,38 @@ struct o_element {
 };
 EDGE_HOST_DEVICE constexpr o_element o_accumulator(int g, int t, int n, int c) {
   return {.row = g + 8 * (c / 2), .d = 8 * n + 2 * t + c % 2};
+}
+
+// ---- the flat list of (run, tile) blocks -----------------------------------------------------
+//
+// With runs of different lengths (a prefill chunk beside decode tokens, as continuous batching
+// makes almost every step), a grid of (longest run / tile) × runs gives each short run empty
+// blocks. Both attention kernels can instead take a flat list: offsets[r] is the first block of
+// run r (its tiles one after another), offsets[runs] the total, written on the device from the
+// runs' token counts before the attention kernel runs.
+
+// Blocks a grid needs for any runs of these totals: the sum of ceil(len / tile) is below
+// tokens / tile + runs.
+EDGE_HOST_DEVICE constexpr std::int64_t flat_tile_bound(std::int64_t tokens, std::int64_t runs, std::int64_t tile) {
+  return (tokens + tile - 1) / tile + runs;
+}
+
+// The run of flat block b (the last r with offsets[r] <= b), or -1 when b is past the total.
+// Runs without tiles have equal offsets; the search lands on the last of them that starts at or
+// before b, which is the one whose tiles hold b.
+EDGE_HOST_DEVICE inline std::int64_t run_of_block(const std::int32_t* offsets, std::int64_t runs, std::int64_t b) {
+  if (b >= offsets[runs]) return -1;
+  std::int64_t lo = 0;
+  std::int64_t hi = runs;  // offsets[lo] <= b < offsets[hi]
+  while (hi - lo > 1) {
+    const std::int64_t mid = (lo + hi) / 2;
+    if (offsets[mid] <= b) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
 }
 
 }  // namespace edge::kernels::attention_tiles

@@ -43,6 +43,8 @@ struct attention_args {
   const std::int32_t* block_tables; // [table_begin[rows]]: row s at [table_begin[s], table_begin[s + 1])
   const std::int32_t* table_begin;  // [rows + 1]
   const std::int32_t* seq_token_begin;  // [num_seqs + 1] or null (a block per token)
+  const std::int32_t* tile_offsets;     // [runs + 1]: the flat (run, tile) list, or null (blockIdx.z is the run)
+  std::int64_t runs;
   float* partials;                  // [tokens, num_heads, splits, head_dim + 2] when splits > 1
   std::int64_t tokens, num_heads, num_kv_heads, head_dim, block_size, num_blocks;
   std::int64_t q_stride, out_stride;
@@ -58,6 +60,33 @@ struct attention_args {
 // key of the tile is in the cache.
 std::int64_t shared_floats(std::int64_t rows, std::int64_t head_dim) {
   return rows * head_dim + key_tile * (head_dim + 1) + key_tile * head_dim + rows + key_tile;
+}
+
+// The run and the tile within it of this block (runs given): from the flat list when there is
+// one, else blockIdx.z and blockIdx.x. False for a block past the flat list's end.
+__device__ __forceinline__ bool block_work(const attention_args& a, std::int64_t& run, std::int64_t& tile) {
+  if (a.tile_offsets == nullptr) {
+    run = blockIdx.z;
+    tile = blockIdx.x;
+    return true;
+  }
+  run = attention_tiles::run_of_block(a.tile_offsets, a.runs, blockIdx.x);
+  if (run < 0) return false;
+  tile = static_cast<std::int64_t>(blockIdx.x) - a.tile_offsets[run];
+  return true;
+}
+
+// offsets[r] = the first flat block of run r (each run's ceil(len / tile) tiles in turn).
+__global__ void tile_offsets_kernel(const std::int32_t* __restrict__ seq_token_begin,  // [runs + 1]
+                                    std::int64_t runs, int tile_tokens,
+                                    std::int32_t* __restrict__ offsets) {  // [runs + 1]
+  if (threadIdx.x != 0) return;
+  std::int32_t total = 0;
+  for (std::int64_t r = 0; r < runs; ++r) {
+    offsets[r] = total;
+    total += static_cast<std::int32_t>(ceil_div(seq_token_begin[r + 1] - seq_token_begin[r], tile_tokens));
+  }
+  offsets[runs] = total;
 }
 
 template <dtype KV, int DPL>
@@ -78,9 +107,9 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
   std::int64_t last = 0;
   std::int64_t seq = 0;
   if (a.seq_token_begin != nullptr) {
-    seq = blockIdx.z;
-    const std::int64_t begin = a.seq_token_begin[seq];
-    first = begin + static_cast<std::int64_t>(blockIdx.x) * a.tile_tokens;
+    std::int64_t tile = 0;
+    if (!block_work(a, seq, tile)) return;
+    first = a.seq_token_begin[seq] + tile * a.tile_tokens;
     last = min(static_cast<std::int64_t>(a.seq_token_begin[seq + 1]), first + a.tile_tokens);
     if (first >= last) return;
   } else {
@@ -314,8 +343,10 @@ __global__ void __launch_bounds__(at::threads) attention_mma_kernel(attention_ar
 
   const int kv_head = static_cast<int>(blockIdx.y) / a.splits;
   const int split = static_cast<int>(blockIdx.y) % a.splits;
-  const std::int64_t seq = blockIdx.z;
-  const std::int64_t first = a.seq_token_begin[seq] + static_cast<std::int64_t>(blockIdx.x) * a.tile_tokens;
+  std::int64_t seq = 0;
+  std::int64_t tile = 0;
+  if (!block_work(a, seq, tile)) return;
+  const std::int64_t first = a.seq_token_begin[seq] + tile * a.tile_tokens;
   const std::int64_t last = min(static_cast<std::int64_t>(a.seq_token_begin[seq + 1]), first + a.tile_tokens);
   if (first >= last) return;
   const std::int32_t* table = a.block_tables + a.table_begin[seq];
@@ -650,17 +681,34 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
   } else {
     a.tile_tokens = p.seq_token_begin != nullptr ? std::max(1, prefill_rows / a.group) : 1;
   }
-  const std::int64_t tiles = p.seq_token_begin != nullptr ? ceil_div(p.max_seq_tokens, a.tile_tokens) : p.tokens;
   const std::int64_t runs = p.seq_token_begin != nullptr ? p.num_seqs : 1;
+  // Runs of different lengths take the flat (run, tile) list from the start of the workspace
+  // (attention_tiles.h); the splits' partials follow it.
+  const std::int64_t offset_floats = p.seq_token_begin != nullptr ? ceil_div(runs + 1, 4) * 4 : 0;
+  const bool flat = runs > 1 && p.workspace != nullptr && p.workspace_floats >= offset_floats;
+  const std::int64_t tiles = p.seq_token_begin == nullptr ? p.tokens
+                             : flat ? attention_tiles::flat_tile_bound(p.tokens, runs, a.tile_tokens)
+                                    : ceil_div(p.max_seq_tokens, a.tile_tokens);
+  const std::int64_t grid_runs = flat ? 1 : runs;
+  const std::int64_t partial_floats = p.workspace == nullptr ? 0 : p.workspace_floats - (flat ? offset_floats : 0);
   // Split contexts until the grid covers the GPU about twice, as far as the workspace allows.
-  const std::int64_t blocks = tiles * runs * p.num_kv_heads;
+  const std::int64_t blocks = tiles * grid_runs * p.num_kv_heads;
   std::int64_t splits = std::clamp<std::int64_t>(ceil_div(2 * multiprocessor_count(), blocks), 1, attention_max_splits);
   if (p.workspace == nullptr) splits = 1;
-  while (splits > 1 && p.tokens * p.num_heads * splits * (p.head_dim + 2) > p.workspace_floats) --splits;
+  while (splits > 1 && p.tokens * p.num_heads * splits * (p.head_dim + 2) > partial_floats) --splits;
   a.splits = static_cast<int>(splits);
+  a.runs = runs;
+  a.tile_offsets = nullptr;
+  if (flat) {
+    auto* offsets = reinterpret_cast<std::int32_t*>(p.workspace);
+    a.partials = p.workspace + offset_floats;
+    tile_offsets_kernel<<<1, warp_size, 0, native(s)>>>(p.seq_token_begin, runs, a.tile_tokens, offsets);
+    EDGE_RETURN_IF_ERROR(check_launch("paged_attention (tile offsets)"));
+    a.tile_offsets = offsets;
+  }
 
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.num_kv_heads * splits),
-                  static_cast<unsigned>(runs));
+                  static_cast<unsigned>(grid_runs));
   const std::int64_t rows = static_cast<std::int64_t>(a.tile_tokens) * a.group;
   const cudaStream_t stream = native(s);
   if (tensor_cores) {

@@ -59,8 +59,10 @@ struct paged_attention_params {
   const std::int32_t* seq_token_begin = nullptr;  // [num_seqs + 1]
   std::int64_t num_seqs = 0;
   std::int64_t max_seq_tokens = 0;                // the longest run
-  // Scratch for splitting long contexts across blocks (split-K, combined in a fixed order).
-  // Null (or too small) gives each (token tile, KV head) one block.
+  // Scratch: the flat list of (run, tile) blocks when runs differ in length (else each run gets
+  // as many blocks as the longest needs), then the partials of long contexts split across
+  // blocks (split-K, combined in a fixed order). Null (or too small) gives each (token tile, KV
+  // head) one block.
   float* workspace = nullptr;                     // [workspace_floats]
   std::int64_t workspace_floats = 0;
 };
@@ -71,7 +73,7 @@ inline constexpr std::int64_t attention_max_splits = 32;
 // Workspace floats with which the CUDA paged attention never gives up a split it wants.
 constexpr std::int64_t paged_attention_workspace_floats(std::int64_t tokens, std::int64_t num_heads,
                                                         std::int64_t head_dim) {
-  return tokens * num_heads * attention_max_splits * (head_dim + 2);
+  return (tokens + 4) / 4 * 4 + tokens * num_heads * attention_max_splits * (head_dim + 2);
 }
 
 // Whether the CUDA paged attention runs a call on tensor cores, rounding q, K and the softmax

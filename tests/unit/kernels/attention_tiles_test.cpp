@@ -206,3 +206,32 @@ TEST_CASE("K and V tiles: each ldmatrix reads 8 rows from 8 distinct bank groups
     }
   }
 }
+
+TEST_CASE("the flat list of (run, tile) blocks finds every block's run, empty runs included") {
+  // Runs of 97, 1, 0, 1, 16 and 5 tokens, 8 tokens a tile.
+  const std::vector<std::int64_t> lengths = {97, 1, 0, 1, 16, 5};
+  const std::int64_t tile = 8;
+  std::vector<std::int32_t> offsets = {0};
+  std::int64_t tokens = 0;
+  for (const std::int64_t len : lengths) {
+    offsets.push_back(offsets.back() + static_cast<std::int32_t>((len + tile - 1) / tile));
+    tokens += len;
+  }
+  const auto runs = static_cast<std::int64_t>(lengths.size());
+  CHECK(offsets.back() <= at::flat_tile_bound(tokens, runs, tile));
+  std::vector<std::int64_t> blocks_of(lengths.size(), 0);
+  for (std::int64_t b = 0; b < at::flat_tile_bound(tokens, runs, tile); ++b) {
+    const std::int64_t run = at::run_of_block(offsets.data(), runs, b);
+    if (b >= offsets.back()) {
+      CHECK(run == -1);
+      continue;
+    }
+    REQUIRE(run >= 0);
+    CHECK(offsets[static_cast<std::size_t>(run)] <= b);
+    CHECK(b < offsets[static_cast<std::size_t>(run) + 1]);  // never an empty run
+    ++blocks_of[static_cast<std::size_t>(run)];
+  }
+  CHECK(blocks_of == std::vector<std::int64_t>{13, 1, 0, 1, 2, 1});
+  // The bound holds for runs that each waste most of a tile.
+  CHECK(at::flat_tile_bound(64 * 9, 64, 8) >= 64 * 2);
+}
