@@ -9,8 +9,10 @@
 //   4. The GEMM at 16, 64, 256 and 1024 tokens for int4, fp8 and bf16 weights over the
 //      [4096, 14336] down projection: the pipelined tensor-core kernel against the general
 //      wmma one on the same call (x rows left unaligned), in weight GB/s and TFLOP/s.
-//   5. Sampling 64 rows of a 128,256-token vocabulary, greedy and through each filter.
-//   6. Decode tokens/s of the whole CUDA engine for a synthetic Llama-3-8B (32 layers, hidden
+//   5. Causal prefill attention (4 chunks of 512 tokens at 2048 positions, d 128) in TFLOP/s:
+//      bf16 and fp8 caches on the tensor-core kernel, an f16 cache on the f32 one.
+//   6. Sampling 64 rows of a 128,256-token vocabulary, greedy and through each filter.
+//   7. Decode tokens/s of the whole CUDA engine for a synthetic Llama-3-8B (32 layers, hidden
 //      4096, 14336, 32/8 heads, vocab 128256; random weights made on the device, embedding and
 //      classifier bf16) at 1, 8, 16, 32 and 64 concurrent sequences, each 1024 positions deep,
 //      for int4 vs fp8 weights and bf16 vs fp8 KV: CUDA-graph decode steps with greedy sampling
@@ -220,6 +222,58 @@ void sampling_times(cudaStream_t stream) {
   }
 }
 
+// Causal prefill attention: 4 sequences, each a 512-token chunk at the end of a 2048-position
+// context (32 query / 8 KV heads, head_dim 128, blocks of 16), as one call with runs. FLOP/s of
+// the QKᵀ and PV products (2 · 2 · heads · head_dim per visible key and query), for a cache of
+// `type`; bf16 and fp8 take the tensor-core kernel, f16 the f32 one.
+double prefill_attention_flops(kernels::dtype type, cudaStream_t stream) {
+  const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
+  constexpr std::int64_t seqs = 4, context = 2048, chunk = 512, heads = 32, kv_heads = 8, head_dim = 128, block = 16;
+  constexpr std::int64_t blocks_per_seq = context / block;
+  constexpr std::int64_t num_blocks = seqs * blocks_per_seq;
+  constexpr std::int64_t tokens = seqs * chunk;
+  const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block * head_dim) * kernels::dtype_size(type);
+  const std::size_t scale_count = static_cast<std::size_t>(num_blocks * kv_heads * block);
+  const bool scaled = kernels::kv_cache_scaled(type);
+  gpu_test::device_array<std::uint8_t> kc(cache_bytes), vc(cache_bytes);
+  gpu_test::device_array<float> ks(std::vector<float>(scale_count, 0.01f)), vs(std::vector<float>(scale_count, 0.01f));
+  check_cuda(cudaMemset(kc.get(), 0x30, cache_bytes), "memset");
+  check_cuda(cudaMemset(vc.get(), 0x30, cache_bytes), "memset");
+  std::vector<std::int32_t> tables(static_cast<std::size_t>(num_blocks)), table_begin(seqs + 1), runs(seqs + 1);
+  for (std::int64_t i = 0; i < num_blocks; ++i) tables[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % num_blocks);
+  std::vector<std::int32_t> seq(tokens), pos(tokens);
+  double visible = 0.0;
+  for (std::int64_t q = 0; q < seqs; ++q) {
+    table_begin[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(q * blocks_per_seq);
+    runs[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(q * chunk);
+    for (std::int64_t i = 0; i < chunk; ++i) {
+      seq[static_cast<std::size_t>(q * chunk + i)] = static_cast<std::int32_t>(q);
+      pos[static_cast<std::size_t>(q * chunk + i)] = static_cast<std::int32_t>(context - chunk + i);
+      visible += static_cast<double>(context - chunk + i + 1);
+    }
+  }
+  table_begin[seqs] = static_cast<std::int32_t>(num_blocks);
+  runs[seqs] = static_cast<std::int32_t>(tokens);
+  gpu_test::device_array<std::int32_t> d_tables(tables), d_table_begin(table_begin), d_seq(seq), d_pos(pos), d_runs(runs);
+  gpu_test::device_array<float> q(gpu_test::random_floats(static_cast<std::size_t>(tokens * heads * head_dim), 5));
+  gpu_test::device_array<float> out(static_cast<std::size_t>(tokens * heads * head_dim));
+  const std::int64_t workspace_floats = kernels::paged_attention_workspace_floats(64, heads, head_dim);
+  gpu_test::device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
+  const double seconds = time_calls(stream, 10, [&](int) {
+    check_ok(kernels::run_paged_attention(
+                 {.q = q.get(), .out = out.get(), .k_cache = kc.get(), .v_cache = vc.get(),
+                  .k_scales = scaled ? ks.get() : nullptr, .v_scales = scaled ? vs.get() : nullptr, .kv_type = type,
+                  .seq = d_seq.get(), .pos = d_pos.get(), .block_tables = d_tables.get(),
+                  .table_begin = d_table_begin.get(), .tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads,
+                  .head_dim = head_dim, .block_size = block, .num_blocks = num_blocks, .q_stride = heads * head_dim,
+                  .out_stride = heads * head_dim, .scale = 0.088f, .seq_token_begin = d_runs.get(), .num_seqs = seqs,
+                  .max_seq_tokens = chunk, .workspace = workspace.get(), .workspace_floats = workspace_floats},
+                 s),
+             "prefill attention");
+  });
+  return 4.0 * static_cast<double>(heads * head_dim) * visible / seconds;
+}
+
 backend::model_config llama3_8b() {
   backend::model_config c;
   c.vocab_size = 128256;
@@ -335,6 +389,15 @@ int main() {
     }
   }
   std::printf("\n");
+
+  std::printf("| prefill attention, 4 x 512 tokens at 2048 positions, 32/8 heads, d 128 | TFLOP/s |\n|---|---|\n");
+  const double f16_flops = prefill_attention_flops(kernels::dtype::f16, stream);
+  for (const auto kv : {kernels::dtype::bf16, kernels::dtype::fp8_e4m3}) {
+    const double flops = prefill_attention_flops(kv, stream);
+    std::printf("| %s KV (tensor cores) | %.1f (%.1fx the f32 kernel on f16) |\n", std::string(kernels::to_string(kv)).c_str(),
+                flops / 1e12, flops / f16_flops);
+  }
+  std::printf("| f16 KV (f32 kernel) | %.1f |\n", f16_flops / 1e12);
 
   sampling_times(stream);
 
