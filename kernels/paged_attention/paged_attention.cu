@@ -7,8 +7,9 @@
 // head (GQA: each K/V row is read once for the whole group), for one token (decode, or no run
 // layout given) or for several consecutive tokens of one sequence (prefill, when the caller
 // gives seq_token_begin: up to 16 query rows per block). It walks the keys in tiles of 32:
-// the tile's K and V rows are gathered through the block table with 16-byte loads, widened to
-// f32 with their per-row FP8 scale folded in, and kept in shared memory; each warp then takes
+// the tile's K and V rows are gathered through the block table in 16-byte pieces (for 16-bit and
+// FP8 caches by cp.async into one of two buffers while the previous tile is computed), widened
+// to f32 with their per-row FP8 scale folded in, and kept in shared memory; each warp then takes
 // some of the query rows, a lane per key for the scores and a lane per head dimension (strided
 // by 32) for the output, with the softmax kept online (running max and sum per row).
 //
@@ -57,9 +58,18 @@ struct attention_args {
 
 // Shared memory of one block, in floats: q rows, K tile (rows padded by one float so that the
 // lanes' different rows fall in different banks), V tile, the rows' positions, and whether each
-// key of the tile is in the cache.
-std::int64_t shared_floats(std::int64_t rows, std::int64_t head_dim) {
-  return rows * head_dim + key_tile * (head_dim + 1) + key_tile * head_dim + rows + key_tile;
+// key of the tile is in the cache; then, for a 16-bit or FP8 cache with 16-byte rows, the two
+// buffers that cp.async fills with the next tile's raw rows (K, V), FP8 scales (K, V) and
+// cached flags while the current tile is computed.
+EDGE_HOST_DEVICE constexpr std::int64_t staged_offset_floats(std::int64_t rows, std::int64_t head_dim) {
+  return (rows * head_dim + key_tile * (head_dim + 1) + key_tile * head_dim + rows + key_tile + 3) / 4 * 4;
+}
+EDGE_HOST_DEVICE constexpr std::int64_t staged_buffer_bytes(std::int64_t head_dim, std::int64_t elem_bytes) {
+  return 2 * key_tile * head_dim * elem_bytes + 3 * key_tile * 4;  // K and V rows, then K scales, V scales, flags
+}
+constexpr int staged_buffers = 2;
+std::int64_t shared_floats(std::int64_t rows, std::int64_t head_dim, std::int64_t elem_bytes, bool staged) {
+  return staged_offset_floats(rows, head_dim) + (staged ? staged_buffers * staged_buffer_bytes(head_dim, elem_bytes) / 4 : 0);
 }
 
 // The run and the tile within it of this block (runs given): from the flat list when there is
@@ -154,21 +164,23 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
 
   constexpr int elem_bytes = KV == dtype::f32 ? 4 : (KV == dtype::fp8_e4m3 ? 1 : 2);
   constexpr int vec_elems = 16 / elem_bytes;
-  for (std::int64_t kb = key_begin; kb < key_end; kb += key_tile) {
-    // Gather the tile's K and V rows; keys past the slice, past the block table or in a block
-    // outside the cache are zero and masked below (the executor checks its tables on the host;
-    // a caller that did not gets no out-of-bounds read and no diluted softmax).
+  // The cache row of key `key`, or -1: past the slice, past the block table or in a block outside
+  // the cache (zero, and masked below: the executor checks its tables on the host; a caller that
+  // did not gets no out-of-bounds read and no diluted softmax).
+  const auto cache_row = [&](std::int64_t key) -> std::int64_t {
+    if (key >= key_end || key / a.block_size >= table_blocks) return -1;
+    const std::int64_t block = table[key / a.block_size];
+    if (block < 0 || block >= a.num_blocks) return -1;
+    return (block * a.num_kv_heads + kv_head) * a.block_size + key % a.block_size;
+  };
+  // Without double buffering: gather the tile's rows with plain loads, widen them, store them.
+  const auto gather = [&](std::int64_t kb) {
     const std::int64_t pieces_per_row = a.vec ? D / vec_elems : D;
     const int elems = a.vec ? vec_elems : 1;
     for (std::int64_t i = threadIdx.x; i < key_tile * pieces_per_row; i += attn_threads) {
       const int j = static_cast<int>(i / pieces_per_row);
       const std::int64_t d0 = (i % pieces_per_row) * elems;
-      const std::int64_t key = kb + j;
-      std::int64_t row = -1;
-      if (key < key_end && key / a.block_size < table_blocks) {
-        const std::int64_t block = table[key / a.block_size];
-        if (block >= 0 && block < a.num_blocks) row = (block * a.num_kv_heads + kv_head) * a.block_size + key % a.block_size;
-      }
+      const std::int64_t row = cache_row(kb + j);
       if (d0 == 0) key_cached_s[j] = row >= 0 ? 1 : 0;
       float k_factor = 1.0f;
       float v_factor = 1.0f;
@@ -195,8 +207,70 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
         v_s[j * D + d0] = row >= 0 ? load_float<KV>(a.v_cache, row * D + d0) * v_factor : 0.0f;
       }
     }
-    __syncthreads();
-
+  };
+  // Double buffering (16-bit and FP8 caches with 16-byte rows): the next tile's raw rows land
+  // by cp.async while this one is computed, and are widened in shared memory.
+  const bool staged = KV != dtype::f32 && a.vec;
+  const std::int64_t pieces = D / vec_elems;
+  unsigned char* const stage_base = reinterpret_cast<unsigned char*>(shared + staged_offset_floats(rows, D));
+  const std::int64_t stage_bytes = staged_buffer_bytes(D, elem_bytes);
+  const auto stage_tile = [&](std::int64_t kb, int buffer) {
+    unsigned char* base = stage_base + buffer * stage_bytes;
+    auto* scales = reinterpret_cast<float*>(base + 2 * key_tile * D * elem_bytes);  // [K: key_tile][V: key_tile]
+    auto* flags = reinterpret_cast<int*>(scales + 2 * key_tile);
+    for (std::int64_t i = threadIdx.x; i < key_tile * pieces; i += attn_threads) {
+      const int j = static_cast<int>(i / pieces);
+      const std::int64_t piece = i % pieces;
+      const std::int64_t row = cache_row(kb + j);
+      const bool inside = row >= 0;
+      const std::int64_t offset = ((inside ? row : 0) * D + piece * vec_elems) * elem_bytes;
+      copy_async_16(base + (j * D + piece * vec_elems) * elem_bytes, static_cast<const std::uint8_t*>(a.k_cache) + offset,
+                    inside);
+      copy_async_16(base + ((key_tile + j) * D + piece * vec_elems) * elem_bytes,
+                    static_cast<const std::uint8_t*>(a.v_cache) + offset, inside);
+      if (piece == 0) {
+        flags[j] = inside ? 1 : 0;
+        if constexpr (KV == dtype::fp8_e4m3) {
+          copy_async_4(scales + j, a.k_scales + (inside ? row : 0), inside);
+          copy_async_4(scales + key_tile + j, a.v_scales + (inside ? row : 0), inside);
+        }
+      }
+    }
+  };
+  if (staged) {
+    if (key_begin < key_end) stage_tile(key_begin, 0);
+    copy_async_commit();
+  }
+  int tile_index = 0;
+  for (std::int64_t kb = key_begin; kb < key_end; kb += key_tile, ++tile_index) {
+    if (staged) {
+      // Into the buffer the previous tile was widened from: everyone is past that.
+      if (kb + key_tile < key_end) stage_tile(kb + key_tile, (tile_index + 1) % staged_buffers);
+      copy_async_commit();
+      copy_async_wait<1>();  // this tile has landed
+      __syncthreads();
+      const unsigned char* base = stage_base + (tile_index % staged_buffers) * stage_bytes;
+      const auto* scales = reinterpret_cast<const float*>(base + 2 * key_tile * D * elem_bytes);
+      const auto* flags = reinterpret_cast<const int*>(scales + 2 * key_tile);
+      for (std::int64_t i = threadIdx.x; i < key_tile * pieces; i += attn_threads) {
+        const int j = static_cast<int>(i / pieces);
+        const std::int64_t d0 = (i % pieces) * vec_elems;
+        if (d0 == 0) key_cached_s[j] = flags[j];
+        const float k_factor = KV == dtype::fp8_e4m3 ? scales[j] : 1.0f;
+        const float v_factor = KV == dtype::fp8_e4m3 ? scales[key_tile + j] : 1.0f;
+        const uint4 kraw = *reinterpret_cast<const uint4*>(base + (j * D + d0) * elem_bytes);
+        const uint4 vraw = *reinterpret_cast<const uint4*>(base + ((key_tile + j) * D + d0) * elem_bytes);
+#pragma unroll
+        for (int e = 0; e < vec_elems; ++e) {
+          k_s[j * (D + 1) + d0 + e] = load_float<KV>(&kraw, e) * k_factor;
+          v_s[j * D + d0 + e] = load_float<KV>(&vraw, e) * v_factor;
+        }
+      }
+      __syncthreads();
+    } else {
+      gather(kb);
+      __syncthreads();
+    }
     const std::int64_t key = kb + lane;
 #pragma unroll
     for (int rr = 0; rr < rows_per_warp; ++rr) {
@@ -229,6 +303,8 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
     }
     __syncthreads();
   }
+
+  if (staged) copy_async_wait<0>();
 
 #pragma unroll
   for (int rr = 0; rr < rows_per_warp; ++rr) {
@@ -621,7 +697,9 @@ status launch_tensor_cores(const attention_args& a, dim3 grid, dtype kv, std::in
 
 template <dtype KV, int DPL>
 status launch(const attention_args& a, dim3 grid, std::int64_t rows, cudaStream_t stream) {
-  const auto bytes = static_cast<int>(shared_floats(rows, a.head_dim) * static_cast<std::int64_t>(sizeof(float)));
+  const bool staged = KV != dtype::f32 && a.vec;  // as the kernel decides
+  const auto bytes = static_cast<int>(shared_floats(rows, a.head_dim, static_cast<std::int64_t>(dtype_size(KV)), staged) *
+                                      static_cast<std::int64_t>(sizeof(float)));
   EDGE_RETURN_IF_ERROR(allow_shared_memory(reinterpret_cast<const void*>(&attention_kernel<KV, DPL>), bytes));
   attention_kernel<KV, DPL><<<grid, attn_threads, static_cast<std::size_t>(bytes), stream>>>(a);
   return check_launch("paged_attention");
