@@ -125,7 +125,7 @@ __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.com
 // Waits until at most `Pending` of this thread's committed copy groups are still in flight.
 template <int Pending>
 __device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
 // Four 8x8 matrices of 16-bit values from shared memory (lanes 8m..8m+7 give matrix m's row

@@ -55,8 +55,9 @@ constexpr std::int64_t matmul_workspace_floats(std::int64_t tokens, std::int64_t
 
 // Whether the CUDA matmul runs a call on tensor cores, rounding x to bf16 (weights stay exact:
 // bf16 values, fp8 codes, int4 q, with scales applied in f32): 9+ tokens with bf16, fp8 or int4
-// weights, and 1..8 tokens with int4 groups of 32 or more (the W4A16 decode kernel). Everything
-// else multiplies in f32.
+// weights, and 1..8 tokens with int4 groups of 32 or more (the W4A16 decode kernel, for weights
+// that start 16-byte aligned, as every device allocation does; others take the f32 GEMV).
+// Everything else multiplies in f32.
 constexpr bool cuda_matmul_uses_tensor_cores(weight_format f, std::int64_t tokens, std::int64_t group_size) {
   if (f == weight_format::int4 && group_size >= 32) return true;
   return tokens > 8 && (f == weight_format::bf16 || f == weight_format::fp8_e4m3 || f == weight_format::int4);

@@ -384,7 +384,10 @@ __global__ void combine_kernel(attention_args a) {
 // attention_tiles.h gives the tiling and where each value sits in the mma fragments (its host
 // test emulates a warp's tile). The block's 64 query rows live in registers as bf16 A
 // fragments; keys come in tiles of 64 through two shared buffers that cp.async fills while the
-// previous tile is computed.
+// previous tile is computed. Unlike the f32 kernel (and the CPU), which skip a key a row cannot
+// see, the mma multiplies every key of the tile with a weight of 0, so a non-finite V row (a
+// model already producing NaN) also reaches the rows of its tile that precede it. In a mixed
+// step the decode runs share the call: each takes a 64-row block with only its group's rows.
 
 namespace at = attention_tiles;
 

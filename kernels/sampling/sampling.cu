@@ -278,6 +278,13 @@ __global__ void __launch_bounds__(sampling_threads)
     if (!isnan(row[i])) max_value = fmaxf(max_value, row[i]);
   }
   max_value = block_max(max_value, s);
+  if (!isfinite(max_value)) {
+    // +inf logits (or nothing but -inf) leave no distribution to draw from: the first of the
+    // largest, as greedy would take it (the CPU sampler does the same).
+    const std::int32_t id = block_argmax(row, vocab, s);
+    if (threadIdx.x == 0) out[blockIdx.x] = id;
+    return;
+  }
   double total = 0.0;
   for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) {
     if (isnan(row[i])) continue;

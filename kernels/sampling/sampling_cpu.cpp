@@ -41,6 +41,12 @@ std::int32_t sample_row(float* logits, std::int64_t vocab, const sampling_row& c
   // Softmax over what is left.
   float max_value = -std::numeric_limits<float>::infinity();
   for (const auto& x : pool) max_value = std::max(max_value, x.value);
+  if (!std::isfinite(max_value)) {
+    // +inf logits (or nothing but -inf) leave no distribution to draw from: the first of the
+    // largest, as greedy would take it (the CUDA sampler does the same).
+    const auto best = std::min_element(pool.begin(), pool.end(), before);
+    return best->id;
+  }
   double total = 0.0;
   for (auto& x : pool) {
     x.value = std::exp(x.value - max_value);

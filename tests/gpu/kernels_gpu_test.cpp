@@ -622,6 +622,11 @@ void test_sampling(gpu_test::results& r) {
     // Ties and a NaN, to check the tie and NaN rules.
     logits[3] = logits[7];
     logits[static_cast<std::size_t>(vocab) + 1] = NAN;
+    // Rows without a finite maximum (row 5: two +inf logits; row 6: nothing but -inf) take the
+    // first of the largest on both devices.
+    logits[static_cast<std::size_t>(5 * vocab + vocab / 2)] = INFINITY;
+    logits[static_cast<std::size_t>(5 * vocab + 1)] = INFINITY;
+    for (std::int64_t i = 0; i < vocab; ++i) logits[static_cast<std::size_t>(6 * vocab + i)] = -INFINITY;
     // Every fourth row in whole numbers: many tokens share each value, so the selection orders
     // ties by id (the low half of its key) at the top-k, top-p and draw boundaries.
     for (std::int64_t i = 3; i < rows; i += 4) {

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <vector>
 
@@ -199,4 +200,19 @@ TEST_CASE("sampling follows the softmax distribution and its filters") {
   // A low temperature sharpens toward the most likely token.
   auto cold = shares({.temperature = 0.05f});
   CHECK(cold[3] > 990);
+}
+
+TEST_CASE("sampling rows without a finite maximum take the first of the largest, as greedy") {
+  const float inf = std::numeric_limits<float>::infinity();
+  // +inf logits: no distribution to draw from, whatever the draw.
+  const std::vector<float> infinite = {1.0f, inf, 3.0f, inf};
+  for (const float u : {0.0f, 0.5f, 0.99f}) {
+    CHECK(sample_one(infinite, {.temperature = 1.0f, .uniform = u}) == 1);
+    CHECK(sample_one(infinite, {.temperature = 0.7f, .top_p = 0.9f, .uniform = u}) == 1);
+  }
+  // Nothing but -inf (and a NaN, never chosen): the lowest id.
+  const std::vector<float> none = {std::nanf(""), -inf, -inf};
+  CHECK(sample_one(none, {.temperature = 1.0f, .uniform = 0.7f}) == 1);
+  // top_k keeps the largest first: here the +inf one.
+  CHECK(sample_one({-inf, 2.0f, inf}, {.temperature = 1.0f, .top_k = 2, .uniform = 0.1f}) == 2);
 }
