@@ -139,49 +139,66 @@ matmul_timing time_matmul(kernels::weight_format f, std::int64_t n, std::int64_t
   return out;
 }
 
-// Bytes per second of decode attention over a KV cache of `type`.
-double attention_bandwidth(kernels::dtype type, cudaStream_t stream) {
+// One paged-attention call timed: `seqs` sequences with `context` positions each (32 query / 8 KV
+// heads, head_dim 128, blocks of 16, handed out scattered), the last `chunk` positions of each
+// as the queries (1: decode), in runs, with a split workspace as the executor gives one
+// (sized for 64 tokens). Returns seconds per call, the KV bytes the call reads at least once,
+// and the (query, visible key) pairs it scores.
+struct attention_timing {
+  double seconds = 0.0;
+  double kv_bytes = 0.0;
+  double visible = 0.0;
+};
+attention_timing time_attention(kernels::dtype type, std::int64_t seqs, std::int64_t context, std::int64_t chunk,
+                                int calls, cudaStream_t stream) {
   const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
-  constexpr std::int64_t seqs = 64, context = 4096, heads = 32, kv_heads = 8, head_dim = 128, block = 16;
-  constexpr std::int64_t blocks_per_seq = context / block;
-  constexpr std::int64_t num_blocks = seqs * blocks_per_seq;
+  constexpr std::int64_t heads = 32, kv_heads = 8, head_dim = 128, block = 16;
+  const std::int64_t blocks_per_seq = context / block;
+  const std::int64_t num_blocks = seqs * blocks_per_seq;
+  const std::int64_t tokens = seqs * chunk;
   const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block * head_dim) * kernels::dtype_size(type);
   const std::size_t scale_count = static_cast<std::size_t>(num_blocks * kv_heads * block);
   const bool scaled = kernels::kv_cache_scaled(type);
   gpu_test::device_array<std::uint8_t> kc(cache_bytes), vc(cache_bytes);
   gpu_test::device_array<float> ks(std::vector<float>(scale_count, 0.01f)), vs(std::vector<float>(scale_count, 0.01f));
-  // Codes of moderate magnitude everywhere (0x30 is 0.5 in E4M3 and a small bf16 pattern).
+  // Codes of moderate magnitude everywhere (0x30 is 0.5 in E4M3 and a small 16-bit pattern).
   check_cuda(cudaMemset(kc.get(), 0x30, cache_bytes), "memset");
   check_cuda(cudaMemset(vc.get(), 0x30, cache_bytes), "memset");
   std::vector<std::int32_t> tables(static_cast<std::size_t>(num_blocks));
   for (std::int64_t i = 0; i < num_blocks; ++i) tables[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % num_blocks);
-  std::vector<std::int32_t> seq(seqs), pos(seqs), runs(seqs + 1), table_begin(seqs + 1);
-  for (std::int64_t i = 0; i <= seqs; ++i) table_begin[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i * blocks_per_seq);
-  for (std::int64_t i = 0; i < seqs; ++i) {
-    seq[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
-    pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(context - 1);
-    runs[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+  std::vector<std::int32_t> table_begin(static_cast<std::size_t>(seqs + 1)), runs(static_cast<std::size_t>(seqs + 1));
+  std::vector<std::int32_t> seq(static_cast<std::size_t>(tokens)), pos(static_cast<std::size_t>(tokens));
+  attention_timing out;
+  for (std::int64_t q = 0; q <= seqs; ++q) {
+    table_begin[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(q * blocks_per_seq);
+    runs[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(q * chunk);
   }
-  runs[seqs] = static_cast<std::int32_t>(seqs);
+  for (std::int64_t q = 0; q < seqs; ++q) {
+    for (std::int64_t i = 0; i < chunk; ++i) {
+      seq[static_cast<std::size_t>(q * chunk + i)] = static_cast<std::int32_t>(q);
+      pos[static_cast<std::size_t>(q * chunk + i)] = static_cast<std::int32_t>(context - chunk + i);
+      out.visible += static_cast<double>(context - chunk + i + 1);
+    }
+  }
   gpu_test::device_array<std::int32_t> d_tables(tables), d_table_begin(table_begin), d_seq(seq), d_pos(pos), d_runs(runs);
-  gpu_test::device_array<float> q(gpu_test::random_floats(static_cast<std::size_t>(seqs * heads * head_dim), 3));
-  gpu_test::device_array<float> out(static_cast<std::size_t>(seqs * heads * head_dim));
-  const std::int64_t workspace_floats = kernels::paged_attention_workspace_floats(seqs, heads, head_dim);
+  gpu_test::device_array<float> q(gpu_test::random_floats(static_cast<std::size_t>(tokens * heads * head_dim), 3));
+  gpu_test::device_array<float> result(static_cast<std::size_t>(tokens * heads * head_dim));
+  const std::int64_t workspace_floats = kernels::paged_attention_workspace_floats(64, heads, head_dim);
   gpu_test::device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
-  const double seconds = time_calls(stream, 20, [&](int) {
+  out.seconds = time_calls(stream, calls, [&](int) {
     check_ok(kernels::run_paged_attention(
-                 {.q = q.get(), .out = out.get(), .k_cache = kc.get(), .v_cache = vc.get(),
+                 {.q = q.get(), .out = result.get(), .k_cache = kc.get(), .v_cache = vc.get(),
                   .k_scales = scaled ? ks.get() : nullptr, .v_scales = scaled ? vs.get() : nullptr, .kv_type = type,
                   .seq = d_seq.get(), .pos = d_pos.get(), .block_tables = d_tables.get(),
-                  .table_begin = d_table_begin.get(), .tokens = seqs, .num_heads = heads, .num_kv_heads = kv_heads,
+                  .table_begin = d_table_begin.get(), .tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads,
                   .head_dim = head_dim, .block_size = block, .num_blocks = num_blocks, .q_stride = heads * head_dim,
                   .out_stride = heads * head_dim, .scale = 0.088f, .seq_token_begin = d_runs.get(), .num_seqs = seqs,
-                  .max_seq_tokens = 1, .workspace = workspace.get(), .workspace_floats = workspace_floats},
+                  .max_seq_tokens = chunk, .workspace = workspace.get(), .workspace_floats = workspace_floats},
                  s),
              "attention");
   });
-  const double bytes = 2.0 * static_cast<double>(cache_bytes) + (scaled ? 2.0 * static_cast<double>(scale_count) * 4 : 0.0);
-  return bytes / seconds;
+  out.kv_bytes = 2.0 * static_cast<double>(cache_bytes) + (scaled ? 2.0 * static_cast<double>(scale_count) * 4 : 0.0);
+  return out;
 }
 
 // Sampling 64 rows of a 128,256-token vocabulary: microseconds per call, greedy (one pass over
@@ -220,58 +237,6 @@ void sampling_times(cudaStream_t stream) {
     if (greedy == 0.0) greedy = seconds;
     std::printf("| %s | %.1f | %.1f |\n", name.c_str(), seconds * 1e6, seconds / greedy);
   }
-}
-
-// Causal prefill attention: 4 sequences, each a 512-token chunk at the end of a 2048-position
-// context (32 query / 8 KV heads, head_dim 128, blocks of 16), as one call with runs. FLOP/s of
-// the QKᵀ and PV products (2 · 2 · heads · head_dim per visible key and query), for a cache of
-// `type`; bf16 and fp8 take the tensor-core kernel, f16 the f32 one.
-double prefill_attention_flops(kernels::dtype type, cudaStream_t stream) {
-  const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
-  constexpr std::int64_t seqs = 4, context = 2048, chunk = 512, heads = 32, kv_heads = 8, head_dim = 128, block = 16;
-  constexpr std::int64_t blocks_per_seq = context / block;
-  constexpr std::int64_t num_blocks = seqs * blocks_per_seq;
-  constexpr std::int64_t tokens = seqs * chunk;
-  const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block * head_dim) * kernels::dtype_size(type);
-  const std::size_t scale_count = static_cast<std::size_t>(num_blocks * kv_heads * block);
-  const bool scaled = kernels::kv_cache_scaled(type);
-  gpu_test::device_array<std::uint8_t> kc(cache_bytes), vc(cache_bytes);
-  gpu_test::device_array<float> ks(std::vector<float>(scale_count, 0.01f)), vs(std::vector<float>(scale_count, 0.01f));
-  check_cuda(cudaMemset(kc.get(), 0x30, cache_bytes), "memset");
-  check_cuda(cudaMemset(vc.get(), 0x30, cache_bytes), "memset");
-  std::vector<std::int32_t> tables(static_cast<std::size_t>(num_blocks)), table_begin(seqs + 1), runs(seqs + 1);
-  for (std::int64_t i = 0; i < num_blocks; ++i) tables[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % num_blocks);
-  std::vector<std::int32_t> seq(tokens), pos(tokens);
-  double visible = 0.0;
-  for (std::int64_t q = 0; q < seqs; ++q) {
-    table_begin[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(q * blocks_per_seq);
-    runs[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(q * chunk);
-    for (std::int64_t i = 0; i < chunk; ++i) {
-      seq[static_cast<std::size_t>(q * chunk + i)] = static_cast<std::int32_t>(q);
-      pos[static_cast<std::size_t>(q * chunk + i)] = static_cast<std::int32_t>(context - chunk + i);
-      visible += static_cast<double>(context - chunk + i + 1);
-    }
-  }
-  table_begin[seqs] = static_cast<std::int32_t>(num_blocks);
-  runs[seqs] = static_cast<std::int32_t>(tokens);
-  gpu_test::device_array<std::int32_t> d_tables(tables), d_table_begin(table_begin), d_seq(seq), d_pos(pos), d_runs(runs);
-  gpu_test::device_array<float> q(gpu_test::random_floats(static_cast<std::size_t>(tokens * heads * head_dim), 5));
-  gpu_test::device_array<float> out(static_cast<std::size_t>(tokens * heads * head_dim));
-  const std::int64_t workspace_floats = kernels::paged_attention_workspace_floats(64, heads, head_dim);
-  gpu_test::device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
-  const double seconds = time_calls(stream, 10, [&](int) {
-    check_ok(kernels::run_paged_attention(
-                 {.q = q.get(), .out = out.get(), .k_cache = kc.get(), .v_cache = vc.get(),
-                  .k_scales = scaled ? ks.get() : nullptr, .v_scales = scaled ? vs.get() : nullptr, .kv_type = type,
-                  .seq = d_seq.get(), .pos = d_pos.get(), .block_tables = d_tables.get(),
-                  .table_begin = d_table_begin.get(), .tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads,
-                  .head_dim = head_dim, .block_size = block, .num_blocks = num_blocks, .q_stride = heads * head_dim,
-                  .out_stride = heads * head_dim, .scale = 0.088f, .seq_token_begin = d_runs.get(), .num_seqs = seqs,
-                  .max_seq_tokens = chunk, .workspace = workspace.get(), .workspace_floats = workspace_floats},
-                 s),
-             "prefill attention");
-  });
-  return 4.0 * static_cast<double>(heads * head_dim) * visible / seconds;
 }
 
 backend::model_config llama3_8b() {
@@ -364,7 +329,8 @@ int main() {
     }
   }
   for (const auto kv : {kernels::dtype::fp8_e4m3, kernels::dtype::bf16}) {
-    const double bw = attention_bandwidth(kv, stream);
+    const attention_timing decode = time_attention(kv, 64, 4096, 1, 20, stream);
+    const double bw = decode.kv_bytes / decode.seconds;
     std::printf("| %s KV decode attention | 64 seqs x 4096 positions, 32/8 heads, d 128 | 64 | %.0f | %.2f |\n",
                 std::string(kernels::to_string(kv)).c_str(), bw / giga, bw / copy);
   }
@@ -391,9 +357,15 @@ int main() {
   std::printf("\n");
 
   std::printf("| prefill attention, 4 x 512 tokens at 2048 positions, 32/8 heads, d 128 | TFLOP/s |\n|---|---|\n");
-  const double f16_flops = prefill_attention_flops(kernels::dtype::f16, stream);
+  // Causal prefill: 4 chunks of 512 tokens at the end of 2048-position contexts; FLOP/s of the
+  // QKᵀ and PV products (2 · 2 · heads · head_dim per visible key and query).
+  const auto prefill_flops = [&](kernels::dtype kv) {
+    const attention_timing prefill = time_attention(kv, 4, 2048, 512, 10, stream);
+    return 4.0 * 32.0 * 128.0 * prefill.visible / prefill.seconds;
+  };
+  const double f16_flops = prefill_flops(kernels::dtype::f16);
   for (const auto kv : {kernels::dtype::bf16, kernels::dtype::fp8_e4m3}) {
-    const double flops = prefill_attention_flops(kv, stream);
+    const double flops = prefill_flops(kv);
     std::printf("| %s KV (tensor cores) | %.1f (%.1fx the f32 kernel on f16) |\n", std::string(kernels::to_string(kv)).c_str(),
                 flops / 1e12, flops / f16_flops);
   }

@@ -13,6 +13,7 @@
 
 #include "edge/kernels/numerics.h"
 #include "kernels/paged_attention/attention_tiles.h"
+#include "mma_emulation.h"
 
 namespace {
 
@@ -74,36 +75,26 @@ TEST_CASE("a warp's attention tile: S = Q K^T and O = P V from the mma fragments
       });
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * pair + half;
-        float a_mat[16][16] = {};
-        float b_mat[16][8] = {};
+        edge::testing::mma_step mma;
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane / 4;
           const int t = lane % 4;
           for (int a = 0; a < 4; ++a) {
             const at::q_element e = at::q_register(g, t, step, a);
-            // PTX A layout: a0a1 row g columns 2t, 2t+1; a2a3 row g+8; a4a5 / a6a7 columns + 8.
-            const int row = g + 8 * (a % 2);
-            const int col = 2 * t + 8 * (a / 2);
-            CHECK(e.row == row);
-            a_mat[row][col] = q[static_cast<std::size_t>(e.row * head_dim + e.d)];
-            a_mat[row][col + 1] = q[static_cast<std::size_t>(e.row * head_dim + e.d + 1)];
+            CHECK(e.row == edge::testing::mma_step::a_row(lane, a));
+            CHECK(e.d == 16 * step + edge::testing::mma_step::a_col(lane, a));
+            mma.set_a(lane, a, q[static_cast<std::size_t>(e.row * head_dim + e.d)],
+                      q[static_cast<std::size_t>(e.row * head_dim + e.d + 1)]);
           }
-          // PTX B layout: b0b1 rows 2t, 2t+1 of column g; b2b3 rows 2t+8, 2t+9.
           for (int r = 0; r < 2; ++r) {
             const auto& pairv = b[static_cast<std::size_t>(lane)][static_cast<std::size_t>(2 * half + r)];
-            b_mat[2 * t + 8 * r][g] = pairv[0];
-            b_mat[2 * t + 8 * r + 1][g] = pairv[1];
+            mma.set_b(lane, r, pairv[0], pairv[1]);
           }
         }
         for (int lane = 0; lane < 32; ++lane) {
           for (int c = 0; c < 4; ++c) {
-            // PTX C layout: c0c1 row g columns 2t, 2t+1; c2c3 row g + 8.
-            const int row = lane / 4 + 8 * (c / 2);
-            const int col = 2 * (lane % 4) + c % 2;
-            double sum = 0.0;
-            for (int kk = 0; kk < 16; ++kk) sum += static_cast<double>(a_mat[row][kk]) * b_mat[kk][col];
             s[static_cast<std::size_t>(lane)][static_cast<std::size_t>(j)][static_cast<std::size_t>(c)] +=
-                static_cast<float>(sum);
+                static_cast<float>(mma.product(lane, c));
           }
         }
       }
@@ -138,38 +129,32 @@ TEST_CASE("a warp's attention tile: S = Q K^T and O = P V from the mma fragments
       });
       for (int half = 0; half < 2; ++half) {
         const int n = 2 * pair + half;
-        float a_mat[16][16] = {};
-        float b_mat[16][8] = {};
+        edge::testing::mma_step mma;
         for (int lane = 0; lane < 32; ++lane) {
           const int g = lane / 4;
           const int t = lane % 4;
           for (int a = 0; a < 4; ++a) {
             const at::p_source src = at::p_register(key_step, a);
-            const int row = g + 8 * (a % 2);
-            const int col = 2 * t + 8 * (a / 2);
+            float pair_values[2];
             for (int e = 0; e < 2; ++e) {
               const at::s_element se = at::s_accumulator(g, t, src.n_tile, src.first_accumulator + e);
-              CHECK(se.row == row);
-              CHECK(se.key == 16 * key_step + col + e);
-              a_mat[row][col + e] = p_full[static_cast<std::size_t>(se.row * at::key_tile + se.key)];
+              CHECK(se.row == edge::testing::mma_step::a_row(lane, a));
+              CHECK(se.key == 16 * key_step + edge::testing::mma_step::a_col(lane, a) + e);
+              pair_values[e] = p_full[static_cast<std::size_t>(se.row * at::key_tile + se.key)];
             }
+            mma.set_a(lane, a, pair_values[0], pair_values[1]);
           }
           for (int r = 0; r < 2; ++r) {
             const auto& pairv = b[static_cast<std::size_t>(lane)][static_cast<std::size_t>(2 * half + r)];
-            b_mat[2 * t + 8 * r][g] = pairv[0];
-            b_mat[2 * t + 8 * r + 1][g] = pairv[1];
+            mma.set_b(lane, r, pairv[0], pairv[1]);
           }
         }
         for (int lane = 0; lane < 32; ++lane) {
           for (int c = 0; c < 4; ++c) {
-            const int row = lane / 4 + 8 * (c / 2);
-            const int col = 2 * (lane % 4) + c % 2;
-            double sum = 0.0;
-            for (int kk = 0; kk < 16; ++kk) sum += static_cast<double>(a_mat[row][kk]) * b_mat[kk][col];
             const at::o_element e = at::o_accumulator(lane / 4, lane % 4, n, c);
-            CHECK(e.row == row);
-            CHECK(e.d == 8 * n + col);
-            o[static_cast<std::size_t>(e.row * head_dim + e.d)] += sum;
+            CHECK(e.row == edge::testing::mma_step::c_row(lane, c));
+            CHECK(e.d == 8 * n + edge::testing::mma_step::c_col(lane, c));
+            o[static_cast<std::size_t>(e.row * head_dim + e.d)] += mma.product(lane, c);
           }
         }
       }

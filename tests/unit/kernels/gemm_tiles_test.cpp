@@ -15,6 +15,7 @@
 #include "edge/kernels/weight_format.h"
 #include "kernels/matmul/gemm_tiles.h"
 #include "kernels/matmul/w4a16_fragments.h"
+#include "mma_emulation.h"
 
 namespace {
 
@@ -116,8 +117,7 @@ TEST_CASE("a warp's GEMM stage gives the dot products of its rows and tokens, in
     for (int mt = 0; mt < gt::warp_m_tiles; ++mt) {
       for (int nt = 0; nt < gt::warp_n_tiles; ++nt) {
         for (int step = 0; step < 2; ++step) {
-          float a[16][16] = {};
-          float b[16][8] = {};
+          edge::testing::mma_step mma;
           for (int lane = 0; lane < 32; ++lane) {
             const int g = lane / 4;
             const int t = lane % 4;
@@ -126,26 +126,19 @@ TEST_CASE("a warp's GEMM stage gives the dot products of its rows and tokens, in
               const auto v = a_values(f, calls[static_cast<std::size_t>(src.call)][static_cast<std::size_t>(lane)]
                                              [static_cast<std::size_t>(src.reg)],
                                       src.part);
-              // PTX: a0a1 (row g), a2a3 (row g + 8), a4a5 / a6a7 the same rows, columns + 8.
-              const int row = g + 8 * (reg % 2);
-              const int col = 2 * t + 8 * (reg / 2);
-              a[row][col] = v[0];
-              a[row][col + 1] = v[1];
+              mma.set_a(lane, reg, v[0], v[1]);
             }
             for (int half = 0; half < 2; ++half) {
               const gt::x_pair p = gt::b_pair(f, t, step, half);
               const float* xr = x.data() + (nt * 8 + g) * k;
-              // PTX: b0b1 are B rows 2t, 2t + 1 of column g; b2b3 rows 2t + 8, 2t + 9.
-              b[2 * t + 8 * half][g] = bf16_round(xr[p.first]);
-              b[2 * t + 8 * half + 1][g] = bf16_round(xr[p.second]);
+              mma.set_b(lane, half, bf16_round(xr[p.first]), bf16_round(xr[p.second]));
             }
           }
-          for (int m = 0; m < 16; ++m) {
-            for (int n = 0; n < 8; ++n) {
-              for (int kk = 0; kk < 16; ++kk) {
-                d[static_cast<std::size_t>((mt * 16 + m) * tokens + nt * 8 + n)] +=
-                    static_cast<double>(a[m][kk]) * b[kk][n];
-              }
+          for (int lane = 0; lane < 32; ++lane) {
+            for (int c = 0; c < 4; ++c) {
+              const int row = mt * 16 + edge::testing::mma_step::c_row(lane, c);
+              const int tok = nt * 8 + edge::testing::mma_step::c_col(lane, c);
+              d[static_cast<std::size_t>(row * tokens + tok)] += mma.product(lane, c);
             }
           }
         }

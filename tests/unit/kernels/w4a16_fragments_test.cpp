@@ -15,6 +15,7 @@
 #include "edge/kernels/numerics.h"
 #include "edge/kernels/weight_format.h"
 #include "kernels/matmul/w4a16_fragments.h"
+#include "mma_emulation.h"
 
 namespace {
 
@@ -42,43 +43,6 @@ std::uint32_t word_at(const std::uint8_t* row, std::int64_t chunk, int t) {
   std::memcpy(&w, row + chunk * w4::chunk_bytes + 4 * t, sizeof w);
   return w;
 }
-
-// PTX ISA, "Matrix fragments for mma.m16n8k16 with floating point type": lane (g, t) holds
-// A[g][2t + i] (i = 0, 1: register 0), A[g + 8][2t + i] (register 1), A[g][2t + 8 + i]
-// (register 2), A[g + 8][2t + 8 + i] (register 3); B[2t + i][g] (register 0), B[2t + 8 + i][g]
-// (register 1); and of the f32 result D[g][2t + i] (c0, c1) and D[g + 8][2t + i] (c2, c3).
-struct emulated_mma {
-  float a[w4::tile_rows][16] = {};
-  float b[16][w4::tile_tokens] = {};
-
-  void place_a(int lane, const std::uint32_t regs[4]) {
-    const int g = lane / 4;
-    const int t = lane % 4;
-    for (int r = 0; r < 4; ++r) {
-      const auto v = dequantized(regs[r]);
-      const int row = g + 8 * (r % 2);
-      const int col = 2 * t + 8 * (r / 2);
-      a[row][col] = v[0];
-      a[row][col + 1] = v[1];
-    }
-  }
-  void place_b(int lane, const std::uint32_t regs[2]) {
-    const int g = lane / 4;
-    const int t = lane % 4;
-    for (int r = 0; r < 2; ++r) {
-      const auto v = halves(regs[r]);
-      b[2 * t + 8 * r][g] = v[0];
-      b[2 * t + 8 * r + 1][g] = v[1];
-    }
-  }
-  void accumulate(double d[w4::tile_rows][w4::tile_tokens]) const {
-    for (int m = 0; m < w4::tile_rows; ++m) {
-      for (int n = 0; n < w4::tile_tokens; ++n) {
-        for (int k = 0; k < 16; ++k) d[m][n] += static_cast<double>(a[m][k]) * b[k][n];
-      }
-    }
-  }
-};
 
 }  // namespace
 
@@ -118,7 +82,7 @@ TEST_CASE("two mma steps over a chunk's fragments give the chunk's dot products"
   for (std::int64_t c = 0; c < k / w4::chunk_k; ++c) {
     double d[w4::tile_rows][w4::tile_tokens] = {};
     for (int step = 0; step < 2; ++step) {
-      emulated_mma mma;
+      edge::testing::mma_step mma;
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane / 4;
         const int t = lane % 4;
@@ -128,13 +92,23 @@ TEST_CASE("two mma steps over a chunk's fragments give the chunk's dot products"
                                     w4::pair_bits(word_g8, w4::step_pair(step, 0)),
                                     w4::pair_bits(word_g, w4::step_pair(step, 1)),
                                     w4::pair_bits(word_g8, w4::step_pair(step, 1))};
-        mma.place_a(lane, a);
+        for (int reg = 0; reg < 4; ++reg) {
+          const auto q = dequantized(a[reg]);
+          mma.set_a(lane, reg, q[0], q[1]);
+        }
         // The lane's float4 of x for token g, paired as the kernel pairs it.
         const float* x4 = x.data() + g * k + c * w4::chunk_k + w4::step_x_element(t, step);
         const std::uint32_t b[2] = {pack(x4[0], x4[2]), pack(x4[1], x4[3])};
-        mma.place_b(lane, b);
+        for (int reg = 0; reg < 2; ++reg) {
+          const auto v = halves(b[reg]);
+          mma.set_b(lane, reg, v[0], v[1]);
+        }
       }
-      mma.accumulate(d);
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int acc = 0; acc < 4; ++acc) {
+          d[edge::testing::mma_step::c_row(lane, acc)][edge::testing::mma_step::c_col(lane, acc)] += mma.product(lane, acc);
+        }
+      }
     }
     for (int row = 0; row < w4::tile_rows; ++row) {
       for (int token = 0; token < w4::tile_tokens; ++token) {
