@@ -49,7 +49,8 @@ config::schema bench_options() {
                "starts with a shared prefix (--shared-prefix-len), made to hit the server's prefix cache; jsonl: "
                "prompts from --prompts");
   s.add_path("prompts", std::nullopt, "JSONL file of {\"prompt\": ...} or {\"messages\": [...]} (implies --dataset jsonl)");
-  s.add_integer("input-len", 128, 1, max_length, "Prompt length in words (random: mean; conversation: median; shared-prefix: words after the prefix)");
+  s.add_integer("input-len", 128, 1, max_length,
+                "Prompt length in words (random: mean; conversation: median; shared-prefix: words after the prefix)");
   s.add_integer("output-len", 128, 1, max_length, "max_tokens per request (random: mean; conversation: median)");
   s.add_number("range-ratio", 0.0, 0.0, 0.99, "random, shared-prefix: lengths uniform in len * [1 - r, 1 + r]");
   s.add_integer("shared-prefix-len", 256, 1, max_length,
