@@ -56,7 +56,7 @@ test-sanitize:
 
 bench: bench-serving bench-decode bench-engine bench-gateway
 
-# The serving sweep of docs/benchmarks.md (rewrites that file), about 10 minutes on 2 cores.
+# The serving sweep of docs/benchmarks.md (rewrites that file), about 13 minutes on 2 cores.
 bench-serving: build
 	tests/bench/serving.sh $(BUILD_DIR)
 

@@ -4,6 +4,7 @@
 // `--compare a.json b.json ...` lays result files side by side instead of running.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -43,12 +44,22 @@ config::schema bench_options() {
   s.add_duration("duration", "0s", 0ms, 24h,
                  "Send new requests for this long per point instead of --num-requests (0: use the count)");
   s.add_integer("warmup-requests", 1, 0, max_requests, "Requests sent before each point and not measured");
-  s.add_choice("dataset", "random", {"random", "conversation", "jsonl"},
-               "random: uniform lengths; conversation: long-tailed chat-like lengths; jsonl: prompts from --prompts");
+  s.add_choice("dataset", "random", {"random", "conversation", "shared-prefix", "jsonl"},
+               "random: uniform lengths; conversation: long-tailed chat-like lengths; shared-prefix: every prompt "
+               "starts with a shared prefix (--shared-prefix-len), made to hit the server's prefix cache; jsonl: "
+               "prompts from --prompts");
   s.add_path("prompts", std::nullopt, "JSONL file of {\"prompt\": ...} or {\"messages\": [...]} (implies --dataset jsonl)");
-  s.add_integer("input-len", 128, 1, max_length, "Prompt length in words (random: mean; conversation: median)");
+  s.add_integer("input-len", 128, 1, max_length,
+                "Prompt length in words (random: mean; conversation: median; shared-prefix: words after the prefix)");
   s.add_integer("output-len", 128, 1, max_length, "max_tokens per request (random: mean; conversation: median)");
-  s.add_number("range-ratio", 0.0, 0.0, 0.99, "random: lengths uniform in len * [1 - r, 1 + r]");
+  s.add_number("range-ratio", 0.0, 0.0, 0.99, "random, shared-prefix: lengths uniform in len * [1 - r, 1 + r]");
+  s.add_integer("shared-prefix-len", 256, 1, max_length,
+                "shared-prefix: words of the prefix every prompt starts with; --input-len words follow it");
+  s.add_integer("shared-prefixes", 1, 1, bench::max_shared_prefixes,
+                "shared-prefix: distinct prefixes; request i starts with prefix i mod this");
+  s.add_boolean("reuse-prompts", false,
+                "Send every point of a sweep the first point's prompts (by default each point draws its own, so "
+                "none finds an earlier point's prompts in the server's prefix cache)");
   s.add_integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(), "Seed of the prompts, lengths and arrivals");
   s.add_duration("timeout", "10m", 100ms, 24h, "A request still running after this long fails as a timeout");
   s.add_number("temperature", 0.0, 0.0, 2.0, "Sampling temperature sent with each request");
@@ -58,7 +69,9 @@ config::schema bench_options() {
   s.add_path("output-json", std::nullopt, "Write the results as JSON here");
   s.add_path("output-csv", std::nullopt, "Write the results as CSV here (one row per point)");
   s.add_path("html", std::nullopt, "Write an HTML report with charts here (opens offline)");
-  s.add_string("compare", std::nullopt, "Result JSON files to lay side by side (no benchmark is run)");
+  s.add_string("compare", std::nullopt,
+               "Result JSON files to lay side by side (no benchmark is run); files joined by '+' are runs of one "
+               "configuration, shown as their median and range");
   s.add_string("compare-metric", "output_throughput",
                "Metrics for --compare, comma-separated (output_throughput, ttft_median_ms, tpot_p99_ms, ...)");
   return s;
@@ -141,30 +154,47 @@ class request_progress {
 
 // A one-line-per-point overview after a sweep.
 std::string sweep_summary(const bench::bench_result& r) {
-  std::string out = "\n  load        done  fail    req/s   out tok/s  TTFT p50  TTFT p99  TPOT p50  TPOT p99   E2EL p50\n";
+  std::string out =
+      "\n  load        done  fail    req/s   out tok/s  TTFT p50  TTFT p99  TPOT p50  TPOT p99   E2EL p50   cached\n";
   for (const auto& p : r.points) {
     const auto& m = p.metrics;
     const std::string load = p.concurrency ? format("c={}", *p.concurrency)
                                            : (std::isinf(p.request_rate) ? "unbounded" : format("{} req/s", p.request_rate));
+    const std::optional<double> share = m.cache.share();
+    const std::string cached = share ? format("{:.1f}%{}", *share * 100, bench::warm_cache(m.cache) ? " *" : "") : "-";
     char line[256];
-    std::snprintf(line, sizeof line, "  %-10s %5lld %5lld %8.2f %11.2f %9.1f %9.1f %9.2f %9.2f %10.1f\n", load.c_str(),
-                  static_cast<long long>(m.completed), static_cast<long long>(m.failed), m.request_throughput,
-                  m.output_throughput, m.ttft_ms.median, m.ttft_ms.p99, m.tpot_ms.median, m.tpot_ms.p99,
-                  m.e2el_ms.median);
+    std::snprintf(line, sizeof line, "  %-10s %5lld %5lld %8.2f %11.2f %9.1f %9.1f %9.2f %9.2f %10.1f %8s\n",
+                  load.c_str(), static_cast<long long>(m.completed), static_cast<long long>(m.failed),
+                  m.request_throughput, m.output_throughput, m.ttft_ms.median, m.ttft_ms.p99, m.tpot_ms.median,
+                  m.tpot_ms.p99, m.e2el_ms.median, cached.c_str());
     out += line;
+  }
+  if (std::any_of(r.points.begin(), r.points.end(), [](const auto& p) { return bench::warm_cache(p.metrics.cache); })) {
+    out += format("  (cached: prompt tokens the server's prefix cache served; * over {:.0f}%: a warm cache)\n",
+                  bench::warm_cache_share * 100);
   }
   return out;
 }
 
 int run_compare(const config::values& settings) {
-  std::vector<bench::bench_result> results;
-  for (const std::string& file : split_list(settings.string("compare"))) {
-    auto read = bench::read_result_file(file);
-    if (!read.ok()) {
-      std::fprintf(stderr, "edgeinfer bench: %s\n", read.error().message().c_str());
-      return 1;
+  // Each item is one configuration: a result file, or the files of its runs joined by '+'.
+  std::vector<bench::configuration> results;
+  for (const std::string& item : split_list(settings.string("compare"))) {
+    bench::configuration config;
+    std::size_t start = 0;
+    while (start <= item.size()) {
+      const std::size_t plus = std::min(item.find('+', start), item.size());
+      const std::string file = item.substr(start, plus - start);
+      start = plus + 1;
+      if (file.empty()) continue;
+      auto read = bench::read_result_file(file);
+      if (!read.ok()) {
+        std::fprintf(stderr, "edgeinfer bench: %s\n", read.error().message().c_str());
+        return 1;
+      }
+      config.runs.push_back(std::move(read).value());
     }
-    results.push_back(std::move(read).value());
+    if (!config.runs.empty()) results.push_back(std::move(config));
   }
   if (results.empty()) {
     std::fprintf(stderr, "edgeinfer bench: --compare needs result files\n");
@@ -182,7 +212,7 @@ int run_compare(const config::values& settings) {
   std::fputs(out.c_str(), stdout);
   if (auto html = settings.optional_string("html")) {
     std::string title = "edgeinfer bench:";
-    for (std::size_t i = 0; i < results.size(); ++i) title += (i ? " vs " : " ") + results[i].label;
+    for (std::size_t i = 0; i < results.size(); ++i) title += (i ? " vs " : " ") + results[i].label();
     if (status written = bench::write_file(*html, bench::html_report(results, title)); !written.ok()) {
       std::fprintf(stderr, "edgeinfer bench: %s\n", written.message().c_str());
       return 1;
@@ -216,9 +246,10 @@ int run_bench(const config::values& settings) {
 
   bench::dataset_options data_options;
   const std::string& kind = settings.string("dataset");
-  data_options.kind = kind == "conversation" ? bench::dataset_kind::conversation
-                      : kind == "jsonl"      ? bench::dataset_kind::jsonl
-                                             : bench::dataset_kind::random;
+  data_options.kind = kind == "conversation"    ? bench::dataset_kind::conversation
+                      : kind == "shared-prefix" ? bench::dataset_kind::shared_prefix
+                      : kind == "jsonl"         ? bench::dataset_kind::jsonl
+                                                : bench::dataset_kind::random;
   if (auto prompts = settings.optional_string("prompts")) {
     data_options.kind = bench::dataset_kind::jsonl;
     data_options.jsonl_path = *prompts;
@@ -228,6 +259,14 @@ int run_bench(const config::values& settings) {
   data_options.input_len = settings.integer("input-len");
   data_options.output_len = settings.integer("output-len");
   data_options.range_ratio = settings.number("range-ratio");
+  for (const char* option : {"shared-prefix-len", "shared-prefixes"}) {
+    if (data_options.kind != bench::dataset_kind::shared_prefix &&
+        settings.source_of(option) != config::origin::default_value) {
+      return usage_error(format("--{} applies to --dataset shared-prefix only", option));
+    }
+  }
+  data_options.shared_prefix_len = settings.integer("shared-prefix-len");
+  data_options.shared_prefixes = settings.integer("shared-prefixes");
   data_options.seed = static_cast<std::uint64_t>(settings.integer("seed"));
   auto data = bench::dataset::create(data_options);
   if (!data.ok()) return usage_error(data.error().message());
@@ -249,6 +288,7 @@ int run_bench(const config::values& settings) {
   result.model = *model;
   result.dataset = data->describe();
   result.seed = data_options.seed;
+  result.reuse_prompts = settings.boolean("reuse-prompts");
   result.slo = objectives.empty() ? "" : bench::to_string(objectives);
   result.started_at = utc_now();
 
@@ -263,7 +303,7 @@ int run_bench(const config::values& settings) {
       return true;
     };
     return write("output-json", bench::to_json(result)) && write("output-csv", bench::to_csv(result)) &&
-           write("html", bench::html_report({result}, "edgeinfer bench: " + result.label));
+           write("html", bench::html_report({bench::configuration{{result}}}, "edgeinfer bench: " + result.label));
   };
 
   // One point per (rate, concurrency); with a finite rate and the default concurrency of 1
@@ -272,6 +312,7 @@ int run_bench(const config::values& settings) {
   log.info("benchmarking {} at {} ({}, endpoint {})", *model, settings.string("base-url"), result.dataset,
            result.endpoint);
   bool every_point_completed = true;
+  std::size_t sent_before = 0;  // measured requests of the earlier points
   for (const double rate : *rates) {
     const bool open_loop = !std::isinf(rate);
     const std::vector<std::int64_t> limits = open_loop && !cap_open_loop ? std::vector<std::int64_t>{0} : *concurrencies;
@@ -283,6 +324,7 @@ int run_bench(const config::values& settings) {
       if (settings.duration("duration") > 0ms) point.duration = settings.duration("duration");
       point.warmup_requests = settings.integer("warmup-requests");
       point.seed = data_options.seed;
+      point.first_request = result.reuse_prompts ? 0 : data->point_start(result.points.size(), sent_before);
       const std::string name = limit > 0 ? format("c={}", limit) : format("{} req/s", rate);
       bench::point_result measured;
       {
@@ -292,6 +334,7 @@ int run_bench(const config::values& settings) {
                                       progress.update(done, total, elapsed);
                                     });
       }
+      sent_before += measured.records.size();
       if (measured.warmup_failed > 0) {
         log.warn("{}: {} of {} warm-up requests failed", name, measured.warmup_failed, point.warmup_requests);
       }
@@ -314,6 +357,12 @@ int run_bench(const config::values& settings) {
         }
       }
       if (summary.metrics.completed == 0) every_point_completed = false;
+      if (bench::warm_cache(summary.metrics.cache) && !result.reuse_prompts &&
+          data_options.kind != bench::dataset_kind::shared_prefix) {
+        log.warn("{}: {} of {} prompt tokens came from the server's prefix cache (its prompts came round again, or "
+                 "another client sent them)",
+                 name, summary.metrics.cache.cached_tokens, summary.metrics.cache.prompt_tokens);
+      }
       result.points.push_back(summary);
       std::fputs(bench::format_point_table(result, result.points.back()).c_str(), stdout);
       std::fflush(stdout);

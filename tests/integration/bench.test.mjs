@@ -105,7 +105,9 @@ test('latency maths on a server with known delays: TTFT 200 ms, 50 ms between to
     assert.ok(Math.abs(p.request_throughput - 6 / p.duration_s) < 1e-6);
     assert.ok(Math.abs(p.output_throughput - 60 / p.duration_s) < 1e-6);
     assert.equal(p.good_requests, 6);
-    assert.deepEqual(p.token_check, { requests_with_usage: 6, usage_completion_tokens: 60, client_completion_tokens: 60, mismatched_requests: 0 });
+    assert.deepEqual(p.token_check, { requests_with_usage: 6, usage_completion_tokens: 60, client_completion_tokens: 60, mismatched_requests: 0, more_deltas_requests: 0 });
+    assert.deepEqual(p.prompt_cache, { requests_reporting: 0, prompt_tokens: 0, cached_tokens: 0, share: null }, 'no cached_tokens in its usage');
+    assert.match(run.stdout, /Cached prompt tokens:\s+not reported by the server/);
     assert.equal(p.connections_opened, 2, 'two keep-alive connections carry the six requests');
     // What went over the wire: OpenAI's completions request with streamed usage asked for.
     const sent = fake.seen[0];
@@ -274,6 +276,7 @@ test('against edgeinfer serve: counts and token totals match the usage and /metr
       // One delta per token unless the detokenizer held a partial character back.
       assert.ok(p.token_check.client_completion_tokens <= p.token_check.usage_completion_tokens);
       assert.ok(p.token_check.client_completion_tokens >= 0.9 * p.token_check.usage_completion_tokens);
+      assert.equal(p.token_check.more_deltas_requests, 0);
       assert.equal(p.warmup.requests, 2);
       output += p.total_output_tokens + p.warmup.output_tokens;
       input += p.total_input_tokens + p.warmup.input_tokens;
@@ -282,6 +285,152 @@ test('against edgeinfer serve: counts and token totals match the usage and /metr
     const prompted = metricValue(after, 'edgeinfer_prompt_tokens_total') - metricValue(before, 'edgeinfer_prompt_tokens_total');
     assert.equal(generated, output, 'the server generated exactly the tokens the benchmark counted');
     assert.equal(prompted, input, 'and read exactly the prompt tokens it reported');
+  } finally {
+    await server.stop();
+  }
+});
+
+// The prompt tokens a run's points report as served from the prefix cache, and their share.
+const cachedShare = (p) => p.prompt_cache.share;
+
+test('a sweep draws fresh prompts per point; --reuse-prompts finds them cached, and every report says so', async () => {
+  const server = await startServer(['--threads', '2']);
+  try {
+    const scrape = async () => metricValue(await (await fetch(`${server.url}/metrics`)).text(), 'edgeinfer_prefix_cache_hits_total');
+    const sweep = async (name, extra) => {
+      const files = { json: path.join(workDir, `${name}.json`), csv: path.join(workDir, `${name}.csv`), html: path.join(workDir, `${name}.html`) };
+      const hitsBefore = await scrape();
+      const run = await runBench(['--base-url', server.url, '--api-key', server.defaultKey, '--model', 'stories260K',
+        '--concurrency', '1,2', '--num-requests', '8', '--input-len', '48', '--output-len', '4',
+        '--output-json', files.json, '--output-csv', files.csv, '--html', files.html, ...extra], { timeoutMs: 240000 });
+      assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+      return { run, files, result: readJson(files.json), hits: (await scrape()) - hitsBefore };
+    };
+
+    // Default: each point draws its own prompts (and its own warm-up prompts), so nothing is cached.
+    const fresh = await sweep('fresh', ['--seed', '3', '--warmup-requests', '2']);
+    assert.equal(fresh.result.prompts, 'per_point');
+    assert.equal(fresh.result.points.length, 2);
+    for (const p of fresh.result.points) {
+      assert.equal(p.completed, 8);
+      assert.equal(p.prompt_cache.requests_reporting, 8, 'every stream reported cached_tokens');
+      assert.equal(p.prompt_cache.prompt_tokens, p.total_input_tokens);
+      assert.ok(cachedShare(p) < 0.02, `point c=${p.concurrency} cold: ${JSON.stringify(p.prompt_cache)}`);
+    }
+    assert.equal(fresh.hits, 0, 'the server found no prompt token in its cache');
+
+    // --reuse-prompts (another seed, so the first point starts cold): the second point sends the
+    // first point's prompts and finds nearly all of them cached. No warm-ups, so the server's
+    // hit counter is exactly what the measured requests reported.
+    const reused = await sweep('reused', ['--seed', '4', '--warmup-requests', '0', '--reuse-prompts']);
+    assert.equal(reused.result.prompts, 'reused');
+    const [first, second] = reused.result.points;
+    assert.ok(cachedShare(first) < 0.02, JSON.stringify(first.prompt_cache));
+    assert.ok(cachedShare(second) > 0.8, JSON.stringify(second.prompt_cache));
+    assert.equal(second.prompt_cache.prompt_tokens, first.prompt_cache.prompt_tokens, 'the same prompts');
+    assert.equal(first.prompt_cache.cached_tokens + second.prompt_cache.cached_tokens, reused.hits,
+      'the cached tokens reported are the server\'s prefix cache hits');
+
+    // Text: the point's block and the sweep's summary.
+    assert.match(fresh.run.stdout, /Prompts:\s+drawn for this point/);
+    assert.match(fresh.run.stdout, /Cached prompt tokens:\s+0 of \d+ \(0\.0%\)/);
+    assert.doesNotMatch(fresh.run.stdout, /warm cache/);
+    assert.match(reused.run.stdout, /Prompts:\s+the first point's, at every point/);
+    const cachedLine = new RegExp(`Cached prompt tokens:\\s+${second.prompt_cache.cached_tokens} of ${second.prompt_cache.prompt_tokens} \\(\\d+\\.\\d%\\)`);
+    assert.match(reused.run.stdout, cachedLine);
+    assert.match(reused.run.stdout, /TTFT and throughput at\s+this point measure a\s+warm cache/);
+    assert.match(reused.run.stdout, /c=2 .* \d+\.\d% \*\n/);
+    // CSV: the cached tokens and share of each point.
+    const [header, ...rows] = fs.readFileSync(reused.files.csv, 'utf8').trim().split('\n');
+    const columns = header.split(',');
+    const cell = (row, name) => row.split(',')[columns.indexOf(name)];
+    assert.equal(rows.length, 2);
+    assert.equal(Number(cell(rows[1], 'cached_prompt_tokens')), second.prompt_cache.cached_tokens);
+    assert.ok(Math.abs(Number(cell(rows[1], 'cached_prompt_share')) - cachedShare(second)) < 1e-3);
+    assert.equal(Number(cell(rows[0], 'cached_prompt_tokens')), first.prompt_cache.cached_tokens);
+    // HTML: the warm point's row and chart points are marked, with the note; nothing in the fresh run.
+    const html = fs.readFileSync(reused.files.html, 'utf8');
+    assert.equal((html.match(/<tr class="warm">/g) ?? []).length, 1);
+    assert.match(html, /<tr class="warm"><td>2<\/td>/);
+    assert.match(html, /class="warm-note"/);
+    assert.ok((html.match(/<circle class="warm"/g) ?? []).length >= 6, 'a ring on the warm point of each chart line');
+    const freshHtml = fs.readFileSync(fresh.files.html, 'utf8');
+    assert.doesNotMatch(freshHtml, /<tr class="warm"|class="warm-note"|<circle class="warm"/);
+    assert.match(freshHtml, /prompts drawn per point/);
+
+    // A comparison of both runs marks the warm value and shows the share as a metric.
+    const compare = await runBench(['--compare', fresh.files.json, reused.files.json, '--compare-metric', 'cached_prompt_share,ttft_median_ms']);
+    assert.equal(compare.code, 0, compare.stderr);
+    assert.match(compare.stdout, /Prompt tokens from the prefix cache \(%\)/);
+    assert.match(compare.stdout, /\| 2 \| 0\.00 \| \d+\.\d+ \* \|/);
+    assert.match(compare.stdout, /Values marked \* come from points where over 5%/);
+    // Files joined by '+' are runs of one configuration: their median and range.
+    const runs = await runBench(['--compare', `${fresh.files.json}+${reused.files.json}`, '--compare-metric', 'cached_prompt_share']);
+    assert.equal(runs.code, 0, runs.stderr);
+    assert.match(runs.stdout, /Prompt tokens from the prefix cache \(%\), median \(range\) of 2 runs/);
+    assert.match(runs.stdout, /\| 2 \| \d+\.\d+ \(0\.00–\d+\.\d+\) \* \|\n/);
+  } finally {
+    await server.stop();
+  }
+});
+
+test('each point of a sweep sends prompts of its own; --reuse-prompts sends the first point\'s again', async () => {
+  const fake = await fakeServer((req, res, body) => streamCompletion(res, body, { tokens: 2 }));
+  try {
+    const sweep = async (extra) => {
+      fake.seen.length = 0;
+      const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--concurrency', '1,2,3', '--num-requests', '4',
+        '--warmup-requests', '1', '--seed', '9', '--input-len', '12', ...extra]);
+      assert.equal(run.code, 0, run.stderr);
+      // Per point: one warm-up, then four measured requests.
+      return [0, 1, 2].map((i) => fake.seen.slice(5 * i, 5 * i + 5).map((s) => s.body.prompt));
+    };
+    const fresh = await sweep([]);
+    const all = fresh.flat();
+    assert.equal(new Set(all).size, all.length, 'no prompt is sent twice, warm-ups included');
+    const again = await sweep([]);
+    assert.deepEqual(again, fresh, 'the seed fixes every point\'s prompts');
+    const reused = await sweep(['--reuse-prompts']);
+    assert.deepEqual(reused[0], fresh[0], 'the first point is the same either way');
+    assert.deepEqual(reused[1], reused[0]);
+    assert.deepEqual(reused[2], reused[0]);
+  } finally {
+    await fake.close();
+  }
+});
+
+test('--dataset shared-prefix: every prompt starts with the shared words, and the cache serves them', async () => {
+  const fake = await fakeServer((req, res, body) => streamCompletion(res, body, { tokens: 2 }));
+  try {
+    const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--dataset', 'shared-prefix',
+      '--shared-prefix-len', '20', '--shared-prefixes', '2', '--input-len', '5', '--num-requests', '6',
+      '--warmup-requests', '0']);
+    assert.equal(run.code, 0, run.stderr);
+    const words = fake.seen.map((s) => s.body.prompt.split(' '));
+    for (const w of words) assert.equal(w.length, 25);
+    const prefix = (w) => w.slice(0, 20).join(' ');
+    assert.equal(prefix(words[0]), prefix(words[2]));
+    assert.equal(prefix(words[1]), prefix(words[3]));
+    assert.notEqual(prefix(words[0]), prefix(words[1]));
+    assert.notEqual(words[0].slice(20).join(' '), words[2].slice(20).join(' '), 'each request has its own question');
+    assert.match(run.stderr + run.stdout, /shared-prefix \(2 prefixes of 20 words/);
+    const misplaced = await runBench(['--model', 'm', '--shared-prefix-len', '8']);
+    assert.equal(misplaced.code, 2);
+    assert.match(misplaced.stderr, /--shared-prefix-len applies to --dataset shared-prefix only/);
+  } finally {
+    await fake.close();
+  }
+
+  const server = await startServer(['--threads', '2']);
+  try {
+    const out = path.join(workDir, 'shared.json');
+    const run = await runBench(['--base-url', server.url, '--api-key', server.defaultKey, '--model', 'stories260K',
+      '--dataset', 'shared-prefix', '--shared-prefix-len', '64', '--input-len', '8', '--output-len', '4',
+      '--num-requests', '6', '--warmup-requests', '1', '--output-json', out], { timeoutMs: 240000 });
+    assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    const p = readJson(out).points[0];
+    assert.ok(cachedShare(p) > 0.5, `the warm-up cached the prefix: ${JSON.stringify(p.prompt_cache)}`);
+    assert.doesNotMatch(run.stderr, /came from the server's prefix cache/, 'expected of this workload: no warning');
   } finally {
     await server.stop();
   }

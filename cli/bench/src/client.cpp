@@ -300,6 +300,11 @@ asio::awaitable<request_record> send_request(connection_pool& pool, const client
       if (const json::value* c = u.if_contains("completion_tokens"); c && c->is_int64()) {
         rec.usage_completion_tokens = c->as_int64();
       }
+      if (const json::value* details = u.if_contains("prompt_tokens_details"); details && details->is_object()) {
+        if (const json::value* cached = details->as_object().if_contains("cached_tokens"); cached && cached->is_int64()) {
+          rec.usage_cached_tokens = cached->as_int64();
+        }
+      }
     }
     const json::value* choices = o.if_contains("choices");
     if (choices == nullptr || !choices->is_array() || choices->as_array().empty()) return;

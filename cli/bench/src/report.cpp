@@ -62,6 +62,7 @@ struct metric_info {
   std::string title;
   std::function<std::optional<double>(const run_metrics&)> get;
   bool higher_is_better = true;
+  bool whole_number = false;  // a count: shown without decimals
 };
 
 std::vector<metric_info> all_metrics() {
@@ -72,9 +73,16 @@ std::vector<metric_info> all_metrics() {
       {"request_throughput", "Request throughput (req/s)", [](const run_metrics& m) { return m.request_throughput; }},
       {"goodput", "Request goodput (req/s)", [](const run_metrics& m) { return m.goodput; }},
       {"completed", "Completed requests",
-       [](const run_metrics& m) -> std::optional<double> { return static_cast<double>(m.completed); }},
+       [](const run_metrics& m) -> std::optional<double> { return static_cast<double>(m.completed); }, true, true},
       {"failed", "Failed requests",
-       [](const run_metrics& m) -> std::optional<double> { return static_cast<double>(m.failed); }, false},
+       [](const run_metrics& m) -> std::optional<double> { return static_cast<double>(m.failed); }, false, true},
+      {"cached_prompt_share", "Prompt tokens from the prefix cache (%)",
+       [](const run_metrics& m) -> std::optional<double> {
+         const std::optional<double> share = m.cache.share();
+         if (!share) return std::nullopt;
+         return *share * 100;
+       },
+       false},
   };
   const std::array<std::pair<std::string_view, distribution run_metrics::*>, 4> latencies = {{
       {"ttft", &run_metrics::ttft_ms}, {"tpot", &run_metrics::tpot_ms}, {"itl", &run_metrics::itl_ms},
@@ -140,6 +148,48 @@ const point_summary* find_point(const bench_result& r, std::string_view key) {
   return nullptr;
 }
 
+// Every run of every configuration, for what is common to all of them (the rows, the axis).
+std::vector<bench_result> all_runs(const std::vector<configuration>& configs) {
+  std::vector<bench_result> out;
+  for (const configuration& c : configs) out.insert(out.end(), c.runs.begin(), c.runs.end());
+  return out;
+}
+
+bool by_concurrency(const std::vector<bench_result>& results) {
+  return std::all_of(results.begin(), results.end(), [](const bench_result& r) {
+    return std::all_of(r.points.begin(), r.points.end(), [](const point_summary& p) { return p.concurrency.has_value(); });
+  });
+}
+
+// One metric at one point over a configuration's runs.
+struct run_values {
+  std::vector<double> sorted;  // [runs that measured it], ascending
+  std::optional<double> median() const {
+    if (sorted.empty()) return std::nullopt;
+    return percentile(sorted, 50);
+  }
+};
+
+run_values values_at(const configuration& c, std::string_view key,
+                     const std::function<std::optional<double>(const run_metrics&)>& get) {
+  run_values out;
+  for (const bench_result& r : c.runs) {
+    const point_summary* p = find_point(r, key);
+    if (p == nullptr) continue;
+    if (const std::optional<double> v = get(p->metrics)) out.sorted.push_back(*v);
+  }
+  std::sort(out.sorted.begin(), out.sorted.end());
+  return out;
+}
+
+// Whether any run of the configuration measured a warm prefix cache at this point.
+bool warm_at(const configuration& c, std::string_view key) {
+  return std::any_of(c.runs.begin(), c.runs.end(), [&](const bench_result& r) {
+    const point_summary* p = find_point(r, key);
+    return p != nullptr && warm_cache(p->metrics.cache);
+  });
+}
+
 std::string fixed(double v, int digits) {
   std::ostringstream s;
   s.setf(std::ios::fixed);
@@ -175,10 +225,13 @@ struct chart_series {
   std::vector<std::optional<double>> values;  // [x categories]
   std::string color;
   bool dashed = false;
+  std::vector<bool> warm;  // [x categories] or empty: points that measured a warm prefix cache, ringed
 };
 
 constexpr std::array<std::string_view, 8> palette = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                                      "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+// Rings and table rows of points that measured a warm prefix cache.
+constexpr std::string_view warm_color = "#b8860b";
 
 // The smallest 1, 2 or 5 times a power of ten at or above v.
 double nice_ceiling(double v) {
@@ -237,8 +290,15 @@ std::string svg_chart(std::string_view id, std::string_view title, std::string_v
     for (std::size_t i = 0; i < s.values.size() && i < x.size(); ++i) {
       if (!s.values[i]) continue;
       points += format("{:.1f},{:.1f} ", px(i), py(*s.values[i]));
-      dots += format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}: {}</title></circle>", px(i),
-                     py(*s.values[i]), s.color, html_escape(s.name), readable(*s.values[i]));
+      const bool warm = i < s.warm.size() && s.warm[i];
+      dots += format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}: {}{}</title></circle>", px(i),
+                     py(*s.values[i]), s.color, html_escape(s.name), readable(*s.values[i]),
+                     warm ? " (warm prefix cache)" : "");
+      if (warm) {
+        dots += format("<circle class=\"warm\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"7\" fill=\"none\" stroke=\"{}\" "
+                       "stroke-width=\"1.5\"/>",
+                       px(i), py(*s.values[i]), warm_color);
+      }
     }
     svg += format("<polyline class=\"series\" data-series=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2.5\"{} "
                   "points=\"{}\"/>{}\n",
@@ -287,7 +347,13 @@ std::string to_json(const bench_result& result) {
     o["token_check"] = json::object{{"requests_with_usage", m.tokens.requests_with_usage},
                                     {"usage_completion_tokens", m.tokens.usage_completion_tokens},
                                     {"client_completion_tokens", m.tokens.client_completion_tokens},
-                                    {"mismatched_requests", m.tokens.mismatched_requests}};
+                                    {"mismatched_requests", m.tokens.mismatched_requests},
+                                    {"more_deltas_requests", m.tokens.more_deltas_requests}};
+    const std::optional<double> share = m.cache.share();
+    o["prompt_cache"] = json::object{{"requests_reporting", m.cache.requests_reporting},
+                                     {"prompt_tokens", m.cache.prompt_tokens},
+                                     {"cached_tokens", m.cache.cached_tokens},
+                                     {"share", share ? json::value(*share) : json::value(nullptr)}};
     o["warmup"] = json::object{{"requests", p.warmup_requests},
                                {"input_tokens", p.warmup_input_tokens},
                                {"output_tokens", p.warmup_output_tokens}};
@@ -302,6 +368,7 @@ std::string to_json(const bench_result& result) {
   root["model"] = result.model;
   root["dataset"] = result.dataset;
   root["seed"] = result.seed;
+  root["prompts"] = result.reuse_prompts ? "reused" : "per_point";
   root["slo"] = result.slo;
   root["started_at"] = result.started_at;
   root["points"] = std::move(points);
@@ -323,6 +390,8 @@ result<bench_result> parse_result_json(std::string_view text) {
   r.model = string_of(root.if_contains("model"));
   r.dataset = string_of(root.if_contains("dataset"));
   r.seed = static_cast<std::uint64_t>(integer_of(root.if_contains("seed")));
+  // Files written before "prompts" was: every point sent the first point's prompts.
+  r.reuse_prompts = string_of(root.if_contains("prompts")) != "per_point";
   r.slo = string_of(root.if_contains("slo"));
   r.started_at = string_of(root.if_contains("started_at"));
   const json::value* points = root.if_contains("points");
@@ -358,6 +427,13 @@ result<bench_result> parse_result_json(std::string_view text) {
       m.tokens.usage_completion_tokens = integer_of(tc.if_contains("usage_completion_tokens"));
       m.tokens.client_completion_tokens = integer_of(tc.if_contains("client_completion_tokens"));
       m.tokens.mismatched_requests = integer_of(tc.if_contains("mismatched_requests"));
+      m.tokens.more_deltas_requests = integer_of(tc.if_contains("more_deltas_requests"));
+    }
+    if (const json::value* c = o.if_contains("prompt_cache"); c && c->is_object()) {
+      const json::object& pc = c->as_object();
+      m.cache.requests_reporting = integer_of(pc.if_contains("requests_reporting"));
+      m.cache.prompt_tokens = integer_of(pc.if_contains("prompt_tokens"));
+      m.cache.cached_tokens = integer_of(pc.if_contains("cached_tokens"));
     }
     if (const json::value* w = o.if_contains("warmup"); w && w->is_object()) {
       p.warmup_requests = integer_of(w->as_object().if_contains("requests"));
@@ -402,7 +478,8 @@ std::string to_csv(const bench_result& result) {
   for (const char* name : {"ttft", "tpot", "itl", "e2el"}) {
     out += format(",{}_mean_ms,{}_median_ms,{}_p90_ms,{}_p99_ms", name, name, name, name);
   }
-  out += ",usage_completion_tokens,client_completion_tokens,mismatched_requests\n";
+  out += ",usage_completion_tokens,client_completion_tokens,mismatched_requests,more_deltas_requests,"
+         "cache_reporting_requests,cached_prompt_tokens,cached_prompt_share\n";
   std::string label = result.label;
   std::replace(label.begin(), label.end(), ',', ';');
   for (const point_summary& p : result.points) {
@@ -415,8 +492,10 @@ std::string to_csv(const bench_result& result) {
     for (const distribution* d : {&m.ttft_ms, &m.tpot_ms, &m.itl_ms, &m.e2el_ms}) {
       out += format(",{:.3f},{:.3f},{:.3f},{:.3f}", d->mean, d->median, d->p90, d->p99);
     }
-    out += format(",{},{},{}\n", m.tokens.usage_completion_tokens, m.tokens.client_completion_tokens,
-                  m.tokens.mismatched_requests);
+    const std::optional<double> share = m.cache.share();
+    out += format(",{},{},{},{},{},{},{}\n", m.tokens.usage_completion_tokens, m.tokens.client_completion_tokens,
+                  m.tokens.mismatched_requests, m.tokens.more_deltas_requests, m.cache.requests_reporting,
+                  m.cache.cached_tokens, share ? format("{:.4f}", *share) : "");
   }
   return out;
 }
@@ -436,6 +515,19 @@ std::string format_point_table(const bench_result& result, const point_summary& 
     std::string line(label);
     if (line.size() < label_width) line.resize(label_width, ' ');
     out += line + value + "\n";
+  };
+  // A remark under the rows, in words wrapped to the table's width.
+  const auto note = [&](std::string_view text) {
+    std::string line;
+    std::istringstream words{std::string(text)};
+    for (std::string word; words >> word;) {
+      if (!line.empty() && line.size() + 1 + word.size() > width) {
+        out += line + "\n";
+        line.clear();
+      }
+      line += (line.empty() ? "" : " ") + word;
+    }
+    if (!line.empty()) out += line + "\n";
   };
   banner(" Serving Benchmark Result ", '=');
   if (!result.label.empty()) row("Configuration:", result.label);
@@ -476,6 +568,29 @@ std::string format_point_table(const bench_result& result, const point_summary& 
   row("Output tokens (usage / content deltas):",
       format("{} / {}", m.tokens.usage_completion_tokens, m.tokens.client_completion_tokens));
   row("Requests where they differ:", format("{}", m.tokens.mismatched_requests));
+  const std::int64_t fewer = m.tokens.mismatched_requests - m.tokens.more_deltas_requests;
+  if (m.tokens.mismatched_requests > 0) {
+    row("  with fewer deltas than tokens:", format("{}", fewer));
+    row("  with more deltas than tokens:", format("{}", m.tokens.more_deltas_requests));
+  }
+  if (fewer > 0) {
+    note("(Fewer is expected: a token that prints nothing, such as BOS or EOS, sends no delta, and a character "
+         "split across tokens arrives in one delta. Token counts and TPOT use the usage.)");
+  }
+  if (m.tokens.more_deltas_requests > 0) {
+    note("(More means the server's usage counts fewer tokens than it streamed: its usage is wrong.)");
+  }
+  banner("Prefix cache (server usage)", '-');
+  row("Prompts:", result.reuse_prompts ? "the first point's, at every point" : "drawn for this point");
+  const std::optional<double> share = m.cache.share();
+  row("Cached prompt tokens:", share ? format("{} of {} ({}%)", m.cache.cached_tokens, m.cache.prompt_tokens,
+                                              fixed(*share * 100, 1))
+                                     : std::string("not reported by the server"));
+  if (warm_cache(m.cache)) {
+    note(format("(Over {}% of the prompt tokens came from the server's prefix cache: TTFT and throughput at "
+                "this point measure a warm cache.)",
+                fixed(warm_cache_share * 100, 0)));
+  }
   banner("", '=');
   return out;
 }
@@ -488,7 +603,7 @@ std::vector<std::string> metric_names() {
   return out;
 }
 
-result<std::string> format_comparison(const std::vector<bench_result>& results, std::string_view metric) {
+result<std::string> format_comparison(const std::vector<configuration>& configs, std::string_view metric) {
   const std::vector<metric_info> metrics = all_metrics();
   const metric_info* info = find_metric(metrics, metric);
   if (info == nullptr) {
@@ -496,33 +611,52 @@ result<std::string> format_comparison(const std::vector<bench_result>& results, 
     for (const auto& m : metrics) known += (known.empty() ? "" : ", ") + m.key;
     return invalid_argument(format("unknown metric \"{}\"; one of: {}", metric, known));
   }
+  const std::vector<bench_result> results = all_runs(configs);
   if (results.empty()) return invalid_argument("nothing to compare");
-  const bool by_concurrency = std::all_of(results.begin(), results.end(), [](const bench_result& r) {
-    return std::all_of(r.points.begin(), r.points.end(), [](const point_summary& p) { return p.concurrency.has_value(); });
-  });
-  std::string out = format("{}\n\n| {} |", info->title, by_concurrency ? "concurrency" : "load");
+  std::size_t fewest_runs = results.size(), most_runs = 0;
+  for (const configuration& c : configs) {
+    fewest_runs = std::min(fewest_runs, c.runs.size());
+    most_runs = std::max(most_runs, c.runs.size());
+  }
+  const auto shown = [&](double v) { return info->whole_number ? format("{}", std::llround(v)) : readable(v); };
+  std::string out(info->title);
+  if (most_runs > 1) {
+    out += format(", median (range) of {} runs",
+                  fewest_runs == most_runs ? format("{}", most_runs) : format("{}-{}", fewest_runs, most_runs));
+  }
+  out += format("\n\n| {} |", by_concurrency(results) ? "concurrency" : "load");
   std::string rule = "|---:|";
-  for (const auto& r : results) {
-    out += format(" {} |", r.label);
+  for (const configuration& c : configs) {
+    out += format(" {} |", c.label());
     rule += "---:|";
   }
-  if (results.size() >= 2) {
-    out += format(" {} vs {} |", results[0].label, results[1].label);
+  if (configs.size() >= 2) {
+    out += format(" {} vs {} |", configs[0].label(), configs[1].label());
     rule += "---:|";
   }
   out += "\n" + rule + "\n";
+  bool any_warm = false;
   for (const std::string& key : point_keys(results)) {
     out += format("| {} |", key);
-    std::vector<std::optional<double>> values;
-    for (const auto& r : results) {
-      const point_summary* p = find_point(r, key);
-      std::optional<double> v = p ? info->get(p->metrics) : std::nullopt;
-      values.push_back(v);
-      out += v ? format(" {} |", readable(*v)) : " – |";
+    std::vector<std::optional<double>> medians;
+    for (const configuration& c : configs) {
+      const run_values v = values_at(c, key, info->get);
+      medians.push_back(v.median());
+      if (!v.median()) {
+        out += " – |";
+        continue;
+      }
+      std::string cell = shown(*v.median());
+      if (v.sorted.size() > 1) cell += format(" ({}–{})", shown(v.sorted.front()), shown(v.sorted.back()));
+      if (warm_at(c, key)) {
+        cell += " *";
+        any_warm = true;
+      }
+      out += format(" {} |", cell);
     }
-    if (results.size() >= 2) {
-      if (values[0] && values[1] && *values[1] != 0) {
-        const double diff = (*values[0] - *values[1]) / *values[1] * 100.0;
+    if (configs.size() >= 2) {
+      if (medians[0] && medians[1] && *medians[1] != 0) {
+        const double diff = (*medians[0] - *medians[1]) / *medians[1] * 100.0;
         out += format(" {}{}% |", diff >= 0 ? "+" : "", fixed(diff, 1));
       } else {
         out += " – |";
@@ -530,42 +664,48 @@ result<std::string> format_comparison(const std::vector<bench_result>& results, 
     }
     out += "\n";
   }
+  if (any_warm) {
+    out += format("\nValues marked * come from points where over {}% of the prompt tokens came from the server's "
+                  "prefix cache (a warm cache).\n",
+                  fixed(warm_cache_share * 100, 0));
+  }
   return out;
 }
 
 // ---- HTML ---------------------------------------------------------------------------------
 
-std::string html_report(const std::vector<bench_result>& results, std::string_view title) {
+std::string html_report(const std::vector<configuration>& configs, std::string_view title) {
+  const std::vector<bench_result> results = all_runs(configs);
   const std::vector<std::string> keys = point_keys(results);
-  const bool by_concurrency = std::all_of(results.begin(), results.end(), [](const bench_result& r) {
-    return std::all_of(r.points.begin(), r.points.end(), [](const point_summary& p) { return p.concurrency.has_value(); });
-  });
-  const std::string x_label = by_concurrency ? "concurrent requests" : "load";
-  const auto values_of = [&](const bench_result& r, const std::function<std::optional<double>(const run_metrics&)>& get) {
+  const std::string x_label = by_concurrency(results) ? "concurrent requests" : "load";
+  // A configuration's line: the median of its runs at each point.
+  const auto values_of = [&](const configuration& c, const std::function<std::optional<double>(const run_metrics&)>& get) {
     std::vector<std::optional<double>> v;
-    for (const auto& key : keys) {
-      const point_summary* p = find_point(r, key);
-      v.push_back(p ? get(p->metrics) : std::nullopt);
-    }
+    for (const auto& key : keys) v.push_back(values_at(c, key, get).median());
+    return v;
+  };
+  const auto warm_of = [&](const configuration& c) {
+    std::vector<bool> v;
+    for (const auto& key : keys) v.push_back(warm_at(c, key));
     return v;
   };
 
   std::string charts;
-  // Throughput: one line per result.
+  // Throughput: one line per configuration.
   const auto throughput_chart = [&](std::string_view id, std::string_view chart_title, std::string_view unit,
                                     double run_metrics::*member) {
     std::vector<chart_series> series;
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      series.push_back({results[i].label,
-                        values_of(results[i], [member](const run_metrics& m) -> std::optional<double> { return m.*member; }),
-                        std::string(palette[i % palette.size()]), false});
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      series.push_back({configs[i].label(),
+                        values_of(configs[i], [member](const run_metrics& m) -> std::optional<double> { return m.*member; }),
+                        std::string(palette[i % palette.size()]), false, warm_of(configs[i])});
     }
     charts += "<figure>" + svg_chart(id, chart_title, unit, x_label, keys, series) + "</figure>\n";
   };
   throughput_chart("chart-output-throughput", "Output token throughput", "tokens/s", &run_metrics::output_throughput);
   throughput_chart("chart-request-throughput", "Request throughput", "requests/s", &run_metrics::request_throughput);
 
-  // Latencies: p50/p90/p99 for one result; median (solid) and p99 (dashed) per result for several.
+  // Latencies: p50/p90/p99 for one configuration; median (solid) and p99 (dashed) per configuration for several.
   const auto latency_chart = [&](std::string_view id, std::string_view chart_title, distribution run_metrics::*member) {
     std::vector<chart_series> series;
     const auto pick = [member](double distribution::*field) {
@@ -575,15 +715,17 @@ std::string html_report(const std::vector<bench_result>& results, std::string_vi
         return d.*field;
       };
     };
-    if (results.size() == 1) {
-      series.push_back({"p50", values_of(results[0], pick(&distribution::median)), std::string(palette[0]), false});
-      series.push_back({"p90", values_of(results[0], pick(&distribution::p90)), std::string(palette[3]), false});
-      series.push_back({"p99", values_of(results[0], pick(&distribution::p99)), std::string(palette[1]), false});
+    if (configs.size() == 1) {
+      const std::vector<bool> warm = warm_of(configs[0]);
+      series.push_back({"p50", values_of(configs[0], pick(&distribution::median)), std::string(palette[0]), false, warm});
+      series.push_back({"p90", values_of(configs[0], pick(&distribution::p90)), std::string(palette[3]), false, warm});
+      series.push_back({"p99", values_of(configs[0], pick(&distribution::p99)), std::string(palette[1]), false, warm});
     } else {
-      for (std::size_t i = 0; i < results.size(); ++i) {
+      for (std::size_t i = 0; i < configs.size(); ++i) {
         const std::string color(palette[i % palette.size()]);
-        series.push_back({results[i].label + " p50", values_of(results[i], pick(&distribution::median)), color, false});
-        series.push_back({results[i].label + " p99", values_of(results[i], pick(&distribution::p99)), color, true});
+        const std::vector<bool> warm = warm_of(configs[i]);
+        series.push_back({configs[i].label() + " p50", values_of(configs[i], pick(&distribution::median)), color, false, warm});
+        series.push_back({configs[i].label() + " p99", values_of(configs[i], pick(&distribution::p99)), color, true, warm});
       }
     }
     charts += "<figure>" + svg_chart(id, chart_title, "milliseconds", x_label, keys, series) + "</figure>\n";
@@ -594,25 +736,40 @@ std::string html_report(const std::vector<bench_result>& results, std::string_vi
   latency_chart("chart-e2el", "End-to-end latency", &run_metrics::e2el_ms);
 
   std::string tables;
+  bool any_warm = false;
   for (const auto& r : results) {
-    tables += format("<h3>{}</h3>\n<p class=\"meta\">model {} · {} · endpoint {} · seed {}{} · {}</p>\n",
-                     html_escape(r.label), html_escape(r.model), html_escape(r.dataset), html_escape(r.endpoint),
-                     r.seed, r.slo.empty() ? "" : " · SLO " + html_escape(r.slo), html_escape(r.started_at));
+    tables += format("<h3>{}</h3>\n<p class=\"meta\">model {} · {} · {} · endpoint {} · seed {}{} · {}</p>\n",
+                     html_escape(r.label), html_escape(r.model), html_escape(r.dataset),
+                     r.reuse_prompts ? "every point sends the first point's prompts" : "prompts drawn per point",
+                     html_escape(r.endpoint), r.seed, r.slo.empty() ? "" : " · SLO " + html_escape(r.slo),
+                     html_escape(r.started_at));
     tables +=
         "<table><tr><th>load</th><th>completed</th><th>failed</th><th>req/s</th><th>output tok/s</th>"
         "<th>total tok/s</th><th>TTFT p50</th><th>TTFT p99</th><th>TPOT p50</th><th>TPOT p99</th>"
-        "<th>ITL p50</th><th>E2EL p50</th><th>E2EL p99</th></tr>\n";
+        "<th>ITL p50</th><th>E2EL p50</th><th>E2EL p99</th><th>cached prompt tokens</th></tr>\n";
     for (const auto& p : r.points) {
       const run_metrics& m = p.metrics;
+      const bool warm = warm_cache(m.cache);
+      any_warm = any_warm || warm;
+      const std::optional<double> share = m.cache.share();
+      const std::string cached =
+          share ? format("{} ({}%){}", m.cache.cached_tokens, fixed(*share * 100, 1), warm ? " ⚠" : "") : "–";
       tables += format(
-          "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-          "<td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-          html_escape(point_key(p)), m.completed, m.failed, readable(m.request_throughput),
+          "<tr{}><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+          "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"cache\">{}</td></tr>\n",
+          warm ? " class=\"warm\"" : "", html_escape(point_key(p)), m.completed, m.failed, readable(m.request_throughput),
           readable(m.output_throughput), readable(m.total_token_throughput), readable(m.ttft_ms.median),
           readable(m.ttft_ms.p99), readable(m.tpot_ms.median), readable(m.tpot_ms.p99), readable(m.itl_ms.median),
-          readable(m.e2el_ms.median), readable(m.e2el_ms.p99));
+          readable(m.e2el_ms.median), readable(m.e2el_ms.p99), cached);
     }
     tables += "</table>\n";
+  }
+  if (any_warm) {
+    tables += format(
+        "<p class=\"warm-note\">⚠ Marked rows, and ringed points in the charts: over {}% of the point's prompt tokens "
+        "came from the server's prefix cache (<code>usage.prompt_tokens_details.cached_tokens</code>), so its TTFT and "
+        "throughput measure a warm cache.</p>\n",
+        fixed(warm_cache_share * 100, 0));
   }
 
   return format(R"(<!DOCTYPE html>
@@ -634,18 +791,21 @@ svg .axis {{ stroke: #555; }}
 table {{ border-collapse: collapse; margin-bottom: 16px; background: #fff; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; font-size: 13px; }}
 .meta {{ color: #666; font-size: 13px; }}
+tr.warm td {{ background: #fff4d6; }}
+tr.warm td.cache {{ color: {}; font-weight: 600; }}
+.warm-note {{ color: {}; font-size: 13px; }}
 </style>
 </head>
 <body>
 <h1>{}</h1>
-<p class="meta">Latencies in milliseconds; throughput against the number of concurrent requests. Written by edgeinfer bench.</p>
+<p class="meta">Latencies in milliseconds; throughput against the number of concurrent requests; the lines are the median of a configuration's runs. Written by edgeinfer bench.</p>
 <div class="charts">
 {}</div>
 <h2>Numbers</h2>
 {}</body>
 </html>
 )",
-                html_escape(title), html_escape(title), charts, tables);
+                html_escape(title), warm_color, warm_color, html_escape(title), charts, tables);
 }
 
 }  // namespace edge::bench

@@ -19,8 +19,8 @@ namespace {
 using clock = std::chrono::steady_clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-// Warm-up requests take their prompts from far past the measured ones, so they never warm a
-// prefix cache for the requests that are measured.
+// Warm-up requests take their prompts from far past the measured ones (of every point), so they
+// never warm a prefix cache for the requests that are measured.
 constexpr std::size_t warmup_index_base = std::size_t{1} << 62;
 
 void rethrow(const std::exception_ptr& e) {
@@ -50,7 +50,7 @@ asio::awaitable<void> warm_up(connection_pool& pool, const client_options& clien
   for (std::int64_t i = 0; i < options.warmup_requests; ++i) {
     co_await f.wait_below(limit);
     ++f.in_flight;
-    const request_spec spec = data.at(warmup_index_base + static_cast<std::size_t>(i));
+    const request_spec spec = data.at(warmup_index_base + options.first_request + static_cast<std::size_t>(i));
     asio::co_spawn(
         executor,
         [&, spec]() -> asio::awaitable<void> {
@@ -100,7 +100,7 @@ asio::awaitable<void> drive(connection_pool& pool, const client_options& client,
     out.records.emplace_back();
     asio::co_spawn(
         executor,
-        [&, index, spec = data.at(index)]() -> asio::awaitable<void> {
+        [&, index, spec = data.at(options.first_request + index)]() -> asio::awaitable<void> {
           request_record r = co_await send_request(pool, client, spec, origin);
           out.records[index] = std::move(r);
           last_end = clock::now();

@@ -42,6 +42,16 @@ double request_record::tpot_s() const {
   return (latency_s - ttft_s) / static_cast<double>(tokens - 1);
 }
 
+std::optional<double> prompt_cache_use::share() const {
+  if (requests_reporting == 0 || prompt_tokens <= 0) return std::nullopt;
+  return static_cast<double>(cached_tokens) / static_cast<double>(prompt_tokens);
+}
+
+bool warm_cache(const prompt_cache_use& cache) {
+  const std::optional<double> share = cache.share();
+  return share && *share > warm_cache_share;
+}
+
 result<slo> parse_slo(std::string_view text) {
   slo out;
   std::size_t i = 0;
@@ -130,6 +140,12 @@ run_metrics compute_metrics(std::span<const request_record> records, double dura
       m.tokens.usage_completion_tokens += *r.usage_completion_tokens;
       m.tokens.client_completion_tokens += r.content_deltas;
       if (*r.usage_completion_tokens != r.content_deltas) ++m.tokens.mismatched_requests;
+      if (*r.usage_completion_tokens < r.content_deltas) ++m.tokens.more_deltas_requests;
+    }
+    if (r.usage_prompt_tokens && r.usage_cached_tokens) {
+      ++m.cache.requests_reporting;
+      m.cache.prompt_tokens += *r.usage_prompt_tokens;
+      m.cache.cached_tokens += *r.usage_cached_tokens;
     }
   }
   if (duration_s > 0) {

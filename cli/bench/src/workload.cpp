@@ -31,6 +31,9 @@ constexpr double conversation_prompt_sigma = 1.0;
 constexpr double conversation_output_sigma = 0.8;
 constexpr double conversation_max_factor = 16.0;
 
+// Separates the streams of shared prefixes from those of requests drawn with the same seed.
+constexpr std::uint64_t prefix_stream = 0xA5C1E7B3D2F40968ull;
+
 std::uint64_t mix(std::uint64_t seed, std::uint64_t index) {
   // Distinct streams per request: the index goes through one SplitMix64 round first.
   rng r(seed ^ (index * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull));
@@ -130,6 +133,16 @@ result<dataset> dataset::create(const dataset_options& options) {
     if (!(options.range_ratio >= 0 && options.range_ratio < 1)) {
       return invalid_argument("--range-ratio must be at least 0 and below 1");
     }
+    if (options.kind == dataset_kind::shared_prefix) {
+      if (options.shared_prefix_len < 1) return invalid_argument("--shared-prefix-len must be at least 1");
+      if (options.shared_prefixes < 1 || options.shared_prefixes > max_shared_prefixes) {
+        return invalid_argument(format("--shared-prefixes must be from 1 to {}", max_shared_prefixes));
+      }
+      for (std::int64_t i = 0; i < options.shared_prefixes; ++i) {
+        rng r(mix(options.seed ^ prefix_stream, static_cast<std::uint64_t>(i)));
+        d.prefixes_.push_back(random_words(r, options.shared_prefix_len));
+      }
+    }
     return d;
   }
   std::ifstream in(options.jsonl_path);
@@ -153,15 +166,24 @@ request_spec dataset::at(std::size_t index) const {
   if (options_.kind == dataset_kind::jsonl) return file_requests_[index % file_requests_.size()];
   rng r(mix(options_.seed, index));
   request_spec spec;
-  if (options_.kind == dataset_kind::random) {
-    spec.expected_prompt_tokens = uniform_length(r, options_.input_len, options_.range_ratio);
-    spec.max_tokens = uniform_length(r, options_.output_len, options_.range_ratio);
-  } else {
+  if (options_.kind == dataset_kind::conversation) {
     spec.expected_prompt_tokens = lognormal_length(r, options_.input_len, conversation_prompt_sigma);
     spec.max_tokens = lognormal_length(r, options_.output_len, conversation_output_sigma);
+  } else {
+    spec.expected_prompt_tokens = uniform_length(r, options_.input_len, options_.range_ratio);
+    spec.max_tokens = uniform_length(r, options_.output_len, options_.range_ratio);
   }
   spec.prompt = random_words(r, spec.expected_prompt_tokens);
+  if (options_.kind == dataset_kind::shared_prefix) {
+    spec.prompt = prefixes_[index % prefixes_.size()] + ' ' + spec.prompt;
+    spec.expected_prompt_tokens += options_.shared_prefix_len;
+  }
   return spec;
+}
+
+std::size_t dataset::point_start(std::size_t point, std::size_t sent_before) const {
+  if (options_.kind == dataset_kind::jsonl) return sent_before % file_requests_.size();
+  return point * point_stride;
 }
 
 std::string dataset::describe() const {
@@ -171,6 +193,10 @@ std::string dataset::describe() const {
                     options_.range_ratio);
     case dataset_kind::conversation:
       return format("conversation (median input {}, median output {})", options_.input_len, options_.output_len);
+    case dataset_kind::shared_prefix:
+      return format("shared-prefix ({} prefix{} of {} words, then input {}, output {}, range {})",
+                    options_.shared_prefixes, options_.shared_prefixes == 1 ? "" : "es", options_.shared_prefix_len,
+                    options_.input_len, options_.output_len, options_.range_ratio);
     case dataset_kind::jsonl:
       return format("jsonl ({}, {} requests)", options_.jsonl_path.filename().string(), file_requests_.size());
   }

@@ -96,7 +96,46 @@ TEST_CASE("client and server token counts are cross-checked per request") {
   CHECK(m.tokens.usage_completion_tokens == 13);
   CHECK(m.tokens.client_completion_tokens == 12);
   CHECK(m.tokens.mismatched_requests == 1);
+  CHECK(m.tokens.more_deltas_requests == 0);
   CHECK(m.total_output_tokens == 18);  // usage where sent, deltas elsewhere
+
+  bench::request_record undercounted = done(0.1, 1.0, 4);
+  undercounted.content_deltas = 6;  // more deltas than the usage's tokens: the usage is wrong
+  const std::vector<bench::request_record> both = {merged, undercounted};
+  const bench::run_metrics wrong = bench::compute_metrics(both, 1.0, {});
+  CHECK(wrong.tokens.mismatched_requests == 2);
+  CHECK(wrong.tokens.more_deltas_requests == 1);
+}
+
+TEST_CASE("prompt tokens served from the prefix cache are summed over the requests that report them") {
+  bench::request_record cold = done(0.1, 1.0, 4);
+  cold.usage_cached_tokens = 0;
+  bench::request_record warm = done(0.1, 1.0, 4);
+  warm.usage_prompt_tokens = 40;
+  warm.usage_cached_tokens = 32;
+  bench::request_record silent = done(0.1, 1.0, 4);  // a server that does not send cached_tokens
+  bench::request_record failed = warm;
+  failed.success = false;
+  failed.error = "http_503";
+  const std::vector<bench::request_record> records = {cold, warm, silent, failed};
+  const bench::run_metrics m = bench::compute_metrics(records, 1.0, {});
+  CHECK(m.cache.requests_reporting == 2);
+  CHECK(m.cache.prompt_tokens == 50);  // 10 + 40: the silent and the failed request are left out
+  CHECK(m.cache.cached_tokens == 32);
+  REQUIRE(m.cache.share().has_value());
+  CHECK(*m.cache.share() == doctest::Approx(0.64));
+  CHECK(bench::warm_cache(m.cache));
+
+  const std::vector<bench::request_record> none = {silent};
+  const bench::run_metrics unreported = bench::compute_metrics(none, 1.0, {});
+  CHECK_FALSE(unreported.cache.share().has_value());
+  CHECK_FALSE(bench::warm_cache(unreported.cache));
+
+  // The threshold: a share at it is not warm, just above it is.
+  bench::prompt_cache_use at{.requests_reporting = 1, .prompt_tokens = 100, .cached_tokens = 5};
+  CHECK_FALSE(bench::warm_cache(at));
+  at.cached_tokens = 6;
+  CHECK(bench::warm_cache(at));
 }
 
 TEST_CASE("goodput counts only requests that meet every objective") {

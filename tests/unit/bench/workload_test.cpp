@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include "edge/bench/client.h"
@@ -129,6 +130,74 @@ TEST_CASE("JSONL prompts are read in order, cycled, and bad lines name their lin
   auto missing = bench::dataset::create({.kind = bench::dataset_kind::jsonl, .input_len = 1, .output_len = 1,
                                          .range_ratio = 0, .jsonl_path = "/nonexistent/x.jsonl", .seed = 0});
   CHECK_FALSE(missing.ok());
+}
+
+TEST_CASE("each point of a sweep starts at its own request, far from the others") {
+  auto d = bench::dataset::create({.kind = bench::dataset_kind::random, .input_len = 24, .output_len = 8,
+                                   .range_ratio = 0.2, .jsonl_path = {}, .seed = 5});
+  REQUIRE(d.ok());
+  CHECK(d->point_start(0, 0) == 0);
+  // Generated datasets: the point's index alone decides, not what earlier points sent.
+  CHECK(d->point_start(1, 17) == bench::point_stride);
+  CHECK(d->point_start(1, 900) == bench::point_stride);
+  CHECK(d->point_start(3, 0) == 3 * bench::point_stride);
+  std::vector<std::string> prompts;
+  for (std::size_t point = 0; point < 3; ++point) {
+    for (std::size_t i = 0; i < 50; ++i) prompts.push_back(d->at(d->point_start(point, 0) + i).prompt);
+  }
+  std::sort(prompts.begin(), prompts.end());
+  CHECK(std::adjacent_find(prompts.begin(), prompts.end()) == prompts.end());  // no prompt twice
+  // The first point is what a single run sends: request i is at(i).
+  CHECK(d->at(d->point_start(0, 0) + 7).prompt == d->at(7).prompt);
+
+  // A file continues where the previous point stopped, and comes round at its end.
+  const auto file = write_temp("edge_bench_points.jsonl", "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n{\"prompt\": \"c\"}\n");
+  auto lines = bench::dataset::create({.kind = bench::dataset_kind::jsonl, .input_len = 1, .output_len = 4,
+                                       .range_ratio = 0, .jsonl_path = file, .seed = 0});
+  REQUIRE(lines.ok());
+  CHECK(lines->point_start(0, 0) == 0);
+  CHECK(lines->at(lines->point_start(1, 2)).prompt == "c");
+  CHECK(lines->at(lines->point_start(2, 4)).prompt == "b");
+}
+
+TEST_CASE("the shared-prefix dataset starts every prompt with one of its shared prefixes") {
+  const bench::dataset_options options{.kind = bench::dataset_kind::shared_prefix, .input_len = 10, .output_len = 6,
+                                        .range_ratio = 0.5, .shared_prefix_len = 40, .shared_prefixes = 3,
+                                        .jsonl_path = {}, .seed = 2};
+  auto d = bench::dataset::create(options);
+  REQUIRE(d.ok());
+  const auto prefix_of = [](const std::string& prompt) {
+    std::istringstream in(prompt);
+    std::string out;
+    std::string w;
+    for (int i = 0; i < 40 && in >> w; ++i) out += w + ' ';
+    return out;
+  };
+  std::set<std::string> prefixes, suffixes;
+  for (std::size_t i = 0; i < 60; ++i) {
+    const bench::request_spec r = d->at(i);
+    CHECK(word_count(r.prompt) == static_cast<std::size_t>(r.expected_prompt_tokens));
+    CHECK(r.expected_prompt_tokens >= 40 + 5);
+    CHECK(r.expected_prompt_tokens <= 40 + 15);
+    CHECK(r.max_tokens >= 3);
+    CHECK(r.max_tokens <= 9);
+    CHECK(prefix_of(r.prompt) == prefix_of(d->at(i + 3).prompt));  // request i uses prefix i mod 3
+    prefixes.insert(prefix_of(r.prompt));
+    suffixes.insert(r.prompt.substr(prefix_of(r.prompt).size()));
+  }
+  CHECK(prefixes.size() == 3);
+  CHECK(suffixes.size() == 60);  // each request has its own question
+  // The prefixes depend on the seed alone: the same in every point of a sweep, and again.
+  auto again = bench::dataset::create(options);
+  REQUIRE(again.ok());
+  CHECK(prefix_of(again->at(d->point_start(2, 0)).prompt) == prefix_of(d->at(d->point_start(2, 0)).prompt));
+  CHECK(d->describe() == "shared-prefix (3 prefixes of 40 words, then input 10, output 6, range 0.5)");
+
+  CHECK_FALSE(bench::dataset::create({.kind = bench::dataset_kind::shared_prefix, .shared_prefix_len = 0}).ok());
+  CHECK_FALSE(bench::dataset::create({.kind = bench::dataset_kind::shared_prefix, .shared_prefixes = 0}).ok());
+  CHECK_FALSE(bench::dataset::create({.kind = bench::dataset_kind::shared_prefix,
+                                      .shared_prefixes = bench::max_shared_prefixes + 1})
+                  .ok());
 }
 
 TEST_CASE("bad dataset options are refused") {

@@ -6,8 +6,10 @@
 //                          {"include_usage":true},...}; deltas in choices[0].text
 //   /v1/chat/completions  {"model","messages":[...],...}; deltas in choices[0].delta.content (a
 //                          first delta carrying only the role is not a token)
-// Usage arrives in a last chunk (or any chunk) with a "usage" object; servers that do not send
-// it are fine (the client's delta count stands in). A chunk holding "error" fails the request.
+// Usage arrives in a last chunk (or any chunk) with a "usage" object, whose
+// prompt_tokens_details.cached_tokens (when present) counts the prompt tokens the server's
+// prefix cache served; servers that do not send usage are fine (the client's delta count
+// stands in). A chunk holding "error" fails the request.
 // The stream must end with `data: [DONE]`; a stream cut before that is a failure.
 //
 // Everything here runs on one io_context thread; the pool is owned by that thread.

@@ -30,9 +30,17 @@ struct bench_result {
   std::string model;
   std::string dataset;     // describe() of the dataset
   std::uint64_t seed = 0;
+  bool reuse_prompts = false;  // every point sent the first point's prompts (--reuse-prompts)
   std::string slo;         // "" when none
   std::string started_at;  // UTC, ISO 8601
   std::vector<point_summary> points;
+};
+
+// One configuration of a comparison: its runs (one, or several of a benchmark repeated on a
+// noisy machine), shown as their median and range. Its label is the first run's.
+struct configuration {
+  std::vector<bench_result> runs;  // at least one
+  const std::string& label() const { return runs.front().label; }
 };
 
 std::string to_json(const bench_result& result);
@@ -44,15 +52,20 @@ std::string to_csv(const bench_result& result);
 // vLLM's summary block for one point, in a box of fixed width.
 std::string format_point_table(const bench_result& result, const point_summary& point);
 
-// Rows: concurrency (or request rate); columns: one per result; last column: the first result
-// against the second, in percent. `metric` is a key of metric_names().
-result<std::string> format_comparison(const std::vector<bench_result>& results, std::string_view metric);
+// Rows: concurrency (or request rate); columns: one per configuration; last column: the first
+// configuration against the second, in percent. A configuration of several runs shows their
+// median with the range, and the percentage compares medians. A value from a point where a run
+// measured a warm prefix cache (warm_cache) is marked with '*'. `metric` is a key of
+// metric_names().
+result<std::string> format_comparison(const std::vector<configuration>& configs, std::string_view metric);
 // The metrics a comparison can show ("output_throughput", "ttft_median_ms", ...).
 std::vector<std::string> metric_names();
 
 // A self-contained HTML page (inline SVG, no script, nothing fetched): throughput and latency
-// percentiles against concurrency for each result, and the numbers in tables.
-std::string html_report(const std::vector<bench_result>& results, std::string_view title);
+// percentiles against concurrency for each configuration (the median of its runs), and the
+// numbers of every result in tables. Points that measured a warm prefix cache are marked in
+// both.
+std::string html_report(const std::vector<configuration>& configs, std::string_view title);
 
 status write_file(const std::filesystem::path& path, std::string_view contents);
 

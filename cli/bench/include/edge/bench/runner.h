@@ -21,6 +21,7 @@ struct point_options {
   std::optional<std::chrono::milliseconds> duration;  // send new requests until then
   std::int64_t warmup_requests = 0;         // sent first at the same concurrency, not measured
   std::uint64_t seed = 0;                   // arrivals
+  std::size_t first_request = 0;            // the dataset index of the first measured request (dataset::point_start)
 };
 
 struct point_result {

@@ -7,8 +7,12 @@
 //   TPOT  (end-to-end latency - TTFT) / (output tokens - 1), for requests with > 1 output token
 //   E2EL  end-to-end latency: until the stream ended (`data: [DONE]`)
 // Output tokens are the server's `usage.completion_tokens` when it reports usage, else the
-// number of non-empty content deltas the client received (a delta carries one token on most
-// servers; a server may merge tokens, so the count can be lower, never higher).
+// number of non-empty content deltas the client received. A delta carries at most one token's
+// text on most servers, but a token that prints nothing (BOS, EOS under ignore_eos, other
+// special tokens) sends none, and the bytes of a character split across tokens come with the
+// token that completes it: so the delta count can be lower than the tokens, never higher.
+// Prompt tokens served from the server's prefix cache are its
+// `usage.prompt_tokens_details.cached_tokens` (OpenAI's field), summed per point.
 // Per run: throughput is completed requests (or their tokens) divided by the benchmark's
 // duration (first request sent to last response finished); goodput counts only requests that
 // meet every SLO given.
@@ -56,6 +60,7 @@ struct request_record {
   std::int64_t expected_prompt_tokens = 0;  // the dataset's length for the prompt (0 when unknown)
   std::optional<std::int64_t> usage_prompt_tokens;
   std::optional<std::int64_t> usage_completion_tokens;
+  std::optional<std::int64_t> usage_cached_tokens;  // usage.prompt_tokens_details.cached_tokens
 
   std::int64_t output_tokens() const { return usage_completion_tokens.value_or(content_deltas); }
   std::int64_t input_tokens() const { return usage_prompt_tokens.value_or(expected_prompt_tokens); }
@@ -85,7 +90,23 @@ struct token_check {
   std::int64_t usage_completion_tokens = 0;   // over those requests
   std::int64_t client_completion_tokens = 0;  // content deltas over those requests
   std::int64_t mismatched_requests = 0;       // where the two differ
+  std::int64_t more_deltas_requests = 0;      // of those, with more deltas than tokens (usage undercounts)
 };
+
+// How much of the prompts the server's prefix cache served, by its usage.
+struct prompt_cache_use {
+  std::int64_t requests_reporting = 0;  // completed requests whose usage gave prompt and cached tokens
+  std::int64_t prompt_tokens = 0;       // usage.prompt_tokens over those requests
+  std::int64_t cached_tokens = 0;       // usage.prompt_tokens_details.cached_tokens over those requests
+  // cached / prompt tokens; none when no request reported them.
+  std::optional<double> share() const;
+};
+
+// Above this share of cached prompt tokens a point measured a warm prefix cache, and the
+// reports say so. Below it, what every request shares anyway (a chat template's opening
+// tokens, filling a first cache block) and chance.
+constexpr double warm_cache_share = 0.05;
+bool warm_cache(const prompt_cache_use& cache);
 
 struct run_metrics {
   std::int64_t completed = 0;
@@ -104,6 +125,7 @@ struct run_metrics {
   distribution itl_ms;
   distribution e2el_ms;
   token_check tokens;
+  prompt_cache_use cache;
 };
 
 run_metrics compute_metrics(std::span<const request_record> records, double duration_s, const slo& objectives);
