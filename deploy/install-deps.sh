@@ -25,6 +25,7 @@ packages=(
   nginx wrk
   clang libclang-rt-14-dev
   chromium chromium-driver
+  python3 python3-numpy
 )
 
 # Node.js and npm may come from a non-Debian build that already provides both commands; the
