@@ -3,8 +3,9 @@
 // With `residual`, the residual add is fused in front: x[t] += residual[t] first (x is updated
 // in place), then the normalised row is written to out. With `row_index`, output row r
 // normalises row row_index[r] of x (a gather: the rows that produce logits, before the
-// classifier); x is then only read. Sums run in float in a fixed order, independent of how many
-// rows are processed together.
+// classifier); x is then only read. With `groups` > 1 a row holds that many vectors of `cols`
+// side by side, each normalised on its own with the same weight (per-head norms of Q and K).
+// Sums run in float in a fixed order, independent of how many rows are processed together.
 #pragma once
 
 #include <cstdint>
@@ -15,19 +16,23 @@
 namespace edge::kernels {
 
 struct rmsnorm_params {
-  float* x;                       // [rows, cols], row stride x_stride
+  float* x;                       // [rows, groups * cols], row stride x_stride
   const float* residual = nullptr;  // [rows, cols] added into x first, or null
   const std::int64_t* row_index = nullptr;  // [rows] the row of x each output row normalises, or null;
                                             // not with residual
   const float* weight;            // [cols]
-  float* out;                     // [rows, cols], row stride out_stride; may equal x
+  float* out;                     // [rows, groups * cols], row stride out_stride; may equal x
   std::int64_t rows = 0;
   std::int64_t cols = 0;
+  std::int64_t groups = 1;        // > 1: not with residual or row_index
   std::int64_t x_stride = 0;
   std::int64_t out_stride = 0;
   float eps = 1e-5f;
 };
 
 status run_rmsnorm(const rmsnorm_params& p, const stream& s);
+
+// invalid_argument for shapes and combinations run_rmsnorm refuses (on either device).
+status check_rmsnorm(const rmsnorm_params& p);
 
 }  // namespace edge::kernels

@@ -149,6 +149,28 @@ void test_rmsnorm(gpu_test::results& r) {
         r.check(format("rmsnorm rows {} cols {} residual {} (abs, values up to ~5)", rows, cols, residual),
                 std::max(max_abs_diff(out_cpu, d_out.download()), max_abs_diff(x_cpu, d_x.download())), 5e-5);
       }
+      // Per-head norms: the row as heads of 64, each normalised on its own, in place.
+      if (cols % 64 == 0) {
+        const std::int64_t groups = cols / 64;
+        const auto heads = random_floats(static_cast<std::size_t>(rows * cols), 5, -3.0f, 3.0f);
+        const auto head_weight = random_floats(64, 6, 0.5f, 1.5f);
+        std::vector<float> cpu_heads = heads;
+        gpu_test::check_ok(run_rmsnorm({.x = cpu_heads.data(), .weight = head_weight.data(), .out = cpu_heads.data(),
+                                        .rows = rows, .cols = 64, .groups = groups, .x_stride = cols,
+                                        .out_stride = cols, .eps = 1e-6f},
+                                       cpu()),
+                           "cpu rmsnorm groups");
+        device_array<float> d_heads(heads);
+        device_array<float> d_hw(head_weight);
+        gpu_test::check_ok(run_rmsnorm({.x = d_heads.get(), .weight = d_hw.get(), .out = d_heads.get(), .rows = rows,
+                                        .cols = 64, .groups = groups, .x_stride = cols, .out_stride = cols,
+                                        .eps = 1e-6f},
+                                       gpu()),
+                           "gpu rmsnorm groups");
+        sync();
+        r.check(format("rmsnorm rows {} groups {} of 64, in place (abs, values up to ~5)", rows, groups),
+                max_abs_diff(cpu_heads, d_heads.download()), 5e-5);
+      }
       // The gather form (the rows that produce logits): every third row, backwards.
       std::vector<std::int64_t> index;
       for (std::int64_t i = rows - 1; i >= 0; i -= 3) index.push_back(i);

@@ -216,3 +216,35 @@ TEST_CASE("sampling rows without a finite maximum take the first of the largest,
   // top_k keeps the largest first: here the +inf one.
   CHECK(sample_one({-inf, 2.0f, inf}, {.temperature = 1.0f, .top_k = 2, .uniform = 0.1f}) == 2);
 }
+
+TEST_CASE("rmsnorm with groups normalises each vector of a row on its own, in place and strided") {
+  // 3 rows of 4 heads of 16, in rows 70 wide (as Q heads sit in a fused Q/K/V row).
+  const std::int64_t rows = 3, groups = 4, cols = 16, stride = 70;
+  auto x = edge::testing::random_floats(rows * stride, 6, 2.0f);
+  const auto weight = edge::testing::random_floats(cols, 7);
+  auto expected = x;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t g = 0; g < groups; ++g) {
+      float* v = expected.data() + r * stride + g * cols;
+      REQUIRE(edge::kernels::run_rmsnorm({.x = v, .weight = weight.data(), .out = v, .rows = 1, .cols = cols,
+                                          .x_stride = cols, .out_stride = cols, .eps = 1e-6f},
+                                         {})
+                  .ok());
+    }
+  }
+  REQUIRE(edge::kernels::run_rmsnorm({.x = x.data(), .weight = weight.data(), .out = x.data(), .rows = rows, .cols = cols,
+                                      .groups = groups, .x_stride = stride, .out_stride = stride, .eps = 1e-6f},
+                                     {})
+              .ok());
+  CHECK(x == expected);  // the same sums in the same order: bit for bit; the tail of each row untouched
+  // A stride too short for the groups, and groups with a residual, are refused.
+  CHECK_FALSE(edge::kernels::run_rmsnorm({.x = x.data(), .weight = weight.data(), .out = x.data(), .rows = rows,
+                                          .cols = cols, .groups = groups, .x_stride = 60, .out_stride = 60},
+                                         {})
+                  .ok());
+  CHECK_FALSE(edge::kernels::run_rmsnorm({.x = x.data(), .residual = x.data(), .weight = weight.data(), .out = x.data(),
+                                          .rows = rows, .cols = cols, .groups = groups, .x_stride = stride,
+                                          .out_stride = stride},
+                                         {})
+                  .ok());
+}
