@@ -22,7 +22,7 @@ import dense
 PROMPT = [1, 17, 42, 99, 7, 250, 3, 64, 128, 5, 11, 300]
 STEPS = 16
 TOLERANCE = 1e-4
-SUPPORTED = {"LlamaForCausalLM", "Qwen2ForCausalLM"}
+SUPPORTED = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
 
 
 def check(edgeinfer, tool, workdir, preset):

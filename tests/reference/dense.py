@@ -1,5 +1,6 @@
 """A second implementation of the dense architectures, in NumPy, read from the Hugging Face
-modeling code (LlamaForCausalLM, Qwen2ForCausalLM) rather than from the C++ forward pass.
+modeling code (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) rather than from the C++
+forward pass.
 
 It loads a Hugging Face folder (config.json and its safetensors, sharded or not), runs the
 whole causal forward pass in float64 over a list of token ids, and gives every position's
@@ -123,6 +124,9 @@ def forward(config, tensors, ids):
         q = linear(p + "self_attn.q_proj", h).reshape(t, heads, head_dim)
         k = linear(p + "self_attn.k_proj", h).reshape(t, kv_heads, head_dim)
         v = linear(p + "self_attn.v_proj", h).reshape(t, kv_heads, head_dim)
+        if p + "self_attn.q_norm.weight" in tensors:  # Qwen3: an RMSNorm over each head, before RoPE
+            q = rms_norm(q, tensors[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, tensors[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         group = heads // kv_heads

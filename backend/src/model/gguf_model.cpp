@@ -1,4 +1,4 @@
-// GGUF files of llama.cpp's "llama" and "qwen2" architectures: metadata keys and tensor names.
+// GGUF files of llama.cpp's "llama", "qwen2" and "qwen3" architectures: metadata keys and tensor names.
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -119,9 +119,13 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
     // Qwen2 GGUFs keep the HF row order and use llama.cpp's "NEOX" RoPE, which is half_split.
     config.rope = rope_layout::half_split;
     config.qkv_bias = true;
+  } else if (arch == "qwen3") {
+    config.arch = architecture::qwen3;
+    config.rope = rope_layout::half_split;
+    config.qk_norm = true;
   } else {
     return status(status_code::unimplemented,
-                  edge::format("GGUF architecture \"{}\" is not supported (llama and qwen2 are)", arch));
+                  edge::format("GGUF architecture \"{}\" is not supported (llama, qwen2 and qwen3 are)", arch));
   }
 
   const metadata_reader keys(file, arch + ".");
@@ -198,6 +202,8 @@ result<model_weights> weights_from_gguf(const gguf_file& file, const model_confi
     layer.bq = prefix + "attn_q.bias";
     layer.bk = prefix + "attn_k.bias";
     layer.bv = prefix + "attn_v.bias";
+    layer.q_norm = prefix + "attn_q_norm.weight";
+    layer.k_norm = prefix + "attn_k_norm.weight";
     layer.ffn_norm = prefix + "ffn_norm.weight";
     layer.w_gate = prefix + "ffn_gate.weight";
     layer.w_up = prefix + "ffn_up.weight";

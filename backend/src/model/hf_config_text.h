@@ -15,6 +15,7 @@ inline std::string_view hf_architecture_class(architecture arch) {
     case architecture::llama: return "LlamaForCausalLM";
     case architecture::qwen2: return "Qwen2ForCausalLM";
     case architecture::mistral: return "MistralForCausalLM";
+    case architecture::qwen3: return "Qwen3ForCausalLM";
   }
   return "LlamaForCausalLM";
 }
@@ -44,6 +45,18 @@ inline std::string hf_config_shape_fields(const model_config& c) {
     out += "  \"rope_scaling\": null,\n";
   }
   return out;
+}
+
+// The class's own fields about biases and windows, as the class spells them: Qwen2 has neither
+// attention_bias nor mlp_bias, Qwen3 has attention_bias, the Llama classes have both.
+inline std::string hf_config_class_fields(const model_config& c) {
+  switch (c.arch) {
+    case architecture::qwen2: return "  \"use_sliding_window\": false,\n";
+    case architecture::qwen3: return "  \"use_sliding_window\": false,\n  \"attention_bias\": false,\n";
+    case architecture::llama:
+    case architecture::mistral: break;
+  }
+  return "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n";
 }
 
 }  // namespace edge::backend

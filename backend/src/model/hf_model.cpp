@@ -17,12 +17,15 @@ struct architecture_defaults {
   // transformers' defaults for fields a config.json may leave out.
   std::int64_t max_position;
   bool qkv_bias;
+  bool qk_norm;
+  std::int64_t head_dim;  // 0: hidden_size / num_attention_heads
 };
 
 constexpr architecture_defaults known_architectures[] = {
-    {"LlamaForCausalLM", architecture::llama, 2048, false},
-    {"MistralForCausalLM", architecture::mistral, 4096 * 32, false},
-    {"Qwen2ForCausalLM", architecture::qwen2, 32768, true},
+    {"LlamaForCausalLM", architecture::llama, 2048, false, false, 0},
+    {"MistralForCausalLM", architecture::mistral, 4096 * 32, false, false, 0},
+    {"Qwen2ForCausalLM", architecture::qwen2, 32768, true, false, 0},
+    {"Qwen3ForCausalLM", architecture::qwen3, 32768, false, true, 128},
 };
 
 // Defaults shared by the three configuration classes.
@@ -146,8 +149,8 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   }
   if (defaults == nullptr) {
     return status(status_code::unimplemented,
-                  edge::format("architecture {} is not supported (LlamaForCausalLM, Qwen2ForCausalLM and "
-                               "MistralForCausalLM are)",
+                  edge::format("architecture {} is not supported (LlamaForCausalLM, Qwen2ForCausalLM, "
+                               "Qwen3ForCausalLM and MistralForCausalLM are)",
                                class_name));
   }
 
@@ -156,6 +159,7 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   config.arch = defaults->arch;
   config.rope = rope_layout::half_split;
   config.qkv_bias = defaults->qkv_bias;
+  config.qk_norm = defaults->qk_norm;
   EDGE_ASSIGN_OR_RETURN(config.hidden_size, fields.required<std::int64_t>("hidden_size"));
   EDGE_ASSIGN_OR_RETURN(config.intermediate_size, fields.required<std::int64_t>("intermediate_size"));
   EDGE_ASSIGN_OR_RETURN(config.num_layers, fields.required<std::int64_t>("num_hidden_layers"));
@@ -166,6 +170,8 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   EDGE_ASSIGN_OR_RETURN(const auto head_dim, fields.optional<std::int64_t>("head_dim"));
   if (head_dim) {
     config.head_dim = *head_dim;
+  } else if (defaults->head_dim > 0) {
+    config.head_dim = defaults->head_dim;
   } else if (config.num_heads > 0) {
     config.head_dim = config.hidden_size / config.num_heads;
   }
@@ -196,8 +202,9 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   const logger log{"model"};
   EDGE_ASSIGN_OR_RETURN(const auto use_sliding_window, fields.optional<bool>("use_sliding_window"));
   EDGE_ASSIGN_OR_RETURN(const auto sliding_window, fields.optional<std::int64_t>("sliding_window"));
-  const bool sliding = config.arch == architecture::qwen2 ? use_sliding_window.value_or(false)
-                                                          : sliding_window.has_value();
+  const bool sliding = config.arch == architecture::qwen2 || config.arch == architecture::qwen3
+                           ? use_sliding_window.value_or(false)
+                           : sliding_window.has_value();
   if (sliding && sliding_window && *sliding_window < config.max_position) {
     log.warn("the model was trained with a {}-token sliding attention window; edgeinfer attends to the whole "
              "context, so outputs differ from the reference past that length",
@@ -237,6 +244,8 @@ result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, cons
     layer.bq = prefix + "self_attn.q_proj.bias";
     layer.bk = prefix + "self_attn.k_proj.bias";
     layer.bv = prefix + "self_attn.v_proj.bias";
+    layer.q_norm = prefix + "self_attn.q_norm.weight";
+    layer.k_norm = prefix + "self_attn.k_norm.weight";
     layer.ffn_norm = prefix + "post_attention_layernorm.weight";
     layer.w_gate = prefix + "mlp.gate_proj.weight";
     layer.w_up = prefix + "mlp.up_proj.weight";

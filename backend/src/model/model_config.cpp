@@ -11,6 +11,7 @@ std::string_view to_string(architecture arch) {
     case architecture::llama: return "llama";
     case architecture::qwen2: return "qwen2";
     case architecture::mistral: return "mistral";
+    case architecture::qwen3: return "qwen3";
   }
   return "unknown";
 }

@@ -67,6 +67,7 @@ result<model_plan> plan_model(const model_config& c) {
                     .num_kv_heads = c.num_kv_heads,
                     .head_dim = c.head_dim,
                     .qkv_bias = c.qkv_bias,
+                    .qk_norm = c.qk_norm,
                     .softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                     .rope = rope},
       .mlp = {.kind = mlp_kind::dense, .intermediate = c.intermediate_size}};

@@ -180,6 +180,11 @@ checkpoint_plan plan_checkpoint(const model& m) {
       plan.tensors.push_back(plain_tensor(prefix + "self_attn.k_proj.bias", l.bk, rope_rows()));
       plan.tensors.push_back(plain_tensor(prefix + "self_attn.v_proj.bias", l.bv, identity_rows()));
     }
+    if (c.qk_norm) {
+      // One weight per element of a head: the same for every head, so no row map applies.
+      plan.tensors.push_back(plain_tensor(prefix + "self_attn.q_norm.weight", l.q_norm, identity_rows()));
+      plan.tensors.push_back(plain_tensor(prefix + "self_attn.k_norm.weight", l.k_norm, identity_rows()));
+    }
     plan.tensors.push_back(plain_tensor(prefix + "post_attention_layernorm.weight", l.ffn_norm, identity_rows()));
     matrix(prefix + "mlp.gate_proj", l.w_gate, identity_rows());
     matrix(prefix + "mlp.up_proj", l.w_up, identity_rows());
@@ -230,11 +235,10 @@ std::string quantization_config_json(const checkpoint_plan& plan, weight_format 
 // The fields load_model reads, from the model's configuration (GGUF and llama2.c sources).
 std::string config_fields_from_model(const model& m, bool tied) {
   const model_config& c = m.config;
-  const bool qwen = c.arch == architecture::qwen2;
   std::string out;
   out += hf_config_shape_fields(c);
   out += "  \"hidden_act\": \"silu\",\n";
-  out += qwen ? "  \"use_sliding_window\": false,\n" : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n";
+  out += hf_config_class_fields(c);
   out += "  \"torch_dtype\": \"" + std::string(torch_dtype_name(m.weights.token_embedding.type)) + "\",\n";
   out += std::string("  \"tie_word_embeddings\": ") + (tied ? "true" : "false") + ",\n";
   if (m.synthetic) out += "  \"edgeinfer_synthetic\": true,\n";

@@ -69,6 +69,15 @@ model_config qwen2_config(std::int64_t vocab, std::int64_t hidden, std::int64_t 
   return c;
 }
 
+model_config qwen3_config(std::int64_t vocab, std::int64_t hidden, std::int64_t intermediate, std::int64_t layers,
+                          std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim, std::int64_t max_position) {
+  model_config c = qwen2_config(vocab, hidden, intermediate, layers, heads, kv_heads, head_dim, max_position);
+  c.arch = architecture::qwen3;
+  c.qkv_bias = false;
+  c.qk_norm = true;
+  return c;
+}
+
 const std::vector<synthetic_preset>& preset_table() {
   // Llama 3's vocabulary: 128000 BPE tokens and a block of 256 special ones.
   constexpr std::int64_t llama3_vocab = 128256;
@@ -91,6 +100,10 @@ const std::vector<synthetic_preset>& preset_table() {
                      llama_config(tiny_vocab, 256, 688, 2, 2, 1, 128, 4096, 10000.0, false), 16});
     table.push_back({"tiny-qwen2", "Qwen2 architecture (Q/K/V biases, tied), 2 layers, hidden 64, vocab 512 (tests)",
                      qwen2_config(tiny_vocab, 64, 176, 2, 4, 2, 16, 4096), 8});
+    // Heads wider than hidden / heads, as Qwen3 has them (its 0.6B: hidden 1024, 16 x 128).
+    table.push_back({"tiny-qwen3", "Qwen3 architecture (per-head Q/K RMSNorm, heads of 32 over hidden 64), 2 layers, "
+                     "vocab 512 (tests)",
+                     qwen3_config(tiny_vocab, 64, 176, 2, 4, 2, 32, 4096), 8});
     auto llama_32_1b = llama_config(llama3_vocab, 2048, 8192, 16, 32, 8, 64, 131072, llama3_theta, true);
     llama_32_1b.rope_scaling = rope_scaling_llama3{32.0, 1.0, 4.0, 8192};
     table.push_back({"llama-3.2-1b", "Llama 3.2 1B shapes: 16 layers, hidden 2048, 32/8 heads, tied, llama3 RoPE "
@@ -165,6 +178,10 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
       add(hf + "self_attn.q_proj.bias", blk + "attn_q.bias", {q_width}, fill::random);
       add(hf + "self_attn.k_proj.bias", blk + "attn_k.bias", {kv_width}, fill::random);
       add(hf + "self_attn.v_proj.bias", blk + "attn_v.bias", {kv_width}, fill::random);
+    }
+    if (c.qk_norm) {
+      add(hf + "self_attn.q_norm.weight", blk + "attn_q_norm.weight", {c.head_dim}, fill::random);
+      add(hf + "self_attn.k_norm.weight", blk + "attn_k_norm.weight", {c.head_dim}, fill::random);
     }
     add(hf + "self_attn.o_proj.weight", blk + "attn_output.weight", {c.hidden_size, q_width}, fill::random);
     add(hf + "post_attention_layernorm.weight", blk + "ffn_norm.weight", {c.hidden_size}, fill::ones);
@@ -290,7 +307,8 @@ std::uint64_t seed_hash_of(std::uint64_t seed) {
 }
 
 special_token_style style_of(const model_config& config) {
-  return config.arch == architecture::qwen2 ? special_token_style::chatml : special_token_style::llama3;
+  const bool qwen = config.arch == architecture::qwen2 || config.arch == architecture::qwen3;
+  return qwen ? special_token_style::chatml : special_token_style::llama3;
 }
 
 // The plan as the writers take it: each tensor's rows made as they are written.
@@ -318,16 +336,11 @@ std::uint64_t total_bytes(std::span<const output_tensor> tensors) {
 std::string hf_config_json(const synthetic_preset& preset, const synthetic_options& options,
                            const synthetic_vocab& vocab) {
   const model_config& c = preset.config;
-  const bool qwen = c.arch == architecture::qwen2;
   std::string out = "{\n";
   out += hf_config_shape_fields(c);
   out += std::string("  \"tie_word_embeddings\": ") + (c.tie_embeddings ? "true" : "false") + ",\n";
   out += "  \"hidden_act\": \"silu\",\n";
-  if (qwen) {
-    out += "  \"use_sliding_window\": false,\n";
-  } else {
-    out += "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n";
-  }
+  out += hf_config_class_fields(c);
   if (vocab.bos_id) out += "  \"bos_token_id\": " + std::to_string(*vocab.bos_id) + ",\n";
   out += "  \"eos_token_id\": " + std::to_string(vocab.eos_id) + ",\n";
   out += "  \"torch_dtype\": \"" + std::string(torch_dtype_name(options.dtype)) + "\",\n";

@@ -190,6 +190,10 @@ result<model_weights> bind_weights(const tensor_index& tensors, const model_conf
       EDGE_ASSIGN_OR_RETURN(layer.bk, tensors.require_vector(name.bk, kv_width));
       EDGE_ASSIGN_OR_RETURN(layer.bv, tensors.require_vector(name.bv, kv_width));
     }
+    if (config.qk_norm) {
+      EDGE_ASSIGN_OR_RETURN(layer.q_norm, tensors.require_vector(name.q_norm, config.head_dim));
+      EDGE_ASSIGN_OR_RETURN(layer.k_norm, tensors.require_vector(name.k_norm, config.head_dim));
+    }
     EDGE_ASSIGN_OR_RETURN(layer.ffn_norm, tensors.require_vector(name.ffn_norm, hidden));
     EDGE_ASSIGN_OR_RETURN(layer.w_gate, projection(name.w_gate, ffn, hidden));
     EDGE_ASSIGN_OR_RETURN(layer.w_up, projection(name.w_up, ffn, hidden));

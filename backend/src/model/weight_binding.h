@@ -38,6 +38,7 @@ class tensor_index {
 struct layer_tensor_names {
   std::string attn_norm, wq, wk, wv, wo;
   std::string bq, bk, bv;  // used when the configuration has qkv_bias
+  std::string q_norm, k_norm;  // used when the configuration has qk_norm
   std::string ffn_norm, w_gate, w_up, w_down;
 };
 struct tensor_names {

@@ -114,6 +114,10 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
       EDGE_RETURN_IF_ERROR(check_shape(l.bk, {a.kv_dim()}));
       EDGE_RETURN_IF_ERROR(check_shape(l.bv, {a.kv_dim()}));
     }
+    if (a.qk_norm) {
+      EDGE_RETURN_IF_ERROR(check_shape(l.q_norm, {a.head_dim}));
+      EDGE_RETURN_IF_ERROR(check_shape(l.k_norm, {a.head_dim}));
+    }
 
     if (a.rope.rotary_dim != a.head_dim) {
       return status(status_code::unimplemented,
@@ -124,6 +128,10 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
     layer_forward_weights lw;
     EDGE_ASSIGN_OR_RETURN(lw.attn_norm, place_vector(place, l.attn_norm));
     EDGE_ASSIGN_OR_RETURN(lw.ffn_norm, place_vector(place, l.ffn_norm));
+    if (a.qk_norm) {
+      EDGE_ASSIGN_OR_RETURN(lw.q_norm, place_vector(place, l.q_norm));
+      EDGE_ASSIGN_OR_RETURN(lw.k_norm, place_vector(place, l.k_norm));
+    }
     const weight_matrix* const qkv_parts[] = {&l.wq, &l.wk, &l.wv};
     const tensor_view* const qkv_biases[] = {&l.bq, &l.bk, &l.bv};
     EDGE_ASSIGN_OR_RETURN(lw.qkv, place_projection(place, l.wqkv, qkv_parts,
@@ -310,8 +318,9 @@ struct forward_pass {
                                 s);
   }
 
-  // x += attention(rmsnorm(x)): Q/K/V projections, RoPE on Q and K, K/V into the cache, paged
-  // attention over it (grouped-query), the output projection.
+  // x += attention(rmsnorm(x)): Q/K/V projections, (Qwen3) an RMSNorm over each head of Q and
+  // K, RoPE on Q and K, K/V into the cache, paged attention over it (grouped-query), the output
+  // projection.
   status gqa_attention(std::int64_t layer, const attention_plan& a, const layer_forward_weights& w) const {
     const std::int64_t qkv_dim = a.qkv_dim();
     float* q = b.qkv;
@@ -319,6 +328,16 @@ struct forward_pass {
     float* v = k + a.kv_dim();
     EDGE_RETURN_IF_ERROR(norm(w.attn_norm));
     EDGE_RETURN_IF_ERROR(project(w.qkv, b.qkv, qkv_dim));
+    if (a.qk_norm) {
+      EDGE_RETURN_IF_ERROR(kernels::run_rmsnorm({.x = q, .weight = w.q_norm, .out = q, .rows = step.tokens,
+                                                 .cols = a.head_dim, .groups = a.num_heads, .x_stride = qkv_dim,
+                                                 .out_stride = qkv_dim, .eps = plan.norm_eps},
+                                                s));
+      EDGE_RETURN_IF_ERROR(kernels::run_rmsnorm({.x = k, .weight = w.k_norm, .out = k, .rows = step.tokens,
+                                                 .cols = a.head_dim, .groups = a.num_kv_heads, .x_stride = qkv_dim,
+                                                 .out_stride = qkv_dim, .eps = plan.norm_eps},
+                                                s));
+    }
     EDGE_RETURN_IF_ERROR(kernels::run_rope({.x = q, .positions = step.positions, .inv_freq = w.rope_inv_freq,
                                             .tokens = step.tokens, .heads = a.num_heads, .head_dim = a.head_dim,
                                             .x_stride = qkv_dim, .pairs = a.rope.pairs},

@@ -74,7 +74,7 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 TEST_CASE("the stacked Q/K/V and gate/up layout computes the logits of the separate matrices") {
   edge::testing::temp_dir dir;
   const std::vector<token_id> prompt = {1, 17, 42, 99, 7, 250, 3, 64, 128, 5, 11, 300};
-  for (const char* preset : {"tiny", "tiny-qwen2"}) {
+  for (const char* preset : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
     CAPTURE(preset);
     const auto path = dir / preset;
     auto written = write_synthetic_model({.preset = preset, .format = synthetic_format::safetensors, .seed = 9,
@@ -150,7 +150,7 @@ TEST_CASE("forward_sample samples on the executor and copies only the rows asked
 
 TEST_CASE("the Hugging Face and GGUF forms of one synthetic model compute the same logits") {
   edge::testing::temp_dir dir;
-  for (const char* preset : {"tiny", "tiny-qwen2"}) {
+  for (const char* preset : {"tiny", "tiny-qwen2", "tiny-qwen3"}) {
     CAPTURE(preset);
     const auto hf_path = dir / (std::string(preset) + "-hf");
     const auto gguf_path = dir / (std::string(preset) + ".gguf");

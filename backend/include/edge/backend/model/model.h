@@ -61,6 +61,8 @@ struct layer_weights {
   tensor_view bq;          // [num_heads * head_dim]     (Qwen2 only; absent otherwise)
   tensor_view bk;          // [num_kv_heads * head_dim]  (Qwen2 only)
   tensor_view bv;          // [num_kv_heads * head_dim]  (Qwen2 only)
+  tensor_view q_norm;      // [head_dim] every Q head's RMSNorm weight (qk_norm only)
+  tensor_view k_norm;      // [head_dim] every K head's (qk_norm only)
   tensor_view ffn_norm;    // [hidden]
   weight_matrix w_gate;    // [intermediate, hidden]
   weight_matrix w_up;      // [intermediate, hidden]

@@ -8,7 +8,7 @@
 
 namespace edge::backend {
 
-enum class architecture { llama, qwen2, mistral };
+enum class architecture { llama, qwen2, mistral, qwen3 };
 
 std::string_view to_string(architecture arch);
 
@@ -43,6 +43,7 @@ struct model_config {
   std::optional<rope_scaling_llama3> rope_scaling;
   bool tie_embeddings = false;  // the classifier is the token embedding
   bool qkv_bias = false;        // Qwen2: biases on the Q, K and V projections
+  bool qk_norm = false;         // Qwen3: an RMSNorm over each head of Q and of K ([head_dim] weights), before RoPE
 };
 
 }  // namespace edge::backend

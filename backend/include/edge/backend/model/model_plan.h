@@ -6,7 +6,8 @@
 //
 // Every layer today is pre-norm:
 //   x += attention(rmsnorm(x))     attention_kind::gqa: per-head Q, K, V projections (optional
-//                                  biases), RoPE on Q and K, paged attention over the KV cache
+//                                  biases; optional RMSNorm over each head of Q and K, Qwen3),
+//                                  RoPE on Q and K, paged attention over the KV cache
 //                                  (grouped-query: num_heads / num_kv_heads query heads share a
 //                                  K/V head), output projection
 //   x += mlp(rmsnorm(x))           mlp_kind::dense: down(silu(gate(x)) * up(x))
@@ -52,6 +53,7 @@ struct attention_plan {
   std::int64_t num_kv_heads = 0;
   std::int64_t head_dim = 0;
   bool qkv_bias = false;       // biases on the Q, K and V projections (Qwen2)
+  bool qk_norm = false;        // an RMSNorm over each head of Q and K before RoPE (Qwen3)
   float softmax_scale = 0.0f;  // 1 / sqrt(head_dim)
   rope_plan rope;
 

@@ -34,6 +34,8 @@ struct projection_part {
 struct layer_forward_weights {
   const float* attn_norm = nullptr;         // [hidden]
   std::vector<projection_part> qkv;         // [qkv_dim, hidden] in all
+  const float* q_norm = nullptr;            // [head_dim] (qk_norm only)
+  const float* k_norm = nullptr;            // [head_dim] (qk_norm only)
   const float* rope_inv_freq = nullptr;     // [rotary_dim / 2]
   kernels::weight_view wo;                  // [hidden, q_dim]
   const float* ffn_norm = nullptr;          // [hidden]
