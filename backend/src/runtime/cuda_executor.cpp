@@ -620,6 +620,9 @@ result<std::unique_ptr<cuda_executor>> cuda_executor::create_synthetic(const mod
   if (weights != weight_format::int4 && weights != weight_format::fp8_e4m3 && weights != weight_format::bf16) {
     return invalid_argument("synthetic CUDA models have int4, fp8 or bf16 projections");
   }
+  if (config.qkv_bias || config.qk_norm) {
+    return invalid_argument("synthetic CUDA models have Llama's layers: no Q/K/V biases, no per-head Q/K norms");
+  }
   EDGE_ASSIGN_OR_RETURN(auto s, begin(options));
   EDGE_RETURN_IF_ERROR(s->set_plan(config));
   const model_plan& plan = s->plan;
