@@ -181,12 +181,7 @@ int run_compare(const config::values& settings) {
   std::vector<bench::configuration> results;
   for (const std::string& item : split_list(settings.string("compare"))) {
     bench::configuration config;
-    std::size_t start = 0;
-    while (start <= item.size()) {
-      const std::size_t plus = std::min(item.find('+', start), item.size());
-      const std::string file = item.substr(start, plus - start);
-      start = plus + 1;
-      if (file.empty()) continue;
+    for (const std::string& file : split_list(item, "+")) {
       auto read = bench::read_result_file(file);
       if (!read.ok()) {
         std::fprintf(stderr, "edgeinfer bench: %s\n", read.error().message().c_str());

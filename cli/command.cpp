@@ -28,11 +28,11 @@ int command::execute() const {
   return run_(*settled);
 }
 
-std::vector<std::string> split_list(std::string_view text) {
+std::vector<std::string> split_list(std::string_view text, std::string_view separators) {
   std::vector<std::string> out;
   std::string item;
   for (const char c : text) {
-    if (c == ',' || c == '\n' || c == ' ' || c == '\t') {
+    if (separators.find(c) != std::string_view::npos) {
       if (!item.empty()) out.push_back(std::move(item));
       item.clear();
     } else {

@@ -37,8 +37,8 @@ class command {
   body run_;
 };
 
-// The items of an option that takes a list: separated by commas or whitespace, empty items
-// dropped ("a, b,,c" gives a, b, c).
-std::vector<std::string> split_list(std::string_view text);
+// The items of an option that takes a list: separated by commas or whitespace (or by the
+// characters of `separators`), empty items dropped ("a, b,,c" gives a, b, c).
+std::vector<std::string> split_list(std::string_view text, std::string_view separators = ", \n\t");
 
 }  // namespace edge::cli

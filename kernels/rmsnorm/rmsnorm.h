@@ -30,9 +30,8 @@ struct rmsnorm_params {
   float eps = 1e-5f;
 };
 
+// invalid_argument for bad shapes or strides, and for groups with a residual or a gather (on
+// either device: the checks run before the call is routed).
 status run_rmsnorm(const rmsnorm_params& p, const stream& s);
-
-// invalid_argument for shapes and combinations run_rmsnorm refuses (on either device).
-status check_rmsnorm(const rmsnorm_params& p);
 
 }  // namespace edge::kernels

@@ -27,8 +27,6 @@ void normalize_row(const rmsnorm_params& p, std::int64_t row, std::int64_t group
   for (std::int64_t i = 0; i < p.cols; ++i) out[i] = x[i] * inv_rms * p.weight[i];
 }
 
-}  // namespace
-
 status check_rmsnorm(const rmsnorm_params& p) {
   if (p.cols <= 0 || p.groups <= 0 || p.x_stride < p.groups * p.cols || p.out_stride < p.groups * p.cols) {
     return invalid_argument("rmsnorm: bad shape or strides");
@@ -39,6 +37,8 @@ status check_rmsnorm(const rmsnorm_params& p) {
   }
   return {};
 }
+
+}  // namespace
 
 status run_rmsnorm(const rmsnorm_params& p, const stream& s) {
   EDGE_RETURN_IF_ERROR(check_rmsnorm(p));
