@@ -36,6 +36,9 @@ config::schema make_model_options() {
                 "Seed of the random weights; the same seed writes the same bytes");
   s.add_path("out", std::nullopt, "Folder (safetensors) or file (gguf) to write (required)");
   s.add_choice("dtype", "bf16", {"bf16", "f16", "f32"}, "Element type of the weights");
+  s.add_integer("layers", 0, 0, std::numeric_limits<std::int64_t>::max(),
+                "Write only the preset's first N layers, each at its real shape (0: all), so that the large "
+                "presets fit a small machine");
   s.add_bytes("max-shard-size", std::string(default_shard_size), min_shard_bytes,
               std::numeric_limits<std::int64_t>::max(),
               "safetensors: split the weights into shards of at most this size, listed by model.safetensors.index.json");
@@ -57,6 +60,7 @@ int run_make_model(const config::values& settings) {
   options.dtype = *kernels::parse_dtype(settings.string("dtype"));
   options.out = *out;
   options.max_shard_bytes = settings.bytes("max-shard-size");
+  options.layers = settings.integer("layers");
 
   const auto started = std::chrono::steady_clock::now();
   std::uint64_t weight_bytes = 0;

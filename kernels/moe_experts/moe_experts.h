@@ -18,13 +18,22 @@
 
 namespace edge::kernels {
 
+// One expert's matrices: gate and up stacked in `gate` (up.values null), or apart.
+struct moe_expert_weights {
+  weight_view gate;  // [intermediate, hidden], or [2 intermediate, hidden]: gate rows, then up rows
+  weight_view up;    // [intermediate, hidden], or values null when stacked in gate
+  weight_view down;  // [hidden, intermediate]
+
+  bool stacked() const { return up.values == nullptr; }
+};
+
 struct moe_experts_params {
-  const float* x;                // [tokens, hidden], row stride x_stride
-  const std::int32_t* experts;   // [tokens, top_k] chosen experts
-  const float* weights;          // [tokens, top_k] their weights
-  const weight_view* gate_up;    // [num_experts] each [2 intermediate, hidden]: gate rows, then up rows
-  const weight_view* down;       // [num_experts] each [hidden, intermediate]
-  float* out;                    // [tokens, hidden], row stride out_stride: the sum is added here
+  const float* x;                     // [tokens, hidden], row stride x_stride
+  const std::int32_t* experts;        // [tokens, top_k] chosen experts
+  const float* weights;               // [tokens, top_k] their weights
+  const moe_expert_weights* matrices; // [num_experts]
+  float* out;                         // [tokens, hidden], row stride out_stride: the sum is added here
+  std::int32_t* expert_tokens = nullptr;  // [num_experts] tokens each expert ran, or null
   std::int64_t tokens = 0;
   std::int64_t top_k = 0;
   std::int64_t num_experts = 0;

@@ -18,7 +18,10 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
   if (p.workspace_floats < moe_experts_workspace_floats(p.tokens, p.top_k, p.hidden, p.intermediate)) {
     return invalid_argument("moe experts: the workspace is too small");
   }
-  if (p.tokens == 0) return {};
+  if (p.tokens == 0) {
+    if (p.expert_tokens != nullptr) std::fill_n(p.expert_tokens, p.num_experts, 0);
+    return {};
+  }
   const std::int64_t pairs = p.tokens * p.top_k;
   for (std::int64_t i = 0; i < pairs; ++i) {
     if (p.experts[i] < 0 || p.experts[i] >= p.num_experts) {
@@ -38,6 +41,12 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
   cursor.assign(begin.begin(), begin.end() - 1);
   for (std::int64_t i = 0; i < pairs; ++i) order[static_cast<std::size_t>(cursor[static_cast<std::size_t>(p.experts[i])]++)] = i;
 
+  if (p.expert_tokens != nullptr) {
+    for (std::int64_t e = 0; e < p.num_experts; ++e) {
+      p.expert_tokens[e] = static_cast<std::int32_t>(begin[static_cast<std::size_t>(e + 1)] - begin[static_cast<std::size_t>(e)]);
+    }
+  }
+
   float* gathered = p.workspace;                         // [pairs, hidden] x rows in expert order
   float* activation = gathered + pairs * p.hidden;       // [pairs, 2 intermediate]
   float* expert_out = activation + pairs * 2 * p.intermediate;  // [pairs, hidden]
@@ -51,15 +60,26 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
     const std::int64_t rows = begin[static_cast<std::size_t>(e + 1)] - first;
     if (rows == 0) continue;  // never read
     const std::int64_t inter = p.intermediate;
-    EDGE_RETURN_IF_ERROR(run_matmul({.x = gathered + first * p.hidden, .w = p.gate_up[e], .y = activation + first * 2 * inter,
-                                     .tokens = rows, .n = 2 * inter, .k = p.hidden, .x_stride = p.hidden,
-                                     .y_stride = 2 * inter},
-                                    s));
+    const moe_expert_weights& m = p.matrices[e];
+    float* act = activation + first * 2 * inter;
+    const float* rows_x = gathered + first * p.hidden;
+    if (m.stacked()) {
+      EDGE_RETURN_IF_ERROR(run_matmul({.x = rows_x, .w = m.gate, .y = act, .tokens = rows, .n = 2 * inter,
+                                       .k = p.hidden, .x_stride = p.hidden, .y_stride = 2 * inter},
+                                      s));
+    } else {
+      EDGE_RETURN_IF_ERROR(run_matmul({.x = rows_x, .w = m.gate, .y = act, .tokens = rows, .n = inter, .k = p.hidden,
+                                       .x_stride = p.hidden, .y_stride = 2 * inter},
+                                      s));
+      EDGE_RETURN_IF_ERROR(run_matmul({.x = rows_x, .w = m.up, .y = act + inter, .tokens = rows, .n = inter,
+                                       .k = p.hidden, .x_stride = p.hidden, .y_stride = 2 * inter},
+                                      s));
+    }
     EDGE_RETURN_IF_ERROR(run_silu_mul({.gate = activation + first * 2 * inter, .up = activation + first * 2 * inter + inter,
                                        .out = activation + first * 2 * inter, .rows = rows, .cols = inter,
                                        .in_stride = 2 * inter, .out_stride = 2 * inter},
                                       s));
-    EDGE_RETURN_IF_ERROR(run_matmul({.x = activation + first * 2 * inter, .w = p.down[e], .y = expert_out + first * p.hidden,
+    EDGE_RETURN_IF_ERROR(run_matmul({.x = activation + first * 2 * inter, .w = m.down, .y = expert_out + first * p.hidden,
                                      .tokens = rows, .n = p.hidden, .k = inter, .x_stride = 2 * inter,
                                      .y_stride = p.hidden},
                                     s));

@@ -12,10 +12,10 @@ constexpr std::int64_t max_rope_blocks = 65535;
 
 __global__ void rope_kernel(float* __restrict__ x,                    // [tokens, heads, head_dim], token stride x_stride
                             const std::int32_t* __restrict__ positions,  // [tokens]
-                            const float* __restrict__ inv_freq,          // [head_dim / 2]
+                            const float* __restrict__ inv_freq,          // [rotary_dim / 2]
                             std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
-                            std::int64_t x_stride, bool adjacent) {
-  const std::int64_t pairs = head_dim / 2;
+                            std::int64_t rotary_dim, std::int64_t x_stride, bool adjacent) {
+  const std::int64_t pairs = rotary_dim / 2;
   const std::int64_t total = tokens * pairs * heads;
   for (std::int64_t item = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; item < total;
        item += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -39,12 +39,13 @@ __global__ void rope_kernel(float* __restrict__ x,                    // [tokens
 }  // namespace
 
 status run_rope(const rope_params& p, const stream& s) {
-  if (p.head_dim <= 0 || p.head_dim % 2 != 0) return invalid_argument("rope: head_dim must be even");
-  const std::int64_t total = p.tokens * p.heads * (p.head_dim / 2);
+  const std::int64_t rotated = detail::rope_rotated(p);
+  if (rotated == 0) return invalid_argument("rope: the rotated width must be even and at most head_dim");
+  const std::int64_t total = p.tokens * p.heads * (rotated / 2);
   if (total <= 0) return {};
   const std::int64_t blocks = std::min(max_rope_blocks, ceil_div(total, rope_threads));
   rope_kernel<<<static_cast<unsigned>(blocks), rope_threads, 0, native(s)>>>(
-      p.x, p.positions, p.inv_freq, p.tokens, p.heads, p.head_dim, p.x_stride, p.pairs == rope_pairs::adjacent);
+      p.x, p.positions, p.inv_freq, p.tokens, p.heads, p.head_dim, rotated, p.x_stride, p.pairs == rope_pairs::adjacent);
   return check_launch("rope");
 }
 

@@ -2,8 +2,9 @@
 //
 // For each token at position p, pair i of every head is rotated by the angle p * inv_freq[i].
 // Which elements form pair i depends on the layout: (2i, 2i+1) for GGUF / llama2.c weights,
-// (i, i + head_dim/2) for Hugging Face weights. inv_freq (with any rope scaling already
-// applied) comes from rope_inv_freq().
+// (i, i + rotary_dim/2) for Hugging Face weights. Only the leading rotary_dim elements of a
+// head rotate (partial rotary, GLM-4.5: half of each head); the rest pass through. inv_freq
+// (with any rope scaling already applied) comes from rope_inv_freq(rotary_dim, …).
 #pragma once
 
 #include <cstdint>
@@ -34,14 +35,24 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta,
 struct rope_params {
   float* x;                        // [tokens, heads, head_dim], token stride x_stride
   const std::int32_t* positions;   // [tokens]
-  const float* inv_freq;           // [head_dim / 2]
+  const float* inv_freq;           // [rotary_dim / 2]
   std::int64_t tokens = 0;
   std::int64_t heads = 0;
-  std::int64_t head_dim = 0;       // even
+  std::int64_t head_dim = 0;
+  std::int64_t rotary_dim = 0;     // even, at most head_dim; 0: head_dim
   std::int64_t x_stride = 0;
   rope_pairs pairs = rope_pairs::adjacent;
 };
 
+// invalid_argument for an odd or oversized rotary_dim.
 status run_rope(const rope_params& p, const stream& s);
+
+namespace detail {
+// The rotated width of p, or 0 when p's shape is invalid.
+constexpr std::int64_t rope_rotated(const rope_params& p) {
+  const std::int64_t rotated = p.rotary_dim > 0 ? p.rotary_dim : p.head_dim;
+  return rotated > 0 && rotated % 2 == 0 && rotated <= p.head_dim ? rotated : 0;
+}
+}  // namespace detail
 
 }  // namespace edge::kernels

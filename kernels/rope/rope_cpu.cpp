@@ -36,8 +36,9 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta,
 
 status run_rope(const rope_params& p, const stream& s) {
   if (s.where == device::cuda) return cuda::run_rope(p, s);
-  if (p.head_dim <= 0 || p.head_dim % 2 != 0) return invalid_argument("rope: head_dim must be even");
-  const std::int64_t pairs = p.head_dim / 2;
+  const std::int64_t rotated = detail::rope_rotated(p);
+  if (rotated == 0) return invalid_argument("rope: the rotated width must be even and at most head_dim");
+  const std::int64_t pairs = rotated / 2;
   cpu::parallel_for(s, p.tokens, 16, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t t = begin; t < end; ++t) {
       const float position = static_cast<float>(p.positions[t]);

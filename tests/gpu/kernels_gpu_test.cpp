@@ -200,7 +200,8 @@ void test_rmsnorm(gpu_test::results& r) {
 }
 
 void test_rope(gpu_test::results& r) {
-  for (const std::int64_t head_dim : {64, 128}) {
+  // rotary_dim 0 is the whole head; head_dim / 2 is GLM-4.5's partial rotary.
+  for (const auto& [head_dim, rotary_dim] : {std::pair<std::int64_t, std::int64_t>{64, 0}, {128, 0}, {128, 64}}) {
     for (const std::int64_t heads : {1, 8}) {
       for (const rope_pairs pairs : {rope_pairs::adjacent, rope_pairs::half_split}) {
         const std::int64_t tokens = 97;
@@ -208,22 +209,24 @@ void test_rope(gpu_test::results& r) {
         const auto x = random_floats(static_cast<std::size_t>(tokens * stride), 5);
         std::vector<std::int32_t> positions(static_cast<std::size_t>(tokens));
         for (std::int64_t t = 0; t < tokens; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t * 1013 % 131072);
-        const auto inv_freq = rope_inv_freq(head_dim, 500000.0, rope_llama3_scaling{8.0, 1.0, 4.0, 8192.0});
+        const auto inv_freq = rope_inv_freq(rotary_dim > 0 ? rotary_dim : head_dim, 500000.0,
+                                            rope_llama3_scaling{8.0, 1.0, 4.0, 8192.0});
         std::vector<float> x_cpu = x;
         gpu_test::check_ok(run_rope({.x = x_cpu.data(), .positions = positions.data(), .inv_freq = inv_freq.data(),
-                                     .tokens = tokens, .heads = heads, .head_dim = head_dim, .x_stride = stride,
-                                     .pairs = pairs},
+                                     .tokens = tokens, .heads = heads, .head_dim = head_dim, .rotary_dim = rotary_dim,
+                                     .x_stride = stride, .pairs = pairs},
                                     cpu()),
                            "cpu rope");
         device_array<float> d_x(x);
         device_array<std::int32_t> d_pos(positions);
         device_array<float> d_freq(inv_freq);
         gpu_test::check_ok(run_rope({.x = d_x.get(), .positions = d_pos.get(), .inv_freq = d_freq.get(), .tokens = tokens,
-                                     .heads = heads, .head_dim = head_dim, .x_stride = stride, .pairs = pairs},
+                                     .heads = heads, .head_dim = head_dim, .rotary_dim = rotary_dim, .x_stride = stride,
+                                     .pairs = pairs},
                                     gpu()),
                            "gpu rope");
         sync();
-        r.check(format("rope head_dim {} heads {} {} (abs, |x| <= 1.5)", head_dim, heads,
+        r.check(format("rope head_dim {} rotary {} heads {} {} (abs, |x| <= 1.5)", head_dim, rotary_dim, heads,
                        pairs == rope_pairs::adjacent ? "adjacent" : "half_split"),
                 max_abs_diff(x_cpu, d_x.download()), 1e-5);
       }

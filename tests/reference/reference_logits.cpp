@@ -5,7 +5,10 @@
 //   edge_reference_logits MODEL OUT_FILE STEPS ID...
 //
 // Writes [len(ids), vocab] float32 logits (little-endian) to OUT_FILE and prints
-// {"vocab": V, "greedy": [ids...]} on stdout. Exit 1 on any error, with the reason on stderr.
+// {"vocab": V, "greedy": [ids...], "moe_layers": [layer indices], "top_k": K} on stdout. For a
+// Mixture-of-Experts model it also writes OUT_FILE.experts: [len(ids), moe layers, K] int32, the
+// experts each prompt position chose in each MoE layer, in ascending order. Exit 1 on any
+// error, with the reason on stderr.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +54,8 @@ int main(int argc, char** argv) {
   // One token a step: each position's logits, then the continuation from the last.
   std::vector<float> row(static_cast<std::size_t>(vocab));
   std::vector<float> prompt_logits;
+  std::vector<std::int32_t> prompt_experts;  // [prompt, moe layers, top_k]
+  std::int64_t top_k = 0;
   std::vector<token_id> sequence = ids;
   std::vector<token_id> greedy;
   const auto prompt = static_cast<std::int64_t>(ids.size());
@@ -61,7 +66,17 @@ int main(int argc, char** argv) {
     plan.entries.push_back({.tokens = {&sequence[static_cast<std::size_t>(p)], 1}, .start_position = p,
                             .block_table = blocks, .compute_logits = true});
     if (const auto s = (*exec)->forward(plan, row); !s.ok()) return fail(s.message());
-    if (p < prompt) prompt_logits.insert(prompt_logits.end(), row.begin(), row.end());
+    if (p < prompt) {
+      prompt_logits.insert(prompt_logits.end(), row.begin(), row.end());
+      const expert_routing routing = (*exec)->last_routing();
+      top_k = routing.top_k;
+      for (std::int64_t layer = 0; layer < routing.moe_layers; ++layer) {
+        const auto first = routing.choices.begin() + layer * routing.top_k;  // one token a step
+        std::vector<std::int32_t> chosen(first, first + routing.top_k);
+        std::sort(chosen.begin(), chosen.end());
+        prompt_experts.insert(prompt_experts.end(), chosen.begin(), chosen.end());
+      }
+    }
     if (p + 1 >= prompt && static_cast<int>(greedy.size()) < steps) {
       token_id best = 0;
       for (std::int64_t v = 1; v < vocab; ++v) {
@@ -75,8 +90,21 @@ int main(int argc, char** argv) {
   out.write(reinterpret_cast<const char*>(prompt_logits.data()),
             static_cast<std::streamsize>(prompt_logits.size() * sizeof(float)));
   if (!out) return fail(std::string("cannot write ") + argv[2]);
+  if (!prompt_experts.empty()) {
+    std::ofstream experts(std::string(argv[2]) + ".experts", std::ios::binary);
+    experts.write(reinterpret_cast<const char*>(prompt_experts.data()),
+                  static_cast<std::streamsize>(prompt_experts.size() * sizeof(std::int32_t)));
+    if (!experts) return fail(std::string("cannot write ") + argv[2] + ".experts");
+  }
   std::printf("{\"vocab\": %lld, \"greedy\": [", static_cast<long long>(vocab));
   for (std::size_t i = 0; i < greedy.size(); ++i) std::printf("%s%d", i == 0 ? "" : ", ", greedy[i]);
-  std::printf("]}\n");
+  std::printf("], \"moe_layers\": [");
+  bool first_layer = true;
+  for (std::int64_t layer = 0; layer < m.config.num_layers; ++layer) {
+    if (!m.config.moe || !m.config.moe->sparse(layer)) continue;
+    std::printf("%s%lld", first_layer ? "" : ", ", static_cast<long long>(layer));
+    first_layer = false;
+  }
+  std::printf("], \"top_k\": %lld}\n", static_cast<long long>(top_k));
   return 0;
 }

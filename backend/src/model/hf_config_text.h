@@ -16,6 +16,8 @@ inline std::string_view hf_architecture_class(architecture arch) {
     case architecture::qwen2: return "Qwen2ForCausalLM";
     case architecture::mistral: return "MistralForCausalLM";
     case architecture::qwen3: return "Qwen3ForCausalLM";
+    case architecture::qwen3_moe: return "Qwen3MoeForCausalLM";
+    case architecture::glm4_moe: return "Glm4MoeForCausalLM";
   }
   return "LlamaForCausalLM";
 }
@@ -47,16 +49,51 @@ inline std::string hf_config_shape_fields(const model_config& c) {
   return out;
 }
 
-// The class's own fields about biases and windows, as the class spells them: Qwen2 has neither
-// attention_bias nor mlp_bias, Qwen3 has attention_bias, the Llama classes have both.
+// The class's own fields about biases, windows, rotary width and experts, as the class spells
+// them: Qwen2 has neither attention_bias nor mlp_bias, Qwen3 and Qwen3-MoE have attention_bias,
+// the Llama classes have both, GLM-4.5's attention_bias means Q/K/V biases.
 inline std::string hf_config_class_fields(const model_config& c) {
+  const auto field = [](std::string_view name, const std::string& value) {
+    return "  \"" + std::string(name) + "\": " + value + ",\n";
+  };
+  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
+  std::string out;
   switch (c.arch) {
-    case architecture::qwen2: return "  \"use_sliding_window\": false,\n";
-    case architecture::qwen3: return "  \"use_sliding_window\": false,\n  \"attention_bias\": false,\n";
+    case architecture::qwen2: return field("use_sliding_window", "false");
+    case architecture::qwen3: return field("use_sliding_window", "false") + field("attention_bias", "false");
+    case architecture::qwen3_moe: {
+      out = field("use_sliding_window", "false") + field("attention_bias", "false");
+      if (!c.moe) return out + field("num_experts", "0");
+      const moe_config& m = *c.moe;
+      std::string dense = "[";
+      for (std::size_t i = 0; i < m.dense_layers.size(); ++i) {
+        dense += (i > 0 ? ", " : "") + std::to_string(m.dense_layers[i]);
+      }
+      dense += "]";
+      return out + field("num_experts", std::to_string(m.num_experts)) +
+             field("num_experts_per_tok", std::to_string(m.experts_per_token)) +
+             field("moe_intermediate_size", std::to_string(m.expert_intermediate)) +
+             field("norm_topk_prob", boolean(m.normalize_weights)) +
+             field("decoder_sparse_step", std::to_string(m.sparse_step)) + field("mlp_only_layers", dense);
+    }
+    case architecture::glm4_moe: {
+      out = field("attention_bias", boolean(c.qkv_bias)) + field("use_qk_norm", boolean(c.qk_norm)) +
+            field("partial_rotary_factor",
+                  json_number(static_cast<double>(c.rotated()) / static_cast<double>(c.head_dim)));
+      const moe_config m = c.moe.value_or(moe_config{});
+      return out + field("n_routed_experts", std::to_string(m.num_experts)) +
+             field("n_shared_experts", std::to_string(m.shared_experts)) +
+             field("num_experts_per_tok", std::to_string(m.experts_per_token)) +
+             field("moe_intermediate_size", std::to_string(m.expert_intermediate)) +
+             field("first_k_dense_replace", std::to_string(m.first_dense_layers)) +
+             field("norm_topk_prob", boolean(m.normalize_weights)) +
+             field("routed_scaling_factor", json_number(m.routed_scaling)) + field("n_group", std::to_string(m.groups)) +
+             field("topk_group", std::to_string(m.top_groups));
+    }
     case architecture::llama:
     case architecture::mistral: break;
   }
-  return "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n";
+  return field("attention_bias", "false") + field("mlp_bias", "false");
 }
 
 }  // namespace edge::backend

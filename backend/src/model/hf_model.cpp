@@ -26,7 +26,74 @@ constexpr architecture_defaults known_architectures[] = {
     {"MistralForCausalLM", architecture::mistral, 4096 * 32, false, false, 0},
     {"Qwen2ForCausalLM", architecture::qwen2, 32768, true, false, 0},
     {"Qwen3ForCausalLM", architecture::qwen3, 32768, false, true, 128},
+    {"Qwen3MoeForCausalLM", architecture::qwen3_moe, 32768, false, true, 0},
+    {"Glm4MoeForCausalLM", architecture::glm4_moe, 131072, false, false, 0},
 };
+
+constexpr std::string_view supported_classes =
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and "
+    "Glm4MoeForCausalLM are";
+
+// transformers' defaults for the Mixture-of-Experts fields (Qwen3MoeConfig, Glm4MoeConfig).
+struct moe_defaults {
+  std::int64_t num_experts, experts_per_token, expert_intermediate, shared_experts, first_dense_layers;
+  bool normalize_weights;
+};
+constexpr moe_defaults qwen3_moe_defaults{128, 8, 768, 0, 0, false};
+constexpr moe_defaults glm4_moe_defaults{128, 8, 1408, 1, 1, true};
+
+// The Mixture-of-Experts fields of a Qwen3-MoE or GLM-4.5 config.json; nullopt for a dense one
+// (Qwen3-MoE with num_experts 0).
+result<std::optional<moe_config>> parse_moe(const json_fields& fields, architecture arch) {
+  moe_config moe;
+  if (arch == architecture::qwen3_moe) {
+    const moe_defaults& d = qwen3_moe_defaults;
+    EDGE_ASSIGN_OR_RETURN(moe.num_experts, fields.value_or<std::int64_t>("num_experts", d.num_experts));
+    if (moe.num_experts == 0) return std::optional<moe_config>{};
+    EDGE_ASSIGN_OR_RETURN(moe.experts_per_token, fields.value_or<std::int64_t>("num_experts_per_tok", d.experts_per_token));
+    EDGE_ASSIGN_OR_RETURN(moe.expert_intermediate,
+                          fields.value_or<std::int64_t>("moe_intermediate_size", d.expert_intermediate));
+    EDGE_ASSIGN_OR_RETURN(moe.normalize_weights, fields.value_or<bool>("norm_topk_prob", d.normalize_weights));
+    EDGE_ASSIGN_OR_RETURN(moe.sparse_step, fields.value_or<std::int64_t>("decoder_sparse_step", 1));
+    EDGE_ASSIGN_OR_RETURN(const auto dense, fields.optional<json_array>("mlp_only_layers"));
+    if (dense) {
+      for (const json_value layer : *dense) {
+        EDGE_ASSIGN_OR_RETURN(const std::int64_t index, layer.as<std::int64_t>());
+        moe.dense_layers.push_back(index);
+      }
+    }
+    moe.scoring = kernels::router_scoring::softmax;
+    return std::optional<moe_config>{moe};
+  }
+  // GLM-4.5 (and DeepSeek-V3's router, which it shares): sigmoid scores, a correction bias,
+  // group-limited choice, scaled weights.
+  const moe_defaults& d = glm4_moe_defaults;
+  EDGE_ASSIGN_OR_RETURN(moe.num_experts, fields.value_or<std::int64_t>("n_routed_experts", d.num_experts));
+  EDGE_ASSIGN_OR_RETURN(moe.experts_per_token, fields.value_or<std::int64_t>("num_experts_per_tok", d.experts_per_token));
+  EDGE_ASSIGN_OR_RETURN(moe.expert_intermediate,
+                        fields.value_or<std::int64_t>("moe_intermediate_size", d.expert_intermediate));
+  EDGE_ASSIGN_OR_RETURN(moe.shared_experts, fields.value_or<std::int64_t>("n_shared_experts", d.shared_experts));
+  EDGE_ASSIGN_OR_RETURN(moe.first_dense_layers,
+                        fields.value_or<std::int64_t>("first_k_dense_replace", d.first_dense_layers));
+  EDGE_ASSIGN_OR_RETURN(moe.normalize_weights, fields.value_or<bool>("norm_topk_prob", d.normalize_weights));
+  EDGE_ASSIGN_OR_RETURN(moe.routed_scaling, fields.value_or<double>("routed_scaling_factor", 1.0));
+  EDGE_ASSIGN_OR_RETURN(moe.groups, fields.value_or<std::int64_t>("n_group", 1));
+  EDGE_ASSIGN_OR_RETURN(moe.top_groups, fields.value_or<std::int64_t>("topk_group", 1));
+  moe.scoring = kernels::router_scoring::sigmoid;
+  moe.correction_bias = true;
+  // DeepSeek-V3's configs name the scoring and the choice; GLM's imply these values.
+  const struct {
+    std::string_view field, supported;
+  } fixed[] = {{"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"}};
+  for (const auto& f : fixed) {
+    EDGE_ASSIGN_OR_RETURN(const auto value, fields.optional<std::string_view>(f.field));
+    if (value && *value != f.supported) {
+      return status(status_code::unimplemented,
+                    edge::format("{} \"{}\" is not supported (only \"{}\" is)", f.field, *value, f.supported));
+    }
+  }
+  return std::optional<moe_config>{moe};
+}
 
 // Defaults shared by the three configuration classes.
 constexpr double default_rms_norm_eps = 1e-6;
@@ -149,9 +216,7 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   }
   if (defaults == nullptr) {
     return status(status_code::unimplemented,
-                  edge::format("architecture {} is not supported (LlamaForCausalLM, Qwen2ForCausalLM, "
-                               "Qwen3ForCausalLM and MistralForCausalLM are)",
-                               class_name));
+                  edge::format("architecture {} is not supported ({})", class_name, supported_classes));
   }
 
   parsed_config parsed;
@@ -191,19 +256,34 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
     return status(status_code::unimplemented,
                   edge::format("hidden_act \"{}\" is not supported (only \"silu\" is)", *activation));
   }
-  // Llama's attention_bias also puts a bias on o_proj, which model_weights has no slot for.
   EDGE_ASSIGN_OR_RETURN(const auto attention_bias, fields.optional<bool>("attention_bias"));
   EDGE_ASSIGN_OR_RETURN(const auto mlp_bias, fields.optional<bool>("mlp_bias"));
-  if (attention_bias.value_or(false) || mlp_bias.value_or(false)) {
+  if (config.arch == architecture::glm4_moe) {
+    // GLM-4.5's attention_bias is on Q, K and V only; use_qk_norm adds Qwen3's per-head norms;
+    // RoPE turns the leading partial_rotary_factor of each head.
+    config.qkv_bias = attention_bias.value_or(false);
+    EDGE_ASSIGN_OR_RETURN(config.qk_norm, fields.value_or<bool>("use_qk_norm", false));
+    EDGE_ASSIGN_OR_RETURN(const double partial, fields.value_or<double>("partial_rotary_factor", 0.5));
+    if (!(partial > 0.0 && partial <= 1.0)) {
+      return invalid_argument(edge::format("partial_rotary_factor = {} must be in (0, 1]", partial));
+    }
+    config.rotary_dim = static_cast<std::int64_t>(static_cast<double>(config.head_dim) * partial);
+  } else if (attention_bias.value_or(false) || mlp_bias.value_or(false)) {
+    // The Llama and Qwen3 classes' attention_bias also puts a bias on o_proj, which
+    // model_weights has no slot for.
     return status(status_code::unimplemented, "attention_bias / mlp_bias are not supported");
+  }
+  if (config.arch == architecture::qwen3_moe || config.arch == architecture::glm4_moe) {
+    EDGE_ASSIGN_OR_RETURN(config.moe, parse_moe(fields, config.arch));
   }
 
   // Sliding-window attention is not implemented; within the window the results are the same.
   const logger log{"model"};
   EDGE_ASSIGN_OR_RETURN(const auto use_sliding_window, fields.optional<bool>("use_sliding_window"));
   EDGE_ASSIGN_OR_RETURN(const auto sliding_window, fields.optional<std::int64_t>("sliding_window"));
-  const bool sliding = config.arch == architecture::qwen2 || config.arch == architecture::qwen3
-                           ? use_sliding_window.value_or(false)
+  const bool qwen = config.arch == architecture::qwen2 || config.arch == architecture::qwen3 ||
+                    config.arch == architecture::qwen3_moe;
+  const bool sliding = qwen ? use_sliding_window.value_or(false)
                            : sliding_window.has_value();
   if (sliding && sliding_window && *sliding_window < config.max_position) {
     log.warn("the model was trained with a {}-token sliding attention window; edgeinfer attends to the whole "
@@ -233,7 +313,7 @@ result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, cons
   names.token_embedding = "model.embed_tokens.weight";
   names.final_norm = "model.norm.weight";
   names.lm_head = "lm_head.weight";
-  names.layer = [](std::int64_t i) {
+  names.layer = [&config](std::int64_t i) {
     const std::string prefix = edge::format("model.layers.{}.", i);
     layer_tensor_names layer;
     layer.attn_norm = prefix + "input_layernorm.weight";
@@ -247,9 +327,18 @@ result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, cons
     layer.q_norm = prefix + "self_attn.q_norm.weight";
     layer.k_norm = prefix + "self_attn.k_norm.weight";
     layer.ffn_norm = prefix + "post_attention_layernorm.weight";
-    layer.w_gate = prefix + "mlp.gate_proj.weight";
-    layer.w_up = prefix + "mlp.up_proj.weight";
-    layer.w_down = prefix + "mlp.down_proj.weight";
+    const bool sparse = config.moe && config.moe->sparse(i);
+    // A sparse layer's always-on experts (GLM-4.5) or a dense layer's MLP.
+    const std::string mlp = prefix + (sparse ? "mlp.shared_experts." : "mlp.");
+    layer.w_gate = mlp + "gate_proj.weight";
+    layer.w_up = mlp + "up_proj.weight";
+    layer.w_down = mlp + "down_proj.weight";
+    layer.router = prefix + "mlp.gate.weight";
+    layer.router_bias = prefix + "mlp.gate.e_score_correction_bias";
+    layer.expert = [prefix](std::int64_t e) {
+      const std::string expert = prefix + edge::format("mlp.experts.{}.", e);
+      return expert_tensor_names{expert + "gate_proj.weight", expert + "up_proj.weight", expert + "down_proj.weight"};
+    };
     return layer;
   };
   return bind_weights(tensor_index(tensors), config, names, options);

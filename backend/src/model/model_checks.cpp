@@ -1,9 +1,11 @@
 #include "model_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
 #include "edge/common/format.h"
+#include "kernels/moe_routing/moe_routing.h"
 
 namespace edge::backend {
 namespace {
@@ -14,6 +16,7 @@ constexpr std::int64_t max_width = std::int64_t{1} << 20;  // hidden, intermedia
 constexpr std::int64_t max_layers = 4096;
 constexpr std::int64_t max_heads = 4096;
 constexpr std::int64_t max_positions = std::int64_t{1} << 30;
+constexpr std::int64_t max_experts = kernels::max_router_experts;
 
 status out_of_bounds(std::string_view name, std::int64_t value, std::int64_t low, std::int64_t high) {
   return invalid_argument(edge::format("{} = {} is outside [{}, {}]", name, value, low, high));
@@ -57,6 +60,50 @@ status check_config(const model_config& config) {
     return invalid_argument(edge::format("rope_theta = {} must be positive", config.rope_theta));
   }
   if (config.rope_scaling) EDGE_RETURN_IF_ERROR(check_rope_scaling(*config.rope_scaling));
+  if (config.rotary_dim != 0 && (config.rotary_dim < 2 || config.rotary_dim > config.head_dim || config.rotary_dim % 2 != 0)) {
+    return invalid_argument(edge::format("the rotary dimension {} (head_dim × partial_rotary_factor) must be even and "
+                                         "within head_dim = {}",
+                                         config.rotary_dim, config.head_dim));
+  }
+  if (config.moe) EDGE_RETURN_IF_ERROR(check_moe(*config.moe, config.num_layers));
+  return {};
+}
+
+status check_moe(const moe_config& moe, std::int64_t num_layers) {
+  const struct {
+    std::string_view name;
+    std::int64_t value;
+    std::int64_t low;
+    std::int64_t high;
+  } sizes[] = {
+      {"num_experts", moe.num_experts, 1, max_experts},
+      {"num_experts_per_tok", moe.experts_per_token, 1, moe.num_experts},
+      {"moe_intermediate_size", moe.expert_intermediate, 1, max_width},
+      {"n_shared_experts", moe.shared_experts, 0, max_width / std::max<std::int64_t>(moe.expert_intermediate, 1)},
+      {"n_group", moe.groups, 1, moe.num_experts},
+      {"topk_group", moe.top_groups, 1, moe.groups},
+      {"first_k_dense_replace", moe.first_dense_layers, 0, num_layers},
+      {"decoder_sparse_step", moe.sparse_step, 1, num_layers},
+  };
+  for (const auto& size : sizes) {
+    if (size.value < size.low || size.value > size.high) return out_of_bounds(size.name, size.value, size.low, size.high);
+  }
+  if (moe.num_experts % moe.groups != 0) {
+    return invalid_argument(edge::format("n_group = {} does not divide num_experts = {}", moe.groups, moe.num_experts));
+  }
+  if (moe.top_groups * (moe.num_experts / moe.groups) < moe.experts_per_token) {
+    return invalid_argument(edge::format("topk_group = {} groups of {} experts cannot hold num_experts_per_tok = {}",
+                                         moe.top_groups, moe.num_experts / moe.groups, moe.experts_per_token));
+  }
+  if (moe.scoring == kernels::router_scoring::softmax && (moe.correction_bias || moe.groups > 1)) {
+    return invalid_argument("a softmax router has no correction bias and no expert groups");
+  }
+  if (!(moe.routed_scaling > 0.0) || !std::isfinite(moe.routed_scaling)) {
+    return invalid_argument(edge::format("routed_scaling_factor = {} must be positive", moe.routed_scaling));
+  }
+  for (const std::int64_t layer : moe.dense_layers) {
+    if (layer < 0 || layer >= num_layers) return out_of_bounds("an mlp_only_layers entry", layer, 0, num_layers - 1);
+  }
   return {};
 }
 

@@ -14,6 +14,8 @@ namespace edge::backend {
 // product of two sizes far from overflowing.
 status check_config(const model_config& config);
 status check_rope_scaling(const rope_scaling_llama3& scaling);
+// The experts, their groups and the sparse layers (fields named as transformers names them).
+status check_moe(const moe_config& moe, std::int64_t num_layers);
 
 // What llama.cpp stores as rope_freqs.weight for Llama 3 scaling: per rotated pair i of a head
 // (head_dim / 2 of them), the divisor applied to the frequency theta^(-2i / head_dim).

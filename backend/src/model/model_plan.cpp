@@ -17,6 +17,7 @@ std::string_view to_string(attention_kind kind) {
 std::string_view to_string(mlp_kind kind) {
   switch (kind) {
     case mlp_kind::dense: return "dense";
+    case mlp_kind::moe: return "moe";
   }
   return "unknown";
 }
@@ -41,6 +42,28 @@ std::int64_t model_plan::max_intermediate() const {
   return widest;
 }
 
+std::int64_t model_plan::moe_layers() const {
+  return std::count_if(layers.begin(), layers.end(), [](const layer_plan& l) { return l.mlp.kind == mlp_kind::moe; });
+}
+
+std::int64_t model_plan::max_experts() const {
+  std::int64_t widest = 0;
+  for (const layer_plan& l : layers) widest = std::max(widest, l.mlp.experts);
+  return widest;
+}
+
+std::int64_t model_plan::max_top_k() const {
+  std::int64_t widest = 0;
+  for (const layer_plan& l : layers) widest = std::max(widest, l.mlp.top_k);
+  return widest;
+}
+
+std::int64_t model_plan::max_expert_intermediate() const {
+  std::int64_t widest = 0;
+  for (const layer_plan& l : layers) widest = std::max(widest, l.mlp.expert_intermediate);
+  return widest;
+}
+
 result<model_plan> plan_model(const model_config& c) {
   EDGE_RETURN_IF_ERROR(check_config(c));
 
@@ -54,14 +77,14 @@ result<model_plan> plan_model(const model_config& c) {
 
   rope_plan rope;
   rope.pairs = c.rope == rope_layout::adjacent_pairs ? kernels::rope_pairs::adjacent : kernels::rope_pairs::half_split;
-  rope.rotary_dim = c.head_dim;
+  rope.rotary_dim = c.rotated();
   rope.theta = c.rope_theta;
   if (c.rope_scaling) {
     rope.scaling = kernels::rope_llama3_scaling{c.rope_scaling->factor, c.rope_scaling->low_freq_factor,
                                                 c.rope_scaling->high_freq_factor,
                                                 static_cast<double>(c.rope_scaling->original_max_position)};
   }
-  const layer_plan layer{
+  const layer_plan dense_layer{
       .attention = {.kind = attention_kind::gqa,
                     .num_heads = c.num_heads,
                     .num_kv_heads = c.num_kv_heads,
@@ -71,7 +94,24 @@ result<model_plan> plan_model(const model_config& c) {
                     .softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                     .rope = rope},
       .mlp = {.kind = mlp_kind::dense, .intermediate = c.intermediate_size}};
-  plan.layers.assign(static_cast<std::size_t>(c.num_layers), layer);
+  layer_plan sparse_layer = dense_layer;
+  if (c.moe) {
+    const moe_config& moe = *c.moe;
+    sparse_layer.mlp = {.kind = mlp_kind::moe,
+                        .intermediate = moe.shared_intermediate(),
+                        .experts = moe.num_experts,
+                        .top_k = moe.experts_per_token,
+                        .expert_intermediate = moe.expert_intermediate,
+                        .router = {.scoring = moe.scoring,
+                                   .correction_bias = moe.correction_bias,
+                                   .groups = moe.groups,
+                                   .top_groups = moe.top_groups,
+                                   .normalize = moe.normalize_weights,
+                                   .scaling = static_cast<float>(moe.routed_scaling)}};
+  }
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    plan.layers.push_back(c.moe && c.moe->sparse(i) ? sparse_layer : dense_layer);
+  }
   return plan;
 }
 

@@ -78,6 +78,45 @@ model_config qwen3_config(std::int64_t vocab, std::int64_t hidden, std::int64_t 
   return c;
 }
 
+model_config qwen3_moe_config(std::int64_t vocab, std::int64_t hidden, std::int64_t intermediate, std::int64_t layers,
+                              std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim,
+                              std::int64_t max_position, const moe_config& moe) {
+  model_config c = qwen3_config(vocab, hidden, intermediate, layers, heads, kv_heads, head_dim, max_position);
+  c.arch = architecture::qwen3_moe;
+  c.tie_embeddings = false;
+  c.moe = moe;
+  c.moe->scoring = kernels::router_scoring::softmax;
+  return c;
+}
+
+// GLM-4.5: Q/K/V biases, RoPE over the first half of each head, a sigmoid router with a
+// correction bias, shared experts.
+model_config glm4_moe_config(std::int64_t vocab, std::int64_t hidden, std::int64_t intermediate, std::int64_t layers,
+                             std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim,
+                             std::int64_t max_position, const moe_config& moe) {
+  model_config c = qwen2_config(vocab, hidden, intermediate, layers, heads, kv_heads, head_dim, max_position);
+  c.arch = architecture::glm4_moe;
+  c.tie_embeddings = false;
+  c.rms_norm_eps = 1e-5;
+  c.rotary_dim = head_dim / 2;
+  c.moe = moe;
+  c.moe->scoring = kernels::router_scoring::sigmoid;
+  c.moe->correction_bias = true;
+  return c;
+}
+
+moe_config experts_of(std::int64_t experts, std::int64_t top_k, std::int64_t width, std::int64_t shared = 0,
+                      std::int64_t first_dense = 0) {
+  moe_config m;
+  m.num_experts = experts;
+  m.experts_per_token = top_k;
+  m.expert_intermediate = width;
+  m.shared_experts = shared;
+  m.first_dense_layers = first_dense;
+  m.normalize_weights = true;
+  return m;
+}
+
 const std::vector<synthetic_preset>& preset_table() {
   // Llama 3's vocabulary: 128000 BPE tokens and a block of 256 special ones.
   constexpr std::int64_t llama3_vocab = 128256;
@@ -104,6 +143,21 @@ const std::vector<synthetic_preset>& preset_table() {
     table.push_back({"tiny-qwen3", "Qwen3 architecture (per-head Q/K RMSNorm, heads of 32 over hidden 64), 2 layers, "
                      "vocab 512 (tests)",
                      qwen3_config(tiny_vocab, 64, 176, 2, 4, 2, 32, 4096), 8});
+    // Every MoE rule in three layers: Qwen3-MoE with a dense layer between two sparse ones
+    // (mlp_only_layers); GLM-4.5 with a first dense layer, grouped choice (4 groups, 2 kept),
+    // a shared expert and a routed scaling of 2.5.
+    moe_config tiny_qwen_experts = experts_of(8, 2, 32);
+    tiny_qwen_experts.dense_layers = {1};
+    table.push_back({"tiny-qwen3-moe", "Qwen3-MoE architecture, 3 layers (the middle one dense), 8 experts, top 2, "
+                     "hidden 64, vocab 512 (tests)",
+                     qwen3_moe_config(tiny_vocab, 64, 176, 3, 4, 2, 32, 4096, tiny_qwen_experts), 8});
+    moe_config tiny_glm_experts = experts_of(16, 4, 32, 1, 1);
+    tiny_glm_experts.groups = 4;
+    tiny_glm_experts.top_groups = 2;
+    tiny_glm_experts.routed_scaling = 2.5;
+    table.push_back({"tiny-glm4-moe", "GLM-4.5 architecture (Q/K/V biases, half-rotary heads), 3 layers (the first "
+                     "dense), 16 experts in 4 groups, top 4 + 1 shared, hidden 64, vocab 512 (tests)",
+                     glm4_moe_config(tiny_vocab, 64, 176, 3, 4, 2, 32, 4096, tiny_glm_experts), 8});
     auto llama_32_1b = llama_config(llama3_vocab, 2048, 8192, 16, 32, 8, 64, 131072, llama3_theta, true);
     llama_32_1b.rope_scaling = rope_scaling_llama3{32.0, 1.0, 4.0, 8192};
     table.push_back({"llama-3.2-1b", "Llama 3.2 1B shapes: 16 layers, hidden 2048, 32/8 heads, tied, llama3 RoPE "
@@ -115,6 +169,16 @@ const std::vector<synthetic_preset>& preset_table() {
     table.push_back({"qwen2.5-0.5b", "Qwen2.5 0.5B shapes: 24 layers, hidden 896, 14/2 heads, Q/K/V biases, tied "
                      "(about 1 GB in bf16)",
                      qwen2_config(qwen25_vocab, 896, 4864, 24, 14, 2, 64, 32768), qwen25_specials});
+    // The published MoE shapes, whole or cut with --layers.
+    table.push_back({"qwen3-30b-a3b", "Qwen3-30B-A3B shapes: 48 layers, hidden 2048, 32/4 heads of 128, 128 experts "
+                     "of 768, top 8 (about 61 GB in bf16; use --layers)",
+                     qwen3_moe_config(qwen25_vocab, 2048, 6144, 48, 32, 4, 128, 40960, experts_of(128, 8, 768)),
+                     qwen25_specials});
+    constexpr std::int64_t glm_vocab = 151552;
+    auto glm_air = glm4_moe_config(glm_vocab, 4096, 10944, 46, 96, 8, 128, 131072, experts_of(128, 8, 1408, 1, 1));
+    table.push_back({"glm-4.5-air", "GLM-4.5-Air shapes: 46 layers (the first dense), hidden 4096, 96/8 heads of 128, "
+                     "128 experts of 1408 + 1 shared, top 8 (about 220 GB in bf16; use --layers)",
+                     glm_air, glm_vocab - 151329});
     return table;
   }();
   return presets;
@@ -185,9 +249,27 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
     }
     add(hf + "self_attn.o_proj.weight", blk + "attn_output.weight", {c.hidden_size, q_width}, fill::random);
     add(hf + "post_attention_layernorm.weight", blk + "ffn_norm.weight", {c.hidden_size}, fill::ones);
-    add(hf + "mlp.gate_proj.weight", blk + "ffn_gate.weight", {c.intermediate_size, c.hidden_size}, fill::random);
-    add(hf + "mlp.up_proj.weight", blk + "ffn_up.weight", {c.intermediate_size, c.hidden_size}, fill::random);
-    add(hf + "mlp.down_proj.weight", blk + "ffn_down.weight", {c.hidden_size, c.intermediate_size}, fill::random);
+    if (!(c.moe && c.moe->sparse(i))) {
+      add(hf + "mlp.gate_proj.weight", blk + "ffn_gate.weight", {c.intermediate_size, c.hidden_size}, fill::random);
+      add(hf + "mlp.up_proj.weight", blk + "ffn_up.weight", {c.intermediate_size, c.hidden_size}, fill::random);
+      add(hf + "mlp.down_proj.weight", blk + "ffn_down.weight", {c.hidden_size, c.intermediate_size}, fill::random);
+      continue;
+    }
+    const moe_config& moe = *c.moe;
+    const std::int64_t width = moe.expert_intermediate;
+    add(hf + "mlp.gate.weight", blk + "ffn_gate_inp.weight", {moe.num_experts, c.hidden_size}, fill::random);
+    if (moe.correction_bias) add(hf + "mlp.gate.e_score_correction_bias", blk + "exp_probs_b.bias", {moe.num_experts}, fill::random);
+    for (std::int64_t e = 0; e < moe.num_experts; ++e) {
+      const auto expert = edge::format("{}mlp.experts.{}.", hf, e);
+      add(expert + "gate_proj.weight", "", {width, c.hidden_size}, fill::random);
+      add(expert + "up_proj.weight", "", {width, c.hidden_size}, fill::random);
+      add(expert + "down_proj.weight", "", {c.hidden_size, width}, fill::random);
+    }
+    if (const std::int64_t shared = moe.shared_intermediate(); shared > 0) {
+      add(hf + "mlp.shared_experts.gate_proj.weight", blk + "ffn_gate_shexp.weight", {shared, c.hidden_size}, fill::random);
+      add(hf + "mlp.shared_experts.up_proj.weight", blk + "ffn_up_shexp.weight", {shared, c.hidden_size}, fill::random);
+      add(hf + "mlp.shared_experts.down_proj.weight", blk + "ffn_down_shexp.weight", {c.hidden_size, shared}, fill::random);
+    }
   }
   add("model.norm.weight", "output_norm.weight", {c.hidden_size}, fill::ones);
   if (!c.tie_embeddings) add("lm_head.weight", "output.weight", {c.vocab_size, c.hidden_size}, fill::random);
@@ -307,8 +389,10 @@ std::uint64_t seed_hash_of(std::uint64_t seed) {
 }
 
 special_token_style style_of(const model_config& config) {
-  const bool qwen = config.arch == architecture::qwen2 || config.arch == architecture::qwen3;
-  return qwen ? special_token_style::chatml : special_token_style::llama3;
+  // GLM's own special tokens are not made; its synthetic models speak ChatML like Qwen's.
+  const bool chatml = config.arch == architecture::qwen2 || config.arch == architecture::qwen3 ||
+                      config.arch == architecture::qwen3_moe || config.arch == architecture::glm4_moe;
+  return chatml ? special_token_style::chatml : special_token_style::llama3;
 }
 
 // The plan as the writers take it: each tensor's rows made as they are written.
@@ -496,10 +580,29 @@ result<fs::path> write_synthetic_model(const synthetic_options& options) {
     return invalid_argument("synthetic weights are f32, f16 or bf16; quantize them afterwards");
   }
 
-  const auto vocab = make_synthetic_vocab(style_of(preset->config), preset->config.vocab_size,
-                                          preset->special_tokens, preset->config.max_position);
-  const status written = options.format == synthetic_format::gguf ? write_gguf_file(*preset, options, vocab)
-                                                                  : write_safetensors_folder(*preset, options, vocab);
+  synthetic_preset chosen = *preset;
+  if (options.layers != 0) {
+    if (options.layers < 1 || options.layers > preset->config.num_layers) {
+      return invalid_argument(edge::format("--layers {} is outside [1, {}] for {}", options.layers,
+                                           preset->config.num_layers, preset->name));
+    }
+    // The first layers of the model, each at its real shape; the MoE layer rules kept.
+    model_config& c = chosen.config;
+    c.num_layers = options.layers;
+    if (c.moe) {
+      c.moe->first_dense_layers = std::min(c.moe->first_dense_layers, c.num_layers);
+      std::erase_if(c.moe->dense_layers, [&](std::int64_t layer) { return layer >= c.num_layers; });
+    }
+  }
+  if (options.format == synthetic_format::gguf && chosen.config.moe) {
+    return status(status_code::unimplemented,
+                  edge::format("{} is a Mixture-of-Experts model; make-model writes those as safetensors folders only",
+                               preset->name));
+  }
+  const auto vocab = make_synthetic_vocab(style_of(chosen.config), chosen.config.vocab_size, chosen.special_tokens,
+                                          chosen.config.max_position);
+  const status written = options.format == synthetic_format::gguf ? write_gguf_file(chosen, options, vocab)
+                                                                  : write_safetensors_folder(chosen, options, vocab);
   if (!written.ok()) return written.with_context(edge::format("writing {}", options.out.string()));
   return options.out;
 }

@@ -195,13 +195,38 @@ result<model_weights> bind_weights(const tensor_index& tensors, const model_conf
       EDGE_ASSIGN_OR_RETURN(layer.k_norm, tensors.require_vector(name.k_norm, config.head_dim));
     }
     EDGE_ASSIGN_OR_RETURN(layer.ffn_norm, tensors.require_vector(name.ffn_norm, hidden));
-    EDGE_ASSIGN_OR_RETURN(layer.w_gate, projection(name.w_gate, ffn, hidden));
-    EDGE_ASSIGN_OR_RETURN(layer.w_up, projection(name.w_up, ffn, hidden));
-    EDGE_ASSIGN_OR_RETURN(layer.w_down, projection(name.w_down, hidden, ffn));
     weight_matrix* const qkv[] = {&layer.wq, &layer.wk, &layer.wv};
     layer.wqkv = convert.stack(name.wq + "+" + name.wk + "+" + name.wv, qkv);
-    weight_matrix* const gate_up[] = {&layer.w_gate, &layer.w_up};
-    layer.w_gate_up = convert.stack(name.w_gate + "+" + name.w_up, gate_up);
+
+    const bool sparse = config.moe && config.moe->sparse(i);
+    // A dense layer's SwiGLU, or a sparse layer's shared experts (when it has them).
+    const std::int64_t swiglu = sparse ? config.moe->shared_intermediate() : ffn;
+    if (swiglu > 0) {
+      EDGE_ASSIGN_OR_RETURN(layer.w_gate, projection(name.w_gate, swiglu, hidden));
+      EDGE_ASSIGN_OR_RETURN(layer.w_up, projection(name.w_up, swiglu, hidden));
+      EDGE_ASSIGN_OR_RETURN(layer.w_down, projection(name.w_down, hidden, swiglu));
+      weight_matrix* const gate_up[] = {&layer.w_gate, &layer.w_up};
+      layer.w_gate_up = convert.stack(name.w_gate + "+" + name.w_up, gate_up);
+    }
+    if (sparse) {
+      const moe_config& moe = *config.moe;
+      const std::int64_t width = moe.expert_intermediate;
+      EDGE_ASSIGN_OR_RETURN(const auto router, tensors.require_matrix(name.router, moe.num_experts, hidden));
+      EDGE_ASSIGN_OR_RETURN(layer.router, convert.matrix(router, matrix_role::router));
+      if (moe.correction_bias) {
+        EDGE_ASSIGN_OR_RETURN(layer.router_bias, tensors.require_vector(name.router_bias, moe.num_experts));
+      }
+      layer.experts.resize(static_cast<std::size_t>(moe.num_experts));
+      for (std::int64_t e = 0; e < moe.num_experts; ++e) {
+        const expert_tensor_names expert = name.expert(e);
+        expert_weights& w = layer.experts[static_cast<std::size_t>(e)];
+        EDGE_ASSIGN_OR_RETURN(w.w_gate, projection(expert.w_gate, width, hidden));
+        EDGE_ASSIGN_OR_RETURN(w.w_up, projection(expert.w_up, width, hidden));
+        EDGE_ASSIGN_OR_RETURN(w.w_down, projection(expert.w_down, hidden, width));
+        weight_matrix* const parts[] = {&w.w_gate, &w.w_up};
+        w.w_gate_up = convert.stack(expert.w_gate + "+" + expert.w_up, parts);
+      }
+    }
     weights.layers.push_back(std::move(layer));
   }
   return weights;

@@ -34,12 +34,21 @@ class tensor_index {
   std::unordered_map<std::string_view, const tensor_view*> by_name_;
 };
 
-// What a format calls each weight.
+// One routed expert's matrices, by name.
+struct expert_tensor_names {
+  std::string w_gate, w_up, w_down;
+};
+
+// What a format calls each weight. In a Mixture-of-Experts layer (moe_config::sparse) w_gate,
+// w_up and w_down name the shared experts (used when there are any).
 struct layer_tensor_names {
   std::string attn_norm, wq, wk, wv, wo;
   std::string bq, bk, bv;  // used when the configuration has qkv_bias
   std::string q_norm, k_norm;  // used when the configuration has qk_norm
   std::string ffn_norm, w_gate, w_up, w_down;
+  std::string router;       // MoE layers
+  std::string router_bias;  // MoE layers whose router has a correction bias
+  std::function<expert_tensor_names(std::int64_t expert)> expert;  // MoE layers
 };
 struct tensor_names {
   std::string token_embedding;

@@ -47,9 +47,10 @@ result<matrix_source> matrix_source_of(const tensor_view& tensor, std::int64_t r
 // range).
 kernels::weight_format native_format(const matrix_source& source);
 
-// Projections take the requested format; the classifier only a float one (bf16 / f16 / f32),
-// keeping its native format when int4 or fp8 is asked.
-enum class matrix_role { projection, classifier };
+// Projections (routed and shared experts' included) take the requested format; the classifier
+// and MoE routers only a float one (bf16 / f16 / f32), keeping their native format when int4 or
+// fp8 is asked: the router's choice is what quantization must not move.
+enum class matrix_role { projection, classifier, router };
 
 class weight_converter {
  public:

@@ -42,6 +42,9 @@ struct cpu_executor::state {
 
   // Step buffers, sized for options.max_batch_tokens tokens and options.max_sequences entries.
   std::vector<float> x, xn, qkv, attn, gate_up, last;  // forward_buffers
+  std::vector<float> router_logits, route_weights, moe_workspace;  // forward_buffers (MoE)
+  std::vector<std::int32_t> route_experts, expert_tokens;          // forward_buffers (MoE)
+  std::int64_t last_tokens = 0;                                    // of the last step
   std::vector<float> logits;                           // [sequences, vocab] forward_sample's rows
   std::vector<kernels::sampling_row> sampling;         // [sequences]
   std::vector<std::int32_t> sampled;                   // [sequences]
@@ -95,6 +98,11 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
   s->gate_up.resize(size(floats.gate_up));
   s->last.resize(size(floats.last));
   s->logits.resize(size(floats.logits));
+  s->router_logits.resize(size(floats.router_logits));
+  s->route_weights.resize(size(floats.route_weights));
+  s->moe_workspace.resize(size(floats.moe_workspace));
+  s->route_experts.resize(size(floats.route_experts));
+  s->expert_tokens.resize(size(floats.expert_tokens));
   s->sampling.resize(size(sequences));
   s->sampled.resize(size(sequences));
   s->ids.resize(size(tokens));
@@ -120,8 +128,29 @@ status cpu_executor::state::run(const batch_plan& batch, float* logits_out) {
                           .seq_begin = seq_begin.data(), .last_token = last_token.data(), .tokens = staged.tokens,
                           .seqs = staged.seqs, .rows = staged.rows, .max_run = staged.max_run};
   const forward_buffers buffers{.x = x.data(), .xn = xn.data(), .qkv = qkv.data(), .attn = attn.data(),
-                                .gate_up = gate_up.data(), .last = last.data(), .logits = logits_out};
+                                .gate_up = gate_up.data(), .last = last.data(), .logits = logits_out,
+                                .router_logits = router_logits.data(), .route_weights = route_weights.data(),
+                                .route_experts = route_experts.data(), .expert_tokens = expert_tokens.data(),
+                                .moe_workspace = moe_workspace.data(),
+                                .moe_workspace_floats = static_cast<std::int64_t>(moe_workspace.size())};
+  last_tokens = staged.tokens;
   return run_forward(plan, weights, buffers, step, cache.view(), stream);
+}
+
+expert_routing cpu_executor::last_routing() const {
+  const state& s = *state_;
+  const std::int64_t layers = s.plan.moe_layers();
+  if (layers == 0 || s.last_tokens == 0) return {};
+  const std::int64_t top_k = s.plan.max_top_k();
+  const std::int64_t experts = s.plan.max_experts();
+  return {.moe_layers = layers,
+          .tokens = s.last_tokens,
+          .top_k = top_k,
+          .experts = experts,
+          .choices = std::span<const std::int32_t>(s.route_experts.data(),
+                                                   static_cast<std::size_t>(layers * s.last_tokens * top_k)),
+          .expert_tokens = std::span<const std::int32_t>(s.expert_tokens.data(),
+                                                         static_cast<std::size_t>(layers * experts))};
 }
 
 status cpu_executor::forward(const batch_plan& plan, std::span<float> logits) {

@@ -270,6 +270,12 @@ struct cuda_executor::state {
   status set_plan(const model_config& c) {
     config = c;
     EDGE_ASSIGN_OR_RETURN(plan, plan_model(c));
+    if (plan.moe_layers() > 0) {
+      return status(status_code::unimplemented,
+                    format("{} is a Mixture-of-Experts model; its expert kernels run on the CPU only so far "
+                           "(serve it with --device cpu)",
+                           to_string(c.arch)));
+    }
     table_blocks = max_table_blocks(plan, options.block_size);
     return {};
   }
@@ -620,8 +626,9 @@ result<std::unique_ptr<cuda_executor>> cuda_executor::create_synthetic(const mod
   if (weights != weight_format::int4 && weights != weight_format::fp8_e4m3 && weights != weight_format::bf16) {
     return invalid_argument("synthetic CUDA models have int4, fp8 or bf16 projections");
   }
-  if (config.qkv_bias || config.qk_norm) {
-    return invalid_argument("synthetic CUDA models have Llama's layers: no Q/K/V biases, no per-head Q/K norms");
+  if (config.qkv_bias || config.qk_norm || config.rotary_dim != 0 || config.moe) {
+    return invalid_argument("synthetic CUDA models have Llama's layers: no Q/K/V biases, no per-head Q/K norms, "
+                            "RoPE over whole heads, dense MLPs");
   }
   EDGE_ASSIGN_OR_RETURN(auto s, begin(options));
   EDGE_RETURN_IF_ERROR(s->set_plan(config));

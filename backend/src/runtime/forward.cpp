@@ -7,6 +7,7 @@
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/moe_routing/moe_routing.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "kernels/rope/rope.h"
@@ -63,6 +64,26 @@ result<std::vector<projection_part>> place_projection(weight_placement& place, c
 
 result<const float*> place_vector(weight_placement& place, const tensor_view& t) { return place.floats(floats_of(t)); }
 
+// An expert's gate and up stacked where the model or the placement stacks them, else apart.
+result<kernels::moe_expert_weights> place_expert(weight_placement& place, const expert_weights& e) {
+  kernels::moe_expert_weights out;
+  const weight_matrix* const parts[] = {&e.w_gate, &e.w_up};
+  std::optional<kernels::weight_view> stacked;
+  if (e.w_gate_up.present()) {
+    EDGE_ASSIGN_OR_RETURN(stacked, place.matrix(e.w_gate_up));
+  } else if (same_layout(parts)) {
+    EDGE_ASSIGN_OR_RETURN(stacked, place.stack(parts));
+  }
+  if (stacked) {
+    out.gate = *stacked;
+  } else {
+    EDGE_ASSIGN_OR_RETURN(out.gate, place.matrix(e.w_gate));
+    EDGE_ASSIGN_OR_RETURN(out.up, place.matrix(e.w_up));
+  }
+  EDGE_ASSIGN_OR_RETURN(out.down, place.matrix(e.w_down));
+  return out;
+}
+
 }  // namespace
 
 result<forward_weights> place_weights(const model& m, const model_plan& plan, weight_placement& place) {
@@ -97,18 +118,34 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
     const layer_plan& lp = plan.layers[i];
     const layer_weights& l = w.layers[i];
     const attention_plan& a = lp.attention;
-    const std::int64_t inter = lp.mlp.intermediate;
+    const mlp_plan& mp = lp.mlp;
+    const std::int64_t inter = mp.intermediate;
     EDGE_RETURN_IF_ERROR(check_shape(l.attn_norm, {hidden}));
     EDGE_RETURN_IF_ERROR(check_shape(l.wq, {a.q_dim(), hidden}));
     EDGE_RETURN_IF_ERROR(check_shape(l.wk, {a.kv_dim(), hidden}));
     EDGE_RETURN_IF_ERROR(check_shape(l.wv, {a.kv_dim(), hidden}));
     EDGE_RETURN_IF_ERROR(check_shape(l.wo, {hidden, a.q_dim()}));
     EDGE_RETURN_IF_ERROR(check_shape(l.ffn_norm, {hidden}));
-    EDGE_RETURN_IF_ERROR(check_shape(l.w_gate, {inter, hidden}));
-    EDGE_RETURN_IF_ERROR(check_shape(l.w_up, {inter, hidden}));
-    EDGE_RETURN_IF_ERROR(check_shape(l.w_down, {hidden, inter}));
+    if (inter > 0) {
+      EDGE_RETURN_IF_ERROR(check_shape(l.w_gate, {inter, hidden}));
+      EDGE_RETURN_IF_ERROR(check_shape(l.w_up, {inter, hidden}));
+      EDGE_RETURN_IF_ERROR(check_shape(l.w_down, {hidden, inter}));
+    }
     if (l.wqkv.present()) EDGE_RETURN_IF_ERROR(check_shape(l.wqkv, {a.qkv_dim(), hidden}));
     if (l.w_gate_up.present()) EDGE_RETURN_IF_ERROR(check_shape(l.w_gate_up, {2 * inter, hidden}));
+    if (mp.kind == mlp_kind::moe) {
+      EDGE_RETURN_IF_ERROR(check_shape(l.router, {mp.experts, hidden}));
+      if (mp.router.correction_bias) EDGE_RETURN_IF_ERROR(check_shape(l.router_bias, {mp.experts}));
+      if (static_cast<std::int64_t>(l.experts.size()) != mp.experts) {
+        return invalid_argument(format("layer {} has {} experts of weights, its plan {}", i, l.experts.size(), mp.experts));
+      }
+      for (const expert_weights& e : l.experts) {
+        EDGE_RETURN_IF_ERROR(check_shape(e.w_gate, {mp.expert_intermediate, hidden}));
+        EDGE_RETURN_IF_ERROR(check_shape(e.w_up, {mp.expert_intermediate, hidden}));
+        EDGE_RETURN_IF_ERROR(check_shape(e.w_down, {hidden, mp.expert_intermediate}));
+        if (e.w_gate_up.present()) EDGE_RETURN_IF_ERROR(check_shape(e.w_gate_up, {2 * mp.expert_intermediate, hidden}));
+      }
+    }
     if (a.qkv_bias) {
       EDGE_RETURN_IF_ERROR(check_shape(l.bq, {a.q_dim()}));
       EDGE_RETURN_IF_ERROR(check_shape(l.bk, {a.kv_dim()}));
@@ -117,12 +154,6 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
     if (a.qk_norm) {
       EDGE_RETURN_IF_ERROR(check_shape(l.q_norm, {a.head_dim}));
       EDGE_RETURN_IF_ERROR(check_shape(l.k_norm, {a.head_dim}));
-    }
-
-    if (a.rope.rotary_dim != a.head_dim) {
-      return status(status_code::unimplemented,
-                    format("layer {}: RoPE over {} of {} head elements is not implemented", i, a.rope.rotary_dim,
-                           a.head_dim));
     }
 
     layer_forward_weights lw;
@@ -138,9 +169,22 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
                                                    a.qkv_bias ? std::span<const tensor_view* const>(qkv_biases)
                                                               : std::span<const tensor_view* const>()));
     EDGE_ASSIGN_OR_RETURN(lw.wo, place.matrix(l.wo));
-    const weight_matrix* const gate_up_parts[] = {&l.w_gate, &l.w_up};
-    EDGE_ASSIGN_OR_RETURN(lw.gate_up, place_projection(place, l.w_gate_up, gate_up_parts, {}));
-    EDGE_ASSIGN_OR_RETURN(lw.w_down, place.matrix(l.w_down));
+    if (inter > 0) {
+      const weight_matrix* const gate_up_parts[] = {&l.w_gate, &l.w_up};
+      EDGE_ASSIGN_OR_RETURN(lw.gate_up, place_projection(place, l.w_gate_up, gate_up_parts, {}));
+      EDGE_ASSIGN_OR_RETURN(lw.w_down, place.matrix(l.w_down));
+    }
+    if (mp.kind == mlp_kind::moe) {
+      EDGE_ASSIGN_OR_RETURN(lw.router, place.matrix(l.router));
+      if (mp.router.correction_bias) {
+        EDGE_ASSIGN_OR_RETURN(lw.router_bias, place_vector(place, l.router_bias));
+      }
+      lw.experts.reserve(l.experts.size());
+      for (const expert_weights& e : l.experts) {
+        EDGE_ASSIGN_OR_RETURN(const kernels::moe_expert_weights placed, place_expert(place, e));
+        lw.experts.push_back(placed);
+      }
+    }
 
     if (const auto it = std::find_if(rope_tables.begin(), rope_tables.end(),
                                      [&](const auto& entry) { return *entry.first == a.rope; });
@@ -157,13 +201,22 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
 
 forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, std::int64_t tokens,
                                                       std::int64_t sequences) {
+  const std::int64_t moe_layers = plan.moe_layers();
+  const std::int64_t top_k = plan.max_top_k();
   return {.x = tokens * plan.hidden,
           .xn = tokens * plan.hidden,
           .qkv = tokens * plan.max_qkv_dim(),
           .attn = tokens * plan.max_q_dim(),
           .gate_up = tokens * 2 * plan.max_intermediate(),
           .last = sequences * plan.hidden,
-          .logits = sequences * plan.vocab};
+          .logits = sequences * plan.vocab,
+          .router_logits = moe_layers > 0 ? tokens * plan.max_experts() : 0,
+          .route_weights = moe_layers > 0 ? tokens * top_k : 0,
+          .moe_workspace = moe_layers > 0 ? kernels::moe_experts_workspace_floats(tokens, top_k, plan.hidden,
+                                                                                  plan.max_expert_intermediate())
+                                          : 0,
+          .route_experts = moe_layers * tokens * top_k,
+          .expert_tokens = moe_layers * plan.max_experts()};
 }
 
 std::int64_t max_table_blocks(const model_plan& plan, std::int64_t block_size) {
@@ -340,11 +393,13 @@ struct forward_pass {
     }
     EDGE_RETURN_IF_ERROR(kernels::run_rope({.x = q, .positions = step.positions, .inv_freq = w.rope_inv_freq,
                                             .tokens = step.tokens, .heads = a.num_heads, .head_dim = a.head_dim,
-                                            .x_stride = qkv_dim, .pairs = a.rope.pairs},
+                                            .rotary_dim = a.rope.rotary_dim, .x_stride = qkv_dim,
+                                            .pairs = a.rope.pairs},
                                            s));
     EDGE_RETURN_IF_ERROR(kernels::run_rope({.x = k, .positions = step.positions, .inv_freq = w.rope_inv_freq,
                                             .tokens = step.tokens, .heads = a.num_kv_heads, .head_dim = a.head_dim,
-                                            .x_stride = qkv_dim, .pairs = a.rope.pairs},
+                                            .rotary_dim = a.rope.rotary_dim, .x_stride = qkv_dim,
+                                            .pairs = a.rope.pairs},
                                            s));
     EDGE_RETURN_IF_ERROR(kernels::run_kv_cache_write(
         {.k = k, .v = v, .k_cache = kv.keys(layer), .v_cache = kv.values(layer), .k_scales = kv.key_scales(layer),
@@ -369,8 +424,37 @@ struct forward_pass {
 
   // x += down(silu(gate(xn)) * up(xn)), xn = rmsnorm(x)
   status dense_mlp(const mlp_plan& m, const layer_forward_weights& w) const {
-    const std::int64_t inter = m.intermediate;
     EDGE_RETURN_IF_ERROR(norm(w.ffn_norm));
+    return swiglu(m.intermediate, w);
+  }
+
+  // x += Σ weight · expert(xn) over each token's chosen experts, + shared(xn), xn = rmsnorm(x).
+  // `moe_index` counts the MoE layers before this one: where its choices are kept.
+  status moe_mlp(std::int64_t moe_index, const mlp_plan& m, const layer_forward_weights& w) const {
+    const router_plan& r = m.router;
+    std::int32_t* experts = b.route_experts + moe_index * step.tokens * plan.max_top_k();
+    EDGE_RETURN_IF_ERROR(norm(w.ffn_norm));
+    EDGE_RETURN_IF_ERROR(matmul(b.xn, plan.hidden, w.router, nullptr, b.router_logits, m.experts, m.experts,
+                                plan.hidden, false, step.tokens));
+    EDGE_RETURN_IF_ERROR(kernels::run_moe_routing({.logits = b.router_logits, .correction_bias = w.router_bias,
+                                                   .experts = experts, .weights = b.route_weights,
+                                                   .tokens = step.tokens, .num_experts = m.experts, .top_k = m.top_k,
+                                                   .logits_stride = m.experts, .scoring = r.scoring,
+                                                   .groups = r.groups, .top_groups = r.top_groups,
+                                                   .normalize = r.normalize, .scaling = r.scaling},
+                                                  s));
+    EDGE_RETURN_IF_ERROR(kernels::run_moe_experts(
+        {.x = b.xn, .experts = experts, .weights = b.route_weights, .matrices = w.experts.data(), .out = b.x,
+         .expert_tokens = b.expert_tokens + moe_index * plan.max_experts(), .tokens = step.tokens, .top_k = m.top_k,
+         .num_experts = m.experts, .hidden = plan.hidden, .intermediate = m.expert_intermediate,
+         .x_stride = plan.hidden, .out_stride = plan.hidden, .workspace = b.moe_workspace,
+         .workspace_floats = b.moe_workspace_floats},
+        s));
+    return m.intermediate > 0 ? swiglu(m.intermediate, w) : status{};
+  }
+
+  // x += down(silu(gate(xn)) * up(xn)) with the layer's gate_up and w_down.
+  status swiglu(std::int64_t inter, const layer_forward_weights& w) const {
     EDGE_RETURN_IF_ERROR(project(w.gate_up, b.gate_up, 2 * inter));
     EDGE_RETURN_IF_ERROR(kernels::run_silu_mul({.gate = b.gate_up, .up = b.gate_up + inter, .out = b.gate_up,
                                                 .rows = step.tokens, .cols = inter, .in_stride = 2 * inter,
@@ -389,6 +473,7 @@ status run_forward(const model_plan& plan, const forward_weights& weights, const
                                                .table_type = weights.embedding_type, .out = buffers.x,
                                                .tokens = step.tokens, .vocab = plan.vocab, .hidden = plan.hidden},
                                               stream));
+  std::int64_t moe_index = 0;
   for (std::size_t l = 0; l < plan.layers.size(); ++l) {
     const layer_plan& lp = plan.layers[l];
     const layer_forward_weights& w = weights.layers[l];
@@ -399,6 +484,7 @@ status run_forward(const model_plan& plan, const forward_weights& weights, const
     }
     switch (lp.mlp.kind) {
       case mlp_kind::dense: EDGE_RETURN_IF_ERROR(pass.dense_mlp(lp.mlp, w)); break;
+      case mlp_kind::moe: EDGE_RETURN_IF_ERROR(pass.moe_mlp(moe_index++, lp.mlp, w)); break;
     }
   }
   if (step.rows == 0) return {};

@@ -3,6 +3,7 @@
 // experts against their dequantized values.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -23,7 +24,7 @@ struct expert_set {
   std::vector<std::vector<float>> gate_up, down;  // f32 values (dequantized when quantized)
   std::vector<std::vector<std::uint8_t>> packed_gate_up, packed_down;
   std::vector<std::vector<float>> scales_gate_up, scales_down;
-  std::vector<weight_view> gate_up_views, down_views;
+  std::vector<edge::kernels::moe_expert_weights> matrices;
 
   // Experts in `used` get weights; the others have none, so reading them is an error.
   expert_set(const std::vector<int>& used, weight_format format) {
@@ -33,13 +34,12 @@ struct expert_set {
     packed_down.resize(num_experts);
     scales_gate_up.resize(num_experts);
     scales_down.resize(num_experts);
-    gate_up_views.resize(num_experts);
-    down_views.resize(num_experts);
+    matrices.resize(num_experts);
     for (const int e : used) {
       gate_up[e] = edge::testing::random_floats(2 * inter * hidden, 100 + e, 0.2f);
       down[e] = edge::testing::random_floats(hidden * inter, 200 + e, 0.2f);
-      gate_up_views[e] = place(gate_up[e], 2 * inter, hidden, format, packed_gate_up[e], scales_gate_up[e]);
-      down_views[e] = place(down[e], hidden, inter, format, packed_down[e], scales_down[e]);
+      matrices[e].gate = place(gate_up[e], 2 * inter, hidden, format, packed_gate_up[e], scales_gate_up[e]);
+      matrices[e].down = place(down[e], hidden, inter, format, packed_down[e], scales_down[e]);
     }
   }
 
@@ -61,13 +61,33 @@ struct expert_set {
   }
 };
 
+// The set with each expert's gate and up as two views of its stacked rows.
+std::vector<edge::kernels::moe_expert_weights> split_gate_up(const expert_set& set) {
+  std::vector<edge::kernels::moe_expert_weights> out = set.matrices;
+  for (auto& m : out) {
+    if (m.gate.values == nullptr) continue;
+    const weight_view both = m.gate;
+    m.up = both;
+    m.up.values = static_cast<const std::uint8_t*>(both.values) +
+                  edge::kernels::weight_values_bytes(both.format, inter, hidden);
+    if (both.scales != nullptr) {
+      m.up.scales = both.scales + edge::kernels::weight_scale_count(both.format, inter, hidden, both.group_size);
+    }
+  }
+  return out;
+}
+
 std::vector<float> run(const expert_set& set, const std::vector<float>& x, const std::vector<std::int32_t>& experts,
-                       const std::vector<float>& weights, std::vector<float> out) {
+                       const std::vector<float>& weights, std::vector<float> out,
+                       const std::vector<edge::kernels::moe_expert_weights>* matrices = nullptr,
+                       std::vector<std::int32_t>* expert_tokens = nullptr) {
   const auto tokens = static_cast<std::int64_t>(x.size()) / hidden;
   std::vector<float> workspace(static_cast<std::size_t>(edge::kernels::moe_experts_workspace_floats(tokens, top_k, hidden, inter)));
   REQUIRE(edge::kernels::run_moe_experts({.x = x.data(), .experts = experts.data(), .weights = weights.data(),
-                                          .gate_up = set.gate_up_views.data(), .down = set.down_views.data(),
-                                          .out = out.data(), .tokens = tokens, .top_k = top_k,
+                                          .matrices = matrices != nullptr ? matrices->data() : set.matrices.data(),
+                                          .out = out.data(),
+                                          .expert_tokens = expert_tokens != nullptr ? expert_tokens->data() : nullptr,
+                                          .tokens = tokens, .top_k = top_k,
                                           .num_experts = num_experts, .hidden = hidden, .intermediate = inter,
                                           .x_stride = hidden, .out_stride = hidden, .workspace = workspace.data(),
                                           .workspace_floats = static_cast<std::int64_t>(workspace.size())},
@@ -131,6 +151,16 @@ TEST_CASE("routed experts add each token's weighted SwiGLU experts, reading only
     const auto want = reference(set, x, experts, weights, out0);
     for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
 
+    // Gate and up apart (as weights used in place from a file are) give the same bits, and
+    // the tokens per expert are counted.
+    const auto split = split_gate_up(set);
+    std::vector<std::int32_t> counts(num_experts, -1);
+    const auto apart = run(set, x, experts, weights, out0, &split, &counts);
+    CHECK(apart == got);
+    for (std::int64_t e = 0; e < num_experts; ++e) {
+      CHECK(counts[static_cast<std::size_t>(e)] == std::count(experts.begin(), experts.end(), e));
+    }
+
     // Batch invariance: each token alone gives the same bits as in the batch.
     for (std::int64_t t = 0; t < tokens; ++t) {
       const std::vector<float> xt(x.begin() + t * hidden, x.begin() + (t + 1) * hidden);
@@ -151,7 +181,7 @@ TEST_CASE("routed experts refuse an expert outside the set, a short workspace an
   const std::vector<float> weights = {0.5f, 0.5f};
   std::vector<float> workspace(static_cast<std::size_t>(edge::kernels::moe_experts_workspace_floats(1, top_k, hidden, inter)));
   edge::kernels::moe_experts_params p{.x = x.data(), .experts = experts.data(), .weights = weights.data(),
-                                      .gate_up = set.gate_up_views.data(), .down = set.down_views.data(),
+                                      .matrices = set.matrices.data(),
                                       .out = out.data(), .tokens = 1, .top_k = top_k, .num_experts = num_experts,
                                       .hidden = hidden, .intermediate = inter, .x_stride = hidden, .out_stride = hidden,
                                       .workspace = workspace.data(),

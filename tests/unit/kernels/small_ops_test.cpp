@@ -118,6 +118,37 @@ TEST_CASE("rope rotates the right pairs by position times frequency") {
   }
 }
 
+TEST_CASE("partial rope rotates the leading rotary_dim elements of each head and passes the rest") {
+  const std::int64_t head_dim = 8, rotary_dim = 4, heads = 2;
+  const auto inv_freq = edge::kernels::rope_inv_freq(rotary_dim, 10000.0, std::nullopt);
+  REQUIRE(inv_freq.size() == 2);
+  const auto original = edge::testing::random_floats(heads * head_dim, 6);
+  auto x = original;
+  const std::vector<std::int32_t> positions = {5};
+  REQUIRE(edge::kernels::run_rope({.x = x.data(), .positions = positions.data(), .inv_freq = inv_freq.data(),
+                                   .tokens = 1, .heads = heads, .head_dim = head_dim, .rotary_dim = rotary_dim,
+                                   .x_stride = heads * head_dim, .pairs = edge::kernels::rope_pairs::half_split},
+                                  {})
+              .ok());
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const std::int64_t base = h * head_dim;
+    for (std::int64_t i = 0; i < rotary_dim / 2; ++i) {  // pairs (i, i + rotary_dim / 2)
+      const double angle = 5.0 * inv_freq[static_cast<std::size_t>(i)];
+      const double x0 = original[base + i], x1 = original[base + i + rotary_dim / 2];
+      CHECK(x[base + i] == doctest::Approx(x0 * std::cos(angle) - x1 * std::sin(angle)).epsilon(1e-5));
+      CHECK(x[base + i + rotary_dim / 2] == doctest::Approx(x0 * std::sin(angle) + x1 * std::cos(angle)).epsilon(1e-5));
+    }
+    for (std::int64_t i = rotary_dim; i < head_dim; ++i) CHECK(x[base + i] == original[base + i]);
+  }
+  for (const std::int64_t bad : {3, 10}) {
+    CHECK(edge::kernels::run_rope({.x = x.data(), .positions = positions.data(), .inv_freq = inv_freq.data(),
+                                   .tokens = 1, .heads = heads, .head_dim = head_dim, .rotary_dim = bad,
+                                   .x_stride = heads * head_dim},
+                                  {})
+              .code() == edge::status_code::invalid_argument);
+  }
+}
+
 TEST_CASE("rope's Llama-3 scaling keeps high frequencies, divides low ones and blends between") {
   const edge::kernels::rope_llama3_scaling scaling{8.0, 1.0, 4.0, 8192.0};
   const auto plain = edge::kernels::rope_inv_freq(128, 500000.0, std::nullopt);

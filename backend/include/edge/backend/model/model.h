@@ -52,6 +52,16 @@ namespace edge::backend {
 // Weights used in place from a file stay separate (stacking would copy them out of the file's
 // pages), and wqkv / w_gate_up are absent: the CPU executor runs the parts as they are and the
 // CUDA executor stacks them as it uploads them.
+// One routed expert of a Mixture-of-Experts layer: a SwiGLU block.
+struct expert_weights {
+  weight_matrix w_gate;     // [expert_intermediate, hidden]
+  weight_matrix w_up;       // [expert_intermediate, hidden]
+  weight_matrix w_down;     // [hidden, expert_intermediate]
+  weight_matrix w_gate_up;  // [2 expert_intermediate, hidden]: rows of w_gate, w_up; or absent
+};
+
+// In a Mixture-of-Experts layer (model_plan's mlp_kind::moe) w_gate, w_up and w_down are the
+// shared experts' (absent when it has none), beside the router and the routed experts.
 struct layer_weights {
   tensor_view attn_norm;   // [hidden]
   weight_matrix wq;        // [num_heads * head_dim, hidden]
@@ -69,6 +79,9 @@ struct layer_weights {
   weight_matrix w_down;    // [hidden, intermediate]
   weight_matrix wqkv;      // [(num_heads + 2 num_kv_heads) * head_dim, hidden]: rows of wq, wk, wv; or absent
   weight_matrix w_gate_up; // [2 intermediate, hidden]: rows of w_gate, w_up; or absent
+  weight_matrix router;    // [experts, hidden] (MoE layers; never quantized on load)
+  tensor_view router_bias; // [experts] the correction bias of a sigmoid router (when it has one)
+  std::vector<expert_weights> experts;  // [experts] (MoE layers)
 };
 
 struct model_weights {

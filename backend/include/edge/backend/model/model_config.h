@@ -1,14 +1,18 @@
-// The hyperparameters of a Llama-family decoder, whatever file format they came from.
+// The hyperparameters of a decoder (Llama-family attention, dense or Mixture-of-Experts MLPs),
+// whatever file format they came from.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "kernels/moe_routing/moe_routing.h"
 
 namespace edge::backend {
 
-enum class architecture { llama, qwen2, mistral, qwen3 };
+enum class architecture { llama, qwen2, mistral, qwen3, qwen3_moe, glm4_moe };
 
 std::string_view to_string(architecture arch);
 
@@ -25,6 +29,32 @@ struct rope_scaling_llama3 {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   std::int64_t original_max_position = 8192;
+};
+
+// The MLPs of a Mixture-of-Experts model. A sparse layer routes each token to
+// experts_per_token of num_experts SwiGLU experts of width expert_intermediate, weighted by the
+// router, and adds shared_experts always-on experts (one SwiGLU block of width shared_experts ×
+// expert_intermediate); the other layers are dense SwiGLU of model_config::intermediate_size.
+struct moe_config {
+  std::int64_t num_experts = 0;
+  std::int64_t experts_per_token = 0;
+  std::int64_t expert_intermediate = 0;  // moe_intermediate_size
+  std::int64_t shared_experts = 0;       // n_shared_experts (GLM-4.5); 0 for Qwen3-MoE
+  kernels::router_scoring scoring = kernels::router_scoring::softmax;  // softmax (Qwen3-MoE) or sigmoid (GLM-4.5)
+  bool normalize_weights = false;  // norm_topk_prob: the chosen weights divided by their sum
+  double routed_scaling = 1.0;     // routed_scaling_factor
+  bool correction_bias = false;    // e_score_correction_bias steers the choice (sigmoid)
+  std::int64_t groups = 1;         // n_group
+  std::int64_t top_groups = 1;     // topk_group
+  // Which layers are sparse: not among the first first_dense_layers (first_k_dense_replace),
+  // not listed in dense_layers (mlp_only_layers), and (i + 1) a multiple of sparse_step
+  // (decoder_sparse_step).
+  std::int64_t first_dense_layers = 0;
+  std::int64_t sparse_step = 1;
+  std::vector<std::int64_t> dense_layers;
+
+  bool sparse(std::int64_t layer) const;
+  std::int64_t shared_intermediate() const { return shared_experts * expert_intermediate; }
 };
 
 struct model_config {
@@ -44,6 +74,10 @@ struct model_config {
   bool tie_embeddings = false;  // the classifier is the token embedding
   bool qkv_bias = false;        // Qwen2: biases on the Q, K and V projections
   bool qk_norm = false;         // Qwen3: an RMSNorm over each head of Q and of K ([head_dim] weights), before RoPE
+  std::int64_t rotary_dim = 0;  // leading elements of each head RoPE rotates (GLM-4.5: half); 0: all
+  std::optional<moe_config> moe;
+
+  std::int64_t rotated() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
 };
 
 }  // namespace edge::backend

@@ -11,6 +11,11 @@
 //                                  (grouped-query: num_heads / num_kv_heads query heads share a
 //                                  K/V head), output projection
 //   x += mlp(rmsnorm(x))           mlp_kind::dense: down(silu(gate(x)) * up(x))
+//                                  mlp_kind::moe: the router's logits (a [experts, hidden]
+//                                  matrix) choose top_k experts per token (moe_routing.h);
+//                                  the chosen experts' SwiGLU outputs, weighted, plus the
+//                                  shared experts' (a dense SwiGLU of width `intermediate`,
+//                                  when there are any)
 // then the final RMSNorm and the classifier (the token embedding when tied).
 #pragma once
 
@@ -30,6 +35,7 @@ enum class attention_kind {
 
 enum class mlp_kind {
   dense,  // SwiGLU: down(silu(gate(x)) * up(x))
+  moe,    // routed experts (+ shared experts)
 };
 
 std::string_view to_string(attention_kind kind);
@@ -37,7 +43,7 @@ std::string_view to_string(mlp_kind kind);
 
 struct rope_plan {
   kernels::rope_pairs pairs = kernels::rope_pairs::adjacent;
-  std::int64_t rotary_dim = 0;  // leading elements of each head that rotate (the whole head today)
+  std::int64_t rotary_dim = 0;  // leading elements of each head that rotate (the rest pass through)
   double theta = 10000.0;
   std::optional<kernels::rope_llama3_scaling> scaling;
 
@@ -63,9 +69,25 @@ struct attention_plan {
   std::int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
 };
 
+struct router_plan {
+  kernels::router_scoring scoring = kernels::router_scoring::softmax;
+  bool correction_bias = false;  // a [experts] bias added for the choice only (sigmoid)
+  std::int64_t groups = 1;
+  std::int64_t top_groups = 1;
+  bool normalize = false;  // the chosen weights divided by their sum
+  float scaling = 1.0f;    // the routed weights' factor
+
+  friend bool operator==(const router_plan&, const router_plan&) = default;
+};
+
 struct mlp_plan {
   mlp_kind kind = mlp_kind::dense;
+  // dense: the SwiGLU width; moe: the shared experts' width (0 without shared experts).
   std::int64_t intermediate = 0;
+  std::int64_t experts = 0;              // moe: routed experts
+  std::int64_t top_k = 0;                // moe: experts per token
+  std::int64_t expert_intermediate = 0;  // moe: each routed expert's SwiGLU width
+  router_plan router;
 };
 
 struct layer_plan {
@@ -86,10 +108,16 @@ struct model_plan {
   std::int64_t max_q_dim() const;
   std::int64_t max_qkv_dim() const;
   std::int64_t max_intermediate() const;
+  // Over the MoE layers: how many, and their widest router and choice.
+  std::int64_t moe_layers() const;
+  std::int64_t max_experts() const;
+  std::int64_t max_top_k() const;
+  std::int64_t max_expert_intermediate() const;
 };
 
 // invalid_argument for a configuration that fails the loaders' plausibility checks (an empty or
-// oversized dimension, heads that do not divide into KV groups, an odd head size for RoPE).
+// oversized dimension, heads that do not divide into KV groups, an odd head size for RoPE,
+// experts that do not divide into their groups).
 result<model_plan> plan_model(const model_config& config);
 
 }  // namespace edge::backend

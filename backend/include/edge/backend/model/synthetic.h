@@ -39,8 +39,9 @@ struct synthetic_preset {
   std::int64_t special_tokens = 0;  // the last ids of the vocabulary: special and reserved tokens
 };
 
-// tiny (milliseconds to write, for tests), tiny-qwen2, tiny-hd128 (heads of 128), llama-3.2-1b,
-// llama-3-8b, qwen2.5-0.5b.
+// tiny (milliseconds to write, for tests), tiny-qwen2, tiny-hd128 (heads of 128), tiny-qwen3,
+// tiny-qwen3-moe, tiny-glm4-moe, llama-3.2-1b, llama-3-8b, qwen2.5-0.5b, qwen3-30b-a3b,
+// glm-4.5-air.
 std::span<const synthetic_preset> synthetic_presets();
 const synthetic_preset* find_synthetic_preset(std::string_view name);
 
@@ -49,6 +50,8 @@ struct synthetic_options {
   synthetic_format format = synthetic_format::safetensors;
   std::uint64_t seed = 0;
   kernels::dtype dtype = kernels::dtype::bf16;
+  // The preset's first `layers` layers only (each at its real shape); 0: all of them.
+  std::int64_t layers = 0;
   // safetensors: the folder to create (an existing one must be empty or an earlier make-model
   // output, whose files are replaced); gguf: the file to write.
   std::filesystem::path out;

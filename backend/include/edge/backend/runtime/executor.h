@@ -42,6 +42,19 @@ struct executor_counters {
   std::int64_t graph_capture_failures = 0;  // CUDA graph captures that failed (those sizes run eagerly)
 };
 
+// What the Mixture-of-Experts layers of the last forward pass chose (all empty for a dense
+// model, or before the first forward).
+struct expert_routing {
+  std::int64_t moe_layers = 0;
+  std::int64_t tokens = 0;   // of the last step, padding included
+  std::int64_t top_k = 0;    // the most experts a token takes in any layer
+  std::int64_t experts = 0;  // the most experts of any layer
+  // [moe_layers, tokens, top_k] each token's experts, best first; empty where the executor does
+  // not bring them to the host.
+  std::span<const std::int32_t> choices;
+  std::span<const std::int32_t> expert_tokens;  // [moe_layers, experts] tokens each expert ran
+};
+
 class executor {
  public:
   virtual ~executor() = default;
@@ -66,6 +79,8 @@ class executor {
   virtual std::int64_t vocab_size() const = 0;
 
   virtual executor_counters counters() const { return {}; }
+
+  virtual expert_routing last_routing() const { return {}; }
 };
 
 }  // namespace edge::backend

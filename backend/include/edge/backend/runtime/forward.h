@@ -19,6 +19,7 @@
 #include "edge/common/status.h"
 #include "edge/kernels/stream.h"
 #include "edge/kernels/weight_format.h"
+#include "kernels/moe_experts/moe_experts.h"
 
 namespace edge::backend {
 
@@ -39,8 +40,12 @@ struct layer_forward_weights {
   const float* rope_inv_freq = nullptr;     // [rotary_dim / 2]
   kernels::weight_view wo;                  // [hidden, q_dim]
   const float* ffn_norm = nullptr;          // [hidden]
+  // The dense SwiGLU, or a MoE layer's shared experts (empty without them).
   std::vector<projection_part> gate_up;     // [2 intermediate, hidden] in all: gate rows, then up rows
   kernels::weight_view w_down;              // [hidden, intermediate]
+  kernels::weight_view router;              // [experts, hidden] (MoE)
+  const float* router_bias = nullptr;       // [experts] (MoE with a correction bias)
+  std::vector<kernels::moe_expert_weights> experts;  // [experts] (MoE)
 };
 
 struct forward_weights {
@@ -71,9 +76,12 @@ class weight_placement {
 // classifier as the placed embedding. unimplemented for a plan the forward pass cannot run.
 result<forward_weights> place_weights(const model& m, const model_plan& plan, weight_placement& place);
 
-// Floats of each buffer for steps of up to `tokens` tokens and `sequences` entries.
+// Floats of each buffer for steps of up to `tokens` tokens and `sequences` entries (the MoE
+// buffers are empty for a dense model; route_experts and expert_tokens count int32s).
 struct forward_buffer_floats {
   std::int64_t x = 0, xn = 0, qkv = 0, attn = 0, gate_up = 0, last = 0, logits = 0;
+  std::int64_t router_logits = 0, route_weights = 0, moe_workspace = 0;
+  std::int64_t route_experts = 0, expert_tokens = 0;
   static forward_buffer_floats for_step(const model_plan& plan, std::int64_t tokens, std::int64_t sequences);
 };
 
@@ -89,6 +97,15 @@ struct forward_buffers {
   std::int64_t matmul_workspace_floats = 0;
   float* attention_workspace = nullptr;  // [attention_workspace_floats] (CUDA split attention)
   std::int64_t attention_workspace_floats = 0;
+  // Mixture-of-Experts layers (null for a dense model). After a step, route_experts and
+  // expert_tokens hold what each MoE layer chose: the m-th MoE layer's rows begin at
+  // m × tokens × max_top_k and m × max_experts.
+  float* router_logits = nullptr;          // [tokens, max_experts]
+  float* route_weights = nullptr;          // [tokens, max_top_k]
+  std::int32_t* route_experts = nullptr;   // [moe_layers, tokens, max_top_k] each token's experts, best first
+  std::int32_t* expert_tokens = nullptr;   // [moe_layers, max_experts] tokens each expert ran
+  float* moe_workspace = nullptr;          // [moe_workspace_floats]
+  std::int64_t moe_workspace_floats = 0;
 };
 
 // One step's metadata, as the kernels read it.
