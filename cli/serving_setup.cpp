@@ -159,8 +159,11 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   }
   EDGE_ASSIGN_OR_RETURN(rt->model, backend::load_model(load));
   const backend::model& m = *rt->model;
-  log.info("model \"{}\" loaded: {} layers, hidden {}, context {}, weights {}", location.served_name, m.config.num_layers,
-           m.config.hidden_size, m.config.max_position, kernels::to_string(backend::projection_format(m.weights)));
+  const backend::weight_footprint footprint = backend::footprint_of(m.config, m.weights);
+  log.info("model \"{}\" loaded: {}, {} layers, hidden {}, context {}, weights {} ({}, {} read per token)",
+           location.served_name, backend::describe_architecture(m.config), m.config.num_layers, m.config.hidden_size,
+           m.config.max_position, kernels::to_string(backend::projection_format(m.weights)),
+           format_bytes(footprint.total_bytes), format_bytes(footprint.active_bytes_per_token));
 
   EDGE_ASSIGN_OR_RETURN(const auto requested_kv, backend::parse_kv_cache_dtype(settings.string("kv-cache-dtype")));
   const kernels::dtype kv_dtype = backend::resolve_kv_cache_dtype(requested_kv, m);
@@ -226,6 +229,11 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
       registry.families(), monitoring::engine_cache_config{
                                .kv_dtype = std::string(kernels::to_string(kv_dtype)),
                                .weight_dtype = std::string(kernels::to_string(backend::projection_format(m.weights))),
+                               .architecture = std::string(backend::to_string(m.config.arch)),
+                               .experts = m.config.moe ? m.config.moe->num_experts : 0,
+                               .experts_per_token = m.config.moe ? m.config.moe->experts_per_token : 0,
+                               .shared_experts = m.config.moe ? m.config.moe->shared_experts : 0,
+                               .active_weight_bytes = footprint.active_bytes_per_token,
                                .block_size = block_size,
                                .num_blocks = capacity.num_blocks,
                                .capacity_tokens = capacity.tokens});

@@ -52,6 +52,17 @@ const prometheus::Histogram::BucketBoundaries& engine_metrics::iteration_tokens_
   return buckets;
 }
 
+const prometheus::Histogram::BucketBoundaries& engine_metrics::expert_load_imbalance_buckets() {
+  static const prometheus::Histogram::BucketBoundaries buckets = {1.0, 1.1,  1.25, 1.5,  2.0,   3.0,  4.0,
+                                                                   6.0, 8.0,  16.0, 32.0, 64.0, 128.0, 1024.0};
+  return buckets;
+}
+
+const prometheus::Histogram::BucketBoundaries& engine_metrics::experts_touched_buckets() {
+  static const prometheus::Histogram::BucketBoundaries buckets = {1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 1024};
+  return buckets;
+}
+
 engine_metrics::engine_metrics(prometheus::Registry& registry, const engine_cache_config& cache)
     : running_(gauge(registry, "num_requests_running", "Requests the engine is running (holding KV blocks)")),
       waiting_(gauge(registry, "num_requests_waiting", "Requests waiting for admission, preempted ones included")),
@@ -80,17 +91,29 @@ engine_metrics::engine_metrics(prometheus::Registry& registry, const engine_cach
       queue_time_(histogram(registry, "request_queue_time_seconds",
                             "Time from submission to a request's first admission", request_latency_buckets())),
       iteration_tokens_(histogram(registry, "iteration_tokens", "Tokens computed per engine step",
-                                  iteration_tokens_buckets())) {
+                                  iteration_tokens_buckets())),
+      expert_load_imbalance_(histogram(registry, "moe_expert_load_imbalance",
+                                       "Per step and MoE layer: the busiest expert's tokens over the mean of the "
+                                       "layer's experts",
+                                       expert_load_imbalance_buckets())),
+      experts_touched_(histogram(registry, "moe_experts_touched", "Per step and MoE layer: experts that ran",
+                                 experts_touched_buckets())),
+      routed_tokens_(counter(registry, "moe_routed_tokens_total", "Tokens routed to experts, once per expert chosen")) {
   for (std::size_t i = 0; i < finished_reasons.size(); ++i) {
     success_by_reason_[i] = &success_.Add({{"finished_reason", finished_reasons[i]}});
   }
   prometheus::BuildGauge()
       .Name(name("cache_config_info"))
-      .Help("KV cache configuration; the value is always 1")
+      .Help("KV cache and model configuration; the value is always 1")
       .Register(registry)
       .Add({{"kv_dtype", cache.kv_dtype},
             {"weight_dtype", cache.weight_dtype},
-            {"block_size", std::to_string(cache.block_size)}})
+            {"block_size", std::to_string(cache.block_size)},
+            {"architecture", cache.architecture},
+            {"experts", std::to_string(cache.experts)},
+            {"experts_per_token", std::to_string(cache.experts_per_token)},
+            {"shared_experts", std::to_string(cache.shared_experts)},
+            {"active_weight_bytes_per_token", std::to_string(cache.active_weight_bytes)}})
       .Set(1);
   blocks_total_.Set(static_cast<double>(cache.num_blocks));
   blocks_free_.Set(static_cast<double>(cache.num_blocks));
@@ -115,6 +138,9 @@ void engine_metrics::on_step(const backend::engine_step_report& report) {
   for (const double s : report.time_to_first_token) time_to_first_token_.Observe(s);
   for (const double s : report.inter_token_latency) inter_token_latency_.Observe(s);
   for (const double s : report.queue_time) queue_time_.Observe(s);
+  for (const double r : report.expert_load_imbalance) expert_load_imbalance_.Observe(r);
+  for (const std::int64_t n : report.experts_touched) experts_touched_.Observe(static_cast<double>(n));
+  routed_tokens_.Increment(static_cast<double>(report.routed_tokens));
   for (const auto& f : report.finished) {
     e2e_latency_.Observe(f.e2e_seconds);
     for (std::size_t i = 0; i < finished_reasons.size(); ++i) {

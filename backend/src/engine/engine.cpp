@@ -153,6 +153,9 @@ struct round_report {
   std::vector<double> inter_token_latency;
   std::vector<double> queue_time;
   std::vector<finished_request_report> finished;
+  std::vector<double> expert_load_imbalance;
+  std::vector<std::int64_t> experts_touched;
+  std::int64_t routed_tokens = 0;
   std::int64_t batch_tokens = 0;
   std::int64_t prompt_tokens = 0;
   std::int64_t generation_tokens = 0;
@@ -211,6 +214,8 @@ struct engine::state {
   void finish(sequence_id id, finish_reason reason, std::string error = {});
   void emit(active_request& r, engine_event event);
   void publish();
+  // The step's MoE choices, summarised per layer into the round's report.
+  void record_routing(const expert_routing& routing);
 };
 
 void engine::state::run() {
@@ -410,6 +415,7 @@ void engine::state::step() {
     return;
   }
   report.batch_tokens += plan.tokens;
+  record_routing(exec.last_routing());
 
   const time_point produced_at = clock.now();
   for (sampled_token& t : *ran) {
@@ -432,6 +438,26 @@ void engine::state::step() {
     delta.text = std::move(t.decoded.text);
     emit(req, std::move(delta));
     if (t.decoded.finish) finish(t.id, *t.decoded.finish);
+  }
+}
+
+void engine::state::record_routing(const expert_routing& routing) {
+  for (std::int64_t layer = 0; layer < routing.moe_layers; ++layer) {
+    const auto counts = routing.expert_tokens.subspan(static_cast<std::size_t>(layer * routing.experts),
+                                                      static_cast<std::size_t>(routing.experts));
+    std::int64_t total = 0;
+    std::int64_t busiest = 0;
+    std::int64_t touched = 0;
+    for (const std::int32_t n : counts) {
+      total += n;
+      busiest = std::max<std::int64_t>(busiest, n);
+      touched += n > 0 ? 1 : 0;
+    }
+    if (total == 0) continue;
+    report.expert_load_imbalance.push_back(static_cast<double>(busiest) * static_cast<double>(routing.experts) /
+                                           static_cast<double>(total));
+    report.experts_touched.push_back(touched);
+    report.routed_tokens += total;
   }
 }
 
@@ -474,6 +500,9 @@ void engine::state::publish() {
     out.inter_token_latency = report.inter_token_latency;
     out.queue_time = report.queue_time;
     out.finished = report.finished;
+    out.expert_load_imbalance = report.expert_load_imbalance;
+    out.experts_touched = report.experts_touched;
+    out.routed_tokens = report.routed_tokens;
     options.observer->on_step(out);
   }
   reported = now;

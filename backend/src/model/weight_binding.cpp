@@ -232,6 +232,34 @@ result<model_weights> bind_weights(const tensor_index& tensors, const model_conf
   return weights;
 }
 
+weight_footprint footprint_of(const model_config& config, const model_weights& weights) {
+  weight_footprint out;
+  out.total_bytes = weights.lm_head.bytes();
+  for (const layer_weights& l : weights.layers) {
+    std::uint64_t layer = 0;
+    for (const weight_matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router}) {
+      layer += m->bytes();
+    }
+    std::uint64_t experts = 0;
+    for (const expert_weights& e : l.experts) experts += e.w_gate.bytes() + e.w_up.bytes() + e.w_down.bytes();
+    out.total_bytes += layer + experts;
+    out.routed_expert_bytes += experts;
+    out.active_bytes_per_token += layer;
+    if (!l.experts.empty() && config.moe) {
+      out.active_bytes_per_token += experts / l.experts.size() * static_cast<std::uint64_t>(config.moe->experts_per_token);
+    }
+  }
+  out.active_bytes_per_token += weights.lm_head.bytes();
+  return out;
+}
+
+std::string describe_architecture(const model_config& config) {
+  if (!config.moe) return std::string(to_string(config.arch));
+  const moe_config& m = *config.moe;
+  return edge::format("{}, {} experts ({} per token, {} shared)", to_string(config.arch), m.num_experts,
+                      m.experts_per_token, m.shared_experts);
+}
+
 kernels::weight_format projection_format(const model_weights& weights) {
   return weights.layers.empty() ? weights.lm_head.format : weights.layers.front().wq.format;
 }

@@ -35,6 +35,10 @@ TEST_CASE("engine metric families have vLLM's names, types and buckets") {
   edge::monitoring::metrics_registry registry;
   engine_metrics metrics(registry.families(), {.kv_dtype = "fp8_e4m3",
                                                 .weight_dtype = "int4",
+                                                .architecture = "qwen3_moe",
+                                                .experts = 128,
+                                                .experts_per_token = 8,
+                                                .active_weight_bytes = 12345,
                                                 .block_size = 16,
                                                 .num_blocks = 100,
                                                 .capacity_tokens = 1600});
@@ -50,7 +54,8 @@ TEST_CASE("engine metric families have vLLM's names, types and buckets") {
     CHECK_MESSAGE(has(text, std::string("# TYPE edgeinfer_") + counter + " counter"), counter);
   }
   for (const char* histogram : {"time_to_first_token_seconds", "inter_token_latency_seconds",
-                                "e2e_request_latency_seconds", "request_queue_time_seconds", "iteration_tokens"}) {
+                                "e2e_request_latency_seconds", "request_queue_time_seconds", "iteration_tokens",
+                                "moe_expert_load_imbalance", "moe_experts_touched"}) {
     CHECK_MESSAGE(has(text, std::string("# TYPE edgeinfer_") + histogram + " histogram"), histogram);
   }
 
@@ -72,7 +77,9 @@ TEST_CASE("engine metric families have vLLM's names, types and buckets") {
   CHECK(has(text, "edgeinfer_kv_cache_blocks_total 100"));
   CHECK(has(text, "edgeinfer_kv_cache_blocks_free 100"));
   CHECK(has(text, "edgeinfer_kv_cache_capacity_tokens 1600"));
-  CHECK(has(text, "edgeinfer_cache_config_info{block_size=\"16\",kv_dtype=\"fp8_e4m3\",weight_dtype=\"int4\"} 1"));
+  CHECK(has(text, "edgeinfer_cache_config_info{active_weight_bytes_per_token=\"12345\",architecture=\"qwen3_moe\","
+                  "block_size=\"16\",experts=\"128\",experts_per_token=\"8\",kv_dtype=\"fp8_e4m3\","
+                  "shared_experts=\"0\",weight_dtype=\"int4\"} 1"));
   for (const char* reason : {"stop", "length", "abort", "error"}) {
     CHECK(has(text, std::string("edgeinfer_request_success_total{finished_reason=\"") + reason + "\"} 0"));
   }
@@ -85,6 +92,8 @@ TEST_CASE("engine steps update the gauges, counters and histograms") {
   const std::vector<double> ttft = {0.003};
   const std::vector<double> itl = {0.02, 0.03};
   const std::vector<double> queued = {0.7};
+  const std::vector<double> imbalance = {1.5, 4.0};  // two MoE layers
+  const std::vector<std::int64_t> touched = {6, 3};
   const std::vector<edge::backend::finished_request_report> finished = {
       {.reason = "length", .e2e_seconds = 1.2, .prompt_tokens = 5, .completion_tokens = 3},
       {.reason = "abort", .e2e_seconds = 0.4, .prompt_tokens = 9, .completion_tokens = 1}};
@@ -102,7 +111,10 @@ TEST_CASE("engine steps update the gauges, counters and histograms") {
                    .time_to_first_token = ttft,
                    .inter_token_latency = itl,
                    .queue_time = queued,
-                   .finished = finished});
+                   .finished = finished,
+                   .expert_load_imbalance = imbalance,
+                   .experts_touched = touched,
+                   .routed_tokens = 640});
   // A round that ran no step (a cancellation) observes no iteration.
   metrics.on_step({.running = 2, .waiting = 2, .blocks_total = 100, .blocks_free = 80});
   const std::string text = registry.scrape();
@@ -128,4 +140,10 @@ TEST_CASE("engine steps update the gauges, counters and histograms") {
   CHECK(has(text, "edgeinfer_request_queue_time_seconds_bucket{le=\"0.8\"} 1"));
   CHECK(has(text, "edgeinfer_e2e_request_latency_seconds_count 2"));
   CHECK(has(text, "edgeinfer_e2e_request_latency_seconds_bucket{le=\"0.5\"} 1"));
+  CHECK(has(text, "edgeinfer_moe_routed_tokens_total 640"));
+  CHECK(has(text, "edgeinfer_moe_expert_load_imbalance_count 2"));
+  CHECK(has(text, "edgeinfer_moe_expert_load_imbalance_bucket{le=\"1.5\"} 1"));
+  CHECK(has(text, "edgeinfer_moe_expert_load_imbalance_bucket{le=\"4\"} 2"));
+  CHECK(has(text, "edgeinfer_moe_experts_touched_sum 9"));
+  CHECK(has(text, "edgeinfer_moe_experts_touched_bucket{le=\"4\"} 1"));
 }

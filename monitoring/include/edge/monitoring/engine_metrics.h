@@ -16,7 +16,16 @@
 //   edgeinfer_e2e_request_latency_seconds                histogram
 //   edgeinfer_request_queue_time_seconds                 histogram
 //   edgeinfer_iteration_tokens                           histogram: tokens computed per engine step
-//   edgeinfer_cache_config_info{kv_dtype, weight_dtype, block_size}   gauge, always 1
+//   edgeinfer_cache_config_info{kv_dtype, weight_dtype, block_size, architecture, experts,
+//     experts_per_token, shared_experts, active_weight_bytes_per_token}   gauge, always 1
+//
+// Mixture-of-Experts models, summarised without one series per expert (per step and MoE layer):
+//   edgeinfer_moe_expert_load_imbalance                  histogram: the busiest expert's tokens
+//                                                        over the mean of all the layer's experts
+//                                                        (1: perfectly even; experts / top_k for
+//                                                        one token)
+//   edgeinfer_moe_experts_touched                        histogram: experts that ran
+//   edgeinfer_moe_routed_tokens_total                    counter: (token, expert) assignments
 //
 // The engine calls on_step() on its own thread; prometheus-cpp's metrics are thread-safe, so
 // scrapes from the gateway's threads need no further locking.
@@ -39,6 +48,11 @@ namespace edge::monitoring {
 struct engine_cache_config {
   std::string kv_dtype;
   std::string weight_dtype;
+  std::string architecture;
+  std::int64_t experts = 0;            // routed experts per MoE layer (0: a dense model)
+  std::int64_t experts_per_token = 0;
+  std::int64_t shared_experts = 0;
+  std::uint64_t active_weight_bytes = 0;  // weight bytes one token reads
   std::int64_t block_size = 0;
   std::int64_t num_blocks = 0;
   std::int64_t capacity_tokens = 0;
@@ -54,6 +68,8 @@ class engine_metrics final : public backend::engine_observer {
   static const prometheus::Histogram::BucketBoundaries& inter_token_latency_buckets();
   static const prometheus::Histogram::BucketBoundaries& request_latency_buckets();
   static const prometheus::Histogram::BucketBoundaries& iteration_tokens_buckets();
+  static const prometheus::Histogram::BucketBoundaries& expert_load_imbalance_buckets();
+  static const prometheus::Histogram::BucketBoundaries& experts_touched_buckets();
 
  private:
   // The reasons a request can finish with, in backend::finish_reason order.
@@ -78,6 +94,9 @@ class engine_metrics final : public backend::engine_observer {
   prometheus::Histogram& e2e_latency_;
   prometheus::Histogram& queue_time_;
   prometheus::Histogram& iteration_tokens_;
+  prometheus::Histogram& expert_load_imbalance_;
+  prometheus::Histogram& experts_touched_;
+  prometheus::Counter& routed_tokens_;
 };
 
 }  // namespace edge::monitoring

@@ -3,6 +3,7 @@
 
 #include "edge/backend/io/safetensors.h"
 #include "edge/backend/model/formats.h"
+#include "edge/backend/model/model_plan.h"
 #include "model_test_support.h"
 #include "weight_test_support.h"
 #include "test_support.h"
@@ -50,6 +51,13 @@ std::string config_json(std::string_view architecture, std::string_view extra = 
          R"("], "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,)"
          R"( "vocab_size": 512)" +
          std::string(extra) + "}";
+}
+
+// A config.json of `layers` layers (config_json's fields, which cannot be given twice).
+std::string layered_config_json(std::string_view architecture, int layers, std::string_view extra) {
+  return std::string(R"({"architectures": [")") + std::string(architecture) +
+         R"("], "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 4, "vocab_size": 512,)" +
+         R"( "num_hidden_layers": )" + std::to_string(layers) + std::string(extra) + "}";
 }
 
 }  // namespace
@@ -250,6 +258,206 @@ TEST_CASE("config.json: what is refused, and how") {
                 R"( "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": -5})") == status_code::invalid_argument);
   CHECK(code_of(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 176,)"
                 R"( "num_hidden_layers": 2, "num_attention_heads": 4})") == status_code::invalid_argument);
+}
+
+TEST_CASE("config.json: Qwen3-MoE and GLM-4.5 experts, their defaults and their sparse layers") {
+  SUBCASE("Qwen3-MoE: softmax router, sparse step and dense layers as listed") {
+    auto parsed = parse_hf_config(layered_config_json(
+        "Qwen3MoeForCausalLM", 6,
+        R"(, "head_dim": 32, "num_experts": 16, "num_experts_per_tok": 4,)"
+        R"( "moe_intermediate_size": 24, "norm_topk_prob": true, "decoder_sparse_step": 2, "mlp_only_layers": [3])"));
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+    const auto& c = parsed->config;
+    CHECK(c.arch == architecture::qwen3_moe);
+    CHECK(c.qk_norm);
+    CHECK(!c.qkv_bias);
+    REQUIRE(c.moe);
+    CHECK(c.moe->num_experts == 16);
+    CHECK(c.moe->experts_per_token == 4);
+    CHECK(c.moe->expert_intermediate == 24);
+    CHECK(c.moe->normalize_weights);
+    CHECK(c.moe->scoring == edge::kernels::router_scoring::softmax);
+    CHECK(!c.moe->correction_bias);
+    CHECK(c.moe->shared_experts == 0);
+    // (i + 1) % 2 == 0 and not listed: layers 1 and 5; 3 is in mlp_only_layers.
+    std::vector<std::int64_t> sparse;
+    for (std::int64_t i = 0; i < 6; ++i) {
+      if (c.moe->sparse(i)) sparse.push_back(i);
+    }
+    CHECK(sparse == std::vector<std::int64_t>{1, 5});
+    auto plan = plan_model(c);
+    REQUIRE(plan.ok());
+    CHECK(plan->layers[1].mlp.kind == mlp_kind::moe);
+    CHECK(plan->layers[1].mlp.intermediate == 0);  // no shared experts
+    CHECK(plan->layers[3].mlp.kind == mlp_kind::dense);
+    CHECK(plan->layers[3].mlp.intermediate == 176);
+    CHECK(plan->moe_layers() == 2);
+  }
+  SUBCASE("Qwen3-MoE's defaults, and num_experts 0 is a dense model") {
+    auto parsed = parse_hf_config(config_json("Qwen3MoeForCausalLM", R"(, "head_dim": 16)"));
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+    REQUIRE(parsed->config.moe);
+    CHECK(parsed->config.moe->num_experts == 128);
+    CHECK(parsed->config.moe->experts_per_token == 8);
+    CHECK(parsed->config.moe->expert_intermediate == 768);
+    CHECK(!parsed->config.moe->normalize_weights);
+    auto dense = parse_hf_config(config_json("Qwen3MoeForCausalLM", R"(, "num_experts": 0)"));
+    REQUIRE(dense.ok());
+    CHECK(!dense->config.moe);
+  }
+  SUBCASE("GLM-4.5: Q/K/V biases, half-rotary heads, first dense layers, grouped sigmoid router, shared experts") {
+    auto parsed = parse_hf_config(layered_config_json(
+        "Glm4MoeForCausalLM", 4,
+        R"(, "head_dim": 32, "attention_bias": true, "partial_rotary_factor": 0.5,)"
+        R"( "n_routed_experts": 16, "n_shared_experts": 2, "num_experts_per_tok": 4, "moe_intermediate_size": 24,)"
+        R"( "first_k_dense_replace": 2, "routed_scaling_factor": 2.5, "n_group": 4, "topk_group": 2)"));
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+    const auto& c = parsed->config;
+    CHECK(c.arch == architecture::glm4_moe);
+    CHECK(c.qkv_bias);
+    CHECK(!c.qk_norm);
+    CHECK(c.rotary_dim == 16);
+    REQUIRE(c.moe);
+    CHECK(c.moe->scoring == edge::kernels::router_scoring::sigmoid);
+    CHECK(c.moe->correction_bias);
+    CHECK(c.moe->normalize_weights);  // GLM's default
+    CHECK(c.moe->routed_scaling == 2.5);
+    CHECK(c.moe->groups == 4);
+    CHECK(c.moe->top_groups == 2);
+    CHECK(c.moe->shared_intermediate() == 48);
+    CHECK(!c.moe->sparse(1));
+    CHECK(c.moe->sparse(2));
+    auto plan = plan_model(c);
+    REQUIRE(plan.ok());
+    CHECK(plan->layers[0].attention.rope.rotary_dim == 16);
+    CHECK(plan->layers[3].mlp.kind == mlp_kind::moe);
+    CHECK(plan->layers[3].mlp.intermediate == 48);  // the shared experts
+    CHECK(plan->layers[3].mlp.router.scaling == 2.5f);
+    CHECK(plan->layers[3].mlp.router.groups == 4);
+  }
+}
+
+TEST_CASE("config.json: MoE fields we cannot honour are refused, naming the field and the value") {
+  const auto error_of = [](std::string_view json) { return parse_hf_config(json).error(); };
+  const auto glm = [](std::string_view extra) {
+    return config_json("Glm4MoeForCausalLM", std::string(R"(, "head_dim": 16, "n_routed_experts": 8)") + std::string(extra));
+  };
+  const auto scoring = error_of(glm(R"(, "scoring_func": "softmax")"));
+  CHECK(scoring.code() == status_code::unimplemented);
+  CHECK(scoring.message() == "scoring_func \"softmax\" is not supported (only \"sigmoid\" is)");
+  CHECK(error_of(glm(R"(, "topk_method": "greedy")")).message().find("topk_method \"greedy\"") != std::string::npos);
+  CHECK(error_of(glm(R"(, "rope_scaling": {"rope_type": "dynamic", "factor": 2})")).message().find("\"dynamic\"") !=
+        std::string::npos);
+  const auto groups = error_of(glm(R"(, "n_group": 3)"));
+  CHECK(groups.code() == status_code::invalid_argument);
+  CHECK(groups.message() == "n_group = 3 does not divide num_experts = 8");
+  CHECK(error_of(glm(R"(, "num_experts_per_tok": 9)")).message() == "num_experts_per_tok = 9 is outside [1, 8]");
+  CHECK(error_of(glm(R"(, "n_group": 4, "topk_group": 1, "num_experts_per_tok": 4)")).message().find("topk_group") !=
+        std::string::npos);
+  CHECK(error_of(glm(R"(, "partial_rotary_factor": 0)")).message().find("partial_rotary_factor") != std::string::npos);
+  CHECK(error_of(glm(R"(, "partial_rotary_factor": 0.1)")).message().find("rotary dimension") != std::string::npos);
+  CHECK(error_of(glm(R"(, "routed_scaling_factor": -1)")).message().find("routed_scaling_factor") != std::string::npos);
+  CHECK(error_of(config_json("Qwen3MoeForCausalLM", R"(, "head_dim": 16, "mlp_only_layers": [7])"))
+            .message()
+            .find("mlp_only_layers") != std::string::npos);
+  CHECK(error_of(config_json("Qwen3MoeForCausalLM", R"(, "head_dim": 16, "mlp_only_layers": ["one"])")).code() ==
+        status_code::invalid_argument);
+  // Qwen3-MoE's attention_bias would put a bias on o_proj too.
+  CHECK(error_of(config_json("Qwen3MoeForCausalLM", R"(, "head_dim": 16, "attention_bias": true)")).code() ==
+        status_code::unimplemented);
+  CHECK(error_of(config_json("Qwen3MoeForCausalLM", R"(, "head_dim": 16, "quantization_config": {"quant_method": "fp8"})"))
+            .message()
+            .find("quantization method \"fp8\"") != std::string::npos);
+}
+
+TEST_CASE("Hugging Face weights: the router, its bias and each expert by name and shape") {
+  model_config c;
+  c.arch = architecture::glm4_moe;
+  c.vocab_size = 8;
+  c.hidden_size = 4;
+  c.intermediate_size = 6;
+  c.num_layers = 1;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 2;
+  c.max_position = 16;
+  c.tie_embeddings = true;
+  moe_config moe;
+  moe.num_experts = 2;
+  moe.experts_per_token = 1;
+  moe.expert_intermediate = 3;
+  moe.shared_experts = 1;
+  moe.scoring = edge::kernels::router_scoring::sigmoid;
+  moe.correction_bias = true;
+  c.moe = moe;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> names = {
+      {"model.embed_tokens.weight", {8, 4}},
+      {"model.norm.weight", {4}},
+      {"model.layers.0.input_layernorm.weight", {4}},
+      {"model.layers.0.self_attn.q_proj.weight", {4, 4}},
+      {"model.layers.0.self_attn.k_proj.weight", {2, 4}},
+      {"model.layers.0.self_attn.v_proj.weight", {2, 4}},
+      {"model.layers.0.self_attn.o_proj.weight", {4, 4}},
+      {"model.layers.0.post_attention_layernorm.weight", {4}},
+      {"model.layers.0.mlp.gate.weight", {2, 4}},
+      {"model.layers.0.mlp.gate.e_score_correction_bias", {2}},
+      {"model.layers.0.mlp.shared_experts.gate_proj.weight", {3, 4}},
+      {"model.layers.0.mlp.shared_experts.up_proj.weight", {3, 4}},
+      {"model.layers.0.mlp.shared_experts.down_proj.weight", {4, 3}},
+  };
+  for (int e = 0; e < 2; ++e) {
+    const std::string prefix = "model.layers.0.mlp.experts." + std::to_string(e) + ".";
+    names.push_back({prefix + "gate_proj.weight", {3, 4}});
+    names.push_back({prefix + "up_proj.weight", {3, 4}});
+    names.push_back({prefix + "down_proj.weight", {4, 3}});
+  }
+  static const std::byte storage[256] = {};
+  const auto tensors_of = [&](const auto& list) {
+    std::vector<tensor_view> tensors;
+    for (const auto& [name, shape] : list) {
+      tensor_view v;
+      v.name = name;
+      v.shape = shape;
+      v.type = edge::kernels::dtype::bf16;
+      v.data = storage;
+      tensors.push_back(v);
+    }
+    return tensors;
+  };
+  const auto tensors = tensors_of(names);
+  auto weights = weights_from_hf(tensors, c);
+  REQUIRE_MESSAGE(weights.ok(), weights.error().to_string());
+  const layer_weights& l = weights->layers[0];
+  CHECK(l.router.shape == std::vector<std::int64_t>{2, 4});
+  CHECK(l.router_bias.present());
+  REQUIRE(l.experts.size() == 2);
+  CHECK(l.experts[1].w_down.name == "model.layers.0.mlp.experts.1.down_proj.weight");
+  CHECK(l.w_gate.name == "model.layers.0.mlp.shared_experts.gate_proj.weight");
+  const weight_footprint f = footprint_of(c, *weights);
+  CHECK(f.routed_expert_bytes == 2 * 3 * 12 * 2);  // two experts of three 12-element bf16 matrices
+  CHECK(f.active_bytes_per_token == f.total_bytes - f.routed_expert_bytes / 2);  // one of two experts per token
+
+  SUBCASE("a missing expert matrix is named") {
+    auto without = names;
+    std::erase_if(without, [](const auto& n) { return n.first == "model.layers.0.mlp.experts.1.up_proj.weight"; });
+    const auto missing = weights_from_hf(tensors_of(without), c);
+    CHECK(missing.error().code() == status_code::invalid_argument);
+    CHECK(missing.error().message() ==
+          "missing tensor \"model.layers.0.mlp.experts.1.up_proj.weight\" (expected shape [3, 4])");
+  }
+  SUBCASE("an expert of the wrong shape is named with both shapes") {
+    auto wrong = names;
+    for (auto& n : wrong) {
+      if (n.first == "model.layers.0.mlp.experts.0.down_proj.weight") n.second = {4, 2};
+    }
+    CHECK(weights_from_hf(tensors_of(wrong), c).error().message() ==
+          "tensor \"model.layers.0.mlp.experts.0.down_proj.weight\" has shape [4, 2], expected [4, 3]");
+  }
+  SUBCASE("a sigmoid router without its correction bias") {
+    auto without = names;
+    std::erase_if(without, [](const auto& n) { return n.first.ends_with("e_score_correction_bias"); });
+    CHECK(weights_from_hf(tensors_of(without), c).error().message().find("e_score_correction_bias") != std::string::npos);
+  }
 }
 
 TEST_CASE("Hugging Face weights: names, Qwen2 biases and shape checks") {

@@ -39,6 +39,11 @@ struct engine_step_report {
   std::span<const double> inter_token_latency;  // seconds between consecutive tokens of a request
   std::span<const double> queue_time;           // seconds from submission to first admission
   std::span<const finished_request_report> finished;
+
+  // Mixture-of-Experts models, per MoE layer of this step.
+  std::span<const double> expert_load_imbalance;  // busiest expert's tokens / mean over the layer's experts
+  std::span<const std::int64_t> experts_touched;  // experts that ran
+  std::int64_t routed_tokens = 0;                 // (token, expert) assignments, all layers
 };
 
 class engine_observer {

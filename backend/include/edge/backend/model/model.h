@@ -96,6 +96,20 @@ struct model_weights {
 // The format of the projection matrices (what --weight-dtype chose).
 kernels::weight_format projection_format(const model_weights& weights);
 
+// Bytes of the weight matrices (values and scales; norms, biases and the embedding table left
+// out): all of them, the routed experts' share, and what one token reads on its way through the
+// model: every matrix but the routed experts, plus each MoE layer's experts_per_token experts
+// (their average size).
+struct weight_footprint {
+  std::uint64_t total_bytes = 0;
+  std::uint64_t routed_expert_bytes = 0;
+  std::uint64_t active_bytes_per_token = 0;
+};
+weight_footprint footprint_of(const model_config& config, const model_weights& weights);
+
+// "qwen3_moe, 128 experts (8 per token, 0 shared)", or the architecture alone for a dense model.
+std::string describe_architecture(const model_config& config);
+
 enum class model_format { gguf, llama2c, hugging_face };
 
 struct model {
