@@ -266,7 +266,7 @@ result<weight_matrix> weight_converter::matrix(const matrix_source& s, matrix_ro
     });
   } else {
     // Decode exactly to float, encode in the target format.
-    if (target == weight_format::int4) m.group_size = kernels::int4_group_size_for(cols);
+    if (target == weight_format::int4) m.group_size = kernels::int4_group_size_for(cols, options_.int4_group_size);
     std::byte* values = allocate(static_cast<std::uint64_t>(kernels::weight_values_bytes(target, rows, cols)));
     const std::int64_t scale_count = kernels::weight_scale_count(target, rows, cols, m.group_size);
     float* scales = scale_count > 0 ? new_scales(scale_count) : nullptr;

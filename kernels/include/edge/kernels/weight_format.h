@@ -96,10 +96,11 @@ EDGE_HOST_DEVICE constexpr void int4_set(std::uint8_t* row, std::int64_t i, int 
              : static_cast<std::uint8_t>((byte & ~int4_traits::nibble_mask) | code);
 }
 
-// The group size edgeinfer quantizes a row of k elements with: 128, or for rows it does not
-// divide (small models) the largest power of two that does.
-EDGE_HOST_DEVICE constexpr std::int64_t int4_group_size_for(std::int64_t k) {
-  std::int64_t group = int4_traits::max_group_size;
+// The group size edgeinfer quantizes a row of k elements with: `largest` (128 unless asked
+// otherwise), or for rows it does not divide (small models) the largest power of two that does.
+EDGE_HOST_DEVICE constexpr std::int64_t int4_group_size_for(std::int64_t k,
+                                                            std::int64_t largest = int4_traits::max_group_size) {
+  std::int64_t group = largest;
   while (group > 1 && k % group != 0) group /= 2;
   return group;
 }

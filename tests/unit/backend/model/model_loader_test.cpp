@@ -112,6 +112,40 @@ TEST_CASE("load_model: synthetic models in both formats, chat templates detected
   CHECK(chosen->chat_template == chat_template_kind::chatml);
 }
 
+TEST_CASE("load_model: MoE experts quantized on load, in groups of --int4-group-size, routers left in float") {
+  t::temp_dir dir;
+  const auto folder = make(dir / "moe", "tiny-qwen3-moe", synthetic_format::safetensors, 4);
+  // Expert gate/up rows are 64 wide (hidden), down rows 32 (the expert width).
+  const struct {
+    std::int64_t asked, gate_up, down;
+  } cases[] = {{128, 64, 32}, {64, 64, 32}, {32, 32, 32}};
+  for (const auto& c : cases) {
+    CAPTURE(c.asked);
+    const auto m = load({.path = folder, .weight_dtype = edge::kernels::weight_format::int4, .int4_group_size = c.asked});
+    REQUIRE(m->config.moe);
+    const layer_weights& sparse = m->weights.layers[0];
+    REQUIRE(sparse.experts.size() == 8);
+    for (const expert_weights& e : sparse.experts) {
+      CHECK(e.w_gate_up.present());  // converted, so stacked
+      CHECK(e.w_gate_up.format == edge::kernels::weight_format::int4);
+      CHECK(e.w_gate_up.group_size == c.gate_up);
+      CHECK(e.w_down.group_size == c.down);
+    }
+    CHECK(sparse.router.format == edge::kernels::weight_format::bf16);
+    CHECK(m->weights.layers[1].experts.empty());  // mlp_only_layers: dense
+    CHECK(m->weights.layers[1].w_gate.group_size == c.gate_up);
+  }
+  const auto fp8 = load({.path = folder, .weight_dtype = edge::kernels::weight_format::fp8_e4m3});
+  CHECK(fp8->weights.layers[2].experts[5].w_down.format == edge::kernels::weight_format::fp8_e4m3);
+  CHECK(fp8->weights.layers[2].router.format == edge::kernels::weight_format::bf16);
+  // bf16 as stored: used in place from the file, gate and up apart.
+  const auto stored = load({.path = folder});
+  CHECK(!stored->weights.layers[0].experts[0].w_gate_up.present());
+  const weight_footprint f = footprint_of(stored->config, stored->weights);
+  CHECK(f.routed_expert_bytes == 2 * 8 * 3 * 32 * 64 * 2);  // 2 MoE layers of 8 bf16 experts
+  CHECK(f.active_bytes_per_token == f.total_bytes - f.routed_expert_bytes + f.routed_expert_bytes / 4);  // top 2 of 8
+}
+
 TEST_CASE("load_model: chat_template as a list in tokenizer_config.json, and unknown templates") {
   t::temp_dir dir;
   const auto folder = make(dir / "m", "tiny", synthetic_format::safetensors, 1);

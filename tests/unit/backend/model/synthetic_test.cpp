@@ -337,6 +337,51 @@ TEST_CASE("Llama 3 RoPE scaling is recovered from a rope_freqs.weight tensor") {
   CHECK(config_from_gguf(*file).error().code() == edge::status_code::unimplemented);
 }
 
+TEST_CASE("MoE presets: the published shapes, and --layers keeps the first layers at full size") {
+  const auto* qwen = find_synthetic_preset("qwen3-30b-a3b");
+  REQUIRE(qwen != nullptr);
+  REQUIRE(qwen->config.moe);
+  CHECK(qwen->config.num_layers == 48);
+  CHECK(qwen->config.hidden_size == 2048);
+  CHECK(qwen->config.moe->num_experts == 128);
+  CHECK(qwen->config.moe->experts_per_token == 8);
+  CHECK(qwen->config.moe->expert_intermediate == 768);
+  CHECK(qwen->config.moe->shared_experts == 0);
+  CHECK(qwen->config.moe->normalize_weights);
+  const auto* glm = find_synthetic_preset("glm-4.5-air");
+  REQUIRE(glm != nullptr);
+  REQUIRE(glm->config.moe);
+  CHECK(glm->config.num_layers == 46);
+  CHECK(glm->config.hidden_size == 4096);
+  CHECK(glm->config.num_heads == 96);
+  CHECK(glm->config.head_dim == 128);
+  CHECK(glm->config.rotary_dim == 64);
+  CHECK(glm->config.qkv_bias);
+  CHECK(glm->config.moe->num_experts == 128);
+  CHECK(glm->config.moe->shared_experts == 1);
+  CHECK(glm->config.moe->expert_intermediate == 1408);
+  CHECK(glm->config.moe->first_dense_layers == 1);
+  CHECK(glm->config.moe->scoring == edge::kernels::router_scoring::sigmoid);
+
+  t::temp_dir dir;
+  synthetic_options options;
+  options.preset = "tiny-glm4-moe";
+  options.layers = 2;
+  options.out = dir / "two";
+  REQUIRE(write_synthetic_model(options).ok());
+  auto parsed = parse_hf_config(t::read_text(dir / "two" / "config.json"));
+  REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+  CHECK(parsed->config.num_layers == 2);
+  REQUIRE(parsed->config.moe);
+  CHECK(!parsed->config.moe->sparse(0));
+  CHECK(parsed->config.moe->sparse(1));
+  CHECK(parsed->config.moe->groups == 4);
+  CHECK(parsed->config.moe->routed_scaling == 2.5);
+  options.layers = 4;  // more than the preset has
+  options.out = dir / "four";
+  CHECK(write_synthetic_model(options).error().code() == status_code::invalid_argument);
+}
+
 TEST_CASE("make-model refuses what it cannot write") {
   t::temp_dir dir;
   synthetic_options options;

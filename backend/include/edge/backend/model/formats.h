@@ -32,6 +32,7 @@ struct parsed_config {
 // What the weight binders make of the projection matrices (load_options::weight_dtype).
 struct weight_options {
   std::optional<kernels::weight_format> target;  // nullopt: as stored
+  std::int64_t int4_group_size = kernels::int4_traits::max_group_size;  // target int4: inputs per scale
   thread_pool* pool = nullptr;                    // conversions run on it; null: on the caller
   // Told the bytes of each projection that was converted into a buffer of its own: load_model
   // releases those file pages.

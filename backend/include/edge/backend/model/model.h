@@ -134,6 +134,9 @@ struct load_options {
   std::optional<chat_template_kind> chat_template;
   // What the projection matrices become (see above); nullopt ("auto"): as stored.
   std::optional<kernels::weight_format> weight_dtype;
+  // int4 on load: inputs per scale (a power of two up to 128; rows it does not divide take the
+  // largest power of two that does).
+  std::int64_t int4_group_size = kernels::int4_traits::max_group_size;
   // Called with (bytes done, bytes total) while weights are read; may be empty.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
