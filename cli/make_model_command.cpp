@@ -35,7 +35,10 @@ config::schema make_model_options() {
   s.add_integer("seed", 0, 0, std::numeric_limits<std::int64_t>::max(),
                 "Seed of the random weights; the same seed writes the same bytes");
   s.add_path("out", std::nullopt, "Folder (safetensors) or file (gguf) to write (required)");
-  s.add_choice("dtype", "bf16", {"bf16", "f16", "f32"}, "Element type of the weights");
+  s.add_choice("dtype", "bf16", {"bf16", "f16", "f32", "fp8-block"},
+               "Element type of the weights; fp8-block: the projections and experts as FP8 E4M3 with a scale per "
+               "128x128 block (DeepSeek-V3's FP8 format, safetensors only), the rest bf16. For INT4 checkpoints, "
+               "run `edgeinfer quantize` on the result");
   s.add_integer("layers", 0, 0, std::numeric_limits<std::int64_t>::max(),
                 "Write only the preset's first N layers, each at its real shape (0: all), so that the large "
                 "presets fit a small machine");
@@ -57,7 +60,8 @@ int run_make_model(const config::values& settings) {
   options.preset = settings.string("preset");
   options.format = *backend::parse_synthetic_format(settings.string("format"));
   options.seed = static_cast<std::uint64_t>(settings.integer("seed"));
-  options.dtype = *kernels::parse_dtype(settings.string("dtype"));
+  options.fp8_blocks = settings.string("dtype") == "fp8-block";
+  options.dtype = options.fp8_blocks ? kernels::dtype::bf16 : *kernels::parse_dtype(settings.string("dtype"));
   options.out = *out;
   options.max_shard_bytes = settings.bytes("max-shard-size");
   options.layers = settings.integer("layers");
@@ -78,7 +82,7 @@ int run_make_model(const config::values& settings) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   log.info("wrote {} (synthetic {} weights, seed {}, {} of weights) to {} in {:.1f} s", options.preset,
-           kernels::to_string(options.dtype), options.seed, format_bytes(weight_bytes), written->string(), seconds);
+           options.fp8_blocks ? "fp8-block" : kernels::to_string(options.dtype), options.seed, format_bytes(weight_bytes), written->string(), seconds);
   return 0;
 }
 

@@ -118,3 +118,41 @@ test('a dense model exports no routing and says so in cache_config_info', async 
     await server.stop();
   }
 });
+
+test('an FP8 block-scaled MoE checkpoint serves, and quantize turns it into INT4 compressed-tensors that generate as quantizing on load does', async () => {
+  const fp8 = path.join(dir, 'glm-fp8');
+  const int4 = path.join(dir, 'glm-int4');
+  const run = (args) => spawnSync(edgeinferBin, args, { encoding: 'utf8', timeout: 120000 });
+  const made = run(['make-model', '--preset', 'tiny-glm4-moe', '--dtype', 'fp8-block', '--seed', '5', '--out', fp8]);
+  assert.equal(made.status, 0, made.stderr);
+  const config = JSON.parse(fs.readFileSync(path.join(fp8, 'config.json'), 'utf8'));
+  assert.deepEqual(config.quantization_config.weight_block_size, [128, 128]);
+
+  const q = run(['quantize', '--model', fp8, '--weight-dtype', 'int4', '--int4-group-size', '32', '--out', int4]);
+  assert.equal(q.status, 0, q.stderr);
+  assert.match(q.stderr, /of tensors, from .* of weight files: [\d.]+x\)/);
+  const written = JSON.parse(fs.readFileSync(path.join(int4, 'config.json'), 'utf8'));
+  assert.equal(written.quantization_config.format, 'pack-quantized');
+  // Groups of 32, except the dense layer's down projection: 176 inputs take groups of 16.
+  const sizes = Object.values(written.quantization_config.config_groups).map((g) => g.weights.group_size).sort();
+  assert.deepEqual(sizes, [16, 32]);
+  assert.ok(written.quantization_config.ignore.includes('model.layers.1.mlp.gate'), 'routers stay in bf16');
+  assert.equal(written.n_routed_experts, 16);
+
+  const generate = (args) => {
+    const r = run(['generate', '--prompt', 'Hello there', '--max-tokens', '12', '--temperature', '0', ...args]);
+    assert.equal(r.status, 0, r.stderr);
+    return r.stdout;
+  };
+  assert.equal(generate(['--model', int4]), generate(['--model', fp8, '--weight-dtype', 'int4', '--int4-group-size', '32']));
+
+  const server = await startServer(['--model', fp8, '--threads', '2', '--kv-cache-memory', '16MiB']);
+  try {
+    assert.match(server.log, /block scales are decoded on load and kept as bf16/);
+    const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.defaultKey, maxRetries: 0 });
+    const r = await streamChat(client, 'glm-fp8', 'Hello');
+    assert.ok(r.usage.completion_tokens > 0);
+  } finally {
+    await server.stop();
+  }
+});

@@ -162,14 +162,51 @@ status check_weight_scheme(std::string_view group_name, std::string_view format,
   return {};
 }
 
-result<std::optional<kernels::weight_format>> parse_quantization(const json_fields& config) {
+// quant_method "fp8" as DeepSeek-V3 and the FP8 releases after it write it: E4M3 weights, one
+// weight_scale_inv per weight_block_size block, activations quantized at run time (which
+// edgeinfer does not do: they stay in float).
+status parse_fp8_blocks(const json_fields& fields, parsed_config& parsed) {
+  EDGE_ASSIGN_OR_RETURN(const auto fmt, fields.optional<std::string_view>("fmt"));
+  if (fmt && *fmt != "e4m3") {
+    return status(status_code::unimplemented,
+                  edge::format("quantization_config fmt \"{}\" is not supported (only \"e4m3\" is)", *fmt));
+  }
+  EDGE_ASSIGN_OR_RETURN(const auto block, fields.optional<json_array>("weight_block_size"));
+  if (!block) {
+    return status(status_code::unimplemented,
+                  "quant_method \"fp8\" without weight_block_size (per-tensor FP8) is not supported");
+  }
+  std::vector<std::int64_t> sides;
+  for (const json_value side : *block) {
+    EDGE_ASSIGN_OR_RETURN(const std::int64_t n, side.as<std::int64_t>());
+    sides.push_back(n);
+  }
+  if (sides.size() != 2 || sides[0] < 1 || sides[1] < 1) {
+    return invalid_argument("quantization_config weight_block_size must be two positive integers");
+  }
+  EDGE_ASSIGN_OR_RETURN(const auto activations, fields.optional<std::string_view>("activation_scheme"));
+  if (activations && *activations != "dynamic") {
+    logger{"model"}.warn("the checkpoint's activation_scheme is \"{}\"; edgeinfer keeps activations in float and "
+                         "uses only its quantized weights",
+                         *activations);
+  }
+  parsed.quantized = kernels::weight_format::fp8_e4m3;
+  parsed.fp8_block_rows = sides[0];
+  parsed.fp8_block_cols = sides[1];
+  return {};
+}
+
+status parse_quantization(const json_fields& config, parsed_config& parsed) {
   EDGE_ASSIGN_OR_RETURN(const auto object, config.optional<json_fields>("quantization_config"));
-  if (!object) return std::optional<kernels::weight_format>{};
+  if (!object) return {};
   const json_fields& fields = *object;
   EDGE_ASSIGN_OR_RETURN(const auto method, fields.optional<std::string_view>("quant_method"));
+  if (method == "fp8") return parse_fp8_blocks(fields, parsed);
   if (method.value_or("") != "compressed-tensors") {
     return status(status_code::unimplemented,
-                  edge::format("quantization method \"{}\" is not supported (compressed-tensors is)", method.value_or("")));
+                  edge::format("quantization method \"{}\" is not supported (compressed-tensors and fp8 with "
+                               "weight_block_size are)",
+                               method.value_or("")));
   }
   if (const auto sparsity = fields.find("sparsity_config")) {
     const auto sparsity_fields = sparsity->as<json_fields>();
@@ -201,7 +238,8 @@ result<std::optional<kernels::weight_format>> parse_quantization(const json_fiel
     logger{"model"}.warn("the checkpoint also quantizes activations; edgeinfer keeps activations in float and uses "
                          "only its quantized weights");
   }
-  return quantized;
+  parsed.quantized = quantized;
+  return {};
 }
 
 result<parsed_config> parse_config_object(const json_fields& fields) {
@@ -293,7 +331,7 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
 
   EDGE_ASSIGN_OR_RETURN(const auto synthetic, fields.optional<bool>("edgeinfer_synthetic"));
   parsed.synthetic = synthetic.value_or(false);
-  EDGE_ASSIGN_OR_RETURN(parsed.quantized, parse_quantization(fields));
+  EDGE_RETURN_IF_ERROR(parse_quantization(fields, parsed));
 
   EDGE_RETURN_IF_ERROR(check_config(config));
   return parsed;
@@ -341,7 +379,7 @@ result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, cons
     };
     return layer;
   };
-  return bind_weights(tensor_index(tensors), config, names, options);
+  return bind_weights(tensor_index(tensors, options.fp8_block_rows, options.fp8_block_cols), config, names, options);
 }
 
 }  // namespace edge::backend

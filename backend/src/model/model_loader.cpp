@@ -319,7 +319,15 @@ result<std::unique_ptr<model>> load_hf_model(const fs::path& folder, const load_
   EDGE_ASSIGN_OR_RETURN(const auto tensors, load_safetensors_folder(folder, m->files));
   read_in(ranges_of(tensors), m->files, options);
   const weight_loading loading(options, m->files);
-  auto weights = weights_from_hf(tensors, m->config, loading.options());
+  weight_options binding = loading.options();
+  binding.fp8_block_rows = config->fp8_block_rows;
+  binding.fp8_block_cols = config->fp8_block_cols;
+  if (config->fp8_block_rows > 0 && !options.weight_dtype) {
+    logger{"model"}.info("{}: FP8 weights with {}×{} block scales are decoded on load and kept as bf16 (the matmul "
+                         "kernels read FP8 with one scale per row); --weight-dtype int4 or fp8 quantizes them instead",
+                         folder.string(), config->fp8_block_rows, config->fp8_block_cols);
+  }
+  auto weights = weights_from_hf(tensors, m->config, binding);
   if (!weights.ok()) return weights.error().with_context(folder.string());
   m->weights = std::move(weights).value();
 

@@ -145,6 +145,8 @@ struct checkpoint_plan {
   std::vector<output_tensor> tensors;
   // Linear module name → INT4 group size (pack-quantized) or 0 (FP8), for quantization_config.
   std::map<std::string, std::int64_t> quantized_modules;
+  // Linear modules left in float (the classifier, MoE routers): quantization_config's ignore.
+  std::vector<std::string> float_modules;
   bool tied = false;
 };
 
@@ -163,6 +165,8 @@ checkpoint_plan plan_checkpoint(const model& m) {
     add_matrix(plan.tensors, module + ".", matrix_weights, std::move(rows_of));
     if (kernels::is_quantized(matrix_weights.format)) {
       plan.quantized_modules[module] = matrix_weights.format == weight_format::int4 ? matrix_weights.group_size : 0;
+    } else {
+      plan.float_modules.push_back(module);
     }
   };
 
@@ -186,18 +190,38 @@ checkpoint_plan plan_checkpoint(const model& m) {
       plan.tensors.push_back(plain_tensor(prefix + "self_attn.k_norm.weight", l.k_norm, identity_rows()));
     }
     plan.tensors.push_back(plain_tensor(prefix + "post_attention_layernorm.weight", l.ffn_norm, identity_rows()));
-    matrix(prefix + "mlp.gate_proj", l.w_gate, identity_rows());
-    matrix(prefix + "mlp.up_proj", l.w_up, identity_rows());
-    matrix(prefix + "mlp.down_proj", l.w_down, identity_rows());
+    // A dense layer's MLP, or a MoE layer's shared experts (when it has them).
+    const bool sparse = c.moe && c.moe->sparse(i);
+    const std::string mlp = prefix + (sparse ? "mlp.shared_experts." : "mlp.");
+    if (l.w_gate.present()) {
+      matrix(mlp + "gate_proj", l.w_gate, identity_rows());
+      matrix(mlp + "up_proj", l.w_up, identity_rows());
+      matrix(mlp + "down_proj", l.w_down, identity_rows());
+    }
+    if (!sparse) continue;
+    matrix(prefix + "mlp.gate", l.router, identity_rows());
+    if (l.router_bias.present()) {
+      plan.tensors.push_back(plain_tensor(prefix + "mlp.gate.e_score_correction_bias", l.router_bias, identity_rows()));
+    }
+    for (std::size_t e = 0; e < l.experts.size(); ++e) {
+      const std::string expert = prefix + edge::format("mlp.experts.{}.", e);
+      matrix(expert + "gate_proj", l.experts[e].w_gate, identity_rows());
+      matrix(expert + "up_proj", l.experts[e].w_up, identity_rows());
+      matrix(expert + "down_proj", l.experts[e].w_down, identity_rows());
+    }
   }
   plan.tensors.push_back(plain_tensor("model.norm.weight", w.final_norm, identity_rows()));
-  if (!plan.tied) matrix("lm_head", w.lm_head, identity_rows());
+  if (plan.tied) {
+    plan.float_modules.push_back("lm_head");  // the embedding's table, which is never quantized
+  } else {
+    matrix("lm_head", w.lm_head, identity_rows());
+  }
   return plan;
 }
 
 // ---- config.json ------------------------------------------------------------------------------
 
-std::string quantization_config_json(const checkpoint_plan& plan, weight_format format, bool lm_head_quantized) {
+std::string quantization_config_json(const checkpoint_plan& plan, weight_format format) {
   std::string groups;
   if (format == weight_format::int4) {
     // One config group per group size; with a single size every Linear is its target.
@@ -224,12 +248,14 @@ std::string quantization_config_json(const checkpoint_plan& plan, weight_format 
         "true, \"strategy\": \"channel\", \"dynamic\": false, \"observer\": \"minmax\"}, \"input_activations\": null, "
         "\"output_activations\": null}";
   }
+  std::string ignored;
+  for (const std::string& module : plan.float_modules) ignored += (ignored.empty() ? "" : ", ") + json_string(module);
   return edge::format(
       "{{\"quant_method\": \"compressed-tensors\", \"format\": \"{}\", \"quantization_status\": \"compressed\", "
       "\"config_groups\": {{{}}}, \"ignore\": [{}], \"kv_cache_scheme\": null, \"global_compression_ratio\": null, "
       "\"sparsity_config\": {{}}}}",
       format == weight_format::int4 ? "pack-quantized" : "float-quantized", groups,
-      lm_head_quantized ? "" : "\"lm_head\"");
+      ignored);
 }
 
 // The fields load_model reads, from the model's configuration (GGUF and llama2.c sources).
@@ -359,7 +385,7 @@ result<fs::path> write_quantized_checkpoint(const model& m, const quantized_chec
   } else {
     config += config_fields_from_model(m, plan.tied);
   }
-  config += "  \"quantization_config\": " + quantization_config_json(plan, format, lm_head_quantized) + "\n}\n";
+  config += "  \"quantization_config\": " + quantization_config_json(plan, format) + "\n}\n";
 
   EDGE_RETURN_IF_ERROR(write_tokenizer(m, options.source, options.out));
 

@@ -186,7 +186,15 @@ const std::vector<synthetic_preset>& preset_table() {
 
 // ---- what is written --------------------------------------------------------------------------
 
-enum class fill { random, ones, values };
+enum class fill {
+  random,
+  ones,
+  values,
+  block_scales,  // the FP8 block scales (weight_scale_inv) of the random matrix named by `identity`
+};
+
+// DeepSeek-V3's FP8 format: one scale per 128 × 128 block.
+constexpr std::int64_t fp8_block_side = 128;
 
 struct planned_tensor {
   std::string identity;  // the Hugging Face name: the same values under either format's name
@@ -197,9 +205,14 @@ struct planned_tensor {
   // GGUF llama Q/K: rows reordered within each of this many heads for adjacent-pair RoPE.
   std::int64_t permute_heads = 0;
   std::vector<float> values;  // fill::values
+  // A random matrix written as FP8 E4M3 codes scaled per block (type fp8_e4m3), or the block
+  // scales of one (fill::block_scales, shape [ceil(rows / 128), ceil(cols / 128)]).
+  bool fp8_blocks = false;
+  std::vector<std::int64_t> source_shape;  // fill::block_scales: the matrix's shape
 };
 
-std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format format, kernels::dtype dtype) {
+std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format format, kernels::dtype dtype,
+                                         bool fp8_blocks) {
   const bool gguf = format == synthetic_format::gguf;
   // llama.cpp keeps one-dimensional tensors (norms, biases) in F32 whatever the file type.
   const kernels::dtype vector_type = gguf ? kernels::dtype::f32 : dtype;
@@ -219,6 +232,24 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
     t.permute_heads = permute_heads;
     plan.push_back(std::move(t));
   };
+  // A projection (attention, dense MLP, routed and shared experts): FP8 with its block scales
+  // beside it when asked, as the FP8 releases store them; the embedding, the classifier and the
+  // router stay in `dtype`.
+  const auto add_projection = [&](std::string identity, std::string gguf_name, std::vector<std::int64_t> shape,
+                                  std::int64_t permute_heads = 0) {
+    add(identity, std::move(gguf_name), shape, fill::random, permute_heads);
+    if (!fp8_blocks) return;
+    plan.back().type = kernels::dtype::fp8_e4m3;
+    plan.back().fp8_blocks = true;
+    planned_tensor scales;
+    scales.identity = identity;
+    scales.name = identity.substr(0, identity.size() - std::string_view("weight").size()) + "weight_scale_inv";
+    scales.shape = {(shape[0] + fp8_block_side - 1) / fp8_block_side, (shape[1] + fp8_block_side - 1) / fp8_block_side};
+    scales.type = kernels::dtype::f32;
+    scales.contents = fill::block_scales;
+    scales.source_shape = shape;
+    plan.push_back(std::move(scales));
+  };
 
   if (gguf && c.rope_scaling) {
     planned_tensor t;
@@ -233,11 +264,11 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
     const auto hf = edge::format("model.layers.{}.", i);
     const auto blk = edge::format("blk.{}.", i);
     add(hf + "input_layernorm.weight", blk + "attn_norm.weight", {c.hidden_size}, fill::ones);
-    add(hf + "self_attn.q_proj.weight", blk + "attn_q.weight", {q_width, c.hidden_size}, fill::random,
-        permute_qk ? c.num_heads : 0);
-    add(hf + "self_attn.k_proj.weight", blk + "attn_k.weight", {kv_width, c.hidden_size}, fill::random,
-        permute_qk ? c.num_kv_heads : 0);
-    add(hf + "self_attn.v_proj.weight", blk + "attn_v.weight", {kv_width, c.hidden_size}, fill::random);
+    add_projection(hf + "self_attn.q_proj.weight", blk + "attn_q.weight", {q_width, c.hidden_size},
+                   permute_qk ? c.num_heads : 0);
+    add_projection(hf + "self_attn.k_proj.weight", blk + "attn_k.weight", {kv_width, c.hidden_size},
+                   permute_qk ? c.num_kv_heads : 0);
+    add_projection(hf + "self_attn.v_proj.weight", blk + "attn_v.weight", {kv_width, c.hidden_size});
     if (c.qkv_bias) {
       add(hf + "self_attn.q_proj.bias", blk + "attn_q.bias", {q_width}, fill::random);
       add(hf + "self_attn.k_proj.bias", blk + "attn_k.bias", {kv_width}, fill::random);
@@ -247,12 +278,12 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
       add(hf + "self_attn.q_norm.weight", blk + "attn_q_norm.weight", {c.head_dim}, fill::random);
       add(hf + "self_attn.k_norm.weight", blk + "attn_k_norm.weight", {c.head_dim}, fill::random);
     }
-    add(hf + "self_attn.o_proj.weight", blk + "attn_output.weight", {c.hidden_size, q_width}, fill::random);
+    add_projection(hf + "self_attn.o_proj.weight", blk + "attn_output.weight", {c.hidden_size, q_width});
     add(hf + "post_attention_layernorm.weight", blk + "ffn_norm.weight", {c.hidden_size}, fill::ones);
     if (!(c.moe && c.moe->sparse(i))) {
-      add(hf + "mlp.gate_proj.weight", blk + "ffn_gate.weight", {c.intermediate_size, c.hidden_size}, fill::random);
-      add(hf + "mlp.up_proj.weight", blk + "ffn_up.weight", {c.intermediate_size, c.hidden_size}, fill::random);
-      add(hf + "mlp.down_proj.weight", blk + "ffn_down.weight", {c.hidden_size, c.intermediate_size}, fill::random);
+      add_projection(hf + "mlp.gate_proj.weight", blk + "ffn_gate.weight", {c.intermediate_size, c.hidden_size});
+      add_projection(hf + "mlp.up_proj.weight", blk + "ffn_up.weight", {c.intermediate_size, c.hidden_size});
+      add_projection(hf + "mlp.down_proj.weight", blk + "ffn_down.weight", {c.hidden_size, c.intermediate_size});
       continue;
     }
     const moe_config& moe = *c.moe;
@@ -261,14 +292,14 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
     if (moe.correction_bias) add(hf + "mlp.gate.e_score_correction_bias", blk + "exp_probs_b.bias", {moe.num_experts}, fill::random);
     for (std::int64_t e = 0; e < moe.num_experts; ++e) {
       const auto expert = edge::format("{}mlp.experts.{}.", hf, e);
-      add(expert + "gate_proj.weight", "", {width, c.hidden_size}, fill::random);
-      add(expert + "up_proj.weight", "", {width, c.hidden_size}, fill::random);
-      add(expert + "down_proj.weight", "", {c.hidden_size, width}, fill::random);
+      add_projection(expert + "gate_proj.weight", "", {width, c.hidden_size});
+      add_projection(expert + "up_proj.weight", "", {width, c.hidden_size});
+      add_projection(expert + "down_proj.weight", "", {c.hidden_size, width});
     }
     if (const std::int64_t shared = moe.shared_intermediate(); shared > 0) {
-      add(hf + "mlp.shared_experts.gate_proj.weight", blk + "ffn_gate_shexp.weight", {shared, c.hidden_size}, fill::random);
-      add(hf + "mlp.shared_experts.up_proj.weight", blk + "ffn_up_shexp.weight", {shared, c.hidden_size}, fill::random);
-      add(hf + "mlp.shared_experts.down_proj.weight", blk + "ffn_down_shexp.weight", {c.hidden_size, shared}, fill::random);
+      add_projection(hf + "mlp.shared_experts.gate_proj.weight", blk + "ffn_gate_shexp.weight", {shared, c.hidden_size});
+      add_projection(hf + "mlp.shared_experts.up_proj.weight", blk + "ffn_up_shexp.weight", {shared, c.hidden_size});
+      add_projection(hf + "mlp.shared_experts.down_proj.weight", blk + "ffn_down_shexp.weight", {c.hidden_size, shared});
     }
   }
   add("model.norm.weight", "output_norm.weight", {c.hidden_size}, fill::ones);
@@ -302,7 +333,8 @@ void fill_row(const planned_tensor& t, std::uint64_t seed_hash, std::int64_t row
   switch (t.contents) {
     case fill::ones: std::fill(out.begin(), out.end(), norm_value); return;
     case fill::values: std::copy(t.values.begin(), t.values.end(), out.begin()); return;
-    case fill::random: break;
+    case fill::random:
+    case fill::block_scales: break;  // block scales are made from the matrix's random rows
   }
   std::uint64_t mixer = seed_hash ^ fnv1a(t.identity);
   std::uint64_t state = splitmix64(mixer) + static_cast<std::uint64_t>(row);
@@ -367,8 +399,62 @@ class progress_meter {
   std::uint64_t next_report_ = progress_step_bytes;
 };
 
+// One band of up to 128 rows of an FP8 block-quantized matrix (rows [first, first + band) of
+// `source`): the rows' random values, and each block's scale, amax / 448 (0 for a block of zeros).
+struct fp8_band {
+  std::vector<float> values;  // [band, cols]
+  std::vector<float> scales;  // [ceil(cols / 128)]
+};
+
+fp8_band make_fp8_band(const planned_tensor& source, std::uint64_t seed_hash, std::int64_t first, std::int64_t band,
+                       std::int64_t cols) {
+  fp8_band out;
+  out.values.resize(static_cast<std::size_t>(band * cols));
+  out.scales.assign(static_cast<std::size_t>((cols + fp8_block_side - 1) / fp8_block_side), 0.0f);
+  for (std::int64_t r = 0; r < band; ++r) {
+    std::span<float> row(out.values.data() + r * cols, static_cast<std::size_t>(cols));
+    fill_row(source, seed_hash, first + r, row);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      float& amax = out.scales[static_cast<std::size_t>(c / fp8_block_side)];
+      amax = std::max(amax, std::abs(row[static_cast<std::size_t>(c)]));
+    }
+  }
+  for (float& s : out.scales) s /= kernels::fp8_e4m3_traits::max;
+  return out;
+}
+
+// A matrix as FP8 codes (fp8_blocks) or its block scales (fill::block_scales), band by band.
+status write_fp8_blocks(atomic_file& out, const planned_tensor& t, std::uint64_t seed_hash, progress_meter& progress) {
+  planned_tensor source = t;
+  source.contents = fill::random;
+  const std::vector<std::int64_t>& shape = t.contents == fill::block_scales ? t.source_shape : t.shape;
+  const std::int64_t rows = shape[0];
+  const std::int64_t cols = shape[1];
+  std::vector<std::uint8_t> codes(static_cast<std::size_t>(cols));
+  for (std::int64_t first = 0; first < rows; first += fp8_block_side) {
+    const std::int64_t band = std::min(fp8_block_side, rows - first);
+    const fp8_band b = make_fp8_band(source, seed_hash, first, band, cols);
+    if (t.contents == fill::block_scales) {
+      EDGE_RETURN_IF_ERROR(out.write(b.scales.data(), b.scales.size() * sizeof(float)));
+      progress.add(b.scales.size() * sizeof(float));
+      continue;
+    }
+    for (std::int64_t r = 0; r < band; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const float scale = b.scales[static_cast<std::size_t>(c / fp8_block_side)];
+        const float v = b.values[static_cast<std::size_t>(r * cols + c)];
+        codes[static_cast<std::size_t>(c)] = kernels::float_to_fp8_e4m3(scale > 0.0f ? v / scale : 0.0f);
+      }
+      EDGE_RETURN_IF_ERROR(out.write(codes.data(), codes.size()));
+      progress.add(codes.size());
+    }
+  }
+  return {};
+}
+
 // The tensor's rows in order, each made and encoded as it is written.
 status write_rows(atomic_file& out, const planned_tensor& t, std::uint64_t seed_hash, progress_meter& progress) {
+  if (t.fp8_blocks || t.contents == fill::block_scales) return write_fp8_blocks(out, t, seed_hash, progress);
   const std::int64_t rows = t.shape.size() == 1 ? 1 : t.shape.front();
   const std::int64_t cols = t.shape.back();
   std::vector<float> row(static_cast<std::size_t>(cols));  // [cols]
@@ -428,6 +514,11 @@ std::string hf_config_json(const synthetic_preset& preset, const synthetic_optio
   if (vocab.bos_id) out += "  \"bos_token_id\": " + std::to_string(*vocab.bos_id) + ",\n";
   out += "  \"eos_token_id\": " + std::to_string(vocab.eos_id) + ",\n";
   out += "  \"torch_dtype\": \"" + std::string(torch_dtype_name(options.dtype)) + "\",\n";
+  if (options.fp8_blocks) {
+    out += "  \"quantization_config\": {\"quant_method\": \"fp8\", \"fmt\": \"e4m3\", \"activation_scheme\": "
+           "\"dynamic\", \"weight_block_size\": [" + std::to_string(fp8_block_side) + ", " +
+           std::to_string(fp8_block_side) + "]},\n";
+  }
   out += "  \"edgeinfer_synthetic\": true,\n";
   out += "  \"edgeinfer_preset\": " + json_string(preset.name) + ",\n";
   out += "  \"edgeinfer_seed\": " + std::to_string(options.seed) + "\n}\n";
@@ -469,7 +560,7 @@ status write_safetensors_folder(const synthetic_preset& preset, const synthetic_
                                 const synthetic_vocab& vocab) {
   const fs::path& folder = options.out;
   EDGE_RETURN_IF_ERROR(prepare_folder(folder));
-  const auto plan = plan_tensors(preset.config, synthetic_format::safetensors, options.dtype);
+  const auto plan = plan_tensors(preset.config, synthetic_format::safetensors, options.dtype, options.fp8_blocks);
 
   EDGE_RETURN_IF_ERROR(write_text_file(folder / "tokenizer.json", tokenizer_json(vocab)));
   EDGE_RETURN_IF_ERROR(write_text_file(folder / "tokenizer_config.json", tokenizer_config_json(vocab)));
@@ -543,7 +634,7 @@ status write_gguf_file(const synthetic_preset& preset, const synthetic_options& 
   }
   if (options.out.has_parent_path()) fs::create_directories(options.out.parent_path(), ec);
 
-  const auto plan = plan_tensors(preset.config, synthetic_format::gguf, options.dtype);
+  const auto plan = plan_tensors(preset.config, synthetic_format::gguf, options.dtype, false);
   progress_meter progress(options);
   const auto tensors = output_tensors(plan, seed_hash_of(options.seed), progress);
   progress.start(total_bytes(tensors));
@@ -576,6 +667,9 @@ result<fs::path> write_synthetic_model(const synthetic_options& options) {
   }
   if (options.out.empty()) return invalid_argument("no output path given");
   if (options.max_shard_bytes == 0) return invalid_argument("the shard size limit must be positive");
+  if (options.fp8_blocks && options.format == synthetic_format::gguf) {
+    return invalid_argument("FP8 block-scaled weights are written as safetensors only");
+  }
   if (options.dtype == kernels::dtype::fp8_e4m3) {
     return invalid_argument("synthetic weights are f32, f16 or bf16; quantize them afterwards");
   }

@@ -7,7 +7,9 @@
 
 namespace edge::backend {
 
-tensor_index::tensor_index(std::span<const tensor_view> tensors) {
+tensor_index::tensor_index(std::span<const tensor_view> tensors, std::int64_t fp8_block_rows,
+                           std::int64_t fp8_block_cols)
+    : fp8_block_rows_(fp8_block_rows), fp8_block_cols_(fp8_block_cols) {
   by_name_.reserve(tensors.size());
   for (const auto& tensor : tensors) by_name_.emplace(tensor.name, &tensor);
 }
@@ -119,6 +121,28 @@ result<matrix_source> tensor_index::require_matrix(std::string_view name, std::i
     return source;
   }
 
+  const tensor_view* scale_inv = named_weight ? find(stem + "weight_scale_inv") : nullptr;
+  if (tensor->encoding == tensor_encoding::elements && tensor->type == kernels::dtype::fp8_e4m3 && scale_inv != nullptr) {
+    EDGE_RETURN_IF_ERROR(check_shape(*tensor, {rows, cols}));
+    if (fp8_block_rows_ < 1 || fp8_block_cols_ < 1) {
+      return invalid_argument(edge::format("tensor \"{}\" has block scales, but config.json's quantization_config "
+                                           "gives no weight_block_size",
+                                           scale_inv->name));
+    }
+    EDGE_RETURN_IF_ERROR(check_float_scales(*scale_inv));
+    EDGE_RETURN_IF_ERROR(check_shape(*scale_inv, {(rows + fp8_block_rows_ - 1) / fp8_block_rows_,
+                                                  (cols + fp8_block_cols_ - 1) / fp8_block_cols_}));
+    matrix_source source;
+    source.stored = matrix_source::kind::fp8_block;
+    source.name = tensor->name;
+    source.rows = rows;
+    source.cols = cols;
+    source.values = *tensor;
+    source.scales = *scale_inv;
+    source.block_rows = fp8_block_rows_;
+    source.group_size = fp8_block_cols_;
+    return source;
+  }
   if (tensor->encoding == tensor_encoding::elements && tensor->type == kernels::dtype::fp8_e4m3) {
     EDGE_RETURN_IF_ERROR(check_shape(*tensor, {rows, cols}));
     if (scales == nullptr) return invalid_argument(edge::format("missing tensor \"{}weight_scale\" for F8_E4M3 \"{}\"", stem, name));

@@ -17,7 +17,9 @@ namespace edge::backend {
 
 class tensor_index {
  public:
-  explicit tensor_index(std::span<const tensor_view> tensors);
+  // fp8_block_rows / _cols: the block of the checkpoint's weight_scale_inv scales (0: none).
+  explicit tensor_index(std::span<const tensor_view> tensors, std::int64_t fp8_block_rows = 0,
+                        std::int64_t fp8_block_cols = 0);
 
   const tensor_view* find(std::string_view name) const;
   // The tensor `name`, which must have exactly `shape`: invalid_argument otherwise.
@@ -25,13 +27,16 @@ class tensor_index {
   // The same for a norm or bias, which must also be float elements.
   result<tensor_view> require_vector(std::string_view name, std::int64_t length) const;
   // The weight matrix `name` ([rows, cols]): that tensor (float elements, GGUF Q4_0 / Q8_0), an
-  // F8_E4M3 tensor with its `…weight_scale`, or for a name ending in "weight" compressed-tensors'
-  // `…weight_packed` + `…weight_scale` (+ `…weight_shape`). Asymmetric (`…weight_zero_point`)
+  // F8_E4M3 tensor with its `…weight_scale` (per row or tensor) or `…weight_scale_inv` (per
+  // block), or for a name ending in "weight" compressed-tensors' `…weight_packed` +
+  // `…weight_scale` (+ `…weight_shape`). Asymmetric (`…weight_zero_point`)
   // and activation-ordered (`…weight_g_idx`) INT4 is unimplemented.
   result<matrix_source> require_matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const;
 
  private:
   std::unordered_map<std::string_view, const tensor_view*> by_name_;
+  std::int64_t fp8_block_rows_ = 0;
+  std::int64_t fp8_block_cols_ = 0;
 };
 
 // One routed expert's matrices, by name.

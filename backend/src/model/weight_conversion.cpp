@@ -64,6 +64,15 @@ void decode_row(const matrix_source& s, std::int64_t r, float* out) {
       for (std::int64_t i = 0; i < cols; ++i) out[i] = kernels::fp8_e4m3_to_float(codes[i]) * scale;
       return;
     }
+    case source_kind::fp8_block: {
+      const std::int64_t blocks_across = (cols + s.group_size - 1) / s.group_size;
+      const std::int64_t block_row = r / s.block_rows;
+      const auto* codes = reinterpret_cast<const std::uint8_t*>(s.values.data) + r * cols;
+      for (std::int64_t i = 0; i < cols; ++i) {
+        out[i] = kernels::fp8_e4m3_to_float(codes[i]) * float_at(s.scales, block_row * blocks_across + i / s.group_size);
+      }
+      return;
+    }
     case source_kind::packed_int4: {
       const std::byte* words = s.values.data + r * packed_words_per_row(cols) * word_bytes;
       const std::int64_t groups = cols / s.group_size;
@@ -169,6 +178,7 @@ weight_format native_format(const matrix_source& source) {
   switch (source.stored) {
     case source_kind::elements: return kernels::weight_format_of(source.values.type);
     case source_kind::fp8: return weight_format::fp8_e4m3;
+    case source_kind::fp8_block: return weight_format::bf16;
     case source_kind::packed_int4:
     case source_kind::ggml_q4_0: return weight_format::int4;
     case source_kind::ggml_q8_0: return fits_fp16(source) ? weight_format::f16 : weight_format::f32;

@@ -22,6 +22,9 @@ struct matrix_source {
   enum class kind {
     elements,     // values: F32 / F16 / BF16 [rows, cols]
     fp8,          // values: F8_E4M3 [rows, cols]; scales: one per row, or one for the whole matrix
+    fp8_block,    // values: F8_E4M3 [rows, cols]; scales (weight_scale_inv, multiplied): one per block of
+                  // block_rows × group_size, [ceil(rows / block_rows), ceil(cols / group_size)] (DeepSeek-V3's
+                  // FP8 releases, 128 × 128)
     packed_int4,  // values: int32 [rows, ceil(cols / 8)], element 8w + i in bits 4i..4i+3 of word w
                   // as q + 8 (compressed-tensors' pack-quantized); scales: [rows, cols / group_size]
     ggml_q4_0,    // values: GGUF Q4_0 blocks
@@ -33,7 +36,8 @@ struct matrix_source {
   std::int64_t cols = 0;
   tensor_view values;
   tensor_view scales;           // fp8, packed_int4: F32 / F16 / BF16 elements
-  std::int64_t group_size = 0;  // packed_int4: elements per scale
+  std::int64_t group_size = 0;  // packed_int4: elements per scale; fp8_block: columns per block
+  std::int64_t block_rows = 0;  // fp8_block: rows per block
 
   std::uint64_t bytes() const { return values.bytes() + (scales.present() ? scales.bytes() : 0); }
 };
@@ -44,7 +48,8 @@ result<matrix_source> matrix_source_of(const tensor_view& tensor, std::int64_t r
 
 // The format a source becomes when nothing else is asked: plain elements as they are, FP8 and
 // INT4 as they are, Q4_0 → int4 (groups of 32), Q8_0 → f16 (f32 when a value is beyond f16's
-// range).
+// range), FP8 with block scales → bf16 (the matmul kernels read FP8 with one scale per row; a
+// block-scaled matrix is decoded exactly and rounded once).
 kernels::weight_format native_format(const matrix_source& source);
 
 // Projections (routed and shared experts' included) take the requested format; the classifier

@@ -365,9 +365,23 @@ TEST_CASE("config.json: MoE fields we cannot honour are refused, naming the fiel
   // Qwen3-MoE's attention_bias would put a bias on o_proj too.
   CHECK(error_of(config_json("Qwen3MoeForCausalLM", R"(, "head_dim": 16, "attention_bias": true)")).code() ==
         status_code::unimplemented);
+  CHECK(error_of(config_json("Qwen3MoeForCausalLM", R"(, "head_dim": 16, "quantization_config": {"quant_method": "awq"})"))
+            .message()
+            .find("quantization method \"awq\"") != std::string::npos);
   CHECK(error_of(config_json("Qwen3MoeForCausalLM", R"(, "head_dim": 16, "quantization_config": {"quant_method": "fp8"})"))
             .message()
-            .find("quantization method \"fp8\"") != std::string::npos);
+            .find("without weight_block_size") != std::string::npos);
+  CHECK(error_of(config_json("Qwen3MoeForCausalLM", R"(, "head_dim": 16, "quantization_config": {"quant_method": "fp8", )"
+                                                    R"("fmt": "e5m2", "weight_block_size": [128, 128]})"))
+            .message()
+            .find("fmt \"e5m2\"") != std::string::npos);
+  const auto blocks = parse_hf_config(config_json(
+      "Glm4MoeForCausalLM", R"(, "head_dim": 16, "n_routed_experts": 8, "quantization_config": {"quant_method": "fp8", )"
+                            R"("fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 64]})"));
+  REQUIRE_MESSAGE(blocks.ok(), blocks.error().to_string());
+  CHECK(blocks->fp8_block_rows == 128);
+  CHECK(blocks->fp8_block_cols == 64);
+  CHECK(blocks->quantized == edge::kernels::weight_format::fp8_e4m3);
 }
 
 TEST_CASE("Hugging Face weights: the router, its bias and each expert by name and shape") {

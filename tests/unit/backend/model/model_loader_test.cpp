@@ -20,11 +20,13 @@ std::unique_ptr<model> load(load_options options) {
   return std::move(loaded).value();
 }
 
-fs::path make(const fs::path& out, std::string preset, synthetic_format format, std::uint64_t seed) {
+fs::path make(const fs::path& out, std::string preset, synthetic_format format, std::uint64_t seed,
+              edge::kernels::dtype dtype = edge::kernels::dtype::bf16) {
   synthetic_options options;
   options.preset = std::move(preset);
   options.format = format;
   options.seed = seed;
+  options.dtype = dtype;
   options.out = out;
   auto written = write_synthetic_model(options);
   REQUIRE_MESSAGE(written.ok(), written.error().to_string());
@@ -144,6 +146,57 @@ TEST_CASE("load_model: MoE experts quantized on load, in groups of --int4-group-
   const weight_footprint f = footprint_of(stored->config, stored->weights);
   CHECK(f.routed_expert_bytes == 2 * 8 * 3 * 32 * 64 * 2);  // 2 MoE layers of 8 bf16 experts
   CHECK(f.active_bytes_per_token == f.total_bytes - f.routed_expert_bytes + f.routed_expert_bytes / 4);  // top 2 of 8
+}
+
+TEST_CASE("load_model: FP8 with 128x128 block scales (DeepSeek-V3's format) is decoded exactly; quantize makes INT4 of it") {
+  t::temp_dir dir;
+  // tiny-hd128: hidden 256 and MLP width 688, so matrices span several blocks both ways (the
+  // last one partial).
+  synthetic_options options;
+  options.preset = "tiny-hd128";
+  options.seed = 3;
+  options.fp8_blocks = true;
+  options.out = dir / "fp8";
+  REQUIRE(write_synthetic_model(options).ok());
+  const auto plain = load({.path = make(dir / "f32", "tiny-hd128", synthetic_format::safetensors, 3,
+                                        edge::kernels::dtype::f32),
+                           .weight_dtype = edge::kernels::weight_format::f32});
+  const auto fp8 = load({.path = dir / "fp8", .weight_dtype = edge::kernels::weight_format::f32});
+  const weight_matrix& want = plain->weights.layers[1].w_down;  // [256, 688]
+  const weight_matrix& got = fp8->weights.layers[1].w_down;
+  REQUIRE(got.shape == want.shape);
+  // Each block's scale is its amax / 448, so each value is within E4M3's half step of the original.
+  for (std::int64_t br = 0; br < 2; ++br) {
+    for (std::int64_t bc = 0; bc < 6; ++bc) {
+      float amax = 0.0f;
+      for (std::int64_t r = br * 128; r < (br + 1) * 128; ++r) {
+        for (std::int64_t c = bc * 128; c < std::min<std::int64_t>((bc + 1) * 128, 688); ++c) {
+          amax = std::max(amax, std::abs(t::element(want, r * 688 + c)));
+        }
+      }
+      const float scale = amax / 448.0f;
+      for (std::int64_t r = br * 128; r < (br + 1) * 128; r += 37) {
+        for (std::int64_t c = bc * 128; c < std::min<std::int64_t>((bc + 1) * 128, 688); c += 11) {
+          const float v = t::element(want, r * 688 + c);
+          CHECK(std::abs(t::element(got, r * 688 + c) - v) <= std::abs(v) / 16.0f + scale / 512.0f);
+        }
+      }
+    }
+  }
+  // The embedding and norms are bf16 as written, not FP8.
+  CHECK(fp8->weights.token_embedding.type == edge::kernels::dtype::f32);
+  // As stored (no --weight-dtype): bf16, since the kernels read FP8 per row only.
+  const auto stored = load({.path = dir / "fp8"});
+  CHECK(projection_format(stored->weights) == edge::kernels::weight_format::bf16);
+  // A checkpoint whose config lost its weight_block_size is refused, naming the scales.
+  auto config = t::read_text(dir / "fp8" / "config.json");
+  const auto at = config.find("\"quantization_config\"");
+  REQUIRE(at != std::string::npos);
+  config.erase(at, config.find('}', at) + 3 - at);
+  t::write_text(dir / "fp8" / "config.json", config);
+  const auto unblocked = load_model({.path = dir / "fp8"});
+  REQUIRE(!unblocked.ok());
+  CHECK(unblocked.error().message().find("weight_scale_inv\" has block scales") != std::string::npos);
 }
 
 TEST_CASE("load_model: chat_template as a list in tokenizer_config.json, and unknown templates") {

@@ -27,12 +27,19 @@ struct parsed_config {
   // config.json's compressed-tensors quantization_config: int4 (pack-quantized, symmetric,
   // groups or channels) or fp8 (float-quantized, E4M3, channels or the whole tensor).
   std::optional<kernels::weight_format> quantized;
+  // quant_method "fp8" with weight_block_size (DeepSeek-V3, Kimi K2, GLM, Qwen3 FP8 releases):
+  // E4M3 weights with one weight_scale_inv per block of these rows × columns; 0 otherwise.
+  std::int64_t fp8_block_rows = 0;
+  std::int64_t fp8_block_cols = 0;
 };
 
 // What the weight binders make of the projection matrices (load_options::weight_dtype).
 struct weight_options {
   std::optional<kernels::weight_format> target;  // nullopt: as stored
   std::int64_t int4_group_size = kernels::int4_traits::max_group_size;  // target int4: inputs per scale
+  // The checkpoint's FP8 block shape (parsed_config::fp8_block_rows / _cols), 0 when it has none.
+  std::int64_t fp8_block_rows = 0;
+  std::int64_t fp8_block_cols = 0;
   thread_pool* pool = nullptr;                    // conversions run on it; null: on the caller
   // Told the bytes of each projection that was converted into a buffer of its own: load_model
   // releases those file pages.

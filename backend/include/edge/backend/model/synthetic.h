@@ -50,6 +50,10 @@ struct synthetic_options {
   synthetic_format format = synthetic_format::safetensors;
   std::uint64_t seed = 0;
   kernels::dtype dtype = kernels::dtype::bf16;
+  // safetensors: the projections (attention, MLPs, routed and shared experts) as FP8 E4M3 with a
+  // weight_scale_inv per 128 × 128 block, DeepSeek-V3's FP8 format (quant_method "fp8"); the
+  // embedding, classifier, routers and norms stay in `dtype`.
+  bool fp8_blocks = false;
   // The preset's first `layers` layers only (each at its real shape); 0: all of them.
   std::int64_t layers = 0;
   // safetensors: the folder to create (an existing one must be empty or an earlier make-model
