@@ -1,6 +1,9 @@
-// GGUF files of llama.cpp's "llama", "qwen2" and "qwen3" architectures: metadata keys and tensor names.
+// GGUF files of llama.cpp's "llama", "qwen2", "qwen3" and "qwen3moe" architectures: metadata keys
+// and tensor names, as llama.cpp's convert_hf_to_gguf.py writes them.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <numbers>
 #include <string>
 
@@ -16,6 +19,17 @@ constexpr double default_rope_theta = 10000.0;
 constexpr std::string_view rope_freqs_tensor = "rope_freqs.weight";
 // rope_freqs.weight is stored as F32 values computed in double precision.
 constexpr double rope_factor_tolerance = 1e-4;
+
+struct gguf_architecture_entry {
+  architecture arch;
+  std::string_view name;  // general.architecture
+};
+constexpr gguf_architecture_entry gguf_architectures[] = {
+    {architecture::llama, "llama"},
+    {architecture::qwen2, "qwen2"},
+    {architecture::qwen3, "qwen3"},
+    {architecture::qwen3_moe, "qwen3moe"},
+};
 
 class metadata_reader {
  public:
@@ -100,7 +114,41 @@ result<std::optional<rope_scaling_llama3>> rope_scaling_from_factors(const tenso
   return std::optional<rope_scaling_llama3>{scaling};
 }
 
+// llama.cpp's qwen3moe: every layer routes each token to expert_used_count of expert_count
+// experts, weighting them by a softmax over the router's logits renormalised over the chosen ones.
+// The converter stores neither norm_topk_prob nor mlp_only_layers / decoder_sparse_step: llama.cpp
+// builds every layer sparse and always renormalises, and so does this reader.
+result<moe_config> qwen3_moe_from_gguf(const metadata_reader& keys, std::string_view arch) {
+  moe_config moe;
+  moe.scoring = kernels::router_scoring::softmax;
+  moe.normalize_weights = true;
+  EDGE_ASSIGN_OR_RETURN(moe.num_experts, keys.required_int("expert_count"));
+  EDGE_ASSIGN_OR_RETURN(moe.experts_per_token, keys.required_int("expert_used_count"));
+  EDGE_ASSIGN_OR_RETURN(const auto width, keys.optional_int("expert_feed_forward_length"));
+  if (width) {
+    moe.expert_intermediate = *width;
+  } else {
+    // llama.cpp's fallback for files written before the key existed.
+    EDGE_ASSIGN_OR_RETURN(const auto ffn, keys.required_int("feed_forward_length"));
+    moe.expert_intermediate = moe.experts_per_token > 0 ? ffn / moe.experts_per_token : 0;
+  }
+  if (const auto* norm = keys.find("expert_weights_norm"); norm && norm->as_bool() == false) {
+    return status(status_code::unimplemented,
+                  edge::format("metadata {}.expert_weights_norm is false; llama.cpp's qwen3moe always renormalises "
+                               "the chosen experts' weights",
+                               arch));
+  }
+  return moe;
+}
+
 }  // namespace
+
+std::optional<std::string_view> gguf_architecture_name(architecture arch) {
+  for (const auto& [known, name] : gguf_architectures) {
+    if (known == arch) return name;
+  }
+  return std::nullopt;
+}
 
 result<parsed_config> config_from_gguf(const gguf_file& file) {
   const auto* arch_value = file.find("general.architecture");
@@ -108,24 +156,35 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
     return invalid_argument("metadata general.architecture is missing");
   }
   const std::string& arch = *arch_value->as_string();
+  const auto* known = std::find_if(std::begin(gguf_architectures), std::end(gguf_architectures),
+                                   [&](const gguf_architecture_entry& entry) { return entry.name == arch; });
+  if (known == std::end(gguf_architectures)) {
+    std::string names;
+    for (const auto& entry : gguf_architectures) names += (names.empty() ? "" : ", ") + std::string(entry.name);
+    return status(status_code::unimplemented,
+                  edge::format("GGUF architecture \"{}\" is not supported ({} are)", arch, names));
+  }
   parsed_config parsed;
   model_config& config = parsed.config;
-  if (arch == "llama") {
-    config.arch = architecture::llama;
-    // llama.cpp's converter permutes HF Q/K rows so that RoPE rotates adjacent pairs.
-    config.rope = rope_layout::adjacent_pairs;
-  } else if (arch == "qwen2") {
-    config.arch = architecture::qwen2;
-    // Qwen2 GGUFs keep the HF row order and use llama.cpp's "NEOX" RoPE, which is half_split.
-    config.rope = rope_layout::half_split;
-    config.qkv_bias = true;
-  } else if (arch == "qwen3") {
-    config.arch = architecture::qwen3;
-    config.rope = rope_layout::half_split;
-    config.qk_norm = true;
-  } else {
-    return status(status_code::unimplemented,
-                  edge::format("GGUF architecture \"{}\" is not supported (llama, qwen2 and qwen3 are)", arch));
+  config.arch = known->arch;
+  switch (config.arch) {
+    case architecture::llama:
+      // llama.cpp's converter permutes HF Q/K rows so that RoPE rotates adjacent pairs.
+      config.rope = rope_layout::adjacent_pairs;
+      break;
+    case architecture::qwen2:
+      // Qwen2 GGUFs keep the HF row order and use llama.cpp's "NEOX" RoPE, which is half_split.
+      config.rope = rope_layout::half_split;
+      config.qkv_bias = true;
+      break;
+    case architecture::qwen3:
+    case architecture::qwen3_moe:
+      // NEOX RoPE as Qwen2's, and per-head Q/K RMSNorms (attn_q_norm, attn_k_norm).
+      config.rope = rope_layout::half_split;
+      config.qk_norm = true;
+      break;
+    case architecture::mistral:
+    case architecture::glm4_moe: break;  // not in gguf_architectures
   }
 
   const metadata_reader keys(file, arch + ".");
@@ -175,6 +234,9 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
     config.vocab_size = *vocab;
   }
   config.tie_embeddings = file.find_tensor("output.weight") == nullptr;
+  if (config.arch == architecture::qwen3_moe) {
+    EDGE_ASSIGN_OR_RETURN(config.moe, qwen3_moe_from_gguf(keys, arch));
+  }
 
   EDGE_RETURN_IF_ERROR(check_config(config));
   if (const auto* factors = file.find_tensor(rope_freqs_tensor)) {
@@ -208,6 +270,13 @@ result<model_weights> weights_from_gguf(const gguf_file& file, const model_confi
     layer.w_gate = prefix + "ffn_gate.weight";
     layer.w_up = prefix + "ffn_up.weight";
     layer.w_down = prefix + "ffn_down.weight";
+    layer.router = prefix + "ffn_gate_inp.weight";
+    // Each layer stacks its experts: ffn_gate_exps and ffn_up_exps [experts, width, hidden],
+    // ffn_down_exps [experts, hidden, width] (ggml lists the dimensions the other way round).
+    layer.expert = [prefix](std::int64_t e) {
+      return expert_tensor_names{prefix + "ffn_gate_exps.weight", prefix + "ffn_up_exps.weight",
+                                 prefix + "ffn_down_exps.weight", e};
+    };
     return layer;
   };
   return bind_weights(tensor_index(file.tensors), config, names, options);

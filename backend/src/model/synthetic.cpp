@@ -13,6 +13,7 @@
 #include "edge/backend/io/mapped_file.h"
 #include "edge/backend/io/output_files.h"
 #include "edge/backend/io/safetensors.h"
+#include "edge/backend/model/formats.h"
 #include "edge/common/format.h"
 #include "edge/common/json_fields.h"
 #include "edge/common/json_text.h"
@@ -151,6 +152,10 @@ const std::vector<synthetic_preset>& preset_table() {
     table.push_back({"tiny-qwen3-moe", "Qwen3-MoE architecture, 3 layers (the middle one dense), 8 experts, top 2, "
                      "hidden 64, vocab 512 (tests)",
                      qwen3_moe_config(tiny_vocab, 64, 176, 3, 4, 2, 32, 4096, tiny_qwen_experts), 8});
+    // GGUF qwen3moe holds sparse layers only: this one has every layer sparse.
+    table.push_back({"tiny-qwen3-moe-sparse", "Qwen3-MoE architecture, 2 layers, both sparse (as GGUF qwen3moe holds "
+                     "them), 8 experts, top 2, hidden 64, vocab 512 (tests)",
+                     qwen3_moe_config(tiny_vocab, 64, 176, 2, 4, 2, 32, 4096, experts_of(8, 2, 32)), 8});
     moe_config tiny_glm_experts = experts_of(16, 4, 32, 1, 1);
     tiny_glm_experts.groups = 4;
     tiny_glm_experts.top_groups = 2;
@@ -201,6 +206,9 @@ struct planned_tensor {
   std::string name;      // in the file
   std::vector<std::int64_t> shape;
   kernels::dtype type = kernels::dtype::f32;
+  // The values are those of this dtype: a GGUF tensor kept in F32 holds what llama.cpp's
+  // converter widens from the checkpoint's dtype.
+  kernels::dtype precision = kernels::dtype::f32;
   fill contents = fill::random;
   // GGUF llama Q/K: rows reordered within each of this many heads for adjacent-pair RoPE.
   std::int64_t permute_heads = 0;
@@ -209,12 +217,16 @@ struct planned_tensor {
   // scales of one (fill::block_scales, shape [ceil(rows / 128), ceil(cols / 128)]).
   bool fp8_blocks = false;
   std::vector<std::int64_t> source_shape;  // fill::block_scales: the matrix's shape
+  // A stack of matrices (GGUF's ffn_*_exps: [experts, rows, cols]): the identity of each, whose
+  // rows it holds in turn.
+  std::vector<std::string> stacked;
 };
 
 std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format format, kernels::dtype dtype,
                                          bool fp8_blocks) {
   const bool gguf = format == synthetic_format::gguf;
-  // llama.cpp keeps one-dimensional tensors (norms, biases) in F32 whatever the file type.
+  // llama.cpp's converter keeps one-dimensional tensors (norms, biases) and MoE routers in F32
+  // whatever the file type.
   const kernels::dtype vector_type = gguf ? kernels::dtype::f32 : dtype;
   const std::int64_t q_width = c.num_heads * c.head_dim;
   const std::int64_t kv_width = c.num_kv_heads * c.head_dim;
@@ -227,6 +239,7 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
     t.name = gguf ? std::move(gguf_name) : identity;
     t.identity = std::move(identity);
     t.type = shape.size() == 1 ? vector_type : dtype;
+    t.precision = dtype;
     t.shape = std::move(shape);
     t.contents = contents;
     t.permute_heads = permute_heads;
@@ -289,12 +302,25 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
     const moe_config& moe = *c.moe;
     const std::int64_t width = moe.expert_intermediate;
     add(hf + "mlp.gate.weight", blk + "ffn_gate_inp.weight", {moe.num_experts, c.hidden_size}, fill::random);
+    plan.back().type = vector_type;
     if (moe.correction_bias) add(hf + "mlp.gate.e_score_correction_bias", blk + "exp_probs_b.bias", {moe.num_experts}, fill::random);
-    for (std::int64_t e = 0; e < moe.num_experts; ++e) {
-      const auto expert = edge::format("{}mlp.experts.{}.", hf, e);
-      add_projection(expert + "gate_proj.weight", "", {width, c.hidden_size});
-      add_projection(expert + "up_proj.weight", "", {width, c.hidden_size});
-      add_projection(expert + "down_proj.weight", "", {c.hidden_size, width});
+    const std::pair<std::string_view, std::string_view> projections[] = {
+        {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}};
+    for (const auto& [projection, stack] : projections) {
+      const bool down = projection == "down_proj";
+      const std::int64_t rows = down ? c.hidden_size : width;
+      const std::int64_t cols = down ? width : c.hidden_size;
+      const auto expert_name = [&](std::int64_t e) {
+        return edge::format("{}mlp.experts.{}.{}.weight", hf, e, projection);
+      };
+      if (!gguf) {
+        for (std::int64_t e = 0; e < moe.num_experts; ++e) add_projection(expert_name(e), "", {rows, cols});
+        continue;
+      }
+      // llama.cpp's converter stacks the experts' matrices in expert order.
+      add(edge::format("{}mlp.experts.{}.weight", hf, projection), blk + std::string(stack) + ".weight",
+          {moe.num_experts, rows, cols}, fill::random);
+      for (std::int64_t e = 0; e < moe.num_experts; ++e) plan.back().stacked.push_back(expert_name(e));
     }
     if (const std::int64_t shared = moe.shared_intermediate(); shared > 0) {
       add_projection(hf + "mlp.shared_experts.gate_proj.weight", blk + "ffn_gate_shexp.weight", {shared, c.hidden_size});
@@ -329,14 +355,15 @@ std::int64_t permuted_source_row(std::int64_t row, std::int64_t rows_per_head) {
 
 // Each row's values come from its own stream, keyed by seed, tensor and row: rows can be made
 // in any order (the GGUF permutation) and every format gets the same numbers.
-void fill_row(const planned_tensor& t, std::uint64_t seed_hash, std::int64_t row, std::span<float> out) {
+void fill_row(const planned_tensor& t, std::string_view identity, std::uint64_t seed_hash, std::int64_t row,
+              std::span<float> out) {
   switch (t.contents) {
     case fill::ones: std::fill(out.begin(), out.end(), norm_value); return;
     case fill::values: std::copy(t.values.begin(), t.values.end(), out.begin()); return;
     case fill::random:
     case fill::block_scales: break;  // block scales are made from the matrix's random rows
   }
-  std::uint64_t mixer = seed_hash ^ fnv1a(t.identity);
+  std::uint64_t mixer = seed_hash ^ fnv1a(identity);
   std::uint64_t state = splitmix64(mixer) + static_cast<std::uint64_t>(row);
   state = splitmix64(state);
   constexpr int mantissa_bits = 24;  // a float's precision: uniform steps of 2^-24
@@ -353,6 +380,20 @@ void fill_row(const planned_tensor& t, std::uint64_t seed_hash, std::int64_t row
     out[i + 1] = to_weight(static_cast<std::uint32_t>(bits >> half_word));
   }
   if (i < out.size()) out[i] = to_weight(static_cast<std::uint32_t>(splitmix64(state)));
+}
+
+// Rounds each value to the nearest of `type`, kept as a float.
+void round_to(std::span<float> values, kernels::dtype type) {
+  switch (type) {
+    case kernels::dtype::bf16:
+      for (float& v : values) v = kernels::bf16_to_float(kernels::float_to_bf16(v));
+      return;
+    case kernels::dtype::f16:
+      for (float& v : values) v = kernels::fp16_to_float(kernels::float_to_fp16(v));
+      return;
+    case kernels::dtype::f32:
+    case kernels::dtype::fp8_e4m3: return;  // FP8 is refused by write_synthetic_model
+  }
 }
 
 void encode(std::span<const float> values, kernels::dtype type, std::byte* out) {
@@ -413,7 +454,7 @@ fp8_band make_fp8_band(const planned_tensor& source, std::uint64_t seed_hash, st
   out.scales.assign(static_cast<std::size_t>((cols + fp8_block_side - 1) / fp8_block_side), 0.0f);
   for (std::int64_t r = 0; r < band; ++r) {
     std::span<float> row(out.values.data() + r * cols, static_cast<std::size_t>(cols));
-    fill_row(source, seed_hash, first + r, row);
+    fill_row(source, source.identity, seed_hash, first + r, row);
     for (std::int64_t c = 0; c < cols; ++c) {
       float& amax = out.scales[static_cast<std::size_t>(c / fp8_block_side)];
       amax = std::max(amax, std::abs(row[static_cast<std::size_t>(c)]));
@@ -452,16 +493,22 @@ status write_fp8_blocks(atomic_file& out, const planned_tensor& t, std::uint64_t
   return {};
 }
 
-// The tensor's rows in order, each made and encoded as it is written.
+// The tensor's rows in order (a stack's: each matrix's in turn), each made and encoded as it is
+// written.
 status write_rows(atomic_file& out, const planned_tensor& t, std::uint64_t seed_hash, progress_meter& progress) {
   if (t.fp8_blocks || t.contents == fill::block_scales) return write_fp8_blocks(out, t, seed_hash, progress);
-  const std::int64_t rows = t.shape.size() == 1 ? 1 : t.shape.front();
   const std::int64_t cols = t.shape.back();
+  std::int64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
+  const std::int64_t rows_per_matrix = t.stacked.empty() ? rows : rows / static_cast<std::int64_t>(t.stacked.size());
   std::vector<float> row(static_cast<std::size_t>(cols));  // [cols]
   std::vector<std::byte> encoded(static_cast<std::size_t>(cols) * kernels::dtype_size(t.type));
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t source = t.permute_heads > 0 ? permuted_source_row(r, rows / t.permute_heads) : r;
-    fill_row(t, seed_hash, source, row);
+    const std::string& identity =
+        t.stacked.empty() ? t.identity : t.stacked[static_cast<std::size_t>(r / rows_per_matrix)];
+    fill_row(t, identity, seed_hash, source % rows_per_matrix, row);
+    if (t.precision != t.type) round_to(row, t.precision);
     encode(row, t.type, encoded.data());
     EDGE_RETURN_IF_ERROR(out.write(encoded.data(), encoded.size()));
     progress.add(encoded.size());
@@ -583,7 +630,8 @@ gguf_metadata_writer gguf_keys(const synthetic_preset& preset, const synthetic_o
   constexpr std::int32_t token_type_normal = 1;
   constexpr std::int32_t token_type_control = 3;
   const model_config& c = preset.config;
-  const std::string arch(to_string(c.arch));
+  // write_synthetic_model refuses the architectures GGUF has no name for.
+  const std::string arch(gguf_architecture_name(c.arch).value_or(""));
   gguf_metadata_writer keys;
   // GGUF keeps hyperparameters as u32 and f32.
   const auto add_u32 = [&keys](std::string_view key, std::int64_t value) {
@@ -606,6 +654,11 @@ gguf_metadata_writer gguf_keys(const synthetic_preset& preset, const synthetic_o
   add_u32(arch + ".rope.dimension_count", c.head_dim);
   add_f32(arch + ".rope.freq_base", c.rope_theta);
   add_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  if (c.moe) {
+    add_u32(arch + ".expert_count", c.moe->num_experts);
+    add_u32(arch + ".expert_used_count", c.moe->experts_per_token);
+    add_u32(arch + ".expert_feed_forward_length", c.moe->expert_intermediate);
+  }
   keys.add_bool("edgeinfer.synthetic", true);
   keys.add_string("edgeinfer.preset", preset.name);
   keys.add_u64("edgeinfer.seed", options.seed);
@@ -624,6 +677,34 @@ gguf_metadata_writer gguf_keys(const synthetic_preset& preset, const synthetic_o
   keys.add_bool("tokenizer.ggml.add_bos_token", vocab.add_bos);
   keys.add_string("tokenizer.chat_template", vocab.chat_template);
   return keys;
+}
+
+// What GGUF (as llama.cpp reads it) cannot hold: GLM-4.5 at all, and in a qwen3moe file dense
+// layers or unnormalised expert weights (llama.cpp builds every layer sparse and renormalises).
+status check_gguf_expressible(const synthetic_preset& preset) {
+  const model_config& c = preset.config;
+  if (!gguf_architecture_name(c.arch)) {
+    return status(status_code::unimplemented,
+                  edge::format("{} is a {} model, which make-model writes as a safetensors folder only: edgeinfer "
+                               "reads no GGUF of that architecture",
+                               preset.name, hf_architecture_class(c.arch)));
+  }
+  if (!c.moe) return {};
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    if (!c.moe->sparse(i)) {
+      return status(status_code::unimplemented,
+                    edge::format("{} has a dense layer ({}: mlp_only_layers / decoder_sparse_step), which a GGUF "
+                                 "qwen3moe cannot hold; write it as safetensors, or cut it with --layers",
+                                 preset.name, i));
+    }
+  }
+  if (!c.moe->normalize_weights) {
+    return status(status_code::unimplemented,
+                  edge::format("{} does not renormalise its experts' weights (norm_topk_prob false), which a GGUF "
+                               "qwen3moe cannot say",
+                               preset.name));
+  }
+  return {};
 }
 
 status write_gguf_file(const synthetic_preset& preset, const synthetic_options& options, const synthetic_vocab& vocab) {
@@ -688,11 +769,7 @@ result<fs::path> write_synthetic_model(const synthetic_options& options) {
       std::erase_if(c.moe->dense_layers, [&](std::int64_t layer) { return layer >= c.num_layers; });
     }
   }
-  if (options.format == synthetic_format::gguf && chosen.config.moe) {
-    return status(status_code::unimplemented,
-                  edge::format("{} is a Mixture-of-Experts model; make-model writes those as safetensors folders only",
-                               preset->name));
-  }
+  if (options.format == synthetic_format::gguf) EDGE_RETURN_IF_ERROR(check_gguf_expressible(chosen));
   const auto vocab = make_synthetic_vocab(style_of(chosen.config), chosen.config.vocab_size, chosen.special_tokens,
                                           chosen.config.max_position);
   const status written = options.format == synthetic_format::gguf ? write_gguf_file(chosen, options, vocab)

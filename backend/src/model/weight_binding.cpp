@@ -165,6 +165,20 @@ result<matrix_source> tensor_index::require_matrix(std::string_view name, std::i
   return matrix_source_of(*tensor, rows, cols);
 }
 
+result<matrix_source> tensor_index::require_matrix_slice(std::string_view name, std::int64_t index, std::int64_t count,
+                                                         std::int64_t rows, std::int64_t cols) const {
+  EDGE_ASSIGN_OR_RETURN(const auto stacked, require(name, {count, rows, cols}));
+  if (index < 0 || index >= count) {
+    return invalid_argument(edge::format("matrix {} of tensor \"{}\" is outside its {}", index, name, count));
+  }
+  tensor_view slice = stacked;
+  slice.name = edge::format("{}[{}]", name, index);
+  slice.shape = {rows, cols};
+  // Whole rows of whole blocks: every matrix starts at a multiple of the block (or element) size.
+  slice.data = stacked.data + static_cast<std::size_t>(index) * slice.bytes();
+  return matrix_source_of(slice, rows, cols);
+}
+
 result<model_weights> bind_weights(const tensor_index& tensors, const model_config& config, const tensor_names& names,
                                    const weight_options& options) {
   const std::int64_t hidden = config.hidden_size;
@@ -243,12 +257,19 @@ result<model_weights> bind_weights(const tensor_index& tensors, const model_conf
       layer.experts.resize(static_cast<std::size_t>(moe.num_experts));
       for (std::int64_t e = 0; e < moe.num_experts; ++e) {
         const expert_tensor_names expert = name.expert(e);
+        const auto expert_projection = [&](const std::string& tensor, std::int64_t rows,
+                                           std::int64_t cols) -> result<weight_matrix> {
+          if (!expert.stacked_index) return projection(tensor, rows, cols);
+          EDGE_ASSIGN_OR_RETURN(const auto source, tensors.require_matrix_slice(tensor, *expert.stacked_index,
+                                                                                 moe.num_experts, rows, cols));
+          return convert.matrix(source, matrix_role::projection);
+        };
         expert_weights& w = layer.experts[static_cast<std::size_t>(e)];
-        EDGE_ASSIGN_OR_RETURN(w.w_gate, projection(expert.w_gate, width, hidden));
-        EDGE_ASSIGN_OR_RETURN(w.w_up, projection(expert.w_up, width, hidden));
-        EDGE_ASSIGN_OR_RETURN(w.w_down, projection(expert.w_down, hidden, width));
+        EDGE_ASSIGN_OR_RETURN(w.w_gate, expert_projection(expert.w_gate, width, hidden));
+        EDGE_ASSIGN_OR_RETURN(w.w_up, expert_projection(expert.w_up, width, hidden));
+        EDGE_ASSIGN_OR_RETURN(w.w_down, expert_projection(expert.w_down, hidden, width));
         weight_matrix* const parts[] = {&w.w_gate, &w.w_up};
-        w.w_gate_up = convert.stack(expert.w_gate + "+" + expert.w_up, parts);
+        w.w_gate_up = convert.stack(w.w_gate.name + "+" + w.w_up.name, parts);
       }
     }
     weights.layers.push_back(std::move(layer));

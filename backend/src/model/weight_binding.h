@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +33,11 @@ class tensor_index {
   // `…weight_scale` (+ `…weight_shape`). Asymmetric (`…weight_zero_point`)
   // and activation-ordered (`…weight_g_idx`) INT4 is unimplemented.
   result<matrix_source> require_matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const;
+  // Matrix `index` of the stacked tensor `name`, which must be [count, rows, cols] of float
+  // elements or GGUF Q4_0 / Q8_0 blocks: a view of its bytes (each matrix of a stack is
+  // contiguous, and starts at a multiple of its element or block size), named "name[index]".
+  result<matrix_source> require_matrix_slice(std::string_view name, std::int64_t index, std::int64_t count,
+                                             std::int64_t rows, std::int64_t cols) const;
 
  private:
   std::unordered_map<std::string_view, const tensor_view*> by_name_;
@@ -39,9 +45,12 @@ class tensor_index {
   std::int64_t fp8_block_cols_ = 0;
 };
 
-// One routed expert's matrices, by name.
+// One routed expert's matrices, by name: each its own 2-D tensor, or (stacked_index set) the
+// layer's stacked tensors of every expert's matrix ([experts, rows, cols], GGUF's ffn_*_exps),
+// of which this expert is matrix stacked_index.
 struct expert_tensor_names {
   std::string w_gate, w_up, w_down;
+  std::optional<std::int64_t> stacked_index;
 };
 
 // What a format calls each weight. In a Mixture-of-Experts layer (moe_config::sparse) w_gate,

@@ -2,6 +2,7 @@
 // (reference rounding, f16 block scales) loads with Q4_0 repacked into INT4 groups of 32 that
 // dequantize to exactly d × (q - 8), Q8_0 widened to f16 (each q × d rounded once), rows that
 // are not whole blocks left as they were, and the result runs and predicts like the f32 model.
+// A qwen3moe GGUF's stacked experts re-encoded the same way split into one matrix per expert.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "edge/backend/io/gguf.h"
 #include "edge/backend/model/model.h"
+#include "edge/backend/model/synthetic.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/kv_cache.h"
 #include "edge/kernels/numerics.h"
@@ -124,10 +126,11 @@ struct encoded_tensor {
   std::vector<std::byte> blocks;  // for Q4_0 / Q8_0
 };
 
-// stories260K.gguf with every matrix whose rows are whole blocks (all but ffn_down) in `type`;
+// An F32 GGUF with every matrix (or stack of matrices) whose rows are whole blocks in `type`;
 // returns what each re-encoded tensor holds.
-std::map<std::string, encoded_tensor> write_quantized_stories(const std::filesystem::path& out, std::uint32_t type) {
-  auto file = load_gguf(edge::testing::stories260k_dir() / "stories260K.gguf");
+std::map<std::string, encoded_tensor> write_quantized(const std::filesystem::path& in, const std::filesystem::path& out,
+                                                      std::uint32_t type) {
+  auto file = load_gguf(in);
   REQUIRE(file.ok());
   std::map<std::string, encoded_tensor> encoded;
   std::vector<edge::testing::test_tensor> tensors;
@@ -135,7 +138,7 @@ std::map<std::string, encoded_tensor> write_quantized_stories(const std::filesys
     edge::testing::test_tensor written{.name = t.name, .ne = {}, .type = edge::testing::ggml_f32, .data = {}};
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) written.ne.push_back(static_cast<std::uint64_t>(*it));
     const auto* values = reinterpret_cast<const float*>(t.data);
-    if (t.shape.size() == 2 && t.cols() % block == 0) {
+    if (t.shape.size() >= 2 && t.cols() % block == 0) {
       written.type = type;
       written.data = type == edge::testing::ggml_q4_0 ? q4_0_blocks(values, t.elements()) : q8_0_blocks(values, t.elements());
       encoded[t.name] = {type, written.data};
@@ -157,10 +160,16 @@ std::map<std::string, encoded_tensor> write_quantized_stories(const std::filesys
   return encoded;
 }
 
-void check_values(const weight_matrix& w, const encoded_tensor& source) {
+// stories260K.gguf with every matrix but ffn_down (whose rows are not whole blocks) in `type`.
+std::map<std::string, encoded_tensor> write_quantized_stories(const std::filesystem::path& out, std::uint32_t type) {
+  return write_quantized(edge::testing::stories260k_dir() / "stories260K.gguf", out, type);
+}
+
+// Whether w holds the values of `source` from element `first` on (a stack's matrix: its offset).
+void check_values(const weight_matrix& w, const encoded_tensor& source, std::int64_t first = 0) {
   CAPTURE(w.name);
   for (std::int64_t i = 0; i < w.elements(); ++i) {
-    const float expected = block_value(source.blocks, source.type, i);
+    const float expected = block_value(source.blocks, source.type, first + i);
     const float want = source.type == ggml_q8_0 ? edge::kernels::fp16_to_float(edge::kernels::float_to_fp16(expected))
                                                 : expected;
     if (edge::testing::element(w, i) != want) {
@@ -225,6 +234,41 @@ TEST_CASE("GGUF Q8_0: widened to f16, each value q × d rounded once; the model 
   std::size_t same = 0;
   for (std::size_t i = 0; i < got.size(); ++i) same += got[i] == expected[i] ? 1 : 0;
   CHECK(static_cast<double>(same) >= 0.9 * static_cast<double>(got.size()));
+}
+
+TEST_CASE("GGUF Q4_0 / Q8_0 stacked experts: each expert is its own slice of the stack's blocks") {
+  edge::testing::temp_dir dir;
+  synthetic_options options;
+  options.preset = "tiny-qwen3-moe-sparse";
+  options.format = synthetic_format::gguf;
+  options.dtype = edge::kernels::dtype::f32;
+  options.seed = 8;
+  options.out = dir / "moe-f32.gguf";
+  REQUIRE(write_synthetic_model(options).ok());
+  for (const std::uint32_t type : {edge::testing::ggml_q4_0, ggml_q8_0}) {
+    CAPTURE(type);
+    const auto path = dir / "moe-quantized.gguf";
+    const auto encoded = write_quantized(options.out, path, type);
+    auto m = load_model({.path = path});
+    REQUIRE_MESSAGE(m.ok(), m.error().message());
+    const weight_format expected_format = type == ggml_q8_0 ? weight_format::f16 : weight_format::int4;
+    for (std::size_t l = 0; l < (*m)->weights.layers.size(); ++l) {
+      const layer_weights& layer = (*m)->weights.layers[l];
+      const std::string blk = "blk." + std::to_string(l) + ".";
+      check_values(layer.router, encoded.at(blk + "ffn_gate_inp.weight"));
+      for (std::size_t e = 0; e < layer.experts.size(); ++e) {
+        const expert_weights& expert = layer.experts[e];
+        const auto first = static_cast<std::int64_t>(e) * expert.w_gate.elements();
+        CHECK(expert.w_gate.format == expected_format);
+        CHECK(expert.w_down.format == expected_format);
+        check_values(expert.w_gate, encoded.at(blk + "ffn_gate_exps.weight"), first);
+        check_values(expert.w_up, encoded.at(blk + "ffn_up_exps.weight"), first);
+        check_values(expert.w_down, encoded.at(blk + "ffn_down_exps.weight"), first);
+        // Converted into buffers of the model's own, gate and up are stacked.
+        CHECK(expert.w_gate_up.present());
+      }
+    }
+  }
 }
 
 namespace {

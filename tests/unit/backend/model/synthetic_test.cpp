@@ -113,6 +113,19 @@ TEST_CASE("presets have the shapes of the models they are named after") {
   REQUIRE(hd128 != nullptr);
   CHECK(hd128->config.head_dim == 128);
   CHECK(hd128->config.num_heads * hd128->config.head_dim == hd128->config.hidden_size);
+  const auto* moe = find_synthetic_preset("qwen3-30b-a3b");
+  REQUIRE(moe != nullptr);
+  REQUIRE(moe->config.moe);
+  CHECK(moe->config.moe->num_experts == 128);
+  CHECK(moe->config.moe->experts_per_token == 8);
+  CHECK(moe->config.moe->expert_intermediate == 768);
+  // What a GGUF qwen3moe holds: every layer sparse, the chosen weights renormalised.
+  for (const auto* name : {"qwen3-30b-a3b", "tiny-qwen3-moe-sparse"}) {
+    const auto& c = find_synthetic_preset(name)->config;
+    CHECK(c.moe->normalize_weights);
+    for (std::int64_t l = 0; l < c.num_layers; ++l) CHECK(c.moe->sparse(l));
+  }
+  CHECK(!find_synthetic_preset("tiny-qwen3-moe")->config.moe->sparse(1));
   CHECK(find_synthetic_preset("gpt-5") == nullptr);
   CHECK(synthetic_presets().size() >= 5);
   CHECK(parse_synthetic_format("gguf") == synthetic_format::gguf);
@@ -295,8 +308,8 @@ TEST_CASE("tiny-qwen2 in both formats: biases, tied classifier, no Q/K permutati
     REQUIRE(hf.weights.layers[l].bk.present());
     CHECK(g.weights.layers[l].bk.type == edge::kernels::dtype::f32);
     for (std::int64_t i = 0; i < hf.weights.layers[l].bk.elements(); ++i) {
-      // f16 in the folder, f32 in the GGUF, from the same value.
-      CHECK(t::element(hf.weights.layers[l].bk, i) == doctest::Approx(t::element(g.weights.layers[l].bk, i)).epsilon(1e-3));
+      // f16 in the folder, f32 in the GGUF: the f16 value widened, as llama.cpp's converter does.
+      CHECK(t::element(hf.weights.layers[l].bk, i) == t::element(g.weights.layers[l].bk, i));
     }
   }
 }
@@ -402,4 +415,19 @@ TEST_CASE("make-model refuses what it cannot write") {
   options.format = synthetic_format::gguf;
   auto folder = write_synthetic_model(options);
   CHECK(folder.error().code() == status_code::invalid_argument);
+
+  // GGUF holds no GLM-4.5, and a qwen3moe GGUF no dense layer (llama.cpp makes every layer sparse).
+  options.out = dir / "moe.gguf";
+  options.preset = "tiny-glm4-moe";
+  auto glm = write_synthetic_model(options);
+  CHECK(glm.error().code() == status_code::unimplemented);
+  CHECK(glm.error().message().find("Glm4MoeForCausalLM") != std::string::npos);
+  options.preset = "tiny-qwen3-moe";
+  auto dense = write_synthetic_model(options);
+  CHECK(dense.error().code() == status_code::unimplemented);
+  CHECK(dense.error().message().find("dense layer (1") != std::string::npos);
+  CHECK(!fs::exists(options.out));
+  // Its first layer alone is sparse.
+  options.layers = 1;
+  CHECK(write_synthetic_model(options).ok());
 }

@@ -46,22 +46,30 @@ struct weight_options {
   std::function<void(std::span<const std::byte>)> on_converted;
 };
 
-// config.json of a Hugging Face folder (LlamaForCausalLM, Qwen2ForCausalLM,
-// MistralForCausalLM). RoPE layout half_split. Unsupported features (other rope_scaling types,
-// biases on o_proj or the MLP, activations other than SiLU, quantization other than
-// compressed-tensors' symmetric W4A16 and FP8 weights) are unimplemented. Activation
-// quantization in a compressed-tensors config (W8A8 FP8 checkpoints) is accepted and not
-// applied: activations stay in float.
+// config.json of a Hugging Face folder (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+// MistralForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM). RoPE layout half_split.
+// Unsupported features (other rope_scaling types, biases on o_proj or the MLP, activations other
+// than SiLU, quantization other than compressed-tensors' symmetric W4A16 and FP8 weights) are
+// unimplemented. Activation quantization in a compressed-tensors config (W8A8 FP8 checkpoints)
+// is accepted and not applied: activations stay in float.
 result<parsed_config> parse_hf_config(std::string_view config_json);
 
-// The hyperparameters in a GGUF's metadata (general.architecture "llama" or "qwen2"). Llama 3
-// RoPE scaling is recognised from the rope_freqs.weight tensor llama.cpp's converter writes.
+// The hyperparameters in a GGUF's metadata (general.architecture "llama", "qwen2", "qwen3" or
+// "qwen3moe", with the keys llama.cpp's convert_hf_to_gguf.py writes). Llama 3 RoPE scaling is
+// recognised from the rope_freqs.weight tensor llama.cpp's converter writes. A qwen3moe file has
+// every layer sparse and the chosen experts' weights renormalised, as llama.cpp runs it (its
+// converter keeps neither mlp_only_layers / decoder_sparse_step nor norm_topk_prob).
 result<parsed_config> config_from_gguf(const gguf_file& file);
+
+// general.architecture for the architectures read from GGUF; nullopt for the others.
+std::optional<std::string_view> gguf_architecture_name(architecture arch);
 
 // Binds the named tensors of each format to the model's weights. A missing tensor, a shape
 // other than the configuration's or an unreadable dtype is invalid_argument naming the tensor.
 // Hugging Face projections may be stored as compressed-tensors' `<name>.weight_packed` +
-// `weight_scale` + `weight_shape` (INT4) or an F8_E4M3 `<name>.weight` + `weight_scale`.
+// `weight_scale` + `weight_shape` (INT4) or an F8_E4M3 `<name>.weight` + `weight_scale`. A GGUF
+// layer stacks its routed experts in ffn_gate_exps / ffn_up_exps / ffn_down_exps ([experts, rows,
+// cols]); each expert's matrices are slices of them.
 result<model_weights> weights_from_gguf(const gguf_file& file, const model_config& config,
                                         const weight_options& options = {});
 result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, const model_config& config,

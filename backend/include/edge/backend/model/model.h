@@ -1,13 +1,14 @@
 // A loaded Llama-family model: hyperparameters, weight views, tokenizer and chat template.
 //
 // Formats (chosen by content, not by name):
-//   * a GGUF file (architecture "llama"; tensors F32/F16/BF16/Q4_0/Q8_0; tokenizer from its
-//     metadata)
+//   * a GGUF file (architectures "llama", "qwen2", "qwen3" and "qwen3moe", its experts stacked
+//     per layer; tensors F32/F16/BF16/Q4_0/Q8_0; tokenizer from its metadata)
 //   * a llama2.c checkpoint (.bin), with its tokenizer file beside it or given explicitly
 //   * a Hugging Face folder: config.json (LlamaForCausalLM, Qwen2ForCausalLM,
-//     MistralForCausalLM), model.safetensors or sharded *.safetensors with
-//     model.safetensors.index.json, tokenizer.json, tokenizer_config.json (or, for folders that
-//     `edgeinfer quantize` wrote from a GGUF or llama2.c model, tokenizer.gguf / tokenizer.bin);
+//     Qwen3ForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM),
+//     model.safetensors or sharded *.safetensors with model.safetensors.index.json,
+//     tokenizer.json, tokenizer_config.json (or, for folders that `edgeinfer quantize` wrote from
+//     a GGUF or llama2.c model, tokenizer.gguf / tokenizer.bin);
 //     weights in F32/F16/BF16 or compressed-tensors' pack-quantized INT4 (weight_packed,
 //     weight_scale, weight_shape) and float-quantized FP8 (F8_E4M3 weight, weight_scale)
 //
@@ -25,9 +26,9 @@
 // file places at an address misaligned for its type is copied into a buffer the model owns);
 // converted matrices live in model_weights::storage, and the file pages they came from are
 // released. Every page of every tensor is read in before load_model returns, so the first
-// request does not wait on the disk. RoPE layout: adjacent_pairs for GGUF "llama" (llama.cpp's converter permutes the
-// Q/K rows of Hugging Face checkpoints for it) and llama2.c; half_split for Hugging Face
-// folders and GGUF "qwen2".
+// request does not wait on the disk. RoPE layout: adjacent_pairs for GGUF "llama" (llama.cpp's
+// converter permutes the Q/K rows of Hugging Face checkpoints for it) and llama2.c; half_split
+// for Hugging Face folders and GGUF "qwen2", "qwen3" and "qwen3moe".
 #pragma once
 
 #include <filesystem>

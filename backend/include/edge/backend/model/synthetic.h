@@ -7,8 +7,10 @@
 // Weights are uniform with the standard deviation of N(0, 0.02) (norms are 1.0), so a forward
 // pass gives finite logits. Every element's value depends only on the seed, the tensor and its
 // position, so the same seed gives the same bytes every time, and the GGUF and safetensors
-// forms of a model hold the same network (the GGUF's Q/K rows are permuted, as llama.cpp's
-// converter does, for its adjacent-pair RoPE).
+// forms of a model hold the same network, laid out as llama.cpp's converter lays it out: a GGUF
+// "llama"'s Q/K rows permuted for its adjacent-pair RoPE, a "qwen3moe"'s experts stacked per
+// layer, norms, biases and routers in F32 (holding the dtype's values). GGUF holds no GLM-4.5,
+// and a qwen3moe GGUF no dense layer: write_synthetic_model refuses those as unimplemented.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +42,8 @@ struct synthetic_preset {
 };
 
 // tiny (milliseconds to write, for tests), tiny-qwen2, tiny-hd128 (heads of 128), tiny-qwen3,
-// tiny-qwen3-moe, tiny-glm4-moe, llama-3.2-1b, llama-3-8b, qwen2.5-0.5b, qwen3-30b-a3b,
-// glm-4.5-air.
+// tiny-qwen3-moe, tiny-qwen3-moe-sparse (every layer sparse, as GGUF holds it), tiny-glm4-moe,
+// llama-3.2-1b, llama-3-8b, qwen2.5-0.5b, qwen3-30b-a3b, glm-4.5-air.
 std::span<const synthetic_preset> synthetic_presets();
 const synthetic_preset* find_synthetic_preset(std::string_view name);
 
