@@ -17,7 +17,8 @@
 //                     [--weight-dtype int4|fp8|bf16|f16|f32|auto[,...]]
 //
 // --weight-dtype quantizes (or converts) the projection matrices on load; "weight GB/s" counts
-// the bytes actually stored (values and scales). Both dtype flags take a list: every weight
+// the bytes actually stored (values and scales) that a step read: for a Mixture-of-Experts model
+// only the experts that ran (the last step's, from the executor's routing). Both dtype flags take a list: every weight
 // dtype is measured with the first KV dtype, and the first weight dtype with every other KV
 // dtype. All models stay loaded and, for each batch size, the configurations take turns run by
 // run, so that the drifting load of a shared machine slows them alike. With more than one
@@ -142,13 +143,18 @@ double read_bandwidth(edge::thread_pool* pool) {
   return best(rates);
 }
 
-// Bytes of weights one decode step reads: every projection and the classifier.
-std::uint64_t weight_bytes_per_step(const edge::backend::model& m) {
-  std::uint64_t total = m.weights.lm_head.bytes();
-  for (const auto& l : m.weights.layers) {
-    for (const auto* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) total += t->bytes();
-  }
-  return total;
+// Bytes of weights the executor's last decode step read: every matrix, except that of a
+// Mixture-of-Experts layer's routed experts only those that ran (average expert size). At batch
+// 1 that is footprint_of's active bytes per token.
+double weight_bytes_of_step(const edge::backend::model& m, const edge::backend::executor& exec) {
+  const edge::backend::weight_footprint f = edge::backend::footprint_of(m.config, m.weights);
+  const edge::backend::expert_routing routing = exec.last_routing();
+  if (routing.moe_layers == 0) return static_cast<double>(f.total_bytes);
+  const double per_expert =
+      static_cast<double>(f.routed_expert_bytes) / static_cast<double>(routing.moe_layers * routing.experts);
+  const auto touched = std::count_if(routing.expert_tokens.begin(), routing.expert_tokens.end(),
+                                     [](std::int32_t n) { return n > 0; });
+  return static_cast<double>(f.total_bytes - f.routed_expert_bytes) + static_cast<double>(touched) * per_expert;
 }
 
 // Decodes `steps` tokens for each of `batch` sequences from position `context` on, one forward
@@ -205,6 +211,7 @@ struct measured_config {
   std::string weights;        // the projections' format as loaded
   std::vector<double> rates;  // [batches] median decode tokens/s
   std::vector<double> steps;  // [batches] median steps/s
+  std::vector<double> step_bytes;  // [batches] weight bytes a decode step read
 };
 
 // A configuration ready to decode one batch size.
@@ -281,6 +288,7 @@ bool measure(const options& opt, std::vector<measured_config>& configs, edge::th
     for (std::size_t i = 0; i < configs.size(); ++i) {
       configs[i].rates.push_back(median(sessions[i].rates));
       configs[i].steps.push_back(median(sessions[i].step_rates));
+      configs[i].step_bytes.push_back(weight_bytes_of_step(*configs[i].m, *sessions[i].exec));
       std::printf("  %s/%s %.2f tok/s", configs[i].weights.c_str(), std::string(edge::kernels::to_string(configs[i].kv)).c_str(),
                   configs[i].rates.back());
     }
@@ -292,14 +300,16 @@ bool measure(const options& opt, std::vector<measured_config>& configs, edge::th
 
 // One configuration's rows: tokens/s, steps/s and the weight bandwidth against the ceilings.
 void print_details(const options& opt, const measured_config& c, double copy_bw, double read_bw) {
-  const std::uint64_t weights = weight_bytes_per_step(*c.m);
-  std::printf("\nmodel %s (%s weights, %s read per decode step), KV cache %s\n", c.m->name.c_str(), c.weights.c_str(),
-              edge::format_bytes(weights).c_str(), std::string(edge::kernels::to_string(c.kv)).c_str());
-  std::printf("%6s %12s %14s %16s %12s %12s\n", "batch", "decode tok/s", "steps/s", "weight GB/s", "÷ copy bw", "÷ read bw");
+  const edge::backend::weight_footprint f = edge::backend::footprint_of(c.m->config, c.m->weights);
+  std::printf("\nmodel %s (%s weights: %s in all, %s read per token at batch 1), KV cache %s\n", c.m->name.c_str(),
+              c.weights.c_str(), edge::format_bytes(f.total_bytes).c_str(),
+              edge::format_bytes(f.active_bytes_per_token).c_str(), std::string(edge::kernels::to_string(c.kv)).c_str());
+  std::printf("%6s %12s %14s %14s %16s %12s %12s\n", "batch", "decode tok/s", "steps/s", "MB per step", "weight GB/s",
+              "÷ copy bw", "÷ read bw");
   for (std::size_t i = 0; i < opt.batches.size(); ++i) {
-    const double weight_bw = c.steps[i] * static_cast<double>(weights);
-    std::printf("%6lld %12.2f %14.2f %16.2f %12.2f %12.2f\n", static_cast<long long>(opt.batches[i]), c.rates[i],
-                c.steps[i], weight_bw / 1e9, weight_bw / copy_bw, weight_bw / read_bw);
+    const double weight_bw = c.steps[i] * c.step_bytes[i];
+    std::printf("%6lld %12.2f %14.2f %14.1f %16.2f %12.2f %12.2f\n", static_cast<long long>(opt.batches[i]), c.rates[i],
+                c.steps[i], c.step_bytes[i] / 1e6, weight_bw / 1e9, weight_bw / copy_bw, weight_bw / read_bw);
   }
 }
 

@@ -179,6 +179,17 @@ const std::vector<synthetic_preset>& preset_table() {
                      "of 768, top 8 (about 61 GB in bf16; use --layers)",
                      qwen3_moe_config(qwen25_vocab, 2048, 6144, 48, 32, 4, 128, 40960, experts_of(128, 8, 768)),
                      qwen25_specials});
+    // The baseline that shows only active experts are read: the same attention, and one dense
+    // SwiGLU as wide as all 128 experts together, so every layer holds the same bytes and every
+    // token reads all of them.
+    table.push_back({"qwen3-30b-a3b-dense", "Qwen3-30B-A3B's layers with its 128 experts merged into one dense MLP "
+                     "of 98304 (the same bytes, all read by every token: the MoE decode benchmark's baseline)",
+                     [&] {
+                       model_config dense = qwen3_config(qwen25_vocab, 2048, 128 * 768, 48, 32, 4, 128, 40960);
+                       dense.tie_embeddings = false;  // as the MoE model's
+                       return dense;
+                     }(),
+                     qwen25_specials});
     constexpr std::int64_t glm_vocab = 151552;
     auto glm_air = glm4_moe_config(glm_vocab, 4096, 10944, 46, 96, 8, 128, 131072, experts_of(128, 8, 1408, 1, 1));
     table.push_back({"glm-4.5-air", "GLM-4.5-Air shapes: 46 layers (the first dense), hidden 4096, 96/8 heads of 128, "
