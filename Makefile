@@ -5,6 +5,7 @@
 #   make build | deps | clean | test-sanitize | bench (bench-serving + bench-decode + bench-engine + bench-gateway)
 #   make bench-scaleout   throughput of a split gateway with one backend against two (CPU)
 #   make bench-quota      the quota store in memory against Redis, per call and per request
+#   make bench-moe        Mixture-of-Experts decode: Qwen3-30B-A3B layers, bf16/fp8/int4 experts, against dense
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
@@ -26,7 +27,7 @@ GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
 .PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine \
-        bench-gateway bench-scaleout bench-quota
+        bench-gateway bench-scaleout bench-quota bench-moe
 
 all: build
 
@@ -77,6 +78,11 @@ bench-scaleout: build
 # The quota store in memory vs in Redis: per call and per request (docs/performance.md).
 bench-quota: build
 	tests/bench/quota.sh $(BUILD_DIR)
+
+# 4 layers of synthetic Qwen3-30B-A3B (about 6 GiB each, MoE and dense, written once), about
+# 5 minutes on 2 cores.
+bench-moe: build
+	tests/bench/moe_decode.sh $(BUILD_DIR) 4
 
 run: build
 	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)

@@ -74,6 +74,19 @@ status check_weight_shape(const tensor_view& shape, std::int64_t rows, std::int6
   return {};
 }
 
+// A quantized matrix: its stored values and their scales, checked by the caller.
+matrix_source scaled_source(matrix_source::kind kind, const tensor_view& values, const tensor_view& scales,
+                            std::int64_t rows, std::int64_t cols) {
+  matrix_source source;
+  source.stored = kind;
+  source.name = values.name;
+  source.rows = rows;
+  source.cols = cols;
+  source.values = values;
+  source.scales = scales;
+  return source;
+}
+
 }  // namespace
 
 result<matrix_source> tensor_index::require_matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const {
@@ -110,13 +123,7 @@ result<matrix_source> tensor_index::require_matrix(std::string_view name, std::i
                     edge::format("tensor \"{}\" has shape {}: INT4 scales must be [{}, groups] with groups dividing {}",
                                  scales->name, shape_to_string(scales->shape), rows, cols));
     }
-    matrix_source source;
-    source.stored = matrix_source::kind::packed_int4;
-    source.name = packed->name;
-    source.rows = rows;
-    source.cols = cols;
-    source.values = *packed;
-    source.scales = *scales;
+    matrix_source source = scaled_source(matrix_source::kind::packed_int4, *packed, *scales, rows, cols);
     source.group_size = cols / groups;
     return source;
   }
@@ -132,13 +139,7 @@ result<matrix_source> tensor_index::require_matrix(std::string_view name, std::i
     EDGE_RETURN_IF_ERROR(check_float_scales(*scale_inv));
     EDGE_RETURN_IF_ERROR(check_shape(*scale_inv, {(rows + fp8_block_rows_ - 1) / fp8_block_rows_,
                                                   (cols + fp8_block_cols_ - 1) / fp8_block_cols_}));
-    matrix_source source;
-    source.stored = matrix_source::kind::fp8_block;
-    source.name = tensor->name;
-    source.rows = rows;
-    source.cols = cols;
-    source.values = *tensor;
-    source.scales = *scale_inv;
+    matrix_source source = scaled_source(matrix_source::kind::fp8_block, *tensor, *scale_inv, rows, cols);
     source.block_rows = fp8_block_rows_;
     source.group_size = fp8_block_cols_;
     return source;
@@ -153,14 +154,7 @@ result<matrix_source> tensor_index::require_matrix(std::string_view name, std::i
                     edge::format("tensor \"{}\" has shape {}: FP8 scales must be one per row or one per tensor",
                                  scales->name, shape_to_string(scales->shape)));
     }
-    matrix_source source;
-    source.stored = matrix_source::kind::fp8;
-    source.name = tensor->name;
-    source.rows = rows;
-    source.cols = cols;
-    source.values = *tensor;
-    source.scales = *scales;
-    return source;
+    return scaled_source(matrix_source::kind::fp8, *tensor, *scales, rows, cols);
   }
   return matrix_source_of(*tensor, rows, cols);
 }
