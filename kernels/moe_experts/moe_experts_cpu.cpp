@@ -9,25 +9,11 @@
 
 namespace edge::kernels {
 
-status run_moe_experts(const moe_experts_params& p, const stream& s) {
-  if (s.where == device::cuda) return status(status_code::unimplemented, "moe experts have no CUDA kernel yet");
-  if (p.tokens < 0 || p.top_k < 1 || p.num_experts < 1 || p.hidden < 1 || p.intermediate < 1 ||
-      p.x_stride < p.hidden || p.out_stride < p.hidden) {
-    return invalid_argument("moe experts: bad shape or strides");
-  }
-  if (p.workspace_floats < moe_experts_workspace_floats(p.tokens, p.top_k, p.hidden, p.intermediate)) {
-    return invalid_argument("moe experts: the workspace is too small");
-  }
-  if (p.tokens == 0) {
-    if (p.expert_tokens != nullptr) std::fill_n(p.expert_tokens, p.num_experts, 0);
-    return {};
-  }
+namespace {
+
+// The tokens of one chunk, all of which the workspace holds; expert_tokens is added to.
+status run_chunk(const moe_experts_params& p, const stream& s) {
   const std::int64_t pairs = p.tokens * p.top_k;
-  for (std::int64_t i = 0; i < pairs; ++i) {
-    if (p.experts[i] < 0 || p.experts[i] >= p.num_experts) {
-      return invalid_argument(format("moe experts: expert {} of {}", p.experts[i], p.num_experts));
-    }
-  }
 
   // The (token, choice) pairs grouped by expert (a counting sort: token order within each);
   // grown once per thread, then reused.
@@ -43,7 +29,7 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
 
   if (p.expert_tokens != nullptr) {
     for (std::int64_t e = 0; e < p.num_experts; ++e) {
-      p.expert_tokens[e] = static_cast<std::int32_t>(begin[static_cast<std::size_t>(e + 1)] - begin[static_cast<std::size_t>(e)]);
+      p.expert_tokens[e] += static_cast<std::int32_t>(begin[static_cast<std::size_t>(e + 1)] - begin[static_cast<std::size_t>(e)]);
     }
   }
 
@@ -104,6 +90,38 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
     }
     float* o = p.out + t * p.out_stride;
     for (std::int64_t d = 0; d < p.hidden; ++d) o[d] += sum[d];
+  }
+  return {};
+}
+
+}  // namespace
+
+status run_moe_experts(const moe_experts_params& p, const stream& s) {
+  if (s.where == device::cuda) return status(status_code::unimplemented, "moe experts have no CUDA kernel yet");
+  if (p.tokens < 0 || p.top_k < 1 || p.num_experts < 1 || p.hidden < 1 || p.intermediate < 1 ||
+      p.x_stride < p.hidden || p.out_stride < p.hidden) {
+    return invalid_argument("moe experts: bad shape or strides");
+  }
+  const std::int64_t per_token = moe_experts_workspace_floats(1, p.top_k, p.hidden, p.intermediate);
+  if (p.workspace_floats < per_token * std::min<std::int64_t>(p.tokens, 1)) {
+    return invalid_argument("moe experts: the workspace is too small for one token");
+  }
+  for (std::int64_t i = 0; i < p.tokens * p.top_k; ++i) {
+    if (p.experts[i] < 0 || p.experts[i] >= p.num_experts) {
+      return invalid_argument(format("moe experts: expert {} of {}", p.experts[i], p.num_experts));
+    }
+  }
+  if (p.expert_tokens != nullptr) std::fill_n(p.expert_tokens, p.num_experts, 0);
+  // As many tokens at a time as the workspace holds.
+  const std::int64_t chunk = std::max<std::int64_t>(p.workspace_floats / per_token, 1);
+  for (std::int64_t first = 0; first < p.tokens; first += chunk) {
+    moe_experts_params part = p;
+    part.tokens = std::min(chunk, p.tokens - first);
+    part.x = p.x + first * p.x_stride;
+    part.experts = p.experts + first * p.top_k;
+    part.weights = p.weights + first * p.top_k;
+    part.out = p.out + first * p.out_stride;
+    EDGE_RETURN_IF_ERROR(run_chunk(part, s));
   }
   return {};
 }

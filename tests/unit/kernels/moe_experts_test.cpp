@@ -80,9 +80,10 @@ std::vector<edge::kernels::moe_expert_weights> split_gate_up(const expert_set& s
 std::vector<float> run(const expert_set& set, const std::vector<float>& x, const std::vector<std::int32_t>& experts,
                        const std::vector<float>& weights, std::vector<float> out,
                        const std::vector<edge::kernels::moe_expert_weights>* matrices = nullptr,
-                       std::vector<std::int32_t>* expert_tokens = nullptr) {
+                       std::vector<std::int32_t>* expert_tokens = nullptr, std::int64_t workspace_tokens = 0) {
   const auto tokens = static_cast<std::int64_t>(x.size()) / hidden;
-  std::vector<float> workspace(static_cast<std::size_t>(edge::kernels::moe_experts_workspace_floats(tokens, top_k, hidden, inter)));
+  std::vector<float> workspace(static_cast<std::size_t>(
+      edge::kernels::moe_experts_workspace_floats(workspace_tokens > 0 ? workspace_tokens : tokens, top_k, hidden, inter)));
   REQUIRE(edge::kernels::run_moe_experts({.x = x.data(), .experts = experts.data(), .weights = weights.data(),
                                           .matrices = matrices != nullptr ? matrices->data() : set.matrices.data(),
                                           .out = out.data(),
@@ -160,6 +161,10 @@ TEST_CASE("routed experts add each token's weighted SwiGLU experts, reading only
     for (std::int64_t e = 0; e < num_experts; ++e) {
       CHECK(counts[static_cast<std::size_t>(e)] == std::count(experts.begin(), experts.end(), e));
     }
+    // A workspace of 5 tokens runs the 13 in chunks of 5, 5 and 3: the same bits, the same counts.
+    std::vector<std::int32_t> chunked_counts(num_experts, -1);
+    CHECK(run(set, x, experts, weights, out0, nullptr, &chunked_counts, 5) == got);
+    CHECK(chunked_counts == counts);
 
     // Batch invariance: each token alone gives the same bits as in the batch.
     for (std::int64_t t = 0; t < tokens; ++t) {
