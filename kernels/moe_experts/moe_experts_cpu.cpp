@@ -1,15 +1,20 @@
 #include "kernels/moe_experts/moe_experts.h"
 
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "edge/common/format.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/silu_mul/silu_mul.h"
 
 namespace edge::kernels {
-
 namespace {
+
+// Output rows of one matrix one thread computes at a time: a multiple of every matmul row tile,
+// small enough that a decode step's few experts spread over the threads.
+constexpr std::int64_t band_rows = 64;
 
 // The tokens of one chunk, all of which the workspace holds; expert_tokens is added to.
 status run_chunk(const moe_experts_params& p, const stream& s) {
@@ -41,35 +46,72 @@ status run_chunk(const moe_experts_params& p, const stream& s) {
     const std::int64_t t = order[static_cast<std::size_t>(j)] / p.top_k;
     std::copy_n(p.x + t * p.x_stride, p.hidden, gathered + j * p.hidden);
   }
+  // Every chosen expert's matrices in bands of rows, all in one parallel pass (gate and up),
+  // then the activation, then one pass for down: at decode each expert has a row or two, and
+  // a dispatch per matrix would cost as much as reading it.
+  const std::int64_t inter = p.intermediate;
+  struct band {
+    weight_view w;        // its rows [first_row, first_row + n)
+    std::int64_t n, k;
+    const float* x;       // [tokens, k], row stride x_stride
+    std::int64_t x_stride, tokens;
+    float* y;             // [tokens, n], row stride y_stride
+    std::int64_t y_stride;
+  };
+  thread_local std::vector<band> bands;
+  const auto add_bands = [&](const weight_view& w, std::int64_t n, std::int64_t k, const float* x, std::int64_t x_stride,
+                             std::int64_t tokens, float* y, std::int64_t y_stride) {
+    for (std::int64_t r = 0; r < n; r += band_rows) {
+      bands.push_back({.w = weight_rows_from(w, r, k), .n = std::min(band_rows, n - r), .k = k, .x = x,
+                       .x_stride = x_stride, .tokens = tokens, .y = y + r, .y_stride = y_stride});
+    }
+  };
+  const auto run_bands = [&]() -> status {
+    status failure;
+    std::mutex failure_mutex;
+    const stream here{device::cpu, nullptr, nullptr};  // each band on the thread that takes it
+    cpu::parallel_for(s, static_cast<std::int64_t>(bands.size()), 1, [&](std::int64_t b0, std::int64_t b1) {
+      for (std::int64_t b = b0; b < b1; ++b) {
+        const band& w = bands[static_cast<std::size_t>(b)];
+        const status done = run_matmul({.x = w.x, .w = w.w, .y = w.y, .tokens = w.tokens, .n = w.n, .k = w.k,
+                                         .x_stride = w.x_stride, .y_stride = w.y_stride},
+                                        here);
+        if (!done.ok()) {
+          const std::lock_guard lock(failure_mutex);
+          failure = done;
+        }
+      }
+    });
+    bands.clear();
+    return failure;
+  };
+  bands.clear();
   for (std::int64_t e = 0; e < p.num_experts; ++e) {
     const std::int64_t first = begin[static_cast<std::size_t>(e)];
     const std::int64_t rows = begin[static_cast<std::size_t>(e + 1)] - first;
     if (rows == 0) continue;  // never read
-    const std::int64_t inter = p.intermediate;
     const moe_expert_weights& m = p.matrices[e];
     float* act = activation + first * 2 * inter;
     const float* rows_x = gathered + first * p.hidden;
     if (m.stacked()) {
-      EDGE_RETURN_IF_ERROR(run_matmul({.x = rows_x, .w = m.gate, .y = act, .tokens = rows, .n = 2 * inter,
-                                       .k = p.hidden, .x_stride = p.hidden, .y_stride = 2 * inter},
-                                      s));
+      add_bands(m.gate, 2 * inter, p.hidden, rows_x, p.hidden, rows, act, 2 * inter);
     } else {
-      EDGE_RETURN_IF_ERROR(run_matmul({.x = rows_x, .w = m.gate, .y = act, .tokens = rows, .n = inter, .k = p.hidden,
-                                       .x_stride = p.hidden, .y_stride = 2 * inter},
-                                      s));
-      EDGE_RETURN_IF_ERROR(run_matmul({.x = rows_x, .w = m.up, .y = act + inter, .tokens = rows, .n = inter,
-                                       .k = p.hidden, .x_stride = p.hidden, .y_stride = 2 * inter},
-                                      s));
+      add_bands(m.gate, inter, p.hidden, rows_x, p.hidden, rows, act, 2 * inter);
+      add_bands(m.up, inter, p.hidden, rows_x, p.hidden, rows, act + inter, 2 * inter);
     }
-    EDGE_RETURN_IF_ERROR(run_silu_mul({.gate = activation + first * 2 * inter, .up = activation + first * 2 * inter + inter,
-                                       .out = activation + first * 2 * inter, .rows = rows, .cols = inter,
-                                       .in_stride = 2 * inter, .out_stride = 2 * inter},
-                                      s));
-    EDGE_RETURN_IF_ERROR(run_matmul({.x = activation + first * 2 * inter, .w = m.down, .y = expert_out + first * p.hidden,
-                                     .tokens = rows, .n = p.hidden, .k = inter, .x_stride = 2 * inter,
-                                     .y_stride = p.hidden},
-                                    s));
   }
+  EDGE_RETURN_IF_ERROR(run_bands());
+  EDGE_RETURN_IF_ERROR(run_silu_mul({.gate = activation, .up = activation + inter, .out = activation, .rows = pairs,
+                                     .cols = inter, .in_stride = 2 * inter, .out_stride = 2 * inter},
+                                    s));
+  for (std::int64_t e = 0; e < p.num_experts; ++e) {
+    const std::int64_t first = begin[static_cast<std::size_t>(e)];
+    const std::int64_t rows = begin[static_cast<std::size_t>(e + 1)] - first;
+    if (rows == 0) continue;
+    add_bands(p.matrices[e].down, p.hidden, inter, activation + first * 2 * inter, 2 * inter, rows,
+              expert_out + first * p.hidden, p.hidden);
+  }
+  EDGE_RETURN_IF_ERROR(run_bands());
   // Each token's contributions in the order of its experts' ids, whatever the batch, then onto out.
   std::fill_n(sums, p.tokens * p.hidden, 0.0f);
   thread_local std::vector<std::int64_t> row_of;  // [pairs] where pair i's expert output sits

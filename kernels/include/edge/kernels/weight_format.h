@@ -166,6 +166,15 @@ constexpr std::int64_t weight_scale_count(weight_format format, std::int64_t n, 
   return 0;
 }
 
+// The rows from `first` on of a matrix whose rows are k wide (values and, for the scaled
+// formats, their scales).
+inline weight_view weight_rows_from(const weight_view& w, std::int64_t first, std::int64_t k) {
+  weight_view out = w;
+  out.values = static_cast<const std::uint8_t*>(w.values) + weight_values_bytes(w.format, first, k);
+  if (w.scales != nullptr) out.scales = w.scales + weight_scale_count(w.format, first, k, w.group_size);
+  return out;
+}
+
 constexpr bool is_quantized(weight_format format) {
   return format == weight_format::fp8_e4m3 || format == weight_format::int4;
 }
