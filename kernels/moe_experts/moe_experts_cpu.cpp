@@ -4,20 +4,30 @@
 #include <vector>
 
 #include "edge/common/format.h"
+#include "kernels/cuda/launchers.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/silu_mul/silu_mul.h"
 
 namespace edge::kernels {
 
-status run_moe_experts(const moe_experts_params& p, const stream& s) {
-  if (s.where == device::cuda) return status(status_code::unimplemented, "moe experts have no CUDA kernel yet");
+namespace detail {
+
+status check_moe_experts(const moe_experts_params& p) {
   if (p.tokens < 0 || p.top_k < 1 || p.num_experts < 1 || p.hidden < 1 || p.intermediate < 1 ||
       p.x_stride < p.hidden || p.out_stride < p.hidden) {
     return invalid_argument("moe experts: bad shape or strides");
   }
-  if (p.workspace_floats < moe_experts_workspace_floats(p.tokens, p.top_k, p.hidden, p.intermediate)) {
+  if (p.workspace_floats < moe_experts_workspace_floats(p.tokens, p.top_k, p.num_experts, p.hidden, p.intermediate)) {
     return invalid_argument("moe experts: the workspace is too small");
   }
+  return {};
+}
+
+}  // namespace detail
+
+status run_moe_experts(const moe_experts_params& p, const stream& s) {
+  if (s.where == device::cuda) return cuda::run_moe_experts(p, s);
+  EDGE_RETURN_IF_ERROR(detail::check_moe_experts(p));
   if (p.tokens == 0) {
     if (p.expert_tokens != nullptr) std::fill_n(p.expert_tokens, p.num_experts, 0);
     return {};
@@ -47,10 +57,11 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
     }
   }
 
-  float* gathered = p.workspace;                         // [pairs, hidden] x rows in expert order
-  float* activation = gathered + pairs * p.hidden;       // [pairs, 2 intermediate]
-  float* expert_out = activation + pairs * 2 * p.intermediate;  // [pairs, hidden]
-  float* sums = expert_out + pairs * p.hidden;           // [tokens, hidden]
+  const moe_experts_layout layout = moe_experts_workspace(p.tokens, p.top_k, p.num_experts, p.hidden, p.intermediate);
+  float* gathered = p.workspace + layout.gathered;      // [pairs, hidden] x rows in expert order
+  float* activation = p.workspace + layout.activation;  // [pairs, 2 intermediate]
+  float* expert_out = p.workspace + layout.expert_out;  // [pairs, hidden]
+  float* sums = p.workspace + layout.tail;              // [tokens, hidden]
   for (std::int64_t j = 0; j < pairs; ++j) {
     const std::int64_t t = order[static_cast<std::size_t>(j)] / p.top_k;
     std::copy_n(p.x + t * p.x_stride, p.hidden, gathered + j * p.hidden);

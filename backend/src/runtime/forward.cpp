@@ -212,8 +212,8 @@ forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, st
           .logits = sequences * plan.vocab,
           .router_logits = moe_layers > 0 ? tokens * plan.max_experts() : 0,
           .route_weights = moe_layers > 0 ? tokens * top_k : 0,
-          .moe_workspace = moe_layers > 0 ? kernels::moe_experts_workspace_floats(tokens, top_k, plan.hidden,
-                                                                                  plan.max_expert_intermediate())
+          .moe_workspace = moe_layers > 0 ? kernels::moe_experts_workspace_floats(tokens, top_k, plan.max_experts(),
+                                                                                  plan.hidden, plan.max_expert_intermediate())
                                           : 0,
           .route_experts = moe_layers * tokens * top_k,
           .expert_tokens = moe_layers * plan.max_experts()};
