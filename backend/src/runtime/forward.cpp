@@ -184,6 +184,7 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
         EDGE_ASSIGN_OR_RETURN(const kernels::moe_expert_weights placed, place_expert(place, e));
         lw.experts.push_back(placed);
       }
+      EDGE_ASSIGN_OR_RETURN(lw.device_experts, place.expert_views(lw.experts));
     }
 
     if (const auto it = std::find_if(rope_tables.begin(), rope_tables.end(),
@@ -448,7 +449,7 @@ struct forward_pass {
          .expert_tokens = b.expert_tokens + moe_index * plan.max_experts(), .tokens = step.tokens, .top_k = m.top_k,
          .num_experts = m.experts, .hidden = plan.hidden, .intermediate = m.expert_intermediate,
          .x_stride = plan.hidden, .out_stride = plan.hidden, .workspace = b.moe_workspace,
-         .workspace_floats = b.moe_workspace_floats},
+         .workspace_floats = b.moe_workspace_floats, .device_matrices = w.device_experts},
         s));
     return m.intermediate > 0 ? swiglu(m.intermediate, w) : status{};
   }
