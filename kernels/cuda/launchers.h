@@ -19,6 +19,8 @@
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/moe_experts/moe_experts.h"
+#include "kernels/moe_routing/moe_routing.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/quantize/quantize.h"
 #include "kernels/rmsnorm/rmsnorm.h"
@@ -45,5 +47,7 @@ status run_dequantize(const dequantize_params& p, const stream& s);
 status run_kv_cache_write(const kv_cache_write_params& p, const stream& s);
 status run_paged_attention(const paged_attention_params& p, const stream& s);
 status run_sampling(const sampling_params& p, const stream& s);
+status run_moe_routing(const moe_routing_params& p, const stream& s);
+status run_moe_experts(const moe_experts_params& p, const stream& s);
 
 }  // namespace edge::kernels::cuda

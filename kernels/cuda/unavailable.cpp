@@ -26,5 +26,7 @@ status run_dequantize(const dequantize_params&, const stream&) { return not_buil
 status run_kv_cache_write(const kv_cache_write_params&, const stream&) { return not_built(); }
 status run_paged_attention(const paged_attention_params&, const stream&) { return not_built(); }
 status run_sampling(const sampling_params&, const stream&) { return not_built(); }
+status run_moe_routing(const moe_routing_params&, const stream&) { return not_built(); }
+status run_moe_experts(const moe_experts_params&, const stream&) { return not_built(); }
 
 }  // namespace edge::kernels::cuda

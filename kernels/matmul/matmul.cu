@@ -6,7 +6,8 @@
 //     pipeline, the weights dequantized two at a time in registers (below, and
 //     w4a16_fragments.h), so that the instructions per weight stay below what the memory
 //     bandwidth allows at every token count up to 8.
-//   * GEMV (1..8 tokens, the other formats): memory-bound. A block of 4 warps takes 4 weight rows; each
+//   * GEMV (1..8 tokens, the other formats; weight_chunks.cuh, which the grouped expert matmul
+//     shares): memory-bound. A block of 4 warps takes 4 weight rows; each
 //     thread streams 16-byte chunks of those rows (ld.global.nc, not kept in L1, so x stays
 //     there), two chunks per row in flight, dequantizes them in registers and multiplies them
 //     with every token's x in f32. INT4 nibbles become floats with one byte permute and one
@@ -34,6 +35,7 @@
 #include "kernels/cuda/launchers.h"
 #include "kernels/matmul/gemm_tiles.h"
 #include "kernels/matmul/w4a16_fragments.h"
+#include "kernels/matmul/weight_chunks.cuh"
 
 namespace edge::kernels::cuda {
 namespace {
@@ -57,108 +59,6 @@ struct matmul_args {
   bool x_vec;  // x rows are 16-byte aligned: 4 floats load as one vector
 };
 
-template <weight_format F>
-EDGE_HOST_DEVICE constexpr int element_bytes() {
-  if constexpr (F == weight_format::f32) return 4;
-  if constexpr (F == weight_format::f16 || F == weight_format::bf16) return 2;
-  return 1;  // fp8 (int4 rows are counted in bytes by int4_row_bytes)
-}
-
-// Elements in one 16-byte chunk of a weight row, and the groups of 4 ("quads") they form.
-template <weight_format F>
-EDGE_HOST_DEVICE constexpr int chunk_elements() {
-  if constexpr (F == weight_format::int4) return static_cast<int>(int4_traits::chunk_elements);
-  return 16 / element_bytes<F>();
-}
-template <weight_format F>
-EDGE_HOST_DEVICE constexpr int chunk_quads() {
-  return chunk_elements<F>() / 4;
-}
-
-constexpr std::int64_t chunk_bytes = 16;
-
-// A 16-byte chunk that is read once: bypass L1 so that the activations stay cached there.
-__device__ __forceinline__ uint4 load_streaming(const void* address) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(address));
-  return v;
-}
-
-// Chunk c of a weight row; bytes at or past `valid_bytes` read as zero bytes (a zero weight in
-// the plain and FP8 formats; in INT4 the code of q = -8, so INT4 callers also give such
-// elements a zero scale). The vector path needs 16-byte alignment and a whole chunk inside the
-// row.
-__device__ __forceinline__ uint4 load_chunk(const std::uint8_t* row, std::int64_t c, std::int64_t valid_bytes,
-                                            bool vec) {
-  const std::int64_t first = c * chunk_bytes;
-  if (vec && first + chunk_bytes <= valid_bytes) return load_streaming(row + first);
-  std::uint32_t words[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int b = 0; b < 16; ++b) {
-    if (first + b < valid_bytes) words[b / 4] |= static_cast<std::uint32_t>(row[first + b]) << (8 * (b % 4));
-  }
-  return make_uint4(words[0], words[1], words[2], words[3]);
-}
-
-__device__ __forceinline__ std::uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
-}
-
-// Index, within its chunk, of the first element of quad q.
-template <weight_format F>
-__device__ __forceinline__ int quad_first_element(int q) {
-  if constexpr (F == weight_format::int4) {
-    // Word q % 4 holds elements 4(q%4)..+3 in its low nibbles and 16 + 4(q%4)..+3 in its high ones.
-    return (q / 4) * static_cast<int>(int4_traits::half_chunk) + 4 * (q % 4);
-  }
-  return 4 * q;
-}
-
-// The 4 weights of quad q of a chunk, as the kernels multiply them: int4 as q (unscaled), fp8
-// as its decoded code (unscaled), the plain formats as their values.
-template <weight_format F>
-__device__ __forceinline__ void quad_weights(const uint4& raw, int q, float w[4]) {
-  if constexpr (F == weight_format::int4) {
-    const std::uint32_t nibbles = (word_of(raw, q % 4) >> (4 * (q / 4))) & 0x0F0F0F0Fu;
-    // 0x4B0000XX is the float 2^23 + XX; minus 2^23 + 8 leaves XX - 8 = q, exactly.
-    constexpr float magic = 8388608.0f + static_cast<float>(int4_traits::code_offset);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = __uint_as_float(__byte_perm(nibbles, 0x4B000000u, 0x7540u | i)) - magic;
-  } else if constexpr (F == weight_format::fp8_e4m3) {
-    const std::uint32_t codes = word_of(raw, q);
-    const float2 lo = fp8x2_to_float2(static_cast<std::uint16_t>(codes & 0xFFFFu));
-    const float2 hi = fp8x2_to_float2(static_cast<std::uint16_t>(codes >> 16));
-    w[0] = lo.x;
-    w[1] = lo.y;
-    w[2] = hi.x;
-    w[3] = hi.y;
-  } else if constexpr (F == weight_format::bf16) {
-    const std::uint32_t a = word_of(raw, 2 * q);
-    const std::uint32_t b = word_of(raw, 2 * q + 1);
-    w[0] = __uint_as_float(a << 16);
-    w[1] = __uint_as_float(a & 0xFFFF0000u);
-    w[2] = __uint_as_float(b << 16);
-    w[3] = __uint_as_float(b & 0xFFFF0000u);
-  } else if constexpr (F == weight_format::f16) {
-    w[0] = f16_bits_to_float(static_cast<std::uint16_t>(word_of(raw, 2 * q) & 0xFFFFu));
-    w[1] = f16_bits_to_float(static_cast<std::uint16_t>(word_of(raw, 2 * q) >> 16));
-    w[2] = f16_bits_to_float(static_cast<std::uint16_t>(word_of(raw, 2 * q + 1) & 0xFFFFu));
-    w[3] = f16_bits_to_float(static_cast<std::uint16_t>(word_of(raw, 2 * q + 1) >> 16));
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = __uint_as_float(word_of(raw, i));
-  }
-}
-
-// x[p..p+3] of one token row; elements at or past `limit` read as zero.
-__device__ __forceinline__ float4 load_x4(const float* row, std::int64_t p, std::int64_t limit, bool vec) {
-  if (vec && p + 3 < limit) return *reinterpret_cast<const float4*>(row + p);
-  return make_float4(p < limit ? row[p] : 0.0f, p + 1 < limit ? row[p + 1] : 0.0f, p + 2 < limit ? row[p + 2] : 0.0f,
-                     p + 3 < limit ? row[p + 3] : 0.0f);
-}
-
 // y[t, row] from a finished dot product: the fp8 row scale, the bias, the residual.
 template <weight_format F>
 __device__ __forceinline__ void store_output(const matmul_args& a, std::int64_t t, std::int64_t row, float dot) {
@@ -171,114 +71,23 @@ __device__ __forceinline__ void store_output(const matmul_args& a, std::int64_t 
 
 // ---- GEMV -------------------------------------------------------------------------------------
 
-constexpr int gemv_threads = 128;
-constexpr int gemv_warps = gemv_threads / warp_size;
-constexpr int gemv_rows = 4;    // weight rows per block
-constexpr int gemv_unroll = 2;  // chunks per row in flight per thread
-constexpr std::int64_t gemv_max_tokens = 8;
-
 template <weight_format F, int T_MAX, bool FINE_GROUPS>
 __global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_args a) {
-  constexpr int elements = chunk_elements<F>();
-  constexpr int quads = chunk_quads<F>();
   const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * gemv_rows;
-  const std::int64_t chunks = ceil_div(a.row_bytes, chunk_bytes);
-  const std::int64_t valid_bytes = F == weight_format::int4 ? a.row_bytes : a.k * element_bytes<F>();
-  const auto* weights = static_cast<const std::uint8_t*>(a.w);
-
-  const std::uint8_t* rows[gemv_rows];
-#pragma unroll
-  for (int r = 0; r < gemv_rows; ++r) {
-    // Rows past n repeat the last row (their results are dropped) so loads stay in bounds.
-    rows[r] = weights + min(row0 + r, a.n - 1) * a.row_bytes;
-  }
-
+  const gemv_operands o{.x = a.x, .w = static_cast<const std::uint8_t*>(a.w), .scales = a.scales, .tokens = a.tokens,
+                        .n = a.n, .k = a.k, .x_stride = a.x_stride, .row_bytes = a.row_bytes,
+                        .group_size = a.group_size, .groups_per_row = a.groups_per_row, .w_vec = a.w_vec,
+                        .x_vec = a.x_vec};
   float acc[T_MAX][gemv_rows];
-#pragma unroll
-  for (int t = 0; t < T_MAX; ++t) {
-#pragma unroll
-    for (int r = 0; r < gemv_rows; ++r) acc[t][r] = 0.0f;
-  }
-
-  for (std::int64_t c0 = threadIdx.x; c0 < chunks; c0 += gemv_threads * gemv_unroll) {
-    uint4 raw[gemv_unroll][gemv_rows];
-#pragma unroll
-    for (int u = 0; u < gemv_unroll; ++u) {
-      const std::int64_t c = c0 + u * gemv_threads;
-#pragma unroll
-      for (int r = 0; r < gemv_rows; ++r) {
-        raw[u][r] = c < chunks ? load_chunk(rows[r], c, valid_bytes, a.w_vec) : make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < gemv_unroll; ++u) {
-      const std::int64_t c = c0 + u * gemv_threads;
-      if (c >= chunks) break;
-      float part[T_MAX][gemv_rows];
-#pragma unroll
-      for (int t = 0; t < T_MAX; ++t) {
-#pragma unroll
-        for (int r = 0; r < gemv_rows; ++r) part[t][r] = 0.0f;
-      }
-#pragma unroll
-      for (int q = 0; q < quads; ++q) {
-        const std::int64_t p = c * elements + quad_first_element<F>(q);
-        float4 xq[T_MAX];
-#pragma unroll
-        for (int t = 0; t < T_MAX; ++t) {
-          xq[t] = t < a.tokens ? load_x4(a.x + t * a.x_stride, p, a.k, a.x_vec) : make_float4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int r = 0; r < gemv_rows; ++r) {
-          float w[4];
-          quad_weights<F>(raw[u][r], q, w);
-          if constexpr (FINE_GROUPS) {
-            const float* row_scales = a.scales + min(row0 + r, a.n - 1) * a.groups_per_row;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) w[i] *= p + i < a.k ? row_scales[(p + i) / a.group_size] : 0.0f;
-          }
-#pragma unroll
-          for (int t = 0; t < T_MAX; ++t) {
-            part[t][r] = fmaf(w[0], xq[t].x, part[t][r]);
-            part[t][r] = fmaf(w[1], xq[t].y, part[t][r]);
-            part[t][r] = fmaf(w[2], xq[t].z, part[t][r]);
-            part[t][r] = fmaf(w[3], xq[t].w, part[t][r]);
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < gemv_rows; ++r) {
-        float scale = 1.0f;
-        if constexpr (F == weight_format::int4 && !FINE_GROUPS) {
-          scale = a.scales[min(row0 + r, a.n - 1) * a.groups_per_row + c * elements / a.group_size];
-        }
-#pragma unroll
-        for (int t = 0; t < T_MAX; ++t) acc[t][r] = fmaf(part[t][r], scale, acc[t][r]);
-      }
-    }
-  }
-
+  gemv_accumulate<F, T_MAX, FINE_GROUPS>(o, row0, acc);
   __shared__ float partial[gemv_warps][T_MAX][gemv_rows];
-  const int warp = static_cast<int>(threadIdx.x) / warp_size;
-  const int lane = static_cast<int>(threadIdx.x) % warp_size;
-#pragma unroll
-  for (int t = 0; t < T_MAX; ++t) {
-#pragma unroll
-    for (int r = 0; r < gemv_rows; ++r) {
-      const float v = warp_sum(acc[t][r]);
-      if (lane == 0) partial[warp][t][r] = v;
-    }
-  }
-  __syncthreads();
+  gemv_reduce(acc, partial);
   for (int i = static_cast<int>(threadIdx.x); i < T_MAX * gemv_rows; i += gemv_threads) {
     const int t = i / gemv_rows;
     const int r = i % gemv_rows;
     const std::int64_t row = row0 + r;
     if (t >= a.tokens || row >= a.n) continue;
-    float dot = 0.0f;
-#pragma unroll
-    for (int wi = 0; wi < gemv_warps; ++wi) dot += partial[wi][t][r];
-    store_output<F>(a, t, row, dot);
+    store_output<F>(a, t, row, gemv_dot(partial, t, r));
   }
 }
 

@@ -7,7 +7,19 @@
 // once over all its tokens (gathered rows through matmul), so its weights are read once per
 // call and an expert nobody chose is never read. A token's contributions are summed in expert
 // order and then added to out, so on the CPU its result does not depend on the batch it is in.
-// CPU only for now: a CUDA stream is refused.
+//
+// On a CUDA stream (moe_experts.cu) the grouping happens on the device, so a call never waits
+// for the GPU and can be captured in a CUDA graph: the pairs are counted per expert and placed
+// in the CPU's order (moe_experts_order.h), their x rows gathered, and each expert's rows run
+// through a grouped matmul whose blocks of an expert nobody chose return at once. The weights
+// then come from `device_matrices`, a device copy of `matrices` that the caller keeps (the
+// executor uploads it with the weights); `matrices` stays a host array, read for the checks
+// and the formats. There, every expert with weights must share one layout (gate, up and down
+// each one format and group size, stacked or apart alike), and at most max_router_experts
+// experts and choices per token are allowed (moe_routing.h). The expert ids are device data,
+// not checked on the host: a pair whose id lies outside [0, num_experts) is left out (it adds
+// nothing and is not counted). The sums are added in the CPU's order with the CPU's rounding,
+// so the two agree to the rounding of the matmuls (f32 multiply-adds in another order).
 #pragma once
 
 #include <cstdint>
@@ -31,7 +43,7 @@ struct moe_experts_params {
   const float* x;                     // [tokens, hidden], row stride x_stride
   const std::int32_t* experts;        // [tokens, top_k] chosen experts
   const float* weights;               // [tokens, top_k] their weights
-  const moe_expert_weights* matrices; // [num_experts]
+  const moe_expert_weights* matrices; // [num_experts], in host memory on either device
   float* out;                         // [tokens, hidden], row stride out_stride: the sum is added here
   std::int32_t* expert_tokens = nullptr;  // [num_experts] tokens each expert ran, or null
   std::int64_t tokens = 0;
@@ -41,24 +53,56 @@ struct moe_experts_params {
   std::int64_t intermediate = 0;
   std::int64_t x_stride = 0;
   std::int64_t out_stride = 0;
-  float* workspace = nullptr;    // [workspace_floats]: gathered rows, activations and sums
+  float* workspace = nullptr;    // [workspace_floats]: moe_experts_layout
   std::int64_t workspace_floats = 0;
+  const moe_expert_weights* device_matrices = nullptr;  // CUDA: [num_experts], device memory, = matrices
+  bool add_expert_tokens = false;  // add this call's counts to expert_tokens rather than write them
 };
 
 // Tokens the forward pass runs through the experts at once: each chosen expert's weights are
 // read once per chunk, and the workspace stays bounded for long prefills (GLM-4.5-Air: about
-// 94 MB at 256 tokens).
+// 94 MB at 256 tokens). A call of more tokens than its workspace holds runs them in chunks of
+// as many as it holds, at least one.
 inline constexpr std::int64_t moe_experts_chunk_tokens = 256;
 
-// Workspace floats for `tokens` tokens at once. A call of more tokens than its workspace holds
-// runs them in chunks of as many as it holds, at least one.
-constexpr std::int64_t moe_experts_workspace_floats(std::int64_t tokens, std::int64_t top_k, std::int64_t hidden,
-                                                    std::int64_t intermediate) {
-  return tokens * top_k * (hidden + 2 * intermediate + hidden) + tokens * hidden;
+// Where the parts of the workspace lie, in floats from its start (pairs = tokens × top_k):
+//   gathered   [pairs, hidden]           x rows in expert order
+//   activation [pairs, 2 intermediate]   gate | up, then silu(gate) · up in the gate half
+//   expert_out [pairs, hidden]           each pair's expert output
+//   tail: CPU  sums [tokens, hidden]     each token's weighted sum
+//         CUDA int32 scratch: begin [num_experts + 1] (each expert's first row, then pairs
+//              placed), order [pairs] (the pair of each row), row_of [pairs] (the row of each pair)
+struct moe_experts_layout {
+  std::int64_t gathered = 0, activation = 0, expert_out = 0, tail = 0, floats = 0;
+};
+
+constexpr moe_experts_layout moe_experts_workspace(std::int64_t tokens, std::int64_t top_k, std::int64_t num_experts,
+                                                   std::int64_t hidden, std::int64_t intermediate) {
+  const std::int64_t pairs = tokens * top_k;
+  const std::int64_t sums = tokens * hidden;
+  const std::int64_t scratch = num_experts + 1 + 2 * pairs;  // int32 and float share a size
+  moe_experts_layout l;
+  l.activation = l.gathered + pairs * hidden;
+  l.expert_out = l.activation + pairs * 2 * intermediate;
+  l.tail = l.expert_out + pairs * hidden;
+  l.floats = l.tail + (sums > scratch ? sums : scratch);
+  return l;
 }
 
-// invalid_argument for shapes, an expert id outside [0, num_experts), a matrix of the wrong
-// format for its shape, or a workspace too small for one token.
+// Workspace floats for `tokens` tokens at once, on either device.
+constexpr std::int64_t moe_experts_workspace_floats(std::int64_t tokens, std::int64_t top_k, std::int64_t num_experts,
+                                                    std::int64_t hidden, std::int64_t intermediate) {
+  return moe_experts_workspace(tokens, top_k, num_experts, hidden, intermediate).floats;
+}
+
+// invalid_argument for shapes, an expert id outside [0, num_experts) (CPU), a matrix of the
+// wrong format for its shape, or a workspace too small for one token; on CUDA also for experts
+// of different layouts and a missing device_matrices.
 status run_moe_experts(const moe_experts_params& p, const stream& s);
+
+namespace detail {
+// The shape, stride and workspace checks of run_moe_experts, the same for either device.
+status check_moe_experts(const moe_experts_params& p);
+}  // namespace detail
 
 }  // namespace edge::kernels

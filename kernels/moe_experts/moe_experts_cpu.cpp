@@ -6,6 +6,7 @@
 
 #include "edge/common/format.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/launchers.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/silu_mul/silu_mul.h"
 
@@ -17,7 +18,7 @@ namespace {
 constexpr std::int64_t band_rows = 64;
 
 // The tokens of one chunk, all of which the workspace holds; expert_tokens is added to.
-status run_chunk(const moe_experts_params& p, const stream& s) {
+status run_chunk_cpu(const moe_experts_params& p, const stream& s) {
   const std::int64_t pairs = p.tokens * p.top_k;
 
   // The (token, choice) pairs grouped by expert (a counting sort: token order within each);
@@ -38,10 +39,11 @@ status run_chunk(const moe_experts_params& p, const stream& s) {
     }
   }
 
-  float* gathered = p.workspace;                         // [pairs, hidden] x rows in expert order
-  float* activation = gathered + pairs * p.hidden;       // [pairs, 2 intermediate]
-  float* expert_out = activation + pairs * 2 * p.intermediate;  // [pairs, hidden]
-  float* sums = expert_out + pairs * p.hidden;           // [tokens, hidden]
+  const moe_experts_layout layout = moe_experts_workspace(p.tokens, p.top_k, p.num_experts, p.hidden, p.intermediate);
+  float* gathered = p.workspace + layout.gathered;      // [pairs, hidden] x rows in expert order
+  float* activation = p.workspace + layout.activation;  // [pairs, 2 intermediate]
+  float* expert_out = p.workspace + layout.expert_out;  // [pairs, hidden]
+  float* sums = p.workspace + layout.tail;              // [tokens, hidden]
   for (std::int64_t j = 0; j < pairs; ++j) {
     const std::int64_t t = order[static_cast<std::size_t>(j)] / p.top_k;
     std::copy_n(p.x + t * p.x_stride, p.hidden, gathered + j * p.hidden);
@@ -58,7 +60,10 @@ status run_chunk(const moe_experts_params& p, const stream& s) {
     float* y;             // [tokens, n], row stride y_stride
     std::int64_t y_stride;
   };
-  thread_local std::vector<band> bands;
+  // The calling thread's list, named once: inside the pool's lambda `bands` would be each
+  // worker's own thread_local.
+  thread_local std::vector<band> band_list;
+  std::vector<band>& bands = band_list;
   const auto add_bands = [&](const weight_view& w, std::int64_t n, std::int64_t k, const float* x, std::int64_t x_stride,
                              std::int64_t tokens, float* y, std::int64_t y_stride) {
     for (std::int64_t r = 0; r < n; r += band_rows) {
@@ -136,34 +141,65 @@ status run_chunk(const moe_experts_params& p, const stream& s) {
   return {};
 }
 
+// The most tokens of p at once that its workspace holds (at least 1).
+std::int64_t chunk_tokens(const moe_experts_params& p) {
+  const auto fits = [&](std::int64_t tokens) {
+    return moe_experts_workspace_floats(tokens, p.top_k, p.num_experts, p.hidden, p.intermediate) <= p.workspace_floats;
+  };
+  if (fits(p.tokens)) return std::max<std::int64_t>(p.tokens, 1);
+  std::int64_t low = 1, high = p.tokens;  // fits(low), !fits(high)
+  while (high - low > 1) {
+    const std::int64_t mid = low + (high - low) / 2;
+    (fits(mid) ? low : high) = mid;
+  }
+  return low;
+}
+
 }  // namespace
 
-status run_moe_experts(const moe_experts_params& p, const stream& s) {
-  if (s.where == device::cuda) return status(status_code::unimplemented, "moe experts have no CUDA kernel yet");
+namespace detail {
+
+status check_moe_experts(const moe_experts_params& p) {
   if (p.tokens < 0 || p.top_k < 1 || p.num_experts < 1 || p.hidden < 1 || p.intermediate < 1 ||
       p.x_stride < p.hidden || p.out_stride < p.hidden) {
     return invalid_argument("moe experts: bad shape or strides");
   }
-  const std::int64_t per_token = moe_experts_workspace_floats(1, p.top_k, p.hidden, p.intermediate);
-  if (p.workspace_floats < per_token * std::min<std::int64_t>(p.tokens, 1)) {
+  const std::int64_t one = std::min<std::int64_t>(p.tokens, 1);
+  if (p.workspace_floats < moe_experts_workspace_floats(one, p.top_k, p.num_experts, p.hidden, p.intermediate)) {
     return invalid_argument("moe experts: the workspace is too small for one token");
   }
-  for (std::int64_t i = 0; i < p.tokens * p.top_k; ++i) {
-    if (p.experts[i] < 0 || p.experts[i] >= p.num_experts) {
-      return invalid_argument(format("moe experts: expert {} of {}", p.experts[i], p.num_experts));
+  return {};
+}
+
+}  // namespace detail
+
+status run_moe_experts(const moe_experts_params& p, const stream& s) {
+  EDGE_RETURN_IF_ERROR(detail::check_moe_experts(p));
+  const bool cuda = s.where == device::cuda;
+  if (!cuda) {
+    for (std::int64_t i = 0; i < p.tokens * p.top_k; ++i) {
+      if (p.experts[i] < 0 || p.experts[i] >= p.num_experts) {
+        return invalid_argument(format("moe experts: expert {} of {}", p.experts[i], p.num_experts));
+      }
     }
+    if (p.expert_tokens != nullptr && !p.add_expert_tokens) std::fill_n(p.expert_tokens, p.num_experts, 0);
   }
-  if (p.expert_tokens != nullptr) std::fill_n(p.expert_tokens, p.num_experts, 0);
-  // As many tokens at a time as the workspace holds.
-  const std::int64_t chunk = std::max<std::int64_t>(p.workspace_floats / per_token, 1);
-  for (std::int64_t first = 0; first < p.tokens; first += chunk) {
+  // As many tokens at a time as the workspace holds; expert_tokens sums the chunks.
+  const std::int64_t chunk = chunk_tokens(p);
+  for (std::int64_t first = 0; first < p.tokens || first == 0; first += chunk) {
     moe_experts_params part = p;
     part.tokens = std::min(chunk, p.tokens - first);
     part.x = p.x + first * p.x_stride;
     part.experts = p.experts + first * p.top_k;
     part.weights = p.weights + first * p.top_k;
     part.out = p.out + first * p.out_stride;
-    EDGE_RETURN_IF_ERROR(run_chunk(part, s));
+    part.add_expert_tokens = p.add_expert_tokens || first > 0;
+    if (cuda) {
+      EDGE_RETURN_IF_ERROR(cuda::run_moe_experts(part, s));
+    } else if (part.tokens > 0) {
+      EDGE_RETURN_IF_ERROR(run_chunk_cpu(part, s));
+    }
+    if (p.tokens == 0) break;
   }
   return {};
 }

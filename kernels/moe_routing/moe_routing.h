@@ -12,8 +12,12 @@
 //     by `scaling` (routed_scaling_factor).
 //
 // Ties go to the lower expert (or group) id, and a NaN score ranks below every number, so the
-// choice is deterministic. Experts come out best first. CPU only for now: a CUDA stream is
-// refused.
+// choice is deterministic. Experts come out best first.
+//
+// On a CUDA stream (moe_routing.cu) one block routes each token, with the same order as integer
+// keys (moe_routing_keys.h) and the same group score and weight arithmetic, so it makes the
+// CPU's choice; the scores go through the device's expf, so a choice between two experts whose
+// scores lie within a few ulp of each other may differ, and weights agree to float rounding.
 #pragma once
 
 #include <cstdint>
@@ -47,5 +51,10 @@ struct moe_routing_params {
 // invalid_argument for shapes outside these rules (top_k of 1..num_experts, groups dividing the
 // experts, top_groups of 1..groups holding at least top_k experts, a bias only with sigmoid).
 status run_moe_routing(const moe_routing_params& p, const stream& s);
+
+namespace detail {
+// The shape checks of run_moe_routing, the same for either device.
+status check_moe_routing(const moe_routing_params& p);
+}  // namespace detail
 
 }  // namespace edge::kernels

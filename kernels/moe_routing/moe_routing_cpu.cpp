@@ -8,6 +8,8 @@
 
 #include "edge/common/format.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cuda/launchers.h"
+#include "kernels/moe_routing/moe_routing_keys.h"
 
 namespace edge::kernels {
 namespace {
@@ -53,12 +55,8 @@ void route_token(const moe_routing_params& p, std::int64_t t) {
     if (p.groups > 1) {
       const std::int64_t size = n / p.groups;
       std::array<float, max_router_experts> group_score{};
-      std::array<std::int32_t, 2> top{};
       for (std::int64_t g = 0; g < p.groups; ++g) {
-        const std::int64_t taken = std::min<std::int64_t>(2, size);
-        best_k(choice.data() + g * size, size, taken, order.data(), top.data());
-        group_score[g] = 0.0f;
-        for (std::int64_t i = 0; i < taken; ++i) group_score[g] += choice[g * size + top[i]];
+        group_score[g] = moe_routing_keys::group_score(choice.data() + g * size, size);
       }
       std::array<std::int32_t, max_router_experts> kept{};
       best_k(group_score.data(), p.groups, p.top_groups, order.data(), kept.data());
@@ -71,18 +69,15 @@ void route_token(const moe_routing_params& p, std::int64_t t) {
   }
 
   best_k(choice.data(), n, p.top_k, order.data(), experts);
-  double sum = 0.0;
-  for (std::int64_t i = 0; i < p.top_k; ++i) sum += weights[i] = score[experts[i]];
-  const bool sigmoid = p.scoring == router_scoring::sigmoid;
-  const double divisor = p.normalize ? sum + (sigmoid ? 1e-20 : 0.0) : 1.0;
-  const double factor = sigmoid ? p.scaling : 1.0;
-  for (std::int64_t i = 0; i < p.top_k; ++i) weights[i] = static_cast<float>(weights[i] / divisor * factor);
+  for (std::int64_t i = 0; i < p.top_k; ++i) weights[i] = score[experts[i]];
+  moe_routing_keys::finish_weights(weights, p.top_k, p.normalize, p.scoring == router_scoring::sigmoid, p.scaling);
 }
 
 }  // namespace
 
-status run_moe_routing(const moe_routing_params& p, const stream& s) {
-  if (s.where == device::cuda) return status(status_code::unimplemented, "moe routing has no CUDA kernel yet");
+namespace detail {
+
+status check_moe_routing(const moe_routing_params& p) {
   if (p.num_experts < 1 || p.num_experts > max_router_experts || p.top_k < 1 || p.top_k > p.num_experts ||
       p.logits_stride < p.num_experts || p.tokens < 0) {
     return invalid_argument(format("moe routing: {} of {} experts (at most {}) in rows of {}", p.top_k, p.num_experts,
@@ -96,6 +91,14 @@ status run_moe_routing(const moe_routing_params& p, const stream& s) {
     return invalid_argument(format("moe routing: {} of {} groups of {} experts cannot hold the top {}", p.top_groups,
                                    p.groups, p.groups > 0 ? p.num_experts / p.groups : 0, p.top_k));
   }
+  return {};
+}
+
+}  // namespace detail
+
+status run_moe_routing(const moe_routing_params& p, const stream& s) {
+  if (s.where == device::cuda) return cuda::run_moe_routing(p, s);
+  EDGE_RETURN_IF_ERROR(detail::check_moe_routing(p));
   cpu::parallel_for(s, p.tokens, 4, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t t = begin; t < end; ++t) route_token(p, t);
   });

@@ -5,10 +5,15 @@
 // only near-ties may differ) and of ten (decode graphs of 16, on the tensor-core GEMM), for
 // f32 / int4 / fp8 weights and f32 / bf16 / fp8 KV caches;
 // and the same batch twice on CUDA gives the same tokens. Also: forward_sample's greedy tokens equal the host argmax
-// of forward's logits.
+// of forward's logits. And a Mixture-of-Experts model (make-model's tiny-qwen3-moe-sparse as a
+// qwen3moe GGUF: random weights, so near-ties are common and every comparison is in lock step)
+// with its experts as stored (bf16), int4 and fp8: CUDA = CPU but near-ties, the same tokens per
+// expert for a prompt, and the CUDA graphs of decode.
 //
-// The model comes from ${EDGE_TEST_MODELS}/stories260K/stories260K.bin (default: the shared
-// fixture folder beside the source tree); without it the test cannot run (exit 2).
+// The models come from ${EDGE_TEST_MODELS}/stories260K/stories260K.bin and
+// ${EDGE_TEST_MODELS}/tiny-qwen3-moe-sparse.gguf (default: the shared fixture folder beside the
+// source tree; tests/gpu/run.sh --dry-run writes the GGUF); without stories260K the test cannot
+// run (exit 2), without the GGUF its checks fail where EDGE_TEST_MODELS names the folder.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "edge/backend/io/gguf.h"
 #include "edge/backend/io/mapped_file.h"
 #include "edge/backend/model/formats.h"
 #include "edge/backend/runtime/cpu_executor.h"
@@ -42,14 +48,21 @@ const std::vector<std::int32_t> reference_ids = {
     411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426,
     338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310};
 
-// The fixture: a missing one is a failure where EDGE_TEST_MODELS names its folder (as
-// tests/gpu/run.sh does), a skip where the default folder beside the checkout lacks it.
-std::filesystem::path model_path() {
+// Where the fixtures are, and whether EDGE_TEST_MODELS names the folder (as tests/gpu/run.sh does).
+bool fixtures_named() {
   const char* env = std::getenv("EDGE_TEST_MODELS");
-  const bool named = env != nullptr && *env != '\0';
-  const std::filesystem::path root =
-      named ? std::filesystem::path(env) : std::filesystem::path(EDGE_SOURCE_DIR) / ".." / "shared" / "models";
-  const std::filesystem::path path = root / "stories260K" / "stories260K.bin";
+  return env != nullptr && *env != '\0';
+}
+std::filesystem::path fixtures() {
+  return fixtures_named() ? std::filesystem::path(std::getenv("EDGE_TEST_MODELS"))
+                          : std::filesystem::path(EDGE_SOURCE_DIR) / ".." / "shared" / "models";
+}
+
+// The fixture: a missing one is a failure where EDGE_TEST_MODELS names its folder, a skip where
+// the default folder beside the checkout lacks it.
+std::filesystem::path model_path() {
+  const bool named = fixtures_named();
+  const std::filesystem::path path = fixtures() / "stories260K" / "stories260K.bin";
   if (!named && !std::filesystem::exists(path)) gpu_test::skip(format("no fixture at {} (set EDGE_TEST_MODELS)", path.string()));
   return path;
 }
@@ -69,6 +82,23 @@ std::unique_ptr<loaded_model> load(std::optional<kernels::weight_format> weights
   out->m.config = parsed->config;
   out->m.weights = std::move(parsed->weights);
   out->m.format = model_format::llama2c;
+  return out;
+}
+
+// A GGUF model, its weights converted to `weights` (nullopt: as stored).
+std::unique_ptr<loaded_model> load_gguf_model(const std::filesystem::path& path,
+                                              std::optional<kernels::weight_format> weights) {
+  auto out = std::make_unique<loaded_model>();
+  auto file = load_gguf(path);
+  if (!file.ok()) gpu_test::cannot_run(file.error().message());
+  auto parsed = config_from_gguf(*file);
+  if (!parsed.ok()) gpu_test::cannot_run(parsed.error().message());
+  auto bound = weights_from_gguf(*file, parsed->config, {.target = weights});
+  if (!bound.ok()) gpu_test::cannot_run(bound.error().message());
+  out->file = file->file;
+  out->m.config = parsed->config;
+  out->m.weights = std::move(*bound);
+  out->m.format = model_format::gguf;
   return out;
 }
 
@@ -268,6 +298,75 @@ int main() {
     const auto gpu_batch = greedy(**gpu, num_blocks, batch, 3);
     const auto gpu_batch_again = greedy(**gpu, num_blocks, batch, 3);
     r.expect(format("{}: the same batch twice on CUDA, the same tokens", v.name), gpu_batch == gpu_batch_again);
+  }
+
+  // A MoE model: routing and grouped experts on the device.
+  const std::filesystem::path moe_path = fixtures() / "tiny-qwen3-moe-sparse.gguf";
+  std::vector<std::pair<std::optional<kernels::weight_format>, const char*>> moe_variants = {
+      {std::nullopt, "experts as stored (bf16)"},
+      {kernels::weight_format::int4, "int4 experts"},
+      {kernels::weight_format::fp8_e4m3, "fp8 experts"}};
+  if (!std::filesystem::exists(moe_path)) {
+    moe_variants.clear();
+    if (fixtures_named()) {
+      r.expect("MoE: the fixture " + moe_path.string() + " exists (tests/gpu/run.sh --dry-run writes it)", false);
+    } else {
+      std::printf("MoE: no fixture at %s; its checks are left out\n", moe_path.string().c_str());
+    }
+  }
+  for (const auto& [weights, name] : moe_variants) {
+    auto loaded = load_gguf_model(moe_path, weights);
+    const model& m = loaded->m;
+    const std::int64_t tokens_needed = 10 * (static_cast<std::int64_t>(prompt.size()) + generated + 2 * block_size);
+    auto cache = kv_cache::create(kv_cache_layout::for_tokens(m.config, kernels::dtype::f32, block_size, tokens_needed));
+    gpu_test::check_ok(cache.ok() ? status{} : cache.error(), "kv_cache");
+    const std::int64_t num_blocks = (*cache)->layout().num_blocks;
+    auto cpu = cpu_executor::create(m, **cache, nullptr, {.max_batch_tokens = 64, .max_sequences = 16});
+    gpu_test::check_ok(cpu.ok() ? status{} : cpu.error(), "cpu_executor");
+    auto gpu = cuda_executor::create(
+        m, {.max_batch_tokens = 64, .max_sequences = 16, .kv_dtype = kernels::dtype::f32, .block_size = block_size,
+            .kv_cache_bytes = static_cast<std::size_t>(num_blocks + 1) * (*cache)->layout().bytes_per_block()});
+    r.expect(format("MoE {}: the CUDA executor takes the model", name), gpu.ok(), gpu.ok() ? "" : gpu.error().to_string());
+    if (!gpu.ok()) continue;
+    std::printf("MoE %s: %s\n", name, (*gpu)->describe().c_str());
+
+    // The prompt once on each: the same tokens per expert in every layer (the data has no near
+    // tie between a token's second and third expert; a differing count would be one).
+    {
+      const std::vector<std::int32_t> table = {0};
+      const batch_plan plan{.entries = {{.tokens = prompt, .start_position = 0, .block_table = table, .compute_logits = true}}};
+      std::vector<float> logits(static_cast<std::size_t>(m.config.vocab_size));
+      gpu_test::check_ok((*cpu)->forward(plan, logits), "forward (cpu)");
+      const expert_routing want = (*cpu)->last_routing();
+      const std::vector<std::int32_t> want_counts(want.expert_tokens.begin(), want.expert_tokens.end());
+      gpu_test::check_ok((*gpu)->forward(plan, logits), "forward (cuda)");
+      const expert_routing got = (*gpu)->last_routing();
+      const std::vector<std::int32_t> got_counts(got.expert_tokens.begin(), got.expert_tokens.end());
+      r.expect(format("MoE {}: tokens per expert of a {}-token prompt, CUDA = CPU ({} layers)", name, prompt.size(),
+                      want.moe_layers),
+               got.moe_layers == want.moe_layers && got.tokens == want.tokens && got_counts == want_counts &&
+                   !want_counts.empty());
+    }
+    // Random weights: the best logits lie about 0.4 high and a few hundredths apart; 9+ tokens
+    // (and int4 weights at any count) take bf16 tensor cores, whose rounding moves them by about
+    // 1e-3. The prompt's routing has no gap under 1e-4 between a token's experts.
+    const float tie_margin = 1e-2f;
+    const auto lockstep_check = [&](const char* what, const std::vector<std::vector<std::int32_t>>& prompts,
+                                    std::int64_t chunk) {
+      const lockstep_result run = greedy_lockstep(**cpu, **gpu, num_blocks, prompts, chunk, tie_margin);
+      r.expect(format("MoE {}: greedy, {}, CUDA = CPU but near-ties", name, what), run.mismatch.empty(),
+               run.mismatch.empty()
+                   ? format("{} steps, {} near-ties (logit gap <= {})", run.steps, run.near_ties, tie_margin)
+                   : run.mismatch);
+    };
+    lockstep_check("one sequence", {prompt}, 64);
+    lockstep_check("4 sequences, chunked prefill", batch, 3);
+    std::vector<std::vector<std::int32_t>> ten;
+    for (std::size_t i = 0; i < 10; ++i) ten.push_back(batch[i % batch.size()]);
+    lockstep_check("10 sequences (decode graphs of 16)", ten, 64);
+    const auto gpu_batch = greedy(**gpu, num_blocks, batch, 3);
+    const auto gpu_batch_again = greedy(**gpu, num_blocks, batch, 3);
+    r.expect(format("MoE {}: the same batch twice on CUDA, the same tokens", name), gpu_batch == gpu_batch_again);
   }
 
   // forward_sample (greedy on the device) against forward's logits, at a batch of 3 (a

@@ -14,13 +14,20 @@
 //     weights, and the W4A16 decode kernel at 1..8 tokens): x rounded to bf16 (in the 9+ GEMM,
 //     int4 weights' q x scale too), so 2^-7 of the sum of |x w| (four bf16 roundings' worth);
 //   * seeded sampling: the GPU's token is the CPU's, or the draw lies within float rounding of
-//     the boundary between the two.
+//     the boundary between the two;
+//   * MoE routing: the same experts in the same order, except in rows with a near tie (within
+//     1e-5) among the best choice values or group scores, which expf's rounding may break
+//     either way; where the experts agree, weights within 2e-6 relative;
+//   * MoE experts: 1e-4 of the case's largest contribution (three matmuls of f32 products in
+//     another order); tokens per expert exact, a graph replay bit-identical to the eager call.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -33,6 +40,8 @@
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/moe_experts/moe_experts.h"
+#include "kernels/moe_routing/moe_routing.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/quantize/quantize.h"
 #include "kernels/rmsnorm/rmsnorm.h"
@@ -267,11 +276,13 @@ struct host_weights {
   std::vector<float> dense;  // the dequantized matrix [n, k]
 };
 
-host_weights make_weights(weight_format f, std::int64_t n, std::int64_t k, std::uint32_t seed) {
+// int4 groups of `group_size`, or (0) of the size edgeinfer picks for k.
+host_weights make_weights(weight_format f, std::int64_t n, std::int64_t k, std::uint32_t seed,
+                          std::int64_t group_size = 0) {
   host_weights w{.format = f};
   const auto x = random_floats(static_cast<std::size_t>(n * k), seed, -0.5f, 0.5f);
   if (is_quantized(f)) {
-    w.group_size = f == weight_format::int4 ? int4_group_size_for(k) : 0;
+    if (f == weight_format::int4) w.group_size = group_size > 0 ? group_size : int4_group_size_for(k);
     w.values.resize(static_cast<std::size_t>(weight_values_bytes(f, n, k)));
     w.scales.resize(static_cast<std::size_t>(weight_scale_count(f, n, k, w.group_size)));
     gpu_test::check_ok(run_quantize({.x = x.data(), .rows = n, .k = k, .x_stride = k, .format = f,
@@ -719,6 +730,352 @@ void test_sampling(gpu_test::results& r) {
   }
 }
 
+// ---- MoE routing and experts ------------------------------------------------------------------
+
+// Whether a row's choice has a near tie that float rounding (expf on either device) may break
+// either way: adjacent values, within 1e-5 relative, among the top_k + 1 best choice values or,
+// with groups, the top_groups + 1 best group scores. The values are recomputed in double.
+bool routing_near_tie(const float* logits, const float* bias, const moe_routing_params& p) {
+  const auto n = static_cast<std::size_t>(p.num_experts);
+  std::vector<double> choice(n);
+  if (p.scoring == router_scoring::softmax) {
+    const double m = *std::max_element(logits, logits + n);
+    double total = 0.0;
+    for (std::size_t e = 0; e < n; ++e) total += std::exp(logits[e] - m);
+    for (std::size_t e = 0; e < n; ++e) choice[e] = std::exp(logits[e] - m) / total;
+  } else {
+    for (std::size_t e = 0; e < n; ++e) {
+      choice[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e]))) + (bias != nullptr ? bias[e] : 0.0);
+    }
+  }
+  const auto close = [](std::vector<double> v, std::size_t count) {
+    std::sort(v.begin(), v.end(), std::greater<>());
+    for (std::size_t i = 0; i + 1 < std::min(count + 1, v.size()); ++i) {
+      if (v[i] - v[i + 1] <= 1e-5 * std::max(std::fabs(v[i]), 1e-3)) return true;
+    }
+    return false;
+  };
+  if (p.groups > 1) {
+    const auto size = n / static_cast<std::size_t>(p.groups);
+    std::vector<double> group_score(static_cast<std::size_t>(p.groups));
+    for (std::size_t g = 0; g < group_score.size(); ++g) {
+      std::vector<double> members(choice.begin() + static_cast<std::ptrdiff_t>(g * size),
+                                  choice.begin() + static_cast<std::ptrdiff_t>((g + 1) * size));
+      std::sort(members.begin(), members.end(), std::greater<>());
+      group_score[g] = members[0] + (size > 1 ? members[1] : 0.0);
+    }
+    if (close(group_score, static_cast<std::size_t>(p.top_groups))) return true;
+    std::vector<double> ranked = group_score;
+    std::sort(ranked.begin(), ranked.end(), std::greater<>());
+    const double last_kept = ranked[static_cast<std::size_t>(p.top_groups - 1)];
+    for (std::size_t e = 0; e < n; ++e) {
+      if (group_score[e / size] < last_kept) choice[e] = 0.0;
+    }
+  }
+  return close(choice, static_cast<std::size_t>(p.top_k));
+}
+
+void test_moe_routing(gpu_test::results& r) {
+  struct router_case {
+    const char* name;
+    std::int64_t experts, top_k;
+    router_scoring scoring;
+    std::int64_t groups, top_groups;
+    bool normalize, bias;
+    float scaling;
+  };
+  // Qwen3-MoE (128, softmax, normalised or not), DeepSeek-V3 / GLM-4.5 style (sigmoid, bias,
+  // groups), Kimi K2 (384 experts in one group).
+  const std::vector<router_case> cases = {
+      {"softmax", 128, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
+      {"softmax", 128, 8, router_scoring::softmax, 1, 1, false, false, 1.0f},
+      {"softmax", 384, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
+      {"sigmoid 8 groups top 4", 128, 8, router_scoring::sigmoid, 8, 4, true, true, 2.5f},
+      {"sigmoid 8 groups top 4", 384, 8, router_scoring::sigmoid, 8, 4, true, true, 2.827f},
+      {"sigmoid 1 group", 384, 8, router_scoring::sigmoid, 1, 1, true, true, 2.827f},
+      {"sigmoid 16 groups top 5, not normalised", 128, 8, router_scoring::sigmoid, 16, 5, false, true, 1.5f},
+  };
+  for (const router_case& c : cases) {
+    for (const std::int64_t tokens : {1, 97, 513}) {
+      if (quick && tokens == 513) continue;
+      const std::int64_t stride = c.experts + 3;  // a strided view of the logits
+      const auto logits = random_floats(static_cast<std::size_t>(tokens * stride), 40, -4.0f, 4.0f);
+      const auto bias = random_floats(static_cast<std::size_t>(c.experts), 41, -0.1f, 0.1f);
+      moe_routing_params p{.correction_bias = c.bias ? bias.data() : nullptr, .tokens = tokens,
+                           .num_experts = c.experts, .top_k = c.top_k, .logits_stride = stride, .scoring = c.scoring,
+                           .groups = c.groups, .top_groups = c.top_groups, .normalize = c.normalize,
+                           .scaling = c.scaling};
+      const auto pairs = static_cast<std::size_t>(tokens * c.top_k);
+      std::vector<std::int32_t> cpu_experts(pairs);
+      std::vector<float> cpu_weights(pairs);
+      p.logits = logits.data();
+      p.experts = cpu_experts.data();
+      p.weights = cpu_weights.data();
+      gpu_test::check_ok(run_moe_routing(p, cpu()), "cpu moe routing");
+      device_array<float> d_logits(logits);
+      device_array<float> d_bias(bias);
+      device_array<std::int32_t> d_experts(pairs);
+      device_array<float> d_weights(pairs);
+      p.logits = d_logits.get();
+      p.correction_bias = c.bias ? d_bias.get() : nullptr;
+      p.experts = d_experts.get();
+      p.weights = d_weights.get();
+      gpu_test::check_ok(run_moe_routing(p, gpu()), "gpu moe routing");
+      sync();
+      const auto gpu_experts = d_experts.download();
+      const auto gpu_weights = d_weights.download();
+      int unexplained = 0;
+      int differing = 0;
+      double worst = 0.0;
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        const auto at = static_cast<std::ptrdiff_t>(t * c.top_k);
+        if (!std::equal(cpu_experts.begin() + at, cpu_experts.begin() + at + c.top_k, gpu_experts.begin() + at)) {
+          ++differing;
+          if (!routing_near_tie(logits.data() + t * stride, c.bias ? bias.data() : nullptr, p)) ++unexplained;
+          continue;
+        }
+        for (std::int64_t i = 0; i < c.top_k; ++i) {
+          const auto j = static_cast<std::size_t>(at + i);
+          worst = std::max(worst, std::fabs(static_cast<double>(gpu_weights[j]) - cpu_weights[j]) /
+                                      std::max(std::fabs(static_cast<double>(cpu_weights[j])), 1e-30));
+        }
+      }
+      const std::string what = format("moe routing {} experts {} top {} tokens {}{}", c.name, c.experts, c.top_k,
+                                      tokens, c.normalize ? " normalised" : "");
+      r.check(what + ": rows whose experts differ away from a near tie (" + std::to_string(differing) + " differ)",
+              unexplained, 0.0);
+      // Where the experts agree: expf on either side (a few ulp) through the normalisation.
+      r.check(what + ": weights (relative)", worst, 2e-6);
+    }
+  }
+}
+
+// One expert set in device memory and on the host.
+struct device_experts {
+  std::vector<host_weights> gate_up, down;                      // per expert (empty: no weights)
+  std::vector<std::unique_ptr<device_array<std::uint8_t>>> values;
+  std::vector<std::unique_ptr<device_array<float>>> scales;
+  std::vector<moe_expert_weights> host, device;                 // views of host / device memory
+};
+
+// `with_weights[e]`: whether expert e has weights (the others are null views, never chosen).
+device_experts make_experts(weight_format f, std::int64_t group, std::int64_t hidden, std::int64_t inter,
+                            const std::vector<bool>& with_weights, bool stacked) {
+  device_experts d;
+  const auto n = with_weights.size();
+  d.gate_up.resize(n);
+  d.down.resize(n);
+  d.host.resize(n);
+  d.device.resize(n);
+  // The view of rows [first, first + rows) of a matrix of k columns.
+  const auto rows_of = [&](const void* values, const float* scales, std::int64_t first, std::int64_t k) {
+    return weight_view{.format = f,
+                       .values = static_cast<const std::uint8_t*>(values) + weight_values_bytes(f, first, k),
+                       .scales = scales == nullptr ? nullptr : scales + weight_scale_count(f, first, k, group),
+                       .group_size = f == weight_format::int4 ? group : 0};
+  };
+  const auto place = [&](const host_weights& w, std::int64_t k, weight_view* host_views, weight_view* device_views,
+                         std::int64_t parts) {
+    d.values.push_back(std::make_unique<device_array<std::uint8_t>>(w.values));
+    // A NaN past the last scale: a kernel that reads beyond the scales turns its output NaN.
+    std::vector<float> with_canary = w.scales;
+    with_canary.push_back(std::nanf(""));
+    d.scales.push_back(std::make_unique<device_array<float>>(with_canary));
+    const float* host_scales = w.scales.empty() ? nullptr : w.scales.data();
+    const float* device_scales = w.scales.empty() ? nullptr : d.scales.back()->get();
+    const std::int64_t rows = static_cast<std::int64_t>(w.dense.size()) / k / parts;
+    for (std::int64_t i = 0; i < parts; ++i) {
+      host_views[i] = rows_of(w.values.data(), host_scales, i * rows, k);
+      device_views[i] = rows_of(d.values.back()->get(), device_scales, i * rows, k);
+    }
+  };
+  for (std::size_t e = 0; e < n; ++e) {
+    if (!with_weights[e]) continue;
+    const auto seed = static_cast<std::uint32_t>(60 + 2 * e);
+    d.gate_up[e] = make_weights(f, 2 * inter, hidden, seed, group);
+    d.down[e] = make_weights(f, hidden, inter, seed + 1, group);
+    if (stacked) {
+      place(d.gate_up[e], hidden, &d.host[e].gate, &d.device[e].gate, 1);
+    } else {
+      weight_view host_views[2], device_views[2];
+      place(d.gate_up[e], hidden, host_views, device_views, 2);
+      d.host[e].gate = host_views[0];
+      d.host[e].up = host_views[1];
+      d.device[e].gate = device_views[0];
+      d.device[e].up = device_views[1];
+    }
+    place(d.down[e], inter, &d.host[e].down, &d.device[e].down, 1);
+  }
+  return d;
+}
+
+// A batch's choices: expert 0 has weights and no tokens, expert 1 one token (the first), expert
+// 2 every token, the last expert no weights and no tokens; the rest at random, in random
+// order within each token (so that the sum's expert order is not the choice order).
+std::vector<std::int32_t> choose_experts(std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
+                                         std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::int32_t> pick(3, static_cast<std::int32_t>(experts - 2));
+  std::vector<std::int32_t> out;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    std::vector<std::int32_t> chosen = {2};
+    if (t == 0) chosen.push_back(1);
+    while (static_cast<std::int64_t>(chosen.size()) < top_k) {
+      const std::int32_t e = pick(rng);
+      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+    }
+    std::shuffle(chosen.begin(), chosen.end(), rng);
+    out.insert(out.end(), chosen.begin(), chosen.end());
+  }
+  return out;
+}
+
+void test_moe_experts(gpu_test::results& r) {
+  struct experts_case {
+    weight_format format;
+    std::int64_t group;  // int4 only
+    std::int64_t hidden, inter;
+  };
+  // Odd widths (rows that are not whole 16-byte chunks, x rows that are not 16-byte aligned)
+  // for the plain formats and fp8; int4 in groups of 16 (per-weight scales), 32 and 128.
+  const std::vector<experts_case> cases = {
+      {weight_format::f32, 0, 97, 54},        {weight_format::bf16, 0, 97, 54},
+      {weight_format::bf16, 0, 256, 96},      {weight_format::fp8_e4m3, 0, 97, 54},
+      {weight_format::fp8_e4m3, 0, 256, 96},  {weight_format::int4, 16, 96, 48},
+      {weight_format::int4, 32, 160, 96},     {weight_format::int4, 128, 256, 384},
+  };
+  const std::int64_t num_experts = 16;
+  const std::int64_t top_k = 4;
+  std::vector<bool> with_weights(num_experts, true);
+  with_weights[num_experts - 1] = false;
+  for (const experts_case& c : cases) {
+    for (const bool stacked : {true, false}) {
+      const device_experts set = make_experts(c.format, c.group, c.hidden, c.inter, with_weights, stacked);
+      device_array<moe_expert_weights> d_matrices(set.device);
+      for (const std::int64_t tokens : {1, 7, 97}) {
+        if (quick && tokens == 97) continue;
+        // Strided x and out at 7 tokens; packed rows otherwise.
+        const std::int64_t x_stride = tokens == 7 ? c.hidden + 5 : c.hidden;
+        const std::int64_t out_stride = tokens == 7 ? c.hidden + 3 : c.hidden;
+        const auto x = random_floats(static_cast<std::size_t>(tokens * x_stride), 50, -2.0f, 2.0f);
+        const auto out0 = random_floats(static_cast<std::size_t>(tokens * out_stride), 51);
+        const auto experts = choose_experts(tokens, top_k, num_experts, 52);
+        const auto weights = random_floats(experts.size(), 53, 0.1f, 1.0f);
+        const std::int64_t workspace_floats =
+            moe_experts_workspace_floats(tokens, top_k, num_experts, c.hidden, c.inter);
+        moe_experts_params p{.tokens = tokens, .top_k = top_k, .num_experts = num_experts, .hidden = c.hidden,
+                             .intermediate = c.inter, .x_stride = x_stride, .out_stride = out_stride,
+                             .workspace_floats = workspace_floats};
+
+        std::vector<float> cpu_out = out0;
+        std::vector<std::int32_t> cpu_counts(num_experts, -1);
+        std::vector<float> workspace(static_cast<std::size_t>(workspace_floats));
+        p.x = x.data();
+        p.experts = experts.data();
+        p.weights = weights.data();
+        p.matrices = set.host.data();
+        p.out = cpu_out.data();
+        p.expert_tokens = cpu_counts.data();
+        p.workspace = workspace.data();
+        gpu_test::check_ok(run_moe_experts(p, cpu()), "cpu moe experts");
+
+        device_array<float> d_x(x);
+        device_array<std::int32_t> d_experts(experts);
+        device_array<float> d_weights(weights);
+        device_array<float> d_out(out0);
+        device_array<std::int32_t> d_counts(static_cast<std::size_t>(num_experts));
+        device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
+        p.x = d_x.get();
+        p.experts = d_experts.get();
+        p.weights = d_weights.get();
+        p.out = d_out.get();
+        p.expert_tokens = d_counts.get();
+        p.workspace = d_workspace.get();
+        p.device_matrices = d_matrices.get();
+        gpu_test::check_ok(run_moe_experts(p, gpu()), "gpu moe experts");
+        sync();
+        const auto gpu_out = d_out.download();
+        // Relative to the largest contribution of the case (f32 products summed in another
+        // order in each of the three matmuls).
+        double largest = 0.0;
+        for (std::size_t i = 0; i < out0.size(); ++i) {
+          largest = std::max(largest, std::fabs(static_cast<double>(cpu_out[i]) - out0[i]));
+        }
+        const std::string what =
+            format("moe experts {}{} hidden {} inter {} tokens {} {}{}", to_string(c.format),
+                   c.format == weight_format::int4 ? format(" g{}", c.group) : std::string(), c.hidden, c.inter,
+                   tokens, stacked ? "stacked" : "gate/up apart", x_stride != c.hidden ? " strided" : "");
+        r.check(what + " (relative to the largest contribution)", max_abs_diff(cpu_out, gpu_out) / (largest + 1e-30),
+                1e-4);
+        r.expect(what + ": tokens per expert", d_counts.download() == cpu_counts);
+
+        if (tokens != 7) continue;
+        // The same call captured in a CUDA graph (nothing in it waits for the device) and
+        // replayed gives the same bits as the eager call.
+        d_out.upload(out0);
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        gpu_test::check_cuda(cudaStreamBeginCapture(cuda_stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+        const status captured = run_moe_experts(p, gpu());
+        gpu_test::check_cuda(cudaStreamEndCapture(cuda_stream, &graph), "end capture");
+        gpu_test::check_ok(captured, "moe experts in capture");
+        gpu_test::check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+        gpu_test::check_cuda(cudaGraphLaunch(exec, cuda_stream), "graph launch");
+        sync();
+        r.check(what + ": graph replay = eager call (differing floats)",
+                static_cast<double>(count_different(gpu_out, d_out.download())), 0.0);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+
+        // An expert id outside the set adds nothing: the CPU's sum with that pair's weight 0.
+        auto broken = experts;
+        broken[5] = static_cast<std::int32_t>(num_experts);
+        broken[2] = -1;
+        auto zeroed = weights;
+        zeroed[5] = 0.0f;
+        zeroed[2] = 0.0f;
+        std::vector<float> cpu_zeroed = out0;
+        p.x = x.data();
+        p.experts = experts.data();
+        p.weights = zeroed.data();
+        p.out = cpu_zeroed.data();
+        p.expert_tokens = nullptr;
+        p.workspace = workspace.data();
+        p.device_matrices = nullptr;
+        gpu_test::check_ok(run_moe_experts(p, cpu()), "cpu moe experts, zero weights");
+        d_out.upload(out0);
+        d_experts.upload(broken);
+        p.x = d_x.get();
+        p.experts = d_experts.get();
+        p.weights = d_weights.get();
+        p.out = d_out.get();
+        p.workspace = d_workspace.get();
+        p.device_matrices = d_matrices.get();
+        gpu_test::check_ok(run_moe_experts(p, gpu()), "gpu moe experts, ids outside the set");
+        sync();
+        r.check(what + ": expert ids outside the set left out (relative)",
+                max_abs_diff(cpu_zeroed, d_out.download()) / (largest + 1e-30), 1e-4);
+      }
+    }
+  }
+  // No tokens: nothing runs, and every count is 0.
+  const device_experts set = make_experts(weight_format::bf16, 0, 64, 32, with_weights, true);
+  device_array<moe_expert_weights> d_matrices(set.device);
+  device_array<std::int32_t> d_counts(std::vector<std::int32_t>(num_experts, -1));
+  const std::int64_t no_tokens_floats = moe_experts_workspace_floats(0, top_k, num_experts, 64, 32);
+  device_array<float> d_workspace(static_cast<std::size_t>(no_tokens_floats));
+  gpu_test::check_ok(run_moe_experts({.x = nullptr, .experts = nullptr, .weights = nullptr, .matrices = set.host.data(),
+                                      .out = nullptr, .expert_tokens = d_counts.get(), .tokens = 0, .top_k = top_k,
+                                      .num_experts = num_experts, .hidden = 64, .intermediate = 32, .x_stride = 64,
+                                      .out_stride = 64, .workspace = d_workspace.get(),
+                                      .workspace_floats = no_tokens_floats,
+                                      .device_matrices = d_matrices.get()},
+                                     gpu()),
+                     "gpu moe experts, no tokens");
+  sync();
+  r.expect("moe experts, no tokens: every count 0", d_counts.download() == std::vector<std::int32_t>(num_experts, 0));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -737,5 +1094,7 @@ int main(int argc, char** argv) {
   test_kv_cache_write(r);
   test_paged_attention(r);
   test_sampling(r);
+  test_moe_routing(r);
+  test_moe_experts(r);
   return r.finish();
 }

@@ -4,15 +4,17 @@
 #
 #   tests/gpu/run.sh --dry-run
 #
-# copies the stories260K fixture into build-gpu-models/ (ignored by git; the GPU run carries
-# it), configures and builds build-gpu/ (EDGE_GPU_ONLY=ON: common, kernels, edge_backend_core,
-# tests/gpu), and stops before the first GPU call. On the GPU machine, the same without
+# copies the stories260K fixture into build-gpu-models/ and writes the MoE one there with
+# build/edgeinfer (ignored by git; the GPU run carries them), configures and builds build-gpu/
+# (EDGE_GPU_ONLY=ON: common, kernels, edge_backend_core, tests/gpu), and stops before the first
+# GPU call. On the GPU machine, the same without
 # --dry-run builds there and runs, each step under its own time limit, under 5 minutes in all:
 #
 #   build      warnings not fatal (the machine's host compiler is not CI's), sm_90a only
 #   numerics   host FP8/BF16/FP16 encoders = the hardware conversions, bit for bit
 #   kernels    every CUDA kernel = its CPU reference over awkward shapes (tolerances inline)
-#   engine     CUDA engine greedy stories260K = CPU engine, for every weight format and KV dtype
+#   engine     CUDA engine greedy stories260K = CPU engine, for every weight format and KV dtype;
+#              a tiny MoE model (GGUF qwen3moe) likewise, for its experts in bf16, int4 and fp8
 #   bench      bandwidth fractions, GEMM and prefill attention TFLOP/s against their baselines,
 #              sampling times, synthetic Llama-3-8B decode tokens/s tables
 #   memcheck   compute-sanitizer --tool memcheck on the kernels test's --quick shapes (n/a, not
@@ -47,6 +49,14 @@ models=${EDGE_TEST_MODELS:-../shared/models}
 if [[ -f $models/stories260K/stories260K.bin && $(realpath -m "$models") != $(realpath -m "$fixture") ]]; then
   mkdir -p "$fixture"
   cp -r "$models/stories260K" "$fixture/"
+fi
+# The MoE fixture: make-model's tiny-qwen3-moe-sparse as a qwen3moe GGUF (a few hundred KB),
+# written by the full build's edgeinfer where there is one (the GPU machine builds none and
+# reads the one carried with the checkout).
+moe_fixture=$fixture/tiny-qwen3-moe-sparse.gguf
+if [[ ! -f $moe_fixture && -x build/edgeinfer ]]; then
+  mkdir -p "$fixture"
+  build/edgeinfer make-model --preset tiny-qwen3-moe-sparse --format gguf --seed 7 --out "$moe_fixture" --log-level warn
 fi
 export EDGE_TEST_MODELS=$PWD/$fixture
 
@@ -131,8 +141,8 @@ export -f build memcheck
 bin=build-gpu/tests/gpu
 if step build "$build_limit" bash -c build; then
   if $dry_run; then
-    note "dry run: built; the fixture is $(ls "$fixture/stories260K/stories260K.bin" 2> /dev/null || echo MISSING); no GPU step run"
-    [[ -f $fixture/stories260K/stories260K.bin ]] || failed=1
+    note "dry run: built; the fixtures are $(ls "$fixture/stories260K/stories260K.bin" 2> /dev/null || echo MISSING) and $(ls "$moe_fixture" 2> /dev/null || echo "MISSING (build edgeinfer in build/ first)"); no GPU step run"
+    [[ -f $fixture/stories260K/stories260K.bin && -f $moe_fixture ]] || failed=1
   else
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$logs/device.log" 2>&1 &&
       note "device   $(head -n 1 "$logs/device.log")"

@@ -23,6 +23,9 @@ class host_placement final : public weight_placement {
     return kept_.emplace_back(values.begin(), values.end()).data();
   }
   result<const void*> elements(const tensor_view& t) override { return static_cast<const void*>(t.data); }
+  result<const kernels::moe_expert_weights*> expert_views(std::span<const kernels::moe_expert_weights>) override {
+    return static_cast<const kernels::moe_expert_weights*>(nullptr);  // the CPU reads the host array
+  }
 
   // Moved into the executor, so that the pointers handed out stay valid.
   std::deque<std::vector<float>> kept_;

@@ -16,6 +16,7 @@
 #include "edge/common/log.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/moe_routing/moe_routing.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/quantize/quantize.h"
 
@@ -192,6 +193,8 @@ struct cuda_executor::state {
   pinned_memory staging;       // meta_bytes
   pinned_memory host_logits;   // [S, vocab]
   pinned_memory host_sampled;  // [S]
+  pinned_memory host_expert_tokens;  // [moe_layers, max_experts] of the last step (MoE)
+  std::int64_t last_tokens = 0;      // of the last step, padding included
 
   // The KV pool, as kv_cache.h lays it out, with one block past kv.layout.num_blocks: the
   // padding block of CUDA-graph batches.
@@ -270,11 +273,9 @@ struct cuda_executor::state {
   status set_plan(const model_config& c) {
     config = c;
     EDGE_ASSIGN_OR_RETURN(plan, plan_model(c));
-    if (plan.moe_layers() > 0) {
-      return status(status_code::unimplemented,
-                    format("{} is a Mixture-of-Experts model; its expert kernels run on the CPU only so far "
-                           "(serve it with --device cpu)",
-                           to_string(c.arch)));
+    if (plan.max_experts() > kernels::max_router_experts) {
+      return invalid_argument(format("{} experts per layer; the CUDA kernels take at most {}", plan.max_experts(),
+                                     kernels::max_router_experts));
     }
     table_blocks = max_table_blocks(plan, options.block_size);
     return {};
@@ -307,24 +308,49 @@ struct cuda_executor::state {
         {&buffers.last, floats.last},
         {&buffers.logits, floats.logits},
         {&buffers.matmul_workspace, buffers.matmul_workspace_floats},
-        {&buffers.attention_workspace, buffers.attention_workspace_floats}};
+        {&buffers.attention_workspace, buffers.attention_workspace_floats},
+        {&buffers.router_logits, floats.router_logits},
+        {&buffers.route_weights, floats.route_weights},
+        {&buffers.moe_workspace, floats.moe_workspace}};
+    const std::vector<std::pair<std::int32_t**, std::int64_t>> int_buffers = {
+        {&sampled, S}, {&buffers.route_experts, floats.route_experts}, {&buffers.expert_tokens, floats.expert_tokens}};
+    buffers.moe_workspace_floats = floats.moe_workspace;
     constexpr std::size_t align = 256;
     std::size_t total = 0;
     const auto round = [](std::size_t v) { return (v + align - 1) / align * align; };
     for (const auto& [ptr, count] : float_buffers) total += round(static_cast<std::size_t>(count) * sizeof(float));
-    total += round(static_cast<std::size_t>(S) * sizeof(std::int32_t)) + round(meta_bytes);
+    for (const auto& [ptr, count] : int_buffers) total += round(static_cast<std::size_t>(count) * sizeof(std::int32_t));
+    total += round(meta_bytes);
     EDGE_ASSIGN_OR_RETURN(buffer_memory, device_memory::allocate(total, "activations"));
     auto* at = static_cast<std::byte*>(buffer_memory.data());
     for (const auto& [ptr, count] : float_buffers) {
       *ptr = reinterpret_cast<float*>(at);
       at += round(static_cast<std::size_t>(count) * sizeof(float));
     }
-    sampled = reinterpret_cast<std::int32_t*>(at);
-    at += round(static_cast<std::size_t>(S) * sizeof(std::int32_t));
+    for (const auto& [ptr, count] : int_buffers) {
+      *ptr = reinterpret_cast<std::int32_t*>(at);
+      at += round(static_cast<std::size_t>(count) * sizeof(std::int32_t));
+    }
     meta = at;
+    // A layer of fewer experts than the most writes fewer counts: the rest stay 0.
+    EDGE_RETURN_IF_ERROR(cuda_check(cudaMemsetAsync(buffers.expert_tokens, 0,
+                                                    static_cast<std::size_t>(floats.expert_tokens) * sizeof(std::int32_t),
+                                                    stream),
+                                    "cudaMemset"));
     EDGE_RETURN_IF_ERROR(staging.allocate(meta_bytes));
     EDGE_RETURN_IF_ERROR(host_logits.allocate(static_cast<std::size_t>(S * plan.vocab) * sizeof(float)));
+    EDGE_RETURN_IF_ERROR(host_expert_tokens.allocate(static_cast<std::size_t>(floats.expert_tokens) * sizeof(std::int32_t)));
     return host_sampled.allocate(static_cast<std::size_t>(S) * sizeof(std::int32_t));
+  }
+
+  // Queues the copy of the step's tokens per expert to the host (MoE models).
+  status queue_routing_download() {
+    const std::int64_t count = plan.moe_layers() * plan.max_experts();
+    if (count == 0) return {};
+    return cuda_check(cudaMemcpyAsync(host_expert_tokens.data(), buffers.expert_tokens,
+                                      static_cast<std::size_t>(count) * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
+                                      stream),
+                      "expert counts download");
   }
 
   // The KV pool from what is left of the device: --kv-cache-memory, or the utilization rule.
@@ -432,6 +458,7 @@ struct cuda_executor::state {
       configs[r] = given ? sampling[static_cast<std::size_t>(r)].config : kernels::sampling_row{.temperature = 0.0f};
     }
     step_meta = m;
+    last_tokens = staged.tokens;
     const status queued = launch(m, staged, graph_batch > 0 && padded == graph_batch ? graph_batch : 0);
     // The staging buffer is rewritten by the next step: a failed step must not leave its copy
     // in flight.
@@ -533,6 +560,11 @@ struct cuda_executor::state {
     result<const void*> elements(const tensor_view& t) override {
       EDGE_ASSIGN_OR_RETURN(void* p, s_.upload(t.data, t.bytes(), t.name));
       return static_cast<const void*>(p);
+    }
+    result<const kernels::moe_expert_weights*> expert_views(std::span<const kernels::moe_expert_weights> views) override {
+      if (views.empty()) return static_cast<const kernels::moe_expert_weights*>(nullptr);
+      EDGE_ASSIGN_OR_RETURN(void* p, s_.upload(views.data(), views.size_bytes(), "expert views"));
+      return static_cast<const kernels::moe_expert_weights*>(p);
     }
 
    private:
@@ -692,6 +724,7 @@ status cuda_executor::forward(const batch_plan& plan, std::span<float> logits) {
         cudaMemcpyAsync(s.host_logits.data(), s.buffers.logits, bytes, cudaMemcpyDeviceToHost, s.stream),
         "logits download"));
   }
+  EDGE_RETURN_IF_ERROR(s.queue_routing_download());
   EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamSynchronize(s.stream), "forward"));
   settle.settled();
   if (bytes > 0) std::memcpy(logits.data(), s.host_logits.data(), bytes);
@@ -722,6 +755,7 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
                                                     cudaMemcpyDeviceToHost, s.stream),
                                     "token download"));
   }
+  EDGE_RETURN_IF_ERROR(s.queue_routing_download());
   EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamSynchronize(s.stream), "forward_sample"));
   settle.settled();
   if (copied > 0) std::memcpy(logits.data(), s.host_logits.data(), logits.size_bytes());
@@ -741,6 +775,20 @@ executor_counters cuda_executor::counters() const {
   return {.graph_capture_failures = state_->graph_policy.capture_failures()};
 }
 const kv_cache_layout& cuda_executor::kv_layout() const { return state_->kv.layout; }
+
+expert_routing cuda_executor::last_routing() const {
+  const state& s = *state_;
+  const std::int64_t layers = s.plan.moe_layers();
+  if (layers == 0 || s.last_tokens == 0) return {};
+  const std::int64_t experts = s.plan.max_experts();
+  return {.moe_layers = layers,
+          .tokens = s.last_tokens,
+          .top_k = s.plan.max_top_k(),
+          .experts = experts,
+          .choices = {},
+          .expert_tokens = std::span<const std::int32_t>(
+              reinterpret_cast<const std::int32_t*>(s.host_expert_tokens.data()), static_cast<std::size_t>(layers * experts))};
+}
 
 kv_cache_capacity cuda_executor::kv_capacity() const {
   const kv_cache_layout& kv = state_->kv.layout;

@@ -184,6 +184,7 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
         EDGE_ASSIGN_OR_RETURN(const kernels::moe_expert_weights placed, place_expert(place, e));
         lw.experts.push_back(placed);
       }
+      EDGE_ASSIGN_OR_RETURN(lw.device_experts, place.expert_views(lw.experts));
     }
 
     if (const auto it = std::find_if(rope_tables.begin(), rope_tables.end(),
@@ -214,7 +215,7 @@ forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, st
           .route_weights = moe_layers > 0 ? tokens * top_k : 0,
           .moe_workspace = moe_layers > 0 ? kernels::moe_experts_workspace_floats(
                                                 std::min(tokens, kernels::moe_experts_chunk_tokens), top_k,
-                                                plan.hidden, plan.max_expert_intermediate())
+                                                plan.max_experts(), plan.hidden, plan.max_expert_intermediate())
                                           : 0,
           .route_experts = moe_layers * tokens * top_k,
           .expert_tokens = moe_layers * plan.max_experts()};
@@ -449,7 +450,7 @@ struct forward_pass {
          .expert_tokens = b.expert_tokens + moe_index * plan.max_experts(), .tokens = step.tokens, .top_k = m.top_k,
          .num_experts = m.experts, .hidden = plan.hidden, .intermediate = m.expert_intermediate,
          .x_stride = plan.hidden, .out_stride = plan.hidden, .workspace = b.moe_workspace,
-         .workspace_floats = b.moe_workspace_floats},
+         .workspace_floats = b.moe_workspace_floats, .device_matrices = w.device_experts},
         s));
     return m.intermediate > 0 ? swiglu(m.intermediate, w) : status{};
   }

@@ -91,6 +91,9 @@ class cuda_executor final : public executor {
   std::int64_t max_sequences() const override;
   std::int64_t vocab_size() const override;
   executor_counters counters() const override;
+  // Tokens per expert of each MoE layer of the last step, copied to the host with its tokens;
+  // the choices themselves stay on the device (choices is empty).
+  expert_routing last_routing() const override;
 
   // The device KV pool (blocks a kv_block_pool may hand out), and what it holds.
   const kv_cache_layout& kv_layout() const override;

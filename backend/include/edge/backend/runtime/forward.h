@@ -46,6 +46,8 @@ struct layer_forward_weights {
   kernels::weight_view router;              // [experts, hidden] (MoE)
   const float* router_bias = nullptr;       // [experts] (MoE with a correction bias)
   std::vector<kernels::moe_expert_weights> experts;  // [experts] (MoE)
+  // [experts] a copy of `experts` where the kernels read it on a device (CUDA), or null.
+  const kernels::moe_expert_weights* device_experts = nullptr;
 };
 
 struct forward_weights {
@@ -68,6 +70,9 @@ class weight_placement {
   virtual result<const float*> floats(std::span<const float> values) = 0;
   // A tensor's elements as stored (the token embedding table).
   virtual result<const void*> elements(const tensor_view& t) = 0;
+  // The views of a MoE layer's experts where a device's kernels read them
+  // (moe_experts_params::device_matrices), or null where they read the host array.
+  virtual result<const kernels::moe_expert_weights*> expert_views(std::span<const kernels::moe_expert_weights> views) = 0;
 };
 
 // Checks every weight's shape against the plan (invalid_argument naming the tensor) and places
