@@ -174,8 +174,9 @@ status check_moe_experts(const moe_experts_params& p) {
 }  // namespace detail
 
 status run_moe_experts(const moe_experts_params& p, const stream& s) {
-  EDGE_RETURN_IF_ERROR(detail::check_moe_experts(p));
   const bool cuda = s.where == device::cuda;
+  if (cuda && !cuda::compiled()) return cuda::run_moe_experts(p, s);  // a build without CUDA says so first
+  EDGE_RETURN_IF_ERROR(detail::check_moe_experts(p));
   if (!cuda) {
     for (std::int64_t i = 0; i < p.tokens * p.top_k; ++i) {
       if (p.experts[i] < 0 || p.experts[i] >= p.num_experts) {
