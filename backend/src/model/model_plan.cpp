@@ -24,44 +24,39 @@ std::string_view to_string(mlp_kind kind) {
 
 std::vector<float> rope_plan::inv_freq() const { return kernels::rope_inv_freq(rotary_dim, theta, scaling); }
 
+namespace {
+
+// The largest of `width(layer)` over the layers (0 without layers).
+template <class F>
+std::int64_t widest(const std::vector<layer_plan>& layers, F width) {
+  std::int64_t out = 0;
+  for (const layer_plan& l : layers) out = std::max(out, width(l));
+  return out;
+}
+
+}  // namespace
+
 std::int64_t model_plan::max_q_dim() const {
-  std::int64_t widest = 0;
-  for (const layer_plan& l : layers) widest = std::max(widest, l.attention.q_dim());
-  return widest;
+  return widest(layers, [](const layer_plan& l) { return l.attention.q_dim(); });
 }
-
 std::int64_t model_plan::max_qkv_dim() const {
-  std::int64_t widest = 0;
-  for (const layer_plan& l : layers) widest = std::max(widest, l.attention.qkv_dim());
-  return widest;
+  return widest(layers, [](const layer_plan& l) { return l.attention.qkv_dim(); });
 }
-
 std::int64_t model_plan::max_intermediate() const {
-  std::int64_t widest = 0;
-  for (const layer_plan& l : layers) widest = std::max(widest, l.mlp.intermediate);
-  return widest;
+  return widest(layers, [](const layer_plan& l) { return l.mlp.intermediate; });
+}
+std::int64_t model_plan::max_experts() const {
+  return widest(layers, [](const layer_plan& l) { return l.mlp.experts; });
+}
+std::int64_t model_plan::max_top_k() const {
+  return widest(layers, [](const layer_plan& l) { return l.mlp.top_k; });
+}
+std::int64_t model_plan::max_expert_intermediate() const {
+  return widest(layers, [](const layer_plan& l) { return l.mlp.expert_intermediate; });
 }
 
 std::int64_t model_plan::moe_layers() const {
   return std::count_if(layers.begin(), layers.end(), [](const layer_plan& l) { return l.mlp.kind == mlp_kind::moe; });
-}
-
-std::int64_t model_plan::max_experts() const {
-  std::int64_t widest = 0;
-  for (const layer_plan& l : layers) widest = std::max(widest, l.mlp.experts);
-  return widest;
-}
-
-std::int64_t model_plan::max_top_k() const {
-  std::int64_t widest = 0;
-  for (const layer_plan& l : layers) widest = std::max(widest, l.mlp.top_k);
-  return widest;
-}
-
-std::int64_t model_plan::max_expert_intermediate() const {
-  std::int64_t widest = 0;
-  for (const layer_plan& l : layers) widest = std::max(widest, l.mlp.expert_intermediate);
-  return widest;
 }
 
 result<model_plan> plan_model(const model_config& c) {

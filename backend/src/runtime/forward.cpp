@@ -346,6 +346,10 @@ struct forward_pass {
   const forward_step& step;
   const kv_cache_view& kv;
   const kernels::stream& s;
+  // Where each MoE layer's choices and counts sit in route_experts / expert_tokens (the plan's
+  // widest, read once per pass rather than once per layer).
+  std::int64_t choice_stride = 0;
+  std::int64_t count_stride = 0;
 
   status matmul(const float* in, std::int64_t in_stride, const kernels::weight_view& w, const float* bias, float* out,
                 std::int64_t out_stride, std::int64_t n, std::int64_t k, bool accumulate, std::int64_t rows) const {
@@ -434,7 +438,7 @@ struct forward_pass {
   // `moe_index` counts the MoE layers before this one: where its choices are kept.
   status moe_mlp(std::int64_t moe_index, const mlp_plan& m, const layer_forward_weights& w) const {
     const router_plan& r = m.router;
-    std::int32_t* experts = b.route_experts + moe_index * step.tokens * plan.max_top_k();
+    std::int32_t* experts = b.route_experts + moe_index * step.tokens * choice_stride;
     EDGE_RETURN_IF_ERROR(norm(w.ffn_norm));
     EDGE_RETURN_IF_ERROR(matmul(b.xn, plan.hidden, w.router, nullptr, b.router_logits, m.experts, m.experts,
                                 plan.hidden, false, step.tokens));
@@ -447,7 +451,7 @@ struct forward_pass {
                                                   s));
     EDGE_RETURN_IF_ERROR(kernels::run_moe_experts(
         {.x = b.xn, .experts = experts, .weights = b.route_weights, .matrices = w.experts.data(), .out = b.x,
-         .expert_tokens = b.expert_tokens + moe_index * plan.max_experts(), .tokens = step.tokens, .top_k = m.top_k,
+         .expert_tokens = b.expert_tokens + moe_index * count_stride, .tokens = step.tokens, .top_k = m.top_k,
          .num_experts = m.experts, .hidden = plan.hidden, .intermediate = m.expert_intermediate,
          .x_stride = plan.hidden, .out_stride = plan.hidden, .workspace = b.moe_workspace,
          .workspace_floats = b.moe_workspace_floats, .device_matrices = w.device_experts},
@@ -470,7 +474,8 @@ struct forward_pass {
 
 status run_forward(const model_plan& plan, const forward_weights& weights, const forward_buffers& buffers,
                    const forward_step& step, const kv_cache_view& kv, const kernels::stream& stream) {
-  const forward_pass pass{.plan = plan, .b = buffers, .step = step, .kv = kv, .s = stream};
+  const forward_pass pass{.plan = plan, .b = buffers, .step = step, .kv = kv, .s = stream,
+                          .choice_stride = plan.max_top_k(), .count_stride = plan.max_experts()};
   EDGE_RETURN_IF_ERROR(kernels::run_embedding({.ids = step.ids, .table = weights.embedding,
                                                .table_type = weights.embedding_type, .out = buffers.x,
                                                .tokens = step.tokens, .vocab = plan.vocab, .hidden = plan.hidden},

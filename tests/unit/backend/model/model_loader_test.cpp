@@ -4,6 +4,7 @@
 #include "edge/backend/model/model.h"
 #include "edge/backend/model/synthetic.h"
 #include "model_test_support.h"
+#include "synthetic_test_support.h"
 #include "weight_test_support.h"
 #include "test_support.h"
 
@@ -18,19 +19,6 @@ std::unique_ptr<model> load(load_options options) {
   auto loaded = load_model(options);
   REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
   return std::move(loaded).value();
-}
-
-fs::path make(const fs::path& out, std::string preset, synthetic_format format, std::uint64_t seed,
-              edge::kernels::dtype dtype = edge::kernels::dtype::bf16) {
-  synthetic_options options;
-  options.preset = std::move(preset);
-  options.format = format;
-  options.seed = seed;
-  options.dtype = dtype;
-  options.out = out;
-  auto written = write_synthetic_model(options);
-  REQUIRE_MESSAGE(written.ok(), written.error().to_string());
-  return *written;
 }
 
 }  // namespace
@@ -81,8 +69,8 @@ TEST_CASE("load_model: a llama2.c tokenizer given explicitly or missing") {
 
 TEST_CASE("load_model: synthetic models in both formats, chat templates detected") {
   t::temp_dir dir;
-  const auto folder = make(dir / "tiny-llama", "tiny", synthetic_format::safetensors, 9);
-  const auto file = make(dir / "tiny-llama.gguf", "tiny", synthetic_format::gguf, 9);
+  const auto folder = t::make_synthetic(dir / "tiny-llama", "tiny", synthetic_format::safetensors, 9);
+  const auto file = t::make_synthetic(dir / "tiny-llama.gguf", "tiny", synthetic_format::gguf, 9);
   const auto hf = load({.path = folder});
   const auto gguf = load({.path = file});
   for (const auto* m : {hf.get(), gguf.get()}) {
@@ -103,7 +91,7 @@ TEST_CASE("load_model: synthetic models in both formats, chat templates detected
   CHECK(hf->tok->encode(text, {}) == gguf->tok->encode(text, {}));
   CHECK(hf->tok->decode(hf->tok->encode(text, {})) == text);
 
-  const auto qwen = load({.path = make(dir / "q", "tiny-qwen2", synthetic_format::safetensors, 9)});
+  const auto qwen = load({.path = t::make_synthetic(dir / "q", "tiny-qwen2", synthetic_format::safetensors, 9)});
   CHECK(qwen->chat_template == chat_template_kind::chatml);
   CHECK(qwen->config.qkv_bias);
   CHECK(qwen->weights.layers[0].bq.present());
@@ -116,7 +104,7 @@ TEST_CASE("load_model: synthetic models in both formats, chat templates detected
 
 TEST_CASE("load_model: MoE experts quantized on load, in groups of --int4-group-size, routers left in float") {
   t::temp_dir dir;
-  const auto folder = make(dir / "moe", "tiny-qwen3-moe", synthetic_format::safetensors, 4);
+  const auto folder = t::make_synthetic(dir / "moe", "tiny-qwen3-moe", synthetic_format::safetensors, 4);
   // Expert gate/up rows are 64 wide (hidden), down rows 32 (the expert width).
   const struct {
     std::int64_t asked, gate_up, down;
@@ -158,7 +146,7 @@ TEST_CASE("load_model: FP8 with 128x128 block scales (DeepSeek-V3's format) is d
   options.fp8_blocks = true;
   options.out = dir / "fp8";
   REQUIRE(write_synthetic_model(options).ok());
-  const auto plain = load({.path = make(dir / "f32", "tiny-hd128", synthetic_format::safetensors, 3,
+  const auto plain = load({.path = t::make_synthetic(dir / "f32", "tiny-hd128", synthetic_format::safetensors, 3,
                                         edge::kernels::dtype::f32),
                            .weight_dtype = edge::kernels::weight_format::f32});
   const auto fp8 = load({.path = dir / "fp8", .weight_dtype = edge::kernels::weight_format::f32});
@@ -201,7 +189,7 @@ TEST_CASE("load_model: FP8 with 128x128 block scales (DeepSeek-V3's format) is d
 
 TEST_CASE("load_model: chat_template as a list in tokenizer_config.json, and unknown templates") {
   t::temp_dir dir;
-  const auto folder = make(dir / "m", "tiny", synthetic_format::safetensors, 1);
+  const auto folder = t::make_synthetic(dir / "m", "tiny", synthetic_format::safetensors, 1);
   auto config = t::read_text(folder / "tokenizer_config.json");
   const auto key = config.find("\"chat_template\": ");
   REQUIRE(key != std::string::npos);
@@ -220,7 +208,7 @@ TEST_CASE("load_model: chat_template as a list in tokenizer_config.json, and unk
 TEST_CASE("load_model: a tokenizer_config.json number that no 64-bit type holds is not read") {
   // Llama 3's files write model_max_length, 1e30, in digits.
   t::temp_dir dir;
-  const auto folder = make(dir / "m", "tiny", synthetic_format::safetensors, 1);
+  const auto folder = t::make_synthetic(dir / "m", "tiny", synthetic_format::safetensors, 1);
   const auto config = t::read_text(folder / "tokenizer_config.json");
   REQUIRE(config.starts_with("{"));
   t::write_text(folder / "tokenizer_config.json",
@@ -251,7 +239,7 @@ TEST_CASE("load_model: errors name the file") {
   CHECK(half.error().code() == status_code::data_loss);
   CHECK(half.error().message().find("half.gguf") != std::string::npos);
 
-  const auto folder = make(dir / "m", "tiny", synthetic_format::safetensors, 1);
+  const auto folder = t::make_synthetic(dir / "m", "tiny", synthetic_format::safetensors, 1);
   auto config = t::read_text(folder / "config.json");
   const auto at = config.find("\"intermediate_size\": 176");
   REQUIRE(at != std::string::npos);

@@ -16,6 +16,7 @@
 #include "edge/backend/runtime/kv_block_pool.h"
 #include "edge/backend/runtime/kv_cache.h"
 #include "model_test_support.h"
+#include "synthetic_test_support.h"
 #include "test_support.h"
 #include "weight_test_support.h"
 
@@ -29,15 +30,7 @@ namespace {
 constexpr std::string_view preset = "tiny-qwen3-moe-sparse";
 
 fs::path make(const fs::path& out, synthetic_format format, std::uint64_t seed, edge::kernels::dtype dtype) {
-  synthetic_options options;
-  options.preset = std::string(preset);
-  options.format = format;
-  options.seed = seed;
-  options.dtype = dtype;
-  options.out = out;
-  auto written = write_synthetic_model(options);
-  REQUIRE_MESSAGE(written.ok(), written.error().to_string());
-  return *written;
+  return t::make_synthetic(out, std::string(preset), format, seed, dtype);
 }
 
 std::unique_ptr<model> load(const fs::path& path) {

@@ -8,6 +8,7 @@
 #include "edge/backend/model/formats.h"
 #include "edge/backend/model/synthetic.h"
 #include "model_test_support.h"
+#include "synthetic_test_support.h"
 #include "weight_test_support.h"
 #include "test_support.h"
 
@@ -17,20 +18,6 @@ namespace t = edge::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path make(const fs::path& out, std::string preset, synthetic_format format, std::uint64_t seed,
-              edge::kernels::dtype dtype = edge::kernels::dtype::bf16, std::uint64_t max_shard_bytes = 5'000'000'000) {
-  synthetic_options options;
-  options.preset = std::move(preset);
-  options.format = format;
-  options.seed = seed;
-  options.dtype = dtype;
-  options.out = out;
-  options.max_shard_bytes = max_shard_bytes;
-  auto written = write_synthetic_model(options);
-  REQUIRE_MESSAGE(written.ok(), written.error().to_string());
-  return *written;
-}
 
 struct hf_folder {
   parsed_config config;
@@ -134,7 +121,7 @@ TEST_CASE("presets have the shapes of the models they are named after") {
 
 TEST_CASE("a tiny safetensors folder reads back with its configuration, marker and weights") {
   t::temp_dir dir;
-  const auto folder = make(dir / "tiny", "tiny", synthetic_format::safetensors, 7);
+  const auto folder = t::make_synthetic(dir / "tiny", "tiny", synthetic_format::safetensors, 7);
   for (const char* name : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}) {
     CHECK_MESSAGE(fs::exists(folder / name), name);
   }
@@ -185,9 +172,9 @@ TEST_CASE("make-model is deterministic for a seed and different for another") {
   t::temp_dir dir;
   for (const auto format : {synthetic_format::safetensors, synthetic_format::gguf}) {
     const bool gguf = format == synthetic_format::gguf;
-    const auto a = make(dir / (gguf ? "a.gguf" : "a"), "tiny", format, 1);
-    const auto b = make(dir / (gguf ? "b.gguf" : "b"), "tiny", format, 1);
-    const auto c = make(dir / (gguf ? "c.gguf" : "c"), "tiny", format, 2);
+    const auto a = t::make_synthetic(dir / (gguf ? "a.gguf" : "a"), "tiny", format, 1);
+    const auto b = t::make_synthetic(dir / (gguf ? "b.gguf" : "b"), "tiny", format, 1);
+    const auto c = t::make_synthetic(dir / (gguf ? "c.gguf" : "c"), "tiny", format, 2);
     const auto weights_file = [&](const fs::path& p) { return gguf ? p : p / "model.safetensors"; };
     CHECK(t::read_bytes(weights_file(a)) == t::read_bytes(weights_file(b)));
     CHECK(t::read_bytes(weights_file(a)) != t::read_bytes(weights_file(c)));
@@ -202,8 +189,8 @@ TEST_CASE("make-model is deterministic for a seed and different for another") {
 
 TEST_CASE("sharded safetensors: an index, every tensor once, the same values as one file") {
   t::temp_dir dir;
-  const auto whole = make(dir / "whole", "tiny", synthetic_format::safetensors, 3);
-  const auto sharded = make(dir / "sharded", "tiny", synthetic_format::safetensors, 3, edge::kernels::dtype::bf16, 40000);
+  const auto whole = t::make_synthetic(dir / "whole", "tiny", synthetic_format::safetensors, 3);
+  const auto sharded = t::make_synthetic(dir / "sharded", "tiny", synthetic_format::safetensors, 3, edge::kernels::dtype::bf16, 40000);
   CHECK(!fs::exists(sharded / "model.safetensors"));
   REQUIRE(fs::exists(sharded / "model.safetensors.index.json"));
   int shards = 0;
@@ -225,7 +212,7 @@ TEST_CASE("sharded safetensors: an index, every tensor once, the same values as 
   }
 
   // Writing again over an earlier output replaces it, stale shards included.
-  make(sharded, "tiny", synthetic_format::safetensors, 3);
+  t::make_synthetic(sharded, "tiny", synthetic_format::safetensors, 3);
   CHECK(fs::exists(sharded / "model.safetensors"));
   CHECK(!fs::exists(sharded / "model.safetensors.index.json"));
   for (const auto& entry : fs::directory_iterator(sharded)) {
@@ -235,8 +222,8 @@ TEST_CASE("sharded safetensors: an index, every tensor once, the same values as 
 
 TEST_CASE("the GGUF and safetensors forms of a seed hold the same network") {
   t::temp_dir dir;
-  const auto folder = make(dir / "hf", "tiny", synthetic_format::safetensors, 11);
-  const auto file = make(dir / "tiny.gguf", "tiny", synthetic_format::gguf, 11);
+  const auto folder = t::make_synthetic(dir / "hf", "tiny", synthetic_format::safetensors, 11);
+  const auto file = t::make_synthetic(dir / "tiny.gguf", "tiny", synthetic_format::gguf, 11);
   const auto hf = read_folder(folder);
   const auto g = read_gguf(file);
 
@@ -291,8 +278,8 @@ TEST_CASE("the GGUF and safetensors forms of a seed hold the same network") {
 
 TEST_CASE("tiny-qwen2 in both formats: biases, tied classifier, no Q/K permutation") {
   t::temp_dir dir;
-  const auto hf = read_folder(make(dir / "hf", "tiny-qwen2", synthetic_format::safetensors, 5, edge::kernels::dtype::f16));
-  const auto g = read_gguf(make(dir / "q.gguf", "tiny-qwen2", synthetic_format::gguf, 5, edge::kernels::dtype::f16));
+  const auto hf = read_folder(t::make_synthetic(dir / "hf", "tiny-qwen2", synthetic_format::safetensors, 5, edge::kernels::dtype::f16));
+  const auto g = read_gguf(t::make_synthetic(dir / "q.gguf", "tiny-qwen2", synthetic_format::gguf, 5, edge::kernels::dtype::f16));
   CHECK(hf.config.config.arch == architecture::qwen2);
   CHECK(g.config.config.arch == architecture::qwen2);
   CHECK(g.config.config.rope == rope_layout::half_split);
