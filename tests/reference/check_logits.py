@@ -32,7 +32,7 @@ PROMPT = [1, 17, 42, 99, 7, 250, 3, 64, 128, 5, 11, 300]
 STEPS = 16
 TOLERANCE = 1e-4
 SUPPORTED = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
-             "Glm4MoeForCausalLM"}
+             "Glm4MoeForCausalLM", "DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM"}
 
 
 def check_experts(cpp, experts_file, routes):
