@@ -19,6 +19,7 @@
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/mla_attention/mla_attention.h"
 #include "kernels/moe_experts/moe_experts.h"
 #include "kernels/moe_routing/moe_routing.h"
 #include "kernels/paged_attention/paged_attention.h"
@@ -49,5 +50,7 @@ status run_paged_attention(const paged_attention_params& p, const stream& s);
 status run_sampling(const sampling_params& p, const stream& s);
 status run_moe_routing(const moe_routing_params& p, const stream& s);
 status run_moe_experts(const moe_experts_params& p, const stream& s);
+status run_mla_attention(const mla_attention_params& p, const stream& s);
+status run_dsa_select(const dsa_select_params& p, const stream& s);
 
 }  // namespace edge::kernels::cuda

@@ -28,5 +28,7 @@ status run_paged_attention(const paged_attention_params&, const stream&) { retur
 status run_sampling(const sampling_params&, const stream&) { return not_built(); }
 status run_moe_routing(const moe_routing_params&, const stream&) { return not_built(); }
 status run_moe_experts(const moe_experts_params&, const stream&) { return not_built(); }
+status run_mla_attention(const mla_attention_params&, const stream&) { return not_built(); }
+status run_dsa_select(const dsa_select_params&, const stream&) { return not_built(); }
 
 }  // namespace edge::kernels::cuda

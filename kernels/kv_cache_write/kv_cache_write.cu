@@ -31,7 +31,7 @@ __device__ __forceinline__ void write_row(const float* __restrict__ x,  // [head
 template <dtype T>
 __global__ void __launch_bounds__(kv_write_warps * warp_size)
     kv_cache_write_kernel(const float* __restrict__ k,          // [tokens, num_kv_heads, head_dim], token stride kv_stride
-                          const float* __restrict__ v,          // [tokens, num_kv_heads, head_dim], token stride kv_stride
+                          const float* __restrict__ v,          // [tokens, num_kv_heads, head_dim], token stride kv_stride; or null
                           void* __restrict__ k_cache,           // [num_blocks, num_kv_heads, block_size, head_dim] of T
                           void* __restrict__ v_cache,           // [num_blocks, num_kv_heads, block_size, head_dim] of T
                           float* __restrict__ k_scales,         // [num_blocks, num_kv_heads, block_size] (fp8)
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kv_write_warps * warp_size)
   // Row index of (block, h, offset) in [num_blocks, num_kv_heads, block_size].
   const std::int64_t row = (slot / block_size * num_kv_heads + h) * block_size + slot % block_size;
   write_row<T>(k + t * kv_stride + h * head_dim, k_cache, k_scales, row, head_dim, lane);
-  write_row<T>(v + t * kv_stride + h * head_dim, v_cache, v_scales, row, head_dim, lane);
+  if (v != nullptr) write_row<T>(v + t * kv_stride + h * head_dim, v_cache, v_scales, row, head_dim, lane);
 }
 
 }  // namespace
@@ -61,7 +61,7 @@ status run_kv_cache_write(const kv_cache_write_params& p, const stream& s) {
       p.kv_stride < p.num_kv_heads * p.head_dim) {
     return invalid_argument("kv_cache_write: bad shape or stride");
   }
-  if (kv_cache_scaled(p.kv_type) && (p.k_scales == nullptr || p.v_scales == nullptr)) {
+  if (kv_cache_scaled(p.kv_type) && (p.k_scales == nullptr || (p.v != nullptr && p.v_scales == nullptr))) {
     return invalid_argument("kv_cache_write: an fp8_e4m3 cache needs K and V scales");
   }
   if (p.tokens <= 0) return {};

@@ -49,7 +49,8 @@ EDGE_HOST_DEVICE constexpr std::uint8_t fp8_kv_encode(float x, float scale) {
 
 struct kv_cache_write_params {
   const float* k;              // [tokens, num_kv_heads, head_dim], token stride kv_stride
-  const float* v;              // [tokens, num_kv_heads, head_dim], token stride kv_stride
+  const float* v;              // [tokens, num_kv_heads, head_dim], token stride kv_stride; null: K rows only
+                               // (an MLA layer's latent rows, or the DSA indexer's keys)
   void* k_cache;               // [num_blocks, num_kv_heads, block_size, head_dim]
   void* v_cache;               // [num_blocks, num_kv_heads, block_size, head_dim]
   float* k_scales = nullptr;   // [num_blocks, num_kv_heads, block_size]; when kv_cache_scaled(kv_type)

@@ -32,7 +32,7 @@ status run_kv_cache_write(const kv_cache_write_params& p, const stream& s) {
       return invalid_argument(format("kv_cache_write: slot {} outside the cache of {} slots", p.slots[t], capacity));
     }
   }
-  if (kv_cache_scaled(p.kv_type) && (p.k_scales == nullptr || p.v_scales == nullptr)) {
+  if (kv_cache_scaled(p.kv_type) && (p.k_scales == nullptr || (p.v != nullptr && p.v_scales == nullptr))) {
     return invalid_argument(format("kv_cache_write: a {} cache needs K and V scales", to_string(p.kv_type)));
   }
   cpu::dispatch_dtype(p.kv_type, [&]<dtype T>() {
@@ -45,14 +45,14 @@ status run_kv_cache_write(const kv_cache_write_params& p, const stream& s) {
           const std::int64_t row = (block * p.num_kv_heads + h) * p.block_size + offset;
           const std::int64_t base = row * p.head_dim;
           const float* k = p.k + t * p.kv_stride + h * p.head_dim;
-          const float* v = p.v + t * p.kv_stride + h * p.head_dim;
+          const float* v = p.v != nullptr ? p.v + t * p.kv_stride + h * p.head_dim : nullptr;
           if constexpr (kv_cache_scaled(T)) {
             p.k_scales[row] = write_fp8_row(k, p.head_dim, static_cast<std::uint8_t*>(p.k_cache) + base);
-            p.v_scales[row] = write_fp8_row(v, p.head_dim, static_cast<std::uint8_t*>(p.v_cache) + base);
+            if (v != nullptr) p.v_scales[row] = write_fp8_row(v, p.head_dim, static_cast<std::uint8_t*>(p.v_cache) + base);
           } else {
-            for (std::int64_t d = 0; d < p.head_dim; ++d) {
-              cpu::store_from_float<T>(p.k_cache, base + d, k[d]);
-              cpu::store_from_float<T>(p.v_cache, base + d, v[d]);
+            for (std::int64_t d = 0; d < p.head_dim; ++d) cpu::store_from_float<T>(p.k_cache, base + d, k[d]);
+            if (v != nullptr) {
+              for (std::int64_t d = 0; d < p.head_dim; ++d) cpu::store_from_float<T>(p.v_cache, base + d, v[d]);
             }
           }
         }

@@ -6,6 +6,9 @@
 // classifier); x is then only read. With `groups` > 1 a row holds that many vectors of `cols`
 // side by side, each normalised on its own with the same weight (per-head norms of Q and K).
 // Sums run in float in a fixed order, independent of how many rows are processed together.
+//
+// With `center`, LayerNorm instead: out[t] = (x[t] - mean) / sqrt(var + eps) * weight + bias
+// (the DSA indexer's key norm); not with a residual.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,8 @@ struct rmsnorm_params {
   std::int64_t x_stride = 0;
   std::int64_t out_stride = 0;
   float eps = 1e-5f;
+  bool center = false;            // LayerNorm: subtract the mean, add `bias`
+  const float* bias = nullptr;    // [cols] (center only)
 };
 
 // invalid_argument for bad shapes or strides, and for groups with a residual or a gather (on

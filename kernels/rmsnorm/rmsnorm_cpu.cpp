@@ -18,13 +18,21 @@ void normalize_row(const rmsnorm_params& p, std::int64_t row, std::int64_t group
     const float* r = p.residual + row * p.cols;
     for (std::int64_t i = 0; i < p.cols; ++i) x[i] += r[i];
   }
-  float partial[sum_lanes] = {};
-  for (std::int64_t i = 0; i < p.cols; ++i) partial[i % sum_lanes] += x[i] * x[i];
-  float sum = 0.0f;
-  for (float v : partial) sum += v;
-  const float inv_rms = 1.0f / std::sqrt(sum / static_cast<float>(p.cols) + p.eps);
+  const auto lane_sum = [&](auto term) {
+    float partial[sum_lanes] = {};
+    for (std::int64_t i = 0; i < p.cols; ++i) partial[i % sum_lanes] += term(x[i]);
+    float sum = 0.0f;
+    for (float v : partial) sum += v;
+    return sum;
+  };
+  const float n = static_cast<float>(p.cols);
+  const float mean = p.center ? lane_sum([](float v) { return v; }) / n : 0.0f;
+  const float variance = lane_sum([mean](float v) { return (v - mean) * (v - mean); }) / n;
+  const float inv_rms = 1.0f / std::sqrt(variance + p.eps);
   float* out = p.out + row * p.out_stride + group * p.cols;
-  for (std::int64_t i = 0; i < p.cols; ++i) out[i] = x[i] * inv_rms * p.weight[i];
+  for (std::int64_t i = 0; i < p.cols; ++i) {
+    out[i] = (x[i] - mean) * inv_rms * p.weight[i] + (p.bias != nullptr ? p.bias[i] : 0.0f);
+  }
 }
 
 status check_rmsnorm(const rmsnorm_params& p) {
@@ -32,6 +40,9 @@ status check_rmsnorm(const rmsnorm_params& p) {
     return invalid_argument("rmsnorm: bad shape or strides");
   }
   if (p.row_index != nullptr && p.residual != nullptr) return invalid_argument("rmsnorm: a gather takes no residual");
+  if ((p.center && p.residual != nullptr) || (p.bias != nullptr && !p.center)) {
+    return invalid_argument("rmsnorm: a bias only with center, which takes no residual");
+  }
   if (p.groups > 1 && (p.row_index != nullptr || p.residual != nullptr)) {
     return invalid_argument("rmsnorm: groups take no residual and no gather");
   }

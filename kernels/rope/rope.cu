@@ -14,7 +14,7 @@ __global__ void rope_kernel(float* __restrict__ x,                    // [tokens
                             const std::int32_t* __restrict__ positions,  // [tokens]
                             const float* __restrict__ inv_freq,          // [rotary_dim / 2]
                             std::int64_t tokens, std::int64_t heads, std::int64_t head_dim,
-                            std::int64_t rotary_dim, std::int64_t x_stride, bool adjacent) {
+                            std::int64_t rotary_dim, std::int64_t x_stride, bool adjacent, float scale) {
   const std::int64_t pairs = rotary_dim / 2;
   const std::int64_t total = tokens * pairs * heads;
   for (std::int64_t item = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; item < total;
@@ -31,8 +31,8 @@ __global__ void rope_kernel(float* __restrict__ x,                    // [tokens
     const std::int64_t b = adjacent ? 2 * i + 1 : i + pairs;
     const float x0 = head[a];
     const float x1 = head[b];
-    head[a] = x0 * c - x1 * sn;
-    head[b] = x0 * sn + x1 * c;
+    head[a] = (x0 * c - x1 * sn) * scale;
+    head[b] = (x0 * sn + x1 * c) * scale;
   }
 }
 
@@ -45,7 +45,7 @@ status run_rope(const rope_params& p, const stream& s) {
   if (total <= 0) return {};
   const std::int64_t blocks = std::min(max_rope_blocks, ceil_div(total, rope_threads));
   rope_kernel<<<static_cast<unsigned>(blocks), rope_threads, 0, native(s)>>>(
-      p.x, p.positions, p.inv_freq, p.tokens, p.heads, p.head_dim, rotated, p.x_stride, p.pairs == rope_pairs::adjacent);
+      p.x, p.positions, p.inv_freq, p.tokens, p.heads, p.head_dim, rotated, p.x_stride, p.pairs == rope_pairs::adjacent, p.scale);
   return check_launch("rope");
 }
 

@@ -1,5 +1,6 @@
 #include "kernels/rope/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -8,12 +9,43 @@
 
 namespace edge::kernels {
 
+namespace {
+
+// The pair index (fractional) at which a frequency turns `rotations` times over `positions`.
+double yarn_pair_turning(double rotations, std::int64_t head_dim, double theta, double positions) {
+  return static_cast<double>(head_dim) * std::log(positions / (rotations * 2.0 * std::numbers::pi)) /
+         (2.0 * std::log(theta));
+}
+
+}  // namespace
+
 std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta,
-                                 const std::optional<rope_llama3_scaling>& scaling) {
+                                 const std::optional<rope_llama3_scaling>& scaling,
+                                 const std::optional<rope_yarn_scaling>& yarn) {
   const std::int64_t pairs = head_dim / 2;
   std::vector<float> inv_freq(static_cast<std::size_t>(pairs));
+  // YaRN's ramp runs from pair `low` (the faster pairs before it keep their frequency) to pair
+  // `high` (the slower pairs after it are interpolated).
+  double low = 0.0;
+  double high = 0.0;
+  if (yarn) {
+    low = yarn_pair_turning(yarn->beta_fast, head_dim, theta, yarn->original_max_position);
+    high = yarn_pair_turning(yarn->beta_slow, head_dim, theta, yarn->original_max_position);
+    if (yarn->truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(head_dim - 1));
+    if (low == high) high += 0.001;  // a ramp of width zero would divide by zero
+  }
   for (std::int64_t i = 0; i < pairs; ++i) {
     double f = 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(head_dim));
+    if (yarn) {
+      // ramp 0 keeps the frequency (extrapolation), ramp 1 divides it by the factor.
+      const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      f = f / yarn->factor * ramp + f * (1.0 - ramp);
+    }
     if (scaling) {
       // Llama 3.1: wavelengths longer than the original context / low_freq_factor are
       // stretched by `factor`, those shorter than context / high_freq_factor kept, and the
@@ -54,8 +86,8 @@ status run_rope(const rope_params& p, const stream& s) {
           float* head = row + h * p.head_dim;
           const float x0 = head[a];
           const float x1 = head[b];
-          head[a] = x0 * c - x1 * sn;
-          head[b] = x0 * sn + x1 * c;
+          head[a] = (x0 * c - x1 * sn) * p.scale;
+          head[b] = (x0 * sn + x1 * c) * p.scale;
         }
       }
     }

@@ -184,7 +184,9 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
       config.qk_norm = true;
       break;
     case architecture::mistral:
-    case architecture::glm4_moe: break;  // not in gguf_architectures
+    case architecture::glm4_moe:
+    case architecture::deepseek_v3:
+    case architecture::glm_moe_dsa: break;  // not in gguf_architectures
   }
 
   const metadata_reader keys(file, arch + ".");

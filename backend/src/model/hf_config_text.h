@@ -18,6 +18,8 @@ inline std::string_view hf_architecture_class(architecture arch) {
     case architecture::qwen3: return "Qwen3ForCausalLM";
     case architecture::qwen3_moe: return "Qwen3MoeForCausalLM";
     case architecture::glm4_moe: return "Glm4MoeForCausalLM";
+    case architecture::deepseek_v3: return "DeepseekV3ForCausalLM";
+    case architecture::glm_moe_dsa: return "GlmMoeDsaForCausalLM";
   }
   return "LlamaForCausalLM";
 }
@@ -43,6 +45,12 @@ inline std::string hf_config_shape_fields(const model_config& c) {
            ", \"low_freq_factor\": " + json_number(s.low_freq_factor) +
            ", \"high_freq_factor\": " + json_number(s.high_freq_factor) +
            ", \"original_max_position_embeddings\": " + std::to_string(s.original_max_position) + "},\n";
+  } else if (c.yarn) {
+    const auto& y = *c.yarn;
+    out += "  \"rope_scaling\": {\"type\": \"yarn\", \"factor\": " + json_number(y.factor) +
+           ", \"original_max_position_embeddings\": " + std::to_string(y.original_max_position) +
+           ", \"beta_fast\": " + json_number(y.beta_fast) + ", \"beta_slow\": " + json_number(y.beta_slow) +
+           ", \"mscale\": " + json_number(y.mscale) + ", \"mscale_all_dim\": " + json_number(y.mscale_all_dim) + "},\n";
   } else {
     out += "  \"rope_scaling\": null,\n";
   }
@@ -58,6 +66,18 @@ inline std::string hf_config_class_fields(const model_config& c) {
   };
   const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
   std::string out;
+  // The sigmoid router GLM-4.5, DeepSeek-V3 and GLM-5 share.
+  const auto grouped_router = [&] {
+    const moe_config m = c.moe.value_or(moe_config{});
+    return field("n_routed_experts", std::to_string(m.num_experts)) +
+           field("n_shared_experts", std::to_string(m.shared_experts)) +
+           field("num_experts_per_tok", std::to_string(m.experts_per_token)) +
+           field("moe_intermediate_size", std::to_string(m.expert_intermediate)) +
+           field("first_k_dense_replace", std::to_string(m.first_dense_layers)) +
+           field("norm_topk_prob", boolean(m.normalize_weights)) +
+           field("routed_scaling_factor", json_number(m.routed_scaling)) + field("n_group", std::to_string(m.groups)) +
+           field("topk_group", std::to_string(m.top_groups));
+  };
   switch (c.arch) {
     case architecture::qwen2: return field("use_sliding_window", "false");
     case architecture::qwen3: return field("use_sliding_window", "false") + field("attention_bias", "false");
@@ -80,15 +100,31 @@ inline std::string hf_config_class_fields(const model_config& c) {
       out = field("attention_bias", boolean(c.qkv_bias)) + field("use_qk_norm", boolean(c.qk_norm)) +
             field("partial_rotary_factor",
                   json_number(static_cast<double>(c.rotated()) / static_cast<double>(c.head_dim)));
-      const moe_config m = c.moe.value_or(moe_config{});
-      return out + field("n_routed_experts", std::to_string(m.num_experts)) +
-             field("n_shared_experts", std::to_string(m.shared_experts)) +
-             field("num_experts_per_tok", std::to_string(m.experts_per_token)) +
-             field("moe_intermediate_size", std::to_string(m.expert_intermediate)) +
-             field("first_k_dense_replace", std::to_string(m.first_dense_layers)) +
-             field("norm_topk_prob", boolean(m.normalize_weights)) +
-             field("routed_scaling_factor", json_number(m.routed_scaling)) + field("n_group", std::to_string(m.groups)) +
-             field("topk_group", std::to_string(m.top_groups));
+      return out + grouped_router();
+    }
+    case architecture::deepseek_v3:
+    case architecture::glm_moe_dsa: {
+      const mla_config m = c.mla.value_or(mla_config{});
+      out = field("attention_bias", "false") +
+            field("q_lora_rank", m.q_lora_rank > 0 ? std::to_string(m.q_lora_rank) : std::string("null")) +
+            field("kv_lora_rank", std::to_string(m.kv_lora_rank)) +
+            field("qk_nope_head_dim", std::to_string(m.qk_nope_head_dim)) +
+            field("qk_rope_head_dim", std::to_string(m.qk_rope_head_dim)) +
+            field("v_head_dim", std::to_string(m.v_head_dim)) +
+            field("rope_interleave", boolean(c.rope == rope_layout::adjacent_pairs)) +
+            field("scoring_func", "\"sigmoid\"") + field("topk_method", "\"noaux_tc\"") +
+            field("num_nextn_predict_layers", std::to_string(c.nextn_layers));
+      if (c.dsa) {
+        const dsa_config& d = *c.dsa;
+        std::string types = "[";
+        for (std::int64_t i = 0; i < c.num_layers; ++i) {
+          types += std::string(i > 0 ? ", " : "") + (d.shared(i) ? "\"shared\"" : "\"full\"");
+        }
+        types += "]";
+        out += field("index_topk", std::to_string(d.index_topk)) + field("index_n_heads", std::to_string(d.index_heads)) +
+               field("index_head_dim", std::to_string(d.index_head_dim)) + field("indexer_types", types);
+      }
+      return out + grouped_router();
     }
     case architecture::llama:
     case architecture::mistral: break;

@@ -28,19 +28,26 @@ constexpr architecture_defaults known_architectures[] = {
     {"Qwen3ForCausalLM", architecture::qwen3, 32768, false, true, 128},
     {"Qwen3MoeForCausalLM", architecture::qwen3_moe, 32768, false, true, 0},
     {"Glm4MoeForCausalLM", architecture::glm4_moe, 131072, false, false, 0},
+    {"DeepseekV3ForCausalLM", architecture::deepseek_v3, 4096, false, false, 0},
+    {"GlmMoeDsaForCausalLM", architecture::glm_moe_dsa, 202752, false, false, 0},
 };
 
 constexpr std::string_view supported_classes =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and "
-    "Glm4MoeForCausalLM are";
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+    "Glm4MoeForCausalLM, DeepseekV3ForCausalLM and GlmMoeDsaForCausalLM are";
 
-// transformers' defaults for the Mixture-of-Experts fields (Qwen3MoeConfig, Glm4MoeConfig).
+// transformers' defaults for the Mixture-of-Experts fields (Qwen3MoeConfig, Glm4MoeConfig,
+// DeepseekV3Config, GlmMoeDsaConfig).
 struct moe_defaults {
   std::int64_t num_experts, experts_per_token, expert_intermediate, shared_experts, first_dense_layers;
   bool normalize_weights;
+  double routed_scaling;
+  std::int64_t groups, top_groups;
 };
-constexpr moe_defaults qwen3_moe_defaults{128, 8, 768, 0, 0, false};
-constexpr moe_defaults glm4_moe_defaults{128, 8, 1408, 1, 1, true};
+constexpr moe_defaults qwen3_moe_defaults{128, 8, 768, 0, 0, false, 1.0, 1, 1};
+constexpr moe_defaults glm4_moe_defaults{128, 8, 1408, 1, 1, true, 1.0, 1, 1};
+constexpr moe_defaults deepseek_v3_defaults{256, 8, 2048, 1, 3, true, 2.5, 8, 4};
+constexpr moe_defaults glm_moe_dsa_defaults{256, 8, 2048, 1, 3, true, 2.5, 1, 1};
 
 // The Mixture-of-Experts fields of a Qwen3-MoE or GLM-4.5 config.json; nullopt for a dense one
 // (Qwen3-MoE with num_experts 0).
@@ -65,9 +72,11 @@ result<std::optional<moe_config>> parse_moe(const json_fields& fields, architect
     moe.scoring = kernels::router_scoring::softmax;
     return std::optional<moe_config>{moe};
   }
-  // GLM-4.5 (and DeepSeek-V3's router, which it shares): sigmoid scores, a correction bias,
+  // GLM-4.5, DeepSeek-V3 and GLM-5 share one router: sigmoid scores, a correction bias,
   // group-limited choice, scaled weights.
-  const moe_defaults& d = glm4_moe_defaults;
+  const moe_defaults& d = arch == architecture::deepseek_v3   ? deepseek_v3_defaults
+                          : arch == architecture::glm_moe_dsa ? glm_moe_dsa_defaults
+                                                              : glm4_moe_defaults;
   EDGE_ASSIGN_OR_RETURN(moe.num_experts, fields.value_or<std::int64_t>("n_routed_experts", d.num_experts));
   EDGE_ASSIGN_OR_RETURN(moe.experts_per_token, fields.value_or<std::int64_t>("num_experts_per_tok", d.experts_per_token));
   EDGE_ASSIGN_OR_RETURN(moe.expert_intermediate,
@@ -76,9 +85,29 @@ result<std::optional<moe_config>> parse_moe(const json_fields& fields, architect
   EDGE_ASSIGN_OR_RETURN(moe.first_dense_layers,
                         fields.value_or<std::int64_t>("first_k_dense_replace", d.first_dense_layers));
   EDGE_ASSIGN_OR_RETURN(moe.normalize_weights, fields.value_or<bool>("norm_topk_prob", d.normalize_weights));
-  EDGE_ASSIGN_OR_RETURN(moe.routed_scaling, fields.value_or<double>("routed_scaling_factor", 1.0));
-  EDGE_ASSIGN_OR_RETURN(moe.groups, fields.value_or<std::int64_t>("n_group", 1));
-  EDGE_ASSIGN_OR_RETURN(moe.top_groups, fields.value_or<std::int64_t>("topk_group", 1));
+  EDGE_ASSIGN_OR_RETURN(moe.routed_scaling, fields.value_or<double>("routed_scaling_factor", d.routed_scaling));
+  EDGE_ASSIGN_OR_RETURN(moe.groups, fields.value_or<std::int64_t>("n_group", d.groups));
+  EDGE_ASSIGN_OR_RETURN(moe.top_groups, fields.value_or<std::int64_t>("topk_group", d.top_groups));
+  // DeepSeek's own code makes every moe_layer_freq-th layer sparse; transformers (and every
+  // release) has 1.
+  EDGE_ASSIGN_OR_RETURN(const std::int64_t frequency, fields.value_or<std::int64_t>("moe_layer_freq", 1));
+  if (frequency != 1) {
+    return status(status_code::unimplemented, edge::format("moe_layer_freq {} is not supported (only 1 is)", frequency));
+  }
+  // GLM-5's newer configs list each layer's MLP ("dense" or "sparse") instead.
+  EDGE_ASSIGN_OR_RETURN(const auto types, fields.optional<json_array>("mlp_layer_types"));
+  if (types) {
+    moe.first_dense_layers = 0;
+    std::int64_t layer = 0;
+    for (const json_value type : *types) {
+      EDGE_ASSIGN_OR_RETURN(const std::string_view name, type.as<std::string_view>());
+      if (name != "dense" && name != "sparse") {
+        return invalid_argument(edge::format("mlp_layer_types entry \"{}\" is neither \"dense\" nor \"sparse\"", name));
+      }
+      if (name == "dense") moe.dense_layers.push_back(layer);
+      ++layer;
+    }
+  }
   moe.scoring = kernels::router_scoring::sigmoid;
   moe.correction_bias = true;
   // DeepSeek-V3's configs name the scoring and the choice; GLM's imply these values.
@@ -97,27 +126,62 @@ result<std::optional<moe_config>> parse_moe(const json_fields& fields, architect
 
 // Defaults shared by the three configuration classes.
 constexpr double default_rms_norm_eps = 1e-6;
+constexpr double glm_rms_norm_eps = 1e-5;
 constexpr double default_rope_theta = 10000.0;
 
-result<std::optional<rope_scaling_llama3>> parse_rope_scaling(const json_fields& config) {
-  EDGE_ASSIGN_OR_RETURN(const auto object, config.optional<json_fields>("rope_scaling"));
-  if (!object) return std::optional<rope_scaling_llama3>{};
+// rope_scaling (or, in newer configs, rope_parameters, which also carries rope_theta): none,
+// "default", "llama3" or "yarn".
+status parse_rope(const json_fields& config, model_config& out) {
+  EDGE_ASSIGN_OR_RETURN(const auto theta, config.optional<double>("rope_theta"));
+  out.rope_theta = theta.value_or(default_rope_theta);
+  EDGE_ASSIGN_OR_RETURN(auto object, config.optional<json_fields>("rope_scaling"));
+  if (!object) {
+    EDGE_ASSIGN_OR_RETURN(object, config.optional<json_fields>("rope_parameters"));
+    if (object) {
+      EDGE_ASSIGN_OR_RETURN(const auto nested_theta, object->optional<double>("rope_theta"));
+      if (nested_theta && !theta) out.rope_theta = *nested_theta;
+    }
+  }
+  if (!object) return {};
   const json_fields& fields = *object;
   // transformers renamed "type" to "rope_type"; files carry either.
   EDGE_ASSIGN_OR_RETURN(auto type, fields.optional<std::string_view>("rope_type"));
   if (!type) {
     EDGE_ASSIGN_OR_RETURN(type, fields.optional<std::string_view>("type"));
   }
-  if (!type || *type == "default") return std::optional<rope_scaling_llama3>{};
+  if (!type || *type == "default") return {};
+  EDGE_ASSIGN_OR_RETURN(const auto factor, fields.optional<double>("factor"));
+  EDGE_ASSIGN_OR_RETURN(const auto original, fields.optional<std::int64_t>("original_max_position_embeddings"));
+  if (*type == "yarn") {
+    rope_scaling_yarn yarn;
+    if (!original) return invalid_argument("yarn rope_scaling needs \"original_max_position_embeddings\"");
+    yarn.original_max_position = *original;
+    // transformers: factor defaults to max_position_embeddings / original_max_position_embeddings.
+    EDGE_ASSIGN_OR_RETURN(const auto max_position, config.optional<std::int64_t>("max_position_embeddings"));
+    yarn.factor = factor ? *factor
+                         : static_cast<double>(max_position.value_or(*original)) / static_cast<double>(*original);
+    // beta_fast / beta_slow: `or 32` / `or 1` in transformers, so an explicit 0 takes the default too.
+    EDGE_ASSIGN_OR_RETURN(const auto beta_fast, fields.optional<double>("beta_fast"));
+    EDGE_ASSIGN_OR_RETURN(const auto beta_slow, fields.optional<double>("beta_slow"));
+    if (beta_fast && *beta_fast != 0.0) yarn.beta_fast = *beta_fast;
+    if (beta_slow && *beta_slow != 0.0) yarn.beta_slow = *beta_slow;
+    EDGE_ASSIGN_OR_RETURN(yarn.truncate, fields.value_or<bool>("truncate", true));
+    EDGE_ASSIGN_OR_RETURN(const auto mscale, fields.optional<double>("mscale"));
+    EDGE_ASSIGN_OR_RETURN(const auto mscale_all_dim, fields.optional<double>("mscale_all_dim"));
+    yarn.mscale = mscale.value_or(0.0);
+    yarn.mscale_all_dim = mscale_all_dim.value_or(0.0);
+    EDGE_ASSIGN_OR_RETURN(yarn.attention_factor, fields.optional<double>("attention_factor"));
+    EDGE_RETURN_IF_ERROR(check_rope_scaling(yarn));
+    out.yarn = yarn;
+    return {};
+  }
   if (*type != "llama3") {
     return status(status_code::unimplemented,
-                  edge::format("rope_scaling type \"{}\" is not supported (only \"llama3\" is)", *type));
+                  edge::format("rope_scaling type \"{}\" is not supported (llama3 and yarn are)", *type));
   }
   rope_scaling_llama3 scaling;
-  EDGE_ASSIGN_OR_RETURN(const auto factor, fields.optional<double>("factor"));
   EDGE_ASSIGN_OR_RETURN(const auto low, fields.optional<double>("low_freq_factor"));
   EDGE_ASSIGN_OR_RETURN(const auto high, fields.optional<double>("high_freq_factor"));
-  EDGE_ASSIGN_OR_RETURN(const auto original, fields.optional<std::int64_t>("original_max_position_embeddings"));
   if (!factor || !original) {
     return invalid_argument("llama3 rope_scaling needs \"factor\" and \"original_max_position_embeddings\"");
   }
@@ -126,7 +190,66 @@ result<std::optional<rope_scaling_llama3>> parse_rope_scaling(const json_fields&
   scaling.high_freq_factor = high.value_or(scaling.high_freq_factor);
   scaling.original_max_position = *original;
   EDGE_RETURN_IF_ERROR(check_rope_scaling(scaling));
-  return std::optional<rope_scaling_llama3>{scaling};
+  out.rope_scaling = scaling;
+  return {};
+}
+
+// The attention of DeepseekV3ForCausalLM (kimi_k2 too) and GlmMoeDsaForCausalLM: MLA, and for
+// GLM-5 the DSA indexer. Their head_dim is the query/key head (qk_nope + qk_rope) and every
+// head has its own key and value (num_key_value_heads = num_attention_heads).
+status parse_mla(const json_fields& fields, model_config& config) {
+  const bool glm = config.arch == architecture::glm_moe_dsa;
+  mla_config mla;
+  // q_lora_rank: null means one q_proj; absent, the class's default (find() reads both as absent).
+  const bool q_lora_given = fields.object().at_key("q_lora_rank").error() == simdjson::SUCCESS;
+  EDGE_ASSIGN_OR_RETURN(const auto q_lora, fields.optional<std::int64_t>("q_lora_rank"));
+  mla.q_lora_rank = q_lora.value_or(q_lora_given ? 0 : (glm ? 2048 : 1536));
+  EDGE_ASSIGN_OR_RETURN(mla.kv_lora_rank, fields.value_or<std::int64_t>("kv_lora_rank", 512));
+  EDGE_ASSIGN_OR_RETURN(mla.qk_nope_head_dim, fields.value_or<std::int64_t>("qk_nope_head_dim", glm ? 192 : 128));
+  EDGE_ASSIGN_OR_RETURN(mla.qk_rope_head_dim, fields.value_or<std::int64_t>("qk_rope_head_dim", 64));
+  EDGE_ASSIGN_OR_RETURN(mla.v_head_dim, fields.value_or<std::int64_t>("v_head_dim", glm ? 256 : 128));
+  config.head_dim = mla.qk_head_dim();
+  config.num_kv_heads = config.num_heads;
+  // DeepSeek-V3's rope_interleave (default true) rotates pairs (2i, 2i+1) of q_pe and k_pe
+  // (transformers permutes them to halves first, the same dot products); GLM-5 always does.
+  EDGE_ASSIGN_OR_RETURN(const bool interleave, fields.value_or<bool>("rope_interleave", true));
+  config.rope = glm || interleave ? rope_layout::adjacent_pairs : rope_layout::half_split;
+  config.mla = mla;
+  if (glm) {
+    dsa_config dsa;
+    EDGE_ASSIGN_OR_RETURN(dsa.index_topk, fields.value_or<std::int64_t>("index_topk", 2048));
+    EDGE_ASSIGN_OR_RETURN(dsa.index_heads, fields.value_or<std::int64_t>("index_n_heads", 32));
+    EDGE_ASSIGN_OR_RETURN(dsa.index_head_dim, fields.value_or<std::int64_t>("index_head_dim", 128));
+    // Which layers run their own indexer: indexer_types, else index_topk_pattern ("F" full,
+    // "S" shared), else every index_topk_freq-th layer from index_skip_topk_offset on (with
+    // freq 1, the default, every layer), as GlmMoeDsaConfig computes it.
+    EDGE_ASSIGN_OR_RETURN(const auto types, fields.optional<json_array>("indexer_types"));
+    EDGE_ASSIGN_OR_RETURN(const auto pattern, fields.optional<std::string_view>("index_topk_pattern"));
+    if (types) {
+      for (const json_value type : *types) {
+        EDGE_ASSIGN_OR_RETURN(const std::string_view name, type.as<std::string_view>());
+        if (name != "full" && name != "shared") {
+          return invalid_argument(edge::format("indexer_types entry \"{}\" is neither \"full\" nor \"shared\"", name));
+        }
+        dsa.shared_layers.push_back(name == "shared");
+      }
+    } else if (pattern) {
+      for (const char c : *pattern) {
+        if (c != 'F' && c != 'S') return invalid_argument(edge::format("index_topk_pattern \"{}\" is not F/S", *pattern));
+        dsa.shared_layers.push_back(c == 'S');
+      }
+    } else {
+      EDGE_ASSIGN_OR_RETURN(const std::int64_t freq, fields.value_or<std::int64_t>("index_topk_freq", 1));
+      EDGE_ASSIGN_OR_RETURN(const std::int64_t offset, fields.value_or<std::int64_t>("index_skip_topk_offset", 2));
+      const std::int64_t every = std::max<std::int64_t>(freq, 1);
+      for (std::int64_t i = 0; i < config.num_layers; ++i) {
+        dsa.shared_layers.push_back(std::max<std::int64_t>(i - offset + 1, 0) % every != 0);
+      }
+    }
+    config.dsa = dsa;
+  }
+  EDGE_ASSIGN_OR_RETURN(config.nextn_layers, fields.value_or<std::int64_t>("num_nextn_predict_layers", 0));
+  return {};
 }
 
 // compressed-tensors' quantization_config (what llm-compressor writes): symmetric INT4 weights
@@ -281,10 +404,10 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   EDGE_ASSIGN_OR_RETURN(const auto max_position, fields.optional<std::int64_t>("max_position_embeddings"));
   config.max_position = max_position.value_or(defaults->max_position);
   EDGE_ASSIGN_OR_RETURN(const auto eps, fields.optional<double>("rms_norm_eps"));
-  config.rms_norm_eps = eps.value_or(default_rms_norm_eps);
-  EDGE_ASSIGN_OR_RETURN(const auto theta, fields.optional<double>("rope_theta"));
-  config.rope_theta = theta.value_or(default_rope_theta);
-  EDGE_ASSIGN_OR_RETURN(config.rope_scaling, parse_rope_scaling(fields));
+  // Glm4MoeConfig and GlmMoeDsaConfig default to 1e-5, the others to 1e-6.
+  const bool glm = config.arch == architecture::glm4_moe || config.arch == architecture::glm_moe_dsa;
+  config.rms_norm_eps = eps.value_or(glm ? glm_rms_norm_eps : default_rms_norm_eps);
+  EDGE_RETURN_IF_ERROR(parse_rope(fields, config));
   // All three classes default to an untied classifier (Qwen2.5's small models say true).
   EDGE_ASSIGN_OR_RETURN(const auto tie, fields.optional<bool>("tie_word_embeddings"));
   config.tie_embeddings = tie.value_or(false);
@@ -306,12 +429,18 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
       return invalid_argument(edge::format("partial_rotary_factor = {} must be in (0, 1]", partial));
     }
     config.rotary_dim = static_cast<std::int64_t>(static_cast<double>(config.head_dim) * partial);
+  } else if (config.arch == architecture::deepseek_v3 || config.arch == architecture::glm_moe_dsa) {
+    if (attention_bias.value_or(false)) {
+      return status(status_code::unimplemented, "attention_bias on the MLA projections is not supported");
+    }
+    EDGE_RETURN_IF_ERROR(parse_mla(fields, config));
   } else if (attention_bias.value_or(false) || mlp_bias.value_or(false)) {
     // The Llama and Qwen3 classes' attention_bias also puts a bias on o_proj, which
     // model_weights has no slot for.
     return status(status_code::unimplemented, "attention_bias / mlp_bias are not supported");
   }
-  if (config.arch == architecture::qwen3_moe || config.arch == architecture::glm4_moe) {
+  if (config.arch == architecture::qwen3_moe || config.arch == architecture::glm4_moe ||
+      config.arch == architecture::deepseek_v3 || config.arch == architecture::glm_moe_dsa) {
     EDGE_ASSIGN_OR_RETURN(config.moe, parse_moe(fields, config.arch));
   }
 
@@ -355,8 +484,18 @@ result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, cons
     const std::string prefix = edge::format("model.layers.{}.", i);
     layer_tensor_names layer;
     layer.attn_norm = prefix + "input_layernorm.weight";
-    layer.wq = prefix + "self_attn.q_proj.weight";
-    layer.wk = prefix + "self_attn.k_proj.weight";
+    const bool q_lora = config.mla && config.mla->q_lora_rank > 0;
+    layer.wq = prefix + (q_lora ? "self_attn.q_a_proj.weight" : "self_attn.q_proj.weight");
+    layer.wk = prefix + (config.mla ? "self_attn.kv_a_proj_with_mqa.weight" : "self_attn.k_proj.weight");
+    layer.q_a_norm = prefix + "self_attn.q_a_layernorm.weight";
+    layer.wq_b = prefix + "self_attn.q_b_proj.weight";
+    layer.kv_a_norm = prefix + "self_attn.kv_a_layernorm.weight";
+    layer.wkv_b = prefix + "self_attn.kv_b_proj.weight";
+    layer.index_wq = prefix + "self_attn.indexer.wq_b.weight";
+    layer.index_wk = prefix + "self_attn.indexer.wk.weight";
+    layer.index_k_norm = prefix + "self_attn.indexer.k_norm.weight";
+    layer.index_k_norm_bias = prefix + "self_attn.indexer.k_norm.bias";
+    layer.index_weights = prefix + "self_attn.indexer.weights_proj.weight";
     layer.wv = prefix + "self_attn.v_proj.weight";
     layer.wo = prefix + "self_attn.o_proj.weight";
     layer.bq = prefix + "self_attn.q_proj.bias";

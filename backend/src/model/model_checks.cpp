@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "edge/common/format.h"
+#include "kernels/mla_attention/mla_attention.h"
 #include "kernels/moe_routing/moe_routing.h"
 
 namespace edge::backend {
@@ -66,6 +67,77 @@ status check_config(const model_config& config) {
                                          config.rotary_dim, config.head_dim));
   }
   if (config.moe) EDGE_RETURN_IF_ERROR(check_moe(*config.moe, config.num_layers));
+  if (config.yarn) EDGE_RETURN_IF_ERROR(check_rope_scaling(*config.yarn));
+  if (config.yarn && config.rope_scaling) return invalid_argument("a model has one rope_scaling, not two");
+  if (config.mla) EDGE_RETURN_IF_ERROR(check_mla(config));
+  if (config.dsa && !config.mla) return invalid_argument("DeepSeek Sparse Attention needs latent attention");
+  if (config.nextn_layers < 0 || config.nextn_layers > max_layers) {
+    return out_of_bounds("num_nextn_predict_layers", config.nextn_layers, 0, max_layers);
+  }
+  return {};
+}
+
+status check_mla(const model_config& config) {
+  const mla_config& m = *config.mla;
+  const struct {
+    std::string_view name;
+    std::int64_t value;
+    std::int64_t low;
+    std::int64_t high;
+  } sizes[] = {
+      {"q_lora_rank", m.q_lora_rank, 0, max_width},
+      {"kv_lora_rank", m.kv_lora_rank, 1, kernels::max_mla_row},
+      {"qk_nope_head_dim", m.qk_nope_head_dim, 1, max_width},
+      {"qk_rope_head_dim", m.qk_rope_head_dim, 2, kernels::max_mla_row},
+      {"v_head_dim", m.v_head_dim, 1, max_width},
+      {"num_attention_heads", config.num_heads, 1, kernels::max_mla_heads},
+  };
+  for (const auto& size : sizes) {
+    if (size.value < size.low || size.value > size.high) return out_of_bounds(size.name, size.value, size.low, size.high);
+  }
+  if (m.qk_rope_head_dim % 2 != 0) {
+    return invalid_argument(edge::format("qk_rope_head_dim = {} is odd; RoPE rotates pairs", m.qk_rope_head_dim));
+  }
+  if (m.cache_row() > kernels::max_mla_row) {
+    return out_of_bounds("kv_lora_rank + qk_rope_head_dim", m.cache_row(), 1, kernels::max_mla_row);
+  }
+  if (config.num_heads * std::max(m.qk_head_dim(), m.v_head_dim) > max_width ||
+      config.num_heads * m.kv_lora_rank > max_width) {
+    return invalid_argument(edge::format("{} heads of latent attention are over {} wide", config.num_heads, max_width));
+  }
+  if (config.dsa) {
+    const dsa_config& d = *config.dsa;
+    if (m.q_lora_rank == 0) return invalid_argument("the DSA indexer reads the q_lora_rank bottleneck, which this model lacks");
+    if (d.index_topk < 1 || d.index_topk > max_positions) return out_of_bounds("index_topk", d.index_topk, 1, max_positions);
+    if (d.index_heads < 1 || d.index_heads > max_heads) return out_of_bounds("index_n_heads", d.index_heads, 1, max_heads);
+    if (d.index_head_dim < m.qk_rope_head_dim || d.index_head_dim > kernels::max_mla_row) {
+      return out_of_bounds("index_head_dim", d.index_head_dim, m.qk_rope_head_dim, kernels::max_mla_row);
+    }
+    if (!d.shared_layers.empty()) {
+      if (static_cast<std::int64_t>(d.shared_layers.size()) < config.num_layers) {
+        return invalid_argument(edge::format("indexer_types lists {} layers of {}", d.shared_layers.size(), config.num_layers));
+      }
+      if (d.shared_layers.front()) return invalid_argument("the first layer cannot reuse a previous layer's indexer");
+    }
+  }
+  return {};
+}
+
+status check_rope_scaling(const rope_scaling_yarn& scaling) {
+  if (!(scaling.factor >= 1.0) || !std::isfinite(scaling.factor)) {
+    return invalid_argument(edge::format("yarn rope_scaling factor = {} must be at least 1", scaling.factor));
+  }
+  if (scaling.original_max_position < 1 || scaling.original_max_position > max_positions) {
+    return out_of_bounds("original_max_position_embeddings", scaling.original_max_position, 1, max_positions);
+  }
+  if (!(scaling.beta_fast > 0.0) || !(scaling.beta_slow > 0.0) || !std::isfinite(scaling.beta_fast) ||
+      !std::isfinite(scaling.beta_slow)) {
+    return invalid_argument(edge::format("yarn beta_fast ({}) and beta_slow ({}) must be positive", scaling.beta_fast,
+                                         scaling.beta_slow));
+  }
+  for (const double m : {scaling.mscale, scaling.mscale_all_dim, scaling.attention_factor.value_or(1.0)}) {
+    if (!std::isfinite(m) || m < 0.0) return invalid_argument(edge::format("yarn mscale {} must be finite and >= 0", m));
+  }
   return {};
 }
 

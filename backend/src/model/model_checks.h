@@ -14,6 +14,9 @@ namespace edge::backend {
 // product of two sizes far from overflowing.
 status check_config(const model_config& config);
 status check_rope_scaling(const rope_scaling_llama3& scaling);
+status check_rope_scaling(const rope_scaling_yarn& scaling);
+// The latent attention's widths against the CPU kernel's limits, and DSA's indexer.
+status check_mla(const model_config& config);
 // The experts, their groups and the sparse layers (fields named as transformers names them).
 status check_moe(const moe_config& moe, std::int64_t num_layers);
 

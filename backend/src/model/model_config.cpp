@@ -1,6 +1,7 @@
 #include "edge/backend/model/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "edge/backend/model/formats.h"
@@ -15,8 +16,28 @@ std::string_view to_string(architecture arch) {
     case architecture::qwen3: return "qwen3";
     case architecture::qwen3_moe: return "qwen3_moe";
     case architecture::glm4_moe: return "glm4_moe";
+    case architecture::deepseek_v3: return "deepseek_v3";
+    case architecture::glm_moe_dsa: return "glm_moe_dsa";
   }
   return "unknown";
+}
+
+namespace {
+
+double yarn_mscale(double factor, double mscale) { return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
+
+}  // namespace
+
+double rope_scaling_yarn::rotary_factor() const {
+  if (attention_factor) return *attention_factor;
+  if (mscale != 0.0 && mscale_all_dim != 0.0) return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim);
+  return yarn_mscale(factor, 1.0);
+}
+
+double rope_scaling_yarn::softmax_factor() const {
+  if (mscale_all_dim == 0.0) return 1.0;
+  const double m = yarn_mscale(factor, mscale_all_dim);
+  return m * m;
 }
 
 bool moe_config::sparse(std::int64_t layer) const {

@@ -10,6 +10,7 @@ namespace edge::backend {
 std::string_view to_string(attention_kind kind) {
   switch (kind) {
     case attention_kind::gqa: return "gqa";
+    case attention_kind::mla: return "mla";
   }
   return "unknown";
 }
@@ -22,7 +23,7 @@ std::string_view to_string(mlp_kind kind) {
   return "unknown";
 }
 
-std::vector<float> rope_plan::inv_freq() const { return kernels::rope_inv_freq(rotary_dim, theta, scaling); }
+std::vector<float> rope_plan::inv_freq() const { return kernels::rope_inv_freq(rotary_dim, theta, scaling, yarn); }
 
 namespace {
 
@@ -55,6 +56,28 @@ std::int64_t model_plan::max_expert_intermediate() const {
   return widest(layers, [](const layer_plan& l) { return l.mlp.expert_intermediate; });
 }
 
+namespace {
+
+bool is_mla(const layer_plan& l) { return l.attention.kind == attention_kind::mla; }
+
+}  // namespace
+
+std::int64_t model_plan::max_mla_query() const {
+  return widest(layers, [](const layer_plan& l) { return is_mla(l) ? l.attention.num_heads * l.attention.mla.qk_head() : 0; });
+}
+std::int64_t model_plan::max_mla_latents() const {
+  return widest(layers,
+                [](const layer_plan& l) { return is_mla(l) ? l.attention.num_heads * l.attention.mla.kv_lora_rank : 0; });
+}
+std::int64_t model_plan::max_index_query() const {
+  return widest(layers, [](const layer_plan& l) {
+    return is_mla(l) ? l.attention.mla.index_heads * l.attention.mla.index_head_dim : 0;
+  });
+}
+std::int64_t model_plan::max_index_topk() const {
+  return widest(layers, [](const layer_plan& l) { return is_mla(l) ? l.attention.mla.index_topk : 0; });
+}
+
 std::int64_t model_plan::moe_layers() const {
   return std::count_if(layers.begin(), layers.end(), [](const layer_plan& l) { return l.mlp.kind == mlp_kind::moe; });
 }
@@ -79,6 +102,10 @@ result<model_plan> plan_model(const model_config& c) {
                                                 c.rope_scaling->high_freq_factor,
                                                 static_cast<double>(c.rope_scaling->original_max_position)};
   }
+  if (c.yarn) {
+    rope.yarn = kernels::rope_yarn_scaling{c.yarn->factor, static_cast<double>(c.yarn->original_max_position),
+                                           c.yarn->beta_fast, c.yarn->beta_slow, c.yarn->truncate};
+  }
   const layer_plan dense_layer{
       .attention = {.kind = attention_kind::gqa,
                     .num_heads = c.num_heads,
@@ -89,7 +116,29 @@ result<model_plan> plan_model(const model_config& c) {
                     .softmax_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                     .rope = rope},
       .mlp = {.kind = mlp_kind::dense, .intermediate = c.intermediate_size}};
-  layer_plan sparse_layer = dense_layer;
+  layer_plan attention_layer = dense_layer;
+  if (c.mla) {
+    const mla_config& m = *c.mla;
+    attention_plan& a = attention_layer.attention;
+    a.kind = attention_kind::mla;
+    a.qkv_bias = false;
+    a.qk_norm = false;
+    a.rope.rotary_dim = m.qk_rope_head_dim;
+    a.mla = {.q_lora_rank = m.q_lora_rank,
+             .kv_lora_rank = m.kv_lora_rank,
+             .nope = m.qk_nope_head_dim,
+             .rope = m.qk_rope_head_dim,
+             .v_head_dim = m.v_head_dim,
+             .rope_scale = c.yarn ? static_cast<float>(c.yarn->rotary_factor()) : 1.0f};
+    a.softmax_scale = static_cast<float>((c.yarn ? c.yarn->softmax_factor() : 1.0) /
+                                         std::sqrt(static_cast<double>(m.qk_head_dim())));
+    if (c.dsa) {
+      a.mla.index_topk = c.dsa->index_topk;
+      a.mla.index_heads = c.dsa->index_heads;
+      a.mla.index_head_dim = c.dsa->index_head_dim;
+    }
+  }
+  layer_plan sparse_layer = attention_layer;
   if (c.moe) {
     const moe_config& moe = *c.moe;
     sparse_layer.mlp = {.kind = mlp_kind::moe,
@@ -105,7 +154,10 @@ result<model_plan> plan_model(const model_config& c) {
                                    .scaling = static_cast<float>(moe.routed_scaling)}};
   }
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
-    plan.layers.push_back(c.moe && c.moe->sparse(i) ? sparse_layer : dense_layer);
+    layer_plan layer = c.moe && c.moe->sparse(i) ? sparse_layer : dense_layer;
+    layer.attention = attention_layer.attention;
+    if (c.dsa) layer.attention.mla.shared_selection = c.dsa->shared(i);
+    plan.layers.push_back(layer);
   }
   return plan;
 }

@@ -106,6 +106,42 @@ model_config glm4_moe_config(std::int64_t vocab, std::int64_t hidden, std::int64
   return c;
 }
 
+// DeepSeek-V3 / Kimi K2 (model_type deepseek_v3): latent attention, the sigmoid router with
+// groups, shared experts; `yarn` when the preset has YaRN scaling.
+model_config deepseek_v3_config(std::int64_t vocab, std::int64_t hidden, std::int64_t intermediate, std::int64_t layers,
+                                std::int64_t heads, const mla_config& mla, std::int64_t max_position, double rope_theta,
+                                const moe_config& moe, std::optional<rope_scaling_yarn> yarn) {
+  model_config c = llama_config(vocab, hidden, intermediate, layers, heads, heads, mla.qk_head_dim(), max_position,
+                                rope_theta, false);
+  c.arch = architecture::deepseek_v3;
+  c.rms_norm_eps = 1e-6;
+  c.rope = rope_layout::adjacent_pairs;  // rope_interleave
+  c.mla = mla;
+  c.yarn = yarn;
+  c.moe = moe;
+  c.moe->scoring = kernels::router_scoring::sigmoid;
+  c.moe->correction_bias = true;
+  return c;
+}
+
+// GLM-5 (GlmMoeDsaForCausalLM): DeepSeek-V3's layers plus the DSA indexer.
+model_config glm_moe_dsa_config(std::int64_t vocab, std::int64_t hidden, std::int64_t intermediate, std::int64_t layers,
+                                std::int64_t heads, const mla_config& mla, std::int64_t max_position, const moe_config& moe,
+                                const dsa_config& dsa) {
+  constexpr double glm_rope_theta = 1'000'000.0;
+  model_config c = deepseek_v3_config(vocab, hidden, intermediate, layers, heads, mla, max_position, glm_rope_theta, moe,
+                                      std::nullopt);
+  c.arch = architecture::glm_moe_dsa;
+  c.rms_norm_eps = 1e-5;
+  c.dsa = dsa;
+  return c;
+}
+
+mla_config latent(std::int64_t q_lora, std::int64_t kv_lora, std::int64_t nope, std::int64_t rope, std::int64_t v) {
+  return {.q_lora_rank = q_lora, .kv_lora_rank = kv_lora, .qk_nope_head_dim = nope, .qk_rope_head_dim = rope,
+          .v_head_dim = v};
+}
+
 moe_config experts_of(std::int64_t experts, std::int64_t top_k, std::int64_t width, std::int64_t shared = 0,
                       std::int64_t first_dense = 0) {
   moe_config m;
@@ -190,6 +226,64 @@ const std::vector<synthetic_preset>& preset_table() {
                        return dense;
                      }(),
                      qwen25_specials});
+    // Latent attention. The tiny ones keep every rule small: YaRN with both of its attention
+    // factors (mscale 1, mscale_all_dim 0.8), grouped routing, a first dense layer; one without
+    // q_lora_rank and with half-split RoPE (rope_interleave false); GLM-5 with an indexer that
+    // keeps 8 positions (a 12-token prompt goes past it), a layer reusing its choice and a
+    // multi-token-prediction layer the loader skips.
+    moe_config tiny_deepseek_experts = experts_of(8, 2, 32, 1, 1);
+    tiny_deepseek_experts.groups = 2;
+    tiny_deepseek_experts.top_groups = 1;
+    tiny_deepseek_experts.routed_scaling = 2.5;
+    const rope_scaling_yarn tiny_yarn{.factor = 32.0, .original_max_position = 64, .beta_fast = 32.0, .beta_slow = 1.0,
+                                      .truncate = true, .mscale = 1.0, .mscale_all_dim = 0.8};
+    table.push_back({"deepseek-v3-tiny", "DeepSeek-V3 architecture (latent attention with q_lora, YaRN), 3 layers "
+                     "(the first dense), 8 experts in 2 groups, top 2 + 1 shared, hidden 64, vocab 512 (tests; "
+                     "also as GGUF deepseek2)",
+                     deepseek_v3_config(tiny_vocab, 64, 176, 3, 4, latent(48, 32, 16, 8, 16), 2048, 10000.0,
+                                        tiny_deepseek_experts, tiny_yarn),
+                     8});
+    auto tiny_q_proj = deepseek_v3_config(tiny_vocab, 64, 176, 2, 4, latent(0, 32, 16, 8, 24), 4096, 10000.0,
+                                          experts_of(8, 2, 32, 1, 1), std::nullopt);
+    tiny_q_proj.rope = rope_layout::half_split;
+    tiny_q_proj.moe->routed_scaling = 1.5;
+    table.push_back({"deepseek-v3-tiny-qproj", "DeepSeek-V3 architecture without q_lora (one q_proj), half-split "
+                     "RoPE, no rope scaling, 2 layers, hidden 64, vocab 512 (tests)",
+                     tiny_q_proj, 8});
+    moe_config tiny_glm5_experts = experts_of(8, 2, 32, 1, 1);
+    tiny_glm5_experts.routed_scaling = 2.5;
+    auto tiny_glm5 = glm_moe_dsa_config(tiny_vocab, 64, 176, 3, 4, latent(48, 32, 16, 8, 24), 4096, tiny_glm5_experts,
+                                        {.index_topk = 8, .index_heads = 8, .index_head_dim = 16,
+                                         .shared_layers = {false, false, true}});
+    tiny_glm5.nextn_layers = 1;
+    table.push_back({"glm-5-tiny", "GLM-5 architecture (latent attention, DSA indexer keeping 8 positions, the third "
+                     "layer reusing the second's choice, one multi-token-prediction layer), 3 layers, hidden 64, "
+                     "vocab 512 (tests)",
+                     tiny_glm5, 8});
+    // Kimi K2 as released (config.json of moonshotai/Kimi-K2-Instruct): DeepSeek-V3's shapes with
+    // 64 heads, 384 experts in one group, a first dense layer and YaRN 32 over 4096 positions.
+    constexpr std::int64_t kimi_vocab = 163840;
+    moe_config kimi_experts = experts_of(384, 8, 2048, 1, 1);
+    kimi_experts.routed_scaling = 2.827;
+    const rope_scaling_yarn kimi_yarn{.factor = 32.0, .original_max_position = 4096, .beta_fast = 1.0,
+                                      .beta_slow = 1.0, .truncate = true, .mscale = 1.0, .mscale_all_dim = 1.0};
+    table.push_back({"kimi-k2", "Kimi K2 shapes: 61 layers (the first dense), hidden 7168, 64 heads of latent "
+                     "attention (kv_lora 512, q_lora 1536), 384 experts of 2048 + 1 shared, top 8, YaRN x32 (about 2 TB "
+                     "in bf16; use --layers)",
+                     deepseek_v3_config(kimi_vocab, 7168, 18432, 61, 64, latent(1536, 512, 128, 64, 128), 131072, 50000.0,
+                                        kimi_experts, kimi_yarn),
+                     256});
+    // GLM-5 as GlmMoeDsaConfig describes it (zai-org/GLM-5).
+    constexpr std::int64_t glm5_vocab = 154880;
+    moe_config glm5_experts = experts_of(256, 8, 2048, 1, 3);
+    glm5_experts.routed_scaling = 2.5;
+    auto glm5 = glm_moe_dsa_config(glm5_vocab, 6144, 12288, 78, 64, latent(2048, 512, 192, 64, 256), 202752,
+                                   glm5_experts, {.index_topk = 2048, .index_heads = 32, .index_head_dim = 128});
+    glm5.nextn_layers = 1;
+    table.push_back({"glm-5", "GLM-5 shapes: 78 layers (the first 3 dense), hidden 6144, 64 heads of latent attention "
+                     "(kv_lora 512, q_lora 2048) with the DSA indexer (top 2048 of 32 heads x 128), 256 experts of 2048 "
+                     "+ 1 shared, top 8 (about 1.5 TB in bf16; use --layers)",
+                     glm5, 256});
     constexpr std::int64_t glm_vocab = 151552;
     auto glm_air = glm4_moe_config(glm_vocab, 4096, 10944, 46, 96, 8, 128, 131072, experts_of(128, 8, 1408, 1, 1));
     table.push_back({"glm-4.5-air", "GLM-4.5-Air shapes: 46 layers (the first dense), hidden 4096, 96/8 heads of 128, "
@@ -275,6 +369,34 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
     plan.push_back(std::move(scales));
   };
 
+  // Latent attention (model.h's shapes), and a DSA layer's own indexer.
+  const auto add_latent_attention = [&](std::int64_t layer, const std::string& hf, const std::string& blk) {
+    const mla_config& m = *c.mla;
+    const std::int64_t heads = c.num_heads;
+    if (m.q_lora_rank > 0) {
+      add_projection(hf + "self_attn.q_a_proj.weight", blk + "attn_q_a.weight", {m.q_lora_rank, c.hidden_size});
+      add(hf + "self_attn.q_a_layernorm.weight", blk + "attn_q_a_norm.weight", {m.q_lora_rank}, fill::ones);
+      add_projection(hf + "self_attn.q_b_proj.weight", blk + "attn_q_b.weight", {heads * m.qk_head_dim(), m.q_lora_rank});
+    } else {
+      add_projection(hf + "self_attn.q_proj.weight", blk + "attn_q.weight", {heads * m.qk_head_dim(), c.hidden_size});
+    }
+    add_projection(hf + "self_attn.kv_a_proj_with_mqa.weight", blk + "attn_kv_a_mqa.weight",
+                   {m.cache_row(), c.hidden_size});
+    add(hf + "self_attn.kv_a_layernorm.weight", blk + "attn_kv_a_norm.weight", {m.kv_lora_rank}, fill::ones);
+    add_projection(hf + "self_attn.kv_b_proj.weight", blk + "attn_kv_b.weight",
+                   {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
+    add_projection(hf + "self_attn.o_proj.weight", blk + "attn_output.weight", {c.hidden_size, heads * m.v_head_dim});
+    if (!c.dsa || c.dsa->shared(layer)) return;
+    const dsa_config& d = *c.dsa;
+    const std::string indexer = hf + "self_attn.indexer.";
+    add_projection(indexer + "wq_b.weight", blk + "indexer.attn_q_b.weight",
+                   {d.index_heads * d.index_head_dim, m.q_lora_rank});
+    add_projection(indexer + "wk.weight", blk + "indexer.attn_k.weight", {d.index_head_dim, c.hidden_size});
+    add(indexer + "k_norm.weight", blk + "indexer.k_norm.weight", {d.index_head_dim}, fill::ones);
+    add(indexer + "k_norm.bias", blk + "indexer.k_norm.bias", {d.index_head_dim}, fill::random);
+    add(indexer + "weights_proj.weight", blk + "indexer.proj.weight", {d.index_heads, c.hidden_size}, fill::random);
+  };
+
   if (gguf && c.rope_scaling) {
     planned_tensor t;
     t.identity = t.name = "rope_freqs.weight";
@@ -288,21 +410,25 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
     const auto hf = edge::format("model.layers.{}.", i);
     const auto blk = edge::format("blk.{}.", i);
     add(hf + "input_layernorm.weight", blk + "attn_norm.weight", {c.hidden_size}, fill::ones);
-    add_projection(hf + "self_attn.q_proj.weight", blk + "attn_q.weight", {q_width, c.hidden_size},
-                   permute_qk ? c.num_heads : 0);
-    add_projection(hf + "self_attn.k_proj.weight", blk + "attn_k.weight", {kv_width, c.hidden_size},
-                   permute_qk ? c.num_kv_heads : 0);
-    add_projection(hf + "self_attn.v_proj.weight", blk + "attn_v.weight", {kv_width, c.hidden_size});
-    if (c.qkv_bias) {
-      add(hf + "self_attn.q_proj.bias", blk + "attn_q.bias", {q_width}, fill::random);
-      add(hf + "self_attn.k_proj.bias", blk + "attn_k.bias", {kv_width}, fill::random);
-      add(hf + "self_attn.v_proj.bias", blk + "attn_v.bias", {kv_width}, fill::random);
+    if (c.mla) {
+      add_latent_attention(i, hf, blk);
+    } else {
+      add_projection(hf + "self_attn.q_proj.weight", blk + "attn_q.weight", {q_width, c.hidden_size},
+                     permute_qk ? c.num_heads : 0);
+      add_projection(hf + "self_attn.k_proj.weight", blk + "attn_k.weight", {kv_width, c.hidden_size},
+                     permute_qk ? c.num_kv_heads : 0);
+      add_projection(hf + "self_attn.v_proj.weight", blk + "attn_v.weight", {kv_width, c.hidden_size});
+      if (c.qkv_bias) {
+        add(hf + "self_attn.q_proj.bias", blk + "attn_q.bias", {q_width}, fill::random);
+        add(hf + "self_attn.k_proj.bias", blk + "attn_k.bias", {kv_width}, fill::random);
+        add(hf + "self_attn.v_proj.bias", blk + "attn_v.bias", {kv_width}, fill::random);
+      }
+      if (c.qk_norm) {
+        add(hf + "self_attn.q_norm.weight", blk + "attn_q_norm.weight", {c.head_dim}, fill::random);
+        add(hf + "self_attn.k_norm.weight", blk + "attn_k_norm.weight", {c.head_dim}, fill::random);
+      }
+      add_projection(hf + "self_attn.o_proj.weight", blk + "attn_output.weight", {c.hidden_size, q_width});
     }
-    if (c.qk_norm) {
-      add(hf + "self_attn.q_norm.weight", blk + "attn_q_norm.weight", {c.head_dim}, fill::random);
-      add(hf + "self_attn.k_norm.weight", blk + "attn_k_norm.weight", {c.head_dim}, fill::random);
-    }
-    add_projection(hf + "self_attn.o_proj.weight", blk + "attn_output.weight", {c.hidden_size, q_width});
     add(hf + "post_attention_layernorm.weight", blk + "ffn_norm.weight", {c.hidden_size}, fill::ones);
     if (!(c.moe && c.moe->sparse(i))) {
       add_projection(hf + "mlp.gate_proj.weight", blk + "ffn_gate.weight", {c.intermediate_size, c.hidden_size});
@@ -338,6 +464,16 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
       add_projection(hf + "mlp.shared_experts.up_proj.weight", blk + "ffn_up_shexp.weight", {shared, c.hidden_size});
       add_projection(hf + "mlp.shared_experts.down_proj.weight", blk + "ffn_down_shexp.weight", {c.hidden_size, shared});
     }
+  }
+  // Multi-token-prediction layers after the decoder's (DeepSeek-V3's layout: the embedding and
+  // hidden-state norms, their projection, and the layer's own head norm), which the loader skips.
+  for (std::int64_t i = c.num_layers; i < c.num_layers + c.nextn_layers; ++i) {
+    const auto hf = edge::format("model.layers.{}.", i);
+    const auto blk = edge::format("blk.{}.", i);
+    add(hf + "enorm.weight", blk + "nextn.enorm.weight", {c.hidden_size}, fill::ones);
+    add(hf + "hnorm.weight", blk + "nextn.hnorm.weight", {c.hidden_size}, fill::ones);
+    add(hf + "eh_proj.weight", blk + "nextn.eh_proj.weight", {c.hidden_size, 2 * c.hidden_size}, fill::random);
+    add(hf + "shared_head.norm.weight", blk + "nextn.shared_head_norm.weight", {c.hidden_size}, fill::ones);
   }
   add("model.norm.weight", "output_norm.weight", {c.hidden_size}, fill::ones);
   if (!c.tie_embeddings) add("lm_head.weight", "output.weight", {c.vocab_size, c.hidden_size}, fill::random);
@@ -779,6 +915,7 @@ result<fs::path> write_synthetic_model(const synthetic_options& options) {
       c.moe->first_dense_layers = std::min(c.moe->first_dense_layers, c.num_layers);
       std::erase_if(c.moe->dense_layers, [&](std::int64_t layer) { return layer >= c.num_layers; });
     }
+    if (c.dsa && !c.dsa->shared_layers.empty()) c.dsa->shared_layers.resize(static_cast<std::size_t>(c.num_layers));
   }
   if (options.format == synthetic_format::gguf) EDGE_RETURN_IF_ERROR(check_gguf_expressible(chosen));
   const auto vocab = make_synthetic_vocab(style_of(chosen.config), chosen.config.vocab_size, chosen.special_tokens,

@@ -173,6 +173,67 @@ result<matrix_source> tensor_index::require_matrix_slice(std::string_view name, 
   return matrix_source_of(slice, rows, cols);
 }
 
+namespace {
+
+// A latent attention layer's weights (model.h), and the absorbed-query matrix w_uk_t computed
+// from kv_b_proj: per head h, its rows h·(nope + v) .. + nope transposed to [kv_lora_rank, nope].
+status bind_latent_attention(const tensor_index& tensors, const model_config& config, std::int64_t i,
+                             const layer_tensor_names& name, weight_converter& convert, layer_weights& layer) {
+  const mla_config& m = *config.mla;
+  const std::int64_t hidden = config.hidden_size;
+  const std::int64_t heads = config.num_heads;
+  const auto matrix = [&](const std::string& tensor, std::int64_t rows, std::int64_t cols,
+                          matrix_role role) -> result<weight_matrix> {
+    EDGE_ASSIGN_OR_RETURN(const auto source, tensors.require_matrix(tensor, rows, cols));
+    return convert.matrix(source, role);
+  };
+  const auto projection = [&](const std::string& tensor, std::int64_t rows, std::int64_t cols) {
+    return matrix(tensor, rows, cols, matrix_role::projection);
+  };
+  if (m.q_lora_rank > 0) {
+    EDGE_ASSIGN_OR_RETURN(layer.wq, projection(name.wq, m.q_lora_rank, hidden));
+    EDGE_ASSIGN_OR_RETURN(layer.q_a_norm, tensors.require_vector(name.q_a_norm, m.q_lora_rank));
+    EDGE_ASSIGN_OR_RETURN(layer.wq_b, projection(name.wq_b, heads * m.qk_head_dim(), m.q_lora_rank));
+  } else {
+    EDGE_ASSIGN_OR_RETURN(layer.wq, projection(name.wq, heads * m.qk_head_dim(), hidden));
+  }
+  EDGE_ASSIGN_OR_RETURN(layer.wk, projection(name.wk, m.cache_row(), hidden));
+  EDGE_ASSIGN_OR_RETURN(layer.kv_a_norm, tensors.require_vector(name.kv_a_norm, m.kv_lora_rank));
+  EDGE_ASSIGN_OR_RETURN(layer.wo, projection(name.wo, hidden, heads * m.v_head_dim));
+
+  const std::int64_t per_head = m.qk_nope_head_dim + m.v_head_dim;
+  EDGE_ASSIGN_OR_RETURN(const auto kv_b, tensors.require_matrix(name.wkv_b, heads * per_head, m.kv_lora_rank));
+  std::vector<float> transposed(static_cast<std::size_t>(heads * m.kv_lora_rank * m.qk_nope_head_dim));
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const std::vector<float> k_rows = weight_converter::decode(kv_b, h * per_head, m.qk_nope_head_dim);  // [nope, rank]
+    float* out = transposed.data() + h * m.kv_lora_rank * m.qk_nope_head_dim;                          // [rank, nope]
+    for (std::int64_t r = 0; r < m.qk_nope_head_dim; ++r) {
+      for (std::int64_t c = 0; c < m.kv_lora_rank; ++c) {
+        out[c * m.qk_nope_head_dim + r] = k_rows[static_cast<std::size_t>(r * m.kv_lora_rank + c)];
+      }
+    }
+  }
+  EDGE_ASSIGN_OR_RETURN(layer.wkv_b, convert.matrix(kv_b, matrix_role::projection));
+  EDGE_ASSIGN_OR_RETURN(layer.w_uk_t, convert.computed(name.wkv_b + ".k_transposed", transposed, heads * m.kv_lora_rank,
+                                                       m.qk_nope_head_dim, layer.wkv_b));
+
+  std::vector<weight_matrix*> first = {&layer.wq, &layer.wk};
+  if (config.dsa && !config.dsa->shared(i)) {
+    const dsa_config& d = *config.dsa;
+    EDGE_ASSIGN_OR_RETURN(layer.index_wq, projection(name.index_wq, d.index_heads * d.index_head_dim, m.q_lora_rank));
+    EDGE_ASSIGN_OR_RETURN(layer.index_wk, projection(name.index_wk, d.index_head_dim, hidden));
+    EDGE_ASSIGN_OR_RETURN(layer.index_k_norm, tensors.require_vector(name.index_k_norm, d.index_head_dim));
+    EDGE_ASSIGN_OR_RETURN(layer.index_k_norm_bias, tensors.require_vector(name.index_k_norm_bias, d.index_head_dim));
+    // transformers keeps weights_proj in f32: it weighs the index heads, as a router weighs experts.
+    EDGE_ASSIGN_OR_RETURN(layer.index_weights, matrix(name.index_weights, d.index_heads, hidden, matrix_role::router));
+    first.push_back(&layer.index_wk);
+  }
+  layer.wqkv = convert.stack(name.wq + "+" + name.wk, first);
+  return {};
+}
+
+}  // namespace
+
 result<model_weights> bind_weights(const tensor_index& tensors, const model_config& config, const tensor_names& names,
                                    const weight_options& options) {
   const std::int64_t hidden = config.hidden_size;
@@ -213,22 +274,26 @@ result<model_weights> bind_weights(const tensor_index& tensors, const model_conf
       return convert.matrix(source, matrix_role::projection);
     };
     EDGE_ASSIGN_OR_RETURN(layer.attn_norm, tensors.require_vector(name.attn_norm, hidden));
-    EDGE_ASSIGN_OR_RETURN(layer.wq, projection(name.wq, q_width, hidden));
-    EDGE_ASSIGN_OR_RETURN(layer.wk, projection(name.wk, kv_width, hidden));
-    EDGE_ASSIGN_OR_RETURN(layer.wv, projection(name.wv, kv_width, hidden));
-    EDGE_ASSIGN_OR_RETURN(layer.wo, projection(name.wo, hidden, q_width));
-    if (config.qkv_bias) {
-      EDGE_ASSIGN_OR_RETURN(layer.bq, tensors.require_vector(name.bq, q_width));
-      EDGE_ASSIGN_OR_RETURN(layer.bk, tensors.require_vector(name.bk, kv_width));
-      EDGE_ASSIGN_OR_RETURN(layer.bv, tensors.require_vector(name.bv, kv_width));
-    }
-    if (config.qk_norm) {
-      EDGE_ASSIGN_OR_RETURN(layer.q_norm, tensors.require_vector(name.q_norm, config.head_dim));
-      EDGE_ASSIGN_OR_RETURN(layer.k_norm, tensors.require_vector(name.k_norm, config.head_dim));
-    }
     EDGE_ASSIGN_OR_RETURN(layer.ffn_norm, tensors.require_vector(name.ffn_norm, hidden));
-    weight_matrix* const qkv[] = {&layer.wq, &layer.wk, &layer.wv};
-    layer.wqkv = convert.stack(name.wq + "+" + name.wk + "+" + name.wv, qkv);
+    if (config.mla) {
+      EDGE_RETURN_IF_ERROR(bind_latent_attention(tensors, config, i, name, convert, layer));
+    } else {
+      EDGE_ASSIGN_OR_RETURN(layer.wq, projection(name.wq, q_width, hidden));
+      EDGE_ASSIGN_OR_RETURN(layer.wk, projection(name.wk, kv_width, hidden));
+      EDGE_ASSIGN_OR_RETURN(layer.wv, projection(name.wv, kv_width, hidden));
+      EDGE_ASSIGN_OR_RETURN(layer.wo, projection(name.wo, hidden, q_width));
+      if (config.qkv_bias) {
+        EDGE_ASSIGN_OR_RETURN(layer.bq, tensors.require_vector(name.bq, q_width));
+        EDGE_ASSIGN_OR_RETURN(layer.bk, tensors.require_vector(name.bk, kv_width));
+        EDGE_ASSIGN_OR_RETURN(layer.bv, tensors.require_vector(name.bv, kv_width));
+      }
+      if (config.qk_norm) {
+        EDGE_ASSIGN_OR_RETURN(layer.q_norm, tensors.require_vector(name.q_norm, config.head_dim));
+        EDGE_ASSIGN_OR_RETURN(layer.k_norm, tensors.require_vector(name.k_norm, config.head_dim));
+      }
+      weight_matrix* const qkv[] = {&layer.wq, &layer.wk, &layer.wv};
+      layer.wqkv = convert.stack(name.wq + "+" + name.wk + "+" + name.wv, qkv);
+    }
 
     const bool sparse = config.moe && config.moe->sparse(i);
     // A dense layer's SwiGLU, or a sparse layer's shared experts (when it has them).
@@ -276,7 +341,8 @@ weight_footprint footprint_of(const model_config& config, const model_weights& w
   out.total_bytes = weights.lm_head.bytes();
   for (const layer_weights& l : weights.layers) {
     std::uint64_t layer = 0;
-    for (const weight_matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.router}) {
+    for (const weight_matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_b, &l.wkv_b, &l.w_uk_t, &l.index_wq, &l.index_wk,
+                                   &l.index_weights, &l.w_gate, &l.w_up, &l.w_down, &l.router}) {
       layer += m->bytes();
     }
     std::uint64_t experts = 0;

@@ -55,8 +55,12 @@ struct expert_tensor_names {
 
 // What a format calls each weight. In a Mixture-of-Experts layer (moe_config::sparse) w_gate,
 // w_up and w_down name the shared experts (used when there are any).
+// Latent attention (mla_config): wq names q_a_proj (or q_proj without q_lora_rank), wk
+// kv_a_proj_with_mqa, and wv goes unused.
 struct layer_tensor_names {
   std::string attn_norm, wq, wk, wv, wo;
+  std::string q_a_norm, wq_b, kv_a_norm, wkv_b;  // latent attention
+  std::string index_wq, index_wk, index_k_norm, index_k_norm_bias, index_weights;  // DSA
   std::string bq, bk, bv;  // used when the configuration has qkv_bias
   std::string q_norm, k_norm;  // used when the configuration has qk_norm
   std::string ffn_norm, w_gate, w_up, w_down;

@@ -196,15 +196,47 @@ std::byte* weight_converter::allocate(std::uint64_t bytes) {
 }
 
 result<weight_matrix> weight_converter::matrix(const matrix_source& s, matrix_role role) {
-  const weight_format native = native_format(s);
-  weight_format target = native;
+  weight_format target = native_format(s);
   if (options_.target && (role == matrix_role::projection || !kernels::is_quantized(*options_.target))) {
     target = *options_.target;
   }
+  EDGE_ASSIGN_OR_RETURN(weight_matrix m, encode(s, target));
+  if (role == matrix_role::projection && options_.on_converted) {
+    const bool values_in_place = m.data == s.values.data;
+    if (!values_in_place) options_.on_converted({s.values.data, s.values.bytes()});
+    if (s.scales.present()) options_.on_converted({s.scales.data, s.scales.bytes()});
+  }
+  return m;
+}
+
+result<weight_matrix> weight_converter::computed(std::string name, std::span<const float> values, std::int64_t rows,
+                                                 std::int64_t cols, const weight_matrix& like) {
+  const tensor_view t{.name = name,
+                      .type = kernels::dtype::f32,
+                      .shape = {rows, cols},
+                      .data = reinterpret_cast<const std::byte*>(values.data())};
+  EDGE_ASSIGN_OR_RETURN(const matrix_source source, matrix_source_of(t, rows, cols));
+  EDGE_ASSIGN_OR_RETURN(weight_matrix m, encode(source, options_.target.value_or(like.format)));
+  if (m.data == t.data) {
+    // f32 kept as it is would point into the caller's vector: copy it into storage of ours.
+    std::byte* copy = allocate(static_cast<std::uint64_t>(values.size_bytes()));
+    std::memcpy(copy, values.data(), values.size_bytes());
+    m.data = copy;
+  }
+  return m;
+}
+
+std::vector<float> weight_converter::decode(const matrix_source& source, std::int64_t first, std::int64_t count) {
+  std::vector<float> out(static_cast<std::size_t>(count * source.cols));  // [count, cols]
+  for (std::int64_t r = 0; r < count; ++r) decode_row(source, first + r, out.data() + r * source.cols);
+  return out;
+}
+
+result<weight_matrix> weight_converter::encode(const matrix_source& s, weight_format target) {
+  const weight_format native = native_format(s);
   weight_matrix m{.name = s.name, .shape = {s.rows, s.cols}, .format = target};
   const std::int64_t rows = s.rows;
   const std::int64_t cols = s.cols;
-  bool values_in_place = false;
 
   const auto new_scales = [&](std::int64_t count) {
     auto* scales = reinterpret_cast<float*>(allocate(static_cast<std::uint64_t>(count) * sizeof(float)));
@@ -218,7 +250,6 @@ result<weight_matrix> weight_converter::matrix(const matrix_source& s, matrix_ro
   }
   if (target == native && s.stored == source_kind::fp8) {
     m.data = s.values.data;
-    values_in_place = true;
     float* scales = new_scales(rows);
     for (std::int64_t r = 0; r < rows; ++r) scales[r] = float_at(s.scales, s.scales.elements() == 1 ? 0 : r);
   } else if (target == native && s.stored == source_kind::ggml_q4_0) {
@@ -302,10 +333,6 @@ result<weight_matrix> weight_converter::matrix(const matrix_source& s, matrix_ro
       }
     });
     if (!failure.ok()) return failure.with_context(s.name);
-  }
-  if (role == matrix_role::projection && options_.on_converted) {
-    if (!values_in_place) options_.on_converted({s.values.data, s.values.bytes()});
-    if (s.scales.present()) options_.on_converted({s.scales.data, s.scales.bytes()});
   }
   return m;
 }

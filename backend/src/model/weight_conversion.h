@@ -66,6 +66,15 @@ class weight_converter {
 
   result<weight_matrix> matrix(const matrix_source& source, matrix_role role);
 
+  // A projection computed on load from another (the absorbed-query matrix of latent attention,
+  // from kv_b_proj): `values` [rows, cols] encoded as `like` was, in the requested format or, as
+  // stored, in the format `like` has.
+  result<weight_matrix> computed(std::string name, std::span<const float> values, std::int64_t rows, std::int64_t cols,
+                                 const weight_matrix& like);
+
+  // Rows [first, first + count) of a source decoded exactly to float ([count, source.cols]).
+  static std::vector<float> decode(const matrix_source& source, std::int64_t first, std::int64_t count);
+
   // Stacks matrices of one format, group size and width into one [sum of rows, cols] matrix,
   // their rows in order (fused Q/K/V, fused gate/up), and makes each part a view of its rows,
   // dropping the parts' own buffers. Only matrices this converter made: weights used in place
@@ -80,6 +89,7 @@ class weight_converter {
 
  private:
   std::byte* allocate(std::uint64_t bytes);
+  result<weight_matrix> encode(const matrix_source& source, kernels::weight_format target);
   // Whether `data` is the start of a storage buffer of ours; drop() frees it.
   bool owns(const void* data) const;
   void drop(const void* data);

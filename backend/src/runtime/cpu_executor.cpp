@@ -47,6 +47,8 @@ struct cpu_executor::state {
   std::vector<float> x, xn, qkv, attn, gate_up, last;  // forward_buffers
   std::vector<float> router_logits, route_weights, moe_workspace;  // forward_buffers (MoE)
   std::vector<std::int32_t> route_experts, expert_tokens;          // forward_buffers (MoE)
+  std::vector<float> mla_query, latents, index_query;              // forward_buffers (MLA)
+  std::vector<std::int32_t> selected, selected_count;              // forward_buffers (DSA)
   std::int64_t last_tokens = 0;                                    // of the last step
   std::vector<float> logits;                           // [sequences, vocab] forward_sample's rows
   std::vector<kernels::sampling_row> sampling;         // [sequences]
@@ -77,7 +79,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
                                                            const cpu_executor_options& options) {
   const model_config& c = m.config;
   const kv_cache_layout& layout = cache.layout();
-  if (layout.num_layers != c.num_layers || layout.num_kv_heads != c.num_kv_heads || layout.head_dim != c.head_dim) {
+  if (!layout.same_rows(kv_cache_layout::rows_of(c))) {
     return invalid_argument("the KV cache layout does not match the model");
   }
   if (options.max_batch_tokens <= 0 || options.max_sequences <= 0) {
@@ -106,6 +108,11 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
   s->moe_workspace.resize(size(floats.moe_workspace));
   s->route_experts.resize(size(floats.route_experts));
   s->expert_tokens.resize(size(floats.expert_tokens));
+  s->mla_query.resize(size(floats.mla_query));
+  s->latents.resize(size(floats.latents));
+  s->index_query.resize(size(floats.index_query));
+  s->selected.resize(size(floats.selected));
+  s->selected_count.resize(size(floats.selected_count));
   s->sampling.resize(size(sequences));
   s->sampled.resize(size(sequences));
   s->ids.resize(size(tokens));
@@ -135,7 +142,10 @@ status cpu_executor::state::run(const batch_plan& batch, float* logits_out) {
                                 .router_logits = router_logits.data(), .route_weights = route_weights.data(),
                                 .route_experts = route_experts.data(), .expert_tokens = expert_tokens.data(),
                                 .moe_workspace = moe_workspace.data(),
-                                .moe_workspace_floats = static_cast<std::int64_t>(moe_workspace.size())};
+                                .moe_workspace_floats = static_cast<std::int64_t>(moe_workspace.size()),
+                                .mla_query = mla_query.data(), .latents = latents.data(),
+                                .index_query = index_query.data(), .selected = selected.data(),
+                                .selected_count = selected_count.data()};
   last_tokens = staged.tokens;
   return run_forward(plan, weights, buffers, step, cache.view(), stream);
 }

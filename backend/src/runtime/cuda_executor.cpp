@@ -311,9 +311,16 @@ struct cuda_executor::state {
         {&buffers.attention_workspace, buffers.attention_workspace_floats},
         {&buffers.router_logits, floats.router_logits},
         {&buffers.route_weights, floats.route_weights},
-        {&buffers.moe_workspace, floats.moe_workspace}};
+        {&buffers.moe_workspace, floats.moe_workspace},
+        {&buffers.mla_query, floats.mla_query},
+        {&buffers.latents, floats.latents},
+        {&buffers.index_query, floats.index_query}};
     const std::vector<std::pair<std::int32_t**, std::int64_t>> int_buffers = {
-        {&sampled, S}, {&buffers.route_experts, floats.route_experts}, {&buffers.expert_tokens, floats.expert_tokens}};
+        {&sampled, S},
+        {&buffers.route_experts, floats.route_experts},
+        {&buffers.expert_tokens, floats.expert_tokens},
+        {&buffers.selected, floats.selected},
+        {&buffers.selected_count, floats.selected_count}};
     buffers.moe_workspace_floats = floats.moe_workspace;
     constexpr std::size_t align = 256;
     std::size_t total = 0;
@@ -806,18 +813,21 @@ status cuda_executor::fill_kv_random(std::uint64_t seed) {
   state& s = *state_;
   EDGE_RETURN_IF_ERROR(s.select_device());
   const kv_cache_view& kv = s.kv;
-  const auto elements = static_cast<std::int64_t>(kv.pool_bytes / kernels::dtype_size(kv.layout.dtype));
   // Values of a typical magnitude; FP8 codes up to ±240 with scales near amax / 448.
-  const bool scaled = kv.scale_bytes != 0;
+  const bool scaled = kv.key_scale_bytes != 0;
+  const std::size_t element = kernels::dtype_size(kv.layout.dtype);
   for (std::int64_t l = 0; l < kv.layout.num_layers; ++l) {
     for (int which = 0; which < 2; ++which) {
+      void* pool = which == 0 ? kv.keys(l) : kv.values(l);
+      if (pool == nullptr) continue;
       const auto layer_seed = seed + static_cast<std::uint64_t>(l * 4 + which) * 0x1'0000'0000ull;
-      EDGE_RETURN_IF_ERROR(cuda_detail::fill_uniform(which == 0 ? kv.keys(l) : kv.values(l), kv.layout.dtype, elements,
-                                                     layer_seed, scaled ? -240.0f : -2.0f, scaled ? 240.0f : 2.0f,
-                                                     s.stream));
+      const auto elements = static_cast<std::int64_t>((which == 0 ? kv.key_bytes : kv.value_bytes) / element);
+      EDGE_RETURN_IF_ERROR(cuda_detail::fill_uniform(pool, kv.layout.dtype, elements, layer_seed,
+                                                     scaled ? -240.0f : -2.0f, scaled ? 240.0f : 2.0f, s.stream));
       if (scaled) {
+        const std::size_t scale_bytes = which == 0 ? kv.key_scale_bytes : kv.value_scale_bytes;
         EDGE_RETURN_IF_ERROR(cuda_detail::fill_uniform(which == 0 ? kv.key_scales(l) : kv.value_scales(l), dtype::f32,
-                                                       static_cast<std::int64_t>(kv.scale_bytes / sizeof(float)),
+                                                       static_cast<std::int64_t>(scale_bytes / sizeof(float)),
                                                        layer_seed + 1, 0.002f, 0.006f, s.stream));
       }
     }

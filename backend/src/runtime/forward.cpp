@@ -1,12 +1,14 @@
 #include "edge/backend/runtime/forward.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "edge/common/format.h"
 #include "kernels/cpu/load.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/mla_attention/mla_attention.h"
 #include "kernels/moe_routing/moe_routing.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/rmsnorm/rmsnorm.h"
@@ -84,6 +86,68 @@ result<kernels::moe_expert_weights> place_expert(weight_placement& place, const 
   return out;
 }
 
+// Grouped-query attention: Q, K and V (and their biases and per-head norms).
+status place_gqa(weight_placement& place, const attention_plan& a, std::int64_t hidden, const layer_weights& l,
+                 layer_forward_weights& lw) {
+  EDGE_RETURN_IF_ERROR(check_shape(l.wq, {a.num_heads * a.head_dim, hidden}));
+  EDGE_RETURN_IF_ERROR(check_shape(l.wk, {a.kv_dim(), hidden}));
+  EDGE_RETURN_IF_ERROR(check_shape(l.wv, {a.kv_dim(), hidden}));
+  if (a.qkv_bias) {
+    EDGE_RETURN_IF_ERROR(check_shape(l.bq, {a.num_heads * a.head_dim}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.bk, {a.kv_dim()}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.bv, {a.kv_dim()}));
+  }
+  if (a.qk_norm) {
+    EDGE_RETURN_IF_ERROR(check_shape(l.q_norm, {a.head_dim}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.k_norm, {a.head_dim}));
+    EDGE_ASSIGN_OR_RETURN(lw.q_norm, place_vector(place, l.q_norm));
+    EDGE_ASSIGN_OR_RETURN(lw.k_norm, place_vector(place, l.k_norm));
+  }
+  const weight_matrix* const parts[] = {&l.wq, &l.wk, &l.wv};
+  const tensor_view* const biases[] = {&l.bq, &l.bk, &l.bv};
+  EDGE_ASSIGN_OR_RETURN(lw.qkv, place_projection(place, l.wqkv, parts,
+                                                 a.qkv_bias ? std::span<const tensor_view* const>(biases)
+                                                            : std::span<const tensor_view* const>()));
+  return {};
+}
+
+// Latent attention: the first projection's parts (q_a or q, kv_a, the indexer's key and head
+// weights), the norms, q_b, kv_b and its absorbed K part, the indexer's query projection.
+status place_mla(weight_placement& place, const attention_plan& a, std::int64_t hidden, const layer_weights& l,
+                 layer_forward_weights& lw) {
+  const mla_plan& m = a.mla;
+  const std::int64_t heads = a.num_heads;
+  EDGE_RETURN_IF_ERROR(check_shape(l.wq, {m.q_width(heads), hidden}));
+  EDGE_RETURN_IF_ERROR(check_shape(l.wk, {m.cache_row(), hidden}));
+  EDGE_RETURN_IF_ERROR(check_shape(l.kv_a_norm, {m.kv_lora_rank}));
+  EDGE_RETURN_IF_ERROR(check_shape(l.wkv_b, {heads * (m.nope + m.v_head_dim), m.kv_lora_rank}));
+  EDGE_RETURN_IF_ERROR(check_shape(l.w_uk_t, {heads * m.kv_lora_rank, m.nope}));
+  if (m.q_lora_rank > 0) {
+    EDGE_RETURN_IF_ERROR(check_shape(l.q_a_norm, {m.q_lora_rank}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.wq_b, {heads * m.qk_head(), m.q_lora_rank}));
+    EDGE_ASSIGN_OR_RETURN(lw.q_a_norm, place_vector(place, l.q_a_norm));
+    EDGE_ASSIGN_OR_RETURN(lw.wq_b, place.matrix(l.wq_b));
+  }
+  EDGE_ASSIGN_OR_RETURN(lw.kv_a_norm, place_vector(place, l.kv_a_norm));
+  EDGE_ASSIGN_OR_RETURN(lw.wkv_b, place.matrix(l.wkv_b));
+  EDGE_ASSIGN_OR_RETURN(lw.w_uk_t, place.matrix(l.w_uk_t));
+  std::vector<const weight_matrix*> parts = {&l.wq, &l.wk};
+  if (m.indexed() && !m.shared_selection) {
+    EDGE_RETURN_IF_ERROR(check_shape(l.index_wq, {m.index_heads * m.index_head_dim, m.q_lora_rank}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.index_wk, {m.index_head_dim, hidden}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.index_k_norm, {m.index_head_dim}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.index_k_norm_bias, {m.index_head_dim}));
+    EDGE_RETURN_IF_ERROR(check_shape(l.index_weights, {m.index_heads, hidden}));
+    EDGE_ASSIGN_OR_RETURN(lw.index_wq, place.matrix(l.index_wq));
+    EDGE_ASSIGN_OR_RETURN(lw.index_k_norm, place_vector(place, l.index_k_norm));
+    EDGE_ASSIGN_OR_RETURN(lw.index_k_norm_bias, place_vector(place, l.index_k_norm_bias));
+    parts.push_back(&l.index_wk);
+    parts.push_back(&l.index_weights);
+  }
+  EDGE_ASSIGN_OR_RETURN(lw.qkv, place_projection(place, l.wqkv, parts, {}));
+  return {};
+}
+
 }  // namespace
 
 result<forward_weights> place_weights(const model& m, const model_plan& plan, weight_placement& place) {
@@ -121,9 +185,6 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
     const mlp_plan& mp = lp.mlp;
     const std::int64_t inter = mp.intermediate;
     EDGE_RETURN_IF_ERROR(check_shape(l.attn_norm, {hidden}));
-    EDGE_RETURN_IF_ERROR(check_shape(l.wq, {a.q_dim(), hidden}));
-    EDGE_RETURN_IF_ERROR(check_shape(l.wk, {a.kv_dim(), hidden}));
-    EDGE_RETURN_IF_ERROR(check_shape(l.wv, {a.kv_dim(), hidden}));
     EDGE_RETURN_IF_ERROR(check_shape(l.wo, {hidden, a.q_dim()}));
     EDGE_RETURN_IF_ERROR(check_shape(l.ffn_norm, {hidden}));
     if (inter > 0) {
@@ -146,28 +207,14 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
         if (e.w_gate_up.present()) EDGE_RETURN_IF_ERROR(check_shape(e.w_gate_up, {2 * mp.expert_intermediate, hidden}));
       }
     }
-    if (a.qkv_bias) {
-      EDGE_RETURN_IF_ERROR(check_shape(l.bq, {a.q_dim()}));
-      EDGE_RETURN_IF_ERROR(check_shape(l.bk, {a.kv_dim()}));
-      EDGE_RETURN_IF_ERROR(check_shape(l.bv, {a.kv_dim()}));
-    }
-    if (a.qk_norm) {
-      EDGE_RETURN_IF_ERROR(check_shape(l.q_norm, {a.head_dim}));
-      EDGE_RETURN_IF_ERROR(check_shape(l.k_norm, {a.head_dim}));
-    }
 
     layer_forward_weights lw;
     EDGE_ASSIGN_OR_RETURN(lw.attn_norm, place_vector(place, l.attn_norm));
     EDGE_ASSIGN_OR_RETURN(lw.ffn_norm, place_vector(place, l.ffn_norm));
-    if (a.qk_norm) {
-      EDGE_ASSIGN_OR_RETURN(lw.q_norm, place_vector(place, l.q_norm));
-      EDGE_ASSIGN_OR_RETURN(lw.k_norm, place_vector(place, l.k_norm));
+    switch (a.kind) {
+      case attention_kind::gqa: EDGE_RETURN_IF_ERROR(place_gqa(place, a, hidden, l, lw)); break;
+      case attention_kind::mla: EDGE_RETURN_IF_ERROR(place_mla(place, a, hidden, l, lw)); break;
     }
-    const weight_matrix* const qkv_parts[] = {&l.wq, &l.wk, &l.wv};
-    const tensor_view* const qkv_biases[] = {&l.bq, &l.bk, &l.bv};
-    EDGE_ASSIGN_OR_RETURN(lw.qkv, place_projection(place, l.wqkv, qkv_parts,
-                                                   a.qkv_bias ? std::span<const tensor_view* const>(qkv_biases)
-                                                              : std::span<const tensor_view* const>()));
     EDGE_ASSIGN_OR_RETURN(lw.wo, place.matrix(l.wo));
     if (inter > 0) {
       const weight_matrix* const gate_up_parts[] = {&l.w_gate, &l.w_up};
@@ -218,7 +265,12 @@ forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, st
                                                 plan.max_experts(), plan.hidden, plan.max_expert_intermediate())
                                           : 0,
           .route_experts = moe_layers * tokens * top_k,
-          .expert_tokens = moe_layers * plan.max_experts()};
+          .expert_tokens = moe_layers * plan.max_experts(),
+          .mla_query = tokens * plan.max_mla_query(),
+          .latents = tokens * plan.max_mla_latents(),
+          .index_query = tokens * plan.max_index_query(),
+          .selected = tokens * plan.max_index_topk(),
+          .selected_count = plan.max_index_topk() > 0 ? tokens : 0};
 }
 
 std::int64_t max_table_blocks(const model_plan& plan, std::int64_t block_size) {
@@ -428,6 +480,109 @@ struct forward_pass {
     return matmul(b.attn, a.q_dim(), w.wo, nullptr, b.x, plan.hidden, plan.hidden, a.q_dim(), true, step.tokens);
   }
 
+  // x += mla(rmsnorm(x)), as model_plan.h lists the steps. Layer `layer`'s cache rows are
+  // [latent | k_pe] in K and, for an indexer, its keys in V.
+  status mla_attention(std::int64_t layer, const attention_plan& a, const layer_forward_weights& w) const {
+    const mla_plan& m = a.mla;
+    const std::int64_t heads = a.num_heads;
+    const std::int64_t width = a.qkv_dim();
+    const std::int64_t latents_stride = heads * m.kv_lora_rank;
+    const bool own_indexer = m.indexed() && !m.shared_selection;
+    float* q_a = b.qkv;                               // [tokens, q_width] of the first projection
+    float* latent = q_a + m.q_width(heads);           // [tokens, kv_lora_rank], then k_pe [rope]
+    float* k_pe = latent + m.kv_lora_rank;
+    float* index_key = k_pe + m.rope;                 // [tokens, index_head_dim] (own indexer)
+    float* index_weights = index_key + m.index_head_dim;  // [tokens, index_heads]
+    const auto norm_part = [&](float* part, const float* weight, std::int64_t cols) {
+      return kernels::run_rmsnorm({.x = part, .weight = weight, .out = part, .rows = step.tokens, .cols = cols,
+                                   .x_stride = width, .out_stride = width, .eps = mla_plan::lora_norm_eps},
+                                  s);
+    };
+    const auto rotate = [&](float* x, std::int64_t heads_of, std::int64_t head_dim, std::int64_t stride) {
+      return kernels::run_rope({.x = x, .positions = step.positions, .inv_freq = w.rope_inv_freq,
+                                .tokens = step.tokens, .heads = heads_of, .head_dim = head_dim, .rotary_dim = m.rope,
+                                .x_stride = stride, .pairs = a.rope.pairs, .scale = m.rope_scale},
+                               s);
+    };
+
+    EDGE_RETURN_IF_ERROR(norm(w.attn_norm));
+    EDGE_RETURN_IF_ERROR(project(w.qkv, b.qkv, width));
+    float* q = q_a;  // [tokens, heads, qk_head]: q_nope then q_pe per head
+    std::int64_t q_stride = width;
+    if (m.q_lora_rank > 0) {
+      EDGE_RETURN_IF_ERROR(norm_part(q_a, w.q_a_norm, m.q_lora_rank));
+      q = b.mla_query;
+      q_stride = heads * m.qk_head();
+      EDGE_RETURN_IF_ERROR(matmul(q_a, width, w.wq_b, nullptr, q, q_stride, q_stride, m.q_lora_rank, false, step.tokens));
+    }
+    EDGE_RETURN_IF_ERROR(norm_part(latent, w.kv_a_norm, m.kv_lora_rank));
+    EDGE_RETURN_IF_ERROR(rotate(q + m.nope, heads, m.qk_head(), q_stride));
+    EDGE_RETURN_IF_ERROR(rotate(k_pe, 1, m.rope, width));
+    EDGE_RETURN_IF_ERROR(cache_rows(latent, width, m.cache_row(), kv.keys(layer), kv.key_scales(layer)));
+
+    if (own_indexer) {
+      EDGE_RETURN_IF_ERROR(kernels::run_rmsnorm({.x = index_key, .weight = w.index_k_norm, .out = index_key,
+                                                 .rows = step.tokens, .cols = m.index_head_dim, .x_stride = width,
+                                                 .out_stride = width, .eps = mla_plan::index_norm_eps, .center = true,
+                                                 .bias = w.index_k_norm_bias},
+                                                s));
+      EDGE_RETURN_IF_ERROR(rotate(index_key, 1, m.index_head_dim, width));
+      EDGE_RETURN_IF_ERROR(cache_rows(index_key, width, m.index_head_dim, kv.values(layer), kv.value_scales(layer)));
+      const std::int64_t index_width = m.index_heads * m.index_head_dim;
+      EDGE_RETURN_IF_ERROR(
+          matmul(q_a, width, w.index_wq, nullptr, b.index_query, index_width, index_width, m.q_lora_rank, false, step.tokens));
+      EDGE_RETURN_IF_ERROR(rotate(b.index_query, m.index_heads, m.index_head_dim, index_width));
+      EDGE_RETURN_IF_ERROR(kernels::run_dsa_select(
+          {.q = b.index_query, .head_weights = index_weights,
+           .weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(m.index_heads * m.index_head_dim))),
+           .key_cache = kv.values(layer), .key_scales = kv.value_scales(layer), .kv_type = kv.layout.dtype,
+           .seq = step.seq, .pos = step.positions, .block_tables = step.block_tables, .table_begin = step.table_begin,
+           .selected = b.selected, .selected_count = b.selected_count, .tokens = step.tokens,
+           .index_heads = m.index_heads, .index_dim = m.index_head_dim, .top_k = m.index_topk,
+           .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks, .q_stride = index_width,
+           .weights_stride = width},
+          s));
+    }
+
+    // The absorbed query: per head, q_nope · W_UK (w_uk_t's rows for the head are W_UKᵀ).
+    for (std::int64_t h = 0; h < heads; ++h) {
+      EDGE_RETURN_IF_ERROR(matmul(q + h * m.qk_head(), q_stride,
+                                  kernels::weight_rows_from(w.w_uk_t, h * m.kv_lora_rank, m.nope), nullptr,
+                                  b.latents + h * m.kv_lora_rank, latents_stride, m.kv_lora_rank, m.nope, false,
+                                  step.tokens));
+    }
+    EDGE_RETURN_IF_ERROR(kernels::run_mla_attention(
+        {.q_latent = b.latents, .q_rope = q + m.nope, .out = b.latents, .cache = kv.keys(layer),
+         .scales = kv.key_scales(layer), .kv_type = kv.layout.dtype, .seq = step.seq, .pos = step.positions,
+         .block_tables = step.block_tables, .table_begin = step.table_begin,
+         .selected = m.indexed() ? b.selected : nullptr, .selected_count = m.indexed() ? b.selected_count : nullptr,
+         .select_stride = m.index_topk, .tokens = step.tokens, .num_heads = heads, .latent_dim = m.kv_lora_rank,
+         .rope_dim = m.rope, .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks,
+         .q_latent_stride = latents_stride, .q_rope_stride = q_stride, .q_rope_head_stride = m.qk_head(),
+         .out_stride = latents_stride, .scale = a.softmax_scale},
+        s));
+    // Per head, the latents through kv_b_proj's V rows.
+    const std::int64_t per_head = m.nope + m.v_head_dim;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      EDGE_RETURN_IF_ERROR(matmul(b.latents + h * m.kv_lora_rank, latents_stride,
+                                  kernels::weight_rows_from(w.wkv_b, h * per_head + m.nope, m.kv_lora_rank), nullptr,
+                                  b.attn + h * m.v_head_dim, a.q_dim(), m.v_head_dim, m.kv_lora_rank, false,
+                                  step.tokens));
+    }
+    return matmul(b.attn, a.q_dim(), w.wo, nullptr, b.x, plan.hidden, plan.hidden, a.q_dim(), true, step.tokens);
+  }
+
+  // Each token's `row_width` values at `rows` (token stride `stride`) into a one-row-per-token
+  // cache pool (kv_cache_write with one head, no V).
+  status cache_rows(const float* rows, std::int64_t stride, std::int64_t row_width, void* pool, float* scales) const {
+    return kernels::run_kv_cache_write({.k = rows, .v = nullptr, .k_cache = pool, .v_cache = nullptr,
+                                        .k_scales = scales, .kv_type = kv.layout.dtype, .slots = step.slots,
+                                        .tokens = step.tokens, .num_kv_heads = 1, .head_dim = row_width,
+                                        .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks,
+                                        .kv_stride = stride},
+                                       s);
+  }
+
   // x += down(silu(gate(xn)) * up(xn)), xn = rmsnorm(x)
   status dense_mlp(const mlp_plan& m, const layer_forward_weights& w) const {
     EDGE_RETURN_IF_ERROR(norm(w.ffn_norm));
@@ -487,6 +642,9 @@ status run_forward(const model_plan& plan, const forward_weights& weights, const
     switch (lp.attention.kind) {
       case attention_kind::gqa:
         EDGE_RETURN_IF_ERROR(pass.gqa_attention(static_cast<std::int64_t>(l), lp.attention, w));
+        break;
+      case attention_kind::mla:
+        EDGE_RETURN_IF_ERROR(pass.mla_attention(static_cast<std::int64_t>(l), lp.attention, w));
         break;
     }
     switch (lp.mlp.kind) {

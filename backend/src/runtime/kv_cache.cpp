@@ -26,15 +26,28 @@ bool is_float_dtype(kernels::dtype type) {
 }  // namespace
 
 std::size_t kv_cache_layout::bytes_per_token() const {
-  return 2 * static_cast<std::size_t>(num_layers * num_kv_heads) * kernels::kv_cache_row_bytes(dtype, head_dim);
+  const std::size_t values = value_dim > 0 ? kernels::kv_cache_row_bytes(dtype, value_dim) : 0;
+  return static_cast<std::size_t>(num_layers * num_kv_heads) * (kernels::kv_cache_row_bytes(dtype, head_dim) + values);
+}
+
+kv_cache_layout kv_cache_layout::rows_of(const model_config& config) {
+  kv_cache_layout layout;
+  layout.num_layers = config.num_layers;
+  if (config.mla) {
+    layout.num_kv_heads = 1;
+    layout.head_dim = config.mla->cache_row();
+    layout.value_dim = config.dsa ? config.dsa->index_head_dim : 0;
+  } else {
+    layout.num_kv_heads = config.num_kv_heads;
+    layout.head_dim = config.head_dim;
+    layout.value_dim = config.head_dim;
+  }
+  return layout;
 }
 
 kv_cache_layout kv_cache_layout::for_budget(const model_config& config, kernels::dtype dtype, std::int64_t block_size,
                                             std::size_t budget_bytes) {
-  kv_cache_layout layout;
-  layout.num_layers = config.num_layers;
-  layout.num_kv_heads = config.num_kv_heads;
-  layout.head_dim = config.head_dim;
+  kv_cache_layout layout = rows_of(config);
   layout.block_size = block_size;
   layout.dtype = dtype;
   const std::size_t per_block = layout.bytes_per_block();
@@ -54,17 +67,21 @@ kv_cache_view kv_cache_view::plan(const kv_cache_layout& layout, std::int64_t al
   v.layout = layout;
   v.allocated_blocks = allocated_blocks;
   const auto rows = static_cast<std::size_t>(allocated_blocks * layout.num_kv_heads * layout.block_size);
-  v.pool_bytes = round_up(rows * static_cast<std::size_t>(layout.head_dim) * kernels::dtype_size(layout.dtype), alignment);
-  v.scale_bytes = kernels::kv_cache_scaled(layout.dtype) ? round_up(rows * sizeof(float), alignment) : 0;
+  const std::size_t element = kernels::dtype_size(layout.dtype);
+  const bool scaled = kernels::kv_cache_scaled(layout.dtype);
+  v.key_bytes = round_up(rows * static_cast<std::size_t>(layout.head_dim) * element, alignment);
+  v.value_bytes = round_up(rows * static_cast<std::size_t>(layout.value_dim) * element, alignment);
+  v.key_scale_bytes = scaled ? round_up(rows * sizeof(float), alignment) : 0;
+  v.value_scale_bytes = scaled && layout.value_dim > 0 ? round_up(rows * sizeof(float), alignment) : 0;
   return v;
 }
 
 void* kv_cache_view::region(std::int64_t layer, int which) const {
-  std::size_t offset = static_cast<std::size_t>(layer) * 2 * (pool_bytes + scale_bytes);
+  std::size_t offset = static_cast<std::size_t>(layer) * layer_bytes();
   switch (which) {
-    case 1: offset += pool_bytes; break;
-    case 2: offset += 2 * pool_bytes; break;
-    case 3: offset += 2 * pool_bytes + scale_bytes; break;
+    case 1: offset += key_bytes; break;
+    case 2: offset += key_bytes + value_bytes; break;
+    case 3: offset += key_bytes + value_bytes + key_scale_bytes; break;
     default: break;
   }
   return base + offset;

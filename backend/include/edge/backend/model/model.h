@@ -63,12 +63,30 @@ struct expert_weights {
 
 // In a Mixture-of-Experts layer (model_plan's mlp_kind::moe) w_gate, w_up and w_down are the
 // shared experts' (absent when it has none), beside the router and the routed experts.
+// In a latent attention layer (mla_config) wq is q_a_proj ([q_lora_rank, hidden]) or, without
+// q_lora_rank, q_proj ([num_heads * qk_head_dim, hidden]); wk is kv_a_proj_with_mqa
+// ([kv_lora_rank + qk_rope_head_dim, hidden]); wv is absent; wo is [hidden, num_heads *
+// v_head_dim]; wqkv stacks wq, wk and the indexer's index_wk.
 struct layer_weights {
   tensor_view attn_norm;   // [hidden]
   weight_matrix wq;        // [num_heads * head_dim, hidden]
   weight_matrix wk;        // [num_kv_heads * head_dim, hidden]
   weight_matrix wv;        // [num_kv_heads * head_dim, hidden]
   weight_matrix wo;        // [hidden, num_heads * head_dim]
+  // Latent attention only.
+  tensor_view q_a_norm;    // [q_lora_rank] (q_lora_rank > 0)
+  weight_matrix wq_b;      // [num_heads * qk_head_dim, q_lora_rank] (q_lora_rank > 0)
+  tensor_view kv_a_norm;   // [kv_lora_rank]
+  weight_matrix wkv_b;     // [num_heads * (qk_nope_head_dim + v_head_dim), kv_lora_rank]: per head K rows, then V rows
+  // [num_heads * kv_lora_rank, qk_nope_head_dim]: per head, wkv_b's K rows transposed, which
+  // the absorbed query multiplies by; computed on load in wkv_b's format.
+  weight_matrix w_uk_t;
+  // DeepSeek Sparse Attention's indexer (a layer that runs its own).
+  weight_matrix index_wq;        // [index_heads * index_head_dim, q_lora_rank]
+  weight_matrix index_wk;        // [index_head_dim, hidden]
+  tensor_view index_k_norm;      // [index_head_dim] LayerNorm weight
+  tensor_view index_k_norm_bias; // [index_head_dim]
+  weight_matrix index_weights;   // [index_heads, hidden] (never quantized on load)
   tensor_view bq;          // [num_heads * head_dim]     (Qwen2 only; absent otherwise)
   tensor_view bk;          // [num_kv_heads * head_dim]  (Qwen2 only)
   tensor_view bv;          // [num_kv_heads * head_dim]  (Qwen2 only)

@@ -1,5 +1,5 @@
-// The hyperparameters of a decoder (Llama-family attention, dense or Mixture-of-Experts MLPs),
-// whatever file format they came from.
+// The hyperparameters of a decoder (grouped-query or multi-head latent attention, dense or
+// Mixture-of-Experts MLPs), whatever file format they came from.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 namespace edge::backend {
 
-enum class architecture { llama, qwen2, mistral, qwen3, qwen3_moe, glm4_moe };
+enum class architecture { llama, qwen2, mistral, qwen3, qwen3_moe, glm4_moe, deepseek_v3, glm_moe_dsa };
 
 std::string_view to_string(architecture arch);
 
@@ -29,6 +29,56 @@ struct rope_scaling_llama3 {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   std::int64_t original_max_position = 8192;
+};
+
+// rope_scaling of type "yarn" (DeepSeek-V3, Kimi K2), as transformers' _compute_yarn_parameters
+// reads it: the frequencies (kernels::rope_yarn_scaling) and two factors on attention.
+struct rope_scaling_yarn {
+  double factor = 1.0;
+  std::int64_t original_max_position = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+  double mscale = 0.0;           // 0: absent
+  double mscale_all_dim = 0.0;   // 0: absent
+  std::optional<double> attention_factor;  // given explicitly
+
+  // What multiplies cos and sin (transformers' attention_scaling): attention_factor, else
+  // mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are set, else mscale(factor).
+  double rotary_factor() const;
+  // What multiplies DeepSeek-V3's softmax scale: mscale(factor, mscale_all_dim)² when
+  // mscale_all_dim is set, else 1. mscale(s, m) = 0.1 m ln(s) + 1 for s > 1, else 1.
+  double softmax_factor() const;
+};
+
+// Multi-head Latent Attention (DeepSeek-V3, Kimi K2, GLM-5): queries through a low-rank
+// q_lora_rank bottleneck (or one q_proj when it is 0), keys and values from one compressed
+// latent of kv_lora_rank per token plus one shared rotated key of qk_rope_head_dim.
+struct mla_config {
+  std::int64_t q_lora_rank = 0;       // 0: q_proj
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_nope_head_dim = 0;
+  std::int64_t qk_rope_head_dim = 0;
+  std::int64_t v_head_dim = 0;
+
+  std::int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  // One cached row per token and layer: the latent, then the rotated key.
+  std::int64_t cache_row() const { return kv_lora_rank + qk_rope_head_dim; }
+};
+
+// DeepSeek Sparse Attention's indexer (GLM-5): each query attends to the index_topk earlier
+// tokens its indexer ranks highest (all of them while there are no more than that).
+struct dsa_config {
+  std::int64_t index_topk = 0;
+  std::int64_t index_heads = 0;
+  std::int64_t index_head_dim = 0;
+  // [num_layers] whether a layer reuses the previous full layer's choice (indexer_types
+  // "shared") instead of running its own indexer; empty: every layer runs its own.
+  std::vector<bool> shared_layers;
+
+  bool shared(std::int64_t layer) const {
+    return layer < static_cast<std::int64_t>(shared_layers.size()) && shared_layers[static_cast<std::size_t>(layer)];
+  }
 };
 
 // The MLPs of a Mixture-of-Experts model. A sparse layer routes each token to
@@ -76,6 +126,14 @@ struct model_config {
   bool qk_norm = false;         // Qwen3: an RMSNorm over each head of Q and of K ([head_dim] weights), before RoPE
   std::int64_t rotary_dim = 0;  // leading elements of each head RoPE rotates (GLM-4.5: half); 0: all
   std::optional<moe_config> moe;
+  std::optional<rope_scaling_yarn> yarn;
+  // Multi-head latent attention in every layer (head_dim is then its qk_head_dim and
+  // num_kv_heads its num_heads, as transformers' configs say); DSA on top for GLM-5.
+  std::optional<mla_config> mla;
+  std::optional<dsa_config> dsa;
+  // Multi-token-prediction layers the checkpoint carries after the decoder's
+  // (num_nextn_predict_layers): not part of the forward pass, and not loaded.
+  std::int64_t nextn_layers = 0;
 
   std::int64_t rotated() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
 };

@@ -31,6 +31,7 @@ namespace edge::backend {
 
 enum class attention_kind {
   gqa,  // grouped-query attention over per-head K and V (multi-head when num_kv_heads == num_heads)
+  mla,  // multi-head latent attention over one cached latent row per token
 };
 
 enum class mlp_kind {
@@ -46,11 +47,44 @@ struct rope_plan {
   std::int64_t rotary_dim = 0;  // leading elements of each head that rotate (the rest pass through)
   double theta = 10000.0;
   std::optional<kernels::rope_llama3_scaling> scaling;
+  std::optional<kernels::rope_yarn_scaling> yarn;
 
   // [rotary_dim / 2] the rotation frequencies, scaling applied.
   std::vector<float> inv_freq() const;
 
   friend bool operator==(const rope_plan&, const rope_plan&) = default;
+};
+
+// The widths of a latent attention layer (model_config's mla_config and dsa_config).
+struct mla_plan {
+  std::int64_t q_lora_rank = 0;      // 0: one q_proj
+  std::int64_t kv_lora_rank = 0;     // the latent
+  std::int64_t nope = 0;             // qk_nope_head_dim
+  std::int64_t rope = 0;             // qk_rope_head_dim
+  std::int64_t v_head_dim = 0;
+  float rope_scale = 1.0f;           // YaRN's factor on cos and sin
+  // DSA (GLM-5); index_topk 0 without an indexer.
+  std::int64_t index_topk = 0;
+  std::int64_t index_heads = 0;
+  std::int64_t index_head_dim = 0;
+  bool shared_selection = false;     // uses the previous indexer's choice rather than its own
+
+  // transformers builds q_a_layernorm and kv_a_layernorm without an epsilon (RMSNorm's 1e-6),
+  // whatever rms_norm_eps says, and the indexer's LayerNorm with 1e-6.
+  static constexpr float lora_norm_eps = 1e-6f;
+  static constexpr float index_norm_eps = 1e-6f;
+
+  std::int64_t qk_head() const { return nope + rope; }
+  std::int64_t cache_row() const { return kv_lora_rank + rope; }
+  bool indexed() const { return index_topk > 0; }
+  // The first projection's parts, side by side in one row per token: q_a (or q_proj for
+  // `heads` heads), the latent and k_pe, then (an indexer's) index key and its head weights.
+  std::int64_t q_width(std::int64_t heads) const { return q_lora_rank > 0 ? q_lora_rank : heads * qk_head(); }
+  std::int64_t first_width(std::int64_t heads) const {
+    return q_width(heads) + cache_row() + (indexed() && !shared_selection ? index_head_dim + index_heads : 0);
+  }
+
+  friend bool operator==(const mla_plan&, const mla_plan&) = default;
 };
 
 struct attention_plan {
@@ -60,13 +94,17 @@ struct attention_plan {
   std::int64_t head_dim = 0;
   bool qkv_bias = false;       // biases on the Q, K and V projections (Qwen2)
   bool qk_norm = false;        // an RMSNorm over each head of Q and K before RoPE (Qwen3)
-  float softmax_scale = 0.0f;  // 1 / sqrt(head_dim)
+  float softmax_scale = 0.0f;  // 1 / sqrt(head_dim) (MLA: of qk_head, times YaRN's mscale²)
   rope_plan rope;
+  mla_plan mla;                // attention_kind::mla only
 
-  std::int64_t q_dim() const { return num_heads * head_dim; }
+  // The output projection's input: every head's attention output.
+  std::int64_t q_dim() const { return num_heads * (kind == attention_kind::mla ? mla.v_head_dim : head_dim); }
   std::int64_t kv_dim() const { return num_kv_heads * head_dim; }
-  // Q, K and V of one token side by side: the width of the fused projection.
-  std::int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+  // What the first projection writes per token: Q, K and V side by side (MLA: mla_plan's parts).
+  std::int64_t qkv_dim() const {
+    return kind == attention_kind::mla ? mla.first_width(num_heads) : num_heads * head_dim + 2 * kv_dim();
+  }
 };
 
 struct router_plan {
@@ -113,6 +151,12 @@ struct model_plan {
   std::int64_t max_experts() const;
   std::int64_t max_top_k() const;
   std::int64_t max_expert_intermediate() const;
+  // Over the latent attention layers (0 without them): the query after q_b ([heads, qk_head]),
+  // the per-head latents ([heads, kv_lora_rank]), the indexer's queries and its top_k.
+  std::int64_t max_mla_query() const;
+  std::int64_t max_mla_latents() const;
+  std::int64_t max_index_query() const;
+  std::int64_t max_index_topk() const;
 };
 
 // invalid_argument for a configuration that fails the loaders' plausibility checks (an empty or

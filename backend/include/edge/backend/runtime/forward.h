@@ -34,11 +34,20 @@ struct projection_part {
 
 struct layer_forward_weights {
   const float* attn_norm = nullptr;         // [hidden]
-  std::vector<projection_part> qkv;         // [qkv_dim, hidden] in all
+  std::vector<projection_part> qkv;         // [qkv_dim, hidden] in all (MLA: mla_plan's first projection)
   const float* q_norm = nullptr;            // [head_dim] (qk_norm only)
   const float* k_norm = nullptr;            // [head_dim] (qk_norm only)
   const float* rope_inv_freq = nullptr;     // [rotary_dim / 2]
   kernels::weight_view wo;                  // [hidden, q_dim]
+  // Latent attention (model.h's layer_weights has the shapes).
+  const float* q_a_norm = nullptr;          // [q_lora_rank]
+  kernels::weight_view wq_b;                // [heads * qk_head, q_lora_rank]
+  const float* kv_a_norm = nullptr;         // [kv_lora_rank]
+  kernels::weight_view wkv_b;               // [heads * (nope + v_head_dim), kv_lora_rank]
+  kernels::weight_view w_uk_t;              // [heads * kv_lora_rank, nope]
+  kernels::weight_view index_wq;            // [index_heads * index_head_dim, q_lora_rank]
+  const float* index_k_norm = nullptr;      // [index_head_dim]
+  const float* index_k_norm_bias = nullptr; // [index_head_dim]
   const float* ffn_norm = nullptr;          // [hidden]
   // The dense SwiGLU, or a MoE layer's shared experts (empty without them).
   std::vector<projection_part> gate_up;     // [2 intermediate, hidden] in all: gate rows, then up rows
@@ -87,6 +96,8 @@ struct forward_buffer_floats {
   std::int64_t x = 0, xn = 0, qkv = 0, attn = 0, gate_up = 0, last = 0, logits = 0;
   std::int64_t router_logits = 0, route_weights = 0, moe_workspace = 0;
   std::int64_t route_experts = 0, expert_tokens = 0;
+  // Latent attention (empty without it); selected and selected_count count int32s.
+  std::int64_t mla_query = 0, latents = 0, index_query = 0, selected = 0, selected_count = 0;
   static forward_buffer_floats for_step(const model_plan& plan, std::int64_t tokens, std::int64_t sequences);
 };
 
@@ -111,6 +122,12 @@ struct forward_buffers {
   std::int32_t* expert_tokens = nullptr;   // [moe_layers, max_experts] tokens each expert ran
   float* moe_workspace = nullptr;          // [moe_workspace_floats]
   std::int64_t moe_workspace_floats = 0;
+  // Latent attention layers (null without them).
+  float* mla_query = nullptr;              // [tokens, heads * qk_head] q after q_b_proj
+  float* latents = nullptr;                // [tokens, heads * kv_lora_rank] the absorbed queries, then the attention's latents
+  float* index_query = nullptr;            // [tokens, index_heads * index_head_dim] (DSA)
+  std::int32_t* selected = nullptr;        // [tokens, index_topk] the positions each token attends to (DSA)
+  std::int32_t* selected_count = nullptr;  // [tokens] (DSA; 0: all of them)
 };
 
 // One step's metadata, as the kernels read it.

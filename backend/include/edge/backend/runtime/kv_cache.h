@@ -2,8 +2,14 @@
 // block holding block_size token slots for all KV heads. Which blocks are in use is
 // kv_block_pool's business.
 //
-//   K and V of layer l:               [num_blocks, num_kv_heads, block_size, head_dim] of dtype
+//   K of layer l:                     [num_blocks, num_kv_heads, block_size, head_dim] of dtype
+//   V of layer l:                     [num_blocks, num_kv_heads, block_size, value_dim] of dtype
 //   K and V scales of layer l (fp8):  [num_blocks, num_kv_heads, block_size] of f32
+//
+// Grouped-query attention stores K and V alike (value_dim = head_dim). A latent attention layer
+// (MLA) stores one row per token in K: its latent and its rotated key (num_kv_heads 1, head_dim
+// kv_lora_rank + qk_rope_head_dim), and in V the DSA indexer's key (value_dim index_head_dim),
+// or nothing (value_dim 0).
 //
 // An fp8_e4m3 cache stores each (token, kv head) row of K and of V with its own f32 scale
 // (kernels/kv_cache_write/kv_cache_write.h has the rule); the scales are part of the cache's
@@ -30,13 +36,20 @@ struct model;
 struct kv_cache_layout {
   std::int64_t num_layers = 0;
   std::int64_t num_kv_heads = 0;
-  std::int64_t head_dim = 0;
+  std::int64_t head_dim = 0;   // a K row
+  std::int64_t value_dim = 0;  // a V row (0: no V pool)
   std::int64_t block_size = 16;
   std::int64_t num_blocks = 0;
   kernels::dtype dtype = kernels::dtype::f32;
 
   // K and V of one token in every layer, their scales included.
   std::size_t bytes_per_token() const;
+  // The rows a model's layers cache (num_layers, num_kv_heads, head_dim, value_dim), no blocks yet.
+  static kv_cache_layout rows_of(const model_config& config);
+  bool same_rows(const kv_cache_layout& other) const {
+    return num_layers == other.num_layers && num_kv_heads == other.num_kv_heads && head_dim == other.head_dim &&
+           value_dim == other.value_dim;
+  }
   std::size_t bytes_per_block() const { return bytes_per_token() * static_cast<std::size_t>(block_size); }
   std::int64_t capacity_tokens() const { return num_blocks * block_size; }
 
@@ -56,23 +69,25 @@ struct kv_cache_view {
   kv_cache_layout layout;              // the blocks a kv_block_pool may hand out
   std::int64_t allocated_blocks = 0;   // blocks in the allocation, >= layout.num_blocks (a
                                        // padding block past the pool's, on CUDA)
-  std::size_t pool_bytes = 0;          // one layer's K (or V) pool
-  std::size_t scale_bytes = 0;         // one layer's K (or V) scales; 0 for unscaled dtypes
+  std::size_t key_bytes = 0;           // one layer's K pool
+  std::size_t value_bytes = 0;         // one layer's V pool (0 without one)
+  std::size_t key_scale_bytes = 0;     // one layer's K scales; 0 for unscaled dtypes
+  std::size_t value_scale_bytes = 0;   // one layer's V scales; 0 for unscaled dtypes or without a V pool
 
   // The regions of `layout` with room for `allocated_blocks`, at no address yet.
   static kv_cache_view plan(const kv_cache_layout& layout, std::int64_t allocated_blocks, std::size_t alignment);
-  std::size_t total_bytes() const {
-    return 2 * (pool_bytes + scale_bytes) * static_cast<std::size_t>(layout.num_layers);
-  }
+  std::size_t layer_bytes() const { return key_bytes + value_bytes + key_scale_bytes + value_scale_bytes; }
+  std::size_t total_bytes() const { return layer_bytes() * static_cast<std::size_t>(layout.num_layers); }
 
   void* keys(std::int64_t layer) const { return region(layer, 0); }
-  void* values(std::int64_t layer) const { return region(layer, 1); }
-  // Null unless kernels::kv_cache_scaled(layout.dtype).
+  // Null without a V pool.
+  void* values(std::int64_t layer) const { return value_bytes == 0 ? nullptr : region(layer, 1); }
+  // Null unless kernels::kv_cache_scaled(layout.dtype) (and, for V, there is a V pool).
   float* key_scales(std::int64_t layer) const {
-    return scale_bytes == 0 ? nullptr : static_cast<float*>(region(layer, 2));
+    return key_scale_bytes == 0 ? nullptr : static_cast<float*>(region(layer, 2));
   }
   float* value_scales(std::int64_t layer) const {
-    return scale_bytes == 0 ? nullptr : static_cast<float*>(region(layer, 3));
+    return value_scale_bytes == 0 ? nullptr : static_cast<float*>(region(layer, 3));
   }
 
  private:

@@ -1,0 +1,103 @@
+// Multi-head Latent Attention (DeepSeek-V3, Kimi K2, GLM-5) over a paged latent cache, and the
+// DeepSeek Sparse Attention indexer's choice of keys.
+//
+// An MLA layer caches, per token, one row of latent_dim + rope_dim values: the normalised
+// latent c (kv_a_layernorm of kv_a_proj's first kv_lora_rank outputs) followed by the rotated
+// key k_pe that every head shares. Head h's key is [W_UK[h] c | k_pe] and its value W_UV[h] c,
+// where kv_b_proj stacks W_UK[h] ([qk_nope_head_dim, latent_dim]) and W_UV[h] ([v_head_dim,
+// latent_dim]) per head. This kernel runs the absorbed form: the caller folds W_UK into the
+// query (q_latent[h] = q_nope[h] · W_UK[h]) and applies W_UV after, so the score is
+//   scale · (q_latent[h] · c + q_rope[h] · k_pe)
+// and the kernel's output per head is the softmax-weighted sum of the latents c, read once for
+// all heads of a token. Softmax is online, block by block, in position order per token, so on
+// the CPU a token's result does not depend on the batch.
+//
+// With DSA a token may attend to a chosen subset of its positions instead (selected[t]: its
+// count, ascending). A count of 0 means every position 0..pos[t], which is what the indexer
+// writes for a token whose context holds no more than its top_k: dense and sparse attention
+// then run the same code and agree exactly.
+//
+// The cache layout, per layer (one "head" of rows, as kv_cache_write writes it with
+// num_kv_heads = 1):
+//   cache:   [num_blocks, block_size, latent_dim + rope_dim] of kv_type
+//   scales:  [num_blocks, block_size] of f32 (fp8_e4m3: one scale for the whole row)
+#pragma once
+
+#include <cstdint>
+
+#include "edge/common/status.h"
+#include "edge/kernels/dtype.h"
+#include "edge/kernels/stream.h"
+
+namespace edge::kernels {
+
+// Limits of the CPU kernel's accumulators (Kimi K2: 64 heads, DeepSeek-V3: 128; latent 512).
+inline constexpr std::int64_t max_mla_heads = 256;
+inline constexpr std::int64_t max_mla_row = 1024;  // latent_dim + rope_dim
+
+struct mla_attention_params {
+  const float* q_latent;        // [tokens, num_heads, latent_dim], token stride q_latent_stride
+  const float* q_rope;          // [tokens, num_heads, rope_dim], token stride q_rope_stride, head stride q_rope_head_stride
+  float* out;                   // [tokens, num_heads, latent_dim], token stride out_stride
+  const void* cache;            // [num_blocks, block_size, latent_dim + rope_dim]
+  const float* scales = nullptr;  // [num_blocks, block_size]; when kv_cache_scaled(kv_type)
+  dtype kv_type = dtype::f32;
+  const std::int32_t* seq;          // [tokens] the token's row of table_begin
+  const std::int32_t* pos;          // [tokens]
+  const std::int32_t* block_tables; // [table_begin[rows]] each row's blocks (paged_attention.h)
+  const std::int32_t* table_begin;  // [rows + 1]
+  // DSA (optional): the positions each token attends to.
+  const std::int32_t* selected = nullptr;        // [tokens, select_stride], ascending
+  const std::int32_t* selected_count = nullptr;  // [tokens]; 0: every position 0..pos[t]
+  std::int64_t select_stride = 0;
+  std::int64_t tokens = 0;
+  std::int64_t num_heads = 0;
+  std::int64_t latent_dim = 0;
+  std::int64_t rope_dim = 0;
+  std::int64_t block_size = 0;
+  std::int64_t num_blocks = 0;
+  std::int64_t q_latent_stride = 0;
+  std::int64_t q_rope_stride = 0;
+  std::int64_t q_rope_head_stride = 0;
+  std::int64_t out_stride = 0;
+  float scale = 0.0f;  // qk_head_dim^-0.5 (times YaRN's mscale²)
+};
+
+// invalid_argument for shapes beyond the limits, a position beyond its block table, a block
+// outside the cache, a selected position after the token's own, or a scaled dtype without
+// scales.
+status run_mla_attention(const mla_attention_params& p, const stream& s);
+
+// The DSA indexer's choice: for each token with more than top_k positions (pos[t] + 1 > top_k),
+// the top_k earlier-or-equal positions s by
+//   score(s) = Σ_h weight_scale · head_weights[t, h] · relu(q[t, h] · k[s])
+// (ties to the lower position), written ascending to selected[t] with selected_count[t] =
+// top_k; for every other token selected_count[t] = 0 (all positions). The index keys are
+// cached per token ([num_blocks, block_size, index_dim], one scale per row for fp8).
+struct dsa_select_params {
+  const float* q;              // [tokens, index_heads, index_dim] rotated, token stride q_stride
+  const float* head_weights;   // [tokens, index_heads], token stride weights_stride (weights_proj(x))
+  float weight_scale = 1.0f;   // index_heads^-0.5 · index_dim^-0.5
+  const void* key_cache;       // [num_blocks, block_size, index_dim]
+  const float* key_scales = nullptr;  // [num_blocks, block_size]; when kv_cache_scaled(kv_type)
+  dtype kv_type = dtype::f32;
+  const std::int32_t* seq;
+  const std::int32_t* pos;
+  const std::int32_t* block_tables;
+  const std::int32_t* table_begin;
+  std::int32_t* selected;        // [tokens, top_k]
+  std::int32_t* selected_count;  // [tokens]
+  std::int64_t tokens = 0;
+  std::int64_t index_heads = 0;
+  std::int64_t index_dim = 0;
+  std::int64_t top_k = 0;
+  std::int64_t block_size = 0;
+  std::int64_t num_blocks = 0;
+  std::int64_t q_stride = 0;
+  std::int64_t weights_stride = 0;
+};
+
+// invalid_argument as run_mla_attention's checks.
+status run_dsa_select(const dsa_select_params& p, const stream& s);
+
+}  // namespace edge::kernels
