@@ -42,6 +42,10 @@ config::schema make_model_options() {
   s.add_integer("layers", 0, 0, std::numeric_limits<std::int64_t>::max(),
                 "Write only the preset's first N layers, each at its real shape (0: all), so that the large "
                 "presets fit a small machine");
+  s.add_integer("experts", 0, 0, std::numeric_limits<std::int64_t>::max(),
+                "Mixture-of-Experts presets: write only the first N routed experts of each sparse layer, each at its "
+                "real shape, with the same experts per token (0: all); a token reads the same bytes, a batch shares "
+                "fewer distinct experts");
   s.add_bytes("max-shard-size", std::string(default_shard_size), min_shard_bytes,
               std::numeric_limits<std::int64_t>::max(),
               "safetensors: split the weights into shards of at most this size, listed by model.safetensors.index.json");
@@ -65,6 +69,7 @@ int run_make_model(const config::values& settings) {
   options.out = *out;
   options.max_shard_bytes = settings.bytes("max-shard-size");
   options.layers = settings.integer("layers");
+  options.experts = settings.integer("experts");
 
   const auto started = std::chrono::steady_clock::now();
   std::uint64_t weight_bytes = 0;

@@ -249,6 +249,12 @@ status parse_mla(const json_fields& fields, model_config& config) {
     config.dsa = dsa;
   }
   EDGE_ASSIGN_OR_RETURN(config.nextn_layers, fields.value_or<std::int64_t>("num_nextn_predict_layers", 0));
+  if (config.nextn_layers > 0) {
+    logger{"model"}.info("skipping the checkpoint's {} multi-token-prediction layer{} (model.layers.{}{}): edgeinfer "
+                         "decodes one token per step and does not load them",
+                         config.nextn_layers, config.nextn_layers == 1 ? "" : "s", config.num_layers,
+                         config.nextn_layers == 1 ? "" : edge::format("-{}", config.num_layers + config.nextn_layers - 1));
+  }
   return {};
 }
 

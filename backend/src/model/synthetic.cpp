@@ -917,6 +917,20 @@ result<fs::path> write_synthetic_model(const synthetic_options& options) {
     }
     if (c.dsa && !c.dsa->shared_layers.empty()) c.dsa->shared_layers.resize(static_cast<std::size_t>(c.num_layers));
   }
+  if (options.experts != 0) {
+    model_config& c = chosen.config;
+    if (!c.moe) return invalid_argument(edge::format("--experts: {} has no experts", preset->name));
+    moe_config& m = *c.moe;
+    if (options.experts < m.experts_per_token || options.experts > m.num_experts) {
+      return invalid_argument(edge::format("--experts {} is outside [{}, {}] (experts per token .. experts) for {}",
+                                           options.experts, m.experts_per_token, m.num_experts, preset->name));
+    }
+    m.num_experts = options.experts;
+    if (m.num_experts % m.groups != 0 || m.top_groups * (m.num_experts / m.groups) < m.experts_per_token) {
+      m.groups = 1;
+      m.top_groups = 1;
+    }
+  }
   if (options.format == synthetic_format::gguf) EDGE_RETURN_IF_ERROR(check_gguf_expressible(chosen));
   const auto vocab = make_synthetic_vocab(style_of(chosen.config), chosen.config.vocab_size, chosen.special_tokens,
                                           chosen.config.max_position);

@@ -127,3 +127,47 @@ TEST_CASE("KV dtype names, and auto as the model's own dtype") {
     CHECK(resolve_kv_cache_dtype(std::nullopt, **m) == weights);
   }
 }
+
+TEST_CASE("a latent cache at Kimi K2's shape: one row of latent + RoPE key per token and layer, FP8 >= 1.98x bf16") {
+  const model_config& kimi = preset("kimi-k2");
+  REQUIRE(kimi.mla.has_value());
+  const kv_cache_layout rows = kv_cache_layout::rows_of(kimi);
+  CHECK(rows.num_kv_heads == 1);
+  CHECK(rows.head_dim == 512 + 64);
+  CHECK(rows.value_dim == 0);  // no V pool: the values are the latents
+  // 61 layers × (576 codes + one f32 scale) against 61 × 576 × 2 bytes.
+  CHECK(kv_cache_layout::for_budget(kimi, dtype::fp8_e4m3, 16, two_gib).bytes_per_token() == 61 * (576 + 4));
+  CHECK(kv_cache_layout::for_budget(kimi, dtype::bf16, 16, two_gib).bytes_per_token() == 61 * 576 * 2);
+  const std::size_t budget = std::size_t{64} << 30;
+  const kv_cache_capacity fp8 = kv_cache_capacity_for(kimi, dtype::fp8_e4m3, 16, budget);
+  CHECK(fp8.ratio_to_bf16 == doctest::Approx(1152.0 / 580.0));
+  CHECK(static_cast<double>(fp8.tokens) >= 1.98 * static_cast<double>(fp8.bf16_tokens));
+  // Against the per-head K and V the same 64 heads would cache: the latent's whole point.
+  model_config mha = kimi;
+  mha.mla.reset();
+  mha.num_kv_heads = 64;
+  mha.head_dim = 192;
+  CHECK(kv_cache_layout::for_budget(mha, dtype::bf16, 16, budget).bytes_per_token() / rows.num_layers ==
+        2 * 64 * 192 * 2);
+}
+
+TEST_CASE("GLM-5's latent cache keeps the DSA indexer's key beside each row, with its own scale") {
+  const model_config& glm = preset("glm-5");
+  const kv_cache_layout rows = kv_cache_layout::rows_of(glm);
+  CHECK(rows.head_dim == 576);
+  CHECK(rows.value_dim == 128);
+  CHECK(kv_cache_layout::for_budget(glm, dtype::fp8_e4m3, 16, two_gib).bytes_per_token() == 78 * (576 + 4 + 128 + 4));
+  auto cache = kv_cache::create(kv_cache_layout::for_tokens(preset("glm-5-tiny"), dtype::fp8_e4m3, 16, 64));
+  REQUIRE(cache.ok());
+  kv_cache& c = **cache;
+  for (std::int64_t layer = 0; layer < c.layout().num_layers; ++layer) {
+    CHECK(c.keys(layer) != nullptr);
+    CHECK(c.values(layer) != nullptr);
+    CHECK(c.key_scales(layer) != nullptr);
+    CHECK(c.value_scales(layer) != nullptr);
+  }
+  auto plain = kv_cache::create(kv_cache_layout::for_tokens(preset("deepseek-v3-tiny"), dtype::bf16, 16, 64));
+  REQUIRE(plain.ok());
+  CHECK((*plain)->values(0) == nullptr);
+  CHECK((*plain)->value_scales(0) == nullptr);
+}

@@ -58,6 +58,10 @@ struct synthetic_options {
   bool fp8_blocks = false;
   // The preset's first `layers` layers only (each at its real shape); 0: all of them.
   std::int64_t layers = 0;
+  // A Mixture-of-Experts preset's first `experts` routed experts only (each at its real shape,
+  // experts_per_token kept, expert groups merged into one where they no longer divide); 0: all.
+  // What a token reads is unchanged; a batch finds fewer distinct experts to share.
+  std::int64_t experts = 0;
   // safetensors: the folder to create (an existing one must be empty or an earlier make-model
   // output, whose files are replaced); gguf: the file to write.
   std::filesystem::path out;
