@@ -2,16 +2,21 @@
 // folder (half-split RoPE, Q/K rows as trained) and as a GGUF (adjacent-pair RoPE, Q/K rows
 // permuted as llama.cpp's converter does; Qwen2 GGUFs keep half-split). The forward pass must
 // give the same logits for both, which checks both RoPE layouts, the permutation and (for
-// Qwen2) the Q/K/V biases end to end. Also: how stage_step pads a CUDA-graph batch.
+// Qwen2) the Q/K/V biases end to end. Likewise one GLM-5 network with and without its DSA
+// indexer, and one latent attention network prefilled at once or a token at a time. Also: how
+// stage_step pads a CUDA-graph batch.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 
 #include "edge/backend/model/model.h"
 #include "edge/backend/model/synthetic.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/forward.h"
 #include "edge/backend/engine/generator.h"
+#include "backend/model/synthetic_test_support.h"
 #include "test_support.h"
 
 namespace {
@@ -24,13 +29,14 @@ struct loaded {
   std::unique_ptr<cpu_executor> exec;
 };
 
-loaded load(const std::filesystem::path& path, load_options options = {}) {
+loaded load(const std::filesystem::path& path, load_options options = {},
+            edge::kernels::dtype kv = edge::kernels::dtype::f32) {
   loaded l;
   options.path = path;
   auto m = load_model(options);
   REQUIRE_MESSAGE(m.ok(), m.error().message());
   l.m = std::move(m).value();
-  auto c = kv_cache::create(kv_cache_layout::for_tokens(l.m->config, edge::kernels::dtype::f32, 16, 512));
+  auto c = kv_cache::create(kv_cache_layout::for_tokens(l.m->config, kv, 16, 512));
   REQUIRE(c.ok());
   l.cache = std::move(c).value();
   auto e = cpu_executor::create(*l.m, *l.cache, nullptr, {.max_batch_tokens = 64, .max_sequences = 4});
@@ -236,4 +242,85 @@ TEST_CASE("stage_step: block tables are ragged, each entry's blocks up to its la
                           .block_tables = tables.data(), .table_begin = table_begin.data(),
                           .seq_begin = seq_begin.data(), .last_token = last_token.data()})
                   .ok());
+}
+
+namespace {
+
+// A copy of `folder` whose config.json has each `from` replaced by its `to`.
+std::filesystem::path edited_copy(const std::filesystem::path& folder, const std::filesystem::path& to_folder,
+                                  const std::vector<std::pair<std::string, std::string>>& edits) {
+  std::filesystem::copy(folder, to_folder, std::filesystem::copy_options::recursive);
+  std::ifstream in(to_folder / "config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string config = text.str();
+  for (const auto& [from, to] : edits) {
+    const auto at = config.find(from);
+    REQUIRE_MESSAGE(at != std::string::npos, from);
+    config.replace(at, from.size(), to);
+  }
+  std::ofstream(to_folder / "config.json", std::ios::trunc) << config;
+  return to_folder;
+}
+
+const std::vector<token_id> twelve = {1, 17, 42, 99, 7, 250, 3, 64, 128, 5, 11, 300};
+
+}  // namespace
+
+TEST_CASE("DSA: up to index_topk positions GLM-5 is dense latent attention exactly; past it the indexer's choice counts") {
+  edge::testing::temp_dir dir;
+  const auto glm = edge::testing::make_synthetic(dir / "glm-5-tiny", "glm-5-tiny", synthetic_format::safetensors, 5,
+                                                 edge::kernels::dtype::f32);
+  // The same weights read as DeepSeek-V3 (the indexer's tensors left unread), and as GLM-5 with
+  // an indexer that keeps more positions than the prompt has.
+  const auto dense_path = edited_copy(glm, dir / "as-deepseek", {{"GlmMoeDsaForCausalLM", "DeepseekV3ForCausalLM"}});
+  const auto wide_path = edited_copy(glm, dir / "wide", {{"\"index_topk\": 8", "\"index_topk\": 64"}});
+  loaded sparse = load(glm);
+  loaded dense = load(dense_path);
+  loaded wide = load(wide_path);
+  REQUIRE(sparse.m->config.dsa.has_value());
+  REQUIRE_FALSE(dense.m->config.dsa.has_value());
+  const std::vector<float> s = logits_along(sparse, twelve);
+  const std::vector<float> d = logits_along(dense, twelve);
+  CHECK(logits_along(wide, twelve) == d);
+  const auto vocab = static_cast<std::size_t>(sparse.m->config.vocab_size);
+  constexpr std::size_t top_k = 8;
+  CHECK(std::vector<float>(s.begin(), s.begin() + top_k * vocab) == std::vector<float>(d.begin(), d.begin() + top_k * vocab));
+  CHECK(relative_difference(std::vector<float>(s.begin() + top_k * vocab, s.end()),
+                            std::vector<float>(d.begin() + top_k * vocab, d.end())) > 1e-6);
+}
+
+TEST_CASE("latent attention: a prompt prefilled at once gives the logits of a token at a time, over f32, bf16 and FP8 latents") {
+  edge::testing::temp_dir dir;
+  for (const char* preset : {"deepseek-v3-tiny", "deepseek-v3-tiny-qproj", "glm-5-tiny"}) {
+    CAPTURE(preset);
+    const auto path = edge::testing::make_synthetic(dir / preset, preset, synthetic_format::safetensors, 5,
+                                                    edge::kernels::dtype::f32);
+    std::vector<float> reference;
+    for (const auto kv : {edge::kernels::dtype::f32, edge::kernels::dtype::bf16, edge::kernels::dtype::fp8_e4m3}) {
+      CAPTURE(edge::kernels::to_string(kv));
+      loaded l = load(path, {}, kv);
+      const std::vector<float> stepwise = logits_along(l, twelve);
+      // The whole prompt as one entry (a fresh cache): its last row.
+      loaded once = load(path, {}, kv);
+      kv_block_pool pool(once.cache->layout().num_blocks);
+      batch_plan plan;
+      const std::vector<std::int32_t> blocks = {*pool.allocate()};
+      plan.entries.push_back({.tokens = twelve, .start_position = 0, .block_table = blocks, .compute_logits = true});
+      const auto vocab = static_cast<std::size_t>(l.m->config.vocab_size);
+      std::vector<float> last(vocab);
+      REQUIRE(once.exec->forward(plan, last).ok());
+      CHECK(relative_difference(last, std::vector<float>(stepwise.end() - static_cast<std::ptrdiff_t>(vocab), stepwise.end())) <= 1e-5);
+      if (kv == edge::kernels::dtype::f32) {
+        reference = stepwise;
+      } else {
+        // 16-bit and FP8 latents move the logits a little (measured: bf16 0.8-1.5e-3, FP8 1.0-1.3e-2
+        // of the largest logit), not the model; GLM-5's FP8 index keys may also change which of
+        // two near-equal positions the indexer keeps (6.7e-2 here).
+        const bool indexed = l.m->config.dsa.has_value();
+        CHECK(relative_difference(stepwise, reference) <=
+              (kv == edge::kernels::dtype::bf16 ? 0.005 : (indexed ? 0.1 : 0.025)));
+      }
+    }
+  }
 }
