@@ -153,6 +153,12 @@ status parse_rope(const json_fields& config, model_config& out) {
   EDGE_ASSIGN_OR_RETURN(const auto factor, fields.optional<double>("factor"));
   EDGE_ASSIGN_OR_RETURN(const auto original, fields.optional<std::int64_t>("original_max_position_embeddings"));
   if (*type == "yarn") {
+    if (out.arch != architecture::deepseek_v3 && out.arch != architecture::glm_moe_dsa) {
+      // Checked against the reference for latent attention only (DeepSeek's softmax factor is its own).
+      return status(status_code::unimplemented,
+                    edge::format("rope_scaling type \"yarn\" is supported for {} only",
+                                 "DeepseekV3ForCausalLM and GlmMoeDsaForCausalLM"));
+    }
     rope_scaling_yarn yarn;
     if (!original) return invalid_argument("yarn rope_scaling needs \"original_max_position_embeddings\"");
     yarn.original_max_position = *original;

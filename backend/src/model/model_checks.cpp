@@ -47,7 +47,7 @@ status check_config(const model_config& config) {
     return invalid_argument(edge::format("num_heads = {} is not a multiple of num_kv_heads = {}", config.num_heads,
                                          config.num_kv_heads));
   }
-  if (config.head_dim % 2 != 0) {
+  if (!config.mla && config.head_dim % 2 != 0) {  // latent attention rotates qk_rope_head_dim (check_mla)
     return invalid_argument(edge::format("head_dim = {} is odd; RoPE rotates pairs", config.head_dim));
   }
   if (config.num_heads * config.head_dim > max_width) {

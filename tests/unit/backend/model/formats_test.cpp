@@ -1,6 +1,8 @@
 // Hyperparameters and weights from each format, without a tokenizer.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "edge/backend/io/safetensors.h"
 #include "edge/backend/model/formats.h"
 #include "edge/backend/model/model_plan.h"
@@ -589,5 +591,131 @@ TEST_CASE("GGUF metadata: required keys, unsupported features") {
     auto weights = weights_from_gguf(copy, config->config);
     CHECK(weights.error().code() == status_code::invalid_argument);
     CHECK(weights.error().message() == "tensor \"blk.3.attn_k.weight\" has shape [64, 32], expected [32, 64]");
+  }
+}
+
+TEST_CASE("config.json: DeepSeek-V3 / Kimi K2 and GLM-5, latent attention, YaRN and the DSA indexer") {
+  constexpr std::string_view latent =
+      R"(, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 24, "n_routed_experts": 8,)"
+      R"( "n_group": 1, "topk_group": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "first_k_dense_replace": 1)";
+  SUBCASE("DeepSeek-V3: q_lora, YaRN's frequencies and both of its attention factors") {
+    auto parsed = parse_hf_config(layered_config_json(
+        "DeepseekV3ForCausalLM", 3,
+        std::string(latent) + R"(, "q_lora_rank": 48, "max_position_embeddings": 163840, "rope_theta": 10000,)"
+                              R"( "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,)"
+                              R"( "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8})"));
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+    const auto& c = parsed->config;
+    CHECK(c.arch == architecture::deepseek_v3);
+    REQUIRE(c.mla);
+    CHECK(c.mla->q_lora_rank == 48);
+    CHECK(c.head_dim == 24);          // qk_nope + qk_rope
+    CHECK(c.num_kv_heads == 4);       // every head its own key and value
+    CHECK(c.rope == rope_layout::adjacent_pairs);  // rope_interleave's default
+    CHECK(c.rms_norm_eps == 1e-6);
+    REQUIRE(c.yarn);
+    const auto mscale = [](double m) { return 0.1 * m * std::log(40.0) + 1.0; };
+    CHECK(c.yarn->softmax_factor() == doctest::Approx(mscale(0.8) * mscale(0.8)));
+    CHECK(c.yarn->rotary_factor() == doctest::Approx(mscale(1.0) / mscale(0.8)));
+    auto plan = plan_model(c);
+    REQUIRE(plan.ok());
+    const attention_plan& a = plan->layers[0].attention;
+    CHECK(a.kind == attention_kind::mla);
+    CHECK(a.q_dim() == 4 * 24);                    // o_proj's input: heads × v_head_dim
+    CHECK(a.qkv_dim() == 48 + 32 + 8);             // q_a, the latent, k_pe
+    CHECK(a.softmax_scale == doctest::Approx(mscale(0.8) * mscale(0.8) / std::sqrt(24.0)));
+    CHECK(a.mla.rope_scale == doctest::Approx(mscale(1.0) / mscale(0.8)));
+    // Worked by hand: over 4096 positions at theta 10^4, pair i (frequency 10^-i) turns
+    // 4096 · 10^-i / 2π times. beta_fast 32 falls at pair 8 ln(4096 / 64π) / (2 ln 10^4) = 1.31
+    // (floor 1), beta_slow 1 at 2.81 (ceil 3): pairs 0 and 1 keep their frequency, pair 2 is
+    // half interpolated, pair 3 divided by the factor.
+    const auto freq = a.rope.inv_freq();
+    REQUIRE(freq.size() == 4);
+    CHECK(freq[0] == doctest::Approx(1.0));
+    CHECK(freq[1] == doctest::Approx(0.1));
+    CHECK(freq[2] == doctest::Approx(0.01 * (0.5 + 0.5 / 40.0)));
+    CHECK(freq[3] == doctest::Approx(0.001 / 40.0));
+    CHECK(plan->layers[0].mlp.kind == mlp_kind::dense);
+    CHECK(plan->layers[1].mlp.kind == mlp_kind::moe);
+  }
+  SUBCASE("YaRN over a long original context interpolates the slow pairs and keeps the fast ones") {
+    auto kimi = parse_hf_config(layered_config_json(
+        "DeepseekV3ForCausalLM", 2,
+        R"(, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 64, "v_head_dim": 24, "n_routed_experts": 8,)"
+        R"( "n_group": 1, "topk_group": 1, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "q_lora_rank": null,)"
+        R"( "first_k_dense_replace": 1, "rope_parameters": {"rope_type": "yarn", "rope_theta": 50000, "factor": 32,)"
+        R"( "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1})"));
+    REQUIRE_MESSAGE(kimi.ok(), kimi.error().to_string());
+    CHECK(kimi->config.mla->q_lora_rank == 0);  // null: one q_proj
+    CHECK(kimi->config.rope_theta == 50000.0);  // from rope_parameters
+    auto plan = plan_model(kimi->config);
+    REQUIRE(plan.ok());
+    CHECK(plan->layers[0].attention.qkv_dim() == 4 * 80 + 32 + 64);
+    const auto freq = plan->layers[0].attention.rope.inv_freq();
+    REQUIRE(freq.size() == 32);
+    const auto plain = [](std::size_t i) { return std::pow(50000.0, -2.0 * static_cast<double>(i) / 64.0); };
+    CHECK(freq.front() == doctest::Approx(plain(0)));            // the fastest pair: extrapolated
+    CHECK(freq.back() == doctest::Approx(plain(31) / 32.0));     // the slowest: interpolated by the factor
+    for (std::size_t i = 1; i < freq.size(); ++i) CHECK(freq[i] < freq[i - 1]);
+  }
+  SUBCASE("GLM-5: the indexer, its per-layer modes, mlp_layer_types, and the multi-token-prediction layer count") {
+    auto parsed = parse_hf_config(layered_config_json(
+        "GlmMoeDsaForCausalLM", 4,
+        R"(, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 24, "n_routed_experts": 8,)"
+        R"( "num_experts_per_tok": 2, "moe_intermediate_size": 32, "q_lora_rank": 48, "index_topk": 8,)"
+        R"( "index_n_heads": 4, "index_head_dim": 16, "index_topk_pattern": "FSFS", "num_nextn_predict_layers": 1,)"
+        R"( "mlp_layer_types": ["dense", "sparse", "dense", "sparse"])"));
+    REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+    const auto& c = parsed->config;
+    CHECK(c.arch == architecture::glm_moe_dsa);
+    CHECK(c.rms_norm_eps == 1e-5);  // GlmMoeDsaConfig's default
+    REQUIRE(c.dsa);
+    CHECK(c.dsa->shared_layers == std::vector<bool>{false, true, false, true});
+    CHECK(c.nextn_layers == 1);
+    CHECK(!c.moe->sparse(0));
+    CHECK(c.moe->sparse(1));
+    CHECK(!c.moe->sparse(2));
+    auto plan = plan_model(c);
+    REQUIRE(plan.ok());
+    CHECK(plan->layers[0].attention.mla.indexed());
+    CHECK(!plan->layers[0].attention.mla.shared_selection);
+    CHECK(plan->layers[1].attention.mla.shared_selection);
+    CHECK(plan->layers[0].attention.qkv_dim() == 48 + 32 + 8 + 16 + 4);  // + the index key and head weights
+    CHECK(plan->layers[1].attention.qkv_dim() == 48 + 32 + 8);           // a shared layer has no indexer
+    // index_topk_freq 2 from offset 2: layers 0 and 1 full, then every other.
+    auto freq = parse_hf_config(layered_config_json(
+        "GlmMoeDsaForCausalLM", 5,
+        std::string(latent) + R"(, "q_lora_rank": 48, "index_topk_freq": 2, "index_skip_topk_offset": 2)"));
+    REQUIRE_MESSAGE(freq.ok(), freq.error().to_string());
+    CHECK(freq->config.dsa->shared_layers == std::vector<bool>{false, false, true, false, true});
+  }
+  SUBCASE("what latent attention cannot honour is refused, naming the field") {
+    const auto error_of = [&](std::string_view arch, std::string_view extra) {
+      auto parsed = parse_hf_config(layered_config_json(arch, 2, std::string(latent) + std::string(extra)));
+      REQUIRE_FALSE(parsed.ok());
+      return parsed.error();
+    };
+    CHECK(error_of("DeepseekV3ForCausalLM", R"(, "moe_layer_freq": 2)").message().find("moe_layer_freq 2") !=
+          std::string::npos);
+    CHECK(error_of("DeepseekV3ForCausalLM", R"(, "attention_bias": true)").code() == status_code::unimplemented);
+    CHECK(error_of("GlmMoeDsaForCausalLM", R"(, "q_lora_rank": null)").message().find("q_lora_rank") !=
+          std::string::npos);
+    CHECK(error_of("GlmMoeDsaForCausalLM", R"(, "q_lora_rank": 48, "indexer_types": ["shared", "full"])")
+              .message()
+              .find("first layer") != std::string::npos);
+    CHECK(error_of("DeepseekV3ForCausalLM", R"(, "q_lora_rank": 48, "rope_scaling": {"type": "yarn", "factor": 4})")
+              .message()
+              .find("original_max_position_embeddings") != std::string::npos);
+    // An odd rotated width, and a cached row wider than the attention kernels hold.
+    const auto widths = [](std::string_view rope, std::string_view rank) {
+      return parse_hf_config(layered_config_json(
+          "DeepseekV3ForCausalLM", 2,
+          std::string(R"(, "q_lora_rank": null, "qk_nope_head_dim": 16, "v_head_dim": 24, "n_routed_experts": 8,)") +
+              R"( "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1, "qk_rope_head_dim": )" + std::string(rope) +
+              R"(, "kv_lora_rank": )" + std::string(rank)));
+    };
+    REQUIRE(widths("8", "32").ok());
+    CHECK(widths("7", "32").error().message().find("qk_rope_head_dim = 7 is odd") != std::string::npos);
+    CHECK(widths("64", "1000").error().message().find("kv_lora_rank + qk_rope_head_dim") != std::string::npos);
   }
 }
