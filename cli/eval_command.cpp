@@ -38,7 +38,7 @@ config::schema eval_options() {
   s.add_string("weight-dtype", std::nullopt,
                "Weight dtypes to compare, separated by commas (f32, bf16, f16, fp8, int4), each with a bf16 and an "
                "fp8 KV cache; the default configurations otherwise. --configs names configurations one by one");
-  add_int4_group_size_option(s);
+  add_quantize_on_load_options(s);
   s.add_string("prompt", std::nullopt, "Prompt of the greedy continuations (default: the text's first sentence)");
   s.add_integer("max-tokens", 64, 1, std::int64_t{1} << 20, "Length of the greedy continuations compared");
   s.add_integer("window", 0, 0, std::int64_t{1} << 30,
@@ -152,7 +152,7 @@ int run_eval(const config::values& settings) {
   backend::load_options load;
   load.path = settings.string("model");
   if (settings.has("tokenizer")) load.tokenizer = settings.string("tokenizer");
-  apply_int4_group_size(settings, load);
+  apply_quantize_on_load(settings, load);
   auto reference_model = backend::load_model(load);
   if (!reference_model.ok()) {
     log.error("{}", reference_model.error().message());

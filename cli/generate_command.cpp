@@ -46,7 +46,7 @@ config::schema generate_options() {
   s.add_choice("weight-dtype", "auto", {"auto", "int4", "fp8", "bf16", "f16", "f32"},
                "Projection weights: int4 (groups of --int4-group-size) or fp8 (a scale per row) quantized on load, or "
                "converted to bf16, f16 or f32; auto keeps them as stored");
-  add_int4_group_size_option(s);
+  add_quantize_on_load_options(s);
   s.add_choice("device", "auto", {"auto", "cpu", "cuda"},
                "Where the model runs: cuda (the first GPU), cpu, or auto (cuda when a GPU is present)");
   s.add_number("gpu-memory-utilization", 0.9, 0.01, backend::max_gpu_memory_utilization,
@@ -104,7 +104,7 @@ int run_generate(const config::values& settings) {
   load.path = settings.string("model");
   if (settings.has("tokenizer")) load.tokenizer = settings.string("tokenizer");
   load.weight_dtype = kernels::parse_weight_format(settings.string("weight-dtype"));  // nullopt for auto
-  apply_int4_group_size(settings, load);
+  apply_quantize_on_load(settings, load);
   if (settings.string("chat-template") != "auto") {
     load.chat_template = backend::parse_chat_template_name(settings.string("chat-template"));
   }

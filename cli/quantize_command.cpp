@@ -28,7 +28,7 @@ config::schema quantize_options() {
   s.add_choice("weight-dtype", "int4", {"int4", "fp8"},
                "int4: symmetric, a scale per group of --int4-group-size inputs per row (pack-quantized W4A16); fp8: E4M3, a scale "
                "per row (float-quantized W8A16)");
-  add_int4_group_size_option(s);
+  add_quantize_on_load_options(s);
   s.add_path("out", std::nullopt, "Folder to write: new or empty (required)");
   s.add_bytes("max-shard-size", std::string(default_shard_size), min_shard_bytes,
               std::numeric_limits<std::int64_t>::max(),
@@ -51,7 +51,7 @@ int run_quantize(const config::values& settings) {
   load.path = settings.string("model");
   if (settings.has("tokenizer")) load.tokenizer = settings.string("tokenizer");
   load.weight_dtype = kernels::parse_weight_format(settings.string("weight-dtype"));
-  apply_int4_group_size(settings, load);
+  apply_quantize_on_load(settings, load);
 
   const auto started = std::chrono::steady_clock::now();
   auto loaded = [&] {

@@ -101,7 +101,7 @@ void add_engine_options(config::schema& s) {
                "bf16); auto is the model's own dtype");
   s.add_choice("weight-dtype", "auto", {"auto", "int4", "fp8", "bf16", "f16", "f32"},
                "What the projection weights become on load; auto keeps them as stored");
-  add_int4_group_size_option(s);
+  add_quantize_on_load_options(s);
   s.add_integer("max-model-len", 0, 0, std::int64_t{1} << 24,
                 "Context served: prompt + completion tokens at most; 0 means the model's own context length");
   s.add_choice("chat-template", "auto", {"auto", "llama-2", "llama-3", "chatml", "mistral", "plain"},
@@ -160,7 +160,7 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   if (const std::string& chat = settings.string("chat-template"); chat != "auto") {
     load.chat_template = backend::parse_chat_template_name(chat);
   }
-  apply_int4_group_size(settings, load);
+  apply_quantize_on_load(settings, load);
   EDGE_ASSIGN_OR_RETURN(rt->model, backend::load_model(load));
   const backend::model& m = *rt->model;
   const backend::weight_footprint footprint = backend::footprint_of(m.config, m.weights);

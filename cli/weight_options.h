@@ -9,16 +9,21 @@
 
 namespace edge::cli {
 
-// --int4-group-size: inputs per scale when --weight-dtype int4 quantizes on load (32 as Kimi
-// K2's INT4 release ships, 128 by default).
-inline void add_int4_group_size_option(config::schema& s) {
+// How --weight-dtype quantizes on load: --int4-group-size, inputs per scale for int4 (32 as Kimi
+// K2's INT4 release ships, 128 by default), and --quantize-layers, which projections take it
+// (all, or the routed experts only, as Kimi K2's INT4 release has them).
+inline void add_quantize_on_load_options(config::schema& s) {
   s.add_choice("int4-group-size", "128", {"32", "64", "128"},
                "int4 weights quantized on load: inputs per scale in each row (rows it does not divide take the "
                "largest power of two that does)");
+  s.add_choice("quantize-layers", "all", {"all", "experts"},
+               "Which projections --weight-dtype applies to: all, or only a Mixture-of-Experts model's routed "
+               "experts (attention, dense MLPs and shared experts stay as stored, as Kimi K2's INT4 release ships)");
 }
 
-inline void apply_int4_group_size(const config::values& settings, backend::load_options& load) {
+inline void apply_quantize_on_load(const config::values& settings, backend::load_options& load) {
   load.int4_group_size = std::stoll(settings.string("int4-group-size"));
+  load.quantize_experts_only = settings.string("quantize-layers") == "experts";
 }
 
 }  // namespace edge::cli

@@ -120,6 +120,7 @@ class weight_loading {
       : pool_(std::max(1u, std::thread::hardware_concurrency()) - 1) {
     options_.target = options.weight_dtype;
     options_.int4_group_size = options.int4_group_size;
+    options_.experts_only = options.quantize_experts_only;
     options_.pool = pool_.size() > 0 ? &pool_ : nullptr;
     options_.on_converted = [&files](std::span<const std::byte> bytes) {
       for (const auto& f : files) {

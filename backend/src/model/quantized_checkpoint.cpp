@@ -150,12 +150,36 @@ struct checkpoint_plan {
   bool tied = false;
 };
 
+// A latent attention layer under transformers' names (its RoPE rows are written as held: the
+// configuration keeps rope_interleave); w_uk_t is computed on load and not written.
+template <class Matrix>
+void add_latent_attention(const model_config& c, std::int64_t layer, const layer_weights& l, const std::string& prefix,
+                          const Matrix& matrix, std::vector<output_tensor>& tensors) {
+  const std::string attn = prefix + "self_attn.";
+  if (c.mla->q_lora_rank > 0) {
+    matrix(attn + "q_a_proj", l.wq, identity_rows());
+    tensors.push_back(plain_tensor(attn + "q_a_layernorm.weight", l.q_a_norm, identity_rows()));
+    matrix(attn + "q_b_proj", l.wq_b, identity_rows());
+  } else {
+    matrix(attn + "q_proj", l.wq, identity_rows());
+  }
+  matrix(attn + "kv_a_proj_with_mqa", l.wk, identity_rows());
+  tensors.push_back(plain_tensor(attn + "kv_a_layernorm.weight", l.kv_a_norm, identity_rows()));
+  matrix(attn + "kv_b_proj", l.wkv_b, identity_rows());
+  if (!c.dsa || c.dsa->shared(layer)) return;
+  matrix(attn + "indexer.wq_b", l.index_wq, identity_rows());
+  matrix(attn + "indexer.wk", l.index_wk, identity_rows());
+  tensors.push_back(plain_tensor(attn + "indexer.k_norm.weight", l.index_k_norm, identity_rows()));
+  tensors.push_back(plain_tensor(attn + "indexer.k_norm.bias", l.index_k_norm_bias, identity_rows()));
+  matrix(attn + "indexer.weights_proj", l.index_weights, identity_rows());
+}
+
 checkpoint_plan plan_checkpoint(const model& m) {
   const model_config& c = m.config;
   const model_weights& w = m.weights;
   checkpoint_plan plan;
   plan.tied = classifier_is_embedding(m);
-  const bool reorder = c.rope == rope_layout::adjacent_pairs;
+  const bool reorder = c.rope == rope_layout::adjacent_pairs && !c.mla;
   const auto rope_rows = [&]() -> row_map {
     if (!reorder) return identity_rows();
     const std::int64_t head_dim = c.head_dim;
@@ -175,9 +199,13 @@ checkpoint_plan plan_checkpoint(const model& m) {
     const layer_weights& l = w.layers[static_cast<std::size_t>(i)];
     const std::string prefix = edge::format("model.layers.{}.", i);
     plan.tensors.push_back(plain_tensor(prefix + "input_layernorm.weight", l.attn_norm, identity_rows()));
-    matrix(prefix + "self_attn.q_proj", l.wq, rope_rows());
-    matrix(prefix + "self_attn.k_proj", l.wk, rope_rows());
-    matrix(prefix + "self_attn.v_proj", l.wv, identity_rows());
+    if (c.mla) {
+      add_latent_attention(c, i, l, prefix, matrix, plan.tensors);
+    } else {
+      matrix(prefix + "self_attn.q_proj", l.wq, rope_rows());
+      matrix(prefix + "self_attn.k_proj", l.wk, rope_rows());
+      matrix(prefix + "self_attn.v_proj", l.wv, identity_rows());
+    }
     matrix(prefix + "self_attn.o_proj", l.wo, identity_rows());
     if (c.qkv_bias) {
       plan.tensors.push_back(plain_tensor(prefix + "self_attn.q_proj.bias", l.bq, rope_rows()));

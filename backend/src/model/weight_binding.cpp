@@ -217,7 +217,8 @@ status bind_latent_attention(const tensor_index& tensors, const model_config& co
   EDGE_ASSIGN_OR_RETURN(layer.w_uk_t, convert.computed(name.wkv_b + ".k_transposed", transposed, heads * m.kv_lora_rank,
                                                        m.qk_nope_head_dim, layer.wkv_b));
 
-  std::vector<weight_matrix*> first = {&layer.wq, &layer.wk};
+  weight_matrix* const first[] = {&layer.wq, &layer.wk};
+  layer.wqkv = convert.stack(name.wq + "+" + name.wk, first);
   if (config.dsa && !config.dsa->shared(i)) {
     const dsa_config& d = *config.dsa;
     EDGE_ASSIGN_OR_RETURN(layer.index_wq, projection(name.index_wq, d.index_heads * d.index_head_dim, m.q_lora_rank));
@@ -226,9 +227,7 @@ status bind_latent_attention(const tensor_index& tensors, const model_config& co
     EDGE_ASSIGN_OR_RETURN(layer.index_k_norm_bias, tensors.require_vector(name.index_k_norm_bias, d.index_head_dim));
     // transformers keeps weights_proj in f32: it weighs the index heads, as a router weighs experts.
     EDGE_ASSIGN_OR_RETURN(layer.index_weights, matrix(name.index_weights, d.index_heads, hidden, matrix_role::router));
-    first.push_back(&layer.index_wk);
   }
-  layer.wqkv = convert.stack(name.wq + "+" + name.wk, first);
   return {};
 }
 
@@ -318,10 +317,11 @@ result<model_weights> bind_weights(const tensor_index& tensors, const model_conf
         const expert_tensor_names expert = name.expert(e);
         const auto expert_projection = [&](const std::string& tensor, std::int64_t rows,
                                            std::int64_t cols) -> result<weight_matrix> {
-          if (!expert.stacked_index) return projection(tensor, rows, cols);
-          EDGE_ASSIGN_OR_RETURN(const auto source, tensors.require_matrix_slice(tensor, *expert.stacked_index,
-                                                                                 moe.num_experts, rows, cols));
-          return convert.matrix(source, matrix_role::projection);
+          EDGE_ASSIGN_OR_RETURN(const auto source,
+                                expert.stacked_index ? tensors.require_matrix_slice(tensor, *expert.stacked_index,
+                                                                                    moe.num_experts, rows, cols)
+                                                     : tensors.require_matrix(tensor, rows, cols));
+          return convert.matrix(source, matrix_role::expert);
         };
         expert_weights& w = layer.experts[static_cast<std::size_t>(e)];
         EDGE_ASSIGN_OR_RETURN(w.w_gate, expert_projection(expert.w_gate, width, hidden));
@@ -359,13 +359,26 @@ weight_footprint footprint_of(const model_config& config, const model_weights& w
 }
 
 std::string describe_architecture(const model_config& config) {
-  if (!config.moe) return std::string(to_string(config.arch));
-  const moe_config& m = *config.moe;
-  return edge::format("{}, {} experts ({} per token, {} shared)", to_string(config.arch), m.num_experts,
-                      m.experts_per_token, m.shared_experts);
+  std::string out(to_string(config.arch));
+  if (config.mla) {
+    out += edge::format(", latent attention (kv_lora_rank {} + rope {}", config.mla->kv_lora_rank,
+                        config.mla->qk_rope_head_dim);
+    if (config.dsa) out += edge::format(", DSA top {}", config.dsa->index_topk);
+    out += ")";
+  }
+  if (config.moe) {
+    const moe_config& m = *config.moe;
+    out += edge::format(", {} experts ({} per token, {} shared)", m.num_experts, m.experts_per_token, m.shared_experts);
+  }
+  return out;
 }
 
 kernels::weight_format projection_format(const model_weights& weights) {
+  // The routed experts when there are any (they hold most of the bytes, and are what
+  // --quantize-layers experts quantizes), else the attention's.
+  for (const layer_weights& l : weights.layers) {
+    if (!l.experts.empty()) return l.experts.front().w_gate.format;
+  }
   return weights.layers.empty() ? weights.lm_head.format : weights.layers.front().wq.format;
 }
 

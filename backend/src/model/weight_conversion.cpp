@@ -197,11 +197,12 @@ std::byte* weight_converter::allocate(std::uint64_t bytes) {
 
 result<weight_matrix> weight_converter::matrix(const matrix_source& s, matrix_role role) {
   weight_format target = native_format(s);
-  if (options_.target && (role == matrix_role::projection || !kernels::is_quantized(*options_.target))) {
+  const bool quantizable = role == matrix_role::expert || (role == matrix_role::projection && !options_.experts_only);
+  if (options_.target && (quantizable || !kernels::is_quantized(*options_.target))) {
     target = *options_.target;
   }
   EDGE_ASSIGN_OR_RETURN(weight_matrix m, encode(s, target));
-  if (role == matrix_role::projection && options_.on_converted) {
+  if ((role == matrix_role::projection || role == matrix_role::expert) && options_.on_converted) {
     const bool values_in_place = m.data == s.values.data;
     if (!values_in_place) options_.on_converted({s.values.data, s.values.bytes()});
     if (s.scales.present()) options_.on_converted({s.scales.data, s.scales.bytes()});
@@ -216,7 +217,9 @@ result<weight_matrix> weight_converter::computed(std::string name, std::span<con
                       .shape = {rows, cols},
                       .data = reinterpret_cast<const std::byte*>(values.data())};
   EDGE_ASSIGN_OR_RETURN(const matrix_source source, matrix_source_of(t, rows, cols));
-  EDGE_ASSIGN_OR_RETURN(weight_matrix m, encode(source, options_.target.value_or(like.format)));
+  // Follows `like`: quantized where it was, as stored where it was left so.
+  const bool quantized = options_.target && like.format == *options_.target;
+  EDGE_ASSIGN_OR_RETURN(weight_matrix m, encode(source, quantized ? *options_.target : like.format));
   if (m.data == t.data) {
     // f32 kept as it is would point into the caller's vector: copy it into storage of ours.
     std::byte* copy = allocate(static_cast<std::uint64_t>(values.size_bytes()));

@@ -131,7 +131,8 @@ status place_mla(weight_placement& place, const attention_plan& a, std::int64_t 
   EDGE_ASSIGN_OR_RETURN(lw.kv_a_norm, place_vector(place, l.kv_a_norm));
   EDGE_ASSIGN_OR_RETURN(lw.wkv_b, place.matrix(l.wkv_b));
   EDGE_ASSIGN_OR_RETURN(lw.w_uk_t, place.matrix(l.w_uk_t));
-  std::vector<const weight_matrix*> parts = {&l.wq, &l.wk};
+  const weight_matrix* const parts[] = {&l.wq, &l.wk};
+  EDGE_ASSIGN_OR_RETURN(lw.qkv, place_projection(place, l.wqkv, parts, {}));
   if (m.indexed() && !m.shared_selection) {
     EDGE_RETURN_IF_ERROR(check_shape(l.index_wq, {m.index_heads * m.index_head_dim, m.q_lora_rank}));
     EDGE_RETURN_IF_ERROR(check_shape(l.index_wk, {m.index_head_dim, hidden}));
@@ -141,10 +142,11 @@ status place_mla(weight_placement& place, const attention_plan& a, std::int64_t 
     EDGE_ASSIGN_OR_RETURN(lw.index_wq, place.matrix(l.index_wq));
     EDGE_ASSIGN_OR_RETURN(lw.index_k_norm, place_vector(place, l.index_k_norm));
     EDGE_ASSIGN_OR_RETURN(lw.index_k_norm_bias, place_vector(place, l.index_k_norm_bias));
-    parts.push_back(&l.index_wk);
-    parts.push_back(&l.index_weights);
+    // Their outputs follow kv_a's in the first projection's row: appended as parts of their own.
+    const weight_matrix* const index_parts[] = {&l.index_wk, &l.index_weights};
+    EDGE_ASSIGN_OR_RETURN(const auto index_projection, place_projection(place, {}, index_parts, {}));
+    lw.qkv.insert(lw.qkv.end(), index_projection.begin(), index_projection.end());
   }
-  EDGE_ASSIGN_OR_RETURN(lw.qkv, place_projection(place, l.wqkv, parts, {}));
   return {};
 }
 
@@ -192,7 +194,12 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
       EDGE_RETURN_IF_ERROR(check_shape(l.w_up, {inter, hidden}));
       EDGE_RETURN_IF_ERROR(check_shape(l.w_down, {hidden, inter}));
     }
-    if (l.wqkv.present()) EDGE_RETURN_IF_ERROR(check_shape(l.wqkv, {a.qkv_dim(), hidden}));
+    if (l.wqkv.present()) {
+      // Latent attention stacks q (or q_a) and kv_a only; the indexer's parts stay apart.
+      const std::int64_t stacked = a.kind == attention_kind::mla ? a.mla.q_width(a.num_heads) + a.mla.cache_row()
+                                                                 : a.qkv_dim();
+      EDGE_RETURN_IF_ERROR(check_shape(l.wqkv, {stacked, hidden}));
+    }
     if (l.w_gate_up.present()) EDGE_RETURN_IF_ERROR(check_shape(l.w_gate_up, {2 * inter, hidden}));
     if (mp.kind == mlp_kind::moe) {
       EDGE_RETURN_IF_ERROR(check_shape(l.router, {mp.experts, hidden}));

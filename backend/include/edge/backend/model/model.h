@@ -66,7 +66,7 @@ struct expert_weights {
 // In a latent attention layer (mla_config) wq is q_a_proj ([q_lora_rank, hidden]) or, without
 // q_lora_rank, q_proj ([num_heads * qk_head_dim, hidden]); wk is kv_a_proj_with_mqa
 // ([kv_lora_rank + qk_rope_head_dim, hidden]); wv is absent; wo is [hidden, num_heads *
-// v_head_dim]; wqkv stacks wq, wk and the indexer's index_wk.
+// v_head_dim]; wqkv stacks wq and wk.
 struct layer_weights {
   tensor_view attn_norm;   // [hidden]
   weight_matrix wq;        // [num_heads * head_dim, hidden]
@@ -112,7 +112,8 @@ struct model_weights {
   std::vector<std::shared_ptr<const std::byte[]>> storage;
 };
 
-// The format of the projection matrices (what --weight-dtype chose).
+// The format of the projection matrices (what --weight-dtype chose): the routed experts' in a
+// Mixture-of-Experts model, else the attention's.
 kernels::weight_format projection_format(const model_weights& weights);
 
 // Bytes of the weight matrices (values and scales; norms, biases and the embedding table left
@@ -126,7 +127,9 @@ struct weight_footprint {
 };
 weight_footprint footprint_of(const model_config& config, const model_weights& weights);
 
-// "qwen3_moe, 128 experts (8 per token, 0 shared)", or the architecture alone for a dense model.
+// "qwen3_moe, 128 experts (8 per token, 0 shared)", "deepseek_v3, latent attention (kv_lora_rank
+// 512 + rope 64), 384 experts (8 per token, 1 shared)", or the architecture alone for a dense
+// grouped-query model.
 std::string describe_architecture(const model_config& config);
 
 enum class model_format { gguf, llama2c, hugging_face };
@@ -156,6 +159,8 @@ struct load_options {
   // int4 on load: inputs per scale (a power of two up to 128; rows it does not divide take the
   // largest power of two that does).
   std::int64_t int4_group_size = kernels::int4_traits::max_group_size;
+  // weight_dtype applies to the routed experts only; the other projections stay as stored.
+  bool quantize_experts_only = false;
   // Called with (bytes done, bytes total) while weights are read; may be empty.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
