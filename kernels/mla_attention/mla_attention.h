@@ -28,6 +28,7 @@
 #include "edge/common/status.h"
 #include "edge/kernels/dtype.h"
 #include "edge/kernels/stream.h"
+#include "edge/kernels/weight_format.h"
 
 namespace edge::kernels {
 
@@ -99,5 +100,65 @@ struct dsa_select_params {
 
 // invalid_argument as run_mla_attention's checks.
 status run_dsa_select(const dsa_select_params& p, const stream& s);
+
+// The expanded form, for a run of query tokens of one sequence (a prefill chunk): the
+// sequence's cached latents are decompressed through kv_b_proj into per-head keys and values,
+// mla_prefill_chunk positions at a time, and each query attends to them as in ordinary
+// multi-head attention (head_dim nope + rope for the keys, v_head_dim for the values). Per
+// (query, key) it costs heads × 2 × (qk_head + v_head_dim) flops against the absorbed form's
+// heads × 2 × (2 kv_lora_rank + rope), plus the decompression, heads × 2 × kv_lora_rank × (nope +
+// v_head_dim) per key, once per run: mla_expanded_pays says which is cheaper. The queries need
+// no absorption and the output no per-head V projection. Token t of the run sits at position
+// first_position + t and attends causally (or, with a selection, to its selected positions);
+// keys are visited in position order in fixed chunks, so a token's result does not depend on
+// the other tokens of its run. CPU only for now: a CUDA stream is failed_precondition, and
+// the forward pass keeps the absorbed form there.
+inline constexpr std::int64_t mla_prefill_chunk = 256;
+
+struct mla_prefill_params {
+  const float* q;               // [tokens, heads, nope + rope] (q_nope | q_pe rotated), token stride q_stride
+  float* out;                   // [tokens, heads, v_head_dim], token stride out_stride
+  const void* cache;            // [num_blocks, block_size, latent_dim + rope] (mla_attention_params' layout)
+  const float* scales = nullptr;  // [num_blocks, block_size]; when kv_cache_scaled(kv_type)
+  dtype kv_type = dtype::f32;
+  const std::int32_t* block_table;  // [blocks covering first_position + tokens] the sequence's blocks
+  const std::int32_t* selected = nullptr;        // [tokens, select_stride] (DSA), ascending
+  const std::int32_t* selected_count = nullptr;  // [tokens]; 0: every position up to the token's own
+  std::int64_t select_stride = 0;
+  weight_view kv_b;             // [heads * (nope + v_head_dim), latent_dim]: per head K rows, then V rows
+  std::int64_t first_position = 0;
+  std::int64_t tokens = 0;
+  std::int64_t heads = 0;
+  std::int64_t latent_dim = 0;
+  std::int64_t rope_dim = 0;
+  std::int64_t nope = 0;
+  std::int64_t v_head_dim = 0;
+  std::int64_t block_size = 0;
+  std::int64_t num_blocks = 0;
+  std::int64_t q_stride = 0;
+  std::int64_t out_stride = 0;
+  float scale = 0.0f;
+  float* workspace;             // [mla_prefill_workspace_floats(tokens, ...)]
+  std::int64_t workspace_floats = 0;
+};
+
+constexpr std::int64_t mla_prefill_workspace_floats(std::int64_t tokens, std::int64_t heads, std::int64_t latent_dim,
+                                                    std::int64_t rope_dim, std::int64_t nope, std::int64_t v_head_dim) {
+  return mla_prefill_chunk * (latent_dim + rope_dim) + mla_prefill_chunk * heads * (nope + v_head_dim) +
+         tokens * heads * (v_head_dim + 2);
+}
+
+// Whether the expanded form costs fewer flops than the absorbed one for `tokens` queries whose
+// last sits at context `context` (tokens ≤ context).
+constexpr bool mla_expanded_pays(std::int64_t tokens, std::int64_t context, std::int64_t latent_dim,
+                                 std::int64_t rope_dim, std::int64_t nope, std::int64_t v_head_dim) {
+  const std::int64_t saved_per_pair = 2 * latent_dim + rope_dim - (nope + rope_dim) - v_head_dim;
+  const std::int64_t decompress_per_key = latent_dim * (nope + v_head_dim);
+  // The absorbed form's own per-query work (absorption and the V projection) is saved too.
+  return tokens * context * saved_per_pair + tokens * decompress_per_key >= context * decompress_per_key;
+}
+
+// invalid_argument for bad shapes, a short workspace, or a position beyond the block table.
+status run_mla_prefill(const mla_prefill_params& p, const stream& s);
 
 }  // namespace edge::kernels

@@ -12,10 +12,12 @@
 
 #include "edge/common/format.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/row_ops.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
+#include "kernels/matmul/matmul.h"
 
 namespace edge::kernels {
 namespace {
@@ -264,6 +266,134 @@ status run_dsa_select(const dsa_select_params& p, const stream& s) {
 #endif
   run_select_with<generic_ops>(p, s);
   return {};
+}
+
+namespace {
+
+template <class Ops>
+void prefill_chunk(const mla_prefill_params& p, const stream& s, std::int64_t first, std::int64_t count,
+                   const float* latents, const float* kv, float* state) {
+  const std::int64_t row = p.latent_dim + p.rope_dim;
+  const std::int64_t per_head = p.nope + p.v_head_dim;
+  const std::int64_t kv_stride = p.heads * per_head;
+  const std::int64_t state_width = p.v_head_dim + 2;
+  cpu::parallel_for(s, p.tokens * p.heads, 4, [&](std::int64_t begin, std::int64_t end) {
+    float scores[mla_prefill_chunk];
+    std::int64_t keys[mla_prefill_chunk];
+    for (std::int64_t item = begin; item < end; ++item) {
+      const std::int64_t t = item / p.heads;
+      const std::int64_t h = item % p.heads;
+      const std::int64_t pos = p.first_position + t;
+      if (first > pos) continue;  // every key of the chunk comes after the token
+      const std::int64_t causal = std::min(count, pos - first + 1);
+      // The chunk's keys this token reads: all causal ones, or those its selection lists.
+      std::int64_t n = 0;
+      if (p.selected_count != nullptr && p.selected_count[t] > 0) {
+        const std::int32_t* list = p.selected + t * p.select_stride;
+        const std::int32_t* stop = list + p.selected_count[t];
+        for (const std::int32_t* at = std::lower_bound(list, stop, static_cast<std::int32_t>(first));
+             at != stop && *at < first + causal; ++at) {
+          keys[n++] = *at - first;
+        }
+      } else {
+        for (std::int64_t j = 0; j < causal; ++j) keys[n++] = j;
+      }
+      if (n == 0) continue;
+      const float* q = p.q + t * p.q_stride + h * (p.nope + p.rope_dim);
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t j = keys[i];
+        const float dot = Ops::template dot<dtype::f32>(q, kv, j * kv_stride + h * per_head, p.nope) +
+                          Ops::template dot<dtype::f32>(q + p.nope, latents, j * row + p.latent_dim, p.rope_dim);
+        scores[i] = dot * p.scale;
+        block_max = std::max(block_max, scores[i]);
+      }
+      float* st = state + item * state_width;  // acc [v_head_dim], then max, then sum
+      float& max_score = st[p.v_head_dim];
+      float& sum = st[p.v_head_dim + 1];
+      if (block_max > max_score) {
+        const float correction = std::exp(max_score - block_max);
+        sum *= correction;
+        for (std::int64_t d = 0; d < p.v_head_dim; ++d) st[d] *= correction;
+        max_score = block_max;
+      }
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float weight = std::exp(scores[i] - max_score);
+        sum += weight;
+        Ops::template add_scaled<dtype::f32>(st, weight, kv, keys[i] * kv_stride + h * per_head + p.nope, p.v_head_dim);
+      }
+    }
+  });
+}
+
+template <class Ops>
+status run_prefill_with(const mla_prefill_params& p, const stream& s) {
+  const std::int64_t row = p.latent_dim + p.rope_dim;
+  const std::int64_t kv_width = p.heads * (p.nope + p.v_head_dim);
+  const std::int64_t state_width = p.v_head_dim + 2;
+  float* latents = p.workspace;                       // [chunk, latent + rope], dequantized
+  float* kv = latents + mla_prefill_chunk * row;      // [chunk, heads, nope + v]
+  float* state = kv + mla_prefill_chunk * kv_width;   // [tokens, heads, v + 2]
+  for (std::int64_t i = 0; i < p.tokens * p.heads; ++i) {
+    float* st = state + i * state_width;
+    std::fill_n(st, p.v_head_dim, 0.0f);
+    st[p.v_head_dim] = -std::numeric_limits<float>::infinity();
+    st[p.v_head_dim + 1] = 0.0f;
+  }
+  const std::int64_t context = p.first_position + p.tokens;
+  for (std::int64_t first = 0; first < context; first += mla_prefill_chunk) {
+    const std::int64_t count = std::min(mla_prefill_chunk, context - first);
+    cpu::dispatch_dtype(p.kv_type, [&]<dtype KV>() {
+      for (std::int64_t j = 0; j < count; ++j) {
+        const std::int64_t r = cache_row(p.block_table, p.block_size, first + j);
+        const float factor = kv_cache_scaled(KV) ? p.scales[r] : 1.0f;
+        float* out = latents + j * row;
+        for (std::int64_t d = 0; d < row; ++d) out[d] = cpu::rows::load_generic<KV>(p.cache, r * row + d) * factor;
+      }
+    });
+    EDGE_RETURN_IF_ERROR(run_matmul({.x = latents, .w = p.kv_b, .y = kv, .tokens = count, .n = kv_width,
+                                     .k = p.latent_dim, .x_stride = row, .y_stride = kv_width},
+                                    s));
+    prefill_chunk<Ops>(p, s, first, count, latents, kv, state);
+  }
+  for (std::int64_t t = 0; t < p.tokens; ++t) {
+    for (std::int64_t h = 0; h < p.heads; ++h) {
+      const float* st = state + (t * p.heads + h) * state_width;
+      float* out = p.out + t * p.out_stride + h * p.v_head_dim;
+      const float inv_sum = 1.0f / st[p.v_head_dim + 1];
+      for (std::int64_t d = 0; d < p.v_head_dim; ++d) out[d] = st[d] * inv_sum;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+status run_mla_prefill(const mla_prefill_params& p, const stream& s) {
+  if (s.where == device::cuda) {
+    return failed_precondition("mla_prefill runs on the CPU only; a CUDA stream takes the absorbed form");
+  }
+  if (p.heads <= 0 || p.latent_dim <= 0 || p.rope_dim < 0 || p.nope <= 0 || p.v_head_dim <= 0 || p.tokens < 0 ||
+      p.first_position < 0 || p.q_stride < p.heads * (p.nope + p.rope_dim) || p.out_stride < p.heads * p.v_head_dim) {
+    return invalid_argument("mla_prefill: bad shape or strides");
+  }
+  if (p.workspace_floats < mla_prefill_workspace_floats(p.tokens, p.heads, p.latent_dim, p.rope_dim, p.nope, p.v_head_dim)) {
+    return invalid_argument("mla_prefill: the workspace is too small");
+  }
+  if (p.block_size <= 0 || p.block_table == nullptr || (kv_cache_scaled(p.kv_type) && p.scales == nullptr)) {
+    return invalid_argument("mla_prefill: no block table, or a scaled cache without its scales");
+  }
+  const std::int64_t blocks = (p.first_position + p.tokens + p.block_size - 1) / p.block_size;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    if (p.block_table[b] < 0 || p.block_table[b] >= p.num_blocks) {
+      return invalid_argument(format("mla_prefill: block {} outside the cache", p.block_table[b]));
+    }
+  }
+  if (p.tokens == 0) return {};
+#if defined(__x86_64__)
+  if (cpu::active_isa() == cpu::isa::avx512) return run_prefill_with<avx512_ops>(p, s);
+#endif
+  return run_prefill_with<generic_ops>(p, s);
 }
 
 }  // namespace edge::kernels

@@ -14,7 +14,8 @@
 //
 //   edge_bench_decode --model PATH [--batches 1,8,32] [--prompt 32] [--tokens 64] [--repeat 3]
 //                     [--kv-cache-dtype bf16|fp8|f16|f32|auto[,...]] [--context N]
-//                     [--weight-dtype int4|fp8|bf16|f16|f32|auto[,...]]
+//                     [--weight-dtype int4|fp8|bf16|f16|f32|auto[,...]] [--int4-group-size N]
+//                     [--quantize-layers all|experts]
 //
 // --weight-dtype quantizes (or converts) the projection matrices on load; "weight GB/s" counts
 // the bytes actually stored (values and scales) that a step read: for a Mixture-of-Experts model
@@ -59,6 +60,8 @@ struct options {
   std::vector<std::string> kv_cache_dtypes = {"bf16"};
   std::vector<std::string> weight_dtypes = {"auto"};
   std::int64_t context = 0;  // > 0: decode from this position without a prefill
+  std::int64_t int4_group_size = edge::kernels::int4_traits::max_group_size;
+  bool experts_only = false;  // --quantize-layers experts
 };
 
 double median(std::vector<double> v) {
@@ -358,6 +361,8 @@ int main(int argc, char** argv) {
     else if (flag == "--kv-cache-dtype") opt.kv_cache_dtypes = parse_names(argv[i + 1]);
     else if (flag == "--weight-dtype") opt.weight_dtypes = parse_names(argv[i + 1]);
     else if (flag == "--context") opt.context = std::atoll(argv[i + 1]);
+    else if (flag == "--int4-group-size") opt.int4_group_size = std::atoll(argv[i + 1]);
+    else if (flag == "--quantize-layers") opt.experts_only = std::string_view(argv[i + 1]) == "experts";
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -366,7 +371,8 @@ int main(int argc, char** argv) {
   if (opt.model.empty() || opt.weight_dtypes.empty() || opt.kv_cache_dtypes.empty()) {
     std::fprintf(stderr, "usage: edge_bench_decode --model PATH [--batches 1,8,32] [--prompt N] [--tokens N] [--repeat N] "
                          "[--threads N] [--kv-cache-dtype bf16|fp8|f16|f32|auto[,...]] [--context N] "
-                         "[--weight-dtype int4|fp8|bf16|f16|f32|auto[,...]]\n");
+                         "[--weight-dtype int4|fp8|bf16|f16|f32|auto[,...]] [--int4-group-size N] "
+                         "[--quantize-layers all|experts]\n");
     return 2;
   }
   std::vector<std::optional<edge::kernels::dtype>> kv_choices;
@@ -406,7 +412,8 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> by_weights, by_kv;  // indices into configs
   for (std::size_t w = 0; w < opt.weight_dtypes.size(); ++w) {
     auto loaded = edge::backend::load_model(
-        {.path = opt.model, .weight_dtype = edge::kernels::parse_weight_format(opt.weight_dtypes[w])});
+        {.path = opt.model, .weight_dtype = edge::kernels::parse_weight_format(opt.weight_dtypes[w]),
+         .int4_group_size = opt.int4_group_size, .quantize_experts_only = opt.experts_only});
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
       return 1;

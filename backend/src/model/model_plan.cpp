@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/mla_attention/mla_attention.h"
 #include "model_checks.h"
 
 namespace edge::backend {
@@ -76,6 +77,15 @@ std::int64_t model_plan::max_index_query() const {
 }
 std::int64_t model_plan::max_index_topk() const {
   return widest(layers, [](const layer_plan& l) { return is_mla(l) ? l.attention.mla.index_topk : 0; });
+}
+
+std::int64_t model_plan::max_mla_prefill_workspace(std::int64_t tokens) const {
+  return widest(layers, [tokens](const layer_plan& l) {
+    const mla_plan& m = l.attention.mla;
+    return is_mla(l) ? kernels::mla_prefill_workspace_floats(tokens, l.attention.num_heads, m.kv_lora_rank, m.rope,
+                                                              m.nope, m.v_head_dim)
+                     : 0;
+  });
 }
 
 std::int64_t model_plan::moe_layers() const {

@@ -47,7 +47,7 @@ struct cpu_executor::state {
   std::vector<float> x, xn, qkv, attn, gate_up, last;  // forward_buffers
   std::vector<float> router_logits, route_weights, moe_workspace;  // forward_buffers (MoE)
   std::vector<std::int32_t> route_experts, expert_tokens;          // forward_buffers (MoE)
-  std::vector<float> mla_query, latents, index_query;              // forward_buffers (MLA)
+  std::vector<float> mla_query, latents, index_query, mla_workspace;  // forward_buffers (MLA)
   std::vector<std::int32_t> selected, selected_count;              // forward_buffers (DSA)
   std::int64_t last_tokens = 0;                                    // of the last step
   std::vector<float> logits;                           // [sequences, vocab] forward_sample's rows
@@ -111,6 +111,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
   s->mla_query.resize(size(floats.mla_query));
   s->latents.resize(size(floats.latents));
   s->index_query.resize(size(floats.index_query));
+  s->mla_workspace.resize(size(floats.mla_workspace));
   s->selected.resize(size(floats.selected));
   s->selected_count.resize(size(floats.selected_count));
   s->sampling.resize(size(sequences));
@@ -145,7 +146,8 @@ status cpu_executor::state::run(const batch_plan& batch, float* logits_out) {
                                 .moe_workspace_floats = static_cast<std::int64_t>(moe_workspace.size()),
                                 .mla_query = mla_query.data(), .latents = latents.data(),
                                 .index_query = index_query.data(), .selected = selected.data(),
-                                .selected_count = selected_count.data()};
+                                .selected_count = selected_count.data(), .mla_workspace = mla_workspace.data(),
+                                .mla_workspace_floats = static_cast<std::int64_t>(mla_workspace.size())};
   last_tokens = staged.tokens;
   return run_forward(plan, weights, buffers, step, cache.view(), stream);
 }

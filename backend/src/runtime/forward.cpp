@@ -277,7 +277,8 @@ forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, st
           .latents = tokens * plan.max_mla_latents(),
           .index_query = tokens * plan.max_index_query(),
           .selected = tokens * plan.max_index_topk(),
-          .selected_count = plan.max_index_topk() > 0 ? tokens : 0};
+          .selected_count = plan.max_index_topk() > 0 ? tokens : 0,
+          .mla_workspace = plan.max_mla_latents() > 0 ? plan.max_mla_prefill_workspace(tokens) : 0};
 }
 
 std::int64_t max_table_blocks(const model_plan& plan, std::int64_t block_size) {
@@ -493,7 +494,6 @@ struct forward_pass {
     const mla_plan& m = a.mla;
     const std::int64_t heads = a.num_heads;
     const std::int64_t width = a.qkv_dim();
-    const std::int64_t latents_stride = heads * m.kv_lora_rank;
     const bool own_indexer = m.indexed() && !m.shared_selection;
     float* q_a = b.qkv;                               // [tokens, q_width] of the first projection
     float* latent = q_a + m.q_width(heads);           // [tokens, kv_lora_rank], then k_pe [rope]
@@ -551,32 +551,71 @@ struct forward_pass {
           s));
     }
 
-    // The absorbed query: per head, q_nope · W_UK (w_uk_t's rows for the head are W_UKᵀ).
+    // Each run (one sequence's tokens of the step) takes the form with fewer flops: prefill
+    // chunks long enough the expanded one (CPU), everything else the absorbed one, consecutive
+    // absorbed runs in one call. Both write every head's output to b.attn.
+    std::int64_t absorbed_from = 0;  // the first token of the absorbed runs not yet computed
+    for (std::int64_t r = 0; r < step.seqs && s.where == kernels::device::cpu; ++r) {
+      const std::int64_t first = step.seq_begin[r];
+      const std::int64_t count = step.seq_begin[r + 1] - first;
+      const std::int64_t context = static_cast<std::int64_t>(step.positions[first + count - 1]) + 1;
+      if (count < 2 || !kernels::mla_expanded_pays(count, context, m.kv_lora_rank, m.rope, m.nope, m.v_head_dim)) continue;
+      EDGE_RETURN_IF_ERROR(absorbed_mla(layer, a, w, q, q_stride, absorbed_from, first));
+      EDGE_RETURN_IF_ERROR(kernels::run_mla_prefill(
+          {.q = q + first * q_stride, .out = b.attn + first * a.q_dim(), .cache = kv.keys(layer),
+           .scales = kv.key_scales(layer), .kv_type = kv.layout.dtype,
+           .block_table = step.block_tables + step.table_begin[r],
+           .selected = m.indexed() ? b.selected + first * m.index_topk : nullptr,
+           .selected_count = m.indexed() ? b.selected_count + first : nullptr, .select_stride = m.index_topk,
+           .kv_b = w.wkv_b, .first_position = step.positions[first], .tokens = count, .heads = heads,
+           .latent_dim = m.kv_lora_rank, .rope_dim = m.rope, .nope = m.nope, .v_head_dim = m.v_head_dim,
+           .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks, .q_stride = q_stride,
+           .out_stride = a.q_dim(), .scale = a.softmax_scale, .workspace = b.mla_workspace,
+           .workspace_floats = b.mla_workspace_floats},
+          s));
+      absorbed_from = first + count;
+    }
+    EDGE_RETURN_IF_ERROR(absorbed_mla(layer, a, w, q, q_stride, absorbed_from, step.tokens));
+    return matmul(b.attn, a.q_dim(), w.wo, nullptr, b.x, plan.hidden, plan.hidden, a.q_dim(), true, step.tokens);
+  }
+
+  // The absorbed form for tokens [begin, end) of the step, whose rotated queries are q ([tokens,
+  // heads, nope + rope], token stride q_stride): q_nope folded through kv_b_proj's K part per
+  // head (w_uk_t's rows for a head are W_UKᵀ), attention over the cached latents (in place), the
+  // latents through kv_b_proj's V rows per head into b.attn.
+  status absorbed_mla(std::int64_t layer, const attention_plan& a, const layer_forward_weights& w, const float* q,
+                      std::int64_t q_stride, std::int64_t begin, std::int64_t end) const {
+    if (end <= begin) return {};
+    const mla_plan& m = a.mla;
+    const std::int64_t heads = a.num_heads;
+    const std::int64_t tokens = end - begin;
+    const std::int64_t stride = heads * m.kv_lora_rank;
+    float* latents = b.latents + begin * stride;
+    const float* queries = q + begin * q_stride;
     for (std::int64_t h = 0; h < heads; ++h) {
-      EDGE_RETURN_IF_ERROR(matmul(q + h * m.qk_head(), q_stride,
+      EDGE_RETURN_IF_ERROR(matmul(queries + h * m.qk_head(), q_stride,
                                   kernels::weight_rows_from(w.w_uk_t, h * m.kv_lora_rank, m.nope), nullptr,
-                                  b.latents + h * m.kv_lora_rank, latents_stride, m.kv_lora_rank, m.nope, false,
-                                  step.tokens));
+                                  latents + h * m.kv_lora_rank, stride, m.kv_lora_rank, m.nope, false, tokens));
     }
     EDGE_RETURN_IF_ERROR(kernels::run_mla_attention(
-        {.q_latent = b.latents, .q_rope = q + m.nope, .out = b.latents, .cache = kv.keys(layer),
-         .scales = kv.key_scales(layer), .kv_type = kv.layout.dtype, .seq = step.seq, .pos = step.positions,
-         .block_tables = step.block_tables, .table_begin = step.table_begin,
-         .selected = m.indexed() ? b.selected : nullptr, .selected_count = m.indexed() ? b.selected_count : nullptr,
-         .select_stride = m.index_topk, .tokens = step.tokens, .num_heads = heads, .latent_dim = m.kv_lora_rank,
-         .rope_dim = m.rope, .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks,
-         .q_latent_stride = latents_stride, .q_rope_stride = q_stride, .q_rope_head_stride = m.qk_head(),
-         .out_stride = latents_stride, .scale = a.softmax_scale},
+        {.q_latent = latents, .q_rope = queries + m.nope, .out = latents, .cache = kv.keys(layer),
+         .scales = kv.key_scales(layer), .kv_type = kv.layout.dtype, .seq = step.seq + begin,
+         .pos = step.positions + begin, .block_tables = step.block_tables, .table_begin = step.table_begin,
+         .selected = m.indexed() ? b.selected + begin * m.index_topk : nullptr,
+         .selected_count = m.indexed() ? b.selected_count + begin : nullptr, .select_stride = m.index_topk,
+         .tokens = tokens, .num_heads = heads, .latent_dim = m.kv_lora_rank, .rope_dim = m.rope,
+         .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks, .q_latent_stride = stride,
+         .q_rope_stride = q_stride, .q_rope_head_stride = m.qk_head(), .out_stride = stride,
+         .scale = a.softmax_scale},
         s));
-    // Per head, the latents through kv_b_proj's V rows.
     const std::int64_t per_head = m.nope + m.v_head_dim;
     for (std::int64_t h = 0; h < heads; ++h) {
-      EDGE_RETURN_IF_ERROR(matmul(b.latents + h * m.kv_lora_rank, latents_stride,
+      EDGE_RETURN_IF_ERROR(matmul(latents + h * m.kv_lora_rank, stride,
                                   kernels::weight_rows_from(w.wkv_b, h * per_head + m.nope, m.kv_lora_rank), nullptr,
-                                  b.attn + h * m.v_head_dim, a.q_dim(), m.v_head_dim, m.kv_lora_rank, false,
-                                  step.tokens));
+                                  b.attn + begin * a.q_dim() + h * m.v_head_dim, a.q_dim(), m.v_head_dim,
+                                  m.kv_lora_rank, false, tokens));
     }
-    return matmul(b.attn, a.q_dim(), w.wo, nullptr, b.x, plan.hidden, plan.hidden, a.q_dim(), true, step.tokens);
+    return {};
   }
 
   // Each token's `row_width` values at `rows` (token stride `stride`) into a one-row-per-token

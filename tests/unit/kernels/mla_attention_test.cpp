@@ -373,3 +373,67 @@ TEST_CASE("DSA selection: the top_k positions by weighted relu scores, none belo
   CHECK(std::vector<std::int32_t>(ties.selected.begin() + top_k, ties.selected.end()) ==
         std::vector<std::int32_t>{0, 1, 2, 3, 4});
 }
+
+TEST_CASE("the expanded prefill form equals latent attention per head: runs, offsets, chunks of keys, selections") {
+  for (const std::int64_t first_position : {0, 5, 290}) {
+    latent_case c;
+    c.block = 16;
+    const std::int64_t tokens = 7;
+    c.lengths = {first_position + tokens};
+    const latent_setup s(c);
+    const weights w(c, tokens);
+    // kv_b_proj as the loader holds it: per head its K rows (W_UK), then its V rows (W_UV).
+    std::vector<float> kv_b(static_cast<std::size_t>(c.heads * (c.nope + c.v) * c.latent));
+    for (std::int64_t h = 0; h < c.heads; ++h) {
+      std::copy_n(w.w_uk.begin() + h * c.nope * c.latent, c.nope * c.latent, kv_b.begin() + h * (c.nope + c.v) * c.latent);
+      std::copy_n(w.w_uv.begin() + h * c.v * c.latent, c.v * c.latent,
+                  kv_b.begin() + (h * (c.nope + c.v) + c.nope) * c.latent);
+    }
+    std::vector<float> q(static_cast<std::size_t>(tokens * c.heads * (c.nope + c.rope)));
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      for (std::int64_t h = 0; h < c.heads; ++h) {
+        float* head = q.data() + (t * c.heads + h) * (c.nope + c.rope);
+        std::copy_n(w.q_nope.begin() + (t * c.heads + h) * c.nope, c.nope, head);
+        std::copy_n(w.q_pe.begin() + (t * c.heads + h) * c.rope, c.rope, head + c.nope);
+      }
+    }
+    // Token 3 attends to a selection; the others to every position up to their own.
+    const std::int64_t stride = 4;
+    std::vector<std::int32_t> selected(static_cast<std::size_t>(tokens * stride), 0), counts(tokens, 0);
+    const std::vector<std::int32_t> chosen = {0, 2, static_cast<std::int32_t>(first_position), static_cast<std::int32_t>(first_position + 3)};
+    std::copy(chosen.begin(), chosen.end(), selected.begin() + 3 * stride);
+    counts[3] = 4;
+    std::vector<float> out(static_cast<std::size_t>(tokens * c.heads * c.v), -1.0f);
+    std::vector<float> workspace(static_cast<std::size_t>(
+        mla_prefill_workspace_floats(tokens, c.heads, c.latent, c.rope, c.nope, c.v)));
+    REQUIRE(run_mla_prefill({.q = q.data(), .out = out.data(), .cache = s.cache.data(), .scales = s.scales.data(),
+                             .kv_type = c.kv, .block_table = s.tables.data(), .selected = selected.data(),
+                             .selected_count = counts.data(), .select_stride = stride,
+                             .kv_b = {.format = weight_format::f32, .values = kv_b.data()},
+                             .first_position = first_position, .tokens = tokens, .heads = c.heads,
+                             .latent_dim = c.latent, .rope_dim = c.rope, .nope = c.nope, .v_head_dim = c.v,
+                             .block_size = c.block, .num_blocks = s.num_blocks,
+                             .q_stride = c.heads * (c.nope + c.rope), .out_stride = c.heads * c.v, .scale = 0.3f,
+                             .workspace = workspace.data(),
+                             .workspace_floats = static_cast<std::int64_t>(workspace.size())},
+                            {})
+                .ok());
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      std::vector<std::int32_t> positions;
+      if (t == 3) {
+        positions = chosen;
+      } else {
+        for (std::int32_t p = 0; p <= first_position + t; ++p) positions.push_back(p);
+      }
+      const auto expected = expanded_attention(s, 0, first_position + t, w.head_rows(w.q_nope, t, c.nope, c),
+                                               w.head_rows(w.q_pe, t, c.rope, c), w.w_uk, w.w_uv, positions, 0.3f);
+      const std::vector<double> got(out.begin() + t * c.heads * c.v, out.begin() + (t + 1) * c.heads * c.v);
+      INFO("first position " << first_position << ", token " << t);
+      CHECK(largest_gap(got, expected) < 2e-5);
+    }
+  }
+  // At Kimi K2's widths the expanded form pays for long prompts only; at a decode step never.
+  CHECK_FALSE(mla_expanded_pays(1, 4096, 512, 64, 128, 128));
+  CHECK_FALSE(mla_expanded_pays(64, 4096, 512, 64, 128, 128));
+  CHECK(mla_expanded_pays(512, 4096, 512, 64, 128, 128));
+}

@@ -15,6 +15,7 @@
 #include "edge/backend/model/synthetic.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/forward.h"
+#include "kernels/mla_attention/mla_attention.h"
 #include "edge/backend/engine/generator.h"
 #include "backend/model/synthetic_test_support.h"
 #include "test_support.h"
@@ -290,7 +291,7 @@ TEST_CASE("DSA: up to index_topk positions GLM-5 is dense latent attention exact
                             std::vector<float>(d.begin() + top_k * vocab, d.end())) > 1e-6);
 }
 
-TEST_CASE("latent attention: a prompt prefilled at once gives the logits of a token at a time, over f32, bf16 and FP8 latents") {
+TEST_CASE("latent attention: a prompt prefilled at once (expanded) gives the logits of a token at a time (absorbed), over f32, bf16 and FP8 latents") {
   edge::testing::temp_dir dir;
   for (const char* preset : {"deepseek-v3-tiny", "deepseek-v3-tiny-qproj", "glm-5-tiny"}) {
     CAPTURE(preset);
@@ -300,6 +301,10 @@ TEST_CASE("latent attention: a prompt prefilled at once gives the logits of a to
     for (const auto kv : {edge::kernels::dtype::f32, edge::kernels::dtype::bf16, edge::kernels::dtype::fp8_e4m3}) {
       CAPTURE(edge::kernels::to_string(kv));
       loaded l = load(path, {}, kv);
+      // The prompt at once takes the expanded form, a token at a time the absorbed one.
+      const mla_plan& m = plan_model(l.m->config)->layers[0].attention.mla;
+      REQUIRE(edge::kernels::mla_expanded_pays(12, 12, m.kv_lora_rank, m.rope, m.nope, m.v_head_dim));
+      REQUIRE_FALSE(edge::kernels::mla_expanded_pays(1, 12, m.kv_lora_rank, m.rope, m.nope, m.v_head_dim));
       const std::vector<float> stepwise = logits_along(l, twelve);
       // The whole prompt as one entry (a fresh cache): its last row.
       loaded once = load(path, {}, kv);

@@ -157,6 +157,8 @@ struct model_plan {
   std::int64_t max_mla_latents() const;
   std::int64_t max_index_query() const;
   std::int64_t max_index_topk() const;
+  // The expanded prefill's workspace for runs of up to `tokens` tokens (kernels/mla_attention).
+  std::int64_t max_mla_prefill_workspace(std::int64_t tokens) const;
 };
 
 // invalid_argument for a configuration that fails the loaders' plausibility checks (an empty or

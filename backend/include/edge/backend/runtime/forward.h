@@ -97,7 +97,7 @@ struct forward_buffer_floats {
   std::int64_t router_logits = 0, route_weights = 0, moe_workspace = 0;
   std::int64_t route_experts = 0, expert_tokens = 0;
   // Latent attention (empty without it); selected and selected_count count int32s.
-  std::int64_t mla_query = 0, latents = 0, index_query = 0, selected = 0, selected_count = 0;
+  std::int64_t mla_query = 0, latents = 0, index_query = 0, selected = 0, selected_count = 0, mla_workspace = 0;
   static forward_buffer_floats for_step(const model_plan& plan, std::int64_t tokens, std::int64_t sequences);
 };
 
@@ -128,6 +128,8 @@ struct forward_buffers {
   float* index_query = nullptr;            // [tokens, index_heads * index_head_dim] (DSA)
   std::int32_t* selected = nullptr;        // [tokens, index_topk] the positions each token attends to (DSA)
   std::int32_t* selected_count = nullptr;  // [tokens] (DSA; 0: all of them)
+  float* mla_workspace = nullptr;          // [mla_workspace_floats] the expanded prefill's (CPU)
+  std::int64_t mla_workspace_floats = 0;
 };
 
 // One step's metadata, as the kernels read it.
