@@ -234,6 +234,7 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
                                .kv_dtype = std::string(kernels::to_string(kv_dtype)),
                                .weight_dtype = std::string(kernels::to_string(backend::projection_format(m.weights))),
                                .architecture = std::string(backend::to_string(m.config.arch)),
+                               .attention = m.config.dsa ? "mla_dsa" : m.config.mla ? "mla" : "gqa",
                                .experts = m.config.moe ? m.config.moe->num_experts : 0,
                                .experts_per_token = m.config.moe ? m.config.moe->experts_per_token : 0,
                                .shared_experts = m.config.moe ? m.config.moe->shared_experts : 0,

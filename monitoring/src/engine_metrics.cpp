@@ -110,6 +110,7 @@ engine_metrics::engine_metrics(prometheus::Registry& registry, const engine_cach
             {"weight_dtype", cache.weight_dtype},
             {"block_size", std::to_string(cache.block_size)},
             {"architecture", cache.architecture},
+            {"attention", cache.attention},
             {"experts", std::to_string(cache.experts)},
             {"experts_per_token", std::to_string(cache.experts_per_token)},
             {"shared_experts", std::to_string(cache.shared_experts)},

@@ -84,6 +84,8 @@ for (const [preset, kv, weights, architecture] of cases) {
       assert.equal(Number(logged[3]), Math.floor(4 * 1024 * 1024 / (perToken * 16)) * 16);
       const metrics = await (await fetch(`${server.url}/metrics`)).text();
       assert.equal(value(metrics, 'edgeinfer_kv_cache_capacity_tokens'), Number(logged[3]));
+      const info = metrics.split('\n').find((l) => l.startsWith('edgeinfer_cache_config_info{'));
+      assert.ok(info.includes(`attention="${preset === 'glm-5-tiny' ? 'mla_dsa' : 'mla'}"`), info);
       if (preset === 'glm-5-tiny') assert.match(server.log, /skipping the checkpoint's 1 multi-token-prediction layer \(model\.layers\.3\)/);
     } finally {
       await server.stop();

@@ -77,7 +77,7 @@ TEST_CASE("engine metric families have vLLM's names, types and buckets") {
   CHECK(has(text, "edgeinfer_kv_cache_blocks_total 100"));
   CHECK(has(text, "edgeinfer_kv_cache_blocks_free 100"));
   CHECK(has(text, "edgeinfer_kv_cache_capacity_tokens 1600"));
-  CHECK(has(text, "edgeinfer_cache_config_info{active_weight_bytes_per_token=\"12345\",architecture=\"qwen3_moe\","
+  CHECK(has(text, "edgeinfer_cache_config_info{active_weight_bytes_per_token=\"12345\",architecture=\"qwen3_moe\",attention=\"gqa\","
                   "block_size=\"16\",experts=\"128\",experts_per_token=\"8\",kv_dtype=\"fp8_e4m3\","
                   "shared_experts=\"0\",weight_dtype=\"int4\"} 1"));
   for (const char* reason : {"stop", "length", "abort", "error"}) {

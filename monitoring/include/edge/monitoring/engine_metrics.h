@@ -16,8 +16,9 @@
 //   edgeinfer_e2e_request_latency_seconds                histogram
 //   edgeinfer_request_queue_time_seconds                 histogram
 //   edgeinfer_iteration_tokens                           histogram: tokens computed per engine step
-//   edgeinfer_cache_config_info{kv_dtype, weight_dtype, block_size, architecture, experts,
-//     experts_per_token, shared_experts, active_weight_bytes_per_token}   gauge, always 1
+//   edgeinfer_cache_config_info{kv_dtype, weight_dtype, block_size, architecture, attention,
+//     experts, experts_per_token, shared_experts, active_weight_bytes_per_token}   gauge, always 1
+//     (attention: "gqa", "mla" or "mla_dsa": what one cached token and layer holds)
 //
 // Mixture-of-Experts models, summarised without one series per expert (per step and MoE layer):
 //   edgeinfer_moe_expert_load_imbalance                  histogram: the busiest expert's tokens
@@ -49,6 +50,7 @@ struct engine_cache_config {
   std::string kv_dtype;
   std::string weight_dtype;
   std::string architecture;
+  std::string attention = "gqa";       // gqa, mla (latent attention) or mla_dsa (with DSA's indexer)
   std::int64_t experts = 0;            // routed experts per MoE layer (0: a dense model)
   std::int64_t experts_per_token = 0;
   std::int64_t shared_experts = 0;
