@@ -6,6 +6,7 @@
 #   make bench-scaleout   throughput of a split gateway with one backend against two (CPU)
 #   make bench-quota      the quota store in memory against Redis, per call and per request
 #   make bench-moe        Mixture-of-Experts decode: Qwen3-30B-A3B layers, bf16/fp8/int4 experts, against dense
+#   make bench-mla        latent attention decode: Kimi K2 layers with INT4 experts over bf16 and FP8 latents
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
@@ -27,7 +28,7 @@ GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
 .PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine \
-        bench-gateway bench-scaleout bench-quota bench-moe
+        bench-gateway bench-scaleout bench-quota bench-moe bench-mla
 
 all: build
 
@@ -83,6 +84,11 @@ bench-quota: build
 # 5 minutes on 2 cores.
 bench-moe: build
 	tests/bench/moe_decode.sh $(BUILD_DIR) 4
+
+# 4 layers of synthetic Kimi K2 with 64 of its experts (about 22 GB in bf16, written once; the
+# first load quantizes its experts), then 64 streams on an FP8 latent budget: over 15 minutes on 2 cores.
+bench-mla: build
+	tests/bench/mla_decode.sh $(BUILD_DIR) 4 64
 
 run: build
 	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)
