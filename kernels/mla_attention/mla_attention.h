@@ -62,11 +62,37 @@ struct mla_attention_params {
   std::int64_t q_rope_head_stride = 0;
   std::int64_t out_stride = 0;
   float scale = 0.0f;  // qk_head_dim^-0.5 (times YaRN's mscale²)
+
+  // CUDA only, optional: scratch for the partial results of contexts split across blocks
+  // (split-K, combined in a fixed order). Null (or too small) gives each (token, band of heads)
+  // one block. The CPU needs none.
+  float* workspace = nullptr;  // [workspace_floats]
+  std::int64_t workspace_floats = 0;
 };
+
+// The CUDA kernel splits a context at most this many ways.
+inline constexpr std::int64_t mla_attention_max_splits = 32;
+
+// Workspace floats with which the CUDA MLA attention of `tokens` tokens never gives up a split
+// it wants.
+constexpr std::int64_t mla_attention_workspace_floats(std::int64_t tokens, std::int64_t num_heads,
+                                                      std::int64_t latent_dim) {
+  return tokens * num_heads * mla_attention_max_splits * (latent_dim + 2);
+}
+
+// Whether the CUDA MLA attention runs a call on tensor cores, rounding the queries and the
+// softmax weights to bf16 (the scores, the softmax and the output stay f32; an FP8 cache's codes
+// are exact in bf16): a bf16 or FP8 cache at DeepSeek-V3's row (latent 512, RoPE 64). Every
+// other call multiplies in f32.
+constexpr bool cuda_mla_uses_tensor_cores(dtype kv, std::int64_t latent_dim, std::int64_t rope_dim) {
+  return (kv == dtype::bf16 || kv == dtype::fp8_e4m3) && latent_dim == 512 && rope_dim == 64;
+}
 
 // invalid_argument for shapes beyond the limits, a position beyond its block table, a block
 // outside the cache, a selected position after the token's own, or a scaled dtype without
-// scales.
+// scales. The CUDA kernels also need latent_dim up to 512, latent_dim and rope_dim in multiples
+// of 4 and a 16-byte aligned cache; what the CPU refuses by reading the tables (positions,
+// blocks, selections) they leave out of the softmax instead of reading outside the cache.
 status run_mla_attention(const mla_attention_params& p, const stream& s);
 
 // The DSA indexer's choice: for each token with more than top_k positions (pos[t] + 1 > top_k),
@@ -96,9 +122,28 @@ struct dsa_select_params {
   std::int64_t num_blocks = 0;
   std::int64_t q_stride = 0;
   std::int64_t weights_stride = 0;
+
+  // CUDA only: scratch for every position's score, workspace_context floats per token, for
+  // workspace_floats / workspace_context tokens at a time (dsa_select_workspace_floats).
+  // workspace_context bounds the contexts (the longest the executor's block tables reach); a
+  // token with a longer context, which no caller schedules, gets selected_count 0. The CPU
+  // needs none.
+  float* workspace = nullptr;  // [workspace_floats]
+  std::int64_t workspace_floats = 0;
+  std::int64_t workspace_context = 0;
 };
 
-// invalid_argument as run_mla_attention's checks.
+// Tokens whose scores the CUDA selection keeps at a time, at most.
+inline constexpr std::int64_t dsa_select_chunk_tokens = 128;
+
+// Workspace floats for selections of up to `tokens` tokens whose contexts reach `context`
+// positions: every token's scores at once, or those of dsa_select_chunk_tokens tokens at a time.
+constexpr std::int64_t dsa_select_workspace_floats(std::int64_t tokens, std::int64_t context) {
+  return (tokens < dsa_select_chunk_tokens ? tokens : dsa_select_chunk_tokens) * context;
+}
+
+// invalid_argument as run_mla_attention's checks. The CUDA kernels also need up to 64 index
+// heads, index_dim up to 128 in multiples of 4, a 16-byte aligned key cache and the workspace.
 status run_dsa_select(const dsa_select_params& p, const stream& s);
 
 // The expanded form, for a run of query tokens of one sequence (a prefill chunk): the

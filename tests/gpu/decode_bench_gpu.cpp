@@ -5,7 +5,9 @@
 //      down [4096, 14336]), rotating through enough copies that nothing stays in L2: bytes of
 //      weights and scales read per second, and that as a fraction of the copy bandwidth.
 //   3. FP8 and BF16 KV decode attention (64 sequences x 4096 positions, 32 query / 8 KV heads,
-//      head_dim 128, blocks of 16): KV bytes (codes and scales) read per second, and the fraction.
+//      head_dim 128, blocks of 16): KV bytes (codes and scales) read per second, and the fraction;
+//      and MLA decode attention at Kimi K2's shape (64 heads, latent 512 + RoPE 64, 4096
+//      positions, 1 to 64 tokens) over FP8 and BF16 latent rows, likewise.
 //   4. The GEMM at 16, 64, 256 and 1024 tokens for int4, fp8 and bf16 weights over the
 //      [4096, 14336] down projection: the pipelined tensor-core kernel against the general
 //      wmma one on the same call (x rows left unaligned), in weight GB/s and TFLOP/s.
@@ -21,6 +23,7 @@
 // figure is the median of 5 repetitions.
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -31,6 +34,7 @@
 #include "gpu_test_support.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/mla_attention/mla_attention.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/quantize/quantize.h"
 #include "kernels/sampling/sampling.h"
@@ -201,6 +205,62 @@ attention_timing time_attention(kernels::dtype type, std::int64_t seqs, std::int
   return out;
 }
 
+// One MLA decode attention call timed at Kimi K2's shape (64 heads, latent 512 + RoPE 64, blocks
+// of 16 handed out scattered): `batch` tokens, each the last position of its own `context`-deep
+// sequence, with the split workspace the executor gives (sized for 8 tokens). Consecutive calls
+// take the next `batch` of 64 sequences, so that even one token's rows (2.4 MB in FP8) come from
+// HBM, not from the 60 MB L2. Returns seconds per call and the cache bytes (rows and scales) one
+// call reads.
+struct mla_timing {
+  double seconds = 0.0;
+  double bytes = 0.0;
+};
+mla_timing time_mla_decode(kernels::dtype type, std::int64_t batch, std::int64_t context, cudaStream_t stream) {
+  const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
+  constexpr std::int64_t sequences = 64, heads = 64, latent = 512, rope = 64, block = 16;
+  constexpr std::int64_t width = latent + rope;
+  const std::int64_t blocks_per_seq = context / block;
+  const std::int64_t num_blocks = sequences * blocks_per_seq;
+  const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * block * width) * kernels::dtype_size(type);
+  const std::size_t scale_count = static_cast<std::size_t>(num_blocks * block);
+  const bool scaled = kernels::kv_cache_scaled(type);
+  gpu_test::device_array<std::uint8_t> cache(cache_bytes);
+  gpu_test::device_array<float> scales(std::vector<float>(scale_count, 0.01f));
+  // Codes of moderate magnitude everywhere (0x30 is 0.5 in E4M3 and a small 16-bit pattern).
+  check_cuda(cudaMemset(cache.get(), 0x30, cache_bytes), "memset");
+  std::vector<std::int32_t> tables(static_cast<std::size_t>(num_blocks));
+  for (std::int64_t i = 0; i < num_blocks; ++i) tables[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 7919) % num_blocks);
+  std::vector<std::int32_t> table_begin(static_cast<std::size_t>(sequences + 1));
+  for (std::int64_t q = 0; q <= sequences; ++q) table_begin[static_cast<std::size_t>(q)] = static_cast<std::int32_t>(q * blocks_per_seq);
+  // The sequences of each call: rotation r takes sequences r batch .. r batch + batch - 1.
+  const std::int64_t rotations = sequences / batch;
+  std::vector<std::int32_t> seq(static_cast<std::size_t>(rotations * batch));
+  std::iota(seq.begin(), seq.end(), 0);
+  const std::vector<std::int32_t> pos(static_cast<std::size_t>(batch), static_cast<std::int32_t>(context - 1));
+  gpu_test::device_array<std::int32_t> d_tables(tables), d_table_begin(table_begin), d_seq(seq), d_pos(pos);
+  gpu_test::device_array<float> q_latent(gpu_test::random_floats(static_cast<std::size_t>(batch * heads * latent), 4));
+  gpu_test::device_array<float> q_rope(gpu_test::random_floats(static_cast<std::size_t>(batch * heads * rope), 5));
+  gpu_test::device_array<float> out(static_cast<std::size_t>(batch * heads * latent));
+  const std::int64_t workspace_floats = kernels::mla_attention_workspace_floats(8, heads, latent);
+  gpu_test::device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
+  mla_timing timing;
+  timing.seconds = time_calls(stream, static_cast<int>(std::max<std::int64_t>(rotations, 20)), [&](int call) {
+    check_ok(kernels::run_mla_attention(
+                 {.q_latent = q_latent.get(), .q_rope = q_rope.get(), .out = out.get(), .cache = cache.get(),
+                  .scales = scaled ? scales.get() : nullptr, .kv_type = type,
+                  .seq = d_seq.get() + (call % rotations) * batch, .pos = d_pos.get(), .block_tables = d_tables.get(),
+                  .table_begin = d_table_begin.get(), .tokens = batch, .num_heads = heads, .latent_dim = latent,
+                  .rope_dim = rope, .block_size = block, .num_blocks = num_blocks, .q_latent_stride = heads * latent,
+                  .q_rope_stride = heads * rope, .q_rope_head_stride = rope, .out_stride = heads * latent,
+                  .scale = 0.072f, .workspace = workspace.get(), .workspace_floats = workspace_floats},
+                 s),
+             "mla attention");
+  });
+  timing.bytes = static_cast<double>(batch * context) *
+                 static_cast<double>(width * static_cast<std::int64_t>(kernels::dtype_size(type)) + (scaled ? 4 : 0));
+  return timing;
+}
+
 // Sampling 64 rows of a 128,256-token vocabulary: microseconds per call, greedy (one pass over
 // the rows: the floor) and seeded draws through each filter, with the copy that restores the
 // logits (sampling uses them as scratch) timed alone and subtracted.
@@ -333,6 +393,16 @@ int main() {
     const double bw = decode.kv_bytes / decode.seconds;
     std::printf("| %s KV decode attention | 64 seqs x 4096 positions, 32/8 heads, d 128 | 64 | %.0f | %.2f |\n",
                 std::string(kernels::to_string(kv)).c_str(), bw / giga, bw / copy);
+  }
+  // Latent attention reads one row per position for all heads; at 64 heads its FLOPs per byte
+  // are high enough (about 240 per FP8 byte) that the tensor cores set the pace.
+  for (const auto kv : {kernels::dtype::fp8_e4m3, kernels::dtype::bf16}) {
+    for (const std::int64_t batch : {1, 8, 32, 64}) {
+      const mla_timing decode = time_mla_decode(kv, batch, 4096, stream);
+      const double bw = decode.bytes / decode.seconds;
+      std::printf("| %s KV MLA decode attention | Kimi K2: 64 heads, latent 512 + RoPE 64, 4096 positions | %lld | %.0f | %.2f |\n",
+                  std::string(kernels::to_string(kv)).c_str(), static_cast<long long>(batch), bw / giga, bw / copy);
+    }
   }
 
   // The GEMM at 16 to 1024 tokens (batched decode to prefill) over the [4096, 14336] down

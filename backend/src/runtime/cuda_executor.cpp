@@ -16,6 +16,7 @@
 #include "edge/common/log.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/matmul/matmul.h"
+#include "kernels/mla_attention/mla_attention.h"
 #include "kernels/moe_routing/moe_routing.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/quantize/quantize.h"
@@ -288,16 +289,23 @@ struct cuda_executor::state {
     const auto floats = forward_buffer_floats::for_step(plan, T, S);
     const std::int64_t widest = std::max({plan.max_qkv_dim(), plan.hidden, 2 * plan.max_intermediate()});
     buffers.matmul_workspace_floats = kernels::matmul_workspace_floats(T, widest);
-    // Splits pay only while the grid is small; 64 tokens cover every split the launcher picks
-    // for batches that small (it uses fewer splits when the workspace is short).
-    std::int64_t widest_heads = 0;
-    std::int64_t widest_head_dim = 0;
+    // Splits pay only while the grid is small; 64 tokens (8 for latent attention, whose blocks
+    // take 16 or 64 heads) cover every split the launchers pick for batches that small (they use
+    // fewer splits when the workspace is short). One workspace serves both kinds of layer.
+    buffers.attention_workspace_floats = 0;
     for (const layer_plan& l : plan.layers) {
-      widest_heads = std::max(widest_heads, l.attention.num_heads);
-      widest_head_dim = std::max(widest_head_dim, l.attention.head_dim);
+      const attention_plan& a = l.attention;
+      buffers.attention_workspace_floats = std::max(
+          buffers.attention_workspace_floats,
+          a.kind == attention_kind::mla
+              ? kernels::mla_attention_workspace_floats(std::min<std::int64_t>(T, 8), a.num_heads, a.mla.kv_lora_rank)
+              : kernels::paged_attention_workspace_floats(std::min<std::int64_t>(T, 64), a.num_heads, a.head_dim));
     }
-    buffers.attention_workspace_floats =
-        kernels::paged_attention_workspace_floats(std::min<std::int64_t>(T, 64), widest_heads, widest_head_dim);
+    // The DSA indexer's scores: every position a block table reaches, for up to
+    // dsa_select_chunk_tokens tokens at a time.
+    buffers.index_scores_floats = plan.max_index_topk() > 0
+                                      ? kernels::dsa_select_workspace_floats(T, table_blocks * options.block_size)
+                                      : 0;
     meta_bytes = meta_layout::for_step(T, S, S * table_blocks).bytes;
     const std::vector<std::pair<float**, std::int64_t>> float_buffers = {
         {&buffers.x, floats.x},
@@ -309,6 +317,7 @@ struct cuda_executor::state {
         {&buffers.logits, floats.logits},
         {&buffers.matmul_workspace, buffers.matmul_workspace_floats},
         {&buffers.attention_workspace, buffers.attention_workspace_floats},
+        {&buffers.index_scores, buffers.index_scores_floats},
         {&buffers.router_logits, floats.router_logits},
         {&buffers.route_weights, floats.route_weights},
         {&buffers.moe_workspace, floats.moe_workspace},

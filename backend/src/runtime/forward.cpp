@@ -547,7 +547,8 @@ struct forward_pass {
            .selected = b.selected, .selected_count = b.selected_count, .tokens = step.tokens,
            .index_heads = m.index_heads, .index_dim = m.index_head_dim, .top_k = m.index_topk,
            .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks, .q_stride = index_width,
-           .weights_stride = width},
+           .weights_stride = width, .workspace = b.index_scores, .workspace_floats = b.index_scores_floats,
+           .workspace_context = max_table_blocks(plan, kv.layout.block_size) * kv.layout.block_size},
           s));
     }
 
@@ -606,7 +607,8 @@ struct forward_pass {
          .tokens = tokens, .num_heads = heads, .latent_dim = m.kv_lora_rank, .rope_dim = m.rope,
          .block_size = kv.layout.block_size, .num_blocks = kv.allocated_blocks, .q_latent_stride = stride,
          .q_rope_stride = q_stride, .q_rope_head_stride = m.qk_head(), .out_stride = stride,
-         .scale = a.softmax_scale},
+         .scale = a.softmax_scale, .workspace = b.attention_workspace,
+         .workspace_floats = b.attention_workspace_floats},
         s));
     const std::int64_t per_head = m.nope + m.v_head_dim;
     for (std::int64_t h = 0; h < heads; ++h) {

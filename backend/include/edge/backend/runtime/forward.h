@@ -111,8 +111,10 @@ struct forward_buffers {
   float* logits = nullptr;   // [rows, vocab]
   float* matmul_workspace = nullptr;  // [matmul_workspace_floats] (CUDA split-K)
   std::int64_t matmul_workspace_floats = 0;
-  float* attention_workspace = nullptr;  // [attention_workspace_floats] (CUDA split attention)
+  float* attention_workspace = nullptr;  // [attention_workspace_floats] (CUDA split attention, GQA and MLA)
   std::int64_t attention_workspace_floats = 0;
+  float* index_scores = nullptr;         // [index_scores_floats] (CUDA DSA selection: every position's score)
+  std::int64_t index_scores_floats = 0;
   // Mixture-of-Experts layers (null for a dense model). After a step, route_experts and
   // expert_tokens hold what each MoE layer chose: the m-th MoE layer's rows begin at
   // m × tokens × max_top_k and m × max_experts.
