@@ -302,7 +302,7 @@ TEST_CASE("latent attention: a prompt prefilled at once (expanded) gives the log
       CAPTURE(edge::kernels::to_string(kv));
       loaded l = load(path, {}, kv);
       // The prompt at once takes the expanded form, a token at a time the absorbed one.
-      const mla_plan& m = plan_model(l.m->config)->layers[0].attention.mla;
+      const mla_plan m = plan_model(l.m->config)->layers[0].attention.mla;  // a copy: the plan is a temporary
       REQUIRE(edge::kernels::mla_expanded_pays(12, 12, m.kv_lora_rank, m.rope, m.nope, m.v_head_dim));
       REQUIRE_FALSE(edge::kernels::mla_expanded_pays(1, 12, m.kv_lora_rank, m.rope, m.nope, m.v_head_dim));
       const std::vector<float> stepwise = logits_along(l, twelve);
