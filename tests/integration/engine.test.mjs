@@ -142,7 +142,7 @@ test('the engine metrics are valid Prometheus text with vLLM\'s families', async
     'e2e_request_latency_seconds', 'request_queue_time_seconds', 'iteration_tokens', 'cache_config_info']) {
     assert.match(text, new RegExp(`^# TYPE edgeinfer_${family} `, 'm'), family);
   }
-  assert.match(text, /^edgeinfer_cache_config_info\{active_weight_bytes_per_token="\d+",architecture="llama",block_size="16",experts="0",experts_per_token="0",kv_dtype="f32",shared_experts="0",weight_dtype="f32"\} 1$/m);
+  assert.match(text, /^edgeinfer_cache_config_info\{active_weight_bytes_per_token="\d+",architecture="llama",attention="gqa",block_size="16",experts="0",experts_per_token="0",kv_dtype="f32",shared_experts="0",weight_dtype="f32"\} 1$/m);
   assert.ok(value(text, 'edgeinfer_time_to_first_token_seconds_count') >= 3);
   assert.ok(value(text, 'edgeinfer_request_success_total{finished_reason="length"}') >= 3);
   const check = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
