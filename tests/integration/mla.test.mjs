@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { edgeinferBin, startServer, fetch } from './lib/server.mjs';
+import { metricValue as value, streamChat } from './lib/chat.mjs';
 
 let dir;
 before(() => {
@@ -22,29 +23,6 @@ before(() => {
   }
 });
 after(() => { if (dir) fs.rmSync(dir, { recursive: true, force: true }); });
-
-function value(text, series) {
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  assert.ok(line, `no ${series} in /metrics`);
-  return Number(line.slice(series.length + 1));
-}
-
-async function streamChat(client, model, content) {
-  const stream = await client.chat.completions.create({
-    model, stream: true, stream_options: { include_usage: true }, max_tokens: 24, temperature: 0,
-    messages: [{ role: 'user', content }],
-  });
-  let text = '';
-  let usage;
-  let finish;
-  for await (const chunk of stream) {
-    if (chunk.usage) usage = chunk.usage;
-    const choice = chunk.choices[0];
-    if (choice?.delta?.content) text += choice.delta.content;
-    if (choice?.finish_reason) finish = choice.finish_reason;
-  }
-  return { text, usage, finish };
-}
 
 // [preset, KV dtype, weight dtype, what the log says of the architecture, bytes of a latent row]
 const cases = [

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <numbers>
 
 #include "edge/common/format.h"
@@ -23,26 +24,34 @@ status out_of_bounds(std::string_view name, std::int64_t value, std::int64_t low
   return invalid_argument(edge::format("{} = {} is outside [{}, {}]", name, value, low, high));
 }
 
+struct bounded {
+  std::string_view name;
+  std::int64_t value;
+  std::int64_t low;
+  std::int64_t high;
+};
+
+// The first size outside its bounds, named.
+status check_bounds(std::initializer_list<bounded> sizes) {
+  for (const bounded& size : sizes) {
+    if (size.value < size.low || size.value > size.high) return out_of_bounds(size.name, size.value, size.low, size.high);
+  }
+  return {};
+}
+
 }  // namespace
 
 status check_config(const model_config& config) {
-  const struct {
-    std::string_view name;
-    std::int64_t value;
-    std::int64_t high;
-  } sizes[] = {
-      {"vocab_size", config.vocab_size, max_vocab_size},
-      {"hidden_size", config.hidden_size, max_width},
-      {"intermediate_size", config.intermediate_size, max_width},
-      {"num_layers", config.num_layers, max_layers},
-      {"num_heads", config.num_heads, max_heads},
-      {"num_kv_heads", config.num_kv_heads, config.num_heads},
-      {"head_dim", config.head_dim, max_width},
-      {"max_position", config.max_position, max_positions},
-  };
-  for (const auto& size : sizes) {
-    if (size.value < 1 || size.value > size.high) return out_of_bounds(size.name, size.value, 1, size.high);
-  }
+  EDGE_RETURN_IF_ERROR(check_bounds({
+      {"vocab_size", config.vocab_size, 1, max_vocab_size},
+      {"hidden_size", config.hidden_size, 1, max_width},
+      {"intermediate_size", config.intermediate_size, 1, max_width},
+      {"num_layers", config.num_layers, 1, max_layers},
+      {"num_heads", config.num_heads, 1, max_heads},
+      {"num_kv_heads", config.num_kv_heads, 1, config.num_heads},
+      {"head_dim", config.head_dim, 1, max_width},
+      {"max_position", config.max_position, 1, max_positions},
+  }));
   if (config.num_heads % config.num_kv_heads != 0) {
     return invalid_argument(edge::format("num_heads = {} is not a multiple of num_kv_heads = {}", config.num_heads,
                                          config.num_kv_heads));
@@ -79,22 +88,14 @@ status check_config(const model_config& config) {
 
 status check_mla(const model_config& config) {
   const mla_config& m = *config.mla;
-  const struct {
-    std::string_view name;
-    std::int64_t value;
-    std::int64_t low;
-    std::int64_t high;
-  } sizes[] = {
+  EDGE_RETURN_IF_ERROR(check_bounds({
       {"q_lora_rank", m.q_lora_rank, 0, max_width},
       {"kv_lora_rank", m.kv_lora_rank, 1, kernels::max_mla_row},
       {"qk_nope_head_dim", m.qk_nope_head_dim, 1, max_width},
       {"qk_rope_head_dim", m.qk_rope_head_dim, 2, kernels::max_mla_row},
       {"v_head_dim", m.v_head_dim, 1, max_width},
       {"num_attention_heads", config.num_heads, 1, kernels::max_mla_heads},
-  };
-  for (const auto& size : sizes) {
-    if (size.value < size.low || size.value > size.high) return out_of_bounds(size.name, size.value, size.low, size.high);
-  }
+  }));
   if (m.qk_rope_head_dim % 2 != 0) {
     return invalid_argument(edge::format("qk_rope_head_dim = {} is odd; RoPE rotates pairs", m.qk_rope_head_dim));
   }
@@ -142,12 +143,7 @@ status check_rope_scaling(const rope_scaling_yarn& scaling) {
 }
 
 status check_moe(const moe_config& moe, std::int64_t num_layers) {
-  const struct {
-    std::string_view name;
-    std::int64_t value;
-    std::int64_t low;
-    std::int64_t high;
-  } sizes[] = {
+  EDGE_RETURN_IF_ERROR(check_bounds({
       {"num_experts", moe.num_experts, 1, max_experts},
       {"num_experts_per_tok", moe.experts_per_token, 1, moe.num_experts},
       {"moe_intermediate_size", moe.expert_intermediate, 1, max_width},
@@ -156,10 +152,7 @@ status check_moe(const moe_config& moe, std::int64_t num_layers) {
       {"topk_group", moe.top_groups, 1, moe.groups},
       {"first_k_dense_replace", moe.first_dense_layers, 0, num_layers},
       {"decoder_sparse_step", moe.sparse_step, 1, num_layers},
-  };
-  for (const auto& size : sizes) {
-    if (size.value < size.low || size.value > size.high) return out_of_bounds(size.name, size.value, size.low, size.high);
-  }
+  }));
   if (moe.num_experts % moe.groups != 0) {
     return invalid_argument(edge::format("n_group = {} does not divide num_experts = {}", moe.groups, moe.num_experts));
   }
