@@ -163,10 +163,13 @@ int main(int argc, char** argv) {
         kv_cache_layout::for_tokens(m.config, kernels::dtype::fp8_e4m3, block_size, streams * per_stream * block_size);
     const std::size_t budget = fp8.bytes_per_block() * static_cast<std::size_t>(fp8.num_blocks);
     const kv_cache_capacity capacity = kv_cache_capacity_for(m.config, kernels::dtype::fp8_e4m3, block_size, budget);
-    std::printf("== %s: %lld layers, %lld KV heads x %lld; %d streams of %lld prompt + %lld generated tokens ==\n",
-                path.c_str(), static_cast<long long>(m.config.num_layers), static_cast<long long>(m.config.num_kv_heads),
-                static_cast<long long>(m.config.head_dim), streams, static_cast<long long>(prompt_tokens),
-                static_cast<long long>(max_tokens));
+    // What one token caches per layer: K and V rows of each KV head, or a latent row (and an index key).
+    const kv_cache_layout rows = kv_cache_layout::rows_of(m.config);
+    std::printf("== %s: %lld layers, %lld cached rows of %lld + %lld per token and layer; %d streams of %lld prompt + "
+                "%lld generated tokens ==\n",
+                path.c_str(), static_cast<long long>(rows.num_layers), static_cast<long long>(rows.num_kv_heads),
+                static_cast<long long>(rows.head_dim), static_cast<long long>(rows.value_dim), streams,
+                static_cast<long long>(prompt_tokens), static_cast<long long>(max_tokens));
     std::printf("budget %zu bytes: %s\n", budget, format_kv_cache_capacity(capacity).c_str());
     std::printf("| admission | KV | blocks | streams at once | completed | preemptions | wall s |\n|---|---|---|---|---|---|---|\n");
     std::int64_t fp8_peak = 0, bf16_peak = 0;
