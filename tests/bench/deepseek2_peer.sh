@@ -13,12 +13,13 @@
 #     --kl-divergence-base` saves its log-softmax (16 bits per value) over chunks of a text, which
 #     peer_logits.py compares with edgeinfer's own (edge_reference_logits) on the same tokens.
 #   Exit 0 when both agree, 1 when not, 77 (skipped) where llama.cpp cannot run.
-# speed: batch-1 decode tokens/s of deepseek-v3-small (4 layers at a 16B-A3B model's widths, bf16,
-#   4.5 GB) in both, `llama-bench -p 0 -n 64 -t 2` against `edge_bench_decode --batches 1 --tokens 64
-#   --threads 2`, taking turns for ROUNDS rounds (a shared machine's drifting load slows both
-#   alike); prints each round, the medians and ranges, and edgeinfer's ratio. Each engine keeps
-#   its default 16-bit KV cache (llama.cpp f16, edgeinfer bf16). The model is written once to
-#   BUILD_DIR/bench-models/.
+# speed: batch-1 decode tokens/s of deepseek-v3-small (4 layers at a 16B-A3B model's widths:
+#   4.5 GB in bf16, and llama.cpp's Q4_0 of it, 1.3 GB) in both, `llama-bench -p 0 -n 64 -t 2`
+#   against `edge_bench_decode --batches 1 --tokens 64 --threads 2`, taking turns for ROUNDS
+#   rounds; prints each round, the medians and ranges, and edgeinfer's ratio. Run it on an
+#   otherwise idle machine: llama.cpp's threads spin at their barriers and lose several times
+#   more than edgeinfer's to another process's load. Each engine keeps its default 16-bit KV cache (llama.cpp
+#   f16, edgeinfer bf16). The models are written once to BUILD_DIR/bench-models/.
 #
 # llama.cpp is the prebuilt peer in ${EDGE_PEERS:-../shared/peers}/llama.cpp (commit c392e5094;
 # CPU binaries that need AVX-512). numpy comes from Debian's python3-numpy (/usr/bin/python3).
@@ -39,7 +40,7 @@ skip_because() {
   exit "$skip"
 }
 
-for tool in llama-cli llama-perplexity llama-bench; do
+for tool in llama-cli llama-perplexity llama-bench llama-quantize; do
   [[ -x "$peer/$tool" ]] || skip_because "no llama.cpp $tool in $peer"
 done
 "$peer/llama-cli" --version > /dev/null 2>&1 || skip_because "llama.cpp does not run on this CPU (it needs AVX-512)"
@@ -104,37 +105,54 @@ EOF
   echo "deepseek2_peer: edgeinfer and llama.cpp agree"
 }
 
-median_and_range() {
-  sort -g | awk '{ v[NR] = $1 } END { printf "median %.2f (range %.2f-%.2f, %d runs)", v[int((NR + 1) / 2)], v[1], v[NR], NR }'
+median_of() {
+  sort -g "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
+range_of() {
+  sort -g "$1" | awk '{ v[NR] = $1 } END { printf "%.2f-%.2f", v[1], v[NR] }'
 }
 
 speed() {
   local bench="$build/edge_bench_decode"
   [[ -x "$bench" ]] || skip_because "no $bench (build edge_bench_decode)"
-  local model="$build/bench-models/deepseek-v3-small-bf16.gguf"
-  if [[ ! -f "$model" ]]; then
-    mkdir -p "$(dirname "$model")"
-    "$edgeinfer" make-model --preset deepseek-v3-small --format gguf --dtype bf16 --seed 1 --out "$model"
+  local bf16="$build/bench-models/deepseek-v3-small-bf16.gguf"
+  local q4_0="$build/bench-models/deepseek-v3-small-q4_0.gguf"
+  if [[ ! -f "$bf16" ]]; then
+    mkdir -p "$(dirname "$bf16")"
+    "$edgeinfer" make-model --preset deepseek-v3-small --format gguf --dtype bf16 --seed 1 --out "$bf16"
   fi
-  echo "== batch-1 decode, deepseek-v3-small (bf16 GGUF deepseek2), $threads threads, 64 tokens, $rounds rounds =="
-  : > "$work/peer.rates"
-  : > "$work/edge.rates"
-  local r peer_rate edge_rate
-  for ((r = 1; r <= rounds; ++r)); do
-    peer_rate=$("$peer/llama-bench" -m "$model" -p 0 -n 64 -t "$threads" -r 1 -o csv 2> /dev/null |
-                awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) if ($i == "avg_ts") c = i } NR == 2 { gsub(/"/, "", $c); print $c }')
-    edge_rate=$("$bench" --model "$model" --batches 1 --prompt 1 --tokens 64 --repeat 1 --threads "$threads" |
-                sed -n 's/^batch 1: .* \([0-9.]*\) tok\/s$/\1/p')
-    echo "  round $r: llama.cpp $peer_rate tok/s, edgeinfer $edge_rate tok/s"
-    echo "$peer_rate" >> "$work/peer.rates"
-    echo "$edge_rate" >> "$work/edge.rates"
+  # llama.cpp's own Q4_0 of it, every tensor (edgeinfer repacks Q4_0 into int4 groups of 32).
+  [[ -f "$q4_0" ]] || "$peer/llama-quantize" --pure "$bf16" "$q4_0" Q4_0 > /dev/null 2>&1
+  echo "== batch-1 decode, deepseek-v3-small (GGUF deepseek2), $threads threads, 64 tokens, $rounds rounds =="
+  local r kind model peer_rate edge_rate
+  for kind in bf16 q4_0; do
+    : > "$work/peer.$kind"
+    : > "$work/edge.$kind"
   done
-  local peer_median edge_median
-  peer_median=$(sort -g "$work/peer.rates" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-  edge_median=$(sort -g "$work/edge.rates" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-  echo "llama.cpp: $(median_and_range < "$work/peer.rates") tok/s"
-  echo "edgeinfer: $(median_and_range < "$work/edge.rates") tok/s"
-  awk -v e="$edge_median" -v p="$peer_median" 'BEGIN { printf "edgeinfer / llama.cpp at batch 1: %.2fx (medians)\n", e / p }'
+  for ((r = 1; r <= rounds; ++r)); do
+    for kind in bf16 q4_0; do
+      model=$bf16
+      [[ $kind == q4_0 ]] && model=$q4_0
+      peer_rate=$("$peer/llama-bench" -m "$model" -p 0 -n 64 -t "$threads" -r 1 -o csv 2> /dev/null |
+                  awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) if ($i == "avg_ts") c = i }
+                           NR == 2 { gsub(/"/, "", $c); printf "%.2f\n", $c }')
+      edge_rate=$("$bench" --model "$model" --batches 1 --prompt 1 --tokens 64 --repeat 1 --threads "$threads" |
+                  sed -n 's/^batch 1: .* \([0-9.]*\) tok\/s$/\1/p')
+      echo "  round $r, $kind: llama.cpp $peer_rate tok/s, edgeinfer $edge_rate tok/s"
+      echo "$peer_rate" >> "$work/peer.$kind"
+      echo "$edge_rate" >> "$work/edge.$kind"
+    done
+  done
+  echo "tok/s, median (range) of $rounds runs:"
+  printf "  %-5s %24s %24s %8s\n" weights llama.cpp edgeinfer ratio
+  for kind in bf16 q4_0; do
+    local p e
+    p=$(median_of "$work/peer.$kind")
+    e=$(median_of "$work/edge.$kind")
+    printf "  %-5s %24s %24s %7.2fx\n" "$kind" "$p ($(range_of "$work/peer.$kind"))" \
+      "$e ($(range_of "$work/edge.$kind"))" "$(awk -v e="$e" -v p="$p" 'BEGIN { print e / p }')"
+  done
 }
 
 case "$mode" in

@@ -266,7 +266,7 @@ const std::vector<synthetic_preset>& preset_table() {
     small_deepseek_experts.routed_scaling = 2.5;
     table.push_back({"deepseek-v3-small", "DeepSeek-V3 architecture at a benchmark size: 4 layers (the first dense), "
                      "hidden 2048, 16 heads of latent attention (q_lora 768, kv_lora 512), 64 experts of 1408 + 2 "
-                     "shared, top 6, one group, vocab 102400 (about 4.6 GB in bf16; also as GGUF deepseek2)",
+                     "shared, top 6, one group, vocab 102400 (about 4.5 GB in bf16; also as GGUF deepseek2)",
                      deepseek_v3_config(deepseek_v2_vocab, 2048, 10944, 4, 16, latent(768, 512, 128, 64, 128), 4096,
                                         10000.0, small_deepseek_experts, std::nullopt),
                      256});
