@@ -888,6 +888,7 @@ std::optional<std::string> deepseek2_inexpressible(const model_config& c) {
   constexpr std::int64_t llama_cpp_lite_layers = 27;
   constexpr double llama_cpp_beta_fast = 32.0;
   constexpr double llama_cpp_beta_slow = 1.0;
+  if (!c.moe) return std::string("no experts: deepseek2 layers past the leading dense ones are Mixture-of-Experts");
   const moe_config& moe = *c.moe;
   if (moe.groups != 1 || moe.top_groups != 1) {
     return edge::format("group-limited routing (n_group {}, topk_group {}): llama.cpp's deepseek2 chooses a plain "
