@@ -7,6 +7,7 @@
 #   make bench-quota      the quota store in memory against Redis, per call and per request
 #   make bench-moe        Mixture-of-Experts decode: Qwen3-30B-A3B layers, bf16/fp8/int4 experts, against dense
 #   make bench-mla        latent attention decode: Kimi K2 layers with INT4 experts over bf16 and FP8 latents
+#   make bench-deepseek2  batch-1 decode of a GGUF deepseek2 in edgeinfer and in llama.cpp (../shared/peers)
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
@@ -28,7 +29,7 @@ GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
 .PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine \
-        bench-gateway bench-scaleout bench-quota bench-moe bench-mla
+        bench-gateway bench-scaleout bench-quota bench-moe bench-mla bench-deepseek2
 
 all: build
 
@@ -89,6 +90,11 @@ bench-moe: build
 # first load quantizes its experts), then 64 streams on an FP8 latent budget: over 15 minutes on 2 cores.
 bench-mla: build
 	tests/bench/mla_decode.sh $(BUILD_DIR) 4 64
+
+# deepseek-v3-small (4.5 GB in bf16 and its Q4_0, written once) next to llama.cpp's prebuilt
+# binaries, 5 rounds, about 4 minutes on 2 cores; run on an otherwise idle machine.
+bench-deepseek2: build
+	tests/bench/deepseek2_peer.sh $(BUILD_DIR) speed 5
 
 run: build
 	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)

@@ -1,5 +1,5 @@
-// GGUF files of llama.cpp's "llama", "qwen2", "qwen3" and "qwen3moe" architectures: metadata keys
-// and tensor names, as llama.cpp's convert_hf_to_gguf.py writes them.
+// GGUF files of llama.cpp's "llama", "qwen2", "qwen3", "qwen3moe" and "deepseek2" architectures:
+// metadata keys and tensor names, as llama.cpp's convert_hf_to_gguf.py writes them.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -29,7 +29,14 @@ constexpr gguf_architecture_entry gguf_architectures[] = {
     {architecture::qwen2, "qwen2"},
     {architecture::qwen3, "qwen3"},
     {architecture::qwen3_moe, "qwen3moe"},
+    {architecture::deepseek_v3, "deepseek2"},
 };
+
+// deepseek2.expert_gating_func (llama.cpp's llama_expert_gating_func_type); files written before
+// the key existed (DeepSeek-V2, V2.5) are softmax.
+constexpr std::int64_t gating_none = 0;
+constexpr std::int64_t gating_softmax = 1;
+constexpr std::int64_t gating_sigmoid = 2;
 
 class metadata_reader {
  public:
@@ -57,6 +64,12 @@ class metadata_reader {
     const auto number = value->as_number();
     if (!number) return invalid_argument(edge::format("metadata {} must be a number", full));
     return std::optional<double>{*number};
+  }
+
+  result<double> required_number(std::string_view key) const {
+    EDGE_ASSIGN_OR_RETURN(const auto value, optional_number(key));
+    if (!value) return invalid_argument(edge::format("metadata {}{} is missing", prefix_, key));
+    return *value;
   }
 
   const gguf_value* find(std::string_view key) const { return file_.find(prefix_ + std::string(key)); }
@@ -141,6 +154,104 @@ result<moe_config> qwen3_moe_from_gguf(const metadata_reader& keys, std::string_
   return moe;
 }
 
+// llama.cpp's deepseek2 (DeepSeek-V2/V3, Kimi K2): latent attention, the first
+// leading_dense_block_count layers dense and the rest Mixture-of-Experts with shared experts.
+// The keys are those of llama.cpp's converter before it split attn_kv_b into attn_k_b / attn_v_b
+// (key_length is qk_nope + qk_rope, value_length v_head_dim, rope.dimension_count qk_rope;
+// attention.q_lora_rank only when queries have the bottleneck). RoPE turns adjacent pairs (no
+// Q/K permutation). What the file does not say is what llama.cpp assumes: no expert groups unless
+// expert_group_count says so, and the q_a / kv_a norms at 1e-6 as transformers has them (llama.cpp
+// uses rms_norm_eps there, the same for every released model).
+status deepseek2_from_gguf(const gguf_file& file, const metadata_reader& keys, std::string_view arch,
+                           model_config& config) {
+  if (keys.find("attention.key_length_mla") != nullptr || keys.find("attention.value_length_mla") != nullptr) {
+    return status(status_code::unimplemented,
+                  edge::format("metadata {}.attention.key_length_mla: this GGUF has llama.cpp's later deepseek2 layout "
+                               "(attn_kv_b split into attn_k_b and attn_v_b); edgeinfer reads the layout with attn_kv_b",
+                               arch));
+  }
+  config.rope = rope_layout::adjacent_pairs;
+  mla_config mla;
+  EDGE_ASSIGN_OR_RETURN(const auto q_lora, keys.optional_int("attention.q_lora_rank"));
+  mla.q_lora_rank = q_lora.value_or(0);
+  EDGE_ASSIGN_OR_RETURN(mla.kv_lora_rank, keys.required_int("attention.kv_lora_rank"));
+  EDGE_ASSIGN_OR_RETURN(const auto key_length, keys.required_int("attention.key_length"));
+  EDGE_ASSIGN_OR_RETURN(mla.v_head_dim, keys.required_int("attention.value_length"));
+  EDGE_ASSIGN_OR_RETURN(mla.qk_rope_head_dim, keys.required_int("rope.dimension_count"));
+  mla.qk_nope_head_dim = key_length - mla.qk_rope_head_dim;
+  if (mla.qk_nope_head_dim < 1) {
+    return invalid_argument(edge::format("metadata {}.rope.dimension_count {} leaves nothing of key_length {} unrotated",
+                                         arch, mla.qk_rope_head_dim, key_length));
+  }
+  config.head_dim = key_length;
+  // Every head reads the one latent: transformers' configs say num_key_value_heads = heads.
+  config.num_kv_heads = config.num_heads;
+  config.mla = mla;
+
+  moe_config moe;
+  EDGE_ASSIGN_OR_RETURN(moe.num_experts, keys.required_int("expert_count"));
+  EDGE_ASSIGN_OR_RETURN(moe.experts_per_token, keys.required_int("expert_used_count"));
+  EDGE_ASSIGN_OR_RETURN(moe.expert_intermediate, keys.required_int("expert_feed_forward_length"));
+  EDGE_ASSIGN_OR_RETURN(moe.shared_experts, keys.required_int("expert_shared_count"));
+  EDGE_ASSIGN_OR_RETURN(moe.first_dense_layers, keys.required_int("leading_dense_block_count"));
+  EDGE_ASSIGN_OR_RETURN(const auto scale, keys.optional_number("expert_weights_scale"));
+  moe.routed_scaling = scale.value_or(1.0);
+  if (const auto* norm = keys.find("expert_weights_norm")) {
+    const auto value = norm->as_bool();
+    if (!value) return invalid_argument(edge::format("metadata {}.expert_weights_norm must be a boolean", arch));
+    moe.normalize_weights = *value;
+  }
+  EDGE_ASSIGN_OR_RETURN(const auto gating, keys.optional_int("expert_gating_func"));
+  switch (gating.value_or(gating_none)) {
+    case gating_none:
+    case gating_softmax: moe.scoring = kernels::router_scoring::softmax; break;
+    case gating_sigmoid: moe.scoring = kernels::router_scoring::sigmoid; break;
+    default:
+      return status(status_code::unimplemented, edge::format("metadata {}.expert_gating_func {} is neither softmax (1) "
+                                                             "nor sigmoid (2)",
+                                                             arch, *gating));
+  }
+  // Later llama.cpp's group keys (0 or absent: none).
+  EDGE_ASSIGN_OR_RETURN(const auto groups, keys.optional_int("expert_group_count"));
+  EDGE_ASSIGN_OR_RETURN(const auto top_groups, keys.optional_int("expert_group_used_count"));
+  moe.groups = groups.value_or(0) > 0 ? *groups : 1;
+  moe.top_groups = top_groups.value_or(0) > 0 ? *top_groups : moe.groups;
+  // The correction bias (exp_probs_b) is optional in llama.cpp: the first sparse layer says
+  // whether the router has one.
+  const auto bias = edge::format("blk.{}.exp_probs_b.bias", moe.first_dense_layers);
+  moe.correction_bias = file.find_tensor(bias) != nullptr;
+  if (moe.correction_bias && moe.scoring != kernels::router_scoring::sigmoid) {
+    return status(status_code::unimplemented,
+                  edge::format("tensor \"{}\": a correction bias on a softmax router is not supported", bias));
+  }
+  config.moe = moe;
+
+  if (const auto* scaling_type = keys.find("rope.scaling.type")) {
+    const auto* text = scaling_type->as_string();
+    if (text != nullptr && *text == "none") return {};
+    if (text == nullptr || *text != "yarn") {
+      return status(status_code::unimplemented, edge::format("RoPE scaling type \"{}\" is not supported for {} (yarn is)",
+                                                             text ? *text : "(not a string)", arch));
+    }
+    // llama.cpp's YaRN: frequencies blended between beta_fast 32 and beta_slow 1 (its defaults;
+    // the file holds neither), cos and sin left unscaled (its attn_factor cancels YaRN's
+    // magnitude factor), and the softmax scale times mscale² with mscale = 1 +
+    // yarn_log_multiplier · ln(factor): the converter writes 0.1 · mscale_all_dim, so this is
+    // transformers' mscale(factor, mscale_all_dim)², and cos and sin are unscaled in
+    // transformers too exactly when mscale = mscale_all_dim.
+    rope_scaling_yarn yarn;
+    EDGE_ASSIGN_OR_RETURN(yarn.factor, keys.required_number("rope.scaling.factor"));
+    EDGE_ASSIGN_OR_RETURN(const auto original, keys.optional_int("rope.scaling.original_context_length"));
+    yarn.original_max_position = original.value_or(config.max_position);
+    EDGE_ASSIGN_OR_RETURN(const auto log_multiplier, keys.optional_number("rope.scaling.yarn_log_multiplier"));
+    yarn.mscale_all_dim = log_multiplier.value_or(0.0) / gguf_yarn_log_multiplier_per_mscale;
+    yarn.mscale = yarn.mscale_all_dim;
+    yarn.attention_factor = 1.0;
+    config.yarn = yarn;
+  }
+  return {};
+}
+
 }  // namespace
 
 std::optional<std::string_view> gguf_architecture_name(architecture arch) {
@@ -183,9 +294,9 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
       config.rope = rope_layout::half_split;
       config.qk_norm = true;
       break;
+    case architecture::deepseek_v3: break;  // deepseek2_from_gguf
     case architecture::mistral:
     case architecture::glm4_moe:
-    case architecture::deepseek_v3:
     case architecture::glm_moe_dsa: break;  // not in gguf_architectures
   }
 
@@ -195,35 +306,38 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
   EDGE_ASSIGN_OR_RETURN(config.num_layers, keys.required_int("block_count"));
   EDGE_ASSIGN_OR_RETURN(config.num_heads, keys.required_int("attention.head_count"));
   EDGE_ASSIGN_OR_RETURN(config.max_position, keys.required_int("context_length"));
-  EDGE_ASSIGN_OR_RETURN(const auto kv_heads, keys.optional_int("attention.head_count_kv"));
-  config.num_kv_heads = kv_heads.value_or(config.num_heads);
-  EDGE_ASSIGN_OR_RETURN(const auto key_length, keys.optional_int("attention.key_length"));
-  EDGE_ASSIGN_OR_RETURN(const auto value_length, keys.optional_int("attention.value_length"));
-  if (key_length) {
-    config.head_dim = *key_length;
-  } else if (config.num_heads > 0) {
-    config.head_dim = config.hidden_size / config.num_heads;
-  }
-  if (value_length && *value_length != config.head_dim) {
-    return status(status_code::unimplemented, edge::format("attention.value_length {} differs from key_length {}",
-                                                           *value_length, config.head_dim));
-  }
-  EDGE_ASSIGN_OR_RETURN(const auto rope_dims, keys.optional_int("rope.dimension_count"));
-  if (rope_dims && *rope_dims != config.head_dim) {
-    return status(status_code::unimplemented,
-                  edge::format("RoPE over {} of {} head dimensions is not supported", *rope_dims, config.head_dim));
-  }
   EDGE_ASSIGN_OR_RETURN(const auto eps, keys.optional_number("attention.layer_norm_rms_epsilon"));
   if (!eps) return invalid_argument(edge::format("metadata {}.attention.layer_norm_rms_epsilon is missing", arch));
   config.rms_norm_eps = *eps;
   EDGE_ASSIGN_OR_RETURN(const auto theta, keys.optional_number("rope.freq_base"));
   config.rope_theta = theta.value_or(default_rope_theta);
-
-  if (const auto* scaling_type = keys.find("rope.scaling.type")) {
-    const auto* text = scaling_type->as_string();
-    if (text == nullptr || *text != "none") {
+  if (config.arch == architecture::deepseek_v3) {
+    EDGE_RETURN_IF_ERROR(deepseek2_from_gguf(file, keys, arch, config));
+  } else {
+    EDGE_ASSIGN_OR_RETURN(const auto kv_heads, keys.optional_int("attention.head_count_kv"));
+    config.num_kv_heads = kv_heads.value_or(config.num_heads);
+    EDGE_ASSIGN_OR_RETURN(const auto key_length, keys.optional_int("attention.key_length"));
+    EDGE_ASSIGN_OR_RETURN(const auto value_length, keys.optional_int("attention.value_length"));
+    if (key_length) {
+      config.head_dim = *key_length;
+    } else if (config.num_heads > 0) {
+      config.head_dim = config.hidden_size / config.num_heads;
+    }
+    if (value_length && *value_length != config.head_dim) {
+      return status(status_code::unimplemented, edge::format("attention.value_length {} differs from key_length {}",
+                                                             *value_length, config.head_dim));
+    }
+    EDGE_ASSIGN_OR_RETURN(const auto rope_dims, keys.optional_int("rope.dimension_count"));
+    if (rope_dims && *rope_dims != config.head_dim) {
       return status(status_code::unimplemented,
-                    edge::format("RoPE scaling type \"{}\" is not supported", text ? *text : "(not a string)"));
+                    edge::format("RoPE over {} of {} head dimensions is not supported", *rope_dims, config.head_dim));
+    }
+    if (const auto* scaling_type = keys.find("rope.scaling.type")) {
+      const auto* text = scaling_type->as_string();
+      if (text == nullptr || *text != "none") {
+        return status(status_code::unimplemented,
+                      edge::format("RoPE scaling type \"{}\" is not supported", text ? *text : "(not a string)"));
+      }
     }
   }
 
@@ -255,12 +369,22 @@ result<model_weights> weights_from_gguf(const gguf_file& file, const model_confi
   names.token_embedding = "token_embd.weight";
   names.final_norm = "output_norm.weight";
   names.lm_head = "output.weight";
-  names.layer = [](std::int64_t i) {
+  names.layer = [&config](std::int64_t i) {
     const std::string prefix = edge::format("blk.{}.", i);
     layer_tensor_names layer;
     layer.attn_norm = prefix + "attn_norm.weight";
     layer.wq = prefix + "attn_q.weight";
     layer.wk = prefix + "attn_k.weight";
+    if (config.mla) {
+      // deepseek2: q_a_proj (attn_q_a) or, without a q_lora_rank, q_proj (attn_q); the latent and
+      // shared key (attn_kv_a_mqa); kv_b_proj whole, as the converter of that layout kept it.
+      if (config.mla->q_lora_rank > 0) layer.wq = prefix + "attn_q_a.weight";
+      layer.q_a_norm = prefix + "attn_q_a_norm.weight";
+      layer.wq_b = prefix + "attn_q_b.weight";
+      layer.wk = prefix + "attn_kv_a_mqa.weight";
+      layer.kv_a_norm = prefix + "attn_kv_a_norm.weight";
+      layer.wkv_b = prefix + "attn_kv_b.weight";
+    }
     layer.wv = prefix + "attn_v.weight";
     layer.wo = prefix + "attn_output.weight";
     layer.bq = prefix + "attn_q.bias";
@@ -273,6 +397,12 @@ result<model_weights> weights_from_gguf(const gguf_file& file, const model_confi
     layer.w_up = prefix + "ffn_up.weight";
     layer.w_down = prefix + "ffn_down.weight";
     layer.router = prefix + "ffn_gate_inp.weight";
+    layer.router_bias = prefix + "exp_probs_b.bias";
+    if (config.moe && config.moe->shared_experts > 0 && config.moe->sparse(i)) {
+      layer.w_gate = prefix + "ffn_gate_shexp.weight";
+      layer.w_up = prefix + "ffn_up_shexp.weight";
+      layer.w_down = prefix + "ffn_down_shexp.weight";
+    }
     // Each layer stacks its experts: ffn_gate_exps and ffn_up_exps [experts, width, hidden],
     // ffn_down_exps [experts, hidden, width] (ggml lists the dimensions the other way round).
     layer.expert = [prefix](std::int64_t e) {

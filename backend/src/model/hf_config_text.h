@@ -50,7 +50,8 @@ inline std::string hf_config_shape_fields(const model_config& c) {
     out += "  \"rope_scaling\": {\"type\": \"yarn\", \"factor\": " + json_number(y.factor) +
            ", \"original_max_position_embeddings\": " + std::to_string(y.original_max_position) +
            ", \"beta_fast\": " + json_number(y.beta_fast) + ", \"beta_slow\": " + json_number(y.beta_slow) +
-           ", \"mscale\": " + json_number(y.mscale) + ", \"mscale_all_dim\": " + json_number(y.mscale_all_dim) + "},\n";
+           ", \"mscale\": " + json_number(y.mscale) + ", \"mscale_all_dim\": " + json_number(y.mscale_all_dim) +
+           (y.attention_factor ? ", \"attention_factor\": " + json_number(*y.attention_factor) : std::string()) + "},\n";
   } else {
     out += "  \"rope_scaling\": null,\n";
   }

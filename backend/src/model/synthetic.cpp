@@ -14,6 +14,7 @@
 #include "edge/backend/io/output_files.h"
 #include "edge/backend/io/safetensors.h"
 #include "edge/backend/model/formats.h"
+#include "edge/backend/model/model_plan.h"
 #include "edge/common/format.h"
 #include "edge/common/json_fields.h"
 #include "edge/common/json_text.h"
@@ -227,22 +228,48 @@ const std::vector<synthetic_preset>& preset_table() {
                      }(),
                      qwen25_specials});
     // Latent attention. The tiny ones keep every rule small: YaRN with both of its attention
-    // factors (mscale 1, mscale_all_dim 0.8), grouped routing, a first dense layer; one without
-    // q_lora_rank and with half-split RoPE (rope_interleave false); GLM-5 with an indexer that
-    // keeps 8 positions (a 12-token prompt goes past it), a layer reusing its choice and a
-    // multi-token-prediction layer the loader skips.
+    // factors (mscale 1, mscale_all_dim 0.8), grouped routing, a first dense layer; its twin for
+    // GGUF deepseek2, which holds neither expert groups nor a second mscale (one group, mscale =
+    // mscale_all_dim = 0.8, so YaRN still scales the softmax); one without q_lora_rank and with
+    // half-split RoPE (rope_interleave false); GLM-5 with an indexer that keeps 8 positions (a
+    // 12-token prompt goes past it), a layer reusing its choice and a multi-token-prediction
+    // layer the loader skips.
     moe_config tiny_deepseek_experts = experts_of(8, 2, 32, 1, 1);
     tiny_deepseek_experts.groups = 2;
     tiny_deepseek_experts.top_groups = 1;
     tiny_deepseek_experts.routed_scaling = 2.5;
     const rope_scaling_yarn tiny_yarn{.factor = 32.0, .original_max_position = 64, .beta_fast = 32.0, .beta_slow = 1.0,
                                       .truncate = true, .mscale = 1.0, .mscale_all_dim = 0.8};
-    table.push_back({"deepseek-v3-tiny", "DeepSeek-V3 architecture (latent attention with q_lora, YaRN), 3 layers "
-                     "(the first dense), 8 experts in 2 groups, top 2 + 1 shared, hidden 64, vocab 512 (tests; "
-                     "also as GGUF deepseek2)",
+    table.push_back({"deepseek-v3-tiny", "DeepSeek-V3 architecture (latent attention with q_lora, YaRN with mscale 1 "
+                     "and mscale_all_dim 0.8), 3 layers (the first dense), 8 experts in 2 groups, top 2 + 1 shared, "
+                     "hidden 64, vocab 512 (tests; safetensors only: deepseek-v3-tiny-gguf is its GGUF deepseek2 twin)",
                      deepseek_v3_config(tiny_vocab, 64, 176, 3, 4, latent(48, 32, 16, 8, 16), 2048, 10000.0,
                                         tiny_deepseek_experts, tiny_yarn),
                      8});
+    moe_config tiny_deepseek_gguf_experts = tiny_deepseek_experts;
+    tiny_deepseek_gguf_experts.groups = 1;
+    tiny_deepseek_gguf_experts.top_groups = 1;
+    rope_scaling_yarn tiny_gguf_yarn = tiny_yarn;
+    tiny_gguf_yarn.mscale = tiny_gguf_yarn.mscale_all_dim;
+    table.push_back({"deepseek-v3-tiny-gguf", "deepseek-v3-tiny as GGUF deepseek2 can hold it: 8 experts in one "
+                     "group, YaRN with mscale = mscale_all_dim = 0.8, 3 layers (the first dense), hidden 64, vocab 512 "
+                     "(tests and the llama.cpp comparison; also as GGUF deepseek2)",
+                     deepseek_v3_config(tiny_vocab, 64, 176, 3, 4, latent(48, 32, 16, 8, 16), 2048, 10000.0,
+                                        tiny_deepseek_gguf_experts, tiny_gguf_yarn),
+                     8});
+    // A DeepSeek-V3 of a few GB for decode benchmarks next to llama.cpp: 2048 wide with 16 heads
+    // and 64 experts of 1408 (top 6 + 2 shared), as the 16B-A3B DeepSeek-V3-architecture models
+    // are, with a q_lora bottleneck of 768 (GGUF deepseek2 keys q_lora off the layer count) and
+    // DeepSeek-V2's vocabulary.
+    constexpr std::int64_t deepseek_v2_vocab = 102400;
+    moe_config small_deepseek_experts = experts_of(64, 6, 1408, 2, 1);
+    small_deepseek_experts.routed_scaling = 2.5;
+    table.push_back({"deepseek-v3-small", "DeepSeek-V3 architecture at a benchmark size: 4 layers (the first dense), "
+                     "hidden 2048, 16 heads of latent attention (q_lora 768, kv_lora 512), 64 experts of 1408 + 2 "
+                     "shared, top 6, one group, vocab 102400 (about 4.5 GB in bf16; also as GGUF deepseek2)",
+                     deepseek_v3_config(deepseek_v2_vocab, 2048, 10944, 4, 16, latent(768, 512, 128, 64, 128), 4096,
+                                        10000.0, small_deepseek_experts, std::nullopt),
+                     256});
     auto tiny_q_proj = deepseek_v3_config(tiny_vocab, 64, 176, 2, 4, latent(0, 32, 16, 8, 24), 4096, 10000.0,
                                           experts_of(8, 2, 32, 1, 1), std::nullopt);
     tiny_q_proj.rope = rope_layout::half_split;
@@ -467,7 +494,8 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
   }
   // Multi-token-prediction layers after the decoder's (DeepSeek-V3's layout: the embedding and
   // hidden-state norms, their projection, and the layer's own head norm), which the loader skips.
-  for (std::int64_t i = c.num_layers; i < c.num_layers + c.nextn_layers; ++i) {
+  // llama.cpp's converter leaves them out of a GGUF.
+  for (std::int64_t i = c.num_layers; i < c.num_layers + (gguf ? 0 : c.nextn_layers); ++i) {
     const auto hf = edge::format("model.layers.{}.", i);
     const auto blk = edge::format("blk.{}.", i);
     add(hf + "enorm.weight", blk + "nextn.enorm.weight", {c.hidden_size}, fill::ones);
@@ -797,14 +825,37 @@ gguf_metadata_writer gguf_keys(const synthetic_preset& preset, const synthetic_o
   add_u32(arch + ".attention.head_count", c.num_heads);
   add_u32(arch + ".attention.head_count_kv", c.num_kv_heads);
   add_u32(arch + ".attention.key_length", c.head_dim);
-  add_u32(arch + ".attention.value_length", c.head_dim);
-  add_u32(arch + ".rope.dimension_count", c.head_dim);
+  add_u32(arch + ".attention.value_length", c.mla ? c.mla->v_head_dim : c.head_dim);
+  add_u32(arch + ".rope.dimension_count", c.mla ? c.mla->qk_rope_head_dim : c.head_dim);
   add_f32(arch + ".rope.freq_base", c.rope_theta);
   add_f32(arch + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   if (c.moe) {
     add_u32(arch + ".expert_count", c.moe->num_experts);
     add_u32(arch + ".expert_used_count", c.moe->experts_per_token);
     add_u32(arch + ".expert_feed_forward_length", c.moe->expert_intermediate);
+  }
+  if (c.mla) {
+    // deepseek2, as llama.cpp's converter writes DeepseekV2Model / DeepseekV3 (check_gguf_expressible
+    // has refused what these keys cannot say).
+    constexpr std::uint32_t gating_softmax = 1;
+    constexpr std::uint32_t gating_sigmoid = 2;
+    const moe_config& moe = *c.moe;
+    if (c.mla->q_lora_rank > 0) add_u32(arch + ".attention.q_lora_rank", c.mla->q_lora_rank);
+    add_u32(arch + ".attention.kv_lora_rank", c.mla->kv_lora_rank);
+    add_u32(arch + ".leading_dense_block_count", moe.first_dense_layers);
+    add_u32(arch + ".expert_shared_count", moe.shared_experts);
+    add_f32(arch + ".expert_weights_scale", moe.routed_scaling);
+    keys.add_bool(arch + ".expert_weights_norm", moe.normalize_weights);
+    keys.add_u32(arch + ".expert_gating_func",
+                 moe.scoring == kernels::router_scoring::sigmoid ? gating_sigmoid : gating_softmax);
+    if (c.yarn) {
+      keys.add_string(arch + ".rope.scaling.type", "yarn");
+      add_f32(arch + ".rope.scaling.factor", c.yarn->factor);
+      add_u32(arch + ".rope.scaling.original_context_length", c.yarn->original_max_position);
+    }
+    // llama.cpp of the converter's time requires the key, 0 without YaRN.
+    add_f32(arch + ".rope.scaling.yarn_log_multiplier",
+            c.yarn ? gguf_yarn_log_multiplier_per_mscale * c.yarn->mscale_all_dim : 0.0);
   }
   keys.add_bool("edgeinfer.synthetic", true);
   keys.add_string("edgeinfer.preset", preset.name);
@@ -826,8 +877,55 @@ gguf_metadata_writer gguf_keys(const synthetic_preset& preset, const synthetic_o
   return keys;
 }
 
-// What GGUF (as llama.cpp reads it) cannot hold: GLM-4.5 at all, and in a qwen3moe file dense
-// layers or unnormalised expert weights (llama.cpp builds every layer sparse and renormalises).
+// What GGUF deepseek2 cannot say, as llama.cpp of the converter's layout (attn_kv_b whole) runs
+// it; the first reason, or none. Its graph takes a plain top-k (no expert groups); builds cos and
+// sin without YaRN's magnitude factor (transformers' too only when mscale = mscale_all_dim),
+// with beta_fast 32 and beta_slow 1; decides whether queries have the q_lora bottleneck by the
+// layer count (27: DeepSeek-V2-Lite); normalises the q_a / kv_a latents with rms_norm_eps where
+// transformers uses 1e-6; requires output.weight and the shared experts; keeps dense layers first
+// only; rotates adjacent pairs.
+std::optional<std::string> deepseek2_inexpressible(const model_config& c) {
+  constexpr std::int64_t llama_cpp_lite_layers = 27;
+  constexpr double llama_cpp_beta_fast = 32.0;
+  constexpr double llama_cpp_beta_slow = 1.0;
+  if (!c.moe) return std::string("no experts: deepseek2 layers past the leading dense ones are Mixture-of-Experts");
+  const moe_config& moe = *c.moe;
+  if (moe.groups != 1 || moe.top_groups != 1) {
+    return edge::format("group-limited routing (n_group {}, topk_group {}): llama.cpp's deepseek2 chooses a plain "
+                        "top-k", moe.groups, moe.top_groups);
+  }
+  if (c.rope != rope_layout::adjacent_pairs) return std::string("rope_interleave false: deepseek2 rotates adjacent pairs");
+  if ((c.mla->q_lora_rank == 0) != (c.num_layers == llama_cpp_lite_layers)) {
+    return edge::format("q_lora_rank {} with {} layers: llama.cpp's deepseek2 has queries without the q_lora "
+                        "bottleneck exactly when there are {} layers", c.mla->q_lora_rank, c.num_layers,
+                        llama_cpp_lite_layers);
+  }
+  if (static_cast<float>(c.rms_norm_eps) != mla_plan::lora_norm_eps) {
+    return edge::format("rms_norm_eps {}: llama.cpp's deepseek2 normalises the q_a / kv_a latents with it, "
+                        "transformers with {}", c.rms_norm_eps, mla_plan::lora_norm_eps);
+  }
+  if (c.yarn) {
+    const rope_scaling_yarn& y = *c.yarn;
+    if (y.beta_fast != llama_cpp_beta_fast || y.beta_slow != llama_cpp_beta_slow || !y.truncate) {
+      return edge::format("YaRN beta_fast {} / beta_slow {}{}: llama.cpp's YaRN uses 32 / 1, truncated", y.beta_fast,
+                          y.beta_slow, y.truncate ? "" : " untruncated");
+    }
+    if (y.rotary_factor() != 1.0) {
+      return edge::format("YaRN mscale {} with mscale_all_dim {}: llama.cpp's deepseek2 leaves cos and sin unscaled, "
+                          "as transformers does only when they are equal", y.mscale, y.mscale_all_dim);
+    }
+  }
+  if (c.tie_embeddings) return std::string("a classifier tied to the embedding: deepseek2 requires output.weight");
+  if (moe.shared_experts < 1) return std::string("no shared experts: deepseek2 requires ffn_*_shexp in every sparse layer");
+  if (!moe.dense_layers.empty() || moe.sparse_step != 1) {
+    return std::string("dense layers after the first sparse one: deepseek2 has leading_dense_block_count only");
+  }
+  return std::nullopt;
+}
+
+// What GGUF (as llama.cpp reads it) cannot hold: GLM-4.5 and GLM-5 at all, a DeepSeek-V3 that
+// deepseek2 would run differently, and in a qwen3moe file dense layers or unnormalised expert
+// weights (llama.cpp builds every layer sparse and renormalises).
 status check_gguf_expressible(const synthetic_preset& preset) {
   const model_config& c = preset.config;
   if (!gguf_architecture_name(c.arch)) {
@@ -835,6 +933,14 @@ status check_gguf_expressible(const synthetic_preset& preset) {
                   edge::format("{} is a {} model, which make-model writes as a safetensors folder only: edgeinfer "
                                "reads no GGUF of that architecture",
                                preset.name, hf_architecture_class(c.arch)));
+  }
+  if (c.mla) {
+    if (const auto why = deepseek2_inexpressible(c)) {
+      return status(status_code::unimplemented,
+                    edge::format("{} has {}; write it as safetensors{}", preset.name, *why,
+                                 find_synthetic_preset(preset.name + "-gguf") ? ", or use " + preset.name + "-gguf" : ""));
+    }
+    return {};
   }
   if (!c.moe) return {};
   for (std::int64_t i = 0; i < c.num_layers; ++i) {

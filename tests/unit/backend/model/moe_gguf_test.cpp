@@ -12,9 +12,7 @@
 #include "edge/backend/model/formats.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/model/synthetic.h"
-#include "edge/backend/runtime/cpu_executor.h"
-#include "edge/backend/runtime/kv_block_pool.h"
-#include "edge/backend/runtime/kv_cache.h"
+#include "forward_test_support.h"
 #include "model_test_support.h"
 #include "synthetic_test_support.h"
 #include "test_support.h"
@@ -33,52 +31,14 @@ fs::path make(const fs::path& out, synthetic_format format, std::uint64_t seed, 
   return t::make_synthetic(out, std::string(preset), format, seed, dtype);
 }
 
-std::unique_ptr<model> load(const fs::path& path) {
-  auto loaded = load_model({.path = path});
-  REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
-  return std::move(loaded).value();
-}
-
-// Teacher-forces `tokens` one a step through a cache of its own, keeping each step's logits and
-// the experts each MoE layer chose for that token.
-struct forced_run {
-  std::vector<std::vector<float>> logits;           // [steps][vocab]
-  std::vector<std::vector<std::int32_t>> choices;   // [steps][moe layers × top_k], best first
-};
-forced_run force(const model& m, const std::vector<token_id>& tokens) {
-  constexpr std::int64_t block_size = 16;
-  const auto positions = static_cast<std::int64_t>(tokens.size());
-  auto cache = kv_cache::create(kv_cache_layout::for_tokens(m.config, edge::kernels::dtype::f32, block_size, positions));
-  REQUIRE(cache.ok());
-  auto exec = cpu_executor::create(m, **cache, nullptr, {.max_batch_tokens = 1, .max_sequences = 1});
-  REQUIRE(exec.ok());
-  kv_block_pool pool((*cache)->layout().num_blocks);
-  std::vector<std::int32_t> blocks;
-  for (std::int64_t b = 0; b < (positions + block_size - 1) / block_size; ++b) blocks.push_back(*pool.allocate());
-  forced_run run;
-  for (std::int64_t p = 0; p < positions; ++p) {
-    batch_plan plan;
-    plan.entries.push_back({.tokens = {&tokens[static_cast<std::size_t>(p)], 1}, .start_position = p,
-                            .block_table = blocks, .compute_logits = true});
-    std::vector<float> row(static_cast<std::size_t>(m.config.vocab_size));
-    REQUIRE((*exec)->forward(plan, row).ok());
-    run.logits.push_back(std::move(row));
-    const expert_routing routing = (*exec)->last_routing();
-    REQUIRE(routing.moe_layers == m.config.num_layers);
-    REQUIRE(routing.tokens == 1);
-    run.choices.emplace_back(routing.choices.begin(), routing.choices.end());
-  }
-  return run;
-}
-
 }  // namespace
 
 TEST_CASE("GGUF qwen3moe: the keys and stacked experts llama.cpp writes, each expert a slice used in place") {
   for (const auto dtype : {edge::kernels::dtype::bf16, edge::kernels::dtype::f16}) {
     CAPTURE(edge::kernels::to_string(dtype));
     t::temp_dir dir;
-    const auto hf = load(make(dir / "hf", synthetic_format::safetensors, 21, dtype));
-    const auto gguf = load(make(dir / "moe.gguf", synthetic_format::gguf, 21, dtype));
+    const auto hf = t::load(make(dir / "hf", synthetic_format::safetensors, 21, dtype));
+    const auto gguf = t::load(make(dir / "moe.gguf", synthetic_format::gguf, 21, dtype));
 
     auto file = load_gguf(dir / "moe.gguf");
     REQUIRE(file.ok());
@@ -142,24 +102,19 @@ TEST_CASE("GGUF qwen3moe: the keys and stacked experts llama.cpp writes, each ex
 
 TEST_CASE("GGUF qwen3moe: the same logits and the same chosen experts as the safetensors folder") {
   t::temp_dir dir;
-  const auto hf = load(make(dir / "hf", synthetic_format::safetensors, 4, edge::kernels::dtype::f32));
-  const auto gguf = load(make(dir / "moe.gguf", synthetic_format::gguf, 4, edge::kernels::dtype::f32));
+  const auto hf = t::load(make(dir / "hf", synthetic_format::safetensors, 4, edge::kernels::dtype::f32));
+  const auto gguf = t::load(make(dir / "moe.gguf", synthetic_format::gguf, 4, edge::kernels::dtype::f32));
   const auto tokens = hf->tok->encode("Experts of a mixture, chosen per token.", {});
   REQUIRE(tokens.size() >= 8);
   CHECK(gguf->tok->encode("Experts of a mixture, chosen per token.", {}) == tokens);
 
-  const forced_run a = force(*hf, tokens);
-  const forced_run b = force(*gguf, tokens);
+  const t::forced_run a = t::force(*hf, tokens);
+  const t::forced_run b = t::force(*gguf, tokens);
+  CHECK(a.moe_layers == hf->config.num_layers);
+  CHECK(t::logit_difference(a, b) <= 1e-5f);
   std::set<std::int32_t> chosen;
   for (std::size_t p = 0; p < tokens.size(); ++p) {
     CAPTURE(p);
-    float largest = 0.0f, difference = 0.0f;
-    for (std::size_t v = 0; v < a.logits[p].size(); ++v) {
-      largest = std::max(largest, std::abs(a.logits[p][v]));
-      difference = std::max(difference, std::abs(a.logits[p][v] - b.logits[p][v]));
-    }
-    CHECK(largest > 0.0f);
-    CHECK(difference <= 1e-5f * std::max(1.0f, largest));
     CHECK(a.choices[p] == b.choices[p]);
     chosen.insert(a.choices[p].begin(), a.choices[p].end());
   }

@@ -1,11 +1,14 @@
 // A loaded Llama-family model: hyperparameters, weight views, tokenizer and chat template.
 //
 // Formats (chosen by content, not by name):
-//   * a GGUF file (architectures "llama", "qwen2", "qwen3" and "qwen3moe", its experts stacked
-//     per layer; tensors F32/F16/BF16/Q4_0/Q8_0; tokenizer from its metadata)
+//   * a GGUF file (architectures "llama", "qwen2", "qwen3", "qwen3moe" and "deepseek2" (DeepSeek-V3,
+//     Kimi K2: latent attention with attn_kv_b whole, as llama.cpp's converter wrote it before
+//     splitting it into attn_k_b / attn_v_b), experts stacked per layer; tensors
+//     F32/F16/BF16/Q4_0/Q8_0; tokenizer from its metadata)
 //   * a llama2.c checkpoint (.bin), with its tokenizer file beside it or given explicitly
 //   * a Hugging Face folder: config.json (LlamaForCausalLM, Qwen2ForCausalLM,
-//     Qwen3ForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM),
+//     Qwen3ForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM,
+//     DeepseekV3ForCausalLM, GlmMoeDsaForCausalLM),
 //     model.safetensors or sharded *.safetensors with model.safetensors.index.json,
 //     tokenizer.json, tokenizer_config.json (or, for folders that `edgeinfer quantize` wrote from
 //     a GGUF or llama2.c model, tokenizer.gguf / tokenizer.bin);
@@ -27,8 +30,10 @@
 // converted matrices live in model_weights::storage, and the file pages they came from are
 // released. Every page of every tensor is read in before load_model returns, so the first
 // request does not wait on the disk. RoPE layout: adjacent_pairs for GGUF "llama" (llama.cpp's
-// converter permutes the Q/K rows of Hugging Face checkpoints for it) and llama2.c; half_split
-// for Hugging Face folders and GGUF "qwen2", "qwen3" and "qwen3moe".
+// converter permutes the Q/K rows of Hugging Face checkpoints for it), GGUF "deepseek2" (the
+// rotated parts of Q and K, unpermuted: DeepSeek-V3's rope_interleave) and llama2.c; half_split
+// for Hugging Face folders (but DeepSeek-V3's with rope_interleave) and GGUF "qwen2", "qwen3" and
+// "qwen3moe".
 #pragma once
 
 #include <filesystem>

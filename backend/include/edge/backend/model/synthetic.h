@@ -8,9 +8,13 @@
 // pass gives finite logits. Every element's value depends only on the seed, the tensor and its
 // position, so the same seed gives the same bytes every time, and the GGUF and safetensors
 // forms of a model hold the same network, laid out as llama.cpp's converter lays it out: a GGUF
-// "llama"'s Q/K rows permuted for its adjacent-pair RoPE, a "qwen3moe"'s experts stacked per
-// layer, norms, biases and routers in F32 (holding the dtype's values). GGUF holds no GLM-4.5,
-// and a qwen3moe GGUF no dense layer: write_synthetic_model refuses those as unimplemented.
+// "llama"'s Q/K rows permuted for its adjacent-pair RoPE, a "qwen3moe"'s or "deepseek2"'s experts
+// stacked per layer, norms, biases, routers and correction biases in F32 (holding the dtype's
+// values). GGUF holds no GLM-4.5 or GLM-5, a qwen3moe GGUF no dense layer, and a deepseek2 GGUF
+// no DeepSeek-V3 that llama.cpp would run differently (expert groups, rope_interleave false, YaRN
+// with mscale other than mscale_all_dim or betas other than 32 / 1, rms_norm_eps other than the
+// q_a / kv_a norms' 1e-6, q_lora present exactly when there are 27 layers, tied embeddings, no
+// shared experts): write_synthetic_model refuses those as unimplemented.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +47,9 @@ struct synthetic_preset {
 
 // tiny (milliseconds to write, for tests), tiny-qwen2, tiny-hd128 (heads of 128), tiny-qwen3,
 // tiny-qwen3-moe, tiny-qwen3-moe-sparse (every layer sparse, as GGUF holds it), tiny-glm4-moe,
-// llama-3.2-1b, llama-3-8b, qwen2.5-0.5b, qwen3-30b-a3b, glm-4.5-air.
+// deepseek-v3-tiny, deepseek-v3-tiny-gguf (as GGUF deepseek2 holds it), deepseek-v3-tiny-qproj,
+// glm-5-tiny, llama-3.2-1b, llama-3-8b, qwen2.5-0.5b, qwen3-30b-a3b, qwen3-30b-a3b-dense,
+// deepseek-v3-small (a few GB, GGUF-able), kimi-k2, glm-5, glm-4.5-air.
 std::span<const synthetic_preset> synthetic_presets();
 const synthetic_preset* find_synthetic_preset(std::string_view name);
 
