@@ -9,8 +9,7 @@
 // qwen3moe GGUF: random weights, so near-ties are common and every comparison is in lock step)
 // with its experts as stored (bf16), int4 and fp8: CUDA = CPU but near-ties, the same tokens per
 // expert for a prompt, and the CUDA graphs of decode. And a latent-attention model (make-model's
-// deepseek-v3-tiny as a deepseek2 GGUF, once make-model writes one) with bf16 and fp8 KV rows,
-// likewise in lock step.
+// deepseek-v3-tiny-gguf as a deepseek2 GGUF) with bf16 and fp8 KV rows, likewise in lock step.
 //
 // The models come from ${EDGE_TEST_MODELS}/stories260K/stories260K.bin and
 // ${EDGE_TEST_MODELS}/tiny-qwen3-moe-sparse.gguf (default: the shared fixture folder beside the
@@ -371,13 +370,11 @@ int main() {
     r.expect(format("MoE {}: the same batch twice on CUDA, the same tokens", name), gpu_batch == gpu_batch_again);
   }
 
-  // Latent attention: make-model's deepseek-v3-tiny (MLA with q_lora, YaRN, grouped routing) as
-  // a deepseek2 GGUF, with its KV rows (latent + RoPE key) in bf16 and in fp8. The fixture exists
-  // once make-model writes that format (tests/gpu/run.sh tries); until then the checks are left out.
-  const std::filesystem::path mla_path = fixtures() / "deepseek-v3-tiny.gguf";
+  // Latent attention: make-model's deepseek-v3-tiny-gguf (MLA with q_lora, YaRN) as a deepseek2
+  // GGUF, with its KV rows (latent + RoPE key) in bf16 and in fp8. tests/gpu/run.sh writes it.
+  const std::filesystem::path mla_path = fixtures() / "deepseek-v3-tiny-gguf.gguf";
   if (!std::filesystem::exists(mla_path)) {
-    std::printf("MLA: no fixture at %s (make-model writes no deepseek2 GGUF yet); its checks are left out\n",
-                mla_path.string().c_str());
+    r.expect(format("MLA: the fixture {} exists (tests/gpu/run.sh writes it)", mla_path.string()), false);
   } else {
     for (const kernels::dtype kv : {kernels::dtype::bf16, kernels::dtype::fp8_e4m3}) {
       const std::string name = format("MLA {} KV", kernels::to_string(kv));

@@ -4,7 +4,7 @@
 #
 #   tests/gpu/run.sh --dry-run
 #
-# copies the stories260K fixture into build-gpu-models/ and writes the MoE one there with
+# copies the stories260K fixture into build-gpu-models/ and writes the MoE and MLA ones there with
 # build/edgeinfer (ignored by git; the GPU run carries them), configures and builds build-gpu/
 # (EDGE_GPU_ONLY=ON: common, kernels, edge_backend_core, tests/gpu), and stops before the first
 # GPU call. On the GPU machine, the same without
@@ -15,8 +15,7 @@
 #   kernels    every CUDA kernel = its CPU reference over awkward shapes (tolerances inline)
 #   engine     CUDA engine greedy stories260K = CPU engine, for every weight format and KV dtype;
 #              a tiny MoE model (GGUF qwen3moe) likewise, for its experts in bf16, int4 and fp8;
-#              a tiny latent-attention model (GGUF deepseek2) for bf16 and fp8 KV, where make-model
-#              writes its fixture
+#              a tiny latent-attention model (GGUF deepseek2) for bf16 and fp8 KV
 #   bench      bandwidth fractions, GEMM and prefill attention TFLOP/s against their baselines,
 #              sampling times, synthetic Llama-3-8B decode tokens/s tables
 #   memcheck   compute-sanitizer --tool memcheck on the kernels test's --quick shapes (n/a, not
@@ -60,15 +59,12 @@ if [[ ! -f $moe_fixture && -x build/edgeinfer ]]; then
   mkdir -p "$fixture"
   build/edgeinfer make-model --preset tiny-qwen3-moe-sparse --format gguf --seed 7 --out "$moe_fixture" --log-level warn
 fi
-# The latent-attention fixture: make-model's deepseek-v3-tiny as a deepseek2 GGUF. This build
-# reads GGUF and llama2.c files only (the safetensors reader needs simdjson), and make-model
-# writes DeepSeek-V3 as safetensors only until its deepseek2 GGUF writer lands; until then the
-# file is absent and the engine test says its MLA checks are left out.
-mla_fixture=$fixture/deepseek-v3-tiny.gguf
+# The latent-attention fixture: make-model's deepseek-v3-tiny-gguf as a deepseek2 GGUF (this
+# build reads GGUF and llama2.c files only: the safetensors reader needs simdjson).
+mla_fixture=$fixture/deepseek-v3-tiny-gguf.gguf
 if [[ ! -f $mla_fixture && -x build/edgeinfer ]]; then
   mkdir -p "$fixture"
-  build/edgeinfer make-model --preset deepseek-v3-tiny --format gguf --seed 7 --out "$mla_fixture" --log-level error \
-    > /dev/null 2>&1 || rm -f "$mla_fixture"
+  build/edgeinfer make-model --preset deepseek-v3-tiny-gguf --format gguf --seed 7 --out "$mla_fixture" --log-level warn
 fi
 export EDGE_TEST_MODELS=$PWD/$fixture
 
@@ -154,8 +150,8 @@ bin=build-gpu/tests/gpu
 if step build "$build_limit" bash -c build; then
   if $dry_run; then
     note "dry run: built; the fixtures are $(ls "$fixture/stories260K/stories260K.bin" 2> /dev/null || echo MISSING) and $(ls "$moe_fixture" 2> /dev/null || echo "MISSING (build edgeinfer in build/ first)"); no GPU step run"
-    note "          MLA fixture: $(ls "$mla_fixture" 2> /dev/null || echo "absent (make-model writes no deepseek2 GGUF yet): the engine's MLA checks are left out")"
-    [[ -f $fixture/stories260K/stories260K.bin && -f $moe_fixture ]] || failed=1
+    note "          MLA fixture: $(ls "$mla_fixture" 2> /dev/null || echo "MISSING (build edgeinfer in build/ first)")"
+    [[ -f $fixture/stories260K/stories260K.bin && -f $moe_fixture && -f $mla_fixture ]] || failed=1
   else
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$logs/device.log" 2>&1 &&
       note "device   $(head -n 1 "$logs/device.log")"
