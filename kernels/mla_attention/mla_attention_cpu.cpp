@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "edge/common/format.h"
+#include "kernels/cpu/block_tables.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
@@ -61,7 +62,8 @@ void attend_band(const mla_attention_params& p, std::int64_t t, std::int64_t fir
   const std::int32_t* table = p.block_tables + p.table_begin[p.seq[t]];
   const token_positions positions = positions_of(p.selected, p.selected_count, p.select_stride, p.pos, t);
 
-  std::vector<float> acc(static_cast<std::size_t>(heads * latent), 0.0f);  // [heads, latent_dim]
+  float acc[head_band * max_mla_row];  // [heads, latent_dim]
+  std::fill_n(acc, heads * latent, 0.0f);
   float max_score[head_band];
   float sum[head_band];
   std::fill_n(max_score, heads, -std::numeric_limits<float>::infinity());
@@ -87,7 +89,7 @@ void attend_band(const mla_attention_params& p, std::int64_t t, std::int64_t fir
         scores[h][j] = dot * factors[j] * p.scale;
         block_max = std::max(block_max, scores[h][j]);
       }
-      float* a = acc.data() + h * latent;
+      float* a = acc + h * latent;
       if (block_max > max_score[h]) {
         // Rescale what was accumulated against the old maximum (exp(-inf) = 0 on the first tile).
         const float correction = std::exp(max_score[h] - block_max);
@@ -105,7 +107,7 @@ void attend_band(const mla_attention_params& p, std::int64_t t, std::int64_t fir
   for (std::int64_t h = 0; h < heads; ++h) {
     float* out = p.out + t * p.out_stride + (first_head + h) * latent;
     const float inv_sum = 1.0f / sum[h];
-    for (std::int64_t d = 0; d < latent; ++d) out[d] = acc[static_cast<std::size_t>(h * latent + d)] * inv_sum;
+    for (std::int64_t d = 0; d < latent; ++d) out[d] = acc[h * latent + d] * inv_sum;
   }
 }
 
@@ -120,23 +122,6 @@ void run_mla_with(const mla_attention_params& p, const stream& s) {
       }
     });
   });
-}
-
-// A token's block table must reach `last` (its own position) and hold blocks of the cache only;
-// a selection must lie within 0..pos.
-status check_table(const std::int32_t* pos, const std::int32_t* seq, const std::int32_t* block_tables,
-                   const std::int32_t* table_begin, std::int64_t block_size, std::int64_t num_blocks, std::int64_t t,
-                   std::string_view op) {
-  const std::int64_t blocks_needed = (static_cast<std::int64_t>(pos[t]) + block_size) / block_size;
-  const std::int32_t* row = table_begin + seq[t];
-  if (pos[t] < 0 || blocks_needed > row[1] - row[0]) {
-    return invalid_argument(format("{}: position {} beyond the block table", op, pos[t]));
-  }
-  const std::int32_t* table = block_tables + row[0];
-  for (std::int64_t b = 0; b < blocks_needed; ++b) {
-    if (table[b] < 0 || table[b] >= num_blocks) return invalid_argument(format("{}: block {} outside the cache", op, table[b]));
-  }
-  return {};
 }
 
 status check_cache_shape(std::int64_t block_size, std::int64_t tokens, const void* tables, const void* begin,
@@ -172,8 +157,8 @@ status run_mla_attention(const mla_attention_params& p, const stream& s) {
   EDGE_RETURN_IF_ERROR(check_mla(p));
   if (s.where == device::cuda) return cuda::run_mla_attention(p, s);
   for (std::int64_t t = 0; t < p.tokens; ++t) {
-    EDGE_RETURN_IF_ERROR(check_table(p.pos, p.seq, p.block_tables, p.table_begin, p.block_size, p.num_blocks, t,
-                                     "mla_attention"));
+    EDGE_RETURN_IF_ERROR(cpu::check_block_table("mla_attention", p.pos, p.seq, p.block_tables, p.table_begin,
+                                                p.block_size, p.num_blocks, t));
     if (p.selected_count == nullptr || p.selected_count[t] == 0) continue;
     if (p.selected_count[t] < 0 || p.selected_count[t] > p.select_stride) {
       return invalid_argument(format("mla_attention: a selection of {} positions", p.selected_count[t]));
@@ -255,8 +240,8 @@ status run_dsa_select(const dsa_select_params& p, const stream& s) {
       check_cache_shape(p.block_size, p.tokens, p.block_tables, p.table_begin, p.kv_type, p.key_scales, "dsa_select"));
   if (s.where == device::cuda) return cuda::run_dsa_select(p, s);
   for (std::int64_t t = 0; t < p.tokens; ++t) {
-    EDGE_RETURN_IF_ERROR(
-        check_table(p.pos, p.seq, p.block_tables, p.table_begin, p.block_size, p.num_blocks, t, "dsa_select"));
+    EDGE_RETURN_IF_ERROR(cpu::check_block_table("dsa_select", p.pos, p.seq, p.block_tables, p.table_begin,
+                                                p.block_size, p.num_blocks, t));
   }
 #if defined(__x86_64__)
   if (cpu::active_isa() == cpu::isa::avx512) {

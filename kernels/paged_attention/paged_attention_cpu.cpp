@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "edge/common/format.h"
+#include "kernels/cpu/block_tables.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/cpu/load.h"
@@ -132,17 +133,8 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
     return invalid_argument("paged_attention: no block tables");
   }
   for (std::int64_t t = 0; t < p.tokens; ++t) {
-    const std::int64_t blocks_needed = (static_cast<std::int64_t>(p.pos[t]) + p.block_size) / p.block_size;
-    const std::int32_t* row = p.table_begin + p.seq[t];
-    if (p.pos[t] < 0 || blocks_needed > row[1] - row[0]) {
-      return invalid_argument(format("paged_attention: position {} beyond the block table", p.pos[t]));
-    }
-    const std::int32_t* table = p.block_tables + row[0];
-    for (std::int64_t b = 0; b < blocks_needed; ++b) {
-      if (table[b] < 0 || table[b] >= p.num_blocks) {
-        return invalid_argument(format("paged_attention: block {} outside the cache", table[b]));
-      }
-    }
+    EDGE_RETURN_IF_ERROR(cpu::check_block_table("paged_attention", p.pos, p.seq, p.block_tables, p.table_begin,
+                                                p.block_size, p.num_blocks, t));
   }
 #if defined(__x86_64__)
   if (cpu::active_isa() == cpu::isa::avx512) {

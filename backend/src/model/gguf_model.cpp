@@ -306,9 +306,7 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
   EDGE_ASSIGN_OR_RETURN(config.num_layers, keys.required_int("block_count"));
   EDGE_ASSIGN_OR_RETURN(config.num_heads, keys.required_int("attention.head_count"));
   EDGE_ASSIGN_OR_RETURN(config.max_position, keys.required_int("context_length"));
-  EDGE_ASSIGN_OR_RETURN(const auto eps, keys.optional_number("attention.layer_norm_rms_epsilon"));
-  if (!eps) return invalid_argument(edge::format("metadata {}.attention.layer_norm_rms_epsilon is missing", arch));
-  config.rms_norm_eps = *eps;
+  EDGE_ASSIGN_OR_RETURN(config.rms_norm_eps, keys.required_number("attention.layer_norm_rms_epsilon"));
   EDGE_ASSIGN_OR_RETURN(const auto theta, keys.optional_number("rope.freq_base"));
   config.rope_theta = theta.value_or(default_rope_theta);
   if (config.arch == architecture::deepseek_v3) {

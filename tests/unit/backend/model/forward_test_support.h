@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "edge/backend/model/model.h"
@@ -70,6 +71,19 @@ inline float logit_difference(const forced_run& a, const forced_run& b) {
     }
   }
   return difference / largest;
+}
+
+// Two forms of one model chose the same experts at every step, and the steps spread over at least
+// `min_distinct` experts, so that a misplaced expert would show.
+inline void check_same_experts(const forced_run& a, const forced_run& b, std::size_t min_distinct) {
+  REQUIRE(a.choices.size() == b.choices.size());
+  std::set<std::int32_t> chosen;
+  for (std::size_t p = 0; p < a.choices.size(); ++p) {
+    CAPTURE(p);
+    CHECK(a.choices[p] == b.choices[p]);
+    chosen.insert(a.choices[p].begin(), a.choices[p].end());
+  }
+  CHECK(chosen.size() >= min_distinct);
 }
 
 }  // namespace edge::testing
