@@ -713,6 +713,9 @@ status run_matmul(const matmul_params& p, const stream& s) {
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
     return invalid_argument("matmul: the INT4 group size must be a power of two dividing k");
   }
+  if (!cuda_matmul_reads(p.w.format)) {
+    return invalid_argument("matmul: the CUDA kernels do not read int8 weights (the CUDA placement widens them)");
+  }
   if (p.tokens == 0) return {};
   matmul_args a{};
   a.x = p.x;
@@ -740,6 +743,7 @@ status run_matmul(const matmul_params& p, const stream& s) {
     case weight_format::bf16: return run_format<weight_format::bf16>(p, a, stream);
     case weight_format::fp8_e4m3: return run_format<weight_format::fp8_e4m3>(p, a, stream);
     case weight_format::int4: return run_format<weight_format::int4>(p, a, stream);
+    case weight_format::int8: break;
   }
   return invalid_argument("matmul: unknown weight format");
 }

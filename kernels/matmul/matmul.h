@@ -15,6 +15,8 @@
 // (dequantize in kernels/quantize/quantize.h): for INT4 each weight is float(q) × scale exactly,
 // so the INT4 result is bit-identical to the f32 matmul of the dequantized matrix; FP8 applies
 // its row scale once to the row's dot product, which rounds differently (within 1e-6 relative).
+// On the CPU, INT4 and INT8 weights take integer dot products over activations quantized to
+// int8 unless exact_activations asks for that float reference (integer_dot.h: the numerics).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,10 @@ struct matmul_params {
   std::int64_t x_stride = 0;
   std::int64_t y_stride = 0;
   bool accumulate = false;     // y += x · wᵀ (fuses a residual add)
+  // CPU only: INT4 (groups of 32 or more) and INT8 weights multiply activations quantized to
+  // int8 (kernels/matmul/integer_dot.h) unless this asks for the float kernels, the exact
+  // reference (EDGE_CPU_ACTIVATIONS=exact asks it of every call).
+  bool exact_activations = false;
   // CUDA only: scratch for splitting k across blocks when the output alone would leave the
   // GPU idle (few rows, a batch of 9+ tokens). Null (or too small) computes without a split.
   float* workspace = nullptr;  // [workspace_floats]

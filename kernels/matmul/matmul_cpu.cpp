@@ -22,14 +22,14 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/matmul/integer_dot.h"
 
 namespace edge::kernels {
 namespace {
 
 constexpr std::int64_t lanes = 16;
-// How far ahead of the loads each weight row is prefetched (measured best on Zen 4: 1 KiB).
-constexpr std::int64_t prefetch_distance = 1024;
 constexpr std::int64_t rows_per_block = 64;
 constexpr std::int64_t runs_per_thread = 4;
 // Below this many multiply-adds a call is cheaper on one thread than split across the pool.
@@ -67,6 +67,9 @@ inline float generic_weight(const matmul_params& p, std::int64_t n, std::int64_t
   if constexpr (F == weight_format::int4) {
     const auto* row = static_cast<const std::uint8_t*>(p.w.values) + n * int4_row_bytes(p.k);
     return static_cast<float>(int4_get(row, k)) * p.w.scales[n * (p.k / p.w.group_size) + k / p.w.group_size];
+  } else if constexpr (F == weight_format::int8) {
+    constexpr std::int64_t g = int8_traits::group_size;
+    return static_cast<float>(static_cast<const std::int8_t*>(p.w.values)[n * p.k + k]) * p.w.scales[n * (p.k / g) + k / g];
   } else {
     return cpu::load_as_float<element_of<F>()>(p.w.values, n * p.k + k);
   }
@@ -142,23 +145,6 @@ EDGE_AVX512 inline float reduce_lanes(__m512 v) {
   return _mm_cvtss_f32(last);
 }
 
-// Near the end of a row the prefetch moves on to the same row of the next tile, so a tile
-// starts with its first bytes already on the way. Hardware prefetchers alone leave bandwidth
-// unused with this many interleaved streams.
-template <int R>
-EDGE_AVX512 inline void prefetch_rows(const void* base, std::int64_t row_bytes, std::int64_t n0, std::int64_t at) {
-  std::int64_t ahead = at + prefetch_distance;
-  std::int64_t ahead_row = n0;
-  if (ahead >= row_bytes) {
-    ahead -= row_bytes;
-    ahead_row += R;
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    _mm_prefetch(static_cast<const char*>(base) + (ahead_row + r) * row_bytes + ahead, _MM_HINT_T0);
-  }
-}
-
 // Writes a tile's outputs; FP8 rows get their scale here.
 template <dtype W, int R, int T>
 EDGE_AVX512 inline void store_tile(const matmul_params& p, std::int64_t n0, std::int64_t t0, const __m512 (&acc)[R][T]) {
@@ -192,7 +178,7 @@ EDGE_AVX512 void matmul_tile_avx512(const matmul_params& p, std::int64_t n0, std
   const std::int64_t row_bytes = p.k * weight_bytes;
 
   const auto step = [&](std::int64_t k, __mmask16 mask) EDGE_AVX512_LAMBDA {
-    prefetch_rows<R>(p.w.values, row_bytes, n0, k * weight_bytes);
+    cpu::prefetch_rows<R>(p.w.values, row_bytes, n0, k * weight_bytes);
     __m512 w[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) w[r] = load_weights<W>(p.w.values, (n0 + r) * p.k + k, mask);
@@ -262,7 +248,7 @@ EDGE_AVX512 void matmul_tile_int4(const matmul_params& p, std::int64_t n0, std::
   const auto step = [&](std::int64_t chunk, __mmask16 low_mask, __mmask16 high_mask) EDGE_AVX512_LAMBDA {
     const std::int64_t first = chunk * int4_traits::chunk_elements;
     const std::int64_t at = chunk * int4_traits::chunk_bytes;
-    if (at % cache_line_bytes == 0) prefetch_rows<R>(values, row_bytes, n0, at);
+    if (at % cache_line_bytes == 0) cpu::prefetch_rows<R>(values, row_bytes, n0, at);
     const bool has_high = high_mask != 0;
     __m512 w_low[R], w_high[R];
 #pragma GCC unroll 8
@@ -358,9 +344,12 @@ EDGE_AVX512 void matmul_rows_avx512(const matmul_params& p, std::int64_t row_beg
 template <weight_format F, int4_scales S>
 void matmul_rows(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
 #if defined(__x86_64__)
-  if (cpu::active_isa() == cpu::isa::avx512) {
-    matmul_rows_avx512<F, S>(p, row_begin, row_end);
-    return;
+  // INT8 has no float tile: it takes the integer kernels, or this reference.
+  if constexpr (F != weight_format::int8) {
+    if (cpu::has(cpu::isa::avx512)) {
+      matmul_rows_avx512<F, S>(p, row_begin, row_end);
+      return;
+    }
   }
 #endif
   matmul_rows_generic<F>(p, row_begin, row_end);
@@ -375,6 +364,7 @@ void dispatch_weights(const weight_view& w, Fn&& f) {
     case weight_format::f16: return f.template operator()<weight_format::f16, int4_scales::per_chunk>();
     case weight_format::bf16: return f.template operator()<weight_format::bf16, int4_scales::per_chunk>();
     case weight_format::fp8_e4m3: return f.template operator()<weight_format::fp8_e4m3, int4_scales::per_chunk>();
+    case weight_format::int8: return f.template operator()<weight_format::int8, int4_scales::per_chunk>();
     case weight_format::int4:
       if (w.group_size >= int4_traits::chunk_elements) {
         return f.template operator()<weight_format::int4, int4_scales::per_chunk>();
@@ -401,6 +391,9 @@ status run_matmul(const matmul_params& p, const stream& s) {
     return invalid_argument(
         edge::format("matmul: INT4 group size {} is not a power of two dividing k = {}", p.w.group_size, p.k));
   }
+  if (p.w.format == weight_format::int8 && p.k % int8_traits::group_size != 0) {
+    return invalid_argument(edge::format("matmul: INT8 rows need k a multiple of {}, not {}", int8_traits::group_size, p.k));
+  }
   if (p.tokens == 0) return {};
   const std::int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
   const bool parallel = p.tokens * p.n * p.k >= min_parallel_work;
@@ -410,6 +403,16 @@ status run_matmul(const matmul_params& p, const stream& s) {
   // runs are still small enough to even out a thread that falls behind.
   const std::int64_t threads = where.pool != nullptr ? static_cast<std::int64_t>(where.pool->size()) + 1 : 1;
   const std::int64_t grain = std::max<std::int64_t>(1, blocks / (threads * runs_per_thread));
+  if (cpu::integer_dot_reads(p.w) && !p.exact_activations && cpu::quantized_activations()) {
+    // The caller's thread quantizes the activations once; the pool's threads only read them.
+    thread_local cpu::int8_activations activations;
+    thread_local std::vector<float> group_sums;
+    const cpu::integer_matmul call(p, cpu::active_isa(), activations, group_sums);
+    cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
+      call.rows(block_begin * rows_per_block, std::min(p.n, block_end * rows_per_block));
+    });
+    return {};
+  }
   dispatch_weights(p.w, [&]<weight_format F, int4_scales S>() {
     cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
       for (std::int64_t b = block_begin; b < block_end; ++b) {

@@ -274,6 +274,9 @@ status check_matrix(const weight_view& w, std::int64_t k, const char* which) {
   if (w.format == weight_format::int4 && !valid_int4_group_size(w.group_size, k)) {
     return invalid_argument(format("moe experts: the {} INT4 group size must be a power of two dividing {}", which, k));
   }
+  if (!cuda_matmul_reads(w.format)) {
+    return invalid_argument(format("moe experts: the CUDA kernels do not read {} {} weights", which, to_string(w.format)));
+  }
   return {};
 }
 
@@ -337,6 +340,7 @@ status launch_grouped(const matrix_layout& l, expert_matrix matrix, const float*
     case weight_format::bf16: launch_grouped_format<weight_format::bf16>(a, fine_groups, grid, stream); break;
     case weight_format::fp8_e4m3: launch_grouped_format<weight_format::fp8_e4m3>(a, fine_groups, grid, stream); break;
     case weight_format::int4: launch_grouped_format<weight_format::int4>(a, fine_groups, grid, stream); break;
+    case weight_format::int8: break;  // refused by check_matrix
   }
   return check_launch("moe experts (grouped matmul)");
 }

@@ -83,6 +83,9 @@ __global__ void __launch_bounds__(quantize_threads)
     if constexpr (F == weight_format::int4) {
       const auto* packed = static_cast<const std::uint8_t*>(w.values) + row * int4_row_bytes(k);
       value = static_cast<float>(int4_get(packed, i)) * w.scales[row * (k / w.group_size) + i / w.group_size];
+    } else if constexpr (F == weight_format::int8) {
+      value = static_cast<float>(static_cast<const std::int8_t*>(w.values)[row * k + i]) *
+              w.scales[row * (k / int8_traits::group_size) + i / int8_traits::group_size];
     } else if constexpr (F == weight_format::fp8_e4m3) {
       value = fp8_bits_to_float(static_cast<const std::uint8_t*>(w.values)[row * k + i]) * w.scales[row];
     } else if constexpr (F == weight_format::bf16) {
@@ -104,7 +107,7 @@ status run_quantize(const quantize_params& p, const stream& s) {
     return invalid_argument("quantize: the INT4 group size must be a power of two dividing k");
   }
   if (p.format != weight_format::int4 && p.format != weight_format::fp8_e4m3) {
-    return invalid_argument("quantize: the target must be int4 or fp8");
+    return invalid_argument("quantize: the device quantizes to int4 or fp8");
   }
   if (p.rows == 0) return {};
   const auto blocks = static_cast<unsigned>(p.rows);
@@ -136,6 +139,7 @@ status run_dequantize(const dequantize_params& p, const stream& s) {
     case weight_format::bf16: return launch.template operator()<weight_format::bf16>();
     case weight_format::fp8_e4m3: return launch.template operator()<weight_format::fp8_e4m3>();
     case weight_format::int4: return launch.template operator()<weight_format::int4>();
+    case weight_format::int8: return launch.template operator()<weight_format::int8>();
   }
   return invalid_argument("dequantize: unknown weight format");
 }

@@ -20,6 +20,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/json_text.h"
 #include "hf_config_text.h"
+#include "kernels/quantize/quantize.h"
 
 namespace edge::backend {
 namespace {
@@ -129,6 +130,23 @@ void add_matrix(std::vector<output_tensor>& plan, const std::string& stem, const
       const tensor_view plain{.name = stem + "weight", .type = *kernels::element_dtype(w.format), .shape = w.shape,
                               .data = w.data};
       plan.push_back(plain_tensor(stem + "weight", plain, rows_of));
+      return;
+    }
+    case weight_format::int8: {
+      // compressed-tensors has no layout for these groups: written exactly, as f32.
+      output_tensor decoded{.name = stem + "weight", .type = {.type = kernels::dtype::f32}, .shape = {rows, cols}};
+      decoded.write = [w, rows, cols, rows_of](atomic_file& out) -> status {
+        std::vector<float> row(static_cast<std::size_t>(cols));  // [cols]
+        const kernels::weight_view view{.format = w.format, .values = w.data, .scales = w.scales,
+                                        .group_size = w.group_size};
+        for (std::int64_t r = 0; r < rows; ++r) {
+          EDGE_RETURN_IF_ERROR(kernels::run_dequantize(
+              {.w = view, .k = cols, .row_begin = rows_of(r), .rows = 1, .y = row.data(), .y_stride = cols}, {}));
+          EDGE_RETURN_IF_ERROR(out.write(row.data(), row.size() * sizeof(float)));
+        }
+        return {};
+      };
+      plan.push_back(std::move(decoded));
       return;
     }
   }

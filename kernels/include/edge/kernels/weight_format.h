@@ -1,6 +1,7 @@
 // How a weight matrix is stored for the matmul kernels: plain elements (f32, f16, bf16), FP8
-// E4M3 with one scale per output row (W8A16), or packed INT4 with one scale per group of input
-// elements per output row (W4A16). `dtype` (dtype.h) names element types; `weight_format` names
+// E4M3 with one scale per output row (W8A16), packed INT4 with one scale per group of input
+// elements per output row (W4A16), or INT8 with one scale per 32 input elements per output row
+// (GGUF Q8_0's values). `dtype` (dtype.h) names element types; `weight_format` names
 // matrix layouts, which for the quantized formats are values plus scales. Header-only and free
 // of CUDA headers: the CPU kernels, the loaders' repacking and the CUDA kernels share it.
 //
@@ -32,6 +33,14 @@
 //   every kernel, on the CPU and the device, reads that code as NaN: a broken checkpoint shows
 //   as NaN outputs, never as silently different numbers.
 //
+// INT8 (weight_format::int8)
+//   values [n, k] int8 codes (two's complement); scales [n, k / 32] f32; k a multiple of 32.
+//   The weight is float(code) × scales[row, i / 32]. group_size is always 32.
+//   Quantization: scale = amax / 127 over the group, code = round-half-to-even(x / scale),
+//   clamped to [-127, 127]; a GGUF Q8_0 block (an f16 scale and 32 codes) is repacked into it
+//   exactly, -128 included. Why a format of its own rather than Q8_0 widened to f16: the CPU
+//   multiplies its codes as integers (kernels/matmul/integer_dot.h), reading a byte per weight.
+//
 // A zero group or row (amax = 0) gets scale 0 and codes for 0.
 #pragma once
 
@@ -50,6 +59,7 @@ enum class weight_format : std::uint8_t {
   bf16,
   fp8_e4m3,  // E4M3 codes and one f32 scale per row
   int4,      // packed 4-bit codes and one f32 scale per group of a row
+  int8,      // int8 codes and one f32 scale per 32 elements of a row
 };
 
 struct int4_traits {
@@ -65,6 +75,12 @@ struct int4_traits {
   // which rounds to the even -8.
   static constexpr float scale_divisor = 7.5f;
   static constexpr std::int64_t max_group_size = 128;
+};
+
+struct int8_traits {
+  static constexpr int max_code = 127;
+  static constexpr std::int64_t group_size = 32;
+  static constexpr float scale_divisor = 127.0f;
 };
 
 // Bytes of one packed INT4 row of k elements: whole 16-byte chunks.
@@ -129,6 +145,23 @@ EDGE_HOST_DEVICE constexpr int int4_quantize(float x, float scale) {
   return q < int4_traits::min_value ? int4_traits::min_value : (q > int4_traits::max_value ? int4_traits::max_value : q);
 }
 
+EDGE_HOST_DEVICE constexpr float int8_scale(float amax) { return amax / int8_traits::scale_divisor; }
+
+// The code of x in a group of scale `scale`, rounded half to even as int4_quantize rounds.
+EDGE_HOST_DEVICE constexpr int int8_quantize(float x, float scale) {
+  if (scale == 0.0f) return 0;
+  constexpr float limit = static_cast<float>(int8_traits::max_code);
+  float ratio = x / scale;
+  if (!(ratio >= -limit)) ratio = -limit;
+  if (ratio > limit) ratio = limit;
+  const int truncated = static_cast<int>(ratio);
+  const float fraction = ratio - static_cast<float>(truncated);
+  int q = truncated;
+  if (fraction > 0.5f || (fraction == 0.5f && (truncated & 1) != 0)) ++q;
+  if (fraction < -0.5f || (fraction == -0.5f && (truncated & 1) != 0)) --q;
+  return q;
+}
+
 EDGE_HOST_DEVICE constexpr float fp8_weight_scale(float amax) { return amax / fp8_e4m3_traits::max; }
 
 EDGE_HOST_DEVICE constexpr std::uint8_t fp8_weight_code(float x, float scale) {
@@ -139,8 +172,8 @@ EDGE_HOST_DEVICE constexpr std::uint8_t fp8_weight_code(float x, float scale) {
 struct weight_view {
   weight_format format = weight_format::f32;
   const void* values = nullptr;   // plain and fp8: [n, k] elements; int4: [n, int4_row_bytes(k)] bytes
-  const float* scales = nullptr;  // fp8: [n]; int4: [n, k / group_size]; null for the plain formats
-  std::int64_t group_size = 0;    // int4 only
+  const float* scales = nullptr;  // fp8: [n]; int4, int8: [n, k / group_size]; null for the plain formats
+  std::int64_t group_size = 0;    // int4 and int8 (always 32)
 };
 
 // Bytes of the values of an [n, k] matrix, and the number of its scales.
@@ -149,7 +182,8 @@ constexpr std::int64_t weight_values_bytes(weight_format format, std::int64_t n,
     case weight_format::f32: return n * k * 4;
     case weight_format::f16:
     case weight_format::bf16: return n * k * 2;
-    case weight_format::fp8_e4m3: return n * k;
+    case weight_format::fp8_e4m3:
+    case weight_format::int8: return n * k;
     case weight_format::int4: return n * int4_row_bytes(k);
   }
   return 0;
@@ -159,6 +193,7 @@ constexpr std::int64_t weight_scale_count(weight_format format, std::int64_t n, 
   switch (format) {
     case weight_format::fp8_e4m3: return n;
     case weight_format::int4: return group_size > 0 ? n * (k / group_size) : 0;
+    case weight_format::int8: return n * (k / int8_traits::group_size);
     case weight_format::f32:
     case weight_format::f16:
     case weight_format::bf16: return 0;
@@ -176,8 +211,11 @@ inline weight_view weight_rows_from(const weight_view& w, std::int64_t first, st
 }
 
 constexpr bool is_quantized(weight_format format) {
-  return format == weight_format::fp8_e4m3 || format == weight_format::int4;
+  return format == weight_format::fp8_e4m3 || format == weight_format::int4 || format == weight_format::int8;
 }
+
+// Whether the CUDA matmul reads a format; the CUDA placement widens the others to bf16 on upload.
+constexpr bool cuda_matmul_reads(weight_format format) { return format != weight_format::int8; }
 
 // The plain format of an element type; fp8_e4m3 weights always come with scales.
 constexpr weight_format weight_format_of(dtype type) {
@@ -190,14 +228,15 @@ constexpr weight_format weight_format_of(dtype type) {
   return weight_format::f32;
 }
 
-// The element type of the plain formats; nullopt for int4.
+// The element type of the plain formats and fp8; nullopt for int4 and int8.
 constexpr std::optional<dtype> element_dtype(weight_format format) {
   switch (format) {
     case weight_format::f32: return dtype::f32;
     case weight_format::f16: return dtype::f16;
     case weight_format::bf16: return dtype::bf16;
     case weight_format::fp8_e4m3: return dtype::fp8_e4m3;
-    case weight_format::int4: return std::nullopt;
+    case weight_format::int4:
+    case weight_format::int8: return std::nullopt;
   }
   return std::nullopt;
 }
@@ -210,12 +249,14 @@ constexpr std::string_view to_string(weight_format format) {
     case weight_format::bf16: return "bf16";
     case weight_format::fp8_e4m3: return "fp8";
     case weight_format::int4: return "int4";
+    case weight_format::int8: return "int8";
   }
   return "unknown";
 }
 
 constexpr std::optional<weight_format> parse_weight_format(std::string_view name) {
   if (name == "int4") return weight_format::int4;
+  if (name == "int8") return weight_format::int8;
   if (name == "fp8" || name == "fp8_e4m3") return weight_format::fp8_e4m3;
   if (const auto type = parse_dtype(name); type && *type != dtype::fp8_e4m3) return weight_format_of(*type);
   return std::nullopt;
