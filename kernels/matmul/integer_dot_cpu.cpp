@@ -366,7 +366,7 @@ void over_tiles(const matmul_params& p, std::int64_t row_begin, std::int64_t row
 }
 
 // Tile shapes: 16 accumulators, 4 weight and 4 scale registers of AVX-512's 32; AVX2 has 16.
-constexpr int vnni_decode_rows = 8;
+constexpr int vnni_decode_rows = 16;
 constexpr int vnni_rows = 4;
 constexpr int avx2_decode_rows = 4;
 constexpr int avx2_rows = 2;
