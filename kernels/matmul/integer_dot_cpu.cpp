@@ -18,6 +18,7 @@
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/prefetch.h"
+#include "kernels/matmul/cpu_outputs.h"
 
 namespace edge::kernels::cpu {
 namespace {
@@ -101,12 +102,6 @@ struct prepared_call {
   std::int64_t group_size = 0;
 };
 
-inline void store_output(const matmul_params& p, std::int64_t t, std::int64_t n, float dot) {
-  float value = dot;
-  if (p.bias != nullptr) value += p.bias[n];
-  float& out = p.y[t * p.y_stride + n];
-  out = p.accumulate ? out + value : value;
-}
 
 // Weight code i of row n as a signed integer.
 inline int weight_code(const matmul_params& p, std::int64_t n, std::int64_t i) {
@@ -227,12 +222,6 @@ EDGE_AVX2 void tile_avx2(const prepared_call& c, std::int64_t n0, std::int64_t t
 
 #define EDGE_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma")))
 
-EDGE_VNNI inline float reduce16(__m512 v) {
-  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-  const __m128 eighth = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
-  return _mm_cvtss_f32(_mm_add_ss(eighth, _mm_shuffle_ps(eighth, eighth, 1)));
-}
 
 
 // A span: 256 weight bytes of a row, as 16 pieces of 16 bytes (INT4: a chunk of 32 elements;

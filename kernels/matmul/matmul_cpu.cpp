@@ -23,7 +23,9 @@
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/prefetch.h"
+#include "kernels/matmul/cpu_outputs.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/matmul/bf16_dot.h"
 #include "kernels/matmul/integer_dot.h"
 
 namespace edge::kernels {
@@ -47,13 +49,6 @@ constexpr dtype element_of() {
   return *element_dtype(F);
 }
 
-// One output element from its dot product: the FP8 row scale, the bias, the residual.
-inline void store_output(const matmul_params& p, std::int64_t t, std::int64_t n, float dot) {
-  float value = dot;
-  if (p.bias != nullptr) value += p.bias[n];
-  float& out = p.y[t * p.y_stride + n];
-  out = p.accumulate ? out + value : value;
-}
 
 // How an INT4 chunk of 32 elements finds its scales: one for the whole chunk (group_size >= 32),
 // one per half (16), or one per lane (8 and below, gathered with a permute).
@@ -90,7 +85,7 @@ void matmul_rows_generic(const matmul_params& p, std::int64_t row_begin, std::in
       }
       float dot = partial[0];
       if constexpr (F == weight_format::fp8_e4m3) dot *= p.w.scales[n];
-      store_output(p, t, n, dot);
+      cpu::store_output(p, t, n, dot);
     }
   }
 }
@@ -136,14 +131,6 @@ EDGE_AVX512 inline __m512 load_weights(const void* base, std::int64_t index, __m
   }
 }
 
-// Adds 16 lanes in the same pairwise tree as the portable path.
-EDGE_AVX512 inline float reduce_lanes(__m512 v) {
-  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-  const __m128 eighth = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
-  const __m128 last = _mm_add_ss(eighth, _mm_shuffle_ps(eighth, eighth, 1));
-  return _mm_cvtss_f32(last);
-}
 
 // Writes a tile's outputs; FP8 rows get their scale here.
 template <dtype W, int R, int T>
@@ -152,9 +139,9 @@ EDGE_AVX512 inline void store_tile(const matmul_params& p, std::int64_t n0, std:
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      float dot = reduce_lanes(acc[r][t]);
+      float dot = cpu::reduce16(acc[r][t]);
       if constexpr (W == dtype::fp8_e4m3) dot *= p.w.scales[n0 + r] * fp8_via_fp16_factor;
-      store_output(p, t0 + t, n0 + r, dot);
+      cpu::store_output(p, t0 + t, n0 + r, dot);
     }
   }
 }
@@ -403,7 +390,16 @@ status run_matmul(const matmul_params& p, const stream& s) {
   // runs are still small enough to even out a thread that falls behind.
   const std::int64_t threads = where.pool != nullptr ? static_cast<std::int64_t>(where.pool->size()) + 1 : 1;
   const std::int64_t grain = std::max<std::int64_t>(1, blocks / (threads * runs_per_thread));
-  if (cpu::integer_dot_reads(p.w) && !p.exact_activations && cpu::quantized_activations()) {
+  const bool rounded_activations = !p.exact_activations && cpu::quantized_activations();
+  if (rounded_activations && p.w.format == weight_format::bf16 && cpu::has(cpu::isa::avx512_bf16)) {
+    thread_local cpu::bf16_activations activations;
+    const cpu::bf16_matmul call(p, activations);
+    cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
+      call.rows(block_begin * rows_per_block, std::min(p.n, block_end * rows_per_block));
+    });
+    return {};
+  }
+  if (rounded_activations && cpu::integer_dot_reads(p.w)) {
     // The caller's thread quantizes the activations once; the pool's threads only read them.
     thread_local cpu::int8_activations activations;
     thread_local std::vector<float> group_sums;
