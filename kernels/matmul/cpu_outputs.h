@@ -1,5 +1,5 @@
 // What every CPU matmul path does with a finished dot product, and the fixed tree that adds a
-// vector's lanes, shared by the float, integer and bf16 kernels.
+// vector's lanes, shared by the float and integer kernels.
 #pragma once
 
 #include <immintrin.h>

@@ -25,7 +25,6 @@
 #include "kernels/cpu/prefetch.h"
 #include "kernels/matmul/cpu_outputs.h"
 #include "kernels/cuda/launchers.h"
-#include "kernels/matmul/bf16_dot.h"
 #include "kernels/matmul/integer_dot.h"
 
 namespace edge::kernels {
@@ -390,16 +389,7 @@ status run_matmul(const matmul_params& p, const stream& s) {
   // runs are still small enough to even out a thread that falls behind.
   const std::int64_t threads = where.pool != nullptr ? static_cast<std::int64_t>(where.pool->size()) + 1 : 1;
   const std::int64_t grain = std::max<std::int64_t>(1, blocks / (threads * runs_per_thread));
-  const bool rounded_activations = !p.exact_activations && cpu::quantized_activations();
-  if (rounded_activations && p.w.format == weight_format::bf16 && cpu::has(cpu::isa::avx512_bf16)) {
-    thread_local cpu::bf16_activations activations;
-    const cpu::bf16_matmul call(p, activations);
-    cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
-      call.rows(block_begin * rows_per_block, std::min(p.n, block_end * rows_per_block));
-    });
-    return {};
-  }
-  if (rounded_activations && cpu::integer_dot_reads(p.w)) {
+  if (cpu::integer_dot_reads(p.w) && !p.exact_activations && cpu::quantized_activations()) {
     // The caller's thread quantizes the activations once; the pool's threads only read them.
     thread_local cpu::int8_activations activations;
     thread_local std::vector<float> group_sums;
