@@ -23,6 +23,7 @@
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/matmul/kquant_cpu.h"
 
 namespace edge::kernels {
 namespace {
@@ -383,6 +384,9 @@ void dispatch_weights(const weight_view& w, Fn&& f) {
         return f.template operator()<weight_format::int4, int4_scales::per_half>();
       }
       return f.template operator()<weight_format::int4, int4_scales::per_lane>();
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: return;  // run_matmul gives these to cpu::kquant_matmul
   }
 }
 
@@ -394,12 +398,16 @@ status run_matmul(const matmul_params& p, const stream& s) {
     return invalid_argument("matmul: bad shape or strides");
   }
   if (p.w.values == nullptr) return invalid_argument("matmul: no weights");
-  if (is_quantized(p.w.format) && p.w.scales == nullptr) {
+  if (has_scales(p.w.format) && p.w.scales == nullptr) {
     return invalid_argument(edge::format("matmul: {} weights need scales", to_string(p.w.format)));
   }
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
     return invalid_argument(
         edge::format("matmul: INT4 group size {} is not a power of two dividing k = {}", p.w.group_size, p.k));
+  }
+  if (is_k_quant(p.w.format) && p.k % kquant_traits::block_elements != 0) {
+    return invalid_argument(edge::format("matmul: {} rows need k a multiple of {}, not {}", to_string(p.w.format),
+                                         kquant_traits::block_elements, p.k));
   }
   if (p.tokens == 0) return {};
   const std::int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
@@ -410,6 +418,16 @@ status run_matmul(const matmul_params& p, const stream& s) {
   // runs are still small enough to even out a thread that falls behind.
   const std::int64_t threads = where.pool != nullptr ? static_cast<std::int64_t>(where.pool->size()) + 1 : 1;
   const std::int64_t grain = std::max<std::int64_t>(1, blocks / (threads * runs_per_thread));
+  if (is_k_quant(p.w.format)) {
+    // The caller's thread quantizes the activations once; the pool's threads only read them.
+    thread_local cpu::int8_activations activations;
+    thread_local std::vector<float> spans;
+    const cpu::kquant_matmul call(p, cpu::kquant_vnni_supported(), activations, spans);
+    cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
+      call.rows(block_begin * rows_per_block, std::min(p.n, block_end * rows_per_block));
+    });
+    return {};
+  }
   dispatch_weights(p.w, [&]<weight_format F, int4_scales S>() {
     cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
       for (std::int64_t b = block_begin; b < block_end; ++b) {

@@ -131,6 +131,9 @@ void add_matrix(std::vector<output_tensor>& plan, const std::string& stem, const
       plan.push_back(plain_tensor(stem + "weight", plain, rows_of));
       return;
     }
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: break;  // never planned: checkpoint_plan::unwritable
   }
 }
 
@@ -148,6 +151,9 @@ struct checkpoint_plan {
   // Linear modules left in float (the classifier, MoE routers): quantization_config's ignore.
   std::vector<std::string> float_modules;
   bool tied = false;
+  // The first matrix kept in a GGUF K-quant (the classifier when the projections were quantized
+  // on load): the checkpoint cannot be written.
+  const weight_matrix* unwritable = nullptr;
 };
 
 // A latent attention layer under transformers' names (its RoPE rows are written as held: the
@@ -186,6 +192,10 @@ checkpoint_plan plan_checkpoint(const model& m) {
     return [head_dim](std::int64_t r) { return adjacent_pair_row(r, head_dim); };
   };
   const auto matrix = [&](const std::string& module, const weight_matrix& matrix_weights, row_map rows_of) {
+    if (kernels::is_k_quant(matrix_weights.format)) {
+      if (plan.unwritable == nullptr) plan.unwritable = &matrix_weights;
+      return;
+    }
     add_matrix(plan.tensors, module + ".", matrix_weights, std::move(rows_of));
     if (kernels::is_quantized(matrix_weights.format)) {
       plan.quantized_modules[module] = matrix_weights.format == weight_format::int4 ? matrix_weights.group_size : 0;
@@ -392,11 +402,14 @@ status prepare_folder(const fs::path& folder) {
 
 result<fs::path> write_quantized_checkpoint(const model& m, const quantized_checkpoint_options& options) {
   const weight_format format = projection_format(m.weights);
-  if (!kernels::is_quantized(format)) {
+  if (!kernels::is_quantized(format) || kernels::is_k_quant(format)) {
     return invalid_argument(edge::format("the model's projections are {}; quantize writes int4 or fp8 weights",
                                          kernels::to_string(format)));
   }
-  const bool lm_head_quantized = kernels::is_quantized(m.weights.lm_head.format);
+
+  // (A K-quant classifier is refused below, by name.)
+  const bool lm_head_quantized =
+      kernels::is_quantized(m.weights.lm_head.format) && !kernels::is_k_quant(m.weights.lm_head.format);
   if (lm_head_quantized && m.weights.lm_head.format != format) {
     return status(status_code::unimplemented,
                   edge::format("the classifier is stored as {} and the projections as {}; a compressed-tensors "
@@ -405,6 +418,11 @@ result<fs::path> write_quantized_checkpoint(const model& m, const quantized_chec
   }
   EDGE_RETURN_IF_ERROR(prepare_folder(options.out));
   checkpoint_plan plan = plan_checkpoint(m);
+  if (plan.unwritable != nullptr) {
+    return status(status_code::unimplemented,
+                  edge::format("\"{}\" is stored as {}, which a compressed-tensors checkpoint cannot hold",
+                               plan.unwritable->name, kernels::to_string(plan.unwritable->format)));
+  }
 
   std::string config = "{\n";
   if (m.format == model_format::hugging_face) {
