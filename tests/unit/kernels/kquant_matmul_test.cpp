@@ -270,3 +270,22 @@ TEST_CASE("K-quants are files' formats: not a --weight-dtype, no scales array, n
     CHECK(edge::kernels::cuda_matmul_reads(readable));
   }
 }
+
+TEST_CASE("K-quants on a CUDA stream: the launchers refuse them by name rather than misread them") {
+  const edge::kernels::stream cuda{.where = edge::kernels::device::cuda, .pool = nullptr, .cuda_stream = nullptr};
+  const auto w = edge::testing::random_kquant_matrix(weight_format::q4_k, 2, 256, 1);
+  const auto x = edge::testing::random_floats(256, 2);
+  std::vector<float> y(256 * 2, -7.0f);
+  const auto mm = edge::kernels::run_matmul(
+      {.x = x.data(), .w = w.view(), .y = y.data(), .tokens = 1, .n = 2, .k = 256, .x_stride = 256, .y_stride = 2}, cuda);
+  const auto dq = edge::kernels::run_dequantize(
+      {.w = w.view(), .k = 256, .row_begin = 0, .rows = 2, .y = y.data(), .y_stride = 256}, cuda);
+  for (const edge::status& s : {mm, dq}) {
+    CAPTURE(s.message());
+    REQUIRE_FALSE(s.ok());
+    if (s.code() == edge::status_code::failed_precondition) continue;  // built without CUDA: nothing to refuse
+    CHECK(s.code() == edge::status_code::invalid_argument);
+    CHECK(s.message().find("q4_k") != std::string::npos);
+  }
+  CHECK(y[0] == -7.0f);
+}

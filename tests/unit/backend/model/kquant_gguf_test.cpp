@@ -8,20 +8,17 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <optional>
 
 #include "edge/backend/engine/generator.h"
-#include "edge/backend/io/gguf.h"
-#include "edge/backend/io/output_files.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/model/quantized_checkpoint.h"
 #include "edge/backend/model/synthetic.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/common/thread_pool.h"
 #include "forward_test_support.h"
-#include "kquant_blocks.h"
+#include "kquant_gguf.h"
 #include "test_support.h"
 #include "weight_test_support.h"
 
@@ -30,23 +27,7 @@ namespace {
 using namespace edge::backend;
 using edge::kernels::weight_format;
 using edge::testing::kquant_matrix;
-
-// Which tensors become which K-quant; nullopt keeps a tensor as it is.
-using kquant_choice = std::function<std::optional<weight_format>(const std::string&)>;
-
-// llama.cpp's Q4_K_M in small: Q4_K, the value projections and the classifier Q6_K; and one
-// Q5_K (Q5_K_M's kind) so that all three meet in one model.
-std::optional<weight_format> q4_k_m_mix(const std::string& name) {
-  if (name == "output.weight" || name.ends_with("attn_v.weight")) return weight_format::q6_k;
-  if (name == "blk.1.attn_k.weight") return weight_format::q5_k;
-  return weight_format::q4_k;
-}
-
-tensor_encoding encoding_of(weight_format f) {
-  return f == weight_format::q4_k ? tensor_encoding::ggml_q4_k
-         : f == weight_format::q5_k ? tensor_encoding::ggml_q5_k
-                                    : tensor_encoding::ggml_q6_k;
-}
+using edge::testing::q4_k_m_mix;
 
 // tiny-hd128 (hidden 256, heads of 128) in F32, seeded.
 std::filesystem::path write_f32_model(const std::filesystem::path& dir) {
@@ -61,36 +42,13 @@ std::filesystem::path write_f32_model(const std::filesystem::path& dir) {
   return options.out;
 }
 
-// `in` (an F32 GGUF) rewritten to `out` with every matrix whose rows are whole super-blocks in
-// the format `choose` gives it, and the tensors in `drop` left out; returns what each re-encoded
-// tensor holds.
+// `in` rewritten with K-quant matrices (kquant_gguf.h); what each re-encoded tensor holds.
 std::map<std::string, kquant_matrix> write_kquant_gguf(const std::filesystem::path& in, const std::filesystem::path& out,
-                                                       const kquant_choice& choose,
+                                                       const edge::testing::kquant_choice& choose,
                                                        const std::vector<std::string>& drop = {}) {
-  auto file = load_gguf(in);
-  REQUIRE(file.ok());
-  gguf_metadata_writer keys;
-  for (const auto& [key, value] : file->metadata) keys.add(key, value);
-  std::map<std::string, kquant_matrix> encoded;
-  std::vector<output_tensor> tensors;
-  for (const tensor_view& t : file->tensors) {
-    if (std::find(drop.begin(), drop.end(), t.name) != drop.end()) continue;
-    const auto format = t.shape.size() == 2 && t.cols() % edge::testing::kq_elements == 0 ? choose(t.name) : std::nullopt;
-    if (!format) {
-      tensors.push_back({.name = t.name, .type = {.type = t.type, .encoding = t.encoding}, .shape = t.shape,
-                         .write = [t](atomic_file& f) { return f.write(t.data, t.bytes()); }});
-      continue;
-    }
-    REQUIRE(t.type == edge::kernels::dtype::f32);
-    auto& m = encoded[t.name] = edge::testing::quantize_kquant_matrix(
-        *format, reinterpret_cast<const float*>(t.data), t.rows(), t.cols());
-    tensors.push_back({.name = t.name, .type = {.type = edge::kernels::dtype::f16, .encoding = encoding_of(*format)},
-                       .shape = t.shape,
-                       .write = [&m](atomic_file& f) { return f.write(m.bytes.data(), m.bytes.size()); }});
-  }
-  const auto written = write_gguf(out, keys, tensors);
-  REQUIRE_MESSAGE(written.ok(), written.message());
-  return encoded;
+  auto encoded = edge::testing::write_kquant_gguf(in, out, choose, drop);
+  REQUIRE_MESSAGE(encoded.ok(), encoded.error().message());
+  return std::move(encoded).value();
 }
 
 std::unique_ptr<model> load_as(const std::filesystem::path& path, std::optional<weight_format> weights = std::nullopt) {
