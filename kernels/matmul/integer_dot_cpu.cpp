@@ -1,13 +1,38 @@
+// The integer matmul (integer_dot.h): activation quantization and the three code paths.
+//
+// Every path computes, for output (t, n), Σ_b sw(n, b) · sx(t, b) · D(t, n, b) over blocks b of
+// 32 elements (the AVX-512 path over pieces of 16 for INT8: the same scales), where D is the
+// integer dot product of the weight codes q and the activation codes. The SIMD paths multiply
+// unsigned weight codes (INT4 as its nibbles q + 8; INT8 on AVX-512 as q + 128), so they take
+// offset × Σ activation codes back off: the AVX-512 path per piece in int32 (exact), the AVX2
+// INT4 path once per output over the groups' scaled sums U(t, g) = Σ_{b in g} sx(t, b) · Σ codes.
+// The AVX2 INT8 path multiplies |q| by the activations with q's sign, the generic path signed
+// codes. Accumulation runs in lanes of the vector width, then one fixed tree, so it depends only
+// on k and the path, never on the batch.
 #include "kernels/matmul/integer_dot.h"
+
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 
-namespace edge::kernels::cpu {
+#include "kernels/cpu/parallel.h"
+#include "kernels/cpu/prefetch.h"
+#include "kernels/matmul/output.h"
 
-void quantize_activations(const float* x, std::int64_t tokens, std::int64_t k, std::int64_t x_stride, code_order order,
-                          int8_activations& out) {
-  using traits = int8_activation_traits;
+namespace edge::kernels::cpu {
+namespace {
+
+using traits = int8_activation_traits;
+constexpr std::int64_t block = traits::block;
+// Adding and subtracting 1.5 × 2^23 rounds a float of magnitude below 2^22 to an integer, ties
+// to even (in the default rounding mode): the same rounding on every path, without libm.
+constexpr float round_bias = 12582912.0f;
+
+}  // namespace
+
+void quantize_activations(const float* x, std::int64_t tokens, std::int64_t k, std::int64_t x_stride,
+                          code_order order, int8_activations& out) {
   const std::int64_t padded = (k + traits::row_multiple - 1) / traits::row_multiple * traits::row_multiple;
   out.tokens = tokens;
   out.k = k;
@@ -17,34 +42,377 @@ void quantize_activations(const float* x, std::int64_t tokens, std::int64_t k, s
     if (static_cast<std::int64_t>(v.size()) < size) v.resize(static_cast<std::size_t>(size));
   };
   grow(out.codes, tokens * padded);
-  grow(out.scales, tokens * (padded / traits::block));
+  grow(out.scales, tokens * (padded / block));
   grow(out.sums16, tokens * (padded / traits::sum_span));
+  grow(out.sums32, tokens * (padded / block));
+  grow(out.lane_scales, tokens * (padded / traits::lane_span));
+
   for (std::int64_t t = 0; t < tokens; ++t) {
     const float* row = x + t * x_stride;
     std::int8_t* codes = out.codes.data() + t * padded;
-    float* scales = out.scales.data() + t * (padded / traits::block);
-    for (std::int64_t b0 = 0; b0 < padded; b0 += traits::block) {
-      const std::int64_t valid = std::clamp<std::int64_t>(k - b0, 0, traits::block);
-      float amax = 0.0f;
-      bool finite = true;
-      for (std::int64_t i = 0; i < valid; ++i) {
-        amax = std::max(amax, std::fabs(row[b0 + i]));
-        finite = finite && std::isfinite(row[b0 + i]);
-      }
-      scales[b0 / traits::block] = finite ? amax / static_cast<float>(traits::max_code) : std::nanf("");
-      const float inverse = finite && amax > 0.0f ? static_cast<float>(traits::max_code) / amax : 0.0f;
-      for (std::int64_t i = 0; i < traits::block; ++i) {
-        const float code = i < valid && inverse != 0.0f ? std::nearbyint(row[b0 + i] * inverse) : 0.0f;
-        codes[b0 + i] = static_cast<std::int8_t>(std::clamp(code, -static_cast<float>(traits::max_code),
-                                                            static_cast<float>(traits::max_code)));
-      }
-    }
+    float* scales = out.scales.data() + t * (padded / block);
     std::int32_t* sums = out.sums16.data() + t * (padded / traits::sum_span);
-    for (std::int64_t s = 0; s < padded; s += traits::sum_span) {
-      std::int32_t sum = 0;
-      for (std::int64_t i = 0; i < traits::sum_span; ++i) sum += codes[s + i];
-      sums[s / traits::sum_span] = sum;
+    std::int32_t* block_sums = out.sums32.data() + t * (padded / block);
+    float* lanes = out.lane_scales.data() + t * (padded / traits::lane_span);
+    std::int8_t natural[traits::row_multiple];  // one span in element order
+    for (std::int64_t base = 0; base < padded; base += traits::row_multiple) {
+      for (std::int64_t b0 = base; b0 < base + traits::row_multiple; b0 += block) {
+        const std::int64_t valid = std::clamp<std::int64_t>(k - b0, 0, block);
+        float amax = 0.0f;
+        for (std::int64_t i = 0; i < valid; ++i) amax = std::max(amax, std::fabs(row[b0 + i]));
+        // A NaN never wins std::max against a number: look for one separately.
+        bool finite = std::isfinite(amax);
+        for (std::int64_t i = 0; i < valid && finite; ++i) finite = !std::isnan(row[b0 + i]);
+        const float scale = finite ? amax / static_cast<float>(traits::max_code) : std::nanf("");
+        const float inverse = finite && amax > 0.0f ? static_cast<float>(traits::max_code) / amax : 0.0f;
+        scales[b0 / block] = scale;
+        for (std::int64_t i = 0; i < block; ++i) {
+          int code = 0;
+          if (i < valid && inverse != 0.0f) {
+            const float rounded = (row[b0 + i] * inverse + round_bias) - round_bias;
+            code = std::clamp(static_cast<int>(rounded), -traits::max_code, traits::max_code);
+          }
+          natural[b0 - base + i] = static_cast<std::int8_t>(code);
+        }
+      }
+      for (std::int64_t s = 0; s < traits::row_multiple; s += traits::sum_span) {
+        std::int32_t sum = 0;
+        for (std::int64_t i = 0; i < traits::sum_span; ++i) sum += natural[s + i];
+        sums[(base + s) / traits::sum_span] = sum;
+      }
+      for (std::int64_t b = base / block; b < (base + traits::row_multiple) / block; ++b) {
+        block_sums[b] = sums[2 * b] + sums[2 * b + 1];
+      }
+      for (std::int64_t p = 0; p < traits::row_multiple; ++p) codes[base + p] = natural[element_at(order, p)];
+      for (std::int64_t p = 0; p < traits::row_multiple; p += traits::lane_span) {
+        lanes[(base + p) / traits::lane_span] = scales[(base + element_at(order, p)) / block];
+      }
     }
+  }
+}
+
+namespace {
+
+// What the kernels need of one call, prepared once on the calling thread.
+struct prepared_call {
+  const matmul_params* p = nullptr;
+  const int8_activations* x = nullptr;
+  const float* group_sums = nullptr;  // [tokens, groups]: U(t, g)
+  std::int64_t groups = 0;            // weight scales per row
+  std::int64_t group_size = 0;
+};
+
+// Weight code i of row n as a signed integer.
+inline int weight_code(const matmul_params& p, std::int64_t n, std::int64_t i) {
+  if (p.w.format == weight_format::int4) {
+    return int4_get(static_cast<const std::uint8_t*>(p.w.values) + n * int4_row_bytes(p.k), i);
+  }
+  return static_cast<const std::int8_t*>(p.w.values)[n * p.k + i];
+}
+
+// ---- generic path -----------------------------------------------------------------------------
+
+void rows_generic(const prepared_call& c, std::int64_t row_begin, std::int64_t row_end) {
+  const matmul_params& p = *c.p;
+  const std::int64_t blocks = p.k / block;
+  for (std::int64_t n = row_begin; n < row_end; ++n) {
+    const float* w_scales = p.w.scales + n * c.groups;
+    for (std::int64_t t = 0; t < p.tokens; ++t) {
+      const std::int8_t* codes = c.x->codes_of(t);  // natural order
+      const float* x_scales = c.x->scales_of(t);
+      float acc = 0.0f;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        std::int32_t dot = 0;
+        for (std::int64_t i = b * block; i < (b + 1) * block; ++i) dot += weight_code(p, n, i) * codes[i];
+        acc += static_cast<float>(dot) * (w_scales[b * block / c.group_size] * x_scales[b]);
+      }
+      store_output(p, t, n, acc);
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// GCC 12 reports its own _mm512_undefined_*() placeholders inside the intrinsics as
+// uninitialised once they are inlined here (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// ---- AVX2 path --------------------------------------------------------------------------------
+
+#define EDGE_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+EDGE_AVX2 inline float reduce8(__m256 v) {
+  const __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 eighth = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
+  return _mm_cvtss_f32(_mm_add_ss(eighth, _mm_shuffle_ps(eighth, eighth, 1)));
+}
+
+// offset · Σ_g sw(n, g) · U(t, g), eight lanes then the tree.
+EDGE_AVX2 inline float correction_avx2(const float* w_scales, const float* sums, std::int64_t groups) {
+  __m256 acc = _mm256_setzero_ps();
+  std::int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(w_scales + g), _mm256_loadu_ps(sums + g), acc);
+  float rest = 0.0f;
+  for (; g < groups; ++g) rest += w_scales[g] * sums[g];
+  return reduce8(acc) + rest;
+}
+
+// R rows × T tokens. A block's 32 weight codes meet the token's 32 activation codes in one
+// vpmaddubsw (unsigned × signed byte pairs into int16) and one vpmaddwd (pairs into int32).
+template <weight_format F, int R, int T>
+EDGE_AVX2 void tile_avx2(const prepared_call& c, std::int64_t n0, std::int64_t t0) {
+  const matmul_params& p = *c.p;
+  __m256 acc[R][T];
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  const auto* values = static_cast<const std::uint8_t*>(p.w.values);
+  const std::int64_t row_bytes = F == weight_format::int4 ? int4_row_bytes(p.k) : p.k;
+  const __m128i nibble = _mm_set1_epi8(int4_traits::nibble_mask);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const std::int64_t blocks = p.k / block;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    __m256i w[R];
+    float w_scale[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const std::uint8_t* row = values + (n0 + r) * row_bytes;
+      if constexpr (F == weight_format::int4) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * int4_traits::chunk_bytes));
+        w[r] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, int4_traits::nibble_bits), nibble),
+                                _mm_and_si128(bytes, nibble));
+      } else {
+        w[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * block));
+      }
+      w_scale[r] = p.w.scales[(n0 + r) * c.groups + b * block / c.group_size];
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.x->codes_of(t0 + t) + b * block));
+      const float x_scale = c.x->scales_of(t0 + t)[b];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        __m256i pairs;
+        if constexpr (F == weight_format::int4) {
+          pairs = _mm256_maddubs_epi16(w[r], x);
+        } else {
+          // |w| × (x with w's sign): unsigned × signed, and |w| ≤ 128 keeps the pair sums in int16.
+          pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w[r]), _mm256_sign_epi8(x, w[r]));
+        }
+        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+        acc[r][t] = _mm256_fmadd_ps(dot, _mm256_set1_ps(w_scale[r] * x_scale), acc[r][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    for (int r = 0; r < R; ++r) {
+      float dot = reduce8(acc[r][t]);
+      if constexpr (F == weight_format::int4) {
+        dot -= static_cast<float>(int4_traits::code_offset) *
+               correction_avx2(p.w.scales + (n0 + r) * c.groups, c.group_sums + (t0 + t) * c.groups, c.groups);
+      }
+      store_output(p, t0 + t, n0 + r, dot);
+    }
+  }
+}
+
+// ---- AVX-512 VNNI path ------------------------------------------------------------------------
+
+#define EDGE_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma")))
+
+
+// A span: 256 weight bytes of a row, as 16 pieces of 16 bytes (INT4: a chunk of 32 elements;
+// INT8: 16 elements). Turned so that out[u], lane j, is dword u of piece j: a lane then meets
+// the same piece, one scale, in every step. Bytes from `valid` on read as zero.
+EDGE_VNNI inline void load_span(const std::uint8_t* bytes, std::int64_t valid, __m512i (&out)[4]) {
+  __m512i a[4];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    const std::int64_t left = valid - 64 * q;
+    a[q] = left >= 64 ? _mm512_loadu_si512(bytes + 64 * q)
+                      : _mm512_maskz_loadu_epi8(left > 0 ? ~0ull >> (64 - left) : 0ull, bytes + 64 * q);
+  }
+  // a[q] lane 4c + u is dword u of piece 4q + c. First, pieces 0-7 (a0, a1) and 8-15 (a2, a3):
+  // dwords 0 and 1 of eight pieces as [u = 0: pieces | u = 1: pieces], then dwords 2 and 3.
+  const __m512i low_dwords = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+  const __m512i high_dwords = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+  const __m512i b0 = _mm512_permutex2var_epi32(a[0], low_dwords, a[1]);
+  const __m512i b1 = _mm512_permutex2var_epi32(a[0], high_dwords, a[1]);
+  const __m512i b2 = _mm512_permutex2var_epi32(a[2], low_dwords, a[3]);
+  const __m512i b3 = _mm512_permutex2var_epi32(a[2], high_dwords, a[3]);
+  // Then the halves side by side: pieces 0-7 and 8-15 of one dword.
+  constexpr int lower_halves = 0x44, upper_halves = 0xEE;
+  out[0] = _mm512_shuffle_i64x2(b0, b2, lower_halves);
+  out[1] = _mm512_shuffle_i64x2(b0, b2, upper_halves);
+  out[2] = _mm512_shuffle_i64x2(b1, b3, lower_halves);
+  out[3] = _mm512_shuffle_i64x2(b1, b3, upper_halves);
+}
+
+// R rows × T tokens, a span at a time (INT4: 512 elements, 8 steps; INT8: 256, 4 steps). Each
+// step is one vpdpbusd per row and token, unsigned weight codes (INT4: q + 8; INT8: q + 128)
+// times signed activation codes; lane j accumulates piece j's products in int32 over the whole
+// span, so the scales, the code-offset correction (offset × Σ activation codes, exact in int32)
+// and the conversion to float come once per span.
+template <weight_format F, int R, int T>
+EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t0) {
+  const matmul_params& p = *c.p;
+  constexpr bool int4 = F == weight_format::int4;
+  constexpr std::int64_t span_bytes = 256;
+  constexpr std::int64_t span_elements = int4 ? 512 : 256;
+  constexpr std::int64_t piece_elements = span_elements / 16;
+  constexpr int steps = int4 ? 8 : 4;
+  constexpr int offset_shift = int4 ? 3 : 7;  // × 8, × 128
+  __m512 acc[R][T];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  const auto* values = static_cast<const std::uint8_t*>(p.w.values);
+  const std::int64_t row_bytes = int4 ? int4_row_bytes(p.k) : p.k;
+  const __m512i nibble = _mm512_set1_epi8(int4_traits::nibble_mask);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  // Lane j's weight scale: scale (first element of piece j) / group_size, from the span's first.
+  const int scale_shift = __builtin_ctzll(static_cast<unsigned long long>(c.group_size / piece_elements));
+  const __m512i lane_group = _mm512_srlv_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(scale_shift));
+  const std::int64_t scales_per_span = std::max<std::int64_t>(1, span_elements / c.group_size);
+  const std::int64_t spans = (p.k + span_elements - 1) / span_elements;
+  for (std::int64_t s = 0; s < spans; ++s) {
+    const std::int64_t at = s * span_bytes;
+    const std::int64_t first_group = s * span_elements / c.group_size;
+    const std::int64_t scale_count = std::min(scales_per_span, c.groups - first_group);
+    const auto scale_mask = static_cast<__mmask16>((1u << scale_count) - 1u);
+    __m512i offsets[T];
+    __m512 x_scale[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      const std::int32_t* sums = int4 ? c.x->sums32_of(t0 + t) : c.x->sums16_of(t0 + t);
+      offsets[t] = _mm512_slli_epi32(_mm512_loadu_si512(sums + 16 * s), offset_shift);
+      x_scale[t] = _mm512_loadu_ps(c.x->lane_scales_of(t0 + t) + s * span_elements / traits::lane_span);
+    }
+#pragma GCC unroll 4
+    for (std::int64_t line = 0; line < span_bytes; line += 64) prefetch_rows<R>(values, row_bytes, n0, at + line);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      __m512i v[4];
+      load_span(values + (n0 + r) * row_bytes + at, row_bytes - at, v);
+      __m512i w[steps];
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        if constexpr (int4) {
+          w[2 * u] = _mm512_and_si512(v[u], nibble);
+          w[2 * u + 1] = _mm512_and_si512(_mm512_srli_epi16(v[u], int4_traits::nibble_bits), nibble);
+        } else {
+          w[u] = _mm512_xor_si512(v[u], flip);
+        }
+      }
+      const __m512 w_scale = _mm512_permutexvar_ps(
+          lane_group, _mm512_maskz_loadu_ps(scale_mask, p.w.scales + (n0 + r) * c.groups + first_group));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const std::int8_t* x = c.x->codes_of(t0 + t) + s * span_elements;
+        __m512i dot = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int step = 0; step < steps; ++step) dot = _mm512_dpbusd_epi32(dot, w[step], _mm512_loadu_si512(x + 64 * step));
+        const __m512 value = _mm512_cvtepi32_ps(_mm512_sub_epi32(dot, offsets[t]));
+        acc[r][t] = _mm512_fmadd_ps(value, _mm512_mul_ps(w_scale, x_scale[t]), acc[r][t]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) store_output(p, t0 + t, n0 + r, reduce16(acc[r][t]));
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
+// Calls tile.template operator()<R, T>(n0, t0) over rows [row_begin, row_end) and every token,
+// token tiles outermost so that the rows stay in cache while each token tile passes over them.
+// A lone token streams DECODE_ROWS rows at a time (more loads in flight for decode); otherwise
+// ROWS rows meet up to four tokens.
+template <int DECODE_ROWS, int ROWS, class Tile>
+void over_tiles(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end, const Tile& tile) {
+  constexpr std::int64_t max_tokens = 4;
+  for (std::int64_t t0 = 0; t0 < p.tokens; t0 += max_tokens) {
+    const auto run = [&]<int R, int T>() {
+      std::int64_t n = row_begin;
+      for (; n + R <= row_end; n += R) tile.template operator()<R, T>(n, t0);
+      for (; n < row_end; ++n) tile.template operator()<1, T>(n, t0);
+    };
+    switch (std::min(max_tokens, p.tokens - t0)) {
+      case 1: run.template operator()<DECODE_ROWS, 1>(); break;
+      case 2: run.template operator()<ROWS, 2>(); break;
+      case 3: run.template operator()<ROWS, 3>(); break;
+      default: run.template operator()<ROWS, 4>(); break;
+    }
+  }
+}
+
+// Tile shapes: 16 accumulators, 4 weight and 4 scale registers of AVX-512's 32; AVX2 has 16.
+constexpr int vnni_decode_rows = 8;
+constexpr int vnni_rows = 4;
+constexpr int avx2_decode_rows = 4;
+constexpr int avx2_rows = 2;
+
+}  // namespace
+
+integer_matmul::integer_matmul(const matmul_params& p, isa level, int8_activations& x, std::vector<float>& group_sums)
+    : p_(p), x_(x) {
+  path_ = level >= isa::avx512_vnni ? isa::avx512_vnni : level >= isa::avx2 ? isa::avx2 : isa::generic;
+  group_size_ = p.w.format == weight_format::int8 ? int8_traits::group_size : p.w.group_size;
+  groups_ = p.k / group_size_;
+  code_order order = code_order::natural;
+  if (path_ == isa::avx512_vnni) {
+    order = p.w.format == weight_format::int4 ? code_order::int4_spans : code_order::int8_spans;
+  }
+  quantize_activations(p.x, p.tokens, p.k, p.x_stride, order, x);
+  if (path_ != isa::avx2 || p.w.format != weight_format::int4) return;
+  // U(t, g) for the AVX2 INT4 kernel, which multiplies shifted codes and corrects at the end.
+  if (static_cast<std::int64_t>(group_sums.size()) < p.tokens * groups_) {
+    group_sums.resize(static_cast<std::size_t>(p.tokens * groups_));
+  }
+  const std::int64_t blocks_per_group = group_size_ / block;
+  for (std::int64_t t = 0; t < p.tokens; ++t) {
+    const float* scales = x.scales_of(t);
+    const std::int32_t* sums = x.sums16_of(t);
+    for (std::int64_t g = 0; g < groups_; ++g) {
+      float u = 0.0f;
+      for (std::int64_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
+        u += scales[b] * static_cast<float>(sums[2 * b] + sums[2 * b + 1]);
+      }
+      group_sums[static_cast<std::size_t>(t * groups_ + g)] = u;
+    }
+  }
+  group_sums_ = group_sums.data();
+}
+
+void integer_matmul::rows(std::int64_t row_begin, std::int64_t row_end) const {
+  const prepared_call c{.p = &p_, .x = &x_, .group_sums = group_sums_, .groups = groups_, .group_size = group_size_};
+  const auto dispatch = [&]<weight_format F>() {
+#if defined(__x86_64__)
+    if (path_ == isa::avx512_vnni) {
+      over_tiles<vnni_decode_rows, vnni_rows>(p_, row_begin, row_end, [&]<int R, int T>(std::int64_t n0, std::int64_t t0) {
+        tile_vnni<F, R, T>(c, n0, t0);
+      });
+      return;
+    }
+    if (path_ == isa::avx2) {
+      over_tiles<avx2_decode_rows, avx2_rows>(p_, row_begin, row_end, [&]<int R, int T>(std::int64_t n0, std::int64_t t0) {
+        tile_avx2<F, R, T>(c, n0, t0);
+      });
+      return;
+    }
+#endif
+    rows_generic(c, row_begin, row_end);
+  };
+  if (p_.w.format == weight_format::int4) {
+    dispatch.template operator()<weight_format::int4>();
+  } else {
+    dispatch.template operator()<weight_format::int8>();
   }
 }
 

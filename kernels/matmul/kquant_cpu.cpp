@@ -6,20 +6,15 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/prefetch.h"
+#include "kernels/matmul/output.h"
+
 namespace edge::kernels::cpu {
 namespace {
 
 using activation_traits = int8_activation_traits;
 constexpr std::int64_t block_elements = kquant_traits::block_elements;
 constexpr std::int64_t spans_per_block = block_elements / activation_traits::sum_span;
-
-// One output element from its dot product: the bias, the residual.
-inline void store_output(const matmul_params& p, std::int64_t t, std::int64_t n, float dot) {
-  float value = dot;
-  if (p.bias != nullptr) value += p.bias[n];
-  float& out = p.y[t * p.y_stride + n];
-  out = p.accumulate ? out + value : value;
-}
 
 const std::uint8_t* row_blocks(const matmul_params& p, std::int64_t n) {
   return static_cast<const std::uint8_t*>(p.w.values) + weight_values_bytes(p.w.format, n, p.k);
@@ -81,6 +76,30 @@ void rows_generic(const matmul_params& p, const int8_activations& x, std::int64_
   }
 }
 
+// The float reference: each block decoded exactly, lane j of 16 taking the elements k ≡ j mod 16
+// in increasing k, added in the f32 matmul's tree.
+template <weight_format F>
+void rows_exact(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
+  constexpr std::int64_t lanes = 16;
+  constexpr std::int64_t bytes = kquant_block_bytes(F);
+  float decoded[block_elements];
+  for (std::int64_t n = row_begin; n < row_end; ++n) {
+    const std::uint8_t* row = row_blocks(p, n);
+    for (std::int64_t t = 0; t < p.tokens; ++t) {
+      const float* x = p.x + t * p.x_stride;
+      float partial[lanes] = {};
+      for (std::int64_t b = 0; b < p.k / block_elements; ++b) {
+        kquant_dequantize_block(F, row + b * bytes, decoded);
+        for (std::int64_t i = 0; i < block_elements; ++i) partial[i % lanes] += decoded[i] * x[b * block_elements + i];
+      }
+      for (std::int64_t width = lanes / 2; width > 0; width /= 2) {
+        for (std::int64_t j = 0; j < width; ++j) partial[j] += partial[j + width];
+      }
+      store_output(p, t, n, partial[0]);
+    }
+  }
+}
+
 // ---- AVX-512 VNNI path ------------------------------------------------------------------------
 
 #if defined(__x86_64__)
@@ -94,8 +113,7 @@ void rows_generic(const matmul_params& p, const int8_activations& x, std::int64_
 
 constexpr std::int64_t quarter = 64;  // codes per 512-bit register
 constexpr int quarters = static_cast<int>(block_elements / quarter);
-// How far ahead of its reads each row of a tile is prefetched (as the float tiles do: 1 KiB).
-constexpr std::int64_t prefetch_distance = 1024;
+constexpr std::int64_t cache_line = 64;
 
 // A row's super-block, unpacked for every token of a tile.
 struct unpacked_block {
@@ -195,19 +213,15 @@ EDGE_VNNI void tile_vnni(const matmul_params& p, const int8_activations& x, cons
                                                                            13, 14, 15),
                                                          2));
   }
+  const void* values = p.w.values;
   for (std::int64_t b = 0; b < blocks; ++b) {
+    // A block spans up to four cache lines: each is asked for once, prefetch_distance ahead.
+    for (std::int64_t line = b * bytes / cache_line; line <= ((b + 1) * bytes - 1) / cache_line; ++line) {
+      if (line * cache_line >= b * bytes) prefetch_rows<R>(values, row_bytes, n0, line * cache_line);
+    }
     unpacked_block w[R];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const std::int64_t at = b * bytes;
-      // The next tile's rows once this one's end is near.
-      const std::uint8_t* ahead = at + prefetch_distance < row_bytes ? rows[r] + at + prefetch_distance
-                                                                     : rows[r] + R * row_bytes + at + prefetch_distance - row_bytes;
-      _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ahead) + 64, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(ahead) + 128, _MM_HINT_T0);
-      unpack<F>(rows[r] + at, w[r]);
-    }
+    for (int r = 0; r < R; ++r) unpack<F>(rows[r] + b * bytes, w[r]);
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const std::int8_t* codes = x.codes_of(t0 + t) + b * block_elements;
@@ -232,7 +246,7 @@ EDGE_VNNI void tile_vnni(const matmul_params& p, const int8_activations& x, cons
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) store_output(p, t0 + t, n0 + r, _mm512_reduce_add_ps(acc[r][t]));
+    for (int r = 0; r < R; ++r) store_output(p, t0 + t, n0 + r, reduce16(acc[r][t]));
   }
 }
 
@@ -275,28 +289,20 @@ void dispatch_kquant(weight_format format, Fn&& f) {
     case weight_format::f16:
     case weight_format::bf16:
     case weight_format::fp8_e4m3:
-    case weight_format::int4: return;  // not K-quants: run_matmul's other kernels take them
+    case weight_format::int4:
+    case weight_format::int8: return;  // not K-quants: run_matmul's other kernels take them
   }
 }
 
 }  // namespace
 
-bool kquant_vnni_supported() {
-#if defined(__x86_64__)
-  static const bool supported = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vnni") != 0;
-  }();
-  return supported && active_isa() == isa::avx512;
-#else
-  return false;
-#endif
-}
-
-kquant_matmul::kquant_matmul(const matmul_params& p, bool vnni, int8_activations& x, std::vector<float>& spans)
-    : p_(p), x_(x), vnni_(vnni && kquant_vnni_supported()) {
+kquant_matmul::kquant_matmul(const matmul_params& p, isa level, int8_activations& x, std::vector<float>& spans)
+    : p_(p), x_(x) {
+  exact_ = p.exact_activations || !quantized_activations();
+  if (exact_) return;
+  path_ = level >= isa::avx512_vnni ? isa::avx512_vnni : isa::generic;
   quantize_activations(p.x, p.tokens, p.k, p.x_stride, code_order::natural, x);
-  if (!vnni_) return;
+  if (path_ != isa::avx512_vnni) return;
   const std::int64_t count = p.k / activation_traits::sum_span;
   if (static_cast<std::int64_t>(spans.size()) < 2 * p.tokens * count) {
     spans.resize(static_cast<std::size_t>(2 * p.tokens * count));
@@ -319,11 +325,9 @@ kquant_matmul::kquant_matmul(const matmul_params& p, bool vnni, int8_activations
 
 void kquant_matmul::rows(std::int64_t row_begin, std::int64_t row_end) const {
   dispatch_kquant(p_.w.format, [&]<weight_format F>() {
+    if (exact_) return rows_exact<F>(p_, row_begin, row_end);
 #if defined(__x86_64__)
-    if (vnni_) {
-      rows_vnni<F>(p_, x_, span_scales_, span_sums_, row_begin, row_end);
-      return;
-    }
+    if (path_ == isa::avx512_vnni) return rows_vnni<F>(p_, x_, span_scales_, span_sums_, row_begin, row_end);
 #endif
     rows_generic<F>(p_, x_, row_begin, row_end);
   });

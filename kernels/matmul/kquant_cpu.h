@@ -16,9 +16,11 @@
 // Paths: generic (portable C++, the reference: the formulas above, sub-block after sub-block in
 // increasing k) and AVX-512 VNNI (vpdpbusd: the unsigned weight codes times the signed
 // activation codes, four products per 32-bit lane; 16 float lanes accumulate each lane's share
-// of k, added once at the end). Each output's summation order depends only on k and the path,
-// so a token gets bit-identical results alone or in any batch. The two paths agree within
-// float rounding.
+// of k, added once at the end); and, where matmul_params::exact_activations or
+// EDGE_CPU_ACTIVATIONS=exact asks, the float reference: the exactly decoded weights times the
+// activations as they are, in the f32 matmul's 16 lanes. Each output's summation order depends
+// only on k and the path, so a token gets bit-identical results alone or in any batch. The paths
+// agree within float rounding.
 //
 // Blocking: threads take blocks of rows (run_matmul's); inside, tiles of up to 4 rows × 4
 // tokens: a row's super-block is unpacked once (its codes to 256 bytes in element order, its
@@ -35,23 +37,24 @@
 
 namespace edge::kernels::cpu {
 
-// Whether the CPU can take the AVX-512 VNNI path (the generic one serves every CPU).
-bool kquant_vnni_supported();
-
-// Construction quantizes the activations into the caller's scratch (on the calling thread);
-// rows() may then run on any threads, each over its own rows. The caller has checked the shapes
-// (run_matmul does); w is a K-quant and k a multiple of 256. p, x and spans must outlive it.
+// y = x · wᵀ for K-quant weights, on the most capable path at or below `level` (the float
+// reference when the call or EDGE_CPU_ACTIVATIONS asks for exact activations). Construction
+// quantizes the activations into the caller's scratch (on the calling thread); rows() may then
+// run on any threads, each over its own rows. The caller has checked the shapes (run_matmul
+// does); w is a K-quant and k a multiple of 256. p, x and spans must outlive it.
 class kquant_matmul {
  public:
-  // `vnni`: take the AVX-512 VNNI path (only where kquant_vnni_supported()).
-  kquant_matmul(const matmul_params& p, bool vnni, int8_activations& x, std::vector<float>& spans);
+  kquant_matmul(const matmul_params& p, isa level, int8_activations& x, std::vector<float>& spans);
   void rows(std::int64_t row_begin, std::int64_t row_end) const;
+  isa path() const { return path_; }
+  bool exact() const { return exact_; }
 
  private:
   const matmul_params& p_;
   const int8_activations& x_;
-  bool vnni_ = false;
-  // AVX-512 only: per token and span of 16 elements, the span's activation scale and that
+  isa path_ = isa::generic;
+  bool exact_ = false;
+  // AVX-512 VNNI only: per token and span of 16 elements, the span's activation scale and that
   // scale times the span's code sum.
   const float* span_scales_ = nullptr;  // [tokens, k / 16]
   const float* span_sums_ = nullptr;    // [tokens, k / 16]

@@ -711,7 +711,7 @@ status run_matmul(const matmul_params& p, const stream& s) {
   }
   if (p.w.values == nullptr) return invalid_argument("matmul: no weights");
   if (!cuda_matmul_reads(p.w.format)) {
-    return invalid_argument(format("matmul: the CUDA kernels do not read {} weights (widen them to bf16 on upload)",
+    return invalid_argument(format("matmul: the CUDA kernels do not read {} weights (the CUDA placement widens them)",
                                    to_string(p.w.format)));
   }
   if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("matmul: quantized weights need scales");
@@ -745,6 +745,7 @@ status run_matmul(const matmul_params& p, const stream& s) {
     case weight_format::bf16: return run_format<weight_format::bf16>(p, a, stream);
     case weight_format::fp8_e4m3: return run_format<weight_format::fp8_e4m3>(p, a, stream);
     case weight_format::int4: return run_format<weight_format::int4>(p, a, stream);
+    case weight_format::int8:
     case weight_format::q4_k:
     case weight_format::q5_k:
     case weight_format::q6_k: break;  // refused above

@@ -1,7 +1,7 @@
 // y = x · wᵀ (+ bias) (+ y): activations in float, weights in any weight format (f32, f16,
-// bf16, FP8 with row scales, INT4 with group scales, and on the CPU GGUF's Q4_K / Q5_K / Q6_K:
-// edge/kernels/weight_format.h), widened and dequantized in registers (no dequantized copy of
-// the weights).
+// bf16, FP8 with row scales, INT4 with group scales, and on the CPU INT8 and GGUF's Q4_K / Q5_K
+// / Q6_K: edge/kernels/weight_format.h), widened and dequantized in registers (no dequantized copy
+// of the weights).
 //
 // On the CPU each output element is one dot product over k whose summation order depends only
 // on k, not on how many tokens or rows are computed together. A sequence therefore gets
@@ -16,10 +16,9 @@
 // (dequantize in kernels/quantize/quantize.h): for INT4 each weight is float(q) × scale exactly,
 // so the INT4 result is bit-identical to the f32 matmul of the dequantized matrix; FP8 applies
 // its row scale once to the row's dot product, which rounds differently (within 1e-6 relative).
-// The K-quants are the exception: the CPU quantizes the activations to int8 per block of 32 and
-// multiplies integers (kernels/matmul/kquant_cpu.h says what it computes), so their result is
-// the matmul of the dequantized weights with activations rounded to about 2^-8 of each block's
-// largest magnitude.
+// On the CPU, INT4 and INT8 weights take integer dot products over activations quantized to
+// int8 unless exact_activations asks for that float reference (integer_dot.h: the numerics), and
+// so do the GGUF K-quants (kquant_cpu.h says what it computes; their float reference is there too).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +40,10 @@ struct matmul_params {
   std::int64_t x_stride = 0;
   std::int64_t y_stride = 0;
   bool accumulate = false;     // y += x · wᵀ (fuses a residual add)
+  // CPU only: INT4 (groups of 32 or more) and INT8 weights multiply activations quantized to
+  // int8 (kernels/matmul/integer_dot.h) unless this asks for the float kernels, the exact
+  // reference (EDGE_CPU_ACTIVATIONS=exact asks it of every call).
+  bool exact_activations = false;
   // CUDA only: scratch for splitting k across blocks when the output alone would leave the
   // GPU idle (few rows, a batch of 9+ tokens). Null (or too small) computes without a split.
   float* workspace = nullptr;  // [workspace_floats]
@@ -56,23 +59,6 @@ inline constexpr std::int64_t matmul_split_max_tokens = 256;
 // of up to `tokens` tokens and `n` output rows.
 constexpr std::int64_t matmul_workspace_floats(std::int64_t tokens, std::int64_t n) {
   return matmul_max_split_k * (tokens < matmul_split_max_tokens ? tokens : matmul_split_max_tokens) * n;
-}
-
-// Whether the CUDA kernels (matmul, MoE experts, dequantize) read weights of the format. They
-// refuse the others with invalid_argument; the CUDA executor widens such a matrix to bf16 on the
-// host as it uploads it (the K-quants, which the CPU kernels read in place).
-constexpr bool cuda_matmul_reads(weight_format f) {
-  switch (f) {
-    case weight_format::f32:
-    case weight_format::f16:
-    case weight_format::bf16:
-    case weight_format::fp8_e4m3:
-    case weight_format::int4: return true;
-    case weight_format::q4_k:
-    case weight_format::q5_k:
-    case weight_format::q6_k: return false;
-  }
-  return false;
 }
 
 // Whether the CUDA matmul runs a call on tensor cores, rounding x to bf16 (weights stay exact:

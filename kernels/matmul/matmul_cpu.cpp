@@ -22,15 +22,16 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/matmul/integer_dot.h"
 #include "kernels/matmul/kquant_cpu.h"
+#include "kernels/matmul/output.h"
 
 namespace edge::kernels {
 namespace {
 
 constexpr std::int64_t lanes = 16;
-// How far ahead of the loads each weight row is prefetched (measured best on Zen 4: 1 KiB).
-constexpr std::int64_t prefetch_distance = 1024;
 constexpr std::int64_t rows_per_block = 64;
 constexpr std::int64_t runs_per_thread = 4;
 // Below this many multiply-adds a call is cheaper on one thread than split across the pool.
@@ -48,13 +49,7 @@ constexpr dtype element_of() {
   return *element_dtype(F);
 }
 
-// One output element from its dot product: the FP8 row scale, the bias, the residual.
-inline void store_output(const matmul_params& p, std::int64_t t, std::int64_t n, float dot) {
-  float value = dot;
-  if (p.bias != nullptr) value += p.bias[n];
-  float& out = p.y[t * p.y_stride + n];
-  out = p.accumulate ? out + value : value;
-}
+using cpu::store_output;
 
 // How an INT4 chunk of 32 elements finds its scales: one for the whole chunk (group_size >= 32),
 // one per half (16), or one per lane (8 and below, gathered with a permute).
@@ -68,6 +63,9 @@ inline float generic_weight(const matmul_params& p, std::int64_t n, std::int64_t
   if constexpr (F == weight_format::int4) {
     const auto* row = static_cast<const std::uint8_t*>(p.w.values) + n * int4_row_bytes(p.k);
     return static_cast<float>(int4_get(row, k)) * p.w.scales[n * (p.k / p.w.group_size) + k / p.w.group_size];
+  } else if constexpr (F == weight_format::int8) {
+    constexpr std::int64_t g = int8_traits::group_size;
+    return static_cast<float>(static_cast<const std::int8_t*>(p.w.values)[n * p.k + k]) * p.w.scales[n * (p.k / g) + k / g];
   } else {
     return cpu::load_as_float<element_of<F>()>(p.w.values, n * p.k + k);
   }
@@ -134,32 +132,6 @@ EDGE_AVX512 inline __m512 load_weights(const void* base, std::int64_t index, __m
   }
 }
 
-// Adds 16 lanes in the same pairwise tree as the portable path.
-EDGE_AVX512 inline float reduce_lanes(__m512 v) {
-  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 quarter = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
-  const __m128 eighth = _mm_add_ps(quarter, _mm_movehl_ps(quarter, quarter));
-  const __m128 last = _mm_add_ss(eighth, _mm_shuffle_ps(eighth, eighth, 1));
-  return _mm_cvtss_f32(last);
-}
-
-// Near the end of a row the prefetch moves on to the same row of the next tile, so a tile
-// starts with its first bytes already on the way. Hardware prefetchers alone leave bandwidth
-// unused with this many interleaved streams.
-template <int R>
-EDGE_AVX512 inline void prefetch_rows(const void* base, std::int64_t row_bytes, std::int64_t n0, std::int64_t at) {
-  std::int64_t ahead = at + prefetch_distance;
-  std::int64_t ahead_row = n0;
-  if (ahead >= row_bytes) {
-    ahead -= row_bytes;
-    ahead_row += R;
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    _mm_prefetch(static_cast<const char*>(base) + (ahead_row + r) * row_bytes + ahead, _MM_HINT_T0);
-  }
-}
-
 // Writes a tile's outputs; FP8 rows get their scale here.
 template <dtype W, int R, int T>
 EDGE_AVX512 inline void store_tile(const matmul_params& p, std::int64_t n0, std::int64_t t0, const __m512 (&acc)[R][T]) {
@@ -167,7 +139,7 @@ EDGE_AVX512 inline void store_tile(const matmul_params& p, std::int64_t n0, std:
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      float dot = reduce_lanes(acc[r][t]);
+      float dot = cpu::reduce16(acc[r][t]);
       if constexpr (W == dtype::fp8_e4m3) dot *= p.w.scales[n0 + r] * fp8_via_fp16_factor;
       store_output(p, t0 + t, n0 + r, dot);
     }
@@ -193,7 +165,7 @@ EDGE_AVX512 void matmul_tile_avx512(const matmul_params& p, std::int64_t n0, std
   const std::int64_t row_bytes = p.k * weight_bytes;
 
   const auto step = [&](std::int64_t k, __mmask16 mask) EDGE_AVX512_LAMBDA {
-    prefetch_rows<R>(p.w.values, row_bytes, n0, k * weight_bytes);
+    cpu::prefetch_rows<R>(p.w.values, row_bytes, n0, k * weight_bytes);
     __m512 w[R];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) w[r] = load_weights<W>(p.w.values, (n0 + r) * p.k + k, mask);
@@ -263,7 +235,7 @@ EDGE_AVX512 void matmul_tile_int4(const matmul_params& p, std::int64_t n0, std::
   const auto step = [&](std::int64_t chunk, __mmask16 low_mask, __mmask16 high_mask) EDGE_AVX512_LAMBDA {
     const std::int64_t first = chunk * int4_traits::chunk_elements;
     const std::int64_t at = chunk * int4_traits::chunk_bytes;
-    if (at % cache_line_bytes == 0) prefetch_rows<R>(values, row_bytes, n0, at);
+    if (at % cache_line_bytes == 0) cpu::prefetch_rows<R>(values, row_bytes, n0, at);
     const bool has_high = high_mask != 0;
     __m512 w_low[R], w_high[R];
 #pragma GCC unroll 8
@@ -359,9 +331,12 @@ EDGE_AVX512 void matmul_rows_avx512(const matmul_params& p, std::int64_t row_beg
 template <weight_format F, int4_scales S>
 void matmul_rows(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
 #if defined(__x86_64__)
-  if (cpu::active_isa() == cpu::isa::avx512) {
-    matmul_rows_avx512<F, S>(p, row_begin, row_end);
-    return;
+  // INT8 has no float tile: it takes the integer kernels, or this reference.
+  if constexpr (F != weight_format::int8) {
+    if (cpu::has(cpu::isa::avx512)) {
+      matmul_rows_avx512<F, S>(p, row_begin, row_end);
+      return;
+    }
   }
 #endif
   matmul_rows_generic<F>(p, row_begin, row_end);
@@ -376,6 +351,7 @@ void dispatch_weights(const weight_view& w, Fn&& f) {
     case weight_format::f16: return f.template operator()<weight_format::f16, int4_scales::per_chunk>();
     case weight_format::bf16: return f.template operator()<weight_format::bf16, int4_scales::per_chunk>();
     case weight_format::fp8_e4m3: return f.template operator()<weight_format::fp8_e4m3, int4_scales::per_chunk>();
+    case weight_format::int8: return f.template operator()<weight_format::int8, int4_scales::per_chunk>();
     case weight_format::int4:
       if (w.group_size >= int4_traits::chunk_elements) {
         return f.template operator()<weight_format::int4, int4_scales::per_chunk>();
@@ -405,6 +381,9 @@ status run_matmul(const matmul_params& p, const stream& s) {
     return invalid_argument(
         edge::format("matmul: INT4 group size {} is not a power of two dividing k = {}", p.w.group_size, p.k));
   }
+  if (p.w.format == weight_format::int8 && p.k % int8_traits::group_size != 0) {
+    return invalid_argument(edge::format("matmul: INT8 rows need k a multiple of {}, not {}", int8_traits::group_size, p.k));
+  }
   if (is_k_quant(p.w.format) && p.k % kquant_traits::block_elements != 0) {
     return invalid_argument(edge::format("matmul: {} rows need k a multiple of {}, not {}", to_string(p.w.format),
                                          kquant_traits::block_elements, p.k));
@@ -418,15 +397,20 @@ status run_matmul(const matmul_params& p, const stream& s) {
   // runs are still small enough to even out a thread that falls behind.
   const std::int64_t threads = where.pool != nullptr ? static_cast<std::int64_t>(where.pool->size()) + 1 : 1;
   const std::int64_t grain = std::max<std::int64_t>(1, blocks / (threads * runs_per_thread));
-  if (is_k_quant(p.w.format)) {
-    // The caller's thread quantizes the activations once; the pool's threads only read them.
-    thread_local cpu::int8_activations activations;
-    thread_local std::vector<float> spans;
-    const cpu::kquant_matmul call(p, cpu::kquant_vnni_supported(), activations, spans);
+  // The caller's thread quantizes the activations once (into scratch of its own, reused across
+  // calls); the pool's threads only read them.
+  thread_local cpu::int8_activations activations;
+  thread_local std::vector<float> scratch;
+  const auto run_rows = [&](const auto& call) {
     cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
       call.rows(block_begin * rows_per_block, std::min(p.n, block_end * rows_per_block));
     });
-    return {};
+    return status{};
+  };
+  // The K-quants' exact-activation reference is kquant_matmul's too: it takes every such call.
+  if (is_k_quant(p.w.format)) return run_rows(cpu::kquant_matmul(p, cpu::active_isa(), activations, scratch));
+  if (cpu::integer_dot_reads(p.w) && !p.exact_activations && cpu::quantized_activations()) {
+    return run_rows(cpu::integer_matmul(p, cpu::active_isa(), activations, scratch));
   }
   dispatch_weights(p.w, [&]<weight_format F, int4_scales S>() {
     cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {

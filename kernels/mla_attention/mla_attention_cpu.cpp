@@ -172,7 +172,7 @@ status run_mla_attention(const mla_attention_params& p, const stream& s) {
     }
   }
 #if defined(__x86_64__)
-  if (cpu::active_isa() == cpu::isa::avx512) {
+  if (cpu::has(cpu::isa::avx512)) {
     run_mla_with<avx512_ops>(p, s);
     return {};
   }
@@ -244,7 +244,7 @@ status run_dsa_select(const dsa_select_params& p, const stream& s) {
                                                 p.block_size, p.num_blocks, t));
   }
 #if defined(__x86_64__)
-  if (cpu::active_isa() == cpu::isa::avx512) {
+  if (cpu::has(cpu::isa::avx512)) {
     run_select_with<avx512_ops>(p, s);
     return {};
   }
@@ -376,7 +376,7 @@ status run_mla_prefill(const mla_prefill_params& p, const stream& s) {
   }
   if (p.tokens == 0) return {};
 #if defined(__x86_64__)
-  if (cpu::active_isa() == cpu::isa::avx512) return run_prefill_with<avx512_ops>(p, s);
+  if (cpu::has(cpu::isa::avx512)) return run_prefill_with<avx512_ops>(p, s);
 #endif
   return run_prefill_with<generic_ops>(p, s);
 }

@@ -137,7 +137,7 @@ status run_paged_attention(const paged_attention_params& p, const stream& s) {
                                                 p.block_size, p.num_blocks, t));
   }
 #if defined(__x86_64__)
-  if (cpu::active_isa() == cpu::isa::avx512) {
+  if (cpu::has(cpu::isa::avx512)) {
     run_with<avx512_ops>(p, s);
     return {};
   }

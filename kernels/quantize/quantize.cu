@@ -84,6 +84,9 @@ __global__ void __launch_bounds__(quantize_threads)
     if constexpr (F == weight_format::int4) {
       const auto* packed = static_cast<const std::uint8_t*>(w.values) + row * int4_row_bytes(k);
       value = static_cast<float>(int4_get(packed, i)) * w.scales[row * (k / w.group_size) + i / w.group_size];
+    } else if constexpr (F == weight_format::int8) {
+      value = static_cast<float>(static_cast<const std::int8_t*>(w.values)[row * k + i]) *
+              w.scales[row * (k / int8_traits::group_size) + i / int8_traits::group_size];
     } else if constexpr (F == weight_format::fp8_e4m3) {
       value = fp8_bits_to_float(static_cast<const std::uint8_t*>(w.values)[row * k + i]) * w.scales[row];
     } else if constexpr (F == weight_format::bf16) {
@@ -105,7 +108,7 @@ status run_quantize(const quantize_params& p, const stream& s) {
     return invalid_argument("quantize: the INT4 group size must be a power of two dividing k");
   }
   if (p.format != weight_format::int4 && p.format != weight_format::fp8_e4m3) {
-    return invalid_argument("quantize: the target must be int4 or fp8");
+    return invalid_argument("quantize: the device quantizes to int4 or fp8");
   }
   if (p.rows == 0) return {};
   const auto blocks = static_cast<unsigned>(p.rows);
@@ -121,7 +124,7 @@ status run_quantize(const quantize_params& p, const stream& s) {
 
 status run_dequantize(const dequantize_params& p, const stream& s) {
   if (p.rows < 0 || p.k <= 0 || p.row_begin < 0 || p.y_stride < p.k) return invalid_argument("dequantize: bad shape or stride");
-  if (!cuda_matmul_reads(p.w.format)) {
+  if (is_k_quant(p.w.format)) {
     return invalid_argument(format("dequantize: the CUDA kernels do not read {} weights", to_string(p.w.format)));
   }
   if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("dequantize: scales missing");
@@ -140,6 +143,7 @@ status run_dequantize(const dequantize_params& p, const stream& s) {
     case weight_format::bf16: return launch.template operator()<weight_format::bf16>();
     case weight_format::fp8_e4m3: return launch.template operator()<weight_format::fp8_e4m3>();
     case weight_format::int4: return launch.template operator()<weight_format::int4>();
+    case weight_format::int8: return launch.template operator()<weight_format::int8>();
     case weight_format::q4_k:
     case weight_format::q5_k:
     case weight_format::q6_k: break;  // refused above

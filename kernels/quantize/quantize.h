@@ -1,4 +1,4 @@
-// Weight quantization to the INT4 and FP8 weight formats, and dequantization of any weight
+// Weight quantization to the INT4, INT8 and FP8 weight formats, and dequantization of any weight
 // format back to float (layouts and rounding rules: edge/kernels/weight_format.h).
 //
 // Both are exact functions of their inputs: quantizing the same rows gives the same bytes
@@ -20,10 +20,10 @@ struct quantize_params {
   std::int64_t rows = 0;
   std::int64_t k = 0;
   std::int64_t x_stride = 0;
-  weight_format format = weight_format::int4;  // int4 or fp8_e4m3
-  std::int64_t group_size = 0;     // int4: a power of two dividing k
-  void* values;                    // int4: [rows, int4_row_bytes(k)] bytes; fp8: [rows, k] codes
-  float* scales;                   // int4: [rows, k / group_size]; fp8: [rows]
+  weight_format format = weight_format::int4;  // int4, int8 or fp8_e4m3
+  std::int64_t group_size = 0;     // int4: a power of two dividing k (int8: always 32)
+  void* values;                    // int4: [rows, int4_row_bytes(k)] bytes; int8, fp8: [rows, k] codes
+  float* scales;                   // int4: [rows, k / group_size]; int8: [rows, k / 32]; fp8: [rows]
 };
 
 // Parallel over rows on the stream's pool. invalid_argument for a plain format or a bad group.

@@ -33,6 +33,14 @@ void quantize_int4_row(const float* x, std::int64_t k, std::int64_t group_size, 
   }
 }
 
+void quantize_int8_row(const float* x, std::int64_t k, std::int8_t* values, float* scales) {
+  constexpr std::int64_t g = int8_traits::group_size;
+  for (std::int64_t b = 0; b < k / g; ++b) {
+    scales[b] = int8_scale(max_magnitude(x + b * g, g));
+    for (std::int64_t i = b * g; i < (b + 1) * g; ++i) values[i] = static_cast<std::int8_t>(int8_quantize(x[i], scales[b]));
+  }
+}
+
 void quantize_fp8_row(const float* x, std::int64_t k, std::uint8_t* values, float* scale) {
   *scale = fp8_weight_scale(max_magnitude(x, k));
   for (std::int64_t i = 0; i < k; ++i) values[i] = fp8_weight_code(x[i], *scale);
@@ -44,6 +52,12 @@ void dequantize_row(const weight_view& w, std::int64_t k, std::int64_t row, floa
       const auto* values = static_cast<const std::uint8_t*>(w.values) + row * int4_row_bytes(k);
       const float* scales = w.scales + row * (k / w.group_size);
       for (std::int64_t i = 0; i < k; ++i) y[i] = static_cast<float>(int4_get(values, i)) * scales[i / w.group_size];
+      return;
+    }
+    case weight_format::int8: {
+      const auto* values = static_cast<const std::int8_t*>(w.values) + row * k;
+      const float* scales = w.scales + row * (k / int8_traits::group_size);
+      for (std::int64_t i = 0; i < k; ++i) y[i] = static_cast<float>(values[i]) * scales[i / int8_traits::group_size];
       return;
     }
     case weight_format::fp8_e4m3: {
@@ -80,15 +94,19 @@ status run_quantize(const quantize_params& p, const stream& s) {
   if (p.format == weight_format::int4 && !valid_int4_group_size(p.group_size, p.k)) {
     return invalid_argument("quantize: the INT4 group size must be a power of two dividing k");
   }
-  if (p.format != weight_format::int4 && p.format != weight_format::fp8_e4m3) {
-    return invalid_argument("quantize: the target must be int4 or fp8");
+  if (p.format == weight_format::int8 && p.k % int8_traits::group_size != 0) {
+    return invalid_argument("quantize: INT8 rows need k a multiple of 32");
   }
+  if (!has_scales(p.format)) return invalid_argument("quantize: the target must be int4, int8 or fp8");
   cpu::parallel_for(s, p.rows, rows_per_chunk, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const float* x = p.x + r * p.x_stride;
       if (p.format == weight_format::int4) {
         quantize_int4_row(x, p.k, p.group_size, static_cast<std::uint8_t*>(p.values) + r * int4_row_bytes(p.k),
                           p.scales + r * (p.k / p.group_size));
+      } else if (p.format == weight_format::int8) {
+        quantize_int8_row(x, p.k, static_cast<std::int8_t*>(p.values) + r * p.k,
+                          p.scales + r * (p.k / int8_traits::group_size));
       } else {
         quantize_fp8_row(x, p.k, static_cast<std::uint8_t*>(p.values) + r * p.k, p.scales + r);
       }
@@ -105,6 +123,9 @@ status run_dequantize(const dequantize_params& p, const stream& s) {
   if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("dequantize: scales missing");
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
     return invalid_argument("dequantize: the INT4 group size must be a power of two dividing k");
+  }
+  if (p.w.format == weight_format::int8 && p.k % int8_traits::group_size != 0) {
+    return invalid_argument("dequantize: INT8 rows need k a multiple of 32");
   }
   if (is_k_quant(p.w.format) && p.k % kquant_traits::block_elements != 0) {
     return invalid_argument("dequantize: K-quant rows must be whole super-blocks of 256");

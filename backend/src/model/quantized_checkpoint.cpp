@@ -20,6 +20,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/json_text.h"
 #include "hf_config_text.h"
+#include "kernels/quantize/quantize.h"
 
 namespace edge::backend {
 namespace {
@@ -67,6 +68,12 @@ output_tensor plain_tensor(std::string name, const tensor_view& view, row_map ro
     return {};
   };
   return t;
+}
+
+// The quantized formats a compressed-tensors checkpoint holds as such: pack-quantized INT4 and
+// float-quantized FP8. The others (INT8, the GGUF K-quants) are written exactly as f32.
+bool compressed_tensors_holds(weight_format format) {
+  return format == weight_format::int4 || format == weight_format::fp8_e4m3;
 }
 
 // A weight matrix under `stem` ("model.layers.0.self_attn.q_proj."): weight_packed /
@@ -131,9 +138,26 @@ void add_matrix(std::vector<output_tensor>& plan, const std::string& stem, const
       plan.push_back(plain_tensor(stem + "weight", plain, rows_of));
       return;
     }
+    case weight_format::int8:
     case weight_format::q4_k:
     case weight_format::q5_k:
-    case weight_format::q6_k: break;  // never planned: checkpoint_plan::unwritable
+    case weight_format::q6_k: {
+      // compressed-tensors has no layout for these: written exactly, as f32 (a float module).
+      output_tensor decoded{.name = stem + "weight", .type = {.type = kernels::dtype::f32}, .shape = {rows, cols}};
+      decoded.write = [w, rows, cols, rows_of](atomic_file& out) -> status {
+        std::vector<float> row(static_cast<std::size_t>(cols));  // [cols]
+        const kernels::weight_view view{.format = w.format, .values = w.data, .scales = w.scales,
+                                        .group_size = w.group_size};
+        for (std::int64_t r = 0; r < rows; ++r) {
+          EDGE_RETURN_IF_ERROR(kernels::run_dequantize(
+              {.w = view, .k = cols, .row_begin = rows_of(r), .rows = 1, .y = row.data(), .y_stride = cols}, {}));
+          EDGE_RETURN_IF_ERROR(out.write(row.data(), row.size() * sizeof(float)));
+        }
+        return {};
+      };
+      plan.push_back(std::move(decoded));
+      return;
+    }
   }
 }
 
@@ -151,9 +175,6 @@ struct checkpoint_plan {
   // Linear modules left in float (the classifier, MoE routers): quantization_config's ignore.
   std::vector<std::string> float_modules;
   bool tied = false;
-  // The first matrix kept in a GGUF K-quant (the classifier when the projections were quantized
-  // on load): the checkpoint cannot be written.
-  const weight_matrix* unwritable = nullptr;
 };
 
 // A latent attention layer under transformers' names (its RoPE rows are written as held: the
@@ -192,12 +213,8 @@ checkpoint_plan plan_checkpoint(const model& m) {
     return [head_dim](std::int64_t r) { return adjacent_pair_row(r, head_dim); };
   };
   const auto matrix = [&](const std::string& module, const weight_matrix& matrix_weights, row_map rows_of) {
-    if (kernels::is_k_quant(matrix_weights.format)) {
-      if (plan.unwritable == nullptr) plan.unwritable = &matrix_weights;
-      return;
-    }
     add_matrix(plan.tensors, module + ".", matrix_weights, std::move(rows_of));
-    if (kernels::is_quantized(matrix_weights.format)) {
+    if (compressed_tensors_holds(matrix_weights.format)) {
       plan.quantized_modules[module] = matrix_weights.format == weight_format::int4 ? matrix_weights.group_size : 0;
     } else {
       plan.float_modules.push_back(module);
@@ -402,14 +419,12 @@ status prepare_folder(const fs::path& folder) {
 
 result<fs::path> write_quantized_checkpoint(const model& m, const quantized_checkpoint_options& options) {
   const weight_format format = projection_format(m.weights);
-  if (!kernels::is_quantized(format) || kernels::is_k_quant(format)) {
+  if (!compressed_tensors_holds(format)) {
     return invalid_argument(edge::format("the model's projections are {}; quantize writes int4 or fp8 weights",
                                          kernels::to_string(format)));
   }
 
-  // (A K-quant classifier is refused below, by name.)
-  const bool lm_head_quantized =
-      kernels::is_quantized(m.weights.lm_head.format) && !kernels::is_k_quant(m.weights.lm_head.format);
+  const bool lm_head_quantized = compressed_tensors_holds(m.weights.lm_head.format);
   if (lm_head_quantized && m.weights.lm_head.format != format) {
     return status(status_code::unimplemented,
                   edge::format("the classifier is stored as {} and the projections as {}; a compressed-tensors "
@@ -418,11 +433,6 @@ result<fs::path> write_quantized_checkpoint(const model& m, const quantized_chec
   }
   EDGE_RETURN_IF_ERROR(prepare_folder(options.out));
   checkpoint_plan plan = plan_checkpoint(m);
-  if (plan.unwritable != nullptr) {
-    return status(status_code::unimplemented,
-                  edge::format("\"{}\" is stored as {}, which a compressed-tensors checkpoint cannot hold",
-                               plan.unwritable->name, kernels::to_string(plan.unwritable->format)));
-  }
 
   std::string config = "{\n";
   if (m.format == model_format::hugging_face) {

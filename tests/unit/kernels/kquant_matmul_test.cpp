@@ -17,6 +17,7 @@
 
 namespace {
 
+namespace cpu = edge::kernels::cpu;
 using edge::kernels::weight_format;
 using edge::testing::kquant_fields;
 using edge::testing::kquant_matrix;
@@ -54,16 +55,26 @@ std::vector<float> run(const kquant_matrix& w, const std::vector<float>& x, std:
   return y;
 }
 
-// One path of the kernel, chosen directly.
-std::vector<float> run_path(const kquant_matrix& w, const std::vector<float>& x, std::int64_t tokens, bool vnni) {
+// One path of the kernel, chosen directly (exact: the float reference).
+std::vector<float> run_path(const kquant_matrix& w, const std::vector<float>& x, std::int64_t tokens, cpu::isa level,
+                            bool exact = false) {
   std::vector<float> y(static_cast<std::size_t>(tokens * w.n), std::nanf(""));  // [tokens, n]
   const edge::kernels::matmul_params p{.x = x.data(), .w = w.view(), .y = y.data(), .tokens = tokens, .n = w.n,
-                                       .k = w.k, .x_stride = w.k, .y_stride = w.n};
-  edge::kernels::cpu::int8_activations scratch;
+                                       .k = w.k, .x_stride = w.k, .y_stride = w.n, .exact_activations = exact};
+  cpu::int8_activations scratch;
   std::vector<float> spans;
-  const edge::kernels::cpu::kquant_matmul call(p, vnni, scratch, spans);
+  const cpu::kquant_matmul call(p, level, scratch, spans);
+  CHECK(call.exact() == (exact || !cpu::quantized_activations()));
+  if (!call.exact()) CHECK(call.path() == level);
   call.rows(0, w.n);
   return y;
+}
+
+// The integer paths this CPU can run, generic first.
+std::vector<cpu::isa> integer_paths() {
+  std::vector<cpu::isa> paths{cpu::isa::generic};
+  if (cpu::supported_isa() >= cpu::isa::avx512_vnni) paths.push_back(cpu::isa::avx512_vnni);
+  return paths;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -191,31 +202,54 @@ TEST_CASE("K-quant matmul: the decoded weights' matmul within the activations' i
 }
 
 TEST_CASE("K-quant matmul: the portable and AVX-512 VNNI paths agree, and a lone token matches its batch on each") {
-  if (!edge::kernels::cpu::kquant_vnni_supported()) {
-    MESSAGE("no AVX-512 VNNI on this CPU (or EDGE_CPU_ISA=generic): the portable path alone");
-  }
+  if (!cpu::quantized_activations()) return;  // EDGE_CPU_ACTIVATIONS=exact: the float reference alone
+  const auto paths = integer_paths();
+  if (paths.size() == 1) MESSAGE("no AVX-512 VNNI on this CPU: the portable path alone");
   for (const auto format : all_kquants) {
     CAPTURE(edge::kernels::to_string(format));
     constexpr std::int64_t n = 13, k = 768, tokens = 7;
     const auto w = edge::testing::random_kquant_matrix(format, n, k, 3);
     const auto x = edge::testing::random_floats(static_cast<std::size_t>(tokens * k), 4);
-    const auto generic = run_path(w, x, tokens, false);
-    const auto vnni = run_path(w, x, tokens, true);
-    check_against_decoded(w, x, tokens, generic);
-    check_against_decoded(w, x, tokens, vnni);
+    const auto generic = run_path(w, x, tokens, cpu::isa::generic);
+    for (const cpu::isa level : paths) {
+      CAPTURE(cpu::to_string(level));
+      const auto y = run_path(w, x, tokens, level);
+      check_against_decoded(w, x, tokens, y);
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        for (std::int64_t r = 0; r < n; ++r) {
+          const auto e = expect(w.values.data() + r * k, x.data() + t * k, k);
+          const auto at = static_cast<std::size_t>(t * n + r);
+          // The same integer sums scaled in another order: float rounding apart.
+          CHECK(std::fabs(double(generic[at]) - y[at]) <= 1e-5 * (e.magnitude + e.rounding));
+        }
+        const std::vector<float> lone_x(x.begin() + t * k, x.begin() + (t + 1) * k);
+        const auto lone = run_path(w, lone_x, 1, level);
+        CHECK(same_bits(lone, std::vector<float>(y.begin() + t * n, y.begin() + (t + 1) * n)));
+      }
+    }
+  }
+}
+
+TEST_CASE("K-quant matmul with exact activations: the f32 matmul of the decoded weights, to float rounding") {
+  for (const auto format : all_kquants) {
+    CAPTURE(edge::kernels::to_string(format));
+    constexpr std::int64_t n = 7, k = 512, tokens = 5;
+    const auto w = edge::testing::random_kquant_matrix(format, n, k, 8);
+    const auto x = edge::testing::random_floats(static_cast<std::size_t>(tokens * k), 9);
+    std::vector<float> y(static_cast<std::size_t>(tokens * n), std::nanf(""));  // [tokens, n]
+    REQUIRE(edge::kernels::run_matmul({.x = x.data(), .w = w.view(), .y = y.data(), .tokens = tokens, .n = n, .k = k,
+                                       .x_stride = k, .y_stride = n, .exact_activations = true},
+                                      {})
+                .ok());
+    CHECK(same_bits(y, run_path(w, x, tokens, cpu::isa::generic, true)));
     for (std::int64_t t = 0; t < tokens; ++t) {
       for (std::int64_t r = 0; r < n; ++r) {
         const auto e = expect(w.values.data() + r * k, x.data() + t * k, k);
-        const auto at = static_cast<std::size_t>(t * n + r);
-        // The same integer sums scaled in another order: float rounding apart.
-        CHECK(std::fabs(double(generic[at]) - vnni[at]) <= 1e-5 * (e.magnitude + e.rounding));
+        CHECK(std::fabs(double(y[static_cast<std::size_t>(t * n + r)]) - e.exact) <= 1e-6 * e.magnitude);
       }
       const std::vector<float> lone_x(x.begin() + t * k, x.begin() + (t + 1) * k);
-      for (const bool path : {false, true}) {
-        const auto lone = run_path(w, lone_x, 1, path);
-        const auto& batch = path ? vnni : generic;
-        CHECK(same_bits(lone, std::vector<float>(batch.begin() + t * n, batch.begin() + (t + 1) * n)));
-      }
+      const auto lone = run_path(w, lone_x, 1, cpu::isa::generic, true);
+      CHECK(same_bits(lone, std::vector<float>(y.begin() + t * n, y.begin() + (t + 1) * n)));
     }
   }
 }

@@ -8,69 +8,29 @@
 
 #include "edge/common/thread_pool.h"
 #include "kernel_test_util.h"
+#include "quantized_test_util.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/quantize/quantize.h"
 
 namespace {
 
+using edge::testing::dequantize;
+using edge::testing::quantize;
+using edge::testing::reference;
 using edge::kernels::int4_traits;
 using edge::kernels::weight_format;
 using edge::kernels::weight_view;
 
-// A quantized matrix that owns its values and scales.
-struct quantized {
-  weight_format format;
-  std::int64_t n = 0, k = 0, group_size = 0;
-  std::vector<std::uint8_t> values;  // int4: [n, int4_row_bytes(k)]; fp8: [n, k]
-  std::vector<float> scales;         // int4: [n, k / group_size]; fp8: [n]
-
-  weight_view view() const {
-    return {.format = format, .values = values.data(), .scales = scales.data(), .group_size = group_size};
-  }
-};
-
-quantized quantize(const std::vector<float>& w, std::int64_t n, std::int64_t k, weight_format format,
-                   std::int64_t group_size, edge::thread_pool* pool = nullptr) {
-  quantized q{format, n, k, group_size, {}, {}};
-  q.values.resize(static_cast<std::size_t>(edge::kernels::weight_values_bytes(format, n, k)));
-  q.scales.resize(static_cast<std::size_t>(edge::kernels::weight_scale_count(format, n, k, group_size)));
-  const auto quantized_ok = edge::kernels::run_quantize({.x = w.data(), .rows = n, .k = k, .x_stride = k,
-                                                         .format = format, .group_size = group_size,
-                                                         .values = q.values.data(), .scales = q.scales.data()},
-                                                        {.pool = pool});
-  REQUIRE_MESSAGE(quantized_ok.ok(), quantized_ok.message());
-  return q;
-}
-
-std::vector<float> dequantize(const weight_view& w, std::int64_t n, std::int64_t k) {
-  std::vector<float> out(static_cast<std::size_t>(n * k));  // [n, k]
-  REQUIRE(edge::kernels::run_dequantize({.w = w, .k = k, .row_begin = 0, .rows = n, .y = out.data(), .y_stride = k}, {})
-              .ok());
-  return out;
-}
-
+// The float kernels unless `integer` (INT4 and INT8 weights over int8 activations, where the CPU
+// multiplies them so: integer_dot_test.cpp checks that path).
 std::vector<float> matmul(const std::vector<float>& x, const weight_view& w, std::int64_t tokens, std::int64_t n,
-                          std::int64_t k, const float* bias, edge::thread_pool* pool) {
+                          std::int64_t k, const float* bias, edge::thread_pool* pool, bool integer = false) {
   std::vector<float> y(static_cast<std::size_t>(tokens * n), std::nanf(""));  // [tokens, n]
   const auto done = edge::kernels::run_matmul(
-      {.x = x.data(), .w = w, .bias = bias, .y = y.data(), .tokens = tokens, .n = n, .k = k, .x_stride = k, .y_stride = n},
+      {.x = x.data(), .w = w, .bias = bias, .y = y.data(), .tokens = tokens, .n = n, .k = k, .x_stride = k, .y_stride = n,
+       .exact_activations = !integer},
       {.pool = pool});
   REQUIRE_MESSAGE(done.ok(), done.message());
-  return y;
-}
-
-std::vector<double> reference(const std::vector<float>& x, const std::vector<float>& w, const float* bias,
-                              std::int64_t tokens, std::int64_t n, std::int64_t k) {
-  std::vector<double> y(static_cast<std::size_t>(tokens * n));
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    for (std::int64_t r = 0; r < n; ++r) {
-      double sum = bias ? bias[r] : 0.0;
-      for (std::int64_t i = 0; i < k; ++i) {
-        sum += double(x[static_cast<std::size_t>(t * k + i)]) * w[static_cast<std::size_t>(r * k + i)];
-      }
-      y[static_cast<std::size_t>(t * n + r)] = sum;
-    }
-  }
   return y;
 }
 
@@ -290,11 +250,15 @@ TEST_CASE("quantized matmul accumulates, and zero groups give zeros, not NaN") {
   std::vector<float> w(static_cast<std::size_t>(n * k), 0.0f);
   for (std::int64_t i = 0; i < k; ++i) w[static_cast<std::size_t>(k + i)] = static_cast<float>(i % 5) - 2.0f;
   const auto x = edge::testing::random_floats(static_cast<std::size_t>(k), 51);
-  for (const auto format : {weight_format::int4, weight_format::fp8_e4m3}) {
+  // INT4 on both CPU paths: the float one (exact) and the integer one (int8 activations).
+  for (const auto& [format, exact] : {std::pair{weight_format::int4, true}, std::pair{weight_format::int4, false},
+                                      std::pair{weight_format::int8, false}, std::pair{weight_format::fp8_e4m3, true}}) {
+    CAPTURE(edge::kernels::to_string(format));
+    CAPTURE(exact);
     const auto q = quantize(w, n, k, format, 32);
     std::vector<float> y(static_cast<std::size_t>(n), 1.0f);
     REQUIRE(edge::kernels::run_matmul({.x = x.data(), .w = q.view(), .y = y.data(), .tokens = 1, .n = n, .k = k,
-                                       .x_stride = k, .y_stride = n, .accumulate = true},
+                                       .x_stride = k, .y_stride = n, .accumulate = true, .exact_activations = exact},
                                       {})
                 .ok());
     CHECK(y[0] == 1.0f);
@@ -302,7 +266,7 @@ TEST_CASE("quantized matmul accumulates, and zero groups give zeros, not NaN") {
     const auto dense = dequantize(q.view(), n, k);
     double expected = 1.0;
     for (std::int64_t i = 0; i < k; ++i) expected += double(x[static_cast<std::size_t>(i)]) * dense[static_cast<std::size_t>(k + i)];
-    CHECK(y[1] == doctest::Approx(expected).epsilon(1e-5));
+    CHECK(y[1] == doctest::Approx(expected).epsilon(exact ? 1e-5 : 1e-2));
   }
 }
 

@@ -1,10 +1,11 @@
 // How a weight matrix is stored for the matmul kernels: plain elements (f32, f16, bf16), FP8
 // E4M3 with one scale per output row (W8A16), packed INT4 with one scale per group of input
-// elements per output row (W4A16), or GGUF's K-quant super-blocks as a file holds them (Q4_K,
-// Q5_K, Q6_K). `dtype` (dtype.h) names element types; `weight_format` names matrix layouts,
-// which for the quantized formats are values plus scales (the K-quants keep their scales inside
-// their blocks). Header-only and free of CUDA headers: the CPU kernels, the loaders' repacking
-// and the CUDA kernels share it.
+// elements per output row (W4A16), INT8 with one scale per 32 input elements per output row
+// (GGUF Q8_0's values), or GGUF's K-quant super-blocks as a file holds them (Q4_K, Q5_K, Q6_K).
+// `dtype` (dtype.h) names element types; `weight_format` names matrix layouts, which for the
+// quantized formats are values plus scales (the K-quants keep their scales inside their
+// blocks). Header-only and free of CUDA headers: the CPU kernels, the loaders' repacking and the
+// CUDA kernels share it.
 //
 // A matrix has n output rows of k input elements ([n, k], rows contiguous).
 //
@@ -34,6 +35,14 @@
 //   every kernel, on the CPU and the device, reads that code as NaN: a broken checkpoint shows
 //   as NaN outputs, never as silently different numbers.
 //
+// INT8 (weight_format::int8)
+//   values [n, k] int8 codes (two's complement); scales [n, k / 32] f32; k a multiple of 32.
+//   The weight is float(code) × scales[row, i / 32]. group_size is always 32.
+//   Quantization: scale = amax / 127 over the group, code = round-half-to-even(x / scale),
+//   clamped to [-127, 127]; a GGUF Q8_0 block (an f16 scale and 32 codes) is repacked into it
+//   exactly, -128 included. Why a format of its own rather than Q8_0 widened to f16: the CPU
+//   multiplies its codes as integers (kernels/matmul/integer_dot.h), reading a byte per weight.
+//
 // A zero group or row (amax = 0) gets scale 0 and codes for 0.
 //
 // GGUF K-quants (weight_format::q4_k, q5_k, q6_k)
@@ -62,7 +71,7 @@
 //   nibbles of 32 bytes are 64 consecutive weights). edgeinfer never writes these formats: they
 //   are how files come; --weight-dtype converts from them (decoded exactly) but not to them.
 //   The CUDA kernels do not read them: the CUDA executor widens them to bf16 as it uploads
-//   (cuda_matmul_reads in kernels/matmul/matmul.h).
+//   (cuda_matmul_reads below).
 #pragma once
 
 #include <cstdint>
@@ -80,6 +89,7 @@ enum class weight_format : std::uint8_t {
   bf16,
   fp8_e4m3,  // E4M3 codes and one f32 scale per row
   int4,      // packed 4-bit codes and one f32 scale per group of a row
+  int8,      // int8 codes and one f32 scale per 32 elements of a row
   q4_k,      // GGUF Q4_K super-blocks, as the file holds them
   q5_k,      // GGUF Q5_K super-blocks
   q6_k,      // GGUF Q6_K super-blocks
@@ -98,6 +108,12 @@ struct int4_traits {
   // which rounds to the even -8.
   static constexpr float scale_divisor = 7.5f;
   static constexpr std::int64_t max_group_size = 128;
+};
+
+struct int8_traits {
+  static constexpr int max_code = 127;
+  static constexpr std::int64_t group_size = 32;
+  static constexpr float scale_divisor = 127.0f;
 };
 
 // Bytes of one packed INT4 row of k elements: whole 16-byte chunks.
@@ -264,6 +280,23 @@ EDGE_HOST_DEVICE inline void kquant_dequantize_block(weight_format format, const
   }
 }
 
+EDGE_HOST_DEVICE constexpr float int8_scale(float amax) { return amax / int8_traits::scale_divisor; }
+
+// The code of x in a group of scale `scale`, rounded half to even as int4_quantize rounds.
+EDGE_HOST_DEVICE constexpr int int8_quantize(float x, float scale) {
+  if (scale == 0.0f) return 0;
+  constexpr float limit = static_cast<float>(int8_traits::max_code);
+  float ratio = x / scale;
+  if (!(ratio >= -limit)) ratio = -limit;
+  if (ratio > limit) ratio = limit;
+  const int truncated = static_cast<int>(ratio);
+  const float fraction = ratio - static_cast<float>(truncated);
+  int q = truncated;
+  if (fraction > 0.5f || (fraction == 0.5f && (truncated & 1) != 0)) ++q;
+  if (fraction < -0.5f || (fraction == -0.5f && (truncated & 1) != 0)) --q;
+  return q;
+}
+
 EDGE_HOST_DEVICE constexpr float fp8_weight_scale(float amax) { return amax / fp8_e4m3_traits::max; }
 
 EDGE_HOST_DEVICE constexpr std::uint8_t fp8_weight_code(float x, float scale) {
@@ -275,8 +308,8 @@ struct weight_view {
   weight_format format = weight_format::f32;
   const void* values = nullptr;   // plain and fp8: [n, k] elements; int4: [n, int4_row_bytes(k)] bytes;
                                   // K-quants: [n, k / 256] blocks
-  const float* scales = nullptr;  // fp8: [n]; int4: [n, k / group_size]; null for the plain formats and K-quants
-  std::int64_t group_size = 0;    // int4 only
+  const float* scales = nullptr;  // fp8: [n]; int4, int8: [n, k / group_size]; null for the plain formats and K-quants
+  std::int64_t group_size = 0;    // int4 and int8 (always 32)
 };
 
 // Bytes of the values of an [n, k] matrix, and the number of its scales.
@@ -285,7 +318,8 @@ constexpr std::int64_t weight_values_bytes(weight_format format, std::int64_t n,
     case weight_format::f32: return n * k * 4;
     case weight_format::f16:
     case weight_format::bf16: return n * k * 2;
-    case weight_format::fp8_e4m3: return n * k;
+    case weight_format::fp8_e4m3:
+    case weight_format::int8: return n * k;
     case weight_format::int4: return n * int4_row_bytes(k);
     case weight_format::q4_k:
     case weight_format::q5_k:
@@ -298,6 +332,7 @@ constexpr std::int64_t weight_scale_count(weight_format format, std::int64_t n, 
   switch (format) {
     case weight_format::fp8_e4m3: return n;
     case weight_format::int4: return group_size > 0 ? n * (k / group_size) : 0;
+    case weight_format::int8: return n * (k / int8_traits::group_size);
     case weight_format::f32:
     case weight_format::f16:
     case weight_format::bf16:
@@ -318,12 +353,31 @@ inline weight_view weight_rows_from(const weight_view& w, std::int64_t first, st
 }
 
 constexpr bool is_quantized(weight_format format) {
-  return format == weight_format::fp8_e4m3 || format == weight_format::int4 || is_k_quant(format);
+  return format == weight_format::fp8_e4m3 || format == weight_format::int4 || format == weight_format::int8 ||
+         is_k_quant(format);
 }
 
 // Whether a matrix of the format comes with a separate scales array (weight_view::scales).
 constexpr bool has_scales(weight_format format) {
-  return format == weight_format::fp8_e4m3 || format == weight_format::int4;
+  return format == weight_format::fp8_e4m3 || format == weight_format::int4 || format == weight_format::int8;
+}
+
+// Whether the CUDA kernels (matmul, MoE experts) read weights of the format. They refuse the
+// others with invalid_argument; the CUDA executor widens such a matrix to bf16 on the host as it
+// uploads it (INT8, and the K-quants, which the CPU kernels read in place).
+constexpr bool cuda_matmul_reads(weight_format format) {
+  switch (format) {
+    case weight_format::f32:
+    case weight_format::f16:
+    case weight_format::bf16:
+    case weight_format::fp8_e4m3:
+    case weight_format::int4: return true;
+    case weight_format::int8:
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: return false;
+  }
+  return false;
 }
 
 // The plain format of an element type; fp8_e4m3 weights always come with scales.
@@ -337,7 +391,7 @@ constexpr weight_format weight_format_of(dtype type) {
   return weight_format::f32;
 }
 
-// The element type of the plain formats and fp8; nullopt for int4 and the K-quants.
+// The element type of the plain formats and fp8; nullopt for int4, int8 and the K-quants.
 constexpr std::optional<dtype> element_dtype(weight_format format) {
   switch (format) {
     case weight_format::f32: return dtype::f32;
@@ -345,6 +399,7 @@ constexpr std::optional<dtype> element_dtype(weight_format format) {
     case weight_format::bf16: return dtype::bf16;
     case weight_format::fp8_e4m3: return dtype::fp8_e4m3;
     case weight_format::int4:
+    case weight_format::int8: return std::nullopt;
     case weight_format::q4_k:
     case weight_format::q5_k:
     case weight_format::q6_k: return std::nullopt;
@@ -360,6 +415,7 @@ constexpr std::string_view to_string(weight_format format) {
     case weight_format::bf16: return "bf16";
     case weight_format::fp8_e4m3: return "fp8";
     case weight_format::int4: return "int4";
+    case weight_format::int8: return "int8";
     case weight_format::q4_k: return "q4_k";
     case weight_format::q5_k: return "q5_k";
     case weight_format::q6_k: return "q6_k";
@@ -371,6 +427,7 @@ constexpr std::string_view to_string(weight_format format) {
 // kept as loaded, never a target to convert to.
 constexpr std::optional<weight_format> parse_weight_format(std::string_view name) {
   if (name == "int4") return weight_format::int4;
+  if (name == "int8") return weight_format::int8;
   if (name == "fp8" || name == "fp8_e4m3") return weight_format::fp8_e4m3;
   if (const auto type = parse_dtype(name); type && *type != dtype::fp8_e4m3) return weight_format_of(*type);
   return std::nullopt;

@@ -35,8 +35,8 @@ struct weight_matrix {
   std::vector<std::int64_t> shape;  // [rows, cols]
   kernels::weight_format format = kernels::weight_format::f32;
   const std::byte* data = nullptr;  // the values
-  const float* scales = nullptr;    // int4: [rows, cols / group_size]; fp8: [rows]; else null
-  std::int64_t group_size = 0;      // int4 only
+  const float* scales = nullptr;    // int4: [rows, cols / group_size]; int8: [rows, cols / 32]; fp8: [rows]; else null
+  std::int64_t group_size = 0;      // int4, and int8 (32)
 
   bool present() const { return data != nullptr; }
   std::int64_t rows() const { return shape.size() == 2 ? shape[0] : 0; }
