@@ -36,7 +36,7 @@ config::schema eval_options() {
                "Configurations to compare with the f32/f32 reference, as WEIGHTS/KV separated by commas, e.g. "
                "f32/fp8,f32/bf16 (default: every weight dtype with bf16 and fp8 KV, and f32/f16)");
   s.add_string("weight-dtype", std::nullopt,
-               "Weight dtypes to compare, separated by commas (f32, bf16, f16, fp8, int4), each with a bf16 and an "
+               "Weight dtypes to compare, separated by commas (f32, bf16, f16, fp8, int4, int8), each with a bf16 and an "
                "fp8 KV cache; the default configurations otherwise. --configs names configurations one by one");
   add_quantize_on_load_options(s);
   s.add_string("prompt", std::nullopt, "Prompt of the greedy continuations (default: the text's first sentence)");

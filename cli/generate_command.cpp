@@ -43,9 +43,9 @@ config::schema generate_options() {
                "KV cache element type; fp8 is E4M3 with a scale per token and KV head; auto is the model's own "
                "dtype (f32, f16 or bf16)");
   s.add_integer("threads", 0, 0, 1024, "Compute threads; 0 means one per hardware thread");
-  s.add_choice("weight-dtype", "auto", {"auto", "int4", "fp8", "bf16", "f16", "f32"},
-               "Projection weights: int4 (groups of --int4-group-size) or fp8 (a scale per row) quantized on load, or "
-               "converted to bf16, f16 or f32; auto keeps them as stored");
+  s.add_choice("weight-dtype", "auto", {"auto", "int4", "int8", "fp8", "bf16", "f16", "f32"},
+               "Projection weights: int4 (groups of --int4-group-size), int8 (a scale per 32) or fp8 (a scale per row) "
+               "quantized on load, or converted to bf16, f16 or f32; auto keeps them as stored");
   add_quantize_on_load_options(s);
   s.add_choice("device", "auto", {"auto", "cpu", "cuda"},
                "Where the model runs: cuda (the first GPU), cpu, or auto (cuda when a GPU is present)");

@@ -99,7 +99,7 @@ void add_engine_options(config::schema& s) {
   s.add_choice("kv-cache-dtype", "auto", {"auto", "fp8", "fp8_e4m3", "bf16", "f16", "f32"},
                "KV cache element type; fp8 is E4M3 with a scale per token and KV head (about twice the tokens of "
                "bf16); auto is the model's own dtype");
-  s.add_choice("weight-dtype", "auto", {"auto", "int4", "fp8", "bf16", "f16", "f32"},
+  s.add_choice("weight-dtype", "auto", {"auto", "int4", "int8", "fp8", "bf16", "f16", "f32"},
                "What the projection weights become on load; auto keeps them as stored");
   add_quantize_on_load_options(s);
   s.add_integer("max-model-len", 0, 0, std::int64_t{1} << 24,

@@ -12,7 +12,9 @@ isa detect() {
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  if (avx512 && __builtin_cpu_supports("avx512vnni")) return isa::avx512_vnni;
+  const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+  if (vnni && __builtin_cpu_supports("avx512bf16")) return isa::avx512_bf16;
+  if (vnni) return isa::avx512_vnni;
   if (avx512) return isa::avx512;
   if (avx2) return isa::avx2;
 #endif
@@ -49,12 +51,13 @@ const char* to_string(isa value) {
     case isa::avx2: return "avx2";
     case isa::avx512: return "avx512";
     case isa::avx512_vnni: return "avx512_vnni";
+    case isa::avx512_bf16: return "avx512_bf16";
   }
   return "generic";
 }
 
 std::optional<isa> parse_isa(std::string_view name) {
-  for (const isa level : {isa::generic, isa::avx2, isa::avx512, isa::avx512_vnni}) {
+  for (const isa level : {isa::generic, isa::avx2, isa::avx512, isa::avx512_vnni, isa::avx512_bf16}) {
     if (name == to_string(level)) return level;
   }
   return std::nullopt;

@@ -4,10 +4,12 @@
 //   avx2         AVX2 + FMA + F16C: the integer dot products (vpmaddubsw) of INT4 / INT8 weights
 //   avx512       AVX-512 F/BW/DQ/VL: the float tiles, attention, and the integer products as avx2
 //   avx512_vnni  AVX-512 VNNI as well: the integer products with vpdpbusd
+//   avx512_bf16  AVX-512 BF16 as well: bf16 weights with vdpbf16ps (over activations rounded to
+//                bf16, kernels/matmul/bf16_dot.h)
 // The paths compute the same functions within rounding, not bit for bit (their summation orders
 // differ), and each kernel takes the most capable path it has at or below the active level.
 //
-// EDGE_CPU_ISA=generic|avx2|avx512|avx512_vnni caps the level (tests compare the paths this
+// EDGE_CPU_ISA=generic|avx2|avx512|avx512_vnni|avx512_bf16 caps the level (tests compare the paths this
 // way); a level the CPU lacks is never chosen.
 #pragma once
 
@@ -16,7 +18,7 @@
 
 namespace edge::kernels::cpu {
 
-enum class isa { generic, avx2, avx512, avx512_vnni };
+enum class isa { generic, avx2, avx512, avx512_vnni, avx512_bf16 };
 
 // The most capable level this CPU supports, ignoring EDGE_CPU_ISA.
 isa supported_isa();
@@ -25,9 +27,10 @@ isa active_isa();
 // Whether the active level includes `level`.
 inline bool has(isa level) { return active_isa() >= level; }
 
-// Whether INT4 and INT8 weights multiply activations quantized to int8 (integer_dot.h), as they
-// do unless EDGE_CPU_ACTIVATIONS=exact asks for the float kernels, the exact reference (to
-// measure what the quantization costs, e.g. with `edgeinfer eval`).
+// Whether INT4 and INT8 weights multiply activations quantized to int8 (integer_dot.h) and bf16
+// weights activations rounded to bf16 (bf16_dot.h), as they do unless EDGE_CPU_ACTIVATIONS=exact
+// asks for the float kernels, the exact reference (to measure what the rounding costs, e.g.
+// with `edgeinfer eval`).
 bool quantized_activations();
 
 const char* to_string(isa value);

@@ -18,7 +18,7 @@
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/prefetch.h"
-#include "kernels/matmul/output.h"
+#include "kernels/matmul/cpu_outputs.h"
 
 namespace edge::kernels::cpu {
 namespace {
@@ -101,6 +101,7 @@ struct prepared_call {
   std::int64_t groups = 0;            // weight scales per row
   std::int64_t group_size = 0;
 };
+
 
 // Weight code i of row n as a signed integer.
 inline int weight_code(const matmul_params& p, std::int64_t n, std::int64_t i) {
@@ -220,6 +221,7 @@ EDGE_AVX2 void tile_avx2(const prepared_call& c, std::int64_t n0, std::int64_t t
 // ---- AVX-512 VNNI path ------------------------------------------------------------------------
 
 #define EDGE_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma")))
+
 
 
 // A span: 256 weight bytes of a row, as 16 pieces of 16 bytes (INT4: a chunk of 32 elements;
@@ -353,7 +355,7 @@ void over_tiles(const matmul_params& p, std::int64_t row_begin, std::int64_t row
 }
 
 // Tile shapes: 16 accumulators, 4 weight and 4 scale registers of AVX-512's 32; AVX2 has 16.
-constexpr int vnni_decode_rows = 8;
+constexpr int vnni_decode_rows = 16;
 constexpr int vnni_rows = 4;
 constexpr int avx2_decode_rows = 4;
 constexpr int avx2_rows = 2;

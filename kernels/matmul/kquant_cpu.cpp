@@ -1,4 +1,5 @@
-// The K-quant matmul (kquant_cpu.h): the generic reference and the AVX-512 VNNI tiles.
+// The K-quant matmul (kquant_cpu.h): the portable integer path, the float reference and the
+// AVX-512 VNNI tiles.
 #include "kernels/matmul/kquant_cpu.h"
 
 #include <immintrin.h>
@@ -7,7 +8,7 @@
 #include <cstring>
 
 #include "kernels/cpu/prefetch.h"
-#include "kernels/matmul/output.h"
+#include "kernels/matmul/cpu_outputs.h"
 
 namespace edge::kernels::cpu {
 namespace {

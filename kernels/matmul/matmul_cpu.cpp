@@ -23,10 +23,11 @@
 #include "kernels/cpu/load.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/prefetch.h"
+#include "kernels/matmul/cpu_outputs.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/matmul/bf16_dot.h"
 #include "kernels/matmul/integer_dot.h"
 #include "kernels/matmul/kquant_cpu.h"
-#include "kernels/matmul/output.h"
 
 namespace edge::kernels {
 namespace {
@@ -49,7 +50,6 @@ constexpr dtype element_of() {
   return *element_dtype(F);
 }
 
-using cpu::store_output;
 
 // How an INT4 chunk of 32 elements finds its scales: one for the whole chunk (group_size >= 32),
 // one per half (16), or one per lane (8 and below, gathered with a permute).
@@ -86,7 +86,7 @@ void matmul_rows_generic(const matmul_params& p, std::int64_t row_begin, std::in
       }
       float dot = partial[0];
       if constexpr (F == weight_format::fp8_e4m3) dot *= p.w.scales[n];
-      store_output(p, t, n, dot);
+      cpu::store_output(p, t, n, dot);
     }
   }
 }
@@ -132,6 +132,7 @@ EDGE_AVX512 inline __m512 load_weights(const void* base, std::int64_t index, __m
   }
 }
 
+
 // Writes a tile's outputs; FP8 rows get their scale here.
 template <dtype W, int R, int T>
 EDGE_AVX512 inline void store_tile(const matmul_params& p, std::int64_t n0, std::int64_t t0, const __m512 (&acc)[R][T]) {
@@ -141,7 +142,7 @@ EDGE_AVX512 inline void store_tile(const matmul_params& p, std::int64_t n0, std:
     for (int r = 0; r < R; ++r) {
       float dot = cpu::reduce16(acc[r][t]);
       if constexpr (W == dtype::fp8_e4m3) dot *= p.w.scales[n0 + r] * fp8_via_fp16_factor;
-      store_output(p, t0 + t, n0 + r, dot);
+      cpu::store_output(p, t0 + t, n0 + r, dot);
     }
   }
 }
@@ -397,19 +398,24 @@ status run_matmul(const matmul_params& p, const stream& s) {
   // runs are still small enough to even out a thread that falls behind.
   const std::int64_t threads = where.pool != nullptr ? static_cast<std::int64_t>(where.pool->size()) + 1 : 1;
   const std::int64_t grain = std::max<std::int64_t>(1, blocks / (threads * runs_per_thread));
-  // The caller's thread quantizes the activations once (into scratch of its own, reused across
-  // calls); the pool's threads only read them.
-  thread_local cpu::int8_activations activations;
-  thread_local std::vector<float> scratch;
+  const bool rounded_activations = !p.exact_activations && cpu::quantized_activations();
   const auto run_rows = [&](const auto& call) {
     cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
       call.rows(block_begin * rows_per_block, std::min(p.n, block_end * rows_per_block));
     });
     return status{};
   };
+  if (rounded_activations && p.w.format == weight_format::bf16 && cpu::has(cpu::isa::avx512_bf16)) {
+    thread_local cpu::bf16_activations rounded;
+    return run_rows(cpu::bf16_matmul(p, rounded));
+  }
+  // The caller's thread quantizes the activations once (into scratch of its own, reused across
+  // calls); the pool's threads only read them.
+  thread_local cpu::int8_activations activations;
+  thread_local std::vector<float> scratch;
   // The K-quants' exact-activation reference is kquant_matmul's too: it takes every such call.
   if (is_k_quant(p.w.format)) return run_rows(cpu::kquant_matmul(p, cpu::active_isa(), activations, scratch));
-  if (cpu::integer_dot_reads(p.w) && !p.exact_activations && cpu::quantized_activations()) {
+  if (rounded_activations && cpu::integer_dot_reads(p.w)) {
     return run_rows(cpu::integer_matmul(p, cpu::active_isa(), activations, scratch));
   }
   dispatch_weights(p.w, [&]<weight_format F, int4_scales S>() {

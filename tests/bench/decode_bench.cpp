@@ -14,7 +14,7 @@
 //
 //   edge_bench_decode --model PATH [--batches 1,8,32] [--prompt 32] [--tokens 64] [--repeat 3]
 //                     [--kv-cache-dtype bf16|fp8|f16|f32|auto[,...]] [--context N]
-//                     [--weight-dtype int4|fp8|bf16|f16|f32|auto[,...]] [--int4-group-size N]
+//                     [--weight-dtype int4|int8|fp8|bf16|f16|f32|auto[,...]] [--int4-group-size N]
 //                     [--quantize-layers all|experts]
 //
 // --weight-dtype quantizes (or converts) the projection matrices on load; "weight GB/s" counts
@@ -371,7 +371,7 @@ int main(int argc, char** argv) {
   if (opt.model.empty() || opt.weight_dtypes.empty() || opt.kv_cache_dtypes.empty()) {
     std::fprintf(stderr, "usage: edge_bench_decode --model PATH [--batches 1,8,32] [--prompt N] [--tokens N] [--repeat N] "
                          "[--threads N] [--kv-cache-dtype bf16|fp8|f16|f32|auto[,...]] [--context N] "
-                         "[--weight-dtype int4|fp8|bf16|f16|f32|auto[,...]] [--int4-group-size N] "
+                         "[--weight-dtype int4|int8|fp8|bf16|f16|f32|auto[,...]] [--int4-group-size N] "
                          "[--quantize-layers all|experts]\n");
     return 2;
   }

@@ -248,7 +248,7 @@ weight_format native_format(const matrix_source& source) {
     case source_kind::fp8_block: return weight_format::bf16;
     case source_kind::packed_int4:
     case source_kind::ggml_q4_0: return weight_format::int4;
-    case source_kind::ggml_q8_0: return fits_fp16(source) ? weight_format::f16 : weight_format::f32;
+    case source_kind::ggml_q8_0: return weight_format::int8;
     case source_kind::ggml_q4_k:
     case source_kind::ggml_q5_k:
     case source_kind::ggml_q6_k: return *k_quant_of(source.stored);
@@ -271,6 +271,8 @@ result<weight_matrix> weight_converter::matrix(const matrix_source& s, matrix_ro
   if (options_.target && (quantizable || !kernels::is_quantized(*options_.target))) {
     target = *options_.target;
   }
+  // INT8 rows are whole groups of 32; a matrix whose rows are not keeps its own format.
+  if (target == weight_format::int8 && s.cols % kernels::int8_traits::group_size != 0) target = native_format(s);
   EDGE_ASSIGN_OR_RETURN(weight_matrix m, encode(s, target));
   if ((role == matrix_role::projection || role == matrix_role::expert) && options_.on_converted) {
     const bool values_in_place = m.data == s.values.data;
@@ -354,6 +356,23 @@ result<weight_matrix> weight_converter::encode(const matrix_source& s, weight_fo
         }
       }
     });
+  } else if (target == native && s.stored == source_kind::ggml_q8_0) {
+    // A Q8_0 block is an f16 scale and 32 codes: the codes stay as they are, the scale widens.
+    m.group_size = kernels::int8_traits::group_size;
+    const std::int64_t blocks = cols / ggml_block_traits::elements;
+    std::byte* values = allocate(static_cast<std::uint64_t>(rows * cols));
+    float* scales = new_scales(rows * blocks);
+    m.data = values;
+    for_row_ranges(options_.pool, rows, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        for (std::int64_t b = 0; b < blocks; ++b) {
+          const std::byte* block = s.values.data + (r * blocks + b) * ggml_block_traits::q8_0_bytes;
+          scales[r * blocks + b] = kernels::fp16_to_float(read_scalar<std::uint16_t>(block));
+          std::memcpy(values + (r * blocks + b) * ggml_block_traits::elements, block + ggml_block_traits::scale_bytes,
+                      ggml_block_traits::elements);
+        }
+      }
+    });
   } else if (target == native && s.stored == source_kind::packed_int4) {
     // Same codes, other nibble order; groups that are not a power of two dividing cols are
     // split into the largest that is (each new group lies inside one stored group).
@@ -392,6 +411,7 @@ result<weight_matrix> weight_converter::encode(const matrix_source& s, weight_fo
   } else {
     // Decode exactly to float, encode in the target format.
     if (target == weight_format::int4) m.group_size = kernels::int4_group_size_for(cols, options_.int4_group_size);
+    if (target == weight_format::int8) m.group_size = kernels::int8_traits::group_size;
     std::byte* values = allocate(static_cast<std::uint64_t>(kernels::weight_values_bytes(target, rows, cols)));
     const std::int64_t scale_count = kernels::weight_scale_count(target, rows, cols, m.group_size);
     float* scales = scale_count > 0 ? new_scales(scale_count) : nullptr;

@@ -127,7 +127,7 @@ std::string eval_configuration::name() const { return weights + "/" + std::strin
 
 std::span<const std::string_view> eval_weight_dtypes() {
   // "f32" first: it is the reference's weights. The others are load_options::weight_dtype names.
-  static constexpr std::array<std::string_view, 5> names = {"f32", "bf16", "f16", "fp8", "int4"};
+  static constexpr std::array<std::string_view, 6> names = {"f32", "bf16", "f16", "fp8", "int4", "int8"};
   return names;
 }
 

@@ -237,7 +237,12 @@ TEST_CASE("run_matmul takes the integer path for INT4 and INT8 on the pool, and 
                                        .x_stride = k, .y_stride = n},
                                       {.pool = &pool})
                 .ok());
-    const auto direct = integer_matmul(x, q.view(), tokens, n, k, nullptr, cpu::active_isa());
+    // The integer path the active level takes.
+    const cpu::isa active = cpu::active_isa();
+    const cpu::isa path = active >= cpu::isa::avx512_vnni ? cpu::isa::avx512_vnni
+                          : active >= cpu::isa::avx2     ? cpu::isa::avx2
+                                                         : cpu::isa::generic;
+    const auto direct = integer_matmul(x, q.view(), tokens, n, k, nullptr, path);
     if (cpu::quantized_activations()) CHECK(std::memcmp(y.data(), direct.data(), y.size() * sizeof(float)) == 0);
   }
   x[static_cast<std::size_t>(2 * k + 100)] = std::nanf("");
@@ -251,7 +256,8 @@ TEST_CASE("run_matmul takes the integer path for INT4 and INT8 on the pool, and 
 }
 
 TEST_CASE("the CPU level names and their order") {
-  for (const auto level : {cpu::isa::generic, cpu::isa::avx2, cpu::isa::avx512, cpu::isa::avx512_vnni}) {
+  for (const auto level :
+       {cpu::isa::generic, cpu::isa::avx2, cpu::isa::avx512, cpu::isa::avx512_vnni, cpu::isa::avx512_bf16}) {
     CHECK(cpu::parse_isa(cpu::to_string(level)) == level);
   }
   CHECK_FALSE(cpu::parse_isa("sse2").has_value());

@@ -25,12 +25,14 @@ std::vector<double> reference(const std::vector<float>& x, const std::vector<flo
   return y;
 }
 
+// The float kernels unless `rounded` (bf16 weights then take vdpbf16ps where the CPU has it:
+// bf16_dot_test.cpp checks that path).
 std::vector<float> run(const std::vector<float>& x, const edge::testing::typed_buffer& w, dtype type, std::int64_t tokens,
-                       std::int64_t n, std::int64_t k, const float* bias, edge::thread_pool* pool) {
+                       std::int64_t n, std::int64_t k, const float* bias, edge::thread_pool* pool, bool rounded = false) {
   std::vector<float> y(static_cast<std::size_t>(tokens * n), std::nanf(""));
   edge::kernels::matmul_params p{.x = x.data(), .w = {.format = edge::kernels::weight_format_of(type), .values = w.bytes.data()},
                                  .bias = bias, .y = y.data(), .tokens = tokens, .n = n, .k = k, .x_stride = k,
-                                 .y_stride = n};
+                                 .y_stride = n, .exact_activations = !rounded};
   REQUIRE(edge::kernels::run_matmul(p, {.pool = pool}).ok());
   return y;
 }
@@ -63,11 +65,14 @@ TEST_CASE("matmul gives each token bit-identical results alone and in any batch"
   const auto x = edge::testing::random_floats(static_cast<std::size_t>(tokens * k), 4);
   for (dtype type : {dtype::f32, dtype::bf16}) {
     const auto w = edge::testing::encode(edge::testing::random_floats(static_cast<std::size_t>(n * k), 5, 0.1f), type);
-    const auto together = run(x, w, type, tokens, n, k, nullptr, &pool);
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      const std::vector<float> one(x.begin() + t * k, x.begin() + (t + 1) * k);
-      const auto alone = run(one, w, type, 1, n, k, nullptr, nullptr);
-      CHECK(std::memcmp(alone.data(), together.data() + t * n, static_cast<std::size_t>(n) * sizeof(float)) == 0);
+    for (const bool rounded : {false, true}) {
+      CAPTURE(rounded);
+      const auto together = run(x, w, type, tokens, n, k, nullptr, &pool, rounded);
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        const std::vector<float> one(x.begin() + t * k, x.begin() + (t + 1) * k);
+        const auto alone = run(one, w, type, 1, n, k, nullptr, nullptr, rounded);
+        CHECK(std::memcmp(alone.data(), together.data() + t * n, static_cast<std::size_t>(n) * sizeof(float)) == 0);
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 // GGUF Q4_0 and Q8_0 tensors: stories260K re-encoded the way llama.cpp's quantizer does
 // (reference rounding, f16 block scales) loads with Q4_0 repacked into INT4 groups of 32 that
-// dequantize to exactly d × (q - 8), Q8_0 widened to f16 (each q × d rounded once), rows that
+// dequantize to exactly d × (q - 8), Q8_0 repacked into INT8 groups of 32 (exactly d × q), rows that
 // are not whole blocks left as they were, and the result runs and predicts like the f32 model.
 // A qwen3moe GGUF's stacked experts re-encoded the same way split into one matrix per expert.
 #include <doctest/doctest.h>
@@ -170,10 +170,8 @@ void check_values(const weight_matrix& w, const encoded_tensor& source, std::int
   CAPTURE(w.name);
   for (std::int64_t i = 0; i < w.elements(); ++i) {
     const float expected = block_value(source.blocks, source.type, first + i);
-    const float want = source.type == ggml_q8_0 ? edge::kernels::fp16_to_float(edge::kernels::float_to_fp16(expected))
-                                                : expected;
-    if (edge::testing::element(w, i) != want) {
-      CHECK(edge::testing::element(w, i) == want);
+    if (edge::testing::element(w, i) != expected) {
+      CHECK(edge::testing::element(w, i) == expected);
       return;
     }
   }
@@ -213,14 +211,17 @@ TEST_CASE("GGUF Q4_0: repacked into INT4 groups of 32 that hold exactly d × (q 
   CHECK((*fp8)->weights.layers[2].w_down.format == weight_format::fp8_e4m3);
 }
 
-TEST_CASE("GGUF Q8_0: widened to f16, each value q × d rounded once; the model still predicts the f32 model's tokens") {
+TEST_CASE("GGUF Q8_0: repacked into INT8 groups of 32 that hold exactly d × q; the model still predicts the f32 model's tokens") {
   edge::testing::temp_dir dir;
   const auto path = dir / "stories-q8_0.gguf";
   const auto encoded = write_quantized_stories(path, ggml_q8_0);
   auto m = load_model({.path = path});
   REQUIRE_MESSAGE(m.ok(), m.error().message());
   const layer_weights& l = (*m)->weights.layers[0];
-  for (const auto* matrix : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up}) CHECK(matrix->format == weight_format::f16);
+  for (const auto* matrix : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up}) {
+    CHECK(matrix->format == weight_format::int8);
+    CHECK(matrix->group_size == 32);
+  }
   check_values(l.wq, encoded.at("blk.0.attn_q.weight"));
   check_values(l.w_gate, encoded.at("blk.0.ffn_gate.weight"));
   CHECK((*m)->weights.token_embedding.type == edge::kernels::dtype::f16);
@@ -251,7 +252,7 @@ TEST_CASE("GGUF Q4_0 / Q8_0 stacked experts: each expert is its own slice of the
     const auto encoded = write_quantized(options.out, path, type);
     auto m = load_model({.path = path});
     REQUIRE_MESSAGE(m.ok(), m.error().message());
-    const weight_format expected_format = type == ggml_q8_0 ? weight_format::f16 : weight_format::int4;
+    const weight_format expected_format = type == ggml_q8_0 ? weight_format::int8 : weight_format::int4;
     for (std::size_t l = 0; l < (*m)->weights.layers.size(); ++l) {
       const layer_weights& layer = (*m)->weights.layers[l];
       const std::string blk = "blk." + std::to_string(l) + ".";
