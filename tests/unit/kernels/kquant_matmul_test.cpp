@@ -1,7 +1,9 @@
 // GGUF K-quant weights (Q4_K, Q5_K, Q6_K): their blocks decode to the values their fields
 // give, and the CPU matmul over them (activations quantized to int8 per block of 32) gives the
 // matmul of the decoded weights within the activations' rounding, on the portable path and the
-// AVX-512 VNNI path alike, with the same bits for a token alone or in any batch.
+// AVX-512 VNNI path alike, with the same bits for a token alone or in any batch; with exact
+// activations, the f32 matmul of the decoded weights to float rounding. The CUDA launchers
+// refuse the formats.
 #include <doctest/doctest.h>
 
 #include <cmath>
