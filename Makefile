@@ -8,6 +8,7 @@
 #   make bench-moe        Mixture-of-Experts decode: Qwen3-30B-A3B layers, bf16/fp8/int4 experts, against dense
 #   make bench-mla        latent attention decode: Kimi K2 layers with INT4 experts over bf16 and FP8 latents
 #   make bench-deepseek2  batch-1 decode of a GGUF deepseek2 in edgeinfer and in llama.cpp (../shared/peers)
+#   make bench-peer       the synthetic Llama 3.2 1B in edgeinfer and in llama.cpp: F16, Q8_0/fp8, Q4_0/int4, Q4_K_M
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
@@ -29,7 +30,7 @@ GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
 .PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine \
-        bench-gateway bench-scaleout bench-quota bench-moe bench-mla bench-deepseek2
+        bench-gateway bench-scaleout bench-quota bench-moe bench-mla bench-deepseek2 bench-peer
 
 all: build
 
@@ -95,6 +96,13 @@ bench-mla: build
 # binaries, 5 rounds, about 4 minutes on 2 cores; run on an otherwise idle machine.
 bench-deepseek2: build
 	tests/bench/deepseek2_peer.sh $(BUILD_DIR) speed 5
+
+# The synthetic Llama 3.2 1B as F16 and llama.cpp's Q8_0, Q4_0 and Q4_K_M of it (about 5.4 GB in
+# all, written once) in edgeinfer and in llama.cpp's prebuilt binaries: batch-1 decode and prefill,
+# 1/8/16 streams through each one's server, greedy text; 3 rounds. Long: run on an otherwise idle
+# machine (EDGE_PEER_LAYERS=2 writes a 2-layer model for a quick check).
+bench-peer: build
+	tests/bench/peer.sh $(BUILD_DIR) 3
 
 run: build
 	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)

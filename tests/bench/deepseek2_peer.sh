@@ -33,17 +33,10 @@ reference=${EDGE_REFERENCE_LOGITS:-$build/tests/reference/edge_reference_logits}
 peer=${EDGE_PEERS:-../shared/peers}/llama.cpp/bin
 python=/usr/bin/python3
 threads=2
-skip=77
-
-skip_because() {
-  echo "deepseek2_peer: skipped: $*"
-  exit "$skip"
-}
-
-for tool in llama-cli llama-perplexity llama-bench llama-quantize; do
-  [[ -x "$peer/$tool" ]] || skip_because "no llama.cpp $tool in $peer"
-done
-"$peer/llama-cli" --version > /dev/null 2>&1 || skip_because "llama.cpp does not run on this CPU (it needs AVX-512)"
+script=deepseek2_peer
+# shellcheck source=tests/bench/peer_lib.sh
+source tests/bench/peer_lib.sh
+require_peer llama-cli llama-perplexity llama-bench llama-quantize
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/deepseek2_peer.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -66,19 +59,7 @@ check() {
       --kv-cache-dtype f32 --threads "$threads" --log-level warn > "$work/edge.txt" 2> "$work/edge.log"
     local generated
     generated=$(sed -n 's/.*generated: \([0-9]*\) tokens.*/\1/p' "$work/edge.log")
-    if ! "$python" - "$work/peer.txt" "$work/edge.txt" "$prompt" "$generated" <<'EOF'; then
-import sys
-# llama-cli ends its output with a newline, and with " [end of text]" where generation stopped early.
-peer = open(sys.argv[1], "rb").read().decode("utf-8", "replace").rstrip("\n")
-peer = peer[:-len(" [end of text]")] if peer.endswith(" [end of text]") else peer
-ours = open(sys.argv[2], "rb").read().decode("utf-8", "replace")
-print(f"  {sys.argv[3]!r}: {sys.argv[4]} tokens generated, text {'equal' if peer == ours else 'DIFFERENT'}")
-if peer != ours:
-    print(f"    llama.cpp: {peer!r}\n    edgeinfer: {ours!r}")
-sys.exit(0 if peer == ours else 1)
-EOF
-      failed=1
-    fi
+    compare_greedy "$work/peer.txt" "$work/edge.txt" "$prompt" "$generated" || failed=1
   done
 
   echo "== log-probabilities: llama-perplexity --kl-divergence-base against edgeinfer's forward pass =="
@@ -103,14 +84,6 @@ EOF
     return 1
   fi
   echo "deepseek2_peer: edgeinfer and llama.cpp agree"
-}
-
-median_of() {
-  sort -g "$1" | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
-}
-
-range_of() {
-  sort -g "$1" | awk '{ v[NR] = $1 } END { printf "%.2f-%.2f", v[1], v[NR] }'
 }
 
 speed() {
