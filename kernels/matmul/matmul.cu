@@ -31,6 +31,7 @@
 // 16-lane order; tests/gpu/kernels_gpu_test.cpp states the tolerances.
 #include <mma.h>
 
+#include "edge/common/format.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 #include "kernels/matmul/gemm_tiles.h"
@@ -709,12 +710,13 @@ status run_matmul(const matmul_params& p, const stream& s) {
     return invalid_argument("matmul: bad shape or strides");
   }
   if (p.w.values == nullptr) return invalid_argument("matmul: no weights");
-  if (is_quantized(p.w.format) && p.w.scales == nullptr) return invalid_argument("matmul: quantized weights need scales");
+  if (!cuda_matmul_reads(p.w.format)) {
+    return invalid_argument(format("matmul: the CUDA kernels do not read {} weights (the CUDA placement widens them)",
+                                   to_string(p.w.format)));
+  }
+  if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("matmul: quantized weights need scales");
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
     return invalid_argument("matmul: the INT4 group size must be a power of two dividing k");
-  }
-  if (!cuda_matmul_reads(p.w.format)) {
-    return invalid_argument("matmul: the CUDA kernels do not read int8 weights (the CUDA placement widens them)");
   }
   if (p.tokens == 0) return {};
   matmul_args a{};
@@ -743,7 +745,10 @@ status run_matmul(const matmul_params& p, const stream& s) {
     case weight_format::bf16: return run_format<weight_format::bf16>(p, a, stream);
     case weight_format::fp8_e4m3: return run_format<weight_format::fp8_e4m3>(p, a, stream);
     case weight_format::int4: return run_format<weight_format::int4>(p, a, stream);
-    case weight_format::int8: break;
+    case weight_format::int8:
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: break;  // refused above
   }
   return invalid_argument("matmul: unknown weight format");
 }

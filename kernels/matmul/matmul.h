@@ -1,6 +1,7 @@
 // y = x · wᵀ (+ bias) (+ y): activations in float, weights in any weight format (f32, f16,
-// bf16, FP8 with row scales, INT4 with group scales: edge/kernels/weight_format.h), widened and
-// dequantized in registers (no dequantized copy of the weights).
+// bf16, FP8 with row scales, INT4 with group scales, and on the CPU INT8 and GGUF's Q4_K / Q5_K
+// / Q6_K: edge/kernels/weight_format.h), widened and dequantized in registers (no dequantized copy
+// of the weights).
 //
 // On the CPU each output element is one dot product over k whose summation order depends only
 // on k, not on how many tokens or rows are computed together. A sequence therefore gets
@@ -16,7 +17,8 @@
 // so the INT4 result is bit-identical to the f32 matmul of the dequantized matrix; FP8 applies
 // its row scale once to the row's dot product, which rounds differently (within 1e-6 relative).
 // On the CPU, INT4 and INT8 weights take integer dot products over activations quantized to
-// int8 unless exact_activations asks for that float reference (integer_dot.h: the numerics).
+// int8 unless exact_activations asks for that float reference (integer_dot.h: the numerics), and
+// so do the GGUF K-quants (kquant_cpu.h says what it computes; their float reference is there too).
 #pragma once
 
 #include <cstdint>

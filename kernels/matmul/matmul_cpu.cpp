@@ -26,6 +26,7 @@
 #include "kernels/matmul/cpu_outputs.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/matmul/integer_dot.h"
+#include "kernels/matmul/kquant_cpu.h"
 
 namespace edge::kernels {
 namespace {
@@ -359,6 +360,9 @@ void dispatch_weights(const weight_view& w, Fn&& f) {
         return f.template operator()<weight_format::int4, int4_scales::per_half>();
       }
       return f.template operator()<weight_format::int4, int4_scales::per_lane>();
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: return;  // run_matmul gives these to cpu::kquant_matmul
   }
 }
 
@@ -370,7 +374,7 @@ status run_matmul(const matmul_params& p, const stream& s) {
     return invalid_argument("matmul: bad shape or strides");
   }
   if (p.w.values == nullptr) return invalid_argument("matmul: no weights");
-  if (is_quantized(p.w.format) && p.w.scales == nullptr) {
+  if (has_scales(p.w.format) && p.w.scales == nullptr) {
     return invalid_argument(edge::format("matmul: {} weights need scales", to_string(p.w.format)));
   }
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
@@ -379,6 +383,10 @@ status run_matmul(const matmul_params& p, const stream& s) {
   }
   if (p.w.format == weight_format::int8 && p.k % int8_traits::group_size != 0) {
     return invalid_argument(edge::format("matmul: INT8 rows need k a multiple of {}, not {}", int8_traits::group_size, p.k));
+  }
+  if (is_k_quant(p.w.format) && p.k % kquant_traits::block_elements != 0) {
+    return invalid_argument(edge::format("matmul: {} rows need k a multiple of {}, not {}", to_string(p.w.format),
+                                         kquant_traits::block_elements, p.k));
   }
   if (p.tokens == 0) return {};
   const std::int64_t blocks = (p.n + rows_per_block - 1) / rows_per_block;
@@ -389,15 +397,21 @@ status run_matmul(const matmul_params& p, const stream& s) {
   // runs are still small enough to even out a thread that falls behind.
   const std::int64_t threads = where.pool != nullptr ? static_cast<std::int64_t>(where.pool->size()) + 1 : 1;
   const std::int64_t grain = std::max<std::int64_t>(1, blocks / (threads * runs_per_thread));
-  if (cpu::integer_dot_reads(p.w) && !p.exact_activations && cpu::quantized_activations()) {
-    // The caller's thread quantizes the activations once; the pool's threads only read them.
-    thread_local cpu::int8_activations activations;
-    thread_local std::vector<float> group_sums;
-    const cpu::integer_matmul call(p, cpu::active_isa(), activations, group_sums);
+  const bool rounded_activations = !p.exact_activations && cpu::quantized_activations();
+  const auto run_rows = [&](const auto& call) {
     cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {
       call.rows(block_begin * rows_per_block, std::min(p.n, block_end * rows_per_block));
     });
-    return {};
+    return status{};
+  };
+  // The caller's thread quantizes the activations once (into scratch of its own, reused across
+  // calls); the pool's threads only read them.
+  thread_local cpu::int8_activations activations;
+  thread_local std::vector<float> scratch;
+  // The K-quants' exact-activation reference is kquant_matmul's too: it takes every such call.
+  if (is_k_quant(p.w.format)) return run_rows(cpu::kquant_matmul(p, cpu::active_isa(), activations, scratch));
+  if (rounded_activations && cpu::integer_dot_reads(p.w)) {
+    return run_rows(cpu::integer_matmul(p, cpu::active_isa(), activations, scratch));
   }
   dispatch_weights(p.w, [&]<weight_format F, int4_scales S>() {
     cpu::parallel_for(where, blocks, grain, [&](std::int64_t block_begin, std::int64_t block_end) {

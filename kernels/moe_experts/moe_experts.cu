@@ -268,14 +268,16 @@ struct experts_layout {
 };
 
 status check_matrix(const weight_view& w, std::int64_t k, const char* which) {
-  if (is_quantized(w.format) && w.scales == nullptr) {
+  if (!cuda_matmul_reads(w.format)) {
+    return invalid_argument(format("moe experts: the CUDA kernels do not read {} {} weights (the CUDA placement "
+                                   "widens them)",
+                                   which, to_string(w.format)));
+  }
+  if (has_scales(w.format) && w.scales == nullptr) {
     return invalid_argument(format("moe experts: {} {} weights need scales", which, to_string(w.format)));
   }
   if (w.format == weight_format::int4 && !valid_int4_group_size(w.group_size, k)) {
     return invalid_argument(format("moe experts: the {} INT4 group size must be a power of two dividing {}", which, k));
-  }
-  if (!cuda_matmul_reads(w.format)) {
-    return invalid_argument(format("moe experts: the CUDA kernels do not read {} {} weights", which, to_string(w.format)));
   }
   return {};
 }
@@ -340,7 +342,10 @@ status launch_grouped(const matrix_layout& l, expert_matrix matrix, const float*
     case weight_format::bf16: launch_grouped_format<weight_format::bf16>(a, fine_groups, grid, stream); break;
     case weight_format::fp8_e4m3: launch_grouped_format<weight_format::fp8_e4m3>(a, fine_groups, grid, stream); break;
     case weight_format::int4: launch_grouped_format<weight_format::int4>(a, fine_groups, grid, stream); break;
-    case weight_format::int8: break;  // refused by check_matrix
+    case weight_format::int8:
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: break;  // refused by check_matrix
   }
   return check_launch("moe experts (grouped matmul)");
 }

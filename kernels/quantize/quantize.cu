@@ -2,6 +2,7 @@
 // rounding is the integer-exact code of weight_format.h and IEEE division, so the device writes
 // the same bytes and scales as the CPU reference; used to quantize weights on the device
 // (cuda_executor's synthetic models) and by the GPU tests.
+#include "edge/common/format.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
 
@@ -123,7 +124,10 @@ status run_quantize(const quantize_params& p, const stream& s) {
 
 status run_dequantize(const dequantize_params& p, const stream& s) {
   if (p.rows < 0 || p.k <= 0 || p.row_begin < 0 || p.y_stride < p.k) return invalid_argument("dequantize: bad shape or stride");
-  if (is_quantized(p.w.format) && p.w.scales == nullptr) return invalid_argument("dequantize: scales missing");
+  if (is_k_quant(p.w.format)) {
+    return invalid_argument(format("dequantize: the CUDA kernels do not read {} weights", to_string(p.w.format)));
+  }
+  if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("dequantize: scales missing");
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
     return invalid_argument("dequantize: the INT4 group size must be a power of two dividing k");
   }
@@ -140,6 +144,9 @@ status run_dequantize(const dequantize_params& p, const stream& s) {
     case weight_format::fp8_e4m3: return launch.template operator()<weight_format::fp8_e4m3>();
     case weight_format::int4: return launch.template operator()<weight_format::int4>();
     case weight_format::int8: return launch.template operator()<weight_format::int8>();
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: break;  // refused above
   }
   return invalid_argument("dequantize: unknown weight format");
 }

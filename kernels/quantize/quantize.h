@@ -3,7 +3,8 @@
 //
 // Both are exact functions of their inputs: quantizing the same rows gives the same bytes
 // whatever the thread count, and dequantize(w) is exactly the float each matmul kernel
-// multiplies for that weight (float(q) × scale, decode(code) × scale).
+// multiplies for that weight (float(q) × scale, decode(code) × scale; for the K-quants, read
+// on the CPU only, the block's value as ggml's dequantize_row_* computes it).
 #pragma once
 
 #include <cstdint>

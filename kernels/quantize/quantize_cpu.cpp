@@ -65,6 +65,16 @@ void dequantize_row(const weight_view& w, std::int64_t k, std::int64_t row, floa
       for (std::int64_t i = 0; i < k; ++i) y[i] = fp8_e4m3_to_float(values[i]) * w.scales[row];
       return;
     }
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: {
+      const auto* blocks = static_cast<const std::uint8_t*>(w.values) + weight_values_bytes(w.format, row, k);
+      const std::int64_t block_bytes = kquant_block_bytes(w.format);
+      for (std::int64_t b = 0; b < k / kquant_traits::block_elements; ++b) {
+        kquant_dequantize_block(w.format, blocks + b * block_bytes, y + b * kquant_traits::block_elements);
+      }
+      return;
+    }
     case weight_format::f32:
     case weight_format::f16:
     case weight_format::bf16: {
@@ -87,7 +97,7 @@ status run_quantize(const quantize_params& p, const stream& s) {
   if (p.format == weight_format::int8 && p.k % int8_traits::group_size != 0) {
     return invalid_argument("quantize: INT8 rows need k a multiple of 32");
   }
-  if (!is_quantized(p.format)) return invalid_argument("quantize: the target must be int4, int8 or fp8");
+  if (!has_scales(p.format)) return invalid_argument("quantize: the target must be int4, int8 or fp8");
   cpu::parallel_for(s, p.rows, rows_per_chunk, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const float* x = p.x + r * p.x_stride;
@@ -110,12 +120,15 @@ status run_dequantize(const dequantize_params& p, const stream& s) {
   if (p.rows < 0 || p.k <= 0 || p.row_begin < 0 || p.y_stride < p.k) {
     return invalid_argument("dequantize: bad shape or stride");
   }
-  if (is_quantized(p.w.format) && p.w.scales == nullptr) return invalid_argument("dequantize: scales missing");
+  if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("dequantize: scales missing");
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
     return invalid_argument("dequantize: the INT4 group size must be a power of two dividing k");
   }
   if (p.w.format == weight_format::int8 && p.k % int8_traits::group_size != 0) {
     return invalid_argument("dequantize: INT8 rows need k a multiple of 32");
+  }
+  if (is_k_quant(p.w.format) && p.k % kquant_traits::block_elements != 0) {
+    return invalid_argument("dequantize: K-quant rows must be whole super-blocks of 256");
   }
   cpu::parallel_for(s, p.rows, rows_per_chunk, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) dequantize_row(p.w, p.k, p.row_begin + r, p.y + r * p.y_stride);

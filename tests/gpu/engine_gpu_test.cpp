@@ -10,6 +10,8 @@
 // with its experts as stored (bf16), int4 and fp8: CUDA = CPU but near-ties, the same tokens per
 // expert for a prompt, and the CUDA graphs of decode. And a latent-attention model (make-model's
 // deepseek-v3-tiny-gguf as a deepseek2 GGUF) with bf16 and fp8 KV rows, likewise in lock step.
+// And GGUF K-quants (a Q4_K_M-like file written from make-model's tiny-hd128), widened to bf16
+// as the executor uploads them, against the CPU over the same bf16 values.
 //
 // The models come from ${EDGE_TEST_MODELS}/stories260K/stories260K.bin and
 // ${EDGE_TEST_MODELS}/tiny-qwen3-moe-sparse.gguf (default: the shared fixture folder beside the
@@ -24,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "edge/backend/io/gguf.h"
 #include "edge/backend/io/mapped_file.h"
 #include "edge/backend/model/formats.h"
@@ -34,6 +38,7 @@
 #include "edge/common/format.h"
 #include "gpu_test_support.h"
 #include "kernels/sampling/sampling.h"
+#include "tests/unit/kquant_gguf.h"
 
 namespace {
 
@@ -410,6 +415,64 @@ int main() {
       const auto gpu_batch = greedy(**gpu, num_blocks, batch, 3);
       const auto gpu_batch_again = greedy(**gpu, num_blocks, batch, 3);
       r.expect(name + ": the same batch twice on CUDA, the same tokens", gpu_batch == gpu_batch_again);
+    }
+  }
+
+  // GGUF K-quants, which the CUDA kernels do not read: the executor widens them to bf16 as it
+  // uploads them. The file is written here from make-model's tiny-hd128 (F32; tests/gpu/run.sh
+  // writes it) as a Q4_K_M-like mix of Q4_K, Q5_K and Q6_K blocks; the CPU reference is the same
+  // file loaded as bf16 (the same values the device holds) with the K-quant model's embedding.
+  const std::filesystem::path kquant_source = fixtures() / "tiny-hd128-f32.gguf";
+  if (!std::filesystem::exists(kquant_source)) {
+    if (fixtures_named()) {
+      r.expect(format("K-quants: the fixture {} exists (tests/gpu/run.sh writes it)", kquant_source.string()), false);
+    } else {
+      std::printf("K-quants: no fixture at %s; their checks are left out\n", kquant_source.string().c_str());
+    }
+  } else {
+    const std::filesystem::path kquant_path =
+        std::filesystem::temp_directory_path() / format("edge_gpu_kquant_{}.gguf", static_cast<long>(::getpid()));
+    const auto written = testing::write_kquant_gguf(kquant_source, kquant_path, testing::q4_k_m_mix);
+    r.expect("K-quants: a Q4_K_M-like GGUF written from the fixture", written.ok(),
+             written.ok() ? "" : written.error().to_string());
+    if (written.ok()) {
+      auto stored = load_gguf_model(kquant_path, std::nullopt);
+      auto widened = load_gguf_model(kquant_path, kernels::weight_format::bf16);
+      std::filesystem::remove(kquant_path);
+      widened->m.weights.token_embedding = stored->m.weights.token_embedding;
+      const model& m = stored->m;
+      r.expect("K-quants: loaded as q4_k / q5_k / q6_k",
+               m.weights.layers[0].wq.format == kernels::weight_format::q4_k &&
+                   m.weights.layers[1].wk.format == kernels::weight_format::q5_k &&
+                   m.weights.layers[0].wv.format == kernels::weight_format::q6_k &&
+                   m.weights.lm_head.format == kernels::weight_format::q6_k);
+      const std::int64_t tokens_needed = 10 * (static_cast<std::int64_t>(prompt.size()) + generated + 2 * block_size);
+      auto cache = kv_cache::create(kv_cache_layout::for_tokens(m.config, kernels::dtype::f32, block_size, tokens_needed));
+      gpu_test::check_ok(cache.ok() ? status{} : cache.error(), "kv_cache");
+      const std::int64_t num_blocks = (*cache)->layout().num_blocks;
+      auto cpu = cpu_executor::create(widened->m, **cache, nullptr, {.max_batch_tokens = 64, .max_sequences = 16});
+      gpu_test::check_ok(cpu.ok() ? status{} : cpu.error(), "cpu_executor");
+      auto gpu = cuda_executor::create(
+          m, {.max_batch_tokens = 64, .max_sequences = 16, .kv_dtype = kernels::dtype::f32, .block_size = block_size,
+              .kv_cache_bytes = static_cast<std::size_t>(num_blocks + 1) * (*cache)->layout().bytes_per_block()});
+      r.expect("K-quants: the CUDA executor takes them (widened to bf16 on upload)", gpu.ok(),
+               gpu.ok() ? "" : gpu.error().to_string());
+      if (gpu.ok()) {
+        std::printf("K-quants: %s\n", (*gpu)->describe().c_str());
+        // Random weights: near-ties are common, so every comparison is in lock step.
+        const float tie_margin = 1e-2f;
+        const auto lockstep_check = [&](const char* what, const std::vector<std::vector<std::int32_t>>& prompts,
+                                        std::int64_t chunk) {
+          const lockstep_result run = greedy_lockstep(**cpu, **gpu, num_blocks, prompts, chunk, tie_margin);
+          r.expect(format("K-quants: greedy, {}, CUDA = CPU over the same bf16 values but near-ties", what),
+                   run.mismatch.empty(),
+                   run.mismatch.empty()
+                       ? format("{} steps, {} near-ties (logit gap <= {})", run.steps, run.near_ties, tie_margin)
+                       : run.mismatch);
+        };
+        lockstep_check("one sequence", {prompt}, 64);
+        lockstep_check("4 sequences, chunked prefill", batch, 3);
+      }
     }
   }
 

@@ -15,7 +15,8 @@
 #   kernels    every CUDA kernel = its CPU reference over awkward shapes (tolerances inline)
 #   engine     CUDA engine greedy stories260K = CPU engine, for every weight format and KV dtype;
 #              a tiny MoE model (GGUF qwen3moe) likewise, for its experts in bf16, int4 and fp8;
-#              a tiny latent-attention model (GGUF deepseek2) for bf16 and fp8 KV
+#              a tiny latent-attention model (GGUF deepseek2) for bf16 and fp8 KV;
+#              GGUF K-quants widened to bf16 on upload
 #   bench      bandwidth fractions, GEMM and prefill attention TFLOP/s against their baselines,
 #              sampling times, synthetic Llama-3-8B decode tokens/s tables
 #   memcheck   compute-sanitizer --tool memcheck on the kernels test's --quick shapes (n/a, not
@@ -65,6 +66,13 @@ mla_fixture=$fixture/deepseek-v3-tiny-gguf.gguf
 if [[ ! -f $mla_fixture && -x build/edgeinfer ]]; then
   mkdir -p "$fixture"
   build/edgeinfer make-model --preset deepseek-v3-tiny-gguf --format gguf --seed 7 --out "$mla_fixture" --log-level warn
+fi
+# The K-quant fixture's source: make-model's tiny-hd128 as an F32 GGUF (7 MB), which the engine
+# test rewrites as Q4_K / Q5_K / Q6_K blocks of its own.
+kquant_source=$fixture/tiny-hd128-f32.gguf
+if [[ ! -f $kquant_source && -x build/edgeinfer ]]; then
+  mkdir -p "$fixture"
+  build/edgeinfer make-model --preset tiny-hd128 --format gguf --dtype f32 --seed 7 --out "$kquant_source" --log-level warn
 fi
 export EDGE_TEST_MODELS=$PWD/$fixture
 

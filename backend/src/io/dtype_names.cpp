@@ -31,6 +31,9 @@ constexpr ggml_entry ggml_types[] = {
     // The block encodings' element type is that of their scales.
     {ggml_type::q4_0, {.type = kernels::dtype::f16, .encoding = tensor_encoding::ggml_q4_0}},
     {ggml_type::q8_0, {.type = kernels::dtype::f16, .encoding = tensor_encoding::ggml_q8_0}},
+    {ggml_type::q4_k, {.type = kernels::dtype::f16, .encoding = tensor_encoding::ggml_q4_k}},
+    {ggml_type::q5_k, {.type = kernels::dtype::f16, .encoding = tensor_encoding::ggml_q5_k}},
+    {ggml_type::q6_k, {.type = kernels::dtype::f16, .encoding = tensor_encoding::ggml_q6_k}},
 };
 
 // Only the element type tells elements apart; the other encodings ignore it.

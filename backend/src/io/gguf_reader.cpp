@@ -231,9 +231,9 @@ result<raw_tensor_info> read_tensor_info(cursor& in, std::uint64_t index) {
   info.type = stored->type;
   info.encoding = stored->encoding;
   // Block types quantize whole blocks along the contiguous dimension.
-  if (info.encoding != tensor_encoding::elements && info.shape.back() % ggml_block_traits::elements != 0) {
+  if (const std::int64_t block = block_elements(info.encoding); info.shape.back() % block != 0) {
     return fail(invalid_argument(edge::format("{} rows of {} elements are not whole blocks of {}",
-                                              ggml_type_name(*type), info.shape.back(), ggml_block_traits::elements)));
+                                              ggml_type_name(*type), info.shape.back(), block)));
   }
 
   auto offset = in.read<std::uint64_t>();

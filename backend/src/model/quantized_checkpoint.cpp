@@ -70,6 +70,12 @@ output_tensor plain_tensor(std::string name, const tensor_view& view, row_map ro
   return t;
 }
 
+// The quantized formats a compressed-tensors checkpoint holds as such: pack-quantized INT4 and
+// float-quantized FP8. The others (INT8, the GGUF K-quants) are written exactly as f32.
+bool compressed_tensors_holds(weight_format format) {
+  return format == weight_format::int4 || format == weight_format::fp8_e4m3;
+}
+
 // A weight matrix under `stem` ("model.layers.0.self_attn.q_proj."): weight_packed /
 // weight_scale / weight_shape for INT4, weight / weight_scale for FP8, weight for the rest.
 void add_matrix(std::vector<output_tensor>& plan, const std::string& stem, const weight_matrix& w, row_map rows_of) {
@@ -132,8 +138,11 @@ void add_matrix(std::vector<output_tensor>& plan, const std::string& stem, const
       plan.push_back(plain_tensor(stem + "weight", plain, rows_of));
       return;
     }
-    case weight_format::int8: {
-      // compressed-tensors has no layout for these groups: written exactly, as f32.
+    case weight_format::int8:
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: {
+      // compressed-tensors has no layout for these: written exactly, as f32 (a float module).
       output_tensor decoded{.name = stem + "weight", .type = {.type = kernels::dtype::f32}, .shape = {rows, cols}};
       decoded.write = [w, rows, cols, rows_of](atomic_file& out) -> status {
         std::vector<float> row(static_cast<std::size_t>(cols));  // [cols]
@@ -205,7 +214,7 @@ checkpoint_plan plan_checkpoint(const model& m) {
   };
   const auto matrix = [&](const std::string& module, const weight_matrix& matrix_weights, row_map rows_of) {
     add_matrix(plan.tensors, module + ".", matrix_weights, std::move(rows_of));
-    if (kernels::is_quantized(matrix_weights.format)) {
+    if (compressed_tensors_holds(matrix_weights.format)) {
       plan.quantized_modules[module] = matrix_weights.format == weight_format::int4 ? matrix_weights.group_size : 0;
     } else {
       plan.float_modules.push_back(module);
@@ -410,11 +419,12 @@ status prepare_folder(const fs::path& folder) {
 
 result<fs::path> write_quantized_checkpoint(const model& m, const quantized_checkpoint_options& options) {
   const weight_format format = projection_format(m.weights);
-  if (!kernels::is_quantized(format)) {
+  if (!compressed_tensors_holds(format)) {
     return invalid_argument(edge::format("the model's projections are {}; quantize writes int4 or fp8 weights",
                                          kernels::to_string(format)));
   }
-  const bool lm_head_quantized = kernels::is_quantized(m.weights.lm_head.format);
+
+  const bool lm_head_quantized = compressed_tensors_holds(m.weights.lm_head.format);
   if (lm_head_quantized && m.weights.lm_head.format != format) {
     return status(status_code::unimplemented,
                   edge::format("the classifier is stored as {} and the projections as {}; a compressed-tensors "

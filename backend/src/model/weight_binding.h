@@ -27,14 +27,15 @@ class tensor_index {
   result<tensor_view> require(std::string_view name, const std::vector<std::int64_t>& shape) const;
   // The same for a norm or bias, which must also be float elements.
   result<tensor_view> require_vector(std::string_view name, std::int64_t length) const;
-  // The weight matrix `name` ([rows, cols]): that tensor (float elements, GGUF Q4_0 / Q8_0), an
+  // The weight matrix `name` ([rows, cols]): that tensor (float elements, GGUF Q4_0 / Q8_0 /
+  // Q4_K / Q5_K / Q6_K), an
   // F8_E4M3 tensor with its `…weight_scale` (per row or tensor) or `…weight_scale_inv` (per
   // block), or for a name ending in "weight" compressed-tensors' `…weight_packed` +
   // `…weight_scale` (+ `…weight_shape`). Asymmetric (`…weight_zero_point`)
   // and activation-ordered (`…weight_g_idx`) INT4 is unimplemented.
   result<matrix_source> require_matrix(std::string_view name, std::int64_t rows, std::int64_t cols) const;
   // Matrix `index` of the stacked tensor `name`, which must be [count, rows, cols] of float
-  // elements or GGUF Q4_0 / Q8_0 blocks: a view of its bytes (each matrix of a stack is
+  // elements or GGUF Q4_0 / Q8_0 / K-quant blocks: a view of its bytes (each matrix of a stack is
   // contiguous, and starts at a multiple of its element or block size), named "name[index]".
   result<matrix_source> require_matrix_slice(std::string_view name, std::int64_t index, std::int64_t count,
                                              std::int64_t rows, std::int64_t cols) const;

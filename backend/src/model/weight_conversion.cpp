@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "edge/common/format.h"
 #include "edge/common/thread_pool.h"
@@ -27,6 +29,9 @@ constexpr std::int64_t word_bytes = 4;
 // The largest |q| of each GGUF block type, for the f16 range check.
 constexpr float q4_0_max_magnitude = 8.0f;
 constexpr float q8_0_max_magnitude = 128.0f;
+// The largest code of the K-quants with a min (Q6_K's largest |q - 32| is its offset).
+constexpr float q4_k_max_code = 15.0f;
+constexpr float q5_k_max_code = 31.0f;
 
 template <class T>
 T read_scalar(const std::byte* p) {
@@ -44,6 +49,22 @@ float float_at(const tensor_view& t, std::int64_t index) {
 
 std::int64_t block_bytes(source_kind stored) {
   return stored == source_kind::ggml_q4_0 ? ggml_block_traits::q4_0_bytes : ggml_block_traits::q8_0_bytes;
+}
+
+// The weight format a K-quant source is, block for block; nullopt for the other kinds.
+std::optional<weight_format> k_quant_of(source_kind stored) {
+  switch (stored) {
+    case source_kind::ggml_q4_k: return weight_format::q4_k;
+    case source_kind::ggml_q5_k: return weight_format::q5_k;
+    case source_kind::ggml_q6_k: return weight_format::q6_k;
+    case source_kind::elements:
+    case source_kind::fp8:
+    case source_kind::fp8_block:
+    case source_kind::packed_int4:
+    case source_kind::ggml_q4_0:
+    case source_kind::ggml_q8_0: return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 std::int64_t packed_words_per_row(std::int64_t cols) { return (cols + nibbles_per_word - 1) / nibbles_per_word; }
@@ -109,11 +130,54 @@ void decode_row(const matrix_source& s, std::int64_t r, float* out) {
       }
       return;
     }
+    case source_kind::ggml_q4_k:
+    case source_kind::ggml_q5_k:
+    case source_kind::ggml_q6_k: {
+      const weight_format format = *k_quant_of(s.stored);
+      const std::int64_t size = kernels::kquant_block_bytes(format);
+      const std::int64_t blocks = cols / kernels::kquant_traits::block_elements;
+      const auto* row = reinterpret_cast<const std::uint8_t*>(s.values.data) + r * blocks * size;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        kernels::kquant_dequantize_block(format, row + b * size, out + b * kernels::kquant_traits::block_elements);
+      }
+      return;
+    }
   }
 }
 
-// Whether every value of a Q4_0 / Q8_0 tensor fits f16's range: |q| × max |d|.
+// The largest magnitude of a K-quant block's values, from its scales alone (an upper bound).
+float k_quant_bound(weight_format format, const std::uint8_t* block) {
+  using kernels::kquant_traits;
+  if (format == weight_format::q6_k) {
+    int max_scale = 0;
+    for (int j = 0; j < kquant_traits::q6_k_sub_blocks; ++j) {
+      max_scale = std::max(max_scale, std::abs(kernels::q6_k_scale(block, j)));
+    }
+    return std::fabs(kernels::kquant_half(block + kquant_traits::q6_k_d_at)) * static_cast<float>(max_scale) *
+           static_cast<float>(kquant_traits::q6_k_offset);
+  }
+  int max_scale = 0, max_min = 0;
+  for (int j = 0; j < kquant_traits::q4_k_sub_blocks; ++j) {
+    const kernels::kquant_scale_min sm = kernels::q4_k_scale_min(block, j);
+    max_scale = std::max(max_scale, sm.scale);
+    max_min = std::max(max_min, sm.min);
+  }
+  const float max_q = format == weight_format::q4_k ? q4_k_max_code : q5_k_max_code;
+  return std::fabs(kernels::kquant_half(block)) * static_cast<float>(max_scale) * max_q +
+         std::fabs(kernels::kquant_half(block + kquant_traits::dmin_at)) * static_cast<float>(max_min);
+}
+
+// Whether every value of a Q4_0 / Q8_0 / K-quant tensor fits f16's range: |q| × max |d| (for
+// the K-quants, a bound from each block's scales).
 bool fits_fp16(const matrix_source& s) {
+  if (const auto format = k_quant_of(s.stored)) {
+    const std::int64_t blocks = s.rows * (s.cols / kernels::kquant_traits::block_elements);
+    const std::int64_t size = kernels::kquant_block_bytes(*format);
+    const auto* data = reinterpret_cast<const std::uint8_t*>(s.values.data);
+    float bound = 0.0f;
+    for (std::int64_t b = 0; b < blocks; ++b) bound = std::max(bound, k_quant_bound(*format, data + b * size));
+    return bound <= kernels::fp16_traits::max;
+  }
   const std::int64_t blocks = s.rows * (s.cols / ggml_block_traits::elements);
   const std::int64_t size = block_bytes(s.stored);
   float max_scale = 0.0f;
@@ -166,6 +230,9 @@ result<matrix_source> matrix_source_of(const tensor_view& tensor, std::int64_t r
       break;
     case tensor_encoding::ggml_q4_0: source.stored = source_kind::ggml_q4_0; break;
     case tensor_encoding::ggml_q8_0: source.stored = source_kind::ggml_q8_0; break;
+    case tensor_encoding::ggml_q4_k: source.stored = source_kind::ggml_q4_k; break;
+    case tensor_encoding::ggml_q5_k: source.stored = source_kind::ggml_q5_k; break;
+    case tensor_encoding::ggml_q6_k: source.stored = source_kind::ggml_q6_k; break;
     case tensor_encoding::int32:
     case tensor_encoding::int64:
       return invalid_argument(edge::format("tensor \"{}\" is {}, not a weight matrix", tensor.name, type_name(tensor)));
@@ -182,6 +249,9 @@ weight_format native_format(const matrix_source& source) {
     case source_kind::packed_int4:
     case source_kind::ggml_q4_0: return weight_format::int4;
     case source_kind::ggml_q8_0: return weight_format::int8;
+    case source_kind::ggml_q4_k:
+    case source_kind::ggml_q5_k:
+    case source_kind::ggml_q6_k: return *k_quant_of(source.stored);
   }
   return weight_format::f32;
 }
@@ -219,9 +289,12 @@ result<weight_matrix> weight_converter::computed(std::string name, std::span<con
                       .shape = {rows, cols},
                       .data = reinterpret_cast<const std::byte*>(values.data())};
   EDGE_ASSIGN_OR_RETURN(const matrix_source source, matrix_source_of(t, rows, cols));
-  // Follows `like`: quantized where it was, as stored where it was left so.
+  // Follows `like`: quantized where it was, as stored where it was left so (a K-quant, which
+  // only files hold, as bf16).
   const bool quantized = options_.target && like.format == *options_.target;
-  EDGE_ASSIGN_OR_RETURN(weight_matrix m, encode(source, quantized ? *options_.target : like.format));
+  weight_format target = quantized ? *options_.target : like.format;
+  if (kernels::is_k_quant(target)) target = weight_format::bf16;
+  EDGE_ASSIGN_OR_RETURN(weight_matrix m, encode(source, target));
   if (m.data == t.data) {
     // f32 kept as it is would point into the caller's vector: copy it into storage of ours.
     std::byte* copy = allocate(static_cast<std::uint64_t>(values.size_bytes()));
@@ -252,6 +325,14 @@ result<weight_matrix> weight_converter::encode(const matrix_source& s, weight_fo
   if (target == native && s.stored == source_kind::elements && aligned_for(s.values.data, s.values.type)) {
     m.data = s.values.data;
     return m;
+  }
+  if (target == native && k_quant_of(s.stored)) {
+    // The kernels read the file's blocks as they are, at any alignment.
+    m.data = s.values.data;
+    return m;
+  }
+  if (kernels::is_k_quant(target)) {
+    return invalid_argument(edge::format("{}: weights are not converted to {}", s.name, kernels::to_string(target)));
   }
   if (target == native && s.stored == source_kind::fp8) {
     m.data = s.values.data;

@@ -29,6 +29,9 @@ struct matrix_source {
                   // as q + 8 (compressed-tensors' pack-quantized); scales: [rows, cols / group_size]
     ggml_q4_0,    // values: GGUF Q4_0 blocks
     ggml_q8_0,    // values: GGUF Q8_0 blocks
+    ggml_q4_k,    // values: GGUF Q4_K super-blocks (the weight format q4_k)
+    ggml_q5_k,    // values: GGUF Q5_K super-blocks (q5_k)
+    ggml_q6_k,    // values: GGUF Q6_K super-blocks (q6_k)
   };
   kind stored = kind::elements;
   std::string name;
@@ -42,14 +45,15 @@ struct matrix_source {
   std::uint64_t bytes() const { return values.bytes() + (scales.present() ? scales.bytes() : 0); }
 };
 
-// A single tensor as a matrix source: float elements, Q4_0 or Q8_0 (checked against
+// A single tensor as a matrix source: float elements, Q4_0, Q8_0 or a K-quant (checked against
 // [rows, cols]). invalid_argument for other tensors.
 result<matrix_source> matrix_source_of(const tensor_view& tensor, std::int64_t rows, std::int64_t cols);
 
 // The format a source becomes when nothing else is asked: plain elements as they are, FP8 and
 // INT4 as they are, Q4_0 → int4 (groups of 32), Q8_0 → f16 (f32 when a value is beyond f16's
-// range), FP8 with block scales → bf16 (the matmul kernels read FP8 with one scale per row; a
-// block-scaled matrix is decoded exactly and rounded once).
+// range), Q4_K / Q5_K / Q6_K → q4_k / q5_k / q6_k (the file's blocks, used in place), FP8 with
+// block scales → bf16 (the matmul kernels read FP8 with one scale per row; a block-scaled matrix
+// is decoded exactly and rounded once).
 kernels::weight_format native_format(const matrix_source& source);
 
 // Projections (routed and shared experts' included) take the requested format, or with
@@ -69,7 +73,8 @@ class weight_converter {
 
   // A projection computed on load from another (the absorbed-query matrix of latent attention,
   // from kv_b_proj): `values` [rows, cols] encoded as `like` was, in the requested format or, as
-  // stored, in the format `like` has.
+  // stored, in the format `like` has (bf16 where that is a K-quant, which edgeinfer does not
+  // encode).
   result<weight_matrix> computed(std::string name, std::span<const float> values, std::int64_t rows, std::int64_t cols,
                                  const weight_matrix& like);
 
@@ -85,7 +90,8 @@ class weight_converter {
   weight_matrix stack(std::string name, std::span<weight_matrix* const> parts);
 
   // The token embedding table, for the embedding kernel (elements only): F32/F16/BF16/F8 stay as
-  // they are unless a float weight dtype is asked; Q4_0 and Q8_0 tables become f16.
+  // they are unless a float weight dtype is asked; Q4_0, Q8_0 and K-quant tables are decoded
+  // exactly and become f16 (f32 when a value is beyond f16's range).
   result<tensor_view> embedding(const tensor_view& table);
 
  private:

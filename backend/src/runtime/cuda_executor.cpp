@@ -6,7 +6,10 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_executor_kernels.h"
@@ -14,6 +17,8 @@
 #include "edge/backend/runtime/forward.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"
+#include "edge/common/thread_pool.h"
+#include "edge/kernels/numerics.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/mla_attention/mla_attention.h"
@@ -528,10 +533,21 @@ struct cuda_executor::state {
     return {};
   }
 
-  // Device placement: every weight is uploaded once; vectors as f32.
+  // Device placement: every weight is uploaded once; vectors as f32. A matrix in a format the
+  // CUDA kernels do not read (kernels::cuda_matmul_reads: the GGUF K-quants) is decoded exactly
+  // on the host and uploaded as bf16, rounded once; the formats widened are logged once.
   class placement final : public weight_placement {
    public:
     explicit placement(state& s) : s_(s) {}
+
+    // Once all weights are placed: which formats were widened, and what it cost.
+    void log_widened() const {
+      if (widened_.empty()) return;
+      std::string names;
+      for (const weight_format f : widened_) names += (names.empty() ? "" : ", ") + std::string(kernels::to_string(f));
+      s_.log.info("the CUDA kernels do not read {} weights: {} matrices widened to bf16 on upload ({} on the device)",
+                  names, widened_matrices_, format_bytes(widened_bytes_));
+    }
 
     result<kernels::weight_view> matrix(const weight_matrix& w) override {
       const weight_matrix* const one[] = {&w};
@@ -541,12 +557,14 @@ struct cuda_executor::state {
     // One device matrix of the parts' rows in order (the CPU runs in-place weights separately).
     result<std::optional<kernels::weight_view>> stack(std::span<const weight_matrix* const> parts) override {
       const weight_matrix& first = *parts.front();
+      const bool widen = !kernels::cuda_matmul_reads(first.format);
+      const weight_format format = widen ? weight_format::bf16 : first.format;
+      const std::int64_t group_size = widen ? 0 : first.group_size;
       const std::int64_t k = first.cols();
       std::int64_t rows = 0;
       for (const weight_matrix* p : parts) rows += p->rows();
-      const auto value_bytes = static_cast<std::size_t>(kernels::weight_values_bytes(first.format, rows, k));
-      const auto scale_count =
-          static_cast<std::size_t>(kernels::weight_scale_count(first.format, rows, k, first.group_size));
+      const auto value_bytes = static_cast<std::size_t>(kernels::weight_values_bytes(format, rows, k));
+      const auto scale_count = static_cast<std::size_t>(kernels::weight_scale_count(format, rows, k, group_size));
       EDGE_ASSIGN_OR_RETURN(void* values, s_.allocate_weight(value_bytes, first.name));
       float* scales = nullptr;
       if (scale_count > 0) {
@@ -555,18 +573,22 @@ struct cuda_executor::state {
       }
       std::int64_t row = 0;
       for (const weight_matrix* p : parts) {
-        auto* value_at = static_cast<std::byte*>(values) + kernels::weight_values_bytes(first.format, row, k);
-        EDGE_RETURN_IF_ERROR(s_.copy_to_device(
-            value_at, p->data, static_cast<std::size_t>(kernels::weight_values_bytes(p->format, p->rows(), k))));
+        auto* value_at = static_cast<std::byte*>(values) + kernels::weight_values_bytes(format, row, k);
+        if (widen) {
+          EDGE_RETURN_IF_ERROR(upload_as_bf16(*p, value_at));
+        } else {
+          EDGE_RETURN_IF_ERROR(s_.copy_to_device(
+              value_at, p->data, static_cast<std::size_t>(kernels::weight_values_bytes(p->format, p->rows(), k))));
+        }
         if (scales != nullptr) {
           const auto count = kernels::weight_scale_count(p->format, p->rows(), k, p->group_size);
-          EDGE_RETURN_IF_ERROR(s_.copy_to_device(scales + kernels::weight_scale_count(first.format, row, k, first.group_size),
+          EDGE_RETURN_IF_ERROR(s_.copy_to_device(scales + kernels::weight_scale_count(format, row, k, group_size),
                                                  p->scales, static_cast<std::size_t>(count) * sizeof(float)));
         }
         row += p->rows();
       }
       return std::optional<kernels::weight_view>{
-          kernels::weight_view{.format = first.format, .values = values, .scales = scales, .group_size = first.group_size}};
+          kernels::weight_view{.format = format, .values = values, .scales = scales, .group_size = group_size}};
     }
     result<const float*> floats(std::span<const float> values) override {
       if (values.empty()) return static_cast<const float*>(nullptr);
@@ -584,7 +606,41 @@ struct cuda_executor::state {
     }
 
    private:
+    // Rows decoded per upload: a few megabytes of host scratch.
+    static constexpr std::int64_t widen_elements_per_chunk = std::int64_t{1} << 22;
+    static constexpr std::size_t bf16_grain = std::size_t{1} << 16;
+
+    // w's values decoded exactly to float (kernels::run_dequantize, on a host pool made for the
+    // purpose), rounded once to bf16, copied to `target` chunk by chunk.
+    status upload_as_bf16(const weight_matrix& w, void* target) {
+      if (pool_ == nullptr) pool_ = std::make_unique<thread_pool>(std::max(1u, std::thread::hardware_concurrency()));
+      const kernels::stream host{.where = kernels::device::cpu, .pool = pool_.get(), .cuda_stream = nullptr};
+      const std::int64_t k = w.cols();
+      const std::int64_t chunk_rows = std::max<std::int64_t>(1, widen_elements_per_chunk / k);
+      std::vector<float> decoded(static_cast<std::size_t>(std::min(chunk_rows, w.rows()) * k));  // [chunk rows, k]
+      std::vector<std::uint16_t> bf16(decoded.size());                                          // [chunk rows, k]
+      for (std::int64_t r = 0; r < w.rows(); r += chunk_rows) {
+        const std::int64_t n = std::min(chunk_rows, w.rows() - r);
+        EDGE_RETURN_IF_ERROR(kernels::run_dequantize(
+            {.w = w.view(), .k = k, .row_begin = r, .rows = n, .y = decoded.data(), .y_stride = k}, host));
+        pool_->parallel_for(0, static_cast<std::size_t>(n * k), bf16_grain, [&](std::size_t begin, std::size_t end) {
+          for (std::size_t i = begin; i < end; ++i) bf16[i] = kernels::float_to_bf16(decoded[i]);
+        });
+        // From pageable memory the copy has staged the bytes when it returns: the buffer is free.
+        EDGE_RETURN_IF_ERROR(s_.copy_to_device(static_cast<std::byte*>(target) + r * k * sizeof(std::uint16_t),
+                                               bf16.data(), static_cast<std::size_t>(n * k) * sizeof(std::uint16_t)));
+      }
+      if (std::find(widened_.begin(), widened_.end(), w.format) == widened_.end()) widened_.push_back(w.format);
+      ++widened_matrices_;
+      widened_bytes_ += static_cast<std::uint64_t>(w.elements()) * sizeof(std::uint16_t);
+      return {};
+    }
+
     state& s_;
+    std::unique_ptr<thread_pool> pool_;  // made by the first widened matrix
+    std::vector<weight_format> widened_;
+    std::int64_t widened_matrices_ = 0;
+    std::uint64_t widened_bytes_ = 0;
   };
 
   // Queues the copy of logits row `row` (on the device) to host_logits row `slot`.
@@ -664,6 +720,7 @@ result<std::unique_ptr<cuda_executor>> cuda_executor::create(const model& m, con
   EDGE_RETURN_IF_ERROR(s->set_plan(m.config));
   state::placement place(*s);
   EDGE_ASSIGN_OR_RETURN(s->weights, place_weights(m, s->plan, place));
+  place.log_widened();
   return finish(std::move(s));
 }
 

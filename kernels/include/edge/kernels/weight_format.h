@@ -1,9 +1,11 @@
 // How a weight matrix is stored for the matmul kernels: plain elements (f32, f16, bf16), FP8
 // E4M3 with one scale per output row (W8A16), packed INT4 with one scale per group of input
-// elements per output row (W4A16), or INT8 with one scale per 32 input elements per output row
-// (GGUF Q8_0's values). `dtype` (dtype.h) names element types; `weight_format` names
-// matrix layouts, which for the quantized formats are values plus scales. Header-only and free
-// of CUDA headers: the CPU kernels, the loaders' repacking and the CUDA kernels share it.
+// elements per output row (W4A16), INT8 with one scale per 32 input elements per output row
+// (GGUF Q8_0's values), or GGUF's K-quant super-blocks as a file holds them (Q4_K, Q5_K, Q6_K).
+// `dtype` (dtype.h) names element types; `weight_format` names matrix layouts, which for the
+// quantized formats are values plus scales (the K-quants keep their scales inside their
+// blocks). Header-only and free of CUDA headers: the CPU kernels, the loaders' repacking and the
+// CUDA kernels share it.
 //
 // A matrix has n output rows of k input elements ([n, k], rows contiguous).
 //
@@ -42,6 +44,34 @@
 //   multiplies its codes as integers (kernels/matmul/integer_dot.h), reading a byte per weight.
 //
 // A zero group or row (amax = 0) gets scale 0 and codes for 0.
+//
+// GGUF K-quants (weight_format::q4_k, q5_k, q6_k)
+//   values [n, k / 256] super-blocks of 256 elements, row after row, byte for byte as ggml
+//   lays them out (ggml-common.h's block_q4_K, block_q5_K, block_q6_K), used in place from a
+//   memory-mapped file; no separate scales (scales = null, group_size 0); k a multiple of 256.
+//   Multi-byte fields are little-endian; f16 is IEEE binary16. In a block, element i:
+//   Q4_K, 144 bytes: f16 d, f16 dmin, 12 bytes of scales s, 128 bytes of nibbles qs.
+//     Eight sub-blocks of 32, j = i / 32, each with a 6-bit scale sc_j and a 6-bit min m_j:
+//       j < 4:  sc_j = s[j] & 63,                       m_j = s[j + 4] & 63
+//       j >= 4: sc_j = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4,  m_j = (s[j + 4] >> 4) | (s[j] >> 6) << 4
+//     q = the nibble of qs[32 (i / 64) + i % 32]: its low nibble when i % 64 < 32, else its high
+//     one (each 32 bytes hold two sub-blocks); q in [0, 15].
+//     weight = (d × sc_j) × q − dmin × m_j.
+//   Q5_K, 176 bytes: f16 d, f16 dmin, 12 bytes of scales s (as Q4_K), 32 bytes qh, 128 bytes qs.
+//     q = the Q4_K nibble + 16 × bit j of qh[i % 32]; q in [0, 31]; weight as Q4_K.
+//   Q6_K, 210 bytes: 128 bytes ql, 64 bytes qh, 16 int8 scales sc, f16 d.
+//     Sixteen sub-blocks of 16, j = i / 16. With h = i / 128 and r = i % 128: the low 4 bits of
+//     q are the nibble of ql[64 h + r % 64] (low when r < 64, else high), the high 2 bits are
+//     (qh[32 h + r % 32] >> (2 (r / 32))) & 3; q in [0, 63].
+//     weight = (d × sc_j) × (q − 32).
+//   Each weight is exact in float once the products are: d × sc_j and q's factor are exact, and
+//   Q4_K/Q5_K round once, at the subtraction (dequantize_row_q4_K's arithmetic).
+//   Bits per weight: 4.5, 5.5 and 6.5625 (bytes per block / 32). Why in place rather than repacked: the file's
+//   bytes are the smallest form of these numbers, and the CPU kernels read them as they are (the
+//   nibbles of 32 bytes are 64 consecutive weights). edgeinfer never writes these formats: they
+//   are how files come; --weight-dtype converts from them (decoded exactly) but not to them.
+//   The CUDA kernels do not read them: the CUDA executor widens them to bf16 as it uploads
+//   (cuda_matmul_reads below).
 #pragma once
 
 #include <cstdint>
@@ -60,6 +90,9 @@ enum class weight_format : std::uint8_t {
   fp8_e4m3,  // E4M3 codes and one f32 scale per row
   int4,      // packed 4-bit codes and one f32 scale per group of a row
   int8,      // int8 codes and one f32 scale per 32 elements of a row
+  q4_k,      // GGUF Q4_K super-blocks, as the file holds them
+  q5_k,      // GGUF Q5_K super-blocks
+  q6_k,      // GGUF Q6_K super-blocks
 };
 
 struct int4_traits {
@@ -145,6 +178,108 @@ EDGE_HOST_DEVICE constexpr int int4_quantize(float x, float scale) {
   return q < int4_traits::min_value ? int4_traits::min_value : (q > int4_traits::max_value ? int4_traits::max_value : q);
 }
 
+struct kquant_traits {
+  static constexpr std::int64_t block_elements = 256;  // a super-block
+  static constexpr std::int64_t q4_k_bytes = 144;
+  static constexpr std::int64_t q5_k_bytes = 176;
+  static constexpr std::int64_t q6_k_bytes = 210;
+  // Q4_K and Q5_K: sub-blocks of 32 with a scale and a min; Q6_K: sub-blocks of 16 with a scale.
+  static constexpr std::int64_t q4_k_sub_block = 32;
+  static constexpr std::int64_t q6_k_sub_block = 16;
+  static constexpr std::int64_t q4_k_sub_blocks = block_elements / q4_k_sub_block;
+  static constexpr std::int64_t q6_k_sub_blocks = block_elements / q6_k_sub_block;
+  static constexpr int q6_k_offset = 32;  // a 6-bit code holds q + 32
+  // Byte offsets inside a block.
+  static constexpr std::int64_t dmin_at = 2;      // Q4_K, Q5_K (d at 0)
+  static constexpr std::int64_t scales_at = 4;    // Q4_K, Q5_K: 12 bytes of packed 6-bit scales and mins
+  static constexpr std::int64_t q4_k_qs_at = 16;
+  static constexpr std::int64_t q5_k_qh_at = 16;
+  static constexpr std::int64_t q5_k_qs_at = 48;
+  static constexpr std::int64_t q6_k_qh_at = 128;
+  static constexpr std::int64_t q6_k_scales_at = 192;
+  static constexpr std::int64_t q6_k_d_at = 208;
+  static constexpr int six_bits = 63;
+};
+
+constexpr bool is_k_quant(weight_format format) {
+  return format == weight_format::q4_k || format == weight_format::q5_k || format == weight_format::q6_k;
+}
+
+// Bytes of one super-block; 0 for the other formats.
+EDGE_HOST_DEVICE constexpr std::int64_t kquant_block_bytes(weight_format format) {
+  return format == weight_format::q4_k   ? kquant_traits::q4_k_bytes
+         : format == weight_format::q5_k ? kquant_traits::q5_k_bytes
+         : format == weight_format::q6_k ? kquant_traits::q6_k_bytes
+                                         : 0;
+}
+
+// The f16 at `p` (little-endian, any alignment), as float.
+EDGE_HOST_DEVICE constexpr float kquant_half(const std::uint8_t* p) {
+  return fp16_to_float(static_cast<std::uint16_t>(p[0] | (p[1] << 8)));
+}
+
+// Q4_K / Q5_K: sub-block j's 6-bit scale and min.
+struct kquant_scale_min {
+  int scale;
+  int min;
+};
+EDGE_HOST_DEVICE constexpr kquant_scale_min q4_k_scale_min(const std::uint8_t* block, int j) {
+  const std::uint8_t* s = block + kquant_traits::scales_at;
+  if (j < 4) return {s[j] & kquant_traits::six_bits, s[j + 4] & kquant_traits::six_bits};
+  return {(s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4)};
+}
+
+// q of element i (0..255) of a block: Q4_K in [0, 15], Q5_K in [0, 31], Q6_K in [0, 63] (q + 32).
+EDGE_HOST_DEVICE constexpr int q4_k_code(const std::uint8_t* block, int i) {
+  const std::uint8_t byte = block[kquant_traits::q4_k_qs_at + 32 * (i / 64) + i % 32];
+  return i % 64 < 32 ? byte & 0x0F : byte >> 4;
+}
+EDGE_HOST_DEVICE constexpr int q5_k_code(const std::uint8_t* block, int i) {
+  const std::uint8_t byte = block[kquant_traits::q5_k_qs_at + 32 * (i / 64) + i % 32];
+  const int low = i % 64 < 32 ? byte & 0x0F : byte >> 4;
+  const int high = (block[kquant_traits::q5_k_qh_at + i % 32] >> (i / 32)) & 1;
+  return low | (high << 4);
+}
+EDGE_HOST_DEVICE constexpr int q6_k_code(const std::uint8_t* block, int i) {
+  const int h = i / 128;
+  const int r = i % 128;
+  const std::uint8_t byte = block[64 * h + r % 64];
+  const int low = r < 64 ? byte & 0x0F : byte >> 4;
+  const int high = (block[kquant_traits::q6_k_qh_at + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
+  return low | (high << 4);
+}
+// Q6_K: sub-block j's (0..15) signed scale.
+EDGE_HOST_DEVICE constexpr int q6_k_scale(const std::uint8_t* block, int j) {
+  return static_cast<std::int8_t>(block[kquant_traits::q6_k_scales_at + j]);
+}
+
+// The 256 weights of one super-block, exactly (the arithmetic of the format's description).
+EDGE_HOST_DEVICE inline void kquant_dequantize_block(weight_format format, const std::uint8_t* block, float* out) {
+  if (format == weight_format::q6_k) {
+    const float d = kquant_half(block + kquant_traits::q6_k_d_at);
+    for (int j = 0; j < kquant_traits::q6_k_sub_blocks; ++j) {
+      const float scale = d * static_cast<float>(q6_k_scale(block, j));
+      for (int l = 0; l < kquant_traits::q6_k_sub_block; ++l) {
+        const int i = j * kquant_traits::q6_k_sub_block + l;
+        out[i] = scale * static_cast<float>(q6_k_code(block, i) - kquant_traits::q6_k_offset);
+      }
+    }
+    return;
+  }
+  const float d = kquant_half(block);
+  const float dmin = kquant_half(block + kquant_traits::dmin_at);
+  for (int j = 0; j < kquant_traits::q4_k_sub_blocks; ++j) {
+    const kquant_scale_min sm = q4_k_scale_min(block, j);
+    const float scale = d * static_cast<float>(sm.scale);
+    const float min = dmin * static_cast<float>(sm.min);
+    for (int l = 0; l < kquant_traits::q4_k_sub_block; ++l) {
+      const int i = j * kquant_traits::q4_k_sub_block + l;
+      const int q = format == weight_format::q4_k ? q4_k_code(block, i) : q5_k_code(block, i);
+      out[i] = scale * static_cast<float>(q) - min;
+    }
+  }
+}
+
 EDGE_HOST_DEVICE constexpr float int8_scale(float amax) { return amax / int8_traits::scale_divisor; }
 
 // The code of x in a group of scale `scale`, rounded half to even as int4_quantize rounds.
@@ -171,8 +306,9 @@ EDGE_HOST_DEVICE constexpr std::uint8_t fp8_weight_code(float x, float scale) {
 // A weight matrix [n, k] as the matmul kernels read it.
 struct weight_view {
   weight_format format = weight_format::f32;
-  const void* values = nullptr;   // plain and fp8: [n, k] elements; int4: [n, int4_row_bytes(k)] bytes
-  const float* scales = nullptr;  // fp8: [n]; int4, int8: [n, k / group_size]; null for the plain formats
+  const void* values = nullptr;   // plain and fp8: [n, k] elements; int4: [n, int4_row_bytes(k)] bytes;
+                                  // K-quants: [n, k / 256] blocks
+  const float* scales = nullptr;  // fp8: [n]; int4, int8: [n, k / group_size]; null for the plain formats and K-quants
   std::int64_t group_size = 0;    // int4 and int8 (always 32)
 };
 
@@ -185,6 +321,9 @@ constexpr std::int64_t weight_values_bytes(weight_format format, std::int64_t n,
     case weight_format::fp8_e4m3:
     case weight_format::int8: return n * k;
     case weight_format::int4: return n * int4_row_bytes(k);
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: return n * (k / kquant_traits::block_elements) * kquant_block_bytes(format);
   }
   return 0;
 }
@@ -196,7 +335,10 @@ constexpr std::int64_t weight_scale_count(weight_format format, std::int64_t n, 
     case weight_format::int8: return n * (k / int8_traits::group_size);
     case weight_format::f32:
     case weight_format::f16:
-    case weight_format::bf16: return 0;
+    case weight_format::bf16:
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: return 0;
   }
   return 0;
 }
@@ -211,11 +353,32 @@ inline weight_view weight_rows_from(const weight_view& w, std::int64_t first, st
 }
 
 constexpr bool is_quantized(weight_format format) {
+  return format == weight_format::fp8_e4m3 || format == weight_format::int4 || format == weight_format::int8 ||
+         is_k_quant(format);
+}
+
+// Whether a matrix of the format comes with a separate scales array (weight_view::scales).
+constexpr bool has_scales(weight_format format) {
   return format == weight_format::fp8_e4m3 || format == weight_format::int4 || format == weight_format::int8;
 }
 
-// Whether the CUDA matmul reads a format; the CUDA placement widens the others to bf16 on upload.
-constexpr bool cuda_matmul_reads(weight_format format) { return format != weight_format::int8; }
+// Whether the CUDA kernels (matmul, MoE experts) read weights of the format. They refuse the
+// others with invalid_argument; the CUDA executor widens such a matrix to bf16 on the host as it
+// uploads it (INT8, and the K-quants, which the CPU kernels read in place).
+constexpr bool cuda_matmul_reads(weight_format format) {
+  switch (format) {
+    case weight_format::f32:
+    case weight_format::f16:
+    case weight_format::bf16:
+    case weight_format::fp8_e4m3:
+    case weight_format::int4: return true;
+    case weight_format::int8:
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: return false;
+  }
+  return false;
+}
 
 // The plain format of an element type; fp8_e4m3 weights always come with scales.
 constexpr weight_format weight_format_of(dtype type) {
@@ -228,7 +391,7 @@ constexpr weight_format weight_format_of(dtype type) {
   return weight_format::f32;
 }
 
-// The element type of the plain formats and fp8; nullopt for int4 and int8.
+// The element type of the plain formats and fp8; nullopt for int4, int8 and the K-quants.
 constexpr std::optional<dtype> element_dtype(weight_format format) {
   switch (format) {
     case weight_format::f32: return dtype::f32;
@@ -237,11 +400,14 @@ constexpr std::optional<dtype> element_dtype(weight_format format) {
     case weight_format::fp8_e4m3: return dtype::fp8_e4m3;
     case weight_format::int4:
     case weight_format::int8: return std::nullopt;
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: return std::nullopt;
   }
   return std::nullopt;
 }
 
-// The names of --weight-dtype.
+// The names of --weight-dtype, and of the K-quants in logs and metrics ("q4_k").
 constexpr std::string_view to_string(weight_format format) {
   switch (format) {
     case weight_format::f32: return "f32";
@@ -250,10 +416,15 @@ constexpr std::string_view to_string(weight_format format) {
     case weight_format::fp8_e4m3: return "fp8";
     case weight_format::int4: return "int4";
     case weight_format::int8: return "int8";
+    case weight_format::q4_k: return "q4_k";
+    case weight_format::q5_k: return "q5_k";
+    case weight_format::q6_k: return "q6_k";
   }
   return "unknown";
 }
 
+// A --weight-dtype name. The K-quants are not among them: they are how files store weights,
+// kept as loaded, never a target to convert to.
 constexpr std::optional<weight_format> parse_weight_format(std::string_view name) {
   if (name == "int4") return weight_format::int4;
   if (name == "int8") return weight_format::int8;

@@ -51,14 +51,18 @@ TEST_CASE("ggml type numbers: the file format's, both ways, and names for the on
   CHECK(parse_ggml_type(30) == stored_type{.type = dtype::bf16});
   CHECK(parse_ggml_type(2) == stored_type{.type = dtype::f16, .encoding = tensor_encoding::ggml_q4_0});
   CHECK(parse_ggml_type(8) == stored_type{.type = dtype::f16, .encoding = tensor_encoding::ggml_q8_0});
+  CHECK(parse_ggml_type(12) == stored_type{.type = dtype::f16, .encoding = tensor_encoding::ggml_q4_k});
+  CHECK(parse_ggml_type(13) == stored_type{.type = dtype::f16, .encoding = tensor_encoding::ggml_q5_k});
+  CHECK(parse_ggml_type(14) == stored_type{.type = dtype::f16, .encoding = tensor_encoding::ggml_q6_k});
   for (std::uint32_t number = 0; number < 64; ++number) {
     CAPTURE(number);
     if (const auto type = parse_ggml_type(number)) {
       CHECK(ggml_type_of(*type) == static_cast<ggml_type>(number));
     }
   }
-  CHECK_FALSE(parse_ggml_type(12));
-  CHECK(ggml_type_name(12) == "Q4_K");
+  CHECK_FALSE(parse_ggml_type(10));  // Q2_K
+  CHECK(ggml_type_name(10) == "Q2_K");
+  CHECK(ggml_type_name(14) == "Q6_K");
   CHECK(ggml_type_name(4).empty());  // a number ggml retired
   CHECK_FALSE(ggml_type_of({.type = dtype::fp8_e4m3}));
   CHECK_FALSE(ggml_type_of({.encoding = tensor_encoding::int32}));
@@ -78,6 +82,8 @@ TEST_CASE("a tensor's type in the files' own words") {
   view.type = dtype::f16;
   view.encoding = tensor_encoding::ggml_q8_0;
   CHECK(type_name(view) == "Q8_0");
+  view.encoding = tensor_encoding::ggml_q5_k;
+  CHECK(type_name(view) == "Q5_K");
   view.encoding = tensor_encoding::int64;
   CHECK(type_name(view) == "I64");
 }

@@ -293,6 +293,16 @@ TEST_CASE("tensor infos are validated against the data section") {
     CHECK(unknown.error().code() == status_code::invalid_argument);
     CHECK(unknown.error().message().find("unknown tensor type 77 for tensor \"x\"") != std::string::npos);
   }
+  SUBCASE("K-quant rows must be whole super-blocks of 256") {
+    constexpr std::uint32_t ggml_q6_k = 14;
+    auto whole = parse_gguf(tensors_gguf({{"w", {256, 2}, ggml_q6_k, std::vector<std::byte>(2 * 210)}}));
+    REQUIRE_MESSAGE(whole.ok(), whole.error().message());
+    CHECK(whole->tensors[0].encoding == tensor_encoding::ggml_q6_k);
+    CHECK(whole->tensors[0].bytes() == 2 * 210);
+    auto partial = parse_gguf(tensors_gguf({{"w", {128, 2}, ggml_q6_k, std::vector<std::byte>(210)}}));
+    CHECK(partial.error().code() == status_code::invalid_argument);
+    CHECK(partial.error().message().find("Q6_K rows of 128 elements are not whole blocks of 256") != std::string::npos);
+  }
   SUBCASE("misaligned offsets") {
     auto bytes = tensors_gguf({{"a", {4}, t::ggml_f32, data16}, {"b", {4}, t::ggml_f32, data16}});
     // Move b's offset (the last 8 bytes of the tensor infos) from 32 to 16.

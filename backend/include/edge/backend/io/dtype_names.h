@@ -33,8 +33,9 @@ bool is_other_safetensors_dtype(std::string_view name);
 std::string_view torch_dtype_name(kernels::dtype type);
 
 // The ggml tensor types edgeinfer reads (the numbering is the file format's). Q4_0 and Q8_0
-// tensors (tensor_encoding::ggml_q4_0 / ggml_q8_0) have rows of whole 32-element blocks.
-enum class ggml_type : std::uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8, bf16 = 30 };
+// tensors (tensor_encoding::ggml_q4_0 / ggml_q8_0) have rows of whole 32-element blocks, the
+// K-quants (ggml_q4_k, ggml_q5_k, ggml_q6_k) rows of whole 256-element super-blocks.
+enum class ggml_type : std::uint32_t { f32 = 0, f16 = 1, q4_0 = 2, q8_0 = 8, q4_k = 12, q5_k = 13, q6_k = 14, bf16 = 30 };
 
 // A GGUF tensor info's type number as stored elements; nullopt for a type edgeinfer cannot read.
 std::optional<stored_type> parse_ggml_type(std::uint32_t type);

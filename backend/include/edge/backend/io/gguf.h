@@ -72,8 +72,9 @@ struct gguf_file {
 };
 
 // Tensor types are the ggml_type numbers (dtype_names.h); others are rejected by name
-// ("unsupported tensor type Q4_K (12) for tensor ..."). Q4_0 and Q8_0 tensors must have rows
-// of whole 32-element blocks; load_model repacks or converts them (model.h).
+// ("unsupported tensor type Q4_1 (3) for tensor ..."). Q4_0 and Q8_0 tensors must have rows
+// of whole 32-element blocks, Q4_K / Q5_K / Q6_K rows of whole 256-element super-blocks;
+// load_model repacks or converts them, or uses the K-quants as they are (model.h).
 //
 // Parses a GGUF held in `bytes` (a mapping of the whole file). data_loss for truncation, counts
 // that cannot fit in the bytes left, or tensor data outside the data section; invalid_argument

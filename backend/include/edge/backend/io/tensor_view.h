@@ -5,10 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "edge/kernels/dtype.h"
+#include "edge/kernels/weight_format.h"
 
 namespace edge::backend {
 
@@ -22,6 +24,11 @@ enum class tensor_encoding : std::uint8_t {
   ggml_q4_0,  // GGUF Q4_0: per 32 elements of a row, an f16 scale d and 16 bytes of nibbles n,
               // element j = (low nibble of byte j, or for j >= 16 high nibble of byte j - 16) - 8, times d
   ggml_q8_0,  // GGUF Q8_0: per 32 elements of a row, an f16 scale d and 32 int8 q, element = q × d
+  // GGUF's K-quants: super-blocks of 256 elements of a row, laid out as the weight formats of
+  // the same names (edge/kernels/weight_format.h), which use them in place.
+  ggml_q4_k,
+  ggml_q5_k,
+  ggml_q6_k,
 };
 
 // GGUF's block formats: the block length along a row and the bytes of one block.
@@ -31,6 +38,28 @@ struct ggml_block_traits {
   static constexpr std::int64_t q4_0_bytes = scale_bytes + elements / 2;
   static constexpr std::int64_t q8_0_bytes = scale_bytes + elements;
 };
+
+// The weight format of a K-quant encoding; nullopt for the others.
+constexpr std::optional<kernels::weight_format> k_quant_format(tensor_encoding encoding) {
+  switch (encoding) {
+    case tensor_encoding::ggml_q4_k: return kernels::weight_format::q4_k;
+    case tensor_encoding::ggml_q5_k: return kernels::weight_format::q5_k;
+    case tensor_encoding::ggml_q6_k: return kernels::weight_format::q6_k;
+    case tensor_encoding::elements:
+    case tensor_encoding::int32:
+    case tensor_encoding::int64:
+    case tensor_encoding::ggml_q4_0:
+    case tensor_encoding::ggml_q8_0: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// Elements of one block along a row (1 for the encodings without blocks).
+constexpr std::int64_t block_elements(tensor_encoding encoding) {
+  if (k_quant_format(encoding)) return kernels::kquant_traits::block_elements;
+  if (encoding == tensor_encoding::ggml_q4_0 || encoding == tensor_encoding::ggml_q8_0) return ggml_block_traits::elements;
+  return 1;
+}
 
 // Bytes of `elements` values in an encoding (`type` matters for `elements` only). Block
 // encodings assume whole blocks, which the parsers check.
@@ -43,6 +72,11 @@ constexpr std::uint64_t encoded_bytes(tensor_encoding encoding, kernels::dtype t
       return elements / ggml_block_traits::elements * ggml_block_traits::q4_0_bytes;
     case tensor_encoding::ggml_q8_0:
       return elements / ggml_block_traits::elements * ggml_block_traits::q8_0_bytes;
+    case tensor_encoding::ggml_q4_k:
+    case tensor_encoding::ggml_q5_k:
+    case tensor_encoding::ggml_q6_k:
+      return elements / kernels::kquant_traits::block_elements *
+             static_cast<std::uint64_t>(kernels::kquant_block_bytes(*k_quant_format(encoding)));
   }
   return 0;
 }

@@ -4,7 +4,7 @@
 //   * a GGUF file (architectures "llama", "qwen2", "qwen3", "qwen3moe" and "deepseek2" (DeepSeek-V3,
 //     Kimi K2: latent attention with attn_kv_b whole, as llama.cpp's converter wrote it before
 //     splitting it into attn_k_b / attn_v_b), experts stacked per layer; tensors
-//     F32/F16/BF16/Q4_0/Q8_0; tokenizer from its metadata)
+//     F32/F16/BF16/Q4_0/Q8_0/Q4_K/Q5_K/Q6_K; tokenizer from its metadata)
 //   * a llama2.c checkpoint (.bin), with its tokenizer file beside it or given explicitly
 //   * a Hugging Face folder: config.json (LlamaForCausalLM, Qwen2ForCausalLM,
 //     Qwen3ForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, Glm4MoeForCausalLM,
@@ -17,13 +17,14 @@
 //
 // Projection matrices (Q, K, V, O, gate, up, down) become load_options::weight_dtype: as stored
 // by default, where GGUF Q4_0 is repacked into INT4 with groups of 32 (the same numbers, no
-// requantization) and GGUF Q8_0 becomes f16 (every value is an int8 times an f16 scale; f16 rounds
-// it to 11 significant bits, bf16 would keep 8); or quantized on load to int4 / fp8 (round to
+// requantization), GGUF Q8_0 becomes f16 (every value is an int8 times an f16 scale; f16 rounds
+// it to 11 significant bits, bf16 would keep 8) and GGUF Q4_K / Q5_K / Q6_K stay as the file's
+// blocks (weight formats of their own, used in place); or quantized on load to int4 / fp8 (round to
 // nearest, edge/kernels/weight_format.h), or converted to bf16 / f16 / f32. A quantized source
 // is dequantized exactly before it is converted. The token embedding and the classifier are
 // never quantized on load (as llm-compressor's W4A16 / W8A16 recipes leave lm_head and the
-// embedding in 16 bits): with int4 or fp8 they stay as stored (Q4_0/Q8_0 embeddings become f16),
-// with bf16 / f16 / f32 they are converted too.
+// embedding in 16 bits): with int4 or fp8 they stay as stored (Q4_0/Q8_0/K-quant embedding
+// tables are decoded to f16), with bf16 / f16 / f32 they are converted too.
 //
 // Weights are used in place from the file mappings wherever their layout allows (a tensor a
 // file places at an address misaligned for its type is copied into a buffer the model owns);
@@ -171,7 +172,7 @@ struct load_options {
 };
 
 // Errors say which file: not_found for a missing model or tokenizer; invalid_argument for a file
-// in no format edgeinfer reads, a tensor type it does not read (GGUF's K-quants, for example) or
+// in no format edgeinfer reads, a tensor type it does not read (GGUF's Q4_1 or IQ types, for example) or
 // a tensor whose shape disagrees with the configuration; data_loss for truncation;
 // unimplemented for architectures and features not supported (e.g. other RoPE scaling types,
 // asymmetric or activation-ordered compressed-tensors checkpoints).

@@ -45,6 +45,8 @@ struct quantized_checkpoint_options {
   std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
 
+// Matrices in a quantized format compressed-tensors has no layout for (INT8, the GGUF K-quants:
+// a classifier kept as stored) are written exactly, as f32, and listed as unquantized.
 // invalid_argument when the projections are not INT4 or FP8, failed_precondition for a folder
 // that is not empty, unimplemented for a model that would need two quantized formats in one
 // checkpoint (an INT4 classifier beside FP8 projections); I/O errors name the file.
