@@ -343,8 +343,7 @@ EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t
 
 // Calls tile.template operator()<R, T>(n0, t0) over rows [row_begin, row_end) and every token,
 // token tiles outermost so that the rows stay in cache while each token tile passes over them.
-// A lone token streams DECODE_ROWS rows at a time (more loads in flight for decode); otherwise
-// ROWS rows meet up to four tokens.
+// A lone token takes DECODE_ROWS rows at a time; otherwise ROWS rows meet up to four tokens.
 template <int DECODE_ROWS, int ROWS, class Tile>
 void over_tiles(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end, const Tile& tile) {
   constexpr std::int64_t max_tokens = 4;
