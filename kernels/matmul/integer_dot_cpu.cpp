@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "kernels/cpu/parallel.h"
@@ -28,6 +29,98 @@ constexpr std::int64_t block = traits::block;
 // Adding and subtracting 1.5 × 2^23 rounds a float of magnitude below 2^22 to an integer, ties
 // to even (in the default rounding mode): the same rounding on every path, without libm.
 constexpr float round_bias = 12582912.0f;
+
+// element_at(order, p) for the positions of one span, worked out once.
+using span_table = std::array<std::uint16_t, traits::row_multiple>;
+constexpr span_table table_of(code_order order) {
+  span_table table{};
+  for (std::int64_t p = 0; p < traits::row_multiple; ++p) table[static_cast<std::size_t>(p)] = static_cast<std::uint16_t>(element_at(order, p));
+  return table;
+}
+constexpr span_table natural_table = table_of(code_order::natural);
+constexpr span_table int4_span_table = table_of(code_order::int4_spans);
+constexpr span_table int8_span_table = table_of(code_order::int8_spans);
+
+const span_table& table_for(code_order order) {
+  switch (order) {
+    case code_order::natural: return natural_table;
+    case code_order::int4_spans: return int4_span_table;
+    case code_order::int8_spans: return int8_span_table;
+  }
+  return natural_table;
+}
+
+// The scale and the inverse that codes one block, from its amax and whether it holds a NaN.
+struct block_scale {
+  float scale;
+  float inverse;  // 0: every code is 0
+};
+inline block_scale scale_of(float amax, bool finite) {
+  finite = finite && std::isfinite(amax);
+  return {.scale = finite ? amax / static_cast<float>(traits::max_code) : std::nanf(""),
+          .inverse = finite && amax > 0.0f ? static_cast<float>(traits::max_code) / amax : 0.0f};
+}
+
+// One block: `valid` activations (the rest of the 32 codes are 0) → codes; returns the scale.
+float quantize_block_generic(const float* x, std::int64_t valid, std::int8_t* codes) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (std::int64_t i = 0; i < valid; ++i) {
+    amax = std::max(amax, std::fabs(x[i]));
+    finite = finite && !std::isnan(x[i]);
+  }
+  const block_scale s = scale_of(amax, finite);
+  for (std::int64_t i = 0; i < block; ++i) {
+    int code = 0;
+    if (i < valid && s.inverse != 0.0f) {
+      const float rounded = (x[i] * s.inverse + round_bias) - round_bias;
+      code = std::clamp(static_cast<int>(rounded), -traits::max_code, traits::max_code);
+    }
+    codes[i] = static_cast<std::int8_t>(code);
+  }
+  return s.scale;
+}
+
+#if defined(__x86_64__)
+#define EDGE_AVX512_QUANTIZE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+// GCC 12 reports its own _mm512_undefined_*() placeholders inside the intrinsics as
+// uninitialised once they are inlined here (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// Sixteen codes: round(v × inverse) by the bias, clamped, narrowed.
+EDGE_AVX512_QUANTIZE inline __m128i codes_avx512(__m512 v, __m512 inverse, __m512 bias, __m512 limit) {
+  const __m512 rounded = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(v, inverse), bias), bias);
+  const __m512 clamped = _mm512_min_ps(_mm512_max_ps(rounded, _mm512_sub_ps(_mm512_setzero_ps(), limit)), limit);
+  return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(clamped));
+}
+
+// The same operations sixteen at a time, so the same codes and scales bit for bit.
+inline __mmask16 first_lanes(std::int64_t count) {
+  return static_cast<__mmask16>(count >= 16 ? 0xFFFFu : count > 0 ? (1u << count) - 1u : 0u);
+}
+
+EDGE_AVX512_QUANTIZE float quantize_block_avx512(const float* x, std::int64_t valid, std::int8_t* codes) {
+  const auto mask_of = first_lanes;
+  const __m512 low = _mm512_maskz_loadu_ps(mask_of(valid), x);
+  const __m512 high = _mm512_maskz_loadu_ps(mask_of(valid - 16), x + 16);
+  const bool has_nan = (_mm512_cmp_ps_mask(low, low, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(high, high, _CMP_UNORD_Q)) != 0;
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(low), _mm512_abs_ps(high)));
+  const block_scale s = scale_of(amax, !has_nan);
+  if (s.inverse == 0.0f) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), _mm256_setzero_si256());
+    return s.scale;
+  }
+  const __m512 inverse = _mm512_set1_ps(s.inverse);
+  const __m512 bias = _mm512_set1_ps(round_bias);
+  const __m512 limit = _mm512_set1_ps(static_cast<float>(traits::max_code));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), codes_avx512(low, inverse, bias, limit));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 16), codes_avx512(high, inverse, bias, limit));
+  return s.scale;
+}
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace
 
@@ -47,6 +140,8 @@ void quantize_activations(const float* x, std::int64_t tokens, std::int64_t k, s
   grow(out.sums32, tokens * (padded / block));
   grow(out.lane_scales, tokens * (padded / traits::lane_span));
 
+  const span_table& table = table_for(order);
+  const bool vector = has(isa::avx512);
   for (std::int64_t t = 0; t < tokens; ++t) {
     const float* row = x + t * x_stride;
     std::int8_t* codes = out.codes.data() + t * padded;
@@ -58,22 +153,14 @@ void quantize_activations(const float* x, std::int64_t tokens, std::int64_t k, s
     for (std::int64_t base = 0; base < padded; base += traits::row_multiple) {
       for (std::int64_t b0 = base; b0 < base + traits::row_multiple; b0 += block) {
         const std::int64_t valid = std::clamp<std::int64_t>(k - b0, 0, block);
-        float amax = 0.0f;
-        for (std::int64_t i = 0; i < valid; ++i) amax = std::max(amax, std::fabs(row[b0 + i]));
-        // A NaN never wins std::max against a number: look for one separately.
-        bool finite = std::isfinite(amax);
-        for (std::int64_t i = 0; i < valid && finite; ++i) finite = !std::isnan(row[b0 + i]);
-        const float scale = finite ? amax / static_cast<float>(traits::max_code) : std::nanf("");
-        const float inverse = finite && amax > 0.0f ? static_cast<float>(traits::max_code) / amax : 0.0f;
-        scales[b0 / block] = scale;
-        for (std::int64_t i = 0; i < block; ++i) {
-          int code = 0;
-          if (i < valid && inverse != 0.0f) {
-            const float rounded = (row[b0 + i] * inverse + round_bias) - round_bias;
-            code = std::clamp(static_cast<int>(rounded), -traits::max_code, traits::max_code);
-          }
-          natural[b0 - base + i] = static_cast<std::int8_t>(code);
+        std::int8_t* block_codes = natural + (b0 - base);
+#if defined(__x86_64__)
+        if (vector) {
+          scales[b0 / block] = quantize_block_avx512(row + b0, valid, block_codes);
+          continue;
         }
+#endif
+        scales[b0 / block] = quantize_block_generic(row + b0, valid, block_codes);
       }
       for (std::int64_t s = 0; s < traits::row_multiple; s += traits::sum_span) {
         std::int32_t sum = 0;
@@ -83,9 +170,9 @@ void quantize_activations(const float* x, std::int64_t tokens, std::int64_t k, s
       for (std::int64_t b = base / block; b < (base + traits::row_multiple) / block; ++b) {
         block_sums[b] = sums[2 * b] + sums[2 * b + 1];
       }
-      for (std::int64_t p = 0; p < traits::row_multiple; ++p) codes[base + p] = natural[element_at(order, p)];
+      for (std::int64_t p = 0; p < traits::row_multiple; ++p) codes[base + p] = natural[table[static_cast<std::size_t>(p)]];
       for (std::int64_t p = 0; p < traits::row_multiple; p += traits::lane_span) {
-        lanes[(base + p) / traits::lane_span] = scales[(base + element_at(order, p)) / block];
+        lanes[(base + p) / traits::lane_span] = scales[(base + table[static_cast<std::size_t>(p)]) / block];
       }
     }
   }
