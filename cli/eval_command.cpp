@@ -153,6 +153,7 @@ int run_eval(const config::values& settings) {
   load.path = settings.string("model");
   if (settings.has("tokenizer")) load.tokenizer = settings.string("tokenizer");
   apply_quantize_on_load(settings, load);
+  load.cpu_tiles = true;  // eval runs the CPU executor
   auto reference_model = backend::load_model(load);
   if (!reference_model.ok()) {
     log.error("{}", reference_model.error().message());

@@ -108,6 +108,12 @@ int run_generate(const config::values& settings) {
   if (settings.string("chat-template") != "auto") {
     load.chat_template = backend::parse_chat_template_name(settings.string("chat-template"));
   }
+  const auto use_cuda = choose_cuda(settings.string("device"));
+  if (!use_cuda.ok()) {
+    std::fprintf(stderr, "edgeinfer generate: %s\n", use_cuda.error().message().c_str());
+    return 1;
+  }
+  load.cpu_tiles = !*use_cuda;
   auto loaded = load_with_progress(load);
   if (!loaded.ok()) {
     std::fprintf(stderr, "edgeinfer generate: %s\n", loaded.error().message().c_str());
@@ -136,11 +142,6 @@ int run_generate(const config::values& settings) {
   const std::int64_t positions = std::min(prompt_length + request.max_tokens, m.config.max_position);
   const auto layout = backend::kv_cache_layout::for_tokens(m.config, kv_dtype_for(settings.string("kv-cache-dtype"), m),
                                                            16, positions);
-  const auto use_cuda = choose_cuda(settings.string("device"));
-  if (!use_cuda.ok()) {
-    std::fprintf(stderr, "edgeinfer generate: %s\n", use_cuda.error().message().c_str());
-    return 1;
-  }
 
   std::size_t threads = static_cast<std::size_t>(settings.integer("threads"));
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());

@@ -161,6 +161,14 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
     load.chat_template = backend::parse_chat_template_name(chat);
   }
   apply_quantize_on_load(settings, load);
+  // --device: cuda insists on a GPU, auto falls back to the CPU and says why. Known before the
+  // model loads: the CPU executor's matrices load in its own layout.
+  const std::string& device = settings.string("device");
+  std::string no_gpu;
+  const bool gpu = device != "cpu" && backend::cuda_available(&no_gpu);
+  if (device == "cuda" && !gpu) return failed_precondition(format("--device cuda: {}", no_gpu));
+  if (device == "auto" && !gpu) log.info("--device auto: {}; running on the CPU", no_gpu);
+  load.cpu_tiles = !gpu;
   EDGE_ASSIGN_OR_RETURN(rt->model, backend::load_model(load));
   const backend::model& m = *rt->model;
   const backend::weight_footprint footprint = backend::footprint_of(m.config, m.weights);
@@ -183,13 +191,6 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   options.max_queued_requests = settings.integer("max-queued-requests");
   options.stall_timeout = settings.duration("engine-stall-timeout");
   options.before_step = std::move(before_step);
-
-  // --device: cuda insists on a GPU, auto falls back to the CPU and says why.
-  const std::string& device = settings.string("device");
-  std::string no_gpu;
-  const bool gpu = device != "cpu" && backend::cuda_available(&no_gpu);
-  if (device == "cuda" && !gpu) return failed_precondition(format("--device cuda: {}", no_gpu));
-  if (device == "auto" && !gpu) log.info("--device auto: {}; running on the CPU", no_gpu);
 
   std::size_t threads = 0;
   backend::kv_cache_capacity capacity;

@@ -10,6 +10,9 @@ namespace edge::kernels::cpu {
 
 // How far ahead of the loads each weight row is prefetched (measured best on Zen 4: 1 KiB).
 inline constexpr std::int64_t prefetch_distance = 1024;
+// The same for kernels that read CPU row tiles (weight_format.h), which are one stream: bytes
+// ahead of the loads in that stream.
+inline constexpr std::int64_t tile_prefetch_distance = 2048;
 
 // Prefetches byte `at` + prefetch_distance of rows n0 .. n0 + R - 1 (rows of row_bytes from
 // base). Near the end of a row it moves on to the same row of the next tile (rows n0 + R ..),

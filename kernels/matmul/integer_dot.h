@@ -95,13 +95,25 @@ constexpr bool integer_dot_reads(const weight_view& w) {
 class integer_matmul {
  public:
   integer_matmul(const matmul_params& p, isa level, int8_activations& x, std::vector<float>& group_sums);
+  // Over activations quantized before (several matmuls of the same rows: a Mixture-of-Experts
+  // layer's experts): p's tokens are rows [first_token, first_token + p.tokens) of x, which were
+  // quantized from k = p.k elements in activation_order(level, p.w.format); p.x is not read.
+  integer_matmul(const matmul_params& p, isa level, const int8_activations& x, std::int64_t first_token,
+                 std::vector<float>& group_sums);
   void rows(std::int64_t row_begin, std::int64_t row_end) const;
   isa path() const { return path_; }
 
+  // The order the path at or below `level` wants the activation codes in for weights of `format`.
+  static code_order activation_order(isa level, weight_format format);
+
  private:
+  static isa path_for(isa level);
+  void prepare(isa level, std::int64_t first_token, std::vector<float>& group_sums);
+
   const matmul_params& p_;
   const int8_activations& x_;
   isa path_ = isa::generic;
+  std::int64_t first_ = 0;
   std::int64_t group_size_ = 0;
   std::int64_t groups_ = 0;
   const float* group_sums_ = nullptr;  // [tokens, groups_]

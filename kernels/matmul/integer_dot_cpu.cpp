@@ -184,35 +184,29 @@ namespace {
 struct prepared_call {
   const matmul_params* p = nullptr;
   const int8_activations* x = nullptr;
-  const float* group_sums = nullptr;  // [tokens, groups]: U(t, g)
+  const float* group_sums = nullptr;  // [tokens, groups]: U(t, g), of this call's tokens
+  std::int64_t first = 0;             // token t of the call is row first + t of the activations
   std::int64_t groups = 0;            // weight scales per row
   std::int64_t group_size = 0;
 };
 
 
-// Weight code i of row n as a signed integer.
-inline int weight_code(const matmul_params& p, std::int64_t n, std::int64_t i) {
-  if (p.w.format == weight_format::int4) {
-    return int4_get(static_cast<const std::uint8_t*>(p.w.values) + n * int4_row_bytes(p.k), i);
-  }
-  return static_cast<const std::int8_t*>(p.w.values)[n * p.k + i];
-}
 
 // ---- generic path -----------------------------------------------------------------------------
 
+// Either weight layout (the vector paths read only theirs).
 void rows_generic(const prepared_call& c, std::int64_t row_begin, std::int64_t row_end) {
   const matmul_params& p = *c.p;
   const std::int64_t blocks = p.k / block;
   for (std::int64_t n = row_begin; n < row_end; ++n) {
-    const float* w_scales = p.w.scales + n * c.groups;
     for (std::int64_t t = 0; t < p.tokens; ++t) {
-      const std::int8_t* codes = c.x->codes_of(t);  // natural order
-      const float* x_scales = c.x->scales_of(t);
+      const std::int8_t* codes = c.x->codes_of(c.first + t);  // natural order
+      const float* x_scales = c.x->scales_of(c.first + t);
       float acc = 0.0f;
       for (std::int64_t b = 0; b < blocks; ++b) {
         std::int32_t dot = 0;
-        for (std::int64_t i = b * block; i < (b + 1) * block; ++i) dot += weight_code(p, n, i) * codes[i];
-        acc += static_cast<float>(dot) * (w_scales[b * block / c.group_size] * x_scales[b]);
+        for (std::int64_t i = b * block; i < (b + 1) * block; ++i) dot += integer_code_at(p.w, p.k, n, i) * codes[i];
+        acc += static_cast<float>(dot) * (integer_scale_at(p.w, p.k, n, b * block) * x_scales[b]);
       }
       store_output(p, t, n, acc);
     }
@@ -277,8 +271,8 @@ EDGE_AVX2 void tile_avx2(const prepared_call& c, std::int64_t n0, std::int64_t t
     }
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.x->codes_of(t0 + t) + b * block));
-      const float x_scale = c.x->scales_of(t0 + t)[b];
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c.x->codes_of(c.first + t0 + t) + b * block));
+      const float x_scale = c.x->scales_of(c.first + t0 + t)[b];
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         __m256i pairs;
@@ -343,7 +337,11 @@ EDGE_VNNI inline void load_span(const std::uint8_t* bytes, std::int64_t valid, _
 // times signed activation codes; lane j accumulates piece j's products in int32 over the whole
 // span, so the scales, the code-offset correction (offset × Σ activation codes, exact in int32)
 // and the conversion to float come once per span.
-template <weight_format F, int R, int T>
+// Tiled: the weights are in CPU row tiles (weight_format.h), so a span of a row is already
+// turned, the R rows (within one tile) follow each other, and so do their scales; the
+// arithmetic is the same, so the two layouts give the same bits. Rows past n are the last
+// tile's padding: computed, not stored.
+template <weight_format F, int R, int T, bool Tiled>
 EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t0) {
   const matmul_params& p = *c.p;
   constexpr bool int4 = F == weight_format::int4;
@@ -363,39 +361,69 @@ EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t
   const __m512i nibble = _mm512_set1_epi8(int4_traits::nibble_mask);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   // Lane j's weight scale: scale (first element of piece j) / group_size, from the span's first.
-  const int scale_shift = __builtin_ctzll(static_cast<unsigned long long>(c.group_size / piece_elements));
+  const std::int64_t span_group = std::min(c.group_size, span_elements);
+  const int scale_shift = __builtin_ctzll(static_cast<unsigned long long>(span_group / piece_elements));
   const __m512i lane_group = _mm512_srlv_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                _mm512_set1_epi32(scale_shift));
-  const std::int64_t scales_per_span = std::max<std::int64_t>(1, span_elements / c.group_size);
+  const std::int64_t scales_per_span = span_elements / span_group;
   constexpr std::int64_t scale_prefetch_spans = prefetch_distance / span_bytes;
   const std::int64_t spans = (p.k + span_elements - 1) / span_elements;
+  // Tiled: the tile's first span of row n0, and its scales.
+  const std::uint8_t* tile_values = nullptr;
+  const float* tile_scales = nullptr;
+  if constexpr (Tiled) {
+    const std::int64_t slot = n0 / cpu_tiles::rows * spans * cpu_tiles::rows + n0 % cpu_tiles::rows;
+    tile_values = values + slot * span_bytes;
+    tile_scales = p.w.scales + slot * scales_per_span;
+  }
   for (std::int64_t s = 0; s < spans; ++s) {
     const std::int64_t at = s * span_bytes;
     const std::int64_t first_group = s * span_elements / c.group_size;
-    const std::int64_t scale_count = std::min(scales_per_span, c.groups - first_group);
+    const std::int64_t scale_count = Tiled ? scales_per_span : std::min(scales_per_span, c.groups - first_group);
     const auto scale_mask = static_cast<__mmask16>((1u << scale_count) - 1u);
+    // Tiled: row r's span at span_values + r · span_bytes, its scales at span_scales + r · scales_per_span.
+    const std::uint8_t* span_values = tile_values + s * cpu_tiles::rows * span_bytes;
+    const float* span_scales = tile_scales + s * cpu_tiles::rows * scales_per_span;
     __m512i offsets[T];
     __m512 x_scale[T];
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) {
-      const std::int32_t* sums = int4 ? c.x->sums32_of(t0 + t) : c.x->sums16_of(t0 + t);
+      const std::int32_t* sums = int4 ? c.x->sums32_of(c.first + t0 + t) : c.x->sums16_of(c.first + t0 + t);
       offsets[t] = _mm512_slli_epi32(_mm512_loadu_si512(sums + 16 * s), offset_shift);
-      x_scale[t] = _mm512_loadu_ps(c.x->lane_scales_of(t0 + t) + s * span_elements / traits::lane_span);
+      x_scale[t] = _mm512_loadu_ps(c.x->lane_scales_of(c.first + t0 + t) + s * span_elements / traits::lane_span);
     }
+    if constexpr (Tiled) {
+      // One stream: the bytes a tile_prefetch_distance ahead of this span's, and the scales
+      // as far ahead in spans.
+#pragma GCC unroll 32
+      for (std::int64_t line = 0; line < R * span_bytes; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(span_values + tile_prefetch_distance + line), _MM_HINT_T0);
+      }
+      const std::int64_t scale_bytes = R * scales_per_span * static_cast<std::int64_t>(sizeof(float));
+      const auto* scales_ahead = reinterpret_cast<const char*>(span_scales) +
+                                 tile_prefetch_distance / span_bytes * scales_per_span * static_cast<std::int64_t>(sizeof(float));
+      for (std::int64_t line = 0; line < scale_bytes; line += 64) _mm_prefetch(scales_ahead + line, _MM_HINT_T0);
+    } else {
 #pragma GCC unroll 4
-    for (std::int64_t line = 0; line < span_bytes; line += 64) prefetch_rows<R>(values, row_bytes, n0, at + line);
-    // The scales are a stream of their own per row (a cache line per span at groups of 32),
-    // which the hardware prefetchers do not follow among this many rows.
+      for (std::int64_t line = 0; line < span_bytes; line += 64) prefetch_rows<R>(values, row_bytes, n0, at + line);
+      // The scales are a stream of their own per row (a cache line per span at groups of 32),
+      // which the hardware prefetchers do not follow among this many rows.
 #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(p.w.scales + (n0 + r) * c.groups + first_group +
-                                                 scale_prefetch_spans * scales_per_span),
-                   _MM_HINT_T0);
+      for (int r = 0; r < R; ++r) {
+        _mm_prefetch(reinterpret_cast<const char*>(p.w.scales + (n0 + r) * c.groups + first_group +
+                                                   scale_prefetch_spans * scales_per_span),
+                     _MM_HINT_T0);
+      }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       __m512i v[4];
-      load_span(values + (n0 + r) * row_bytes + at, row_bytes - at, v);
+      if constexpr (Tiled) {
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) v[q] = _mm512_loadu_si512(span_values + r * span_bytes + 64 * q);
+      } else {
+        load_span(values + (n0 + r) * row_bytes + at, row_bytes - at, v);
+      }
       __m512i w[steps];
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) {
@@ -406,11 +434,11 @@ EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t
           w[u] = _mm512_xor_si512(v[u], flip);
         }
       }
-      const __m512 w_scale = _mm512_permutexvar_ps(
-          lane_group, _mm512_maskz_loadu_ps(scale_mask, p.w.scales + (n0 + r) * c.groups + first_group));
+      const float* row_scales = Tiled ? span_scales + r * scales_per_span : p.w.scales + (n0 + r) * c.groups + first_group;
+      const __m512 w_scale = _mm512_permutexvar_ps(lane_group, _mm512_maskz_loadu_ps(scale_mask, row_scales));
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
-        const std::int8_t* x = c.x->codes_of(t0 + t) + s * span_elements;
+        const std::int8_t* x = c.x->codes_of(c.first + t0 + t) + s * span_elements;
         __m512i dot = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int step = 0; step < steps; ++step) dot = _mm512_dpbusd_epi32(dot, w[step], _mm512_loadu_si512(x + 64 * step));
@@ -422,7 +450,9 @@ EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) store_output(p, t0 + t, n0 + r, reduce16(acc[r][t]));
+    for (int r = 0; r < R; ++r) {
+      if (!Tiled || n0 + r < p.n) store_output(p, t0 + t, n0 + r, reduce16(acc[r][t]));
+    }
   }
 }
 #pragma GCC diagnostic pop
@@ -450,26 +480,65 @@ void over_tiles(const matmul_params& p, std::int64_t row_begin, std::int64_t row
 }
 
 // Tile shapes: up to 16 accumulators with a row's 8 unpacked weight vectors of AVX-512's 32
-// registers; AVX2 has 16. A lone token takes four rows at a time, like a batch: on a model's
-// matrices (rows of 1-4 KiB) more rows in flight measured slower (10 against 20 tokens/s on one
-// core at 16 rows), the interleaved streams defeating the hardware prefetchers.
+// registers; AVX2 has 16. In the row layout a lone token takes four rows at a time, like a
+// batch: on a model's matrices (rows of 1-4 KiB) more rows in flight measured slower (10 against
+// 20 tokens/s on one core at 16 rows), the interleaved streams defeating the hardware
+// prefetchers. CPU row tiles make a tile's rows one stream: a lone token takes the whole tile.
 constexpr int vnni_decode_rows = 4;
 constexpr int vnni_rows = 4;
+constexpr int tiled_decode_rows = static_cast<int>(cpu_tiles::rows);
+constexpr int tiled_rows = 4;
 constexpr int avx2_decode_rows = 4;
 constexpr int avx2_rows = 2;
 
+// Rows [row_begin, row_end) of CPU row tiles (row_begin a multiple of the tile): whole tiles of
+// DECODE_ROWS for a lone token, halves of ROWS for up to four; the last tile's padding rows
+// are computed and not stored.
+template <int DECODE_ROWS, int ROWS, class Tile>
+void over_row_tiles(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end, const Tile& tile) {
+  constexpr std::int64_t max_tokens = 4;
+  for (std::int64_t t0 = 0; t0 < p.tokens; t0 += max_tokens) {
+    const auto run = [&]<int R, int T>() {
+      for (std::int64_t n = row_begin; n < row_end; n += R) tile.template operator()<R, T>(n, t0);
+    };
+    switch (std::min(max_tokens, p.tokens - t0)) {
+      case 1: run.template operator()<DECODE_ROWS, 1>(); break;
+      case 2: run.template operator()<ROWS, 2>(); break;
+      case 3: run.template operator()<ROWS, 3>(); break;
+      default: run.template operator()<ROWS, 4>(); break;
+    }
+  }
+}
+
 }  // namespace
+
+code_order integer_matmul::activation_order(isa level, weight_format format) {
+  if (path_for(level) != isa::avx512_vnni) return code_order::natural;
+  return format == weight_format::int4 ? code_order::int4_spans : code_order::int8_spans;
+}
+
+isa integer_matmul::path_for(isa level) {
+  return level >= isa::avx512_vnni ? isa::avx512_vnni : level >= isa::avx2 ? isa::avx2 : isa::generic;
+}
 
 integer_matmul::integer_matmul(const matmul_params& p, isa level, int8_activations& x, std::vector<float>& group_sums)
     : p_(p), x_(x) {
-  path_ = level >= isa::avx512_vnni ? isa::avx512_vnni : level >= isa::avx2 ? isa::avx2 : isa::generic;
+  quantize_activations(p.x, p.tokens, p.k, p.x_stride, activation_order(level, p.w.format), x);
+  prepare(level, 0, group_sums);
+}
+
+integer_matmul::integer_matmul(const matmul_params& p, isa level, const int8_activations& x, std::int64_t first_token,
+                               std::vector<float>& group_sums)
+    : p_(p), x_(x) {
+  prepare(level, first_token, group_sums);
+}
+
+void integer_matmul::prepare(isa level, std::int64_t first_token, std::vector<float>& group_sums) {
+  const matmul_params& p = p_;
+  path_ = path_for(level);
+  first_ = first_token;
   group_size_ = p.w.format == weight_format::int8 ? int8_traits::group_size : p.w.group_size;
   groups_ = p.k / group_size_;
-  code_order order = code_order::natural;
-  if (path_ == isa::avx512_vnni) {
-    order = p.w.format == weight_format::int4 ? code_order::int4_spans : code_order::int8_spans;
-  }
-  quantize_activations(p.x, p.tokens, p.k, p.x_stride, order, x);
   if (path_ != isa::avx2 || p.w.format != weight_format::int4) return;
   // U(t, g) for the AVX2 INT4 kernel, which multiplies shifted codes and corrects at the end.
   if (static_cast<std::int64_t>(group_sums.size()) < p.tokens * groups_) {
@@ -477,8 +546,8 @@ integer_matmul::integer_matmul(const matmul_params& p, isa level, int8_activatio
   }
   const std::int64_t blocks_per_group = group_size_ / block;
   for (std::int64_t t = 0; t < p.tokens; ++t) {
-    const float* scales = x.scales_of(t);
-    const std::int32_t* sums = x.sums16_of(t);
+    const float* scales = x_.scales_of(first_ + t);
+    const std::int32_t* sums = x_.sums16_of(first_ + t);
     for (std::int64_t g = 0; g < groups_; ++g) {
       float u = 0.0f;
       for (std::int64_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
@@ -491,12 +560,25 @@ integer_matmul::integer_matmul(const matmul_params& p, isa level, int8_activatio
 }
 
 void integer_matmul::rows(std::int64_t row_begin, std::int64_t row_end) const {
-  const prepared_call c{.p = &p_, .x = &x_, .group_sums = group_sums_, .groups = groups_, .group_size = group_size_};
+  const prepared_call c{.p = &p_, .x = &x_, .group_sums = group_sums_, .first = first_, .groups = groups_,
+                        .group_size = group_size_};
+  const bool tiled = p_.w.layout == weight_layout::cpu_tiles;
   const auto dispatch = [&]<weight_format F>() {
 #if defined(__x86_64__)
+    if (path_ == isa::avx512_vnni && tiled) {
+      over_row_tiles<tiled_decode_rows, tiled_rows>(p_, row_begin, row_end, [&]<int R, int T>(std::int64_t n0, std::int64_t t0) {
+        tile_vnni<F, R, T, true>(c, n0, t0);
+      });
+      return;
+    }
+    if (tiled) {
+      // The AVX2 kernel reads the row layout only.
+      rows_generic(c, row_begin, row_end);
+      return;
+    }
     if (path_ == isa::avx512_vnni) {
       over_tiles<vnni_decode_rows, vnni_rows>(p_, row_begin, row_end, [&]<int R, int T>(std::int64_t n0, std::int64_t t0) {
-        tile_vnni<F, R, T>(c, n0, t0);
+        tile_vnni<F, R, T, false>(c, n0, t0);
       });
       return;
     }

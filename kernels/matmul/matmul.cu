@@ -714,6 +714,9 @@ status run_matmul(const matmul_params& p, const stream& s) {
     return invalid_argument(format("matmul: the CUDA kernels do not read {} weights (the CUDA placement widens them)",
                                    to_string(p.w.format)));
   }
+  if (p.w.layout != weight_layout::rows) {
+    return invalid_argument("matmul: the CUDA kernels read the row layout (the CUDA placement unpacks CPU row tiles)");
+  }
   if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("matmul: quantized weights need scales");
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
     return invalid_argument("matmul: the INT4 group size must be a power of two dividing k");

@@ -57,14 +57,11 @@ enum class int4_scales { per_chunk, per_half, per_lane };
 // ---- portable path ----------------------------------------------------------------------------
 
 // Weight k of row n, as the kernels multiply it (FP8 without its row scale).
+// INT4 and INT8 in either layout.
 template <weight_format F>
 inline float generic_weight(const matmul_params& p, std::int64_t n, std::int64_t k) {
-  if constexpr (F == weight_format::int4) {
-    const auto* row = static_cast<const std::uint8_t*>(p.w.values) + n * int4_row_bytes(p.k);
-    return static_cast<float>(int4_get(row, k)) * p.w.scales[n * (p.k / p.w.group_size) + k / p.w.group_size];
-  } else if constexpr (F == weight_format::int8) {
-    constexpr std::int64_t g = int8_traits::group_size;
-    return static_cast<float>(static_cast<const std::int8_t*>(p.w.values)[n * p.k + k]) * p.w.scales[n * (p.k / g) + k / g];
+  if constexpr (F == weight_format::int4 || F == weight_format::int8) {
+    return static_cast<float>(integer_code_at(p.w, p.k, n, k)) * integer_scale_at(p.w, p.k, n, k);
   } else {
     return cpu::load_as_float<element_of<F>()>(p.w.values, n * p.k + k);
   }
@@ -331,9 +328,10 @@ EDGE_AVX512 void matmul_rows_avx512(const matmul_params& p, std::int64_t row_beg
 template <weight_format F, int4_scales S>
 void matmul_rows(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
 #if defined(__x86_64__)
-  // INT8 has no float tile: it takes the integer kernels, or this reference.
+  // INT8 has no float tile: it takes the integer kernels, or this reference; nor do CPU row
+  // tiles, which the integer kernels are for.
   if constexpr (F != weight_format::int8) {
-    if (cpu::has(cpu::isa::avx512)) {
+    if (cpu::has(cpu::isa::avx512) && p.w.layout == weight_layout::rows) {
       matmul_rows_avx512<F, S>(p, row_begin, row_end);
       return;
     }
@@ -383,6 +381,10 @@ status run_matmul(const matmul_params& p, const stream& s) {
   }
   if (p.w.format == weight_format::int8 && p.k % int8_traits::group_size != 0) {
     return invalid_argument(edge::format("matmul: INT8 rows need k a multiple of {}, not {}", int8_traits::group_size, p.k));
+  }
+  if (p.w.layout == weight_layout::cpu_tiles && !cpu_tiles::takes(p.w.format, p.w.group_size)) {
+    return invalid_argument(edge::format("matmul: CPU row tiles of {} weights (group {})", to_string(p.w.format),
+                                         p.w.group_size));
   }
   if (is_k_quant(p.w.format) && p.k % kquant_traits::block_elements != 0) {
     return invalid_argument(edge::format("matmul: {} rows need k a multiple of {}, not {}", to_string(p.w.format),

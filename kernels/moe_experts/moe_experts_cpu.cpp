@@ -1,11 +1,15 @@
 #include "kernels/moe_experts/moe_experts.h"
 
 #include <algorithm>
+#include <array>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "edge/common/format.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/matmul/integer_dot.h"
 #include "kernels/cuda/launchers.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/silu_mul/silu_mul.h"
@@ -59,16 +63,41 @@ status run_chunk_cpu(const moe_experts_params& p, const stream& s) {
     std::int64_t x_stride, tokens;
     float* y;             // [tokens, n], row stride y_stride
     std::int64_t y_stride;
+    std::int64_t first_token;  // x's first row among the pass's quantized activations
+  };
+  // A pass whose experts all take the integer matmul quantizes its rows once, here, rather than
+  // once per band (at decode a band is a few microseconds of work, and quantizing k activations
+  // cost as much). Calling thread only; the bands read it.
+  thread_local cpu::int8_activations pass_codes_of_thread;
+  cpu::int8_activations& pass_codes = pass_codes_of_thread;  // named once, as band_list below
+  const cpu::isa level = cpu::active_isa();
+  bool prequantized = false;
+  const auto quantize_pass = [&](const float* x, std::int64_t rows, std::int64_t k, std::int64_t x_stride,
+                                 auto&& matrices_of) {
+    std::optional<weight_format> format;
+    prequantized = cpu::quantized_activations();
+    for (std::int64_t e = 0; e < p.num_experts && prequantized; ++e) {
+      if (begin[static_cast<std::size_t>(e + 1)] == begin[static_cast<std::size_t>(e)]) continue;
+      for (const weight_view* w : matrices_of(p.matrices[e])) {
+        if (w->values == nullptr) continue;
+        if (!cpu::integer_dot_reads(*w) || (format && *format != w->format)) prequantized = false;
+        format = w->format;
+      }
+    }
+    if (prequantized && format) {
+      cpu::quantize_activations(x, rows, k, x_stride, cpu::integer_matmul::activation_order(level, *format), pass_codes);
+    }
   };
   // The calling thread's list, named once: inside the pool's lambda `bands` would be each
   // worker's own thread_local.
   thread_local std::vector<band> band_list;
   std::vector<band>& bands = band_list;
   const auto add_bands = [&](const weight_view& w, std::int64_t n, std::int64_t k, const float* x, std::int64_t x_stride,
-                             std::int64_t tokens, float* y, std::int64_t y_stride) {
+                             std::int64_t tokens, float* y, std::int64_t y_stride, std::int64_t first_token) {
     for (std::int64_t r = 0; r < n; r += band_rows) {
       bands.push_back({.w = weight_rows_from(w, r, k), .n = std::min(band_rows, n - r), .k = k, .x = x,
-                       .x_stride = x_stride, .tokens = tokens, .y = y + r, .y_stride = y_stride});
+                       .x_stride = x_stride, .tokens = tokens, .y = y + r, .y_stride = y_stride,
+                       .first_token = first_token});
     }
   };
   const auto run_bands = [&]() -> status {
@@ -78,9 +107,14 @@ status run_chunk_cpu(const moe_experts_params& p, const stream& s) {
     cpu::parallel_for(s, static_cast<std::int64_t>(bands.size()), 1, [&](std::int64_t b0, std::int64_t b1) {
       for (std::int64_t b = b0; b < b1; ++b) {
         const band& w = bands[static_cast<std::size_t>(b)];
-        const status done = run_matmul({.x = w.x, .w = w.w, .y = w.y, .tokens = w.tokens, .n = w.n, .k = w.k,
-                                         .x_stride = w.x_stride, .y_stride = w.y_stride},
-                                        here);
+        const matmul_params params{.x = w.x, .w = w.w, .y = w.y, .tokens = w.tokens, .n = w.n, .k = w.k,
+                                   .x_stride = w.x_stride, .y_stride = w.y_stride};
+        if (prequantized) {
+          thread_local std::vector<float> group_sums;  // the integer matmul's scratch, per thread
+          cpu::integer_matmul(params, level, pass_codes, w.first_token, group_sums).rows(0, w.n);
+          continue;
+        }
+        const status done = run_matmul(params, here);
         if (!done.ok()) {
           const std::lock_guard lock(failure_mutex);
           failure = done;
@@ -91,6 +125,9 @@ status run_chunk_cpu(const moe_experts_params& p, const stream& s) {
     return failure;
   };
   bands.clear();
+  quantize_pass(gathered, pairs, p.hidden, p.hidden, [](const moe_expert_weights& m) {
+    return std::array<const weight_view*, 2>{&m.gate, &m.up};
+  });
   for (std::int64_t e = 0; e < p.num_experts; ++e) {
     const std::int64_t first = begin[static_cast<std::size_t>(e)];
     const std::int64_t rows = begin[static_cast<std::size_t>(e + 1)] - first;
@@ -99,22 +136,25 @@ status run_chunk_cpu(const moe_experts_params& p, const stream& s) {
     float* act = activation + first * 2 * inter;
     const float* rows_x = gathered + first * p.hidden;
     if (m.stacked()) {
-      add_bands(m.gate, 2 * inter, p.hidden, rows_x, p.hidden, rows, act, 2 * inter);
+      add_bands(m.gate, 2 * inter, p.hidden, rows_x, p.hidden, rows, act, 2 * inter, first);
     } else {
-      add_bands(m.gate, inter, p.hidden, rows_x, p.hidden, rows, act, 2 * inter);
-      add_bands(m.up, inter, p.hidden, rows_x, p.hidden, rows, act + inter, 2 * inter);
+      add_bands(m.gate, inter, p.hidden, rows_x, p.hidden, rows, act, 2 * inter, first);
+      add_bands(m.up, inter, p.hidden, rows_x, p.hidden, rows, act + inter, 2 * inter, first);
     }
   }
   EDGE_RETURN_IF_ERROR(run_bands());
   EDGE_RETURN_IF_ERROR(run_silu_mul({.gate = activation, .up = activation + inter, .out = activation, .rows = pairs,
                                      .cols = inter, .in_stride = 2 * inter, .out_stride = 2 * inter},
                                     s));
+  quantize_pass(activation, pairs, inter, 2 * inter, [](const moe_expert_weights& m) {
+    return std::array<const weight_view*, 1>{&m.down};
+  });
   for (std::int64_t e = 0; e < p.num_experts; ++e) {
     const std::int64_t first = begin[static_cast<std::size_t>(e)];
     const std::int64_t rows = begin[static_cast<std::size_t>(e + 1)] - first;
     if (rows == 0) continue;
     add_bands(p.matrices[e].down, p.hidden, inter, activation + first * 2 * inter, 2 * inter, rows,
-              expert_out + first * p.hidden, p.hidden);
+              expert_out + first * p.hidden, p.hidden, first);
   }
   EDGE_RETURN_IF_ERROR(run_bands());
   // Each token's contributions in the order of its experts' ids, whatever the batch, then onto out.

@@ -127,6 +127,7 @@ status run_dequantize(const dequantize_params& p, const stream& s) {
   if (is_k_quant(p.w.format)) {
     return invalid_argument(format("dequantize: the CUDA kernels do not read {} weights", to_string(p.w.format)));
   }
+  if (p.w.layout != weight_layout::rows) return invalid_argument("dequantize: the CUDA kernels read the row layout");
   if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("dequantize: scales missing");
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
     return invalid_argument("dequantize: the INT4 group size must be a power of two dividing k");

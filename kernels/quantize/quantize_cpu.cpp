@@ -47,6 +47,12 @@ void quantize_fp8_row(const float* x, std::int64_t k, std::uint8_t* values, floa
 }
 
 void dequantize_row(const weight_view& w, std::int64_t k, std::int64_t row, float* y) {
+  if (w.layout == weight_layout::cpu_tiles) {
+    for (std::int64_t i = 0; i < k; ++i) {
+      y[i] = static_cast<float>(integer_code_at(w, k, row, i)) * integer_scale_at(w, k, row, i);
+    }
+    return;
+  }
   switch (w.format) {
     case weight_format::int4: {
       const auto* values = static_cast<const std::uint8_t*>(w.values) + row * int4_row_bytes(k);
@@ -123,6 +129,9 @@ status run_dequantize(const dequantize_params& p, const stream& s) {
   if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("dequantize: scales missing");
   if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
     return invalid_argument("dequantize: the INT4 group size must be a power of two dividing k");
+  }
+  if (p.w.layout == weight_layout::cpu_tiles && !cpu_tiles::takes(p.w.format, p.w.group_size)) {
+    return invalid_argument("dequantize: CPU row tiles hold INT4 with groups of 32 or more and INT8");
   }
   if (p.w.format == weight_format::int8 && p.k % int8_traits::group_size != 0) {
     return invalid_argument("dequantize: INT8 rows need k a multiple of 32");

@@ -413,7 +413,7 @@ int main(int argc, char** argv) {
   for (std::size_t w = 0; w < opt.weight_dtypes.size(); ++w) {
     auto loaded = edge::backend::load_model(
         {.path = opt.model, .weight_dtype = edge::kernels::parse_weight_format(opt.weight_dtypes[w]),
-         .int4_group_size = opt.int4_group_size, .quantize_experts_only = opt.experts_only});
+         .int4_group_size = opt.int4_group_size, .quantize_experts_only = opt.experts_only, .cpu_tiles = true});
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
       return 1;

@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
   }
   edge::log::set_level(edge::log::level::warn);
 
-  auto loaded = be::load_model({.path = o.model});
+  auto loaded = be::load_model({.path = o.model, .cpu_tiles = true});
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
     return 1;

@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
   }
   edge::thread_pool pool(1);
   for (const auto& path : models) {
-    auto loaded = load_model({.path = path});
+    auto loaded = load_model({.path = path, .cpu_tiles = true});
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
       return 1;

@@ -16,6 +16,8 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "edge/common/thread_pool.h"
+#include "cpu_tile_weights.h"
+#include "kernels/cpu/isa.h"
 
 namespace edge::backend {
 namespace {
@@ -375,6 +377,14 @@ result<std::unique_ptr<model>> load_model(const load_options& options) {
   EDGE_ASSIGN_OR_RETURN(auto m, load_by_content(options));
   m->name = model_id_from_path(options.path);
   align_weights(m->weights);
+  if (options.cpu_tiles && kernels::cpu::active_isa() >= kernels::cpu::isa::avx512_vnni &&
+      kernels::cpu::quantized_activations()) {
+    thread_pool pool(std::max(1u, std::thread::hardware_concurrency()) - 1);
+    const tiled_weights tiled = tile_weights_for_cpu(*m, pool.size() > 0 ? &pool : nullptr);
+    if (tiled.matrices > 0) {
+      logger{"model"}.debug("{} INT4 / INT8 matrices ({}) in CPU row tiles", tiled.matrices, format_bytes(tiled.bytes));
+    }
+  }
 
   const auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   logger{"model"}.debug("loaded {} ({}, {} layers, hidden {}, vocab {}, {} weights{}) in {:.2f} s", m->name,

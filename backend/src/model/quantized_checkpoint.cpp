@@ -417,7 +417,31 @@ status prepare_folder(const fs::path& folder) {
 
 }  // namespace
 
+namespace {
+
+// Whether any matrix is in CPU row tiles (a model loaded with load_options::cpu_tiles); the
+// writers read rows.
+bool holds_cpu_tiles(const model_weights& w) {
+  const auto tiled = [](const weight_matrix& m) { return m.layout != kernels::weight_layout::rows; };
+  if (tiled(w.lm_head)) return true;
+  for (const layer_weights& l : w.layers) {
+    for (const weight_matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.wq_b, &l.wkv_b,
+                                   &l.w_uk_t, &l.index_wq, &l.index_wk}) {
+      if (tiled(*m)) return true;
+    }
+    for (const expert_weights& e : l.experts) {
+      if (tiled(e.w_gate) || tiled(e.w_up) || tiled(e.w_down)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 result<fs::path> write_quantized_checkpoint(const model& m, const quantized_checkpoint_options& options) {
+  if (holds_cpu_tiles(m.weights)) {
+    return failed_precondition("the model was loaded in CPU row tiles; load it without load_options::cpu_tiles to write it");
+  }
   const weight_format format = projection_format(m.weights);
   if (!compressed_tensors_holds(format)) {
     return invalid_argument(edge::format("the model's projections are {}; quantize writes int4 or fp8 weights",

@@ -289,11 +289,13 @@ result<weight_matrix> weight_converter::computed(std::string name, std::span<con
                       .shape = {rows, cols},
                       .data = reinterpret_cast<const std::byte*>(values.data())};
   EDGE_ASSIGN_OR_RETURN(const matrix_source source, matrix_source_of(t, rows, cols));
-  // Follows `like`: quantized where it was, as stored where it was left so (a K-quant, which
-  // only files hold, as bf16).
+  // Follows `like`: quantized where it was, as stored where it was left so.
   const bool quantized = options_.target && like.format == *options_.target;
   weight_format target = quantized ? *options_.target : like.format;
+  // A K-quant, which only files hold, as bf16; so too INT8 for rows that are not whole groups
+  // of 32 (a small model's transposed kv_b_proj), as matrix() leaves such rows unquantized.
   if (kernels::is_k_quant(target)) target = weight_format::bf16;
+  if (target == weight_format::int8 && cols % kernels::int8_traits::group_size != 0) target = weight_format::bf16;
   EDGE_ASSIGN_OR_RETURN(weight_matrix m, encode(source, target));
   if (m.data == t.data) {
     // f32 kept as it is would point into the caller's vector: copy it into storage of ours.

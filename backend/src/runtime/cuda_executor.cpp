@@ -20,6 +20,7 @@
 #include "edge/common/thread_pool.h"
 #include "edge/kernels/numerics.h"
 #include "kernels/cuda/launchers.h"
+#include "kernels/matmul/cpu_tiles.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/mla_attention/mla_attention.h"
 #include "kernels/moe_routing/moe_routing.h"
@@ -572,20 +573,32 @@ struct cuda_executor::state {
         scales = static_cast<float*>(p);
       }
       std::int64_t row = 0;
-      for (const weight_matrix* p : parts) {
+      for (const weight_matrix* part : parts) {
+        // A model loaded for the CPU may hold CPU row tiles: the device reads rows.
+        weight_matrix p = *part;
+        std::vector<std::byte> row_values;
+        std::vector<float> row_scales;
+        if (p.layout == kernels::weight_layout::cpu_tiles) {
+          row_values.resize(static_cast<std::size_t>(kernels::weight_values_bytes(p.format, p.rows(), k)));
+          row_scales.resize(static_cast<std::size_t>(kernels::weight_scale_count(p.format, p.rows(), k, p.group_size)));
+          EDGE_RETURN_IF_ERROR(kernels::unpack_cpu_tiles(p.view(), p.rows(), k, row_values.data(), row_scales.data()));
+          p.data = row_values.data();
+          p.scales = row_scales.data();
+          p.layout = kernels::weight_layout::rows;
+        }
         auto* value_at = static_cast<std::byte*>(values) + kernels::weight_values_bytes(format, row, k);
         if (widen) {
-          EDGE_RETURN_IF_ERROR(upload_as_bf16(*p, value_at));
+          EDGE_RETURN_IF_ERROR(upload_as_bf16(p, value_at));
         } else {
           EDGE_RETURN_IF_ERROR(s_.copy_to_device(
-              value_at, p->data, static_cast<std::size_t>(kernels::weight_values_bytes(p->format, p->rows(), k))));
+              value_at, p.data, static_cast<std::size_t>(kernels::weight_values_bytes(p.format, p.rows(), k))));
         }
         if (scales != nullptr) {
-          const auto count = kernels::weight_scale_count(p->format, p->rows(), k, p->group_size);
+          const auto count = kernels::weight_scale_count(p.format, p.rows(), k, p.group_size);
           EDGE_RETURN_IF_ERROR(s_.copy_to_device(scales + kernels::weight_scale_count(format, row, k, group_size),
-                                                 p->scales, static_cast<std::size_t>(count) * sizeof(float)));
+                                                 p.scales, static_cast<std::size_t>(count) * sizeof(float)));
         }
-        row += p->rows();
+        row += p.rows();
       }
       return std::optional<kernels::weight_view>{
           kernels::weight_view{.format = format, .values = values, .scales = scales, .group_size = group_size}};

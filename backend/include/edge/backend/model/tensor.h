@@ -37,6 +37,9 @@ struct weight_matrix {
   const std::byte* data = nullptr;  // the values
   const float* scales = nullptr;    // int4: [rows, cols / group_size]; int8: [rows, cols / 32]; fp8: [rows]; else null
   std::int64_t group_size = 0;      // int4, and int8 (32)
+  // rows, or CPU row tiles (kernels::cpu_tiles: INT4 and INT8 of a model loaded for the CPU
+  // executor, load_options::cpu_tiles); data and scales are then in that layout.
+  kernels::weight_layout layout = kernels::weight_layout::rows;
 
   bool present() const { return data != nullptr; }
   std::int64_t rows() const { return shape.size() == 2 ? shape[0] : 0; }
@@ -44,12 +47,17 @@ struct weight_matrix {
   std::int64_t elements() const { return rows() * cols(); }
   // Values and scales: what one pass over the matrix reads.
   std::uint64_t bytes() const {
+    if (layout == kernels::weight_layout::cpu_tiles) {
+      return static_cast<std::uint64_t>(kernels::cpu_tiles::values_bytes(format, rows(), cols()) +
+                                        kernels::cpu_tiles::scale_count(format, rows(), cols(), group_size) *
+                                            static_cast<std::int64_t>(sizeof(float)));
+    }
     return static_cast<std::uint64_t>(kernels::weight_values_bytes(format, rows(), cols()) +
                                       kernels::weight_scale_count(format, rows(), cols(), group_size) *
                                           static_cast<std::int64_t>(sizeof(float)));
   }
   kernels::weight_view view() const {
-    return {.format = format, .values = data, .scales = scales, .group_size = group_size};
+    return {.format = format, .values = data, .scales = scales, .group_size = group_size, .layout = layout};
   }
 };
 
@@ -58,7 +66,7 @@ struct weight_matrix {
 inline bool same_layout(std::span<const weight_matrix* const> parts) {
   for (const weight_matrix* p : parts) {
     if (p->format != parts.front()->format || p->group_size != parts.front()->group_size ||
-        p->cols() != parts.front()->cols()) {
+        p->cols() != parts.front()->cols() || p->layout != parts.front()->layout) {
       return false;
     }
   }

@@ -1,0 +1,27 @@
+// load_options::cpu_tiles: a loaded model's INT4 and INT8 projection matrices rearranged into
+// the CPU's row tiles (edge/kernels/weight_format.h), in place of the row layout.
+#pragma once
+
+#include <cstdint>
+
+#include "edge/backend/model/model.h"
+
+namespace edge {
+class thread_pool;
+}
+
+namespace edge::backend {
+
+struct tiled_weights {
+  std::int64_t matrices = 0;   // matrices rearranged (a stacked matrix and its parts count once)
+  std::uint64_t bytes = 0;     // their values and scales, in tiles
+};
+
+// Tiles every projection, expert and classifier matrix the tiles hold (cpu_tiles::takes) that
+// is not used in rows elsewhere: the parts of a stacked matrix and the per-head views of the
+// latent attention's kv_b_proj (and its transposed K part) must start at whole tiles, else that
+// matrix stays in rows. The row-layout buffers the model owned are freed, so the model's memory
+// does not grow beyond the tiles' padding.
+tiled_weights tile_weights_for_cpu(model& m, thread_pool* pool);
+
+}  // namespace edge::backend
