@@ -8,41 +8,59 @@
 namespace edge::kernels {
 namespace {
 
-// Calls word(tiled byte, row byte or -1) for every 4-byte word and scale(tiled index, row
-// index or -1) for every scale of tiles [tile_begin, tile_end); -1 marks padding, which has no
-// counterpart in the row layout.
-template <class Word, class Scale>
-void walk_tiles(weight_format format, std::int64_t group_size, std::int64_t n, std::int64_t k, std::int64_t tile_begin,
-                std::int64_t tile_end, const Word& word, const Scale& scale) {
-  const bool int4 = format == weight_format::int4;
-  const std::int64_t spans = cpu_tiles::spans(format, k);
-  const std::int64_t span_elements = cpu_tiles::span_elements(format);
-  const std::int64_t lane_elements = int4 ? int4_traits::chunk_elements : cpu_tiles::lanes;
-  const std::int64_t row_bytes = int4 ? int4_row_bytes(k) : k;
-  const std::int64_t row_group = int4 ? group_size : int8_traits::group_size;
-  const std::int64_t row_groups = k / row_group;
-  const std::int64_t per_span = cpu_tiles::scales_per_span(format, group_size);
-  const std::int64_t span_group = cpu_tiles::span_group(format, group_size);
-  for (std::int64_t t = tile_begin; t < tile_end; ++t) {
-    for (std::int64_t s = 0; s < spans; ++s) {
-      for (std::int64_t r = 0; r < cpu_tiles::rows; ++r) {
-        const std::int64_t slot = (t * spans + s) * cpu_tiles::rows + r;
-        const std::int64_t row = t * cpu_tiles::rows + r;
-        for (std::int64_t lane = 0; lane < cpu_tiles::lanes; ++lane) {
-          const std::int64_t first = s * span_elements + lane * lane_elements;  // the lane's first element
-          // INT4: the chunk's 16 bytes; INT8: the piece's 16 codes.
-          const std::int64_t at = int4 ? first / int4_traits::chunk_elements * int4_traits::chunk_bytes : first;
-          const bool present = row < n && first < k;
-          for (std::int64_t w = 0; w < 4; ++w) {
-            word(slot * cpu_tiles::span_bytes + (w * cpu_tiles::lanes + lane) * cpu_tiles::lane_bytes,
-                 present ? row * row_bytes + at + w * cpu_tiles::lane_bytes : std::int64_t{-1});
-          }
-        }
-        for (std::int64_t q = 0; q < per_span; ++q) {
-          const std::int64_t element = s * span_elements + q * span_group;
-          scale(slot * per_span + q, row < n && element < k ? row * row_groups + element / row_group : std::int64_t{-1});
-        }
-      }
+// The 32 codes (q) of block b of row n in the row layout, and back.
+void read_block(const weight_view& w, std::int64_t k, std::int64_t n, std::int64_t b, int (&q)[cpu_tiles::block]) {
+  const auto* values = static_cast<const std::uint8_t*>(w.values);
+  if (w.format == weight_format::int8) {
+    const auto* codes = reinterpret_cast<const std::int8_t*>(values) + n * k + b * cpu_tiles::block;
+    for (std::int64_t e = 0; e < cpu_tiles::block; ++e) q[e] = codes[e];
+    return;
+  }
+  const std::uint8_t* chunk = values + n * int4_row_bytes(k) + b * int4_traits::chunk_bytes;
+  for (std::int64_t e = 0; e < cpu_tiles::block; ++e) q[e] = int4_get(chunk, e);
+}
+
+void write_block(void* values, weight_format format, std::int64_t k, std::int64_t n, std::int64_t b,
+                 const int (&q)[cpu_tiles::block]) {
+  if (format == weight_format::int8) {
+    auto* codes = static_cast<std::int8_t*>(values) + n * k + b * cpu_tiles::block;
+    for (std::int64_t e = 0; e < cpu_tiles::block; ++e) codes[e] = static_cast<std::int8_t>(q[e]);
+    return;
+  }
+  std::uint8_t* chunk = static_cast<std::uint8_t*>(values) + n * int4_row_bytes(k) + b * int4_traits::chunk_bytes;
+  for (std::int64_t e = 0; e < cpu_tiles::block; ++e) int4_set(chunk, e, q[e]);
+}
+
+// Block b of row r (within the tile) in the tiled block at `tiled`, and back.
+void store_tiled(std::uint8_t* tiled, weight_format format, std::int64_t r, const int (&q)[cpu_tiles::block]) {
+  if (format == weight_format::int8) {
+    for (std::int64_t e = 0; e < cpu_tiles::block; ++e) {
+      tiled[(e / 4 * cpu_tiles::rows + r) * cpu_tiles::word_bytes + e % 4] =
+          static_cast<std::uint8_t>(q[e] + cpu_tiles::int8_offset);
+    }
+    return;
+  }
+  for (std::int64_t v = 0; v < 4; ++v) {
+    for (std::int64_t i = 0; i < 4; ++i) {
+      tiled[(v * cpu_tiles::rows + r) * cpu_tiles::word_bytes + i] =
+          static_cast<std::uint8_t>((q[8 * v + i] + int4_traits::code_offset) |
+                                    ((q[8 * v + 4 + i] + int4_traits::code_offset) << int4_traits::nibble_bits));
+    }
+  }
+}
+
+void load_tiled(const std::uint8_t* tiled, weight_format format, std::int64_t r, int (&q)[cpu_tiles::block]) {
+  if (format == weight_format::int8) {
+    for (std::int64_t e = 0; e < cpu_tiles::block; ++e) {
+      q[e] = static_cast<int>(tiled[(e / 4 * cpu_tiles::rows + r) * cpu_tiles::word_bytes + e % 4]) - cpu_tiles::int8_offset;
+    }
+    return;
+  }
+  for (std::int64_t v = 0; v < 4; ++v) {
+    for (std::int64_t i = 0; i < 4; ++i) {
+      const std::uint8_t byte = tiled[(v * cpu_tiles::rows + r) * cpu_tiles::word_bytes + i];
+      q[8 * v + i] = (byte & int4_traits::nibble_mask) - int4_traits::code_offset;
+      q[8 * v + 4 + i] = (byte >> int4_traits::nibble_bits) - int4_traits::code_offset;
     }
   }
 }
@@ -62,7 +80,8 @@ void over_tiles(std::int64_t n, thread_pool* pool, const Body& body) {
 
 status check(const weight_view& w, weight_layout layout, std::int64_t n, std::int64_t k) {
   if (!cpu_tiles::takes(w.format, w.group_size)) {
-    return invalid_argument(format("CPU row tiles hold INT4 with groups of 32 or more and INT8, not {} (group {})",
+    return invalid_argument(format("CPU row tiles hold INT4 with groups of 32 or more, INT8, f16, bf16 and FP8, "
+                                   "not {} (group {})",
                                    to_string(w.format), w.group_size));
   }
   if (w.layout != layout) return invalid_argument("CPU row tiles: the matrix is not in the layout converted from");
@@ -73,26 +92,68 @@ status check(const weight_view& w, weight_layout layout, std::int64_t n, std::in
   return {};
 }
 
+// The float formats: each tile [k, 16] is its rows' elements transposed; FP8 scales per row.
+void pack_float_tile(const weight_view& rows, std::int64_t n, std::int64_t k, std::int64_t t, void* values, float* scales) {
+  const std::int64_t size = cpu_tiles::element_bytes(rows.format);
+  auto* tile = static_cast<std::uint8_t*>(values) + t * k * cpu_tiles::rows * size;
+  for (std::int64_t r = 0; r < cpu_tiles::rows; ++r) {
+    const std::int64_t row = t * cpu_tiles::rows + r;
+    const auto* from = static_cast<const std::uint8_t*>(rows.values) + row * k * size;
+    for (std::int64_t i = 0; i < k; ++i) {
+      std::uint8_t* to = tile + (i * cpu_tiles::rows + r) * size;
+      if (row < n) {
+        std::memcpy(to, from + i * size, static_cast<std::size_t>(size));
+      } else {
+        std::memset(to, 0, static_cast<std::size_t>(size));  // +0 in every float format
+      }
+    }
+    if (rows.format == weight_format::fp8_e4m3) scales[t * cpu_tiles::rows + r] = row < n ? rows.scales[row] : 0.0f;
+  }
+}
+
+void unpack_float_tile(const weight_view& tiles, std::int64_t n, std::int64_t k, std::int64_t t, void* values,
+                       float* scales) {
+  const std::int64_t size = cpu_tiles::element_bytes(tiles.format);
+  const auto* tile = static_cast<const std::uint8_t*>(tiles.values) + t * k * cpu_tiles::rows * size;
+  for (std::int64_t r = 0; r < cpu_tiles::rows && t * cpu_tiles::rows + r < n; ++r) {
+    const std::int64_t row = t * cpu_tiles::rows + r;
+    auto* to = static_cast<std::uint8_t*>(values) + row * k * size;
+    for (std::int64_t i = 0; i < k; ++i) {
+      std::memcpy(to + i * size, tile + (i * cpu_tiles::rows + r) * size, static_cast<std::size_t>(size));
+    }
+    if (tiles.format == weight_format::fp8_e4m3) scales[row] = tiles.scales[t * cpu_tiles::rows + r];
+  }
+}
+
 }  // namespace
 
 status pack_cpu_tiles(const weight_view& rows, std::int64_t n, std::int64_t k, void* values, float* scales,
                       thread_pool* pool) {
   EDGE_RETURN_IF_ERROR(check(rows, weight_layout::rows, n, k));
-  const auto* from = static_cast<const std::uint8_t*>(rows.values);
-  auto* to = static_cast<std::uint8_t*>(values);
-  const std::uint8_t padding =
-      rows.format == weight_format::int4 ? static_cast<std::uint8_t>(int4_traits::code_offset * 0x11) : 0;
+  const weight_format format = rows.format;
+  if (!cpu_tiles::integer(format)) {
+    over_tiles(n, pool, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) pack_float_tile(rows, n, k, t, values, scales);
+    });
+    return {};
+  }
+  const std::int64_t blocks = k / cpu_tiles::block;
+  const std::int64_t group = cpu_tiles::group_of(format, rows.group_size);
+  const std::int64_t groups = k / group;
   over_tiles(n, pool, [&](std::int64_t begin, std::int64_t end) {
-    walk_tiles(
-        rows.format, rows.group_size, n, k, begin, end,
-        [&](std::int64_t tiled, std::int64_t row) {
-          if (row < 0) {
-            std::memset(to + tiled, padding, cpu_tiles::lane_bytes);
-          } else {
-            std::memcpy(to + tiled, from + row, cpu_tiles::lane_bytes);
-          }
-        },
-        [&](std::int64_t tiled, std::int64_t row) { scales[tiled] = row < 0 ? 0.0f : rows.scales[row]; });
+    for (std::int64_t t = begin; t < end; ++t) {
+      for (std::int64_t r = 0; r < cpu_tiles::rows; ++r) {
+        const std::int64_t row = t * cpu_tiles::rows + r;
+        for (std::int64_t b = 0; b < blocks; ++b) {
+          int q[cpu_tiles::block] = {};  // padding rows: q = 0
+          if (row < n) read_block(rows, k, row, b, q);
+          store_tiled(static_cast<std::uint8_t*>(values) + (t * blocks + b) * cpu_tiles::block_bytes(format), format, r, q);
+        }
+        for (std::int64_t g = 0; g < groups; ++g) {
+          scales[(t * groups + g) * cpu_tiles::rows + r] = row < n ? rows.scales[row * groups + g] : 0.0f;
+        }
+      }
+    }
   });
   return {};
 }
@@ -100,17 +161,29 @@ status pack_cpu_tiles(const weight_view& rows, std::int64_t n, std::int64_t k, v
 status unpack_cpu_tiles(const weight_view& tiles, std::int64_t n, std::int64_t k, void* values, float* scales,
                         thread_pool* pool) {
   EDGE_RETURN_IF_ERROR(check(tiles, weight_layout::cpu_tiles, n, k));
+  const weight_format format = tiles.format;
+  if (!cpu_tiles::integer(format)) {
+    over_tiles(n, pool, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) unpack_float_tile(tiles, n, k, t, values, scales);
+    });
+    return {};
+  }
+  const std::int64_t blocks = k / cpu_tiles::block;
+  const std::int64_t group = cpu_tiles::group_of(format, tiles.group_size);
+  const std::int64_t groups = k / group;
   const auto* from = static_cast<const std::uint8_t*>(tiles.values);
-  auto* to = static_cast<std::uint8_t*>(values);
   over_tiles(n, pool, [&](std::int64_t begin, std::int64_t end) {
-    walk_tiles(
-        tiles.format, tiles.group_size, n, k, begin, end,
-        [&](std::int64_t tiled, std::int64_t row) {
-          if (row >= 0) std::memcpy(to + row, from + tiled, cpu_tiles::lane_bytes);
-        },
-        [&](std::int64_t tiled, std::int64_t row) {
-          if (row >= 0) scales[row] = tiles.scales[tiled];
-        });
+    for (std::int64_t t = begin; t < end; ++t) {
+      for (std::int64_t r = 0; r < cpu_tiles::rows && t * cpu_tiles::rows + r < n; ++r) {
+        const std::int64_t row = t * cpu_tiles::rows + r;
+        for (std::int64_t b = 0; b < blocks; ++b) {
+          int q[cpu_tiles::block];
+          load_tiled(from + (t * blocks + b) * cpu_tiles::block_bytes(format), format, r, q);
+          write_block(values, format, k, row, b, q);
+        }
+        for (std::int64_t g = 0; g < groups; ++g) scales[row * groups + g] = tiles.scales[(t * groups + g) * cpu_tiles::rows + r];
+      }
+    }
   });
   return {};
 }

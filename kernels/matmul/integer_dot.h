@@ -97,14 +97,14 @@ class integer_matmul {
   integer_matmul(const matmul_params& p, isa level, int8_activations& x, std::vector<float>& group_sums);
   // Over activations quantized before (several matmuls of the same rows: a Mixture-of-Experts
   // layer's experts): p's tokens are rows [first_token, first_token + p.tokens) of x, which were
-  // quantized from k = p.k elements in activation_order(level, p.w.format); p.x is not read.
+  // quantized from k = p.k elements in activation_order(level, p.w); p.x is not read.
   integer_matmul(const matmul_params& p, isa level, const int8_activations& x, std::int64_t first_token,
                  std::vector<float>& group_sums);
   void rows(std::int64_t row_begin, std::int64_t row_end) const;
   isa path() const { return path_; }
 
-  // The order the path at or below `level` wants the activation codes in for weights of `format`.
-  static code_order activation_order(isa level, weight_format format);
+  // The order the path at or below `level` wants the activation codes in for weights `w`.
+  static code_order activation_order(isa level, const weight_view& w);
 
  private:
   static isa path_for(isa level);

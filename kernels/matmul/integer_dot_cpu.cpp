@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/prefetch.h"
@@ -206,7 +207,7 @@ void rows_generic(const prepared_call& c, std::int64_t row_begin, std::int64_t r
       for (std::int64_t b = 0; b < blocks; ++b) {
         std::int32_t dot = 0;
         for (std::int64_t i = b * block; i < (b + 1) * block; ++i) dot += integer_code_at(p.w, p.k, n, i) * codes[i];
-        acc += static_cast<float>(dot) * (integer_scale_at(p.w, p.k, n, b * block) * x_scales[b]);
+        acc = std::fma(static_cast<float>(dot), integer_scale_at(p.w, p.k, n, b * block) * x_scales[b], acc);
       }
       store_output(p, t, n, acc);
     }
@@ -337,11 +338,7 @@ EDGE_VNNI inline void load_span(const std::uint8_t* bytes, std::int64_t valid, _
 // times signed activation codes; lane j accumulates piece j's products in int32 over the whole
 // span, so the scales, the code-offset correction (offset × Σ activation codes, exact in int32)
 // and the conversion to float come once per span.
-// Tiled: the weights are in CPU row tiles (weight_format.h), so a span of a row is already
-// turned, the R rows (within one tile) follow each other, and so do their scales; the
-// arithmetic is the same, so the two layouts give the same bits. Rows past n are the last
-// tile's padding: computed, not stored.
-template <weight_format F, int R, int T, bool Tiled>
+template <weight_format F, int R, int T>
 EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t0) {
   const matmul_params& p = *c.p;
   constexpr bool int4 = F == weight_format::int4;
@@ -361,29 +358,17 @@ EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t
   const __m512i nibble = _mm512_set1_epi8(int4_traits::nibble_mask);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   // Lane j's weight scale: scale (first element of piece j) / group_size, from the span's first.
-  const std::int64_t span_group = std::min(c.group_size, span_elements);
-  const int scale_shift = __builtin_ctzll(static_cast<unsigned long long>(span_group / piece_elements));
+  const int scale_shift = __builtin_ctzll(static_cast<unsigned long long>(std::min(c.group_size, span_elements) / piece_elements));
   const __m512i lane_group = _mm512_srlv_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                _mm512_set1_epi32(scale_shift));
-  const std::int64_t scales_per_span = span_elements / span_group;
+  const std::int64_t scales_per_span = std::max<std::int64_t>(1, span_elements / c.group_size);
   constexpr std::int64_t scale_prefetch_spans = prefetch_distance / span_bytes;
   const std::int64_t spans = (p.k + span_elements - 1) / span_elements;
-  // Tiled: the tile's first span of row n0, and its scales.
-  const std::uint8_t* tile_values = nullptr;
-  const float* tile_scales = nullptr;
-  if constexpr (Tiled) {
-    const std::int64_t slot = n0 / cpu_tiles::rows * spans * cpu_tiles::rows + n0 % cpu_tiles::rows;
-    tile_values = values + slot * span_bytes;
-    tile_scales = p.w.scales + slot * scales_per_span;
-  }
   for (std::int64_t s = 0; s < spans; ++s) {
     const std::int64_t at = s * span_bytes;
     const std::int64_t first_group = s * span_elements / c.group_size;
-    const std::int64_t scale_count = Tiled ? scales_per_span : std::min(scales_per_span, c.groups - first_group);
+    const std::int64_t scale_count = std::min(scales_per_span, c.groups - first_group);
     const auto scale_mask = static_cast<__mmask16>((1u << scale_count) - 1u);
-    // Tiled: row r's span at span_values + r · span_bytes, its scales at span_scales + r · scales_per_span.
-    const std::uint8_t* span_values = tile_values + s * cpu_tiles::rows * span_bytes;
-    const float* span_scales = tile_scales + s * cpu_tiles::rows * scales_per_span;
     __m512i offsets[T];
     __m512 x_scale[T];
 #pragma GCC unroll 8
@@ -392,38 +377,20 @@ EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t
       offsets[t] = _mm512_slli_epi32(_mm512_loadu_si512(sums + 16 * s), offset_shift);
       x_scale[t] = _mm512_loadu_ps(c.x->lane_scales_of(c.first + t0 + t) + s * span_elements / traits::lane_span);
     }
-    if constexpr (Tiled) {
-      // One stream: the bytes a tile_prefetch_distance ahead of this span's, and the scales
-      // as far ahead in spans.
-#pragma GCC unroll 32
-      for (std::int64_t line = 0; line < R * span_bytes; line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(span_values + tile_prefetch_distance + line), _MM_HINT_T0);
-      }
-      const std::int64_t scale_bytes = R * scales_per_span * static_cast<std::int64_t>(sizeof(float));
-      const auto* scales_ahead = reinterpret_cast<const char*>(span_scales) +
-                                 tile_prefetch_distance / span_bytes * scales_per_span * static_cast<std::int64_t>(sizeof(float));
-      for (std::int64_t line = 0; line < scale_bytes; line += 64) _mm_prefetch(scales_ahead + line, _MM_HINT_T0);
-    } else {
 #pragma GCC unroll 4
-      for (std::int64_t line = 0; line < span_bytes; line += 64) prefetch_rows<R>(values, row_bytes, n0, at + line);
-      // The scales are a stream of their own per row (a cache line per span at groups of 32),
-      // which the hardware prefetchers do not follow among this many rows.
+    for (std::int64_t line = 0; line < span_bytes; line += 64) prefetch_rows<R>(values, row_bytes, n0, at + line);
+    // The scales are a stream of their own per row (a cache line per span at groups of 32),
+    // which the hardware prefetchers do not follow among this many rows.
 #pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        _mm_prefetch(reinterpret_cast<const char*>(p.w.scales + (n0 + r) * c.groups + first_group +
-                                                   scale_prefetch_spans * scales_per_span),
-                     _MM_HINT_T0);
-      }
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(p.w.scales + (n0 + r) * c.groups + first_group +
+                                                 scale_prefetch_spans * scales_per_span),
+                   _MM_HINT_T0);
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       __m512i v[4];
-      if constexpr (Tiled) {
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) v[q] = _mm512_loadu_si512(span_values + r * span_bytes + 64 * q);
-      } else {
-        load_span(values + (n0 + r) * row_bytes + at, row_bytes - at, v);
-      }
+      load_span(values + (n0 + r) * row_bytes + at, row_bytes - at, v);
       __m512i w[steps];
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) {
@@ -434,8 +401,8 @@ EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t
           w[u] = _mm512_xor_si512(v[u], flip);
         }
       }
-      const float* row_scales = Tiled ? span_scales + r * scales_per_span : p.w.scales + (n0 + r) * c.groups + first_group;
-      const __m512 w_scale = _mm512_permutexvar_ps(lane_group, _mm512_maskz_loadu_ps(scale_mask, row_scales));
+      const __m512 w_scale = _mm512_permutexvar_ps(
+          lane_group, _mm512_maskz_loadu_ps(scale_mask, p.w.scales + (n0 + r) * c.groups + first_group));
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t) {
         const std::int8_t* x = c.x->codes_of(c.first + t0 + t) + s * span_elements;
@@ -450,8 +417,123 @@ EDGE_VNNI void tile_vnni(const prepared_call& c, std::int64_t n0, std::int64_t t
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      if (!Tiled || n0 + r < p.n) store_output(p, t0 + t, n0 + r, reduce16(acc[r][t]));
+    for (int r = 0; r < R; ++r) store_output(p, t0 + t, n0 + r, reduce16(acc[r][t]));
+  }
+}
+
+// CPU row tiles (weight_format.h): TILES tiles of 16 rows × T tokens, lane r of every vector
+// being row r of its tile. Per block of 32 elements and token, each 4-code word of the token
+// is broadcast and multiplied with a word of all 16 rows at once (vpdpbusd: unsigned weight
+// codes, INT4 q + 8 and INT8 q + 128, times signed activation codes); the block's int32 dot,
+// less offset × Σ activation codes (exact), is converted once and added as
+// fma(dot, weight scale × activation scale, acc): per row and token the blocks in order, the
+// portable path's arithmetic (rows_generic), whatever TILES and T. The activations are in
+// natural order. Rows past n (the last tile's padding) are computed and not stored.
+template <weight_format F, int TILES, int T>
+EDGE_VNNI void tiles_vnni(const prepared_call& c, std::int64_t tile0, std::int64_t t0) {
+  const matmul_params& p = *c.p;
+  constexpr bool int4 = F == weight_format::int4;
+  constexpr std::int64_t block_bytes = cpu_tiles::block_bytes(F);
+  constexpr int offset = int4 ? int4_traits::code_offset : cpu_tiles::int8_offset;
+  // A lone token's block is one chain of dependent vpdpbusd per tile: two halves shorten it.
+  constexpr int chains = T == 1 ? 2 : 1;
+  const std::int64_t blocks = p.k / block;
+  const std::int64_t blocks_per_group = c.group_size / block;
+  const auto* values = static_cast<const std::uint8_t*>(p.w.values);
+  const __m512i nibble = _mm512_set1_epi8(int4_traits::nibble_mask);
+  const std::int8_t* x[T];
+  const float* x_scales[T];
+  const std::int32_t* x_sums[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    x[t] = c.x->codes_of(c.first + t0 + t);
+    x_scales[t] = c.x->scales_of(c.first + t0 + t);
+    x_sums[t] = c.x->sums32_of(c.first + t0 + t);
+  }
+  __m512 acc[TILES][T];
+#pragma GCC unroll 8
+  for (int i = 0; i < TILES; ++i) {
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+  }
+  for (std::int64_t g = 0; g < c.groups; ++g) {
+    __m512 w_scale[TILES];
+#pragma GCC unroll 8
+    for (int i = 0; i < TILES; ++i) w_scale[i] = _mm512_loadu_ps(p.w.scales + ((tile0 + i) * c.groups + g) * cpu_tiles::rows);
+    for (std::int64_t b = g * blocks_per_group; b < (g + 1) * blocks_per_group; ++b) {
+      const std::uint8_t* w[TILES];
+#pragma GCC unroll 8
+      for (int i = 0; i < TILES; ++i) {
+        w[i] = values + ((tile0 + i) * blocks + b) * block_bytes;
+#pragma GCC unroll 8
+        for (std::int64_t line = 0; line < block_bytes; line += 64) {
+          _mm_prefetch(reinterpret_cast<const char*>(w[i] + tile_prefetch_distance + line), _MM_HINT_T0);
+        }
+      }
+      __m512i dot[chains][TILES][T];
+#pragma GCC unroll 2
+      for (int h = 0; h < chains; ++h) {
+#pragma GCC unroll 8
+        for (int i = 0; i < TILES; ++i) {
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) dot[h][i][t] = _mm512_setzero_si512();
+        }
+      }
+      const std::int64_t at = b * block;
+#pragma GCC unroll 8
+      for (int v = 0; v < (int4 ? 4 : 8); ++v) {
+        const int h = chains == 1 ? 0 : v % 2;
+#pragma GCC unroll 8
+        for (int i = 0; i < TILES; ++i) {
+          const __m512i raw = _mm512_loadu_si512(w[i] + 64 * v);
+          if constexpr (int4) {
+            const __m512i low = _mm512_and_si512(raw, nibble);
+            const __m512i high = _mm512_and_si512(_mm512_srli_epi16(raw, int4_traits::nibble_bits), nibble);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+              std::int32_t first_word, second_word;
+              std::memcpy(&first_word, x[t] + at + 8 * v, sizeof first_word);
+              std::memcpy(&second_word, x[t] + at + 8 * v + 4, sizeof second_word);
+              dot[h][i][t] = _mm512_dpbusd_epi32(dot[h][i][t], low, _mm512_set1_epi32(first_word));
+              dot[h][i][t] = _mm512_dpbusd_epi32(dot[h][i][t], high, _mm512_set1_epi32(second_word));
+            }
+          } else {
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t) {
+              std::int32_t word;
+              std::memcpy(&word, x[t] + at + 4 * v, sizeof word);
+              dot[h][i][t] = _mm512_dpbusd_epi32(dot[h][i][t], raw, _mm512_set1_epi32(word));
+            }
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        const __m512i correction = _mm512_set1_epi32(offset * x_sums[t][b]);
+        const __m512 x_scale = _mm512_set1_ps(x_scales[t][b]);
+#pragma GCC unroll 8
+        for (int i = 0; i < TILES; ++i) {
+          __m512i sum = dot[0][i][t];
+          if constexpr (chains == 2) sum = _mm512_add_epi32(sum, dot[1][i][t]);
+          const __m512 value = _mm512_cvtepi32_ps(_mm512_sub_epi32(sum, correction));
+          acc[i][t] = _mm512_fmadd_ps(value, _mm512_mul_ps(w_scale[i], x_scale), acc[i][t]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < TILES; ++i) {
+    const std::int64_t row0 = (tile0 + i) * cpu_tiles::rows;
+    if (row0 >= p.n) break;
+    const std::int64_t valid = std::min<std::int64_t>(cpu_tiles::rows, p.n - row0);
+    const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
+    const __m512 bias = p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + row0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      float* y = p.y + (t0 + t) * p.y_stride + row0;
+      __m512 value = p.bias != nullptr ? _mm512_add_ps(acc[i][t], bias) : acc[i][t];
+      if (p.accumulate) value = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), value);
+      _mm512_mask_storeu_ps(y, mask, value);
     }
   }
 }
@@ -480,40 +562,45 @@ void over_tiles(const matmul_params& p, std::int64_t row_begin, std::int64_t row
 }
 
 // Tile shapes: up to 16 accumulators with a row's 8 unpacked weight vectors of AVX-512's 32
-// registers; AVX2 has 16. In the row layout a lone token takes four rows at a time, like a
-// batch: on a model's matrices (rows of 1-4 KiB) more rows in flight measured slower (10 against
-// 20 tokens/s on one core at 16 rows), the interleaved streams defeating the hardware
-// prefetchers. CPU row tiles make a tile's rows one stream: a lone token takes the whole tile.
+// registers; AVX2 has 16. A lone token takes four rows at a time, like a batch: on a model's
+// matrices (rows of 1-4 KiB) more rows in flight measured slower (10 against 20 tokens/s on one
+// core at 16 rows), the interleaved streams defeating the hardware prefetchers.
 constexpr int vnni_decode_rows = 4;
 constexpr int vnni_rows = 4;
-constexpr int tiled_decode_rows = static_cast<int>(cpu_tiles::rows);
-constexpr int tiled_rows = 4;
+// CPU row tiles: 2 tiles at a time (32 rows: two streams, and two independent vpdpbusd chains
+// per token besides those of a lone token's halves), up to 4 tokens.
+constexpr int tiles_decode = 2;
+constexpr int tiles_batch = 2;
+constexpr int tiles_tokens = 4;
 constexpr int avx2_decode_rows = 4;
 constexpr int avx2_rows = 2;
 
-// Rows [row_begin, row_end) of CPU row tiles (row_begin a multiple of the tile): whole tiles of
-// DECODE_ROWS for a lone token, halves of ROWS for up to four; the last tile's padding rows
-// are computed and not stored.
-template <int DECODE_ROWS, int ROWS, class Tile>
+// Rows [row_begin, row_end) of CPU row tiles (row_begin a multiple of the tile), as tiles of
+// 16: DECODE_TILES at a time for a lone token, TILES for up to MAX_TOKENS.
+template <int DECODE_TILES, int TILES, int MAX_TOKENS, class Tile>
 void over_row_tiles(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end, const Tile& tile) {
-  constexpr std::int64_t max_tokens = 4;
-  for (std::int64_t t0 = 0; t0 < p.tokens; t0 += max_tokens) {
-    const auto run = [&]<int R, int T>() {
-      for (std::int64_t n = row_begin; n < row_end; n += R) tile.template operator()<R, T>(n, t0);
+  const std::int64_t first = row_begin / cpu_tiles::rows;
+  const std::int64_t end = cpu_tiles::tiles(row_end);
+  for (std::int64_t t0 = 0; t0 < p.tokens; t0 += MAX_TOKENS) {
+    const auto run = [&]<int N, int T>() {
+      std::int64_t i = first;
+      for (; i + N <= end; i += N) tile.template operator()<N, T>(i, t0);
+      for (; i < end; ++i) tile.template operator()<1, T>(i, t0);
     };
-    switch (std::min(max_tokens, p.tokens - t0)) {
-      case 1: run.template operator()<DECODE_ROWS, 1>(); break;
-      case 2: run.template operator()<ROWS, 2>(); break;
-      case 3: run.template operator()<ROWS, 3>(); break;
-      default: run.template operator()<ROWS, 4>(); break;
+    switch (std::min<std::int64_t>(MAX_TOKENS, p.tokens - t0)) {
+      case 1: run.template operator()<DECODE_TILES, 1>(); break;
+      case 2: run.template operator()<TILES, 2>(); break;
+      case 3: run.template operator()<TILES, 3>(); break;
+      default: run.template operator()<TILES, 4>(); break;
     }
   }
 }
 
 }  // namespace
 
-code_order integer_matmul::activation_order(isa level, weight_format format) {
-  if (path_for(level) != isa::avx512_vnni) return code_order::natural;
+code_order integer_matmul::activation_order(isa level, const weight_view& w) {
+  if (path_for(level) != isa::avx512_vnni || w.layout == weight_layout::cpu_tiles) return code_order::natural;
+  const weight_format format = w.format;
   return format == weight_format::int4 ? code_order::int4_spans : code_order::int8_spans;
 }
 
@@ -523,7 +610,7 @@ isa integer_matmul::path_for(isa level) {
 
 integer_matmul::integer_matmul(const matmul_params& p, isa level, int8_activations& x, std::vector<float>& group_sums)
     : p_(p), x_(x) {
-  quantize_activations(p.x, p.tokens, p.k, p.x_stride, activation_order(level, p.w.format), x);
+  quantize_activations(p.x, p.tokens, p.k, p.x_stride, activation_order(level, p.w), x);
   prepare(level, 0, group_sums);
 }
 
@@ -566,9 +653,9 @@ void integer_matmul::rows(std::int64_t row_begin, std::int64_t row_end) const {
   const auto dispatch = [&]<weight_format F>() {
 #if defined(__x86_64__)
     if (path_ == isa::avx512_vnni && tiled) {
-      over_row_tiles<tiled_decode_rows, tiled_rows>(p_, row_begin, row_end, [&]<int R, int T>(std::int64_t n0, std::int64_t t0) {
-        tile_vnni<F, R, T, true>(c, n0, t0);
-      });
+      over_row_tiles<tiles_decode, tiles_batch, tiles_tokens>(
+          p_, row_begin, row_end,
+          [&]<int N, int T>(std::int64_t tile0, std::int64_t t0) { tiles_vnni<F, N, T>(c, tile0, t0); });
       return;
     }
     if (tiled) {
@@ -578,7 +665,7 @@ void integer_matmul::rows(std::int64_t row_begin, std::int64_t row_end) const {
     }
     if (path_ == isa::avx512_vnni) {
       over_tiles<vnni_decode_rows, vnni_rows>(p_, row_begin, row_end, [&]<int R, int T>(std::int64_t n0, std::int64_t t0) {
-        tile_vnni<F, R, T, false>(c, n0, t0);
+        tile_vnni<F, R, T>(c, n0, t0);
       });
       return;
     }

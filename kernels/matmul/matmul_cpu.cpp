@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "edge/common/format.h"
 #include "kernels/cpu/isa.h"
@@ -81,6 +82,40 @@ void matmul_rows_generic(const matmul_params& p, std::int64_t row_begin, std::in
         for (std::int64_t j = 0; j < width; ++j) partial[j] += partial[j + width];
       }
       float dot = partial[0];
+      if constexpr (F == weight_format::fp8_e4m3) dot *= p.w.scales[n];
+      cpu::store_output(p, t, n, dot);
+    }
+  }
+}
+
+// ---- CPU row tiles of the float formats (f16, bf16, FP8) ----------------------------------------
+//
+// Lane r of a vector is row r of a tile of 16 (weight_format.h), and each token's activation is
+// broadcast; every output is summed in tile_chains partial sums (element i into sum i mod 4, in
+// increasing i, by fused multiply-adds), added as (s0 + s1) + (s2 + s3), then FP8's row scale.
+// Whatever the number of tokens, so results stay batch invariant; the portable code below and
+// the AVX-512 kernel give the same bits.
+
+constexpr std::int64_t tile_chains = 4;
+// Tokens per pass over a tile's weights: 24 accumulators of AVX-512's 32 registers.
+constexpr std::int64_t float_tile_tokens = 6;
+
+template <weight_format F>
+inline float tiled_element(const matmul_params& p, std::int64_t n, std::int64_t i) {
+  const std::int64_t index = ((n / cpu_tiles::rows) * p.k + i) * cpu_tiles::rows + n % cpu_tiles::rows;
+  return cpu::load_as_float<element_of<F>()>(p.w.values, index);
+}
+
+template <weight_format F>
+void float_tiles_generic(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
+  for (std::int64_t n = row_begin; n < row_end; ++n) {
+    for (std::int64_t t = 0; t < p.tokens; ++t) {
+      const float* x = p.x + t * p.x_stride;
+      float partial[tile_chains] = {};
+      for (std::int64_t i = 0; i < p.k; ++i) {
+        partial[i % tile_chains] = std::fma(tiled_element<F>(p, n, i), x[i], partial[i % tile_chains]);
+      }
+      float dot = (partial[0] + partial[1]) + (partial[2] + partial[3]);
       if constexpr (F == weight_format::fp8_e4m3) dot *= p.w.scales[n];
       cpu::store_output(p, t, n, dot);
     }
@@ -322,11 +357,122 @@ EDGE_AVX512 void matmul_rows_avx512(const matmul_params& p, std::int64_t row_beg
     }
   }
 }
+
+// TILES tiles of 16 rows (float_tiles_generic's arithmetic) against T tokens starting at t0.
+// Each tile's [k, 16] weights are one stream, prefetched tile_prefetch_distance ahead. Few
+// tokens take two tiles at a time: their accumulators are then enough independent chains to
+// keep the FMA units busy.
+template <dtype W, int TILES, int T>
+EDGE_AVX512 void float_tile_avx512(const matmul_params& p, std::int64_t tile0, std::int64_t t0) {
+  constexpr auto weight_bytes = static_cast<std::int64_t>(dtype_size(W));
+  constexpr std::int64_t step_bytes = cpu_tiles::rows * weight_bytes;  // one element of 16 rows
+  const std::uint8_t* base[TILES];
+#pragma GCC unroll 4
+  for (int u = 0; u < TILES; ++u) {
+    base[u] = static_cast<const std::uint8_t*>(p.w.values) + (tile0 + u) * p.k * step_bytes;
+  }
+  __m512 acc[TILES][tile_chains][T];
+#pragma GCC unroll 4
+  for (int u = 0; u < TILES; ++u) {
+#pragma GCC unroll 4
+    for (int j = 0; j < tile_chains; ++j) {
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[u][j][t] = _mm512_setzero_ps();
+    }
+  }
+  const float* x[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) x[t] = p.x + (t0 + t) * p.x_stride;
+  const auto element = [&](std::int64_t i, int j) EDGE_AVX512_LAMBDA {
+#pragma GCC unroll 4
+    for (int u = 0; u < TILES; ++u) {
+      const __m512 w = load_weights<W>(base[u], i * cpu_tiles::rows, __mmask16(0xFFFF));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[u][j][t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t][i]), acc[u][j][t]);
+    }
+  };
+  const std::int64_t full = p.k / tile_chains * tile_chains;
+  for (std::int64_t i = 0; i < full; i += tile_chains) {
+#pragma GCC unroll 4
+    for (int u = 0; u < TILES; ++u) {
+#pragma GCC unroll 4
+      for (std::int64_t line = 0; line < tile_chains * step_bytes; line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(base[u] + i * step_bytes + cpu::tile_prefetch_distance + line),
+                     _MM_HINT_T0);
+      }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < tile_chains; ++j) element(i + j, j);
+  }
+  // The last k % 4 elements, each to its own chain: the chain indices stay compile-time constants
+  // (a runtime index would put the accumulators in memory).
+#pragma GCC unroll 4
+  for (int j = 0; j < tile_chains; ++j) {
+    if (full + j < p.k) element(full + j, j);
+  }
+#pragma GCC unroll 4
+  for (int u = 0; u < TILES; ++u) {
+    const std::int64_t row0 = (tile0 + u) * cpu_tiles::rows;
+    const std::int64_t valid = std::min<std::int64_t>(cpu_tiles::rows, p.n - row0);
+    if (valid <= 0) break;
+    const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
+    __m512 scale = _mm512_set1_ps(1.0f);
+    if constexpr (W == dtype::fp8_e4m3) {
+      scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, p.w.scales + row0), _mm512_set1_ps(fp8_via_fp16_factor));
+    }
+    const __m512 bias = p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + row0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) {
+      __m512 dot = _mm512_add_ps(_mm512_add_ps(acc[u][0][t], acc[u][1][t]), _mm512_add_ps(acc[u][2][t], acc[u][3][t]));
+      if constexpr (W == dtype::fp8_e4m3) dot = _mm512_mul_ps(dot, scale);
+      if (p.bias != nullptr) dot = _mm512_add_ps(dot, bias);
+      float* y = p.y + (t0 + t) * p.y_stride + row0;
+      if (p.accumulate) dot = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), dot);
+      _mm512_mask_storeu_ps(y, mask, dot);
+    }
+  }
+}
+
+// Rows [row_begin, row_end) of float tiles (row_begin a multiple of 16), token tiles outermost
+// so that the block's tiles stay in cache while each token tile passes over them.
+template <weight_format F>
+EDGE_AVX512 void float_tiles_avx512(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
+  constexpr dtype W = element_of<F>();
+  const std::int64_t first = row_begin / cpu_tiles::rows;
+  const std::int64_t end = cpu_tiles::tiles(row_end);
+  for (std::int64_t t = 0; t < p.tokens; t += float_tile_tokens) {
+    const auto run = [&]<int TILES, int T>() {
+      std::int64_t tile = first;
+      for (; tile + TILES <= end; tile += TILES) float_tile_avx512<W, TILES, T>(p, tile, t);
+      for (; tile < end; ++tile) float_tile_avx512<W, 1, T>(p, tile, t);
+    };
+    switch (std::min(float_tile_tokens, p.tokens - t)) {
+      case 6: run.template operator()<1, 6>(); break;
+      case 5: run.template operator()<1, 5>(); break;
+      case 4: run.template operator()<1, 4>(); break;
+      case 3: run.template operator()<1, 3>(); break;
+      case 2: run.template operator()<2, 2>(); break;
+      default: run.template operator()<2, 1>(); break;
+    }
+  }
+}
 #pragma GCC diagnostic pop
 #endif
 
 template <weight_format F, int4_scales S>
 void matmul_rows(const matmul_params& p, std::int64_t row_begin, std::int64_t row_end) {
+  if constexpr (F == weight_format::f16 || F == weight_format::bf16 || F == weight_format::fp8_e4m3) {
+    if (p.w.layout == weight_layout::cpu_tiles) {
+#if defined(__x86_64__)
+      if (cpu::has(cpu::isa::avx512)) {
+        float_tiles_avx512<F>(p, row_begin, row_end);
+        return;
+      }
+#endif
+      float_tiles_generic<F>(p, row_begin, row_end);
+      return;
+    }
+  }
 #if defined(__x86_64__)
   // INT8 has no float tile: it takes the integer kernels, or this reference; nor do CPU row
   // tiles, which the integer kernels are for.

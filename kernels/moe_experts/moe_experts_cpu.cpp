@@ -74,19 +74,24 @@ status run_chunk_cpu(const moe_experts_params& p, const stream& s) {
   bool prequantized = false;
   const auto quantize_pass = [&](const float* x, std::int64_t rows, std::int64_t k, std::int64_t x_stride,
                                  auto&& matrices_of) {
-    std::optional<weight_format> format;
+    // Every expert that runs in the pass takes its activations in one order.
+    std::optional<cpu::code_order> codes_order;
     prequantized = cpu::quantized_activations();
     for (std::int64_t e = 0; e < p.num_experts && prequantized; ++e) {
       if (begin[static_cast<std::size_t>(e + 1)] == begin[static_cast<std::size_t>(e)]) continue;
       for (const weight_view* w : matrices_of(p.matrices[e])) {
         if (w->values == nullptr) continue;
-        if (!cpu::integer_dot_reads(*w) || (format && *format != w->format)) prequantized = false;
-        format = w->format;
+        if (!cpu::integer_dot_reads(*w)) {
+          prequantized = false;
+          break;
+        }
+        const cpu::code_order wanted = cpu::integer_matmul::activation_order(level, *w);
+        if (codes_order && *codes_order != wanted) prequantized = false;
+        codes_order = wanted;
       }
     }
-    if (prequantized && format) {
-      cpu::quantize_activations(x, rows, k, x_stride, cpu::integer_matmul::activation_order(level, *format), pass_codes);
-    }
+    prequantized = prequantized && codes_order.has_value();
+    if (prequantized) cpu::quantize_activations(x, rows, k, x_stride, *codes_order, pass_codes);
   };
   // The calling thread's list, named once: inside the pool's lambda `bands` would be each
   // worker's own thread_local.

@@ -47,9 +47,21 @@ void quantize_fp8_row(const float* x, std::int64_t k, std::uint8_t* values, floa
 }
 
 void dequantize_row(const weight_view& w, std::int64_t k, std::int64_t row, float* y) {
-  if (w.layout == weight_layout::cpu_tiles) {
+  if (w.layout == weight_layout::cpu_tiles && cpu_tiles::integer(w.format)) {
     for (std::int64_t i = 0; i < k; ++i) {
       y[i] = static_cast<float>(integer_code_at(w, k, row, i)) * integer_scale_at(w, k, row, i);
+    }
+    return;
+  }
+  if (w.layout == weight_layout::cpu_tiles) {
+    const auto* values = static_cast<const std::byte*>(w.values);
+    for (std::int64_t i = 0; i < k; ++i) {
+      const std::byte* at = values + cpu_tiles::of(w.format, w.group_size, k, row, i).byte;
+      if (w.format == weight_format::fp8_e4m3) {
+        y[i] = fp8_e4m3_to_float(std::to_integer<std::uint8_t>(*at)) * w.scales[row];
+      } else {
+        cpu::convert_to_float(*element_dtype(w.format), at, 1, y + i);
+      }
     }
     return;
   }

@@ -1,12 +1,12 @@
 // The CPU matmul alone (kernels/matmul: run_matmul), per weight format, shape and token count:
 // what a decode or prefill step's matrices cost without the rest of the forward pass.
 //
-//   edge_bench_matmul [--formats int4,int8,int4-tiles,int8-tiles,bf16,f16,fp8,f32] [--shapes 2048x2048,2816x2048]
+//   edge_bench_matmul [--formats int4,int4-tiles,int8,bf16,bf16-tiles,f16,fp8,f32,...] [--shapes 2048x2048,2816x2048]
 //                     [--tokens 1,4,8,16,64] [--threads 2] [--working-set-mib 256] [--seconds 0.5]
 //                     [--int4-group-size 32]
 //
-// int4-tiles and int8-tiles are those formats in CPU row tiles (weight_format.h), as a model loaded
-// for the CPU executor holds them. Each shape N×K is an N-row matrix of K inputs. Enough distinct matrices of each shape are made
+// A format named with "-tiles" (int4-tiles, bf16-tiles, ...) is in CPU row tiles
+// (weight_format.h), as a model loaded for the CPU executor holds it. Each shape N×K is an N-row matrix of K inputs. Enough distinct matrices of each shape are made
 // to fill --working-set-mib of weights, and the calls cycle through them, so a working set larger
 // than the last-level cache measures matmuls that stream their weights from memory, as decode
 // does; a small one (e.g. 1) measures them from cache. Prints, per format, shape and token
@@ -103,8 +103,9 @@ options parse(int argc, char** argv) {
 bool tiles_named(std::string_view name) { return name.ends_with("-tiles"); }
 
 weight_format format_named(std::string_view name) {
-  if (name == "int4" || name == "int4-tiles") return weight_format::int4;
-  if (name == "int8" || name == "int8-tiles") return weight_format::int8;
+  if (tiles_named(name)) name.remove_suffix(std::string_view("-tiles").size());
+  if (name == "int4") return weight_format::int4;
+  if (name == "int8") return weight_format::int8;
   if (name == "bf16") return weight_format::bf16;
   if (name == "f16") return weight_format::f16;
   if (name == "fp8") return weight_format::fp8_e4m3;

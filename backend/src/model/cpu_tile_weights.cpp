@@ -26,14 +26,15 @@ std::shared_ptr<std::byte[]> allocate_aligned(std::size_t bytes) {
 
 class tiler {
  public:
-  tiler(model& m, thread_pool* pool) : m_(m), pool_(pool) {}
+  tiler(model& m, thread_pool* pool, const cpu_tile_formats& formats) : m_(m), pool_(pool), formats_(formats) {}
 
   // Tiles `whole` and re-points `parts` (absent ones skipped), views of its rows, at their tiles.
   // Leaves everything as it was where the tiles do not hold the matrix or a part does not start
   // at a whole tile.
   void tile(weight_matrix& whole, std::span<weight_matrix* const> parts = {}) {
     if (!whole.present() || whole.layout != kernels::weight_layout::rows ||
-        !cpu_tiles::takes(whole.format, whole.group_size) || whole.rows() <= 0) {
+        !cpu_tiles::takes(whole.format, whole.group_size) || whole.rows() <= 0 ||
+        !(cpu_tiles::integer(whole.format) ? formats_.integer : formats_.floats)) {
       return;
     }
     const std::int64_t cols = whole.cols();
@@ -52,7 +53,8 @@ class tiler {
     const auto scale_count =
         static_cast<std::size_t>(cpu_tiles::scale_count(whole.format, whole.rows(), cols, whole.group_size));
     std::shared_ptr<std::byte[]> values = allocate_aligned(values_bytes);
-    std::shared_ptr<std::byte[]> scales = allocate_aligned(scale_count * sizeof(float));
+    std::shared_ptr<std::byte[]> scales;  // none for f16 and bf16
+    if (scale_count > 0) scales = allocate_aligned(scale_count * sizeof(float));
     auto* tiled_scales = reinterpret_cast<float*>(scales.get());
     if (!kernels::pack_cpu_tiles(whole.view(), whole.rows(), cols, values.get(), tiled_scales, pool_).ok()) return;
 
@@ -61,7 +63,7 @@ class tiler {
     whole.scales = tiled_scales;
     whole.layout = kernels::weight_layout::cpu_tiles;
     m_.weights.storage.push_back(std::move(values));
-    m_.weights.storage.push_back(std::move(scales));
+    if (scales) m_.weights.storage.push_back(std::move(scales));
     for (std::size_t i = 0; i < parts.size(); ++i) {
       if (first_rows[i] < 0) continue;
       const kernels::weight_view view = kernels::weight_rows_from(whole.view(), first_rows[i], cols);
@@ -70,9 +72,11 @@ class tiler {
       parts[i]->layout = kernels::weight_layout::cpu_tiles;
     }
     release(before.data, static_cast<std::size_t>(kernels::weight_values_bytes(before.format, before.rows(), cols)));
-    release(reinterpret_cast<const std::byte*>(before.scales),
-            static_cast<std::size_t>(kernels::weight_scale_count(before.format, before.rows(), cols, before.group_size)) *
-                sizeof(float));
+    if (before.scales != nullptr) {
+      release(reinterpret_cast<const std::byte*>(before.scales),
+              static_cast<std::size_t>(kernels::weight_scale_count(before.format, before.rows(), cols, before.group_size)) *
+                  sizeof(float));
+    }
     ++done_.matrices;
     done_.bytes += whole.bytes();
   }
@@ -100,13 +104,14 @@ class tiler {
 
   model& m_;
   thread_pool* pool_;
+  cpu_tile_formats formats_;
   tiled_weights done_;
 };
 
 }  // namespace
 
-tiled_weights tile_weights_for_cpu(model& m, thread_pool* pool) {
-  tiler t(m, pool);
+tiled_weights tile_weights_for_cpu(model& m, thread_pool* pool, const cpu_tile_formats& formats) {
+  tiler t(m, pool, formats);
   const std::optional<mla_config>& mla = m.config.mla;
   // The latent attention's per-head views (forward.cpp): w_uk_t's at multiples of kv_lora_rank,
   // wkv_b's V rows at h · (nope + v) + nope.
@@ -142,7 +147,8 @@ tiled_weights tile_weights_for_cpu(model& m, thread_pool* pool) {
       t.tile(e.w_down);
     }
   }
-  t.tile(m.weights.lm_head);
+  // A classifier tied to the embedding table is that table: its lookups read rows.
+  if (m.weights.lm_head.data != m.weights.token_embedding.data) t.tile(m.weights.lm_head);
   return t.done();
 }
 

@@ -12,16 +12,24 @@ class thread_pool;
 
 namespace edge::backend {
 
+// Which formats to tile: the integer ones (INT4, INT8) where the CPU runs their matmul on AVX-512
+// VNNI, the float ones (f16, bf16, FP8) where it has AVX-512: the paths the tiles are for.
+struct cpu_tile_formats {
+  bool integer = false;
+  bool floats = false;
+};
+
 struct tiled_weights {
   std::int64_t matrices = 0;   // matrices rearranged (a stacked matrix and its parts count once)
   std::uint64_t bytes = 0;     // their values and scales, in tiles
 };
 
-// Tiles every projection, expert and classifier matrix the tiles hold (cpu_tiles::takes) that
-// is not used in rows elsewhere: the parts of a stacked matrix and the per-head views of the
-// latent attention's kv_b_proj (and its transposed K part) must start at whole tiles, else that
-// matrix stays in rows. The row-layout buffers the model owned are freed, so the model's memory
-// does not grow beyond the tiles' padding.
-tiled_weights tile_weights_for_cpu(model& m, thread_pool* pool);
+// Tiles every projection, expert and classifier matrix of `formats` the tiles hold
+// (cpu_tiles::takes) that is not read in rows elsewhere: the parts of a stacked matrix and the
+// per-head views of the latent attention's kv_b_proj (and its transposed K part) must start at
+// whole tiles, else that matrix stays in rows; a classifier tied to the embedding stays too.
+// The row-layout buffers the model owned are freed and the file pages of weights used in place
+// are let go, so the model's memory does not grow beyond the tiles' padding.
+tiled_weights tile_weights_for_cpu(model& m, thread_pool* pool, const cpu_tile_formats& formats);
 
 }  // namespace edge::backend

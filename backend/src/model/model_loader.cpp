@@ -377,12 +377,16 @@ result<std::unique_ptr<model>> load_model(const load_options& options) {
   EDGE_ASSIGN_OR_RETURN(auto m, load_by_content(options));
   m->name = model_id_from_path(options.path);
   align_weights(m->weights);
-  if (options.cpu_tiles && kernels::cpu::active_isa() >= kernels::cpu::isa::avx512_vnni &&
-      kernels::cpu::quantized_activations()) {
+  const cpu_tile_formats tile_formats{
+      .integer = kernels::cpu::active_isa() >= kernels::cpu::isa::avx512_vnni && kernels::cpu::quantized_activations(),
+      .floats = kernels::cpu::active_isa() >= kernels::cpu::isa::avx512};
+  if (options.cpu_tiles && (tile_formats.integer || tile_formats.floats)) {
+    const auto tiling = std::chrono::steady_clock::now();
     thread_pool pool(std::max(1u, std::thread::hardware_concurrency()) - 1);
-    const tiled_weights tiled = tile_weights_for_cpu(*m, pool.size() > 0 ? &pool : nullptr);
+    const tiled_weights tiled = tile_weights_for_cpu(*m, pool.size() > 0 ? &pool : nullptr, tile_formats);
     if (tiled.matrices > 0) {
-      logger{"model"}.debug("{} INT4 / INT8 matrices ({}) in CPU row tiles", tiled.matrices, format_bytes(tiled.bytes));
+      logger{"model"}.debug("{} matrices ({}) in CPU row tiles ({:.2f} s)", tiled.matrices, format_bytes(tiled.bytes),
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - tiling).count());
     }
   }
 

@@ -45,24 +45,26 @@
 //
 // A zero group or row (amax = 0) gets scale 0 and codes for 0.
 //
-// CPU row tiles (weight_layout::cpu_tiles, for INT4 with groups of 32 or more and for INT8)
-//   The same codes and scales as the row layout above, rearranged once on load for the CPU's
-//   integer matmul (kernels/matmul/integer_dot.h). A decode step reads each weight once, from
-//   memory; in the row layout a kernel working on 8 rows at a time follows 8 streams 1-4 KiB
-//   apart, which the hardware prefetchers serve poorly, while here those 8 rows are one
-//   sequential stream (measured 1.3-1.4× the bandwidth on 2 cores of a Zen 5 EPYC).
-//   Rows go in tiles of cpu_tiles::rows (8); a row is cut into spans of 256 bytes: 512 INT4
-//   elements (16 chunks of 32) or 256 INT8 elements (16 pieces of 16).
-//   values: tile t, span s, row r of the tile: 256 bytes at ((t · spans + s) · 8 + r) · 256,
-//     turned: the 4-byte word at position 16 u + j (u = 0..3, j = 0..15) is word u (bytes
-//     4u..4u+3) of chunk (piece) j, so that lane j of a 64-byte vector always holds chunk j.
-//     Within a chunk or piece the bytes are as in the row layout (INT4: element i of the chunk
-//     in byte i % 16, high nibble when i >= 16).
-//   scales: in the same order, cpu_tiles::scales_per_span of them per (tile, span, row): the
-//     span's groups in order (a group of 512 elements or more: its scale once per span).
-//   Padding: the last tile's missing rows and the last span's missing elements hold code 0
-//     (INT4 nibbles 8) and scale 0. Threads split a matrix at tile boundaries, and a view of
-//     rows (weight_rows_from) starts at a multiple of 8 rows.
+// CPU row tiles (weight_layout::cpu_tiles: INT4 with groups of 32 or more, INT8, f16, bf16, FP8)
+//   The same values and scales as the row layout above, rearranged once on load for the CPU's
+//   matmul kernels, which multiply 16 rows at once: lane r of a vector is row r of a tile, and a
+//   token's activation (4 codes for the integer formats) is broadcast to every lane. Each weight
+//   vector loaded then serves every token of a batch, and a tile is one sequential stream for a
+//   decode step (the row layout's several row streams at once are served poorly by the hardware
+//   prefetchers: measured 1.3-1.4× the bandwidth on 2 cores of a Zen 5 EPYC).
+//   Rows go in tiles of 16 (cpu_tiles::rows).
+//   f16, bf16, FP8: a tile is [k, 16]: element i of row r at (t · k + i) · 16 + r (in elements);
+//     FP8's scales: the tile's 16 rows' at t · 16.
+//   INT4, INT8: a tile holds its rows block by block (32 elements, cpu_tiles::block), and a
+//   block as 4-byte words, word (v, r) for row r:
+//     INT8: 512 bytes; word (v, r) at (16 v + r) · 4 (v = 0..7) holds elements 4v..4v+3 of row
+//       r, each as q + 128 (unsigned, as vpdpbusd multiplies it).
+//     INT4: 256 bytes; word (v, r) at (16 v + r) · 4 (v = 0..3): its byte i holds element
+//       8v + i in the low nibble and 8v + 4 + i in the high one, each as q + 8.
+//   values: tile t, block b at (t · blocks + b) · block bytes (blocks = k / 32).
+//   scales: tile t, group g: the 16 rows' scales at (t · groups + g) · 16 (INT8: groups of 32).
+//   Padding: the last tile's missing rows hold q = 0 and scale 0. Threads split a matrix at tile
+//   boundaries, and a view of rows (weight_rows_from) starts at a multiple of 16 rows.
 //
 // GGUF K-quants (weight_format::q4_k, q5_k, q6_k)
 //   values [n, k / 256] super-blocks of 256 elements, row after row, byte for byte as ggml
@@ -338,36 +340,38 @@ struct weight_view {
 
 // The arithmetic of the CPU row tiles.
 struct cpu_tiles {
-  static constexpr std::int64_t rows = 8;
-  static constexpr std::int64_t span_bytes = 256;
-  static constexpr std::int64_t lanes = 16;      // chunks (INT4) or pieces (INT8) per span
-  static constexpr std::int64_t lane_bytes = 4;  // bytes of one chunk or piece per 64-byte vector
+  static constexpr std::int64_t rows = 16;
+  static constexpr std::int64_t block = 32;      // elements of a row per block (INT4, INT8)
+  static constexpr std::int64_t word_bytes = 4;  // bytes of one row in one word (INT4, INT8)
+  static constexpr int int8_offset = 128;        // INT8 codes are stored as q + 128
 
-  // Whether a matrix may be tiled: INT4 with groups of 32 or more, or INT8.
+  // Whether a matrix of the format may be tiled.
   static constexpr bool takes(weight_format format, std::int64_t group_size) {
-    return format == weight_format::int8 || (format == weight_format::int4 && group_size >= int4_traits::chunk_elements);
+    return format == weight_format::int8 || (format == weight_format::int4 && group_size >= int4_traits::chunk_elements) ||
+           format == weight_format::f16 || format == weight_format::bf16 || format == weight_format::fp8_e4m3;
   }
-  static constexpr std::int64_t span_elements(weight_format format) { return format == weight_format::int4 ? 512 : 256; }
-  static constexpr std::int64_t spans(weight_format format, std::int64_t k) {
-    return (k + span_elements(format) - 1) / span_elements(format);
+  static constexpr bool integer(weight_format format) {
+    return format == weight_format::int4 || format == weight_format::int8;
   }
+  // Bytes of an element of the float formats.
+  static constexpr std::int64_t element_bytes(weight_format format) { return format == weight_format::fp8_e4m3 ? 1 : 2; }
+  static constexpr std::int64_t block_bytes(weight_format format) { return format == weight_format::int4 ? 256 : 512; }
   static constexpr std::int64_t tiles(std::int64_t n) { return (n + rows - 1) / rows; }
-  // Elements per scale within a span, and scales per (tile, span, row).
-  static constexpr std::int64_t span_group(weight_format format, std::int64_t group_size) {
-    return group_size < span_elements(format) ? group_size : span_elements(format);
-  }
-  static constexpr std::int64_t scales_per_span(weight_format format, std::int64_t group_size) {
-    return span_elements(format) / span_group(format, group_size);
+  static constexpr std::int64_t group_of(weight_format format, std::int64_t group_size) {
+    return format == weight_format::int8 ? int8_traits::group_size : group_size;
   }
   static constexpr std::int64_t values_bytes(weight_format format, std::int64_t n, std::int64_t k) {
-    return tiles(n) * spans(format, k) * rows * span_bytes;
+    if (!integer(format)) return tiles(n) * k * rows * element_bytes(format);
+    return tiles(n) * (k / block) * block_bytes(format);
   }
   static constexpr std::int64_t scale_count(weight_format format, std::int64_t n, std::int64_t k,
                                             std::int64_t group_size) {
-    return tiles(n) * spans(format, k) * rows * scales_per_span(format, group_size);
+    if (format == weight_format::fp8_e4m3) return tiles(n) * rows;
+    if (!integer(format)) return 0;
+    return tiles(n) * (k / group_of(format, group_size)) * rows;
   }
   // Where element i of row n lies: its byte among the values and (INT4) whether it is the high
-  // nibble; and its scale's index.
+  // nibble; and its scale's index (FP8: the row's).
   struct place {
     std::int64_t byte;
     bool high_nibble;
@@ -375,16 +379,19 @@ struct cpu_tiles {
   };
   static constexpr place of(weight_format format, std::int64_t group_size, std::int64_t k, std::int64_t n,
                             std::int64_t i) {
-    const bool int4 = format == weight_format::int4;
-    const std::int64_t in_span = i % span_elements(format);
-    const std::int64_t slot = (n / rows * spans(format, k) + i / span_elements(format)) * rows + n % rows;
-    const std::int64_t lane_elements = int4 ? int4_traits::chunk_elements : lanes;
-    const std::int64_t lane = in_span / lane_elements;
-    const std::int64_t in_lane = in_span % lane_elements;
-    const std::int64_t byte = int4 ? in_lane % int4_traits::half_chunk : in_lane;  // within the chunk or piece
-    return {.byte = slot * span_bytes + (byte / lane_bytes * lanes + lane) * lane_bytes + byte % lane_bytes,
-            .high_nibble = int4 && in_lane >= int4_traits::half_chunk,
-            .scale = slot * scales_per_span(format, group_size) + in_span / span_group(format, group_size)};
+    const std::int64_t t = n / rows, r = n % rows;
+    if (!integer(format)) {
+      return {.byte = ((t * k + i) * rows + r) * element_bytes(format), .high_nibble = false, .scale = n};
+    }
+    const std::int64_t b = i / block, e = i % block;
+    const std::int64_t group = group_of(format, group_size);
+    const std::int64_t first = (t * (k / block) + b) * block_bytes(format);
+    const std::int64_t scale = (t * (k / group) + i / group) * rows + r;
+    if (format == weight_format::int8) {
+      return {.byte = first + (e / 4 * rows + r) * word_bytes + e % 4, .high_nibble = false, .scale = scale};
+    }
+    const std::int64_t in_word = e % 8;
+    return {.byte = first + (e / 8 * rows + r) * word_bytes + in_word % 4, .high_nibble = in_word >= 4, .scale = scale};
   }
 };
 
@@ -426,7 +433,7 @@ inline weight_view weight_rows_from(const weight_view& w, std::int64_t first, st
   weight_view out = w;
   if (w.layout == weight_layout::cpu_tiles) {
     out.values = static_cast<const std::uint8_t*>(w.values) + cpu_tiles::values_bytes(w.format, first, k);
-    out.scales = w.scales + cpu_tiles::scale_count(w.format, first, k, w.group_size);
+    if (w.scales != nullptr) out.scales = w.scales + cpu_tiles::scale_count(w.format, first, k, w.group_size);
     return out;
   }
   out.values = static_cast<const std::uint8_t*>(w.values) + weight_values_bytes(w.format, first, k);
@@ -440,7 +447,7 @@ inline int integer_code_at(const weight_view& w, std::int64_t k, std::int64_t n,
   const auto* values = static_cast<const std::uint8_t*>(w.values);
   if (w.layout == weight_layout::cpu_tiles) {
     const cpu_tiles::place at = cpu_tiles::of(w.format, w.group_size, k, n, i);
-    if (w.format == weight_format::int8) return static_cast<std::int8_t>(values[at.byte]);
+    if (w.format == weight_format::int8) return static_cast<int>(values[at.byte]) - cpu_tiles::int8_offset;
     const int nibble = at.high_nibble ? values[at.byte] >> int4_traits::nibble_bits : values[at.byte] & int4_traits::nibble_mask;
     return nibble - int4_traits::code_offset;
   }

@@ -167,10 +167,11 @@ struct load_options {
   std::int64_t int4_group_size = kernels::int4_traits::max_group_size;
   // weight_dtype applies to the routed experts only; the other projections stay as stored.
   bool quantize_experts_only = false;
-  // For the CPU executor: INT4 (groups of 32 or more) and INT8 projection matrices are
-  // rearranged into CPU row tiles (edge/kernels/weight_format.h) where this CPU runs the integer
-  // matmul on AVX-512 VNNI, the path the layout is for. The same numbers; writers (quantize) and
-  // the CUDA executor read the row layout (the CUDA placement unpacks tiles as it uploads).
+  // For the CPU executor: projection, expert and classifier matrices are rearranged into CPU
+  // row tiles (edge/kernels/weight_format.h): INT4 (groups of 32 or more) and INT8 where this CPU
+  // runs the integer matmul on AVX-512 VNNI, f16, bf16 and FP8 where it has AVX-512 (weights used
+  // in place from a file are copied out of it). The same numbers; writers (quantize) and the
+  // CUDA executor read the row layout (the CUDA placement unpacks tiles as it uploads).
   bool cpu_tiles = false;
   // Called with (bytes done, bytes total) while weights are read; may be empty.
   std::function<void(std::uint64_t, std::uint64_t)> progress;
