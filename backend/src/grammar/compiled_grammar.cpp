@@ -520,9 +520,10 @@ status compiler::build(const expr& e, std::int32_t from, std::int32_t to) {
     case expr_kind::char_class: return build_class(n.ranges, false, from, to);
     case expr_kind::json_char_class: return build_class(n.ranges, true, from, to);
     case expr_kind::any_json_char: {
-      // Raw: everything from U+0020 but '"' and '\\'; escaped: the short escapes, and \uXXXX
-      // of any code point but a surrogate half.
-      EDGE_RETURN_IF_ERROR(build_class({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x10FFFF}}, false, from, to));
+      // Raw: every scalar value from U+0020 but '"' and '\\' (surrogates are none); escaped: the
+      // short escapes, and \uXXXX of any code point but a surrogate half.
+      EDGE_RETURN_IF_ERROR(
+          build_class({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0xD7FF}, {0xE000, 0x10FFFF}}, false, from, to));
       const std::int32_t backslash = n_.add();
       n_.link(from, {nfa::bytes, '\\', '\\', 0, backslash});
       for (const char c : std::string_view("\"\\/bfnrt")) {

@@ -551,8 +551,7 @@ rule_id grammar_builder::shared_rule(const std::string& key, const std::function
 
 expr grammar_builder::whitespace() {
   return ref(shared_rule("ws", [] {
-    const expr indent = repeat(char_class({{' ', ' '}, {'\t', '\t'}}), 0, max_indent);
-    return seq({indent, optional(seq({alt({literal("\n"), literal("\r\n")}), indent}))});
+    return optional(alt({literal(" "), seq({literal("\n"), repeat(literal(" "), 0, max_indent)})}));
   }));
 }
 

@@ -97,7 +97,8 @@ void append_value(std::string& out, element e) {
     case element_type::ARRAY: {
       out += '[';
       bool first = true;
-      for (element item : e.get_array().value_unsafe()) {
+      const simdjson::dom::array listed_items_1 = e.get_array().value_unsafe();
+      for (element item : listed_items_1) {
         if (!first) out += ',';
         first = false;
         append_value(out, item);
@@ -108,7 +109,8 @@ void append_value(std::string& out, element e) {
     case element_type::OBJECT: {
       out += '{';
       bool first = true;
-      for (auto field : e.get_object().value_unsafe()) {
+      const simdjson::dom::object listed_items_2 = e.get_object().value_unsafe();
+      for (auto field : listed_items_2) {
         if (!first) out += ',';
         first = false;
         append_json_string(out, field.key);
@@ -299,7 +301,8 @@ result<expr, grammar_error> schema_reader::read(element schema, const std::strin
     }
     std::vector<expr> options;
     std::size_t i = 0;
-    for (element option : v.get_array().value_unsafe()) {
+    const simdjson::dom::array listed_items_3 = v.get_array().value_unsafe();
+    for (element option : listed_items_3) {
       EDGE_ASSIGN_OR_RETURN(expr e, read(option, format("{}[{}]", where, i++), depth + 1));
       options.push_back(std::move(e));
     }
@@ -317,7 +320,8 @@ result<expr, grammar_error> schema_reader::read(element schema, const std::strin
       return std::nullopt;
     };
     if (v.type() == element_type::ARRAY) {
-      for (element name : v.get_array().value_unsafe()) {
+      const simdjson::dom::array listed_items_4 = v.get_array().value_unsafe();
+      for (element name : listed_items_4) {
         if (auto e = add(name)) return *e;
       }
       if (types == 0) return error_at(where, "must name at least one type");
@@ -431,7 +435,8 @@ result<expr, grammar_error> schema_reader::read_object(simdjson::dom::object o, 
   const bool has_properties = o["properties"].get(v) == simdjson::SUCCESS;
   if (has_properties) {
     if (v.type() != element_type::OBJECT) return error_at(path + ".properties", "must be an object of schemas");
-    for (auto field : v.get_object().value_unsafe()) {
+    const simdjson::dom::object listed_items_5 = v.get_object().value_unsafe();
+    for (auto field : listed_items_5) {
       const std::string where = path + ".properties." + std::string(field.key);
       if (std::any_of(members.begin(), members.end(), [&](const member& m) { return m.name == field.key; })) {
         return error_at(where, "is listed twice");
@@ -444,7 +449,8 @@ result<expr, grammar_error> schema_reader::read_object(simdjson::dom::object o, 
     const std::string where = path + ".required";
     if (v.type() != element_type::ARRAY) return error_at(where, "must be an array of property names");
     std::size_t i = 0;
-    for (element name : v.get_array().value_unsafe()) {
+    const simdjson::dom::array listed_items_6 = v.get_array().value_unsafe();
+    for (element name : listed_items_6) {
       const std::string item = format("{}[{}]", where, i++);
       if (name.type() != element_type::STRING) return error_at(item, "must be a property name");
       const std::string_view key = name.get_string().value_unsafe();
@@ -525,7 +531,8 @@ result<expr, grammar_error> schema_reader::read_array(simdjson::dom::object o, c
     const std::string where = path + ".prefixItems";
     if (v.type() != element_type::ARRAY) return error_at(where, "must be an array of schemas");
     std::size_t i = 0;
-    for (element item : v.get_array().value_unsafe()) {
+    const simdjson::dom::array listed_items_7 = v.get_array().value_unsafe();
+    for (element item : listed_items_7) {
       EDGE_ASSIGN_OR_RETURN(expr e, read(item, format("{}[{}]", where, i++), depth + 1));
       prefix.push_back(std::move(e));
     }
@@ -710,7 +717,8 @@ result<expr, grammar_error> schema_reader::read_enum(simdjson::dom::object, elem
                                                      const std::string& path) {
   std::vector<element> listed;
   if (values.type() == element_type::ARRAY) {
-    for (element value : values.get_array().value_unsafe()) listed.push_back(value);
+    const simdjson::dom::array items = values.get_array().value_unsafe();
+    for (element value : items) listed.push_back(value);
   } else {
     listed.push_back(values);  // const
   }
@@ -764,7 +772,8 @@ result<expr, grammar_error> schema_reader::read_all_of(simdjson::dom::object o, 
     }
     element props;
     if (po["properties"].get(props) == simdjson::SUCCESS && props.type() == element_type::OBJECT) {
-      for (auto field : props.get_object().value_unsafe()) {
+      const simdjson::dom::object listed_items_8 = props.get_object().value_unsafe();
+      for (auto field : listed_items_8) {
         if (!names.insert(std::string(field.key)).second) {
           return error_at(part_path + ".properties." + std::string(field.key),
                           "is described by two parts of allOf: such parts are not merged");
@@ -777,7 +786,8 @@ result<expr, grammar_error> schema_reader::read_all_of(simdjson::dom::object o, 
     }
     element req;
     if (po["required"].get(req) == simdjson::SUCCESS && req.type() == element_type::ARRAY) {
-      for (element name : req.get_array().value_unsafe()) {
+      const simdjson::dom::array listed_items_9 = req.get_array().value_unsafe();
+      for (element name : listed_items_9) {
         if (required.size() > 1) required += ',';
         append_value(required, name);
       }
@@ -796,7 +806,8 @@ result<expr, grammar_error> schema_reader::read_one_of(element options, const st
   unsigned seen = 0;
   std::vector<expr> out;
   std::size_t i = 0;
-  for (element option : options.get_array().value_unsafe()) {
+  const simdjson::dom::array listed_items_10 = options.get_array().value_unsafe();
+  for (element option : listed_items_10) {
     const std::string where = format("{}[{}]", path, i++);
     unsigned types = 0;
     simdjson::dom::object po;

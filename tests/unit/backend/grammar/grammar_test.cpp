@@ -10,6 +10,7 @@
 
 #include "backend/grammar/grammar_test_support.h"
 #include "edge/backend/tokenizer/tokenizer.h"
+#include "edge/common/json_text.h"
 
 namespace edge::testing {
 namespace {

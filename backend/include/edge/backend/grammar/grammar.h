@@ -207,10 +207,10 @@ class grammar_builder {
   // Any JSON object (response_format json_object).
   expr json_object();
   expr json_value();
-  // At most one line break (\n or \r\n) with up to max_indent spaces or tabs before and after
-  // it; what JSON pieces allow between their tokens (so a model cannot spin in whitespace).
+  // Nothing, one space, or a line break and up to max_indent spaces: what JSON pieces allow
+  // between their tokens (compact and pretty-printed JSON; a model cannot spin in whitespace).
   expr whitespace();
-  static constexpr std::int64_t max_indent = 32;
+  static constexpr std::int64_t max_indent = 12;
 
   // A JSON string (quotes included) of min_length to max_length characters (-1: unbounded).
   expr json_string(std::int64_t min_length = 0, std::int64_t max_length = -1);
