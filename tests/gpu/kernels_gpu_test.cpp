@@ -14,7 +14,8 @@
 //     weights, and the W4A16 decode kernel at 1..8 tokens): x rounded to bf16 (in the 9+ GEMM,
 //     int4 weights' q x scale too), so 2^-7 of the sum of |x w| (four bf16 roundings' worth);
 //   * seeded sampling: the GPU's token is the CPU's, or the draw lies within float rounding of
-//     the boundary between the two;
+//     the boundary between the two; with a grammar's token mask (three tokens, or nine in ten),
+//     no token outside it on either device, and the same rule;
 //   * MoE routing: the same experts in the same order, except in rows with a near tie (within
 //     1e-5) among the best choice values or group scores, which expf's rounding may break
 //     either way; where the experts agree, weights within 2e-6 relative;
