@@ -1,6 +1,7 @@
 #include "edge/backend/grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -933,14 +934,14 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
   chain_store chains;
   std::vector<std::vector<parse>> kernels(static_cast<std::size_t>(v_.max_token_bytes) + 2);
   std::vector<std::vector<parse>> closed(kernels.size());
-  std::vector<std::pair<token_id, std::int32_t>> exits;
-  std::vector<std::uint8_t> is_accepted(static_cast<std::size_t>(v_.size), 0);
+  std::vector<std::uint32_t> bits(static_cast<std::size_t>(words));
   const byte_trie& trie = v_.trie;
   for (std::int32_t s = 0; s < count; ++s) {
     if (!needed[static_cast<std::size_t>(s)]) continue;
     token_table table;
     chains.clear();
-    exits.clear();
+    std::fill(bits.begin(), bits.end(), 0u);
+    std::int64_t accepted = 0;
     kernels[0].assign(1, parse{s, 0});
     closed[0].clear();
     bool at_once = false;
@@ -963,40 +964,26 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
       bool ends = false;
       close_parses(*data, chains, kernels[d], closed[d], ends);
       for (const token_id t : trie.tokens_at(i)) {
-        table.accepted.push_back(t);
-        is_accepted[static_cast<std::size_t>(t)] = 1;
+        bits[static_cast<std::size_t>(t) / 32] |= 1u << (t % 32);
+        ++accepted;
       }
-      if (ends) {
-        const std::int32_t subtree_end = trie.end[static_cast<std::size_t>(i)];
-        for (std::int32_t k = i + 1; k < subtree_end; ++k) {
-          for (const token_id t : trie.tokens_at(k)) exits.emplace_back(t, static_cast<std::int32_t>(d));
-        }
-      }
+      if (ends && trie.end[static_cast<std::size_t>(i)] > i + 1) table.exit_nodes.push_back(i);
       ++i;
     }
-    std::vector<std::pair<std::string, token_id>> suffixes;
-    for (const auto& [t, offset] : exits) {
-      if (is_accepted[static_cast<std::size_t>(t)]) continue;
-      suffixes.emplace_back(std::string(v_.bytes_of(t).substr(static_cast<std::size_t>(offset))), t);
+    if (accepted > words) {
+      table.accepted_bits = bits;
+    } else {
+      for (std::int32_t w = 0; w < words; ++w) {
+        for (std::uint32_t word = bits[static_cast<std::size_t>(w)]; word != 0; word &= word - 1) {
+          table.accepted.push_back(w * 32 + std::countr_zero(word));
+        }
+      }
     }
-    std::sort(suffixes.begin(), suffixes.end());
-    suffixes.erase(std::unique(suffixes.begin(), suffixes.end()), suffixes.end());
-    for (const token_id t : table.accepted) is_accepted[static_cast<std::size_t>(t)] = 0;
-    std::sort(table.accepted.begin(), table.accepted.end());
-    if (static_cast<std::int64_t>(table.accepted.size()) > words) {
-      table.accepted_bits.assign(static_cast<std::size_t>(words), 0);
-      for (const token_id t : table.accepted) table.accepted_bits[static_cast<std::size_t>(t) / 32] |= 1u << (t % 32);
-      table.accepted.clear();
-      table.accepted.shrink_to_fit();
-    }
-    table.leads_anywhere = !table.accepted.empty() || !table.accepted_bits.empty() || !table.specials.empty() ||
-                           !suffixes.empty();
-    table.suffixes = byte_trie::of(std::move(suffixes));
+    table.leads_anywhere = accepted > 0 || !table.specials.empty() || !table.exit_nodes.empty();
     data->table_of[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(data->tables.size());
     stats.memory_bytes += static_cast<std::int64_t>(table.accepted.size() * sizeof(token_id) +
                                                     table.accepted_bits.size() * sizeof(std::uint32_t) +
-                                                    table.suffixes.tokens.size() * sizeof(token_id) +
-                                                    table.suffixes.byte.size() * 13);
+                                                    table.exit_nodes.size() * sizeof(std::int32_t));
     data->tables.push_back(std::move(table));
   }
   stats.rules = rules;

@@ -72,7 +72,9 @@ struct token_table {
   std::vector<std::uint32_t> accepted_bits;  // [mask_words(vocabulary)] or empty
   std::vector<token_id> specials;           // special tokens the state's rule may take next
   bool exits_at_once = false;               // the rule may end here (what follows it may come next)
-  byte_trie suffixes;                       // bytes left when a token leaves the rule part way
+  // Nodes of the vocabulary's trie after which the rule may end with bytes left: the tokens
+  // below each go on in the rule that called (their subtree is the trie of those suffixes).
+  std::vector<std::int32_t> exit_nodes;
   bool leads_anywhere = false;              // some token or special may follow
 };
 

@@ -34,6 +34,7 @@ struct grammar_matcher::state {
   std::vector<std::vector<parse>> levels_closed;
   std::vector<parse> closed;
   std::vector<parse> next;
+  std::vector<parse> context;  // walk_exits: the caller's parses
 
   // can_end and must_end from the kernel.
   void refresh() {
@@ -64,19 +65,30 @@ struct grammar_matcher::state {
     add_source({chains.return_state(p.chain), chains.below(p.chain)});
   }
 
-  // The tokens of `trie` that the parses after returning from `chain` accept, set in `mask`.
-  void walk_suffixes(const byte_trie& trie, std::int32_t chain, std::span<std::uint32_t> mask) {
+  // The tokens below vocabulary trie node `exit` whose bytes past it the parses after returning
+  // from `chain` accept, set in `mask`.
+  void walk_exits(std::span<const std::int32_t> exits, std::int32_t chain, std::span<std::uint32_t> mask) {
     const std::size_t depth_needed = static_cast<std::size_t>(vocab->max_token_bytes) + 2;
     if (levels_kernel.size() < depth_needed) {
       levels_kernel.resize(depth_needed);
       levels_closed.resize(depth_needed);
     }
-    levels_kernel[0].assign(1, parse{chains.return_state(chain), chains.below(chain)});
-    levels_closed[0].clear();
+    // The parses of the caller once the rule has returned: the same for every exit.
+    const parse returned{chains.return_state(chain), chains.below(chain)};
+    context.clear();
     bool ends = false;
-    close_parses(*data, chains, levels_kernel[0], levels_closed[0], ends);
-    for (std::int32_t i = 1; i < trie.size();) {
-      const auto d = static_cast<std::size_t>(trie.depth[static_cast<std::size_t>(i)]);
+    close_parses(*data, chains, std::span(&returned, 1), context, ends);
+    for (const std::int32_t exit : exits) walk_exit(exit, mask);
+  }
+
+  void walk_exit(std::int32_t exit, std::span<std::uint32_t> mask) {
+    const byte_trie& trie = vocab->trie;
+    const std::int32_t base = trie.depth[static_cast<std::size_t>(exit)];
+    levels_closed[0] = context;
+    bool ends = false;
+    const std::int32_t end = trie.end[static_cast<std::size_t>(exit)];
+    for (std::int32_t i = exit + 1; i < end;) {
+      const auto d = static_cast<std::size_t>(trie.depth[static_cast<std::size_t>(i)] - base);
       levels_kernel[d].clear();
       step_parses(*data, levels_closed[d - 1], trie.byte[static_cast<std::size_t>(i)], levels_kernel[d]);
       if (levels_kernel[d].empty()) {
@@ -147,7 +159,9 @@ bool grammar_matcher::fill_mask(std::span<std::uint32_t> allowed) {
       for (const token_id id : table.accepted) set_bit(allowed, id);
       for (const token_id id : table.specials) set_bit(allowed, id);
       // A token that leaves the rule part way goes on in the rule that called it.
-      if (table.suffixes.size() > 1 && p.chain != 0) s.walk_suffixes(table.suffixes, p.chain, allowed);
+      if (p.chain != 0) {
+        if (!table.exit_nodes.empty()) s.walk_exits(table.exit_nodes, p.chain, allowed);
+      }
     }
     s.chains.truncate(mark);
   }

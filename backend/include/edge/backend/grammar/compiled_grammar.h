@@ -6,14 +6,14 @@
 // of return states per parse, several parses at once where the grammar is ambiguous). Then, for
 // every automaton state, the vocabulary's trie is walked once with the rule's own stack only:
 // each token is accepted there (its bytes stay inside the rule), rejected, or depends on what
-// follows the rule (it leaves the rule part way: the rest of its bytes, its suffix, is kept in a
-// small trie of its own). That is the position's token table, computed off the engine thread
-// and shared by every request of the grammar.
+// follows the rule (it leaves the rule part way: the trie nodes where that can happen are kept,
+// and the tokens below them are the ones to check). That is the position's token table,
+// computed off the engine thread and shared by every request of the grammar.
 //
 // Matching, per step: the mask is the union, over the parses' current states, of their tables'
-// accepted tokens, plus the suffixes that the parse's real stack accepts (usually a few dozen
-// trie nodes: what can follow a closing quote or brace), plus the special tokens the grammar
-// names there, plus the end tokens once the grammar may end. Accepting a token runs its bytes
+// accepted tokens, plus the tokens below their exit nodes whose rest the parse's real stack
+// accepts (usually a few dozen trie nodes: what can follow a closing quote or brace), plus the
+// special tokens the grammar names there, plus the end tokens once the grammar may end. Accepting a token runs its bytes
 // through the pushdown automaton.
 #pragma once
 
