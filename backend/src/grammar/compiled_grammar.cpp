@@ -413,7 +413,11 @@ void compiler::build_magnitude(const std::optional<decimal>& low, bool low_exclu
     if (!whole_work.empty()) {
       const auto [key, state] = whole_work.back();
       whole_work.pop_back();
-      const auto [len, sig, vs_low, vs_high] = key;
+      // Named copies, not structured bindings: lambdas below capture them.
+      const std::size_t len = std::get<0>(key);
+      const int sig = std::get<1>(key);
+      const int vs_low = std::get<2>(key);
+      const int vs_high = std::get<3>(key);
       after_whole(len, sig, vs_low, vs_high, state);
       if (len >= max_whole) continue;
       for (int d = 0; d <= 9; ++d) {

@@ -73,7 +73,7 @@ TEST_CASE("a generate request carries its grammar as text, and a malformed one i
   const auto& grammar = std::get<gw::parsed_generate_request>(parsed).grammar;
   REQUIRE(grammar != nullptr);
   CHECK(grammar->text() == g->text());
-  const auto bad = gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,"grammar":"(grammar (root (ref 9)))"})");
+  const auto bad = gw::parse_generate_request(R"json({"prompt":[1],"max_tokens":4,"grammar":"(grammar (root (ref 9)))"})json");
   REQUIRE(std::holds_alternative<gw::internal_request_error>(bad));
   CHECK(std::get<gw::internal_request_error>(bad).param == "grammar");
 }
