@@ -9,6 +9,7 @@
 #   make bench-mla        latent attention decode: Kimi K2 layers with INT4 experts over bf16 and FP8 latents
 #   make bench-deepseek2  batch-1 decode of a GGUF deepseek2 in edgeinfer and in llama.cpp (../shared/peers)
 #   make bench-peer       the synthetic Llama 3.2 1B in edgeinfer and in llama.cpp: F16, Q8_0/fp8, Q4_0/int4, Q4_K_M
+#   make bench-grammar    structured outputs: compile times, token masks over Llama 3's vocabulary, decode with a schema
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
@@ -30,7 +31,7 @@ GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
 .PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine \
-        bench-gateway bench-scaleout bench-quota bench-moe bench-mla bench-deepseek2 bench-peer
+        bench-gateway bench-scaleout bench-quota bench-moe bench-mla bench-deepseek2 bench-peer bench-grammar
 
 all: build
 
@@ -66,6 +67,9 @@ bench-serving: build
 
 bench-decode: build
 	tests/bench/decode.sh $(BUILD_DIR)
+
+bench-grammar: build
+	tests/bench/grammar.sh $(BUILD_DIR)
 
 bench-engine: build
 	tests/bench/engine.sh $(BUILD_DIR)

@@ -118,6 +118,7 @@ backend_server::backend_server(const config::values& settings, std::string inter
     : settings_(settings),
       location_(std::move(location)),
       metrics_(metrics),
+      families_(families),
       before_step_(std::move(before_step)),
       server_(http_server_options(settings),
               backend_routes(settings, std::move(internal_token), metrics, engine_, engines_), &families),
@@ -137,8 +138,9 @@ void backend_server::load(const logger& log) {
                                    .version = std::string(version_string())};
         std::string serving = format("serving \"{}\" to gateways (tokenizer fingerprint {})", info.model,
                                      info.tokenizer_fingerprint);
-        engines_.publish(std::make_shared<gateway::internal_backend>(
-            gateway::internal_backend{.info = std::move(info), .engine = rt.engine.get()}));
+        grammars_ = std::make_unique<gateway::grammar_compiler>(tok, gateway::grammar_compiler_options{}, &families_);
+        engines_.publish(std::make_shared<gateway::internal_backend>(gateway::internal_backend{
+            .info = std::move(info), .engine = rt.engine.get(), .grammars = grammars_.get()}));
         return serving;
       },
       before_step_);

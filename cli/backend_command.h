@@ -9,6 +9,7 @@
 #include "edge/backend/model_locator.h"
 #include "edge/common/config.h"
 #include "edge/common/log.h"
+#include "edge/gateway/openai/grammar_compiler.h"
 #include "edge/gateway/http/http_server.h"
 #include "edge/gateway/split/internal_routes.h"
 #include "edge/monitoring/gateway_metrics.h"
@@ -43,12 +44,16 @@ class backend_server {
   const config::values& settings_;
   backend::model_location location_;
   monitoring::metrics_registry& metrics_;
+  monitoring::gateway_metrics& families_;
   std::function<void()> before_step_;
   gateway::internal_backend_slot engines_;
   gateway::http_server server_;
   // Destroyed before the server: the engine stops (its last events are posted to the server's
   // io_context, which still exists) before the server's connections and handlers go away.
   engine_loader engine_;
+  // Declared after the server and destroyed before it: compiles still running resume their
+  // requests on the server's io_context. Set by the loader thread before the model is published.
+  std::unique_ptr<gateway::grammar_compiler> grammars_;
 };
 
 }  // namespace edge::cli

@@ -99,6 +99,7 @@ serve_server::serve_server(const config::values& settings, std::optional<backend
       location_(std::move(location)),
       tenants_(*tenancy.tenants),
       metrics_(metrics),
+      families_(families),
       before_step_(std::move(before_step)),
       server_(http_server_options(settings), serve_routes(settings, tenancy, metrics, families, engine_, models_),
               &families),
@@ -112,6 +113,8 @@ void serve_server::load(const logger& log) {
       settings_, *location_, metrics_, log, server_,
       [this](serving_runtime& rt) {
         client_ = std::make_unique<gateway::local_engine_client>(*rt.engine);
+        grammars_ = std::make_unique<gateway::grammar_compiler>(*rt.model->tok, gateway::grammar_compiler_options{},
+                                                                &families_);
         models_.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
             .id = location_->served_name,
             .created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -120,7 +123,8 @@ void serve_server::load(const logger& log) {
             .context_length = rt.context,
             .chat_template = rt.model->chat_template,
             .tokenizer = rt.model->tok.get(),
-            .engine = client_.get()}));
+            .engine = client_.get(),
+            .grammars = grammars_.get()}));
         return format("serving \"{}\"", location_->served_name);
       },
       before_step_);

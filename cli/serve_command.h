@@ -10,6 +10,7 @@
 #include "edge/backend/model_locator.h"
 #include "edge/common/config.h"
 #include "edge/common/log.h"
+#include "edge/gateway/openai/grammar_compiler.h"
 #include "edge/gateway/openai/engine_client.h"
 #include "edge/gateway/http/http_server.h"
 #include "edge/gateway/openai/serving_model.h"
@@ -51,6 +52,7 @@ class serve_server {
   std::optional<backend::model_location> location_;
   gateway::tenancy& tenants_;
   monitoring::metrics_registry& metrics_;
+  monitoring::gateway_metrics& families_;
   std::function<void()> before_step_;
   gateway::model_slot models_;
   std::unique_ptr<gateway::local_engine_client> client_;  // set by the loader thread before models_ names it
@@ -58,6 +60,9 @@ class serve_server {
   // Destroyed before the server: the engine stops (its last events are posted to the server's
   // io_context, which still exists) before the server's connections and handlers go away.
   engine_loader engine_;
+  // Declared after the server and destroyed before it: compiles still running resume their
+  // requests on the server's io_context. Set by the loader thread before the model is published.
+  std::unique_ptr<gateway::grammar_compiler> grammars_;
 };
 
 }  // namespace edge::cli

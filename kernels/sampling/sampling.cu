@@ -243,11 +243,20 @@ __global__ void __launch_bounds__(sampling_threads)
     sampling_kernel(float* __restrict__ logits,                // [rows, vocab]; scratch
                     const sampling_row* __restrict__ config,   // [rows]
                     std::int32_t* __restrict__ out,            // [rows]
-                    std::int64_t vocab) {
+                    std::int64_t vocab,
+                    const std::uint32_t* __restrict__ allowed) {  // [allowed rows, allowed_words(vocab)]
   __shared__ block_scratch s;
   __shared__ radix_scratch radix;
   float* row = logits + static_cast<std::int64_t>(blockIdx.x) * vocab;
   const sampling_row c = config[blockIdx.x];
+  if (c.allowed_row >= 0) {
+    // The grammar's mask (keep_allowed on the CPU): a token left out is a NaN from here on.
+    const std::uint32_t* bits = allowed + static_cast<std::int64_t>(c.allowed_row) * ((vocab + 31) / 32);
+    for (std::int64_t i = threadIdx.x; i < vocab; i += sampling_threads) {
+      if (((bits[i / 32] >> (i % 32)) & 1u) == 0u) row[i] = NAN;
+    }
+    __syncthreads();
+  }
   if (c.temperature <= 0.0f) {
     const std::int32_t id = block_argmax(row, vocab, s);
     if (threadIdx.x == 0) out[blockIdx.x] = id;
@@ -332,7 +341,8 @@ __global__ void __launch_bounds__(sampling_threads)
 status run_sampling(const sampling_params& p, const stream& s) {
   if (p.rows < 0 || p.vocab <= 0) return invalid_argument("sampling: bad shape");
   if (p.rows == 0) return {};
-  sampling_kernel<<<static_cast<unsigned>(p.rows), sampling_threads, 0, native(s)>>>(p.logits, p.config, p.out, p.vocab);
+  sampling_kernel<<<static_cast<unsigned>(p.rows), sampling_threads, 0, native(s)>>>(p.logits, p.config, p.out, p.vocab,
+                                                                                   p.allowed);
   return check_launch("sampling");
 }
 

@@ -18,6 +18,9 @@ struct sampling_row {
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off
   float uniform = 0.0f;      // in [0, 1): where the draw lands in the kept distribution
+  // The row of sampling_params::allowed this draw keeps to (constrained decoding: a grammar's
+  // token mask); -1: any token. Tokens outside it are dropped first, as NaN logits are.
+  std::int32_t allowed_row = -1;
 };
 
 struct sampling_params {
@@ -26,7 +29,16 @@ struct sampling_params {
   std::int32_t* out;                // [rows] chosen token ids
   std::int64_t rows = 0;
   std::int64_t vocab = 0;
+  // [allowed rows, allowed_words(vocab)]: bit (t % 32) of word t / 32 set when token t may be
+  // drawn; read by rows whose allowed_row is set (may be null when none is).
+  const std::uint32_t* allowed = nullptr;
 };
+
+constexpr std::int64_t allowed_words(std::int64_t vocab) { return (vocab + 31) / 32; }
+
+// The CPU reference of the mask: sets to NaN the logits of the tokens `allowed` ([words]) leaves
+// out, so that every later step (argmax, softmax, the draw) passes them over.
+void keep_allowed(float* logits, std::int64_t vocab, const std::uint32_t* allowed);
 
 status run_sampling(const sampling_params& p, const stream& s);
 

@@ -105,13 +105,21 @@ std::int32_t argmax(std::span<const float> values) {
   return best;
 }
 
+void keep_allowed(float* logits, std::int64_t vocab, const std::uint32_t* allowed) {
+  for (std::int64_t i = 0; i < vocab; ++i) {
+    if (((allowed[i / 32] >> (i % 32)) & 1u) == 0) logits[i] = std::numeric_limits<float>::quiet_NaN();
+  }
+}
+
 status run_sampling(const sampling_params& p, const stream& s) {
   if (s.where == device::cuda) return cuda::run_sampling(p, s);
+  const std::int64_t words = allowed_words(p.vocab);
   cpu::parallel_for(s, p.rows, 1, [&](std::int64_t begin, std::int64_t end) {
     // Grows to the vocabulary once per thread, then is reused: no allocation per token.
     thread_local std::vector<candidate> pool;
     for (std::int64_t r = begin; r < end; ++r) {
       pool.reserve(static_cast<std::size_t>(p.vocab));
+      if (p.config[r].allowed_row >= 0) keep_allowed(p.logits + r * p.vocab, p.vocab, p.allowed + p.config[r].allowed_row * words);
       p.out[r] = sample_row(p.logits + r * p.vocab, p.vocab, p.config[r], pool);
     }
   });

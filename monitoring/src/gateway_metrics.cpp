@@ -18,6 +18,13 @@ const prometheus::Histogram::BucketBoundaries& gateway_metrics::duration_buckets
   return buckets;
 }
 
+const prometheus::Histogram::BucketBoundaries& gateway_metrics::compile_buckets() {
+  // From a small schema on a small vocabulary to a large one on 150k tokens.
+  static const prometheus::Histogram::BucketBoundaries buckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                                  0.25,  0.5,   1,    2.5,   5,    10};
+  return buckets;
+}
+
 gateway_metrics::gateway_metrics(prometheus::Registry& registry)
     : http_requests(prometheus::BuildCounter()
                         .Name(name("http_requests_total"))
@@ -120,7 +127,22 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                               .Name(name("quota_store_dropped_total"))
                               .Help("Queued quota store calls dropped because the queue was full")
                               .Register(registry)
-                              .Add({})) {
+                              .Add({})),
+      grammar_compile_seconds(prometheus::BuildHistogram()
+                                  .Name(name("grammar_compile_seconds"))
+                                  .Help("Time to compile a request's grammar (response_format) for the tokenizer")
+                                  .Register(registry)
+                                  .Add({}, compile_buckets())),
+      grammar_cache_hits(prometheus::BuildCounter()
+                             .Name(name("grammar_cache_hits_total"))
+                             .Help("Grammars found compiled in the cache")
+                             .Register(registry)
+                             .Add({})),
+      grammar_cache_misses(prometheus::BuildCounter()
+                               .Name(name("grammar_cache_misses_total"))
+                               .Help("Grammars not in the cache, compiled for the request")
+                               .Register(registry)
+                               .Add({})) {
   // Both limits from the start, at 0: an alert's rate() needs the series before the first refusal.
   for (const char* limit : {"max_connections", "max_buffered_body_bytes"}) http_overload_rejections.Add({{"limit", limit}});
 }

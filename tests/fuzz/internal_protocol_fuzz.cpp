@@ -26,12 +26,13 @@ void check_generate_request(std::string_view body) {
     require(!error->message.empty());
     return;
   }
-  const auto& request = std::get<edge::backend::generate_request>(parsed);
+  const auto& [request, grammar] = std::get<gw::parsed_generate_request>(parsed);
   require(request.max_tokens >= 1);
-  const std::string written = gw::encode_generate_request(request);
+  const std::string written = gw::encode_generate_request(request, grammar.get());
   const auto again = gw::parse_generate_request(written);
-  require(std::holds_alternative<edge::backend::generate_request>(again));
-  require(gw::encode_generate_request(std::get<edge::backend::generate_request>(again)) == written);
+  require(std::holds_alternative<gw::parsed_generate_request>(again));
+  const auto& back = std::get<gw::parsed_generate_request>(again);
+  require(gw::encode_generate_request(back.request, back.grammar.get()) == written);
 }
 
 void check_event(std::string_view line) {

@@ -238,6 +238,24 @@ std::vector<std::vector<std::byte>> openai_request_seeds() {
   return seeds;
 }
 
+// A mode byte ('j': even, a JSON schema; 'g': odd, a grammar's text form), then the text.
+std::vector<std::vector<std::byte>> grammar_seeds() {
+  const char* schemas[] = {
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":4},"age":{"type":"integer","minimum":0,"maximum":120}},"required":["name"],"additionalProperties":false})",
+      R"({"anyOf":[{"type":"array","items":{"enum":["a",1,null]},"maxItems":2},{"type":"number","exclusiveMinimum":-1.5}]})",
+      R"({"$defs":{"n":{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#/$defs/n"},{"type":"null"}]}},"required":["next"]}},"$ref":"#/$defs/n"})",
+      R"({"type":"string","format":"date-time"})",
+      R"({"type":"object","properties":{"a":{"type":"boolean"}},"additionalProperties":{"type":"integer"}})",
+      R"({"allOf":[{"properties":{"a":{"const":1}},"required":["a"]},{"properties":{"b":{"type":"string"}}}]})",
+      R"({"type":"array","prefixItems":[{"type":"string","format":"uuid"}],"items":false,"nullable":true})",
+  };
+  std::vector<std::vector<std::byte>> seeds;
+  for (const std::string_view schema : schemas) seeds.push_back(bytes_of("j" + std::string(schema)));
+  seeds.push_back(bytes_of("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (seq (tok 3c7c656f745f69647c3e) (ref 0))))"));
+  seeds.push_back(bytes_of("g(grammar (root (seq (num real -1.5 0 2 1) (rep 0 3 (cls 97 122)) (jchar))))"));
+  return seeds;
+}
+
 bool write_all(const fs::path& folder, const std::vector<std::vector<std::byte>>& seeds) {
   std::error_code ec;
   fs::create_directories(folder, ec);
@@ -265,7 +283,8 @@ int main(int argc, char** argv) {
       write_all(root / "tokenizer_encode", seeds_of(edge::fuzz::tokenizer_encode_seeds())) &&
       write_all(root / "internal_protocol", internal_protocol_seeds()) &&
       write_all(root / "admin_request", admin_request_seeds()) &&
-      write_all(root / "query_string", query_string_seeds()) && write_all(root / "tokenizers", {});
+      write_all(root / "query_string", query_string_seeds()) && write_all(root / "grammar", grammar_seeds()) &&
+      write_all(root / "tokenizers", {});
   if (!written) return 1;
   t::write_text(root / "tokenizers" / "byte_level.json", edge::fuzz::byte_level_tokenizer_json());
   t::write_text(root / "tokenizers" / "spm_style.json", edge::fuzz::spm_style_tokenizer_json());

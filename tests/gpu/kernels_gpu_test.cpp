@@ -14,7 +14,8 @@
 //     weights, and the W4A16 decode kernel at 1..8 tokens): x rounded to bf16 (in the 9+ GEMM,
 //     int4 weights' q x scale too), so 2^-7 of the sum of |x w| (four bf16 roundings' worth);
 //   * seeded sampling: the GPU's token is the CPU's, or the draw lies within float rounding of
-//     the boundary between the two;
+//     the boundary between the two; with a grammar's token mask (three tokens, or nine in ten),
+//     no token outside it on either device, and the same rule;
 //   * MoE routing: the same experts in the same order, except in rows with a near tie (within
 //     1e-5) among the best choice values or group scores, which expf's rounding may break
 //     either way; where the experts agree, weights within 2e-6 relative;
@@ -728,6 +729,86 @@ void test_sampling(gpu_test::results& r) {
     r.check(format("sampling vocab {}: greedy / top-1 rows that differ", vocab), greedy_mismatch, 0.0);
     r.check(format("sampling vocab {}: seeded draws that differ away from a boundary ({} differ in all)", vocab, differing),
             unexplained, 0.0);
+  }
+}
+
+// Constrained decoding: rows with a grammar's token mask (a few allowed tokens, or most of them),
+// the rest without. The GPU must draw only allowed tokens and the same ones as the CPU reference
+// (keep_allowed then the same sampling), but where a seeded draw sits on a boundary.
+void test_masked_sampling(gpu_test::results& r) {
+  const std::vector<sampling_row> configs = {
+      {.temperature = 0.0f}, {.temperature = 1.0f}, {.temperature = 0.8f, .top_p = 0.9f}, {.temperature = 1.2f, .top_k = 40}};
+  for (const std::int64_t vocab : {97, 128256}) {
+    const std::int64_t rows = 32;
+    const std::int64_t words = allowed_words(vocab);
+    const auto logits = random_floats(static_cast<std::size_t>(rows * vocab), 23, -6.0f, 6.0f);
+    std::vector<sampling_row> rows_config(static_cast<std::size_t>(rows));
+    std::vector<std::uint32_t> masks;  // [masked rows, words]
+    std::mt19937 rng(24);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      sampling_row& c = rows_config[static_cast<std::size_t>(i)];
+      c = configs[static_cast<std::size_t>(i) % configs.size()];
+      c.uniform = uniform(rng);
+      if (i % 3 == 2) continue;  // unmasked
+      c.allowed_row = static_cast<std::int32_t>(masks.size() / static_cast<std::size_t>(words));
+      std::vector<std::uint32_t> mask(static_cast<std::size_t>(words), 0);
+      // Rows alternate between three allowed tokens and nine in ten allowed.
+      for (std::int64_t t = 0; t < vocab; ++t) {
+        const bool allowed = i % 2 == 0 ? (t == 1 || t == vocab / 2 || t == vocab - 1) : (rng() % 10 != 0);
+        if (allowed) mask[static_cast<std::size_t>(t / 32)] |= 1u << (t % 32);
+      }
+      masks.insert(masks.end(), mask.begin(), mask.end());
+    }
+    std::vector<float> cpu_logits = logits;
+    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(rows));
+    gpu_test::check_ok(run_sampling({.logits = cpu_logits.data(), .config = rows_config.data(), .out = cpu_out.data(),
+                                     .rows = rows, .vocab = vocab, .allowed = masks.data()},
+                                    cpu()),
+                       "cpu masked sampling");
+    device_array<float> d_logits(logits);
+    device_array<sampling_row> d_config(rows_config);
+    device_array<std::uint32_t> d_masks(masks);
+    device_array<std::int32_t> d_out(static_cast<std::size_t>(rows));
+    gpu_test::check_ok(run_sampling({.logits = d_logits.get(), .config = d_config.get(), .out = d_out.get(),
+                                     .rows = rows, .vocab = vocab, .allowed = d_masks.get()},
+                                    gpu()),
+                       "gpu masked sampling");
+    sync();
+    const auto gpu_out = d_out.download();
+    int outside = 0;
+    int unexplained = 0;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      const sampling_row& c = rows_config[at];
+      std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+      if (c.allowed_row >= 0) {
+        const std::uint32_t* mask = masks.data() + static_cast<std::size_t>(c.allowed_row * words);
+        for (const std::int32_t t : {cpu_out[at], gpu_out[at]}) {
+          if (((mask[t / 32] >> (t % 32)) & 1u) == 0) ++outside;
+        }
+        keep_allowed(row.data(), vocab, mask);
+      }
+      if (gpu_out[at] == cpu_out[at]) continue;
+      if (c.temperature <= 0.0f) {
+        ++unexplained;
+        continue;
+      }
+      const auto kept = kept_distribution(row, c);
+      double total = 0.0;
+      for (const auto& k : kept) total += k.second;
+      const double target = static_cast<double>(c.uniform) * total;
+      double cumulative = 0.0;
+      bool near_boundary = false;
+      for (const auto& k : kept) {
+        cumulative += k.second;
+        if (std::fabs(cumulative - target) <= 1e-5 * total) near_boundary = true;
+      }
+      if (!near_boundary) ++unexplained;
+    }
+    r.check(format("masked sampling vocab {}: tokens drawn outside their mask (CPU and GPU)", vocab), outside, 0.0);
+    r.check(format("masked sampling vocab {}: draws that differ from the CPU away from a boundary", vocab), unexplained,
+            0.0);
   }
 }
 
@@ -1462,6 +1543,7 @@ int main(int argc, char** argv) {
   test_kv_cache_write(r);
   test_paged_attention(r);
   test_sampling(r);
+  test_masked_sampling(r);
   test_moe_routing(r);
   test_moe_experts(r);
   test_mla_attention(r);

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "edge/backend/engine/step_driver.h"
+#include "edge/backend/grammar/compiled_grammar.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"
 
@@ -437,7 +438,7 @@ void engine::state::step() {
     if (t.logprobs) delta.logprobs.push_back(std::move(*t.logprobs));
     delta.text = std::move(t.decoded.text);
     emit(req, std::move(delta));
-    if (t.decoded.finish) finish(t.id, *t.decoded.finish);
+    if (t.decoded.finish) finish(t.id, *t.decoded.finish, std::move(t.decoded.error));
   }
 }
 
@@ -574,6 +575,9 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
     }
   }
   EDGE_RETURN_IF_ERROR(s.sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens));
+  if (request.grammar && &request.grammar->vocabulary().source() != &s.tok) {
+    return invalid_argument("the request's grammar was compiled for another tokenizer than the engine's");
+  }
 
   submission sub;
   sub.arrival = s.clock.now();
@@ -584,7 +588,8 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
                                                                  .context = s.context,
                                                                  .ignore_eos = request.ignore_eos,
                                                                  .stop_token_ids = request.stop_token_ids,
-                                                                 .stop = request.stop});
+                                                                 .stop = request.stop,
+                                                                 .grammar = request.grammar});
   sub.request = std::move(request);
   sub.sink = std::move(sink);
   request_handle handle(std::make_unique<engine_canceller>(s.inbox, sub.id, sub.finished));

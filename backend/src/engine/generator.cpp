@@ -53,12 +53,16 @@ result<std::vector<generation_output>> generator::run(
     const generate_request& r = requests[i];
     EDGE_RETURN_IF_ERROR(sched->check_fits(static_cast<std::int64_t>(r.prompt.size()), r.max_tokens)
                              .with_context(format("request {}", i)));
+    if (r.grammar && r.grammar->vocabulary().size() != model_.tok->vocab_size()) {
+      return invalid_argument(format("request {}: its grammar was compiled for another vocabulary", i));
+    }
     seqs[i].decoder = std::make_unique<sequence_decoder>(*model_.tok, r.sampling, r.prompt,
                                                          decode_limits{.max_tokens = r.max_tokens,
                                                                        .context = context,
                                                                        .ignore_eos = r.ignore_eos,
                                                                        .stop_token_ids = r.stop_token_ids,
-                                                                       .stop = r.stop});
+                                                                       .stop = r.stop,
+                                                                       .grammar = r.grammar});
     EDGE_RETURN_IF_ERROR(sched->add({.id = i, .prompt = r.prompt, .max_tokens = r.max_tokens}));
   }
 
@@ -86,6 +90,7 @@ result<std::vector<generation_output>> generator::run(
         if (on_text) on_text(t.id, t.decoded.text);
       }
       if (t.decoded.finish) {
+        if (*t.decoded.finish == finish_reason::error) return internal_error(format("request {}: {}", t.id, t.decoded.error));
         s.output.reason = *t.decoded.finish;
         sched->remove(t.id);
       }

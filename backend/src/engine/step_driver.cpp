@@ -15,6 +15,14 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
   row_seqs_.clear();
   rows_.clear();
   std::size_t copied = 0;
+  const auto words = static_cast<std::size_t>(kernels::allowed_words(exec_.vocab_size()));
+  std::size_t constrained = 0;
+  for (const scheduled_chunk& chunk : plan.chunks) {
+    if (chunk.samples && sequence_of(chunk.id).decoder->constrained()) ++constrained;
+  }
+  // Sized before the rows take spans of it.
+  masks_.resize(constrained * words);
+  std::size_t mask_row = 0;
   for (const scheduled_chunk& chunk : plan.chunks) {
     batch_.entries.push_back({.tokens = chunk.tokens,
                               .start_position = chunk.start,
@@ -25,6 +33,11 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
     const bool on_host = seq.decoder->samples_on_host();
     row_sampling row{.sample = !on_host, .copy_logits = on_host || seq.logprobs.has_value()};
     if (row.sample) row.config = seq.decoder->next_row();
+    if (seq.decoder->constrained()) {
+      const std::span<std::uint32_t> mask = std::span(masks_).subspan(mask_row++ * words, words);
+      seq.decoder->fill_allowed(mask);
+      row.allowed = mask;
+    }
     copied += row.copy_logits ? 1 : 0;
     row_ids_.push_back(chunk.id);
     row_seqs_.push_back(seq);
@@ -52,8 +65,13 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
         raw = raw_;
       }
       kernels::sampling_row config = seq.decoder->prepare(row);
-      EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = row.data(), .config = &config, .out = &tokens_[r], .rows = 1,
-                                                  .vocab = static_cast<std::int64_t>(vocab)},
+      config.allowed_row = rows_[r].allowed.empty() ? -1 : 0;
+      EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = row.data(),
+                                                  .config = &config,
+                                                  .out = &tokens_[r],
+                                                  .rows = 1,
+                                                  .vocab = static_cast<std::int64_t>(vocab),
+                                                  .allowed = rows_[r].allowed.data()},
                                                  {}));
     }
     out[r].id = row_ids_[r];

@@ -53,6 +53,7 @@ struct cpu_executor::state {
   std::vector<float> logits;                           // [sequences, vocab] forward_sample's rows
   std::vector<kernels::sampling_row> sampling;         // [sequences]
   std::vector<std::int32_t> sampled;                   // [sequences]
+  std::vector<std::uint32_t> allowed;                  // [constrained rows, allowed_words(vocab)]
   std::vector<std::int32_t> ids, positions, seq;       // [tokens]
   std::vector<std::int64_t> slots;                     // [tokens]
   std::vector<std::int32_t> tables;                    // [sequences * table_blocks] room, ragged
@@ -191,13 +192,25 @@ status cpu_executor::forward_sample(const batch_plan& plan, std::span<const row_
     ++copied;
   }
   // Rows the caller samples get a greedy draw here that nobody reads.
+  const auto words = static_cast<std::size_t>(kernels::allowed_words(vocab));
+  s.allowed.clear();
   for (std::size_t r = 0; r < rows.size(); ++r) {
     s.sampling[r] = rows[r].sample ? rows[r].config : kernels::sampling_row{.temperature = 0.0f};
+    s.sampling[r].allowed_row = -1;
+    if (rows[r].sample && !rows[r].allowed.empty()) {
+      if (rows[r].allowed.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
+      s.sampling[r].allowed_row = static_cast<std::int32_t>(s.allowed.size() / words);
+      s.allowed.insert(s.allowed.end(), rows[r].allowed.begin(), rows[r].allowed.end());
+    }
   }
   const auto n = static_cast<std::int64_t>(rows.size());
-  EDGE_RETURN_IF_ERROR(kernels::run_sampling(
-      {.logits = s.logits.data(), .config = s.sampling.data(), .out = s.sampled.data(), .rows = n, .vocab = vocab},
-      s.stream));
+  EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = s.logits.data(),
+                                              .config = s.sampling.data(),
+                                              .out = s.sampled.data(),
+                                              .rows = n,
+                                              .vocab = vocab,
+                                              .allowed = s.allowed.data()},
+                                             s.stream));
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (rows[r].sample) tokens[r] = s.sampled[r];
   }

@@ -193,6 +193,7 @@ struct cuda_executor::state {
   device_memory buffer_memory;
   forward_buffers buffers;
   std::int32_t* sampled = nullptr;  // [S]
+  std::int32_t* allowed = nullptr;  // [S, allowed_words(vocab)] the step's token masks (bits), constrained rows first
   std::byte* meta = nullptr;        // the per-step metadata, meta_layout for the step's (T, S)
   std::size_t meta_bytes = 0;
 
@@ -200,6 +201,8 @@ struct cuda_executor::state {
   pinned_memory staging;       // meta_bytes
   pinned_memory host_logits;   // [S, vocab]
   pinned_memory host_sampled;  // [S]
+  pinned_memory host_allowed;  // [S, allowed_words(vocab)] staging of `allowed`
+  std::int64_t step_allowed_rows = 0;  // rows of it the step last executed filled
   pinned_memory host_expert_tokens;  // [moe_layers, max_experts] of the last step (MoE)
   std::int64_t last_tokens = 0;      // of the last step, padding included
 
@@ -332,6 +335,7 @@ struct cuda_executor::state {
         {&buffers.index_query, floats.index_query}};
     const std::vector<std::pair<std::int32_t**, std::int64_t>> int_buffers = {
         {&sampled, S},
+        {&allowed, S * kernels::allowed_words(plan.vocab)},
         {&buffers.route_experts, floats.route_experts},
         {&buffers.expert_tokens, floats.expert_tokens},
         {&buffers.selected, floats.selected},
@@ -361,6 +365,8 @@ struct cuda_executor::state {
                                     "cudaMemset"));
     EDGE_RETURN_IF_ERROR(staging.allocate(meta_bytes));
     EDGE_RETURN_IF_ERROR(host_logits.allocate(static_cast<std::size_t>(S * plan.vocab) * sizeof(float)));
+    EDGE_RETURN_IF_ERROR(host_allowed.allocate(static_cast<std::size_t>(S * kernels::allowed_words(plan.vocab)) *
+                                               sizeof(std::uint32_t)));
     EDGE_RETURN_IF_ERROR(host_expert_tokens.allocate(static_cast<std::size_t>(floats.expert_tokens) * sizeof(std::int32_t)));
     return host_sampled.allocate(static_cast<std::size_t>(S) * sizeof(std::int32_t));
   }
@@ -475,9 +481,18 @@ struct cuda_executor::state {
     EDGE_ASSIGN_OR_RETURN(const staged_step staged,
                           stage_step(batch, padded, plan.vocab, kv.layout, table_blocks, pad_block(), arrays));
     auto* configs = reinterpret_cast<kernels::sampling_row*>(base + m.sampling);
+    const auto words = static_cast<std::size_t>(kernels::allowed_words(plan.vocab));
+    auto* masks = reinterpret_cast<std::uint32_t*>(host_allowed.data());
+    step_allowed_rows = 0;
     for (std::int64_t r = 0; r < staged.rows; ++r) {
       const bool given = r < static_cast<std::int64_t>(sampling.size()) && sampling[static_cast<std::size_t>(r)].sample;
       configs[r] = given ? sampling[static_cast<std::size_t>(r)].config : kernels::sampling_row{.temperature = 0.0f};
+      configs[r].allowed_row = -1;
+      if (!given || sampling[static_cast<std::size_t>(r)].allowed.empty()) continue;
+      const auto mask = sampling[static_cast<std::size_t>(r)].allowed;
+      if (mask.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
+      std::memcpy(masks + static_cast<std::size_t>(step_allowed_rows) * words, mask.data(), words * sizeof(std::uint32_t));
+      configs[r].allowed_row = static_cast<std::int32_t>(step_allowed_rows++);
     }
     step_meta = m;
     last_tokens = staged.tokens;
@@ -832,9 +847,20 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
   }
   const bool any_sampled = std::any_of(rows.begin(), rows.end(), [](const row_sampling& r) { return r.sample; });
   if (any_sampled) {
+    if (s.step_allowed_rows > 0) {
+      const auto bytes = static_cast<std::size_t>(s.step_allowed_rows * kernels::allowed_words(s.plan.vocab)) *
+                         sizeof(std::uint32_t);
+      EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(s.allowed, s.host_allowed.data(), bytes, cudaMemcpyHostToDevice,
+                                                      s.stream),
+                                      "token mask upload"));
+    }
     const auto* device_config = reinterpret_cast<const kernels::sampling_row*>(s.meta + s.step_meta.sampling);
-    EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = s.buffers.logits, .config = device_config, .out = s.sampled,
-                                                .rows = wanted, .vocab = s.plan.vocab},
+    EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = s.buffers.logits,
+                                                .config = device_config,
+                                                .out = s.sampled,
+                                                .rows = wanted,
+                                                .vocab = s.plan.vocab,
+                                                .allowed = reinterpret_cast<const std::uint32_t*>(s.allowed)},
                                                s.kstream()));
     EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(s.host_sampled.data(), s.sampled,
                                                     static_cast<std::size_t>(wanted) * sizeof(std::int32_t),

@@ -23,7 +23,9 @@ sequence_decoder::sequence_decoder(const tokenizer& tok, const sampling_params& 
       limits_(std::move(limits)),
       sampler_(sampling, prompt),
       detokenizer_(tok, prompt_ends_with_bos(tok, prompt)),
-      stops_(limits_.stop) {}
+      stops_(limits_.stop) {
+  if (limits_.grammar) matcher_.emplace(limits_.grammar, limits_.stop_token_ids);
+}
 
 kernels::sampling_row sequence_decoder::prepare(std::span<float> logits) const {
   sampler_.apply_penalties(logits);
@@ -35,6 +37,25 @@ sequence_decoder::step sequence_decoder::accept(token_id id, std::int64_t length
   sampler_.accept(id);
   ++generated_;
   step out;
+  if (matcher_) {
+    // The mask allowed only tokens that continue the grammar: one that does not means no token
+    // could (the vocabulary cannot spell what must come next).
+    if (!matcher_->accept(id)) {
+      finished_ = true;
+      out.finish = finish_reason::error;
+      out.error = format("token {} ('{}') does not continue the output's grammar: the vocabulary cannot write what "
+                         "must come next",
+                         id, tok_.token_text(id));
+      return out;
+    }
+    if (matcher_->ended()) {
+      finished_ = true;
+      out.finish = finish_reason::stop;
+      out.text += stops_.flush();
+      out.text += detokenizer_.finish();
+      return out;
+    }
+  }
   const bool ends_like_eos = (!limits_.ignore_eos && contains(tok_.eos_ids(), id)) || contains(limits_.stop_token_ids, id);
   if (ends_like_eos) {
     out.finish = finish_reason::stop;

@@ -129,12 +129,50 @@ field_error refuse_unless_off(const json_value& v) {
   return v.error("is not supported by this server");
 }
 
-field_error read_response_format(const json_value& v) {
+// OpenAI's rule for a response format's name.
+bool is_valid_format_name(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
+
+field_error read_response_format(const json_value& v, openai_request& r) {
   EDGE_ASSIGN_OR_RETURN(const json_fields fields, v.as<json_fields>());
   EDGE_ASSIGN_OR_RETURN(const json_value type, fields.required("type"));
   EDGE_ASSIGN_OR_RETURN(const std::string_view name, type.as<std::string_view>());
-  if (name == "text") return std::nullopt;
-  return type.error(format("'{}' is not supported: only 'text'", name));
+  backend::grammar::grammar_builder b;
+  if (name == "text") {
+    r.grammar.reset();
+    return std::nullopt;
+  }
+  std::optional<backend::grammar::expr> root;
+  if (name == "json_object") {
+    root = b.json_object();
+  } else if (name == "json_schema") {
+    EDGE_ASSIGN_OR_RETURN(const json_fields spec, fields.required<json_fields>("json_schema"));
+    EDGE_ASSIGN_OR_RETURN(const std::string_view format_name, spec.required<std::string_view>("name"));
+    if (!is_valid_format_name(format_name)) {
+      return spec.path().member("name").error("must be 1 to 64 letters, digits, underscores or dashes");
+    }
+    EDGE_ASSIGN_OR_RETURN(const auto strict, spec.optional<bool>("strict"));
+    EDGE_ASSIGN_OR_RETURN(const auto description, spec.optional<std::string_view>("description"));
+    static_cast<void>(strict);  // strict or not, the schema is enforced (or refused)
+    static_cast<void>(description);
+    EDGE_ASSIGN_OR_RETURN(const json_value schema, spec.required("schema"));
+    if (schema.type() != element_type::OBJECT && schema.type() != element_type::BOOL) {
+      return schema.must_be("a JSON schema (an object)");
+    }
+    const std::string text = simdjson::minify(schema.element());
+    auto built = b.json_schema(text, {.path = schema.path().str()});
+    if (!built.ok()) return json_error(built.error().message(), built.error().path());
+    root = std::move(built).value();
+  } else {
+    return type.error(format("'{}' is not supported: 'text', 'json_object' or 'json_schema'", name));
+  }
+  auto built = b.build(*root);
+  if (!built.ok()) return v.error(built.error().message());
+  r.grammar = std::make_shared<const backend::grammar::grammar>(std::move(built).value());
+  return std::nullopt;
 }
 
 field_error read_field(std::string_view key, const json_value& v, openai_request& r) {
@@ -173,8 +211,8 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
       if (alternatives.ok() && *alternatives == 0) return std::nullopt;  // no alternatives: off
     }
     return refuse_unless_off(v);
-  } else if (chat && key == "response_format") {
-    return read_response_format(v);
+  } else if (key == "response_format") {
+    return read_response_format(v, r);
   }
   return std::nullopt;
 }

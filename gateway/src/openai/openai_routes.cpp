@@ -13,6 +13,7 @@
 #include "edge/gateway/http/event_relay.h"
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/tenancy/quota_response.h"
+#include "edge/gateway/openai/grammar_compiler.h"
 #include "edge/gateway/openai/openai_request.h"
 #include "edge/gateway/openai/openai_response.h"
 #include "edge/gateway/http/percent_encoding.h"
@@ -267,6 +268,18 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   }
 
   backend::generate_request request;
+  if (r.grammar != nullptr && model->grammars != nullptr) {
+    // Compiled off this thread (or found in the cache); a remote engine compiles it itself.
+    auto compiled = co_await model->grammars->compile(r.grammar);
+    if (!compiled.ok()) {
+      session->set_outcome(request_outcome::failed);
+      const bool busy = compiled.error().code() == status_code::resource_exhausted;
+      co_await answer(busy ? unavailable_response(compiled.error().message(), "overloaded")
+                           : invalid_request(compiled.error().message(), "response_format"));
+      co_return;
+    }
+    request.grammar = std::move(compiled).value();
+  }
   request.id = ex.request_id();
   request.tenant = session->tenant().id;
   request.weight = session->tenant().weight;
@@ -278,7 +291,8 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
 
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
-  auto submitted = co_await model->engine->submit(std::move(request), session->metered(relay_sink(events, strand)));
+  auto submitted =
+      co_await model->engine->submit(std::move(request), session->metered(relay_sink(events, strand)), r.grammar);
   ex.access().prompt_tokens = prompt_length;
   ex.access().completion_tokens = 0;
   if (!submitted.ok()) {

@@ -58,7 +58,8 @@ field_error read_sampling(const json_value& v, backend::sampling_params& out) {
   return std::nullopt;
 }
 
-field_error read_fields(const json_fields& fields, backend::generate_request& r) {
+field_error read_fields(const json_fields& fields, backend::generate_request& r,
+                        std::shared_ptr<const backend::grammar::grammar>& grammar) {
   bool has_prompt = false;
   bool has_max_tokens = false;
   for (const auto [key, value] : fields) {
@@ -112,6 +113,11 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r)
         return value.must_be(format("null or an integer from 0 to {}", max_top_logprobs_on_wire));
       }
       r.logprobs = static_cast<std::int32_t>(*n);
+    } else if (key == "grammar") {
+      EDGE_ASSIGN_OR_RETURN(const std::string_view text, value.as<std::string_view>());
+      auto parsed = backend::grammar::parse_grammar(text);
+      if (!parsed.ok()) return value.error(format("is not a grammar: {}", parsed.error().message()));
+      grammar = std::make_shared<const backend::grammar::grammar>(std::move(parsed).value());
     } else {
       return unknown_field(value);
     }
@@ -231,7 +237,7 @@ json::object logprob_json(const backend::token_logprob& entry) {
 
 // ---- the generate request ---------------------------------------------------------------------
 
-std::string encode_generate_request(const backend::generate_request& r) {
+std::string encode_generate_request(const backend::generate_request& r, const backend::grammar::grammar* grammar) {
   json::object sampling{{"temperature", r.sampling.temperature},
                         {"top_k", r.sampling.top_k},
                         {"top_p", r.sampling.top_p},
@@ -259,15 +265,18 @@ std::string encode_generate_request(const backend::generate_request& r) {
   } else {
     body["logprobs"] = nullptr;
   }
+  if (grammar != nullptr) body["grammar"] = grammar->text();
   return json::serialize(body);
 }
 
-std::variant<backend::generate_request, internal_request_error> parse_generate_request(std::string_view body) {
+std::variant<parsed_generate_request, internal_request_error> parse_generate_request(std::string_view body) {
   simdjson::dom::parser parser;
   const auto document = parse_json_object(parser, body, "the body");
   if (!document.ok()) return internal_request_error{document.error().message(), ""};
-  backend::generate_request r;
-  if (auto error = read_fields(json_fields(*document), r)) return internal_request_error{error->message(), error->path()};
+  parsed_generate_request r;
+  if (auto error = read_fields(json_fields(*document), r.request, r.grammar)) {
+    return internal_request_error{error->message(), error->path()};
+  }
   return r;
 }
 

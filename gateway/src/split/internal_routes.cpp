@@ -17,6 +17,7 @@
 #include "edge/common/sha256.h"
 #include "edge/gateway/http/event_relay.h"
 #include "edge/gateway/http/json_response.h"
+#include "edge/gateway/openai/grammar_compiler.h"
 #include "edge/gateway/tenancy/tenant.h"
 
 namespace edge::gateway {
@@ -196,7 +197,7 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
   if (auto* error = std::get_if<internal_request_error>(&parsed)) {
     refused = std::move(*error);
   } else {
-    refused = check_generate_request(std::get<backend::generate_request>(parsed), backend->info);
+    refused = check_generate_request(std::get<parsed_generate_request>(parsed).request, backend->info);
   }
   if (refused) {
     co_await ex.respond(error_response(http::status::bad_request, refused->message, "invalid_request_error",
@@ -205,7 +206,20 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
                                        refused->code));
     co_return;
   }
-  backend::generate_request& request = std::get<backend::generate_request>(parsed);
+  backend::generate_request& request = std::get<parsed_generate_request>(parsed).request;
+  if (const auto& grammar = std::get<parsed_generate_request>(parsed).grammar; grammar != nullptr) {
+    // Compiled off this thread (cached): the same grammar a gateway sends again is found at once.
+    auto compiled = co_await backend->grammars->compile(grammar);
+    if (!compiled.ok()) {
+      const bool busy = compiled.error().code() == status_code::resource_exhausted;
+      co_await ex.respond(busy ? refusal(http::status::service_unavailable, compiled.error().message(), "server_error",
+                                         "overloaded")
+                               : error_response(http::status::bad_request, compiled.error().message(),
+                                                "invalid_request_error", "grammar", "invalid_request"));
+      co_return;
+    }
+    request.grammar = std::move(compiled).value();
+  }
   if (request.id.empty()) request.id = ex.request_id();
   ex.access().tenant = request.tenant;
   const auto prompt_tokens = static_cast<std::int64_t>(request.prompt.size());

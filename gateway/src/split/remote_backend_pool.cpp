@@ -460,14 +460,15 @@ struct attempt_outcome {
 class remote_call : public std::enable_shared_from_this<remote_call> {
  public:
   remote_call(std::shared_ptr<remote_backend_pool::impl> pool, asio::any_io_executor strand,
-              const backend::generate_request& generate, backend::event_sink sink)
+              const backend::generate_request& generate, const backend::grammar::grammar* grammar,
+              backend::event_sink sink)
       : pool_(std::move(pool)), strand_(std::move(strand)), sink_(std::move(sink)) {
     prompt_tokens_ = static_cast<std::int64_t>(generate.prompt.size());
     max_tokens_ = generate.max_tokens;
     if (const auto block_size = pool_->block_size()) {
       key_ = prompt_affinity_key(generate.tenant, generate.prompt, *block_size, pool_->options.routing.affinity_blocks);
     }
-    body_ = encode_generate_request(generate);
+    body_ = encode_generate_request(generate, grammar);
   }
   ~remote_call() { release(); }
 
@@ -747,9 +748,9 @@ void remote_backend_pool::start(asio::any_io_executor executor, std::function<vo
 }
 
 asio::awaitable<result<backend::request_handle>> remote_backend_pool::submit(
-    backend::generate_request generate, backend::event_sink sink) {
+    backend::generate_request generate, backend::event_sink sink, std::shared_ptr<const backend::grammar::grammar> grammar) {
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
-  auto call = std::make_shared<remote_call>(impl_, strand, generate, std::move(sink));
+  auto call = std::make_shared<remote_call>(impl_, strand, generate, grammar.get(), std::move(sink));
   status placed = co_await call->place();
   if (!placed.ok()) co_return placed;
   asio::co_spawn(strand, call->relay(), asio::detached);

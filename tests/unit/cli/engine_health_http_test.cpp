@@ -235,7 +235,7 @@ TEST_CASE("backend: once a bug ends the engine loop, /readyz answers 503 and gen
   edge::backend::generate_request request;
   request.prompt = {1, 403, 404};
   request.max_tokens = 4;
-  const std::string body = edge::gateway::encode_generate_request(request);
+  const std::string body = edge::gateway::encode_generate_request(request, nullptr);
   const std::string target(edge::gateway::internal_generate_path);
   CHECK(send(port, http::verb::post, target, body, token).status == 200);
 

@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "edge/backend/grammar/grammar.h"
 #include "edge/gateway/split/internal_protocol.h"
 #include "edge/gateway/split/internal_routes.h"
 #include "edge/gateway/openai/openai_request.h"
@@ -38,9 +39,9 @@ TEST_CASE("a generate request survives encoding and parsing") {
   r.stop_token_ids = {2};
   r.ignore_eos = true;
   r.logprobs = 3;
-  const auto parsed = gw::parse_generate_request(gw::encode_generate_request(r));
-  REQUIRE(std::holds_alternative<be::generate_request>(parsed));
-  const auto& back = std::get<be::generate_request>(parsed);
+  const auto parsed = gw::parse_generate_request(gw::encode_generate_request(r, nullptr));
+  REQUIRE(std::holds_alternative<gw::parsed_generate_request>(parsed));
+  const auto& back = std::get<gw::parsed_generate_request>(parsed).request;
   CHECK(back.id == r.id);
   CHECK(back.tenant == r.tenant);
   CHECK(back.weight == r.weight);
@@ -55,6 +56,26 @@ TEST_CASE("a generate request survives encoding and parsing") {
   CHECK(back.stop_token_ids == r.stop_token_ids);
   CHECK(back.ignore_eos);
   CHECK(back.logprobs == 3);
+  CHECK(std::get<gw::parsed_generate_request>(parsed).grammar == nullptr);
+}
+
+TEST_CASE("a generate request carries its grammar as text, and a malformed one is refused naming the field") {
+  be::generate_request r;
+  r.prompt = {1, 2};
+  r.max_tokens = 8;
+  edge::backend::grammar::grammar_builder b;
+  auto schema = b.json_schema(R"({"type":"object","properties":{"n":{"type":"integer","minimum":1}},"required":["n"]})");
+  REQUIRE(schema.ok());
+  auto g = b.build(*schema);
+  REQUIRE(g.ok());
+  const auto parsed = gw::parse_generate_request(gw::encode_generate_request(r, &*g));
+  REQUIRE(std::holds_alternative<gw::parsed_generate_request>(parsed));
+  const auto& grammar = std::get<gw::parsed_generate_request>(parsed).grammar;
+  REQUIRE(grammar != nullptr);
+  CHECK(grammar->text() == g->text());
+  const auto bad = gw::parse_generate_request(R"json({"prompt":[1],"max_tokens":4,"grammar":"(grammar (root (ref 9)))"})json");
+  REQUIRE(std::holds_alternative<gw::internal_request_error>(bad));
+  CHECK(std::get<gw::internal_request_error>(bad).param == "grammar");
 }
 
 TEST_CASE("a bad generate request names the field") {
@@ -110,19 +131,19 @@ TEST_CASE("the internal API holds every field to the public API's rules") {
 
   // As in the public API, an empty stop string is dropped and one string is a list of one.
   const auto parsed = gw::parse_generate_request(with(R"("stop":["","END"],"sampling":{"top_k":-1,"seed":null})"));
-  REQUIRE(std::holds_alternative<be::generate_request>(parsed));
-  CHECK(std::get<be::generate_request>(parsed).stop == std::vector<std::string>{"END"});
-  CHECK(std::get<be::generate_request>(parsed).sampling.top_k == 0);
+  REQUIRE(std::holds_alternative<gw::parsed_generate_request>(parsed));
+  CHECK(std::get<gw::parsed_generate_request>(parsed).request.stop == std::vector<std::string>{"END"});
+  CHECK(std::get<gw::parsed_generate_request>(parsed).request.sampling.top_k == 0);
   const auto one = gw::parse_generate_request(with(R"("stop":"END")"));
-  REQUIRE(std::holds_alternative<be::generate_request>(one));
-  CHECK(std::get<be::generate_request>(one).stop == std::vector<std::string>{"END"});
+  REQUIRE(std::holds_alternative<gw::parsed_generate_request>(one));
+  CHECK(std::get<gw::parsed_generate_request>(one).request.stop == std::vector<std::string>{"END"});
 }
 
 TEST_CASE("weight, priority and prefix-cache salt are never taken beyond what the tenant admin allows") {
   const auto refused = [](std::string_view fields) {
     const auto parsed = gw::parse_generate_request(std::string(R"({"prompt":[1,2],"max_tokens":4,)") +
                                                    std::string(fields) + "}");
-    if (std::holds_alternative<be::generate_request>(parsed)) return std::string();
+    if (std::holds_alternative<gw::parsed_generate_request>(parsed)) return std::string();
     return std::get<gw::internal_request_error>(parsed).param;
   };
   // A weight past the tenant admin's bound would be served first for good.
@@ -144,7 +165,7 @@ TEST_CASE("weight, priority and prefix-cache salt are never taken beyond what th
   r.tenant = "acme";
   r.weight = gw::max_tenant_weight;
   r.prompt = {1, 2};
-  CHECK(std::holds_alternative<be::generate_request>(gw::parse_generate_request(gw::encode_generate_request(r))));
+  CHECK(std::holds_alternative<gw::parsed_generate_request>(gw::parse_generate_request(gw::encode_generate_request(r, nullptr))));
 }
 
 TEST_CASE("the internal API checks token ids against the vocabulary and lengths against the context") {
@@ -201,8 +222,8 @@ TEST_CASE("sampling values a float cannot hold are refused, not read as infinity
   }
   const auto largest =
       gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,"sampling":{"repetition_penalty":3.4e38}})");
-  REQUIRE(std::holds_alternative<be::generate_request>(largest));
-  CHECK(std::get<be::generate_request>(largest).sampling.repetition_penalty == doctest::Approx(3.4e38f));
+  REQUIRE(std::holds_alternative<gw::parsed_generate_request>(largest));
+  CHECK(std::get<gw::parsed_generate_request>(largest).request.sampling.repetition_penalty == doctest::Approx(3.4e38f));
 }
 
 TEST_CASE("events survive the trip; heartbeats are recognised; garbage is refused") {

@@ -194,8 +194,18 @@ TEST_CASE("bad requests are refused with the field named") {
        "not supported"},
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools",
        "not supported"},
-      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
-       "response_format.type", "only 'text'"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}})",
+       "response_format.type", "'text', 'json_object' or 'json_schema'"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})",
+       "response_format.json_schema", "is required"},
+      {chat_completions,
+       R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a b","schema":{}}}})",
+       "response_format.json_schema.name", "letters"},
+      {chat_completions,
+       R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"x"}}}}}})",
+       "response_format.json_schema.schema.properties.a.pattern", "pattern"},
+      {completions, R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"n","schema":7}}})",
+       "response_format.json_schema.schema", "a JSON schema"},
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"50256":-100}})", "logit_bias",
        "not supported"},
   };
@@ -213,6 +223,17 @@ TEST_CASE("fields that are off are accepted: logprobs false, empty tools, text r
                             "tools":[],"response_format":{"type":"text"},"logit_bias":{},"echo":false})");
   CHECK(r.messages.size() == 1);
   CHECK(completion_ok(R"({"prompt":"x","logprobs":null,"echo":false,"suffix":""})").messages.empty());
+}
+
+TEST_CASE("response_format json_object and json_schema become the grammar the output must match") {
+  const auto object = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})");
+  REQUIRE(object.grammar != nullptr);
+  const auto schema = completion_ok(
+      R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"description":"d",)"
+      R"("schema":{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}}}})");
+  REQUIRE(schema.grammar != nullptr);
+  CHECK(schema.grammar->text() != object.grammar->text());
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})").grammar == nullptr);
 }
 
 TEST_CASE("fields of the other API are ignored like any unknown field") {

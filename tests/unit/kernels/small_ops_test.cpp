@@ -248,6 +248,40 @@ TEST_CASE("sampling rows without a finite maximum take the first of the largest,
   CHECK(sample_one({-inf, 2.0f, inf}, {.temperature = 1.0f, .top_k = 2, .uniform = 0.1f}) == 2);
 }
 
+TEST_CASE("a token mask limits greedy and random draws to the allowed tokens, renormalised") {
+  // Token 3 is the most likely; the mask allows 0 and 2 only (one row masked, one not).
+  const std::vector<float> logits = {std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f),
+                                     std::log(0.1f), std::log(0.2f), std::log(0.3f), std::log(0.4f)};
+  const std::vector<std::uint32_t> allowed = {0b0101u};
+  std::vector<int> counts(4, 0);
+  std::vector<int> unmasked(4, 0);
+  const int draws = 1000;
+  for (int i = 0; i < draws; ++i) {
+    std::vector<float> scratch = logits;
+    const float u = (static_cast<float>(i) + 0.5f) / draws;
+    const std::vector<edge::kernels::sampling_row> rows = {{.temperature = 1.0f, .uniform = u, .allowed_row = 0},
+                                                           {.temperature = 1.0f, .uniform = u}};
+    std::vector<std::int32_t> out(2);
+    REQUIRE(edge::kernels::run_sampling({.logits = scratch.data(), .config = rows.data(), .out = out.data(), .rows = 2,
+                                         .vocab = 4, .allowed = allowed.data()},
+                                        {})
+                .ok());
+    ++counts[static_cast<std::size_t>(out[0])];
+    ++unmasked[static_cast<std::size_t>(out[1])];
+  }
+  // 0.1 : 0.3 of the allowed mass; the unmasked row draws from everything.
+  CHECK(counts == std::vector<int>{250, 0, 750, 0});
+  CHECK(unmasked == std::vector<int>{100, 200, 300, 400});
+  std::vector<float> scratch = logits;
+  const edge::kernels::sampling_row greedy{.temperature = 0.0f, .allowed_row = 0};
+  std::int32_t chosen = -1;
+  REQUIRE(edge::kernels::run_sampling({.logits = scratch.data(), .config = &greedy, .out = &chosen, .rows = 1, .vocab = 4,
+                                       .allowed = allowed.data()},
+                                      {})
+              .ok());
+  CHECK(chosen == 2);
+}
+
 TEST_CASE("rmsnorm with groups normalises each vector of a row on its own, in place and strided") {
   // 3 rows of 4 heads of 16, in rows 70 wide (as Q heads sit in a fused Q/K/V row).
   const std::int64_t rows = 3, groups = 4, cols = 16, stride = 70;

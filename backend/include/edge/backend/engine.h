@@ -41,6 +41,10 @@
 
 namespace edge::backend {
 
+namespace grammar {
+class compiled_grammar;
+}
+
 struct generate_request {
   std::string id;                 // the caller's request id, for logs
   std::string tenant = "default";  // also the prefix cache's salt: tenants never share cached blocks
@@ -55,6 +59,11 @@ struct generate_request {
   // Log probabilities: none, or the sampled token's plus this many most likely alternatives
   // (0: the sampled token's alone).
   std::optional<std::int32_t> logprobs;
+  // What the output must match (structured outputs, constrained tool calls), compiled for this
+  // engine's tokenizer (another tokenizer's is invalid_argument); null: unconstrained. Each step
+  // allows only the tokens that continue it; EOS (and the stop token ids) only once it is
+  // matched whole, and then nothing else. Log probabilities stay the model's own, unmasked.
+  std::shared_ptr<const grammar::compiled_grammar> grammar;
 };
 
 struct token_usage {

@@ -88,10 +88,17 @@ struct gateway_metrics {
   prometheus::Family<prometheus::Counter>& quota_store_errors;
   prometheus::Gauge& quota_store_pending;
   prometheus::Counter& quota_store_dropped;
+  // Structured outputs (grammar_compiler.h): edgeinfer_grammar_compile_seconds, the time to
+  // compile a grammar for the tokenizer (cache misses only); edgeinfer_grammar_cache_hits_total
+  // and edgeinfer_grammar_cache_misses_total, lookups of the compiled-grammar cache.
+  prometheus::Histogram& grammar_compile_seconds;
+  prometheus::Counter& grammar_cache_hits;
+  prometheus::Counter& grammar_cache_misses;
 
   static constexpr std::size_t max_tenant_labels = 100;
 
   static const prometheus::Histogram::BucketBoundaries& duration_buckets();
+  static const prometheus::Histogram::BucketBoundaries& compile_buckets();
 };
 
 }  // namespace edge::monitoring

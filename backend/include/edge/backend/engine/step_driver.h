@@ -56,6 +56,7 @@ class step_driver {
   std::vector<std::int32_t> tokens_;        // [rows]
   std::vector<float> logits_;               // [rows with copy_logits, vocab]
   std::vector<float> raw_;                  // [vocab] a row's logits before penalties
+  std::vector<std::uint32_t> masks_;        // [constrained rows, allowed_words(vocab)] grammars' token masks
   std::vector<sampled_token> sampled_;      // [rows] what run() returns
 };
 

@@ -35,6 +35,9 @@ struct row_sampling {
   kernels::sampling_row config;
   // Copy the row's raw logits to the host (for log probabilities, or for sampling there).
   bool copy_logits = false;
+  // [kernels::allowed_words(vocab)] the tokens the draw may take (a grammar's mask: bit t % 32
+  // of word t / 32); empty: any. Copied logits stay raw (unmasked).
+  std::span<const std::uint32_t> allowed;
 };
 
 // What an executor did on its own, counted since it was created (for metrics).

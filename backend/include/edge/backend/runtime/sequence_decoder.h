@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "edge/backend/grammar/compiled_grammar.h"
 #include "edge/backend/runtime/sampler.h"
 #include "edge/backend/runtime/stop_checker.h"
 #include "edge/backend/tokenizer/tokenizer.h"
@@ -44,6 +45,9 @@ struct decode_limits {
   bool ignore_eos = false;       // keep going past EOS (stop tokens and strings still end it)
   std::vector<token_id> stop_token_ids;  // end the output like EOS, and are not part of its text
   std::vector<std::string> stop;         // stop strings: the text ends right before the first
+  // Constrained decoding: only tokens that continue this grammar (grammar_matcher); null: any.
+  // The output ends at the end token that closes the match, ignore_eos or not.
+  std::shared_ptr<const grammar::compiled_grammar> grammar;
 };
 
 class sequence_decoder {
@@ -59,10 +63,15 @@ class sequence_decoder {
   kernels::sampling_row next_row() const { return sampler_.next_row(); }
   // Applies the penalties to this sequence's row of logits and returns the row's sampling settings.
   kernels::sampling_row prepare(std::span<float> logits) const;
+  // Whether a grammar constrains the next token: then fill_allowed() gives its mask.
+  bool constrained() const { return matcher_.has_value(); }
+  // The tokens the grammar allows next, in `allowed` ([kernels::allowed_words(vocab)]).
+  void fill_allowed(std::span<std::uint32_t> allowed) { matcher_->fill_mask(allowed); }
 
   struct step {
     std::string text;                     // text released by this token (possibly empty)
     std::optional<finish_reason> finish;  // set when this token ended the sequence
+    std::string error;                    // finish error: why
   };
   // Takes the token sampled for this sequence; `length` is the sequence's length with it
   // (prompt + generated). Calling it after the sequence finished is a programming error.
@@ -78,6 +87,7 @@ class sequence_decoder {
   sequence_sampler sampler_;
   incremental_detokenizer detokenizer_;
   stop_checker stops_;
+  std::optional<grammar::grammar_matcher> matcher_;
   std::int64_t generated_ = 0;
   bool finished_ = false;
 };

@@ -17,6 +17,7 @@
 #include <boost/asio/awaitable.hpp>
 
 #include "edge/backend/engine.h"
+#include "edge/backend/grammar/grammar.h"
 #include "edge/common/status.h"
 
 namespace edge::gateway {
@@ -26,8 +27,14 @@ class engine_client {
   virtual ~engine_client() = default;
   // Awaited on the caller's connection strand; the handle is destroyed on that strand too. The
   // sink is called from any thread, one event at a time, in order, and must not block.
-  virtual boost::asio::awaitable<result<backend::request_handle>> submit(backend::generate_request request,
-                                                                         backend::event_sink sink) = 0;
+  //
+  // `grammar` (null: none) is what the output must match, for an engine that compiles it
+  // itself: a remote backend (its text travels with the request). Where the gateway compiles
+  // (serving_model::grammars), the request arrives with request.grammar set and `grammar` is
+  // not needed.
+  virtual boost::asio::awaitable<result<backend::request_handle>> submit(
+      backend::generate_request request, backend::event_sink sink,
+      std::shared_ptr<const backend::grammar::grammar> grammar) = 0;
 };
 
 // The in-process engine: submit() is engine::submit() with no I/O in between. `engine` must
@@ -35,8 +42,9 @@ class engine_client {
 class local_engine_client final : public engine_client {
  public:
   explicit local_engine_client(backend::engine& engine) : engine_(engine) {}
-  boost::asio::awaitable<result<backend::request_handle>> submit(backend::generate_request request,
-                                                                 backend::event_sink sink) override;
+  boost::asio::awaitable<result<backend::request_handle>> submit(
+      backend::generate_request request, backend::event_sink sink,
+      std::shared_ptr<const backend::grammar::grammar> grammar) override;
 
  private:
   backend::engine& engine_;

@@ -11,8 +11,13 @@
 //                max_completion_tokens (wins over max_tokens).
 //   completions  prompt (required: a string, an array of one string, or an array of token ids),
 //                best_of (1 only).
+//   both         response_format: {"type":"text"}, {"type":"json_object"} (any JSON object), or
+//                {"type":"json_schema","json_schema":{"name","schema","strict","description"}}
+//                (a value valid against the schema: README "Structured outputs"), built here
+//                into the grammar the output must match; an unsupported schema keyword is a 400
+//                naming it ("response_format.json_schema.schema.properties.x.pattern").
 // Fields that would change the answer's shape and are not served (logprobs, echo, suffix,
-// tools, a JSON response_format, logit_bias) are a 400 rather than silently dropped.
+// tools, logit_bias) are a 400 rather than silently dropped.
 //
 // Every error names the offending field in `param` ("messages[2].content[0].text"), as
 // OpenAI's errors do. The parser is pure (no I/O, no allocation beyond the result), so it is
@@ -27,6 +32,7 @@
 #include <variant>
 #include <vector>
 
+#include "edge/backend/grammar/grammar.h"
 #include "edge/backend/runtime/sampler.h"
 #include "edge/backend/tokenizer/chat_template.h"
 #include "edge/common/json_fields.h"
@@ -50,6 +56,8 @@ struct openai_request {
   bool stream = false;
   bool include_usage = false;                    // stream_options.include_usage
   std::string user;
+  // response_format json_object / json_schema: what the output must match; null for text.
+  std::shared_ptr<const backend::grammar::grammar> grammar;
 };
 
 // A request the client must fix: a 400 whose `param` names the field ("" for the body as a

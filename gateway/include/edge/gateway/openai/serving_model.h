@@ -13,6 +13,8 @@
 
 namespace edge::gateway {
 
+class grammar_compiler;
+
 struct serving_model {
   std::string id;                // the served model name
   std::int64_t created = 0;      // Unix seconds when it was loaded (the models API's "created")
@@ -20,6 +22,9 @@ struct serving_model {
   backend::chat_template_kind chat_template = backend::chat_template_kind::plain;
   const backend::tokenizer* tokenizer = nullptr;
   engine_client* engine = nullptr;  // where requests are generated
+  // Compiles requests' grammars for `tokenizer` (serve); null where the engine compiles them
+  // itself (a split gateway's backends).
+  grammar_compiler* grammars = nullptr;
 };
 
 // Empty until the model is loaded; then holds it for the server's life. Thread-safe.

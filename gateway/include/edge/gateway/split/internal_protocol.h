@@ -5,7 +5,10 @@
 //     {"id","tenant","weight","priority","prompt":[token ids],
 //      "sampling":{"temperature","top_k","top_p","min_p","repetition_penalty",
 //                  "presence_penalty","frequency_penalty","seed"},
-//      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":n|null}
+//      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":n|null,
+//      "grammar":text}
+//     grammar (optional): what the output must match, as grammar::text() writes it (a
+//     response_format's schema, lowered); the backend compiles it for its tokenizer (cached).
 //     prompt and max_tokens are required; an unknown field is a 400 naming it (a gateway that
 //     asks for something this backend does not know must hear so, not be ignored). Every field
 //     is held to the public API's rules (openai_request.h: sampling ranges, stop strings,
@@ -36,6 +39,7 @@
 #include <variant>
 
 #include "edge/backend/engine.h"
+#include "edge/backend/grammar/grammar.h"
 #include "edge/backend/tokenizer/chat_template.h"
 #include "edge/common/status.h"
 
@@ -55,7 +59,8 @@ inline constexpr std::string_view internal_token_file_name = "internal_token";
 
 // ---- the generate request ---------------------------------------------------------------------
 
-std::string encode_generate_request(const backend::generate_request& request);
+// `grammar` may be null (unconstrained).
+std::string encode_generate_request(const backend::generate_request& request, const backend::grammar::grammar* grammar);
 
 // A body the backend cannot use: the message, the field it is about ("" for the body), and
 // the error's code (the gateway tells a prompt too long for the context by it).
@@ -65,7 +70,13 @@ struct internal_request_error {
   std::string code = "invalid_request";  // or context_length_exceeded
 };
 
-std::variant<backend::generate_request, internal_request_error> parse_generate_request(std::string_view body);
+// A generate request as a backend reads it: the request, and the grammar to compile for it.
+struct parsed_generate_request {
+  backend::generate_request request;
+  std::shared_ptr<const backend::grammar::grammar> grammar;  // null: unconstrained
+};
+
+std::variant<parsed_generate_request, internal_request_error> parse_generate_request(std::string_view body);
 
 // The rules a parsed request is held to against the model it is for: its token ids within the
 // vocabulary, its prompt and max_tokens within the context.

@@ -29,9 +29,12 @@
 
 namespace edge::gateway {
 
+class grammar_compiler;
+
 struct internal_backend {
   backend_info info;
   backend::engine* engine = nullptr;
+  grammar_compiler* grammars = nullptr;  // compiles the grammars requests carry
 };
 
 // Empty until the engine runs; then holds it for the server's life. Thread-safe.

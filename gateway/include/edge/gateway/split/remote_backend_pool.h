@@ -90,7 +90,8 @@ class remote_backend_pool final : public engine_client {
   void start(boost::asio::any_io_executor executor, std::function<void(const backend_info&)> on_model);
 
   boost::asio::awaitable<result<backend::request_handle>> submit(backend::generate_request request,
-                                                                 backend::event_sink sink) override;
+                                                                 backend::event_sink sink,
+                                                                 std::shared_ptr<const backend::grammar::grammar> grammar) override;
 
   // "ready" while some backend is available, else why not ("connecting": no backend has
   // confirmed the model yet; "no_backend": none is available now). Thread-safe.

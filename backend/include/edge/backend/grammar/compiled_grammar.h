@@ -1,0 +1,120 @@
+// A grammar compiled for one tokenizer, and the per-sequence matcher that turns it into token
+// masks, step by step.
+//
+// Compiling: every rule becomes a byte automaton (a DFA whose edges are byte classes, calls of
+// other rules and special tokens); the grammar runs as a pushdown automaton over them (a stack
+// of return states per parse, several parses at once where the grammar is ambiguous). Then, for
+// every automaton state, the vocabulary's trie is walked once with the rule's own stack only:
+// each token is accepted there (its bytes stay inside the rule), rejected, or depends on what
+// follows the rule (it leaves the rule part way: the trie nodes where that can happen are kept,
+// and the tokens below them are the ones to check). That is the position's token table,
+// computed off the engine thread and shared by every request of the grammar.
+//
+// Matching, per step: the mask is the union, over the parses' current states, of their tables'
+// accepted tokens, plus the tokens below their exit nodes whose rest the parse's real stack
+// accepts (usually a few dozen trie nodes: what can follow a closing quote or brace), plus the
+// special tokens the grammar names there, plus the end tokens once the grammar may end. Accepting a token runs its bytes
+// through the pushdown automaton.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "edge/backend/grammar/grammar.h"
+#include "edge/backend/tokenizer/tokenizer.h"
+
+namespace edge::backend::grammar {
+
+struct vocabulary_data;
+struct compiled_data;
+
+// What compiling and matching need of a tokenizer: each token's bytes and the trie over them
+// (special tokens and tokens of no bytes left out), the special tokens by text, the end
+// tokens. Made once per tokenizer; immutable, shared.
+class token_vocabulary {
+ public:
+  static std::shared_ptr<const token_vocabulary> create(const tokenizer& tok);
+  ~token_vocabulary();
+
+  const tokenizer& source() const { return tok_; }
+  std::int64_t size() const;             // token ids the tokenizer has
+  std::int64_t max_token_bytes() const;  // the longest plain token
+  std::int64_t trie_nodes() const;
+  const vocabulary_data& data() const { return *data_; }
+
+ private:
+  token_vocabulary(const tokenizer& tok, std::unique_ptr<vocabulary_data> data);
+  const tokenizer& tok_;
+  std::unique_ptr<vocabulary_data> data_;
+};
+
+// Limits that keep a hostile grammar from taking the compiler's memory and time.
+struct compile_limits {
+  std::int64_t max_states = 250'000;  // automaton states, all rules together
+};
+
+struct compile_stats {
+  std::int64_t rules = 0;
+  std::int64_t states = 0;
+  std::int64_t tables = 0;  // token tables computed (states that share one count once)
+  std::int64_t memory_bytes = 0;
+  double seconds = 0.0;
+};
+
+class compiled_grammar {
+ public:
+  ~compiled_grammar();
+  const token_vocabulary& vocabulary() const { return *vocabulary_; }
+  const compile_stats& stats() const { return stats_; }
+  const compiled_data& data() const { return *data_; }
+
+ private:
+  friend result<std::shared_ptr<const compiled_grammar>, grammar_error> compile(
+      const grammar& g, std::shared_ptr<const token_vocabulary> vocabulary, const compile_limits& limits);
+  compiled_grammar(std::shared_ptr<const token_vocabulary> vocabulary, std::unique_ptr<compiled_data> data,
+                   compile_stats stats);
+  std::shared_ptr<const token_vocabulary> vocabulary_;
+  std::unique_ptr<compiled_data> data_;
+  compile_stats stats_;
+};
+
+// Errors: invalid_argument (a special token the vocabulary lacks, a left-recursive rule, a
+// grammar that matches no finite output, one larger than `limits`).
+result<std::shared_ptr<const compiled_grammar>, grammar_error> compile(const grammar& g,
+                                                                      std::shared_ptr<const token_vocabulary> vocabulary,
+                                                                      const compile_limits& limits = {});
+
+// Words of a token mask over `vocab` ids: bit (id % 32) of word id / 32.
+constexpr std::int64_t mask_words(std::int64_t vocab) { return (vocab + 31) / 32; }
+
+// One sequence's position in a compiled grammar. Owned by whoever drives the sequence (the
+// engine thread); the grammar is shared.
+class grammar_matcher {
+ public:
+  // `end_tokens`: besides the tokenizer's EOS tokens, what ends the output (stop token ids).
+  grammar_matcher(std::shared_ptr<const compiled_grammar> g, std::span<const token_id> end_tokens = {});
+  ~grammar_matcher();
+  grammar_matcher(grammar_matcher&&) noexcept;
+  grammar_matcher& operator=(grammar_matcher&&) noexcept;
+
+  // Sets, in `allowed` ([mask_words(vocab)]; cleared first; ids past it ignored), the bit of
+  // every token that may come next: the grammar's continuations, and the end tokens once the
+  // grammar may end (only they, once it cannot go on). False when no token at all is allowed
+  // (the vocabulary cannot spell any continuation).
+  bool fill_mask(std::span<std::uint32_t> allowed);
+  // Advances over `id`; false (nothing changes) when the grammar does not allow it.
+  bool accept(token_id id);
+
+  bool can_end() const;   // the output so far is a whole match
+  bool must_end() const;  // and nothing may follow it
+  bool ended() const { return ended_; }  // an end token was accepted
+
+ private:
+  struct state;
+  std::unique_ptr<state> state_;
+  bool ended_ = false;
+};
+
+}  // namespace edge::backend::grammar

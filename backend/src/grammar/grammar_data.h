@@ -1,0 +1,151 @@
+// The compiled forms of a vocabulary and a grammar, and the pushdown automaton that runs over
+// them: what compiled_grammar.cpp writes and grammar_matcher.cpp reads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "edge/backend/grammar/compiled_grammar.h"
+
+namespace edge::backend::grammar {
+
+// A byte trie in depth-first order: node 0 is the root (no byte); a node's subtree is the
+// nodes from it up to (not including) its `end`.
+struct byte_trie {
+  std::vector<std::uint8_t> byte;    // [nodes]
+  std::vector<std::int32_t> depth;   // [nodes]
+  std::vector<std::int32_t> end;     // [nodes]
+  std::vector<std::int32_t> first;   // [nodes + 1] where the node's tokens start in `tokens`
+  std::vector<token_id> tokens;      // the tokens whose bytes end at each node, node by node
+
+  std::int32_t size() const { return static_cast<std::int32_t>(byte.size()); }
+  std::span<const token_id> tokens_at(std::int32_t node) const {
+    return {tokens.data() + first[static_cast<std::size_t>(node)],
+            static_cast<std::size_t>(first[static_cast<std::size_t>(node) + 1] - first[static_cast<std::size_t>(node)])};
+  }
+  // Builds the trie of `entries` (bytes, token), sorted by bytes first.
+  static byte_trie of(std::vector<std::pair<std::string, token_id>> entries);
+};
+
+struct vocabulary_data {
+  std::int64_t size = 0;
+  std::vector<std::uint32_t> byte_offset;  // [size + 1] each token's bytes in `bytes` (specials: none)
+  std::string bytes;
+  std::vector<std::uint8_t> special;       // [size]
+  std::vector<token_id> eos;
+  std::int64_t max_token_bytes = 0;
+  byte_trie trie;                          // of the plain tokens
+
+  std::string_view bytes_of(token_id id) const {
+    const auto i = static_cast<std::size_t>(id);
+    return std::string_view(bytes).substr(byte_offset[i], byte_offset[i + 1] - byte_offset[i]);
+  }
+};
+
+struct call_edge {
+  std::int32_t rule = 0;
+  std::int32_t next = 0;  // the state returned to
+};
+
+struct special_edge {
+  token_id token = 0;
+  std::int32_t next = 0;
+};
+
+struct compiled_rule {
+  std::int32_t start = 0;                  // a global state
+  std::int32_t classes = 0;                // byte classes of its automaton
+  std::array<std::uint8_t, 256> class_of{};  // byte -> class
+  std::string name;
+};
+
+// What a token does from one automaton state with only that state's rule on the stack: its
+// token table (compiled_grammar.h).
+struct token_table {
+  // Tokens accepted: a sorted list, or (when that is larger) a bitset over the vocabulary.
+  std::vector<token_id> accepted;
+  std::vector<std::uint32_t> accepted_bits;  // [mask_words(vocabulary)] or empty
+  std::vector<token_id> specials;           // special tokens the state's rule may take next
+  bool exits_at_once = false;               // the rule may end here (what follows it may come next)
+  // Nodes of the vocabulary's trie after which the rule may end with bytes left: the tokens
+  // below each go on in the rule that called (their subtree is the trie of those suffixes).
+  std::vector<std::int32_t> exit_nodes;
+  bool leads_anywhere = false;              // some token or special may follow
+};
+
+struct compiled_data {
+  std::vector<compiled_rule> rules;
+  std::int32_t root_rule = 0;
+  // Per global state.
+  std::vector<std::int32_t> rule_of;
+  std::vector<std::uint8_t> accepting;
+  std::vector<std::int32_t> row;            // where its transitions start in `next`
+  std::vector<std::int32_t> next;           // [row + class] -> state, -1 none
+  std::vector<std::int32_t> call_begin;     // [states + 1] into `calls`
+  std::vector<call_edge> calls;
+  std::vector<std::int32_t> special_begin;  // [states + 1] into `specials`
+  std::vector<special_edge> specials;
+  std::vector<std::uint8_t> pure_return;    // accepting, and no edge leaves it
+  std::vector<std::int32_t> table_of;       // [states] its token table, -1 none needed
+  std::vector<token_table> tables;
+
+  std::int32_t states() const { return static_cast<std::int32_t>(rule_of.size()); }
+  std::int32_t step(std::int32_t state, std::uint8_t byte) const {
+    const compiled_rule& r = rules[static_cast<std::size_t>(rule_of[static_cast<std::size_t>(state)])];
+    return next[static_cast<std::size_t>(row[static_cast<std::size_t>(state)] + r.class_of[byte])];
+  }
+  std::span<const call_edge> calls_of(std::int32_t s) const {
+    return {calls.data() + call_begin[static_cast<std::size_t>(s)],
+            static_cast<std::size_t>(call_begin[static_cast<std::size_t>(s) + 1] - call_begin[static_cast<std::size_t>(s)])};
+  }
+  std::span<const special_edge> specials_of(std::int32_t s) const {
+    return {specials.data() + special_begin[static_cast<std::size_t>(s)],
+            static_cast<std::size_t>(special_begin[static_cast<std::size_t>(s) + 1] -
+                                     special_begin[static_cast<std::size_t>(s)])};
+  }
+};
+
+// ---- the pushdown automaton ----------------------------------------------------------------------
+//
+// A parse is (state, stack): the stack is a chain of frames (the state to return to, and the
+// frame below), interned so that equal stacks are one id. Chain 0 is the empty stack: popping
+// it ends the grammar (or, in a token table's walk, leaves the rule).
+
+struct parse {
+  std::int32_t state = 0;
+  std::int32_t chain = 0;
+  friend bool operator==(const parse&, const parse&) = default;
+};
+
+class chain_store {
+ public:
+  chain_store();
+  std::int32_t push(std::int32_t return_state, std::int32_t below);
+  std::int32_t return_state(std::int32_t chain) const { return frames_[static_cast<std::size_t>(chain)].first; }
+  std::int32_t below(std::int32_t chain) const { return frames_[static_cast<std::size_t>(chain)].second; }
+  std::size_t size() const { return frames_.size(); }
+  // Forgets the frames pushed since size() was `n`.
+  void truncate(std::size_t n);
+  void clear();
+
+ private:
+  static std::uint64_t key(std::int32_t a, std::int32_t b) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+  }
+  std::vector<std::pair<std::int32_t, std::int32_t>> frames_;  // [0] is the empty stack
+  std::unordered_map<std::uint64_t, std::int32_t> index_;
+};
+
+// The parses reachable from `kernel` without consuming a byte (calling rules, returning from
+// finished ones), appended to `out`; `ends` is set when one pops the empty stack.
+void close_parses(const compiled_data& g, chain_store& chains, std::span<const parse> kernel, std::vector<parse>& out,
+                  bool& ends);
+// The parses after `byte` from closed parses, appended to `out` (without duplicates).
+void step_parses(const compiled_data& g, std::span<const parse> closed, std::uint8_t byte, std::vector<parse>& out);
+
+}  // namespace edge::backend::grammar

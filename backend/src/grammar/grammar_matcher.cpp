@@ -1,0 +1,220 @@
+#include <algorithm>
+#include <cstring>
+
+#include "edge/backend/grammar/compiled_grammar.h"
+#include "grammar_data.h"
+
+namespace edge::backend::grammar {
+
+namespace {
+
+// The chain store is rebuilt from the live parses when it has grown past this many frames and
+// most of them are garbage (parses of earlier steps).
+constexpr std::size_t compact_threshold = 1 << 14;
+
+void set_bit(std::span<std::uint32_t> mask, token_id id) {
+  const auto word = static_cast<std::size_t>(id) / 32;
+  if (id >= 0 && word < mask.size()) mask[word] |= 1u << (static_cast<std::uint32_t>(id) % 32);
+}
+
+}  // namespace
+
+struct grammar_matcher::state {
+  std::shared_ptr<const compiled_grammar> g;
+  const compiled_data* data = nullptr;
+  const vocabulary_data* vocab = nullptr;
+  std::vector<token_id> end_tokens;
+  chain_store chains;
+  std::vector<parse> kernel;  // the parses between tokens
+  bool can_end = false;
+  bool must_end = false;
+  // Scratch, kept to avoid allocations.
+  std::vector<parse> sources;
+  std::vector<std::vector<parse>> levels_kernel;
+  std::vector<std::vector<parse>> levels_closed;
+  std::vector<parse> closed;
+  std::vector<parse> next;
+  std::vector<parse> context;  // walk_exits: the caller's parses
+
+  // can_end and must_end from the kernel.
+  void refresh() {
+    closed.clear();
+    bool ends = false;
+    const std::size_t mark = chains.size();
+    close_parses(*data, chains, kernel, closed, ends);
+    can_end = ends;
+    bool more = false;
+    for (const parse& p : closed) {
+      const std::int32_t t = data->table_of[static_cast<std::size_t>(p.state)];
+      if (t >= 0 && data->tables[static_cast<std::size_t>(t)].leads_anywhere) more = true;
+      if (!data->specials_of(p.state).empty()) more = true;
+    }
+    must_end = can_end && !more;
+    chains.truncate(mark);
+  }
+
+  bool is_end_token(token_id id) const {
+    return std::find(end_tokens.begin(), end_tokens.end(), id) != end_tokens.end();
+  }
+
+  void add_source(parse p) {
+    if (std::find(sources.begin(), sources.end(), p) != sources.end()) return;
+    sources.push_back(p);
+    const std::int32_t t = data->table_of[static_cast<std::size_t>(p.state)];
+    if (t < 0 || !data->tables[static_cast<std::size_t>(t)].exits_at_once || p.chain == 0) return;
+    add_source({chains.return_state(p.chain), chains.below(p.chain)});
+  }
+
+  // The tokens below vocabulary trie node `exit` whose bytes past it the parses after returning
+  // from `chain` accept, set in `mask`.
+  void walk_exits(std::span<const std::int32_t> exits, std::int32_t chain, std::span<std::uint32_t> mask) {
+    const std::size_t depth_needed = static_cast<std::size_t>(vocab->max_token_bytes) + 2;
+    if (levels_kernel.size() < depth_needed) {
+      levels_kernel.resize(depth_needed);
+      levels_closed.resize(depth_needed);
+    }
+    // The parses of the caller once the rule has returned: the same for every exit.
+    const parse returned{chains.return_state(chain), chains.below(chain)};
+    context.clear();
+    bool ends = false;
+    close_parses(*data, chains, std::span(&returned, 1), context, ends);
+    for (const std::int32_t exit : exits) walk_exit(exit, mask);
+  }
+
+  void walk_exit(std::int32_t exit, std::span<std::uint32_t> mask) {
+    const byte_trie& trie = vocab->trie;
+    const std::int32_t base = trie.depth[static_cast<std::size_t>(exit)];
+    levels_closed[0] = context;
+    bool ends = false;
+    const std::int32_t end = trie.end[static_cast<std::size_t>(exit)];
+    for (std::int32_t i = exit + 1; i < end;) {
+      const auto d = static_cast<std::size_t>(trie.depth[static_cast<std::size_t>(i)] - base);
+      levels_kernel[d].clear();
+      step_parses(*data, levels_closed[d - 1], trie.byte[static_cast<std::size_t>(i)], levels_kernel[d]);
+      if (levels_kernel[d].empty()) {
+        i = trie.end[static_cast<std::size_t>(i)];
+        continue;
+      }
+      for (const token_id t : trie.tokens_at(i)) set_bit(mask, t);
+      if (trie.end[static_cast<std::size_t>(i)] > i + 1) {
+        levels_closed[d].clear();
+        close_parses(*data, chains, levels_kernel[d], levels_closed[d], ends);
+      }
+      ++i;
+    }
+  }
+
+  // Rebuilds the chain store with only the frames the kernel uses.
+  void compact() {
+    chain_store fresh;
+    std::vector<std::pair<std::int32_t, std::int32_t>> frames;
+    for (parse& p : kernel) {
+      frames.clear();
+      for (std::int32_t c = p.chain; c != 0; c = chains.below(c)) frames.emplace_back(chains.return_state(c), 0);
+      std::int32_t rebuilt = 0;
+      for (auto it = frames.rbegin(); it != frames.rend(); ++it) rebuilt = fresh.push(it->first, rebuilt);
+      p.chain = rebuilt;
+    }
+    chains = std::move(fresh);
+  }
+};
+
+grammar_matcher::grammar_matcher(std::shared_ptr<const compiled_grammar> g, std::span<const token_id> end_tokens)
+    : state_(std::make_unique<state>()) {
+  state& s = *state_;
+  s.data = &g->data();
+  s.vocab = &g->vocabulary().data();
+  s.g = std::move(g);
+  s.end_tokens = s.vocab->eos;
+  for (const token_id t : end_tokens) {
+    if (!s.is_end_token(t)) s.end_tokens.push_back(t);
+  }
+  s.kernel.push_back({s.data->rules[static_cast<std::size_t>(s.data->root_rule)].start, 0});
+  s.refresh();
+}
+
+grammar_matcher::~grammar_matcher() = default;
+grammar_matcher::grammar_matcher(grammar_matcher&&) noexcept = default;
+grammar_matcher& grammar_matcher::operator=(grammar_matcher&&) noexcept = default;
+
+bool grammar_matcher::can_end() const { return state_->can_end; }
+bool grammar_matcher::must_end() const { return state_->must_end; }
+
+bool grammar_matcher::fill_mask(std::span<std::uint32_t> allowed) {
+  state& s = *state_;
+  std::fill(allowed.begin(), allowed.end(), 0u);
+  if (!ended_ && !s.must_end) {
+    const std::size_t mark = s.chains.size();
+    s.sources.clear();
+    for (const parse& p : s.kernel) s.add_source(p);
+    for (std::size_t k = 0; k < s.sources.size(); ++k) {
+      const parse p = s.sources[k];
+      const std::int32_t t = s.data->table_of[static_cast<std::size_t>(p.state)];
+      if (t < 0) continue;
+      const token_table& table = s.data->tables[static_cast<std::size_t>(t)];
+      if (!table.accepted_bits.empty()) {
+        const std::size_t n = std::min(allowed.size(), table.accepted_bits.size());
+        for (std::size_t w = 0; w < n; ++w) allowed[w] |= table.accepted_bits[w];
+      }
+      for (const token_id id : table.accepted) set_bit(allowed, id);
+      for (const token_id id : table.specials) set_bit(allowed, id);
+      // A token that leaves the rule part way goes on in the rule that called it.
+      if (p.chain != 0) {
+        if (!table.exit_nodes.empty()) s.walk_exits(table.exit_nodes, p.chain, allowed);
+      }
+    }
+    s.chains.truncate(mark);
+  }
+  if (s.can_end || ended_) {
+    for (const token_id id : s.end_tokens) set_bit(allowed, id);
+  }
+  return std::any_of(allowed.begin(), allowed.end(), [](std::uint32_t w) { return w != 0; });
+}
+
+bool grammar_matcher::accept(token_id id) {
+  state& s = *state_;
+  if (ended_ || id < 0 || id >= s.vocab->size) return false;
+  const std::size_t mark = s.chains.size();
+  // A special token the grammar names here.
+  s.closed.clear();
+  bool ends = false;
+  close_parses(*s.data, s.chains, s.kernel, s.closed, ends);
+  s.next.clear();
+  for (const parse& p : s.closed) {
+    for (const special_edge& e : s.data->specials_of(p.state)) {
+      if (e.token == id && std::find(s.next.begin(), s.next.end(), parse{e.next, p.chain}) == s.next.end()) {
+        s.next.push_back({e.next, p.chain});
+      }
+    }
+  }
+  if (s.next.empty() && s.can_end && s.is_end_token(id)) {
+    s.chains.truncate(mark);
+    ended_ = true;
+    return true;
+  }
+  if (s.next.empty()) {
+    const std::string_view bytes = s.vocab->bytes_of(id);
+    if (s.vocab->special[static_cast<std::size_t>(id)] || bytes.empty()) {
+      s.chains.truncate(mark);
+      return false;
+    }
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      if (i > 0) {
+        s.closed.clear();
+        close_parses(*s.data, s.chains, s.next, s.closed, ends);
+        s.next.clear();
+      }
+      step_parses(*s.data, s.closed, static_cast<std::uint8_t>(bytes[i]), s.next);
+      if (s.next.empty()) {
+        s.chains.truncate(mark);
+        return false;
+      }
+    }
+  }
+  s.kernel.swap(s.next);
+  if (s.chains.size() > compact_threshold) s.compact();
+  s.refresh();
+  return true;
+}
+
+}  // namespace edge::backend::grammar
