@@ -25,9 +25,22 @@ double as_double(const value& v) {
   fail(format("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b)));
 }
 
-std::int64_t checked(bool overflowed, std::int64_t v) {
-  if (overflowed) fail("integer overflow: the result does not fit 64 bits");
-  return v;
+[[noreturn]] void overflow() { fail("integer overflow: the result does not fit 64 bits"); }
+
+std::int64_t add_checked(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) overflow();
+  return r;
+}
+std::int64_t sub_checked(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) overflow();
+  return r;
+}
+std::int64_t mul_checked(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) overflow();
+  return r;
 }
 
 }  // namespace
@@ -261,6 +274,7 @@ interpreter::flow interpreter::exec_for(const node& n, const scope_ptr& s, std::
   const bool wants_loop = n.flag;
   const auto length = static_cast<std::int64_t>(items.size());
   for (std::int64_t i = 0; i < length; ++i) {
+    const guard iteration(*this, n);  // an empty body still costs a step
     if (wants_loop) {
       auto loop = value::dict();
       dict_data& d = loop.as_dict();
@@ -507,10 +521,7 @@ value interpreter::eval_binary(binary_op op, const value& a, const value& b) {
   const bool integers = numbers && is_integral(a) && is_integral(b);
   switch (op) {
     case binary_op::add: {
-      if (integers) {
-        std::int64_t r = 0;
-        return value(checked(__builtin_add_overflow(as_integer(a), as_integer(b), &r), r));
-      }
+      if (integers) return value(add_checked(as_integer(a), as_integer(b)));
       if (numbers) return value(as_double(a) + as_double(b));
       if (a.is_string() && b.is_string()) {
         check_size(a.as_string().size() + b.as_string().size());
@@ -525,17 +536,11 @@ value interpreter::eval_binary(binary_op op, const value& a, const value& b) {
       unsupported("+", a, b);
     }
     case binary_op::sub:
-      if (integers) {
-        std::int64_t r = 0;
-        return value(checked(__builtin_sub_overflow(as_integer(a), as_integer(b), &r), r));
-      }
+      if (integers) return value(sub_checked(as_integer(a), as_integer(b)));
       if (numbers) return value(as_double(a) - as_double(b));
       unsupported("-", a, b);
     case binary_op::mul: {
-      if (integers) {
-        std::int64_t r = 0;
-        return value(checked(__builtin_mul_overflow(as_integer(a), as_integer(b), &r), r));
-      }
+      if (integers) return value(mul_checked(as_integer(a), as_integer(b)));
       if (numbers) return value(as_double(a) * as_double(b));
       const value* sequence = is_integral(b) ? &a : is_integral(a) ? &b : nullptr;
       const value* times = sequence == &a ? &b : &a;
@@ -569,7 +574,7 @@ value interpreter::eval_binary(binary_op op, const value& a, const value& b) {
         const std::int64_t x = as_integer(a);
         const std::int64_t y = as_integer(b);
         if (y == 0) fail("integer division or modulo by zero");
-        if (x == std::numeric_limits<std::int64_t>::min() && y == -1) fail("integer overflow: the result does not fit 64 bits");
+        if (x == std::numeric_limits<std::int64_t>::min() && y == -1) overflow();
         std::int64_t q = x / y;
         if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
         return value(q);
@@ -606,9 +611,9 @@ value interpreter::eval_binary(binary_op op, const value& a, const value& b) {
         std::int64_t exponent = as_integer(b);
         std::int64_t r = 1;
         while (exponent > 0) {
-          if (exponent & 1) r = checked(__builtin_mul_overflow(r, base, &r), r);
+          if (exponent & 1) r = mul_checked(r, base);
           exponent >>= 1;
-          if (exponent > 0) base = checked(__builtin_mul_overflow(base, base, &base), base);
+          if (exponent > 0) base = mul_checked(base, base);
         }
         return value(r);
       }
@@ -671,7 +676,7 @@ value interpreter::eval(const node& n, const scope_ptr& s) {
       if (v.is_undefined()) fail(v.undefined_message());
       if (is_integral(v)) {
         if (!negate) return value(as_integer(v));
-        if (as_integer(v) == std::numeric_limits<std::int64_t>::min()) fail("integer overflow: the result does not fit 64 bits");
+        if (as_integer(v) == std::numeric_limits<std::int64_t>::min()) overflow();
         return value(-as_integer(v));
       }
       if (v.type() == value::kind::floating) return value(negate ? -v.as_float() : v.as_float());
