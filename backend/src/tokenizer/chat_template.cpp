@@ -257,15 +257,18 @@ result<std::string> render_probe(const jinja::program& program, const chat_templ
   return jinja::render(program, globals);
 }
 
-// What the template does with the forms clients send: it may fail on a null content (then it is
-// given ""), and it may write tool call arguments with tojson (then it is given objects, which
+// What the template does with the forms clients send: it may fail on a null content, or print it
+// as "None" (then it is given ""), and it may write tool call arguments with tojson (then it is given objects, which
 // is what transformers documents; a template that writes a string as it is gets the string).
 adaptations probe_template(const jinja::program& program, const chat_template_spec& spec) {
   adaptations a;
-  if (!render_probe(program, spec, a, false).ok()) {
-    a.string_content = true;
-    if (!render_probe(program, spec, a, false).ok()) return {};  // no tool calls in this template
-  }
+  const auto with_null = render_probe(program, spec, a, false);
+  a.string_content = true;
+  const auto with_empty = render_probe(program, spec, a, false);
+  // "" where null fails, or where it would print Python's "None" (Llama 3's `content | trim`).
+  a.string_content = !with_null.ok() || (with_empty.ok() && with_null->find("None") != std::string::npos &&
+                                         with_empty->find("None") == std::string::npos);
+  if (!render_probe(program, spec, a, false).ok()) return {};  // no tool calls in this template
   const auto as_strings = render_probe(program, spec, a, false);
   if (as_strings->find(probe_arguments) == std::string::npos) {
     const auto as_objects = render_probe(program, spec, a, true);
@@ -320,7 +323,7 @@ std::string chat_template::describe() const {
   if (spec_.builtin) return format("built-in {} ({})", to_string(*spec_.builtin), spec_.origin);
   std::string text = format("Jinja template from {}", spec_.origin);
   if (!spec_.jinja_tool_use.empty()) text += " (and its tool_use variant for requests with tools)";
-  if (compiled_->adapt.string_content) text += "; it fails on null contents, which it is given as \"\"";
+  if (compiled_->adapt.string_content) text += "; null contents are given to it as \"\"";
   if (compiled_->adapt.object_arguments) text += "; it is given tool call arguments as objects";
   return text;
 }

@@ -95,7 +95,7 @@ class chat_template {
 
   // The prompt text. The template sees each message as the client sent it, with two
   // adaptations found when it was parsed: a null content becomes "" for a template that fails on
-  // null (Qwen's), and tool call arguments become objects for a template that writes them with
+  // null (Qwen 3's) or would print it as "None" (Llama 3's), and tool call arguments become objects for a template that writes them with
   // tojson (Llama 3.1's). `builtin` gives a built-in renderer its BOS and EOS text. Errors (the
   // template raised, or failed) are invalid_argument naming the template's line.
   result<std::string> render(const chat_request_inputs& inputs, const chat_render_options& builtin) const;
