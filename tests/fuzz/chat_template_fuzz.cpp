@@ -3,8 +3,9 @@
 // with (else an agent conversation with tools, tool calls and tool results). Parsing answers a
 // program or an error naming a line and column; rendering, under small limits, answers the text
 // or an error naming a line; neither may crash, hang, leak or run past its limits (checked below:
-// a violation aborts, which libFuzzer reports as a crash). The whole chat path is fuzzed too: the
-// template compiled as a model's, probes included, then rendered for a request.
+// a violation aborts, which libFuzzer reports as a crash). The whole chat path is fuzzed too (for
+// an eighth of the inputs): the template compiled as a model's, probes included, then rendered for
+// a request.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,7 +38,7 @@ constexpr std::size_t max_output = std::size_t{1} << 16;
 jinja::render_options small_limits() {
   jinja::render_options options;
   options.limits.max_output_bytes = max_output;
-  options.limits.max_steps = 20000;
+  options.limits.max_steps = 4000;
   options.limits.max_depth = 200;
   options.now = [] { return std::chrono::system_clock::time_point{}; };
   return options;
@@ -65,12 +66,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     require(program.error().message().starts_with("line "));
     return 0;
   }
+  // A context that is not JSON is one without variables.
   const auto context = jinja::value::from_json(context_json);
-  if (context.ok()) check_render(*program, *context);
-  // A non-dict context is a context without variables.
-  check_render(*program, jinja::value::dict());
+  check_render(*program, context.ok() ? *context : jinja::value::dict());
 
-  // As a model's template: compiled (with its probes) and rendered for a request.
+  // As a model's template: compiled (with its probes) and rendered for a request. The probes
+  // render four times, so this runs for one input in eight (by size), to keep the runs fast.
+  if (size % 8 != 0) return 0;
   be::chat_template_spec spec;
   spec.jinja = std::string(source);
   spec.bos_token = "<s>";

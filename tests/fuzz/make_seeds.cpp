@@ -260,8 +260,7 @@ std::vector<std::vector<std::byte>> chat_template_seeds() {
       R"({% set t %}{{ 'x' ~ 1 ~ none }}{% endset %}{{ t | upper | replace('X', 'y') }}{{ [1, 2, 3][1:] | join(',') }})"
       R"({{ 7 // 2 }}{{ 2 ** 8 }}{{ 'a' if true else 'b' }}{{ range(3) | map('string') | list }}{% raw %}{{ x }}{% endraw %})"
       R"({{ '%s=%d' | format('n', 3) }}{{ '{}-{}'.format(1, 2) }}{{ {'b': 1, 'a': 2} | items | list }})",
-      "{% for m in messages if m.role != 'system' %}{{ loop.index }}/{{ loop.length }} {{ m.content | default('', true) }}
-"
+      "{% for m in messages if m.role != 'system' %}{{ loop.index }}/{{ loop.length }} {{ m.content | default('', true) }}\n"
       "{% else %}empty{% endfor %}{{ raise_exception('stop') if messages | length > 9 }}\x00"
       R"({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": null}]})"sv,
   };
