@@ -230,6 +230,13 @@ std::vector<std::vector<std::byte>> openai_request_seeds() {
        R"("response_format":{"type":"text"}})"),
       (R"({"model":"m","prompt":"Once upon a time","max_tokens":16,"stop":"\n","best_of":1,"echo":false,)"
        R"("repetition_penalty":1.1,"ignore_eos":true,"seed":-1,"suffix":null})"),
+      (R"({"messages":[{"role":"user","content":"Weather?","name":"u"},{"role":"assistant","content":null,)"
+       R"("reasoning_content":"r","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather",)"
+       R"("arguments":"{\"city\":\"Paris\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"21 C"}],)"
+       R"("tools":[{"type":"function","function":{"name":"get_weather","description":"d","strict":true,)"
+       R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],)"
+       R"("tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false,)"
+       R"("chat_template_kwargs":{"enable_thinking":false},"add_generation_prompt":true})"),
       R"({"prompt":[1,403,407,261,378],"max_tokens":3.0})",
       R"({"prompt":["text"],"stream":false})",
   };

@@ -285,11 +285,6 @@ struct chat_template::compiled {
   adaptations adapt;
 };
 
-bool is_reserved_template_variable(std::string_view name) {
-  return name == "messages" || name == "tools" || name == "add_generation_prompt" || name == "bos_token" ||
-         name == "eos_token";
-}
-
 chat_template::chat_template() { spec_.builtin = chat_template_kind::plain; }
 
 chat_template chat_template::builtin(chat_template_kind kind, std::string origin) {

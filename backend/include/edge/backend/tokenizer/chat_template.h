@@ -73,8 +73,12 @@ struct chat_request_inputs {
   std::string_view chat_template_kwargs;  // a JSON object text ("" when none): each key a template variable
 };
 
-// The names a request's chat_template_kwargs may not set: the template's own inputs.
-bool is_reserved_template_variable(std::string_view name);
+// The names a request's chat_template_kwargs may not set: the template's own inputs. (Inline: the
+// request parser uses it without the renderer.)
+constexpr bool is_reserved_template_variable(std::string_view name) {
+  return name == "messages" || name == "tools" || name == "add_generation_prompt" || name == "bos_token" ||
+         name == "eos_token";
+}
 
 // A model's chat template, parsed once: rendered from any thread. Copies share the parse.
 class chat_template {
