@@ -131,7 +131,7 @@ void backend_server::load(const logger& log) {
         const backend::tokenizer& tok = *rt.model->tok;
         gateway::backend_info info{.model = location_.served_name,
                                    .context_length = rt.context,
-                                   .chat_template = rt.model->chat_template,
+                                   .chat_template = rt.model->chat_template.spec(),
                                    .tokenizer_fingerprint = backend::tokenizer_fingerprint(tok),
                                    .vocab_size = tok.vocab_size(),
                                    .block_size = rt.block_size,

@@ -8,6 +8,7 @@ namespace edge::cli {
 command make_serve_command(CLI::App& app);
 command make_make_model_command(CLI::App& app);
 command make_tokenize_command(CLI::App& app);
+command make_render_chat_command(CLI::App& app);
 command make_generate_command(CLI::App& app);
 command make_eval_command(CLI::App& app);
 command make_quantize_command(CLI::App& app);

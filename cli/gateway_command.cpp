@@ -5,7 +5,8 @@
 // --model names the same model files the backends serve; the gateway loads only their
 // tokenizer (no weights) and tokenizes here. A backend is used once its /internal/v1/info shows
 // the same tokenizer (and, after the first one, the same model id, chat template, context and
-// KV block size); the chat template and context come from the backends, which own them.
+// KV block size); the chat template and context come from the backends, which own them: the
+// gateway renders every prompt with the template its backends loaded (internal_protocol.h).
 // /readyz turns 200 when a backend is available. The backends' internal token is required
 // (--internal-token, or EDGE_INTERNAL_TOKEN).
 #include <boost/asio/signal_set.hpp>
@@ -150,12 +151,19 @@ int run_gateway(const config::values& settings) {
   if (!listen_and_announce(server, log)) return 1;
 
   pool.start(server.context().get_executor(), [&](const gateway::backend_info& info) {
+    // The gateway renders every prompt, with the template the backends load.
+    auto chat = backend::chat_template::compile(info.chat_template);
+    if (!chat.ok()) {
+      log.error("the backends' chat template does not parse here: {}", chat.error().message());
+      return;
+    }
+    log.info("chat template (from the backends): {}", chat->describe());
     models.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
         .id = info.model,
         .created =
             std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
         .context_length = info.context_length,
-        .chat_template = info.chat_template,
+        .chat_template = std::move(chat).value(),
         .tokenizer = tok.get(),
         .engine = &pool}));
     log.info("ready: serving \"{}\" through the backends", info.model);

@@ -7,6 +7,7 @@
 #include <limits>
 #include <thread>
 
+#include "chat_template_options.h"
 #include "commands.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
@@ -29,8 +30,7 @@ config::schema generate_options() {
   s.add_path("tokenizer", std::nullopt, "Tokenizer file for a llama2.c checkpoint (default: beside it)");
   s.add_string("prompt", std::nullopt, "The prompt text (required)");
   s.add_boolean("chat", false, "Send the prompt as a user message through the model's chat template");
-  s.add_choice("chat-template", "auto", {"auto", "llama-2", "llama-3", "chatml", "mistral", "plain"},
-               "Chat template for --chat; auto recognises the model's own");
+  add_chat_template_option(s);
   s.add_integer("max-tokens", 128, 1, std::int64_t{1} << 24, "Most tokens to generate");
   s.add_number("temperature", 0.8, 0.0, 100.0, "Sampling temperature; 0 is greedy");
   s.add_number("top-p", 1.0, 0.0, 1.0, "Nucleus sampling: keep the most likely tokens up to this probability mass");
@@ -79,14 +79,14 @@ result<std::unique_ptr<backend::model>> load_with_progress(backend::load_options
   return backend::load_model(options);
 }
 
-std::vector<backend::token_id> prompt_tokens(const backend::model& m, const std::string& prompt, bool chat) {
+result<std::vector<backend::token_id>> prompt_tokens(const backend::model& m, const std::string& prompt, bool chat) {
   const backend::tokenizer& tok = *m.tok;
   if (!chat) return tok.encode(prompt, {.add_bos = true, .parse_special = false});
   backend::chat_render_options options;
   if (auto bos = tok.bos_id()) options.bos_text = tok.token_text(*bos);
   if (!tok.eos_ids().empty()) options.eos_text = tok.token_text(tok.eos_ids().front());
   const backend::chat_message message{"user", prompt};
-  const std::string text = backend::render_chat(m.chat_template, {&message, 1}, options);
+  EDGE_ASSIGN_OR_RETURN(const std::string text, m.chat_template.render({.messages = {&message, 1}}, options));
   return tok.encode(text, {.add_bos = false, .parse_special = true});
 }
 
@@ -105,9 +105,7 @@ int run_generate(const config::values& settings) {
   if (settings.has("tokenizer")) load.tokenizer = settings.string("tokenizer");
   load.weight_dtype = kernels::parse_weight_format(settings.string("weight-dtype"));  // nullopt for auto
   apply_quantize_on_load(settings, load);
-  if (settings.string("chat-template") != "auto") {
-    load.chat_template = backend::parse_chat_template_name(settings.string("chat-template"));
-  }
+  apply_chat_template_choice(settings, load);
   const auto use_cuda = choose_cuda(settings.string("device"));
   if (!use_cuda.ok()) {
     std::fprintf(stderr, "edgeinfer generate: %s\n", use_cuda.error().message().c_str());
@@ -123,7 +121,12 @@ int run_generate(const config::values& settings) {
 
   backend::generate_request request;
   const std::string& prompt = settings.string("prompt");
-  request.prompt = prompt_tokens(m, prompt, settings.boolean("chat"));
+  auto rendered = prompt_tokens(m, prompt, settings.boolean("chat"));
+  if (!rendered.ok()) {
+    std::fprintf(stderr, "edgeinfer generate: %s\n", rendered.error().message().c_str());
+    return 1;
+  }
+  request.prompt = std::move(rendered).value();
   request.max_tokens = settings.integer("max-tokens");
   request.ignore_eos = settings.boolean("ignore-eos");
   request.sampling.temperature = static_cast<float>(settings.number("temperature"));

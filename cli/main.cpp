@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   commands.push_back(edge::cli::make_gateway_command(app));
   commands.push_back(edge::cli::make_make_model_command(app));
   commands.push_back(edge::cli::make_tokenize_command(app));
+  commands.push_back(edge::cli::make_render_chat_command(app));
   commands.push_back(edge::cli::make_generate_command(app));
   commands.push_back(edge::cli::make_eval_command(app));
   commands.push_back(edge::cli::make_quantize_command(app));

@@ -1,5 +1,7 @@
 #include "serving_setup.h"
 
+#include "chat_template_options.h"
+
 #include "weight_options.h"
 
 #include <csignal>
@@ -104,8 +106,7 @@ void add_engine_options(config::schema& s) {
   add_quantize_on_load_options(s);
   s.add_integer("max-model-len", 0, 0, std::int64_t{1} << 24,
                 "Context served: prompt + completion tokens at most; 0 means the model's own context length");
-  s.add_choice("chat-template", "auto", {"auto", "llama-2", "llama-3", "chatml", "mistral", "plain"},
-               "Chat template for /v1/chat/completions; auto recognises the model's own");
+  add_chat_template_option(s);
   s.add_integer("block-size", default_block_size, 1, max_block_size, "Tokens per KV cache block");
   s.add_integer("max-num-seqs", default_max_num_seqs, 1, max_sequences_limit, "Requests running at once at most");
   s.add_integer("max-num-batched-tokens", default_max_batched_tokens, 1, max_batched_tokens_limit,
@@ -157,9 +158,7 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   if (const std::string& weights = settings.string("weight-dtype"); weights != "auto") {
     load.weight_dtype = kernels::parse_weight_format(weights);
   }
-  if (const std::string& chat = settings.string("chat-template"); chat != "auto") {
-    load.chat_template = backend::parse_chat_template_name(chat);
-  }
+  apply_chat_template_choice(settings, load);
   apply_quantize_on_load(settings, load);
   // --device: cuda insists on a GPU, auto falls back to the CPU and says why. Known before the
   // model loads: the CPU executor's matrices load in its own layout.

@@ -12,7 +12,8 @@ constexpr unsigned char delete_character = 0x7F;
 
 }  // namespace
 
-void append_json_string(std::string& out, std::string_view text) {
+void append_json_string(std::string& out, std::string_view text, json_escaping style) {
+  const bool python = style == json_escaping::python;
   static constexpr char hex_digits[] = "0123456789abcdef";
   out += '"';
   for (std::size_t i = 0; i < text.size();) {
@@ -24,8 +25,15 @@ void append_json_string(std::string& out, std::string_view text) {
         case '\n': out += "\\n"; break;
         case '\r': out += "\\r"; break;
         case '\t': out += "\\t"; break;
+        case '\b':
+        case '\f':
+          if (python) {
+            out += c == '\b' ? "\\b" : "\\f";
+            break;
+          }
+          [[fallthrough]];
         default:
-          if (c < first_printable || c == delete_character) {
+          if (c < first_printable || (c == delete_character && !python)) {
             out += "\\u00";
             out += hex_digits[c >> 4];
             out += hex_digits[c & 0xF];

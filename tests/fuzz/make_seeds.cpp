@@ -3,7 +3,7 @@
 // non-default alignment and safetensors metadata; OpenAI request bodies that use every field;
 // tokenizers of both families in every format the loaders read (tokenizer_seeds.h); the
 // internal protocol's requests, events, info and load bodies; admin API bodies and query
-// strings. Mutations of valid inputs reach far deeper into a parser than random bytes do.
+// strings; chat templates. Mutations of valid inputs reach far deeper into a parser than random bytes do.
 //
 //   edge_fuzz_seeds DIR     writes DIR/<fuzzer>/* for each fuzzer (its name without
 //                           edge_fuzz_), and DIR/tokenizers/, the tokenizers that
@@ -230,6 +230,13 @@ std::vector<std::vector<std::byte>> openai_request_seeds() {
        R"("response_format":{"type":"text"}})"),
       (R"({"model":"m","prompt":"Once upon a time","max_tokens":16,"stop":"\n","best_of":1,"echo":false,)"
        R"("repetition_penalty":1.1,"ignore_eos":true,"seed":-1,"suffix":null})"),
+      (R"({"messages":[{"role":"user","content":"Weather?","name":"u"},{"role":"assistant","content":null,)"
+       R"("reasoning_content":"r","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather",)"
+       R"("arguments":"{\"city\":\"Paris\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"21 C"}],)"
+       R"("tools":[{"type":"function","function":{"name":"get_weather","description":"d","strict":true,)"
+       R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],)"
+       R"("tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false,)"
+       R"("chat_template_kwargs":{"enable_thinking":false},"add_generation_prompt":true})"),
       R"({"prompt":[1,403,407,261,378],"max_tokens":3.0})",
       R"({"prompt":["text"],"stream":false})",
   };
@@ -253,6 +260,37 @@ std::vector<std::vector<std::byte>> grammar_seeds() {
   for (const std::string_view schema : schemas) seeds.push_back(bytes_of("j" + std::string(schema)));
   seeds.push_back(bytes_of("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (seq (tok 3c7c656f745f69647c3e) (ref 0))))"));
   seeds.push_back(bytes_of("g(grammar (root (seq (num real -1.5 0 2 1) (rep 0 3 (cls 97 122)) (jchar))))"));
+  return seeds;
+}
+
+// Templates that use the statements, expressions, filters, tests and methods chat templates use
+// (written for the fuzzer; the real templates the parity test reads are not copied here). A NUL
+// byte starts the JSON context a seed renders with.
+std::vector<std::vector<std::byte>> chat_template_seeds() {
+  using namespace std::string_view_literals;
+  const std::string_view templates[] = {
+      R"({{- bos_token }}{%- for message in messages %}{{- '<|start|>' + message['role'] + '\n' + message['content'] | trim }})"
+      R"({%- if not loop.last %}{{ eos_token }}{% endif %}{%- endfor %}{%- if add_generation_prompt %}<|start|>assistant{% endif %})",
+      R"({%- if tools %}{%- for tool in tools %}{{ tool | tojson }}{{ '\n' if not loop.last }}{%- endfor %}{%- endif %})"
+      R"({%- set ns = namespace(last=-1, multi=true) %}{%- for m in messages[::-1] %}{%- if ns.multi and m.role == 'user' %})"
+      R"({%- set ns.multi = false %}{%- set ns.last = messages|length - 1 - loop.index0 %}{%- endif %}{%- endfor %})"
+      R"({%- for m in messages %}{%- if m.role == 'assistant' and m.tool_calls is defined %}{%- for c in m.tool_calls %})"
+      R"({%- if c.function %}{%- set c = c.function %}{%- endif %}<call>{"name": "{{ c.name }}", "arguments": )"
+      R"({%- if c.arguments is string %}{{ c.arguments }}{%- else %}{{ c.arguments | tojson }}{%- endif %}}</call>)"
+      R"({%- endfor %}{%- elif m.content is string and '</think>' in m.content %})"
+      R"({{ m.content.split('</think>')[-1].lstrip('\n') }}{%- else %}{{ m.content }}{%- endif %}{%- endfor %})",
+      R"({% macro render(items, depth=0) %}{% for k, v in items | dictsort %}{{ '  ' * depth }}{{ k }}: )"
+      R"({% if v is mapping %}{{ render(v, depth + 1) }}{% else %}{{ v }}{% endif %}{% endfor %}{% endmacro %})"
+      R"({% for tool in tools %}{{ render(tool.function.parameters) }}{% endfor %}{% call render({'a': 1}) %}x{% endcall %})",
+      R"({% set t %}{{ 'x' ~ 1 ~ none }}{% endset %}{{ t | upper | replace('X', 'y') }}{{ [1, 2, 3][1:] | join(',') }})"
+      R"({{ 7 // 2 }}{{ 2 ** 8 }}{{ 'a' if true else 'b' }}{{ range(3) | map('string') | list }}{% raw %}{{ x }}{% endraw %})"
+      R"({{ '%s=%d' | format('n', 3) }}{{ '{}-{}'.format(1, 2) }}{{ {'b': 1, 'a': 2} | items | list }})",
+      "{% for m in messages if m.role != 'system' %}{{ loop.index }}/{{ loop.length }} {{ m.content | default('', true) }}\n"
+      "{% else %}empty{% endfor %}{{ raise_exception('stop') if messages | length > 9 }}\x00"
+      R"({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": null}]})"sv,
+  };
+  std::vector<std::vector<std::byte>> seeds;
+  for (const std::string_view source : templates) seeds.push_back(bytes_of(source));
   return seeds;
 }
 
@@ -284,7 +322,7 @@ int main(int argc, char** argv) {
       write_all(root / "internal_protocol", internal_protocol_seeds()) &&
       write_all(root / "admin_request", admin_request_seeds()) &&
       write_all(root / "query_string", query_string_seeds()) && write_all(root / "grammar", grammar_seeds()) &&
-      write_all(root / "tokenizers", {});
+      write_all(root / "chat_template", chat_template_seeds()) && write_all(root / "tokenizers", {});
   if (!written) return 1;
   t::write_text(root / "tokenizers" / "byte_level.json", edge::fuzz::byte_level_tokenizer_json());
   t::write_text(root / "tokenizers" / "spm_style.json", edge::fuzz::spm_style_tokenizer_json());

@@ -26,7 +26,18 @@ void check(gw::openai_api api, std::string_view body) {
   require(r.api == api);
   if (api == gw::openai_api::chat_completions) {
     require(!r.messages.empty());
-    for (const auto& m : r.messages) require(m.role == "system" || m.role == "user" || m.role == "assistant");
+    for (const auto& m : r.messages) {
+      require(m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool");
+      require(m.content.has_value() || m.role == "assistant");
+      require(m.tool_calls.empty() || m.role == "assistant");
+    }
+    for (const auto& tool : r.tools) require(!tool.name.empty() && tool.name.size() <= gw::max_function_name_length);
+    if (r.choice.mode == gw::tool_choice_mode::named) {
+      bool known = false;
+      for (const auto& tool : r.tools) known |= tool.name == r.choice.name;
+      require(known);
+    }
+    require(r.choice.mode == gw::tool_choice_mode::none || !r.tools.empty());
   } else if (const auto* ids = std::get_if<std::vector<std::int64_t>>(&r.prompt)) {
     for (const std::int64_t id : *ids) require(id >= 0);
   }

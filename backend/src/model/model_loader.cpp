@@ -140,54 +140,127 @@ class weight_loading {
   weight_options options_;
 };
 
-chat_template_kind choose_chat_template(const load_options& options, const std::optional<std::string>& jinja,
-                                        const std::string& source) {
-  if (options.chat_template) return *options.chat_template;
-  if (!jinja) return chat_template_kind::plain;
-  if (const auto detected = detect_chat_template(*jinja)) return *detected;
-  logger{"model"}.warn("the chat template in {} is not one edgeinfer recognises; using the plain template "
-                       "(choose one with --chat-template)",
-                       source);
-  return chat_template_kind::plain;
+// A model's own chat template, as it ships it.
+struct shipped_template {
+  std::optional<std::string> jinja;
+  std::string tool_use;  // "" when none
+  std::string origin;
+  // tokenizer_config.json's bos_token and eos_token ("" for null); nullopt when it does not say.
+  std::optional<std::string> bos_token;
+  std::optional<std::string> eos_token;
+};
+
+// A special token in tokenizer_config.json: a string, {"content": ...} (an AddedToken) or null.
+result<std::optional<std::string>> special_token_field(const json_fields& fields, std::string_view key) {
+  const auto value = fields.find(key);
+  if (!value) {
+    // Absent and null differ: null says the model has none.
+    for (const auto [name, raw] : fields) {
+      if (name == key) return std::optional<std::string>("");
+    }
+    return std::optional<std::string>{};
+  }
+  if (const auto text = value->as<std::string_view>(); text.ok()) return std::optional<std::string>(*text);
+  EDGE_ASSIGN_OR_RETURN(const json_fields token, value->as<json_fields>("a string or an object with 'content'"));
+  EDGE_ASSIGN_OR_RETURN(const std::string_view content, token.required<std::string_view>("content"));
+  return std::optional<std::string>(content);
 }
 
-// tokenizer_config.json's "chat_template": a string, or a list of {name, template} of which the
-// one named "default" is the chat template.
-result<std::optional<std::string>> chat_template_field(std::string_view config_text) {
+// tokenizer_config.json's "chat_template" (a string, or a list of {name, template} of which
+// "default" is the chat template and "tool_use" the one for requests with tools), bos_token and
+// eos_token.
+status read_tokenizer_config(std::string_view config_text, shipped_template& out) {
   simdjson::dom::parser parser;
-  EDGE_ASSIGN_OR_RETURN(const auto object, parse_json_members(parser, config_text, "the file", {"chat_template"}));
+  EDGE_ASSIGN_OR_RETURN(const auto object,
+                        parse_json_members(parser, config_text, "the file", {"chat_template", "bos_token", "eos_token"}));
   const json_fields fields(object);
+  EDGE_ASSIGN_OR_RETURN(out.bos_token, special_token_field(fields, "bos_token"));
+  EDGE_ASSIGN_OR_RETURN(out.eos_token, special_token_field(fields, "eos_token"));
   const auto value = fields.find("chat_template");
-  if (!value) return std::optional<std::string>{};
-  if (const auto jinja = value->as<std::string_view>(); jinja.ok()) return std::optional<std::string>(*jinja);
+  if (!value) return {};
+  if (const auto jinja = value->as<std::string_view>(); jinja.ok()) {
+    out.jinja = std::string(*jinja);
+    return {};
+  }
   EDGE_ASSIGN_OR_RETURN(const json_array templates, value->as<json_array>("a string or a list of templates"));
   for (const json_value entry : templates) {
     EDGE_ASSIGN_OR_RETURN(const json_fields named, entry.as<json_fields>());
     EDGE_ASSIGN_OR_RETURN(const auto name, named.optional<std::string_view>("name"));
-    if (name != "default") continue;
+    if (name != "default" && name != "tool_use") continue;
     EDGE_ASSIGN_OR_RETURN(const std::string_view jinja, named.required<std::string_view>("template"));
-    return std::optional<std::string>(jinja);
+    if (name == "default") {
+      out.jinja = std::string(jinja);
+    } else {
+      out.tool_use = std::string(jinja);
+    }
   }
-  return std::optional<std::string>{};
+  return {};
 }
 
-// The chat template of tokenizer_config.json, or else of chat_template.jinja (where newer folders
-// keep it).
-result<std::optional<std::string>> hf_chat_template(const fs::path& folder) {
+// A Hugging Face folder's template: tokenizer_config.json's, or chat_template.jinja's, which wins
+// (transformers reads it over the config's, and newer folders keep the template there).
+result<shipped_template> hf_chat_template(const fs::path& folder) {
+  shipped_template shipped;
   std::error_code ec;
   const auto config_path = folder / "tokenizer_config.json";
   if (fs::exists(config_path, ec)) {
     EDGE_ASSIGN_OR_RETURN(const auto text, read_text_file(config_path));
-    auto jinja = chat_template_field(text);
-    if (!jinja.ok()) return jinja.error().with_context(config_path.string());
-    if (*jinja) return jinja;
+    if (status read = read_tokenizer_config(text, shipped); !read.ok()) return read.with_context(config_path.string());
+    if (shipped.jinja) shipped.origin = config_path.string();
   }
   const auto jinja_path = folder / "chat_template.jinja";
   if (fs::exists(jinja_path, ec)) {
     EDGE_ASSIGN_OR_RETURN(auto text, read_text_file(jinja_path));
-    return std::optional<std::string>(std::move(text));
+    shipped.jinja = std::move(text);
+    shipped.origin = jinja_path.string();
   }
-  return std::optional<std::string>{};
+  return shipped;
+}
+
+// A GGUF's template: tokenizer.chat_template, and tokenizer.chat_template.tool_use where
+// llama.cpp's converter wrote the named variant.
+shipped_template gguf_chat_template(const gguf_file& file, const std::string& source) {
+  shipped_template shipped;
+  if (const auto* value = file.find("tokenizer.chat_template"); value && value->as_string()) {
+    shipped.jinja = std::string(*value->as_string());
+    shipped.origin = edge::format("{} (tokenizer.chat_template)", source);
+  }
+  if (const auto* value = file.find("tokenizer.chat_template.tool_use"); value && value->as_string()) {
+    shipped.tool_use = std::string(*value->as_string());
+  }
+  return shipped;
+}
+
+// --chat-template NAME, else --chat-template FILE, else the model's own Jinja template, else the
+// plain built-in one. The template's bos_token and eos_token are tokenizer_config.json's, else
+// the tokenizer's.
+result<chat_template> choose_chat_template(const load_options& options, const shipped_template& shipped,
+                                           const tokenizer* tok) {
+  if (options.chat_template) return chat_template::builtin(*options.chat_template, "--chat-template");
+  chat_template_spec spec;
+  if (options.chat_template_file) {
+    auto text = read_text_file(*options.chat_template_file);
+    if (!text.ok()) return text.error().with_context("--chat-template");
+    spec.jinja = std::move(text).value();
+    spec.origin = edge::format("--chat-template {}", options.chat_template_file->string());
+  } else if (shipped.jinja) {
+    spec.jinja = *shipped.jinja;
+    spec.jinja_tool_use = shipped.tool_use;
+    spec.origin = shipped.origin;
+  } else {
+    return chat_template::builtin(chat_template_kind::plain, "the model ships no chat template");
+  }
+  if (shipped.bos_token) {
+    spec.bos_token = *shipped.bos_token;
+  } else if (tok && tok->bos_id()) {
+    spec.bos_token = tok->token_text(*tok->bos_id());
+  }
+  if (shipped.eos_token) {
+    spec.eos_token = *shipped.eos_token;
+  } else if (tok && !tok->eos_ids().empty()) {
+    spec.eos_token = tok->token_text(tok->eos_ids().front());
+  }
+  return chat_template::compile(std::move(spec));
 }
 
 status check_tokenizer(const model& m, const std::string& source) {
@@ -222,11 +295,7 @@ result<std::unique_ptr<model>> load_gguf_model(std::shared_ptr<const mapped_file
   auto tok = tokenizer_from_gguf(file);
   if (!tok.ok()) return tok.error().with_context(source);
   m->tok = std::move(tok).value();
-  std::optional<std::string> jinja;
-  if (const auto* value = file.find("tokenizer.chat_template"); value && value->as_string()) {
-    jinja = *value->as_string();
-  }
-  m->chat_template = choose_chat_template(options, jinja, source);
+  EDGE_ASSIGN_OR_RETURN(m->chat_template, choose_chat_template(options, gguf_chat_template(file, source), m->tok.get()));
   EDGE_RETURN_IF_ERROR(check_tokenizer(*m, source));
   return m;
 }
@@ -269,14 +338,14 @@ result<std::unique_ptr<model>> load_llama2c_model(std::shared_ptr<const mapped_f
   auto tok = load_llama2c_tokenizer(tokenizer_path, m->config.vocab_size);
   if (!tok.ok()) return tok.error().with_context(tokenizer_path.string());
   m->tok = std::move(tok).value();
-  m->chat_template = options.chat_template.value_or(chat_template_kind::plain);
+  EDGE_ASSIGN_OR_RETURN(m->chat_template, choose_chat_template(options, shipped_template{}, m->tok.get()));
   EDGE_RETURN_IF_ERROR(check_tokenizer(*m, source));
   return m;
 }
 
 struct found_tokenizer {
   std::unique_ptr<tokenizer> tok;
-  std::optional<std::string> chat_template;  // from a tokenizer.gguf's metadata
+  shipped_template chat_template;  // from a tokenizer.gguf's metadata
 };
 
 // A folder's tokenizer.json; else, in a folder `edgeinfer quantize` wrote from a GGUF or llama2.c
@@ -292,9 +361,7 @@ result<found_tokenizer> hf_tokenizer(const fs::path& folder) {
     auto tok = tokenizer_from_gguf(file);
     if (!tok.ok()) return tok.error().with_context(gguf_path.string());
     found.tok = std::move(tok).value();
-    if (const auto* value = file.find("tokenizer.chat_template"); value && value->as_string()) {
-      found.chat_template = *value->as_string();
-    }
+    found.chat_template = gguf_chat_template(file, gguf_path.string());
     return found;
   }
   if (!fs::exists(json_path, ec) && fs::exists(llama2c_path, ec)) {
@@ -307,6 +374,13 @@ result<found_tokenizer> hf_tokenizer(const fs::path& folder) {
   if (!tok.ok()) return tok.error().with_context(json_path.string());
   found.tok = std::move(tok).value();
   return found;
+}
+
+// A folder's template: that of the tokenizer.gguf `edgeinfer quantize` kept, else the Hugging
+// Face files'.
+result<shipped_template> folder_chat_template(const fs::path& folder, shipped_template from_gguf) {
+  if (from_gguf.jinja) return from_gguf;
+  return hf_chat_template(folder);
 }
 
 result<std::unique_ptr<model>> load_hf_model(const fs::path& folder, const load_options& options) {
@@ -336,11 +410,8 @@ result<std::unique_ptr<model>> load_hf_model(const fs::path& folder, const load_
 
   EDGE_ASSIGN_OR_RETURN(auto found, hf_tokenizer(folder));
   m->tok = std::move(found.tok);
-  std::optional<std::string> jinja = found.chat_template;
-  if (!jinja) {
-    EDGE_ASSIGN_OR_RETURN(jinja, hf_chat_template(folder));
-  }
-  m->chat_template = choose_chat_template(options, jinja, folder.string());
+  EDGE_ASSIGN_OR_RETURN(const shipped_template shipped, folder_chat_template(folder, std::move(found.chat_template)));
+  EDGE_ASSIGN_OR_RETURN(m->chat_template, choose_chat_template(options, shipped, m->tok.get()));
   EDGE_RETURN_IF_ERROR(check_tokenizer(*m, folder.string()));
   return m;
 }
@@ -375,6 +446,7 @@ result<std::unique_ptr<model>> load_by_content(const load_options& options) {
 result<std::unique_ptr<model>> load_model(const load_options& options) {
   const auto started = std::chrono::steady_clock::now();
   EDGE_ASSIGN_OR_RETURN(auto m, load_by_content(options));
+  logger{"model"}.info("chat template: {}", m->chat_template.describe());
   m->name = model_id_from_path(options.path);
   align_weights(m->weights);
   const cpu_tile_formats tile_formats{
@@ -395,6 +467,33 @@ result<std::unique_ptr<model>> load_model(const load_options& options) {
                         to_string(m->config.arch), m->config.num_layers, m->config.hidden_size, m->config.vocab_size,
                         kernels::to_string(projection_format(m->weights)), m->synthetic ? ", synthetic" : "", elapsed);
   return m;
+}
+
+result<chat_template> load_chat_template(const load_options& options) {
+  const fs::path& path = options.path;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return not_found(edge::format("model {} does not exist", path.string()));
+  // The tokenizer only names bos_token and eos_token where the template files do not.
+  auto tok = load_model_tokenizer(path);
+  const tokenizer* vocabulary = tok.ok() ? tok->get() : nullptr;
+  shipped_template shipped;
+  if (fs::is_directory(path, ec)) {
+    shipped_template from_gguf;
+    if (!fs::exists(path / "tokenizer.json", ec) && fs::exists(path / "tokenizer.gguf", ec)) {
+      EDGE_ASSIGN_OR_RETURN(const auto file, load_gguf(path / "tokenizer.gguf"));
+      from_gguf = gguf_chat_template(file, (path / "tokenizer.gguf").string());
+    }
+    EDGE_ASSIGN_OR_RETURN(shipped, folder_chat_template(path, std::move(from_gguf)));
+  } else {
+    EDGE_ASSIGN_OR_RETURN(const auto mapping, mapped_file::open(path));
+    const auto bytes = mapping->bytes();
+    if (bytes.size() >= gguf_magic.size() && std::memcmp(bytes.data(), gguf_magic.data(), gguf_magic.size()) == 0) {
+      auto file = parse_gguf(bytes);
+      if (!file.ok()) return file.error().with_context(path.string());
+      shipped = gguf_chat_template(*file, path.string());
+    }
+  }
+  return choose_chat_template(options, shipped, vocabulary);
 }
 
 }  // namespace edge::backend

@@ -14,40 +14,17 @@
 #include <array>
 #include <utility>
 
-#include "edge/common/utf8.h"
+#include "edge/backend/tokenizer/jinja.h"
+#include "edge/common/format.h"
+#include "jinja/python_text.h"
 
 namespace edge::backend {
 namespace {
 
-// Python's str.isspace() set, which Jinja's strip()/trim() use.
-bool is_python_space(char32_t c) {
-  switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x1C: case 0x1D: case 0x1E: case 0x1F:
-    case 0x20: case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F:
-    case 0x3000:
-      return true;
-    default:
-      return c >= 0x2000 && c <= 0x200A;
-  }
-}
+// Python's str.strip(), which the reference templates' trim filter applies.
+std::string_view python_strip(std::string_view text) { return jinja::python::strip(text, std::nullopt, true, true); }
 
-std::string_view python_strip(std::string_view text) {
-  std::size_t begin = 0;
-  while (begin < text.size()) {
-    const std::size_t length = utf8::valid_length(text, begin);
-    if (length == 0 || !is_python_space(utf8::decode(text.substr(begin), length))) break;
-    begin += length;
-  }
-  std::size_t end = text.size();
-  while (end > begin) {
-    std::size_t start = end - 1;
-    while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
-    const std::size_t length = utf8::valid_length(text, start);
-    if (length != end - start || !is_python_space(utf8::decode(text.substr(start), length))) break;
-    end = start;
-  }
-  return text.substr(begin, end - begin);
-}
+std::string content_of(const chat_message& m) { return m.content.value_or(""); }
 
 // Templates that take a leading system message out of the loop.
 std::pair<const chat_message*, std::span<const chat_message>> split_system(std::span<const chat_message> messages) {
@@ -61,9 +38,9 @@ std::string render_llama2(std::span<const chat_message> messages, const chat_ren
   for (std::size_t i = 0; i < turns.size(); ++i) {
     std::string content;
     if (i == 0 && system) {
-      content = "<<SYS>>\n" + system->content + "\n<</SYS>>\n\n" + turns[i].content;
+      content = "<<SYS>>\n" + content_of(*system) + "\n<</SYS>>\n\n" + content_of(turns[i]);
     } else {
-      content = turns[i].content;
+      content = content_of(turns[i]);
     }
     if (turns[i].role == "user") {
       out += options.bos_text;
@@ -86,7 +63,7 @@ std::string render_llama3(std::span<const chat_message> messages, const chat_ren
     out += "<|start_header_id|>";
     out += m.role;
     out += "<|end_header_id|>\n\n";
-    out += python_strip(m.content);
+    out += python_strip(content_of(m));
     out += "<|eot_id|>";
   }
   if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
@@ -99,7 +76,7 @@ std::string render_chatml(std::span<const chat_message> messages, const chat_ren
     out += "<|im_start|>";
     out += m.role;
     out += '\n';
-    out += m.content;
+    out += content_of(m);
     out += "<|im_end|>\n";
   }
   if (options.add_generation_prompt) out += "<|im_start|>assistant\n";
@@ -113,14 +90,14 @@ std::string render_mistral(std::span<const chat_message> messages, const chat_re
     if (turns[i].role == "user") {
       out += "[INST] ";
       if (system && i + 1 == turns.size()) {
-        out += system->content;
+        out += content_of(*system);
         out += "\n\n";
       }
-      out += turns[i].content;
+      out += content_of(turns[i]);
       out += "[/INST]";
     } else if (turns[i].role == "assistant") {
       out += ' ';
-      out += turns[i].content;
+      out += content_of(turns[i]);
       out += options.eos_text;
     }
   }
@@ -132,7 +109,7 @@ std::string render_plain(std::span<const chat_message> messages, const chat_rend
   for (const chat_message& m : messages) {
     out += m.role;
     out += ": ";
-    out += m.content;
+    out += content_of(m);
     out += '\n';
   }
   if (options.add_generation_prompt) out += "assistant:";
@@ -186,6 +163,179 @@ std::string render_chat(chat_template_kind kind, std::span<const chat_message> m
     case chat_template_kind::plain: return render_plain(messages, options);
   }
   return render_plain(messages, options);
+}
+
+// ---- the model's chat template -------------------------------------------------------------------
+
+namespace {
+
+// The conversation the probes render: a question and an assistant turn holding only a tool call.
+constexpr std::string_view probe_arguments = R"({"probe_argument": "probe value"})";
+constexpr std::string_view probe_tool =
+    R"({"type": "function", "function": {"name": "probe_tool", "description": "A probe.", "parameters": {"type": "object", "properties": {"probe_argument": {"type": "string"}}, "required": ["probe_argument"]}}})";
+
+// How the template wants what clients send in forms templates disagree on.
+struct adaptations {
+  bool string_content = false;    // a null content is given as ""
+  bool object_arguments = false;  // tool call arguments are given as the objects their JSON holds
+};
+
+jinja::value message_value(const chat_message& m, const adaptations& a) {
+  using jinja::value;
+  auto message = value::dict();
+  auto& fields = message.as_dict().items;
+  fields.emplace_back("role", value(m.role));
+  fields.emplace_back("content", m.content ? value(*m.content) : a.string_content ? value("") : value::none());
+  if (!m.reasoning_content.empty()) fields.emplace_back("reasoning_content", value(m.reasoning_content));
+  if (!m.tool_calls.empty()) {
+    std::vector<value> calls;
+    for (const chat_tool_call& call : m.tool_calls) {
+      value arguments(call.arguments);
+      if (a.object_arguments) {
+        // Arguments that are not a JSON object stay as the client wrote them.
+        if (auto parsed = value::from_json(call.arguments); parsed.ok() && parsed->type() == value::kind::dict) {
+          arguments = std::move(parsed).value();
+        }
+      }
+      auto function = value::dict({{"name", value(call.name)}, {"arguments", std::move(arguments)}});
+      auto entry = value::dict();
+      if (!call.id.empty()) entry.as_dict().items.emplace_back("id", value(call.id));
+      entry.as_dict().items.emplace_back("type", value("function"));
+      entry.as_dict().items.emplace_back("function", std::move(function));
+      calls.push_back(std::move(entry));
+    }
+    fields.emplace_back("tool_calls", value::list(std::move(calls)));
+  }
+  if (!m.tool_call_id.empty()) fields.emplace_back("tool_call_id", value(m.tool_call_id));
+  if (!m.name.empty()) fields.emplace_back("name", value(m.name));
+  return message;
+}
+
+// What the template sees: messages, tools (None without), add_generation_prompt, bos_token and
+// eos_token (when the model has them), then every key of chat_template_kwargs.
+result<jinja::value> template_globals(const chat_request_inputs& in, const chat_template_spec& spec, const adaptations& a) {
+  using jinja::value;
+  std::vector<value> messages;
+  messages.reserve(in.messages.size());
+  for (const chat_message& m : in.messages) messages.push_back(message_value(m, a));
+  auto globals = value::dict();
+  auto& fields = globals.as_dict().items;
+  fields.emplace_back("messages", value::list(std::move(messages)));
+  if (in.tools.empty()) {
+    fields.emplace_back("tools", value::none());
+  } else {
+    std::vector<value> tools;
+    for (const std::string& tool : in.tools) {
+      EDGE_ASSIGN_OR_RETURN(value parsed, value::from_json(tool));
+      tools.push_back(std::move(parsed));
+    }
+    fields.emplace_back("tools", value::list(std::move(tools)));
+  }
+  fields.emplace_back("add_generation_prompt", value(in.add_generation_prompt));
+  if (!spec.bos_token.empty()) fields.emplace_back("bos_token", value(spec.bos_token));
+  if (!spec.eos_token.empty()) fields.emplace_back("eos_token", value(spec.eos_token));
+  if (!in.chat_template_kwargs.empty()) {
+    EDGE_ASSIGN_OR_RETURN(const value kwargs, value::from_json(in.chat_template_kwargs));
+    if (kwargs.type() != value::kind::dict) return invalid_argument("chat_template_kwargs must be a JSON object");
+    for (const auto& [key, v] : kwargs.as_dict().items) globals.as_dict().set(key, v);
+  }
+  return globals;
+}
+
+result<std::string> render_probe(const jinja::program& program, const chat_template_spec& spec, const adaptations& a,
+                                 bool object_arguments_in_request) {
+  std::vector<chat_message> probe(2);
+  probe[0].role = "user";
+  probe[0].content = "probe question";
+  probe[1].role = "assistant";
+  probe[1].tool_calls.push_back({"call_probe", "probe_tool", std::string(probe_arguments)});
+  adaptations as_sent = a;
+  as_sent.object_arguments = object_arguments_in_request;
+  const std::string tools[] = {std::string(probe_tool)};
+  EDGE_ASSIGN_OR_RETURN(const jinja::value globals,
+                        template_globals({.messages = probe, .tools = tools, .add_generation_prompt = false}, spec, as_sent));
+  return jinja::render(program, globals);
+}
+
+// What the template does with the forms clients send: it may fail on a null content, or print it
+// as "None" (then it is given ""), and it may write tool call arguments with tojson (then it is given objects, which
+// is what transformers documents; a template that writes a string as it is gets the string).
+adaptations probe_template(const jinja::program& program, const chat_template_spec& spec) {
+  adaptations a;
+  const auto with_null = render_probe(program, spec, a, false);
+  a.string_content = true;
+  const auto with_empty = render_probe(program, spec, a, false);
+  // "" where null fails, or where it would print Python's "None" (Llama 3's `content | trim`).
+  a.string_content = !with_null.ok() || (with_empty.ok() && with_null->find("None") != std::string::npos &&
+                                         with_empty->find("None") == std::string::npos);
+  if (!render_probe(program, spec, a, false).ok()) return {};  // no tool calls in this template
+  const auto as_strings = render_probe(program, spec, a, false);
+  if (as_strings->find(probe_arguments) == std::string::npos) {
+    const auto as_objects = render_probe(program, spec, a, true);
+    a.object_arguments = as_objects.ok() && as_objects->find("probe_argument") != std::string::npos;
+  }
+  return a;
+}
+
+}  // namespace
+
+struct chat_template::compiled {
+  jinja::program main;
+  jinja::program tool_use;  // empty when the model has no tool_use variant
+  adaptations adapt;
+};
+
+chat_template::chat_template() { spec_.builtin = chat_template_kind::plain; }
+
+chat_template chat_template::builtin(chat_template_kind kind, std::string origin) {
+  chat_template t;
+  t.spec_.builtin = kind;
+  t.spec_.origin = std::move(origin);
+  return t;
+}
+
+result<chat_template> chat_template::compile(chat_template_spec spec) {
+  if (spec.builtin) return builtin(*spec.builtin, std::move(spec.origin));
+  auto parsed = std::make_shared<compiled>();
+  auto main = jinja::parse_template(spec.jinja);
+  if (!main.ok()) return invalid_argument(format("the chat template of {}: {}", spec.origin, main.error().message()));
+  parsed->main = std::move(main).value();
+  if (!spec.jinja_tool_use.empty()) {
+    auto tool_use = jinja::parse_template(spec.jinja_tool_use);
+    if (!tool_use.ok()) {
+      return invalid_argument(format("the tool_use chat template of {}: {}", spec.origin, tool_use.error().message()));
+    }
+    parsed->tool_use = std::move(tool_use).value();
+  }
+  parsed->adapt = probe_template(parsed->tool_use ? parsed->tool_use : parsed->main, spec);
+  chat_template t;
+  t.spec_ = std::move(spec);
+  t.compiled_ = std::move(parsed);
+  return t;
+}
+
+std::string chat_template::describe() const {
+  if (spec_.builtin) return format("built-in {} ({})", to_string(*spec_.builtin), spec_.origin);
+  std::string text = format("Jinja template from {}", spec_.origin);
+  if (!spec_.jinja_tool_use.empty()) text += " (and its tool_use variant for requests with tools)";
+  if (compiled_->adapt.string_content) text += "; null contents are given to it as \"\"";
+  if (compiled_->adapt.object_arguments) text += "; it is given tool call arguments as objects";
+  return text;
+}
+
+result<std::string> chat_template::render(const chat_request_inputs& inputs, const chat_render_options& builtin) const {
+  if (spec_.builtin) {
+    chat_render_options options = builtin;
+    options.add_generation_prompt = inputs.add_generation_prompt;
+    return render_chat(*spec_.builtin, inputs.messages, options);
+  }
+  EDGE_ASSIGN_OR_RETURN(const jinja::value globals, template_globals(inputs, spec_, compiled_->adapt));
+  const jinja::program& program = !inputs.tools.empty() && compiled_->tool_use ? compiled_->tool_use : compiled_->main;
+  auto text = jinja::render(program, globals);
+  if (!text.ok()) {
+    return status(text.error().code(), format("the chat template cannot render these messages: {}", text.error().message()));
+  }
+  return text;
 }
 
 }  // namespace edge::backend

@@ -11,4 +11,10 @@ target_sources(edge_backend PRIVATE
   src/tokenizer/llama2c_tokenizer.cpp
   src/tokenizer/tokenizer.cpp
   src/tokenizer/chat_template.cpp
+  src/tokenizer/jinja/lexer.cpp
+  src/tokenizer/jinja/parser.cpp
+  src/tokenizer/jinja/value.cpp
+  src/tokenizer/jinja/python_text.cpp
+  src/tokenizer/jinja/interpreter.cpp
+  src/tokenizer/jinja/builtins.cpp
 )

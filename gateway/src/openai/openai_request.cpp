@@ -43,6 +43,29 @@ field_error read_content(const json_value& v, std::string& out) {
   return std::nullopt;
 }
 
+// {"id", "type": "function", "function": {"name", "arguments"}}; arguments are JSON text (an
+// object some clients send instead is taken as its text).
+field_error read_tool_call(const json_value& v, backend::chat_tool_call& out) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields fields, v.as<json_fields>());
+  EDGE_ASSIGN_OR_RETURN(const auto id, fields.optional<std::string_view>("id"));
+  out.id = std::string(id.value_or(""));
+  if (const auto type = fields.find("type")) {
+    EDGE_ASSIGN_OR_RETURN(const std::string_view kind, type->as<std::string_view>());
+    if (kind != "function") return type->error(format("is '{}': only 'function' tool calls exist", kind));
+  }
+  EDGE_ASSIGN_OR_RETURN(const json_fields function, fields.required<json_fields>("function"));
+  EDGE_ASSIGN_OR_RETURN(const std::string_view name, function.required<std::string_view>("name"));
+  out.name = std::string(name);
+  EDGE_ASSIGN_OR_RETURN(const json_value arguments, function.required("arguments"));
+  if (arguments.type() == element_type::OBJECT) {
+    out.arguments = simdjson::minify(arguments.element());
+  } else {
+    EDGE_ASSIGN_OR_RETURN(const std::string_view text, arguments.as<std::string_view>("a string of JSON (or an object)"));
+    out.arguments = std::string(text);
+  }
+  return std::nullopt;
+}
+
 field_error read_message(const json_value& v, backend::chat_message& out) {
   EDGE_ASSIGN_OR_RETURN(const json_fields fields, v.as<json_fields>("an object with 'role' and 'content'"));
   EDGE_ASSIGN_OR_RETURN(const json_value role, fields.required("role"));
@@ -50,20 +73,122 @@ field_error read_message(const json_value& v, backend::chat_message& out) {
   if (name == "system" || name == "developer") {
     // OpenAI's newer name for the system prompt; chat templates know only "system".
     out.role = "system";
-  } else if (name == "user" || name == "assistant") {
+  } else if (name == "user" || name == "assistant" || name == "tool") {
     out.role = std::string(name);
-  } else if (name == "tool" || name == "function") {
-    return role.error(format("'{}' is not supported: tools are not served", name));
+  } else if (name == "function") {
+    return role.error("'function' is not supported: send tool results with role 'tool'");
   } else {
-    return role.error(format("must be 'system', 'developer', 'user' or 'assistant', not '{}'", name));
+    return role.error(format("must be 'system', 'developer', 'user', 'assistant' or 'tool', not '{}'", name));
   }
-  const auto content = fields.required("content");
-  if (!content.ok()) {
+  const bool assistant = out.role == "assistant";
+  if (const auto content = fields.find("content")) {
+    std::string text;
+    if (auto error = read_content(*content, text)) return error;
+    out.content = std::move(text);
+  } else if (!assistant) {
     // An assistant turn may omit its content (OpenAI: when it made tool calls instead).
-    if (out.role == "assistant") return std::nullopt;
-    return content.error();
+    return fields.required("content").error();
   }
-  return read_content(*content, out.content);
+  if (const auto participant = fields.find("name")) {
+    if (auto error = read_string(*participant, out.name)) return error;
+  }
+  if (const auto calls = fields.find("tool_calls")) {
+    if (!assistant) return calls->error("is only allowed in assistant messages");
+    EDGE_ASSIGN_OR_RETURN(const json_array items, calls->as<json_array>("an array of tool calls"));
+    for (const json_value item : items) {
+      backend::chat_tool_call call;
+      if (auto error = read_tool_call(item, call)) return error;
+      out.tool_calls.push_back(std::move(call));
+    }
+  }
+  if (const auto reasoning = fields.find("reasoning_content")) {
+    if (!assistant) return reasoning->error("is only allowed in assistant messages");
+    if (auto error = read_string(*reasoning, out.reasoning_content)) return error;
+  }
+  if (out.role == "tool") {
+    EDGE_ASSIGN_OR_RETURN(const json_value id, fields.required("tool_call_id"));
+    if (auto error = read_string(id, out.tool_call_id)) return error;
+  }
+  return std::nullopt;
+}
+
+// A function's name as OpenAI allows it: 1 to 64 of a-z, A-Z, 0-9, _ and -.
+field_error read_function_name(const json_value& v, std::string& out) {
+  EDGE_ASSIGN_OR_RETURN(const std::string_view name, v.as<std::string_view>());
+  const bool valid = !name.empty() && name.size() <= max_function_name_length &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                              c == '-';
+                     });
+  if (!valid) return v.must_be(format("1 to {} letters, digits, '_' or '-'", max_function_name_length));
+  out = std::string(name);
+  return std::nullopt;
+}
+
+// [{"type": "function", "function": {"name", "description", "parameters", "strict"}}]
+field_error read_tools(const json_value& v, std::vector<tool_definition>& out) {
+  EDGE_ASSIGN_OR_RETURN(const json_array items, v.as<json_array>("an array of tools"));
+  out.clear();
+  for (const json_value item : items) {
+    EDGE_ASSIGN_OR_RETURN(const json_fields fields, item.as<json_fields>());
+    tool_definition tool;
+    EDGE_ASSIGN_OR_RETURN(const json_value type, fields.required("type"));
+    EDGE_ASSIGN_OR_RETURN(const std::string_view kind, type.as<std::string_view>());
+    if (kind != "function") return type.error(format("is '{}': only 'function' tools are supported", kind));
+    EDGE_ASSIGN_OR_RETURN(const json_fields function, fields.required<json_fields>("function"));
+    EDGE_ASSIGN_OR_RETURN(const json_value name, function.required("name"));
+    if (auto error = read_function_name(name, tool.name)) return error;
+    EDGE_ASSIGN_OR_RETURN(const auto description, function.optional<std::string_view>("description"));
+    tool.description = std::string(description.value_or(""));
+    if (const auto parameters = function.find("parameters")) {
+      if (parameters->type() != element_type::OBJECT) return parameters->must_be("a JSON Schema object");
+      tool.parameters = simdjson::minify(parameters->element());
+    }
+    EDGE_ASSIGN_OR_RETURN(tool.strict, function.value_or<bool>("strict", false));
+    tool.json = simdjson::minify(item.element());
+    out.push_back(std::move(tool));
+  }
+  return std::nullopt;
+}
+
+// "none" | "auto" | "required" | {"type": "function", "function": {"name"}}; a named function is
+// checked against the tools once the whole body is read.
+field_error read_tool_choice(const json_value& v, tool_choice& out) {
+  if (v.type() == element_type::STRING) {
+    const std::string_view mode = *v.as<std::string_view>();
+    if (mode == "none") {
+      out.mode = tool_choice_mode::none;
+    } else if (mode == "auto") {
+      out.mode = tool_choice_mode::auto_select;
+    } else if (mode == "required") {
+      out.mode = tool_choice_mode::required;
+    } else {
+      return v.must_be("'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    return std::nullopt;
+  }
+  EDGE_ASSIGN_OR_RETURN(const json_fields fields, v.as<json_fields>("a string or an object naming a function"));
+  EDGE_ASSIGN_OR_RETURN(const json_value type, fields.required("type"));
+  EDGE_ASSIGN_OR_RETURN(const std::string_view kind, type.as<std::string_view>());
+  if (kind != "function") return type.error(format("is '{}': only 'function' can be chosen", kind));
+  EDGE_ASSIGN_OR_RETURN(const json_fields function, fields.required<json_fields>("function"));
+  EDGE_ASSIGN_OR_RETURN(const json_value name, function.required("name"));
+  if (auto error = read_function_name(name, out.name)) return error;
+  out.mode = tool_choice_mode::named;
+  return std::nullopt;
+}
+
+// An object whose keys become the chat template's variables; the template's own inputs
+// (messages, tools, ...) cannot be replaced.
+field_error read_chat_template_kwargs(const json_value& v, std::string& out) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields fields, v.as<json_fields>());
+  for (const auto [key, value] : fields) {
+    if (backend::is_reserved_template_variable(key)) {
+      return value.error("cannot be set: the chat template gets it from the request itself");
+    }
+  }
+  out = simdjson::minify(v.element());
+  return std::nullopt;
 }
 
 field_error read_messages(const json_value& v, std::vector<backend::chat_message>& out) {
@@ -204,8 +329,19 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
   } else if (key == "n" || (!chat && key == "best_of")) {
     EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>());
     if (n != 1) return v.must_be("1: one choice per request is supported");
-  } else if (key == "logprobs" || key == "echo" || key == "suffix" || key == "tools" || key == "functions" ||
-             key == "logit_bias" || (chat && key == "top_logprobs")) {
+  } else if (chat && key == "tools") {
+    return read_tools(v, r.tools);
+  } else if (chat && key == "tool_choice") {
+    r.choice.name.clear();
+    return read_tool_choice(v, r.choice);
+  } else if (chat && key == "parallel_tool_calls") {
+    EDGE_ASSIGN_OR_RETURN(r.parallel_tool_calls, v.as<bool>());
+  } else if (chat && key == "chat_template_kwargs") {
+    return read_chat_template_kwargs(v, r.chat_template_kwargs);
+  } else if (chat && key == "add_generation_prompt") {
+    EDGE_ASSIGN_OR_RETURN(r.add_generation_prompt, v.as<bool>());
+  } else if (key == "logprobs" || key == "echo" || key == "suffix" || key == "functions" || key == "logit_bias" ||
+             (chat && key == "top_logprobs")) {
     if (key == "top_logprobs") {
       const auto alternatives = v.as<std::int64_t>();
       if (alternatives.ok() && *alternatives == 0) return std::nullopt;  // no alternatives: off
@@ -218,6 +354,28 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
 }
 
 request_error to_request_error(const json_error& error) { return {error.message(), error.path()}; }
+
+// tool_choice against the tools: auto without them means none; required and a named function
+// need them, and a named one must be among them.
+std::optional<request_error> check_tool_choice(openai_request& r, const json_fields& fields) {
+  const bool chosen = fields.find("tool_choice").has_value();
+  if (!chosen) {
+    r.choice.mode = r.tools.empty() ? tool_choice_mode::none : tool_choice_mode::auto_select;
+    return std::nullopt;
+  }
+  if (r.choice.mode == tool_choice_mode::auto_select && r.tools.empty()) r.choice.mode = tool_choice_mode::none;
+  if ((r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) && r.tools.empty()) {
+    return request_error{"'tool_choice' is only allowed when 'tools' are specified", "tool_choice"};
+  }
+  if (r.choice.mode == tool_choice_mode::named) {
+    const bool known = std::any_of(r.tools.begin(), r.tools.end(), [&](const tool_definition& t) { return t.name == r.choice.name; });
+    if (!known) {
+      return request_error{format("'tool_choice.function.name' is '{}', which is not among the tools", r.choice.name),
+                           "tool_choice.function.name"};
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -352,6 +510,9 @@ std::variant<openai_request, request_error> parse_openai_request(openai_api api,
     }
   }
   if (api == openai_api::chat_completions && !has_messages) return request_error{"'messages' is required", "messages"};
+  if (api == openai_api::chat_completions) {
+    if (auto error = check_tool_choice(r, fields)) return *error;
+  }
   if (api == openai_api::completions && !has_prompt) return request_error{"'prompt' is required", "prompt"};
   if (has_stream_options && !r.stream) {
     return request_error{"'stream_options' is only allowed when 'stream' is true", "stream_options"};

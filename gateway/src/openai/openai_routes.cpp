@@ -112,11 +112,21 @@ std::variant<std::vector<backend::token_id>, response> prompt_tokens(const opena
     backend::chat_render_options options;
     if (auto bos = tok.bos_id()) options.bos_text = tok.token_text(*bos);
     if (!tok.eos_ids().empty()) options.eos_text = tok.token_text(tok.eos_ids().front());
-    const std::string text = backend::render_chat(model.chat_template, r.messages, options);
-    // Templates that write BOS themselves (llama-2/3, mistral) must not get a second one; the
-    // others (plain, chatml) get BOS where the model's tokenizer adds it.
-    const bool bos_in_text = !options.bos_text.empty() && text.starts_with(options.bos_text);
-    return tok.encode(text, {.add_bos = !bos_in_text, .parse_special = true});
+    std::vector<std::string> tools;
+    tools.reserve(r.tools.size());
+    for (const tool_definition& tool : r.tools) tools.push_back(tool.json);
+    auto text = model.chat_template.render({.messages = r.messages,
+                                            .tools = tools,
+                                            .add_generation_prompt = r.add_generation_prompt,
+                                            .chat_template_kwargs = r.chat_template_kwargs},
+                                           options);
+    if (!text.ok()) return invalid_request(text.error().message(), "messages");
+    // A Jinja template writes BOS where the model wants it (transformers adds none); of the
+    // built-in ones, those that write BOS themselves (llama-2/3, mistral) must not get a second
+    // one, and the others (plain, chatml) get BOS where the model's tokenizer adds it.
+    const bool bos_in_text =
+        model.chat_template.writes_own_bos() || (!options.bos_text.empty() && text->starts_with(options.bos_text));
+    return tok.encode(*text, {.add_bos = !bos_in_text, .parse_special = true});
   }
   if (const auto* text = std::get_if<std::string>(&r.prompt)) {
     // Prompt text is the user's text: "<|im_start|>" in it stays text.

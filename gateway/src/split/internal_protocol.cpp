@@ -200,9 +200,19 @@ result<backend_info> info_from(const json_fields& o) {
   EDGE_ASSIGN_OR_RETURN(info.model, o.required<std::string_view>("model"));
   EDGE_ASSIGN_OR_RETURN(info.context_length, o.required<std::int64_t>("context_length"));
   EDGE_ASSIGN_OR_RETURN(const std::string_view chat, o.required<std::string_view>("chat_template"));
-  const auto kind = backend::parse_chat_template_name(chat);
-  if (!kind) return invalid_argument(format("unknown chat template '{}'", chat));
-  info.chat_template = *kind;
+  if (chat == "jinja") {
+    EDGE_ASSIGN_OR_RETURN(const json_fields jinja, o.required<json_fields>("chat_template_jinja"));
+    backend::chat_template_spec& spec = info.chat_template;
+    EDGE_ASSIGN_OR_RETURN(spec.jinja, jinja.required<std::string_view>("template"));
+    EDGE_ASSIGN_OR_RETURN(spec.jinja_tool_use, jinja.value_or<std::string_view>("tool_use", ""));
+    EDGE_ASSIGN_OR_RETURN(spec.bos_token, jinja.value_or<std::string_view>("bos_token", ""));
+    EDGE_ASSIGN_OR_RETURN(spec.eos_token, jinja.value_or<std::string_view>("eos_token", ""));
+    EDGE_ASSIGN_OR_RETURN(spec.origin, jinja.value_or<std::string_view>("origin", ""));
+  } else {
+    const auto kind = backend::parse_chat_template_name(chat);
+    if (!kind) return invalid_argument(format("unknown chat template '{}'", chat));
+    info.chat_template.builtin = *kind;
+  }
   EDGE_ASSIGN_OR_RETURN(info.tokenizer_fingerprint, o.required<std::string_view>("tokenizer_fingerprint"));
   EDGE_ASSIGN_OR_RETURN(info.vocab_size, o.required<std::int64_t>("vocab_size"));
   EDGE_ASSIGN_OR_RETURN(info.block_size, o.required<std::int64_t>("block_size"));
@@ -363,14 +373,39 @@ result<std::optional<backend::engine_event>> parse_event(std::string_view line) 
 // ---- model identity ---------------------------------------------------------------------------
 
 std::string encode_info(const backend_info& info) {
-  return json::serialize(json::object{{"model", info.model},
-                                      {"context_length", info.context_length},
-                                      {"chat_template", backend::to_string(info.chat_template)},
-                                      {"tokenizer_fingerprint", info.tokenizer_fingerprint},
-                                      {"vocab_size", info.vocab_size},
-                                      {"block_size", info.block_size},
-                                      {"version", info.version}});
+  const backend::chat_template_spec& chat = info.chat_template;
+  json::object body{{"model", info.model},
+                    {"context_length", info.context_length},
+                    {"chat_template", chat.builtin ? backend::to_string(*chat.builtin) : std::string_view("jinja")},
+                    {"tokenizer_fingerprint", info.tokenizer_fingerprint},
+                    {"vocab_size", info.vocab_size},
+                    {"block_size", info.block_size},
+                    {"version", info.version}};
+  if (!chat.builtin) {
+    body["chat_template_jinja"] = json::object{{"template", chat.jinja},
+                                               {"tool_use", chat.jinja_tool_use},
+                                               {"bos_token", chat.bos_token},
+                                               {"eos_token", chat.eos_token},
+                                               {"origin", chat.origin}};
+  }
+  return json::serialize(body);
 }
+
+namespace {
+
+// Whether two backends render prompts alike: the same template and special tokens (where each
+// found its template may differ).
+bool same_chat_template(const backend::chat_template_spec& a, const backend::chat_template_spec& b) {
+  return a.builtin == b.builtin && a.jinja == b.jinja && a.jinja_tool_use == b.jinja_tool_use &&
+         a.bos_token == b.bos_token && a.eos_token == b.eos_token;
+}
+
+std::string describe_chat_template(const backend::chat_template_spec& spec) {
+  if (spec.builtin) return std::string(backend::to_string(*spec.builtin));
+  return format("the Jinja template from {}", spec.origin);
+}
+
+}  // namespace
 
 result<backend_info> parse_info(std::string_view body) { return read_object(body, "backend info", info_from); }
 
@@ -380,9 +415,9 @@ std::string info_mismatch(const backend_info& expected, const backend_info& othe
     return format("its tokenizer differs (fingerprint {}, expected {})", other.tokenizer_fingerprint,
                   expected.tokenizer_fingerprint);
   }
-  if (other.chat_template != expected.chat_template) {
-    return format("its chat template is {}, not {}", backend::to_string(other.chat_template),
-                  backend::to_string(expected.chat_template));
+  if (!same_chat_template(other.chat_template, expected.chat_template)) {
+    return format("its chat template ({}) differs from the first backend's ({})", describe_chat_template(other.chat_template),
+                  describe_chat_template(expected.chat_template));
   }
   if (other.context_length != expected.context_length) {
     return format("its context is {} tokens, not {}", other.context_length, expected.context_length);

@@ -293,7 +293,7 @@ TEST_CASE("a backend's usage is charged only within what the gateway sent, relay
 TEST_CASE("info and load round-trip, and a mismatch says what differs") {
   gw::backend_info info{.model = "stories260K",
                         .context_length = 512,
-                        .chat_template = be::chat_template_kind::llama2,
+                        .chat_template = {.builtin = be::chat_template_kind::llama2},
                         .tokenizer_fingerprint = "ab12",
                         .vocab_size = 512,
                         .block_size = 16,
@@ -310,6 +310,26 @@ TEST_CASE("info and load round-trip, and a mismatch says what differs") {
   other = info;
   other.version = "0.2.0";
   CHECK(gw::info_mismatch(info, other).empty());
+
+  // A Jinja template travels whole (the gateway renders the prompts); where each backend found
+  // it may differ, the template may not.
+  gw::backend_info jinja = info;
+  jinja.chat_template = {.jinja = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+                         .jinja_tool_use = "{{ tools | tojson }}",
+                         .bos_token = "<s>",
+                         .eos_token = "</s>",
+                         .origin = "/models/a/tokenizer_config.json"};
+  const auto jinja_back = gw::parse_info(gw::encode_info(jinja));
+  REQUIRE(jinja_back.ok());
+  CHECK(jinja_back->chat_template == jinja.chat_template);
+  CHECK(gw::info_mismatch(jinja, info).find("chat template") != std::string::npos);
+  other = jinja;
+  other.chat_template.origin = "/elsewhere/tokenizer_config.json";
+  CHECK(gw::info_mismatch(jinja, other).empty());
+  other.chat_template.eos_token = "<|eot_id|>";
+  CHECK(gw::info_mismatch(jinja, other).find("chat template") != std::string::npos);
+  CHECK(!gw::parse_info(R"({"model":"m","context_length":8,"chat_template":"jinja","tokenizer_fingerprint":"a",)"
+                        R"("vocab_size":8,"block_size":16,"version":"x"})").ok());
 
   be::engine_stats stats;
   stats.running = 2;

@@ -109,7 +109,67 @@ TEST_CASE("empty stop strings are dropped; top_k -1 means off") {
 TEST_CASE("an assistant turn may come without content") {
   const auto r = chat_ok(R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":null}]})");
   REQUIRE(r.messages.size() == 2);
-  CHECK(r.messages[1].content.empty());
+  CHECK(!r.messages[1].content.has_value());
+  CHECK(!chat_ok(R"({"messages":[{"role":"assistant"}]})").messages[0].content.has_value());
+}
+
+TEST_CASE("an agent's request: tools, tool_choice, tool calls and their results, template variables") {
+  const auto r = chat_ok(R"({
+    "messages": [
+      {"role": "system", "content": "Use tools."},
+      {"role": "user", "content": "Weather in Paris?", "name": "ann"},
+      {"role": "assistant", "content": null, "reasoning_content": "I should call the tool.", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+        {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "21 C"}]},
+      {"role": "tool", "tool_call_id": "call_2", "content": "25 C"}
+    ],
+    "tools": [
+      {"type": "function", "function": {"name": "get_weather", "description": "Weather now.", "strict": true,
+       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+      {"type": "function", "function": {"name": "noop"}}
+    ],
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    "parallel_tool_calls": false,
+    "chat_template_kwargs": {"enable_thinking": false, "custom": [1, 2]},
+    "add_generation_prompt": false
+  })");
+  REQUIRE(r.messages.size() == 5);
+  CHECK(r.messages[1].name == "ann");
+  CHECK(!r.messages[2].content.has_value());
+  CHECK(r.messages[2].reasoning_content == "I should call the tool.");
+  REQUIRE(r.messages[2].tool_calls.size() == 2);
+  CHECK(r.messages[2].tool_calls[0].id == "call_1");
+  CHECK(r.messages[2].tool_calls[0].name == "get_weather");
+  CHECK(r.messages[2].tool_calls[0].arguments == R"({"city": "Paris"})");
+  CHECK(r.messages[2].tool_calls[1].arguments == R"({"city":"Rome"})");  // an object: its text
+  CHECK(r.messages[3].role == "tool");
+  CHECK(r.messages[3].tool_call_id == "call_1");
+  CHECK(r.messages[3].content == "21 C");
+  REQUIRE(r.tools.size() == 2);
+  CHECK(r.tools[0].name == "get_weather");
+  CHECK(r.tools[0].description == "Weather now.");
+  CHECK(r.tools[0].strict);
+  CHECK(r.tools[0].parameters == R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})");
+  CHECK(r.tools[1].json == R"({"type":"function","function":{"name":"noop"}})");
+  CHECK(r.tools[1].parameters.empty());
+  CHECK(r.choice.mode == gw::tool_choice_mode::named);
+  CHECK(r.choice.name == "get_weather");
+  CHECK(!r.parallel_tool_calls);
+  CHECK(r.chat_template_kwargs == R"({"enable_thinking":false,"custom":[1,2]})");
+  CHECK(!r.add_generation_prompt);
+}
+
+TEST_CASE("tool_choice: auto with tools, none without, as given otherwise") {
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f"}}])";
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  CHECK(chat_ok("{" + user + "}").choice.mode == gw::tool_choice_mode::none);
+  CHECK(chat_ok("{" + user + "," + tools + "}").choice.mode == gw::tool_choice_mode::auto_select);
+  CHECK(chat_ok("{" + user + "," + tools + R"(,"tool_choice":"none"})").choice.mode == gw::tool_choice_mode::none);
+  CHECK(chat_ok("{" + user + "," + tools + R"(,"tool_choice":"required"})").choice.mode == gw::tool_choice_mode::required);
+  CHECK(chat_ok("{" + user + R"(,"tool_choice":"auto"})").choice.mode == gw::tool_choice_mode::none);
+  CHECK(chat_ok("{" + user + "}").parallel_tool_calls);
+  CHECK(chat_ok("{" + user + "}").add_generation_prompt);
 }
 
 struct bad_case {
@@ -134,7 +194,28 @@ TEST_CASE("bad requests are refused with the field named") {
       {chat_completions, R"({"messages": [{"content": "x"}]})", "messages[0].role", "required"},
       {chat_completions, R"({"messages": [{"role": 1, "content": "x"}]})", "messages[0].role", "a string"},
       {chat_completions, R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role", "'wizard'"},
-      {chat_completions, R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].role", "not supported"},
+      {chat_completions, R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].tool_call_id", "required"},
+      {chat_completions, R"({"messages": [{"role": "function", "content": "x"}]})", "messages[0].role", "role 'tool'"},
+      {chat_completions, R"({"messages": [{"role": "tool", "tool_call_id": 3, "content": "x"}]})",
+       "messages[0].tool_call_id", "a string"},
+      {chat_completions, R"({"messages": [{"role": "tool", "tool_call_id": "c"}]})", "messages[0].content", "required"},
+      {chat_completions, R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "messages[0].tool_calls",
+       "only allowed in assistant messages"},
+      {chat_completions, R"({"messages": [{"role": "user", "content": "x", "reasoning_content": "r"}]})",
+       "messages[0].reasoning_content", "only allowed in assistant messages"},
+      {chat_completions, R"({"messages": [{"role": "user", "content": "x", "name": 5}]})", "messages[0].name", "a string"},
+      {chat_completions, R"({"messages": [{"role": "assistant", "tool_calls": {}}]})", "messages[0].tool_calls",
+       "an array of tool calls"},
+      {chat_completions, R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "code", "function": {}}]}]})",
+       "messages[0].tool_calls[0].type", "only 'function'"},
+      {chat_completions, R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "c"}]}]})",
+       "messages[0].tool_calls[0].function", "required"},
+      {chat_completions, R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]})",
+       "messages[0].tool_calls[0].function.name", "required"},
+      {chat_completions, R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}]})",
+       "messages[0].tool_calls[0].function.arguments", "required"},
+      {chat_completions, R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 1}}]}]})",
+       "messages[0].tool_calls[0].function.arguments", "a string of JSON"},
       {chat_completions, R"({"messages": [{"role": "user"}]})", "messages[0].content", "required"},
       {chat_completions, R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content", "a string or"},
       {chat_completions, R"({"messages": [{"role":"user","content":"a"},{"role":"user","content":[{"type":"image_url"}]}]})",
@@ -192,7 +273,54 @@ TEST_CASE("bad requests are refused with the field named") {
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs", "not supported"},
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "top_logprobs",
        "not supported"},
-      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools",
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
+       "tools[0].function", "required"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":{}})", "tools", "an array of tools"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"function":{"name":"f"}}]})",
+       "tools[0].type", "required"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"retrieval"}]})", "tools[0].type",
+       "only 'function' tools"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{}}]})",
+       "tools[0].function.name", "required"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"a b"}}]})",
+       "tools[0].function.name", "1 to 64 letters"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":""}}]})",
+       "tools[0].function.name", "1 to 64 letters"},
+      {chat_completions,
+       R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","parameters":[]}}]})",
+       "tools[0].function.parameters", "a JSON Schema object"},
+      {chat_completions,
+       R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","description":1}}]})",
+       "tools[0].function.description", "a string"},
+      {chat_completions,
+       R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","strict":"yes"}}]})",
+       "tools[0].function.strict", "true or false"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"always"})", "tool_choice",
+       "'none', 'auto', 'required'"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice",
+       "only allowed when 'tools' are specified"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tool_choice":5})", "tool_choice",
+       "a string or an object"},
+      {chat_completions,
+       R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
+       "tool_choice.function.name", "not among the tools"},
+      {chat_completions,
+       R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function"}})",
+       "tool_choice.function", "required"},
+      {chat_completions,
+       R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"x","function":{"name":"f"}}})",
+       "tool_choice.type", "only 'function'"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"parallel_tool_calls":"yes"})",
+       "parallel_tool_calls", "true or false"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[]})",
+       "chat_template_kwargs", "an object"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"messages":[]}})",
+       "chat_template_kwargs.messages", "cannot be set"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"bos_token":""}})",
+       "chat_template_kwargs.bos_token", "cannot be set"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":1})",
+       "add_generation_prompt", "true or false"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]})", "functions",
        "not supported"},
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}})",
        "response_format.type", "'text', 'json_object' or 'json_schema'"},

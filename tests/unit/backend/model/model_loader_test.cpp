@@ -35,7 +35,7 @@ TEST_CASE("load_model: stories260K as GGUF and as a llama2.c checkpoint") {
   CHECK(gguf->config.vocab_size == 512);
   CHECK(gguf->tok->vocab_size() == 512);
   CHECK(gguf->tok->bos_id() == 1);
-  CHECK(gguf->chat_template == chat_template_kind::plain);
+  CHECK(gguf->chat_template.spec().builtin == chat_template_kind::plain);
   CHECK(!gguf->synthetic);
   CHECK(gguf->files.size() == 1);
   // Progress runs from 0 to the bytes of every weight (the classifier is a separate copy here).
@@ -78,7 +78,12 @@ TEST_CASE("load_model: synthetic models in both formats, chat templates detected
     CHECK(m->synthetic);
     CHECK(m->config.vocab_size == 512);
     CHECK(m->tok->vocab_size() == 512);
-    CHECK(m->chat_template == chat_template_kind::llama3);
+    // The model's own Jinja template (written in the llama-3 format), with its BOS.
+    REQUIRE(m->chat_template.is_jinja());
+    const chat_message hi{"user", " Hi "};
+    CHECK(*m->chat_template.render({.messages = {&hi, 1}}, {}) ==
+          "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+          "<|start_header_id|>assistant<|end_header_id|>\n\n");
     CHECK(m->tok->find_token("<|eot_id|>").has_value());
     CHECK(m->weights.layers.size() == 2);
   }
@@ -92,14 +97,16 @@ TEST_CASE("load_model: synthetic models in both formats, chat templates detected
   CHECK(hf->tok->decode(hf->tok->encode(text, {})) == text);
 
   const auto qwen = load({.path = t::make_synthetic(dir / "q", "tiny-qwen2", synthetic_format::safetensors, 9)});
-  CHECK(qwen->chat_template == chat_template_kind::chatml);
+  const chat_message hi{"user", "Hi"};
+  CHECK(*qwen->chat_template.render({.messages = {&hi, 1}, .add_generation_prompt = false}, {}) ==
+        "<|im_start|>user\nHi<|im_end|>\n");
   CHECK(qwen->config.qkv_bias);
   CHECK(qwen->weights.layers[0].bq.present());
   CHECK(qwen->weights.lm_head.data == qwen->weights.token_embedding.data);
 
-  // --chat-template wins over detection.
+  // --chat-template NAME wins over the model's template.
   const auto chosen = load({.path = folder, .chat_template = chat_template_kind::chatml});
-  CHECK(chosen->chat_template == chat_template_kind::chatml);
+  CHECK(chosen->chat_template.spec().builtin == chat_template_kind::chatml);
 }
 
 TEST_CASE("load_model: MoE experts quantized on load, in groups of --int4-group-size, routers left in float") {
@@ -187,7 +194,7 @@ TEST_CASE("load_model: FP8 with 128x128 block scales (DeepSeek-V3's format) is d
   CHECK(unblocked.error().message().find("weight_scale_inv\" has block scales") != std::string::npos);
 }
 
-TEST_CASE("load_model: chat_template as a list in tokenizer_config.json, and unknown templates") {
+TEST_CASE("load_model: the chat template from tokenizer_config.json, chat_template.jinja or --chat-template") {
   t::temp_dir dir;
   const auto folder = t::make_synthetic(dir / "m", "tiny", synthetic_format::safetensors, 1);
   auto config = t::read_text(folder / "tokenizer_config.json");
@@ -195,14 +202,56 @@ TEST_CASE("load_model: chat_template as a list in tokenizer_config.json, and unk
   REQUIRE(key != std::string::npos);
   const auto end = config.find(",\n", key);
   const std::string jinja = config.substr(key + 17, end - key - 17);
-  t::write_text(folder / "tokenizer_config.json",
-                config.substr(0, key) + "\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"x\"}, "
-                                        "{\"name\": \"default\", \"template\": " + jinja + "}]" + config.substr(end));
-  CHECK(load({.path = folder})->chat_template == chat_template_kind::llama3);
+  const auto with_template = [&](const std::string& field) {
+    t::write_text(folder / "tokenizer_config.json", config.substr(0, key) + field + config.substr(end));
+  };
+  const chat_message hi{"user", "Hi"};
+  const std::string tools[] = {R"({"type": "function", "function": {"name": "f"}})"};
 
+  // A list: "default" for chat, "tool_use" for requests with tools.
+  with_template("\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T{{ tools | length }}\"}, "
+                "{\"name\": \"default\", \"template\": " + jinja + "}]");
+  const auto listed = load({.path = folder});
+  CHECK(listed->chat_template.spec().jinja_tool_use == "T{{ tools | length }}");
+  CHECK(listed->chat_template.render({.messages = {&hi, 1}}, {})->starts_with("<|begin_of_text|>"));
+  CHECK(*listed->chat_template.render({.messages = {&hi, 1}, .tools = tools}, {}) == "T1");
+
+  // Any template is rendered as it is written, with the special tokens tokenizer_config.json
+  // names (a string, an AddedToken object, or null: none).
+  with_template(R"("chat_template": "{{ bos_token }}|{{ messages[0].content }}|{{ eos_token }}")");
+  CHECK(*load({.path = folder})->chat_template.render({.messages = {&hi, 1}}, {}) == "<|begin_of_text|>|Hi|<|eot_id|>");
+  const std::string special = t::read_text(folder / "tokenizer_config.json");
+  const auto bos = special.find("\"bos_token\": ");
+  const auto pad = special.find("\"pad_token\": ");
+  REQUIRE((bos != std::string::npos && pad != std::string::npos && bos < pad));
   t::write_text(folder / "tokenizer_config.json",
-                config.substr(0, key) + "\"chat_template\": \"{{ messages }}\"" + config.substr(end));
-  CHECK(load({.path = folder})->chat_template == chat_template_kind::plain);
+                special.substr(0, bos) + R"("bos_token": {"content": "<B>", "lstrip": false}, "eos_token": null,)" + "\n  " +
+                    special.substr(pad));
+  CHECK(*load({.path = folder})->chat_template.render({.messages = {&hi, 1}}, {}) == "<B>|Hi|");
+
+  // chat_template.jinja wins over tokenizer_config.json, as in transformers.
+  t::write_text(folder / "chat_template.jinja", "jinja file: {{ messages | length }}\n");
+  const auto from_file = load({.path = folder});
+  CHECK(from_file->chat_template.spec().origin == (folder / "chat_template.jinja").string());
+  CHECK(*from_file->chat_template.render({.messages = {&hi, 1}}, {}) == "jinja file: 1");
+
+  // --chat-template FILE, and the same template without loading weights (render-chat).
+  t::write_text(dir / "mine.jinja", "mine: {{ messages[0]['content'] }}{% if add_generation_prompt %}>{% endif %}");
+  const load_options mine{.path = folder, .chat_template_file = dir / "mine.jinja"};
+  CHECK(*load(mine)->chat_template.render({.messages = {&hi, 1}}, {}) == "mine: Hi>");
+  const auto without_weights = load_chat_template(mine);
+  REQUIRE(without_weights.ok());
+  CHECK(*without_weights->render({.messages = {&hi, 1}, .add_generation_prompt = false}, {}) == "mine: Hi");
+  CHECK(load_model({.path = folder, .chat_template_file = dir / "missing.jinja"}).error().code() == status_code::not_found);
+
+  // A template that does not parse stops the load, naming where.
+  t::write_text(folder / "chat_template.jinja", "ok\n{% for m in messages %}{{ m.content }");
+  const auto broken = load_model({.path = folder});
+  REQUIRE(!broken.ok());
+  CHECK(broken.error().message().find("chat_template.jinja: line 2, column ") != std::string::npos);
+  // A built-in template named with --chat-template serves the model anyway.
+  CHECK(load({.path = folder, .chat_template = chat_template_kind::llama3})->chat_template.spec().builtin ==
+        chat_template_kind::llama3);
 }
 
 TEST_CASE("load_model: a tokenizer_config.json number that no 64-bit type holds is not read") {
@@ -214,7 +263,7 @@ TEST_CASE("load_model: a tokenizer_config.json number that no 64-bit type holds 
   t::write_text(folder / "tokenizer_config.json",
                 "{\"model_max_length\": 1000000000000000019884624838656," + config.substr(1));
   const auto m = load({.path = folder});
-  CHECK(m->chat_template == chat_template_kind::llama3);
+  CHECK(m->chat_template.spec().jinja.find("<|start_header_id|>") != std::string::npos);
   CHECK(m->tok->bos_id().has_value());
 }
 

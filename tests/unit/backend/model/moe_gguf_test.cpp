@@ -63,7 +63,7 @@ TEST_CASE("GGUF qwen3moe: the keys and stacked experts llama.cpp writes, each ex
     CHECK(c.moe->scoring == edge::kernels::router_scoring::softmax);
     CHECK(c.moe->shared_experts == 0);
     for (std::int64_t l = 0; l < c.num_layers; ++l) CHECK(c.moe->sparse(l));
-    CHECK(gguf->chat_template == chat_template_kind::chatml);
+    CHECK(gguf->chat_template.spec().jinja.find("<|im_start|>") != std::string::npos);
 
     REQUIRE(gguf->weights.layers.size() == hf->weights.layers.size());
     for (std::size_t l = 0; l < gguf->weights.layers.size(); ++l) {

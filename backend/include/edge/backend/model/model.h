@@ -146,7 +146,7 @@ struct model {
   model_config config;
   model_weights weights;
   std::unique_ptr<tokenizer> tok;
-  chat_template_kind chat_template = chat_template_kind::plain;
+  backend::chat_template chat_template;  // the model's own, or the one --chat-template chose
   bool synthetic = false;  // written by `edgeinfer make-model`: random weights
 
   // What the views point into, besides weights.storage.
@@ -157,9 +157,11 @@ struct load_options {
   std::filesystem::path path;                     // file or folder
   // llama2.c: the tokenizer file; by default tokenizer.bin, else tok<vocab_size>.bin, beside it.
   std::optional<std::filesystem::path> tokenizer;
-  // Overrides the template recognised from the model's own Jinja template (GGUF
-  // tokenizer.chat_template, tokenizer_config.json "chat_template" or chat_template.jinja).
+  // A built-in chat template instead of the model's own Jinja template (GGUF
+  // tokenizer.chat_template, tokenizer_config.json "chat_template" or chat_template.jinja), or a
+  // Jinja template read from a file instead. The built-in one wins when both are given.
   std::optional<chat_template_kind> chat_template;
+  std::optional<std::filesystem::path> chat_template_file;
   // What the projection matrices become (see above); nullopt ("auto"): as stored.
   std::optional<kernels::weight_format> weight_dtype;
   // int4 on load: inputs per scale (a power of two up to 128; rows it does not divide take the
@@ -183,5 +185,12 @@ struct load_options {
 // unimplemented for architectures and features not supported (e.g. other RoPE scaling types,
 // asymmetric or activation-ordered compressed-tensors checkpoints).
 result<std::unique_ptr<model>> load_model(const load_options& options);
+
+// The chat template load_model would serve options.path with (chosen by the same rules, from
+// the same files, with --chat-template's choice in options), without reading its weights: for
+// `edgeinfer render-chat`. A folder needs no config.json or weights: its tokenizer_config.json
+// (or chat_template.jinja) is enough. Errors: a template that does not parse (line and column),
+// a file that cannot be read.
+result<chat_template> load_chat_template(const load_options& options);
 
 }  // namespace edge::backend

@@ -1,13 +1,18 @@
-// Chat templates: the built-in renderers for the prompt formats Llama-family models are
-// trained on. A model's template is recognised from its Jinja source (tokenizer_config.json
-// "chat_template", GGUF "tokenizer.chat_template") by fingerprint, or named with
-// --chat-template.
+// Chat templates: how a conversation becomes a prompt. A model is served with its own Jinja
+// template (tokenizer_config.json "chat_template", chat_template.jinja, GGUF
+// "tokenizer.chat_template"; jinja.h renders it), or with one of the built-in renderers for the
+// prompt formats Llama-family models are trained on: for a model without a template, or when
+// --chat-template names one. --chat-template FILE serves a Jinja template from a file instead.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "edge/common/status.h"
 
 namespace edge::backend {
 
@@ -19,9 +24,19 @@ std::optional<chat_template_kind> parse_chat_template_name(std::string_view name
 // The renderer matching a Jinja chat template; nullopt when none is recognised.
 std::optional<chat_template_kind> detect_chat_template(std::string_view jinja_source);
 
+struct chat_tool_call {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text, as the client sent it
+};
+
 struct chat_message {
-  std::string role;  // system, user, assistant
-  std::string content;
+  std::string role;                        // system, developer, user, assistant, tool
+  std::optional<std::string> content;      // null for an assistant turn holding only tool calls
+  std::string reasoning_content;           // assistant's earlier thinking, when the client sends it
+  std::vector<chat_tool_call> tool_calls;  // assistant
+  std::string tool_call_id;                // tool
+  std::string name;                        // optional participant / tool name
 };
 
 struct chat_render_options {
@@ -30,8 +45,70 @@ struct chat_render_options {
   bool add_generation_prompt = true;  // end with the assistant header, ready for a reply
 };
 
-// The prompt text; encode it with parse_special = true and add_bos = false (BOS is in the text).
+// The prompt text of a built-in renderer (a null content renders as empty); encode it with
+// parse_special = true.
 std::string render_chat(chat_template_kind kind, std::span<const chat_message> messages,
                         const chat_render_options& options);
+
+// ---- the model's chat template -------------------------------------------------------------------
+
+// Which template a model is served with, as found at load: what is compared between a split
+// gateway and its backends and travels between them (internal_protocol.h).
+struct chat_template_spec {
+  std::optional<chat_template_kind> builtin;  // a built-in renderer; else the Jinja below
+  std::string jinja;                          // the template
+  std::string jinja_tool_use;                 // its "tool_use" variant, for requests with tools ("" when none)
+  std::string bos_token;                      // the template's bos_token and eos_token ("" when the model has none)
+  std::string eos_token;
+  std::string origin;  // where it came from: "tokenizer_config.json", "--chat-template FILE", ...
+
+  friend bool operator==(const chat_template_spec&, const chat_template_spec&) = default;
+};
+
+// What a request gives the template besides its messages.
+struct chat_request_inputs {
+  std::span<const chat_message> messages;
+  std::span<const std::string> tools;      // each tool object as JSON text, as the client sent it
+  bool add_generation_prompt = true;
+  std::string_view chat_template_kwargs;  // a JSON object text ("" when none): each key a template variable
+};
+
+// The names a request's chat_template_kwargs may not set: the template's own inputs. (Inline: the
+// request parser uses it without the renderer.)
+constexpr bool is_reserved_template_variable(std::string_view name) {
+  return name == "messages" || name == "tools" || name == "add_generation_prompt" || name == "bos_token" ||
+         name == "eos_token";
+}
+
+// A model's chat template, parsed once: rendered from any thread. Copies share the parse.
+class chat_template {
+ public:
+  chat_template();  // built-in plain
+  static chat_template builtin(chat_template_kind kind, std::string origin);
+  // Parses the Jinja template(s): an error names the line and column.
+  static result<chat_template> compile(chat_template_spec spec);
+
+  const chat_template_spec& spec() const noexcept { return spec_; }
+  bool is_jinja() const noexcept { return !spec_.builtin.has_value(); }
+  // For the logs: "Jinja template from tokenizer_config.json (and its tool_use variant)",
+  // "built-in llama-3 (--chat-template)".
+  std::string describe() const;
+  // Whether the template is rendered with Jinja and so writes BOS itself where the model wants
+  // it: its text is tokenized without adding one (as transformers does).
+  bool writes_own_bos() const noexcept { return is_jinja(); }
+
+  // The prompt text. The template sees each message as the client sent it, with two
+  // adaptations found when it was parsed: a null content becomes "" for a template that fails on
+  // null (Qwen 3's) or would print it as "None" (Llama 3's), and tool call arguments become objects for a template that writes them with
+  // tojson (Llama 3.1's). `builtin` gives a built-in renderer its BOS and EOS text. Errors (the
+  // template raised, or failed) are invalid_argument naming the template's line.
+  result<std::string> render(const chat_request_inputs& inputs, const chat_render_options& builtin) const;
+
+  struct compiled;  // the parsed Jinja and what the probes found (chat_template.cpp)
+
+ private:
+  chat_template_spec spec_;
+  std::shared_ptr<const compiled> compiled_;
+};
 
 }  // namespace edge::backend

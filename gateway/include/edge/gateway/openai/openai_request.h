@@ -6,9 +6,17 @@
 //                or up to 4), presence_penalty / frequency_penalty (-2..2), n (1 only), stream,
 //                stream_options.include_usage (only with stream), user; vLLM's top_k (-1, 0 or
 //                > 0), min_p (0..1), repetition_penalty (> 0) and ignore_eos.
-//   chat         messages (required, non-empty: role system | developer | user | assistant;
-//                content a string or an array of {"type":"text","text":…} parts),
-//                max_completion_tokens (wins over max_tokens).
+//   chat         messages (required, non-empty: role system | developer | user | assistant |
+//                tool; content a string or an array of {"type":"text","text":…} parts, which
+//                are joined; an assistant's may be null or absent; an assistant message may
+//                carry tool_calls [{id, type "function", function {name, arguments}}] and
+//                reasoning_content, a tool message needs tool_call_id; any may carry name),
+//                tools ([{type "function", function {name, description, parameters, strict}}]),
+//                tool_choice (none | auto | required | {type "function", function {name}}, a
+//                name among the tools), parallel_tool_calls, chat_template_kwargs (an object:
+//                each key a variable of the chat template, e.g. enable_thinking),
+//                add_generation_prompt (vLLM's; default true), max_completion_tokens (wins
+//                over max_tokens).
 //   completions  prompt (required: a string, an array of one string, or an array of token ids),
 //                best_of (1 only).
 //   both         response_format: {"type":"text"}, {"type":"json_object"} (any JSON object), or
@@ -17,7 +25,7 @@
 //                into the grammar the output must match; an unsupported schema keyword is a 400
 //                naming it ("response_format.json_schema.schema.properties.x.pattern").
 // Fields that would change the answer's shape and are not served (logprobs, echo, suffix,
-// tools, logit_bias) are a 400 rather than silently dropped.
+// functions, logit_bias) are a 400 rather than silently dropped.
 //
 // Every error names the offending field in `param` ("messages[2].content[0].text"), as
 // OpenAI's errors do. The parser is pure (no I/O, no allocation beyond the result), so it is
@@ -44,6 +52,23 @@ enum class openai_api { chat_completions, completions };
 // A completions prompt: text to tokenize, or token ids as given.
 using prompt_input = std::variant<std::string, std::vector<std::int64_t>>;
 
+struct tool_definition {  // one entry of "tools" (type "function")
+  std::string name;         // function.name
+  std::string description;  // function.description ("" when absent)
+  std::string parameters;   // function.parameters as minified JSON text ("" when absent)
+  bool strict = false;      // function.strict
+  std::string json;         // the whole tool object, minified, for the template
+};
+
+enum class tool_choice_mode { none, auto_select, required, named };
+struct tool_choice {
+  tool_choice_mode mode = tool_choice_mode::auto_select;
+  std::string name;  // named: the function
+};
+
+// OpenAI's limit on a function's name: ^[a-zA-Z0-9_-]{1,64}$.
+inline constexpr std::size_t max_function_name_length = 64;
+
 struct openai_request {
   openai_api api = openai_api::completions;
   std::optional<std::string> model;              // absent: the served model
@@ -58,6 +83,11 @@ struct openai_request {
   std::string user;
   // response_format json_object / json_schema: what the output must match; null for text.
   std::shared_ptr<const backend::grammar::grammar> grammar;
+  std::vector<tool_definition> tools;
+  tool_choice choice;                  // default auto when tools are given, none otherwise
+  bool parallel_tool_calls = true;
+  std::string chat_template_kwargs;    // minified JSON object text, "" when absent
+  bool add_generation_prompt = true;   // end the prompt with the assistant's header
 };
 
 // A request the client must fix: a 400 whose `param` names the field ("" for the body as a

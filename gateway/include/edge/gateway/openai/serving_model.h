@@ -19,7 +19,7 @@ struct serving_model {
   std::string id;                // the served model name
   std::int64_t created = 0;      // Unix seconds when it was loaded (the models API's "created")
   std::int64_t context_length = 0;  // prompt + completion tokens at most
-  backend::chat_template_kind chat_template = backend::chat_template_kind::plain;
+  backend::chat_template chat_template;  // the model's, parsed once
   const backend::tokenizer* tokenizer = nullptr;
   engine_client* engine = nullptr;  // where requests are generated
   // Compiles requests' grammars for `tokenizer` (serve); null where the engine compiles them

@@ -28,7 +28,11 @@
 //     Refusals: 400 (code invalid_request or context_length_exceeded), 401 (internal token),
 //     503 (code overloaded or shutting_down), all {"error":{"message","type","code"}}.
 //     Closing the connection cancels the request.
-//   GET /internal/v1/info   what the gateway must agree with before it tokenizes for a backend
+//   GET /internal/v1/info   what the gateway must agree with before it tokenizes for a backend:
+//     {"model","context_length","chat_template": a built-in name or "jinja",
+//      "chat_template_jinja": {"template","tool_use","bos_token","eos_token","origin"} (jinja only),
+//      "tokenizer_fingerprint","vocab_size","block_size","version"}; the gateway renders every
+//     prompt with this template, so nothing of a chat request but its token ids travels
 //   GET /internal/v1/load   what the router weighs (backend_load_report)
 #pragma once
 
@@ -97,7 +101,7 @@ result<std::optional<backend::engine_event>> parse_event(std::string_view line);
 struct backend_info {
   std::string model;                  // the served model id
   std::int64_t context_length = 0;    // prompt + completion tokens at most
-  backend::chat_template_kind chat_template = backend::chat_template_kind::plain;
+  backend::chat_template_spec chat_template;  // which template renders prompts (the gateway renders them)
   std::string tokenizer_fingerprint;  // backend::tokenizer_fingerprint
   std::int64_t vocab_size = 0;
   std::int64_t block_size = 0;        // tokens per KV block: the prefix cache's unit
