@@ -242,12 +242,21 @@ __device__ void keep_from(float* row, std::int64_t vocab, const keys::boundary& 
 __global__ void __launch_bounds__(sampling_threads)
     sampling_kernel(float* __restrict__ logits,                // [rows, vocab]; scratch
                     const sampling_row* __restrict__ config,   // [rows]
+                    const logit_bias* __restrict__ biases,     // [Σ rows' bias_count]
                     std::int32_t* __restrict__ out,            // [rows]
                     std::int64_t vocab) {
   __shared__ block_scratch s;
   __shared__ radix_scratch radix;
   float* row = logits + static_cast<std::int64_t>(blockIdx.x) * vocab;
   const sampling_row c = config[blockIdx.x];
+  // The row's biases, as apply_logit_bias does on the CPU: a row's ids are distinct, so each
+  // entry is one thread's alone.
+  for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < c.bias_count; i += sampling_threads) {
+    const logit_bias b = biases[c.bias_begin + i];
+    if (b.id < 0 || b.id >= vocab) continue;
+    row[b.id] = b.bias <= logit_ban ? NAN : row[b.id] + b.bias;
+  }
+  __syncthreads();
   if (c.temperature <= 0.0f) {
     const std::int32_t id = block_argmax(row, vocab, s);
     if (threadIdx.x == 0) out[blockIdx.x] = id;
@@ -332,7 +341,8 @@ __global__ void __launch_bounds__(sampling_threads)
 status run_sampling(const sampling_params& p, const stream& s) {
   if (p.rows < 0 || p.vocab <= 0) return invalid_argument("sampling: bad shape");
   if (p.rows == 0) return {};
-  sampling_kernel<<<static_cast<unsigned>(p.rows), sampling_threads, 0, native(s)>>>(p.logits, p.config, p.out, p.vocab);
+  sampling_kernel<<<static_cast<unsigned>(p.rows), sampling_threads, 0, native(s)>>>(p.logits, p.config, p.biases,
+                                                                                     p.out, p.vocab);
   return check_launch("sampling");
 }
 
