@@ -43,6 +43,7 @@ choice_logprobs::choice_logprobs(openai_api api, const backend::tokenizer& tok,
 choice_logprobs::entry choice_logprobs::make_entry(backend::token_id id, bool after_bos) const {
   entry e;
   e.id = id;
+  e.after_bos = after_bos;
   tok_.append_token_bytes(id, after_bos, /*with_special=*/true, e.bytes);
   utf8::append_sanitized(e.token, e.bytes);
   e.text_offset = offset_;
@@ -100,9 +101,10 @@ json::value choice_logprobs::take() {
 json::value choice_logprobs::all() const { return object_of(entries_); }
 
 json::value choice_logprobs::object_of(std::span<const entry> entries) const {
-  const auto alternative_text = [&](backend::token_id id) {
+  // An alternative stands where the chosen token does: the same spacing after BOS.
+  const auto alternative_text = [&](backend::token_id id, bool after_bos) {
     std::string bytes;
-    tok_.append_token_bytes(id, /*after_bos=*/false, /*with_special=*/true, bytes);
+    tok_.append_token_bytes(id, after_bos, /*with_special=*/true, bytes);
     return bytes;
   };
   if (api_ == openai_api::chat_completions) {
@@ -110,7 +112,7 @@ json::value choice_logprobs::object_of(std::span<const entry> entries) const {
     for (const entry& e : entries) {
       json::array top;
       for (const auto& [id, logprob] : e.top) {
-        const std::string bytes = alternative_text(id);
+        const std::string bytes = alternative_text(id, e.after_bos);
         std::string token;
         utf8::append_sanitized(token, bytes);
         top.push_back(json::object{{"token", token}, {"logprob", api_logprob(logprob)}, {"bytes", bytes_json(bytes)}});
@@ -138,7 +140,7 @@ json::value choice_logprobs::object_of(std::span<const entry> entries) const {
     json::object top;
     for (const auto& [id, logprob] : e.top) {
       std::string token;
-      utf8::append_sanitized(token, alternative_text(id));
+      utf8::append_sanitized(token, alternative_text(id, e.after_bos));
       top[token] = api_logprob(logprob);
     }
     // The chosen token is always there, as in OpenAI's answers (up to logprobs + 1 entries).

@@ -120,7 +120,9 @@ TEST_CASE("completions with echo: the prompt's tokens first, the first without a
   REQUIRE(prompt.front() == tok.bos_id());
   std::vector<backend::sampled_logprobs> scores;
   for (std::size_t i = 1; i < prompt.size(); ++i) {
-    scores.push_back({.chosen = {prompt[i], -1.0f}, .top = {{7, -0.5f}}});
+    // The chosen token among the alternatives too: its text must read the same in both (after BOS
+    // SentencePiece drops a token's leading space), or the dict would hold it twice.
+    scores.push_back({.chosen = {prompt[i], -1.0f}, .top = {{7, -0.5f}, {prompt[i], -1.0f}}});
   }
   // (SentencePiece puts its dummy space in front: " there was".)
   const std::vector<backend::token_id> ids = tok.encode("there was", {.add_bos = false, .parse_special = false});

@@ -67,6 +67,7 @@ class choice_logprobs {
     std::optional<float> logprob;  // none: the first prompt token
     std::vector<std::pair<backend::token_id, float>> top;  // alternatives, most likely first
     backend::token_id id = 0;
+    bool after_bos = false;        // how its text, and its alternatives' (at the same place), read
     std::int64_t text_offset = 0;  // code points
   };
 
