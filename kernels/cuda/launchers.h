@@ -46,6 +46,7 @@ status run_matmul(const matmul_params& p, const stream& s);
 status run_quantize(const quantize_params& p, const stream& s);
 status run_dequantize(const dequantize_params& p, const stream& s);
 status run_kv_cache_write(const kv_cache_write_params& p, const stream& s);
+status run_kv_block_copy(const kv_block_copy_params& p, const stream& s);
 status run_paged_attention(const paged_attention_params& p, const stream& s);
 status run_sampling(const sampling_params& p, const stream& s);
 status run_moe_routing(const moe_routing_params& p, const stream& s);

@@ -24,6 +24,7 @@ status run_matmul(const matmul_params&, const stream&) { return not_built(); }
 status run_quantize(const quantize_params&, const stream&) { return not_built(); }
 status run_dequantize(const dequantize_params&, const stream&) { return not_built(); }
 status run_kv_cache_write(const kv_cache_write_params&, const stream&) { return not_built(); }
+status run_kv_block_copy(const kv_block_copy_params&, const stream&) { return not_built(); }
 status run_paged_attention(const paged_attention_params&, const stream&) { return not_built(); }
 status run_sampling(const sampling_params&, const stream&) { return not_built(); }
 status run_moe_routing(const moe_routing_params&, const stream&) { return not_built(); }

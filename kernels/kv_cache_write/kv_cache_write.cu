@@ -54,6 +54,25 @@ __global__ void __launch_bounds__(kv_write_warps * warp_size)
   if (v != nullptr) write_row<T>(v + t * kv_stride + h * head_dim, v_cache, v_scales, row, head_dim, lane);
 }
 
+constexpr int kv_copy_threads = 256;
+constexpr int kv_copy_pairs = 64;  // block pairs per launch, passed by value
+
+struct block_pairs {
+  std::int32_t from[kv_copy_pairs];
+  std::int32_t to[kv_copy_pairs];
+};
+
+// One CUDA block per (pair, layer): the pair's block of that layer's region, in words of Word.
+template <class Word>
+__global__ void kv_block_copy_kernel(std::byte* __restrict__ base,  // layer 0's region
+                                     std::size_t layer_stride, std::size_t block_bytes, block_pairs pairs) {
+  std::byte* region = base + static_cast<std::size_t>(blockIdx.y) * layer_stride;
+  const auto* from = reinterpret_cast<const Word*>(region + static_cast<std::size_t>(pairs.from[blockIdx.x]) * block_bytes);
+  auto* to = reinterpret_cast<Word*>(region + static_cast<std::size_t>(pairs.to[blockIdx.x]) * block_bytes);
+  const std::size_t words = block_bytes / sizeof(Word);
+  for (std::size_t i = threadIdx.x; i < words; i += kv_copy_threads) to[i] = from[i];
+}
+
 }  // namespace
 
 status run_kv_cache_write(const kv_cache_write_params& p, const stream& s) {
@@ -72,6 +91,32 @@ status run_kv_cache_write(const kv_cache_write_params& p, const stream& s) {
         p.block_size, p.num_blocks, p.kv_stride);
     return check_launch("kv_cache_write");
   });
+}
+
+status run_kv_block_copy(const kv_block_copy_params& p, const stream& s) {
+  if (p.count == 0 || p.layers == 0 || p.block_bytes == 0) return {};
+  if (p.layers > 65535) return invalid_argument("kv_block_copy: more than 65535 layers");
+  auto* base = static_cast<std::byte*>(p.first_region);
+  // Regions start aligned (kv_cache_view::plan), so whole 16-byte words when the blocks are.
+  const bool words = p.block_bytes % sizeof(uint4) == 0 && p.layer_stride % sizeof(uint4) == 0 &&
+                     reinterpret_cast<std::uintptr_t>(base) % sizeof(uint4) == 0;
+  for (std::int64_t first = 0; first < p.count; first += kv_copy_pairs) {
+    block_pairs pairs{};
+    const std::int64_t n = std::min<std::int64_t>(kv_copy_pairs, p.count - first);
+    for (std::int64_t i = 0; i < n; ++i) {
+      pairs.from[i] = p.from[first + i];
+      pairs.to[i] = p.to[first + i];
+    }
+    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(p.layers));
+    if (words) {
+      kv_block_copy_kernel<uint4><<<grid, kv_copy_threads, 0, native(s)>>>(base, p.layer_stride, p.block_bytes, pairs);
+    } else {
+      kv_block_copy_kernel<unsigned char><<<grid, kv_copy_threads, 0, native(s)>>>(base, p.layer_stride, p.block_bytes,
+                                                                                  pairs);
+    }
+    EDGE_RETURN_IF_ERROR(check_launch("kv_block_copy"));
+  }
+  return {};
 }
 
 }  // namespace edge::kernels::cuda

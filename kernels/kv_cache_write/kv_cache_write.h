@@ -68,4 +68,22 @@ struct kv_cache_write_params {
 // invalid_argument when a slot is outside the cache, or a scaled dtype comes without scales.
 status run_kv_cache_write(const kv_cache_write_params& p, const stream& s);
 
+// Copies whole blocks of one kind of pool region (a K pool, a V pool, or their scales) in every
+// layer: block to[i] of each layer's region becomes a copy of block from[i] of the same region.
+// What a sequence forking into several does with the block it has partly filled.
+struct kv_block_copy_params {
+  void* first_region = nullptr;    // layer 0's region: [num_blocks, block_bytes] bytes
+  std::size_t layer_stride = 0;    // bytes from one layer's region to the next
+  std::size_t block_bytes = 0;
+  std::int64_t layers = 0;
+  std::int64_t num_blocks = 0;
+  // Host memory on either device (the copies are queued from the host).
+  const std::int32_t* from = nullptr;  // [count]
+  const std::int32_t* to = nullptr;    // [count] distinct, and none of them in `from`
+  std::int64_t count = 0;
+};
+
+// invalid_argument for a block outside the region.
+status run_kv_block_copy(const kv_block_copy_params& p, const stream& s);
+
 }  // namespace edge::kernels

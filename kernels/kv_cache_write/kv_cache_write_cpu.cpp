@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "edge/common/format.h"
 #include "kernels/cpu/load.h"
@@ -59,6 +60,34 @@ status run_kv_cache_write(const kv_cache_write_params& p, const stream& s) {
       }
     });
   });
+  return {};
+}
+
+namespace {
+
+status check_kv_block_copy(const kv_block_copy_params& p) {
+  for (std::int64_t i = 0; i < p.count; ++i) {
+    if (p.from[i] < 0 || p.from[i] >= p.num_blocks || p.to[i] < 0 || p.to[i] >= p.num_blocks) {
+      return invalid_argument(format("kv_block_copy: block {} -> {} outside the cache of {} blocks", p.from[i], p.to[i],
+                                     p.num_blocks));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+status run_kv_block_copy(const kv_block_copy_params& p, const stream& s) {
+  EDGE_RETURN_IF_ERROR(check_kv_block_copy(p));
+  if (s.where == device::cuda) return cuda::run_kv_block_copy(p, s);
+  auto* base = static_cast<std::byte*>(p.first_region);
+  for (std::int64_t l = 0; l < p.layers; ++l) {
+    std::byte* region = base + static_cast<std::size_t>(l) * p.layer_stride;
+    for (std::int64_t i = 0; i < p.count; ++i) {
+      std::memcpy(region + static_cast<std::size_t>(p.to[i]) * p.block_bytes,
+                  region + static_cast<std::size_t>(p.from[i]) * p.block_bytes, p.block_bytes);
+    }
+  }
   return {};
 }
 

@@ -242,6 +242,7 @@ __device__ void keep_from(float* row, std::int64_t vocab, const keys::boundary& 
 __global__ void __launch_bounds__(sampling_threads)
     sampling_kernel(float* __restrict__ logits,                // [rows, vocab]; scratch
                     const sampling_row* __restrict__ config,   // [rows]
+                    const logit_bias* __restrict__ biases,     // [Σ rows' bias_count]
                     std::int32_t* __restrict__ out,            // [rows]
                     std::int64_t vocab,
                     const std::uint32_t* __restrict__ allowed) {  // [allowed rows, allowed_words(vocab)]
@@ -249,6 +250,14 @@ __global__ void __launch_bounds__(sampling_threads)
   __shared__ radix_scratch radix;
   float* row = logits + static_cast<std::int64_t>(blockIdx.x) * vocab;
   const sampling_row c = config[blockIdx.x];
+  // The row's biases, as apply_logit_bias does on the CPU: a row's ids are distinct, so each
+  // entry is one thread's alone.
+  for (std::int32_t i = static_cast<std::int32_t>(threadIdx.x); i < c.bias_count; i += sampling_threads) {
+    const logit_bias b = biases[c.bias_begin + i];
+    if (b.id < 0 || b.id >= vocab) continue;
+    row[b.id] = b.bias <= logit_ban ? NAN : row[b.id] + b.bias;
+  }
+  __syncthreads();
   if (c.allowed_row >= 0) {
     // The grammar's mask (keep_allowed on the CPU): a token left out is a NaN from here on.
     const std::uint32_t* bits = allowed + static_cast<std::int64_t>(c.allowed_row) * ((vocab + 31) / 32);
@@ -341,8 +350,8 @@ __global__ void __launch_bounds__(sampling_threads)
 status run_sampling(const sampling_params& p, const stream& s) {
   if (p.rows < 0 || p.vocab <= 0) return invalid_argument("sampling: bad shape");
   if (p.rows == 0) return {};
-  sampling_kernel<<<static_cast<unsigned>(p.rows), sampling_threads, 0, native(s)>>>(p.logits, p.config, p.out, p.vocab,
-                                                                                   p.allowed);
+  sampling_kernel<<<static_cast<unsigned>(p.rows), sampling_threads, 0, native(s)>>>(p.logits, p.config, p.biases,
+                                                                                     p.out, p.vocab, p.allowed);
   return check_launch("sampling");
 }
 

@@ -90,6 +90,14 @@ std::int32_t sample_row(float* logits, std::int64_t vocab, const sampling_row& c
 
 }  // namespace
 
+void apply_logit_bias(float* row, std::int64_t vocab, const logit_bias* biases, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    const logit_bias& b = biases[i];
+    if (b.id < 0 || b.id >= vocab) continue;
+    row[b.id] = b.bias <= logit_ban ? std::numeric_limits<float>::quiet_NaN() : row[b.id] + b.bias;
+  }
+}
+
 std::int32_t argmax(std::span<const float> values) {
   std::int32_t best = 0;
   float best_value = -std::numeric_limits<float>::infinity();
@@ -119,8 +127,11 @@ status run_sampling(const sampling_params& p, const stream& s) {
     thread_local std::vector<candidate> pool;
     for (std::int64_t r = begin; r < end; ++r) {
       pool.reserve(static_cast<std::size_t>(p.vocab));
-      if (p.config[r].allowed_row >= 0) keep_allowed(p.logits + r * p.vocab, p.vocab, p.allowed + p.config[r].allowed_row * words);
-      p.out[r] = sample_row(p.logits + r * p.vocab, p.vocab, p.config[r], pool);
+      const sampling_row& c = p.config[r];
+      float* row = p.logits + r * p.vocab;
+      if (c.bias_count > 0) apply_logit_bias(row, p.vocab, p.biases + c.bias_begin, c.bias_count);
+      if (c.allowed_row >= 0) keep_allowed(row, p.vocab, p.allowed + c.allowed_row * words);
+      p.out[r] = sample_row(row, p.vocab, c, pool);
     }
   });
   return {};

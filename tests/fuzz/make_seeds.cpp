@@ -178,7 +178,12 @@ std::vector<std::vector<std::byte>> internal_protocol_seeds() {
 ","The end"],)"
        R"("stop_token_ids":[2],"ignore_eos":false,"logprobs":2})"),
       R"({"prompt":[1],"max_tokens":1,"sampling":{"seed":null},"logprobs":null})",
+      (R"({"prompt":[1,403],"max_tokens":4,"n":3,"prompt_logprobs":2,"sampling":{"logit_bias":{"403":-100,"7":2.5}},)"
+       R"("logprobs":1})"),
       R"({"type":"admitted"})",
+      R"({"type":"delta","index":2,"text":"end","tokens":[9],"finish":"length"})",
+      (R"({"type":"prompt_logprobs","logprobs":[{"id":403,"logprob":-1.5,"top":[{"id":2,"logprob":-0.5}]},)"
+       R"({"id":407,"logprob":-0.25,"top":[]}]})"),
       R"({"type":"heartbeat"})",
       (R"({"type":"delta","text":"Once é","tokens":[403,7],"logprobs":[{"id":403,"logprob":-0.25,)"
        R"("top":[{"id":403,"logprob":-0.25},{"id":7,"logprob":-3.5}]},{"id":7,"logprob":-1e30,"top":[]}]})"),
@@ -238,6 +243,9 @@ std::vector<std::vector<std::byte>> openai_request_seeds() {
        R"("tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false,)"
        R"("chat_template_kwargs":{"enable_thinking":false},"add_generation_prompt":true})"),
       R"({"prompt":[1,403,407,261,378],"max_tokens":3.0})",
+      (R"({"prompt":"x","n":3,"best_of":3,"logprobs":5,"echo":true,"logit_bias":{"50256":-100,"7":100,"7":2}})"),
+      (R"({"messages":[{"role":"user","content":"x"}],"n":2,"logprobs":true,"top_logprobs":20,)"
+       R"("logit_bias":{"0":-0.5}})"),
       R"({"prompt":["text"],"stream":false})",
   };
   std::vector<std::vector<std::byte>> seeds;

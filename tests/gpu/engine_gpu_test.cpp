@@ -11,7 +11,10 @@
 // expert for a prompt, and the CUDA graphs of decode. And a latent-attention model (make-model's
 // deepseek-v3-tiny-gguf as a deepseek2 GGUF) with bf16 and fp8 KV rows, likewise in lock step.
 // And GGUF K-quants (a Q4_K_M-like file written from make-model's tiny-hd128), widened to bf16
-// as the executor uploads them, against the CPU over the same bf16 values.
+// as the executor uploads them, against the CPU over the same bf16 values. And the executors'
+// sampling extras: prompt logits rows (a prompt's own log probabilities) against the CPU's and
+// against the device's own decode rows, a forked sequence's block copy (its next token's logits
+// the same from the copy as from the original), and logit biases applied on the device.
 //
 // The models come from ${EDGE_TEST_MODELS}/stories260K/stories260K.bin and
 // ${EDGE_TEST_MODELS}/tiny-qwen3-moe-sparse.gguf (default: the shared fixture folder beside the
@@ -508,6 +511,98 @@ int main() {
       }
     }
     r.expect("forward_sample greedy = argmax of forward's logits, copied row = forward's (batch 3, graph batch 4)", same);
+  }
+
+  // Prompt logits rows, block copies and logit biases: the CUDA executor against the CPU's.
+  {
+    auto loaded = load(std::nullopt);
+    const model& m = loaded->m;
+    auto cache = kv_cache::create(kv_cache_layout::for_tokens(m.config, kernels::dtype::f32, block_size, 8 * block_size));
+    gpu_test::check_ok(cache.ok() ? status{} : cache.error(), "kv_cache");
+    auto cpu = cpu_executor::create(m, **cache, nullptr, {.max_batch_tokens = 64, .max_sequences = 8});
+    gpu_test::check_ok(cpu.ok() ? status{} : cpu.error(), "cpu_executor");
+    auto gpu = cuda_executor::create(m, {.max_batch_tokens = 64, .max_sequences = 8, .kv_dtype = kernels::dtype::f32,
+                                         .block_size = block_size,
+                                         .kv_cache_bytes = 9 * (*cache)->layout().bytes_per_block()});
+    gpu_test::check_ok(gpu.ok() ? status{} : gpu.error(), "cuda_executor");
+    const std::int64_t vocab = (*gpu)->vocab_size();
+    r.expect("prompt logits rows per step: CUDA's = CPU's", (*gpu)->max_prompt_logits_rows() == (*cpu)->max_prompt_logits_rows());
+
+    // The 17-token prompt in one chunk: its sampled row and 16 prompt logits rows (positions 0..15).
+    const std::vector<std::int32_t> long_prompt = batch[2];
+    const std::vector<std::int32_t> table = {0, 1};
+    batch_plan scored;
+    scored.entries.push_back({.tokens = long_prompt, .start_position = 0, .block_table = table, .compute_logits = true,
+                              .prompt_logits_offset = 0, .prompt_logits_count = 16});
+    const std::vector<row_sampling> greedy_row(1, row_sampling{.sample = true, .config = {.temperature = 0.0f}});
+    std::vector<std::int32_t> cpu_token(1), gpu_token(1);
+    std::vector<float> cpu_rows(static_cast<std::size_t>(16 * vocab)), gpu_rows(cpu_rows.size());
+    gpu_test::check_ok((*cpu)->forward_sample(scored, greedy_row, cpu_token, cpu_rows), "forward_sample (CPU, prompt rows)");
+    gpu_test::check_ok((*gpu)->forward_sample(scored, greedy_row, gpu_token, gpu_rows), "forward_sample (CUDA, prompt rows)");
+    double worst = 0;
+    for (std::size_t i = 0; i < cpu_rows.size(); ++i) worst = std::max(worst, std::fabs(double(cpu_rows[i]) - gpu_rows[i]));
+    r.check("prompt logits rows (16, f32): CUDA against CPU, largest difference", worst, 1e-3);
+    r.expect("the sampled row of a chunk with prompt logits rows: CUDA = CPU", cpu_token == gpu_token);
+    // The device's prompt rows against its own decode rows, one position at a time.
+    double decode_worst = 0;
+    const std::vector<std::int32_t> other = {2, 3};
+    for (std::size_t p = 0; p < 16; ++p) {
+      batch_plan one;
+      one.entries.push_back({.tokens = std::span(long_prompt).subspan(p, 1), .start_position = static_cast<std::int64_t>(p),
+                             .block_table = other, .compute_logits = true});
+      std::vector<float> row(static_cast<std::size_t>(vocab));
+      gpu_test::check_ok((*gpu)->forward(one, row), "forward (CUDA, decode rows)");
+      for (std::int64_t v = 0; v < vocab; ++v) {
+        decode_worst = std::max(decode_worst, std::fabs(double(row[static_cast<std::size_t>(v)]) -
+                                                        gpu_rows[p * static_cast<std::size_t>(vocab) + static_cast<std::size_t>(v)]));
+      }
+    }
+    r.check("prompt logits rows against the same positions decoded one by one on CUDA, largest difference", decode_worst, 1e-3);
+
+    // A fork: the prompt's partly filled block 1 (position 16) copied into block 4, then the
+    // next token computed from both tables in one step: the same logits, on either executor.
+    const std::vector<std::int32_t> next = {432};
+    const std::vector<std::int32_t> forked_table = {0, 4};
+    batch_plan fork;
+    fork.copies.push_back({.from = 1, .to = 4});
+    fork.entries.push_back({.tokens = next, .start_position = 17, .block_table = table, .compute_logits = true});
+    fork.entries.push_back({.tokens = next, .start_position = 17, .block_table = forked_table, .compute_logits = true});
+    for (executor* exec : {static_cast<executor*>(cpu->get()), static_cast<executor*>(gpu->get())}) {
+      const bool on_gpu = exec == gpu->get();
+      std::vector<float> both(static_cast<std::size_t>(2 * vocab));
+      gpu_test::check_ok(exec->forward(fork, both), "forward (fork)");
+      double gap = 0;
+      for (std::int64_t v = 0; v < vocab; ++v) {
+        gap = std::max(gap, std::fabs(double(both[static_cast<std::size_t>(v)]) - both[static_cast<std::size_t>(vocab + v)]));
+      }
+      r.check(format("{}: the next token's logits from a copied block = from the original", on_gpu ? "CUDA" : "CPU"), gap,
+              on_gpu ? 1e-5 : 0.0);
+    }
+
+    // Logit biases on the device: the greedy token banned, another forced; the same on the CPU.
+    const std::vector<std::int32_t> decode_token = {407};
+    const std::vector<std::int32_t> decode_table = {5};
+    batch_plan biased;
+    for (int i = 0; i < 3; ++i) {
+      biased.entries.push_back({.tokens = decode_token, .start_position = 0, .block_table = decode_table, .compute_logits = true});
+    }
+    std::vector<float> plain(static_cast<std::size_t>(3 * vocab));
+    gpu_test::check_ok((*gpu)->forward(biased, plain), "forward (plain rows)");
+    const std::int32_t best = argmax_row(logits_row(plain, 0, vocab));
+    const std::vector<kernels::logit_bias> ban = {{.id = best, .bias = -100.0f}};
+    const std::vector<kernels::logit_bias> force = {{.id = 300, .bias = 100.0f}};
+    std::vector<row_sampling> rows(3, row_sampling{.sample = true, .config = {.temperature = 0.0f}});
+    rows[0].bias = ban;
+    rows[1].bias = force;
+    rows[2].config = {.temperature = 1.0f, .uniform = 0.5f};
+    rows[2].bias = ban;
+    std::vector<std::int32_t> on_cpu(3), on_gpu(3);
+    gpu_test::check_ok((*cpu)->forward_sample(biased, rows, on_cpu, {}), "forward_sample (CPU, biased)");
+    gpu_test::check_ok((*gpu)->forward_sample(biased, rows, on_gpu, {}), "forward_sample (CUDA, biased)");
+    r.expect("logit biases on the device: a banned greedy token is not chosen, a +100 one is, as on the CPU",
+             on_gpu[0] != best && on_gpu[1] == 300 && on_gpu[2] != best && on_gpu[0] == on_cpu[0] && on_gpu[1] == on_cpu[1],
+             format("CUDA {} {} {}, CPU {} {} {}, banned {}", on_gpu[0], on_gpu[1], on_gpu[2], on_cpu[0], on_cpu[1],
+                    on_cpu[2], best));
   }
   return r.finish();
 }

@@ -4,7 +4,7 @@
 // 1:1, 4:1, 8:1 and 16:1 (the last two shapes past 48 KB of shared memory); every weight
 // format and KV dtype; weight scales followed by a NaN, so that a read past them shows. Each line prints the largest error and the tolerance it is held to:
 //   * exact (tolerance 0): embedding, quantize / dequantize, kv_cache_write (the same encoders
-//     and IEEE division on both sides), greedy sampling;
+//     and IEEE division on both sides), kv_block_copy, greedy sampling (logit biases included);
 //   * float rounding and summation order: rmsnorm, rope, silu_mul, paged attention in f32
 //     (absolute, for the value ranges stated on each line; on tensor cores, prefill tiles of a
 //     bf16 / fp8 cache at head_dim 64 / 128, q, K and the weights in bf16: 2^-4), and matmul with f32 products (f32 / f16
@@ -14,8 +14,9 @@
 //     weights, and the W4A16 decode kernel at 1..8 tokens): x rounded to bf16 (in the 9+ GEMM,
 //     int4 weights' q x scale too), so 2^-7 of the sum of |x w| (four bf16 roundings' worth);
 //   * seeded sampling: the GPU's token is the CPU's, or the draw lies within float rounding of
-//     the boundary between the two; with a grammar's token mask (three tokens, or nine in ten),
-//     no token outside it on either device, and the same rule;
+//     the boundary between the two (rows with logit biases too; a banned token never drawn); with
+//     a grammar's token mask (three tokens, or nine in ten), no token outside it on either
+//     device, and the same rule;
 //   * MoE routing: the same experts in the same order, except in rows with a near tie (within
 //     1e-5) among the best choice values or group scores, which expf's rounding may break
 //     either way; where the experts agree, weights within 2e-6 relative;
@@ -681,21 +682,36 @@ void test_sampling(gpu_test::results& r) {
     std::vector<sampling_row> rows_config(static_cast<std::size_t>(rows));
     std::mt19937 rng(18);
     std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    // Every third row from row 8 on has logit biases: its most likely token banned, another
+    // pushed up by 3, a third by +100 in every ninth row (it must then be the token drawn).
+    std::vector<logit_bias> biases;
+    std::vector<std::int32_t> banned(static_cast<std::size_t>(rows), -1);
     for (std::int64_t i = 0; i < rows; ++i) {
-      rows_config[static_cast<std::size_t>(i)] = configs[static_cast<std::size_t>(i) % configs.size()];
-      rows_config[static_cast<std::size_t>(i)].uniform = uniform(rng);
+      sampling_row& c = rows_config[static_cast<std::size_t>(i)];
+      c = configs[static_cast<std::size_t>(i) % configs.size()];
+      c.uniform = uniform(rng);
+      if (i < 8 || i % 3 != 0) continue;
+      const std::span<const float> row(logits.data() + i * vocab, static_cast<std::size_t>(vocab));
+      const std::int32_t best = argmax(row);
+      banned[static_cast<std::size_t>(i)] = best;
+      c.bias_begin = static_cast<std::int32_t>(biases.size());
+      biases.push_back({.id = best, .bias = -100.0f});
+      biases.push_back({.id = static_cast<std::int32_t>((best + 7) % vocab), .bias = 3.0f});
+      if (i % 9 == 0) biases.push_back({.id = static_cast<std::int32_t>((best + 11) % vocab), .bias = 100.0f});
+      c.bias_count = static_cast<std::int32_t>(biases.size()) - c.bias_begin;
     }
     std::vector<float> cpu_logits = logits;
     std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(rows));
     gpu_test::check_ok(run_sampling({.logits = cpu_logits.data(), .config = rows_config.data(), .out = cpu_out.data(),
-                                     .rows = rows, .vocab = vocab},
+                                     .rows = rows, .vocab = vocab, .biases = biases.data()},
                                     cpu()),
                        "cpu sampling");
     device_array<float> d_logits(logits);
     device_array<sampling_row> d_config(rows_config);
+    device_array<logit_bias> d_biases(biases);
     device_array<std::int32_t> d_out(static_cast<std::size_t>(rows));
     gpu_test::check_ok(run_sampling({.logits = d_logits.get(), .config = d_config.get(), .out = d_out.get(),
-                                     .rows = rows, .vocab = vocab},
+                                     .rows = rows, .vocab = vocab, .biases = d_biases.get()},
                                     gpu()),
                        "gpu sampling");
     sync();
@@ -703,8 +719,16 @@ void test_sampling(gpu_test::results& r) {
     int greedy_mismatch = 0;
     int unexplained = 0;
     int differing = 0;
+    int banned_drawn = 0;
+    int forced_missed = 0;
     for (std::int64_t i = 0; i < rows; ++i) {
       const auto at = static_cast<std::size_t>(i);
+      const std::int32_t ban = banned[at];
+      if (ban >= 0 && (gpu_out[at] == ban || cpu_out[at] == ban)) ++banned_drawn;
+      if (ban >= 0 && i % 9 == 0) {
+        const std::int32_t forced = static_cast<std::int32_t>((ban + 11) % vocab);
+        forced_missed += (gpu_out[at] != forced) + (cpu_out[at] != forced);
+      }
       if (gpu_out[at] == cpu_out[at]) continue;
       ++differing;
       const sampling_row& c = rows_config[at];
@@ -712,8 +736,10 @@ void test_sampling(gpu_test::results& r) {
         ++greedy_mismatch;
         continue;
       }
-      // A different token is acceptable only where the draw sits on the boundary between them.
-      const std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+      // A different token is acceptable only where the draw sits on the boundary between them
+      // (of the row as biased).
+      std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+      apply_logit_bias(row.data(), vocab, biases.data() + c.bias_begin, c.bias_count);
       const auto kept = kept_distribution(row, c);
       double total = 0.0;
       for (const auto& k : kept) total += k.second;
@@ -727,6 +753,8 @@ void test_sampling(gpu_test::results& r) {
       if (!near_boundary) ++unexplained;
     }
     r.check(format("sampling vocab {}: greedy / top-1 rows that differ", vocab), greedy_mismatch, 0.0);
+    r.check(format("sampling vocab {}: banned tokens drawn, +100 tokens not drawn", vocab), banned_drawn + forced_missed,
+            0.0);
     r.check(format("sampling vocab {}: seeded draws that differ away from a boundary ({} differ in all)", vocab, differing),
             unexplained, 0.0);
   }
@@ -809,6 +837,44 @@ void test_masked_sampling(gpu_test::results& r) {
     r.check(format("masked sampling vocab {}: tokens drawn outside their mask (CPU and GPU)", vocab), outside, 0.0);
     r.check(format("masked sampling vocab {}: draws that differ from the CPU away from a boundary", vocab), unexplained,
             0.0);
+  }
+}
+
+// ---- KV block copies ------------------------------------------------------------------------------
+
+// Whole blocks of a region copied in every layer, bytes as they are: 4-byte scales (word copies
+// do not apply to blocks of 12 bytes) and 16-byte-aligned pools, more pairs than one launch takes.
+void test_kv_block_copy(gpu_test::results& r) {
+  for (const std::size_t block_bytes : {std::size_t{12}, std::size_t{256}, std::size_t{4096}}) {
+    constexpr std::int64_t layers = 3;
+    constexpr std::int64_t blocks = 160;
+    const std::size_t layer_stride = (blocks * block_bytes + 255) / 256 * 256;
+    std::vector<std::uint8_t> bytes(layer_stride * layers);
+    std::mt19937 rng(static_cast<std::uint32_t>(block_bytes));
+    for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+    std::vector<std::int32_t> from, to;
+    for (std::int32_t i = 0; i < 70; ++i) {  // 70 pairs: two launches of up to 64
+      from.push_back(i);
+      to.push_back(80 + i);
+    }
+    std::vector<std::uint8_t> on_cpu = bytes;
+    const kv_block_copy_params host{.first_region = on_cpu.data(), .layer_stride = layer_stride, .block_bytes = block_bytes,
+                                    .layers = layers, .num_blocks = blocks, .from = from.data(), .to = to.data(),
+                                    .count = static_cast<std::int64_t>(from.size())};
+    gpu_test::check_ok(run_kv_block_copy(host, cpu()), "cpu kv_block_copy");
+    device_array<std::uint8_t> d_bytes(bytes);
+    kv_block_copy_params device = host;
+    device.first_region = d_bytes.get();
+    gpu_test::check_ok(run_kv_block_copy(device, gpu()), "gpu kv_block_copy");
+    sync();
+    const auto on_gpu = d_bytes.download();
+    double differ = 0;
+    for (std::size_t i = 0; i < bytes.size(); ++i) differ += on_gpu[i] != on_cpu[i] ? 1 : 0;
+    // And the copy copied: the CPU's result moved what the pairs name.
+    const bool moved = std::equal(on_cpu.begin() + 80 * static_cast<std::ptrdiff_t>(block_bytes),
+                                  on_cpu.begin() + 150 * static_cast<std::ptrdiff_t>(block_bytes), bytes.begin());
+    r.check(format("kv_block_copy blocks of {} bytes, {} layers: bytes that differ from the CPU's", block_bytes, layers),
+            differ + (moved ? 0 : 1), 0.0);
   }
 }
 
@@ -1544,6 +1610,7 @@ int main(int argc, char** argv) {
   test_paged_attention(r);
   test_sampling(r);
   test_masked_sampling(r);
+  test_kv_block_copy(r);
   test_moe_routing(r);
   test_moe_experts(r);
   test_mla_attention(r);

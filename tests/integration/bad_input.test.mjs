@@ -75,9 +75,9 @@ test('empty messages, a missing prompt and an empty prompt are 400s', async () =
   assertInvalid(await post('/v1/completions', { model: modelId }), 'prompt', /required/);
 });
 
-test('n other than 1 is a 400 naming n', async () => {
-  assertInvalid(await post('/v1/chat/completions', { model: modelId, messages: user('x'), n: 2 }), 'n', /must be 1/);
-  assertInvalid(await post('/v1/completions', { model: modelId, prompt: 'x', n: 2 }), 'n', /must be 1/);
+test('n outside 1..128 is a 400 naming n', async () => {
+  assertInvalid(await post('/v1/chat/completions', { model: modelId, messages: user('x'), n: 0 }), 'n', /from 1 to 128/);
+  assertInvalid(await post('/v1/completions', { model: modelId, prompt: 'x', n: 129 }), 'n', /from 1 to 128/);
 });
 
 test('a prompt longer than the context is 400 context_length_exceeded', async () => {

@@ -223,7 +223,7 @@ test('an aborted stream is cancelled in the engine and frees its KV blocks', asy
 
 test('400s are the SDK\'s BadRequestError with the field named', async () => {
   const cases = [
-    [{ model: modelId, messages: [{ role: 'user', content: 'hi' }], n: 2 }, 'n'],
+    [{ model: modelId, messages: [{ role: 'user', content: 'hi' }], n: 0 }, 'n'],
     [{ model: modelId, messages: [] }, 'messages'],
     [{ model: modelId, messages: [{ role: 'user', content: 'hi' }], temperature: 3 }, 'temperature'],
     [{ model: modelId, messages: [{ role: 'user', content: 'hi' }], max_tokens: 'ten' }, 'max_tokens'],

@@ -1,6 +1,7 @@
 // A discrete-event driver for the real scheduler and the real block pool, without a model:
 // time is simulated (each step costs what a cost model says), a sampled token is a made-up id,
-// and a request stops after the number of tokens its trace entry says. Shared by the scheduler's
+// and a request stops after the number of tokens its trace entry says (each of its choices,
+// when it asks for several: one sequence forked into as many). Shared by the scheduler's
 // property and fairness tests (tests/unit/backend/engine) and the trace simulator (tests/bench).
 //
 // One simulation is single-threaded and deterministic: the same requests and configuration give
@@ -36,7 +37,14 @@ struct request {
   std::int64_t output_tokens = 1;     // generated before it stops by itself (EOS), if max_tokens allows
   std::int64_t max_tokens = 1;
   std::optional<double> cancel_at;    // the client goes away at this time
+  std::int64_t choices = 1;           // n: sequences forked from the first (fork_id names them)
+  bool prompt_logits = false;         // logits rows for the prompt's positions
 };
+
+// The sequence id of choice `choice` of request `id` (choice 0 is the request's own id).
+inline sequence_id fork_id(sequence_id id, std::int64_t choice) {
+  return choice == 0 ? id : (id << 16) | static_cast<sequence_id>(choice);
+}
 
 // What happened to one request.
 struct outcome {
@@ -45,7 +53,7 @@ struct outcome {
   std::optional<double> finished;     // when it stopped, ran out of max_tokens or was cancelled
   bool cancelled = false;
   bool rejected = false;              // scheduler::add refused it
-  std::int64_t generated = 0;
+  std::int64_t generated = 0;         // by all its choices
   std::int64_t preemptions = 0;
   int finish_count = 0;               // must end up 1
 };
@@ -92,7 +100,7 @@ class simulation {
                      [](const request& a, const request& b) { return a.arrival < b.arrival; });
     requests_ = std::move(requests);
     for (const request& r : requests_) {
-      index_.emplace(r.id, &r);
+      for (std::int64_t c = 0; c < r.choices; ++c) index_.emplace(fork_id(r.id, c), &r);
       outcomes_.emplace(r.id, outcome{});
     }
     std::size_t next_arrival = 0;
@@ -105,12 +113,16 @@ class simulation {
       if (scheduler_->idle() && next_arrival < requests_.size()) now_ = std::max(now_, requests_[next_arrival].arrival);
       for (; next_arrival < requests_.size() && requests_[next_arrival].arrival <= now_; ++next_arrival) {
         const request& r = requests_[next_arrival];
+        std::vector<sequence_id> forks;
+        for (std::int64_t c = 1; c < r.choices; ++c) forks.push_back(fork_id(r.id, c));
         const status added = scheduler_->add({.id = r.id,
                                               .tenant = r.tenant,
                                               .weight = r.weight,
                                               .priority = r.priority,
                                               .prompt = r.prompt,
-                                              .max_tokens = r.max_tokens});
+                                              .max_tokens = r.max_tokens,
+                                              .forks = std::move(forks),
+                                              .prompt_logits = r.prompt_logits});
         if (!added.ok()) {
           outcome& o = outcomes_.at(r.id);
           o.rejected = true;
@@ -118,13 +130,17 @@ class simulation {
           --open_requests;
         } else {
           live_.push_back(r.id);
+          choices_left_[r.id] = r.choices;
         }
       }
       // Cancellations that are due.
       for (std::size_t i = 0; i < live_.size();) {
         const request& r = *index_.at(live_[i]);
         if (r.cancel_at && *r.cancel_at <= now_) {
-          if (!scheduler_->remove(r.id)) return internal_error(format("request {} vanished before its cancellation", r.id));
+          // Every choice still running (one not forked yet goes with the first).
+          bool removed = false;
+          for (std::int64_t c = 0; c < r.choices; ++c) removed |= scheduler_->remove(fork_id(r.id, c));
+          if (!removed) return internal_error(format("request {} vanished before its cancellation", r.id));
           outcome& o = outcomes_.at(r.id);
           o.cancelled = true;
           end(r.id, o);
@@ -150,33 +166,37 @@ class simulation {
       }
       const double step_start = now_;
       now_ += cost_(work);
+      // (A fork of a request may be preempted and readmitted too.)
       for (const sequence_id id : plan.admitted) {
-        outcome& o = outcomes_.at(id);
+        outcome& o = outcomes_.at(index_.at(id)->id);
         if (!o.admitted) o.admitted = step_start;
       }
-      for (const sequence_id id : plan.preempted) ++outcomes_.at(id).preemptions;
+      for (const sequence_id id : plan.preempted) ++outcomes_.at(index_.at(id)->id).preemptions;
       scheduler_->complete(plan);
-      std::vector<sequence_id> done;
+      std::vector<sequence_id> done;  // choices that ended
       for (const auto& chunk : plan.chunks) {
         if (!chunk.samples) continue;
         const request& r = *index_.at(chunk.id);
-        outcome& o = outcomes_.at(chunk.id);
+        outcome& o = outcomes_.at(r.id);
         const std::int64_t length = scheduler_->sequence_length(chunk.id);
         scheduler_->append_token(chunk.id, sampled_token(chunk.id, length));
         ++o.generated;
+        const std::int64_t generated = ++generated_[chunk.id];
         if (!o.first_token) o.first_token = now_;
         const std::int64_t context = scheduler_->config().max_model_len;
-        if (o.generated >= std::min(r.output_tokens, r.max_tokens) || (context > 0 && length + 1 >= context)) {
+        if (generated >= std::min(r.output_tokens, r.max_tokens) || (context > 0 && length + 1 >= context)) {
           done.push_back(chunk.id);
         }
       }
       if (hook) EDGE_RETURN_IF_ERROR(hook(*this, plan));
       tokens_computed_ += plan.tokens;
       for (const sequence_id id : done) {
-        if (!scheduler_->remove(id)) return internal_error(format("finished request {} was not in the scheduler", id));
-        end(id, outcomes_.at(id));
+        if (!scheduler_->remove(id)) return internal_error(format("finished sequence {} was not in the scheduler", id));
+        const sequence_id request_id = index_.at(id)->id;
+        if (--choices_left_.at(request_id) > 0) continue;
+        end(request_id, outcomes_.at(request_id));
         --open_requests;
-        live_.erase(std::find(live_.begin(), live_.end(), id));
+        live_.erase(std::find(live_.begin(), live_.end(), request_id));
       }
     }
     return {};
@@ -189,9 +209,20 @@ class simulation {
   std::int64_t steps() const { return steps_; }
   std::int64_t tokens_computed() const { return tokens_computed_; }
   const outcome& outcome_of(sequence_id id) const { return outcomes_.at(id); }
+  // The request a sequence (any of its choices) belongs to.
   const request& request_of(sequence_id id) const { return *index_.at(id); }
   // Requests added and not finished, in arrival order.
   const std::vector<sequence_id>& live() const { return live_; }
+  // The scheduler's sequences of the live requests: their choices that run or wait.
+  std::vector<sequence_id> live_sequences() const {
+    std::vector<sequence_id> out;
+    for (const sequence_id id : live_) {
+      for (std::int64_t c = 0; c < index_.at(id)->choices; ++c) {
+        if (scheduler_->contains(fork_id(id, c))) out.push_back(fork_id(id, c));
+      }
+    }
+    return out;
+  }
 
  private:
   simulation(std::int64_t num_blocks, cost_model cost)
@@ -208,6 +239,8 @@ class simulation {
   std::vector<request> requests_;
   std::unordered_map<sequence_id, const request*> index_;
   std::unordered_map<sequence_id, outcome> outcomes_;
+  std::unordered_map<sequence_id, std::int64_t> generated_;     // by sequence (choice)
+  std::unordered_map<sequence_id, std::int64_t> choices_left_;  // by request
   std::vector<sequence_id> live_;
   double now_ = 0.0;
   std::int64_t steps_ = 0;

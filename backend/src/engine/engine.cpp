@@ -1,9 +1,12 @@
 #include "edge/backend/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <iterator>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <unordered_map>
 
@@ -19,9 +22,6 @@ using time_point = engine_clock::time_point;
 
 // What engine::state::round_started holds while the engine thread waits for work.
 constexpr time_point waiting_for_work = time_point::max();
-
-// Most alternatives a request may ask log probabilities for (OpenAI's limit for completions).
-constexpr std::int32_t max_top_logprobs = 20;
 
 double seconds_between(time_point from, time_point to) { return std::chrono::duration<double>(to - from).count(); }
 
@@ -53,11 +53,11 @@ engine_clock& steady_engine_clock() {
 // ---- the queue between threads ----------------------------------------------------------------
 
 struct submission {
-  sequence_id id = 0;
+  sequence_id id = 0;  // the first choice's; choice i's is id + i
   generate_request request;
   event_sink sink;
   std::shared_ptr<std::atomic<bool>> finished;
-  std::unique_ptr<sequence_decoder> decoder;
+  std::vector<std::unique_ptr<sequence_decoder>> decoders;  // [n]
   time_point arrival;
 };
 
@@ -132,20 +132,44 @@ class engine_canceller final : public request_handle::canceller {
 
 namespace {
 
+// One choice of a request: a sequence of the scheduler's (the first one's id is the request's).
+struct active_choice {
+  sequence_id id = 0;
+  std::unique_ptr<sequence_decoder> decoder;
+  bool done = false;
+  time_point last_token;
+};
+
 // A request the engine thread is serving. Engine thread only.
 struct active_request {
   std::string client_id;
   event_sink sink;
   std::shared_ptr<std::atomic<bool>> finished;
-  std::unique_ptr<sequence_decoder> decoder;
+  std::vector<active_choice> choices;  // [n]
+  std::int64_t choices_left = 0;
+  finish_reason last_reason = finish_reason::stop;  // of the choice that ended last
   std::optional<std::int32_t> logprobs;
+  std::optional<std::int32_t> prompt_logprobs;
+  std::vector<sampled_logprobs> prompt_scores;  // gathered step by step until they are sent
+  bool prompt_scores_sent = false;
   std::int64_t prompt_tokens = 0;
   std::int64_t cached_tokens = 0;
   std::int64_t preemptions = 0;
   time_point arrival;
   std::optional<time_point> admitted;
   std::optional<time_point> first_token;
-  time_point last_token;
+
+  std::int64_t generated() const {
+    std::int64_t n = 0;
+    for (const active_choice& c : choices) n += c.decoder->generated();
+    return n;
+  }
+};
+
+// Where a sequence belongs: its request (the first choice's id) and its choice.
+struct choice_ref {
+  sequence_id request = 0;
+  std::size_t index = 0;
 };
 
 // What one round of the loop reports to the observer. Engine thread only.
@@ -192,7 +216,8 @@ struct engine::state {
   std::atomic<time_point> round_started{waiting_for_work};
 
   // Engine thread only.
-  std::unordered_map<sequence_id, active_request> requests;
+  std::unordered_map<sequence_id, active_request> requests;  // by the first choice's id
+  std::unordered_map<sequence_id, choice_ref> choice_of;     // every choice's sequence id
   round_report report;
   scheduler_counters reported;  // the scheduler's counters as of the last report
   executor_counters reported_executor;  // and the executor's
@@ -212,7 +237,11 @@ struct engine::state {
   void apply(command& c);
   void step();
   void fail_step(const std::vector<sequence_id>& ids, const status& failure);
+  // Ends request `id` (its first choice's id) and every choice still running.
   void finish(sequence_id id, finish_reason reason, std::string error = {});
+  // Ends the choice whose sequence is `id`, and its request with the last one.
+  void finish_choice(sequence_id id, finish_reason reason, std::string error = {});
+  active_request& request_of(sequence_id id) { return requests.at(choice_of.at(id).request); }
   void emit(active_request& r, engine_event event);
   void publish();
   // The step's MoE choices, summarised per layer into the round's report.
@@ -318,18 +347,27 @@ void engine::state::apply(command& c) {
   r.client_id = s.request.id;
   r.sink = std::move(s.sink);
   r.finished = std::move(s.finished);
-  r.decoder = std::move(s.decoder);
+  std::vector<sequence_id> forks;
+  for (std::size_t i = 0; i < s.decoders.size(); ++i) {
+    const sequence_id id = s.id + i;
+    r.choices.push_back({.id = id, .decoder = std::move(s.decoders[i]), .done = false, .last_token = s.arrival});
+    choice_of.emplace(id, choice_ref{.request = s.id, .index = i});
+    if (i > 0) forks.push_back(id);
+  }
+  r.choices_left = static_cast<std::int64_t>(r.choices.size());
   r.logprobs = s.request.logprobs;
+  r.prompt_logprobs = s.request.prompt_logprobs;
   r.prompt_tokens = static_cast<std::int64_t>(s.request.prompt.size());
   r.arrival = s.arrival;
-  r.last_token = s.arrival;
   requests.emplace(s.id, std::move(r));
   status added = sched->add({.id = s.id,
                              .tenant = std::move(s.request.tenant),
                              .weight = s.request.weight,
                              .priority = s.request.priority,
                              .prompt = std::move(s.request.prompt),
-                             .max_tokens = s.request.max_tokens});
+                             .max_tokens = s.request.max_tokens,
+                             .forks = std::move(forks),
+                             .prompt_logits = s.request.prompt_logprobs.has_value()});
   if (!added.ok()) finish(s.id, finish_reason::error, added.message());
 }
 
@@ -344,14 +382,16 @@ void engine::state::emit(active_request& r, engine_event event) {
 void engine::state::finish(sequence_id id, finish_reason reason, std::string error) {
   const auto it = requests.find(id);
   if (it == requests.end()) return;  // already finished: a late cancellation
-  sched->remove(id);
   active_request& r = it->second;
+  for (const active_choice& c : r.choices) {
+    // A choice that ended, or a fork not split off yet, is not in the scheduler.
+    if (!c.done) sched->remove(c.id);
+    choice_of.erase(c.id);
+  }
   const time_point now = clock.now();
   finished_event event;
   event.reason = reason;
-  event.usage = {.prompt_tokens = r.prompt_tokens,
-                 .completion_tokens = r.decoder->generated(),
-                 .cached_tokens = r.cached_tokens};
+  event.usage = {.prompt_tokens = r.prompt_tokens, .completion_tokens = r.generated(), .cached_tokens = r.cached_tokens};
   event.timings = {.queued_seconds = r.admitted ? seconds_between(r.arrival, *r.admitted) : seconds_between(r.arrival, now),
                    .time_to_first_token = r.first_token ? seconds_between(r.arrival, *r.first_token) : 0.0,
                    .total_seconds = seconds_between(r.arrival, now),
@@ -362,7 +402,7 @@ void engine::state::finish(sequence_id id, finish_reason reason, std::string err
   report.finished.push_back({.reason = to_string(reason),
                              .e2e_seconds = event.timings.total_seconds,
                              .prompt_tokens = r.prompt_tokens,
-                             .completion_tokens = r.decoder->generated()});
+                             .completion_tokens = event.usage.completion_tokens});
   ++report.finished_requests;
   if (!r.admitted) {
     std::lock_guard lock(inbox->mutex);
@@ -376,6 +416,19 @@ void engine::state::finish(sequence_id id, finish_reason reason, std::string err
   requests.erase(it);
 }
 
+void engine::state::finish_choice(sequence_id id, finish_reason reason, std::string error) {
+  const choice_ref at = choice_of.at(id);
+  // A choice that fails fails its request: the answer would lack it.
+  if (reason == finish_reason::error) return finish(at.request, reason, std::move(error));
+  active_request& r = requests.at(at.request);
+  active_choice& c = r.choices[at.index];
+  if (c.done) return;
+  c.done = true;
+  sched->remove(id);
+  r.last_reason = reason;
+  if (--r.choices_left == 0) finish(at.request, r.last_reason);
+}
+
 void engine::state::fail_step(const std::vector<sequence_id>& ids, const status& failure) {
   log.error("step failed: {}", failure.message());
   for (const sequence_id id : ids) finish(id, finish_reason::error, failure.message());
@@ -387,7 +440,7 @@ void engine::state::step() {
   ++steps;
   first_admitted.clear();
   for (const sequence_id id : plan.admitted) {
-    active_request& r = requests.at(id);
+    active_request& r = request_of(id);
     if (r.admitted) continue;  // readmitted after a preemption
     r.admitted = scheduled_at;
     r.cached_tokens = sched->cached_prompt_tokens(id);
@@ -400,45 +453,73 @@ void engine::state::step() {
     std::lock_guard lock(inbox->mutex);
     inbox->queued -= static_cast<std::int64_t>(first_admitted.size());
   }
-  for (const sequence_id id : first_admitted) emit(requests.at(id), admitted_event{});
-  for (const sequence_id id : plan.preempted) ++requests.at(id).preemptions;
+  for (const sequence_id id : first_admitted) emit(request_of(id), admitted_event{});
+  for (const sequence_id id : plan.preempted) ++request_of(id).preemptions;
   if (plan.empty()) return;
 
   auto ran = driver->run(plan, [&](sequence_id id) {
-    active_request& r = requests.at(id);
-    return driven_sequence{.decoder = r.decoder.get(), .logprobs = r.logprobs};
+    const choice_ref at = choice_of.at(id);
+    active_request& r = requests.at(at.request);
+    return driven_sequence{.decoder = r.choices[at.index].decoder.get(),
+                           .logprobs = r.logprobs,
+                           .prompt_logprobs = r.prompt_logprobs.value_or(0)};
   });
   if (!ran.ok()) {
     std::vector<sequence_id> ids;
     ids.reserve(plan.chunks.size());
-    for (const scheduled_chunk& chunk : plan.chunks) ids.push_back(chunk.id);
+    for (const scheduled_chunk& chunk : plan.chunks) {
+      const sequence_id request = choice_of.at(chunk.id).request;
+      if (std::find(ids.begin(), ids.end(), request) == ids.end()) ids.push_back(request);
+    }
     fail_step(ids, ran.error());
     return;
+  }
+  for (scored_prompt& scored : driver->scored_prompts()) {
+    active_request& r = request_of(scored.id);
+    // Rows come in position order, each once (the scheduler does not score a position twice).
+    if (scored.first != static_cast<std::int64_t>(r.prompt_scores.size()) + 1) {
+      throw std::logic_error(format("request {} got prompt log probabilities from token {} after {} of them",
+                                    r.client_id, scored.first, r.prompt_scores.size()));
+    }
+    std::move(scored.logprobs.begin(), scored.logprobs.end(), std::back_inserter(r.prompt_scores));
   }
   report.batch_tokens += plan.tokens;
   record_routing(exec.last_routing());
 
   const time_point produced_at = clock.now();
   for (sampled_token& t : *ran) {
-    active_request& req = requests.at(t.id);
+    const choice_ref at = choice_of.at(t.id);
+    active_request& req = requests.at(at.request);
+    active_choice& choice = req.choices[at.index];
     if (!req.first_token) {
       req.first_token = produced_at;
       report.time_to_first_token.push_back(seconds_between(req.arrival, produced_at));
       report.prompt_tokens += req.prompt_tokens;
       prompt_tokens_total += req.prompt_tokens;
-    } else {
-      report.inter_token_latency.push_back(seconds_between(req.last_token, produced_at));
+    } else if (choice.decoder->generated() > 1) {
+      report.inter_token_latency.push_back(seconds_between(choice.last_token, produced_at));
     }
-    req.last_token = produced_at;
+    choice.last_token = produced_at;
     ++report.generation_tokens;
     ++generation_tokens_total;
 
+    if (req.prompt_logprobs && !req.prompt_scores_sent) {
+      // Every prompt position but the last is computed before any choice samples.
+      if (static_cast<std::int64_t>(req.prompt_scores.size()) != req.prompt_tokens - 1) {
+        throw std::logic_error(format("request {} samples with {} of its {} prompt log probabilities", req.client_id,
+                                      req.prompt_scores.size(), req.prompt_tokens - 1));
+      }
+      req.prompt_scores_sent = true;
+      emit(req, prompt_logprobs_event{.logprobs = std::move(req.prompt_scores)});
+    }
     delta_event delta;
+    delta.index = static_cast<std::int32_t>(at.index);
     delta.tokens.push_back(t.token);
     if (t.logprobs) delta.logprobs.push_back(std::move(*t.logprobs));
     delta.text = std::move(t.decoded.text);
+    delta.finish = t.decoded.finish;
     emit(req, std::move(delta));
-    if (t.decoded.finish) finish(t.id, *t.decoded.finish, std::move(t.decoded.error));
+    if (t.decoded.finish) finish_choice(t.id, *t.decoded.finish, std::move(t.decoded.error));
   }
 }
 
@@ -477,6 +558,7 @@ void engine::state::publish() {
   s.preemptions = now.preemptions;
   s.prefix_cache_queries = now.prefix_queries;
   s.prefix_cache_hits = now.prefix_hits;
+  s.computed_tokens = now.computed_tokens;
   s.prompt_tokens = prompt_tokens_total;
   s.generation_tokens = generation_tokens_total;
   s.finished = finished_total;
@@ -523,6 +605,7 @@ engine::engine(std::unique_ptr<state> s) : state_(std::move(s)) {}
 result<std::unique_ptr<engine>> engine::create(const tokenizer& tok, executor& exec, kv_block_pool& pool,
                                                std::int64_t context, engine_options options) {
   if (options.scheduler.max_model_len == 0) options.scheduler.max_model_len = context;
+  options.scheduler.max_prompt_logits = exec.max_prompt_logits_rows();
   if (options.scheduler.max_num_batched_tokens > exec.max_batch_tokens()) {
     return invalid_argument(format("max_num_batched_tokens {} exceeds the executor's {} tokens per step",
                                    options.scheduler.max_num_batched_tokens, exec.max_batch_tokens()));
@@ -569,27 +652,39 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
   if (request.logprobs && (*request.logprobs < 0 || *request.logprobs > max_top_logprobs)) {
     return invalid_argument(format("logprobs must be between 0 and {}", max_top_logprobs));
   }
-  for (const token_id id : request.prompt) {
-    if (id < 0 || id >= s.exec.vocab_size()) {
-      return invalid_argument(format("prompt token {} is outside the vocabulary of {}", id, s.exec.vocab_size()));
-    }
+  if (request.prompt_logprobs && (*request.prompt_logprobs < 0 || *request.prompt_logprobs > max_top_logprobs)) {
+    return invalid_argument(format("prompt_logprobs must be between 0 and {}", max_top_logprobs));
   }
-  EDGE_RETURN_IF_ERROR(s.sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens));
+  if (request.n < 1 || request.n > max_choices) return invalid_argument(format("n must be between 1 and {}", max_choices));
+  const std::int64_t vocab = s.exec.vocab_size();
+  for (const token_id id : request.prompt) {
+    if (id < 0 || id >= vocab) return invalid_argument(format("prompt token {} is outside the vocabulary of {}", id, vocab));
+  }
+  EDGE_RETURN_IF_ERROR(check_logit_bias(request.sampling.logit_bias, vocab));
+  if (request.prompt_logprobs && s.sched->config().max_prompt_logits < s.sched->config().block_size) {
+    return invalid_argument("this executor computes no prompt log probabilities");
+  }
+  EDGE_RETURN_IF_ERROR(
+      s.sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens, request.n));
   if (request.grammar && &request.grammar->vocabulary().source() != &s.tok) {
     return invalid_argument("the request's grammar was compiled for another tokenizer than the engine's");
   }
 
   submission sub;
   sub.arrival = s.clock.now();
-  sub.id = s.next_id.fetch_add(1, std::memory_order_relaxed);
+  sub.id = s.next_id.fetch_add(static_cast<sequence_id>(request.n), std::memory_order_relaxed);
   sub.finished = std::make_shared<std::atomic<bool>>(false);
-  sub.decoder = std::make_unique<sequence_decoder>(s.tok, request.sampling, request.prompt,
-                                                   decode_limits{.max_tokens = request.max_tokens,
-                                                                 .context = s.context,
-                                                                 .ignore_eos = request.ignore_eos,
-                                                                 .stop_token_ids = request.stop_token_ids,
-                                                                 .stop = request.stop,
-                                                                 .grammar = request.grammar});
+  for (std::int32_t i = 0; i < request.n; ++i) {
+    sampling_params sampling = request.sampling;
+    if (sampling.seed) sampling.seed = choice_seed(*sampling.seed, i);
+    sub.decoders.push_back(std::make_unique<sequence_decoder>(s.tok, sampling, request.prompt,
+                                                              decode_limits{.max_tokens = request.max_tokens,
+                                                                            .context = s.context,
+                                                                            .ignore_eos = request.ignore_eos,
+                                                                            .stop_token_ids = request.stop_token_ids,
+                                                                            .stop = request.stop,
+                                                                            .grammar = request.grammar}));
+  }
   sub.request = std::move(request);
   sub.sink = std::move(sink);
   request_handle handle(std::make_unique<engine_canceller>(s.inbox, sub.id, sub.finished));

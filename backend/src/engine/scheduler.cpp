@@ -41,6 +41,12 @@ struct scheduler::sequence {
   std::int64_t prompt_length = 0;
   std::int64_t max_tokens = 0;
   std::vector<std::int32_t> tokens;  // prompt, then generated
+  std::vector<sequence_id> forks;    // choices still to split off
+  // While running with forks: the blocks each fork takes for itself when it splits off,
+  // fork_own_blocks() per fork, held from admission on.
+  std::vector<std::int32_t> fork_blocks;
+  bool prompt_logits = false;
+  std::int64_t prompt_logits_done = 0;  // leading prompt positions whose logits rows were produced
   std::int64_t computed = 0;         // leading tokens whose K/V are in the cache
   std::vector<std::int32_t> blocks;  // block table
   block_hash root{};                 // the salt's chain root
@@ -99,28 +105,67 @@ result<std::unique_ptr<scheduler>> scheduler::create(const scheduler_config& con
   return s;
 }
 
-status scheduler::check_fits(std::int64_t prompt_tokens, std::int64_t max_tokens) const {
+std::int64_t scheduler::longest(std::int64_t prompt_tokens, std::int64_t max_tokens) const {
+  // max_tokens may be anything a client sent: capped before adding.
+  std::int64_t out = prompt_tokens + std::min(max_tokens, std::numeric_limits<std::int64_t>::max() / 2);
+  if (config_.max_model_len > 0) out = std::min(out, config_.max_model_len);
+  return out;
+}
+
+std::int64_t scheduler::fork_own_blocks(std::int64_t prompt_tokens, std::int64_t max_tokens) const {
+  // The full blocks before the last prompt token are shared; the rest is the fork's own.
+  const std::int64_t shared = (prompt_tokens - 1) / config_.block_size;
+  if (config_.admission == admission_policy::optimistic) return 1;
+  return blocks_for(longest(prompt_tokens, max_tokens)) - shared;
+}
+
+status scheduler::check_fits(std::int64_t prompt_tokens, std::int64_t max_tokens, std::int64_t choices) const {
   if (prompt_tokens < 1) return invalid_argument("the prompt is empty");
   if (max_tokens < 1) return invalid_argument(format("max_tokens must be at least 1, not {}", max_tokens));
+  if (choices < 1) return invalid_argument(format("n must be at least 1, not {}", choices));
+  if (choices > config_.max_num_seqs) {
+    return invalid_argument(format("n = {} choices run as {} sequences; the engine runs at most {} at once", choices,
+                                   choices, config_.max_num_seqs));
+  }
   if (config_.max_model_len > 0 && prompt_tokens >= config_.max_model_len) {
     return out_of_range(format("the prompt has {} tokens; the model's context is {} tokens", prompt_tokens,
                                config_.max_model_len));
   }
-  std::int64_t longest = prompt_tokens + std::min(max_tokens, std::numeric_limits<std::int64_t>::max() / 2);
-  if (config_.max_model_len > 0) longest = std::min(longest, config_.max_model_len);
-  const std::int64_t usable = (pool_.total_blocks() - watermark_blocks_) * config_.block_size;
-  if (blocks_for(longest) * config_.block_size > usable) {
-    return out_of_range(format("prompt ({} tokens) plus max_tokens ({}) needs up to {} tokens of KV cache; "
-                               "the cache holds {}",
-                               prompt_tokens, max_tokens, longest, usable));
+  const std::int64_t top = longest(prompt_tokens, max_tokens);
+  // Every choice at its longest: the prompt's full blocks once, the rest per choice.
+  const std::int64_t shared = (prompt_tokens - 1) / config_.block_size;
+  const std::int64_t blocks = blocks_for(top) + (choices - 1) * (blocks_for(top) - shared);
+  const std::int64_t usable = pool_.total_blocks() - watermark_blocks_;
+  if (blocks > usable) {
+    if (choices == 1) {
+      return out_of_range(format("prompt ({} tokens) plus max_tokens ({}) needs up to {} tokens of KV cache; "
+                                 "the cache holds {}",
+                                 prompt_tokens, max_tokens, top, usable * config_.block_size));
+    }
+    return out_of_range(format("prompt ({} tokens) plus max_tokens ({}) for {} choices needs up to {} blocks of {} "
+                               "tokens of KV cache; the cache holds {}",
+                               prompt_tokens, max_tokens, choices, blocks, config_.block_size, usable));
   }
   return {};
 }
 
 status scheduler::add(sequence_spec spec) {
-  EDGE_RETURN_IF_ERROR(check_fits(static_cast<std::int64_t>(spec.prompt.size()), spec.max_tokens));
+  const auto choices = static_cast<std::int64_t>(spec.forks.size()) + 1;
+  EDGE_RETURN_IF_ERROR(check_fits(static_cast<std::int64_t>(spec.prompt.size()), spec.max_tokens, choices));
   if (!(spec.weight > 0.0)) return invalid_argument(format("tenant weight {} is not positive", spec.weight));
-  if (sequences_.contains(spec.id)) return invalid_argument(format("sequence {} already exists", spec.id));
+  const auto taken = [&](sequence_id id) { return sequences_.contains(id) || fork_ids_.contains(id); };
+  if (taken(spec.id)) return invalid_argument(format("sequence {} already exists", spec.id));
+  for (std::size_t i = 0; i < spec.forks.size(); ++i) {
+    const sequence_id f = spec.forks[i];
+    if (f == spec.id || taken(f) || std::find(spec.forks.begin(), spec.forks.begin() + static_cast<std::ptrdiff_t>(i), f) !=
+                                        spec.forks.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return invalid_argument(format("fork {} of sequence {} is not a new id", f, spec.id));
+    }
+  }
+  if (spec.prompt_logits && config_.max_prompt_logits < config_.block_size) {
+    return invalid_argument(format("prompt logits need a block of {} rows a step; the executor computes {}",
+                                   config_.block_size, config_.max_prompt_logits));
+  }
 
   auto it = tenants_.find(spec.tenant);
   if (it == tenants_.end()) {
@@ -139,6 +184,9 @@ status scheduler::add(sequence_spec spec) {
   s->prompt_length = static_cast<std::int64_t>(spec.prompt.size());
   s->max_tokens = spec.max_tokens;
   s->tokens = std::move(spec.prompt);
+  s->forks = std::move(spec.forks);
+  s->prompt_logits = spec.prompt_logits;
+  fork_ids_.insert(s->forks.begin(), s->forks.end());
   s->root = prefix_root_hash(spec.tenant);
   sequence& ref = *s;
   sequences_.emplace(spec.id, std::move(s));
@@ -151,8 +199,10 @@ bool scheduler::remove(sequence_id id) {
   const auto it = sequences_.find(id);
   if (it == sequences_.end()) return false;
   sequence& s = *it->second;
+  for (const sequence_id f : s.forks) fork_ids_.erase(f);
   if (s.state == sequence_state::running) {
     release_blocks(s);
+    pending_forks_ -= static_cast<std::int64_t>(s.forks.size());
     running_.erase(std::find(running_.begin(), running_.end(), &s));
     --s.tenant->running;
   } else {
@@ -203,11 +253,53 @@ std::int64_t scheduler::chunk_for(std::int64_t computed, std::int64_t length, st
 
 std::int64_t scheduler::admission_blocks(const sequence& s) const {
   const auto length = static_cast<std::int64_t>(s.tokens.size());
-  if (config_.admission == admission_policy::optimistic) return blocks_for(length);
-  // max_tokens may be anything a client sent: cap it before adding (check_fits does the same).
-  std::int64_t longest = s.prompt_length + std::min(s.max_tokens, std::numeric_limits<std::int64_t>::max() / 2);
-  if (config_.max_model_len > 0) longest = std::min(longest, config_.max_model_len);
-  return blocks_for(std::max(longest, length));
+  const std::int64_t own = config_.admission == admission_policy::optimistic
+                               ? blocks_for(length)
+                               : blocks_for(std::max(longest(s.prompt_length, s.max_tokens), length));
+  return own + static_cast<std::int64_t>(s.forks.size()) * fork_own_blocks(s.prompt_length, s.max_tokens);
+}
+
+std::int64_t scheduler::compute_target(const sequence& s) const {
+  return s.forks.empty() ? static_cast<std::int64_t>(s.tokens.size()) : s.prompt_length - 1;
+}
+
+bool scheduler::owes_prompt_logits(const sequence& s) const {
+  return s.prompt_logits && s.prompt_logits_done < s.prompt_length - 1;
+}
+
+scheduler::chunk_shape scheduler::next_chunk(const sequence& s, std::int64_t computed, std::int64_t budget,
+                                             std::int64_t logits_budget) const {
+  chunk_shape shape;
+  const std::int64_t last_scored = s.prompt_length - 1;  // rows are for positions before it
+  const bool scores = owes_prompt_logits(s) && computed < last_scored;
+  if (scores) {
+    // Positions whose rows were produced before a preemption need none now.
+    budget = std::min(budget, logits_budget + std::max<std::int64_t>(0, s.prompt_logits_done - computed));
+  }
+  shape.count = chunk_for(computed, compute_target(s), budget);
+  if (scores && shape.count > 0) {
+    const std::int64_t begin = std::max(computed, s.prompt_logits_done);
+    const std::int64_t end = std::min(computed + shape.count, last_scored);
+    if (end > begin) {
+      shape.logits_offset = begin - computed;
+      shape.logits_count = end - begin;
+    }
+  }
+  return shape;
+}
+
+void scheduler::add_chunk(sequence& s, const chunk_shape& shape, step_plan& plan) {
+  const std::int64_t end = s.computed + shape.count;
+  plan.chunks.push_back({.id = s.id,
+                         .start = s.computed,
+                         .tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
+                                                                                   static_cast<std::size_t>(shape.count)),
+                         .block_table = s.blocks,
+                         .samples = s.forks.empty() && end == static_cast<std::int64_t>(s.tokens.size()),
+                         .prompt_logits_offset = shape.logits_offset,
+                         .prompt_logits_count = shape.logits_count});
+  plan.tokens += shape.count;
+  charge(*s.tenant, shape.count);
 }
 
 const block_hash& scheduler::block_hash_at(sequence& s, std::int64_t block) {
@@ -232,19 +324,28 @@ void scheduler::register_full_blocks(sequence& s) {
 void scheduler::release_blocks(sequence& s) {
   // Last block first: the pool evicts free cached blocks least recently freed first, so a
   // sequence's later blocks go before the shared beginnings that other prompts may reuse.
-  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) {
-    if (*it < 0 || *it >= pool_.total_blocks() || pool_.ref_count(*it) <= 0) {
-      accounting_bug(format("sequence {} frees block {}, which nobody holds", s.id, *it));
+  const auto free_all = [&](std::vector<std::int32_t>& blocks) {
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+      if (*it < 0 || *it >= pool_.total_blocks() || pool_.ref_count(*it) <= 0) {
+        accounting_bug(format("sequence {} frees block {}, which nobody holds", s.id, *it));
+      }
+      pool_.free(*it);
     }
-    pool_.free(*it);
-  }
-  s.blocks.clear();
+    blocks.clear();
+  };
+  free_all(s.fork_blocks);
+  free_all(s.blocks);
   s.registered = 0;
 }
 
-void scheduler::preempt(sequence& s) {
+void scheduler::preempt(sequence& s, step_plan& plan) {
+  // A fork split off in this step and preempted in it needs its copy no more.
+  std::erase_if(plan.copies, [&](const block_copy& c) {
+    return std::find(s.blocks.begin(), s.blocks.end(), c.to) != s.blocks.end();
+  });
   release_blocks(s);
   s.computed = 0;
+  pending_forks_ -= static_cast<std::int64_t>(s.forks.size());
   running_.erase(std::find(running_.begin(), running_.end(), &s));
   --s.tenant->running;
   enqueue_waiting(s);
@@ -275,12 +376,16 @@ scheduler::tenant_state* scheduler::next_tenant() {
   return best;
 }
 
-bool scheduler::try_admit(sequence& s, std::int64_t budget, step_plan& plan) {
+bool scheduler::try_admit(sequence& s, std::int64_t budget, std::int64_t& logits_budget, step_plan& plan) {
   const auto length = static_cast<std::int64_t>(s.tokens.size());
+  const auto choices = static_cast<std::int64_t>(s.forks.size()) + 1;
+  if (num_running() + pending_forks_ + choices > config_.max_num_seqs) return false;
   std::vector<std::int32_t> hits;
-  if (config_.enable_prefix_caching) {
-    // The last token is always computed (its logits are needed), in a block of this sequence's own.
-    const std::int64_t candidates = (length - 1) / config_.block_size;
+  // A sequence still owed prompt logits computes every position: a hit would skip their rows.
+  if (config_.enable_prefix_caching && !owes_prompt_logits(s)) {
+    // The last token is always computed (its logits are needed), in a block of this sequence's
+    // own; with forks, the last prompt token of every choice.
+    const std::int64_t candidates = (std::min(length, compute_target(s) + 1) - 1) / config_.block_size;
     for (std::int64_t j = 0; j < candidates; ++j) {
       const auto block = pool_.find_cached(block_hash_at(s, j));
       if (!block) break;
@@ -290,8 +395,11 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, step_plan& plan) {
   const auto hit_blocks = static_cast<std::int64_t>(hits.size());
   const std::int64_t start = hit_blocks * config_.block_size;
 
-  const std::int64_t chunk = chunk_for(start, length, budget);
-  if (chunk == 0) return false;
+  // With forks and the whole prompt but its last token found, the forks split off at once.
+  const bool forks_now = !s.forks.empty() && start == compute_target(s);
+  const chunk_shape shape = forks_now ? chunk_shape{.count = std::min<std::int64_t>(1, budget)}
+                                      : next_chunk(s, start, budget, logits_budget);
+  if (shape.count == 0) return false;
 
   const std::int64_t fresh = admission_blocks(s) - hit_blocks;
   const auto revived = static_cast<std::int64_t>(
@@ -302,10 +410,12 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, step_plan& plan) {
     pool_.acquire(b);
     s.blocks.push_back(b);
   }
+  const std::int64_t for_forks =
+      static_cast<std::int64_t>(s.forks.size()) * fork_own_blocks(s.prompt_length, s.max_tokens);
   for (std::int64_t i = 0; i < fresh; ++i) {
     const auto block = pool_.allocate();
     if (!block) accounting_bug(format("admitting sequence {} found fewer free blocks than counted", s.id));
-    s.blocks.push_back(*block);
+    (i < fresh - for_forks ? s.blocks : s.fork_blocks).push_back(*block);
   }
   s.computed = start;
   s.registered = hit_blocks;
@@ -320,31 +430,92 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, step_plan& plan) {
   s.tenant->waiting.erase(&s);
   --waiting_count_;
   insert_running(s);
+  pending_forks_ += static_cast<std::int64_t>(s.forks.size());
   plan.admitted.push_back(s.id);
-  plan.chunks.push_back({.id = s.id,
-                         .start = s.computed,
-                         .tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
-                                                                                   static_cast<std::size_t>(chunk)),
-                         .block_table = s.blocks,
-                         .samples = s.computed + chunk == length});
-  plan.tokens += chunk;
-  charge(*s.tenant, chunk);
+  logits_budget -= shape.logits_count;
+  if (!forks_now) {
+    add_chunk(s, shape, plan);
+    return true;
+  }
+  // Each choice computes the last prompt token in a block of its own, within the step's budget;
+  // those that do not fit wait for the next step as running sequences.
+  const std::size_t first_fork = plan.forked.size();
+  fork(s, plan);
+  std::int64_t left = budget;
+  add_chunk(s, shape, plan);
+  left -= shape.count;
+  for (std::size_t f = first_fork; f < plan.forked.size() && left > 0; ++f, --left) {
+    add_chunk(*sequences_.at(plan.forked[f].second), chunk_shape{.count = 1}, plan);
+  }
   return true;
+}
+
+void scheduler::fork(sequence& s, step_plan& plan) {
+  const std::int64_t point = s.prompt_length - 1;
+  assert(s.computed == point);
+  const std::int64_t shared = point / config_.block_size;
+  const bool partial = point % config_.block_size != 0;
+  const std::int64_t own = fork_own_blocks(s.prompt_length, s.max_tokens);
+  if (static_cast<std::int64_t>(s.fork_blocks.size()) != own * static_cast<std::int64_t>(s.forks.size())) {
+    accounting_bug(format("sequence {} holds {} blocks for {} forks of {} blocks each", s.id, s.fork_blocks.size(),
+                          s.forks.size(), own));
+  }
+  auto next_block = s.fork_blocks.begin();
+  for (const sequence_id id : s.forks) {
+    auto c = std::make_unique<sequence>();
+    c->id = id;
+    c->tenant = s.tenant;
+    c->priority = s.priority;
+    c->arrival = next_arrival_++;
+    c->prompt_length = s.prompt_length;
+    c->max_tokens = s.max_tokens;
+    c->tokens = s.tokens;
+    c->computed = point;
+    c->root = s.root;
+    c->hashes.assign(s.hashes.begin(), s.hashes.begin() + std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(shared),
+                                                                                 static_cast<std::ptrdiff_t>(s.hashes.size())));
+    c->registered = std::min(s.registered, shared);
+    c->cached_prompt_tokens = s.cached_prompt_tokens;
+    c->admitted_before = true;
+    for (std::int64_t j = 0; j < shared; ++j) {
+      const std::int32_t b = s.blocks[static_cast<std::size_t>(j)];
+      pool_.share(b);
+      c->blocks.push_back(b);
+    }
+    c->blocks.insert(c->blocks.end(), next_block, next_block + own);
+    next_block += own;
+    if (partial) {
+      plan.copies.push_back({.from = s.blocks[static_cast<std::size_t>(shared)],
+                             .to = c->blocks[static_cast<std::size_t>(shared)]});
+    }
+    sequence& child = *c;
+    sequences_.emplace(id, std::move(c));
+    fork_ids_.erase(id);
+    insert_running(child);
+    plan.forked.emplace_back(s.id, id);
+  }
+  pending_forks_ -= static_cast<std::int64_t>(s.forks.size());
+  s.forks.clear();
+  s.fork_blocks.clear();
 }
 
 step_plan scheduler::schedule() {
   step_plan plan;
   std::int64_t budget = config_.max_num_batched_tokens;
+  std::int64_t logits_budget = config_.max_prompt_logits;
 
-  // 1. Running sequences, in order; preemption takes from the back of the same order.
+  // 1. Running sequences, in order; preemption takes from the back of the same order. A
+  // sequence whose prompt is in the cache but for the last token forks first: its forks join
+  // the running list after it (they arrive last) and get their chunks further on in this loop.
   for (std::size_t i = 0; i < running_.size();) {
     sequence& s = *running_[i];
-    const std::int64_t chunk = chunk_for(s.computed, static_cast<std::int64_t>(s.tokens.size()), budget);
-    if (chunk == 0) {
+    if (!s.forks.empty() && s.computed == compute_target(s)) fork(s, plan);
+    const chunk_shape shape = next_chunk(s, s.computed, budget, logits_budget);
+    if (shape.count == 0) {
       ++i;
       continue;
     }
-    const std::int64_t needed = blocks_for(s.computed + chunk) - static_cast<std::int64_t>(s.blocks.size());
+    const std::int64_t needed = blocks_for(s.computed + shape.count) - static_cast<std::int64_t>(s.blocks.size());
     bool preempted_self = false;
     while (needed > pool_.free_blocks()) {
       // Only optimistic admission grows a sequence after admission.
@@ -353,7 +524,7 @@ step_plan scheduler::schedule() {
       }
       sequence& victim = *running_.back();
       plan.preempted.push_back(victim.id);
-      preempt(victim);
+      preempt(victim, plan);
       if (&victim == &s) {
         preempted_self = true;
         break;
@@ -366,15 +537,9 @@ step_plan scheduler::schedule() {
       if (!block) accounting_bug(format("growing sequence {} found fewer free blocks than counted", s.id));
       s.blocks.push_back(*block);
     }
-    plan.chunks.push_back({.id = s.id,
-                           .start = s.computed,
-                           .tokens = std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
-                                                                                     static_cast<std::size_t>(chunk)),
-                           .block_table = s.blocks,
-                           .samples = s.computed + chunk == static_cast<std::int64_t>(s.tokens.size())});
-    plan.tokens += chunk;
-    charge(*s.tenant, chunk);
-    budget -= chunk;
+    add_chunk(s, shape, plan);
+    budget -= shape.count;
+    logits_budget -= shape.logits_count;
     ++i;
   }
 
@@ -382,12 +547,12 @@ step_plan scheduler::schedule() {
   if (plan.preempted.empty()) {
     std::uint64_t pick = 0;
     for (const auto& [name, t] : tenants_) pick = std::max(pick, t->last_picked);
-    while (num_running() < config_.max_num_seqs && budget > 0) {
+    while (num_running() + pending_forks_ < config_.max_num_seqs && budget > 0) {
       tenant_state* tenant = next_tenant();
       if (tenant == nullptr) break;
       sequence& head = **tenant->waiting.begin();
       const std::int64_t before = plan.tokens;
-      if (!try_admit(head, budget, plan)) break;
+      if (!try_admit(head, budget, logits_budget, plan)) break;
       tenant->last_picked = ++pick;
       budget -= plan.tokens - before;
     }
@@ -403,6 +568,10 @@ void scheduler::complete(const step_plan& plan) {
     const auto count = static_cast<std::int64_t>(chunk.tokens.size());
     s.computed = chunk.start + count;
     counters_.computed_tokens += count;
+    if (chunk.prompt_logits_count > 0) {
+      s.prompt_logits_done =
+          std::max(s.prompt_logits_done, chunk.start + chunk.prompt_logits_offset + chunk.prompt_logits_count);
+    }
     if (config_.enable_prefix_caching) register_full_blocks(s);
   }
 }
@@ -441,6 +610,18 @@ std::span<const std::int32_t> scheduler::block_table(sequence_id id) const {
   return it->second->blocks;
 }
 
+std::span<const std::int32_t> scheduler::fork_blocks(sequence_id id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return {};
+  return it->second->fork_blocks;
+}
+
+std::span<const std::int32_t> scheduler::tokens(sequence_id id) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return {};
+  return it->second->tokens;
+}
+
 std::int64_t scheduler::tokens_served(std::string_view tenant) const {
   const auto it = tenants_.find(tenant);
   return it == tenants_.end() ? 0 : it->second->tokens_served;
@@ -449,12 +630,28 @@ std::int64_t scheduler::tokens_served(std::string_view tenant) const {
 status scheduler::check_invariants() const {
   EDGE_RETURN_IF_ERROR(pool_.check_consistency());
   std::vector<std::int32_t> holders(static_cast<std::size_t>(pool_.total_blocks()), 0);
+  // Per block, whether some holder may still write it: it lies at or past that holder's last
+  // full computed block (a block several tables hold must be read-only for all of them).
+  std::vector<bool> writable(static_cast<std::size_t>(pool_.total_blocks()), false);
   std::int64_t waiting = 0;
+  std::int64_t pending_forks = 0;
   for (const auto& [id, s] : sequences_) {
     if (s->state == sequence_state::waiting) {
       ++waiting;
-      if (!s->blocks.empty()) return internal_error(format("waiting sequence {} holds {} blocks", id, s->blocks.size()));
+      if (!s->blocks.empty() || !s->fork_blocks.empty()) {
+        return internal_error(format("waiting sequence {} holds {} blocks", id, s->blocks.size() + s->fork_blocks.size()));
+      }
       continue;
+    }
+    pending_forks += static_cast<std::int64_t>(s->forks.size());
+    if (static_cast<std::int64_t>(s->fork_blocks.size()) !=
+        static_cast<std::int64_t>(s->forks.size()) * fork_own_blocks(s->prompt_length, s->max_tokens)) {
+      return internal_error(format("sequence {} holds {} blocks for {} forks", id, s->fork_blocks.size(), s->forks.size()));
+    }
+    for (const std::int32_t b : s->fork_blocks) {
+      if (b < 0 || b >= pool_.total_blocks()) return internal_error(format("sequence {} holds block {}", id, b));
+      ++holders[static_cast<std::size_t>(b)];
+      writable[static_cast<std::size_t>(b)] = true;
     }
     if (s->computed > static_cast<std::int64_t>(s->tokens.size())) {
       return internal_error(format("sequence {} computed {} of {} tokens", id, s->computed, s->tokens.size()));
@@ -462,10 +659,16 @@ status scheduler::check_invariants() const {
     if (static_cast<std::int64_t>(s->blocks.size()) < blocks_for(s->computed)) {
       return internal_error(format("sequence {} has {} blocks for {} computed tokens", id, s->blocks.size(), s->computed));
     }
-    for (const std::int32_t b : s->blocks) {
+    const std::int64_t read_only = s->computed / config_.block_size;
+    for (std::size_t j = 0; j < s->blocks.size(); ++j) {
+      const std::int32_t b = s->blocks[j];
       if (b < 0 || b >= pool_.total_blocks()) return internal_error(format("sequence {} holds block {}", id, b));
       ++holders[static_cast<std::size_t>(b)];
+      if (static_cast<std::int64_t>(j) >= read_only) writable[static_cast<std::size_t>(b)] = true;
     }
+  }
+  if (pending_forks != pending_forks_) {
+    return internal_error(format("{} forks are pending, counted {}", pending_forks, pending_forks_));
   }
   for (std::int64_t b = 0; b < pool_.total_blocks(); ++b) {
     const std::int32_t held = holders[static_cast<std::size_t>(b)];
@@ -473,13 +676,14 @@ status scheduler::check_invariants() const {
       return internal_error(format("block {} is in {} block tables but has {} references", b, held,
                                    pool_.ref_count(static_cast<std::int32_t>(b))));
     }
-    if (held > 1 && !pool_.is_cached(static_cast<std::int32_t>(b))) {
-      return internal_error(format("block {} is shared by {} sequences without being a cached prefix", b, held));
+    if (held > 1 && writable[static_cast<std::size_t>(b)]) {
+      return internal_error(format("block {} is shared by {} sequences and one may still write it", b, held));
     }
   }
   if (waiting != waiting_count_) return internal_error(format("{} sequences wait, counted {}", waiting, waiting_count_));
-  if (num_running() > config_.max_num_seqs) {
-    return internal_error(format("{} sequences run, more than max_num_seqs {}", num_running(), config_.max_num_seqs));
+  if (num_running() + pending_forks_ > config_.max_num_seqs) {
+    return internal_error(format("{} sequences run and {} forks wait to, more than max_num_seqs {}", num_running(),
+                                 pending_forks_, config_.max_num_seqs));
   }
   for (std::size_t i = 1; i < running_.size(); ++i) {
     if (by_priority_then_arrival{}(running_[i], running_[i - 1])) return internal_error("running list out of order");

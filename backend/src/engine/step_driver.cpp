@@ -11,9 +11,11 @@ step_driver::step_driver(scheduler& sched, executor& exec) : sched_(sched), exec
 result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
                                                     const std::function<driven_sequence(sequence_id)>& sequence_of) {
   batch_.entries.clear();
+  batch_.copies = plan.copies;
   row_ids_.clear();
   row_seqs_.clear();
   rows_.clear();
+  scored_.clear();
   std::size_t copied = 0;
   const auto words = static_cast<std::size_t>(kernels::allowed_words(exec_.vocab_size()));
   std::size_t constrained = 0;
@@ -27,12 +29,17 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
     batch_.entries.push_back({.tokens = chunk.tokens,
                               .start_position = chunk.start,
                               .block_table = chunk.block_table,
-                              .compute_logits = chunk.samples});
+                              .compute_logits = chunk.samples,
+                              .prompt_logits_offset = chunk.prompt_logits_offset,
+                              .prompt_logits_count = chunk.prompt_logits_count});
     if (!chunk.samples) continue;
     const driven_sequence seq = sequence_of(chunk.id);
     const bool on_host = seq.decoder->samples_on_host();
     row_sampling row{.sample = !on_host, .copy_logits = on_host || seq.logprobs.has_value()};
-    if (row.sample) row.config = seq.decoder->next_row();
+    if (row.sample) {
+      row.config = seq.decoder->next_row();
+      row.bias = seq.decoder->sampling().logit_bias;
+    }
     if (seq.decoder->constrained()) {
       const std::span<std::uint32_t> mask = std::span(masks_).subspan(mask_row++ * words, words);
       seq.decoder->fill_allowed(mask);
@@ -44,8 +51,9 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
     rows_.push_back(row);
   }
   const auto vocab = static_cast<std::size_t>(exec_.vocab_size());
+  const auto prompt_rows = static_cast<std::size_t>(batch_.prompt_logits_rows());
   tokens_.assign(rows_.size(), 0);
-  logits_.resize(copied * vocab);
+  logits_.resize((copied + prompt_rows) * vocab);
   EDGE_RETURN_IF_ERROR(exec_.forward_sample(batch_, rows_, tokens_, logits_));
 
   // First every token (what can fail), then the records: an error leaves nothing half done.
@@ -66,17 +74,34 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
       }
       kernels::sampling_row config = seq.decoder->prepare(row);
       config.allowed_row = rows_[r].allowed.empty() ? -1 : 0;
+      const std::vector<kernels::logit_bias>& bias = seq.decoder->sampling().logit_bias;
       EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = row.data(),
                                                   .config = &config,
                                                   .out = &tokens_[r],
                                                   .rows = 1,
                                                   .vocab = static_cast<std::int64_t>(vocab),
+                                                  .biases = bias.data(),
                                                   .allowed = rows_[r].allowed.data()},
                                                  {}));
     }
     out[r].id = row_ids_[r];
     out[r].token = tokens_[r];
     if (seq.logprobs) out[r].logprobs = logprobs_of(raw, out[r].token, *seq.logprobs);
+  }
+  // The prompt logits rows follow the copied ones, chunk after chunk: each is scored against the
+  // prompt token after its position.
+  for (const scheduled_chunk& chunk : plan.chunks) {
+    if (chunk.prompt_logits_count == 0) continue;
+    const driven_sequence seq = sequence_of(chunk.id);
+    const std::span<const std::int32_t> tokens = sched_.tokens(chunk.id);
+    scored_prompt& scored = scored_.emplace_back();
+    scored.id = chunk.id;
+    scored.first = chunk.start + chunk.prompt_logits_offset + 1;
+    for (std::int64_t i = 0; i < chunk.prompt_logits_count; ++i) {
+      const std::span<const float> row = std::span<const float>(logits_).subspan(logits_row++ * vocab, vocab);
+      const token_id next = tokens[static_cast<std::size_t>(scored.first + i)];
+      scored.logprobs.push_back(logprobs_of(row, next, seq.prompt_logprobs));
+    }
   }
   sched_.complete(plan);
   for (std::size_t r = 0; r < out.size(); ++r) {

@@ -42,6 +42,7 @@ struct cpu_executor::state {
   forward_weights weights;
   std::deque<std::vector<float>> weight_vectors;  // what weights' norms, biases and RoPE tables point into
   std::int64_t table_blocks = 0;  // the most blocks one sequence's table holds
+  std::int64_t prompt_rows = 0;   // prompt logits rows a step takes at most
 
   // Step buffers, sized for options.max_batch_tokens tokens and options.max_sequences entries.
   std::vector<float> x, xn, qkv, attn, gate_up, last;  // forward_buffers
@@ -50,8 +51,9 @@ struct cpu_executor::state {
   std::vector<float> mla_query, latents, index_query, mla_workspace;  // forward_buffers (MLA)
   std::vector<std::int32_t> selected, selected_count;              // forward_buffers (DSA)
   std::int64_t last_tokens = 0;                                    // of the last step
-  std::vector<float> logits;                           // [sequences, vocab] forward_sample's rows
+  std::vector<float> logits;                           // [sequences + prompt_rows, vocab] forward_sample's rows
   std::vector<kernels::sampling_row> sampling;         // [sequences]
+  std::vector<kernels::logit_bias> biases;             // the step's rows' logit biases, one after another
   std::vector<std::int32_t> sampled;                   // [sequences]
   std::vector<std::uint32_t> allowed;                  // [constrained rows, allowed_words(vocab)]
   std::vector<std::int32_t> ids, positions, seq;       // [tokens]
@@ -59,7 +61,7 @@ struct cpu_executor::state {
   std::vector<std::int32_t> tables;                    // [sequences * table_blocks] room, ragged
   std::vector<std::int32_t> table_begin;               // [sequences + 1]
   std::vector<std::int32_t> seq_begin;                 // [sequences + 1]
-  std::vector<std::int64_t> last_token;                // [sequences]
+  std::vector<std::int64_t> last_token;                // [sequences + prompt_rows]
 
   state(const model& model_, kv_cache& cache_, thread_pool* pool, const cpu_executor_options& opts)
       : m(model_), cache(cache_), stream{kernels::device::cpu, pool, nullptr}, options(opts) {}
@@ -74,6 +76,7 @@ cpu_executor::~cpu_executor() = default;
 std::int64_t cpu_executor::max_batch_tokens() const { return state_->options.max_batch_tokens; }
 std::int64_t cpu_executor::max_sequences() const { return state_->options.max_sequences; }
 std::int64_t cpu_executor::vocab_size() const { return state_->plan.vocab; }
+std::int64_t cpu_executor::max_prompt_logits_rows() const { return state_->prompt_rows; }
 const kv_cache_layout& cpu_executor::kv_layout() const { return state_->cache.layout(); }
 
 result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_cache& cache, thread_pool* pool,
@@ -95,7 +98,8 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
 
   const auto tokens = options.max_batch_tokens;
   const auto sequences = options.max_sequences;
-  const auto floats = forward_buffer_floats::for_step(s->plan, tokens, sequences);
+  s->prompt_rows = prompt_logits_rows_per_step(layout.block_size);
+  const auto floats = forward_buffer_floats::for_step(s->plan, tokens, sequences + s->prompt_rows);
   const auto size = [](std::int64_t n) { return static_cast<std::size_t>(n); };
   s->x.resize(size(floats.x));
   s->xn.resize(size(floats.xn));
@@ -124,12 +128,12 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
   s->tables.resize(size(sequences * s->table_blocks));
   s->table_begin.resize(size(sequences + 1));
   s->seq_begin.resize(size(sequences + 1));
-  s->last_token.resize(size(sequences));
+  s->last_token.resize(size(sequences + s->prompt_rows));
   return std::unique_ptr<cpu_executor>(new cpu_executor(std::move(s)));
 }
 
 status cpu_executor::state::run(const batch_plan& batch, float* logits_out) {
-  EDGE_RETURN_IF_ERROR(check_batch_limits(batch, options.max_batch_tokens, options.max_sequences));
+  EDGE_RETURN_IF_ERROR(check_batch_limits(batch, options.max_batch_tokens, options.max_sequences, prompt_rows));
   const step_arrays arrays{.ids = ids.data(), .positions = positions.data(), .seq = seq.data(), .slots = slots.data(),
                            .block_tables = tables.data(), .table_begin = table_begin.data(),
                            .seq_begin = seq_begin.data(), .last_token = last_token.data()};
@@ -138,7 +142,7 @@ status cpu_executor::state::run(const batch_plan& batch, float* logits_out) {
   const forward_step step{.ids = ids.data(), .positions = positions.data(), .seq = seq.data(), .slots = slots.data(),
                           .block_tables = tables.data(), .table_begin = table_begin.data(),
                           .seq_begin = seq_begin.data(), .last_token = last_token.data(), .tokens = staged.tokens,
-                          .seqs = staged.seqs, .rows = staged.rows, .max_run = staged.max_run};
+                          .seqs = staged.seqs, .rows = staged.rows, .max_run = staged.max_run, .copies = batch.copies};
   const forward_buffers buffers{.x = x.data(), .xn = xn.data(), .qkv = qkv.data(), .attn = attn.data(),
                                 .gate_up = gate_up.data(), .last = last.data(), .logits = logits_out,
                                 .router_logits = router_logits.data(), .route_weights = route_weights.data(),
@@ -183,21 +187,32 @@ status cpu_executor::forward_sample(const batch_plan& plan, std::span<const row_
   EDGE_RETURN_IF_ERROR(check_sampling_args(plan, rows, tokens, logits, vocab));
   if (plan.total_tokens() == 0) return {};
   EDGE_RETURN_IF_ERROR(s.run(plan, s.logits.data()));
-  // Raw rows first: sampling uses its rows as scratch.
+  // Raw rows first: sampling uses its rows as scratch. Then the prompt logits rows, which follow
+  // the sampled ones.
+  const auto row_floats = static_cast<std::size_t>(vocab);
   std::size_t copied = 0;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (!rows[r].copy_logits) continue;
-    std::memcpy(logits.data() + copied * static_cast<std::size_t>(vocab), s.logits.data() + r * static_cast<std::size_t>(vocab),
-                static_cast<std::size_t>(vocab) * sizeof(float));
+    std::memcpy(logits.data() + copied * row_floats, s.logits.data() + r * row_floats, row_floats * sizeof(float));
     ++copied;
+  }
+  const auto prompt_rows = static_cast<std::size_t>(plan.prompt_logits_rows());
+  if (prompt_rows > 0) {
+    std::memcpy(logits.data() + copied * row_floats, s.logits.data() + rows.size() * row_floats,
+                prompt_rows * row_floats * sizeof(float));
   }
   // Rows the caller samples get a greedy draw here that nobody reads.
   const auto words = static_cast<std::size_t>(kernels::allowed_words(vocab));
   s.allowed.clear();
+  s.biases.clear();
   for (std::size_t r = 0; r < rows.size(); ++r) {
     s.sampling[r] = rows[r].sample ? rows[r].config : kernels::sampling_row{.temperature = 0.0f};
     s.sampling[r].allowed_row = -1;
-    if (rows[r].sample && !rows[r].allowed.empty()) {
+    if (!rows[r].sample) continue;
+    s.sampling[r].bias_begin = static_cast<std::int32_t>(s.biases.size());
+    s.sampling[r].bias_count = static_cast<std::int32_t>(rows[r].bias.size());
+    s.biases.insert(s.biases.end(), rows[r].bias.begin(), rows[r].bias.end());
+    if (!rows[r].allowed.empty()) {
       if (rows[r].allowed.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
       s.sampling[r].allowed_row = static_cast<std::int32_t>(s.allowed.size() / words);
       s.allowed.insert(s.allowed.end(), rows[r].allowed.begin(), rows[r].allowed.end());
@@ -209,6 +224,7 @@ status cpu_executor::forward_sample(const batch_plan& plan, std::span<const row_
                                               .out = s.sampled.data(),
                                               .rows = n,
                                               .vocab = vocab,
+                                              .biases = s.biases.data(),
                                               .allowed = s.allowed.data()},
                                              s.stream));
   for (std::size_t r = 0; r < rows.size(); ++r) {

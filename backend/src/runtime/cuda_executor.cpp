@@ -15,6 +15,7 @@
 #include "cuda_executor_kernels.h"
 #include "edge/backend/runtime/cuda_graph_policy.h"
 #include "edge/backend/runtime/forward.h"
+#include "edge/backend/runtime/sampler.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"
 #include "edge/common/thread_pool.h"
@@ -117,24 +118,25 @@ class pinned_memory {
   void* data_ = nullptr;
 };
 
-// Where each per-step array sits in the metadata block for a step of T tokens and S sequences.
-// The offsets depend only on (T, S), so a CUDA graph captured for a batch size keeps reading
-// the right places whatever the step.
+// Where each per-step array sits in the metadata block for a step of T tokens, S sequences and
+// R logits rows. The offsets depend only on (T, S, R), and a CUDA graph's batch has R = S, so a
+// graph captured for a batch size keeps reading the right places whatever the step.
 struct meta_layout {
   static constexpr std::size_t alignment = 16;
   std::size_t slots = 0;       // int64 [T]
-  std::size_t last_token = 0;  // int64 [S]
+  std::size_t last_token = 0;  // int64 [R]
   std::size_t ids = 0;         // int32 [T]
   std::size_t positions = 0;   // int32 [T]
   std::size_t seq = 0;         // int32 [T]
   std::size_t seq_begin = 0;    // int32 [S + 1]
   std::size_t table_begin = 0;  // int32 [S + 1]
   std::size_t sampling = 0;     // sampling_row [S]
-  std::size_t tables = 0;       // int32 [table_entries], last: a step copies only the entries it wrote
+  std::size_t tables = 0;       // int32 [table_entries]: a step copies only the entries it wrote
+  std::size_t biases = 0;       // logit_bias [S * max_logit_bias_entries]: a step copies only the entries it wrote
   std::size_t bytes = 0;
 
-  // Every offset depends on tokens and seqs alone (a graph's pointers stay valid for any tables).
-  static meta_layout for_step(std::int64_t tokens, std::int64_t seqs, std::int64_t table_entries) {
+  // Every offset depends on tokens, seqs and rows alone (a graph's pointers stay valid for any tables).
+  static meta_layout for_step(std::int64_t tokens, std::int64_t seqs, std::int64_t rows, std::int64_t table_entries) {
     meta_layout m;
     std::size_t at = 0;
     const auto take = [&at](std::size_t& field, std::size_t bytes) {
@@ -144,7 +146,7 @@ struct meta_layout {
     const auto t = static_cast<std::size_t>(tokens);
     const auto s = static_cast<std::size_t>(seqs);
     take(m.slots, t * sizeof(std::int64_t));
-    take(m.last_token, s * sizeof(std::int64_t));
+    take(m.last_token, static_cast<std::size_t>(rows) * sizeof(std::int64_t));
     take(m.ids, t * sizeof(std::int32_t));
     take(m.positions, t * sizeof(std::int32_t));
     take(m.seq, t * sizeof(std::int32_t));
@@ -152,6 +154,7 @@ struct meta_layout {
     take(m.table_begin, (s + 1) * sizeof(std::int32_t));
     take(m.sampling, s * sizeof(kernels::sampling_row));
     take(m.tables, static_cast<std::size_t>(table_entries) * sizeof(std::int32_t));
+    take(m.biases, s * static_cast<std::size_t>(max_logit_bias_entries) * sizeof(kernels::logit_bias));
     m.bytes = at;
     return m;
   }
@@ -183,6 +186,7 @@ struct cuda_executor::state {
   std::string device_name;
   int multiprocessors = 0;
   std::int64_t table_blocks = 0;  // the most blocks one sequence's table holds
+  std::int64_t prompt_rows = 0;   // prompt logits rows a step takes at most
 
   // Weights.
   std::vector<device_memory> weight_memory;
@@ -199,7 +203,7 @@ struct cuda_executor::state {
 
   // Host staging.
   pinned_memory staging;       // meta_bytes
-  pinned_memory host_logits;   // [S, vocab]
+  pinned_memory host_logits;   // [S + prompt_rows, vocab]
   pinned_memory host_sampled;  // [S]
   pinned_memory host_allowed;  // [S, allowed_words(vocab)] staging of `allowed`
   std::int64_t step_allowed_rows = 0;  // rows of it the step last executed filled
@@ -288,6 +292,7 @@ struct cuda_executor::state {
                                      kernels::max_router_experts));
     }
     table_blocks = max_table_blocks(plan, options.block_size);
+    prompt_rows = prompt_logits_rows_per_step(options.block_size);
     return {};
   }
 
@@ -295,7 +300,8 @@ struct cuda_executor::state {
   status allocate_buffers() {
     const auto T = options.max_batch_tokens;
     const auto S = options.max_sequences;
-    const auto floats = forward_buffer_floats::for_step(plan, T, S);
+    const auto R = S + prompt_rows;
+    const auto floats = forward_buffer_floats::for_step(plan, T, R);
     const std::int64_t widest = std::max({plan.max_qkv_dim(), plan.hidden, 2 * plan.max_intermediate()});
     buffers.matmul_workspace_floats = kernels::matmul_workspace_floats(T, widest);
     // Splits pay only while the grid is small; 64 tokens (8 for latent attention, whose blocks
@@ -315,7 +321,7 @@ struct cuda_executor::state {
     buffers.index_scores_floats = plan.max_index_topk() > 0
                                       ? kernels::dsa_select_workspace_floats(T, table_blocks * options.block_size)
                                       : 0;
-    meta_bytes = meta_layout::for_step(T, S, S * table_blocks).bytes;
+    meta_bytes = meta_layout::for_step(T, S, R, S * table_blocks).bytes;
     const std::vector<std::pair<float**, std::int64_t>> float_buffers = {
         {&buffers.x, floats.x},
         {&buffers.xn, floats.xn},
@@ -364,7 +370,7 @@ struct cuda_executor::state {
                                                     stream),
                                     "cudaMemset"));
     EDGE_RETURN_IF_ERROR(staging.allocate(meta_bytes));
-    EDGE_RETURN_IF_ERROR(host_logits.allocate(static_cast<std::size_t>(S * plan.vocab) * sizeof(float)));
+    EDGE_RETURN_IF_ERROR(host_logits.allocate(static_cast<std::size_t>(R * plan.vocab) * sizeof(float)));
     EDGE_RETURN_IF_ERROR(host_allowed.allocate(static_cast<std::size_t>(S * kernels::allowed_words(plan.vocab)) *
                                                sizeof(std::uint32_t)));
     EDGE_RETURN_IF_ERROR(host_expert_tokens.allocate(static_cast<std::size_t>(floats.expert_tokens) * sizeof(std::int32_t)));
@@ -426,8 +432,8 @@ struct cuda_executor::state {
 
   std::int64_t pad_block() const { return kv.layout.num_blocks; }
 
-  // Queues the whole forward pass for a staged step.
-  status run_step(const meta_layout& m, const staged_step& staged) {
+  // Queues the whole forward pass for a staged step, its block copies first.
+  status run_step(const meta_layout& m, const staged_step& staged, std::span<const block_copy> copies) {
     const auto at = [&](std::size_t offset) { return meta + offset; };
     const forward_step step{.ids = reinterpret_cast<const std::int32_t*>(at(m.ids)),
                             .positions = reinterpret_cast<const std::int32_t*>(at(m.positions)),
@@ -440,15 +446,17 @@ struct cuda_executor::state {
                             .tokens = staged.tokens,
                             .seqs = staged.seqs,
                             .rows = staged.rows,
-                            .max_run = staged.max_run};
+                            .max_run = staged.max_run,
+                            .copies = copies};
     return run_forward(plan, weights, buffers, step, kv, kstream());
   }
 
-  // The padded batch size a decode step of `entries` runs as, or 0 when it runs eagerly.
+  // The padded batch size a decode step of `entries` runs as, or 0 when it runs eagerly (as a
+  // step with block copies or prompt logits rows always does).
   std::int64_t graph_size(const batch_plan& batch) const {
-    if (!options.cuda_graphs) return 0;
+    if (!options.cuda_graphs || !batch.copies.empty()) return 0;
     for (const batch_entry& e : batch.entries) {
-      if (e.tokens.size() != 1 || !e.compute_logits) return 0;
+      if (e.tokens.size() != 1 || !e.compute_logits || e.prompt_logits_count != 0) return 0;
     }
     const auto n = static_cast<std::int64_t>(batch.entries.size());
     std::int64_t size = 1;
@@ -460,7 +468,7 @@ struct cuda_executor::state {
   // holds one row per logits row of the plan (or is empty: greedy).
   status execute(const batch_plan& batch, std::span<const row_sampling> sampling) {
     EDGE_RETURN_IF_ERROR(select_device());
-    EDGE_RETURN_IF_ERROR(check_batch_limits(batch, options.max_batch_tokens, options.max_sequences));
+    EDGE_RETURN_IF_ERROR(check_batch_limits(batch, options.max_batch_tokens, options.max_sequences, prompt_rows));
     const auto entries = static_cast<std::int64_t>(batch.entries.size());
     const std::int64_t graph_batch = graph_size(batch);
     // Padding tokens count against the buffers too: a graph size whose padding does not fit
@@ -468,7 +476,8 @@ struct cuda_executor::state {
     const bool padding_fits = graph_batch - entries <= options.max_batch_tokens - batch.total_tokens();
     const std::int64_t padded = graph_batch > 0 && padding_fits ? graph_batch : entries;
     // Room for every entry's whole table; only the entries written are copied (launch).
-    const meta_layout m = meta_layout::for_step(padded_tokens(batch, padded), padded, padded * table_blocks);
+    const meta_layout m = meta_layout::for_step(padded_tokens(batch, padded), padded,
+                                                padded + batch.prompt_logits_rows(), padded * table_blocks);
     std::byte* base = staging.data();
     const step_arrays arrays{.ids = reinterpret_cast<std::int32_t*>(base + m.ids),
                              .positions = reinterpret_cast<std::int32_t*>(base + m.positions),
@@ -481,22 +490,34 @@ struct cuda_executor::state {
     EDGE_ASSIGN_OR_RETURN(const staged_step staged,
                           stage_step(batch, padded, plan.vocab, kv.layout, table_blocks, pad_block(), arrays));
     auto* configs = reinterpret_cast<kernels::sampling_row*>(base + m.sampling);
+    auto* biases = reinterpret_cast<kernels::logit_bias*>(base + m.biases);
+    std::int64_t bias_entries = 0;
     const auto words = static_cast<std::size_t>(kernels::allowed_words(plan.vocab));
     auto* masks = reinterpret_cast<std::uint32_t*>(host_allowed.data());
     step_allowed_rows = 0;
-    for (std::int64_t r = 0; r < staged.rows; ++r) {
+    for (std::int64_t r = 0; r < staged.sampled_rows; ++r) {
       const bool given = r < static_cast<std::int64_t>(sampling.size()) && sampling[static_cast<std::size_t>(r)].sample;
       configs[r] = given ? sampling[static_cast<std::size_t>(r)].config : kernels::sampling_row{.temperature = 0.0f};
       configs[r].allowed_row = -1;
-      if (!given || sampling[static_cast<std::size_t>(r)].allowed.empty()) continue;
+      if (!given) continue;
+      const std::span<const kernels::logit_bias> bias = sampling[static_cast<std::size_t>(r)].bias;
+      if (static_cast<std::int64_t>(bias.size()) > max_logit_bias_entries) {
+        return invalid_argument(format("a row of {} logit biases; at most {}", bias.size(), max_logit_bias_entries));
+      }
+      configs[r].bias_begin = static_cast<std::int32_t>(bias_entries);
+      configs[r].bias_count = static_cast<std::int32_t>(bias.size());
+      std::copy(bias.begin(), bias.end(), biases + bias_entries);
+      bias_entries += static_cast<std::int64_t>(bias.size());
       const auto mask = sampling[static_cast<std::size_t>(r)].allowed;
+      if (mask.empty()) continue;
       if (mask.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
       std::memcpy(masks + static_cast<std::size_t>(step_allowed_rows) * words, mask.data(), words * sizeof(std::uint32_t));
       configs[r].allowed_row = static_cast<std::int32_t>(step_allowed_rows++);
     }
     step_meta = m;
     last_tokens = staged.tokens;
-    const status queued = launch(m, staged, graph_batch > 0 && padded == graph_batch ? graph_batch : 0);
+    const status queued = launch(m, staged, bias_entries, batch.copies,
+                                 graph_batch > 0 && padded == graph_batch ? graph_batch : 0);
     // The staging buffer is rewritten by the next step: a failed step must not leave its copy
     // in flight.
     if (!queued.ok()) static_cast<void>(cudaStreamSynchronize(stream));
@@ -505,17 +526,24 @@ struct cuda_executor::state {
 
   // Uploads the staged metadata and queues the step: a CUDA graph of size `graph_batch` (0:
   // eagerly), capturing it on the size's second eager run.
-  status launch(const meta_layout& m, const staged_step& staged, std::int64_t graph_batch) {
+  status launch(const meta_layout& m, const staged_step& staged, std::int64_t bias_entries,
+                std::span<const block_copy> copies, std::int64_t graph_batch) {
     // Everything before the tables, and the table entries the step wrote.
     const std::size_t used = m.tables + static_cast<std::size_t>(staged.table_entries) * sizeof(std::int32_t);
     EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(meta, staging.data(), used, cudaMemcpyHostToDevice, stream),
                                     "metadata upload"));
+    if (bias_entries > 0) {
+      EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(meta + m.biases, staging.data() + m.biases,
+                                                      static_cast<std::size_t>(bias_entries) * sizeof(kernels::logit_bias),
+                                                      cudaMemcpyHostToDevice, stream),
+                                      "logit bias upload"));
+    }
     const cuda_graph_policy::action act =
         graph_batch > 0 ? graph_policy.next(graph_batch) : cuda_graph_policy::action::eager;
     if (act == cuda_graph_policy::action::replay) {
       return cuda_check(cudaGraphLaunch(graphs.at(graph_batch).exec, stream), "cudaGraphLaunch");
     }
-    EDGE_RETURN_IF_ERROR(run_step(m, staged));
+    EDGE_RETURN_IF_ERROR(run_step(m, staged, copies));
     if (graph_batch == 0) return {};
     if (act == cuda_graph_policy::action::eager) {
       graph_policy.ran_eagerly(graph_batch);
@@ -535,7 +563,7 @@ struct cuda_executor::state {
   status capture(std::int64_t size, const meta_layout& m, const staged_step& staged) {
     EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamSynchronize(stream), "synchronise before capture"));
     EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture"));
-    const status queued = run_step(m, staged);
+    const status queued = run_step(m, staged, {});
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
     cudaGraphExec_t exec = nullptr;
@@ -819,7 +847,9 @@ status cuda_executor::forward(const batch_plan& plan, std::span<float> logits) {
   EDGE_RETURN_IF_ERROR(check_logits_buffer(plan, logits, s.plan.vocab));
   EDGE_RETURN_IF_ERROR(s.execute(plan, {}));
   settle_on_early_return settle(s.stream);
-  const std::size_t bytes = logits.size() * sizeof(float);  // the plan's rows; padding rows stay behind
+  // The plan's rows (sampled, then prompt logits rows; a padded graph batch has no prompt rows):
+  // padding rows stay behind.
+  const std::size_t bytes = logits.size() * sizeof(float);
   if (bytes > 0) {
     EDGE_RETURN_IF_ERROR(cuda_check(
         cudaMemcpyAsync(s.host_logits.data(), s.buffers.logits, bytes, cudaMemcpyDeviceToHost, s.stream),
@@ -845,6 +875,16 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
   for (std::int64_t r = 0; r < wanted; ++r) {
     if (rows[static_cast<std::size_t>(r)].copy_logits) EDGE_RETURN_IF_ERROR(s.queue_logits_row(r, copied++));
   }
+  // The prompt logits rows follow the sampled rows (this step ran eagerly, unpadded).
+  const std::int64_t prompt_rows = plan.prompt_logits_rows();
+  if (prompt_rows > 0) {
+    const auto vocab = static_cast<std::size_t>(s.plan.vocab);
+    EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(reinterpret_cast<float*>(s.host_logits.data()) + static_cast<std::size_t>(copied) * vocab,
+                                                    s.buffers.logits + static_cast<std::size_t>(wanted) * vocab,
+                                                    static_cast<std::size_t>(prompt_rows) * vocab * sizeof(float),
+                                                    cudaMemcpyDeviceToHost, s.stream),
+                                    "prompt logits download"));
+  }
   const bool any_sampled = std::any_of(rows.begin(), rows.end(), [](const row_sampling& r) { return r.sample; });
   if (any_sampled) {
     if (s.step_allowed_rows > 0) {
@@ -855,11 +895,13 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
                                       "token mask upload"));
     }
     const auto* device_config = reinterpret_cast<const kernels::sampling_row*>(s.meta + s.step_meta.sampling);
+    const auto* device_biases = reinterpret_cast<const kernels::logit_bias*>(s.meta + s.step_meta.biases);
     EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = s.buffers.logits,
                                                 .config = device_config,
                                                 .out = s.sampled,
                                                 .rows = wanted,
                                                 .vocab = s.plan.vocab,
+                                                .biases = device_biases,
                                                 .allowed = reinterpret_cast<const std::uint32_t*>(s.allowed)},
                                                s.kstream()));
     EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(s.host_sampled.data(), s.sampled,
@@ -870,7 +912,7 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
   EDGE_RETURN_IF_ERROR(s.queue_routing_download());
   EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamSynchronize(s.stream), "forward_sample"));
   settle.settled();
-  if (copied > 0) std::memcpy(logits.data(), s.host_logits.data(), logits.size_bytes());
+  if (!logits.empty()) std::memcpy(logits.data(), s.host_logits.data(), logits.size_bytes());
   if (any_sampled) {
     const auto* sampled = reinterpret_cast<const std::int32_t*>(s.host_sampled.data());
     for (std::int64_t r = 0; r < wanted; ++r) {
@@ -883,6 +925,7 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
 std::int64_t cuda_executor::max_batch_tokens() const { return state_->options.max_batch_tokens; }
 std::int64_t cuda_executor::max_sequences() const { return state_->options.max_sequences; }
 std::int64_t cuda_executor::vocab_size() const { return state_->plan.vocab; }
+std::int64_t cuda_executor::max_prompt_logits_rows() const { return state_->prompt_rows; }
 executor_counters cuda_executor::counters() const {
   return {.graph_capture_failures = state_->graph_policy.capture_failures()};
 }

@@ -40,6 +40,7 @@ status cuda_executor::forward_sample(const batch_plan&, std::span<const row_samp
 std::int64_t cuda_executor::max_batch_tokens() const { return 0; }
 std::int64_t cuda_executor::max_sequences() const { return 0; }
 std::int64_t cuda_executor::vocab_size() const { return 0; }
+std::int64_t cuda_executor::max_prompt_logits_rows() const { return 0; }
 executor_counters cuda_executor::counters() const { return {}; }
 expert_routing cuda_executor::last_routing() const { return {}; }
 const kv_cache_layout& cuda_executor::kv_layout() const { return state_->kv; }

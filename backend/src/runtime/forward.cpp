@@ -255,7 +255,7 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
 }
 
 forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, std::int64_t tokens,
-                                                      std::int64_t sequences) {
+                                                      std::int64_t logits_rows) {
   const std::int64_t moe_layers = plan.moe_layers();
   const std::int64_t top_k = plan.max_top_k();
   return {.x = tokens * plan.hidden,
@@ -263,8 +263,8 @@ forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, st
           .qkv = tokens * plan.max_qkv_dim(),
           .attn = tokens * plan.max_q_dim(),
           .gate_up = tokens * 2 * plan.max_intermediate(),
-          .last = sequences * plan.hidden,
-          .logits = sequences * plan.vocab,
+          .last = logits_rows * plan.hidden,
+          .logits = logits_rows * plan.vocab,
           .router_logits = moe_layers > 0 ? tokens * plan.max_experts() : 0,
           .route_weights = moe_layers > 0 ? tokens * top_k : 0,
           .moe_workspace = moe_layers > 0 ? kernels::moe_experts_workspace_floats(
@@ -285,12 +285,30 @@ std::int64_t max_table_blocks(const model_plan& plan, std::int64_t block_size) {
   return (std::max<std::int64_t>(plan.context, 1) + block_size - 1) / block_size;
 }
 
-status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs) {
+std::int64_t prompt_logits_rows_per_step(std::int64_t block_size) {
+  constexpr std::int64_t at_least = 64;
+  const std::int64_t b = std::max<std::int64_t>(block_size, 1);
+  return (std::max(at_least, b) + b - 1) / b * b;
+}
+
+status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs,
+                          std::int64_t max_prompt_logits) {
   if (plan.total_tokens() > max_tokens) {
     return invalid_argument(format("batch of {} tokens exceeds max_batch_tokens {}", plan.total_tokens(), max_tokens));
   }
   if (static_cast<std::int64_t>(plan.entries.size()) > max_seqs) {
     return invalid_argument(format("batch of {} sequences exceeds max_sequences {}", plan.entries.size(), max_seqs));
+  }
+  for (const batch_entry& e : plan.entries) {
+    const auto count = static_cast<std::int64_t>(e.tokens.size());
+    if (e.prompt_logits_count < 0 || e.prompt_logits_offset < 0 ||
+        e.prompt_logits_offset + e.prompt_logits_count > count) {
+      return invalid_argument(format("prompt logits rows [{}, +{}) outside an entry of {} tokens", e.prompt_logits_offset,
+                                     e.prompt_logits_count, count));
+    }
+  }
+  if (plan.prompt_logits_rows() > max_prompt_logits) {
+    return invalid_argument(format("batch of {} prompt logits rows exceeds {}", plan.prompt_logits_rows(), max_prompt_logits));
   }
   return {};
 }
@@ -304,16 +322,17 @@ status check_sampling_args(const batch_plan& plan, std::span<const row_sampling>
     return invalid_argument(format("forward_sample: {} sampling rows and {} tokens for {} logits rows", rows.size(),
                                    tokens.size(), wanted));
   }
-  if (static_cast<std::int64_t>(logits.size()) != copied * vocab) {
-    return invalid_argument(format("forward_sample: a logits buffer of {} floats for {} rows to copy", logits.size(), copied));
+  const std::int64_t out_rows = copied + plan.prompt_logits_rows();
+  if (static_cast<std::int64_t>(logits.size()) != out_rows * vocab) {
+    return invalid_argument(format("forward_sample: a logits buffer of {} floats for {} rows to copy", logits.size(), out_rows));
   }
   return {};
 }
 
 status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std::int64_t vocab) {
-  if (static_cast<std::int64_t>(logits.size()) != plan.logits_rows() * vocab) {
-    return invalid_argument(
-        format("logits buffer holds {} floats, the batch needs {}", logits.size(), plan.logits_rows() * vocab));
+  const std::int64_t rows = plan.logits_rows() + plan.prompt_logits_rows();
+  if (static_cast<std::int64_t>(logits.size()) != rows * vocab) {
+    return invalid_argument(format("logits buffer holds {} floats, the batch needs {}", logits.size(), rows * vocab));
   }
   return {};
 }
@@ -330,6 +349,12 @@ std::int64_t batch_plan::logits_rows() const {
   return n;
 }
 
+std::int64_t batch_plan::prompt_logits_rows() const {
+  std::int64_t n = 0;
+  for (const auto& e : entries) n += e.prompt_logits_count;
+  return n;
+}
+
 std::int64_t padded_tokens(const batch_plan& plan, std::int64_t padded_seqs) {
   return plan.total_tokens() + std::max<std::int64_t>(0, padded_seqs - static_cast<std::int64_t>(plan.entries.size()));
 }
@@ -339,6 +364,11 @@ result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs,
                                const step_arrays& out) {
   const auto entries = static_cast<std::int64_t>(plan.entries.size());
   const std::int64_t seqs = std::max(entries, padded_seqs);
+  for (const block_copy& c : plan.copies) {
+    if (c.from < 0 || c.from >= kv.num_blocks || c.to < 0 || c.to >= kv.num_blocks || c.from == c.to) {
+      return invalid_argument(format("block copy {} -> {} outside the KV cache of {} blocks", c.from, c.to, kv.num_blocks));
+    }
+  }
   std::int64_t t = 0;
   std::int64_t row = 0;
   std::int64_t max_run = 0;
@@ -393,7 +423,18 @@ result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs,
   }
   out.seq_begin[seqs] = static_cast<std::int32_t>(t);
   out.table_begin[seqs] = static_cast<std::int32_t>(table_at);
-  return staged_step{.tokens = t, .seqs = seqs, .rows = row, .max_run = max_run, .table_entries = table_at};
+  const std::int64_t sampled_rows = row;
+  for (std::int64_t e = 0; e < entries; ++e) {
+    const batch_entry& entry = plan.entries[static_cast<std::size_t>(e)];
+    const std::int64_t first = out.seq_begin[e] + entry.prompt_logits_offset;
+    for (std::int64_t i = 0; i < entry.prompt_logits_count; ++i) out.last_token[row++] = first + i;
+  }
+  return staged_step{.tokens = t,
+                     .seqs = seqs,
+                     .rows = row,
+                     .sampled_rows = sampled_rows,
+                     .max_run = max_run,
+                     .table_entries = table_at};
 }
 
 namespace {
@@ -675,8 +716,46 @@ struct forward_pass {
 
 }  // namespace
 
+namespace {
+
+// The step's block copies, region kind by region kind (each kind's blocks lie at the same place
+// in every layer): K pool, V pool, K scales, V scales.
+status copy_kv_blocks(const kv_cache_view& kv, std::span<const block_copy> copies, const kernels::stream& stream) {
+  if (copies.empty() || kv.layout.num_layers == 0) return {};
+  std::vector<std::int32_t> from(copies.size());
+  std::vector<std::int32_t> to(copies.size());
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    from[i] = copies[i].from;
+    to[i] = copies[i].to;
+  }
+  const kv_cache_layout& l = kv.layout;
+  const auto rows = static_cast<std::size_t>(l.num_kv_heads * l.block_size);  // per block
+  const std::size_t element = kernels::dtype_size(l.dtype);
+  const std::pair<void*, std::size_t> regions[] = {
+      {kv.keys(0), rows * static_cast<std::size_t>(l.head_dim) * element},
+      {kv.values(0), rows * static_cast<std::size_t>(l.value_dim) * element},
+      {kv.key_scales(0), rows * sizeof(float)},
+      {kv.value_scales(0), rows * sizeof(float)}};
+  for (const auto& [first, block_bytes] : regions) {
+    if (first == nullptr || block_bytes == 0) continue;
+    EDGE_RETURN_IF_ERROR(kernels::run_kv_block_copy({.first_region = first,
+                                                     .layer_stride = kv.layer_bytes(),
+                                                     .block_bytes = block_bytes,
+                                                     .layers = l.num_layers,
+                                                     .num_blocks = kv.allocated_blocks,
+                                                     .from = from.data(),
+                                                     .to = to.data(),
+                                                     .count = static_cast<std::int64_t>(copies.size())},
+                                                    stream));
+  }
+  return {};
+}
+
+}  // namespace
+
 status run_forward(const model_plan& plan, const forward_weights& weights, const forward_buffers& buffers,
                    const forward_step& step, const kv_cache_view& kv, const kernels::stream& stream) {
+  EDGE_RETURN_IF_ERROR(copy_kv_blocks(kv, step.copies, stream));
   const forward_pass pass{.plan = plan, .b = buffers, .step = step, .kv = kv, .s = stream,
                           .choice_stride = plan.max_top_k(), .count_stride = plan.max_experts()};
   EDGE_RETURN_IF_ERROR(kernels::run_embedding({.ids = step.ids, .table = weights.embedding,

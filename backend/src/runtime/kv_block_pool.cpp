@@ -88,6 +88,12 @@ void kv_block_pool::acquire(std::int32_t block) {
   if (refs++ == 0) unlink_cached_free(block);
 }
 
+void kv_block_pool::share(std::int32_t block) {
+  assert(block >= 0 && block < total_);
+  assert(refs_[static_cast<std::size_t>(block)] > 0 && "only a held block is shared");
+  ++refs_[static_cast<std::size_t>(block)];
+}
+
 bool kv_block_pool::register_full(std::int32_t block, const block_hash& hash) {
   assert(block >= 0 && block < total_);
   assert(refs_[static_cast<std::size_t>(block)] > 0);

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <unordered_set>
+
+#include "edge/common/format.h"
 
 namespace edge::backend {
 namespace {
@@ -21,6 +24,29 @@ std::uint64_t random_seed() {
 }
 
 }  // namespace
+
+status check_logit_bias(std::span<const kernels::logit_bias> bias, std::int64_t vocab) {
+  if (static_cast<std::int64_t>(bias.size()) > max_logit_bias_entries) {
+    return invalid_argument(format("logit_bias has {} entries; at most {}", bias.size(), max_logit_bias_entries));
+  }
+  std::unordered_set<std::int32_t> seen;
+  for (const kernels::logit_bias& b : bias) {
+    if (b.id < 0 || b.id >= vocab) {
+      return invalid_argument(format("logit_bias names token {}, outside the vocabulary of {} tokens", b.id, vocab));
+    }
+    if (!seen.insert(b.id).second) return invalid_argument(format("logit_bias names token {} twice", b.id));
+    if (!(b.bias >= -max_logit_bias && b.bias <= max_logit_bias)) {
+      return invalid_argument(format("logit_bias of token {} is {}; it must be from {} to {}", b.id, b.bias,
+                                     -max_logit_bias, max_logit_bias));
+    }
+  }
+  return {};
+}
+
+std::uint64_t choice_seed(std::uint64_t seed, std::int64_t choice) {
+  if (choice == 0) return seed;
+  return splitmix64(seed ^ splitmix64(0x63686F6963650000ull + static_cast<std::uint64_t>(choice)));
+}
 
 float uniform_for_step(std::uint64_t seed, std::uint64_t step) {
   // 24 random bits: every value is exactly representable as a float below 1.
@@ -90,7 +116,9 @@ kernels::sampling_row sequence_sampler::next_row() const {
           .top_k = params_.top_k,
           .top_p = params_.top_p,
           .min_p = params_.min_p,
-          .uniform = params_.greedy() ? 0.0f : uniform_for_step(seed_, step_)};
+          .uniform = params_.greedy() ? 0.0f : uniform_for_step(seed_, step_),
+          .bias_begin = 0,
+          .bias_count = static_cast<std::int32_t>(params_.logit_bias.size())};
 }
 
 void sequence_sampler::accept(token_id id) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "edge/backend/engine.h"
 #include "edge/common/format.h"
 #include "edge/common/json_fields.h"
 
@@ -326,9 +327,14 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
     EDGE_ASSIGN_OR_RETURN(r.ignore_eos, v.as<bool>());
   } else if (key == "user") {
     return read_string(v, r.user);
-  } else if (key == "n" || (!chat && key == "best_of")) {
+  } else if (key == "n") {
     EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>());
-    if (n != 1) return v.must_be("1: one choice per request is supported");
+    if (n < 1 || n > backend::max_choices) return v.must_be(format("from 1 to {}", backend::max_choices));
+    r.n = static_cast<std::int32_t>(n);
+  } else if (!chat && key == "best_of") {
+    // Checked against n once every field is read.
+    EDGE_ASSIGN_OR_RETURN(const std::int64_t best_of, v.as<std::int64_t>());
+    if (best_of < 1) return v.must_be("at least 1");
   } else if (chat && key == "tools") {
     return read_tools(v, r.tools);
   } else if (chat && key == "tool_choice") {
@@ -340,12 +346,21 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
     return read_chat_template_kwargs(v, r.chat_template_kwargs);
   } else if (chat && key == "add_generation_prompt") {
     EDGE_ASSIGN_OR_RETURN(r.add_generation_prompt, v.as<bool>());
-  } else if (key == "logprobs" || key == "echo" || key == "suffix" || key == "functions" || key == "logit_bias" ||
-             (chat && key == "top_logprobs")) {
-    if (key == "top_logprobs") {
-      const auto alternatives = v.as<std::int64_t>();
-      if (alternatives.ok() && *alternatives == 0) return std::nullopt;  // no alternatives: off
-    }
+  } else if (chat && key == "logprobs") {
+    EDGE_ASSIGN_OR_RETURN(const bool on, v.as<bool>());
+    // top_logprobs, read after every field, gives the alternatives.
+    if (on && !r.logprobs) r.logprobs = 0;
+    if (!on) r.logprobs.reset();
+  } else if (chat && key == "top_logprobs") {
+    EDGE_ASSIGN_OR_RETURN(const std::int64_t top, v.as<std::int64_t>());
+    if (top < 0 || top > backend::max_top_logprobs) return v.must_be(format("from 0 to {}", backend::max_top_logprobs));
+  } else if (!chat && key == "logprobs") {
+    EDGE_ASSIGN_OR_RETURN(const std::int64_t top, v.as<std::int64_t>());
+    if (top < 0 || top > max_completion_logprobs) return v.must_be(format("from 0 to {}", max_completion_logprobs));
+    r.logprobs = static_cast<std::int32_t>(top);
+  } else if (!chat && key == "echo") {
+    EDGE_ASSIGN_OR_RETURN(r.echo, v.as<bool>());
+  } else if (key == "suffix" || key == "functions") {
     return refuse_unless_off(v);
   } else if (key == "response_format") {
     return read_response_format(v, r);
@@ -381,7 +396,37 @@ std::optional<request_error> check_tool_choice(openai_request& r, const json_fie
 
 bool is_sampling_field(std::string_view key) {
   return key == "temperature" || key == "top_p" || key == "top_k" || key == "min_p" || key == "presence_penalty" ||
-         key == "frequency_penalty" || key == "repetition_penalty" || key == "seed";
+         key == "frequency_penalty" || key == "repetition_penalty" || key == "seed" || key == "logit_bias";
+}
+
+std::optional<json_error> read_logit_bias(const json_value& v, std::vector<kernels::logit_bias>& out) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields entries, v.as<json_fields>("an object of token ids to biases"));
+  out.clear();  // a repeated key: the last one counts
+  for (const auto [key, value] : entries) {
+    // The key is a token id in decimal digits, as OpenAI's tokenizer ids are written.
+    std::int64_t id = 0;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (const char c : key) {
+      digits = digits && c >= '0' && c <= '9';
+      if (digits) id = id * 10 + (c - '0');
+    }
+    if (!digits || id > std::numeric_limits<std::int32_t>::max()) {
+      return value.error(format("is not a token id: the keys of 'logit_bias' are token ids ('{}')", key));
+    }
+    double bias = 0;
+    if (auto e = read_number(value, -backend::max_logit_bias, backend::max_logit_bias, bias)) return e;
+    const auto token = static_cast<std::int32_t>(id);
+    const auto same = std::find_if(out.begin(), out.end(), [&](const kernels::logit_bias& b) { return b.id == token; });
+    if (same != out.end()) {
+      same->bias = static_cast<float>(bias);
+    } else {
+      out.push_back({.id = token, .bias = static_cast<float>(bias)});
+    }
+  }
+  if (static_cast<std::int64_t>(out.size()) > backend::max_logit_bias_entries) {
+    return v.must_be(format("at most {} token ids", backend::max_logit_bias_entries));
+  }
+  return std::nullopt;
 }
 
 std::optional<json_error> read_sampling_field(std::string_view key, const json_value& v, backend::sampling_params& s) {
@@ -414,6 +459,8 @@ std::optional<json_error> read_sampling_field(std::string_view key, const json_v
     if (auto e = read_number(v, 0.0, std::numeric_limits<float>::max(), penalty)) return e;
     if (penalty == 0.0) return v.must_be("above 0");
     s.repetition_penalty = static_cast<float>(penalty);
+  } else if (key == "logit_bias") {
+    return read_logit_bias(v, s.logit_bias);
   } else if (key == "seed") {
     // Any 64-bit integer: the bits are the seed.
     if (v.type() == element_type::UINT64) {
@@ -458,6 +505,16 @@ request_error token_outside_vocabulary(std::string_view what, std::size_t index,
   std::string param = format("{}[{}]", what, index);
   std::string message = format("'{}' is token {}, outside the vocabulary of {} tokens", param, id, vocab_size);
   return {std::move(message), std::move(param)};
+}
+
+std::optional<request_error> find_logit_bias_outside_vocabulary(std::span<const kernels::logit_bias> bias,
+                                                                std::int64_t vocab_size) {
+  for (const kernels::logit_bias& b : bias) {
+    if (b.id >= 0 && b.id < vocab_size) continue;
+    return request_error{format("'logit_bias' names token {}, outside the vocabulary of {} tokens", b.id, vocab_size),
+                         "logit_bias"};
+  }
+  return std::nullopt;
 }
 
 std::optional<request_error> prompt_does_not_fit(std::int64_t prompt_length, std::int64_t context,
@@ -508,6 +565,17 @@ std::variant<openai_request, request_error> parse_openai_request(openai_api api,
     if (const auto max_completion_tokens = fields.find("max_completion_tokens")) {
       if (auto error = read_field("max_completion_tokens", *max_completion_tokens, r)) return to_request_error(*error);
     }
+    // top_logprobs only with logprobs: true (OpenAI's rule).
+    if (const auto top = fields.find("top_logprobs")) {
+      if (!r.logprobs) {
+        return request_error{"'top_logprobs' requires 'logprobs' to be true", "top_logprobs"};
+      }
+      r.logprobs = static_cast<std::int32_t>(*top->as<std::int64_t>());
+    }
+  } else if (const auto best_of = fields.find("best_of"); best_of && *best_of->as<std::int64_t>() != r.n) {
+    return request_error{format("'best_of' must equal 'n' ({}): choosing the best of more completions is not supported",
+                                r.n),
+                         "best_of"};
   }
   if (api == openai_api::chat_completions && !has_messages) return request_error{"'messages' is required", "messages"};
   if (api == openai_api::chat_completions) {

@@ -42,23 +42,28 @@ json::object usage_json(const backend::token_usage& usage) {
   return out;
 }
 
-json::object completion_response(const response_meta& meta, std::string_view text, backend::finish_reason reason,
+json::object completion_response(const response_meta& meta, std::span<const choice_result> choices,
                                  const backend::token_usage& usage) {
-  json::object choice;
-  choice["index"] = 0;
-  if (is_chat(meta)) {
-    json::object message;
-    message["role"] = "assistant";
-    message["content"] = text;
-    message["refusal"] = nullptr;
-    choice["message"] = std::move(message);
-  } else {
-    choice["text"] = text;
+  json::array out_choices;
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    const choice_result& c = choices[i];
+    json::object choice;
+    choice["index"] = i;
+    if (is_chat(meta)) {
+      json::object message;
+      message["role"] = "assistant";
+      message["content"] = c.text;
+      message["refusal"] = nullptr;
+      choice["message"] = std::move(message);
+    } else {
+      choice["text"] = c.text;
+    }
+    choice["logprobs"] = c.logprobs;
+    choice["finish_reason"] = reason_json(c.reason);
+    out_choices.push_back(std::move(choice));
   }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = reason_json(reason);
   json::object out = header(meta, /*chunk=*/false);
-  out["choices"] = json::array{std::move(choice)};
+  out["choices"] = std::move(out_choices);
   out["usage"] = usage_json(usage);
   return out;
 }
@@ -70,21 +75,21 @@ json::object chunk_builder::chunk(json::object choice) const {
   return out;
 }
 
-json::object chunk_builder::role() const {
+json::object chunk_builder::role(std::int32_t index) const {
   json::object delta;
   delta["role"] = "assistant";
   delta["content"] = "";
   json::object choice;
-  choice["index"] = 0;
+  choice["index"] = index;
   choice["delta"] = std::move(delta);
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = nullptr;
   return chunk(std::move(choice));
 }
 
-json::object chunk_builder::content(std::string_view text) const {
+json::object chunk_builder::content(std::string_view text, std::int32_t index, json::value logprobs) const {
   json::object choice;
-  choice["index"] = 0;
+  choice["index"] = index;
   if (is_chat(meta_)) {
     json::object delta;
     delta["content"] = text;
@@ -92,20 +97,20 @@ json::object chunk_builder::content(std::string_view text) const {
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = nullptr;
   return chunk(std::move(choice));
 }
 
-json::object chunk_builder::finish(backend::finish_reason reason) const {
+json::object chunk_builder::finish(backend::finish_reason reason, std::int32_t index, json::value logprobs) const {
   json::object choice;
-  choice["index"] = 0;
+  choice["index"] = index;
   if (is_chat(meta_)) {
     choice["delta"] = json::object{};
   } else {
     choice["text"] = "";
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = reason_json(reason);
   return chunk(std::move(choice));
 }

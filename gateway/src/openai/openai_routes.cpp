@@ -14,6 +14,7 @@
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/tenancy/quota_response.h"
 #include "edge/gateway/openai/grammar_compiler.h"
+#include "edge/gateway/openai/logprobs.h"
 #include "edge/gateway/openai/openai_request.h"
 #include "edge/gateway/openai/openai_response.h"
 #include "edge/gateway/http/percent_encoding.h"
@@ -150,13 +151,31 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
   }
   const std::int64_t room = context - prompt_length;
   if (!r.max_tokens) {
-    return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room));
+    return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room), r.n);
   }
   if (auto e = completion_does_not_fit(prompt_length, *r.max_tokens, context, what)) {
     return invalid_request(e->message, e->param, "context_length_exceeded");
   }
   return *r.max_tokens;
 }
+
+// What a completions answer with echo shows in front of each choice's text: the prompt as the
+// client wrote it, or as its token ids decode.
+std::string echoed_prompt(const openai_request& r, const backend::tokenizer& tok) {
+  if (!r.echo) return {};
+  if (const auto* text = std::get_if<std::string>(&r.prompt)) return *text;
+  const auto& ids = std::get<std::vector<std::int64_t>>(r.prompt);
+  return tok.decode(std::vector<backend::token_id>(ids.begin(), ids.end()));
+}
+
+// What the relay of one request needs beyond the request itself.
+struct relay_context {
+  const openai_request& r;
+  response_meta meta;
+  const backend::tokenizer& tok;
+  std::vector<backend::token_id> prompt;  // kept when log probabilities are asked for
+  std::string echoed;                     // completions with echo
+};
 
 // ---- the handlers -----------------------------------------------------------------------------
 
@@ -175,7 +194,7 @@ class openai_service {
   asio::awaitable<std::optional<request_session>> authenticate(exchange& ex);
   // The loaded model, or nothing when a 503 was answered.
   asio::awaitable<std::shared_ptr<const serving_model>> loaded_model(exchange& ex);
-  asio::awaitable<void> relay(exchange& ex, event_relay& events, const openai_request& r, const response_meta& meta,
+  asio::awaitable<void> relay(exchange& ex, event_relay& events, const relay_context& context,
                               request_session& session);
 
   const model_slot& models_;
@@ -270,13 +289,22 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
     co_return;
   }
   const std::int64_t max_tokens = std::get<std::int64_t>(limit);
-  if (auto refused = co_await session->reserve(prompt_length, max_tokens)) {
+  if (auto outside = find_logit_bias_outside_vocabulary(r.sampling.logit_bias, model->tokenizer->vocab_size())) {
+    co_await answer(invalid_request(outside->message, outside->param));
+    co_return;
+  }
+  if (auto refused = co_await session->reserve(prompt_length, max_tokens, r.n)) {
     response res = quota_refusal_response(*refused);
     session->add_headers(res);  // phase 1's requests figures too
     co_await ex.respond(std::move(res));
     co_return;
   }
 
+  relay_context context{.r = r,
+                        .meta = {api, response_id(api, ex.request_id()), unix_seconds(), model->id},
+                        .tok = *model->tokenizer,
+                        .prompt = r.logprobs ? prompt : std::vector<backend::token_id>{},
+                        .echoed = echoed_prompt(r, *model->tokenizer)};
   backend::generate_request request;
   if (r.grammar != nullptr && model->grammars != nullptr) {
     // Compiled off this thread (or found in the cache); a remote engine compiles it itself.
@@ -298,6 +326,10 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   request.max_tokens = max_tokens;
   request.stop = r.stop;
   request.ignore_eos = r.ignore_eos;
+  request.logprobs = r.logprobs;
+  request.n = r.n;
+  // With echo, the prompt's own log probabilities come in front of the completion's.
+  if (r.echo) request.prompt_logprobs = r.logprobs;
 
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
@@ -313,44 +345,91 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   // Destroying the handle (leaving this coroutine in any way) cancels the request.
   const backend::request_handle handle = std::move(submitted).value();
 
-  const response_meta meta{api, response_id(api, ex.request_id()), unix_seconds(), model->id};
-  co_await relay(ex, *events, r, meta, *session);
+  co_await relay(ex, *events, context, *session);
   const usage_counts used = session->usage().counts();
   ex.access().completion_tokens = used.completion_tokens;
   ex.access().cached_tokens = used.cached_tokens;
 }
 
 // Answers from the engine's events until the request finishes or the client leaves.
-asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, const openai_request& r,
-                                            const response_meta& meta, request_session& session) {
+asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, const relay_context& context,
+                                            request_session& session) {
+  const openai_request& r = context.r;
+  const response_meta& meta = context.meta;
   const chunk_builder chunks(meta, r.include_usage);
+  // Each choice's answer as it grows: its text (when not streaming), its log probabilities, and
+  // why it ended.
+  struct choice_state {
+    std::string text;
+    std::optional<choice_logprobs> logprobs;
+    std::optional<backend::finish_reason> reason;
+  };
+  std::vector<choice_state> choices(static_cast<std::size_t>(r.n));
+  for (choice_state& c : choices) {
+    if (r.logprobs) c.logprobs.emplace(meta.api, context.tok, context.prompt);
+    if (r.echo) c.text = context.echoed;
+  }
+  // A chunk's logprobs: null unless asked for and some token is waiting for a chunk.
+  const auto fresh_logprobs = [](choice_state& c) -> boost::json::value {
+    if (!c.logprobs) return nullptr;
+    return c.logprobs->take();
+  };
+
   std::optional<sse_writer> sse;
   if (r.stream) {
     sse.emplace(ex, metrics_ != nullptr ? &metrics_->active_streams : nullptr);
     http::response_header<> head;
     session.add_headers(head);
     if (!co_await sse->open(std::move(head))) co_return;
-    // (No co_await inside && or ||: GCC 12 mishandles the temporaries of such operands.)
-    if (meta.api == openai_api::chat_completions) {
-      const boost::json::value role = chunks.role();
-      if (!co_await sse->event(role)) co_return;
+    for (std::int32_t i = 0; i < r.n; ++i) {
+      // (No co_await inside && or ||: GCC 12 mishandles the temporaries of such operands.)
+      if (meta.api == openai_api::chat_completions) {
+        const boost::json::value role = chunks.role(i);
+        if (!co_await sse->event(role)) co_return;
+      } else if (r.echo && !r.logprobs && !context.echoed.empty()) {
+        const boost::json::value echoed = chunks.content(context.echoed, i);
+        if (!co_await sse->event(echoed)) co_return;
+      }
     }
   }
 
-  std::string text;  // not streaming: the whole completion
   for (;;) {
     while (!events.events.empty()) {
       backend::engine_event event = std::move(events.events.front());
       events.events.pop_front();
+      if (auto* prompt = std::get_if<backend::prompt_logprobs_event>(&event)) {
+        // Completions with echo and logprobs: the prompt's tokens open every choice.
+        for (std::int32_t i = 0; i < r.n; ++i) {
+          choice_state& c = choices[static_cast<std::size_t>(i)];
+          if (!c.logprobs) continue;
+          c.logprobs->add_prompt(context.prompt, prompt->logprobs, context.echoed);
+          if (!sse) continue;
+          const boost::json::value echoed = chunks.content(context.echoed, i, fresh_logprobs(c));
+          if (!co_await sse->event(echoed)) co_return;
+        }
+        continue;
+      }
       if (auto* delta = std::get_if<backend::delta_event>(&event)) {
         if (!delta->tokens.empty() && !ex.access().ttft_seconds) {
           ex.access().ttft_seconds = std::chrono::duration<double>(clock::now() - ex.received()).count();
         }
-        if (delta->text.empty()) continue;
+        // The engine numbers choices from 0 to n - 1 (a backend's stream is checked for it).
+        if (delta->index < 0 || delta->index >= r.n) continue;
+        choice_state& c = choices[static_cast<std::size_t>(delta->index)];
+        if (c.logprobs) c.logprobs->add(*delta);
+        if (delta->finish) c.reason = *delta->finish;
         if (!sse) {
-          text += delta->text;
-        } else if (!co_await sse->event(chunks.content(delta->text))) {
-          co_return;
+          c.text += delta->text;
+          continue;
+        }
+        if (!delta->text.empty()) {
+          const boost::json::value piece = chunks.content(delta->text, delta->index, fresh_logprobs(c));
+          if (!co_await sse->event(piece)) co_return;
+        }
+        if (delta->finish) {
+          // With what is left of its log probabilities: tokens whose text was held back.
+          const boost::json::value end = chunks.finish(*delta->finish, delta->index, fresh_logprobs(c));
+          if (!co_await sse->event(end)) co_return;
         }
         continue;
       }
@@ -372,12 +451,25 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
       const usage_counts charged = session.usage().counts();
       const backend::token_usage used{charged.prompt_tokens, charged.completion_tokens, charged.cached_tokens};
       if (!sse) {
+        std::vector<choice_result> results;
+        results.reserve(choices.size());
+        for (choice_state& c : choices) {
+          results.push_back({.text = std::move(c.text),
+                             .reason = c.reason.value_or(finished->reason),
+                             .logprobs = c.logprobs ? c.logprobs->all() : boost::json::value(nullptr)});
+        }
         co_await ex.respond(
-            with_headers(json_response(http::status::ok, completion_response(meta, text, finished->reason, used)),
-                         session));
+            with_headers(json_response(http::status::ok, completion_response(meta, results, used)), session));
         co_return;
       }
-      if (!co_await sse->event(chunks.finish(finished->reason))) co_return;
+      // Every choice ends with its own delta; one that did not (a backend that left it out)
+      // ends with the request.
+      for (std::int32_t i = 0; i < r.n; ++i) {
+        choice_state& c = choices[static_cast<std::size_t>(i)];
+        if (c.reason) continue;
+        const boost::json::value end = chunks.finish(finished->reason, i, fresh_logprobs(c));
+        if (!co_await sse->event(end)) co_return;
+      }
       if (r.include_usage) {
         const boost::json::value usage = chunks.usage(used);
         if (!co_await sse->event(usage)) co_return;

@@ -103,16 +103,21 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r,
       if (auto error = read_token_ids(value, r.stop_token_ids)) return error;
     } else if (key == "ignore_eos") {
       EDGE_ASSIGN_OR_RETURN(r.ignore_eos, value.as<bool>());
-    } else if (key == "logprobs") {
+    } else if (key == "logprobs" || key == "prompt_logprobs") {
+      std::optional<std::int32_t>& out = key == "logprobs" ? r.logprobs : r.prompt_logprobs;
       if (value.is_null()) {
-        r.logprobs.reset();
+        out.reset();
         continue;
       }
       const auto n = value.as<std::int64_t>();
       if (!n.ok() || *n < 0 || *n > static_cast<std::int64_t>(max_top_logprobs_on_wire)) {
         return value.must_be(format("null or an integer from 0 to {}", max_top_logprobs_on_wire));
       }
-      r.logprobs = static_cast<std::int32_t>(*n);
+      out = static_cast<std::int32_t>(*n);
+    } else if (key == "n") {
+      const auto n = value.as<std::int64_t>();
+      if (!n.ok() || *n < 1 || *n > backend::max_choices) return value.must_be(format("from 1 to {}", backend::max_choices));
+      r.n = static_cast<std::int32_t>(*n);
     } else if (key == "grammar") {
       EDGE_ASSIGN_OR_RETURN(const std::string_view text, value.as<std::string_view>());
       auto parsed = backend::grammar::parse_grammar(text);
@@ -152,28 +157,52 @@ std::optional<backend::finish_reason> parse_finish_reason(std::string_view text)
   return std::nullopt;
 }
 
+// [{"id","logprob","top":[{"id","logprob"}]}]: what a delta's and the prompt's log
+// probabilities are written as.
+status read_sampled_logprobs(const json_array& items, std::vector<backend::sampled_logprobs>& out) {
+  for (const json_value item : items) {
+    backend::sampled_logprobs sampled;
+    EDGE_ASSIGN_OR_RETURN(sampled.chosen, token_logprob_from(item));
+    EDGE_ASSIGN_OR_RETURN(const json_fields entry, item.as<json_fields>());
+    EDGE_ASSIGN_OR_RETURN(const auto top, entry.optional<json_array>("top"));
+    if (top) {
+      if (top->size() > max_top_logprobs_on_wire) return invalid_argument("too many top log probabilities");
+      for (const json_value alternative : *top) {
+        EDGE_ASSIGN_OR_RETURN(const backend::token_logprob other, token_logprob_from(alternative));
+        sampled.top.push_back(other);
+      }
+    }
+    out.push_back(std::move(sampled));
+  }
+  return {};
+}
+
 result<backend::engine_event> delta_from(const json_fields& o) {
   backend::delta_event delta;
+  EDGE_ASSIGN_OR_RETURN(const std::int64_t index, o.value_or<std::int64_t>("index", 0));
+  if (index < 0 || index >= backend::max_choices) return invalid_argument(format("choice index {} out of range", index));
+  delta.index = static_cast<std::int32_t>(index);
   EDGE_ASSIGN_OR_RETURN(delta.text, o.required<std::string_view>("text"));
   EDGE_ASSIGN_OR_RETURN(const json_value tokens, o.required("tokens"));
   if (auto error = read_token_ids(tokens, delta.tokens)) return *error;
   EDGE_ASSIGN_OR_RETURN(const auto logprobs, o.optional<json_array>("logprobs"));
-  if (logprobs) {
-    for (const json_value item : *logprobs) {
-      backend::sampled_logprobs sampled;
-      EDGE_ASSIGN_OR_RETURN(sampled.chosen, token_logprob_from(item));
-      EDGE_ASSIGN_OR_RETURN(const json_fields entry, item.as<json_fields>());
-      EDGE_ASSIGN_OR_RETURN(const auto top, entry.optional<json_array>("top"));
-      if (top) {
-        for (const json_value alternative : *top) {
-          EDGE_ASSIGN_OR_RETURN(const backend::token_logprob other, token_logprob_from(alternative));
-          sampled.top.push_back(other);
-        }
-      }
-      delta.logprobs.push_back(std::move(sampled));
+  if (logprobs) EDGE_RETURN_IF_ERROR(read_sampled_logprobs(*logprobs, delta.logprobs));
+  EDGE_ASSIGN_OR_RETURN(const auto finish, o.optional<std::string_view>("finish"));
+  if (finish) {
+    const auto reason = parse_finish_reason(*finish);
+    if (!reason || (*reason != backend::finish_reason::stop && *reason != backend::finish_reason::length)) {
+      return invalid_argument(format("a choice cannot finish with '{}'", *finish));
     }
+    delta.finish = reason;
   }
   return backend::engine_event(std::move(delta));
+}
+
+result<backend::engine_event> prompt_logprobs_from(const json_fields& o) {
+  backend::prompt_logprobs_event prompt;
+  EDGE_ASSIGN_OR_RETURN(const json_array logprobs, o.required<json_array>("logprobs"));
+  EDGE_RETURN_IF_ERROR(read_sampled_logprobs(logprobs, prompt.logprobs));
+  return backend::engine_event(std::move(prompt));
 }
 
 result<backend::engine_event> finished_from(const json_fields& o) {
@@ -243,6 +272,24 @@ json::object logprob_json(const backend::token_logprob& entry) {
   return json::object{{"id", entry.id}, {"logprob", finite_logprob(entry.logprob)}};
 }
 
+json::array sampled_logprobs_json(std::span<const backend::sampled_logprobs> entries) {
+  json::array out;
+  for (const backend::sampled_logprobs& sampled : entries) {
+    json::object entry = logprob_json(sampled.chosen);
+    json::array top;
+    for (const backend::token_logprob& alternative : sampled.top) top.push_back(logprob_json(alternative));
+    entry["top"] = std::move(top);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+json::object logit_bias_json(std::span<const kernels::logit_bias> bias) {
+  json::object out;
+  for (const kernels::logit_bias& b : bias) out[std::to_string(b.id)] = b.bias;
+  return out;
+}
+
 }  // namespace
 
 // ---- the generate request ---------------------------------------------------------------------
@@ -260,6 +307,7 @@ std::string encode_generate_request(const backend::generate_request& r, const ba
   } else {
     sampling["seed"] = nullptr;
   }
+  if (!r.sampling.logit_bias.empty()) sampling["logit_bias"] = logit_bias_json(r.sampling.logit_bias);
   json::object body{{"id", r.id},
                     {"tenant", r.tenant},
                     {"weight", r.weight},
@@ -276,6 +324,12 @@ std::string encode_generate_request(const backend::generate_request& r, const ba
     body["logprobs"] = nullptr;
   }
   if (grammar != nullptr) body["grammar"] = grammar->text();
+  body["n"] = r.n;
+  if (r.prompt_logprobs) {
+    body["prompt_logprobs"] = *r.prompt_logprobs;
+  } else {
+    body["prompt_logprobs"] = nullptr;
+  }
   return json::serialize(body);
 }
 
@@ -301,6 +355,10 @@ std::optional<internal_request_error> check_generate_request(const backend::gene
   if (auto e = find_token_outside_vocabulary(std::span(r.stop_token_ids), model.vocab_size, "stop_token_ids")) {
     return refusal(std::move(*e), "invalid_request");
   }
+  if (auto e = find_logit_bias_outside_vocabulary(r.sampling.logit_bias, model.vocab_size)) {
+    e->param = "sampling.logit_bias";
+    return refusal(std::move(*e), "invalid_request");
+  }
   const auto prompt_length = static_cast<std::int64_t>(r.prompt.size());
   if (auto e = prompt_does_not_fit(prompt_length, model.context_length, "prompt")) {
     return refusal(std::move(*e), "context_length_exceeded");
@@ -319,19 +377,14 @@ std::string encode_event(const backend::engine_event& event) {
     out["type"] = "admitted";
   } else if (const auto* delta = std::get_if<backend::delta_event>(&event)) {
     out["type"] = "delta";
+    out["index"] = delta->index;
     out["text"] = delta->text;
     out["tokens"] = json::array(delta->tokens.begin(), delta->tokens.end());
-    if (!delta->logprobs.empty()) {
-      json::array logprobs;
-      for (const backend::sampled_logprobs& sampled : delta->logprobs) {
-        json::object entry = logprob_json(sampled.chosen);
-        json::array top;
-        for (const backend::token_logprob& alternative : sampled.top) top.push_back(logprob_json(alternative));
-        entry["top"] = std::move(top);
-        logprobs.push_back(std::move(entry));
-      }
-      out["logprobs"] = std::move(logprobs);
-    }
+    if (!delta->logprobs.empty()) out["logprobs"] = sampled_logprobs_json(delta->logprobs);
+    if (delta->finish) out["finish"] = backend::to_string(*delta->finish);
+  } else if (const auto* prompt = std::get_if<backend::prompt_logprobs_event>(&event)) {
+    out["type"] = "prompt_logprobs";
+    out["logprobs"] = sampled_logprobs_json(prompt->logprobs);
   } else {
     const auto& finished = std::get<backend::finished_event>(event);
     out["type"] = "finished";
@@ -366,6 +419,10 @@ result<std::optional<backend::engine_event>> parse_event(std::string_view line) 
   if (type == "finished") {
     EDGE_ASSIGN_OR_RETURN(auto finished, finished_from(o));
     return std::optional<backend::engine_event>(std::move(finished));
+  }
+  if (type == "prompt_logprobs") {
+    EDGE_ASSIGN_OR_RETURN(auto prompt, prompt_logprobs_from(o));
+    return std::optional<backend::engine_event>(std::move(prompt));
   }
   return invalid_argument(format("unknown event type '{}'", type));
 }

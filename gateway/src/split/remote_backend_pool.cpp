@@ -17,7 +17,9 @@
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
 
+#include <algorithm>
 #include <array>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -464,7 +466,11 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
               backend::event_sink sink)
       : pool_(std::move(pool)), strand_(std::move(strand)), sink_(std::move(sink)) {
     prompt_tokens_ = static_cast<std::int64_t>(generate.prompt.size());
-    max_tokens_ = generate.max_tokens;
+    choices_ = generate.n;
+    // Every choice may run to max_tokens (capped rather than overflowed).
+    max_tokens_ = generate.max_tokens > std::numeric_limits<std::int64_t>::max() / 2 / std::max(generate.n, 1)
+                      ? std::numeric_limits<std::int64_t>::max() / 2
+                      : generate.max_tokens * std::max(generate.n, 1);
     if (const auto block_size = pool_->block_size()) {
       key_ = prompt_affinity_key(generate.tenant, generate.prompt, *block_size, pool_->options.routing.affinity_blocks);
     }
@@ -647,8 +653,15 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
             problem = format("it sent more than the {} tokens asked for", max_tokens_);
             co_return pump_result::broken;
           }
+          if (delta->index >= choices_) {
+            problem = format("it sent choice {} of a request for {}", delta->index, choices_);
+            co_return pump_result::broken;
+          }
           started_ = true;
           completion_tokens_ += tokens;
+        } else if (std::holds_alternative<backend::prompt_logprobs_event>(e)) {
+          // Relayed to the client: the request cannot start over elsewhere from here on.
+          started_ = true;
         } else if (auto* finished = std::get_if<backend::finished_event>(&e)) {
           if (finished->reason == backend::finish_reason::abort && !started_) {
             // The backend is shutting down and dropped the request before it began.
@@ -707,7 +720,8 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
   std::string body_;
   std::optional<affinity_key> key_;
   std::int64_t prompt_tokens_ = 0;
-  std::int64_t max_tokens_ = 0;
+  std::int64_t max_tokens_ = 0;         // of all choices together
+  std::int32_t choices_ = 1;
   std::int64_t completion_tokens_ = 0;  // relayed to the sink
   std::vector<std::size_t> tried_;
   std::optional<std::size_t> current_;  // the backend counting this request as in flight

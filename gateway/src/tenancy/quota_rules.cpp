@@ -150,10 +150,14 @@ quota_decision judge_reserve(const quota_reservation& held, const quota_request&
       d.tokens = rate_limit_status{capacity, static_cast<std::int64_t>(std::floor(after)),
                                    ceil_ms(refill_ns(full - after, capacity))};
     } else if (cost > capacity) {
+      const std::string completion = request.choices > 1 ? format("{} choices × max_tokens {}", request.choices,
+                                                                   request.max_tokens)
+                                                            : format("max_tokens {}", request.max_tokens);
       refused.add(quota_limit::tokens_per_minute, std::nullopt,
                   format("Request too large for tokens per minute on tenant '{}': limit {}, requested {} (prompt {} + "
-                         "max_tokens {}). Lower max_tokens or shorten the prompt.",
-                         request.tenant_id, capacity, cost, request.prompt_tokens, request.max_tokens));
+                         "{}). Lower max_tokens{} or shorten the prompt.",
+                         request.tenant_id, capacity, cost, request.prompt_tokens, completion,
+                         request.choices > 1 ? " or n" : ""));
     } else {
       const auto wait = ceil_ms(refill_ns(static_cast<double>(cost) - level, capacity));
       refused.add(quota_limit::tokens_per_minute, wait,

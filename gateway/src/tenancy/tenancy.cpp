@@ -104,23 +104,25 @@ asio::awaitable<std::optional<quota_decision>> request_session::admit() {
   co_return std::nullopt;
 }
 
-std::int64_t request_session::default_max_tokens(std::int64_t prompt_tokens, std::int64_t room) const {
+std::int64_t request_session::default_max_tokens(std::int64_t prompt_tokens, std::int64_t room,
+                                                 std::int64_t choices) const {
   const tenant_quotas& q = who_.tenant->quotas;
+  const std::int64_t n = std::max<std::int64_t>(choices, 1);
   std::int64_t limit = room;
   if (q.max_tokens_per_request) limit = std::min(limit, *q.max_tokens_per_request);
-  // Prompt + max_tokens is what the token limits reserve: a default above what they can ever
-  // hold would be refused for good.
-  if (q.tokens_per_minute) limit = std::min(limit, *q.tokens_per_minute - prompt_tokens);
-  if (q.daily_tokens) limit = std::min(limit, *q.daily_tokens - prompt_tokens);
+  // Prompt + n × max_tokens is what the token limits reserve: a default above what they can
+  // ever hold would be refused for good.
+  if (q.tokens_per_minute) limit = std::min(limit, (*q.tokens_per_minute - prompt_tokens) / n);
+  if (q.daily_tokens) limit = std::min(limit, (*q.daily_tokens - prompt_tokens) / n);
   // At least one token: a prompt that alone exceeds a limit is refused by that limit, which says so.
   return std::max<std::int64_t>(limit, 1);
 }
 
 asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int64_t prompt_tokens,
-                                                                       std::int64_t max_tokens) {
+                                                                       std::int64_t max_tokens, std::int64_t choices) {
   tenancy& t = *owner_;
   const tenant_record& tenant = *who_.tenant;
-  const quota_request asked{tenant.id, tenant.quotas, prompt_tokens, max_tokens};
+  const quota_request asked{tenant.id, tenant.quotas, prompt_tokens, max_tokens, choices};
   const quota_reservation held = served_->reservation;
   const auto call = [&t, &held, &asked] { return t.quotas_->try_reserve(held, asked); };
   // A request admitted uncounted stays uncounted: the store holds no record of it to add to.
@@ -153,7 +155,7 @@ asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int
     }
     hold_id = hold.id;
   }
-  served_->usage.emplace(prompt_tokens, max_tokens);
+  served_->usage.emplace(prompt_tokens, asked.completion_tokens());
   served_->meter = t.ledger_->open_meter(tenant.id, *served_->usage, std::move(hold_id));
   co_return std::nullopt;
 }

@@ -39,6 +39,9 @@ TEST_CASE("a generate request survives encoding and parsing") {
   r.stop_token_ids = {2};
   r.ignore_eos = true;
   r.logprobs = 3;
+  r.n = 4;
+  r.prompt_logprobs = 2;
+  r.sampling.logit_bias = {{.id = 7, .bias = -100.0f}, {.id = 300, .bias = 2.5f}};
   const auto parsed = gw::parse_generate_request(gw::encode_generate_request(r, nullptr));
   REQUIRE(std::holds_alternative<gw::parsed_generate_request>(parsed));
   const auto& back = std::get<gw::parsed_generate_request>(parsed).request;
@@ -56,6 +59,19 @@ TEST_CASE("a generate request survives encoding and parsing") {
   CHECK(back.stop_token_ids == r.stop_token_ids);
   CHECK(back.ignore_eos);
   CHECK(back.logprobs == 3);
+  CHECK(back.n == 4);
+  CHECK(back.prompt_logprobs == 2);
+  REQUIRE(back.sampling.logit_bias.size() == 2);
+  CHECK(back.sampling.logit_bias[0].id == 7);
+  CHECK(back.sampling.logit_bias[0].bias == -100.0f);
+  CHECK(back.sampling.logit_bias[1].id == 300);
+  CHECK(back.sampling.logit_bias[1].bias == 2.5f);
+  // Left out, they are what a plain request asks.
+  const auto plain = gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4})");
+  REQUIRE(std::holds_alternative<gw::parsed_generate_request>(plain));
+  CHECK(std::get<gw::parsed_generate_request>(plain).request.n == 1);
+  CHECK(!std::get<gw::parsed_generate_request>(plain).request.prompt_logprobs);
+  CHECK(std::get<gw::parsed_generate_request>(plain).request.sampling.logit_bias.empty());
   CHECK(std::get<gw::parsed_generate_request>(parsed).grammar == nullptr);
 }
 
@@ -117,6 +133,14 @@ TEST_CASE("the internal API holds every field to the public API's rules") {
            {R"("tenant":"")", "tenant"},
            {R"("tenant":"-acme")", "tenant"},
            {R"("id":"req 1\r\nforged")", "id"},
+           {R"("n":0)", "n"},
+           {R"("n":129)", "n"},
+           {R"("n":"2")", "n"},
+           {R"("prompt_logprobs":-1)", "prompt_logprobs"},
+           {R"("prompt_logprobs":65)", "prompt_logprobs"},
+           {R"("sampling":{"logit_bias":{"x":1}})", "sampling.logit_bias.x"},
+           {R"("sampling":{"logit_bias":{"5":101}})", "sampling.logit_bias.5"},
+           {R"("sampling":{"logit_bias":[1]})", "sampling.logit_bias"},
        }) {
     CAPTURE(fields);
     const gw::internal_request_error error = error_of(with(fields));
@@ -188,6 +212,14 @@ TEST_CASE("the internal API checks token ids against the vocabulary and lengths 
   REQUIRE(refused);
   CHECK(refused->param == "stop_token_ids[1]");
   r.stop_token_ids.clear();
+
+  r.sampling.logit_bias = {{.id = 3, .bias = 1.0f}, {.id = 512, .bias = -100.0f}};
+  refused = gw::check_generate_request(r, model);
+  REQUIRE(refused);
+  CHECK(refused->param == "sampling.logit_bias");
+  CHECK(refused->code == "invalid_request");
+  CHECK(refused->message.find("token 512") != std::string::npos);
+  r.sampling.logit_bias.clear();
 
   r.prompt.assign(512, 7);
   refused = gw::check_generate_request(r, model);
@@ -268,6 +300,43 @@ TEST_CASE("events survive the trip; heartbeats are recognised; garbage is refuse
   CHECK_FALSE(gw::parse_event("not json").ok());
   CHECK_FALSE(gw::parse_event(R"({"type":"teleported"})").ok());
   CHECK_FALSE(gw::parse_event(R"({"type":"finished","reason":"bored"})").ok());
+}
+
+TEST_CASE("a choice's index and finish, and the prompt's log probabilities, survive the trip") {
+  be::delta_event delta;
+  delta.index = 3;
+  delta.text = "end";
+  delta.tokens = {9};
+  delta.finish = be::finish_reason::length;
+  std::string line = gw::encode_event(delta);
+  auto parsed = gw::parse_event(std::string_view(line).substr(0, line.size() - 1));
+  REQUIRE(parsed.ok());
+  const auto& d = std::get<be::delta_event>(**parsed);
+  CHECK(d.index == 3);
+  CHECK(d.finish == be::finish_reason::length);
+  // An older backend's delta has neither: choice 0, not its last.
+  parsed = gw::parse_event(R"({"type":"delta","text":"a","tokens":[1]})");
+  REQUIRE(parsed.ok());
+  CHECK(std::get<be::delta_event>(**parsed).index == 0);
+  CHECK(!std::get<be::delta_event>(**parsed).finish);
+
+  be::prompt_logprobs_event prompt;
+  prompt.logprobs.push_back({{4, -1.5f}, {{2, -0.5f}, {4, -1.5f}}});
+  prompt.logprobs.push_back({{8, -0.25f}, {}});
+  line = gw::encode_event(prompt);
+  parsed = gw::parse_event(std::string_view(line).substr(0, line.size() - 1));
+  REQUIRE(parsed.ok());
+  const auto& p = std::get<be::prompt_logprobs_event>(**parsed);
+  REQUIRE(p.logprobs.size() == 2);
+  CHECK(p.logprobs[0].chosen.id == 4);
+  CHECK(p.logprobs[0].top.size() == 2);
+  CHECK(p.logprobs[1].chosen.logprob == -0.25f);
+
+  // A choice cannot end with abort or error (the request does), nor have a negative index.
+  CHECK_FALSE(gw::parse_event(R"({"type":"delta","text":"","tokens":[],"finish":"abort"})").ok());
+  CHECK_FALSE(gw::parse_event(R"({"type":"delta","text":"","tokens":[],"finish":"later"})").ok());
+  CHECK_FALSE(gw::parse_event(R"({"type":"delta","index":-1,"text":"","tokens":[]})").ok());
+  CHECK_FALSE(gw::parse_event(R"({"type":"prompt_logprobs"})").ok());
 }
 
 TEST_CASE("a backend's usage is charged only within what the gateway sent, relayed and asked for") {

@@ -255,10 +255,13 @@ TEST_CASE("bad requests are refused with the field named") {
       {completions, R"({"prompt": "x", "stop": 5})", "stop", "a string or an array"},
       {completions, R"({"prompt": "x", "stop": ["a", 5]})", "stop[1]", "a string"},
       {completions, R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "stop", "at most 4"},
-      {completions, R"({"prompt": "x", "n": 2})", "n", "must be 1"},
-      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"n":3})", "n", "must be 1"},
+      {completions, R"({"prompt": "x", "n": 0})", "n", "from 1 to 128"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"n":129})", "n", "from 1 to 128"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"n":-3})", "n", "from 1 to 128"},
       {completions, R"({"prompt": "x", "n": "1"})", "n", "an integer"},
-      {completions, R"({"prompt": "x", "best_of": 2})", "best_of", "must be 1"},
+      {completions, R"({"prompt": "x", "best_of": 2})", "best_of", "must equal 'n' (1)"},
+      {completions, R"({"prompt": "x", "n": 3, "best_of": 4})", "best_of", "must equal 'n' (3)"},
+      {completions, R"({"prompt": "x", "best_of": 0})", "best_of", "at least 1"},
       {completions, R"({"prompt": "x", "stream": "yes"})", "stream", "true or false"},
       {completions, R"({"prompt": "x", "stream": true, "stream_options": 1})", "stream_options", "an object"},
       {completions, R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
@@ -267,12 +270,14 @@ TEST_CASE("bad requests are refused with the field named") {
        "only allowed when 'stream' is true"},
       {completions, R"({"prompt": "x", "user": 7})", "user", "a string"},
       {completions, R"({"prompt": "x", "ignore_eos": 1})", "ignore_eos", "true or false"},
-      {completions, R"({"prompt": "x", "logprobs": 2})", "logprobs", "not supported"},
-      {completions, R"({"prompt": "x", "echo": true})", "echo", "not supported"},
+      {completions, R"({"prompt": "x", "logprobs": 6})", "logprobs", "from 0 to 5"},
+      {completions, R"({"prompt": "x", "logprobs": -1})", "logprobs", "from 0 to 5"},
+      {completions, R"({"prompt": "x", "logprobs": true})", "logprobs", "an integer"},
+      {completions, R"({"prompt": "x", "echo": "yes"})", "echo", "true or false"},
       {completions, R"({"prompt": "x", "suffix": "end"})", "suffix", "not supported"},
-      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs", "not supported"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logprobs":1})", "logprobs", "true or false"},
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "top_logprobs",
-       "not supported"},
+       "requires 'logprobs' to be true"},
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
        "tools[0].function", "required"},
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":{}})", "tools", "an array of tools"},
@@ -334,8 +339,24 @@ TEST_CASE("bad requests are refused with the field named") {
        "response_format.json_schema.schema.properties.a.pattern", "pattern"},
       {completions, R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"n","schema":7}}})",
        "response_format.json_schema.schema", "a JSON schema"},
-      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"50256":-100}})", "logit_bias",
-       "not supported"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":0,"logprobs":false})",
+       "top_logprobs", "requires 'logprobs' to be true"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
+       "top_logprobs", "from 0 to 20"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":-1})",
+       "top_logprobs", "from 0 to 20"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":"3"})",
+       "top_logprobs", "an integer"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logit_bias":[5]})", "logit_bias",
+       "an object of token ids to biases"},
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logit_bias":{"abc":1}})", "logit_bias.abc",
+       "not a token id"},
+      {completions, R"({"prompt":"x","logit_bias":{"-5":1}})", "logit_bias.-5", "not a token id"},
+      {completions, R"({"prompt":"x","logit_bias":{"99999999999":1}})", "logit_bias.99999999999", "not a token id"},
+      {completions, R"({"prompt":"x","logit_bias":{"":1}})", "logit_bias.", "not a token id"},
+      {completions, R"({"prompt":"x","logit_bias":{"5":101}})", "logit_bias.5", "from -100 to 100"},
+      {completions, R"({"prompt":"x","logit_bias":{"5":-100.5}})", "logit_bias.5", "from -100 to 100"},
+      {completions, R"({"prompt":"x","logit_bias":{"5":"ban"}})", "logit_bias.5", "a number"},
   };
   for (const bad_case& c : cases) {
     const std::string body = c.body;
@@ -347,10 +368,56 @@ TEST_CASE("bad requests are refused with the field named") {
 }
 
 TEST_CASE("fields that are off are accepted: logprobs false, empty tools, text response_format") {
-  const auto r = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":false,"top_logprobs":0,
+  const auto r = chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":false,"top_logprobs":null,
                             "tools":[],"response_format":{"type":"text"},"logit_bias":{},"echo":false})");
   CHECK(r.messages.size() == 1);
-  CHECK(completion_ok(R"({"prompt":"x","logprobs":null,"echo":false,"suffix":""})").messages.empty());
+  CHECK(!r.logprobs);
+  CHECK(r.sampling.logit_bias.empty());
+  const auto c = completion_ok(R"({"prompt":"x","logprobs":null,"echo":false,"suffix":""})");
+  CHECK(!c.logprobs);
+  CHECK(!c.echo);
+}
+
+TEST_CASE("chat logprobs: true alone asks for the sampled token's, top_logprobs for alternatives") {
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})").logprobs == 0);
+  // In either order.
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":5,"logprobs":true})").logprobs == 5);
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":20})").logprobs == 20);
+  CHECK(!chat_ok(R"({"messages":[{"role":"user","content":"x"}],"logprobs":false})").logprobs);
+}
+
+TEST_CASE("completions logprobs and echo, n and best_of") {
+  const auto r = completion_ok(R"({"prompt":"x","logprobs":5,"echo":true,"n":3,"best_of":3})");
+  CHECK(r.logprobs == 5);
+  CHECK(r.echo);
+  CHECK(r.n == 3);
+  CHECK(completion_ok(R"({"prompt":"x","logprobs":0})").logprobs == 0);
+  CHECK(completion_ok(R"({"prompt":"x","best_of":1})").n == 1);
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"x"}],"n":128})").n == 128);
+}
+
+TEST_CASE("logit_bias: token ids as keys, a repeated id counts once with its last bias") {
+  const auto r = chat_ok(R"({"messages":[{"role":"user","content":"x"}],
+                             "logit_bias":{"50256":-100,"7":2.5,"7":100,"0":-0.5}})");
+  REQUIRE(r.sampling.logit_bias.size() == 3);
+  CHECK(r.sampling.logit_bias[0].id == 50256);
+  CHECK(r.sampling.logit_bias[0].bias == -100.0f);
+  CHECK(r.sampling.logit_bias[1].id == 7);
+  CHECK(r.sampling.logit_bias[1].bias == 100.0f);
+  CHECK(r.sampling.logit_bias[2].id == 0);
+  // At most 300 ids.
+  std::string many = R"({"prompt":"x","logit_bias":{)";
+  for (int i = 0; i < 301; ++i) many += (i > 0 ? "," : "") + ("\"" + std::to_string(i) + "\":1");
+  many += "}}";
+  const auto e = completion_error(many);
+  CHECK(e.param == "logit_bias");
+  CHECK(e.message.find("at most 300") != std::string::npos);
+  // Ids outside the vocabulary are the routes' to refuse, naming the field.
+  const auto outside = gw::find_logit_bias_outside_vocabulary(r.sampling.logit_bias, 512);
+  REQUIRE(outside);
+  CHECK(outside->param == "logit_bias");
+  CHECK(outside->message.find("50256") != std::string::npos);
+  CHECK(!gw::find_logit_bias_outside_vocabulary(r.sampling.logit_bias, 50257));
 }
 
 TEST_CASE("response_format json_object and json_schema become the grammar the output must match") {

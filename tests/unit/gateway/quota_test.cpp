@@ -3,6 +3,8 @@
 // headers and 429 bodies a decision becomes.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include <boost/json/parse.hpp>
 
 #include <chrono>
@@ -494,4 +496,47 @@ TEST_CASE("refusal bodies: tokens, insufficient_quota, and max_tokens as a 400")
   CHECK(too_many.result() == gw::http::status::bad_request);
   CHECK(error_of(too_many).at("param") == "max_tokens");
   CHECK(error_of(too_many).at("type") == "invalid_request_error");
+}
+
+TEST_CASE("a request for n choices reserves prompt + n x max_tokens and refunds what its choices left") {
+  edge::manual_time_source clock(noon);
+  gw::in_memory_quota_store store(clock);
+  gw::tenant_quotas q;
+  q.tokens_per_minute = 1000;
+  q.daily_tokens = 5000;
+  q.max_tokens_per_request = 300;  // per choice
+
+  const auto three = edge::testing::admit_and_reserve(store, q, 100, 200, "acme", 3);
+  REQUIRE(three.allowed);
+  CHECK(three.reservation.bucket_tokens == 700);
+  CHECK(three.reservation.daily_tokens == 700);
+  REQUIRE(three.tokens);
+  CHECK(three.tokens->remaining == 300);
+  CHECK(store.daily_tokens_used("acme") == 700);
+
+  // 4 x 100 more would overrun the bucket: refused, saying why, and nothing taken.
+  const auto four = edge::testing::admit_and_reserve(store, q, 0, 100, "acme", 4);
+  CHECK_FALSE(four.allowed);
+  CHECK(four.limit == gw::quota_limit::tokens_per_minute);
+  CHECK(store.daily_tokens_used("acme") == 700);
+  // More than a minute's worth on its own: the message names the choices.
+  const auto never = edge::testing::admit_and_reserve(store, q, 100, 300, "acme", 4);
+  CHECK_FALSE(never.allowed);
+  CHECK_FALSE(never.retry_after);
+  CHECK(never.message.find("4 choices × max_tokens 300") != std::string::npos);
+  CHECK(never.message.find("or n") != std::string::npos);
+
+  // The choices used 100 + 250 of the 700: 350 come back to the bucket and the day.
+  store.finish(three.reservation, 350);
+  CHECK(store.daily_tokens_used("acme") == 350);
+  const auto after = edge::testing::admit_and_reserve(store, q, 0, 100, "acme", 6);
+  REQUIRE(after.allowed);
+  REQUIRE(after.tokens);
+  CHECK(after.tokens->remaining == 50);
+  // max_tokens_per_request bounds each choice, not their sum.
+  CHECK(edge::testing::admit_and_reserve(store, q, 0, 301, "acme", 1).limit == gw::quota_limit::max_tokens_per_request);
+  // A count no request could hold is capped, not overflowed.
+  const gw::quota_request huge{"acme", q, 5, std::numeric_limits<std::int64_t>::max(), 100};
+  CHECK(huge.cost() > 0);
+  CHECK(huge.completion_tokens() == std::numeric_limits<std::int64_t>::max() / 2);
 }

@@ -66,8 +66,8 @@ gw::redis_quota_options options_for(const edge::testing::redis_server& server, c
 }
 
 gw::quota_decision ask(gw::quota_store& store, const gw::tenant_quotas& q, std::int64_t prompt, std::int64_t max_tokens,
-                       std::string_view tenant = "acme") {
-  return edge::testing::admit_and_reserve(store, q, prompt, max_tokens, tenant);
+                       std::string_view tenant = "acme", std::int64_t choices = 1) {
+  return edge::testing::admit_and_reserve(store, q, prompt, max_tokens, tenant, choices);
 }
 
 void check_same_status(const std::optional<gw::rate_limit_status>& memory,
@@ -267,6 +267,34 @@ TEST_CASE("redis: tokens per minute reserve prompt + max_tokens and refund the u
   REQUIRE(third.tokens);
   CHECK(third.tokens->remaining >= 50);
   CHECK(third.tokens->remaining <= 50 + static_cast<std::int64_t>(10.0 * seconds_since(start)) + 1);
+}
+
+TEST_CASE("redis: a request for n choices reserves n x max_tokens of the shared budget and refunds the rest") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  const auto options = options_for(*server);
+  auto a = gw::redis_quota_store::create(options, nullptr);
+  auto b = gw::redis_quota_store::create(options, nullptr);
+  gw::tenant_quotas q;
+  q.daily_tokens = 1000;
+
+  const auto three = ask(*a, q, 100, 200, "acme", 3);
+  REQUIRE(three.allowed);
+  CHECK(three.reservation.daily_tokens == 700);
+  // The other gateway sees 300 left: 3 x 100 more and a prompt do not fit.
+  const auto refused = ask(*b, q, 100, 100, "acme", 3);
+  CHECK_FALSE(refused.allowed);
+  CHECK(refused.limit == gw::quota_limit::daily_tokens);
+  CHECK(refused.message.find("needs up to 400") != std::string::npos);
+  a->settle(three.reservation, 250);  // the choices stopped early: 450 come back
+  const auto fits = ask(*b, q, 100, 100, "acme", 3);
+  CHECK(fits.allowed);
+  // And in memory, the same decisions.
+  edge::manual_time_source clock(noon);
+  gw::in_memory_quota_store memory(clock);
+  const auto m3 = ask(memory, q, 100, 200, "acme", 3);
+  CHECK(m3.reservation.daily_tokens == 700);
+  CHECK_FALSE(ask(memory, q, 100, 100, "acme", 3).allowed);
 }
 
 TEST_CASE("redis: max_concurrent counts slots of every store; a release frees one for any of them") {

@@ -7,10 +7,11 @@
 //   * the request_handle it returns: destroying it cancels the request; the cancellation
 //     reaches the engine thread at its next step, which frees the request's blocks;
 //   * the request's event_sink, which the engine thread calls with the request's events:
-//     admitted (once, when it first gets KV blocks), delta (text and token ids, as produced)
-//     and finished (exactly once per accepted request, whatever happens: stop, length, abort
-//     or error, with usage and timings). A sink must not block: the gateway posts each event to
-//     its connection's strand.
+//     admitted (once, when it first gets KV blocks), prompt log probabilities (once, before the
+//     first delta, when asked for), delta (a choice's text and token ids, as produced; its last
+//     delta says why it ended) and finished (exactly once per accepted request, whatever
+//     happens: stop, length, abort or error, with usage and timings). A sink must not block:
+//     the gateway posts each event to its connection's strand.
 //   * stats(), health() and drain().
 //
 // A bug on the engine thread (an exception escaping a step: a broken invariant, memory
@@ -57,14 +58,27 @@ struct generate_request {
   std::vector<token_id> stop_token_ids;
   bool ignore_eos = false;
   // Log probabilities: none, or the sampled token's plus this many most likely alternatives
-  // (0: the sampled token's alone).
+  // (0: the sampled token's alone; at most max_top_logprobs).
   std::optional<std::int32_t> logprobs;
   // What the output must match (structured outputs, constrained tool calls), compiled for this
   // engine's tokenizer (another tokenizer's is invalid_argument); null: unconstrained. Each step
   // allows only the tokens that continue it; EOS (and the stop token ids) only once it is
   // matched whole, and then nothing else. Log probabilities stay the model's own, unmasked.
   std::shared_ptr<const grammar::compiled_grammar> grammar;
+  // Choices (OpenAI's n, 1..max_choices): this many completions of the prompt, which is computed
+  // once for all of them. Choice i samples with the request's settings and, given a seed,
+  // choice_seed(seed, i); max_tokens is per choice.
+  std::int32_t n = 1;
+  // The prompt's own log probabilities, each prompt token's but the first with this many
+  // alternatives (at most max_top_logprobs): a prompt_logprobs_event before the first delta. The
+  // prompt is then computed whole, never taken from the prefix cache.
+  std::optional<std::int32_t> prompt_logprobs;
 };
+
+// The most choices one request may ask for (OpenAI's limit for n), and the most alternatives per
+// log probability (OpenAI's top_logprobs limit).
+inline constexpr std::int32_t max_choices = 128;
+inline constexpr std::int32_t max_top_logprobs = 20;
 
 struct token_usage {
   std::int64_t prompt_tokens = 0;
@@ -83,20 +97,30 @@ struct request_timings {
 
 struct admitted_event {};
 
+struct prompt_logprobs_event {
+  // [prompt tokens - 1]: entry i is prompt token i + 1's log probability given the tokens before
+  // it, with its alternatives (the first prompt token has none).
+  std::vector<sampled_logprobs> logprobs;
+};
+
 struct delta_event {
+  std::int32_t index = 0;                 // the choice (0 .. n - 1)
   std::string text;                       // may be empty (held back: part of a character or a stop string)
   std::vector<token_id> tokens;           // the tokens sampled
   std::vector<sampled_logprobs> logprobs; // one per token, when asked for
+  std::optional<finish_reason> finish;    // on the choice's last delta: why it ended (stop or length)
 };
 
 struct finished_event {
+  // abort or error when the request did not complete; else how its last choice to end did
+  // (each choice's own reason is on its last delta).
   finish_reason reason = finish_reason::stop;
-  token_usage usage;
+  token_usage usage;  // completion_tokens: every choice's
   request_timings timings;
   std::string error;  // reason error: what went wrong
 };
 
-using engine_event = std::variant<admitted_event, delta_event, finished_event>;
+using engine_event = std::variant<admitted_event, delta_event, finished_event, prompt_logprobs_event>;
 
 // Called on the engine thread, one event at a time per request, in order. Must not block.
 using event_sink = std::function<void(engine_event)>;
@@ -127,6 +151,7 @@ struct engine_stats {
   std::int64_t preemptions = 0;
   std::int64_t prefix_cache_queries = 0;
   std::int64_t prefix_cache_hits = 0;
+  std::int64_t computed_tokens = 0;  // tokens whose K/V were computed: prompt chunks, recomputation, decode
   std::int64_t prompt_tokens = 0;
   std::int64_t generation_tokens = 0;
   std::int64_t finished = 0;
@@ -188,7 +213,8 @@ class engine {
 
   // Queues a request; the sink gets its events. Errors (nothing is queued, no event follows):
   // invalid_argument / out_of_range for a request that can never run (empty prompt, longer
-  // than the context or than the KV cache), resource_exhausted when max_queued_requests are
+  // than the context or than the KV cache, more choices than max_num_seqs, a field out of its
+  // range: logprobs, n, logit_bias, prompt_logprobs), resource_exhausted when max_queued_requests are
   // waiting, failed_precondition once drain() began, unavailable once the engine has failed
   // (health()). A stalled engine still queues requests. Thread-safe.
   result<request_handle> submit(generate_request request, event_sink sink);

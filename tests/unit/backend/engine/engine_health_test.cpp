@@ -51,6 +51,7 @@ class failing_executor final : public executor {
   std::int64_t max_batch_tokens() const override { return inner_.max_batch_tokens(); }
   std::int64_t max_sequences() const override { return inner_.max_sequences(); }
   std::int64_t vocab_size() const override { return inner_.vocab_size(); }
+  std::int64_t max_prompt_logits_rows() const override { return inner_.max_prompt_logits_rows(); }
   executor_counters counters() const override { return {.graph_capture_failures = capture_failures.load()}; }
 
   std::atomic<bool> fail_next{false};

@@ -1,20 +1,25 @@
 // The scheduler's invariants over thousands of random workloads on tiny pools: random arrivals,
 // prompt and output lengths, shared prompt prefixes, priorities, tenants, cancellations, block
-// sizes, budgets and policies, each run to the end by the simulation driver (tests/sim) with
-// the real scheduler and the real block pool. After every step:
+// sizes, budgets and policies, requests for several choices (forks), each run to the end by the
+// simulation driver (tests/sim) with the real scheduler and the real block pool. After every step:
 //   * blocks are conserved: every block is free exactly once or referenced exactly as many
 //     times as block tables hold it (scheduler::check_invariants, kv_block_pool's own check);
 //   * usage never exceeds the budget: held + free = total, and a step that admitted left at
 //     least the watermark free;
-//   * no block is owned twice except a cached prefix shared by reference count, and no step
-//     writes into a block another sequence holds;
+//   * no block is owned twice except a full block shared by reference count (a cached prefix,
+//     or a prompt block a request's choices share), no step writes into a block another
+//     sequence holds, and a fork's copy goes into a block of its own;
 //   * a step stays within max_num_seqs and max_num_batched_tokens, and a partial prompt chunk
-//     ends on a block boundary;
-//   * reserve admission never preempts and never grows a block table.
+//     ends on a block boundary (or right before the last prompt token of a request that forks);
+//   * reserve admission never preempts and never grows a block table;
+//   * prompt logits rows stay within the step's bound, inside their chunk, before the last
+//     prompt token, and never cover a position twice.
 // At the end: every request finished exactly once, within a bounded number of steps (none
-// waits forever), and every block is free again.
+// waits forever), each of its choices generated what it was meant to, a request that asked for
+// prompt logits got a row for every prompt position but the last, and every block is free again.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -33,7 +38,13 @@ struct coverage {
   std::int64_t cancellations = 0;
   std::int64_t rejections = 0;
   std::int64_t completed = 0;
+  std::int64_t forks = 0;
+  std::int64_t copies = 0;
+  std::int64_t prompt_rows = 0;
 };
+
+// Prompt positions that got a logits row, per request.
+using scored_positions = std::unordered_map<sequence_id, std::vector<int>>;
 
 struct workload {
   scheduler_config config;
@@ -60,6 +71,7 @@ workload random_workload(std::uint64_t seed) {
   static constexpr double watermarks[] = {0.0, 0.01, 0.1, 0.3};
   w.config.watermark = watermarks[pick(0, 3)];
   w.config.max_model_len = chance(0.3) ? pick(2, 200) : 0;
+  w.config.max_prompt_logits = w.config.block_size * pick(1, 4);
   if (static_cast<std::int64_t>(w.config.watermark * static_cast<double>(w.num_blocks)) >= w.num_blocks) {
     w.config.watermark = 0.0;
   }
@@ -97,13 +109,16 @@ workload random_workload(std::uint64_t seed) {
     r.output_tokens = pick(1, 20);
     r.max_tokens = chance(0.3) ? pick(1, 8) : pick(1, std::max<std::int64_t>(1, capacity));
     if (chance(0.2)) r.cancel_at = r.arrival + static_cast<double>(pick(0, 20));
+    if (chance(0.3)) r.choices = pick(2, 4);
+    r.prompt_logits = chance(0.2);
     w.requests.push_back(std::move(r));
   }
   return w;
 }
 
 edge::status check_step(const edge::sim::simulation& sim, const step_plan& plan, const workload& w,
-                        std::unordered_map<sequence_id, std::size_t>& reserved, coverage& seen) {
+                        std::unordered_map<sequence_id, std::size_t>& reserved, scored_positions& scored,
+                        coverage& seen) {
   using edge::format;
   using edge::internal_error;
   const scheduler& sched = sim.scheduler();
@@ -121,8 +136,9 @@ edge::status check_step(const edge::sim::simulation& sim, const step_plan& plan,
 
   // Blocks held, each counted once, plus free ones: the whole pool, never more.
   std::set<std::int32_t> held;
-  for (const sequence_id id : sim.live()) {
+  for (const sequence_id id : sim.live_sequences()) {
     for (const std::int32_t b : sched.block_table(id)) held.insert(b);
+    for (const std::int32_t b : sched.fork_blocks(id)) held.insert(b);
   }
   if (static_cast<std::int64_t>(held.size()) + pool.free_blocks() != pool.total_blocks()) {
     return internal_error(format("{} blocks held and {} free of {}", held.size(), pool.free_blocks(), pool.total_blocks()));
@@ -144,7 +160,11 @@ edge::status check_step(const edge::sim::simulation& sim, const step_plan& plan,
     }
     if (!chunk.samples) {
       ++seen.partial_chunks;
-      if (end % c.block_size != 0) return internal_error(format("partial chunk of {} ends mid-block at {}", chunk.id, end));
+      const auto& r = sim.request_of(chunk.id);
+      const bool before_fork = r.choices > 1 && end == static_cast<std::int64_t>(r.prompt.size()) - 1;
+      if (end % c.block_size != 0 && !before_fork) {
+        return internal_error(format("partial chunk of {} ends mid-block at {}", chunk.id, end));
+      }
     }
     // The blocks this chunk wrote belong to this sequence alone.
     for (std::int64_t b = chunk.start / c.block_size; b < (end + c.block_size - 1) / c.block_size; ++b) {
@@ -157,10 +177,56 @@ edge::status check_step(const edge::sim::simulation& sim, const step_plan& plan,
   }
   if (tokens != plan.tokens) return internal_error("the plan's token count is not the sum of its chunks");
 
+  std::int64_t rows = 0;
+  for (const scheduled_chunk& chunk : plan.chunks) {
+    if (chunk.prompt_logits_count == 0) continue;
+    const auto& r = sim.request_of(chunk.id);
+    const auto count = static_cast<std::int64_t>(chunk.tokens.size());
+    if (!r.prompt_logits || chunk.prompt_logits_offset < 0 || chunk.prompt_logits_offset + chunk.prompt_logits_count > count) {
+      return internal_error(format("sequence {}: prompt logits rows [{}, +{}) in a chunk of {}", chunk.id,
+                                   chunk.prompt_logits_offset, chunk.prompt_logits_count, count));
+    }
+    rows += chunk.prompt_logits_count;
+    auto& positions = scored[r.id];
+    positions.resize(r.prompt.size(), 0);
+    for (std::int64_t i = 0; i < chunk.prompt_logits_count; ++i) {
+      const std::int64_t position = chunk.start + chunk.prompt_logits_offset + i;
+      if (position >= static_cast<std::int64_t>(r.prompt.size()) - 1) {
+        return internal_error(format("sequence {} got a prompt logits row at position {} of a prompt of {}", chunk.id,
+                                     position, r.prompt.size()));
+      }
+      if (++positions[static_cast<std::size_t>(position)] > 1) {
+        return internal_error(format("sequence {} got a second prompt logits row at position {}", chunk.id, position));
+      }
+    }
+  }
+  if (rows > c.max_prompt_logits) {
+    return internal_error(format("{} prompt logits rows in a step, over the bound of {}", rows, c.max_prompt_logits));
+  }
+  seen.prompt_rows += rows;
+
+  // A fork's copy lands in a block of the fork's own, right after the prompt blocks it shares.
+  for (const block_copy& copy : plan.copies) {
+    ++seen.copies;
+    if (pool.ref_count(copy.to) != 1) {
+      return internal_error(format("a copy into block {}, which {} sequences hold", copy.to, pool.ref_count(copy.to)));
+    }
+    const bool forked_there = std::any_of(plan.forked.begin(), plan.forked.end(), [&](const auto& f) {
+      const auto table = sched.block_table(f.second);
+      const auto parent = sched.block_table(f.first);
+      const auto shared = static_cast<std::size_t>((static_cast<std::int64_t>(sim.request_of(f.second).prompt.size()) - 1) /
+                                                   c.block_size);
+      return table.size() > shared && parent.size() > shared && table[shared] == copy.to && parent[shared] == copy.from;
+    });
+    if (!forked_there) return internal_error(format("a copy {} -> {} that no fork of this step asked for", copy.from, copy.to));
+  }
+  seen.forks += static_cast<std::int64_t>(plan.forked.size());
+
   if (c.admission == admission_policy::reserve) {
     if (!plan.preempted.empty()) return internal_error("reserve admission preempted");
     for (const sequence_id id : plan.admitted) reserved[id] = sched.block_table(id).size();
-    for (const sequence_id id : sim.live()) {
+    for (const auto& [parent, child] : plan.forked) reserved[child] = sched.block_table(child).size();
+    for (const sequence_id id : sim.live_sequences()) {
       if (sched.state_of(id) != sequence_state::running) continue;
       if (sched.block_table(id).size() != reserved.at(id)) {
         return internal_error(format("reserved sequence {} grew from {} to {} blocks", id, reserved.at(id),
@@ -183,10 +249,11 @@ TEST_CASE("scheduler invariants hold over thousands of random workloads") {
     REQUIRE_MESSAGE(created.ok(), created.error().message());
     auto& sim = **created;
     std::unordered_map<sequence_id, std::size_t> reserved;
+    scored_positions scored;
     // Generous: a workload has at most 24 requests of at most a few hundred tokens each.
     constexpr std::int64_t max_steps = 100'000;
     const auto ran = sim.run(w.requests, max_steps, [&](const edge::sim::simulation& s, const step_plan& plan) {
-      return check_step(s, plan, w, reserved, seen);
+      return check_step(s, plan, w, reserved, scored, seen);
     });
     REQUIRE_MESSAGE(ran.ok(), ran.message());
 
@@ -203,7 +270,13 @@ TEST_CASE("scheduler invariants hold over thousands of random workloads") {
         if (w.config.max_model_len > 0) {
           expected = std::min<std::int64_t>(expected, w.config.max_model_len - static_cast<std::int64_t>(r.prompt.size()));
         }
-        CHECK(o.generated == expected);
+        CHECK(o.generated == expected * r.choices);
+        if (r.prompt_logits) {
+          // Every position but the last has its row (and none twice: check_step).
+          const auto& positions = scored[r.id];
+          const auto wanted = static_cast<std::int64_t>(r.prompt.size()) - 1;
+          CHECK(std::count(positions.begin(), positions.end(), 1) == wanted);
+        }
       }
     }
     CHECK(sim.scheduler().idle());
@@ -216,11 +289,14 @@ TEST_CASE("scheduler invariants hold over thousands of random workloads") {
   // The workloads exercise what the invariants are about.
   MESSAGE("preemptions ", seen.preemptions, ", prefix-cache hit tokens ", seen.prefix_hits, ", partial prompt chunks ",
           seen.partial_chunks, ", cancellations ", seen.cancellations, ", refused ", seen.rejections, ", completed ",
-          seen.completed);
+          seen.completed, ", forks ", seen.forks, ", copies ", seen.copies, ", prompt logits rows ", seen.prompt_rows);
   CHECK(seen.preemptions > 100);
   CHECK(seen.prefix_hits > 1000);
   CHECK(seen.partial_chunks > 1000);
   CHECK(seen.cancellations > 1000);
   CHECK(seen.rejections > 100);
   CHECK(seen.completed > 10000);
+  CHECK(seen.forks > 1000);
+  CHECK(seen.copies > 500);
+  CHECK(seen.prompt_rows > 10000);
 }

@@ -2,8 +2,10 @@
 // against the real block pool at tiny sizes (blocks of 4 tokens, pools of a few blocks).
 //
 // A row's expectation reads, left to right:
-//   chunks computed in plan order      A@0+6*   (A computes 6 tokens from position 0; * = samples)
+//   chunks computed in plan order      A@0+6*   (A computes 6 tokens from position 0; * = samples;
+//                                      {0+5}: logits rows for its tokens 0 to 4, prompt logits)
 //   admissions and preemptions         +A -B
+//   forks and block copies             A>B,C copy 2>3,2>4
 //   requests that ended after the step ~A     (generated their output length)
 //   requests still waiting             wait=B,C
 //   free blocks at the end of the row  free=4
@@ -43,6 +45,8 @@ struct request_shape {
   std::int32_t priority = 0;
   std::string tenant = "default";
   std::int32_t first_token = 100;  // prompt tokens are first_token, first_token + 1, ...
+  std::string forks;               // the names of its further choices
+  bool prompt_logits = false;
 };
 
 class table_driver {
@@ -55,14 +59,20 @@ class table_driver {
   }
 
   void add(const request_shape& r) {
+    std::vector<sequence_id> forks;
+    for (const char f : r.forks) forks.push_back(id_of(f));
     const auto added = sched_->add({.id = id_of(r.name),
                                     .tenant = r.tenant,
                                     .priority = r.priority,
                                     .prompt = tokens(r.prompt, r.first_token),
-                                    .max_tokens = r.max_tokens > 0 ? r.max_tokens : r.output});
+                                    .max_tokens = r.max_tokens > 0 ? r.max_tokens : r.output,
+                                    .forks = forks,
+                                    .prompt_logits = r.prompt_logits});
     REQUIRE_MESSAGE(added.ok(), added.message());
+    for (const sequence_id id : forks) output_[id] = r.max_tokens > 0 ? std::min(r.output, r.max_tokens) : r.output;
     output_[id_of(r.name)] = r.max_tokens > 0 ? std::min(r.output, r.max_tokens) : r.output;
     order_.push_back(id_of(r.name));
+    order_.insert(order_.end(), forks.begin(), forks.end());
   }
 
   void cancel(char name) { REQUIRE(sched_->remove(id_of(name))); }
@@ -82,6 +92,9 @@ class table_driver {
       if (!chunks.empty()) chunks += ' ';
       chunks += std::string(1, name_of(c.id)) + "@" + std::to_string(c.start) + "+" + std::to_string(c.tokens.size()) +
                 (c.samples ? "*" : "");
+      if (c.prompt_logits_count > 0) {
+        chunks += "{" + std::to_string(c.prompt_logits_offset) + "+" + std::to_string(c.prompt_logits_count) + "}";
+      }
       // What the executor relies on: the table covers every position computed.
       CHECK(static_cast<std::int64_t>(c.block_table.size()) * block >= c.start + static_cast<std::int64_t>(c.tokens.size()));
     }
@@ -90,6 +103,18 @@ class table_driver {
     for (const auto id : plan.admitted) moves += (moves.empty() ? "+" : " +") + std::string(1, name_of(id));
     for (const auto id : plan.preempted) moves += (moves.empty() ? "-" : " -") + std::string(1, name_of(id));
     add_field(moves);
+    std::string forks;  // "A>B,C": a parent's forks are consecutive in plan.forked
+    sequence_id last_parent = 0;
+    for (const auto& [parent, child] : plan.forked) {
+      forks += parent == last_parent ? std::string(",") : (forks.empty() ? "" : " ") + std::string(1, name_of(parent)) + ">";
+      forks += name_of(child);
+      last_parent = parent;
+    }
+    std::string copies;
+    for (const block_copy& copy : plan.copies) {
+      copies += (copies.empty() ? "copy " : ",") + std::to_string(copy.from) + ">" + std::to_string(copy.to);
+    }
+    add_field(forks + (forks.empty() || copies.empty() ? "" : " ") + copies);
 
     sched_->complete(plan);
     std::string ended;
@@ -143,12 +168,13 @@ class table_driver {
 
 scheduler_config config(std::int64_t max_seqs = 8, std::int64_t max_tokens = 64,
                         admission_policy policy = admission_policy::optimistic, bool prefix = false,
-                        double watermark = 0.0) {
+                        double watermark = 0.0, std::int64_t prompt_logits = 0) {
   return {.max_num_seqs = max_seqs,
           .max_num_batched_tokens = max_tokens,
           .admission = policy,
           .enable_prefix_caching = prefix,
-          .watermark = watermark};
+          .watermark = watermark,
+          .max_prompt_logits = prompt_logits};
 }
 
 }  // namespace
@@ -372,4 +398,85 @@ TEST_CASE("inconsistent configurations are refused") {
   CHECK(scheduler::create({.block_size = 16, .watermark = 0.99}, one).ok());
   CHECK(admission_policy::reserve == parse_admission_policy("reserve"));
   CHECK(!parse_admission_policy("greedy"));
+}
+
+TEST_CASE("forks: the prompt but its last token is computed once, then every choice computes that token and samples") {
+  table_driver t(config(), 8);
+  t.run({
+      // 10 prompt tokens: 9 computed for all; blocks for A's 10 tokens (3) and one for each fork.
+      {.add = {{.name = 'A', .prompt = 10, .output = 2, .forks = "BC"}}, .expect = "A@0+9 | +A | free=3"},
+      // Two full blocks shared, the third (positions 8..9 of A's) copied into each fork's own.
+      {.expect = "A@9+1* B@9+1* C@9+1* | A>B,C copy 2>3,2>4 | free=3"},
+      {.expect = "A@10+1* B@10+1* C@10+1* | ~A ~B ~C | free=8"},
+  });
+}
+
+TEST_CASE("forks: blocks shared by reference count are freed only when every choice lets go") {
+  table_driver t(config(), 8);
+  t.run({
+      {.add = {{.name = 'A', .prompt = 9, .output = 1, .forks = "B"}}, .expect = "A@0+8 | +A | free=4"},
+      // The prompt's two full blocks are shared; the last prompt token starts a block, nothing to copy.
+      {.expect = "A@8+1* B@8+1* | A>B | ~A ~B | free=8"},
+  });
+  table_driver u(config(), 8);
+  u.add({.name = 'A', .prompt = 9, .output = 3, .forks = "B"});
+  u.step();
+  u.step();
+  CHECK(u.pool().ref_count(u.sched().block_table(id_of('A'))[0]) == 2);
+  CHECK(u.sched().block_table(id_of('A'))[1] == u.sched().block_table(id_of('B'))[1]);
+  u.cancel('A');
+  CHECK(u.pool().ref_count(u.sched().block_table(id_of('B'))[0]) == 1);
+  CHECK(u.sched().check_invariants().ok());
+  u.cancel('B');
+  CHECK(u.pool().free_blocks() == 8);
+}
+
+TEST_CASE("forks: with the prompt in the prefix cache the choices split off at admission") {
+  table_driver t(config(8, 64, admission_policy::optimistic, /*prefix=*/true), 8);
+  t.run({
+      {.add = {{.name = 'X', .prompt = 9, .output = 1}}, .expect = "X@0+9* | +X | ~X | free=8"},
+      // X's two full blocks hold all of A's prompt but the last token.
+      {.add = {{.name = 'A', .prompt = 9, .output = 1, .forks = "B"}}, .expect = "A@8+1* B@8+1* | +A | A>B | ~A ~B | free=8"},
+  });
+}
+
+TEST_CASE("forks: a request's choices need as many max_num_seqs slots, and wait for them together") {
+  table_driver t(config(/*max_seqs=*/3), 16);
+  t.run({
+      {.add = {{.name = 'X', .prompt = 2, .output = 2}, {.name = 'A', .prompt = 3, .output = 1, .forks = "BC"}},
+       .expect = "X@0+2* | +X | wait=A | free=15"},
+      {.expect = "X@2+1* | ~X | wait=A | free=16"},
+      {.expect = "A@0+2 | +A | free=13"},
+      {.expect = "A@2+1* B@2+1* C@2+1* | A>B,C copy 0>1,0>2 | ~A ~B ~C | free=16"},
+  });
+}
+
+TEST_CASE("forks under reserve: each fork's blocks are held from admission, and nothing grows") {
+  table_driver t(config(8, 64, admission_policy::reserve), 8);
+  t.run({
+      // prompt 6 + 3 tokens: 3 blocks for A; the fork shares 1 and holds 2 of its own.
+      {.add = {{.name = 'A', .prompt = 6, .output = 3, .forks = "B"}}, .expect = "A@0+5 | +A | free=3"},
+      {.expect = "A@5+1* B@5+1* | A>B copy 1>3 | free=3"},
+      {.expect = "A@6+1* B@6+1* | free=3"},
+      {.expect = "A@7+1* B@7+1* | ~A ~B | free=8"},
+  });
+}
+
+TEST_CASE("forks: cancelling a request before it forks frees the blocks held for its forks") {
+  table_driver t(config(), 8);
+  t.run({
+      {.add = {{.name = 'A', .prompt = 10, .output = 2, .forks = "BC"}}, .expect = "A@0+9 | +A | free=3"},
+      {.cancel = {'A'}, .expect = "free=8"},
+  });
+}
+
+TEST_CASE("prompt logits: a row for every position but the last, never from the prefix cache, within the step's bound") {
+  table_driver t(config(8, 64, admission_policy::optimistic, /*prefix=*/true, 0.0, /*prompt_logits=*/8), 16);
+  t.run({
+      {.add = {{.name = 'X', .prompt = 14, .output = 1}}, .expect = "X@0+14* | +X | ~X | free=16"},
+      // The same prompt: every block is cached, but A needs rows for them, 8 a step.
+      {.add = {{.name = 'A', .prompt = 14, .output = 1, .prompt_logits = true}}, .expect = "A@0+8{0+8} | +A | free=12"},
+      // The last 6 tokens end the prompt: rows for 5 of them (the 14th is sampled from).
+      {.expect = "A@8+6*{0+5} | ~A | free=16"},
+  });
 }

@@ -24,6 +24,19 @@
 // (hash chain seeded by the request's tenant); blocks found are shared, not recomputed. At least
 // the last prompt token is always computed, in a block of the sequence's own, so that shared
 // blocks are never written. A sequence registers each block it has filled.
+//
+// A request for several choices (OpenAI's n) is one sequence with forks: it is admitted with
+// the blocks of all its choices (and a slot for each under max_num_seqs), computes its prompt
+// but for the last token once, then forks: each further choice becomes a sequence of its own
+// that shares the prompt's full blocks by reference count and gets a copy of the partly filled
+// last one (step_plan::copies, done before the step's tokens are computed). From there on every
+// choice computes the last prompt token in its own block and samples on its own; a choice
+// preempted later is recomputed like any sequence.
+//
+// A sequence that asks for prompt logits (the prompt's own log probabilities) computes its whole
+// prompt, bypassing the prefix cache, with a logits row for each position but the last; the rows
+// of a step are bounded (scheduler_config::max_prompt_logits), so its prompt chunks are too, and
+// a prompt recomputed after a preemption does not produce the rows already produced again.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +48,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "edge/backend/runtime/kv_block_pool.h"
@@ -75,6 +90,9 @@ struct scheduler_config {
   // little before anything is preempted (vLLM's default).
   double watermark = 0.01;
   std::int64_t max_model_len = 0;  // context: prompt + generated tokens at most; 0 = no limit
+  // Prompt logits rows a step computes at most (the executor's bound); requests for prompt
+  // logits are refused when it is under a block.
+  std::int64_t max_prompt_logits = 0;
 };
 
 // What the scheduler needs to know about a request.
@@ -84,7 +102,12 @@ struct sequence_spec {
   double weight = 1.0;         // the tenant's share relative to other tenants (> 0)
   std::int32_t priority = 0;   // higher: admitted before, preempted after
   std::vector<std::int32_t> prompt;
-  std::int64_t max_tokens = 16;
+  std::int64_t max_tokens = 16;       // per choice
+  // The request's further choices (n > 1): the ids of the sequences this one forks into once its
+  // prompt but the last token is computed. Unused ids, distinct from each other and from `id`.
+  std::vector<sequence_id> forks;
+  // Logits rows for every prompt position but the last, in order (scheduled_chunk's window).
+  bool prompt_logits = false;
 };
 
 enum class sequence_state { waiting, running };
@@ -97,12 +120,20 @@ struct scheduled_chunk {
   std::span<const std::int32_t> tokens;       // [count] tokens computed in this step
   std::span<const std::int32_t> block_table;  // blocks covering positions [0, start + count)
   bool samples = false;                       // reaches the sequence's end: sample its next token
+  // Prompt logits rows: for tokens [prompt_logits_offset, + prompt_logits_count) of `tokens`,
+  // each the logits that predict the prompt token after it.
+  std::int64_t prompt_logits_offset = 0;
+  std::int64_t prompt_logits_count = 0;
 };
 
 struct step_plan {
   std::vector<scheduled_chunk> chunks;
   std::vector<sequence_id> admitted;   // moved from waiting to running in this step
   std::vector<sequence_id> preempted;  // moved from running back to waiting in this step
+  // (sequence, the fork it split off in this step): a new running sequence whose chunk, when it
+  // has one, is in `chunks`.
+  std::vector<std::pair<sequence_id, sequence_id>> forked;
+  std::vector<block_copy> copies;      // to do before the chunks are computed
   std::int64_t tokens = 0;             // sum of the chunks' sizes
 
   bool empty() const { return chunks.empty(); }
@@ -127,13 +158,16 @@ class scheduler {
 
   const scheduler_config& config() const { return config_; }
 
-  // Whether a request of this shape can ever run: its blocks (at its longest) fit the pool under
-  // the watermark, and its prompt fits the context. Thread-safe: reads only what never changes.
-  status check_fits(std::int64_t prompt_tokens, std::int64_t max_tokens) const;
+  // Whether a request of this shape can ever run: its blocks (every choice at its longest) fit
+  // the pool under the watermark, its choices fit max_num_seqs, and its prompt fits the context.
+  // Thread-safe: reads only what never changes.
+  status check_fits(std::int64_t prompt_tokens, std::int64_t max_tokens, std::int64_t choices = 1) const;
 
-  // Queues a request. invalid_argument / out_of_range as check_fits, or for a duplicate id.
+  // Queues a request. invalid_argument / out_of_range as check_fits, for a duplicate id (forks
+  // included), or for prompt logits when a step computes fewer rows than a block.
   status add(sequence_spec spec);
-  // Removes a sequence wherever it is and frees its blocks. False when the id is unknown.
+  // Removes a sequence wherever it is and frees its blocks (a sequence not forked yet gives up
+  // its forks too). False when the id is unknown (a fork not split off yet is unknown).
   bool remove(sequence_id id);
 
   // Plans the next step and allocates the blocks it needs.
@@ -154,6 +188,10 @@ class scheduler {
   std::int64_t computed_tokens(sequence_id id) const;
   std::int64_t sequence_length(sequence_id id) const;
   std::span<const std::int32_t> block_table(sequence_id id) const;
+  // The blocks a sequence holds for the forks it has not split off yet (empty otherwise).
+  std::span<const std::int32_t> fork_blocks(sequence_id id) const;
+  // Its tokens: the prompt, then what it generated.
+  std::span<const std::int32_t> tokens(sequence_id id) const;
 
   const scheduler_counters& counters() const { return counters_; }
   // Tokens scheduled for a tenant (prefill, recompute and decode) since it last had no request
@@ -173,14 +211,36 @@ class scheduler {
 
   scheduler(const scheduler_config& config, kv_block_pool& pool);
 
+  // What a sequence computes next: `count` tokens from its `computed`, with a window of prompt
+  // logits rows.
+  struct chunk_shape {
+    std::int64_t count = 0;
+    std::int64_t logits_offset = 0;
+    std::int64_t logits_count = 0;
+  };
+
   std::int64_t blocks_for(std::int64_t tokens) const { return (tokens + config_.block_size - 1) / config_.block_size; }
   // Tokens a sequence with `computed` of `length` tokens in the cache computes under `budget`.
   std::int64_t chunk_for(std::int64_t computed, std::int64_t length, std::int64_t budget) const;
+  // Where the sequence's computing stops for now: before its last prompt token while it has
+  // forks to split off, else its end.
+  std::int64_t compute_target(const sequence& s) const;
+  // Its next chunk from `computed` under `budget` tokens and `logits_budget` prompt logits rows.
+  chunk_shape next_chunk(const sequence& s, std::int64_t computed, std::int64_t budget, std::int64_t logits_budget) const;
+  // Appends the chunk to the plan and charges its tenant.
+  void add_chunk(sequence& s, const chunk_shape& shape, step_plan& plan);
+  // Longest sequence a request may reach (prompt + max_tokens within the context).
+  std::int64_t longest(std::int64_t prompt_tokens, std::int64_t max_tokens) const;
+  // Blocks each fork takes for itself when it splits off.
+  std::int64_t fork_own_blocks(std::int64_t prompt_tokens, std::int64_t max_tokens) const;
   std::int64_t admission_blocks(const sequence& s) const;
+  bool owes_prompt_logits(const sequence& s) const;
   tenant_state* next_tenant();
   void charge(tenant_state& t, std::int64_t tokens);
-  bool try_admit(sequence& s, std::int64_t budget, step_plan& plan);
-  void preempt(sequence& s);
+  bool try_admit(sequence& s, std::int64_t budget, std::int64_t& logits_budget, step_plan& plan);
+  // Splits the forks off `s` (its prompt but the last token is in the cache).
+  void fork(sequence& s, step_plan& plan);
+  void preempt(sequence& s, step_plan& plan);
   void release_blocks(sequence& s);
   void enqueue_waiting(sequence& s);
   void insert_running(sequence& s);
@@ -197,6 +257,9 @@ class scheduler {
   std::map<std::string, std::unique_ptr<tenant_state>, std::less<>> tenants_;
   std::vector<sequence*> running_;  // by priority, then arrival: preemption takes from the back
   std::int64_t waiting_count_ = 0;
+  // Forks of running sequences not split off yet: each holds a max_num_seqs slot already.
+  std::int64_t pending_forks_ = 0;
+  std::unordered_set<sequence_id> fork_ids_;  // ids of every fork not split off yet
   scheduler_counters counters_;
 };
 

@@ -37,6 +37,7 @@ class cpu_executor final : public executor {
   std::int64_t max_batch_tokens() const override;
   std::int64_t max_sequences() const override;
   std::int64_t vocab_size() const override;
+  std::int64_t max_prompt_logits_rows() const override;
   expert_routing last_routing() const override;
 
  private:

@@ -90,6 +90,7 @@ class cuda_executor final : public executor {
   std::int64_t max_batch_tokens() const override;
   std::int64_t max_sequences() const override;
   std::int64_t vocab_size() const override;
+  std::int64_t max_prompt_logits_rows() const override;
   executor_counters counters() const override;
   // Tokens per expert of each MoE layer of the last step, copied to the host with its tokens;
   // the choices themselves stay on the device (choices is empty).

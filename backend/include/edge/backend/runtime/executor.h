@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "edge/backend/runtime/kv_block_pool.h"
 #include "edge/backend/runtime/kv_cache.h"
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "edge/common/status.h"
@@ -17,15 +18,28 @@ struct batch_entry {
   std::span<const token_id> tokens;           // this step's tokens of the sequence
   std::int64_t start_position = 0;            // position of tokens[0]
   std::span<const std::int32_t> block_table;  // blocks covering positions [0, start_position + tokens.size())
-  bool compute_logits = false;                // logits for the last of `tokens`
+  bool compute_logits = false;                // logits for the last of `tokens` (the row sampled)
+  // Prompt logits rows too, for tokens [prompt_logits_offset, + prompt_logits_count) of
+  // `tokens` (a prompt's own log probabilities): they come after every entry's compute_logits
+  // row, entry after entry.
+  std::int64_t prompt_logits_offset = 0;
+  std::int64_t prompt_logits_count = 0;
 };
 
 struct batch_plan {
   std::vector<batch_entry> entries;
+  // Whole blocks copied (every layer's K, V and scales) before any token of the step is computed.
+  std::vector<block_copy> copies;
 
   std::int64_t total_tokens() const;
-  std::int64_t logits_rows() const;
+  std::int64_t logits_rows() const;         // entries with compute_logits
+  std::int64_t prompt_logits_rows() const;  // Σ prompt_logits_count
 };
+
+// Prompt logits rows a step of an executor whose KV blocks hold `block_size` tokens computes at
+// most: at least a block (a prompt chunk is whole blocks), and at least enough that a long
+// prompt is not cut into slivers; the buffers grow by as many rows of the vocabulary.
+std::int64_t prompt_logits_rows_per_step(std::int64_t block_size);
 
 // What forward_sample does with one logits row (one per entry with compute_logits, in order).
 struct row_sampling {
@@ -38,6 +52,9 @@ struct row_sampling {
   // [kernels::allowed_words(vocab)] the tokens the draw may take (a grammar's mask: bit t % 32
   // of word t / 32); empty: any. Copied logits stay raw (unmasked).
   std::span<const std::uint32_t> allowed;
+  // The row's logit biases (a request's logit_bias): applied before it is sampled, on the
+  // executor or, for a row left to the caller, by the caller.
+  std::span<const kernels::logit_bias> bias;
 };
 
 // What an executor did on its own, counted since it was created (for metrics).
@@ -62,14 +79,16 @@ class executor {
  public:
   virtual ~executor() = default;
 
-  // Writes every token's K/V into the cache and, for each entry with compute_logits (in entry
-  // order), one row of `logits` ([logits_rows, vocab]).
+  // Does the plan's block copies, writes every token's K/V into the cache and, for each entry
+  // with compute_logits (in entry order), one row of `logits`, then the prompt logits rows
+  // ([logits_rows + prompt_logits_rows, vocab]).
   virtual status forward(const batch_plan& plan, std::span<float> logits) = 0;
 
-  // The serving path: forward, then each logits row as `rows` says. tokens[r] is the token
-  // sampled for row r (untouched for rows that are not sampled); `logits` receives the rows
-  // with copy_logits, in order ([rows with copy_logits, vocab]). On a GPU only those rows and
-  // the token ids cross to the host.
+  // The serving path: forward, then each compute_logits row as `rows` says. tokens[r] is the
+  // token sampled for row r (untouched for rows that are not sampled); `logits` receives the
+  // rows with copy_logits, in order, then the plan's prompt logits rows ([rows with
+  // copy_logits + prompt_logits_rows, vocab]). On a GPU only those rows and the token ids cross
+  // to the host.
   virtual status forward_sample(const batch_plan& plan, std::span<const row_sampling> rows,
                                 std::span<std::int32_t> tokens, std::span<float> logits) = 0;
 
@@ -80,6 +99,8 @@ class executor {
   virtual std::int64_t max_batch_tokens() const = 0;
   virtual std::int64_t max_sequences() const = 0;
   virtual std::int64_t vocab_size() const = 0;
+  // Most prompt logits rows one step takes (prompt_logits_rows_per_step of its block size).
+  virtual std::int64_t max_prompt_logits_rows() const = 0;
 
   virtual executor_counters counters() const { return {}; }
 

@@ -90,15 +90,16 @@ class weight_placement {
 // classifier as the placed embedding. unimplemented for a plan the forward pass cannot run.
 result<forward_weights> place_weights(const model& m, const model_plan& plan, weight_placement& place);
 
-// Floats of each buffer for steps of up to `tokens` tokens and `sequences` entries (the MoE
-// buffers are empty for a dense model; route_experts and expert_tokens count int32s).
+// Floats of each buffer for steps of up to `tokens` tokens and `logits_rows` logits rows (a
+// sampled one per entry, and the prompt logits rows; the MoE buffers are empty for a dense
+// model; route_experts and expert_tokens count int32s).
 struct forward_buffer_floats {
   std::int64_t x = 0, xn = 0, qkv = 0, attn = 0, gate_up = 0, last = 0, logits = 0;
   std::int64_t router_logits = 0, route_weights = 0, moe_workspace = 0;
   std::int64_t route_experts = 0, expert_tokens = 0;
   // Latent attention (empty without it); selected and selected_count count int32s.
   std::int64_t mla_query = 0, latents = 0, index_query = 0, selected = 0, selected_count = 0, mla_workspace = 0;
-  static forward_buffer_floats for_step(const model_plan& plan, std::int64_t tokens, std::int64_t sequences);
+  static forward_buffer_floats for_step(const model_plan& plan, std::int64_t tokens, std::int64_t logits_rows);
 };
 
 struct forward_buffers {
@@ -146,8 +147,11 @@ struct forward_step {
   const std::int64_t* last_token = nullptr;    // [rows] token whose hidden state gives each logits row
   std::int64_t tokens = 0;
   std::int64_t seqs = 0;
-  std::int64_t rows = 0;
+  std::int64_t rows = 0;     // sampled rows, then prompt logits rows
   std::int64_t max_run = 0;  // most tokens of one entry
+  // Host memory: blocks to copy before the step's tokens are computed (batch_plan::copies; a
+  // step with copies never runs as a CUDA graph).
+  std::span<const block_copy> copies;
 };
 
 // Host arrays stage_step writes, sized for the step (tokens and entries, padding included).
@@ -159,13 +163,14 @@ struct step_arrays {
   std::int32_t* block_tables = nullptr;  // [seqs * max_table_blocks] room; each entry's blocks, ragged
   std::int32_t* table_begin = nullptr;   // [seqs + 1]
   std::int32_t* seq_begin = nullptr;     // [seqs + 1]
-  std::int64_t* last_token = nullptr;    // [seqs]
+  std::int64_t* last_token = nullptr;    // [seqs + prompt logits rows]
 };
 
 struct staged_step {
   std::int64_t tokens = 0;
   std::int64_t seqs = 0;
-  std::int64_t rows = 0;
+  std::int64_t rows = 0;         // logits rows in all: one per entry with compute_logits (and per padding entry), then the prompt logits rows
+  std::int64_t sampled_rows = 0; // of those, the first ones
   std::int64_t max_run = 0;
   std::int64_t table_entries = 0;  // block-table elements written: what a device copy of them needs
 };
@@ -179,7 +184,8 @@ std::int64_t padded_tokens(const batch_plan& plan, std::int64_t padded_seqs);
 // positions reach (at most `max_table_blocks`), right after the previous entry's. Entries past
 // the plan's, up to `padded_seqs`, are padding for CUDA-graph batches: one token at position 0
 // of block `pad_block` (which stays zero: its slot is -1, written nowhere), its logits computed
-// and unused.
+// and unused. last_token gets the sampled rows' tokens, then the prompt logits rows' tokens;
+// the plan's block copies are checked against the pool.
 result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs, std::int64_t vocab,
                                const kv_cache_layout& kv, std::int64_t max_table_blocks, std::int64_t pad_block,
                                const step_arrays& out);
@@ -192,14 +198,17 @@ status check_sampling_args(const batch_plan& plan, std::span<const row_sampling>
 // invalid_argument unless forward's `logits` holds vocab floats per logits row of the plan.
 status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std::int64_t vocab);
 
-// invalid_argument when the plan exceeds max_tokens tokens or max_seqs entries.
-status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs);
+// invalid_argument when the plan exceeds max_tokens tokens, max_seqs entries or
+// max_prompt_logits prompt logits rows, or an entry's prompt logits rows fall outside its tokens.
+status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs,
+                          std::int64_t max_prompt_logits);
 
 // Block-table entries a sequence needs at most: the model's context in blocks.
 std::int64_t max_table_blocks(const model_plan& plan, std::int64_t block_size);
 
-// The whole forward pass of one staged step: every token's K/V into the cache, and for each
-// logits row its logits. Queues work on the stream and returns (a CUDA stream runs it later).
+// The whole forward pass of one staged step: the block copies, every token's K/V into the
+// cache, and for each logits row its logits. Queues work on the stream and returns (a CUDA
+// stream runs it later).
 status run_forward(const model_plan& plan, const forward_weights& weights, const forward_buffers& buffers,
                    const forward_step& step, const kv_cache_view& kv, const kernels::stream& stream);
 

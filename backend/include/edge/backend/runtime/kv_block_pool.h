@@ -9,8 +9,9 @@
 // (acquire) instead of recomputing it. allocate() prefers free blocks without contents and
 // otherwise evicts the free cached block that was freed longest ago (LRU).
 //
-// Blocks shared through the cache are read-only: only the sequence that allocated a block
-// writes into it, and it registers the block only once the block is full.
+// Shared blocks are read-only: only the sequence that allocated a block writes into it, and it
+// registers the block only once the block is full. Blocks are shared through the cache
+// (acquire), or handed by a sequence to the choices it forks into (share): full blocks either way.
 //
 // Block hashes chain: hash(block i) = SHA-256(hash(block i-1) ‖ the block's token ids), and
 // the chain starts from SHA-256 of the tenant's salt, so equal prompts of different tenants
@@ -30,6 +31,12 @@
 namespace edge::backend {
 
 using block_hash = sha256_digest;
+
+// One whole block's contents (every layer's K, V and scales) copied into another block.
+struct block_copy {
+  std::int32_t from = 0;
+  std::int32_t to = 0;
+};
 
 // The first link of a hash chain: what every sequence of one tenant (one salt) starts from.
 block_hash prefix_root_hash(std::string_view salt);
@@ -51,6 +58,9 @@ class kv_block_pool {
   // One more reference to a block found with find_cached(); a free cached block leaves the
   // free list without losing its contents.
   void acquire(std::int32_t block);
+  // One more reference to a referenced block, cached or not: a sequence forking hands its full
+  // blocks to the sequences it forks into.
+  void share(std::int32_t block);
   // Records that the referenced, full `block` holds the contents `hash` names, making it
   // findable. False when another block already holds those contents (this one stays private,
   // and is freed as a plain block) or when the block is already registered.

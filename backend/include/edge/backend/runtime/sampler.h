@@ -1,6 +1,7 @@
 // Per-request sampling: the request's parameters, the penalties that depend on what it has
 // seen, and its random stream. The random draw for step i depends only on (seed, i), so a
-// request with a seed produces the same tokens whatever else is in the batch.
+// request with a seed produces the same tokens whatever else is in the batch; the choices of a
+// request for several (n) draw from (choice_seed(seed, i), step).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "edge/backend/tokenizer/tokenizer.h"
+#include "edge/common/status.h"
 #include "kernels/sampling/sampling.h"
 
 namespace edge::backend {
@@ -24,9 +26,26 @@ struct sampling_params {
   float presence_penalty = 0.0f;    // OpenAI: subtracted once from every token already generated
   float frequency_penalty = 0.0f;   // OpenAI: subtracted per occurrence in the generated text
   std::optional<std::uint64_t> seed;
+  // OpenAI's logit_bias: added to these tokens' logits before sampling; a bias of
+  // kernels::logit_ban or below bans the token. Distinct ids, at most max_logit_bias_entries.
+  std::vector<kernels::logit_bias> logit_bias;
 
   bool greedy() const { return temperature <= 0.0f; }
 };
+
+// The most logit_bias entries one request may give (OpenAI's limit).
+inline constexpr std::int64_t max_logit_bias_entries = 300;
+// Each logit_bias value lies in [-max_logit_bias, max_logit_bias] (OpenAI's range).
+inline constexpr float max_logit_bias = 100.0f;
+
+// invalid_argument unless `bias` is a valid logit_bias for a vocabulary of `vocab` tokens: at
+// most max_logit_bias_entries distinct ids within it, each value in [-max_logit_bias,
+// max_logit_bias].
+status check_logit_bias(std::span<const kernels::logit_bias> bias, std::int64_t vocab);
+
+// The seed of choice `choice` of a request seeded with `seed`: the seed itself for the first
+// choice (so a request's first choice is the same whatever its n), a mix of both for the others.
+std::uint64_t choice_seed(std::uint64_t seed, std::int64_t choice);
 
 struct token_logprob {
   token_id id = 0;
@@ -51,7 +70,8 @@ class sequence_sampler {
   bool has_penalties() const;
   // Applies the repetition, presence and frequency penalties to one row of logits.
   void apply_penalties(std::span<float> logits) const;
-  // The kernel's per-row settings for the next draw, its uniform number included.
+  // The kernel's per-row settings for the next draw, its uniform number included, and
+  // params().logit_bias as the row's biases (bias_begin 0).
   kernels::sampling_row next_row() const;
   // Records the chosen token and moves to the next step.
   void accept(token_id id);

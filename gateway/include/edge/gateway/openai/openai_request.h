@@ -3,7 +3,8 @@
 //
 // Fields (null means "not given", as in OpenAI's API; unknown fields are ignored):
 //   both         model, max_tokens, temperature (0..2), top_p (0 < p <= 1), seed, stop (a string
-//                or up to 4), presence_penalty / frequency_penalty (-2..2), n (1 only), stream,
+//                or up to 4), presence_penalty / frequency_penalty (-2..2), n (1..max_choices),
+//                logit_bias ({"token id": -100..100}, at most 300), stream,
 //                stream_options.include_usage (only with stream), user; vLLM's top_k (-1, 0 or
 //                > 0), min_p (0..1), repetition_penalty (> 0) and ignore_eos.
 //   chat         messages (required, non-empty: role system | developer | user | assistant |
@@ -16,16 +17,17 @@
 //                name among the tools), parallel_tool_calls, chat_template_kwargs (an object:
 //                each key a variable of the chat template, e.g. enable_thinking),
 //                add_generation_prompt (vLLM's; default true), max_completion_tokens (wins
-//                over max_tokens).
+//                over max_tokens), logprobs (true / false) and top_logprobs (0..20, only with
+//                logprobs true).
 //   completions  prompt (required: a string, an array of one string, or an array of token ids),
-//                best_of (1 only).
+//                logprobs (0..5), echo, best_of (equal to n: choosing among more is not served).
 //   both         response_format: {"type":"text"}, {"type":"json_object"} (any JSON object), or
 //                {"type":"json_schema","json_schema":{"name","schema","strict","description"}}
 //                (a value valid against the schema: README "Structured outputs"), built here
 //                into the grammar the output must match; an unsupported schema keyword is a 400
 //                naming it ("response_format.json_schema.schema.properties.x.pattern").
-// Fields that would change the answer's shape and are not served (logprobs, echo, suffix,
-// functions, logit_bias) are a 400 rather than silently dropped.
+// Fields that would change the answer's shape and are not served (suffix, functions) are a 400
+// rather than silently dropped.
 //
 // Every error names the offending field in `param` ("messages[2].content[0].text"), as
 // OpenAI's errors do. The parser is pure (no I/O, no allocation beyond the result), so it is
@@ -75,8 +77,13 @@ struct openai_request {
   std::vector<backend::chat_message> messages;   // chat: system/user/assistant turns, in order
   prompt_input prompt;                           // completions
   std::optional<std::int64_t> max_tokens;        // absent: the API's default
-  backend::sampling_params sampling;
+  backend::sampling_params sampling;              // logit_bias included (its ids not yet held to the vocabulary)
   std::vector<std::string> stop;                 // non-empty strings, at most max_stop_strings
+  std::int32_t n = 1;                            // choices
+  // Log probabilities of every completion token with this many alternatives (chat: logprobs
+  // true, top_logprobs; completions: logprobs); none when not asked for.
+  std::optional<std::int32_t> logprobs;
+  bool echo = false;                             // completions: the prompt in front of each choice's text
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;                    // stream_options.include_usage
@@ -100,6 +107,7 @@ struct request_error {
 
 // OpenAI's limits.
 inline constexpr std::size_t max_stop_strings = 4;
+inline constexpr std::int32_t max_completion_logprobs = 5;  // the completions API's logprobs
 inline constexpr double max_temperature = 2.0;
 inline constexpr double max_penalty = 2.0;
 // The completions API's max_tokens when none is given (the chat API's default is the rest of
@@ -120,6 +128,9 @@ bool is_sampling_field(std::string_view key);
 // Reads the sampling parameter `key` (is_sampling_field) into `out`; a value outside its range
 // is the error. Null leaves `out` as it is.
 std::optional<json_error> read_sampling_field(std::string_view key, const json_value& v, backend::sampling_params& out);
+// logit_bias: an object of token ids (as strings) to biases in [-100, 100], at most
+// backend::max_logit_bias_entries; a repeated id counts once, with its last bias.
+std::optional<json_error> read_logit_bias(const json_value& v, std::vector<kernels::logit_bias>& out);
 // Stop strings: a string, or an array of at most max_stop_strings; empty ones are dropped.
 std::optional<json_error> read_stop(const json_value& v, std::vector<std::string>& out);
 // A completion's token limit: at least 1.
@@ -139,6 +150,9 @@ std::optional<request_error> find_token_outside_vocabulary(std::span<const Id> i
   }
   return std::nullopt;
 }
+// The error naming "logit_bias" when one of its ids is outside the vocabulary.
+std::optional<request_error> find_logit_bias_outside_vocabulary(std::span<const kernels::logit_bias> bias,
+                                                                std::int64_t vocab_size);
 // The prompt must leave room for at least one token of completion (OpenAI's and vLLM's rule),
 // and prompt + max_tokens must fit in the context (context_length_exceeded, both).
 std::optional<request_error> prompt_does_not_fit(std::int64_t prompt_length, std::int64_t context,

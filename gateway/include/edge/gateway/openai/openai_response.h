@@ -1,14 +1,16 @@
 // The JSON bodies of OpenAI's API, as OpenAI writes them (Boost.JSON, never pasted strings):
 //
 //   chat, whole     {"id":"chatcmpl-…","object":"chat.completion","created","model",
-//                    "choices":[{"index":0,"message":{"role":"assistant","content","refusal":null},
-//                                "logprobs":null,"finish_reason"}],"usage":{…}}
-//   chat, stream    "chat.completion.chunk" objects: the role delta first
-//                    ({"role":"assistant","content":""}), one {"content":…} delta per piece,
-//                    then {} with the finish_reason, then (include_usage) "choices":[] with usage.
-//   completions     "text_completion" objects with choices [{"index":0,"text","logprobs":null,
-//                    "finish_reason"}]; the stream has no role delta and ends with text "" and the
-//                    finish_reason.
+//                    "choices":[{"index","message":{"role":"assistant","content","refusal":null},
+//                                "logprobs","finish_reason"}, …],"usage":{…}}
+//   chat, stream    "chat.completion.chunk" objects, each about one choice (its "index"): the
+//                    role delta first ({"role":"assistant","content":""}), one {"content":…}
+//                    delta per piece, then {} with the finish_reason, then (include_usage)
+//                    "choices":[] with usage.
+//   completions     "text_completion" objects with choices [{"index","text","logprobs",
+//                    "finish_reason"}]; the stream has no role delta and ends each choice with
+//                    text "" and the finish_reason.
+// "logprobs" is null unless asked for (logprobs.h writes it).
 //   usage           {"prompt_tokens","completion_tokens","total_tokens",
 //                    "prompt_tokens_details":{"cached_tokens"}}
 // With stream_options.include_usage every chunk before the usage chunk carries "usage": null.
@@ -17,6 +19,7 @@
 #include <boost/json/object.hpp>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -39,19 +42,28 @@ std::string response_id(openai_api api, std::string_view request_id);
 
 boost::json::object usage_json(const backend::token_usage& usage);
 
-// The whole answer of a request that was not streamed.
-boost::json::object completion_response(const response_meta& meta, std::string_view text,
-                                        backend::finish_reason reason, const backend::token_usage& usage);
+// One choice of an answer that was not streamed.
+struct choice_result {
+  std::string text;
+  backend::finish_reason reason = backend::finish_reason::stop;
+  boost::json::value logprobs;  // null, or the choice's logprobs object
+};
+
+// The whole answer of a request that was not streamed, its choices in index order.
+boost::json::object completion_response(const response_meta& meta, std::span<const choice_result> choices,
+                                        const backend::token_usage& usage);
 
 // The chunks of one streamed answer.
 class chunk_builder {
  public:
   chunk_builder(response_meta meta, bool include_usage) : meta_(std::move(meta)), include_usage_(include_usage) {}
 
-  // Chat only: {"role":"assistant","content":""}, sent before any content.
-  boost::json::object role() const;
-  boost::json::object content(std::string_view text) const;
-  boost::json::object finish(backend::finish_reason reason) const;
+  // Chat only: {"role":"assistant","content":""}, sent before any of the choice's content.
+  boost::json::object role(std::int32_t index = 0) const;
+  boost::json::object content(std::string_view text, std::int32_t index = 0,
+                              boost::json::value logprobs = nullptr) const;
+  boost::json::object finish(backend::finish_reason reason, std::int32_t index = 0,
+                             boost::json::value logprobs = nullptr) const;
   boost::json::object usage(const backend::token_usage& usage) const;
 
  private:

@@ -1,15 +1,15 @@
-// Per-tenant quotas, held exactly: a request reserves its worst case (prompt tokens +
-// max_tokens) when it is admitted, so a tenant can never overrun a limit by streaming, and the
-// unused part is refunded when it ends.
+// Per-tenant quotas, held exactly: a request reserves its worst case (prompt tokens + n ×
+// max_tokens: every choice may run to max_tokens) when it is admitted, so a tenant can never
+// overrun a limit by streaming, and the unused part is refunded when it ends.
 //
 //   requests_per_minute     GCRA (generic cell rate algorithm): one request every 60 s / limit,
 //                           with bursts of up to the whole minute's worth after a quiet minute
 //   tokens_per_minute       token bucket of `limit` tokens refilled at limit / 60 s per second;
-//                           reserve prompt + max_tokens at admission, refund the unused part
+//                           reserve prompt + n × max_tokens at admission, refund the unused part
 //   max_concurrent          requests admitted and not yet released
 //   daily_tokens            prompt + completion tokens per UTC day, reserved and refunded like
 //                           the bucket; the budget starts afresh at 00:00 UTC
-//   max_tokens_per_request  the largest max_tokens one request may ask for
+//   max_tokens_per_request  the largest max_tokens one request may ask for (per choice)
 //
 // Admission has two phases, so that the cheap limits are judged before a request costs
 // anything (its body parsed, its prompt tokenized):
@@ -68,8 +68,19 @@ struct quota_request {
   std::string_view tenant_id;
   const tenant_quotas& quotas;  // the tenant's limits (from the tenant snapshot)
   std::int64_t prompt_tokens = 0;
-  std::int64_t max_tokens = 0;  // the most completion tokens it may produce
-  std::int64_t cost() const { return prompt_tokens + max_tokens; }
+  std::int64_t max_tokens = 0;  // the most completion tokens each choice may produce
+  std::int64_t choices = 1;     // n
+  // The most completion tokens of all choices, and with the prompt what the request reserves
+  // (both capped rather than overflowed: max_tokens may be anything a client sent).
+  std::int64_t completion_tokens() const {
+    constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max() / 2;
+    return choices > 0 && max_tokens > most / choices ? most : choices * max_tokens;
+  }
+  std::int64_t cost() const {
+    const std::int64_t completion = completion_tokens();
+    return prompt_tokens > std::numeric_limits<std::int64_t>::max() - completion ? std::numeric_limits<std::int64_t>::max()
+                                                                                 : prompt_tokens + completion;
+  }
 };
 
 // What an admitted request holds until it is settled and released.

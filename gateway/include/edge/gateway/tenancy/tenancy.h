@@ -6,14 +6,14 @@
 //   if (!session.ok()) { ... 401 ... }
 //   if (auto refused = co_await session->admit()) { ... 429 ... }       // before the body is parsed
 //   ... parse the body, tokenize the prompt, resolve max_tokens (default_max_tokens) ...
-//   if (auto refused = co_await session->reserve(prompt, max_tokens)) { ... 429 / 400 ... }
+//   if (auto refused = co_await session->reserve(prompt, max_tokens, n)) { ... 429 / 400 ... }
 //   session->add_headers(response);                        // x-ratelimit-* on every answer
 //   engine->submit(request, session->metered(sink));       // the engine's events count the tokens
 //
 // admit() judges the cheap limits (requests per minute, concurrency) right after
 // authentication, so a request refused later for its body or its tokens still counts as a
 // request; reserve() judges the token limits once the prompt is tokenized, reserving prompt +
-// max_tokens. Quota store calls that may wait on I/O (Redis) run on a small pool of their own,
+// n × max_tokens (a request for n choices may generate max_tokens for each). Quota store calls that may wait on I/O (Redis) run on a small pool of their own,
 // never on the calling (HTTP) thread: the coroutine waits, the thread serves others.
 //
 // The request is settled when both the session and the engine's sink have let go, so tokens the
@@ -79,13 +79,16 @@ class request_session {
   // Nothing when admitted; else the refusal, already counted in the ledger and the metrics.
   boost::asio::awaitable<std::optional<quota_decision>> admit();
 
-  // The completion limit of a request that did not ask for one: `room` (what the context leaves
-  // after the prompt) within the tenant's limits, so that the default alone never refuses it.
-  std::int64_t default_max_tokens(std::int64_t prompt_tokens, std::int64_t room) const;
+  // The completion limit (per choice) of a request for `choices` choices that did not ask for
+  // one: `room` (what the context leaves after the prompt) within the tenant's limits, so that
+  // the default alone never refuses it.
+  std::int64_t default_max_tokens(std::int64_t prompt_tokens, std::int64_t room, std::int64_t choices = 1) const;
 
   // Phase 2, after admit(): max_tokens_per_request, tokens per minute and the daily budget,
-  // reserving prompt + max_tokens. Nothing when admitted; else the refusal (counted).
-  boost::asio::awaitable<std::optional<quota_decision>> reserve(std::int64_t prompt_tokens, std::int64_t max_tokens);
+  // reserving prompt + choices × max_tokens. Nothing when admitted; else the refusal (counted).
+  // The request's usage may then count up to choices × max_tokens completion tokens.
+  boost::asio::awaitable<std::optional<quota_decision>> reserve(std::int64_t prompt_tokens, std::int64_t max_tokens,
+                                                                std::int64_t choices = 1);
 
   // The x-ratelimit-* headers of both phases, for every answer to the request.
   void add_headers(http::response_header<>& header) const;

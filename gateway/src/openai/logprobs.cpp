@@ -1,0 +1,156 @@
+#include "edge/gateway/openai/logprobs.h"
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+#include <algorithm>
+
+#include "edge/common/utf8.h"
+
+namespace edge::gateway {
+namespace {
+
+namespace json = boost::json;
+
+// The floor of a written log probability (vLLM's): JSON has no -inf.
+constexpr double lowest_logprob = -9999.0;
+
+std::int64_t code_points(std::string_view text) {
+  return static_cast<std::int64_t>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+json::array bytes_json(std::string_view bytes) {
+  json::array out;
+  out.reserve(bytes.size());
+  for (const char c : bytes) out.emplace_back(static_cast<std::int64_t>(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool is_bos(const backend::tokenizer& tok, backend::token_id id) {
+  const auto bos = tok.bos_id();
+  return bos && id == *bos;
+}
+
+}  // namespace
+
+double api_logprob(float logprob) { return std::max(static_cast<double>(logprob), lowest_logprob); }
+
+choice_logprobs::choice_logprobs(openai_api api, const backend::tokenizer& tok,
+                                 std::span<const backend::token_id> prompt)
+    : api_(api), tok_(tok), after_bos_(!prompt.empty() && is_bos(tok, prompt.back())) {}
+
+choice_logprobs::entry choice_logprobs::make_entry(backend::token_id id, bool after_bos) const {
+  entry e;
+  e.id = id;
+  e.after_bos = after_bos;
+  tok_.append_token_bytes(id, after_bos, /*with_special=*/true, e.bytes);
+  utf8::append_sanitized(e.token, e.bytes);
+  e.text_offset = offset_;
+  return e;
+}
+
+void choice_logprobs::add_prompt(std::span<const backend::token_id> prompt,
+                                 std::span<const backend::sampled_logprobs> scores, std::string_view echoed) {
+  const std::int64_t start = offset_;
+  // The offsets within the echoed text: each token's bytes as decoding lays them out (special
+  // tokens, which decoding leaves out, take no room).
+  std::string text;
+  bool at_start = true;
+  for (std::size_t i = 0; i < prompt.size(); ++i) {
+    const backend::token_id id = prompt[i];
+    const bool bos = is_bos(tok_, id);
+    entry e = make_entry(id, at_start && !bos);
+    e.text_offset = start + code_points(text);
+    std::string piece;
+    tok_.append_token_bytes(id, at_start && !bos, /*with_special=*/false, piece);
+    text += piece;
+    at_start = bos;
+    if (i > 0 && i - 1 < scores.size()) {
+      const backend::sampled_logprobs& s = scores[i - 1];
+      e.logprob = s.chosen.logprob;
+      for (const backend::token_logprob& alternative : s.top) e.top.emplace_back(alternative.id, alternative.logprob);
+    }
+    entries_.push_back(std::move(e));
+  }
+  offset_ = start + code_points(echoed);
+}
+
+void choice_logprobs::add(const backend::delta_event& delta) {
+  for (std::size_t i = 0; i < delta.tokens.size(); ++i) {
+    const backend::token_id id = delta.tokens[i];
+    entry e = make_entry(id, after_bos_ && !is_bos(tok_, id));
+    after_bos_ = is_bos(tok_, id);
+    if (i < delta.logprobs.size()) {
+      const backend::sampled_logprobs& s = delta.logprobs[i];
+      e.logprob = s.chosen.logprob;
+      for (const backend::token_logprob& alternative : s.top) e.top.emplace_back(alternative.id, alternative.logprob);
+    }
+    entries_.push_back(std::move(e));
+  }
+  offset_ += code_points(delta.text);
+}
+
+json::value choice_logprobs::take() {
+  const std::span<const entry> fresh = std::span<const entry>(entries_).subspan(taken_);
+  taken_ = entries_.size();
+  if (fresh.empty()) return nullptr;
+  return object_of(fresh);
+}
+
+json::value choice_logprobs::all() const { return object_of(entries_); }
+
+json::value choice_logprobs::object_of(std::span<const entry> entries) const {
+  // An alternative stands where the chosen token does: the same spacing after BOS.
+  const auto alternative_text = [&](backend::token_id id, bool after_bos) {
+    std::string bytes;
+    tok_.append_token_bytes(id, after_bos, /*with_special=*/true, bytes);
+    return bytes;
+  };
+  if (api_ == openai_api::chat_completions) {
+    json::array content;
+    for (const entry& e : entries) {
+      json::array top;
+      for (const auto& [id, logprob] : e.top) {
+        const std::string bytes = alternative_text(id, e.after_bos);
+        std::string token;
+        utf8::append_sanitized(token, bytes);
+        top.push_back(json::object{{"token", token}, {"logprob", api_logprob(logprob)}, {"bytes", bytes_json(bytes)}});
+      }
+      content.push_back(json::object{{"token", e.token},
+                                     {"logprob", api_logprob(e.logprob.value_or(0.0f))},
+                                     {"bytes", bytes_json(e.bytes)},
+                                     {"top_logprobs", std::move(top)}});
+    }
+    return json::object{{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json::array tokens;
+  json::array token_logprobs;
+  json::array top_logprobs;
+  json::array text_offset;
+  for (const entry& e : entries) {
+    tokens.emplace_back(e.token);
+    text_offset.emplace_back(e.text_offset);
+    if (!e.logprob) {
+      token_logprobs.emplace_back(nullptr);
+      top_logprobs.emplace_back(nullptr);
+      continue;
+    }
+    token_logprobs.emplace_back(api_logprob(*e.logprob));
+    json::object top;
+    for (const auto& [id, logprob] : e.top) {
+      std::string token;
+      utf8::append_sanitized(token, alternative_text(id, e.after_bos));
+      top[token] = api_logprob(logprob);
+    }
+    // The chosen token is always there, as in OpenAI's answers (up to logprobs + 1 entries).
+    if (!top.contains(e.token)) top[e.token] = api_logprob(*e.logprob);
+    top_logprobs.emplace_back(std::move(top));
+  }
+  return json::object{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_logprobs)},
+                      {"top_logprobs", std::move(top_logprobs)},
+                      {"text_offset", std::move(text_offset)}};
+}
+
+}  // namespace edge::gateway
