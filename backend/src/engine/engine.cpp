@@ -584,7 +584,8 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
                                                                  .context = s.context,
                                                                  .ignore_eos = request.ignore_eos,
                                                                  .stop_token_ids = request.stop_token_ids,
-                                                                 .stop = request.stop});
+                                                                 .stop = request.stop,
+                                                                 .skip_special_tokens = request.skip_special_tokens});
   sub.request = std::move(request);
   sub.sink = std::move(sink);
   request_handle handle(std::make_unique<engine_canceller>(s.inbox, sub.id, sub.finished));

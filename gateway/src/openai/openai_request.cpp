@@ -166,7 +166,7 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
   } else if (key == "n" || (!chat && key == "best_of")) {
     EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>());
     if (n != 1) return v.must_be("1: one choice per request is supported");
-  } else if (key == "logprobs" || key == "echo" || key == "suffix" || key == "tools" || key == "functions" ||
+  } else if (key == "logprobs" || key == "echo" || key == "suffix" || key == "functions" ||
              key == "logit_bias" || (chat && key == "top_logprobs")) {
     if (key == "top_logprobs") {
       const auto alternatives = v.as<std::int64_t>();

@@ -21,17 +21,13 @@ json::object header(const response_meta& meta, bool chunk) {
   return out;
 }
 
-json::value reason_json(std::optional<backend::finish_reason> reason) {
-  return reason ? json::value(backend::to_string(*reason)) : json::value(nullptr);
-}
-
 }  // namespace
 
 std::string response_id(openai_api api, std::string_view request_id) {
   return std::string(api == openai_api::chat_completions ? "chatcmpl-" : "cmpl-") + std::string(request_id);
 }
 
-json::object usage_json(const backend::token_usage& usage) {
+json::object usage_json(const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens) {
   json::object details;
   details["cached_tokens"] = usage.cached_tokens;
   json::object out;
@@ -39,27 +35,56 @@ json::object usage_json(const backend::token_usage& usage) {
   out["completion_tokens"] = usage.completion_tokens;
   out["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   out["prompt_tokens_details"] = std::move(details);
+  if (reasoning_tokens) out["completion_tokens_details"] = json::object{{"reasoning_tokens", *reasoning_tokens}};
   return out;
+}
+
+std::string_view chat_finish_reason(backend::finish_reason reason, bool made_tool_calls) {
+  return made_tool_calls && reason == backend::finish_reason::stop ? "tool_calls" : backend::to_string(reason);
 }
 
 json::object completion_response(const response_meta& meta, std::string_view text, backend::finish_reason reason,
                                  const backend::token_usage& usage) {
+  if (is_chat(meta)) return chat_completion_response(meta, {.message = {.content = std::string(text)}}, reason, usage);
   json::object choice;
   choice["index"] = 0;
-  if (is_chat(meta)) {
-    json::object message;
-    message["role"] = "assistant";
-    message["content"] = text;
-    message["refusal"] = nullptr;
-    choice["message"] = std::move(message);
-  } else {
-    choice["text"] = text;
-  }
+  choice["text"] = text;
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = reason_json(reason);
+  choice["finish_reason"] = backend::to_string(reason);
   json::object out = header(meta, /*chunk=*/false);
   out["choices"] = json::array{std::move(choice)};
   out["usage"] = usage_json(usage);
+  return out;
+}
+
+json::object chat_completion_response(const response_meta& meta, const chat_result& result,
+                                      backend::finish_reason reason, const backend::token_usage& usage) {
+  const assistant_message& m = result.message;
+  json::object message;
+  message["role"] = "assistant";
+  const bool nothing_but_calls_or_reasoning = m.content.empty() && (!m.tool_calls.empty() || !m.reasoning.empty());
+  message["content"] = nothing_but_calls_or_reasoning ? json::value(nullptr) : json::value(m.content);
+  message["refusal"] = nullptr;
+  if (result.reasoning_on) {
+    message["reasoning_content"] = m.reasoning.empty() ? json::value(nullptr) : json::value(m.reasoning);
+  }
+  if (!m.tool_calls.empty()) {
+    json::array calls;
+    for (const assembled_tool_call& call : m.tool_calls) {
+      calls.push_back(json::object{{"id", call.id},
+                                   {"type", "function"},
+                                   {"function", json::object{{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  json::object choice;
+  choice["index"] = 0;
+  choice["message"] = std::move(message);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = chat_finish_reason(reason, !m.tool_calls.empty());
+  json::object out = header(meta, /*chunk=*/false);
+  out["choices"] = json::array{std::move(choice)};
+  out["usage"] = usage_json(usage, result.reasoning_on ? std::optional(result.reasoning_tokens) : std::nullopt);
   return out;
 }
 
@@ -82,22 +107,43 @@ json::object chunk_builder::role() const {
   return chunk(std::move(choice));
 }
 
-json::object chunk_builder::content(std::string_view text) const {
+json::object chunk_builder::delta(json::object delta) const {
   json::object choice;
   choice["index"] = 0;
-  if (is_chat(meta_)) {
-    json::object delta;
-    delta["content"] = text;
-    choice["delta"] = std::move(delta);
-  } else {
-    choice["text"] = text;
-  }
+  choice["delta"] = std::move(delta);
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = nullptr;
   return chunk(std::move(choice));
 }
 
-json::object chunk_builder::finish(backend::finish_reason reason) const {
+json::object chunk_builder::content(std::string_view text) const {
+  if (is_chat(meta_)) return delta(json::object{{"content", text}});
+  json::object choice;
+  choice["index"] = 0;
+  choice["text"] = text;
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = nullptr;
+  return chunk(std::move(choice));
+}
+
+json::object chunk_builder::event(const output_event& event) const {
+  if (const auto* c = std::get_if<content_delta>(&event)) return content(c->text);
+  if (const auto* r = std::get_if<reasoning_delta>(&event)) return delta(json::object{{"reasoning_content", r->text}});
+  json::object call;
+  if (const auto* begin = std::get_if<tool_call_begin>(&event)) {
+    call["index"] = begin->index;
+    call["id"] = begin->id;
+    call["type"] = "function";
+    call["function"] = json::object{{"name", begin->name}, {"arguments", ""}};
+  } else {
+    const auto& arguments = std::get<tool_call_arguments>(event);
+    call["index"] = arguments.index;
+    call["function"] = json::object{{"arguments", arguments.text}};
+  }
+  return delta(json::object{{"tool_calls", json::array{std::move(call)}}});
+}
+
+json::object chunk_builder::finish(backend::finish_reason reason, bool made_tool_calls) const {
   json::object choice;
   choice["index"] = 0;
   if (is_chat(meta_)) {
@@ -106,14 +152,14 @@ json::object chunk_builder::finish(backend::finish_reason reason) const {
     choice["text"] = "";
   }
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = reason_json(reason);
+  choice["finish_reason"] = is_chat(meta_) ? chat_finish_reason(reason, made_tool_calls) : backend::to_string(reason);
   return chunk(std::move(choice));
 }
 
-json::object chunk_builder::usage(const backend::token_usage& usage) const {
+json::object chunk_builder::usage(const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens) const {
   json::object out = header(meta_, /*chunk=*/true);
   out["choices"] = json::array{};
-  out["usage"] = usage_json(usage);
+  out["usage"] = usage_json(usage, reasoning_tokens);
   return out;
 }
 

@@ -10,11 +10,13 @@
 #include <chrono>
 
 #include "edge/common/format.h"
+#include "edge/common/json_fields.h"
 #include "edge/gateway/http/event_relay.h"
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/tenancy/quota_response.h"
 #include "edge/gateway/openai/openai_request.h"
 #include "edge/gateway/openai/openai_response.h"
+#include "edge/gateway/openai/output_parser.h"
 #include "edge/gateway/http/percent_encoding.h"
 #include "edge/gateway/http/sse_writer.h"
 #include "edge/monitoring/gateway_metrics.h"
@@ -147,6 +149,97 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
   return *r.max_tokens;
 }
 
+// ---- the answer's syntax ----------------------------------------------------------------------
+
+// What the output parsers need of a chat request's tools: each function's name and parameter
+// schema, whether tool_choice is "none", and parallel_tool_calls. (Read here until the request
+// parser reads the tool fields itself.)
+struct requested_tools {
+  std::vector<tool_spec> tools;
+  bool choice_none = false;
+  bool parallel = true;
+};
+
+std::variant<requested_tools, request_error> read_requested_tools(std::string_view body) {
+  simdjson::dom::parser parser;
+  const auto document = parse_json_object(parser, body, "The body");
+  if (!document.ok()) return request_error{document.error().message(), document.error().path()};
+  const json_fields fields(*document);
+  requested_tools out;
+  const auto read = [&]() -> std::optional<json_error> {
+    if (const auto tools = fields.find("tools")) {
+      EDGE_ASSIGN_OR_RETURN(const json_array items, tools->as<json_array>("an array of tools"));
+      for (const json_value item : items) {
+        EDGE_ASSIGN_OR_RETURN(const json_fields tool, item.as<json_fields>());
+        EDGE_ASSIGN_OR_RETURN(const std::string_view type, tool.value_or<std::string_view>("type", "function"));
+        if (type != "function") return tool.path().member("type").error("must be 'function'");
+        EDGE_ASSIGN_OR_RETURN(const json_fields function, tool.required<json_fields>("function"));
+        EDGE_ASSIGN_OR_RETURN(const std::string_view name, function.required<std::string_view>("name"));
+        if (name.empty()) return function.path().member("name").error("must not be empty");
+        tool_spec spec{std::string(name), ""};
+        if (const auto parameters = function.find("parameters")) {
+          EDGE_ASSIGN_OR_RETURN(const json_fields schema, parameters->as<json_fields>("a JSON schema object"));
+          spec.parameters = simdjson::minify(schema.object());
+        }
+        out.tools.push_back(std::move(spec));
+      }
+    }
+    if (const auto choice = fields.find("tool_choice")) {
+      const auto mode = choice->as<std::string_view>();
+      out.choice_none = mode.ok() && *mode == "none";
+    }
+    if (const auto parallel = fields.find("parallel_tool_calls")) {
+      EDGE_ASSIGN_OR_RETURN(out.parallel, parallel->as<bool>());
+    }
+    return std::nullopt;
+  };
+  if (const auto error = read()) return request_error{error->message(), error->path()};
+  return out;
+}
+
+// The text the prompt ends with, special tokens written out: enough tokens for any vocabulary
+// to spell "<think>\n".
+std::string prompt_tail(const backend::tokenizer& tok, std::span<const backend::token_id> prompt) {
+  constexpr std::size_t tail_tokens = 8;
+  return tok.decode(prompt.last(std::min(prompt.size(), tail_tokens)), /*with_special=*/true);
+}
+
+// How a chat request's output is parsed: reasoning whenever the model writes it, tool calls when
+// the request offers tools and tool_choice is not "none".
+output_parser_options parsing_options(const serving_model& model, requested_tools tools,
+                                      std::span<const backend::token_id> prompt) {
+  output_parser_options o;
+  o.reasoning = model.output.reasoning;
+  o.starts_in_reasoning = o.reasoning != reasoning_parser_kind::none &&
+                          prompt_opens_reasoning(prompt_tail(*model.tokenizer, prompt));
+  if (!tools.tools.empty() && !tools.choice_none) o.tool_calls = model.output.tool_calls;
+  o.tools = std::move(tools.tools);
+  o.parallel_tool_calls = tools.parallel;
+  return o;
+}
+
+// Whether the engine must write special tokens out for the parsers to see their markers.
+bool needs_special_tokens(const output_syntax& syntax, const output_parser_options& o) {
+  return (o.tool_calls != tool_call_parser_kind::none && syntax.tool_markers_special) ||
+         (o.reasoning != reasoning_parser_kind::none && syntax.reasoning_tags_special);
+}
+
+// Sends parsed events as chunks (streaming) or adds them to the whole answer; false once the
+// client is gone.
+asio::awaitable<bool> deliver(std::optional<sse_writer>& sse, const chunk_builder& chunks,
+                              std::vector<output_event> parsed, assistant_message& whole, bool& made_tool_calls) {
+  for (const output_event& event : parsed) {
+    made_tool_calls |= std::holds_alternative<tool_call_begin>(event);
+    if (!sse) {
+      whole.add(event);
+      continue;
+    }
+    const boost::json::value chunk = chunks.event(event);
+    if (!co_await sse->event(chunk)) co_return false;
+  }
+  co_return true;
+}
+
 // ---- the handlers -----------------------------------------------------------------------------
 
 class openai_service {
@@ -165,7 +258,7 @@ class openai_service {
   // The loaded model, or nothing when a 503 was answered.
   asio::awaitable<std::shared_ptr<const serving_model>> loaded_model(exchange& ex);
   asio::awaitable<void> relay(exchange& ex, event_relay& events, const openai_request& r, const response_meta& meta,
-                              request_session& session);
+                              request_session& session, output_parser* parser);
 
   const model_slot& models_;
   tenancy& tenants_;
@@ -240,6 +333,15 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
     co_await answer(model_not_found(*r.model, model->id));
     co_return;
   }
+  requested_tools tools;
+  if (api == openai_api::chat_completions) {
+    auto read = read_requested_tools(ex.req().body());
+    if (auto* error = std::get_if<request_error>(&read)) {
+      co_await answer(invalid_request(error->message, error->param));
+      co_return;
+    }
+    tools = std::move(std::get<requested_tools>(read));
+  }
 
   auto tokens = prompt_tokens(r, *model);
   if (auto* refused = std::get_if<response>(&tokens)) {
@@ -266,6 +368,15 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
     co_return;
   }
 
+  // Chat answers are parsed into content, reasoning and tool calls (output_parser.h).
+  std::optional<output_parser> parser;
+  bool special_tokens = false;
+  if (api == openai_api::chat_completions) {
+    output_parser_options parsing = parsing_options(*model, std::move(tools), prompt);
+    special_tokens = needs_special_tokens(model->output, parsing);
+    parser.emplace(std::move(parsing));
+  }
+
   backend::generate_request request;
   request.id = ex.request_id();
   request.tenant = session->tenant().id;
@@ -275,6 +386,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   request.max_tokens = max_tokens;
   request.stop = r.stop;
   request.ignore_eos = r.ignore_eos;
+  request.skip_special_tokens = !special_tokens;
 
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
@@ -290,7 +402,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   const backend::request_handle handle = std::move(submitted).value();
 
   const response_meta meta{api, response_id(api, ex.request_id()), unix_seconds(), model->id};
-  co_await relay(ex, *events, r, meta, *session);
+  co_await relay(ex, *events, r, meta, *session, parser ? &*parser : nullptr);
   const usage_counts used = session->usage().counts();
   ex.access().completion_tokens = used.completion_tokens;
   ex.access().cached_tokens = used.cached_tokens;
@@ -298,7 +410,8 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
 
 // Answers from the engine's events until the request finishes or the client leaves.
 asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, const openai_request& r,
-                                            const response_meta& meta, request_session& session) {
+                                            const response_meta& meta, request_session& session,
+                                            output_parser* parser) {
   const chunk_builder chunks(meta, r.include_usage);
   std::optional<sse_writer> sse;
   if (r.stream) {
@@ -313,7 +426,10 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
     }
   }
 
-  std::string text;  // not streaming: the whole completion
+  std::string text;             // completions, not streaming: the whole completion
+  chat_result chat;             // chat, not streaming: the whole answer
+  bool made_tool_calls = false;
+  if (parser != nullptr) chat.reasoning_on = parser->reasoning_on();
   for (;;) {
     while (!events.events.empty()) {
       backend::engine_event event = std::move(events.events.front());
@@ -321,6 +437,13 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
       if (auto* delta = std::get_if<backend::delta_event>(&event)) {
         if (!delta->tokens.empty() && !ex.access().ttft_seconds) {
           ex.access().ttft_seconds = std::chrono::duration<double>(clock::now() - ex.received()).count();
+        }
+        if (parser != nullptr) {
+          // Also a delta without text: its tokens count toward reasoning_tokens.
+          std::vector<output_event> parsed =
+              parser->feed(delta->text, static_cast<std::int64_t>(delta->tokens.size()));
+          if (!co_await deliver(sse, chunks, std::move(parsed), chat.message, made_tool_calls)) co_return;
+          continue;
         }
         if (delta->text.empty()) continue;
         if (!sse) {
@@ -347,15 +470,24 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
       // The usage as the session charges it (the engine's figures, within what the gateway knows).
       const usage_counts charged = session.usage().counts();
       const backend::token_usage used{charged.prompt_tokens, charged.completion_tokens, charged.cached_tokens};
+      std::optional<std::int64_t> reasoning_tokens;
+      if (parser != nullptr) {
+        std::vector<output_event> rest = parser->finish();
+        if (!co_await deliver(sse, chunks, std::move(rest), chat.message, made_tool_calls)) co_return;
+        chat.reasoning_tokens = parser->reasoning_tokens();
+        if (chat.reasoning_on) reasoning_tokens = chat.reasoning_tokens;
+      }
       if (!sse) {
-        co_await ex.respond(
-            with_headers(json_response(http::status::ok, completion_response(meta, text, finished->reason, used)),
-                         session));
+        const boost::json::object body = parser != nullptr
+                                             ? chat_completion_response(meta, chat, finished->reason, used)
+                                             : completion_response(meta, text, finished->reason, used);
+        co_await ex.respond(with_headers(json_response(http::status::ok, body), session));
         co_return;
       }
-      if (!co_await sse->event(chunks.finish(finished->reason))) co_return;
+      const boost::json::value finish = chunks.finish(finished->reason, made_tool_calls);
+      if (!co_await sse->event(finish)) co_return;
       if (r.include_usage) {
-        const boost::json::value usage = chunks.usage(used);
+        const boost::json::value usage = chunks.usage(used, reasoning_tokens);
         if (!co_await sse->event(usage)) co_return;
       }
       co_await sse->done();

@@ -102,6 +102,8 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r)
       if (auto error = read_token_ids(value, r.stop_token_ids)) return error;
     } else if (key == "ignore_eos") {
       EDGE_ASSIGN_OR_RETURN(r.ignore_eos, value.as<bool>());
+    } else if (key == "skip_special_tokens") {
+      EDGE_ASSIGN_OR_RETURN(r.skip_special_tokens, value.as<bool>());
     } else if (key == "logprobs") {
       if (value.is_null()) {
         r.logprobs.reset();
@@ -259,6 +261,8 @@ std::string encode_generate_request(const backend::generate_request& r) {
   } else {
     body["logprobs"] = nullptr;
   }
+  // Only when asked for: a backend that does not know the field then still serves the rest.
+  if (!r.skip_special_tokens) body["skip_special_tokens"] = false;
   return json::serialize(body);
 }
 

@@ -55,6 +55,22 @@ TEST_CASE("a generate request survives encoding and parsing") {
   CHECK(back.stop_token_ids == r.stop_token_ids);
   CHECK(back.ignore_eos);
   CHECK(back.logprobs == 3);
+  CHECK(back.skip_special_tokens);
+}
+
+TEST_CASE("skip_special_tokens travels only when it is off") {
+  be::generate_request r;
+  r.prompt = {1};
+  CHECK(gw::encode_generate_request(r).find("skip_special_tokens") == std::string::npos);
+  r.skip_special_tokens = false;
+  const std::string body = gw::encode_generate_request(r);
+  CHECK(body.find(R"("skip_special_tokens":false)") != std::string::npos);
+  const auto parsed = gw::parse_generate_request(body);
+  REQUIRE(std::holds_alternative<be::generate_request>(parsed));
+  CHECK_FALSE(std::get<be::generate_request>(parsed).skip_special_tokens);
+  const auto bad = gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,"skip_special_tokens":"no"})");
+  REQUIRE(std::holds_alternative<gw::internal_request_error>(bad));
+  CHECK(std::get<gw::internal_request_error>(bad).param == "skip_special_tokens");
 }
 
 TEST_CASE("a bad generate request names the field") {

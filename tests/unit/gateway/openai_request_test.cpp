@@ -192,7 +192,7 @@ TEST_CASE("bad requests are refused with the field named") {
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", "logprobs", "not supported"},
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", "top_logprobs",
        "not supported"},
-      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})", "tools",
+      {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]})", "functions",
        "not supported"},
       {chat_completions, R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
        "response_format.type", "only 'text'"},

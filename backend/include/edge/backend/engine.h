@@ -55,6 +55,8 @@ struct generate_request {
   // Log probabilities: none, or the sampled token's plus this many most likely alternatives
   // (0: the sampled token's alone).
   std::optional<std::int32_t> logprobs;
+  // false: special tokens' text is in the deltas (decode_limits::skip_special_tokens).
+  bool skip_special_tokens = true;
 };
 
 struct token_usage {

@@ -44,6 +44,9 @@ struct decode_limits {
   bool ignore_eos = false;       // keep going past EOS (stop tokens and strings still end it)
   std::vector<token_id> stop_token_ids;  // end the output like EOS, and are not part of its text
   std::vector<std::string> stop;         // stop strings: the text ends right before the first
+  // Special tokens add nothing to the text (vLLM's skip_special_tokens); false writes their text
+  // out, for a reader of markers that are special tokens (tool-call syntaxes such as Kimi K2's).
+  bool skip_special_tokens = true;
 };
 
 class sequence_decoder {

@@ -12,7 +12,8 @@
 //   completions  prompt (required: a string, an array of one string, or an array of token ids),
 //                best_of (1 only).
 // Fields that would change the answer's shape and are not served (logprobs, echo, suffix,
-// tools, a JSON response_format, logit_bias) are a 400 rather than silently dropped.
+// functions, a JSON response_format, logit_bias) are a 400 rather than silently dropped. Chat's
+// tools, tool_choice and parallel_tool_calls are read by the routes for the answer's parser.
 //
 // Every error names the offending field in `param` ("messages[2].content[0].text"), as
 // OpenAI's errors do. The parser is pure (no I/O, no allocation beyond the result), so it is

@@ -3,25 +3,36 @@
 //   chat, whole     {"id":"chatcmpl-…","object":"chat.completion","created","model",
 //                    "choices":[{"index":0,"message":{"role":"assistant","content","refusal":null},
 //                                "logprobs":null,"finish_reason"}],"usage":{…}}
+//                    With tool calls the message has "tool_calls":[{"id","type":"function",
+//                    "function":{"name","arguments"}}] and finish_reason "tool_calls"; with the
+//                    model's reasoning parsed, "reasoning_content" (text or null). "content" is
+//                    null when the answer is empty but for tool calls or reasoning.
 //   chat, stream    "chat.completion.chunk" objects: the role delta first
-//                    ({"role":"assistant","content":""}), one {"content":…} delta per piece,
+//                    ({"role":"assistant","content":""}), then one delta per parsed piece:
+//                    {"content":…}, {"reasoning_content":…}, a tool call's first delta
+//                    {"tool_calls":[{"index","id","type":"function","function":{"name","arguments":""}}]}
+//                    and its arguments {"tool_calls":[{"index","function":{"arguments":…}}]};
 //                    then {} with the finish_reason, then (include_usage) "choices":[] with usage.
+//                    The deltas add up to the whole answer's message.
 //   completions     "text_completion" objects with choices [{"index":0,"text","logprobs":null,
 //                    "finish_reason"}]; the stream has no role delta and ends with text "" and the
 //                    finish_reason.
 //   usage           {"prompt_tokens","completion_tokens","total_tokens",
-//                    "prompt_tokens_details":{"cached_tokens"}}
+//                    "prompt_tokens_details":{"cached_tokens"}}, and where the model's reasoning is
+//                    parsed "completion_tokens_details":{"reasoning_tokens"}
 // With stream_options.include_usage every chunk before the usage chunk carries "usage": null.
 #pragma once
 
 #include <boost/json/object.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "edge/backend/engine.h"
 #include "edge/gateway/openai/openai_request.h"
+#include "edge/gateway/openai/output_events.h"
 #include "edge/gateway/openai/serving_model.h"
 
 namespace edge::gateway {
@@ -37,11 +48,26 @@ struct response_meta {
 // "chatcmpl-" or "cmpl-" and the request id.
 std::string response_id(openai_api api, std::string_view request_id);
 
-boost::json::object usage_json(const backend::token_usage& usage);
+// `reasoning_tokens`: given where the model's reasoning is parsed.
+boost::json::object usage_json(const backend::token_usage& usage,
+                               std::optional<std::int64_t> reasoning_tokens = std::nullopt);
 
-// The whole answer of a request that was not streamed.
+// "tool_calls" for an answer that ended (stop) with tool calls; the engine's reason otherwise (an
+// answer cut short by max_tokens stays "length", as OpenAI's does).
+std::string_view chat_finish_reason(backend::finish_reason reason, bool made_tool_calls);
+
+// The whole answer of a request that was not streamed (for chat, the text is all content).
 boost::json::object completion_response(const response_meta& meta, std::string_view text,
                                         backend::finish_reason reason, const backend::token_usage& usage);
+
+// What a chat answer's output was parsed into.
+struct chat_result {
+  assistant_message message;
+  bool reasoning_on = false;  // the model's reasoning is parsed: reasoning_content and reasoning_tokens are written
+  std::int64_t reasoning_tokens = 0;
+};
+boost::json::object chat_completion_response(const response_meta& meta, const chat_result& result,
+                                             backend::finish_reason reason, const backend::token_usage& usage);
 
 // The chunks of one streamed answer.
 class chunk_builder {
@@ -51,11 +77,15 @@ class chunk_builder {
   // Chat only: {"role":"assistant","content":""}, sent before any content.
   boost::json::object role() const;
   boost::json::object content(std::string_view text) const;
-  boost::json::object finish(backend::finish_reason reason) const;
-  boost::json::object usage(const backend::token_usage& usage) const;
+  // Chat only: the delta of one parsed event (content, reasoning_content, tool_calls).
+  boost::json::object event(const output_event& event) const;
+  boost::json::object finish(backend::finish_reason reason, bool made_tool_calls = false) const;
+  boost::json::object usage(const backend::token_usage& usage,
+                            std::optional<std::int64_t> reasoning_tokens = std::nullopt) const;
 
  private:
   boost::json::object chunk(boost::json::object choice) const;
+  boost::json::object delta(boost::json::object delta) const;
   response_meta meta_;
   bool include_usage_;
 };

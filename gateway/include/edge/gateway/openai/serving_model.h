@@ -10,6 +10,7 @@
 #include "edge/backend/tokenizer/chat_template.h"
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "edge/gateway/openai/engine_client.h"
+#include "edge/gateway/openai/output_parser.h"
 
 namespace edge::gateway {
 
@@ -20,6 +21,7 @@ struct serving_model {
   backend::chat_template_kind chat_template = backend::chat_template_kind::plain;
   const backend::tokenizer* tokenizer = nullptr;
   engine_client* engine = nullptr;  // where requests are generated
+  output_syntax output;             // how its chat answers write tool calls and reasoning
 };
 
 // Empty until the model is loaded; then holds it for the server's life. Thread-safe.

@@ -5,7 +5,8 @@
 //     {"id","tenant","weight","priority","prompt":[token ids],
 //      "sampling":{"temperature","top_k","top_p","min_p","repetition_penalty",
 //                  "presence_penalty","frequency_penalty","seed"},
-//      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":n|null}
+//      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":n|null,
+//      "skip_special_tokens" (written only when false)}
 //     prompt and max_tokens are required; an unknown field is a 400 naming it (a gateway that
 //     asks for something this backend does not know must hear so, not be ignored). Every field
 //     is held to the public API's rules (openai_request.h: sampling ranges, stop strings,
