@@ -3,6 +3,8 @@
 // shapes) returned as content, arguments that are not JSON, parallel_tool_calls, truncation.
 #include <doctest/doctest.h>
 
+#include <random>
+
 #include "edge/common/json_fields.h"
 #include "edge/gateway/openai/tool_calls.h"
 #include "output_feeding.h"
@@ -328,4 +330,48 @@ TEST_CASE("tool-call parser names and markers") {
     CHECK(gw::tool_call_markers(kind).empty() == (kind == gw::tool_call_parser_kind::none));
   }
   CHECK_FALSE(gw::parse_tool_call_parser_name("qwen").has_value());
+}
+
+// ---- random texts ------------------------------------------------------------------------------
+
+TEST_CASE("random texts of markers, JSON and words parse the same however they are cut") {
+  // Fragments of every family's syntax, some valid, some broken, shuffled into texts: whatever
+  // the text, parsing it whole, a byte at a time and in random pieces gives the same events.
+  const std::vector<std::string> fragments = {
+      "<tool_call>", "</tool_call>", "<tool_", "call>", "{\"name\": \"get_weather\", \"arguments\": ",
+      "{\"name\": \"get_time\"}", "{\"city\": \"Paris\"}", "}", "{", "\"", "\\", ";", "\n", " ", "```json\n", "```",
+      "<|python_tag|>", "{\"name\": \"get_time\", \"parameters\": {}}", "<｜tool▁calls▁begin｜>",
+      "<｜tool▁call▁begin｜>", "function<｜tool▁sep｜>get_weather\n", "get_time<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+      "<｜tool▁calls▁end｜>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.get_time:0",
+      "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "get_weather\n",
+      "<arg_key>", "city", "</arg_key>", "<arg_value>", "Oslo", "5", "</arg_value>", "<think>", "</think>", "words",
+      "é", "日本"};
+  std::mt19937 random(20240521);
+  std::uniform_int_distribution<std::size_t> pick(0, fragments.size() - 1);
+  std::uniform_int_distribution<int> length(1, 24);
+  for (const auto kind : {gw::tool_call_parser_kind::llama3_json, gw::tool_call_parser_kind::hermes,
+                          gw::tool_call_parser_kind::deepseek_v3, gw::tool_call_parser_kind::kimi_k2,
+                          gw::tool_call_parser_kind::glm45}) {
+    const auto options = [kind] {
+      gw::output_parser_options o = tools(kind)();
+      o.reasoning = gw::reasoning_parser_kind::think;
+      return o;
+    };
+    for (int round = 0; round < 150; ++round) {
+      std::string text;
+      for (int n = length(random); n > 0; --n) text += fragments[pick(random)];
+      CAPTURE(text);
+      const auto whole = edge::testing::parse_pieces(options, {text});
+      const auto bytes = edge::testing::parse_pieces(options, edge::testing::bytes_of(text));
+      CHECK(describe(bytes.events) == describe(whole.events));
+      std::vector<std::string> pieces;
+      for (std::size_t at = 0; at < text.size();) {
+        const std::size_t size = std::uniform_int_distribution<std::size_t>(1, 9)(random);
+        pieces.push_back(text.substr(at, size));
+        at += size;
+      }
+      CHECK(describe(edge::testing::parse_pieces(options, pieces).events) == describe(whole.events));
+      for (const auto& call : whole.message.tool_calls) CHECK(!call.name.empty());
+    }
+  }
 }
