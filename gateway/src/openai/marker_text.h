@@ -46,6 +46,14 @@ inline std::string_view trim_space(std::string_view text) {
   return text.substr(0, trailing_space_start(text, text.size()));
 }
 
+// `marker` in `text`, searched from `scanned`; when it is not there, `scanned` moves to where it
+// could still begin, so that text held back while it grows is searched once, not again per piece.
+inline std::size_t find_marker(std::string_view text, std::string_view marker, std::size_t& scanned) {
+  const std::size_t found = text.find(marker, std::min(scanned, text.size()));
+  if (found == std::string_view::npos) scanned = text.size() >= marker.size() ? text.size() - marker.size() + 1 : 0;
+  return found;
+}
+
 // Whether `text` could still grow into `marker` (it is a proper start of it).
 inline bool is_marker_start(std::string_view text, std::string_view marker) {
   return text.size() < marker.size() && marker.starts_with(text);

@@ -579,8 +579,9 @@ class family_parser final : public tool_call_parser {
       }
 
       case state::glm_key: {
-        const std::size_t found = text.find(glm_key_close);
+        const std::size_t found = find_marker(text, glm_key_close, scanned_);
         if (found == std::string_view::npos) return false;
+        scanned_ = 0;
         const std::string_view key = trim_space(text.substr(0, found));
         string_value_ = is_string_parameter(key);
         std::string written = first_pair_ ? "" : ", ";
@@ -616,8 +617,9 @@ class family_parser final : public tool_call_parser {
           value_started_ = true;
           text = pending_;
         }
-        const std::size_t found = text.find(glm_value_close);
+        const std::size_t found = find_marker(text, glm_value_close, scanned_);
         if (found != std::string_view::npos) {
+          scanned_ = 0;
           const std::string_view value = text.substr(0, trailing_space_start(text, found));
           arguments(string_value_ ? json_string_body(value) + "\"" : json_value_text(trim_space(value)));
           pending_.erase(0, found + glm_value_close.size());
@@ -635,6 +637,7 @@ class family_parser final : public tool_call_parser {
         const std::size_t ready = trailing_space_start(text, text.size() - held);
         arguments(json_string_body(text.substr(0, ready)));
         pending_.erase(0, at_end ? text.size() : ready);
+        scanned_ = 0;  // what is left is searched again from its start
         return false;
       }
     }
@@ -696,6 +699,7 @@ class family_parser final : public tool_call_parser {
   bool first_pair_ = true;
   bool string_value_ = false;
   bool value_started_ = false;
+  std::size_t scanned_ = 0;      // GLM: how much of a key or value held back was searched for its end
 };
 
 }  // namespace
