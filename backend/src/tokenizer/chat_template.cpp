@@ -285,8 +285,6 @@ struct chat_template::compiled {
   adaptations adapt;
 };
 
-chat_template::chat_template() { spec_.builtin = chat_template_kind::plain; }
-
 chat_template chat_template::builtin(chat_template_kind kind, std::string origin) {
   chat_template t;
   t.spec_.builtin = kind;

@@ -486,7 +486,8 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
         if (delta->finish) c.reason = *delta->finish;
         if (c.parser) {
           // Also a delta without text: its tokens count toward reasoning_tokens.
-          std::vector<output_event> parsed = c.parser->feed(delta->text, static_cast<std::int64_t>(delta->tokens.size()));
+          std::vector<output_event> parsed =
+              c.parser->feed(delta->text, static_cast<std::int64_t>(delta->tokens.size()));
           if (!co_await deliver(sse, chunks, delta->index, c, std::move(parsed))) co_return;
           if (!delta->finish) continue;
           // The choice's output has ended: what the parser held back.
@@ -546,7 +547,8 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
       // Where the model's reasoning is parsed, the tokens it took in every choice.
       std::optional<std::int64_t> reasoning_tokens;
       for (const choice_state& c : choices) {
-        if (c.parser && c.parser->reasoning_on()) reasoning_tokens = reasoning_tokens.value_or(0) + c.parser->reasoning_tokens();
+        if (!c.parser || !c.parser->reasoning_on()) continue;
+        reasoning_tokens = reasoning_tokens.value_or(0) + c.parser->reasoning_tokens();
       }
       if (!sse) {
         std::vector<choice_result> results;

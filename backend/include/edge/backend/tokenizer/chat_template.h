@@ -83,7 +83,9 @@ constexpr bool is_reserved_template_variable(std::string_view name) {
 // A model's chat template, parsed once: rendered from any thread. Copies share the parse.
 class chat_template {
  public:
-  chat_template();  // built-in plain
+  // Built-in plain. Inline: a model (model.h, in edge_backend_core, which the GPU-only build
+  // links alone) holds one without the renderer.
+  chat_template() { spec_.builtin = chat_template_kind::plain; }
   static chat_template builtin(chat_template_kind kind, std::string origin);
   // Parses the Jinja template(s): an error names the line and column.
   static result<chat_template> compile(chat_template_spec spec);
