@@ -183,7 +183,7 @@ std::vector<std::vector<std::byte>> internal_protocol_seeds() {
       R"({"prompt":[1],"max_tokens":1,"sampling":{"seed":null},"logprobs":null})",
       (R"({"prompt":[1,403],"max_tokens":4,"n":3,"prompt_logprobs":2,"sampling":{"logit_bias":{"403":-100,"7":2.5}},)"
        R"("logprobs":1,"skip_special_tokens":false,)"
-       R"("grammar":"(grammar (root (seq (lit 7b) (rep 0 3 (cls 97 122)) (lit 7d))))"})"),
+       R"json("grammar":"(grammar (root (seq (lit 7b) (rep 0 3 (cls 97 122)) (lit 7d))))"})json"),
       R"({"type":"admitted"})",
       R"({"type":"delta","index":2,"text":"end","tokens":[9],"finish":"length"})",
       (R"({"type":"prompt_logprobs","logprobs":[{"id":403,"logprob":-1.5,"top":[{"id":2,"logprob":-0.5}]},)"
