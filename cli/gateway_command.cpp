@@ -40,6 +40,7 @@ config::schema gateway_options() {
   config::schema s;
   add_http_options(s, 8080);
   add_tenancy_options(s);
+  add_output_parser_options(s);
   s.add_path("model", std::nullopt,
              "The model files the backends serve: only the tokenizer is loaded (default: models/default, then the "
              "test fixture)");
@@ -125,6 +126,7 @@ int run_gateway(const config::values& settings) {
   const std::string fingerprint = backend::tokenizer_fingerprint(*tok);
   log.info("tokenizer of {} loaded (vocabulary {}, fingerprint {}); {} backends", location->path.string(),
            tok->vocab_size(), fingerprint, options->backends.size());
+  const gateway::output_syntax output = choose_output_syntax(settings, *tok, log);
 
   monitoring::metrics_registry metrics;
   monitoring::gateway_metrics gateway_families(metrics.families());
@@ -165,7 +167,8 @@ int run_gateway(const config::values& settings) {
         .context_length = info.context_length,
         .chat_template = std::move(chat).value(),
         .tokenizer = tok.get(),
-        .engine = &pool}));
+        .engine = &pool,
+        .output = output}));
     log.info("ready: serving \"{}\" through the backends", info.model);
   });
 

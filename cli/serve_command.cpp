@@ -89,6 +89,7 @@ config::schema serve_options() {
   add_tenancy_options(s);
   add_model_options(s);
   add_engine_options(s);
+  add_output_parser_options(s);
   return s;
 }
 
@@ -111,10 +112,11 @@ void serve_server::load(const logger& log) {
   if (!location_) return;
   engine_.start(
       settings_, *location_, metrics_, log, server_,
-      [this](serving_runtime& rt) {
+      [this, &log](serving_runtime& rt) {
         client_ = std::make_unique<gateway::local_engine_client>(*rt.engine);
         grammars_ = std::make_unique<gateway::grammar_compiler>(*rt.model->tok, gateway::grammar_compiler_options{},
                                                                 &families_);
+        const gateway::output_syntax output = choose_output_syntax(settings_, *rt.model->tok, log);
         models_.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
             .id = location_->served_name,
             .created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -124,7 +126,8 @@ void serve_server::load(const logger& log) {
             .chat_template = rt.model->chat_template,
             .tokenizer = rt.model->tok.get(),
             .engine = client_.get(),
-            .grammars = grammars_.get()}));
+            .grammars = grammars_.get(),
+            .output = output}));
         return format("serving \"{}\"", location_->served_name);
       },
       before_step_);

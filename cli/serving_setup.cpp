@@ -128,6 +128,35 @@ void add_engine_options(config::schema& s) {
                "cache gets what the weights leave (--kv-cache-memory, when given, sizes it instead)");
 }
 
+void add_output_parser_options(config::schema& s) {
+  s.add_choice("tool-call-parser", "auto", {"auto", "none", "llama3_json", "hermes", "deepseek_v3", "kimi_k2", "glm45"},
+               "How the model writes tool calls, for requests that offer tools; auto recognises it from the "
+               "vocabulary (none: answers are plain content)");
+  s.add_choice("reasoning-parser", "auto", {"auto", "none", "think", "kimi_k2"},
+               "How the model writes its reasoning (<think>…</think>), returned as reasoning_content; auto "
+               "recognises it from the vocabulary");
+}
+
+gateway::output_syntax choose_output_syntax(const config::values& settings, const backend::tokenizer& tok,
+                                            const logger& log) {
+  const gateway::detected_output_syntax detected = gateway::detect_output_syntax(tok);
+  gateway::output_syntax syntax = detected.syntax;
+  std::string tool_calls_why = format("auto: {}", detected.tool_calls_reason);
+  std::string reasoning_why = format("auto: {}", detected.reasoning_reason);
+  if (const std::string& name = settings.string("tool-call-parser"); name != "auto") {
+    syntax.tool_calls = *gateway::parse_tool_call_parser_name(name);
+    tool_calls_why = "--tool-call-parser";
+  }
+  if (const std::string& name = settings.string("reasoning-parser"); name != "auto") {
+    syntax.reasoning = *gateway::parse_reasoning_parser_name(name);
+    reasoning_why = "--reasoning-parser";
+  }
+  syntax = gateway::with_special_markers(syntax, tok);
+  log.info("chat answers: tool calls {} ({}), reasoning {} ({})", gateway::to_string(syntax.tool_calls),
+           tool_calls_why, gateway::to_string(syntax.reasoning), reasoning_why);
+  return syntax;
+}
+
 void add_tenancy_options(config::schema& s) {
   s.add_duration("sse-heartbeat", "15s", 10ms, 1h, "Send a `: ping` comment on a stream that wrote nothing for this long");
   s.add_path("state-dir", std::string(default_state_dir),

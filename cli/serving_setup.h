@@ -27,6 +27,7 @@
 #include "edge/common/time_source.h"
 #include "edge/gateway/http/http_server.h"
 #include "edge/gateway/http/operational_routes.h"
+#include "edge/gateway/openai/output_parser.h"
 #include "edge/gateway/tenancy/tenancy.h"
 #include "edge/monitoring/engine_metrics.h"
 #include "edge/monitoring/gateway_metrics.h"
@@ -47,6 +48,13 @@ std::optional<std::string> http_options_conflict(const config::values& settings)
 void add_model_options(config::schema& s);
 // The engine's options: --threads, the KV cache, weights, scheduler, --device.
 void add_engine_options(config::schema& s);
+// --tool-call-parser, --reasoning-parser: how chat answers are read (output_parser.h).
+void add_output_parser_options(config::schema& s);
+// The syntaxes of the served model's answers: the vocabulary's (detect_output_syntax) unless the
+// flags name them; logged with why each was chosen.
+gateway::output_syntax choose_output_syntax(const config::values& settings, const backend::tokenizer& tok,
+                                            const logger& log);
+
 // --state-dir, --admin-token, --sse-heartbeat: what the OpenAI and admin routes need.
 void add_tenancy_options(config::schema& s);
 // What --state-dir is unless given: the tenant store of `serve` and `gateway`, the internal

@@ -3,15 +3,18 @@
 // non-default alignment and safetensors metadata; OpenAI request bodies that use every field;
 // tokenizers of both families in every format the loaders read (tokenizer_seeds.h); the
 // internal protocol's requests, events, info and load bodies; admin API bodies and query
-// strings; chat templates. Mutations of valid inputs reach far deeper into a parser than random bytes do.
+// strings; JSON schemas and grammar texts; chat templates; model output in every tool-call and
+// reasoning syntax. Mutations of valid inputs reach far deeper into a parser than random bytes do.
 //
 //   edge_fuzz_seeds DIR     writes DIR/<fuzzer>/* for each fuzzer (its name without
 //                           edge_fuzz_), and DIR/tokenizers/, the tokenizers that
 //                           edge_fuzz_tokenizer_encode loads
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model_test_support.h"
@@ -179,7 +182,8 @@ std::vector<std::vector<std::byte>> internal_protocol_seeds() {
        R"("stop_token_ids":[2],"ignore_eos":false,"logprobs":2})"),
       R"({"prompt":[1],"max_tokens":1,"sampling":{"seed":null},"logprobs":null})",
       (R"({"prompt":[1,403],"max_tokens":4,"n":3,"prompt_logprobs":2,"sampling":{"logit_bias":{"403":-100,"7":2.5}},)"
-       R"("logprobs":1})"),
+       R"("logprobs":1,"skip_special_tokens":false,)"
+       R"json("grammar":"(grammar (root (seq (lit 7b) (rep 0 3 (cls 97 122)) (lit 7d))))"})json"),
       R"({"type":"admitted"})",
       R"({"type":"delta","index":2,"text":"end","tokens":[9],"finish":"length"})",
       (R"({"type":"prompt_logprobs","logprobs":[{"id":403,"logprob":-1.5,"top":[{"id":2,"logprob":-0.5}]},)"
@@ -302,6 +306,33 @@ std::vector<std::vector<std::byte>> chat_template_seeds() {
   return seeds;
 }
 
+// The first byte chooses the parsers (output_parser_fuzz.cpp), the second how the text is cut.
+std::vector<std::vector<std::byte>> output_parser_seeds() {
+  const std::vector<std::pair<std::uint8_t, std::string_view>> answers = {
+      {2 + 6, "<think>\nThe user wants the weather.\n</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", "
+              "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\"}"
+              "\n</tool_call>"},
+      {1, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}; {\"name\": \"get_time\", "
+          "\"parameters\": {}}"},
+      {3 + 6 + 18, "weighing it</think>Both.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+                   "```json\n{\"city\": \"Lima\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}"
+                   "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
+      {4 + 12, "<think>Looking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+               "<|tool_call_argument_begin|>{\"city\": \"Kyoto\"}<|tool_call_end|><|tool_calls_section_end|>"},
+      {5 + 6 + 36, "<think>x</think><tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>New \"York\"</arg_value>\n"
+                   "<arg_key>days</arg_key>\n<arg_value>five</arg_value>\n</tool_call><tool_call>get_time\n</tool_call>"},
+      {2, "Text that mentions <tool_call> and é日本😀, then <tool_call>{\"name\": \"launch\", \"arguments\": {}}"
+          "</tool_call>"},
+  };
+  std::vector<std::vector<std::byte>> seeds;
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    std::vector<std::byte> seed{std::byte{answers[i].first}, std::byte{static_cast<std::uint8_t>(i * 3)}};
+    for (const char c : answers[i].second) seed.push_back(static_cast<std::byte>(c));
+    seeds.push_back(std::move(seed));
+  }
+  return seeds;
+}
+
 bool write_all(const fs::path& folder, const std::vector<std::vector<std::byte>>& seeds) {
   std::error_code ec;
   fs::create_directories(folder, ec);
@@ -330,7 +361,8 @@ int main(int argc, char** argv) {
       write_all(root / "internal_protocol", internal_protocol_seeds()) &&
       write_all(root / "admin_request", admin_request_seeds()) &&
       write_all(root / "query_string", query_string_seeds()) && write_all(root / "grammar", grammar_seeds()) &&
-      write_all(root / "chat_template", chat_template_seeds()) && write_all(root / "tokenizers", {});
+      write_all(root / "chat_template", chat_template_seeds()) &&
+      write_all(root / "output_parser", output_parser_seeds()) && write_all(root / "tokenizers", {});
   if (!written) return 1;
   t::write_text(root / "tokenizers" / "byte_level.json", edge::fuzz::byte_level_tokenizer_json());
   t::write_text(root / "tokenizers" / "spm_style.json", edge::fuzz::spm_style_tokenizer_json());

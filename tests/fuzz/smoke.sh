@@ -26,7 +26,7 @@ command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
 cmake -S "$src" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++ -DEDGE_FUZZ=ON -DEDGE_GPU_ONLY=ON -DEDGE_CUDA=OFF -DEDGE_WERROR=OFF >/dev/null
 fuzzers=(gguf safetensors openai_request tokenizer_json tokenizer_vocab tokenizer_encode internal_protocol
-         admin_request query_string grammar chat_template)
+         admin_request query_string grammar chat_template output_parser)
 cmake --build "$build" --parallel "$(nproc)" --target edge_fuzz_seeds "${fuzzers[@]/#/edge_fuzz_}"
 
 fuzz_dir="$build/tests/fuzz"

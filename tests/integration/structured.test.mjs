@@ -223,7 +223,9 @@ test('compiles are cached: the metrics count hits, misses and compile time', asy
   const misses = value('edgeinfer_grammar_cache_misses_total');
   const hits = value('edgeinfer_grammar_cache_hits_total');
   assert.ok(misses >= corpus.length, `misses ${misses}`);
-  assert.ok(hits >= 300 - corpus.length, `hits ${hits}`);
+  // The first batch's 24 requests arrive together, so each may find its schema still compiling
+  // (a miss); once a batch is answered every schema is cached, and the 276 requests after it hit.
+  assert.ok(hits >= 300 - 24, `hits ${hits}`);
   assert.ok(value('edgeinfer_grammar_compile_seconds_count') >= misses);
 });
 

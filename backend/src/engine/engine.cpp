@@ -683,7 +683,9 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
                                                                             .ignore_eos = request.ignore_eos,
                                                                             .stop_token_ids = request.stop_token_ids,
                                                                             .stop = request.stop,
-                                                                            .grammar = request.grammar}));
+                                                                            .grammar = request.grammar,
+                                                                            .skip_special_tokens =
+                                                                                request.skip_special_tokens}));
   }
   sub.request = std::move(request);
   sub.sink = std::move(sink);

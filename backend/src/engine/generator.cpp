@@ -62,7 +62,8 @@ result<std::vector<generation_output>> generator::run(
                                                                        .ignore_eos = r.ignore_eos,
                                                                        .stop_token_ids = r.stop_token_ids,
                                                                        .stop = r.stop,
-                                                                       .grammar = r.grammar});
+                                                                       .grammar = r.grammar,
+                                                                       .skip_special_tokens = r.skip_special_tokens});
     EDGE_RETURN_IF_ERROR(sched->add({.id = i, .prompt = r.prompt, .max_tokens = r.max_tokens}));
   }
 

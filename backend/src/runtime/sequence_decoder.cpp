@@ -22,7 +22,7 @@ sequence_decoder::sequence_decoder(const tokenizer& tok, const sampling_params& 
     : tok_(tok),
       limits_(std::move(limits)),
       sampler_(sampling, prompt),
-      detokenizer_(tok, prompt_ends_with_bos(tok, prompt)),
+      detokenizer_(tok, prompt_ends_with_bos(tok, prompt), /*with_special=*/!limits_.skip_special_tokens),
       stops_(limits_.stop) {
   if (limits_.grammar) matcher_.emplace(limits_.grammar, limits_.stop_token_ids);
 }

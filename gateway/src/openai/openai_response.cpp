@@ -21,8 +21,23 @@ json::object header(const response_meta& meta, bool chunk) {
   return out;
 }
 
-json::value reason_json(std::optional<backend::finish_reason> reason) {
-  return reason ? json::value(backend::to_string(*reason)) : json::value(nullptr);
+json::object message_json(const assistant_message& m, bool reasoning_on) {
+  json::object message;
+  message["role"] = "assistant";
+  const bool nothing_but_calls_or_reasoning = m.content.empty() && (!m.tool_calls.empty() || !m.reasoning.empty());
+  message["content"] = nothing_but_calls_or_reasoning ? json::value(nullptr) : json::value(m.content);
+  message["refusal"] = nullptr;
+  if (reasoning_on) message["reasoning_content"] = m.reasoning.empty() ? json::value(nullptr) : json::value(m.reasoning);
+  if (!m.tool_calls.empty()) {
+    json::array calls;
+    for (const assembled_tool_call& call : m.tool_calls) {
+      calls.push_back(json::object{{"id", call.id},
+                                   {"type", "function"},
+                                   {"function", json::object{{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  return message;
 }
 
 }  // namespace
@@ -31,7 +46,7 @@ std::string response_id(openai_api api, std::string_view request_id) {
   return std::string(api == openai_api::chat_completions ? "chatcmpl-" : "cmpl-") + std::string(request_id);
 }
 
-json::object usage_json(const backend::token_usage& usage) {
+json::object usage_json(const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens) {
   json::object details;
   details["cached_tokens"] = usage.cached_tokens;
   json::object out;
@@ -39,32 +54,34 @@ json::object usage_json(const backend::token_usage& usage) {
   out["completion_tokens"] = usage.completion_tokens;
   out["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   out["prompt_tokens_details"] = std::move(details);
+  if (reasoning_tokens) out["completion_tokens_details"] = json::object{{"reasoning_tokens", *reasoning_tokens}};
   return out;
 }
 
+std::string_view chat_finish_reason(backend::finish_reason reason, bool made_tool_calls) {
+  return made_tool_calls && reason == backend::finish_reason::stop ? "tool_calls" : backend::to_string(reason);
+}
+
 json::object completion_response(const response_meta& meta, std::span<const choice_result> choices,
-                                 const backend::token_usage& usage) {
+                                 const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens) {
   json::array out_choices;
   for (std::size_t i = 0; i < choices.size(); ++i) {
     const choice_result& c = choices[i];
     json::object choice;
     choice["index"] = i;
     if (is_chat(meta)) {
-      json::object message;
-      message["role"] = "assistant";
-      message["content"] = c.text;
-      message["refusal"] = nullptr;
-      choice["message"] = std::move(message);
+      choice["message"] = message_json(c.message, reasoning_tokens.has_value());
     } else {
       choice["text"] = c.text;
     }
     choice["logprobs"] = c.logprobs;
-    choice["finish_reason"] = reason_json(c.reason);
+    choice["finish_reason"] = is_chat(meta) ? chat_finish_reason(c.reason, !c.message.tool_calls.empty())
+                                            : backend::to_string(c.reason);
     out_choices.push_back(std::move(choice));
   }
   json::object out = header(meta, /*chunk=*/false);
   out["choices"] = std::move(out_choices);
-  out["usage"] = usage_json(usage);
+  out["usage"] = usage_json(usage, is_chat(meta) ? reasoning_tokens : std::nullopt);
   return out;
 }
 
@@ -75,34 +92,50 @@ json::object chunk_builder::chunk(json::object choice) const {
   return out;
 }
 
-json::object chunk_builder::role(std::int32_t index) const {
-  json::object delta;
-  delta["role"] = "assistant";
-  delta["content"] = "";
+json::object chunk_builder::delta(json::object delta, std::int32_t index, json::value logprobs) const {
   json::object choice;
   choice["index"] = index;
   choice["delta"] = std::move(delta);
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = nullptr;
-  return chunk(std::move(choice));
-}
-
-json::object chunk_builder::content(std::string_view text, std::int32_t index, json::value logprobs) const {
-  json::object choice;
-  choice["index"] = index;
-  if (is_chat(meta_)) {
-    json::object delta;
-    delta["content"] = text;
-    choice["delta"] = std::move(delta);
-  } else {
-    choice["text"] = text;
-  }
   choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = nullptr;
   return chunk(std::move(choice));
 }
 
-json::object chunk_builder::finish(backend::finish_reason reason, std::int32_t index, json::value logprobs) const {
+json::object chunk_builder::role(std::int32_t index) const {
+  return delta(json::object{{"role", "assistant"}, {"content", ""}}, index, nullptr);
+}
+
+json::object chunk_builder::content(std::string_view text, std::int32_t index, json::value logprobs) const {
+  if (is_chat(meta_)) return delta(json::object{{"content", text}}, index, std::move(logprobs));
+  json::object choice;
+  choice["index"] = index;
+  choice["text"] = text;
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = nullptr;
+  return chunk(std::move(choice));
+}
+
+json::object chunk_builder::event(const output_event& event, std::int32_t index, json::value logprobs) const {
+  if (const auto* c = std::get_if<content_delta>(&event)) return content(c->text, index, std::move(logprobs));
+  if (const auto* r = std::get_if<reasoning_delta>(&event)) {
+    return delta(json::object{{"reasoning_content", r->text}}, index, std::move(logprobs));
+  }
+  json::object call;
+  if (const auto* begin = std::get_if<tool_call_begin>(&event)) {
+    call["index"] = begin->index;
+    call["id"] = begin->id;
+    call["type"] = "function";
+    call["function"] = json::object{{"name", begin->name}, {"arguments", ""}};
+  } else {
+    const auto& arguments = std::get<tool_call_arguments>(event);
+    call["index"] = arguments.index;
+    call["function"] = json::object{{"arguments", arguments.text}};
+  }
+  return delta(json::object{{"tool_calls", json::array{std::move(call)}}}, index, std::move(logprobs));
+}
+
+json::object chunk_builder::finish(backend::finish_reason reason, std::int32_t index, json::value logprobs,
+                                   bool made_tool_calls) const {
   json::object choice;
   choice["index"] = index;
   if (is_chat(meta_)) {
@@ -111,14 +144,14 @@ json::object chunk_builder::finish(backend::finish_reason reason, std::int32_t i
     choice["text"] = "";
   }
   choice["logprobs"] = std::move(logprobs);
-  choice["finish_reason"] = reason_json(reason);
+  choice["finish_reason"] = is_chat(meta_) ? chat_finish_reason(reason, made_tool_calls) : backend::to_string(reason);
   return chunk(std::move(choice));
 }
 
-json::object chunk_builder::usage(const backend::token_usage& usage) const {
+json::object chunk_builder::usage(const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens) const {
   json::object out = header(meta_, /*chunk=*/true);
   out["choices"] = json::array{};
-  out["usage"] = usage_json(usage);
+  out["usage"] = usage_json(usage, reasoning_tokens);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "edge/gateway/openai/logprobs.h"
 #include "edge/gateway/openai/openai_request.h"
 #include "edge/gateway/openai/openai_response.h"
+#include "edge/gateway/openai/output_parser.h"
 #include "edge/gateway/http/percent_encoding.h"
 #include "edge/gateway/http/sse_writer.h"
 #include "edge/monitoring/gateway_metrics.h"
@@ -168,6 +169,39 @@ std::string echoed_prompt(const openai_request& r, const backend::tokenizer& tok
   return tok.decode(std::vector<backend::token_id>(ids.begin(), ids.end()));
 }
 
+// ---- the answer's syntax ----------------------------------------------------------------------
+
+// The text the prompt ends with, special tokens written out: enough tokens for any vocabulary
+// to spell "<think>\n".
+std::string prompt_tail(const backend::tokenizer& tok, std::span<const backend::token_id> prompt) {
+  constexpr std::size_t tail_tokens = 8;
+  return tok.decode(prompt.last(std::min(prompt.size(), tail_tokens)), /*with_special=*/true);
+}
+
+// How a chat request's output is parsed: reasoning whenever the model writes it, tool calls when
+// the request offers tools and tool_choice is not "none" ("required" and a named function are
+// parsed as "auto" is: constrained decoding does not yet enforce them). An answer a
+// response_format constrains is the grammar's from its first token, so it never starts inside
+// a reasoning block, whatever the prompt opened.
+output_parser_options parsing_options(const serving_model& model, const openai_request& r,
+                                      std::span<const backend::token_id> prompt) {
+  output_parser_options o;
+  o.reasoning = model.output.reasoning;
+  o.starts_in_reasoning = o.reasoning != reasoning_parser_kind::none && r.grammar == nullptr &&
+                          prompt_opens_reasoning(prompt_tail(*model.tokenizer, prompt));
+  if (!r.tools.empty() && r.choice.mode != tool_choice_mode::none) o.tool_calls = model.output.tool_calls;
+  o.tools.reserve(r.tools.size());
+  for (const tool_definition& tool : r.tools) o.tools.push_back({.name = tool.name, .parameters = tool.parameters});
+  o.parallel_tool_calls = r.parallel_tool_calls;
+  return o;
+}
+
+// Whether the engine must write special tokens out for the parsers to see their markers.
+bool needs_special_tokens(const output_syntax& syntax, const output_parser_options& o) {
+  return (o.tool_calls != tool_call_parser_kind::none && syntax.tool_markers_special) ||
+         (o.reasoning != reasoning_parser_kind::none && syntax.reasoning_tags_special);
+}
+
 // What the relay of one request needs beyond the request itself.
 struct relay_context {
   const openai_request& r;
@@ -175,7 +209,41 @@ struct relay_context {
   const backend::tokenizer& tok;
   std::vector<backend::token_id> prompt;  // kept when log probabilities are asked for
   std::string echoed;                     // completions with echo
+  // Chat: how each choice's output is parsed into content, reasoning and tool calls
+  // (output_parser.h); every choice has its own parser.
+  std::optional<output_parser_options> parsing;
 };
+
+// One choice of an answer as it grows. Connection strand only.
+struct choice_state {
+  std::string text;                      // completions, not streaming: the choice's text
+  std::optional<output_parser> parser;   // chat: what reads the choice's output
+  assistant_message message;             // chat, not streaming: what the parser made of it
+  bool made_tool_calls = false;          // chat: some tool call has begun
+  std::optional<choice_logprobs> logprobs;
+  std::optional<backend::finish_reason> reason;  // once the choice's last delta came
+
+  // A chunk's logprobs: null unless asked for and some token is waiting for a chunk.
+  boost::json::value fresh_logprobs() { return logprobs ? logprobs->take() : boost::json::value(nullptr); }
+};
+
+// Sends a chat choice's parsed events as chunks (streaming) or adds them to its message. The
+// first chunk carries the log probabilities of every token not yet sent: a token whose text the
+// parser held back (a possible marker) goes with the next chunk the choice sends. False once the
+// client is gone.
+asio::awaitable<bool> deliver(std::optional<sse_writer>& sse, const chunk_builder& chunks, std::int32_t index,
+                              choice_state& c, std::vector<output_event> parsed) {
+  for (const output_event& event : parsed) {
+    c.made_tool_calls |= std::holds_alternative<tool_call_begin>(event);
+    if (!sse) {
+      c.message.add(event);
+      continue;
+    }
+    const boost::json::value chunk = chunks.event(event, index, c.fresh_logprobs());
+    if (!co_await sse->event(chunk)) co_return false;
+  }
+  co_return true;
+}
 
 // ---- the handlers -----------------------------------------------------------------------------
 
@@ -304,7 +372,15 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
                         .meta = {api, response_id(api, ex.request_id()), unix_seconds(), model->id},
                         .tok = *model->tokenizer,
                         .prompt = r.logprobs ? prompt : std::vector<backend::token_id>{},
-                        .echoed = echoed_prompt(r, *model->tokenizer)};
+                        .echoed = echoed_prompt(r, *model->tokenizer),
+                        .parsing = std::nullopt};
+  // Special tokens' text reaches the parsers when their markers are special tokens.
+  bool special_tokens = false;
+  if (api == openai_api::chat_completions) {
+    context.parsing = parsing_options(*model, r, prompt);
+    special_tokens = needs_special_tokens(model->output, *context.parsing);
+  }
+
   backend::generate_request request;
   if (r.grammar != nullptr && model->grammars != nullptr) {
     // Compiled off this thread (or found in the cache); a remote engine compiles it itself.
@@ -330,6 +406,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   request.n = r.n;
   // With echo, the prompt's own log probabilities come in front of the completion's.
   if (r.echo) request.prompt_logprobs = r.logprobs;
+  request.skip_special_tokens = !special_tokens;
 
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
@@ -357,23 +434,12 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
   const openai_request& r = context.r;
   const response_meta& meta = context.meta;
   const chunk_builder chunks(meta, r.include_usage);
-  // Each choice's answer as it grows: its text (when not streaming), its log probabilities, and
-  // why it ended.
-  struct choice_state {
-    std::string text;
-    std::optional<choice_logprobs> logprobs;
-    std::optional<backend::finish_reason> reason;
-  };
   std::vector<choice_state> choices(static_cast<std::size_t>(r.n));
   for (choice_state& c : choices) {
     if (r.logprobs) c.logprobs.emplace(meta.api, context.tok, context.prompt);
     if (r.echo) c.text = context.echoed;
+    if (context.parsing) c.parser.emplace(*context.parsing);
   }
-  // A chunk's logprobs: null unless asked for and some token is waiting for a chunk.
-  const auto fresh_logprobs = [](choice_state& c) -> boost::json::value {
-    if (!c.logprobs) return nullptr;
-    return c.logprobs->take();
-  };
 
   std::optional<sse_writer> sse;
   if (r.stream) {
@@ -404,7 +470,7 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
           if (!c.logprobs) continue;
           c.logprobs->add_prompt(context.prompt, prompt->logprobs, context.echoed);
           if (!sse) continue;
-          const boost::json::value echoed = chunks.content(context.echoed, i, fresh_logprobs(c));
+          const boost::json::value echoed = chunks.content(context.echoed, i, c.fresh_logprobs());
           if (!co_await sse->event(echoed)) co_return;
         }
         continue;
@@ -418,17 +484,32 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
         choice_state& c = choices[static_cast<std::size_t>(delta->index)];
         if (c.logprobs) c.logprobs->add(*delta);
         if (delta->finish) c.reason = *delta->finish;
+        if (c.parser) {
+          // Also a delta without text: its tokens count toward reasoning_tokens.
+          std::vector<output_event> parsed =
+              c.parser->feed(delta->text, static_cast<std::int64_t>(delta->tokens.size()));
+          if (!co_await deliver(sse, chunks, delta->index, c, std::move(parsed))) co_return;
+          if (!delta->finish) continue;
+          // The choice's output has ended: what the parser held back.
+          std::vector<output_event> rest = c.parser->finish();
+          if (!co_await deliver(sse, chunks, delta->index, c, std::move(rest))) co_return;
+          if (!sse) continue;
+          const boost::json::value end =
+              chunks.finish(*delta->finish, delta->index, c.fresh_logprobs(), c.made_tool_calls);
+          if (!co_await sse->event(end)) co_return;
+          continue;
+        }
         if (!sse) {
           c.text += delta->text;
           continue;
         }
         if (!delta->text.empty()) {
-          const boost::json::value piece = chunks.content(delta->text, delta->index, fresh_logprobs(c));
+          const boost::json::value piece = chunks.content(delta->text, delta->index, c.fresh_logprobs());
           if (!co_await sse->event(piece)) co_return;
         }
         if (delta->finish) {
           // With what is left of its log probabilities: tokens whose text was held back.
-          const boost::json::value end = chunks.finish(*delta->finish, delta->index, fresh_logprobs(c));
+          const boost::json::value end = chunks.finish(*delta->finish, delta->index, c.fresh_logprobs());
           if (!co_await sse->event(end)) co_return;
         }
         continue;
@@ -450,28 +531,40 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
       // The usage as the session charges it (the engine's figures, within what the gateway knows).
       const usage_counts charged = session.usage().counts();
       const backend::token_usage used{charged.prompt_tokens, charged.completion_tokens, charged.cached_tokens};
+      // Every choice ends with its own delta; one that did not (a backend that left it out)
+      // ends with the request, after what its parser held back.
+      for (std::int32_t i = 0; i < r.n; ++i) {
+        choice_state& c = choices[static_cast<std::size_t>(i)];
+        if (c.reason) continue;
+        if (c.parser) {
+          std::vector<output_event> rest = c.parser->finish();
+          if (!co_await deliver(sse, chunks, i, c, std::move(rest))) co_return;
+        }
+        if (!sse) continue;
+        const boost::json::value end = chunks.finish(finished->reason, i, c.fresh_logprobs(), c.made_tool_calls);
+        if (!co_await sse->event(end)) co_return;
+      }
+      // Where the model's reasoning is parsed, the tokens it took in every choice.
+      std::optional<std::int64_t> reasoning_tokens;
+      for (const choice_state& c : choices) {
+        if (!c.parser || !c.parser->reasoning_on()) continue;
+        reasoning_tokens = reasoning_tokens.value_or(0) + c.parser->reasoning_tokens();
+      }
       if (!sse) {
         std::vector<choice_result> results;
         results.reserve(choices.size());
         for (choice_state& c : choices) {
           results.push_back({.text = std::move(c.text),
+                             .message = std::move(c.message),
                              .reason = c.reason.value_or(finished->reason),
                              .logprobs = c.logprobs ? c.logprobs->all() : boost::json::value(nullptr)});
         }
-        co_await ex.respond(
-            with_headers(json_response(http::status::ok, completion_response(meta, results, used)), session));
+        co_await ex.respond(with_headers(
+            json_response(http::status::ok, completion_response(meta, results, used, reasoning_tokens)), session));
         co_return;
       }
-      // Every choice ends with its own delta; one that did not (a backend that left it out)
-      // ends with the request.
-      for (std::int32_t i = 0; i < r.n; ++i) {
-        choice_state& c = choices[static_cast<std::size_t>(i)];
-        if (c.reason) continue;
-        const boost::json::value end = chunks.finish(finished->reason, i, fresh_logprobs(c));
-        if (!co_await sse->event(end)) co_return;
-      }
       if (r.include_usage) {
-        const boost::json::value usage = chunks.usage(used);
+        const boost::json::value usage = chunks.usage(used, reasoning_tokens);
         if (!co_await sse->event(usage)) co_return;
       }
       co_await sse->done();

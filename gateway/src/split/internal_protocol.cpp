@@ -103,6 +103,8 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r,
       if (auto error = read_token_ids(value, r.stop_token_ids)) return error;
     } else if (key == "ignore_eos") {
       EDGE_ASSIGN_OR_RETURN(r.ignore_eos, value.as<bool>());
+    } else if (key == "skip_special_tokens") {
+      EDGE_ASSIGN_OR_RETURN(r.skip_special_tokens, value.as<bool>());
     } else if (key == "logprobs" || key == "prompt_logprobs") {
       std::optional<std::int32_t>& out = key == "logprobs" ? r.logprobs : r.prompt_logprobs;
       if (value.is_null()) {
@@ -330,6 +332,8 @@ std::string encode_generate_request(const backend::generate_request& r, const ba
   } else {
     body["prompt_logprobs"] = nullptr;
   }
+  // Only when asked for: a backend that does not know the field then still serves the rest.
+  if (!r.skip_special_tokens) body["skip_special_tokens"] = false;
   return json::serialize(body);
 }
 

@@ -66,6 +66,7 @@ TEST_CASE("a generate request survives encoding and parsing") {
   CHECK(back.sampling.logit_bias[0].bias == -100.0f);
   CHECK(back.sampling.logit_bias[1].id == 300);
   CHECK(back.sampling.logit_bias[1].bias == 2.5f);
+  CHECK(back.skip_special_tokens);
   // Left out, they are what a plain request asks.
   const auto plain = gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4})");
   REQUIRE(std::holds_alternative<gw::parsed_generate_request>(plain));
@@ -92,6 +93,21 @@ TEST_CASE("a generate request carries its grammar as text, and a malformed one i
   const auto bad = gw::parse_generate_request(R"json({"prompt":[1],"max_tokens":4,"grammar":"(grammar (root (ref 9)))"})json");
   REQUIRE(std::holds_alternative<gw::internal_request_error>(bad));
   CHECK(std::get<gw::internal_request_error>(bad).param == "grammar");
+}
+
+TEST_CASE("skip_special_tokens travels only when it is off") {
+  be::generate_request r;
+  r.prompt = {1};
+  CHECK(gw::encode_generate_request(r, nullptr).find("skip_special_tokens") == std::string::npos);
+  r.skip_special_tokens = false;
+  const std::string body = gw::encode_generate_request(r, nullptr);
+  CHECK(body.find(R"("skip_special_tokens":false)") != std::string::npos);
+  const auto parsed = gw::parse_generate_request(body);
+  REQUIRE(std::holds_alternative<gw::parsed_generate_request>(parsed));
+  CHECK_FALSE(std::get<gw::parsed_generate_request>(parsed).request.skip_special_tokens);
+  const auto bad = gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,"skip_special_tokens":"no"})");
+  REQUIRE(std::holds_alternative<gw::internal_request_error>(bad));
+  CHECK(std::get<gw::internal_request_error>(bad).param == "skip_special_tokens");
 }
 
 TEST_CASE("a bad generate request names the field") {

@@ -73,6 +73,8 @@ struct generate_request {
   // alternatives (at most max_top_logprobs): a prompt_logprobs_event before the first delta. The
   // prompt is then computed whole, never taken from the prefix cache.
   std::optional<std::int32_t> prompt_logprobs;
+  // false: special tokens' text is in the deltas (decode_limits::skip_special_tokens).
+  bool skip_special_tokens = true;
 };
 
 // The most choices one request may ask for (OpenAI's limit for n), and the most alternatives per

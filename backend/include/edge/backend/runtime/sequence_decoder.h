@@ -48,6 +48,9 @@ struct decode_limits {
   // Constrained decoding: only tokens that continue this grammar (grammar_matcher); null: any.
   // The output ends at the end token that closes the match, ignore_eos or not.
   std::shared_ptr<const grammar::compiled_grammar> grammar;
+  // Special tokens add nothing to the text (vLLM's skip_special_tokens); false writes their text
+  // out, for a reader of markers that are special tokens (tool-call syntaxes such as Kimi K2's).
+  bool skip_special_tokens = true;
 };
 
 class sequence_decoder {

@@ -27,7 +27,8 @@
 //                into the grammar the output must match; an unsupported schema keyword is a 400
 //                naming it ("response_format.json_schema.schema.properties.x.pattern").
 // Fields that would change the answer's shape and are not served (suffix, functions) are a 400
-// rather than silently dropped.
+// rather than silently dropped. The tools, tool_choice and parallel_tool_calls read here reach
+// the chat template and choose how the routes parse the answer (output_parser.h).
 //
 // Every error names the offending field in `param` ("messages[2].content[0].text"), as
 // OpenAI's errors do. The parser is pure (no I/O, no allocation beyond the result), so it is

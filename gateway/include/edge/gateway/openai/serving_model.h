@@ -10,6 +10,7 @@
 #include "edge/backend/tokenizer/chat_template.h"
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "edge/gateway/openai/engine_client.h"
+#include "edge/gateway/openai/output_parser.h"
 
 namespace edge::gateway {
 
@@ -25,6 +26,7 @@ struct serving_model {
   // Compiles requests' grammars for `tokenizer` (serve); null where the engine compiles them
   // itself (a split gateway's backends).
   grammar_compiler* grammars = nullptr;
+  output_syntax output;  // how its chat answers write tool calls and reasoning
 };
 
 // Empty until the model is loaded; then holds it for the server's life. Thread-safe.

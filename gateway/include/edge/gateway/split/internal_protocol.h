@@ -6,7 +6,7 @@
 //      "sampling":{"temperature","top_k","top_p","min_p","repetition_penalty",
 //                  "presence_penalty","frequency_penalty","seed","logit_bias":{"id":bias}},
 //      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":k|null,
-//      "n","prompt_logprobs":k|null,"grammar":text}
+//      "n","prompt_logprobs":k|null,"grammar":text,"skip_special_tokens" (written only when false)}
 //     grammar (optional): what the output must match, as grammar::text() writes it (a
 //     response_format's schema, lowered); the backend compiles it for its tokenizer (cached).
 //     prompt and max_tokens are required; an unknown field is a 400 naming it (a gateway that

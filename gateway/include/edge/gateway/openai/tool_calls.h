@@ -1,0 +1,102 @@
+// Tool calls in a model's own syntax, parsed as the text streams: each family's parser turns the
+// answer's text (what the reasoning splitter left) into content and tool calls, naming a call as
+// soon as its header is complete and passing its arguments on as the model writes them.
+//
+// The families, as their chat templates write a call (whitespace between the parts is allowed
+// wherever the templates put a newline):
+//
+//   llama3_json   Llama 3.1 / 3.2 / 3.3: the output starts (after whitespace) with a JSON object,
+//                 optionally after <|python_tag|>:
+//                   {"name": NAME, "parameters": {…}}        ("arguments" is taken too)
+//                 several are separated by ';'. Only the start of the output can be a call: an
+//                 answer that starts with other text is all content.
+//   hermes        Hermes 2 Pro, Qwen2.5, Qwen3 (also QwQ):
+//                   <tool_call>\n{"name": NAME, "arguments": {…}}\n</tool_call>
+//                 one block per call, anywhere in the answer.
+//   deepseek_v3   DeepSeek-V3 / R1, and V3.1's shorter call:
+//                   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{…}\n```<｜tool▁call▁end｜>
+//                   …more calls…<｜tool▁calls▁end｜>
+//                   V3.1: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>
+//                 (which of the two a call is, its first byte after <｜tool▁sep｜> says: '{' is V3.1).
+//   kimi_k2       Kimi K2:
+//                   <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{…}<|tool_call_end|>
+//                   …more calls…<|tool_calls_section_end|>
+//                 "functions.NAME:IDX" is kept as the call's id (the template writes it back).
+//   glm45         GLM-4.5 / 4.6 (and 4.7, which leaves out the newlines):
+//                   <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n…</tool_call>
+//                 V is raw text for a parameter whose schema type is "string" (or only "string"
+//                 and "null"), and JSON otherwise; the arguments are written as a JSON object
+//                 built as the pairs arrive ({"K": "text…"}, {"K": 5}). A value that should be JSON
+//                 and is not becomes a JSON string, so the arguments always parse.
+//
+// What is a call, and what is not:
+//   * A call is named (tool_call_begin) once its header is complete and names one of the
+//     request's tools. A header that is not the family's (other keys first, a bad id) or names
+//     another tool makes the whole call content, markers included, as the model wrote it.
+//   * Arguments are passed on as the model writes them (the JSON families: the object's own
+//     text, found by a JSON scanner, so a '}' or a marker inside a string does not end it). If
+//     they stop being valid JSON, the rest of what the model wrote up to the call's end marker
+//     (to the end of the output for llama3_json) is passed on as it is: the arguments are then
+//     not valid JSON, as OpenAI's own may not be, and clients must check them.
+//   * After the arguments the parser expects the family's closing syntax ("}" and
+//     </tool_call>, "```" and <｜tool▁call▁end｜>, ...); text that is not, ends the call and is
+//     read as what follows it. Whitespace between and around calls is dropped, as is whitespace
+//     at the end of content right before a call.
+//   * A call cut short by the end of the output keeps what it has (finish_reason "length" says
+//     so); held-back text at the end is content.
+//   * With parallel_tool_calls false only the first call is returned; later calls are parsed and
+//     dropped, as vLLM does (the client asked for one call at most).
+//   * DeepSeek and Kimi calls count only inside their section; a section whose first call is not
+//     a call is content from its begin marker on.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "edge/gateway/openai/output_events.h"
+
+namespace edge::gateway {
+
+enum class tool_call_parser_kind { none, llama3_json, hermes, deepseek_v3, kimi_k2, glm45 };
+
+// "none", "llama3_json", "hermes", "deepseek_v3", "kimi_k2", "glm45".
+std::string_view to_string(tool_call_parser_kind kind);
+std::optional<tool_call_parser_kind> parse_tool_call_parser_name(std::string_view name);
+
+// The marker texts of a family's syntax (empty for none), e.g. to ask whether the vocabulary
+// makes them special tokens. The first is the family's signature in a vocabulary:
+// <|python_tag|>, <tool_call>, <｜tool▁calls▁begin｜>, <|tool_calls_section_begin|>, <arg_key>.
+std::span<const std::string_view> tool_call_markers(tool_call_parser_kind kind);
+
+// One tool the request offers.
+struct tool_spec {
+  std::string name;
+  std::string parameters;  // its JSON schema, as JSON text ("" when it has none)
+};
+
+// Makes a tool call's id where the syntax has none.
+using tool_call_id_source = std::function<std::string()>;
+// "call_" and 24 random letters and digits, as OpenAI's ids.
+std::string random_tool_call_id();
+
+// One request's parser. Owned by the request (connection strand only).
+class tool_call_parser {
+ public:
+  virtual ~tool_call_parser() = default;
+  // The next piece of the answer's text. Appends content_delta, tool_call_begin and
+  // tool_call_arguments events, in order.
+  virtual void feed(std::string_view text, std::vector<output_event>& out) = 0;
+  // The output has ended.
+  virtual void finish(std::vector<output_event>& out) = 0;
+};
+
+// `kind` must not be none. `make_id` empty: random_tool_call_id.
+std::unique_ptr<tool_call_parser> make_tool_call_parser(tool_call_parser_kind kind, std::vector<tool_spec> tools,
+                                                        bool parallel_tool_calls, tool_call_id_source make_id = {});
+
+}  // namespace edge::gateway

@@ -1,0 +1,140 @@
+#include "edge/gateway/openai/output_parser.h"
+
+#include <algorithm>
+
+#include "edge/common/format.h"
+#include "edge/common/utf8.h"
+
+namespace edge::gateway {
+namespace {
+
+template <class T>
+bool join_text(output_event& last, output_event& next) {
+  auto* a = std::get_if<T>(&last);
+  auto* b = std::get_if<T>(&next);
+  if (a == nullptr || b == nullptr) return false;
+  if constexpr (std::is_same_v<T, tool_call_arguments>) {
+    if (a->index != b->index) return false;
+  }
+  a->text += b->text;
+  return true;
+}
+
+bool is_special_token(const backend::tokenizer& tok, std::string_view text) {
+  const auto id = tok.find_token(text);
+  return id && tok.is_special(*id);
+}
+
+}  // namespace
+
+void append_event(std::vector<output_event>& events, output_event event) {
+  if (!events.empty()) {
+    output_event& last = events.back();
+    if (join_text<content_delta>(last, event) || join_text<reasoning_delta>(last, event) ||
+        join_text<tool_call_arguments>(last, event)) {
+      return;
+    }
+  }
+  events.push_back(std::move(event));
+}
+
+void assistant_message::add(const output_event& event) {
+  if (const auto* c = std::get_if<content_delta>(&event)) {
+    content += c->text;
+  } else if (const auto* r = std::get_if<reasoning_delta>(&event)) {
+    reasoning += r->text;
+  } else if (const auto* begin = std::get_if<tool_call_begin>(&event)) {
+    tool_calls.push_back({begin->id, begin->name, ""});
+  } else if (const auto* a = std::get_if<tool_call_arguments>(&event)) {
+    if (a->index < tool_calls.size()) tool_calls[a->index].arguments += a->text;
+  }
+}
+
+detected_output_syntax detect_output_syntax(const backend::tokenizer& tok) {
+  detected_output_syntax found;
+  // Kimi's and DeepSeek's markers are their own; GLM's <arg_key> sits beside the <tool_call> it
+  // shares with Hermes, so it is asked first.
+  for (const auto kind : {tool_call_parser_kind::kimi_k2, tool_call_parser_kind::deepseek_v3,
+                          tool_call_parser_kind::glm45, tool_call_parser_kind::hermes,
+                          tool_call_parser_kind::llama3_json}) {
+    const std::string_view signature = tool_call_markers(kind).front();
+    if (!tok.find_token(signature)) continue;
+    found.syntax.tool_calls = kind;
+    found.tool_calls_reason = format("the vocabulary has {}", signature);
+    break;
+  }
+  if (found.syntax.tool_calls == tool_call_parser_kind::none) {
+    found.tool_calls_reason = "no tool-call syntax in the vocabulary";
+  }
+  if (tok.find_token(think_open_tag) && tok.find_token(think_close_tag)) {
+    found.syntax.reasoning = found.syntax.tool_calls == tool_call_parser_kind::kimi_k2 ? reasoning_parser_kind::kimi_k2
+                                                                                       : reasoning_parser_kind::think;
+    found.reasoning_reason = format("the vocabulary has {} and {}", think_open_tag, think_close_tag);
+  } else {
+    found.reasoning_reason = format("no {} and {} in the vocabulary", think_open_tag, think_close_tag);
+  }
+  found.syntax = with_special_markers(found.syntax, tok);
+  return found;
+}
+
+output_syntax with_special_markers(output_syntax syntax, const backend::tokenizer& tok) {
+  const auto markers = tool_call_markers(syntax.tool_calls);
+  syntax.tool_markers_special =
+      std::any_of(markers.begin(), markers.end(), [&](std::string_view m) { return is_special_token(tok, m); });
+  syntax.reasoning_tags_special = syntax.reasoning != reasoning_parser_kind::none &&
+                                  (is_special_token(tok, think_open_tag) || is_special_token(tok, think_close_tag));
+  return syntax;
+}
+
+output_parser::output_parser(output_parser_options options)
+    : reasoning_on_(options.reasoning != reasoning_parser_kind::none),
+      reasoning_(options.reasoning, options.starts_in_reasoning),
+      tool_calls_(options.tool_calls == tool_call_parser_kind::none
+                      ? nullptr
+                      : make_tool_call_parser(options.tool_calls, std::move(options.tools),
+                                              options.parallel_tool_calls, std::move(options.make_id))) {}
+
+std::vector<output_event> output_parser::feed(std::string_view text, std::int64_t tokens) {
+  // The parsers split text at markers and whitespace; whole characters keep every piece they
+  // pass on valid UTF-8 (the engine's deltas are whole characters already).
+  std::string whole = std::move(partial_character_);
+  partial_character_.clear();
+  whole += text;
+  const std::size_t cut = utf8::incomplete_tail(whole);
+  partial_character_ = whole.substr(whole.size() - cut);
+  whole.resize(whole.size() - cut);
+
+  std::vector<output_event> split;
+  reasoning_.feed(whole, tokens, split);
+  std::vector<output_event> out;
+  route(split, out);
+  return out;
+}
+
+std::vector<output_event> output_parser::finish() {
+  std::vector<output_event> split;
+  if (!partial_character_.empty()) {
+    std::string repaired;
+    utf8::append_sanitized(repaired, partial_character_);
+    partial_character_.clear();
+    reasoning_.feed(repaired, 0, split);
+  }
+  reasoning_.finish(split);
+  std::vector<output_event> out;
+  route(split, out);
+  if (tool_calls_) tool_calls_->finish(out);
+  return out;
+}
+
+void output_parser::route(std::vector<output_event>& split, std::vector<output_event>& out) {
+  for (output_event& event : split) {
+    auto* content = std::get_if<content_delta>(&event);
+    if (content != nullptr && tool_calls_) {
+      tool_calls_->feed(content->text, out);
+    } else {
+      append_event(out, std::move(event));
+    }
+  }
+}
+
+}  // namespace edge::gateway

@@ -1,0 +1,754 @@
+#include "edge/gateway/openai/tool_calls.h"
+
+#include <algorithm>
+#include <array>
+#include <random>
+
+#include "edge/common/json_fields.h"
+#include "edge/common/json_text.h"
+#include "json_object_scanner.h"
+#include "marker_text.h"
+
+namespace edge::gateway {
+namespace {
+
+// ---- the families' markers --------------------------------------------------------------------
+
+constexpr std::string_view python_tag = "<|python_tag|>";
+constexpr std::string_view hermes_begin = "<tool_call>";
+constexpr std::string_view hermes_end = "</tool_call>";
+constexpr std::string_view deepseek_calls_begin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view deepseek_call_begin = "<｜tool▁call▁begin｜>";
+constexpr std::string_view deepseek_sep = "<｜tool▁sep｜>";
+constexpr std::string_view deepseek_call_end = "<｜tool▁call▁end｜>";
+constexpr std::string_view deepseek_calls_end = "<｜tool▁calls▁end｜>";
+constexpr std::string_view deepseek_fence_open = "```json";
+constexpr std::string_view deepseek_fence_close = "```";
+constexpr std::string_view kimi_section_begin = "<|tool_calls_section_begin|>";
+constexpr std::string_view kimi_call_begin = "<|tool_call_begin|>";
+constexpr std::string_view kimi_argument_begin = "<|tool_call_argument_begin|>";
+constexpr std::string_view kimi_call_end = "<|tool_call_end|>";
+constexpr std::string_view kimi_section_end = "<|tool_calls_section_end|>";
+constexpr std::string_view kimi_function_prefix = "functions.";
+constexpr std::string_view glm_key_open = "<arg_key>";
+constexpr std::string_view glm_key_close = "</arg_key>";
+constexpr std::string_view glm_value_open = "<arg_value>";
+constexpr std::string_view glm_value_close = "</arg_value>";
+
+constexpr std::array<std::string_view, 1> llama_markers{python_tag};
+constexpr std::array<std::string_view, 2> hermes_markers{hermes_begin, hermes_end};
+constexpr std::array<std::string_view, 5> deepseek_markers{deepseek_calls_begin, deepseek_call_begin, deepseek_sep,
+                                                           deepseek_call_end, deepseek_calls_end};
+constexpr std::array<std::string_view, 5> kimi_markers{kimi_section_begin, kimi_call_begin, kimi_argument_begin,
+                                                       kimi_call_end, kimi_section_end};
+constexpr std::array<std::string_view, 6> glm_markers{glm_key_open,  hermes_begin,   hermes_end,
+                                                      glm_key_close, glm_value_open, glm_value_close};
+
+// The bytes a call's header (what comes before its arguments: a name, an id, the keys before the
+// arguments) may take before it is taken for no header at all.
+constexpr std::size_t max_header_bytes = 1024;
+constexpr std::size_t tool_call_id_length = 24;
+
+struct family_syntax {
+  std::string_view section_begin;  // calls grouped in a section (DeepSeek, Kimi); "" otherwise
+  std::string_view section_end;
+  std::string_view call_begin;     // "" for llama3_json, whose calls are bare JSON
+  std::string_view call_end;
+};
+
+family_syntax syntax_of(tool_call_parser_kind kind) {
+  switch (kind) {
+    case tool_call_parser_kind::hermes:
+    case tool_call_parser_kind::glm45: return {"", "", hermes_begin, hermes_end};
+    case tool_call_parser_kind::deepseek_v3:
+      return {deepseek_calls_begin, deepseek_calls_end, deepseek_call_begin, deepseek_call_end};
+    case tool_call_parser_kind::kimi_k2: return {kimi_section_begin, kimi_section_end, kimi_call_begin, kimi_call_end};
+    case tool_call_parser_kind::llama3_json:
+    case tool_call_parser_kind::none: break;
+  }
+  return {};
+}
+
+// ---- headers ----------------------------------------------------------------------------------
+
+enum class header_status { more, mismatch, match };
+
+struct header {
+  header_status status = header_status::more;
+  std::string name;
+  std::string id;              // the id the syntax gives (Kimi), else ""
+  std::size_t length = 0;      // bytes of text the header takes (match)
+  bool no_arguments = false;   // a JSON call closed without arguments: {"name": "f"}
+  bool fenced = false;         // DeepSeek-V3: the arguments sit in ```json … ```
+};
+
+header more() { return {}; }
+header mismatch() { return {.status = header_status::mismatch}; }
+
+void skip_space(std::string_view text, std::size_t& at) {
+  while (at < text.size() && is_space(text[at])) ++at;
+}
+
+// A JSON string at `at`: its value, nothing while it is not complete yet, or an error.
+enum class string_status { more, bad, ok };
+string_status read_json_string(std::string_view text, std::size_t& at, std::string& out) {
+  if (at == text.size()) return string_status::more;
+  if (text[at] != '"') return string_status::bad;
+  bool escaped = false;
+  for (std::size_t i = at + 1; i < text.size(); ++i) {
+    if (text[i] == '\\') {
+      escaped = true;
+      ++i;  // the escaped byte
+      continue;
+    }
+    if (text[i] != '"') continue;
+    const std::string_view token = text.substr(at, i + 1 - at);
+    at = i + 1;
+    if (!escaped) {
+      out = std::string(token.substr(1, token.size() - 2));
+      return string_status::ok;
+    }
+    simdjson::dom::parser parser;
+    const auto parsed = parse_json(parser, token);
+    if (!parsed.ok()) return string_status::bad;
+    const auto value = json_value(*parsed).as<std::string_view>();
+    if (!value.ok()) return string_status::bad;
+    out = std::string(*value);
+    return string_status::ok;
+  }
+  return string_status::more;
+}
+
+// {"name": NAME, "arguments": (or "parameters":) — the arguments follow; or {"name": NAME}.
+header json_header(std::string_view text) {
+  std::size_t at = 0;
+  skip_space(text, at);
+  if (at == text.size()) return more();
+  if (text[at++] != '{') return mismatch();
+  std::string key;
+  const auto read_key = [&](std::initializer_list<std::string_view> allowed) {
+    skip_space(text, at);
+    const string_status s = read_json_string(text, at, key);
+    if (s != string_status::ok) return s;
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) return string_status::bad;
+    skip_space(text, at);
+    if (at == text.size()) return string_status::more;
+    if (text[at++] != ':') return string_status::bad;
+    return string_status::ok;
+  };
+  const auto status_of = [](string_status s) { return s == string_status::more ? more() : mismatch(); };
+  if (const auto s = read_key({"name"}); s != string_status::ok) return status_of(s);
+  header h;
+  skip_space(text, at);
+  if (const auto s = read_json_string(text, at, h.name); s != string_status::ok) return status_of(s);
+  skip_space(text, at);
+  if (at == text.size()) return more();
+  if (text[at] == '}') {
+    h.no_arguments = true;
+  } else {
+    if (text[at++] != ',') return mismatch();
+    if (const auto s = read_key({"arguments", "parameters"}); s != string_status::ok) return status_of(s);
+  }
+  h.status = header_status::match;
+  h.length = h.no_arguments ? at + 1 : at;
+  return h;
+}
+
+// V3: "function<｜tool▁sep｜>NAME\n```json"; V3.1: "NAME<｜tool▁sep｜>" with '{' next.
+header deepseek_header(std::string_view text) {
+  const std::size_t sep = text.find(deepseek_sep);
+  if (sep == std::string_view::npos) return more();
+  const std::string_view first = trim_space(text.substr(0, sep));
+  std::size_t at = sep + deepseek_sep.size();
+  std::size_t next = at;
+  skip_space(text, next);
+  if (next == text.size()) return more();
+  header h;
+  if (text[next] == '{') {
+    h.name = std::string(first);
+    h.length = at;
+  } else {
+    if (first != "function") return mismatch();
+    const std::size_t end = text.find_first_of("\n`", at);
+    if (end == std::string_view::npos) return more();
+    h.name = std::string(trim_space(text.substr(at, end - at)));
+    at = end;
+    skip_space(text, at);
+    const std::string_view rest = text.substr(at);
+    if (is_marker_start(rest, deepseek_fence_open)) return more();
+    if (!rest.starts_with(deepseek_fence_open)) return mismatch();
+    h.length = at + deepseek_fence_open.size();
+    h.fenced = true;
+  }
+  h.status = header_status::match;
+  return h;
+}
+
+// "functions.NAME:IDX<|tool_call_argument_begin|>"; the whole "functions.NAME:IDX" is the id.
+header kimi_header(std::string_view text) {
+  const std::size_t begin = text.find(kimi_argument_begin);
+  if (begin == std::string_view::npos) return more();
+  const std::string_view id = trim_space(text.substr(0, begin));
+  const std::size_t colon = id.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == id.size()) return mismatch();
+  const std::string_view number = id.substr(colon + 1);
+  if (!std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) return mismatch();
+  std::string_view name = id.substr(0, colon);
+  if (name.starts_with(kimi_function_prefix)) name.remove_prefix(kimi_function_prefix.size());
+  return {.status = header_status::match,
+          .name = std::string(name),
+          .id = std::string(id),
+          .length = begin + kimi_argument_begin.size()};
+}
+
+// "NAME" up to a newline or the first marker.
+header glm_header(std::string_view text) {
+  std::size_t at = 0;
+  skip_space(text, at);
+  const std::size_t end = text.find_first_of("\n<", at);
+  if (end == std::string_view::npos) return more();
+  return {.status = header_status::match, .name = std::string(trim_space(text.substr(at, end - at))), .length = end};
+}
+
+// ---- GLM's value types ------------------------------------------------------------------------
+
+// Whether the schema makes `type` string-only: "string", or a list of "string" and "null".
+bool is_string_type(const json_value& type) {
+  if (const auto name = type.as<std::string_view>(); name.ok()) return *name == "string";
+  const auto names = type.as<json_array>();
+  if (!names.ok()) return false;
+  bool has_string = false;
+  for (const json_value item : *names) {
+    const auto name = item.as<std::string_view>();
+    if (!name.ok() || (*name != "string" && *name != "null")) return false;
+    has_string |= *name == "string";
+  }
+  return has_string;
+}
+
+// The properties of `parameters` (a JSON schema's text) whose values are raw text.
+std::vector<std::string> string_properties(std::string_view parameters) {
+  std::vector<std::string> names;
+  if (parameters.empty()) return names;
+  simdjson::dom::parser parser;
+  const auto schema = parse_json_object(parser, parameters, "parameters");
+  if (!schema.ok()) return names;
+  const auto properties = json_fields(*schema).optional<json_fields>("properties");
+  if (!properties.ok() || !*properties) return names;
+  for (const auto [key, property] : **properties) {
+    const auto fields = property.as<json_fields>();
+    if (!fields.ok()) continue;
+    const auto type = fields->find("type");
+    if (type && is_string_type(*type)) names.emplace_back(key);
+  }
+  return names;
+}
+
+bool is_valid_json(std::string_view text) {
+  if (text.empty()) return false;
+  simdjson::dom::parser parser;
+  return parse_json(parser, text).ok();
+}
+
+// `text` escaped as the inside of a JSON string (no quotes).
+std::string json_string_body(std::string_view text) {
+  std::string quoted = json_string(text);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
+// ---- the parser -------------------------------------------------------------------------------
+
+class family_parser final : public tool_call_parser {
+ public:
+  family_parser(tool_call_parser_kind kind, std::vector<tool_spec> tools, bool parallel, tool_call_id_source make_id)
+      : kind_(kind),
+        syntax_(syntax_of(kind)),
+        tools_(std::move(tools)),
+        parallel_(parallel),
+        make_id_(make_id ? std::move(make_id) : tool_call_id_source(random_tool_call_id)),
+        state_(kind == tool_call_parser_kind::llama3_json ? state::llama_start : state::text) {
+    if (kind_ == tool_call_parser_kind::glm45) {
+      for (const tool_spec& tool : tools_) string_parameters_.push_back(string_properties(tool.parameters));
+    }
+  }
+
+  void feed(std::string_view text, std::vector<output_event>& out) override {
+    pending_ += text;
+    out_ = &out;
+    while (step(/*at_end=*/false)) {
+    }
+  }
+
+  void finish(std::vector<output_event>& out) override {
+    out_ = &out;
+    while (step(/*at_end=*/true)) {
+    }
+  }
+
+ private:
+  enum class state {
+    text,             // content, watching for the family's opening marker
+    section,          // DeepSeek / Kimi: between calls in a section
+    header,           // a call's header, held until it names a tool or proves to be none
+    arguments,        // JSON arguments, passed on as the scanner accepts them
+    raw_arguments,    // arguments that stopped being JSON, passed on up to the call's end
+    tail,             // the family's closing syntax after the arguments
+    call_as_content,  // a call in a section that is not one: content up to its end marker
+    skip_space,       // after a call: whitespace before what follows is dropped
+    llama_start,      // llama3_json: only whitespace so far
+    llama_next,       // llama3_json: after a call, a ';' and the next, or text
+    plain,            // llama3_json: content to the end
+    glm_pairs,        // GLM: between <arg_key>/<arg_value> pairs
+    glm_key,          // GLM: inside <arg_key>
+    glm_before_value, // GLM: after a key, before <arg_value>
+    glm_value,        // GLM: inside <arg_value>
+  };
+
+  bool is_section_family() const { return !syntax_.section_begin.empty(); }
+
+  void content(std::string_view text) {
+    if (!text.empty()) append_event(*out_, content_delta{std::string(text)});
+  }
+  void arguments(std::string_view text) {
+    if (!text.empty() && !dropped_) append_event(*out_, tool_call_arguments{index_, std::string(text)});
+  }
+
+  const tool_spec* find_tool(std::string_view name) const {
+    const auto it = std::find_if(tools_.begin(), tools_.end(), [&](const tool_spec& t) { return t.name == name; });
+    return it == tools_.end() ? nullptr : &*it;
+  }
+
+  void begin_call(const header& h, const tool_spec& tool) {
+    dropped_ = !parallel_ && calls_ > 0;
+    tool_ = &tool;
+    if (dropped_) return;
+    index_ = calls_++;
+    append_event(*out_, tool_call_begin{index_, h.id.empty() ? make_id_() : h.id, h.name});
+  }
+
+  header parse_header() const {
+    switch (kind_) {
+      case tool_call_parser_kind::llama3_json:
+      case tool_call_parser_kind::hermes: return json_header(pending_);
+      case tool_call_parser_kind::deepseek_v3: return deepseek_header(pending_);
+      case tool_call_parser_kind::kimi_k2: return kimi_header(pending_);
+      case tool_call_parser_kind::glm45: return glm_header(pending_);
+      case tool_call_parser_kind::none: break;
+    }
+    return mismatch();
+  }
+
+  // Where the text after a finished call is read.
+  state after_call() const {
+    if (kind_ == tool_call_parser_kind::llama3_json) return state::llama_next;
+    return is_section_family() ? state::section : state::skip_space;
+  }
+
+  // The closing syntax expected after the arguments, before the call's end marker.
+  std::string_view tail_piece() const {
+    if (tail_done_) return {};
+    if (kind_ == tool_call_parser_kind::hermes || kind_ == tool_call_parser_kind::llama3_json) return "}";
+    if (kind_ == tool_call_parser_kind::deepseek_v3 && fenced_) return deepseek_fence_close;
+    return {};
+  }
+
+  bool step(bool at_end) {
+    std::string_view text = pending_;
+    switch (state_) {
+      case state::text: {
+        const std::string_view opener = is_section_family() ? syntax_.section_begin : syntax_.call_begin;
+        const std::size_t found = text.find(opener);
+        if (found != std::string_view::npos) {
+          // Whitespace before the marker is no content if a call follows; kept with the marker.
+          const std::size_t content_end = trailing_space_start(text, found);
+          content(text.substr(0, content_end));
+          opened_with_ = std::string(text.substr(content_end, found + opener.size() - content_end));
+          pending_.erase(0, found + opener.size());
+          section_opened_with_ = opened_with_;
+          in_new_section_ = is_section_family();
+          state_ = is_section_family() ? state::section : state::header;
+          return true;
+        }
+        const std::size_t held = at_end ? 0 : partial_marker_length(text, opener);
+        const std::size_t ready = at_end ? text.size() : trailing_space_start(text, text.size() - held);
+        content(text.substr(0, ready));
+        pending_.erase(0, ready);
+        return false;
+      }
+
+      case state::section: {
+        if (!in_new_section_) {
+          pending_.erase(0, leading_space_length(pending_));  // whitespace between calls
+          text = pending_;
+        }
+        const std::size_t space = leading_space_length(text);
+        const std::string_view rest = text.substr(space);
+        if (rest.starts_with(syntax_.call_begin)) {
+          opened_with_ = std::string(text.substr(0, space + syntax_.call_begin.size()));
+          pending_.erase(0, opened_with_.size());
+          state_ = state::header;
+          return true;
+        }
+        if (rest.starts_with(syntax_.section_end) && !in_new_section_) {
+          pending_.erase(0, syntax_.section_end.size());
+          state_ = state::skip_space;
+          return true;
+        }
+        if (!at_end && (rest.empty() || is_marker_start(rest, syntax_.call_begin) ||
+                        is_marker_start(rest, syntax_.section_end))) {
+          return false;
+        }
+        if (rest.empty() && !in_new_section_) return false;
+        // Other text: the section is over. One that made no call was never a section: its
+        // marker is content, and so is what follows it.
+        if (in_new_section_) content(section_opened_with_);
+        in_new_section_ = false;
+        state_ = state::text;
+        return true;
+      }
+
+      case state::header: {
+        header h = parse_header();
+        if (h.status == header_status::more && !at_end && text.size() <= max_header_bytes) return false;
+        const tool_spec* tool = h.status == header_status::match ? find_tool(h.name) : nullptr;
+        if (tool == nullptr) return not_a_call();
+        begin_call(h, *tool);
+        in_new_section_ = false;
+        pending_.erase(0, h.length);
+        fenced_ = h.fenced;
+        tail_done_ = false;
+        if (kind_ == tool_call_parser_kind::glm45) {
+          arguments("{");
+          first_pair_ = true;
+          state_ = state::glm_pairs;
+        } else if (h.no_arguments) {
+          arguments("{}");
+          tail_done_ = true;  // the header took the object's '}'
+          state_ = state::tail;
+        } else {
+          scanner_ = json_object_scanner{};
+          arguments_started_ = false;
+          state_ = state::arguments;
+        }
+        return true;
+      }
+
+      case state::arguments: {
+        if (!arguments_started_) {
+          pending_.erase(0, leading_space_length(pending_));
+          if (pending_.empty()) return false;
+          arguments_started_ = true;
+          text = pending_;
+        }
+        for (std::size_t i = 0; i < text.size(); ++i) {
+          const auto verdict = scanner_.push(text[i]);
+          if (verdict == json_object_scanner::verdict::more) continue;
+          const std::size_t taken = verdict == json_object_scanner::verdict::complete ? i + 1 : i;
+          arguments(text.substr(0, taken));
+          pending_.erase(0, taken);
+          state_ = verdict == json_object_scanner::verdict::complete ? state::tail : state::raw_arguments;
+          return true;
+        }
+        arguments(text);
+        pending_.clear();
+        return false;
+      }
+
+      case state::raw_arguments: {
+        const std::string_view end = syntax_.call_end;
+        if (!end.empty()) {
+          const std::size_t found = text.find(end);
+          if (found != std::string_view::npos) {
+            arguments(text.substr(0, trailing_space_start(text, found)));
+            pending_.erase(0, found + end.size());
+            state_ = after_call();
+            return true;
+          }
+        }
+        const std::size_t held = at_end || end.empty() ? 0 : partial_marker_length(text, end);
+        const std::size_t ready = trailing_space_start(text, text.size() - held);
+        arguments(text.substr(0, ready));
+        pending_.erase(0, at_end ? text.size() : ready);
+        return false;
+      }
+
+      case state::tail: {
+        const std::size_t space = leading_space_length(text);
+        const std::string_view rest = text.substr(space);
+        const std::string_view piece = tail_piece();
+        const std::string_view expected = piece.empty() ? syntax_.call_end : piece;
+        if (expected.empty()) {  // llama3_json: the object's '}' ended the call
+          state_ = after_call();
+          return true;
+        }
+        if (rest.starts_with(expected)) {
+          pending_.erase(0, space + expected.size());
+          if (!piece.empty()) {
+            tail_done_ = true;
+          } else {
+            state_ = after_call();
+          }
+          return true;
+        }
+        if (!at_end && (rest.empty() || is_marker_start(rest, expected))) return false;
+        // Not the closing syntax: the call is over, and this is what follows it.
+        pending_.erase(0, space);
+        state_ = kind_ == tool_call_parser_kind::llama3_json ? state::llama_next
+                 : is_section_family()                       ? state::section
+                                                             : state::text;
+        return true;
+      }
+
+      case state::call_as_content: {
+        const std::size_t found = text.find(syntax_.call_end);
+        if (found != std::string_view::npos) {
+          content(text.substr(0, found + syntax_.call_end.size()));
+          pending_.erase(0, found + syntax_.call_end.size());
+          state_ = state::section;
+          return true;
+        }
+        const std::size_t ready = text.size() - (at_end ? 0 : partial_marker_length(text, syntax_.call_end));
+        content(text.substr(0, ready));
+        pending_.erase(0, ready);
+        return false;
+      }
+
+      case state::skip_space:
+        pending_.erase(0, leading_space_length(text));
+        if (pending_.empty()) return false;
+        state_ = state::text;
+        return true;
+
+      case state::llama_start: {
+        const std::size_t space = leading_space_length(text);
+        const std::string_view rest = text.substr(space);
+        if (rest.starts_with(python_tag) || rest.starts_with("{")) {
+          const std::size_t opener = rest.starts_with(python_tag) ? space + python_tag.size() : space;
+          opened_with_ = std::string(text.substr(0, opener));
+          pending_.erase(0, opener);
+          state_ = state::header;
+          return true;
+        }
+        if (!at_end && (rest.empty() || is_marker_start(rest, python_tag))) return false;
+        state_ = state::plain;
+        return true;
+      }
+
+      case state::llama_next: {
+        const std::size_t space = leading_space_length(text);
+        const std::string_view rest = text.substr(space);
+        if (rest.empty() && !at_end) return false;
+        if (rest.starts_with(";")) {
+          opened_with_ = std::string(text.substr(0, space + 1));
+          pending_.erase(0, space + 1);
+          state_ = state::header;
+          return true;
+        }
+        pending_.erase(0, space);
+        state_ = state::plain;
+        return true;
+      }
+
+      case state::plain:
+        content(text);
+        pending_.clear();
+        return false;
+
+      case state::glm_pairs: {
+        const std::size_t space = leading_space_length(text);
+        const std::string_view rest = text.substr(space);
+        if (rest.starts_with(glm_key_open)) {
+          pending_.erase(0, space + glm_key_open.size());
+          state_ = state::glm_key;
+          return true;
+        }
+        if (rest.starts_with(syntax_.call_end)) {
+          arguments("}");
+          pending_.erase(0, space + syntax_.call_end.size());
+          state_ = state::skip_space;
+          return true;
+        }
+        if (rest.empty() || (!at_end && (is_marker_start(rest, glm_key_open) || is_marker_start(rest, syntax_.call_end)))) {
+          return false;  // at the end: a call cut short keeps what it has
+        }
+        // Text that is no pair: the call ends here, complete; the text is what follows it.
+        arguments("}");
+        pending_.erase(0, space);
+        state_ = state::text;
+        return true;
+      }
+
+      case state::glm_key: {
+        const std::size_t found = find_marker(text, glm_key_close, scanned_);
+        if (found == std::string_view::npos) return false;
+        scanned_ = 0;
+        const std::string_view key = trim_space(text.substr(0, found));
+        string_value_ = is_string_parameter(key);
+        std::string written = first_pair_ ? "" : ", ";
+        written += json_string(key);
+        written += ": ";
+        arguments(written);
+        first_pair_ = false;
+        pending_.erase(0, found + glm_key_close.size());
+        state_ = state::glm_before_value;
+        return true;
+      }
+
+      case state::glm_before_value: {
+        const std::size_t space = leading_space_length(text);
+        const std::string_view rest = text.substr(space);
+        if (rest.starts_with(glm_value_open)) {
+          pending_.erase(0, space + glm_value_open.size());
+          if (string_value_) arguments("\"");
+          value_started_ = false;
+          state_ = state::glm_value;
+          return true;
+        }
+        if (rest.empty() || (!at_end && is_marker_start(rest, glm_value_open))) return false;
+        arguments("null");  // a key without a value
+        state_ = state::glm_pairs;
+        return true;
+      }
+
+      case state::glm_value: {
+        if (string_value_ && !value_started_) {
+          pending_.erase(0, leading_space_length(pending_));
+          if (pending_.empty()) return false;
+          value_started_ = true;
+          text = pending_;
+        }
+        const std::size_t found = find_marker(text, glm_value_close, scanned_);
+        if (found != std::string_view::npos) {
+          scanned_ = 0;
+          const std::string_view value = text.substr(0, trailing_space_start(text, found));
+          arguments(string_value_ ? json_string_body(value) + "\"" : json_value_text(trim_space(value)));
+          pending_.erase(0, found + glm_value_close.size());
+          state_ = state::glm_pairs;
+          return true;
+        }
+        if (!string_value_) {
+          if (at_end) {
+            arguments(json_value_text(trim_space(text)));
+            pending_.clear();
+          }
+          return false;
+        }
+        const std::size_t held = at_end ? 0 : partial_marker_length(text, glm_value_close);
+        const std::size_t ready = trailing_space_start(text, text.size() - held);
+        arguments(json_string_body(text.substr(0, ready)));
+        pending_.erase(0, at_end ? text.size() : ready);
+        scanned_ = 0;  // what is left is searched again from its start
+        return false;
+      }
+    }
+    return false;
+  }
+
+  // The header is no call of a known tool: its text so far becomes content.
+  bool not_a_call() {
+    if (kind_ == tool_call_parser_kind::llama3_json) {
+      content(opened_with_);
+      state_ = state::plain;
+    } else if (!is_section_family()) {
+      content(opened_with_);
+      state_ = state::text;  // what follows the marker is read again as text
+    } else if (in_new_section_) {
+      content(section_opened_with_);
+      content(opened_with_);
+      in_new_section_ = false;
+      state_ = state::text;
+    } else {
+      content(opened_with_);
+      state_ = state::call_as_content;
+    }
+    return true;
+  }
+
+  // A GLM value is JSON unless the tool's schema says the parameter is a string.
+  bool is_string_parameter(std::string_view key) const {
+    const auto index = static_cast<std::size_t>(tool_ - tools_.data());
+    const auto& names = string_parameters_[index];
+    return std::find(names.begin(), names.end(), key) != names.end();
+  }
+
+  static std::string json_value_text(std::string_view value) {
+    return is_valid_json(value) ? std::string(value) : json_string(value);
+  }
+
+  const tool_call_parser_kind kind_;
+  const family_syntax syntax_;
+  const std::vector<tool_spec> tools_;
+  const bool parallel_;
+  const tool_call_id_source make_id_;
+  std::vector<std::vector<std::string>> string_parameters_;  // GLM: per tool, its string-typed properties
+
+  std::vector<output_event>* out_ = nullptr;  // where the current feed/finish appends
+  state state_;
+  std::string pending_;          // text not consumed yet
+  std::string opened_with_;      // the text that opened the current header: content if it is no call
+  std::string section_opened_with_;  // the same for the current section, while it has made no call
+  bool in_new_section_ = false;  // in a section that has made no call yet
+  std::size_t calls_ = 0;        // calls returned so far
+  std::size_t index_ = 0;        // the current call's index
+  bool dropped_ = false;         // the current call is past the one parallel_tool_calls=false allows
+  const tool_spec* tool_ = nullptr;  // the current call's tool
+  json_object_scanner scanner_;
+  bool arguments_started_ = false;
+  bool fenced_ = false;
+  bool tail_done_ = false;       // the closing piece before the end marker has been seen
+  bool first_pair_ = true;
+  bool string_value_ = false;
+  bool value_started_ = false;
+  std::size_t scanned_ = 0;      // GLM: how much of a key or value held back was searched for its end
+};
+
+}  // namespace
+
+std::string_view to_string(tool_call_parser_kind kind) {
+  switch (kind) {
+    case tool_call_parser_kind::none: return "none";
+    case tool_call_parser_kind::llama3_json: return "llama3_json";
+    case tool_call_parser_kind::hermes: return "hermes";
+    case tool_call_parser_kind::deepseek_v3: return "deepseek_v3";
+    case tool_call_parser_kind::kimi_k2: return "kimi_k2";
+    case tool_call_parser_kind::glm45: return "glm45";
+  }
+  return "none";
+}
+
+std::optional<tool_call_parser_kind> parse_tool_call_parser_name(std::string_view name) {
+  for (const auto kind : {tool_call_parser_kind::none, tool_call_parser_kind::llama3_json, tool_call_parser_kind::hermes,
+                          tool_call_parser_kind::deepseek_v3, tool_call_parser_kind::kimi_k2,
+                          tool_call_parser_kind::glm45}) {
+    if (to_string(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
+
+std::span<const std::string_view> tool_call_markers(tool_call_parser_kind kind) {
+  switch (kind) {
+    case tool_call_parser_kind::llama3_json: return llama_markers;
+    case tool_call_parser_kind::hermes: return hermes_markers;
+    case tool_call_parser_kind::deepseek_v3: return deepseek_markers;
+    case tool_call_parser_kind::kimi_k2: return kimi_markers;
+    case tool_call_parser_kind::glm45: return glm_markers;
+    case tool_call_parser_kind::none: break;
+  }
+  return {};
+}
+
+std::string random_tool_call_id() {
+  static constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  std::uniform_int_distribution<std::size_t> pick(0, alphabet.size() - 1);
+  std::string id = "call_";
+  for (std::size_t i = 0; i < tool_call_id_length; ++i) id += alphabet[pick(generator)];
+  return id;
+}
+
+std::unique_ptr<tool_call_parser> make_tool_call_parser(tool_call_parser_kind kind, std::vector<tool_spec> tools,
+                                                        bool parallel_tool_calls, tool_call_id_source make_id) {
+  return std::make_unique<family_parser>(kind, std::move(tools), parallel_tool_calls, std::move(make_id));
+}
+
+}  // namespace edge::gateway
