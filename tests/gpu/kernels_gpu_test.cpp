@@ -645,6 +645,21 @@ std::vector<std::pair<std::int32_t, double>> kept_distribution(const std::vector
   return out;
 }
 
+// Whether a seeded draw from `logits` under `c` lands within float rounding of the boundary
+// between two kept tokens: there two correct samplers may choose differently.
+bool draw_near_boundary(const std::vector<float>& logits, const sampling_row& c) {
+  const auto kept = kept_distribution(logits, c);
+  double total = 0.0;
+  for (const auto& k : kept) total += k.second;
+  const double target = static_cast<double>(c.uniform) * total;
+  double cumulative = 0.0;
+  for (const auto& k : kept) {
+    cumulative += k.second;
+    if (std::fabs(cumulative - target) <= 1e-5 * total) return true;
+  }
+  return false;
+}
+
 void test_sampling(gpu_test::results& r) {
   const std::vector<sampling_row> configs = {
       {.temperature = 0.0f},
@@ -740,17 +755,7 @@ void test_sampling(gpu_test::results& r) {
       // (of the row as biased).
       std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
       apply_logit_bias(row.data(), vocab, biases.data() + c.bias_begin, c.bias_count);
-      const auto kept = kept_distribution(row, c);
-      double total = 0.0;
-      for (const auto& k : kept) total += k.second;
-      const double target = static_cast<double>(c.uniform) * total;
-      double cumulative = 0.0;
-      bool near_boundary = false;
-      for (const auto& k : kept) {
-        cumulative += k.second;
-        if (std::fabs(cumulative - target) <= 1e-5 * total) near_boundary = true;
-      }
-      if (!near_boundary) ++unexplained;
+      if (!draw_near_boundary(row, c)) ++unexplained;
     }
     r.check(format("sampling vocab {}: greedy / top-1 rows that differ", vocab), greedy_mismatch, 0.0);
     r.check(format("sampling vocab {}: banned tokens drawn, +100 tokens not drawn", vocab), banned_drawn + forced_missed,
@@ -822,17 +827,7 @@ void test_masked_sampling(gpu_test::results& r) {
         ++unexplained;
         continue;
       }
-      const auto kept = kept_distribution(row, c);
-      double total = 0.0;
-      for (const auto& k : kept) total += k.second;
-      const double target = static_cast<double>(c.uniform) * total;
-      double cumulative = 0.0;
-      bool near_boundary = false;
-      for (const auto& k : kept) {
-        cumulative += k.second;
-        if (std::fabs(cumulative - target) <= 1e-5 * total) near_boundary = true;
-      }
-      if (!near_boundary) ++unexplained;
+      if (!draw_near_boundary(row, c)) ++unexplained;
     }
     r.check(format("masked sampling vocab {}: tokens drawn outside their mask (CPU and GPU)", vocab), outside, 0.0);
     r.check(format("masked sampling vocab {}: draws that differ from the CPU away from a boundary", vocab), unexplained,

@@ -356,22 +356,17 @@ void compiler::build_magnitude(const std::optional<decimal>& low, bool low_exclu
   std::map<fraction_key, std::int32_t> fractions;
   std::vector<std::pair<whole_key, std::int32_t>> whole_work;
   std::vector<std::pair<fraction_key, std::int32_t>> fraction_work;
-  const auto whole_state = [&](whole_key k) {
-    auto [it, added] = wholes.try_emplace(k, 0);
+  // The state of key `k` in `states`, added (and queued in `work`) the first time it is asked for.
+  const auto state_of = [&](auto& states, auto& work, const auto& k) {
+    auto [it, added] = states.try_emplace(k, 0);
     if (added) {
       it->second = n_.add();
-      whole_work.emplace_back(k, it->second);
+      work.emplace_back(k, it->second);
     }
     return it->second;
   };
-  const auto fraction_state = [&](fraction_key k) {
-    auto [it, added] = fractions.try_emplace(k, 0);
-    if (added) {
-      it->second = n_.add();
-      fraction_work.emplace_back(k, it->second);
-    }
-    return it->second;
-  };
+  const auto whole_state = [&](whole_key k) { return state_of(wholes, whole_work, k); };
+  const auto fraction_state = [&](fraction_key k) { return state_of(fractions, fraction_work, k); };
   // The number may end with whole digits of `len`, compared as `vs_low` / `vs_high`, and
   // fraction digits up to `j` equal to the bounds' where still equal.
   const auto ends_ok = [&](bool low_equal, bool high_equal, std::size_t j) {
