@@ -35,6 +35,18 @@ isa active_isa() {
   return chosen;
 }
 
+bool has_byte_permutes() {
+  static const bool permutes = [] {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return has(isa::avx512) && __builtin_cpu_supports("avx512vbmi");
+#else
+    return false;
+#endif
+  }();
+  return permutes;
+}
+
 bool quantized_activations() {
   static const bool quantized = [] {
     const char* asked = std::getenv("EDGE_CPU_ACTIVATIONS");

@@ -25,6 +25,11 @@ isa active_isa();
 // Whether the active level includes `level`.
 inline bool has(isa level) { return active_isa() >= level; }
 
+// Whether the active level is AVX-512 or more and the CPU has AVX-512 VBMI's byte permutes
+// (vpermt2b), which the FP8 tiles' kernel decodes its codes with (Ice Lake and Zen 4 on; not
+// Skylake-X or Cascade Lake). Without them FP8 matrices keep the row layout.
+bool has_byte_permutes();
+
 // Whether INT4 and INT8 weights multiply activations quantized to int8 (integer_dot.h), as they
 // do unless EDGE_CPU_ACTIVATIONS=exact asks for the float kernels, the exact reference (to
 // measure what the quantization costs, e.g. with `edgeinfer eval`).

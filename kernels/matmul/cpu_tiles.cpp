@@ -92,15 +92,16 @@ status check(const weight_view& w, weight_layout layout, std::int64_t n, std::in
   return {};
 }
 
-// The float formats: each tile [k, 16] is its rows' elements transposed; FP8 scales per row.
+// The float formats: each tile [k, 16] is its rows' elements transposed (FP8's by quads);
+// FP8 scales per row.
 void pack_float_tile(const weight_view& rows, std::int64_t n, std::int64_t k, std::int64_t t, void* values, float* scales) {
   const std::int64_t size = cpu_tiles::element_bytes(rows.format);
-  auto* tile = static_cast<std::uint8_t*>(values) + t * k * cpu_tiles::rows * size;
+  auto* tiles = static_cast<std::uint8_t*>(values);
   for (std::int64_t r = 0; r < cpu_tiles::rows; ++r) {
     const std::int64_t row = t * cpu_tiles::rows + r;
     const auto* from = static_cast<const std::uint8_t*>(rows.values) + row * k * size;
     for (std::int64_t i = 0; i < k; ++i) {
-      std::uint8_t* to = tile + (i * cpu_tiles::rows + r) * size;
+      std::uint8_t* to = tiles + cpu_tiles::of(rows.format, 0, k, row, i).byte;
       if (row < n) {
         std::memcpy(to, from + i * size, static_cast<std::size_t>(size));
       } else {
@@ -114,12 +115,12 @@ void pack_float_tile(const weight_view& rows, std::int64_t n, std::int64_t k, st
 void unpack_float_tile(const weight_view& tiles, std::int64_t n, std::int64_t k, std::int64_t t, void* values,
                        float* scales) {
   const std::int64_t size = cpu_tiles::element_bytes(tiles.format);
-  const auto* tile = static_cast<const std::uint8_t*>(tiles.values) + t * k * cpu_tiles::rows * size;
+  const auto* from = static_cast<const std::uint8_t*>(tiles.values);
   for (std::int64_t r = 0; r < cpu_tiles::rows && t * cpu_tiles::rows + r < n; ++r) {
     const std::int64_t row = t * cpu_tiles::rows + r;
     auto* to = static_cast<std::uint8_t*>(values) + row * k * size;
     for (std::int64_t i = 0; i < k; ++i) {
-      std::memcpy(to + i * size, tile + (i * cpu_tiles::rows + r) * size, static_cast<std::size_t>(size));
+      std::memcpy(to + i * size, from + cpu_tiles::of(tiles.format, 0, k, row, i).byte, static_cast<std::size_t>(size));
     }
     if (tiles.format == weight_format::fp8_e4m3) scales[row] = tiles.scales[t * cpu_tiles::rows + r];
   }

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "edge/common/format.h"
@@ -102,7 +103,7 @@ constexpr std::int64_t float_tile_tokens = 6;
 
 template <weight_format F>
 inline float tiled_element(const matmul_params& p, std::int64_t n, std::int64_t i) {
-  const std::int64_t index = ((n / cpu_tiles::rows) * p.k + i) * cpu_tiles::rows + n % cpu_tiles::rows;
+  const std::int64_t index = cpu_tiles::of(F, 0, p.k, n, i).byte / cpu_tiles::element_bytes(F);
   return cpu::load_as_float<element_of<F>()>(p.w.values, index);
 }
 
@@ -358,41 +359,91 @@ EDGE_AVX512 void matmul_rows_avx512(const matmul_params& p, std::int64_t row_beg
   }
 }
 
-// TILES tiles of 16 rows (float_tiles_generic's arithmetic) against T tokens starting at t0.
-// Each tile's [k, 16] weights are one stream, prefetched tile_prefetch_distance ahead. Few
-// tokens take two tiles at a time: their accumulators are then enough independent chains to
-// keep the FMA units busy.
-template <dtype W, int TILES, int T>
-EDGE_AVX512 void float_tile_avx512(const matmul_params& p, std::int64_t tile0, std::int64_t t0) {
-  constexpr auto weight_bytes = static_cast<std::int64_t>(dtype_size(W));
-  constexpr std::int64_t step_bytes = cpu_tiles::rows * weight_bytes;  // one element of 16 rows
-  const std::uint8_t* base[TILES];
-#pragma GCC unroll 4
-  for (int u = 0; u < TILES; ++u) {
-    base[u] = static_cast<const std::uint8_t*>(p.w.values) + (tile0 + u) * p.k * step_bytes;
-  }
-  __m512 acc[TILES][tile_chains][T];
-#pragma GCC unroll 4
-  for (int u = 0; u < TILES; ++u) {
-#pragma GCC unroll 4
-    for (int j = 0; j < tile_chains; ++j) {
-#pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[u][j][t] = _mm512_setzero_ps();
+#define EDGE_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,fma,f16c")))
+
+// What an FP8 code's element becomes in the tiles' kernel, as bf16 bits split into two bytes for
+// vpermt2b (index: the code without its sign, which is put back after): the code's value over
+// 2^8, as load_weights makes it through FP16, so that the sums are the same bits either way;
+// bf16 holds every such value exactly (3 mantissa bits, exponents from 2^-17 to 2^0), and the
+// NaN code stays a NaN.
+struct fp8_tile_tables {
+  alignas(64) std::uint8_t high[fp8_e4m3_traits::abs_mask + 1];
+  alignas(64) std::uint8_t low[fp8_e4m3_traits::abs_mask + 1];
+};
+const fp8_tile_tables& fp8_tile_lookup() {
+  static const fp8_tile_tables tables = [] {
+    fp8_tile_tables t{};
+    for (int code = 0; code <= fp8_e4m3_traits::abs_mask; ++code) {
+      const float value = fp8_e4m3_to_float(static_cast<std::uint8_t>(code)) / fp8_via_fp16_factor;
+      const auto bits = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(value) >> 16);
+      t.high[code] = static_cast<std::uint8_t>(bits >> 8);
+      t.low[code] = static_cast<std::uint8_t>(bits & 0xFF);
     }
+    return t;
+  }();
+  return tables;
+}
+
+// One quad of FP8 elements (4q .. 4q + 3) of a tile's 16 rows, the 64 bytes at `codes` laid out
+// as weight_format.h says, as four vectors of floats (element 4q + j of row r in lane r of w[j]):
+// the two table lookups give each code's bf16 high and low bytes, the sign goes back into the
+// high byte, and interleaving the two makes the pairs (4q, 4q + 1) and (4q + 2, 4q + 3) of each
+// row, a pair's first element in the low half of its 32-bit lane.
+struct fp8_quad_decoder {
+  __m512i high0, high1, low0, low1;
+
+  EDGE_AVX512_VBMI static fp8_quad_decoder load() {
+    const fp8_tile_tables& t = fp8_tile_lookup();
+    return {_mm512_load_si512(t.high), _mm512_load_si512(t.high + 64), _mm512_load_si512(t.low),
+            _mm512_load_si512(t.low + 64)};
   }
+  EDGE_AVX512_VBMI __attribute__((always_inline)) inline void decode(const std::uint8_t* codes, __m512 (&w)[4]) const {
+    constexpr int bits_or_sign = 0xF8;  // vpternlog: a | (b & c)
+    const __m512i raw = _mm512_loadu_si512(codes);
+    const __m512i sign = _mm512_set1_epi8(static_cast<char>(fp8_e4m3_traits::sign_mask));
+    const __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, raw, high1), raw, sign, bits_or_sign);
+    const __m512i low = _mm512_permutex2var_epi8(low0, raw, low1);
+    const __m512i first = _mm512_unpacklo_epi8(low, high);
+    const __m512i second = _mm512_unpackhi_epi8(low, high);
+    const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(first, 16));
+    w[1] = _mm512_castsi512_ps(_mm512_and_si512(first, upper));
+    w[2] = _mm512_castsi512_ps(_mm512_slli_epi32(second, 16));
+    w[3] = _mm512_castsi512_ps(_mm512_and_si512(second, upper));
+  }
+};
+
+// The accumulators of TILES tiles of 16 rows against T tokens: tile_chains partial sums each
+// (float_tiles_generic's arithmetic), and the reads that fill them.
+template <dtype W, int TILES, int T>
+struct float_tile_sums {
+  static constexpr auto weight_bytes = static_cast<std::int64_t>(dtype_size(W));
+  static constexpr std::int64_t step_bytes = cpu_tiles::rows * weight_bytes;  // one element of 16 rows
+
+  const matmul_params& p;
+  const std::int64_t tile0;
+  const std::int64_t t0;
+  const std::uint8_t* base[TILES];
   const float* x[T];
-#pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) x[t] = p.x + (t0 + t) * p.x_stride;
-  const auto element = [&](std::int64_t i, int j) EDGE_AVX512_LAMBDA {
+  __m512 acc[TILES][tile_chains][T];
+
+  EDGE_AVX512_LAMBDA float_tile_sums(const matmul_params& params, std::int64_t first_tile, std::int64_t first_token)
+      : p(params), tile0(first_tile), t0(first_token) {
 #pragma GCC unroll 4
     for (int u = 0; u < TILES; ++u) {
-      const __m512 w = load_weights<W>(base[u], i * cpu_tiles::rows, __mmask16(0xFFFF));
+      base[u] = static_cast<const std::uint8_t*>(p.w.values) + (tile0 + u) * p.k * step_bytes;
+#pragma GCC unroll 4
+      for (int j = 0; j < tile_chains; ++j) {
 #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) acc[u][j][t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t][i]), acc[u][j][t]);
+        for (int t = 0; t < T; ++t) acc[u][j][t] = _mm512_setzero_ps();
+      }
     }
-  };
-  const std::int64_t full = p.k / tile_chains * tile_chains;
-  for (std::int64_t i = 0; i < full; i += tile_chains) {
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) x[t] = p.x + (t0 + t) * p.x_stride;
+  }
+
+  // Prefetches the next elements i .. i + 3 will need, cpu::tile_prefetch_distance ahead.
+  EDGE_AVX512_LAMBDA void prefetch(std::int64_t i) const {
 #pragma GCC unroll 4
     for (int u = 0; u < TILES; ++u) {
 #pragma GCC unroll 4
@@ -401,36 +452,98 @@ EDGE_AVX512 void float_tile_avx512(const matmul_params& p, std::int64_t tile0, s
                      _MM_HINT_T0);
       }
     }
-#pragma GCC unroll 4
-    for (int j = 0; j < tile_chains; ++j) element(i + j, j);
   }
-  // The last k % 4 elements, each to its own chain: the chain indices stay compile-time constants
-  // (a runtime index would put the accumulators in memory).
-#pragma GCC unroll 4
-  for (int j = 0; j < tile_chains; ++j) {
-    if (full + j < p.k) element(full + j, j);
+
+  // Element i of tile u's 16 rows, laid out as [k, 16], into chain j.
+  EDGE_AVX512_LAMBDA void element(int u, std::int64_t i, int j) {
+    multiply(u, load_weights<W>(base[u], i * cpu_tiles::rows, __mmask16(0xFFFF)), i, j);
   }
-#pragma GCC unroll 4
-  for (int u = 0; u < TILES; ++u) {
-    const std::int64_t row0 = (tile0 + u) * cpu_tiles::rows;
-    const std::int64_t valid = std::min<std::int64_t>(cpu_tiles::rows, p.n - row0);
-    if (valid <= 0) break;
-    const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
-    __m512 scale = _mm512_set1_ps(1.0f);
-    if constexpr (W == dtype::fp8_e4m3) {
-      scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, p.w.scales + row0), _mm512_set1_ps(fp8_via_fp16_factor));
-    }
-    const __m512 bias = p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + row0) : _mm512_setzero_ps();
+  EDGE_AVX512_LAMBDA void multiply(int u, __m512 w, std::int64_t i, int j) {
 #pragma GCC unroll 8
-    for (int t = 0; t < T; ++t) {
-      __m512 dot = _mm512_add_ps(_mm512_add_ps(acc[u][0][t], acc[u][1][t]), _mm512_add_ps(acc[u][2][t], acc[u][3][t]));
-      if constexpr (W == dtype::fp8_e4m3) dot = _mm512_mul_ps(dot, scale);
-      if (p.bias != nullptr) dot = _mm512_add_ps(dot, bias);
-      float* y = p.y + (t0 + t) * p.y_stride + row0;
-      if (p.accumulate) dot = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), dot);
-      _mm512_mask_storeu_ps(y, mask, dot);
+    for (int t = 0; t < T; ++t) acc[u][j][t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t][i]), acc[u][j][t]);
+  }
+
+  // The last k % 4 elements, each to its own chain: the chain indices stay compile-time
+  // constants (a runtime index would put the accumulators in memory).
+  EDGE_AVX512_LAMBDA void tail() {
+    const std::int64_t full = p.k / tile_chains * tile_chains;
+#pragma GCC unroll 4
+    for (int j = 0; j < tile_chains; ++j) {
+      if (full + j < p.k) {
+#pragma GCC unroll 4
+        for (int u = 0; u < TILES; ++u) element(u, full + j, j);
+      }
     }
   }
+
+  // (s0 + s1) + (s2 + s3), FP8's row scale, the bias, and the output (added to it when
+  // p.accumulate).
+  EDGE_AVX512_LAMBDA void store() const {
+#pragma GCC unroll 4
+    for (int u = 0; u < TILES; ++u) {
+      const std::int64_t row0 = (tile0 + u) * cpu_tiles::rows;
+      const std::int64_t valid = std::min<std::int64_t>(cpu_tiles::rows, p.n - row0);
+      if (valid <= 0) break;
+      const auto mask = static_cast<__mmask16>((1u << valid) - 1u);
+      __m512 scale = _mm512_set1_ps(1.0f);
+      if constexpr (W == dtype::fp8_e4m3) {
+        scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, p.w.scales + row0), _mm512_set1_ps(fp8_via_fp16_factor));
+      }
+      const __m512 bias = p.bias != nullptr ? _mm512_maskz_loadu_ps(mask, p.bias + row0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) {
+        __m512 dot = _mm512_add_ps(_mm512_add_ps(acc[u][0][t], acc[u][1][t]), _mm512_add_ps(acc[u][2][t], acc[u][3][t]));
+        if constexpr (W == dtype::fp8_e4m3) dot = _mm512_mul_ps(dot, scale);
+        if (p.bias != nullptr) dot = _mm512_add_ps(dot, bias);
+        float* y = p.y + (t0 + t) * p.y_stride + row0;
+        if (p.accumulate) dot = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), dot);
+        _mm512_mask_storeu_ps(y, mask, dot);
+      }
+    }
+  }
+};
+
+// TILES tiles of 16 rows of f16 or bf16 (float_tiles_generic's arithmetic) against T tokens
+// starting at t0. Each tile's [k, 16] weights are one stream, prefetched tile_prefetch_distance
+// ahead. Few tokens take two tiles at a time: their accumulators are then enough independent
+// chains to keep the FMA units busy.
+template <dtype W, int TILES, int T>
+EDGE_AVX512 void float_tile_avx512(const matmul_params& p, std::int64_t tile0, std::int64_t t0) {
+  float_tile_sums<W, TILES, T> sums(p, tile0, t0);
+  const std::int64_t full = p.k / tile_chains * tile_chains;
+  for (std::int64_t i = 0; i < full; i += tile_chains) {
+    sums.prefetch(i);
+#pragma GCC unroll 4
+    for (int j = 0; j < tile_chains; ++j) {
+#pragma GCC unroll 4
+      for (int u = 0; u < TILES; ++u) sums.element(u, i + j, j);
+    }
+  }
+  sums.tail();
+  sums.store();
+}
+
+// The same for FP8, whose tiles hold quads of elements (weight_format.h): each quad of a tile
+// is one 64-byte load that fp8_quad_decoder turns into the four elements' floats, which go to
+// the four chains as float_tile_avx512's would, so the sums are the same bits.
+template <int TILES, int T>
+EDGE_AVX512_VBMI void fp8_tile_avx512(const matmul_params& p, std::int64_t tile0, std::int64_t t0) {
+  static_assert(cpu_tiles::fp8_quad == tile_chains);
+  float_tile_sums<dtype::fp8_e4m3, TILES, T> sums(p, tile0, t0);
+  const fp8_quad_decoder decoder = fp8_quad_decoder::load();
+  const std::int64_t full = p.k / tile_chains * tile_chains;
+  for (std::int64_t i = 0; i < full; i += tile_chains) {
+    sums.prefetch(i);
+#pragma GCC unroll 4
+    for (int u = 0; u < TILES; ++u) {
+      __m512 w[cpu_tiles::fp8_quad];
+      decoder.decode(sums.base[u] + i * cpu_tiles::rows, w);
+#pragma GCC unroll 4
+      for (int j = 0; j < tile_chains; ++j) sums.multiply(u, w[j], i + j, j);
+    }
+  }
+  sums.tail();
+  sums.store();
 }
 
 // Rows [row_begin, row_end) of float tiles (row_begin a multiple of 16), token tiles outermost
@@ -443,8 +556,13 @@ EDGE_AVX512 void float_tiles_avx512(const matmul_params& p, std::int64_t row_beg
   for (std::int64_t t = 0; t < p.tokens; t += float_tile_tokens) {
     const auto run = [&]<int TILES, int T>() {
       std::int64_t tile = first;
-      for (; tile + TILES <= end; tile += TILES) float_tile_avx512<W, TILES, T>(p, tile, t);
-      for (; tile < end; ++tile) float_tile_avx512<W, 1, T>(p, tile, t);
+      if constexpr (W == dtype::fp8_e4m3) {
+        for (; tile + TILES <= end; tile += TILES) fp8_tile_avx512<TILES, T>(p, tile, t);
+        for (; tile < end; ++tile) fp8_tile_avx512<1, T>(p, tile, t);
+      } else {
+        for (; tile + TILES <= end; tile += TILES) float_tile_avx512<W, TILES, T>(p, tile, t);
+        for (; tile < end; ++tile) float_tile_avx512<W, 1, T>(p, tile, t);
+      }
     };
     switch (std::min(float_tile_tokens, p.tokens - t)) {
       case 6: run.template operator()<1, 6>(); break;
@@ -464,7 +582,7 @@ void matmul_rows(const matmul_params& p, std::int64_t row_begin, std::int64_t ro
   if constexpr (F == weight_format::f16 || F == weight_format::bf16 || F == weight_format::fp8_e4m3) {
     if (p.w.layout == weight_layout::cpu_tiles) {
 #if defined(__x86_64__)
-      if (cpu::has(cpu::isa::avx512)) {
+      if (F == weight_format::fp8_e4m3 ? cpu::has_byte_permutes() : cpu::has(cpu::isa::avx512)) {
         float_tiles_avx512<F>(p, row_begin, row_end);
         return;
       }

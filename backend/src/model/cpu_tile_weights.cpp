@@ -34,7 +34,7 @@ class tiler {
   void tile(weight_matrix& whole, std::span<weight_matrix* const> parts = {}) {
     if (!whole.present() || whole.layout != kernels::weight_layout::rows ||
         !cpu_tiles::takes(whole.format, whole.group_size) || whole.rows() <= 0 ||
-        !(cpu_tiles::integer(whole.format) ? formats_.integer : formats_.floats)) {
+        !wanted(whole.format)) {
       return;
     }
     const std::int64_t cols = whole.cols();
@@ -84,6 +84,11 @@ class tiler {
   tiled_weights done() const { return done_; }
 
  private:
+  bool wanted(kernels::weight_format format) const {
+    if (cpu_tiles::integer(format)) return formats_.integer;
+    return format == kernels::weight_format::fp8_e4m3 ? formats_.fp8 : formats_.floats;
+  }
+
   // Frees a buffer of the model's own that began at `data` (nothing else points into it: a
   // stacked matrix's buffer is its parts', re-pointed above), or lets the pages of a file
   // mapping go.

@@ -13,10 +13,12 @@ class thread_pool;
 namespace edge::backend {
 
 // Which formats to tile: the integer ones (INT4, INT8) where the CPU runs their matmul on AVX-512
-// VNNI, the float ones (f16, bf16, FP8) where it has AVX-512: the paths the tiles are for.
+// VNNI, f16 and bf16 where it has AVX-512, FP8 where it has AVX-512 VBMI too: the paths the
+// tiles are for.
 struct cpu_tile_formats {
   bool integer = false;
   bool floats = false;
+  bool fp8 = false;
 };
 
 struct tiled_weights {

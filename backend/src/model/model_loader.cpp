@@ -451,8 +451,9 @@ result<std::unique_ptr<model>> load_model(const load_options& options) {
   align_weights(m->weights);
   const cpu_tile_formats tile_formats{
       .integer = kernels::cpu::active_isa() >= kernels::cpu::isa::avx512_vnni && kernels::cpu::quantized_activations(),
-      .floats = kernels::cpu::active_isa() >= kernels::cpu::isa::avx512};
-  if (options.cpu_tiles && (tile_formats.integer || tile_formats.floats)) {
+      .floats = kernels::cpu::active_isa() >= kernels::cpu::isa::avx512,
+      .fp8 = kernels::cpu::has_byte_permutes()};
+  if (options.cpu_tiles && (tile_formats.integer || tile_formats.floats || tile_formats.fp8)) {
     const auto tiling = std::chrono::steady_clock::now();
     thread_pool pool(std::max(1u, std::thread::hardware_concurrency()) - 1);
     const tiled_weights tiled = tile_weights_for_cpu(*m, pool.size() > 0 ? &pool : nullptr, tile_formats);

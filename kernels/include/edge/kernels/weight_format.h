@@ -53,8 +53,14 @@
 //   decode step (the row layout's several row streams at once are served poorly by the hardware
 //   prefetchers: measured 1.3-1.4× the bandwidth on 2 cores of a Zen 5 EPYC).
 //   Rows go in tiles of 16 (cpu_tiles::rows).
-//   f16, bf16, FP8: a tile is [k, 16]: element i of row r at (t · k + i) · 16 + r (in elements);
-//     FP8's scales: the tile's 16 rows' at t · 16.
+//   f16, bf16: a tile is [k, 16]: element i of row r at (t · k + i) · 16 + r (in elements).
+//   FP8: a tile is k · 16 bytes too, elements 4q .. 4q + 3 of its 16 rows in the 64 bytes from
+//     (t · k + 4q) · 16, arranged for a byte table lookup to 16-bit values and one interleave of
+//     their two bytes (x86's vpermt2b and vpunpck{l,h}bw, which work within 16-byte lanes): element
+//     4q + j of row r at byte 16 (r / 4) + 8 (j / 2) + 2 (r % 4) + j % 2 of them, so that each
+//     of the two interleaved vectors holds the pairs (4q, 4q + 1) or (4q + 2, 4q + 3) of the 16
+//     rows, row r's pair in lane r. The last k % 4 elements as f16 and bf16 lay theirs: element i
+//     of row r at byte (t · k + i) · 16 + r. FP8's scales: the tile's 16 rows' at t · 16.
 //   INT4, INT8: a tile holds its rows block by block (32 elements, cpu_tiles::block), and a
 //   block as 4-byte words, word (v, r) for row r:
 //     INT8: 512 bytes; word (v, r) at (16 v + r) · 4 (v = 0..7) holds elements 4v..4v+3 of row
@@ -344,6 +350,7 @@ struct cpu_tiles {
   static constexpr std::int64_t block = 32;      // elements of a row per block (INT4, INT8)
   static constexpr std::int64_t word_bytes = 4;  // bytes of one row in one word (INT4, INT8)
   static constexpr int int8_offset = 128;        // INT8 codes are stored as q + 128
+  static constexpr std::int64_t fp8_quad = 4;     // FP8 elements of a row arranged together
 
   // Whether a matrix of the format may be tiled.
   static constexpr bool takes(weight_format format, std::int64_t group_size) {
@@ -380,6 +387,11 @@ struct cpu_tiles {
   static constexpr place of(weight_format format, std::int64_t group_size, std::int64_t k, std::int64_t n,
                             std::int64_t i) {
     const std::int64_t t = n / rows, r = n % rows;
+    if (format == weight_format::fp8_e4m3 && i < k / fp8_quad * fp8_quad) {
+      const std::int64_t j = i % fp8_quad;
+      const std::int64_t in_quad = 16 * (r / 4) + 8 * (j / 2) + 2 * (r % 4) + j % 2;
+      return {.byte = (t * k + i - j) * rows + in_quad, .high_nibble = false, .scale = n};
+    }
     if (!integer(format)) {
       return {.byte = ((t * k + i) * rows + r) * element_bytes(format), .high_nibble = false, .scale = n};
     }
