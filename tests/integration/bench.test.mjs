@@ -153,7 +153,9 @@ test('429, 503, dropped connections and cut streams are counted as failures, not
         res.end(JSON.stringify({ error: { message: 'Rate limit reached', type: 'requests', code: 'rate_limit_exceeded' } }));
         return;
       case '503':
-        res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1' });
+        // Closing after it: the drop that follows then meets a new connection, which a client must
+        // not send again (a reused one it may: see the next test).
+        res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '1', connection: 'close' });
         res.end(JSON.stringify({ error: { message: 'overloaded', type: 'server_error', code: 'overloaded' } }));
         return;
       case 'drop-before-response':
@@ -186,6 +188,32 @@ test('429, 503, dropped connections and cut streams are counted as failures, not
     assert.equal(p.total_output_tokens, 8, 'only completed requests count');
     assert.match(run.stdout, /Failed requests:\s+10 \(connection: 4, http_429: 2, http_503: 2, incomplete_stream: 2\)/);
     assert.match(run.stderr, /requests failed/);
+  } finally {
+    await fake.close();
+  }
+});
+
+test('a kept-alive connection the server closes before answering is left for a new one, once', async () => {
+  // Every connection answers its first request and closes on its second without a byte of
+  // answer, as a server closing an idle connection just as the next request arrives.
+  const answered = new WeakSet();
+  const fake = await fakeServer(async (req, res, body) => {
+    if (answered.has(req.socket)) {
+      req.socket.destroy();
+      return;
+    }
+    answered.add(req.socket);
+    await streamCompletion(res, body, { tokens: 3 });
+  });
+  try {
+    const out = path.join(workDir, 'reused.json');
+    const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--concurrency', '1', '--num-requests', '4',
+      '--warmup-requests', '0', '--output-json', out]);
+    assert.equal(run.code, 0, run.stderr);
+    const p = readJson(out).points[0];
+    assert.equal(p.completed, 4);
+    assert.equal(p.failed, 0);
+    assert.equal(fake.seen.length, 7, 'requests 2, 3 and 4 were each sent twice: on the closed connection, then a new one');
   } finally {
     await fake.close();
   }

@@ -17,6 +17,8 @@
 #include <boost/json/serialize.hpp>
 
 #include <array>
+#include <optional>
+#include <tuple>
 #include <cerrno>
 
 #include "edge/common/format.h"
@@ -183,11 +185,16 @@ connection_pool::connection_pool(asio::any_io_executor executor, server_url url)
     : executor_(std::move(executor)), url_(std::move(url)) {}
 
 asio::awaitable<std::unique_ptr<beast::tcp_stream>> connection_pool::acquire(clock::time_point deadline,
-                                                                             beast::error_code& error) {
-  while (!idle_.empty()) {
+                                                                             beast::error_code& error, bool fresh,
+                                                                             bool& reused) {
+  reused = false;
+  while (!fresh && !idle_.empty()) {
     std::unique_ptr<beast::tcp_stream> stream = std::move(idle_.back());
     idle_.pop_back();
-    if (still_open(*stream)) co_return stream;
+    if (still_open(*stream)) {
+      reused = true;
+      co_return stream;
+    }
   }
   if (!resolved_) {
     asio::ip::tcp::resolver resolver(executor_);
@@ -228,10 +235,6 @@ asio::awaitable<request_record> send_request(connection_pool& pool, const client
     return rec;
   };
 
-  beast::error_code ec;
-  std::unique_ptr<beast::tcp_stream> stream = co_await pool.acquire(deadline, ec);
-  if (!stream) co_return fail(failure_category(ec), format("connect: {}", ec.message()));
-
   http::request<http::string_body> req{http::verb::post, request_path(options.url, options.endpoint), 11};
   req.set(http::field::host, options.url.host + ":" + options.url.port);
   req.set(http::field::user_agent, "edgeinfer-bench");
@@ -242,17 +245,29 @@ asio::awaitable<request_record> send_request(connection_pool& pool, const client
   req.body() = request_body(options, spec);
   req.prepare_payload();
 
-  stream->expires_at(deadline);
-  if (auto [write_ec, n] = co_await http::async_write(*stream, req, use_tuple); write_ec) {
-    co_return fail(failure_category(write_ec), format("sending the request: {}", write_ec.message()));
-  }
-
+  std::unique_ptr<beast::tcp_stream> stream;
   beast::flat_buffer buffer;
-  http::response_parser<http::buffer_body> parser;
-  parser.body_limit(max_stream_body);
-  if (auto [read_ec, n] = co_await http::async_read_header(*stream, buffer, parser, use_tuple); read_ec) {
+  std::optional<http::response_parser<http::buffer_body>> reading;
+  for (bool fresh = false;; fresh = true) {
+    beast::error_code ec;
+    bool reused = false;
+    stream = co_await pool.acquire(deadline, ec, fresh, reused);
+    if (!stream) co_return fail(failure_category(ec), format("connect: {}", ec.message()));
+    stream->expires_at(deadline);
+    buffer.clear();
+    reading.emplace();
+    reading->body_limit(max_stream_body);
+    auto [write_ec, written] = co_await http::async_write(*stream, req, use_tuple);
+    beast::error_code read_ec;
+    if (!write_ec) std::tie(read_ec, std::ignore) = co_await http::async_read_header(*stream, buffer, *reading, use_tuple);
+    if (!write_ec && !read_ec) break;
+    const bool closed_before_answering = !reading->got_some() && (write_ec || read_ec == http::error::end_of_stream ||
+                                                                read_ec == asio::error::connection_reset);
+    if (reused && closed_before_answering) continue;
+    if (write_ec) co_return fail(failure_category(write_ec), format("sending the request: {}", write_ec.message()));
     co_return fail(failure_category(read_ec), format("reading the response: {}", read_ec.message()));
   }
+  http::response_parser<http::buffer_body>& parser = *reading;
 
   std::array<char, read_chunk> chunk{};
   const unsigned status_code = parser.get().result_int();

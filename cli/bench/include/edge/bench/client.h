@@ -78,10 +78,10 @@ class connection_pool {
  public:
   connection_pool(asio::any_io_executor executor, server_url url);
 
-  // An idle connection whose peer has not closed it, else a new one (connected before
-  // `deadline`); null with `error` set when connecting failed.
+  // An idle connection whose peer has not closed it (`reused` set), else, or when `fresh`, a new
+  // one (connected before `deadline`); null with `error` set when connecting failed.
   asio::awaitable<std::unique_ptr<beast::tcp_stream>> acquire(std::chrono::steady_clock::time_point deadline,
-                                                              beast::error_code& error);
+                                                              beast::error_code& error, bool fresh, bool& reused);
   void release(std::unique_ptr<beast::tcp_stream> stream);
 
   std::int64_t connections_opened() const { return opened_; }
@@ -95,7 +95,10 @@ class connection_pool {
   std::int64_t opened_ = 0;
 };
 
-// Sends one request and follows its stream to the end. Times are seconds since `origin`.
+// Sends one request and follows its stream to the end. Times are seconds since `origin`. A
+// request whose reused connection turns out closed before any byte of a response (the server
+// closed it while it sat idle: the close and the request crossed) is sent once more on a new
+// connection, as HTTP clients do; a new connection's failure is the request's.
 asio::awaitable<request_record> send_request(connection_pool& pool, const client_options& options,
                                              const request_spec& spec, std::chrono::steady_clock::time_point origin);
 
