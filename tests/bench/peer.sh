@@ -28,7 +28,10 @@
 #    the same prompts, each point its own): output tokens/s and wall time per point.
 # 3. Greedy text of each file: `llama-cli -n 32 --temp 0 -no-cnv` against `edgeinfer generate
 #    --temperature 0 --max-tokens 32`, F32 KV cache in both, compared as in deepseek2_peer.sh;
-#    differences are reported with their first differing character, not failed.
+#    differences are reported with their first differing character, not failed; then both
+#    engines' log-probabilities over the same tokens of a text (llama-perplexity
+#    --kl-divergence-base against edge_reference_logits, by peer_logits.py --report): their KL
+#    divergence and, where the most likely token differs, how close the two tokens were.
 # It ends with one markdown table of every ratio. 2 threads everywhere; for speed the KV cache is
 # f16 in both (llama.cpp's default). llama.cpp's threads spin at their barriers and lose far more
 # than edgeinfer's to another process's load: run it on an otherwise idle machine.
@@ -57,6 +60,10 @@ output_tokens=32
 slots=16          # llama-server's parallel sequences: the most streams measured
 slot_context=512  # tokens each slot holds: a prompt of $input_words words and $output_tokens more
 greedy_tokens=32
+logits_context=128  # tokens per chunk of the log-probability comparison (positions 64..126 compared)
+logits_chunks=2
+python=/usr/bin/python3
+reference_logits=${EDGE_REFERENCE_LOGITS:-$build/tests/reference/edge_reference_logits}
 greedy_prompts=("Once upon a time" "The quick brown fox jumps over the lazy dog." \
                 "Two engines read the same weights and")
 served_name=peer
@@ -341,6 +348,30 @@ done
 
 # ---- greedy text ---------------------------------------------------------------------------------
 
+# Why greedy texts part: both engines' log-probabilities over the same tokens of a text
+# (llama-perplexity --kl-divergence-base against edge_reference_logits, F32 KV cache in both),
+# by peer_logits.py --report: their KL divergence, and at each position whose most likely token
+# differs, how close the two tokens were. Skipped with a message where a piece is missing.
+logits_text=""
+logits_report() {
+  local model=$1
+  if [[ ! -x $reference_logits || ! -x $peer/llama-perplexity ]] || ! "$python" -c "import numpy" 2> /dev/null; then
+    echo "    (log-probabilities not compared: needs $reference_logits, $peer/llama-perplexity and numpy for $python)"
+    return 0
+  fi
+  if [[ -z $logits_text ]]; then
+    logits_text="$work/logits_text.txt"
+    for _ in $(seq 1 40); do printf '%s ' "$words"; done > "$logits_text"
+  fi
+  if ! "$peer/llama-perplexity" -m "$model" -f "$logits_text" -c "$logits_context" -b "$logits_context"        --chunks "$logits_chunks" -ctk f32 -ctv f32 -t "$threads" --kl-divergence-base "$work/peer.logits"        > "$work/perplexity.log" 2>&1; then
+    echo "    (llama-perplexity failed: $(tail -n1 "$work/perplexity.log"))"
+    return 0
+  fi
+  local bos
+  bos=$("$edgeinfer" tokenize --model "$model" --text "" --log-level warn | tr -d '[]')
+  "$python" tests/bench/peer_logits.py --report "$reference_logits" "$model" "$work/peer.logits" "${bos:--1}"     "$logits_chunks" | sed 's/^/    /'
+}
+
 echo
 echo "== greedy text: llama-cli -n $greedy_tokens --temp 0 against edgeinfer generate, F32 KV cache =="
 declare -A greedy_equal=()
@@ -363,6 +394,7 @@ for row in "${rows[@]}"; do
     fi
   done
   greedy_equal[$row]="$equal of ${#greedy_prompts[@]}"
+  logits_report "${file[$row]}"
 done
 
 # ---- medians, ranges and ratios ------------------------------------------------------------------
