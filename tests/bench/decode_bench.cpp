@@ -15,7 +15,7 @@
 //   edge_bench_decode --model PATH [--batches 1,8,32] [--prompt 32] [--tokens 64] [--repeat 3]
 //                     [--kv-cache-dtype bf16|fp8|f16|f32|auto[,...]] [--context N]
 //                     [--weight-dtype int4|int8|fp8|bf16|f16|f32|auto[,...]] [--int4-group-size N]
-//                     [--quantize-layers all|experts]
+//                     [--quantize-layers all|experts|all-and-classifier]
 //
 // --weight-dtype quantizes (or converts) the projection matrices on load; "weight GB/s" counts
 // the bytes actually stored (values and scales) that a step read: for a Mixture-of-Experts model
@@ -62,6 +62,7 @@ struct options {
   std::int64_t context = 0;  // > 0: decode from this position without a prefill
   std::int64_t int4_group_size = edge::kernels::int4_traits::max_group_size;
   bool experts_only = false;  // --quantize-layers experts
+  bool classifier = false;    // --quantize-layers all-and-classifier
 };
 
 double median(std::vector<double> v) {
@@ -362,7 +363,10 @@ int main(int argc, char** argv) {
     else if (flag == "--weight-dtype") opt.weight_dtypes = parse_names(argv[i + 1]);
     else if (flag == "--context") opt.context = std::atoll(argv[i + 1]);
     else if (flag == "--int4-group-size") opt.int4_group_size = std::atoll(argv[i + 1]);
-    else if (flag == "--quantize-layers") opt.experts_only = std::string_view(argv[i + 1]) == "experts";
+    else if (flag == "--quantize-layers") {
+      opt.experts_only = std::string_view(argv[i + 1]) == "experts";
+      opt.classifier = std::string_view(argv[i + 1]) == "all-and-classifier";
+    }
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -372,7 +376,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: edge_bench_decode --model PATH [--batches 1,8,32] [--prompt N] [--tokens N] [--repeat N] "
                          "[--threads N] [--kv-cache-dtype bf16|fp8|f16|f32|auto[,...]] [--context N] "
                          "[--weight-dtype int4|int8|fp8|bf16|f16|f32|auto[,...]] [--int4-group-size N] "
-                         "[--quantize-layers all|experts]\n");
+                         "[--quantize-layers all|experts|all-and-classifier]\n");
     return 2;
   }
   std::vector<std::optional<edge::kernels::dtype>> kv_choices;
@@ -413,7 +417,8 @@ int main(int argc, char** argv) {
   for (std::size_t w = 0; w < opt.weight_dtypes.size(); ++w) {
     auto loaded = edge::backend::load_model(
         {.path = opt.model, .weight_dtype = edge::kernels::parse_weight_format(opt.weight_dtypes[w]),
-         .int4_group_size = opt.int4_group_size, .quantize_experts_only = opt.experts_only, .cpu_tiles = true});
+         .int4_group_size = opt.int4_group_size, .quantize_experts_only = opt.experts_only,
+         .quantize_classifier = opt.classifier, .cpu_tiles = true});
     if (!loaded.ok()) {
       std::fprintf(stderr, "%s\n", loaded.error().message().c_str());
       return 1;

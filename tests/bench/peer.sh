@@ -85,12 +85,17 @@ IFS=, read -r -a rows <<< "$formats"
 
 # Per row: its label, llama.cpp's quantization type, and edgeinfer's configurations. Per
 # configuration: the row whose file it reads (f16: quantized on load from the F16 file), the
-# weight dtype it loads with, and its label.
+# weight dtype it loads with, which matrices that applies to (the classifier too for int4 and
+# fp8 on load, as llama-quantize's files have it: the tied 128 256 × 2048 classifier is a fifth
+# of the weights, read every token, and left in f16 it would cap int4 / fp8 near 1.3×), and its
+# label.
 declare -A row_label=([f16]="F16" [q8_0]="Q8_0 / fp8" [q4_0]="Q4_0 / int4" [q4_k_m]="Q4_K_M")
 declare -A row_type=([q8_0]=Q8_0 [q4_0]=Q4_0 [q4_k_m]=Q4_K_M)
 declare -A row_configs=([f16]="f16" [q8_0]="q8_0 fp8" [q4_0]="q4_0 int4" [q4_k_m]="q4_k_m")
 declare -A config_file=([f16]=f16 [q8_0]=q8_0 [fp8]=f16 [q4_0]=q4_0 [int4]=f16 [q4_k_m]=q4_k_m)
 declare -A config_weights=([f16]=auto [q8_0]=auto [fp8]=fp8 [q4_0]=auto [int4]=int4 [q4_k_m]=auto)
+declare -A config_layers=([f16]=all [q8_0]=all [fp8]=all-and-classifier [q4_0]=all [int4]=all-and-classifier
+                          [q4_k_m]=all)
 declare -A config_label=([f16]="F16 file" [q8_0]="Q8_0 file" [fp8]="fp8 on load" [q4_0]="Q4_0 file"
                          [int4]="int4 on load" [q4_k_m]="Q4_K_M file")
 for row in "${rows[@]}"; do
@@ -173,7 +178,8 @@ peer_rate() {
 # $work/decode.edge.$1 and sets $decode_rate, or records why it could not load.
 edge_decode() {
   local config=$1 path=${file[${config_file[$1]}]} status=0
-  "$bench_decode" --model "$path" --weight-dtype "${config_weights[$config]}" --batches 1 --prompt 1 \
+  "$bench_decode" --model "$path" --weight-dtype "${config_weights[$config]}" \
+    --quantize-layers "${config_layers[$config]}" --batches 1 --prompt 1 \
     --tokens "$decode_tokens" --repeat 1 --threads "$threads" --kv-cache-dtype f16 \
     > "$work/decode.out" 2> "$work/decode.err" || status=$?
   decode_rate=$(sed -n 's/^batch 1: .* \([0-9.]*\) tok\/s$/\1/p' "$work/decode.out")
@@ -199,6 +205,7 @@ prefill_prompt=$(printf '[%s]\n' "$ids" | "$edgeinfer" tokenize --model "${file[
 edge_prefill() {
   local config=$1
   "$edgeinfer" generate --model "${file[${config_file[$config]}]}" --weight-dtype "${config_weights[$config]}" \
+    --quantize-layers "${config_layers[$config]}" \
     --prompt "$prefill_prompt" --max-tokens 1 --ignore-eos --temperature 0 --threads "$threads" \
     --kv-cache-dtype f16 --device cpu --log-level warn > /dev/null 2> "$work/prefill.err" || true
   sed -n 's/^prompt: \([0-9]*\) tokens, \([0-9.]*\) tok\/s;.*/\1 \2/p' "$work/prefill.err"
@@ -332,7 +339,8 @@ for ((r = 1; r <= rounds; ++r)); do
     for config in "${configs[@]}"; do
       loadable "$config" || continue
       if ! start_serve "$work/serve.log" "$work/state" --model "${file[${config_file[$config]}]}" \
-           --served-model-name "$served_name" --weight-dtype "${config_weights[$config]}" --threads "$threads" \
+           --served-model-name "$served_name" --weight-dtype "${config_weights[$config]}" \
+           --quantize-layers "${config_layers[$config]}" --threads "$threads" \
            --kv-cache-dtype f16 --device cpu --no-access-log; then
         echo "  edgeinfer serve did not start on ${file[${config_file[$config]}]}: $(tail -n1 "$work/serve.log")"
         continue

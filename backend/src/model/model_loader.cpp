@@ -123,6 +123,7 @@ class weight_loading {
     options_.target = options.weight_dtype;
     options_.int4_group_size = options.int4_group_size;
     options_.experts_only = options.quantize_experts_only;
+    options_.classifier = options.quantize_classifier;
     options_.pool = pool_.size() > 0 ? &pool_ : nullptr;
     options_.on_converted = [&files](std::span<const std::byte> bytes) {
       for (const auto& f : files) {

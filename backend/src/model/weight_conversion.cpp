@@ -267,7 +267,8 @@ std::byte* weight_converter::allocate(std::uint64_t bytes) {
 
 result<weight_matrix> weight_converter::matrix(const matrix_source& s, matrix_role role) {
   weight_format target = native_format(s);
-  const bool quantizable = role == matrix_role::expert || (role == matrix_role::projection && !options_.experts_only);
+  const bool quantizable = role == matrix_role::expert || (role == matrix_role::projection && !options_.experts_only) ||
+                           (role == matrix_role::classifier && options_.classifier);
   if (options_.target && (quantizable || !kernels::is_quantized(*options_.target))) {
     target = *options_.target;
   }

@@ -57,9 +57,9 @@ result<matrix_source> matrix_source_of(const tensor_view& tensor, std::int64_t r
 kernels::weight_format native_format(const matrix_source& source);
 
 // Projections (routed and shared experts' included) take the requested format, or with
-// weight_options::experts_only the routed experts alone (expert) do; the classifier and MoE
-// routers only a float one (bf16 / f16 / f32), keeping their native format when int4 or fp8 is
-// asked: the router's choice is what quantization must not move.
+// weight_options::experts_only the routed experts alone (expert) do; the classifier (unless
+// weight_options::classifier) and MoE routers only a float one (bf16 / f16 / f32), keeping their
+// native format when int4 or fp8 is asked: the router's choice is what quantization must not move.
 enum class matrix_role { projection, expert, classifier, router };
 
 class weight_converter {

@@ -109,6 +109,24 @@ TEST_CASE("load_model: synthetic models in both formats, chat templates detected
   CHECK(chosen->chat_template.spec().builtin == chat_template_kind::chatml);
 }
 
+TEST_CASE("load_model: the classifier is quantized on load only when asked; a tied embedding stays as stored") {
+  t::temp_dir dir;
+  const auto folder = t::make_synthetic(dir / "q", "tiny-qwen2", synthetic_format::safetensors, 9);
+  for (const auto format : {edge::kernels::weight_format::int4, edge::kernels::weight_format::fp8_e4m3}) {
+    CAPTURE(edge::kernels::to_string(format));
+    const auto projections_only = load({.path = folder, .weight_dtype = format});
+    CHECK(projections_only->weights.layers[0].wo.format == format);
+    CHECK(projections_only->weights.lm_head.format == edge::kernels::weight_format::bf16);
+    CHECK(projections_only->weights.lm_head.data == projections_only->weights.token_embedding.data);
+
+    const auto with_classifier = load({.path = folder, .weight_dtype = format, .quantize_classifier = true});
+    CHECK(with_classifier->weights.layers[0].wo.format == format);
+    CHECK(with_classifier->weights.lm_head.format == format);
+    CHECK(with_classifier->weights.lm_head.data != with_classifier->weights.token_embedding.data);
+    CHECK(with_classifier->weights.token_embedding.type == edge::kernels::dtype::bf16);
+  }
+}
+
 TEST_CASE("load_model: MoE experts quantized on load, in groups of --int4-group-size, routers left in float") {
   t::temp_dir dir;
   const auto folder = t::make_synthetic(dir / "moe", "tiny-qwen3-moe", synthetic_format::safetensors, 4);

@@ -38,6 +38,7 @@ struct weight_options {
   std::optional<kernels::weight_format> target;  // nullopt: as stored
   std::int64_t int4_group_size = kernels::int4_traits::max_group_size;  // target int4: inputs per scale
   bool experts_only = false;                      // target applies to the routed experts only
+  bool classifier = false;                        // target applies to the classifier too
   // The checkpoint's FP8 block shape (parsed_config::fp8_block_rows / _cols), 0 when it has none.
   std::int64_t fp8_block_rows = 0;
   std::int64_t fp8_block_cols = 0;

@@ -169,6 +169,9 @@ struct load_options {
   std::int64_t int4_group_size = kernels::int4_traits::max_group_size;
   // weight_dtype applies to the routed experts only; the other projections stay as stored.
   bool quantize_experts_only = false;
+  // weight_dtype applies to the classifier as well (llama.cpp's quantized files have it so); a
+  // token embedding tied to it stays as stored, its lookups reading one row a token.
+  bool quantize_classifier = false;
   // For the CPU executor: projection, expert and classifier matrices are rearranged into CPU
   // row tiles (edge/kernels/weight_format.h): INT4 (groups of 32 or more) and INT8 where this CPU
   // runs the integer matmul on AVX-512 VNNI, f16, bf16 and FP8 where it has AVX-512 (weights used
