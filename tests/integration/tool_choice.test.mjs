@@ -7,8 +7,9 @@
 //    pieces), on the tiny synthetic model with Llama 3's JSON syntax (its vocabulary's
 //    <|python_tag|> chooses it), and on a tiny synthetic model whose vocabulary has Kimi K2's
 //    markers as special tokens (five reserved special tokens renamed: the grammar must name the
-//    tokens). Every answer has finish_reason "tool_calls", calls only the offered tool (the named
-//    one when named; one call without parallel_tool_calls), and its arguments validate with ajv.
+//    tokens). Every answer has finish_reason "tool_calls", calls only the offered tools (the named
+//    one when named), makes one call (parallel_tool_calls false), and its arguments validate with
+//    ajv. With parallel_tool_calls, answers of several calls, each of which validates.
 // 2. Streamed and whole answers agree, and the SDK's stream helper assembles the same calls.
 // 3. The 400s: an unsupported keyword in a tool's parameters (named with the tool), a JSON
 //    response_format together with required, a model without tool-call syntax; auto keeps
@@ -81,13 +82,14 @@ test('the syntaxes are the ones the vocabularies and flags choose', () => {
 });
 
 // Request i: the tool of a corpus schema and the next one, with tool_choice named (every third
-// request) or required, and parallel_tool_calls false on every fourth.
-function toolRequest(i) {
+// request) or required. One call per answer unless `parallel`: with parallel_tool_calls the
+// grammar lets the model go on calling, and these models, whose weights know nothing of tools,
+// often go on until max_tokens.
+function toolRequest(i, parallel = false) {
   const first = objectSchemas[i % objectSchemas.length];
   const second = objectSchemas[(i + 1) % objectSchemas.length];
   const tools = [toolOf(first), toolOf(second)];
   const named = i % 3 === 0;
-  const parallel = i % 4 !== 1;
   return {
     named: named ? tools[0].function.name : null,
     parallel,
@@ -104,16 +106,19 @@ function toolRequest(i) {
   };
 }
 
-// Why an answer to `request` is not what tool_choice promised, or null.
-function toolAnswerFault(request, choice) {
+// Why an answer to `request` is not what tool_choice promised, or null. With `cutShort`, an
+// answer max_tokens ended is judged by the calls it completed (all but its last).
+function toolAnswerFault(request, choice, { cutShort = false } = {}) {
   const message = choice.message;
   const show = JSON.stringify(message);
-  if (choice.finish_reason !== 'tool_calls') return `finish_reason ${choice.finish_reason}: ${show}`;
-  if (message.content) return `content beside the calls: ${show}`;
+  const cut = cutShort && choice.finish_reason === 'length';
+  if (choice.finish_reason !== 'tool_calls' && !cut) return `finish_reason ${choice.finish_reason}: ${show}`;
+  if (message.content && !cut) return `content beside the calls: ${show}`;
   const calls = message.tool_calls ?? [];
   if (calls.length === 0) return `no tool calls: ${show}`;
   if (!request.parallel && calls.length !== 1) return `${calls.length} calls without parallel_tool_calls: ${show}`;
-  for (const call of calls) {
+  // Cut inside a call's arguments, the answer has no content (held-back marker text) to show it.
+  for (const call of cut && !message.content ? calls.slice(0, -1) : calls) {
     if (!request.offered.includes(call.function.name)) return `a call of ${call.function.name}: ${show}`;
     if (request.named && call.function.name !== request.named) return `named ${request.named}, called ${call.function.name}`;
     let value;
@@ -128,13 +133,14 @@ function toolAnswerFault(request, choice) {
   return null;
 }
 
-async function checkGenerations(server, count, first, label) {
+async function checkGenerations(server, count, first, label, parallel = false) {
   const results = await inBatches(count, 16, async (k) => {
-    const request = toolRequest(first + k);
+    const request = toolRequest(first + k, parallel);
     const completion = await server.client.chat.completions.create(request.body);
     return { request, choice: completion.choices[0] };
   });
-  const faults = results.map(({ request, choice }) => toolAnswerFault(request, choice)).filter((f) => f !== null);
+  const faults = results.map(({ request, choice }) => toolAnswerFault(request, choice, { cutShort: parallel }))
+    .filter((f) => f !== null);
   assert.deepEqual(faults, [], `${label}: ${faults.length} of ${results.length} answers broke the promise`);
   return results;
 }
@@ -146,6 +152,19 @@ test('500 generations with tool_choice required or named: every answer is calls 
   // Kimi's ids number the calls from the conversation's earlier ones (none here).
   for (const { choice } of kimi) {
     choice.message.tool_calls.forEach((call, k) => assert.equal(call.id, `functions.${call.function.name}:${k}`));
+  }
+});
+
+test('with parallel_tool_calls, every call made validates; answers that end are calls only', async () => {
+  for (const [name, server] of Object.entries(servers)) {
+    const results = await checkGenerations(server, 24, 600, `${name}, parallel`, true);
+    // Some answers end with more than one call, and some before max_tokens.
+    assert.ok(results.some(({ choice }) => choice.message.tool_calls.length > 1), name);
+    if (name === 'kimi') {
+      for (const { choice } of results) {
+        choice.message.tool_calls.forEach((call, k) => assert.equal(call.id, `functions.${call.function.name}:${k}`));
+      }
+    }
   }
 });
 
@@ -203,7 +222,8 @@ describe('requests the constraint cannot serve', () => {
     });
     // Named: only the chosen tool's schema is compiled.
     const named = await client.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], max_tokens: 60,
-      tools: patterned, tool_choice: { type: 'function', function: { name: 'ok' } }, temperature: 0 });
+      tools: patterned, tool_choice: { type: 'function', function: { name: 'ok' } }, parallel_tool_calls: false,
+      temperature: 0 });
     assert.equal(named.choices[0].finish_reason, 'tool_calls');
     assert.deepEqual(withoutIds(named.choices[0].message.tool_calls),
       [{ type: 'function', function: { name: 'ok', arguments: '{}' } }]);
@@ -272,9 +292,10 @@ describe('the openai SDK as an agent', () => {
     : { zone: args.zone, time: '12:00' });
 
   // The turns of the conversation: calls while the agent needs them, then the text answer.
+  // (One call per turn: with parallel_tool_calls these models may go on calling to max_tokens.)
   const turns = [
-    { tool_choice: 'required' },
-    { tool_choice: { type: 'function', function: { name: 'get_time' } } },
+    { tool_choice: 'required', parallel_tool_calls: false },
+    { tool_choice: { type: 'function', function: { name: 'get_time' } }, parallel_tool_calls: false },
     { tool_choice: 'required', parallel_tool_calls: false },
     { tool_choice: 'none' },
   ];
@@ -298,7 +319,7 @@ describe('the openai SDK as an agent', () => {
           break;
         }
         assert.equal(whole.finish_reason, 'tool_calls', `${name} turn ${t}: ${JSON.stringify(whole.message)}`);
-        if (turn.parallel_tool_calls === false) assert.equal(whole.message.tool_calls.length, 1);
+        assert.equal(whole.message.tool_calls.length, 1);
         if (typeof turn.tool_choice === 'object') {
           assert.ok(whole.message.tool_calls.every((c) => c.function.name === 'get_time'));
         }
@@ -332,6 +353,7 @@ describe('the openai SDK as an agent', () => {
           },
           parse: JSON.parse } })),
         tool_choice: 'required',
+        parallel_tool_calls: false,
         temperature: 1,
         seed: 5,
         max_tokens: 120,
@@ -343,7 +365,7 @@ describe('the openai SDK as an agent', () => {
       for (const completion of completions) assert.equal(completion.choices[0].finish_reason, 'tool_calls');
       const toolMessages = runner.messages.filter((m) => m.role === 'tool');
       assert.equal(toolMessages.length, called.length);
-      assert.ok(called.length >= 3, `stream ${stream}: ${called.length} calls`);
+      assert.equal(called.length, 3, `stream ${stream}`);
     }
   });
 });
