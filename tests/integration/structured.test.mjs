@@ -13,46 +13,12 @@ import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
 import { zodResponseFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
-import Ajv2020 from 'ajv/dist/2020.js';
-import addFormats from 'ajv-formats';
 import { startServer, edgeinferBin } from './lib/server.mjs';
+import { corpus, validators, invalidity, inBatches } from './lib/schemas.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
 const TOKEN = 'internal-token-0123456789';
-
-// The corpus: nested objects, arrays, enums, numbers with bounds, required and optional
-// properties, anyOf, $ref (recursive too), formats. Strings and arrays are bounded so that a
-// small model finishes within its context.
-const corpus = [
-  { type: 'object', properties: { name: { type: 'string', maxLength: 8 }, age: { type: 'integer', minimum: 0, maximum: 120 } },
-    required: ['name', 'age'], additionalProperties: false },
-  { type: 'object', properties: {
-    user: { type: 'object', properties: { id: { type: 'integer', exclusiveMinimum: 0 }, admin: { type: 'boolean' } },
-      required: ['id'], additionalProperties: false },
-    tags: { type: 'array', items: { type: 'string', enum: ['red', 'green', 'blue'] }, minItems: 1, maxItems: 3 } },
-  required: ['user', 'tags'], additionalProperties: false },
-  { type: 'object', properties: { score: { type: 'number', minimum: -1.5, exclusiveMaximum: 2.25 },
-    level: { enum: ['low', 'mid', 'high', 3, null] } }, required: ['score', 'level'] },
-  { anyOf: [
-    { type: 'object', properties: { kind: { const: 'point' }, x: { type: 'integer', minimum: -9, maximum: 9 } },
-      required: ['kind', 'x'], additionalProperties: false },
-    { type: 'object', properties: { kind: { const: 'none' } }, required: ['kind'], additionalProperties: false }] },
-  { $defs: { node: { type: 'object', properties: { v: { type: 'integer', minimum: 0, maximum: 99 },
-    next: { anyOf: [{ $ref: '#/$defs/node' }, { type: 'null' }] } }, required: ['v', 'next'], additionalProperties: false } },
-  $ref: '#/$defs/node' },
-  { type: 'object', properties: { when: { type: 'string', format: 'date' }, id: { type: 'string', format: 'uuid' },
-    note: { type: ['string', 'null'], maxLength: 6 } }, required: ['when', 'id', 'note'], additionalProperties: false },
-  { type: 'array', prefixItems: [{ type: 'integer', minimum: 1, maximum: 5 }, { type: 'string', maxLength: 4 }],
-    items: false, minItems: 2 },
-  { type: 'object', properties: { a: { type: 'string', maxLength: 5 }, b: { type: 'integer', minimum: 10, maximum: 20 },
-    c: { type: 'array', items: { type: 'number', minimum: 0, maximum: 1 }, maxItems: 2 } }, additionalProperties: false },
-];
-
-// JSON Schema 2020-12 (prefixItems), the dialect the server reads.
-const ajv = new Ajv2020({ strict: false, allErrors: true });
-addFormats(ajv);
-const validators = corpus.map((schema) => ajv.compile(schema));
 
 let stories;
 let tiny;
@@ -75,17 +41,6 @@ after(async () => {
   if (tinyDir) fs.rmSync(tinyDir, { recursive: true, force: true });
 });
 
-// Runs `count` requests `width` at a time.
-async function inBatches(count, width, run) {
-  const results = [];
-  for (let begin = 0; begin < count; begin += width) {
-    const batch = [];
-    for (let i = begin; i < Math.min(count, begin + width); i++) batch.push(run(i));
-    results.push(...await Promise.all(batch));
-  }
-  return results;
-}
-
 async function constrained(server, i) {
   const which = i % corpus.length;
   const completion = await server.client.chat.completions.create({
@@ -105,16 +60,8 @@ function checkAll(results, label) {
       failures.push(`schema ${which}: finish_reason ${choice.finish_reason}: ${choice.message.content}`);
       continue;
     }
-    let value;
-    try {
-      value = JSON.parse(choice.message.content);
-    } catch (error) {
-      failures.push(`schema ${which}: not JSON (${error.message}): ${choice.message.content}`);
-      continue;
-    }
-    if (!validators[which](value)) {
-      failures.push(`schema ${which}: ${ajv.errorsText(validators[which].errors)}: ${choice.message.content}`);
-    }
+    const why = invalidity(which, choice.message.content);
+    if (why) failures.push(`schema ${which}: ${why}`);
   }
   assert.deepEqual(failures, [], `${label}: ${failures.length} of ${results.length} outputs failed`);
 }

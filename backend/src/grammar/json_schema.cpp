@@ -182,6 +182,20 @@ expr key_except(const std::vector<std::string>& names) {
   return seq({literal("\""), node(0, sorted.size(), 0)});
 }
 
+// The request path of the schema at JSON pointer `pointer` below `root_path`.
+std::string path_of_pointer(const std::string& root_path, std::string_view pointer) {
+  std::string path = root_path;
+  for (std::size_t at = 1; at <= pointer.size();) {
+    const std::size_t next = std::min(pointer.find('/', at), pointer.size());
+    std::string step(pointer.substr(at, next - at));
+    for (std::size_t i = 0; (i = step.find("~1", i)) != std::string::npos;) step.replace(i, 2, "/");
+    for (std::size_t i = 0; (i = step.find("~0", i)) != std::string::npos;) step.replace(i, 2, "~");
+    path += "." + step;
+    at = next + 1;
+  }
+  return path;
+}
+
 }  // namespace
 
 // Reads one schema document into a builder's rules.
@@ -408,16 +422,7 @@ result<expr, grammar_error> schema_reader::read_ref(std::string_view ref, const 
   // The rule exists before its body is read: the schema may refer to itself.
   const rule_id id = b_.declare(format("ref {}", ref));
   refs_.emplace(pointer, id);
-  std::string target_path = root_path_;
-  for (std::size_t at = 1; at <= pointer.size();) {
-    const std::size_t next = std::min(pointer.find('/', at), pointer.size());
-    std::string step(pointer.substr(at, next - at));
-    for (std::size_t i = 0; (i = step.find("~1", i)) != std::string::npos;) step.replace(i, 2, "/");
-    for (std::size_t i = 0; (i = step.find("~0", i)) != std::string::npos;) step.replace(i, 2, "~");
-    target_path += "." + step;
-    at = next + 1;
-  }
-  EDGE_ASSIGN_OR_RETURN(expr body, read(target, target_path, depth + 1));
+  EDGE_ASSIGN_OR_RETURN(expr body, read(target, path_of_pointer(root_path_, pointer), depth + 1));
   static_cast<void>(b_.define(id, std::move(body)));
   return b_.ref(id);
 }
@@ -842,7 +847,12 @@ result<expr, grammar_error> grammar_builder::json_schema(std::string_view schema
     return grammar_error(format("'{}' is not valid JSON: {}", options.path, simdjson::error_message(error)), options.path);
   }
   schema_reader reader(*this, root, options.path);
-  return reader.read(root, options.path, 0);
+  if (options.pointer.empty()) return reader.read(root, options.path, 0);
+  element target;
+  if (root.at_pointer(options.pointer).get(target) != simdjson::SUCCESS) {
+    return grammar_error(format("'{}' has nothing at '{}'", options.path, options.pointer), options.path);
+  }
+  return reader.read(target, path_of_pointer(options.path, options.pointer), 0);
 }
 
 }  // namespace edge::backend::grammar

@@ -15,10 +15,7 @@ namespace json = boost::json;
 // The floor of a written log probability (vLLM's): JSON has no -inf.
 constexpr double lowest_logprob = -9999.0;
 
-std::int64_t code_points(std::string_view text) {
-  return static_cast<std::int64_t>(
-      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
-}
+std::int64_t code_points(std::string_view text) { return static_cast<std::int64_t>(utf8::code_points(text)); }
 
 json::array bytes_json(std::string_view bytes) {
   json::array out;

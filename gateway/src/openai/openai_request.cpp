@@ -371,7 +371,7 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
 request_error to_request_error(const json_error& error) { return {error.message(), error.path()}; }
 
 // tool_choice against the tools: auto without them means none; required and a named function
-// need them, and a named one must be among them.
+// need them, a named one must be among them, and neither goes with a JSON response_format.
 std::optional<request_error> check_tool_choice(openai_request& r, const json_fields& fields) {
   const bool chosen = fields.find("tool_choice").has_value();
   if (!chosen) {
@@ -381,6 +381,13 @@ std::optional<request_error> check_tool_choice(openai_request& r, const json_fie
   if (r.choice.mode == tool_choice_mode::auto_select && r.tools.empty()) r.choice.mode = tool_choice_mode::none;
   if ((r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) && r.tools.empty()) {
     return request_error{"'tool_choice' is only allowed when 'tools' are specified", "tool_choice"};
+  }
+  // Both would constrain the whole answer: a tool call cannot also be the response format's value.
+  if ((r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) && r.grammar) {
+    return request_error{"'response_format' json_object or json_schema cannot be combined with 'tool_choice' "
+                         "'required' or a named function: the answer is a tool call (use the tool's parameters "
+                         "schema for its arguments)",
+                         "response_format"};
   }
   if (r.choice.mode == tool_choice_mode::named) {
     const bool known = std::any_of(r.tools.begin(), r.tools.end(), [&](const tool_definition& t) { return t.name == r.choice.name; });

@@ -178,22 +178,57 @@ std::string prompt_tail(const backend::tokenizer& tok, std::span<const backend::
   return tok.decode(prompt.last(std::min(prompt.size(), tail_tokens)), /*with_special=*/true);
 }
 
+// Whether the answer starts inside a reasoning block the prompt opened. An answer a
+// response_format constrains is the grammar's from its first token, so it never does, whatever
+// the prompt opened; one that must call tools closes the block first (tool_call_answer_grammar).
+bool starts_in_reasoning(const serving_model& model, const openai_request& r,
+                         std::span<const backend::token_id> prompt) {
+  return r.api == openai_api::chat_completions && model.output.reasoning != reasoning_parser_kind::none &&
+         r.grammar == nullptr && prompt_opens_reasoning(prompt_tail(*model.tokenizer, prompt));
+}
+
 // How a chat request's output is parsed: reasoning whenever the model writes it, tool calls when
-// the request offers tools and tool_choice is not "none" ("required" and a named function are
-// parsed as "auto" is: constrained decoding does not yet enforce them). An answer a
-// response_format constrains is the grammar's from its first token, so it never starts inside
-// a reasoning block, whatever the prompt opened.
+// the request offers tools and tool_choice is not "none".
 output_parser_options parsing_options(const serving_model& model, const openai_request& r,
                                       std::span<const backend::token_id> prompt) {
   output_parser_options o;
   o.reasoning = model.output.reasoning;
-  o.starts_in_reasoning = o.reasoning != reasoning_parser_kind::none && r.grammar == nullptr &&
-                          prompt_opens_reasoning(prompt_tail(*model.tokenizer, prompt));
+  o.starts_in_reasoning = starts_in_reasoning(model, r, prompt);
   if (!r.tools.empty() && r.choice.mode != tool_choice_mode::none) o.tool_calls = model.output.tool_calls;
   o.tools.reserve(r.tools.size());
   for (const tool_definition& tool : r.tools) o.tools.push_back({.name = tool.name, .parameters = tool.parameters});
   o.parallel_tool_calls = r.parallel_tool_calls;
   return o;
+}
+
+// tool_choice "required" or a named function: the grammar of the calls the answer must be, in
+// the model's syntax (null for other requests), or the 400 to answer.
+std::variant<std::shared_ptr<const backend::grammar::grammar>, response> required_tool_calls(
+    const serving_model& model, const openai_request& r, std::span<const backend::token_id> prompt) {
+  if (r.choice.mode != tool_choice_mode::required && r.choice.mode != tool_choice_mode::named) {
+    return std::shared_ptr<const backend::grammar::grammar>();
+  }
+  if (model.output.tool_calls == tool_call_parser_kind::none) {
+    return invalid_request(format("tool_choice '{}' is enforced in the model's own tool-call syntax, and this model "
+                                  "has none: serve it with --tool-call-parser",
+                                  r.choice.mode == tool_choice_mode::required ? "required" : "function"),
+                           "tool_choice");
+  }
+  std::vector<tool_spec> tools;
+  tools.reserve(r.tools.size());
+  for (const tool_definition& tool : r.tools) tools.push_back({.name = tool.name, .parameters = tool.parameters});
+  std::size_t earlier_calls = 0;
+  for (const backend::chat_message& message : r.messages) earlier_calls += message.tool_calls.size();
+  auto built = tool_call_answer_grammar(model.output, *model.tokenizer,
+                                        {.tools = tools,
+                                         .only = r.choice.mode == tool_choice_mode::named ? r.choice.name : "",
+                                         .parallel = r.parallel_tool_calls,
+                                         .earlier_calls = earlier_calls},
+                                        starts_in_reasoning(model, r, prompt));
+  if (!built.ok()) {
+    return invalid_request(built.error().message(), built.error().path().empty() ? "tools" : built.error().path());
+  }
+  return std::make_shared<const backend::grammar::grammar>(std::move(built).value());
 }
 
 // Whether the engine must write special tokens out for the parsers to see their markers.
@@ -361,6 +396,16 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
     co_await answer(invalid_request(outside->message, outside->param));
     co_return;
   }
+  // What the output must match: the response format's value, or the tool calls tool_choice asks for.
+  auto forced = required_tool_calls(*model, r, prompt);
+  if (auto* refused = std::get_if<response>(&forced)) {
+    co_await answer(std::move(*refused));
+    co_return;
+  }
+  std::shared_ptr<const backend::grammar::grammar> constraint =
+      std::get<std::shared_ptr<const backend::grammar::grammar>>(std::move(forced));
+  const std::string_view constraint_param = constraint != nullptr ? "tools" : "response_format";
+  if (constraint == nullptr) constraint = r.grammar;
   if (auto refused = co_await session->reserve(prompt_length, max_tokens, r.n)) {
     response res = quota_refusal_response(*refused);
     session->add_headers(res);  // phase 1's requests figures too
@@ -382,14 +427,14 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   }
 
   backend::generate_request request;
-  if (r.grammar != nullptr && model->grammars != nullptr) {
+  if (constraint != nullptr && model->grammars != nullptr) {
     // Compiled off this thread (or found in the cache); a remote engine compiles it itself.
-    auto compiled = co_await model->grammars->compile(r.grammar);
+    auto compiled = co_await model->grammars->compile(constraint);
     if (!compiled.ok()) {
       session->set_outcome(request_outcome::failed);
       const bool busy = compiled.error().code() == status_code::resource_exhausted;
       co_await answer(busy ? unavailable_response(compiled.error().message(), "overloaded")
-                           : invalid_request(compiled.error().message(), "response_format"));
+                           : invalid_request(compiled.error().message(), constraint_param));
       co_return;
     }
     request.grammar = std::move(compiled).value();
@@ -411,7 +456,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
   auto submitted =
-      co_await model->engine->submit(std::move(request), session->metered(relay_sink(events, strand)), r.grammar);
+      co_await model->engine->submit(std::move(request), session->metered(relay_sink(events, strand)), constraint);
   ex.access().prompt_tokens = prompt_length;
   ex.access().completion_tokens = 0;
   if (!submitted.ok()) {

@@ -20,12 +20,26 @@ bool join_text(output_event& last, output_event& next) {
   return true;
 }
 
+}  // namespace
+
 bool is_special_token(const backend::tokenizer& tok, std::string_view text) {
   const auto id = tok.find_token(text);
   return id && tok.is_special(*id);
 }
 
-}  // namespace
+result<backend::grammar::grammar, backend::grammar::grammar_error> tool_call_answer_grammar(
+    const output_syntax& syntax, const backend::tokenizer& tok, tool_call_grammar_options calls,
+    bool starts_in_reasoning) {
+  calls.kind = syntax.tool_calls;
+  calls.is_special = [&tok](std::string_view text) { return is_special_token(tok, text); };
+  backend::grammar::grammar_builder b;
+  auto body = tool_call_grammar(b, calls);
+  if (!body.ok()) return body.error();
+  const backend::grammar::expr reasoning = reasoning_grammar(syntax.reasoning, starts_in_reasoning, calls.is_special);
+  auto built = b.build(backend::grammar::seq({reasoning, *body}));
+  if (!built.ok()) return backend::grammar::grammar_error(built.error());
+  return std::move(built).value();
+}
 
 void append_event(std::vector<output_event>& events, output_event event) {
   if (!events.empty()) {

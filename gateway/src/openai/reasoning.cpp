@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "marker_grammar.h"
 #include "marker_text.h"
 
 namespace edge::gateway {
@@ -19,6 +20,16 @@ std::string_view to_string(reasoning_parser_kind kind) {
     case reasoning_parser_kind::kimi_k2: return "kimi_k2";
   }
   return "none";
+}
+
+backend::grammar::expr reasoning_grammar(reasoning_parser_kind kind, bool starts_inside,
+                                         const special_token_test& is_special) {
+  namespace g = backend::grammar;
+  if (kind == reasoning_parser_kind::none) return {};
+  const g::expr rest = g::seq({text_without_closing_tag(), marker_expr(think_close_tag, is_special),
+                               g::repeat(g::literal("\n"), 0, 2)});
+  if (starts_inside) return rest;
+  return g::optional(g::seq({marker_expr(think_open_tag, is_special), rest}));
 }
 
 std::optional<reasoning_parser_kind> parse_reasoning_parser_name(std::string_view name) {

@@ -4,9 +4,12 @@
 #include <array>
 #include <random>
 
+#include "edge/common/format.h"
 #include "edge/common/json_fields.h"
 #include "edge/common/json_text.h"
+#include "edge/common/utf8.h"
 #include "json_object_scanner.h"
+#include "marker_grammar.h"
 #include "marker_text.h"
 
 namespace edge::gateway {
@@ -702,6 +705,319 @@ class family_parser final : public tool_call_parser {
   std::size_t scanned_ = 0;      // GLM: how much of a key or value held back was searched for its end
 };
 
+// ---- the families' syntax as grammars ----------------------------------------------------------
+
+namespace g = backend::grammar;
+
+// GLM keywords a string-typed property may have: its raw value honours them.
+bool is_raw_string_keyword(std::string_view key) {
+  return key == "type" || key == "enum" || key == "const" || key == "minLength" || key == "maxLength" ||
+         key == "title" || key == "description" || key == "default" || key == "examples" || key == "$comment";
+}
+
+// GLM keywords the parameters schema itself may have.
+bool is_glm_parameters_keyword(std::string_view key) {
+  return key == "type" || key == "properties" || key == "required" || key == "additionalProperties" ||
+         key == "title" || key == "description" || key == "$defs" || key == "definitions" || key == "$schema" ||
+         key == "$id" || key == "$comment" || key == "strict";
+}
+
+// A JSON pointer's step for `key`.
+std::string pointer_step(std::string_view key) {
+  std::string step;
+  for (const char c : key) {
+    if (c == '~') {
+      step += "~0";
+    } else if (c == '/') {
+      step += "~1";
+    } else {
+      step += c;
+    }
+  }
+  return step;
+}
+
+class call_grammar_writer {
+ public:
+  call_grammar_writer(g::grammar_builder& b, const tool_call_grammar_options& o) : b_(b), o_(o) {}
+
+  result<g::expr, g::grammar_error> calls() {
+    // Each allowed tool's header pieces and arguments, read once.
+    for (std::size_t i = 0; i < o_.tools.size(); ++i) {
+      const tool_spec& tool = o_.tools[i];
+      if (!o_.only.empty() && tool.name != o_.only) continue;
+      auto arguments = o_.kind == tool_call_parser_kind::glm45 ? glm_pairs(tool, i) : json_arguments(tool, i);
+      if (!arguments.ok()) {
+        return g::grammar_error(format("tool '{}': {}", tool.name, arguments.error().message()), arguments.error().path());
+      }
+      // A rule per tool's arguments: every call position refers to the same one.
+      allowed_.push_back({tool.name, b_.ref(b_.add_rule(format("{} arguments", tool.name), *arguments))});
+    }
+    if (allowed_.empty()) return g::grammar_error(format("no tool is named '{}'", o_.only), "tool_choice");
+
+    switch (o_.kind) {
+      case tool_call_parser_kind::llama3_json:
+        return joined(any_call([](const allowed_tool& t) {
+                        return g::seq({g::literal("{\"name\": " + json_string(t.name) + ", \"parameters\": "), t.arguments,
+                                       g::literal("}")});
+                      }),
+                      "; ");
+      case tool_call_parser_kind::hermes:
+        return joined(any_call([&](const allowed_tool& t) {
+                        return g::seq({marker(hermes_begin),
+                                       g::literal("\n{\"name\": " + json_string(t.name) + ", \"arguments\": "),
+                                       t.arguments, g::literal("}\n"), marker(hermes_end)});
+                      }),
+                      "\n");
+      case tool_call_parser_kind::deepseek_v3: {
+        const g::expr call = any_call([&](const allowed_tool& t) {
+          const g::expr v3 = g::seq({g::literal("function"), marker(deepseek_sep), g::literal(t.name + "\n"),
+                                     g::literal(std::string(deepseek_fence_open) + "\n"), t.arguments,
+                                     g::literal("\n" + std::string(deepseek_fence_close))});
+          const g::expr v31 = g::seq({g::literal(t.name), marker(deepseek_sep), t.arguments});
+          return g::seq({marker(deepseek_call_begin), g::alt({v3, v31}), marker(deepseek_call_end)});
+        });
+        return g::seq({marker(deepseek_calls_begin), joined(call, "\n"), marker(deepseek_calls_end)});
+      }
+      case tool_call_parser_kind::kimi_k2: return kimi_section();
+      case tool_call_parser_kind::glm45:
+        return joined(any_call([&](const allowed_tool& t) {
+                        return g::seq({marker(hermes_begin), g::literal(t.name + "\n"), t.arguments, marker(hermes_end)});
+                      }),
+                      "\n");
+      case tool_call_parser_kind::none: break;
+    }
+    return g::grammar_error("the model has no tool-call syntax", "tool_choice");
+  }
+
+ private:
+  struct allowed_tool {
+    std::string name;
+    g::expr arguments;
+  };
+
+  g::expr marker(std::string_view text) const { return marker_expr(text, o_.is_special); }
+
+  template <class Call>
+  g::expr any_call(const Call& call) const {
+    std::vector<g::expr> options;
+    for (const allowed_tool& t : allowed_) options.push_back(call(t));
+    return g::alt(std::move(options));
+  }
+
+  // One call, or with parallel_tool_calls one or more joined by `separator`.
+  g::expr joined(const g::expr& call, std::string_view separator) const {
+    if (!o_.parallel) return call;
+    return g::seq({call, g::star(g::seq({g::literal(separator), call}))});
+  }
+
+  // Kimi's calls carry their number in the conversation, so each position is its own: the
+  // k-th call is "functions.NAME:(earlier_calls + k)".
+  g::expr kimi_section() {
+    const std::size_t positions = o_.parallel ? max_kimi_calls : 1;
+    g::expr rest;  // the calls after position k, if any
+    for (std::size_t k = positions; k-- > 0;) {
+      const std::string number = std::to_string(o_.earlier_calls + k);
+      const g::expr call = any_call([&](const allowed_tool& t) {
+        return g::seq({marker(kimi_call_begin), g::literal(std::string(kimi_function_prefix) + t.name + ":" + number),
+                       marker(kimi_argument_begin), t.arguments, marker(kimi_call_end)});
+      });
+      g::expr here = k + 1 == positions ? call : g::seq({call, g::optional(rest)});
+      rest = b_.ref(b_.add_rule(format("kimi call {}", k), std::move(here)));
+    }
+    return g::seq({marker(kimi_section_begin), rest, marker(kimi_section_end)});
+  }
+
+  static std::string parameters_path(std::size_t index) { return format("tools[{}].function.parameters", index); }
+
+  // A JSON family's arguments: a value of the parameters schema, which must describe objects.
+  result<g::expr, g::grammar_error> json_arguments(const tool_spec& tool, std::size_t index) {
+    const std::string path = parameters_path(index);
+    if (tool.parameters.empty()) return g::literal("{}");
+    simdjson::dom::parser parser;
+    const auto schema = parse_json_object(parser, tool.parameters, path);
+    if (!schema.ok()) return g::grammar_error(schema.error().message(), path);
+    if (auto error = check_object_type(json_fields(*schema), path)) return *error;
+    return b_.json_schema(tool.parameters, {.path = path});
+  }
+
+  static std::optional<g::grammar_error> check_object_type(const json_fields& schema, const std::string& path) {
+    const auto type = schema.find("type");
+    if (!type) return std::nullopt;
+    bool object = false;
+    if (const auto name = type->as<std::string_view>(); name.ok()) object = *name == "object";
+    if (const auto names = type->as<json_array>(); names.ok()) {
+      object = names->size() == 1 && names->front().as<std::string_view>().ok() &&
+               *names->front().as<std::string_view>() == "object";
+    }
+    if (object) return std::nullopt;
+    return g::grammar_error(format("'{}.type' must be \"object\": a tool's arguments are a JSON object", path),
+                            path + ".type");
+  }
+
+  // GLM: the key/value pairs of the parameters' properties, in order.
+  result<g::expr, g::grammar_error> glm_pairs(const tool_spec& tool, std::size_t index) {
+    const std::string path = parameters_path(index);
+    if (tool.parameters.empty()) return g::expr();
+    simdjson::dom::parser parser;
+    const auto parsed = parse_json_object(parser, tool.parameters, path);
+    if (!parsed.ok()) return g::grammar_error(parsed.error().message(), path);
+    const json_fields schema(*parsed);
+    if (auto error = check_object_type(schema, path)) return *error;
+    for (const auto [key, value] : schema) {
+      if (!is_glm_parameters_keyword(key)) {
+        return g::grammar_error(format("'{}.{}': the keyword '{}' is not supported with GLM-4.5's key/value tool calls "
+                                       "(the parameters must be an object of properties)",
+                                       path, key, key),
+                                format("{}.{}", path, key));
+      }
+    }
+    std::vector<std::string> required;
+    if (const auto listed = schema.find("required")) {
+      const auto names = listed->as<json_array>();
+      if (!names.ok()) return g::grammar_error(format("'{}.required' must be an array of names", path), path + ".required");
+      for (const json_value name : *names) {
+        const auto text = name.as<std::string_view>();
+        if (!text.ok()) return g::grammar_error(format("'{}.required' must be an array of names", path), path + ".required");
+        required.emplace_back(*text);
+      }
+    }
+    const auto properties_value = schema.find("properties");
+    std::vector<g::expr> pairs;
+    std::vector<std::string> described;
+    if (properties_value) {
+      const auto properties = properties_value->as<json_fields>();
+      if (!properties.ok()) {
+        return g::grammar_error(format("'{}.properties' must be an object of schemas", path), path + ".properties");
+      }
+      for (const auto [key, property] : *properties) {
+        const std::string where = format("{}.properties.{}", path, key);
+        if (key.empty() || key.find('<') != std::string_view::npos || trim_space(key) != key) {
+          return g::grammar_error(format("'{}': a GLM-4.5 argument name must be non-empty, without '<' and without "
+                                         "spaces at its ends",
+                                         where),
+                                  where);
+        }
+        std::optional<g::expr> value;
+        const auto fields = property.as<json_fields>();
+        if (fields.ok()) {
+          if (const auto type = fields->find("type"); type && is_string_type(*type)) {
+            auto raw = raw_string(*fields, where);
+            if (!raw.ok()) return raw.error();
+            value = std::move(raw).value();
+          }
+        }
+        if (!value) {
+          auto json = b_.json_schema(tool.parameters, {.path = path, .pointer = "/properties/" + pointer_step(key)});
+          if (!json.ok()) return json.error();
+          value = std::move(json).value();
+        }
+        const g::expr pair = g::seq({marker(glm_key_open), g::literal(key), marker(glm_key_close), g::literal("\n"),
+                                     marker(glm_value_open), *value, marker(glm_value_close), g::literal("\n")});
+        const bool must = std::find(required.begin(), required.end(), key) != required.end();
+        pairs.push_back(must ? pair : g::optional(pair));
+        described.emplace_back(key);
+      }
+    }
+    for (const std::string& name : required) {
+      if (std::find(described.begin(), described.end(), name) == described.end()) {
+        return g::grammar_error(format("'{}.required' names '{}', which 'properties' does not describe", path, name),
+                                path + ".required");
+      }
+    }
+    return g::seq(std::move(pairs));
+  }
+
+  // A string-typed GLM property's raw value (the parser makes it a JSON string).
+  static result<g::expr, g::grammar_error> raw_string(const json_fields& property, const std::string& path) {
+    for (const auto [key, value] : property) {
+      if (!is_raw_string_keyword(key)) {
+        return g::grammar_error(format("'{}.{}': the keyword '{}' is not supported for a string argument of GLM-4.5's "
+                                       "tool calls (written as raw text)",
+                                       path, key, key),
+                                format("{}.{}", path, key));
+      }
+    }
+    // A raw value must survive the parser: no '<' (a closing tag), no control character, and no
+    // space at its ends (the parser trims them).
+    const auto writable = [](std::string_view text) {
+      return text.find('<') == std::string_view::npos && trim_space(text) == text &&
+             std::none_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+    };
+    std::vector<std::string> values;
+    bool listed = false;
+    for (const std::string_view keyword : {"enum", "const"}) {
+      const auto given = property.find(keyword);
+      if (!given) continue;
+      listed = true;
+      std::vector<json_value> items;
+      if (const auto array = given->as<json_array>(); keyword == "enum" && array.ok()) {
+        for (const json_value item : *array) items.push_back(item);
+      } else {
+        items.push_back(*given);
+      }
+      std::vector<std::string> these;
+      for (const json_value& item : items) {
+        const auto text = item.as<std::string_view>();
+        if (!text.ok()) continue;  // null (a ["string", "null"] type): raw text cannot write it
+        if (!writable(*text)) {
+          return g::grammar_error(format("'{}.{}': the value '{}' cannot be written as a raw GLM-4.5 argument", path,
+                                         keyword, *text),
+                                  format("{}.{}", path, keyword));
+        }
+        if (keyword == "enum" || values.empty() ||
+            std::find(values.begin(), values.end(), *text) != values.end()) {
+          these.emplace_back(*text);
+        }
+      }
+      values = std::move(these);
+      if (values.empty()) {
+        return g::grammar_error(format("'{}.{}' allows no string", path, keyword), format("{}.{}", path, keyword));
+      }
+    }
+    std::int64_t min_length = 0;
+    std::int64_t max_length = -1;
+    for (const std::string_view keyword : {"minLength", "maxLength"}) {
+      const auto given = property.find(keyword);
+      if (!given) continue;
+      const auto n = given->as<std::int64_t>();
+      if (!n.ok() || *n < 0) {
+        return g::grammar_error(format("'{}.{}' must be a non-negative integer", path, keyword),
+                                format("{}.{}", path, keyword));
+      }
+      (keyword == "minLength" ? min_length : max_length) = *n;
+    }
+    if (listed) {
+      std::vector<g::expr> options;
+      for (const std::string& v : values) {
+        const auto length = static_cast<std::int64_t>(utf8::code_points(v));
+        if (length >= min_length && (max_length < 0 || length <= max_length)) options.push_back(g::literal(v));
+      }
+      if (options.empty()) return g::grammar_error(format("'{}' allows no string", path), path);
+      return g::alt(std::move(options));
+    }
+    if (max_length >= 0 && max_length < min_length) {
+      return g::grammar_error(format("'{}.maxLength' is below minLength: no string is valid", path), path + ".maxLength");
+    }
+    // Inside: any character but '<' and the controls; at the ends, not a space either.
+    const g::expr inner = g::char_class({{0x00, 0x1F}, {'<', '<'}}, /*negated=*/true);
+    const g::expr edge = g::char_class({{0x00, 0x20}, {'<', '<'}}, /*negated=*/true);
+    std::vector<g::expr> options;
+    if (min_length == 0) options.push_back(g::expr());
+    if (min_length <= 1 && max_length != 0) options.push_back(edge);
+    if (max_length < 0 || max_length >= 2) {
+      const std::int64_t middle_min = std::max<std::int64_t>(min_length - 2, 0);
+      const std::int64_t middle_max = max_length < 0 ? -1 : max_length - 2;
+      options.push_back(g::seq({edge, g::repeat(inner, middle_min, middle_max), edge}));
+    }
+    return g::alt(std::move(options));
+  }
+
+  g::grammar_builder& b_;
+  const tool_call_grammar_options& o_;
+  std::vector<allowed_tool> allowed_;
+};
+
 }  // namespace
 
 std::string_view to_string(tool_call_parser_kind kind) {
@@ -749,6 +1065,11 @@ std::string random_tool_call_id() {
 std::unique_ptr<tool_call_parser> make_tool_call_parser(tool_call_parser_kind kind, std::vector<tool_spec> tools,
                                                         bool parallel_tool_calls, tool_call_id_source make_id) {
   return std::make_unique<family_parser>(kind, std::move(tools), parallel_tool_calls, std::move(make_id));
+}
+
+result<backend::grammar::expr, backend::grammar::grammar_error> tool_call_grammar(
+    backend::grammar::grammar_builder& b, const tool_call_grammar_options& options) {
+  return call_grammar_writer(b, options).calls();
 }
 
 }  // namespace edge::gateway

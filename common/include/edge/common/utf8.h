@@ -2,6 +2,7 @@
 // text writer, the log and the gateway's error messages.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -37,6 +38,13 @@ void append_sanitized(std::string& out, std::string_view text);
 bool is_valid(std::string_view text) noexcept;
 
 void append_code_point(std::string& out, char32_t code_point);
+
+// The characters of well-formed UTF-8 text (bytes that are no continuation byte): what JSON
+// Schema's string lengths and OpenAI's logprob offsets count.
+inline std::size_t code_points(std::string_view text) noexcept {
+  return static_cast<std::size_t>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
 
 // The code point of the well-formed character of `length` bytes at the start of `text`.
 char32_t decode(std::string_view text, std::size_t length) noexcept;

@@ -187,6 +187,9 @@ result<grammar> parse_grammar(std::string_view text);
 struct json_schema_options {
   // Where the schema sits in the request: errors name "path.properties.x.pattern".
   std::string path = "schema";
+  // The schema at this JSON pointer of the document ("/properties/city"; "": the document),
+  // with the document's $refs still resolved from its root; errors name its place below `path`.
+  std::string pointer;
 };
 
 class grammar_builder {

@@ -28,7 +28,10 @@
 //                naming it ("response_format.json_schema.schema.properties.x.pattern").
 // Fields that would change the answer's shape and are not served (suffix, functions) are a 400
 // rather than silently dropped. The tools, tool_choice and parallel_tool_calls read here reach
-// the chat template and choose how the routes parse the answer (output_parser.h).
+// the chat template and choose how the routes parse the answer (output_parser.h); tool_choice
+// "required" or a named function also makes the routes constrain the answer to calls in the
+// model's syntax (tool_call_answer_grammar), so it cannot go with a JSON response_format (a
+// 400 naming response_format).
 //
 // Every error names the offending field in `param` ("messages[2].content[0].text"), as
 // OpenAI's errors do. The parser is pure (no I/O, no allocation beyond the result), so it is

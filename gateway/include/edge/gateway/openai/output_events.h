@@ -6,11 +6,17 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 namespace edge::gateway {
+
+// Whether a marker of a syntax (<tool_call>, <think>, ...) is one special token of the served
+// vocabulary: a grammar that makes the model write the marker names that token then.
+using special_token_test = std::function<bool(std::string_view)>;
 
 struct content_delta {
   std::string text;

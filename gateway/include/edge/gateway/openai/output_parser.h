@@ -52,6 +52,18 @@ detected_output_syntax detect_output_syntax(const backend::tokenizer& tok);
 // The syntax with the special-token flags filled in for `tok`.
 output_syntax with_special_markers(output_syntax syntax, const backend::tokenizer& tok);
 
+// Whether `text` is one special token of `tok`'s vocabulary.
+bool is_special_token(const backend::tokenizer& tok, std::string_view text);
+
+// The grammar of a chat answer that must call tools (tool_choice "required" or a named
+// function) in the served model's syntax: the reasoning a model with reasoning may write first
+// (reasoning_grammar: the block is optional, or is closed first when the prompt opened it:
+// `starts_in_reasoning`), then the calls (tool_call_grammar; `calls.kind` and `calls.is_special`
+// are the syntax's and the vocabulary's). The syntax must have tool calls.
+result<backend::grammar::grammar, backend::grammar::grammar_error> tool_call_answer_grammar(
+    const output_syntax& syntax, const backend::tokenizer& tok, tool_call_grammar_options calls,
+    bool starts_in_reasoning);
+
 struct output_parser_options {
   reasoning_parser_kind reasoning = reasoning_parser_kind::none;
   bool starts_in_reasoning = false;  // the prompt opened a reasoning block (prompt_opens_reasoning)

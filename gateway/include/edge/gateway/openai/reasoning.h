@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "edge/backend/grammar/grammar.h"
 #include "edge/gateway/openai/output_events.h"
 
 namespace edge::gateway {
@@ -46,6 +47,13 @@ inline constexpr std::string_view think_close_tag = "</think>";
 // Whether a prompt ending with `prompt_tail` (its last tokens' text, special tokens written out)
 // leaves the model inside a reasoning block: its last tag is <think>, with only whitespace after.
 bool prompt_opens_reasoning(std::string_view prompt_tail);
+
+// What a constrained answer may write before the part the constraint is about (tool calls): a
+// reasoning block the splitter reads, optional, or the end of the one the prompt opened
+// (`starts_inside`): text without "</", then </think> and up to two line breaks. Nothing for
+// `none`.
+backend::grammar::expr reasoning_grammar(reasoning_parser_kind kind, bool starts_inside,
+                                         const special_token_test& is_special);
 
 // One request's splitter. Owned by the request (connection strand only).
 class reasoning_splitter {

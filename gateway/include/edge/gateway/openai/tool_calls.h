@@ -48,6 +48,25 @@
 //     dropped, as vLLM does (the client asked for one call at most).
 //   * DeepSeek and Kimi calls count only inside their section; a section whose first call is not
 //     a call is content from its begin marker on.
+//
+// The same syntaxes as grammars (tool_call_grammar): what tool_choice "required" or a named
+// function makes the model write, so that the answer is always calls these parsers read back,
+// with arguments valid against each tool's parameters schema. Per family, the grammar allows:
+//   llama3_json   {"name": "NAME", "parameters": ARGS}, several joined by "; "
+//   hermes        <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, several joined by "\n"
+//   deepseek_v3   the section around calls joined by "\n", each call V3's fenced one or V3.1's
+//                 (the model chooses)
+//   kimi_k2       the section around calls whose ids count on from the conversation's earlier
+//                 calls (functions.NAME:IDX), at most max_kimi_calls of them
+//   glm45         <tool_call>NAME\n then <arg_key>K</arg_key>\n<arg_value>V</arg_value>\n per
+//                 property in the order `properties` lists them (the required ones always, the
+//                 others optionally), </tool_call>; several joined by "\n". A string-typed
+//                 property's raw V honours enum, const, minLength and maxLength and holds no
+//                 '<' or control character, and neither starts nor ends with a space; another
+//                 property's V is JSON valid against its schema. The parameters must be an
+//                 object schema of properties (no anyOf, minProperties, ... at its top).
+// ARGS is JSON valid against the tool's parameters schema (grammar_builder::json_schema), "{}" for
+// a tool without one. A marker that is a special token of the vocabulary is that token.
 #pragma once
 
 #include <functional>
@@ -58,6 +77,7 @@
 #include <string_view>
 #include <vector>
 
+#include "edge/backend/grammar/grammar.h"
 #include "edge/gateway/openai/output_events.h"
 
 namespace edge::gateway {
@@ -98,5 +118,25 @@ class tool_call_parser {
 // `kind` must not be none. `make_id` empty: random_tool_call_id.
 std::unique_ptr<tool_call_parser> make_tool_call_parser(tool_call_parser_kind kind, std::vector<tool_spec> tools,
                                                         bool parallel_tool_calls, tool_call_id_source make_id = {});
+
+// What the answer of a request with tool_choice "required" or a named function must be.
+struct tool_call_grammar_options {
+  tool_call_parser_kind kind = tool_call_parser_kind::none;  // not none
+  std::span<const tool_spec> tools;  // the request's tools, in its order (errors name tools[i])
+  std::string only;                  // a named function: the one tool to call; "": any of them
+  bool parallel = true;              // one or more calls; false: exactly one
+  std::size_t earlier_calls = 0;     // tool calls in the conversation before this answer (Kimi's ids)
+  special_token_test is_special;     // which markers are special tokens; empty: none
+};
+
+// Kimi K2 numbers its calls, so the grammar unrolls them: an answer makes at most this many.
+inline constexpr std::size_t max_kimi_calls = 16;
+
+// The calls, as an expression of `b`'s rules. Errors name the piece of the request at fault:
+// an unsupported schema keyword ("tools[1].function.parameters.properties.x.pattern"), a
+// parameters schema that does not describe an object, or one GLM's key/value pairs cannot
+// write; the message names the tool.
+result<backend::grammar::expr, backend::grammar::grammar_error> tool_call_grammar(
+    backend::grammar::grammar_builder& b, const tool_call_grammar_options& options);
 
 }  // namespace edge::gateway
