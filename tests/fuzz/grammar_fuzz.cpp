@@ -7,7 +7,7 @@
 //          read back the same from its own canonical text.
 // Every input runs that far. One input in eight (by size: a mutation seldom keeps it, so the
 // runs stay fast however the corpus grows) also compiles the grammar for a small byte-level
-// vocabulary (merges and special tokens; made once) under a small state cap, and walks the
+// vocabulary (JSON merges, special tokens; made once) under a small state cap, and walks the
 // matcher: each choice byte picks a token among those the mask allows, or any token, which the
 // matcher must accept exactly when the mask allows it, changing nothing when it refuses. End
 // tokens are allowed whenever the grammar may end (in a schema's grammar only then); the text
@@ -25,7 +25,7 @@
 #include "edge/backend/grammar/compiled_grammar.h"
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "require.h"
-#include "tokenizer_seeds.h"
+#include "tokenizer_fixtures.h"
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv);
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
@@ -133,7 +133,11 @@ void walk(const std::shared_ptr<const g::compiled_grammar>& grammar, std::string
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  auto made = be::parse_hf_tokenizer(edge::fuzz::byte_level_tokenizer_json(), R"({"eos_token":"<|eot_id|>"})");
+  // JSON pieces that cross rule boundaries (a token's bytes leave a rule part way: the masks'
+  // hardest part), and a two-byte character.
+  std::vector<std::string> merges = edge::testing::json_merges();
+  merges.push_back(edge::testing::byte_char(0xC3) + " " + edge::testing::byte_char(0xA9));
+  auto made = be::parse_hf_tokenizer(edge::testing::byte_tokenizer_json(std::move(merges)), R"({"eos_token":"<|end|>"})");
   require(made.ok());
   tokenizer = std::move(made).value();
   vocabulary = g::token_vocabulary::create(*tokenizer);

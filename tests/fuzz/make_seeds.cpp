@@ -280,7 +280,7 @@ std::vector<std::vector<std::byte>> grammar_seeds() {
   };
   std::vector<std::vector<std::byte>> seeds;
   for (const std::string_view schema : schemas) seeds.push_back(bytes_of("j" + std::string(schema)));
-  seeds.push_back(bytes_of("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (seq (tok 3c7c656f745f69647c3e) (ref 0))))"));
+  seeds.push_back(bytes_of("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (seq (tok 3c7c63616c6c7c3e) (ref 0))))"));
   seeds.push_back(bytes_of("g(grammar (root (seq (num real -1.5 0 2 1) (rep 0 3 (cls 97 122)) (jchar))))"));
   for (const char* schema : {R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"enum":["x",2]}},"required":["a"]})",
                              R"({"type":"integer","minimum":-5,"maximum":12})", R"({"type":"string","maxLength":3})",
@@ -288,7 +288,7 @@ std::vector<std::vector<std::byte>> grammar_seeds() {
     seeds.push_back(compiled("j" + std::string(schema)));
   }
   seeds.push_back(compiled("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (ref 0)))"));
-  seeds.push_back(compiled("g(grammar (root (seq (lit 7b) (rep 1 3 (cls 97 122)) (lit 7d) (tok 3c7c656f745f69647c3e))))"));
+  seeds.push_back(compiled("g(grammar (root (seq (lit 7b) (rep 1 3 (cls 97 122)) (lit 7d) (tok 3c7c656e647c3e))))"));
   return seeds;
 }
 
