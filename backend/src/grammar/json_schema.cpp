@@ -537,18 +537,20 @@ result<expr, grammar_error> schema_reader::read_array(simdjson::dom::object o, c
       prefix.push_back(std::move(e));
     }
   }
-  std::optional<expr> items = b_.json_value();
+  // Any JSON value's rules are made only when an array takes any value: made and left unused,
+  // they would still be compiled (hundreds of states for the number alone).
+  std::optional<expr> items;
   if (o["items"].get(v) == simdjson::SUCCESS) {
     const std::string where = path + ".items";
     if (v.type() == element_type::ARRAY) {
       return unsupported(path, "items", "'items' as an array (draft 4 tuples) is not supported: use prefixItems");
     }
-    if (v.type() == element_type::BOOL && !v.get_bool().value_unsafe()) {
-      items.reset();
-    } else {
+    if (v.type() != element_type::BOOL || v.get_bool().value_unsafe()) {
       EDGE_ASSIGN_OR_RETURN(expr e, read(v, where, depth + 1));
       items = std::move(e);
     }
+  } else {
+    items = b_.json_value();
   }
   EDGE_ASSIGN_OR_RETURN(const std::int64_t min_items, read_count(o, "minItems", max_array_items, path));
   EDGE_ASSIGN_OR_RETURN(std::int64_t max_items, read_count(o, "maxItems", max_array_items, path));
