@@ -106,8 +106,8 @@ void walk(const std::shared_ptr<const g::compiled_grammar>& grammar, std::string
     }
     require(any == !allowed.empty());
     const bool could_end = m.can_end();
-    for (const be::token_id e : tokenizer->eos_ids()) {
-      if (could_end) require(bit(mask, e));
+    if (could_end) {
+      for (const be::token_id e : tokenizer->eos_ids()) require(bit(mask, e));
     }
     // A grammar text may name an end token as its own special token; a schema's never does.
     if (json) require(end_allowed == could_end);
@@ -156,7 +156,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // hardest part), and a two-byte character.
   std::vector<std::string> merges = edge::testing::json_merges();
   merges.push_back(edge::testing::byte_char(0xC3) + " " + edge::testing::byte_char(0xA9));
-  auto made = be::parse_hf_tokenizer(edge::testing::byte_tokenizer_json(std::move(merges)), R"({"eos_token":"<|end|>"})");
+  auto made =
+      be::parse_hf_tokenizer(edge::testing::byte_tokenizer_json(std::move(merges)), R"({"eos_token":"<|end|>"})");
   require(made.ok());
   tokenizer = std::move(made).value();
   vocabulary = g::token_vocabulary::create(*tokenizer);

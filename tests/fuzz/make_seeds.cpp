@@ -284,9 +284,10 @@ std::vector<std::vector<std::byte>> grammar_seeds() {
   for (const std::string_view schema : schemas) seeds.push_back(bytes_of("j" + std::string(schema)));
   seeds.push_back(bytes_of("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (seq (tok 3c7c63616c6c7c3e) (ref 0))))"));
   seeds.push_back(bytes_of("g(grammar (root (seq (num real -1.5 0 2 1) (rep 0 3 (cls 97 122)) (jchar))))"));
-  for (const char* schema : {R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"enum":["x",2]}},"required":["a"]})",
-                             R"({"type":"integer","minimum":-5,"maximum":12})", R"({"type":"string","maxLength":3})",
-                             R"({"type":"array","items":{"type":"boolean"},"maxItems":1})"}) {
+  for (const char* schema :
+       {R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"enum":["x",2]}},"required":["a"]})",
+        R"({"type":"integer","minimum":-5,"maximum":12})", R"({"type":"string","maxLength":3})",
+        R"({"type":"array","items":{"type":"boolean"},"maxItems":1})"}) {
     compiled("j" + std::string(schema));
   }
   compiled("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (ref 0)))");
