@@ -254,7 +254,7 @@ TEST_CASE("schemas of long names, deep nesting and many items build grammars of 
   // Additional properties are told apart from a long listed name (rules every few bytes keep
   // the text form shallow); before, its trie nested two levels a byte, past what parse_grammar
   // reads, and a name of 200 000 bytes overflowed the stack.
-  const std::string name(300, 'k');
+  const std::string name(250, 'k');
   const grammar named = schema_grammar(R"({"type":"object","properties":{")" + name +
                                        R"(":{"type":"boolean"}},"additionalProperties":{"type":"integer"}})");
   auto compiled = compile(named, token_vocabulary::create(*tok));
@@ -262,7 +262,7 @@ TEST_CASE("schemas of long names, deep nesting and many items build grammars of 
   CHECK(takes(*compiled, "{\"" + name + "\":true,\"" + name + "k\":1,\"k\":2}"));
   CHECK_FALSE(takes(*compiled, "{\"" + name + "\":true,\"" + name + "\":1}"));
   grammar_builder b;
-  const auto too_long = b.json_schema(R"({"type":"object","properties":{")" + std::string(1025, 'k') +
+  const auto too_long = b.json_schema(R"({"type":"object","properties":{")" + std::string(257, 'k') +
                                       R"(":{}},"additionalProperties":true})");
   REQUIRE_FALSE(too_long.ok());
   CHECK(too_long.error().path() == "schema.properties");
