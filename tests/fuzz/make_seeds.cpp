@@ -257,8 +257,21 @@ std::vector<std::vector<std::byte>> openai_request_seeds() {
   return seeds;
 }
 
-// A mode byte ('j': even, a JSON schema; 'g': odd, a grammar's text form), then the text.
+// A mode byte ('j': even, a JSON schema; 'g': odd, a grammar's text form), then the text; after
+// a NUL, the matcher's choices.
 std::vector<std::vector<std::byte>> grammar_seeds() {
+  std::vector<std::vector<std::byte>> seeds;
+  // Small grammars with choices that walk them to their end: '0' ends where the grammar may,
+  // '1' and '2' pick allowed tokens, '3' tries any token. The fuzzer compiles one input in eight
+  // (by a hash): each is written with several endings of its choices, so that some compile.
+  const auto compiled = [&seeds](const std::string& text) {
+    constexpr std::string_view choices = "1201230112021302";
+    for (std::size_t extra = 0; extra < 24; ++extra) {
+      std::string seed = text + '\0' + std::string(choices);
+      seed.append(extra, '1');
+      seeds.push_back(bytes_of(seed));
+    }
+  };
   const char* schemas[] = {
       R"({"type":"object","properties":{"name":{"type":"string","maxLength":4},"age":{"type":"integer","minimum":0,"maximum":120}},"required":["name"],"additionalProperties":false})",
       R"({"anyOf":[{"type":"array","items":{"enum":["a",1,null]},"maxItems":2},{"type":"number","exclusiveMinimum":-1.5}]})",
@@ -268,10 +281,17 @@ std::vector<std::vector<std::byte>> grammar_seeds() {
       R"({"allOf":[{"properties":{"a":{"const":1}},"required":["a"]},{"properties":{"b":{"type":"string"}}}]})",
       R"({"type":"array","prefixItems":[{"type":"string","format":"uuid"}],"items":false,"nullable":true})",
   };
-  std::vector<std::vector<std::byte>> seeds;
   for (const std::string_view schema : schemas) seeds.push_back(bytes_of("j" + std::string(schema)));
-  seeds.push_back(bytes_of("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (seq (tok 3c7c656f745f69647c3e) (ref 0))))"));
+  seeds.push_back(bytes_of("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (seq (tok 3c7c63616c6c7c3e) (ref 0))))"));
   seeds.push_back(bytes_of("g(grammar (root (seq (num real -1.5 0 2 1) (rep 0 3 (cls 97 122)) (jchar))))"));
+  for (const char* schema :
+       {R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"enum":["x",2]}},"required":["a"]})",
+        R"({"type":"integer","minimum":-5,"maximum":12})", R"({"type":"string","maxLength":3})",
+        R"({"type":"array","items":{"type":"boolean"},"maxItems":1})"}) {
+    compiled("j" + std::string(schema));
+  }
+  compiled("g(grammar (rule 78 (alt (lit 78) (seq (lit 5b) (ref 0) (lit 5d)))) (root (ref 0)))");
+  compiled("g(grammar (root (seq (lit 7b) (rep 1 3 (cls 97 122)) (lit 7d) (tok 3c7c656e647c3e))))");
   return seeds;
 }
 

@@ -36,6 +36,14 @@ constexpr int max_schema_depth = 96;
 // Counts the grammar unrolls: larger ones are refused rather than compiled for minutes.
 constexpr std::int64_t max_string_length = 4096;
 constexpr std::int64_t max_array_items = 1024;
+// The longest property name that additional properties are told apart from: key_except() is a
+// trie over the names, built with a C++ call and some 150 bytes of grammar text per byte (real
+// names are far shorter; at 1024 bytes, such schemas made most of the grammar fuzzer's time).
+constexpr std::size_t max_excepted_name = 256;
+// key_except() starts a rule this many bytes into a name, and an array every this many items
+// of prefixItems: each nests an expression two levels deeper, and the text form (parse_grammar)
+// reads no deeper than 200.
+constexpr std::size_t levels_per_rule = 32;
 
 const std::set<std::string_view>& annotation_keywords() {
   static const std::set<std::string_view> words = {"title",   "description", "examples", "default",   "$schema",
@@ -137,9 +145,10 @@ bool is_ascii_plain(std::string_view s) {
 std::vector<codepoint_range> plain_ascii() { return {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, 0x7E}}; }
 
 // A JSON string literal (quotes included) of plain ASCII characters that is none of `names`
-// (their JSON string contents). A trie over the names: past a byte no name continues with,
-// anything goes.
-expr key_except(const std::vector<std::string>& names) {
+// (their JSON string contents; none longer than max_excepted_name). A trie over the names: past
+// a byte no name continues with, anything goes. Every levels_per_rule bytes deep, the rest of
+// the trie is a rule of `b`, so that no expression nests deeper than that however long the names.
+expr key_except(grammar_builder& b, const std::vector<std::string>& names) {
   std::vector<std::string> sorted;
   for (const auto& n : names) {
     if (is_ascii_plain(n)) sorted.push_back(n);
@@ -177,7 +186,8 @@ expr key_except(const std::vector<std::string>& names) {
       }
     }
     if (!others.empty()) options.push_back(seq({char_class(others), any_tail}));
-    return alt(std::move(options));
+    if (depth == 0 || depth % levels_per_rule != 0) return alt(std::move(options));
+    return b.ref(b.add_rule("key", alt(std::move(options))));
   };
   return seq({literal("\""), node(0, sorted.size(), 0)});
 }
@@ -485,14 +495,26 @@ result<expr, grammar_error> schema_reader::read_object(simdjson::dom::object o, 
   }
   if (!has_properties && extra_value && members.empty()) {
     // Any members with values of one schema.
-    const expr member_text = seq({b_.json_string(), ws, literal(":"), ws, *extra_value});
+    // A rule, as every piece written twice below: the text form writes an expression as often
+    // as it is used, which would double at each level of schemas nested in it.
+    const expr member_text =
+        b_.ref(b_.add_rule(format("{} member", path), seq({b_.json_string(), ws, literal(":"), ws, *extra_value})));
     return seq({literal("{"), ws, optional(seq({member_text, star(seq({comma, member_text})), ws})), literal("}")});
   }
   std::optional<expr> extra;
   if (extra_value) {
     std::vector<std::string> names;
-    for (const member& m : members) names.push_back(m.name);
-    extra = seq({key_except(names), ws, literal(":"), ws, *extra_value});
+    for (const member& m : members) {
+      if (m.name.size() > max_excepted_name) {
+        const std::string where = path + ".properties";
+        return error_at(where, format("has a name longer than {} bytes, which additional properties cannot be told "
+                                      "apart from: shorten it, or set additionalProperties to false",
+                                      max_excepted_name));
+      }
+      names.push_back(m.name);
+    }
+    extra = b_.ref(b_.add_rule(format("{} additional member", path),
+                               seq({key_except(b_, names), ws, literal(":"), ws, *extra_value})));
   }
 
   // tail(i): the members from i on after at least one was written, each after a comma. A rule
@@ -538,22 +560,28 @@ result<expr, grammar_error> schema_reader::read_array(simdjson::dom::object o, c
     std::size_t i = 0;
     const simdjson::dom::array listed_items_7 = v.get_array().value_unsafe();
     for (element item : listed_items_7) {
+      // from() below takes a C++ call per item.
+      if (i == static_cast<std::size_t>(max_array_items)) {
+        return error_at(where, format("lists more than {} schemas", max_array_items));
+      }
       EDGE_ASSIGN_OR_RETURN(expr e, read(item, format("{}[{}]", where, i++), depth + 1));
       prefix.push_back(std::move(e));
     }
   }
-  std::optional<expr> items = b_.json_value();
+  // Any JSON value's rules are made only when an array takes any value: made and left unused,
+  // they would still be compiled (hundreds of states for the number alone).
+  std::optional<expr> items;
   if (o["items"].get(v) == simdjson::SUCCESS) {
     const std::string where = path + ".items";
     if (v.type() == element_type::ARRAY) {
       return unsupported(path, "items", "'items' as an array (draft 4 tuples) is not supported: use prefixItems");
     }
-    if (v.type() == element_type::BOOL && !v.get_bool().value_unsafe()) {
-      items.reset();
-    } else {
+    if (v.type() != element_type::BOOL || v.get_bool().value_unsafe()) {
       EDGE_ASSIGN_OR_RETURN(expr e, read(v, where, depth + 1));
       items = std::move(e);
     }
+  } else {
+    items = b_.json_value();
   }
   EDGE_ASSIGN_OR_RETURN(const std::int64_t min_items, read_count(o, "minItems", max_array_items, path));
   EDGE_ASSIGN_OR_RETURN(std::int64_t max_items, read_count(o, "maxItems", max_array_items, path));
@@ -570,13 +598,18 @@ result<expr, grammar_error> schema_reader::read_array(simdjson::dom::object o, c
     if (i == k) {
       if (tail_max == 0) return expr();
       if (i > 0) return repeat(seq({sep, *items}), tail_min, tail_max);
-      const expr list = seq({*items, repeat(seq({sep, *items}), std::max<std::int64_t>(0, tail_min - 1),
+      const expr item = b_.ref(b_.add_rule(format("{} item", path), *items));
+      const expr list = seq({item, repeat(seq({sep, item}), std::max<std::int64_t>(0, tail_min - 1),
                                              tail_max < 0 ? -1 : tail_max - 1)});
       return tail_min == 0 ? optional(list) : list;
     }
     const expr here = i == 0 ? prefix[static_cast<std::size_t>(i)] : seq({sep, prefix[static_cast<std::size_t>(i)]});
     const expr rest = seq({here, from(i + 1)});
-    return i < min ? rest : optional(rest);
+    const expr out = i < min ? rest : optional(rest);
+    // Each item nests the rest two levels deeper: a rule now and then keeps the text form
+    // within the depth parse_grammar reads.
+    if (i == 0 || i % static_cast<std::int64_t>(levels_per_rule) != 0) return out;
+    return b_.ref(b_.add_rule(format("{} items from {}", path, i), out));
   };
   return seq({literal("["), ws, from(0), ws, literal("]")});
 }

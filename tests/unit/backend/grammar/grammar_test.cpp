@@ -52,6 +52,29 @@ grammar build_or_fail(grammar_builder& b, expr root) {
   return std::move(g).value();
 }
 
+// Whether the grammar takes `text` whole, a byte at a time (on the byte tokenizer, a byte's id
+// is its value).
+bool takes(const std::shared_ptr<const compiled_grammar>& g, std::string_view text) {
+  grammar_matcher m(g);
+  for (const char c : text) {
+    if (!m.accept(static_cast<unsigned char>(c))) return false;
+  }
+  return m.can_end();
+}
+
+// The schema's grammar, whose text form reads back as the same grammar (what a split gateway
+// sends a backend).
+grammar schema_grammar(std::string_view schema) {
+  grammar_builder b;
+  auto root = b.json_schema(schema);
+  REQUIRE_MESSAGE(root.ok(), root.error().message());
+  grammar g = build_or_fail(b, *root);
+  auto again = parse_grammar(g.text());
+  REQUIRE_MESSAGE(again.ok(), again.error().message());
+  CHECK(again->text() == g.text());
+  return g;
+}
+
 TEST_CASE("a composed grammar: literals, classes, repetition, special tokens") {
   const auto tok = byte_tokenizer();
   grammar_builder b;
@@ -187,13 +210,6 @@ TEST_CASE("strings: lengths count characters, escapes included; formats are exac
   CHECK_FALSE(words.contains("\"abc\""));
 
   const auto dates = compile_schema(R"({"type":"string","format":"date"})", *tok);
-  const auto takes = [&](const std::shared_ptr<const compiled_grammar>& g, std::string_view text) {
-    grammar_matcher m(g);
-    for (const char c : text) {
-      if (!m.accept(static_cast<unsigned char>(c))) return false;
-    }
-    return m.can_end();
-  };
   CHECK(takes(dates, "\"2024-02-29\""));
   CHECK(takes(dates, "\"2000-02-29\""));
   CHECK_FALSE(takes(dates, "\"1900-02-29\""));
@@ -206,6 +222,84 @@ TEST_CASE("strings: lengths count characters, escapes included; formats are exac
   const auto uuid = compile_schema(R"({"type":"string","format":"uuid"})", *tok);
   CHECK(takes(uuid, "\"123e4567-e89b-12d3-a456-426614174000\""));
   CHECK_FALSE(takes(uuid, "\"123e4567-e89b-12d3-a456-42661417400\""));
+}
+
+TEST_CASE("an array schema with items has no rules of any JSON value, and compiles to a few states") {
+  const auto tok = byte_tokenizer();
+  const auto rule_names = [](std::string_view schema) {
+    grammar_builder b;
+    auto root = b.json_schema(schema);
+    REQUIRE_MESSAGE(root.ok(), root.error().message());
+    const grammar built = build_or_fail(b, *root);
+    std::set<std::string> names;
+    for (const rule& r : built.rules()) names.insert(r.name);
+    return names;
+  };
+  // Made and left unused, those rules were compiled all the same: about 680 states for an
+  // array of at most one boolean, most of them the number's.
+  for (const std::string_view schema : {R"({"type":"array","items":{"type":"boolean"},"maxItems":1})",
+                                        R"({"type":"array","items":false})",
+                                        R"({"type":"array","prefixItems":[{"const":1}],"items":{"enum":["a"]}})"}) {
+    CAPTURE(schema);
+    CHECK(rule_names(schema).count("value") == 0);
+    CHECK(compile_schema(schema, *tok)->stats().states < 100);
+  }
+  // Without items (or with items: true) an element is any value.
+  CHECK(rule_names(R"({"type":"array"})").count("value") == 1);
+  CHECK(rule_names(R"({"type":"array","items":true})").count("value") == 1);
+}
+
+TEST_CASE("schemas of long names, deep nesting and many items build grammars of linear text that read back") {
+  const auto tok = byte_tokenizer();
+  // Additional properties are told apart from a long listed name (rules every few bytes keep
+  // the text form shallow); before, its trie nested two levels a byte, past what parse_grammar
+  // reads, and a name of 200 000 bytes overflowed the stack.
+  const std::string name(250, 'k');
+  const grammar named = schema_grammar(R"({"type":"object","properties":{")" + name +
+                                       R"(":{"type":"boolean"}},"additionalProperties":{"type":"integer"}})");
+  auto compiled = compile(named, token_vocabulary::create(*tok));
+  REQUIRE_MESSAGE(compiled.ok(), compiled.error().message());
+  CHECK(takes(*compiled, "{\"" + name + "\":true,\"" + name + "k\":1,\"k\":2}"));
+  CHECK_FALSE(takes(*compiled, "{\"" + name + "\":true,\"" + name + "\":1}"));
+  grammar_builder b;
+  const auto too_long = b.json_schema(R"({"type":"object","properties":{")" + std::string(257, 'k') +
+                                      R"(":{}},"additionalProperties":true})");
+  REQUIRE_FALSE(too_long.ok());
+  CHECK(too_long.error().path() == "schema.properties");
+
+  // Pieces used twice (an array's items, an object's additional members) are rules: written out
+  // in place, the text doubled at each level (2^40 pieces at these depths, built for hours).
+  const auto nested = [](std::string_view open, std::string_view close, int depth) {
+    std::string schema;
+    for (int i = 0; i < depth; ++i) schema += open;
+    schema += R"({"type":"boolean"})";
+    for (int i = 0; i < depth; ++i) schema += close;
+    return schema;
+  };
+  for (const std::string& schema :
+       {nested(R"({"type":"array","minItems":1,"items":)", "}", 40),
+        nested(R"({"type":"object","properties":{"a":{"type":"null"}},"additionalProperties":)", "}", 40),
+        nested(R"({"type":"object","additionalProperties":)", "}", 40)}) {
+    CAPTURE(schema);
+    CHECK(schema_grammar(schema).text().size() < 40 * schema.size());
+  }
+
+  // prefixItems: a rule now and then, as each item nests the rest deeper; at most 1024.
+  std::string items = R"({"const":0})";
+  for (int i = 1; i < 300; ++i) items += R"(,{"const":)" + std::to_string(i) + "}";
+  const grammar listed = schema_grammar(R"({"type":"array","items":false,"prefixItems":[)" + items + "]}");
+  auto listed_compiled = compile(listed, token_vocabulary::create(*tok));
+  REQUIRE_MESSAGE(listed_compiled.ok(), listed_compiled.error().message());
+  std::string all = "[0";
+  for (int i = 1; i < 300; ++i) all += "," + std::to_string(i);
+  CHECK(takes(*listed_compiled, all + "]"));
+  CHECK(takes(*listed_compiled, "[0,1,2]"));
+  CHECK_FALSE(takes(*listed_compiled, "[0,2]"));
+  std::string too_many = R"({"const":0})";
+  for (int i = 1; i < 1025; ++i) too_many += R"(,{"const":0})";
+  const auto refused = b.json_schema(R"({"type":"array","prefixItems":[)" + too_many + "]}");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().path() == "schema.prefixItems");
 }
 
 TEST_CASE("schemas the reader refuses name the keyword and its path") {

@@ -22,28 +22,9 @@ namespace g = backend::grammar;
 // A byte-level tokenizer: the 256 bytes, `merges` over them (as byte_level_json spells them),
 // and <|end|> (EOS) and <|call|> as special tokens after them.
 inline std::unique_ptr<backend::tokenizer> byte_tokenizer(std::vector<std::string> merges = {}) {
-  byte_level_json json;
-  json.merges = std::move(merges);
-  const auto base = static_cast<int>(256 + json.merges.size());
-  json.added_tokens = "[{\"id\":" + std::to_string(base) +
-                      ",\"content\":\"<|end|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
-                      "\"normalized\":false,\"special\":true},{\"id\":" +
-                      std::to_string(base + 1) +
-                      ",\"content\":\"<|call|>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
-                      "\"normalized\":false,\"special\":true}]";
-  json.extra = {"<|end|>", "<|call|>"};
-  auto tok = backend::parse_hf_tokenizer(json.text(), R"({"eos_token":"<|end|>"})");
+  auto tok = backend::parse_hf_tokenizer(byte_tokenizer_json(std::move(merges)), R"({"eos_token":"<|end|>"})");
   REQUIRE_MESSAGE(tok.ok(), tok.error().message());
   return std::move(tok).value();
-}
-
-// Merges that make JSON-ish tokens of several bytes (so tokens cross rule boundaries).
-inline std::vector<std::string> json_merges() {
-  const std::string space = byte_char(' ');
-  const std::string newline = byte_char('\n');
-  return {"\" ,",   "\" }",   "{ \"",    "\" :",   "\": " + space, ", " + space, space + " \"", "a b", "ab c",
-          "1 2",    "12 3",   "} ]",     "] }",    "t r",  "tr u",   "tru e",  "n u",   "nu l", "nul l", "- 1",
-          "0 .",    "0. 5",   newline + " " + space, "\"} ]"};
 }
 
 inline std::shared_ptr<const g::compiled_grammar> compile_or_fail(const g::grammar& grammar,

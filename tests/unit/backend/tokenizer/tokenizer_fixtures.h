@@ -187,4 +187,30 @@ struct byte_level_json {
   }
 };
 
+// Merges that make JSON-ish tokens of several bytes, so that tokens cross a grammar's rule
+// boundaries (the grammar tests' and the grammar fuzzer's vocabulary).
+inline std::vector<std::string> json_merges() {
+  const std::string space = byte_char(' ');
+  const std::string newline = byte_char('\n');
+  return {"\" ,",   "\" }",   "{ \"",    "\" :",   "\": " + space, ", " + space, space + " \"", "a b", "ab c",
+          "1 2",    "12 3",   "} ]",     "] }",    "t r",  "tr u",   "tru e",  "n u",   "nu l", "nul l", "- 1",
+          "0 .",    "0. 5",   newline + " " + space, "\"} ]"};
+}
+
+// A byte-level tokenizer.json of the 256 bytes, `merges` over them (as byte_level_json spells
+// them), and <|end|> and <|call|> as special tokens after them; read it with the config
+// {"eos_token":"<|end|>"} to make <|end|> its EOS.
+inline std::string byte_tokenizer_json(std::vector<std::string> merges) {
+  byte_level_json json;
+  json.merges = std::move(merges);
+  const auto base = static_cast<int>(256 + json.merges.size());
+  const auto special = [](int id, const std::string& content) {
+    return "{\"id\":" + std::to_string(id) + ",\"content\":" + json_quote(content) +
+           ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}";
+  };
+  json.added_tokens = "[" + special(base, "<|end|>") + "," + special(base + 1, "<|call|>") + "]";
+  json.extra = {"<|end|>", "<|call|>"};
+  return json.text();
+}
+
 }  // namespace edge::testing
