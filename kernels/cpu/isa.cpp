@@ -6,24 +6,38 @@
 namespace edge::kernels::cpu {
 namespace {
 
-isa detect() {
+// What the CPU reports, read once.
+struct cpu_features {
+  bool avx2 = false;    // with FMA and F16C
+  bool avx512 = false;  // F, BW, DQ and VL
+  bool vnni = false;    // AVX-512 VNNI
+  bool vbmi = false;    // AVX-512 VBMI
+};
+
+const cpu_features& features() {
+  static const cpu_features found = [] {
+    cpu_features f;
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  if (avx512 && __builtin_cpu_supports("avx512vnni")) return isa::avx512_vnni;
-  if (avx512) return isa::avx512;
-  if (avx2) return isa::avx2;
+    __builtin_cpu_init();
+    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    f.vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");
+    f.vbmi = f.avx512 && __builtin_cpu_supports("avx512vbmi");
 #endif
-  return isa::generic;
+    return f;
+  }();
+  return found;
 }
 
 }  // namespace
 
 isa supported_isa() {
-  static const isa supported = detect();
-  return supported;
+  const cpu_features& f = features();
+  if (f.vnni) return isa::avx512_vnni;
+  if (f.avx512) return isa::avx512;
+  if (f.avx2) return isa::avx2;
+  return isa::generic;
 }
 
 isa active_isa() {
@@ -35,17 +49,7 @@ isa active_isa() {
   return chosen;
 }
 
-bool has_byte_permutes() {
-  static const bool permutes = [] {
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    return has(isa::avx512) && __builtin_cpu_supports("avx512vbmi");
-#else
-    return false;
-#endif
-  }();
-  return permutes;
-}
+bool has_byte_permutes() { return has(isa::avx512) && features().vbmi; }
 
 bool quantized_activations() {
   static const bool quantized = [] {

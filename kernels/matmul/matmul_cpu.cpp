@@ -525,12 +525,14 @@ EDGE_AVX512 void float_tile_avx512(const matmul_params& p, std::int64_t tile0, s
 
 // The same for FP8, whose tiles hold quads of elements (weight_format.h): each quad of a tile
 // is one 64-byte load that fp8_quad_decoder turns into the four elements' floats, which go to
-// the four chains as float_tile_avx512's would, so the sums are the same bits.
+// the four chains as float_tile_avx512's would, so the sums are the same bits. `tables` is
+// fp8_quad_decoder::load(), made once per call of float_tiles_avx512.
 template <int TILES, int T>
-EDGE_AVX512_VBMI void fp8_tile_avx512(const matmul_params& p, std::int64_t tile0, std::int64_t t0) {
+EDGE_AVX512_VBMI void fp8_tile_avx512(const matmul_params& p, std::int64_t tile0, std::int64_t t0,
+                                      const fp8_quad_decoder& tables) {
   static_assert(cpu_tiles::fp8_quad == tile_chains);
   float_tile_sums<dtype::fp8_e4m3, TILES, T> sums(p, tile0, t0);
-  const fp8_quad_decoder decoder = fp8_quad_decoder::load();
+  const fp8_quad_decoder decoder = tables;
   const std::int64_t full = p.k / tile_chains * tile_chains;
   for (std::int64_t i = 0; i < full; i += tile_chains) {
     sums.prefetch(i);
@@ -553,12 +555,14 @@ EDGE_AVX512 void float_tiles_avx512(const matmul_params& p, std::int64_t row_beg
   constexpr dtype W = element_of<F>();
   const std::int64_t first = row_begin / cpu_tiles::rows;
   const std::int64_t end = cpu_tiles::tiles(row_end);
+  fp8_quad_decoder fp8_tables{};
+  if constexpr (W == dtype::fp8_e4m3) fp8_tables = fp8_quad_decoder::load();
   for (std::int64_t t = 0; t < p.tokens; t += float_tile_tokens) {
     const auto run = [&]<int TILES, int T>() {
       std::int64_t tile = first;
       if constexpr (W == dtype::fp8_e4m3) {
-        for (; tile + TILES <= end; tile += TILES) fp8_tile_avx512<TILES, T>(p, tile, t);
-        for (; tile < end; ++tile) fp8_tile_avx512<1, T>(p, tile, t);
+        for (; tile + TILES <= end; tile += TILES) fp8_tile_avx512<TILES, T>(p, tile, t, fp8_tables);
+        for (; tile < end; ++tile) fp8_tile_avx512<1, T>(p, tile, t, fp8_tables);
       } else {
         for (; tile + TILES <= end; tile += TILES) float_tile_avx512<W, TILES, T>(p, tile, t);
         for (; tile < end; ++tile) float_tile_avx512<W, 1, T>(p, tile, t);

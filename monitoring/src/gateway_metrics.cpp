@@ -135,7 +135,7 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                                   .Add({}, compile_buckets())),
       grammar_cache_hits(prometheus::BuildCounter()
                              .Name(name("grammar_cache_hits_total"))
-                             .Help("Grammars found compiled in the cache")
+                             .Help("Grammars found compiled in the cache, or being compiled for another request")
                              .Register(registry)
                              .Add({})),
       grammar_cache_misses(prometheus::BuildCounter()

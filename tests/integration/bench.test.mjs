@@ -37,6 +37,15 @@ function readJson(file) {
   return JSON.parse(fs.readFileSync(file, 'utf8'));
 }
 
+// `edgeinfer bench` against a fake server with no warm-up, writing NAME.json: the run and the one
+// point it measured (undefined where it wrote none).
+async function benchFake(fake, name, args) {
+  const out = path.join(workDir, `${name}.json`);
+  const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--warmup-requests', '0', ...args,
+    '--output-json', out]);
+  return { run, point: fs.existsSync(out) ? readJson(out).points[0] : undefined };
+}
+
 // A fake OpenAI-compatible server on a free loopback port; `handler(req, res, body, n)` gets
 // the parsed body and the request's number (0, 1, ...).
 async function fakeServer(handler) {
@@ -177,11 +186,8 @@ test('429, 503, dropped connections and cut streams are counted as failures, not
     }
   });
   try {
-    const out = path.join(workDir, 'failures.json');
-    const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--concurrency', '1', '--num-requests', '12',
-      '--warmup-requests', '0', '--output-json', out]);
+    const { run, point: p } = await benchFake(fake, 'failures', ['--concurrency', '1', '--num-requests', '12']);
     assert.equal(run.code, 0, run.stderr);
-    const p = readJson(out).points[0];
     assert.equal(p.completed, 2);
     assert.equal(p.failed, 10);
     assert.deepEqual(p.failures, { http_429: 2, http_503: 2, connection: 4, incomplete_stream: 2 });
@@ -206,11 +212,8 @@ test('a kept-alive connection the server closes before answering is left for a n
     await streamCompletion(res, body, { tokens: 3 });
   });
   try {
-    const out = path.join(workDir, 'reused.json');
-    const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--concurrency', '1', '--num-requests', '4',
-      '--warmup-requests', '0', '--output-json', out]);
+    const { run, point: p } = await benchFake(fake, 'reused', ['--concurrency', '1', '--num-requests', '4']);
     assert.equal(run.code, 0, run.stderr);
-    const p = readJson(out).points[0];
     assert.equal(p.completed, 4);
     assert.equal(p.failed, 0);
     assert.equal(fake.seen.length, 7, 'requests 2, 3 and 4 were each sent twice: on the closed connection, then a new one');
@@ -222,12 +225,10 @@ test('a kept-alive connection the server closes before answering is left for a n
 test('a request past --timeout fails as a timeout; a run where nothing completes exits 1', async () => {
   const fake = await fakeServer(() => { /* never answers */ });
   try {
-    const out = path.join(workDir, 'timeout.json');
-    const run = await runBench(['--base-url', fake.url, '--model', 'fake', '--concurrency', '2', '--num-requests', '2',
-      '--warmup-requests', '0', '--timeout', '300ms', '--output-json', out]);
+    const { run, point } = await benchFake(fake, 'timeout', ['--concurrency', '2', '--num-requests', '2', '--timeout', '300ms']);
     assert.equal(run.code, 1);
     assert.match(run.stderr, /no request completed/);
-    assert.deepEqual(readJson(out).points[0].failures, { timeout: 2 });
+    assert.deepEqual(point.failures, { timeout: 2 });
   } finally {
     await fake.close();
   }

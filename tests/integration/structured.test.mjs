@@ -176,6 +176,28 @@ test('compiles are cached: the metrics count hits, misses and compile time', asy
   assert.ok(value('edgeinfer_grammar_compile_seconds_count') >= misses);
 });
 
+test('requests that bring a schema while it compiles wait for that compile: it is compiled once', async () => {
+  const counts = async () => {
+    const text = await (await fetch(`${tiny.url}/metrics`)).text();
+    const value = (series) => Number(text.split('\n').find((l) => l.startsWith(`${series} `))?.split(' ')[1] ?? 0);
+    return { misses: value('edgeinfer_grammar_cache_misses_total'), hits: value('edgeinfer_grammar_cache_hits_total'),
+      compiles: value('edgeinfer_grammar_compile_seconds_count') };
+  };
+  // A schema of its own, large enough that its compile is still running when the others arrive.
+  const properties = Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`field_${i}_once`,
+    { type: 'array', items: { type: 'object', properties: { v: { type: 'integer', minimum: -i, maximum: 1000 + i } } } }]));
+  const schema = { type: 'object', properties, required: ['field_0_once'] };
+  const before = await counts();
+  const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => tiny.client.chat.completions.create({
+    messages: [{ role: 'user', content: 'JSON' }], temperature: 1, seed: 70 + i, max_tokens: 6,
+    response_format: { type: 'json_schema', json_schema: { name: 'once', schema } },
+  })));
+  assert.equal(answers.length, 8);
+  const after = await counts();
+  assert.deepEqual({ misses: after.misses - before.misses, hits: after.hits - before.hits,
+    compiles: after.compiles - before.compiles }, { misses: 1, hits: 7, compiles: 1 });
+});
+
 test('split topology: the gateway sends the grammar and the backend compiles it', async () => {
   const backend = await startServer(['--model', storiesGguf, '--threads', '1', '--internal-token', TOKEN,
     '--http-threads', '1'], { command: 'backend' });

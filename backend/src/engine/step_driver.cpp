@@ -16,15 +16,8 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
   row_seqs_.clear();
   rows_.clear();
   scored_.clear();
+  constrained_rows_.clear();
   std::size_t copied = 0;
-  const auto words = static_cast<std::size_t>(kernels::allowed_words(exec_.vocab_size()));
-  std::size_t constrained = 0;
-  for (const scheduled_chunk& chunk : plan.chunks) {
-    if (chunk.samples && sequence_of(chunk.id).decoder->constrained()) ++constrained;
-  }
-  // Sized before the rows take spans of it.
-  masks_.resize(constrained * words);
-  std::size_t mask_row = 0;
   for (const scheduled_chunk& chunk : plan.chunks) {
     batch_.entries.push_back({.tokens = chunk.tokens,
                               .start_position = chunk.start,
@@ -40,15 +33,20 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
       row.config = seq.decoder->next_row();
       row.bias = seq.decoder->sampling().logit_bias;
     }
-    if (seq.decoder->constrained()) {
-      const std::span<std::uint32_t> mask = std::span(masks_).subspan(mask_row++ * words, words);
-      seq.decoder->fill_allowed(mask);
-      row.allowed = mask;
-    }
+    if (seq.decoder->constrained()) constrained_rows_.push_back(rows_.size());
     copied += row.copy_logits ? 1 : 0;
     row_ids_.push_back(chunk.id);
     row_seqs_.push_back(seq);
     rows_.push_back(row);
+  }
+  // The grammars' masks, once masks_ has its size (the rows hold spans of it).
+  const auto words = static_cast<std::size_t>(kernels::allowed_words(exec_.vocab_size()));
+  masks_.resize(constrained_rows_.size() * words);
+  for (std::size_t k = 0; k < constrained_rows_.size(); ++k) {
+    const std::size_t r = constrained_rows_[k];
+    const std::span<std::uint32_t> mask = std::span(masks_).subspan(k * words, words);
+    row_seqs_[r].decoder->fill_allowed(mask);
+    rows_[r].allowed = mask;
   }
   const auto vocab = static_cast<std::size_t>(exec_.vocab_size());
   const auto prompt_rows = static_cast<std::size_t>(batch_.prompt_logits_rows());

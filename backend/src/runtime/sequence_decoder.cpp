@@ -23,7 +23,7 @@ sequence_decoder::sequence_decoder(const tokenizer& tok, const sampling_params& 
       limits_(std::move(limits)),
       sampler_(sampling, prompt),
       detokenizer_(tok, prompt_ends_with_bos(tok, prompt), /*with_special=*/!limits_.skip_special_tokens),
-      stops_(limits_.stop) {
+      stops_(limits_.grammar ? std::vector<std::string>{} : limits_.stop) {
   if (limits_.grammar) matcher_.emplace(limits_.grammar, limits_.stop_token_ids);
 }
 

@@ -54,6 +54,32 @@ inline std::size_t find_marker(std::string_view text, std::string_view marker, s
   return found;
 }
 
+// `marker` in `text` where it stands outside every JSON string (a quote opens one, an unescaped
+// quote closes it), searched from where `scan` stopped: a JSON value's end, which a string inside
+// the value may spell. `scan` carries the string state from one piece of text to the next.
+struct json_string_scan {
+  std::size_t at = 0;  // the next byte to read
+  bool in_string = false;
+  bool escaped = false;  // the byte before `at` is a backslash that escapes
+};
+
+inline std::size_t find_marker_outside_strings(std::string_view text, std::string_view marker, json_string_scan& scan) {
+  for (; scan.at + marker.size() <= text.size(); ++scan.at) {
+    const char c = text[scan.at];
+    if (!scan.in_string) {
+      if (text.substr(scan.at).starts_with(marker)) return scan.at;
+      scan.in_string = c == '"';
+    } else if (scan.escaped) {
+      scan.escaped = false;
+    } else if (c == '\\') {
+      scan.escaped = true;
+    } else {
+      scan.in_string = c != '"';
+    }
+  }
+  return std::string_view::npos;
+}
+
 // Whether `text` could still grow into `marker` (it is a proper start of it).
 inline bool is_marker_start(std::string_view text, std::string_view marker) {
   return text.size() < marker.size() && marker.starts_with(text);

@@ -604,6 +604,7 @@ class family_parser final : public tool_call_parser {
           pending_.erase(0, space + glm_value_open.size());
           if (string_value_) arguments("\"");
           value_started_ = false;
+          json_scan_ = {};
           state_ = state::glm_value;
           return true;
         }
@@ -620,7 +621,11 @@ class family_parser final : public tool_call_parser {
           value_started_ = true;
           text = pending_;
         }
-        const std::size_t found = find_marker(text, glm_value_close, scanned_);
+        // A JSON value ends at the first closing tag outside its strings (a string may hold one);
+        // where a quote never closes, at the first closing tag after all.
+        std::size_t found = string_value_ ? find_marker(text, glm_value_close, scanned_)
+                                          : find_marker_outside_strings(text, glm_value_close, json_scan_);
+        if (found == std::string_view::npos && !string_value_ && at_end) found = text.find(glm_value_close);
         if (found != std::string_view::npos) {
           scanned_ = 0;
           const std::string_view value = text.substr(0, trailing_space_start(text, found));
@@ -703,6 +708,7 @@ class family_parser final : public tool_call_parser {
   bool string_value_ = false;
   bool value_started_ = false;
   std::size_t scanned_ = 0;      // GLM: how much of a key or value held back was searched for its end
+  json_string_scan json_scan_;   // GLM: how far a JSON value was read for its end
 };
 
 // ---- the families' syntax as grammars ----------------------------------------------------------
@@ -855,6 +861,18 @@ class call_grammar_writer {
                             path + ".type");
   }
 
+  // The first keyword of `schema` that `supported` refuses, as the error naming it and its path.
+  static std::optional<g::grammar_error> refuse_keywords(const json_fields& schema, const std::string& path,
+                                                         bool (*supported)(std::string_view), std::string_view where) {
+    for (const auto [key, value] : schema) {
+      if (!supported(key)) {
+        return g::grammar_error(format("'{}.{}': the keyword '{}' is not supported {}", path, key, key, where),
+                                format("{}.{}", path, key));
+      }
+    }
+    return std::nullopt;
+  }
+
   // GLM: the key/value pairs of the parameters' properties, in order.
   result<g::expr, g::grammar_error> glm_pairs(const tool_spec& tool, std::size_t index) {
     const std::string path = parameters_path(index);
@@ -864,13 +882,10 @@ class call_grammar_writer {
     if (!parsed.ok()) return g::grammar_error(parsed.error().message(), path);
     const json_fields schema(*parsed);
     if (auto error = check_object_type(schema, path)) return *error;
-    for (const auto [key, value] : schema) {
-      if (!is_glm_parameters_keyword(key)) {
-        return g::grammar_error(format("'{}.{}': the keyword '{}' is not supported with GLM-4.5's key/value tool calls "
-                                       "(the parameters must be an object of properties)",
-                                       path, key, key),
-                                format("{}.{}", path, key));
-      }
+    if (auto error = refuse_keywords(schema, path, is_glm_parameters_keyword,
+                                     "with GLM-4.5's key/value tool calls (the parameters must be an object of "
+                                     "properties)")) {
+      return *error;
     }
     std::vector<std::string> required;
     if (const auto listed = schema.find("required")) {
@@ -930,13 +945,9 @@ class call_grammar_writer {
 
   // A string-typed GLM property's raw value (the parser makes it a JSON string).
   static result<g::expr, g::grammar_error> raw_string(const json_fields& property, const std::string& path) {
-    for (const auto [key, value] : property) {
-      if (!is_raw_string_keyword(key)) {
-        return g::grammar_error(format("'{}.{}': the keyword '{}' is not supported for a string argument of GLM-4.5's "
-                                       "tool calls (written as raw text)",
-                                       path, key, key),
-                                format("{}.{}", path, key));
-      }
+    if (auto error = refuse_keywords(property, path, is_raw_string_keyword,
+                                     "for a string argument of GLM-4.5's tool calls (written as raw text)")) {
+      return *error;
     }
     // A raw value must survive the parser: no '<' (a closing tag), no control character, and no
     // space at its ends (the parser trims them).

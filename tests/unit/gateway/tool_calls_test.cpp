@@ -273,6 +273,25 @@ TEST_CASE("glm45: a value that should be JSON and is not becomes a string; unkno
   CHECK(parses_as_json(r.message.tool_calls[0].arguments));
 }
 
+TEST_CASE("glm45: a JSON value ends at the closing tag outside its strings; a quote left open ends at the first") {
+  const std::vector<gw::tool_spec> offered = {
+      {"write", R"({"type":"object","properties":{"doc":{"type":"object"},"n":{"type":"integer"}}})"}};
+  // A string inside the value spells the closing tag, an escaped quote before it.
+  auto r = parse_every_way(tools(gw::tool_call_parser_kind::glm45, true, offered),
+                           "<tool_call>write\n<arg_key>doc</arg_key>\n<arg_value>{\"html\": \"a \\\" </arg_value>\"}"
+                           "</arg_value>\n<arg_key>n</arg_key>\n<arg_value>2</arg_value>\n</tool_call>");
+  REQUIRE(r.message.tool_calls.size() == 1);
+  CHECK(r.message.tool_calls[0].arguments == R"({"doc": {"html": "a \" </arg_value>"}, "n": 2})");
+  CHECK(parses_as_json(r.message.tool_calls[0].arguments));
+  // Not JSON, its quote never closed: the value is the text up to the first closing tag, a string.
+  r = parse_every_way(tools(gw::tool_call_parser_kind::glm45, true, offered),
+                      "<tool_call>write\n<arg_key>n</arg_key>\n<arg_value>2\"</arg_value>\n<arg_key>doc</arg_key>\n"
+                      "<arg_value>{}</arg_value>\n</tool_call>");
+  REQUIRE(r.message.tool_calls.size() == 1);
+  CHECK(r.message.tool_calls[0].arguments == R"({"n": "2\"", "doc": {}})");
+  CHECK(parses_as_json(r.message.tool_calls[0].arguments));
+}
+
 TEST_CASE("glm45: a type list of string and null is a string; booleans stay JSON; several calls") {
   const auto r = parse_every_way(glm,
                                  "Two calls.\n<tool_call>get_time\n<arg_key>zone</arg_key>\n<arg_value>true"

@@ -211,8 +211,10 @@ TEST_CASE("a view of tiles from a whole tile on equals the rows from there") {
                                          .y_stride = rows},
                                         {})
                   .ok());
+      // Rows and tiles add in other orders on some paths (AVX2's INT4 rows take the code offset
+      // off in float, at the end), as in the test above: the same within that rounding.
       for (std::size_t i = 0; i < from_rows.size(); ++i) {
-        CHECK(from_tiles[i] == doctest::Approx(from_rows[i]).epsilon(1e-5).scale(1.0));
+        CHECK(from_tiles[i] == doctest::Approx(from_rows[i]).epsilon(2e-4).scale(1.0));
       }
     }
   }

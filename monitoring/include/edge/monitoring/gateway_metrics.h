@@ -90,7 +90,8 @@ struct gateway_metrics {
   prometheus::Counter& quota_store_dropped;
   // Structured outputs (grammar_compiler.h): edgeinfer_grammar_compile_seconds, the time to
   // compile a grammar for the tokenizer (cache misses only); edgeinfer_grammar_cache_hits_total
-  // and edgeinfer_grammar_cache_misses_total, lookups of the compiled-grammar cache.
+  // and edgeinfer_grammar_cache_misses_total, lookups of the compiled-grammar cache (a request
+  // that waits for a compile of the same grammar in flight is a hit).
   prometheus::Histogram& grammar_compile_seconds;
   prometheus::Counter& grammar_cache_hits;
   prometheus::Counter& grammar_cache_misses;

@@ -69,6 +69,7 @@ class step_driver {
   std::vector<float> logits_;               // [rows with copy_logits + prompt logits rows, vocab]
   std::vector<float> raw_;                  // [vocab] a row's logits before penalties
   std::vector<std::uint32_t> masks_;        // [constrained rows, allowed_words(vocab)] grammars' token masks
+  std::vector<std::size_t> constrained_rows_;  // [constrained rows] their rows' indices, in order
   std::vector<sampled_token> sampled_;      // [rows] what run() returns
   std::vector<scored_prompt> scored_;       // what scored_prompts() returns
 };

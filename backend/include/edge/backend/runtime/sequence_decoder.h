@@ -46,7 +46,9 @@ struct decode_limits {
   std::vector<token_id> stop_token_ids;  // end the output like EOS, and are not part of its text
   std::vector<std::string> stop;         // stop strings: the text ends right before the first
   // Constrained decoding: only tokens that continue this grammar (grammar_matcher); null: any.
-  // The output ends at the end token that closes the match, ignore_eos or not.
+  // The output ends at the end token that closes the match, ignore_eos or not. The grammar covers
+  // the whole output, so stop strings are not matched: one inside a JSON string or a forced
+  // tool call would cut what the grammar promises whole (max_tokens still cuts it: "length").
   std::shared_ptr<const grammar::compiled_grammar> grammar;
   // Special tokens add nothing to the text (vLLM's skip_special_tokens); false writes their text
   // out, for a reader of markers that are special tokens (tool-call syntaxes such as Kimi K2's).
