@@ -270,6 +270,10 @@ test('usage is counted per tenant and every request gets an access log line', as
   const series = (kind) => `edgeinfer_tenant_tokens_total{kind="${kind}",tenant="default"}`;
   const [promptBefore, completionBefore] = [await metric(series('prompt')), await metric(series('completion'))];
   const completion = await client.completions.create({ model: modelId, prompt: 'Once upon a time', max_tokens: 7, temperature: 0 });
+  // The tenant's tokens are counted when the request settles, which may follow the response's
+  // last byte by a moment: wait for the counters to move, then check they moved by the usage.
+  await waitFor('the tenant token counters', async () =>
+    (await metric(series('completion'))) > completionBefore && (await metric(series('prompt'))) > promptBefore);
   assert.equal(await metric(series('prompt')), promptBefore + completion.usage.prompt_tokens);
   assert.equal(await metric(series('completion')), completionBefore + completion.usage.completion_tokens);
   const id = completion._request_id;
