@@ -34,7 +34,7 @@ start_serve() {
     fi
     [[ -z "$port" ]] && port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
     if [[ -n "$port" ]] && [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]]; then
-      key=$(grep -o 'ek-[A-Za-z0-9._-]*' "$log" | head -n1)
+      key=$(sed -n 's/.*with API key \(ek-[0-9a-f]*\.[A-Za-z0-9_-]*\).*/\1/p' "$log" | head -n1)
       return 0
     fi
     sleep 0.1
