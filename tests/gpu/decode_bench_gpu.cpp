@@ -347,7 +347,7 @@ std::vector<double> engine_decode(kernels::weight_format weights, kernels::dtype
         plan.entries.push_back({.tokens = ids[static_cast<std::size_t>(s)], .start_position = position,
                                 .block_table = tables[static_cast<std::size_t>(s)], .compute_logits = true});
       }
-      check_ok(exec.forward_sample(plan, config_rows, out, {}), "decode step");
+      check_ok(exec.forward_sample(plan, config_rows, out, {}, {}), "decode step");
       for (std::int64_t s = 0; s < batch; ++s) ids[static_cast<std::size_t>(s)][0] = out[static_cast<std::size_t>(s)];
     };
     for (std::int64_t i = 0; i < warmup; ++i) step(context + i);

@@ -502,7 +502,7 @@ int main() {
       rows[1].copy_logits = true;
       std::vector<std::int32_t> sampled(3);
       std::vector<float> copied(static_cast<std::size_t>(exec.vocab_size()));
-      gpu_test::check_ok(exec.forward_sample(plan, rows, sampled, copied), "forward_sample");
+      gpu_test::check_ok(exec.forward_sample(plan, rows, sampled, copied, {}), "forward_sample");
       for (std::size_t s = 0; s < 3; ++s) {
         const auto row = std::span<const float>(logits).subspan(s * static_cast<std::size_t>(exec.vocab_size()),
                                                                 static_cast<std::size_t>(exec.vocab_size()));
@@ -537,8 +537,8 @@ int main() {
     const std::vector<row_sampling> greedy_row(1, row_sampling{.sample = true, .config = {.temperature = 0.0f}});
     std::vector<std::int32_t> cpu_token(1), gpu_token(1);
     std::vector<float> cpu_rows(static_cast<std::size_t>(16 * vocab)), gpu_rows(cpu_rows.size());
-    gpu_test::check_ok((*cpu)->forward_sample(scored, greedy_row, cpu_token, cpu_rows), "forward_sample (CPU, prompt rows)");
-    gpu_test::check_ok((*gpu)->forward_sample(scored, greedy_row, gpu_token, gpu_rows), "forward_sample (CUDA, prompt rows)");
+    gpu_test::check_ok((*cpu)->forward_sample(scored, greedy_row, cpu_token, cpu_rows, {}), "forward_sample (CPU, prompt rows)");
+    gpu_test::check_ok((*gpu)->forward_sample(scored, greedy_row, gpu_token, gpu_rows, {}), "forward_sample (CUDA, prompt rows)");
     double worst = 0;
     for (std::size_t i = 0; i < cpu_rows.size(); ++i) worst = std::max(worst, std::fabs(double(cpu_rows[i]) - gpu_rows[i]));
     r.check("prompt logits rows (16, f32): CUDA against CPU, largest difference", worst, 1e-3);
@@ -597,8 +597,8 @@ int main() {
     rows[2].config = {.temperature = 1.0f, .uniform = 0.5f};
     rows[2].bias = ban;
     std::vector<std::int32_t> on_cpu(3), on_gpu(3);
-    gpu_test::check_ok((*cpu)->forward_sample(biased, rows, on_cpu, {}), "forward_sample (CPU, biased)");
-    gpu_test::check_ok((*gpu)->forward_sample(biased, rows, on_gpu, {}), "forward_sample (CUDA, biased)");
+    gpu_test::check_ok((*cpu)->forward_sample(biased, rows, on_cpu, {}, {}), "forward_sample (CPU, biased)");
+    gpu_test::check_ok((*gpu)->forward_sample(biased, rows, on_gpu, {}, {}), "forward_sample (CUDA, biased)");
     r.expect("logit biases on the device: a banned greedy token is not chosen, a +100 one is, as on the CPU",
              on_gpu[0] != best && on_gpu[1] == 300 && on_gpu[2] != best && on_gpu[0] == on_cpu[0] && on_gpu[1] == on_cpu[1],
              format("CUDA {} {} {}, CPU {} {} {}, banned {}", on_gpu[0], on_gpu[1], on_gpu[2], on_cpu[0], on_cpu[1],

@@ -39,20 +39,21 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
     row_seqs_.push_back(seq);
     rows_.push_back(row);
   }
-  // The grammars' masks, once masks_ has its size (the rows hold spans of it).
+  // The grammars' masks: the rows hold spans of masks_ (sized first), which the executor has
+  // filled once the forward pass is under way (on a GPU, while it runs).
   const auto words = static_cast<std::size_t>(kernels::allowed_words(exec_.vocab_size()));
   masks_.resize(constrained_rows_.size() * words);
-  for (std::size_t k = 0; k < constrained_rows_.size(); ++k) {
-    const std::size_t r = constrained_rows_[k];
-    const std::span<std::uint32_t> mask = std::span(masks_).subspan(k * words, words);
-    row_seqs_[r].decoder->fill_allowed(mask);
-    rows_[r].allowed = mask;
-  }
+  const auto mask_of = [&](std::size_t k) { return std::span(masks_).subspan(k * words, words); };
+  for (std::size_t k = 0; k < constrained_rows_.size(); ++k) rows_[constrained_rows_[k]].allowed = mask_of(k);
+  const auto fill_masks = [&] {
+    for (std::size_t k = 0; k < constrained_rows_.size(); ++k) row_seqs_[constrained_rows_[k]].decoder->fill_allowed(mask_of(k));
+  };
   const auto vocab = static_cast<std::size_t>(exec_.vocab_size());
   const auto prompt_rows = static_cast<std::size_t>(batch_.prompt_logits_rows());
   tokens_.assign(rows_.size(), 0);
   logits_.resize((copied + prompt_rows) * vocab);
-  EDGE_RETURN_IF_ERROR(exec_.forward_sample(batch_, rows_, tokens_, logits_));
+  EDGE_RETURN_IF_ERROR(exec_.forward_sample(batch_, rows_, tokens_, logits_,
+                                            constrained_rows_.empty() ? mask_filler{} : mask_filler(fill_masks)));
 
   // First every token (what can fail), then the records: an error leaves nothing half done.
   sampled_.assign(rows_.size(), sampled_token{});

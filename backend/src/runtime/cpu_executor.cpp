@@ -181,12 +181,15 @@ status cpu_executor::forward(const batch_plan& plan, std::span<float> logits) {
 }
 
 status cpu_executor::forward_sample(const batch_plan& plan, std::span<const row_sampling> rows,
-                                    std::span<std::int32_t> tokens, std::span<float> logits) {
+                                    std::span<std::int32_t> tokens, std::span<float> logits,
+                                    const mask_filler& fill_masks) {
   state& s = *state_;
   const std::int64_t vocab = s.plan.vocab;
   EDGE_RETURN_IF_ERROR(check_sampling_args(plan, rows, tokens, logits, vocab));
   if (plan.total_tokens() == 0) return {};
   EDGE_RETURN_IF_ERROR(s.run(plan, s.logits.data()));
+  // The forward pass has had every core: the masks come after it.
+  if (fill_masks) fill_masks();
   // Raw rows first: sampling uses its rows as scratch. Then the prompt logits rows, which follow
   // the sampled ones.
   const auto row_floats = static_cast<std::size_t>(vocab);

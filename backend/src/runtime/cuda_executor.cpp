@@ -206,7 +206,9 @@ struct cuda_executor::state {
   pinned_memory host_logits;   // [S + prompt_rows, vocab]
   pinned_memory host_sampled;  // [S]
   pinned_memory host_allowed;  // [S, allowed_words(vocab)] staging of `allowed`
-  std::int64_t step_allowed_rows = 0;  // rows of it the step last executed filled
+  // The masks of the step last executed, in the order of their rows of `allowed` (read once the
+  // forward pass is queued: forward_sample's mask_filler writes them meanwhile).
+  std::vector<std::span<const std::uint32_t>> step_masks;
   pinned_memory host_expert_tokens;  // [moe_layers, max_experts] of the last step (MoE)
   std::int64_t last_tokens = 0;      // of the last step, padding included
 
@@ -493,8 +495,7 @@ struct cuda_executor::state {
     auto* biases = reinterpret_cast<kernels::logit_bias*>(base + m.biases);
     std::int64_t bias_entries = 0;
     const auto words = static_cast<std::size_t>(kernels::allowed_words(plan.vocab));
-    auto* masks = reinterpret_cast<std::uint32_t*>(host_allowed.data());
-    step_allowed_rows = 0;
+    step_masks.clear();
     for (std::int64_t r = 0; r < staged.sampled_rows; ++r) {
       const bool given = r < static_cast<std::int64_t>(sampling.size()) && sampling[static_cast<std::size_t>(r)].sample;
       configs[r] = given ? sampling[static_cast<std::size_t>(r)].config : kernels::sampling_row{.temperature = 0.0f};
@@ -511,8 +512,8 @@ struct cuda_executor::state {
       const auto mask = sampling[static_cast<std::size_t>(r)].allowed;
       if (mask.empty()) continue;
       if (mask.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
-      std::memcpy(masks + static_cast<std::size_t>(step_allowed_rows) * words, mask.data(), words * sizeof(std::uint32_t));
-      configs[r].allowed_row = static_cast<std::int32_t>(step_allowed_rows++);
+      configs[r].allowed_row = static_cast<std::int32_t>(step_masks.size());
+      step_masks.push_back(mask);
     }
     step_meta = m;
     last_tokens = staged.tokens;
@@ -765,10 +766,10 @@ status cuda_executor::warm_up(std::int64_t prefill, std::int64_t blocks) {
   const row_sampling drawn{.config = {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .min_p = 0.01f, .uniform = 0.5f}};
   std::int32_t token = 0;
   const batch_plan first{.entries = {{.tokens = ids, .start_position = 0, .block_table = table, .compute_logits = true}}};
-  EDGE_RETURN_IF_ERROR(forward_sample(first, std::span(&drawn, 1), std::span(&token, 1), {}));
+  EDGE_RETURN_IF_ERROR(forward_sample(first, std::span(&drawn, 1), std::span(&token, 1), {}, {}));
   const batch_plan next{
       .entries = {{.tokens = std::span(ids.data(), 1), .start_position = prefill, .block_table = table, .compute_logits = true}}};
-  return forward_sample(next, std::span(&drawn, 1), std::span(&token, 1), {});
+  return forward_sample(next, std::span(&drawn, 1), std::span(&token, 1), {}, {});
 }
 
 result<std::unique_ptr<cuda_executor>> cuda_executor::create(const model& m, const cuda_executor_options& options) {
@@ -863,7 +864,8 @@ status cuda_executor::forward(const batch_plan& plan, std::span<float> logits) {
 }
 
 status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row_sampling> rows,
-                                     std::span<std::int32_t> tokens, std::span<float> logits) {
+                                     std::span<std::int32_t> tokens, std::span<float> logits,
+                                     const mask_filler& fill_masks) {
   state& s = *state_;
   EDGE_RETURN_IF_ERROR(check_sampling_args(plan, rows, tokens, logits, s.plan.vocab));
   if (plan.total_tokens() == 0) return {};
@@ -885,11 +887,18 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
                                                     cudaMemcpyDeviceToHost, s.stream),
                                     "prompt logits download"));
   }
+  // The device computes the step meanwhile: the host fills the grammars' masks now (rows sampled
+  // on the host read them too), and those sampled here are staged behind the step on the stream.
+  if (fill_masks) fill_masks();
   const bool any_sampled = std::any_of(rows.begin(), rows.end(), [](const row_sampling& r) { return r.sample; });
   if (any_sampled) {
-    if (s.step_allowed_rows > 0) {
-      const auto bytes = static_cast<std::size_t>(s.step_allowed_rows * kernels::allowed_words(s.plan.vocab)) *
-                         sizeof(std::uint32_t);
+    if (!s.step_masks.empty()) {
+      const auto words = static_cast<std::size_t>(kernels::allowed_words(s.plan.vocab));
+      auto* staged = reinterpret_cast<std::uint32_t*>(s.host_allowed.data());
+      for (std::size_t k = 0; k < s.step_masks.size(); ++k) {
+        std::memcpy(staged + k * words, s.step_masks[k].data(), words * sizeof(std::uint32_t));
+      }
+      const std::size_t bytes = s.step_masks.size() * words * sizeof(std::uint32_t);
       EDGE_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(s.allowed, s.host_allowed.data(), bytes, cudaMemcpyHostToDevice,
                                                       s.stream),
                                       "token mask upload"));

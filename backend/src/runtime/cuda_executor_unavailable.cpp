@@ -34,7 +34,7 @@ result<std::unique_ptr<cuda_executor>> cuda_executor::create_synthetic(const mod
 }
 status cuda_executor::forward(const batch_plan&, std::span<float>) { return not_built(); }
 status cuda_executor::forward_sample(const batch_plan&, std::span<const row_sampling>, std::span<std::int32_t>,
-                                     std::span<float>) {
+                                     std::span<float>, const mask_filler&) {
   return not_built();
 }
 std::int64_t cuda_executor::max_batch_tokens() const { return 0; }

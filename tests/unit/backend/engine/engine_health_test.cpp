@@ -43,9 +43,10 @@ class failing_executor final : public executor {
     return inner_.forward(plan, logits);
   }
   edge::status forward_sample(const batch_plan& plan, std::span<const row_sampling> rows,
-                              std::span<std::int32_t> tokens, std::span<float> logits) override {
+                              std::span<std::int32_t> tokens, std::span<float> logits,
+                              const edge::backend::mask_filler& fill_masks) override {
     if (fail_next.exchange(false)) return injected();
-    return inner_.forward_sample(plan, rows, tokens, logits);
+    return inner_.forward_sample(plan, rows, tokens, logits, fill_masks);
   }
   const kv_cache_layout& kv_layout() const override { return inner_.kv_layout(); }
   std::int64_t max_batch_tokens() const override { return inner_.max_batch_tokens(); }

@@ -134,7 +134,7 @@ TEST_CASE("forward_sample samples on the executor and copies only the rows asked
       {.sample = false, .copy_logits = true}};
   std::vector<std::int32_t> tokens(3, -7);
   std::vector<float> copied(static_cast<std::size_t>(2 * vocab));
-  REQUIRE(l.exec->forward_sample(plan, rows, tokens, copied).ok());
+  REQUIRE(l.exec->forward_sample(plan, rows, tokens, copied, {}).ok());
   CHECK(tokens[0] == edge::kernels::argmax(row(0)));
   CHECK(tokens[2] == -7);
   CHECK(std::vector<float>(copied.begin(), copied.begin() + vocab) == row(1));
@@ -150,8 +150,8 @@ TEST_CASE("forward_sample samples on the executor and copies only the rows asked
 
   // Arguments that do not fit the plan are refused.
   std::vector<float> short_buffer(static_cast<std::size_t>(vocab));
-  CHECK(l.exec->forward_sample(plan, rows, tokens, short_buffer).code() == edge::status_code::invalid_argument);
-  CHECK(l.exec->forward_sample(plan, std::span(rows).first(2), std::span(tokens).first(2), copied).code() ==
+  CHECK(l.exec->forward_sample(plan, rows, tokens, short_buffer, {}).code() == edge::status_code::invalid_argument);
+  CHECK(l.exec->forward_sample(plan, std::span(rows).first(2), std::span(tokens).first(2), copied, {}).code() ==
         edge::status_code::invalid_argument);
 }
 
@@ -328,4 +328,38 @@ TEST_CASE("latent attention: a prompt prefilled at once (expanded) gives the log
       }
     }
   }
+}
+
+TEST_CASE("forward_sample reads the token masks its mask filler writes, filled once before any draw") {
+  edge::testing::temp_dir dir;
+  const auto path = dir / "tiny";
+  REQUIRE(write_synthetic_model({.preset = "tiny", .seed = 4, .dtype = edge::kernels::dtype::f32, .out = path}).ok());
+  loaded l = load(path);
+  const std::int64_t vocab = l.m->config.vocab_size;
+  const std::vector<token_id> a = {1, 5, 9}, c = {3};
+  const std::vector<std::int32_t> ta = {0}, tc = {1};
+  batch_plan plan;
+  plan.entries.push_back({.tokens = a, .start_position = 0, .block_table = ta, .compute_logits = true});
+  plan.entries.push_back({.tokens = c, .start_position = 0, .block_table = tc, .compute_logits = true});
+  std::vector<float> logits(static_cast<std::size_t>(2 * vocab));
+  REQUIRE(l.exec->forward(plan, logits).ok());
+  const std::span<const float> row0 = std::span<const float>(logits).first(static_cast<std::size_t>(vocab));
+  // The one token row 0's mask allows: the least likely, which greedy would never pick unmasked.
+  const auto least = static_cast<std::int32_t>(std::min_element(row0.begin(), row0.end()) - row0.begin());
+  REQUIRE(least != edge::kernels::argmax(row0));
+
+  // Until the filler runs, the mask bans every token.
+  std::vector<std::uint32_t> mask(static_cast<std::size_t>(edge::kernels::allowed_words(vocab)), 0u);
+  const std::vector<row_sampling> rows = {{.sample = true, .config = {.temperature = 0.0f}, .allowed = mask},
+                                          {.sample = true, .config = {.temperature = 0.0f}}};
+  int fills = 0;
+  const edge::backend::mask_filler fill = [&] {
+    ++fills;
+    mask[static_cast<std::size_t>(least) / 32] |= 1u << (least % 32);
+  };
+  std::vector<std::int32_t> tokens(2, -7);
+  REQUIRE(l.exec->forward_sample(plan, rows, tokens, {}, fill).ok());
+  CHECK(fills == 1);
+  CHECK(tokens[0] == least);
+  CHECK(tokens[1] == edge::kernels::argmax(std::span<const float>(logits).subspan(static_cast<std::size_t>(vocab))));
 }

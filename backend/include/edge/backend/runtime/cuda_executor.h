@@ -85,7 +85,7 @@ class cuda_executor final : public executor {
 
   status forward(const batch_plan& plan, std::span<float> logits) override;
   status forward_sample(const batch_plan& plan, std::span<const row_sampling> rows, std::span<std::int32_t> tokens,
-                        std::span<float> logits) override;
+                        std::span<float> logits, const mask_filler& fill_masks) override;
 
   std::int64_t max_batch_tokens() const override;
   std::int64_t max_sequences() const override;

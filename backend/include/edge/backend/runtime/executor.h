@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -50,12 +51,18 @@ struct row_sampling {
   // Copy the row's raw logits to the host (for log probabilities, or for sampling there).
   bool copy_logits = false;
   // [kernels::allowed_words(vocab)] the tokens the draw may take (a grammar's mask: bit t % 32
-  // of word t / 32); empty: any. Copied logits stay raw (unmasked).
+  // of word t / 32); empty: any. Its words may be written by forward_sample's mask_filler, which
+  // runs before they are read. Copied logits stay raw (unmasked).
   std::span<const std::uint32_t> allowed;
   // The row's logit biases (a request's logit_bias): applied before it is sampled, on the
   // executor or, for a row left to the caller, by the caller.
   std::span<const kernels::logit_bias> bias;
 };
+
+// Writes the token masks that rows' `allowed` spans point to. forward_sample calls it once, once
+// the forward pass is under way and before it reads any mask: on a GPU the host fills the masks
+// while the device computes the step. Empty: the masks are written already.
+using mask_filler = std::function<void()>;
 
 // What an executor did on its own, counted since it was created (for metrics).
 struct executor_counters {
@@ -88,9 +95,10 @@ class executor {
   // token sampled for row r (untouched for rows that are not sampled); `logits` receives the
   // rows with copy_logits, in order, then the plan's prompt logits rows ([rows with
   // copy_logits + prompt_logits_rows, vocab]). On a GPU only those rows and the token ids cross
-  // to the host.
+  // to the host. `fill_masks` (when set) writes the rows' masks, as mask_filler says.
   virtual status forward_sample(const batch_plan& plan, std::span<const row_sampling> rows,
-                                std::span<std::int32_t> tokens, std::span<float> logits) = 0;
+                                std::span<std::int32_t> tokens, std::span<float> logits,
+                                const mask_filler& fill_masks) = 0;
 
   // The KV pool the executor computes on: what the engine's block pool may hand out.
   virtual const kv_cache_layout& kv_layout() const = 0;
