@@ -91,6 +91,11 @@ void walk(const std::shared_ptr<const g::compiled_grammar>& grammar, std::string
   std::string text;
   for (std::size_t i = 0; i < choices.size() && i < max_steps; ++i) {
     const bool any = m.fill_mask(mask);
+    if (m.failed()) {
+      // Too ambiguous to follow (compile_limits' parses): nothing is allowed or taken any more.
+      require(!any && !m.accept(tokenizer->eos_ids().front()));
+      return;
+    }
     allowed.clear();
     bool end_allowed = false;
     bool only_ends = true;
@@ -119,6 +124,7 @@ void walk(const std::shared_ptr<const g::compiled_grammar>& grammar, std::string
       const std::uint8_t next = i + 1 < choices.size() ? static_cast<std::uint8_t>(choices[i + 1]) : 0;
       id = static_cast<be::token_id>((choice / 4 * 256 + next) % vocab);
       const bool accepted = m.accept(id);
+      if (m.failed()) return;
       require(accepted == bit(mask, id));
       if (!accepted) {
         m.fill_mask(again);
@@ -133,7 +139,8 @@ void walk(const std::shared_ptr<const g::compiled_grammar>& grammar, std::string
       } else {
         id = allowed[choice / 4 % allowed.size()];
       }
-      require(m.accept(id));
+      require(m.accept(id) || m.failed());
+      if (m.failed()) return;
     }
     if (m.ended()) {
       require(is_end(id) && could_end);

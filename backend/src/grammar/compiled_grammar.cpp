@@ -106,43 +106,91 @@ void chain_store::truncate(std::size_t n) {
   frames_.resize(n);
 }
 
-namespace {
-
-void add_unique(std::vector<parse>& out, std::size_t begin, parse p) {
-  for (std::size_t i = begin; i < out.size(); ++i) {
-    if (out[i] == p) return;
-  }
-  out.push_back(p);
+void parse_sets::begin(const std::vector<parse>& out, std::size_t begin) {
+  begin_ = begin;
+  indexed_ = false;
+  if (out.size() > begin) rehash(out);
 }
 
-}  // namespace
+void parse_sets::rehash(const std::vector<parse>& out) {
+  const std::size_t n = out.size() - begin_;
+  std::size_t size = 64;
+  while (size < 2 * n + 2) size *= 2;
+  slots_.assign(size, 0);
+  for (std::size_t i = begin_; i < out.size(); ++i) {
+    std::size_t at = slot_of(out[i], size - 1);
+    while (slots_[at] != 0) at = (at + 1) & (size - 1);
+    slots_[at] = static_cast<std::uint32_t>(i - begin_ + 1);
+  }
+  indexed_ = true;
+}
 
-void close_parses(const compiled_data& g, chain_store& chains, std::span<const parse> kernel, std::vector<parse>& out,
-                  bool& ends) {
+bool parse_sets::room(std::size_t n) {
+  if (static_cast<std::int64_t>(n) >= max_parses_ || work_left_ == 0) {
+    exceeded_ = true;
+    return false;
+  }
+  if (work_left_ > 0) --work_left_;
+  return true;
+}
+
+bool parse_sets::add(std::vector<parse>& out, parse p) {
+  if (exceeded_) return false;
+  constexpr std::size_t searched_in_place = 16;
+  const std::size_t n = out.size() - begin_;
+  if (!indexed_ && n < searched_in_place) {
+    for (std::size_t i = begin_; i < out.size(); ++i) {
+      if (out[i] == p) return true;
+    }
+  } else {
+    if (!indexed_ || 2 * n + 2 > slots_.size()) rehash(out);
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t at = slot_of(p, mask);
+    for (; slots_[at] != 0; at = (at + 1) & mask) {
+      if (out[begin_ + slots_[at] - 1] == p) return true;
+    }
+    if (!room(n)) return false;
+    slots_[at] = static_cast<std::uint32_t>(n + 1);
+    out.push_back(p);
+    return true;
+  }
+  if (!room(n)) return false;
+  out.push_back(p);
+  return true;
+}
+
+bool close_parses(const compiled_data& g, chain_store& chains, parse_sets& sets, std::span<const parse> kernel,
+                  std::vector<parse>& out, bool& ends) {
   const std::size_t begin = out.size();
-  for (const parse& p : kernel) add_unique(out, begin, p);
+  sets.begin(out, begin);
+  for (const parse& p : kernel) {
+    if (!sets.add(out, p)) return false;
+  }
   for (std::size_t k = begin; k < out.size(); ++k) {
     const parse p = out[k];
     for (const call_edge& c : g.calls_of(p.state)) {
       const std::int32_t chain = g.pure_return[static_cast<std::size_t>(c.next)] ? p.chain : chains.push(c.next, p.chain);
-      add_unique(out, begin, {g.rules[static_cast<std::size_t>(c.rule)].start, chain});
+      if (!sets.add(out, {g.rules[static_cast<std::size_t>(c.rule)].start, chain})) return false;
     }
     if (g.accepting[static_cast<std::size_t>(p.state)]) {
       if (p.chain == 0) {
         ends = true;
-      } else {
-        add_unique(out, begin, {chains.return_state(p.chain), chains.below(p.chain)});
+      } else if (!sets.add(out, {chains.return_state(p.chain), chains.below(p.chain)})) {
+        return false;
       }
     }
   }
+  return true;
 }
 
-void step_parses(const compiled_data& g, std::span<const parse> closed, std::uint8_t byte, std::vector<parse>& out) {
-  const std::size_t begin = out.size();
+bool step_parses(const compiled_data& g, parse_sets& sets, std::span<const parse> closed, std::uint8_t byte,
+                 std::vector<parse>& out) {
+  sets.begin(out, out.size());
   for (const parse& p : closed) {
     const std::int32_t to = g.step(p.state, byte);
-    if (to >= 0) add_unique(out, begin, {to, p.chain});
+    if (to >= 0 && !sets.add(out, {to, p.chain})) return false;
   }
+  return true;
 }
 
 // ---- compiling -----------------------------------------------------------------------------------
@@ -930,7 +978,16 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
   data->table_of.assign(static_cast<std::size_t>(count), -1);
 
   const std::int32_t words = static_cast<std::int32_t>(mask_words(v_.size));
+  data->max_parses = limits_.max_parses;
+  data->max_parse_work = limits_.max_parse_work;
   chain_store chains;
+  parse_sets parses(limits_.max_parses, -1);
+  const auto too_ambiguous = [&] {
+    return grammar_error(format("the grammar is too ambiguous: more than {} parses at once (rules or alternatives that "
+                                "match the same text, nested)",
+                                limits_.max_parses),
+                         "");
+  };
   std::vector<std::vector<parse>> kernels(static_cast<std::size_t>(v_.max_token_bytes) + 2);
   std::vector<std::vector<parse>> closed(kernels.size());
   std::vector<std::uint32_t> bits(static_cast<std::size_t>(words));
@@ -944,7 +1001,7 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
     kernels[0].assign(1, parse{s, 0});
     closed[0].clear();
     bool at_once = false;
-    close_parses(*data, chains, kernels[0], closed[0], at_once);
+    if (!close_parses(*data, chains, parses, kernels[0], closed[0], at_once)) return too_ambiguous();
     table.exits_at_once = at_once;
     for (const parse& p : closed[0]) {
       for (const special_edge& e : data->specials_of(p.state)) table.specials.push_back(e.token);
@@ -954,14 +1011,16 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
     for (std::int32_t i = 1; i < trie.size();) {
       const auto d = static_cast<std::size_t>(trie.depth[static_cast<std::size_t>(i)]);
       kernels[d].clear();
-      step_parses(*data, closed[d - 1], trie.byte[static_cast<std::size_t>(i)], kernels[d]);
+      if (!step_parses(*data, parses, closed[d - 1], trie.byte[static_cast<std::size_t>(i)], kernels[d])) {
+        return too_ambiguous();
+      }
       if (kernels[d].empty()) {
         i = trie.end[static_cast<std::size_t>(i)];
         continue;
       }
       closed[d].clear();
       bool ends = false;
-      close_parses(*data, chains, kernels[d], closed[d], ends);
+      if (!close_parses(*data, chains, parses, kernels[d], closed[d], ends)) return too_ambiguous();
       for (const token_id t : trie.tokens_at(i)) {
         bits[static_cast<std::size_t>(t) / 32] |= 1u << (t % 32);
         ++accepted;

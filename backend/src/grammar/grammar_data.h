@@ -93,6 +93,8 @@ struct compiled_data {
   std::vector<std::uint8_t> pure_return;    // accepting, and no edge leaves it
   std::vector<std::int32_t> table_of;       // [states] its token table, -1 none needed
   std::vector<token_table> tables;
+  std::int64_t max_parses = 0;  // compile_limits', for the matchers
+  std::int64_t max_parse_work = 0;
 
   std::int32_t states() const { return static_cast<std::int32_t>(rule_of.size()); }
   std::int32_t step(std::int32_t state, std::uint8_t byte) const {
@@ -141,11 +143,59 @@ class chain_store {
   std::unordered_map<std::uint64_t, std::int32_t> index_;
 };
 
+// The sets of parses being built, and how large they may grow. An ambiguous grammar (two rules
+// that match the same text, nested) can double its parses with every byte, each a different
+// stack: the limits turn that into an error instead of a stall. One set is built at a time; the
+// index finds a parse already in it at once, however large the set.
+class parse_sets {
+ public:
+  // `max_parses`: in one set; `work`: parses added to sets between two reset_work() calls (-1: no
+  // such limit).
+  parse_sets(std::int64_t max_parses, std::int64_t work) : max_parses_(max_parses), work_(work), work_left_(work) {}
+  void reset_work() {
+    work_left_ = work_;
+    exceeded_ = false;
+  }
+  // A limit was passed since reset_work(): the set being built was left part done.
+  bool exceeded() const { return exceeded_; }
+  std::int64_t max_parses() const { return max_parses_; }
+  std::int64_t work() const { return work_; }
+
+  // Starts a set: the parses from `out[begin]` on.
+  void begin(const std::vector<parse>& out, std::size_t begin);
+  // Appends `p` to the set unless it holds it; false once a limit is passed.
+  bool add(std::vector<parse>& out, parse p);
+
+ private:
+  static std::size_t slot_of(parse p, std::size_t mask) {
+    std::uint64_t k =
+        (static_cast<std::uint64_t>(static_cast<std::uint32_t>(p.state)) << 32) | static_cast<std::uint32_t>(p.chain);
+    k ^= k >> 33;
+    k *= 0xFF51AFD7ED558CCDull;
+    k ^= k >> 33;
+    return static_cast<std::size_t>(k) & mask;
+  }
+  void rehash(const std::vector<parse>& out);
+  bool room(std::size_t n);  // for one more parse in a set of n: false (exceeded) past a limit
+  std::int64_t max_parses_;
+  std::int64_t work_;
+  std::int64_t work_left_ = -1;
+  bool exceeded_ = false;
+  std::size_t begin_ = 0;
+  // Open addressing over the set's parses, by index into `out` + 1 (0: empty); small sets are
+  // searched in place.
+  std::vector<std::uint32_t> slots_;
+  bool indexed_ = false;
+};
+
 // The parses reachable from `kernel` without consuming a byte (calling rules, returning from
-// finished ones), appended to `out`; `ends` is set when one pops the empty stack.
-void close_parses(const compiled_data& g, chain_store& chains, std::span<const parse> kernel, std::vector<parse>& out,
-                  bool& ends);
-// The parses after `byte` from closed parses, appended to `out` (without duplicates).
-void step_parses(const compiled_data& g, std::span<const parse> closed, std::uint8_t byte, std::vector<parse>& out);
+// finished ones), appended to `out`; `ends` is set when one pops the empty stack. False when a
+// limit of `sets` was passed.
+bool close_parses(const compiled_data& g, chain_store& chains, parse_sets& sets, std::span<const parse> kernel,
+                  std::vector<parse>& out, bool& ends);
+// The parses after `byte` from closed parses, appended to `out` (without duplicates). False when
+// a limit of `sets` was passed.
+bool step_parses(const compiled_data& g, parse_sets& sets, std::span<const parse> closed, std::uint8_t byte,
+                 std::vector<parse>& out);
 
 }  // namespace edge::backend::grammar

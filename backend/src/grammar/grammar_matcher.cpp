@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "edge/backend/grammar/compiled_grammar.h"
+#include "edge/common/format.h"
 #include "grammar_data.h"
 
 namespace edge::backend::grammar {
@@ -20,11 +21,18 @@ void set_bit(std::span<std::uint32_t> mask, token_id id) {
 }  // namespace
 
 struct grammar_matcher::state {
+  explicit state(std::shared_ptr<const compiled_grammar> grammar)
+      : g(std::move(grammar)),
+        data(&g->data()),
+        vocab(&g->vocabulary().data()),
+        sets(data->max_parses, data->max_parse_work) {}
+
   std::shared_ptr<const compiled_grammar> g;
   const compiled_data* data = nullptr;
   const vocabulary_data* vocab = nullptr;
   std::vector<token_id> end_tokens;
   chain_store chains;
+  parse_sets sets;  // their limits; work counts per fill_mask or accept call
   std::vector<parse> kernel;  // the parses between tokens
   bool can_end = false;
   bool must_end = false;
@@ -36,12 +44,21 @@ struct grammar_matcher::state {
   std::vector<parse> next;
   std::vector<parse> context;  // walk_exits: the caller's parses
 
-  // can_end and must_end from the kernel.
-  void refresh() {
+  std::string too_ambiguous() const {
+    return format("the output's grammar is too ambiguous to follow: more than {} parses at once, or {} for one token "
+                  "(rules or alternatives that match the same text, nested)",
+                  data->max_parses, data->max_parse_work);
+  }
+
+  // can_end and must_end from the kernel; false past a limit.
+  bool refresh() {
     closed.clear();
     bool ends = false;
     const std::size_t mark = chains.size();
-    close_parses(*data, chains, kernel, closed, ends);
+    if (!close_parses(*data, chains, sets, kernel, closed, ends)) {
+      chains.truncate(mark);
+      return false;
+    }
     can_end = ends;
     bool more = false;
     for (const parse& p : closed) {
@@ -51,6 +68,7 @@ struct grammar_matcher::state {
     }
     must_end = can_end && !more;
     chains.truncate(mark);
+    return true;
   }
 
   bool is_end_token(token_id id) const {
@@ -66,8 +84,8 @@ struct grammar_matcher::state {
   }
 
   // The tokens below vocabulary trie node `exit` whose bytes past it the parses after returning
-  // from `chain` accept, set in `mask`.
-  void walk_exits(std::span<const std::int32_t> exits, std::int32_t chain, std::span<std::uint32_t> mask) {
+  // from `chain` accept, set in `mask`; false past a limit.
+  bool walk_exits(std::span<const std::int32_t> exits, std::int32_t chain, std::span<std::uint32_t> mask) {
     const std::size_t depth_needed = static_cast<std::size_t>(vocab->max_token_bytes) + 2;
     if (levels_kernel.size() < depth_needed) {
       levels_kernel.resize(depth_needed);
@@ -77,11 +95,14 @@ struct grammar_matcher::state {
     const parse returned{chains.return_state(chain), chains.below(chain)};
     context.clear();
     bool ends = false;
-    close_parses(*data, chains, std::span(&returned, 1), context, ends);
-    for (const std::int32_t exit : exits) walk_exit(exit, mask);
+    if (!close_parses(*data, chains, sets, std::span(&returned, 1), context, ends)) return false;
+    for (const std::int32_t exit : exits) {
+      if (!walk_exit(exit, mask)) return false;
+    }
+    return true;
   }
 
-  void walk_exit(std::int32_t exit, std::span<std::uint32_t> mask) {
+  bool walk_exit(std::int32_t exit, std::span<std::uint32_t> mask) {
     const byte_trie& trie = vocab->trie;
     const std::int32_t base = trie.depth[static_cast<std::size_t>(exit)];
     levels_closed[0] = context;
@@ -90,7 +111,9 @@ struct grammar_matcher::state {
     for (std::int32_t i = exit + 1; i < end;) {
       const auto d = static_cast<std::size_t>(trie.depth[static_cast<std::size_t>(i)] - base);
       levels_kernel[d].clear();
-      step_parses(*data, levels_closed[d - 1], trie.byte[static_cast<std::size_t>(i)], levels_kernel[d]);
+      if (!step_parses(*data, sets, levels_closed[d - 1], trie.byte[static_cast<std::size_t>(i)], levels_kernel[d])) {
+        return false;
+      }
       if (levels_kernel[d].empty()) {
         i = trie.end[static_cast<std::size_t>(i)];
         continue;
@@ -98,10 +121,11 @@ struct grammar_matcher::state {
       for (const token_id t : trie.tokens_at(i)) set_bit(mask, t);
       if (trie.end[static_cast<std::size_t>(i)] > i + 1) {
         levels_closed[d].clear();
-        close_parses(*data, chains, levels_kernel[d], levels_closed[d], ends);
+        if (!close_parses(*data, chains, sets, levels_kernel[d], levels_closed[d], ends)) return false;
       }
       ++i;
     }
+    return true;
   }
 
   // Rebuilds the chain store with only the frames the kernel uses.
@@ -120,17 +144,14 @@ struct grammar_matcher::state {
 };
 
 grammar_matcher::grammar_matcher(std::shared_ptr<const compiled_grammar> g, std::span<const token_id> end_tokens)
-    : state_(std::make_unique<state>()) {
+    : state_(std::make_unique<state>(std::move(g))) {
   state& s = *state_;
-  s.data = &g->data();
-  s.vocab = &g->vocabulary().data();
-  s.g = std::move(g);
   s.end_tokens = s.vocab->eos;
   for (const token_id t : end_tokens) {
     if (!s.is_end_token(t)) s.end_tokens.push_back(t);
   }
   s.kernel.push_back({s.data->rules[static_cast<std::size_t>(s.data->root_rule)].start, 0});
-  s.refresh();
+  if (!s.refresh()) error_ = s.too_ambiguous();
 }
 
 grammar_matcher::~grammar_matcher() = default;
@@ -143,8 +164,10 @@ bool grammar_matcher::must_end() const { return state_->must_end; }
 bool grammar_matcher::fill_mask(std::span<std::uint32_t> allowed) {
   state& s = *state_;
   std::fill(allowed.begin(), allowed.end(), 0u);
+  if (failed()) return false;
   if (!ended_ && !s.must_end) {
     const std::size_t mark = s.chains.size();
+    s.sets.reset_work();
     s.sources.clear();
     for (const parse& p : s.kernel) s.add_source(p);
     for (std::size_t k = 0; k < s.sources.size(); ++k) {
@@ -159,8 +182,11 @@ bool grammar_matcher::fill_mask(std::span<std::uint32_t> allowed) {
       for (const token_id id : table.accepted) set_bit(allowed, id);
       for (const token_id id : table.specials) set_bit(allowed, id);
       // A token that leaves the rule part way goes on in the rule that called it.
-      if (p.chain != 0) {
-        if (!table.exit_nodes.empty()) s.walk_exits(table.exit_nodes, p.chain, allowed);
+      if (p.chain != 0 && !table.exit_nodes.empty() && !s.walk_exits(table.exit_nodes, p.chain, allowed)) {
+        s.chains.truncate(mark);
+        std::fill(allowed.begin(), allowed.end(), 0u);
+        error_ = s.too_ambiguous();
+        return false;
       }
     }
     s.chains.truncate(mark);
@@ -173,12 +199,18 @@ bool grammar_matcher::fill_mask(std::span<std::uint32_t> allowed) {
 
 bool grammar_matcher::accept(token_id id) {
   state& s = *state_;
-  if (ended_ || id < 0 || id >= s.vocab->size) return false;
+  if (ended_ || failed() || id < 0 || id >= s.vocab->size) return false;
   const std::size_t mark = s.chains.size();
+  s.sets.reset_work();
+  const auto fail = [&] {
+    s.chains.truncate(mark);
+    error_ = s.too_ambiguous();
+    return false;
+  };
   // A special token the grammar names here.
   s.closed.clear();
   bool ends = false;
-  close_parses(*s.data, s.chains, s.kernel, s.closed, ends);
+  if (!close_parses(*s.data, s.chains, s.sets, s.kernel, s.closed, ends)) return fail();
   s.next.clear();
   for (const parse& p : s.closed) {
     for (const special_edge& e : s.data->specials_of(p.state)) {
@@ -201,10 +233,10 @@ bool grammar_matcher::accept(token_id id) {
     for (std::size_t i = 0; i < bytes.size(); ++i) {
       if (i > 0) {
         s.closed.clear();
-        close_parses(*s.data, s.chains, s.next, s.closed, ends);
+        if (!close_parses(*s.data, s.chains, s.sets, s.next, s.closed, ends)) return fail();
         s.next.clear();
       }
-      step_parses(*s.data, s.closed, static_cast<std::uint8_t>(bytes[i]), s.next);
+      if (!step_parses(*s.data, s.sets, s.closed, static_cast<std::uint8_t>(bytes[i]), s.next)) return fail();
       if (s.next.empty()) {
         s.chains.truncate(mark);
         return false;
@@ -213,7 +245,11 @@ bool grammar_matcher::accept(token_id id) {
   }
   s.kernel.swap(s.next);
   if (s.chains.size() > compact_threshold) s.compact();
-  s.refresh();
+  if (!s.refresh()) {
+    // The token was taken, but what may follow it cannot be followed.
+    error_ = s.too_ambiguous();
+    return false;
+  }
   return true;
 }
 

@@ -39,10 +39,15 @@ sequence_decoder::step sequence_decoder::accept(token_id id, std::int64_t length
   step out;
   if (matcher_) {
     // The mask allowed only tokens that continue the grammar: one that does not means no token
-    // could (the vocabulary cannot spell what must come next).
+    // could (the vocabulary cannot spell what must come next), or the grammar is too ambiguous
+    // to follow (its mask allowed nothing).
     if (!matcher_->accept(id)) {
       finished_ = true;
       out.finish = finish_reason::error;
+      if (matcher_->failed()) {
+        out.error = matcher_->error();
+        return out;
+      }
       out.error = format("token {} ('{}') does not continue the output's grammar: the vocabulary cannot write what "
                          "must come next",
                          id, tok_.token_text(id));

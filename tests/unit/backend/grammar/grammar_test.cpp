@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -133,6 +134,54 @@ TEST_CASE("recursive rules: balanced brackets, and the left-recursive and unprod
     REQUIRE_FALSE(compiled.ok());
     CHECK(compiled.error().message().find("<|nowhere|>") != std::string::npos);
   }
+}
+
+TEST_CASE("an ambiguous grammar whose parses double with every byte ends with a clear error, at once") {
+  // Two rules that both match every bracket nesting: after n brackets, 2^n stacks.
+  const auto tok = byte_tokenizer();
+  grammar_builder b;
+  const rule_id one = b.declare("one");
+  const rule_id other = b.declare("other");
+  for (const rule_id r : {one, other}) {
+    REQUIRE(b.define(r, alt({literal("x"), seq({literal("["), b.ref(one), literal("]")}),
+                             seq({literal("["), b.ref(other), literal("]")})}))
+                .ok());
+  }
+  const auto compiled = compile_or_fail(build_or_fail(b, b.ref(one)), *tok);
+  grammar_matcher m(compiled);
+  std::vector<std::uint32_t> mask(static_cast<std::size_t>(mask_words(tok->vocab_size())));
+  const auto open = static_cast<backend::token_id>('[');
+  int accepted = 0;
+  for (; accepted < 64 && m.fill_mask(mask); ++accepted) {
+    REQUIRE(bit(mask, open));
+    if (!m.accept(open)) break;
+  }
+  MESSAGE("brackets taken: " << accepted);
+  // 2^12 stacks pass max_parses: the matcher fails there, and then allows and takes nothing.
+  CHECK(accepted <= 13);
+  REQUIRE(m.failed());
+  CHECK(m.error().find("too ambiguous") != std::string::npos);
+  CHECK_FALSE(m.fill_mask(mask));
+  CHECK(std::all_of(mask.begin(), mask.end(), [](std::uint32_t w) { return w == 0; }));
+  CHECK_FALSE(m.accept(static_cast<backend::token_id>('x')));
+
+  // The same from a schema: two alternatives that both match every nesting of arrays.
+  const auto schema = compile_schema(
+      R"({"$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"}},)"
+      R"({"type":"array","items":{"$ref":"#/$defs/n"}}]}},"$ref":"#/$defs/n"})",
+      *tok);
+  grammar_matcher nested(schema);
+  for (accepted = 0; accepted < 64 && nested.fill_mask(mask) && nested.accept(open); ++accepted) {
+  }
+  MESSAGE("arrays opened: " << accepted);
+  CHECK(accepted < 64);
+  CHECK(nested.failed());
+
+  // Below the limits the same grammar is followed as before.
+  grammar_matcher shallow(compiled);
+  for (const char c : std::string_view("[[[x]]]")) REQUIRE(shallow.accept(static_cast<backend::token_id>(c)));
+  CHECK(shallow.can_end());
+  CHECK_FALSE(shallow.failed());
 }
 
 TEST_CASE("the text form reads back as the same grammar") {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "edge/backend/grammar/grammar.h"
@@ -53,6 +54,11 @@ class token_vocabulary {
 // Limits that keep a hostile grammar from taking the compiler's memory and time.
 struct compile_limits {
   std::int64_t max_states = 250'000;  // automaton states, all rules together
+  // Parses (a position in a rule and the stack of rules that called it) followed at once. An
+  // ambiguous grammar can double them with every byte; past these limits compiling fails, and a
+  // matcher fails (failed()) instead of stalling its engine thread.
+  std::int64_t max_parses = 4096;             // in one set: after one byte, or one closure
+  std::int64_t max_parse_work = 2'000'000;    // made by one fill_mask or accept call
 };
 
 struct compile_stats {
@@ -102,19 +108,25 @@ class grammar_matcher {
   // Sets, in `allowed` ([mask_words(vocab)]; cleared first; ids past it ignored), the bit of
   // every token that may come next: the grammar's continuations, and the end tokens once the
   // grammar may end (only they, once it cannot go on). False when no token at all is allowed
-  // (the vocabulary cannot spell any continuation).
+  // (the vocabulary cannot spell any continuation, or failed()).
   bool fill_mask(std::span<std::uint32_t> allowed);
-  // Advances over `id`; false (nothing changes) when the grammar does not allow it.
+  // Advances over `id`; false (nothing changes) when the grammar does not allow it, or when
+  // following it passed a limit (then failed()).
   bool accept(token_id id);
 
   bool can_end() const;   // the output so far is a whole match
   bool must_end() const;  // and nothing may follow it
   bool ended() const { return ended_; }  // an end token was accepted
+  // The grammar is too ambiguous to follow from here (compile_limits' parses): fill_mask allows
+  // nothing and accept takes nothing from now on. The message says why.
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
 
  private:
   struct state;
   std::unique_ptr<state> state_;
   bool ended_ = false;
+  std::string error_;
 };
 
 }  // namespace edge::backend::grammar
