@@ -4,6 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { startServer, edgeinferBin, makeStateDir, sleep } from './lib/server.mjs';
+import { metric } from './lib/metrics.mjs';
 
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
 const stateDir = makeStateDir();
@@ -258,8 +259,7 @@ test('requests per minute: 429 with retry-after, and x-ratelimit headers on ever
   assert.equal(refused.headers.get('x-ratelimit-remaining-requests'), '0');
   assert.equal(refused.headers.get('x-ratelimit-limit-requests'), '2');
 
-  const metrics = await (await fetch(`${server.url}/metrics`)).text();
-  assert.match(metrics, /^edgeinfer_quota_rejections_total\{limit="requests_per_minute",tenant="limited"\} 1$/m);
+  assert.equal(await metric(server, 'edgeinfer_quota_rejections_total', { limit: 'requests_per_minute', tenant: 'limited' }), 1);
 });
 
 test('tokens per minute, daily budget and max tokens per request refuse as OpenAI does', async () => {

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import path from 'node:path';
 import { startServer, rawExchange, parseResponse, sleep, waitFor, fetch } from './lib/server.mjs';
+import { metric, requiredMetric } from './lib/metrics.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -24,14 +25,6 @@ async function post(route, body, { raw = false } = {}) {
     method: 'POST', headers: { 'content-type': 'application/json' }, body: raw ? body : JSON.stringify(body),
   });
   return { status: res.status, headers: res.headers, body: await res.json() };
-}
-
-async function metric(target, series) {
-  const text = await (await fetch(`${target.url}/metrics`)).text();
-  for (const line of text.split('\n')) {
-    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
-  }
-  return 0;
 }
 
 function assertInvalid(reply, param, message) {
@@ -204,9 +197,9 @@ function postRequest(route, body, key = server.defaultKey) {
 const longRequest = { model: modelId, prompt: 'Once upon a time', max_tokens: 2000, temperature: 0, ignore_eos: true };
 
 test('a client vanishing mid-stream: its request is cancelled, its blocks freed, the server serves on', async () => {
-  const total = await metric(server, 'edgeinfer_kv_cache_blocks_total');
+  const total = await requiredMetric(server, 'edgeinfer_kv_cache_blocks_total');
   await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
-  const aborts = await metric(server, 'edgeinfer_request_success_total{finished_reason="abort"}');
+  const aborts = await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' });
 
   const socket = await openRaw(server.port, postRequest('/v1/completions', { ...longRequest, stream: true }),
                                /"text":"[^"]+"[\s\S]*"text":"[^"]+"/);
@@ -215,7 +208,7 @@ test('a client vanishing mid-stream: its request is cancelled, its blocks freed,
 
   await waitFor('the blocks to come back', async () =>
     (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
-  assert.equal(await metric(server, 'edgeinfer_request_success_total{finished_reason="abort"}'), aborts + 1);
+  assert.equal(await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' }), aborts + 1);
   await waitFor('the stream to close', async () => (await metric(server, 'edgeinfer_active_streams')) === 0);
   const after = await post('/v1/completions', { model: modelId, prompt: 'Once upon a time', max_tokens: 5, temperature: 0 });
   assert.equal(after.status, 200);
@@ -223,15 +216,15 @@ test('a client vanishing mid-stream: its request is cancelled, its blocks freed,
 });
 
 test('a client vanishing while waiting for a whole (non-streamed) answer cancels it too', async () => {
-  const total = await metric(server, 'edgeinfer_kv_cache_blocks_total');
+  const total = await requiredMetric(server, 'edgeinfer_kv_cache_blocks_total');
   await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
-  const aborts = await metric(server, 'edgeinfer_request_success_total{finished_reason="abort"}');
+  const aborts = await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' });
   const socket = await openRaw(server.port, postRequest('/v1/completions', longRequest), null);
   await waitFor('the request to run', async () => (await metric(server, 'edgeinfer_num_requests_running')) === 1);
   socket.destroy();
   await waitFor('the blocks to come back', async () =>
     (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
-  assert.equal(await metric(server, 'edgeinfer_request_success_total{finished_reason="abort"}'), aborts + 1);
+  assert.equal(await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' }), aborts + 1);
   assert.equal(socket.received, '', 'nothing was answered');
   // 499, as proxies log a client that closed its request.
   await waitFor('the access log line', async () => /access: POST \/v1\/completions status=499 /.test(server.log));
@@ -300,10 +293,7 @@ test('a full engine queue is a 503 with retry-after; a waiting stream gets : pin
 
     // Once the running request goes, the waiting one is served to its end.
     running.destroy();
-    await new Promise((resolve) => {
-      const check = () => (waiting.received.includes('data: [DONE]') ? resolve() : setTimeout(check, 25));
-      check();
-    });
+    await waitFor('the waiting stream to end', async () => waiting.received.includes('data: [DONE]'));
     assert.match(waiting.received, /"finish_reason":"(length|stop)"/);
     waiting.destroy();
   } finally {

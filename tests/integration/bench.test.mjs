@@ -9,7 +9,8 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { edgeinferBin, startServer, sleep, fetch } from './lib/server.mjs';
+import { edgeinferBin, startServer, sleep } from './lib/server.mjs';
+import { requiredMetric, scrape, seriesValue } from './lib/metrics.mjs';
 
 let workDir;
 
@@ -276,22 +277,16 @@ test('bad options are clear errors', async () => {
   assert.match(missing.stderr, /cannot read/);
 });
 
-function metricValue(text, name) {
-  const line = text.split('\n').find((l) => l.startsWith(`${name} `) || l.startsWith(`${name}{`));
-  return line ? Number(line.split(' ').pop()) : 0;
-}
-
 test('against edgeinfer serve: counts and token totals match the usage and /metrics', async () => {
   const server = await startServer(['--threads', '2']);
   try {
-    const scrape = async () => (await fetch(`${server.url}/metrics`)).text();
-    const before = await scrape();
+    const before = await scrape(server);
     const out = path.join(workDir, 'serve.json');
     const run = await runBench(['--base-url', server.url, '--api-key', server.defaultKey, '--model', 'stories260K', '--concurrency', '1,4',
       '--num-requests', '8', '--warmup-requests', '2', '--input-len', '12', '--output-len', '10',
       '--output-json', out], { timeoutMs: 240000 });
     assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
-    const after = await scrape();
+    const after = await scrape(server);
     const result = readJson(out);
     assert.equal(result.points.length, 2);
     let output = 0;
@@ -310,8 +305,8 @@ test('against edgeinfer serve: counts and token totals match the usage and /metr
       output += p.total_output_tokens + p.warmup.output_tokens;
       input += p.total_input_tokens + p.warmup.input_tokens;
     }
-    const generated = metricValue(after, 'edgeinfer_generation_tokens_total') - metricValue(before, 'edgeinfer_generation_tokens_total');
-    const prompted = metricValue(after, 'edgeinfer_prompt_tokens_total') - metricValue(before, 'edgeinfer_prompt_tokens_total');
+    const generated = seriesValue(after, 'edgeinfer_generation_tokens_total') - seriesValue(before, 'edgeinfer_generation_tokens_total');
+    const prompted = seriesValue(after, 'edgeinfer_prompt_tokens_total') - seriesValue(before, 'edgeinfer_prompt_tokens_total');
     assert.equal(generated, output, 'the server generated exactly the tokens the benchmark counted');
     assert.equal(prompted, input, 'and read exactly the prompt tokens it reported');
   } finally {
@@ -325,15 +320,15 @@ const cachedShare = (p) => p.prompt_cache.share;
 test('a sweep draws fresh prompts per point; --reuse-prompts finds them cached, and every report says so', async () => {
   const server = await startServer(['--threads', '2']);
   try {
-    const scrape = async () => metricValue(await (await fetch(`${server.url}/metrics`)).text(), 'edgeinfer_prefix_cache_hits_total');
+    const hitsNow = () => requiredMetric(server, 'edgeinfer_prefix_cache_hits_total');
     const sweep = async (name, extra) => {
       const files = { json: path.join(workDir, `${name}.json`), csv: path.join(workDir, `${name}.csv`), html: path.join(workDir, `${name}.html`) };
-      const hitsBefore = await scrape();
+      const hitsBefore = await hitsNow();
       const run = await runBench(['--base-url', server.url, '--api-key', server.defaultKey, '--model', 'stories260K',
         '--concurrency', '1,2', '--num-requests', '8', '--input-len', '48', '--output-len', '4',
         '--output-json', files.json, '--output-csv', files.csv, '--html', files.html, ...extra], { timeoutMs: 240000 });
       assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
-      return { run, files, result: readJson(files.json), hits: (await scrape()) - hitsBefore };
+      return { run, files, result: readJson(files.json), hits: (await hitsNow()) - hitsBefore };
     };
 
     // Default: each point draws its own prompts (and its own warm-up prompts), so nothing is cached.

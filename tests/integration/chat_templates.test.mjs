@@ -13,7 +13,7 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
 import { Template } from '@huggingface/jinja';
-import { startServer, edgeinferBin } from './lib/server.mjs';
+import { startServer, edgeinferBin, sleep } from './lib/server.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -140,7 +140,7 @@ test('serve logs where its template comes from and serves the prompt render-chat
 });
 
 test('the gateway renders with the template its backend loaded: the same prompt as serve', async () => {
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  await sleep(300);
   assert.match(cluster.gateway.log, /chat template \(from the backends\): Jinja template from --chat-template/);
   const client = new OpenAI({ baseURL: `${cluster.gateway.url}/v1`, apiKey: cluster.gateway.defaultKey, maxRetries: 0 });
   const { tokens } = renderedPrompt(['--chat-template', agentTemplate]);

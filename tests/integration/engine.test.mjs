@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { startServer, sleep, fetch } from './lib/server.mjs';
+import { requiredSeriesValue as value, scrape } from './lib/metrics.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const model = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -28,20 +29,6 @@ function complete(body, { url = server.url, signal, headers = {} } = {}) {
     body: typeof body === 'string' ? body : JSON.stringify(body),
     signal,
   });
-}
-
-async function metrics(url = server.url) {
-  const res = await fetch(`${url}/metrics`);
-  assert.equal(res.status, 200);
-  return res.text();
-}
-
-// The value of one series (`name` with its labels, exactly as written) in a scrape.
-function value(text, series) {
-  for (const line of text.split('\n')) {
-    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
-  }
-  throw new Error(`${series} not in the scrape`);
 }
 
 // Reads an SSE response to its end: the JSON events, and whether [DONE] came last.
@@ -96,16 +83,16 @@ test('a repeated prompt is served from the prefix cache and reports cached token
   assert.ok(second.usage.prompt_tokens > 32);
   assert.equal(second.usage.prompt_tokens_details.cached_tokens,
     Math.floor((second.usage.prompt_tokens - 1) / 16) * 16);
-  const text = await metrics();
+  const text = await scrape(server);
   assert.ok(value(text, 'edgeinfer_prefix_cache_hits_total') > 0);
 });
 
 test('a client that closes a stream frees its KV blocks: blocks_free returns to blocks_total', async () => {
-  const before = await metrics();
+  const before = await scrape(server);
   const total = value(before, 'edgeinfer_kv_cache_blocks_total');
   assert.ok(total > 0);
   assert.equal(value(before, 'edgeinfer_kv_cache_blocks_free'), total);
-  const abortsBefore = value(before, 'edgeinfer_request_success_total{finished_reason="abort"}');
+  const abortsBefore = value(before, 'edgeinfer_request_success_total', { finished_reason: 'abort' });
   const generatedBefore = value(before, 'edgeinfer_generation_tokens_total');
 
   // Long enough that it would run for a while: 2000 tokens, EOS ignored.
@@ -120,21 +107,21 @@ test('a client that closes a stream frees its KV blocks: blocks_free returns to 
 
   let text;
   for (let i = 0; i < 600; ++i) {
-    text = await metrics();
+    text = await scrape(server);
     if (value(text, 'edgeinfer_kv_cache_blocks_free') === total
-        && value(text, 'edgeinfer_request_success_total{finished_reason="abort"}') === abortsBefore + 1) break;
+        && value(text, 'edgeinfer_request_success_total', { finished_reason: 'abort' }) === abortsBefore + 1) break;
     await sleep(50);
   }
   assert.equal(value(text, 'edgeinfer_kv_cache_blocks_free'), total);
   assert.equal(value(text, 'edgeinfer_kv_cache_usage_ratio'), 0);
   assert.equal(value(text, 'edgeinfer_num_requests_running'), 0);
   // It ended as aborted, long before its 2000 tokens.
-  assert.equal(value(text, 'edgeinfer_request_success_total{finished_reason="abort"}'), abortsBefore + 1);
+  assert.equal(value(text, 'edgeinfer_request_success_total', { finished_reason: 'abort' }), abortsBefore + 1);
   assert.ok(value(text, 'edgeinfer_generation_tokens_total') - generatedBefore < 2000);
 });
 
 test('the engine metrics are valid Prometheus text with vLLM\'s families', async () => {
-  const text = await metrics();
+  const text = await scrape(server);
   for (const family of ['num_requests_running', 'num_requests_waiting', 'kv_cache_usage_ratio',
     'kv_cache_blocks_total', 'kv_cache_blocks_free', 'kv_cache_capacity_tokens', 'prompt_tokens_total',
     'generation_tokens_total', 'num_preemptions_total', 'prefix_cache_queries_total', 'prefix_cache_hits_total',
@@ -144,7 +131,7 @@ test('the engine metrics are valid Prometheus text with vLLM\'s families', async
   }
   assert.match(text, /^edgeinfer_cache_config_info\{active_weight_bytes_per_token="\d+",architecture="llama",attention="gqa",block_size="16",experts="0",experts_per_token="0",kv_dtype="f32",shared_experts="0",weight_dtype="f32"\} 1$/m);
   assert.ok(value(text, 'edgeinfer_time_to_first_token_seconds_count') >= 3);
-  assert.ok(value(text, 'edgeinfer_request_success_total{finished_reason="length"}') >= 3);
+  assert.ok(value(text, 'edgeinfer_request_success_total', { finished_reason: 'length' }) >= 3);
   const check = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
   // The one naming lint allowed, as in serve.test.mjs: edgeinfer_kv_cache_blocks_total is a
   // gauge (the pool's size), named as the design's metric list names it.

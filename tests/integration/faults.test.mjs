@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { adminCall, makeSlowModel, makeStateDir, sleep, startServer } from './lib/server.mjs';
+import { metric, requiredMetric } from './lib/metrics.mjs';
 import { skipWithoutRedis, startRedis } from './lib/redis.mjs';
 
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
@@ -63,12 +64,6 @@ async function stream(server, key, body) {
   return out;
 }
 
-async function metric(server, series) {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-}
-
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 // Whether `during` (seconds) stays within `factor` times `alone`, or within a quarter second
@@ -96,9 +91,9 @@ test('kill -9 mid-stream: the ledger has what was served up to the last second; 
     assert.ok(Date.now() < deadline, `no tokens generated:\n${first.log}`);
     await sleep(100);
   }
-  const checkpointed = await metric(first, 'edgeinfer_generation_tokens_total');
+  const checkpointed = await requiredMetric(first, 'edgeinfer_generation_tokens_total');
   await sleep(1500);
-  const beforeKill = await metric(first, 'edgeinfer_generation_tokens_total');
+  const beforeKill = await requiredMetric(first, 'edgeinfer_generation_tokens_total');
   await first.stop('SIGKILL');
   const cut = await Promise.all(streams);
   for (const s of cut) {
@@ -273,7 +268,7 @@ test('a client that leaves mid-stream is charged what the engine generated for i
   const server = await startServer(['--admin-token', ADMIN_TOKEN]);
   try {
     const key = await tenantWithKey(server, 'leaver');
-    const before = (await metric(server, 'edgeinfer_generation_tokens_total')) ?? 0;
+    const before = await metric(server, 'edgeinfer_generation_tokens_total');
     const leaving = new AbortController();
     const res = await post(server, key, '/v1/completions',
       { prompt: 'Once upon a time', max_tokens: 400, ignore_eos: true, stream: true }, leaving.signal);
@@ -284,10 +279,10 @@ test('a client that leaves mid-stream is charged what the engine generated for i
     // The engine notices at its next step; everything it generated until then is charged.
     const deadline = Date.now() + 10000;
     for (;;) {
-      const generated = (await metric(server, 'edgeinfer_generation_tokens_total')) - before;
+      const generated = (await requiredMetric(server, 'edgeinfer_generation_tokens_total')) - before;
       const usage = await admin(server, 'GET', '/admin/v1/tenants/leaver/usage');
       if (usage.total.requests === 1 && usage.total.completion_tokens === generated &&
-          (await metric(server, 'edgeinfer_num_requests_running')) === 0) {
+          (await requiredMetric(server, 'edgeinfer_num_requests_running')) === 0) {
         assert.ok(generated < 400, `generated ${generated}: the request was not cancelled`);
         break;
       }

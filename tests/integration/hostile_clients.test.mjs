@@ -10,6 +10,7 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { startServer, parseResponse, sleep, waitFor } from './lib/server.mjs';
+import { metric, requiredMetric, requiredSeriesValue, scrape, seriesValue } from './lib/metrics.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -20,17 +21,6 @@ const latencyFactor = 5;
 // A request that runs far longer than the tests need to act on it.
 const longRequest = { prompt: 'Once upon a time', max_tokens: 2000, temperature: 0, ignore_eos: true };
 const probeRequest = { prompt: 'Once upon a time', max_tokens: 200, temperature: 0, ignore_eos: true };
-
-// One series of /metrics: `labels` must all match (other labels may be there too).
-function seriesValue(text, name, labels = {}) {
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name) || (line[name.length] !== ' ' && line[name.length] !== '{')) continue;
-    const wanted = Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`));
-    if (wanted) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return sum;
-}
 
 // A request on a connection of its own (no pool), so that tests count connections exactly.
 function request(server, method, route, body, { headers = {} } = {}) {
@@ -51,14 +41,6 @@ function request(server, method, route, body, { headers = {} } = {}) {
     req.on('error', reject);
     req.end(text);
   });
-}
-
-async function metrics(server) {
-  return (await request(server, 'GET', '/metrics')).text;
-}
-
-async function metric(server, name, labels) {
-  return seriesValue(await metrics(server), name, labels);
 }
 
 async function timed(fn) {
@@ -109,7 +91,7 @@ function openRaw(port) {
 }
 
 async function idleEngine(server) {
-  const total = await metric(server, 'edgeinfer_kv_cache_blocks_total');
+  const total = await requiredMetric(server, 'edgeinfer_kv_cache_blocks_total');
   await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
   return total;
 }
@@ -141,8 +123,8 @@ test('a client that half-closes after its request still gets its answer; over HT
     assert.deepEqual(answers.map((a) => JSON.parse(a.body).usage.completion_tokens), [3, 4]);
 
     const total = await idleEngine(server);
-    const aborts = await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' });
-    const generated = await metric(server, 'edgeinfer_generation_tokens_total');
+    const aborts = await requiredMetric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' });
+    const generated = await requiredMetric(server, 'edgeinfer_generation_tokens_total');
     const old = await openRaw(server.port);
     old.end(postRequest(server, '/v1/completions', longRequest, { version: '1.0' }));
     await old.ended;
@@ -163,13 +145,13 @@ test('a client that half-closes after its request still gets its answer; over HT
 async function disconnectStorm(server, { clients, pipelined }) {
   const total = await idleEngine(server);
   const baseline = await probeLatency(server);
-  const before = await metrics(server);
+  const before = await scrape(server);
   const seen = (text, name, labels) => seriesValue(text, name, labels) - seriesValue(before, name, labels);
 
   const sockets = await Promise.all(Array.from({ length: clients }, () => openRaw(server.port)));
   for (const socket of sockets) socket.write(postRequest(server, '/v1/completions', longRequest));
   await waitFor('every request to reach the engine', async () => {
-    const text = await metrics(server);
+    const text = await scrape(server);
     return seriesValue(text, 'edgeinfer_num_requests_running') + seriesValue(text, 'edgeinfer_num_requests_waiting') >= clients;
   });
   if (pipelined) {
@@ -185,8 +167,9 @@ async function disconnectStorm(server, { clients, pipelined }) {
   await waitFor('the blocks to come back', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total,
                 { timeoutMs: 20000 });
   const freedMs = performance.now() - closedAt;
-  const text = await metrics(server);
-  const generated = seen(text, 'edgeinfer_generation_tokens_total') - 3 * probeRequest.max_tokens;
+  const text = await scrape(server);
+  const generated = requiredSeriesValue(text, 'edgeinfer_generation_tokens_total') -
+    requiredSeriesValue(before, 'edgeinfer_generation_tokens_total') - 3 * probeRequest.max_tokens;
   const asked = clients * longRequest.max_tokens;
   // Every request of the storm ends as cancelled (499), none is lost or answered.
   assert.equal(seen(text, 'edgeinfer_http_requests_total', { route: '/v1/completions', code: '499' }), clients);
@@ -286,7 +269,7 @@ test('slowloris: trickled headers and bodies are cut at their deadlines with 408
                                     '--body-timeout', `${bodyTimeoutMs}ms`]);
   try {
     const baseline = await probeLatency(server);
-    const openBefore = await metric(server, 'edgeinfer_http_open_connections');
+    const openBefore = await requiredMetric(server, 'edgeinfer_http_open_connections');
     const body = JSON.stringify(probeRequest);
     const start = Date.now();
     const headerTricklers = await Promise.all(Array.from({ length: 40 }, () => openRaw(server.port)));
@@ -331,7 +314,7 @@ test('the connection cap: past --max-connections a connection gets 503 overloade
     const baseline = await probeLatency(server);
     // The probes' connections close as they end: wait for them to be gone, and for the one that
     // asked (it closes just after its answer).
-    await waitFor('no connection open', async () => (await metric(server, 'edgeinfer_http_open_connections')) <= 1);
+    await waitFor('no connection open', async () => (await requiredMetric(server, 'edgeinfer_http_open_connections')) <= 1);
     await sleep(200);
     const idle = await Promise.all(Array.from({ length: cap }, () => openRaw(server.port)));
     await sleep(100);

@@ -10,8 +10,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { edgeinferBin, startServer, fetch } from './lib/server.mjs';
-import { metricValue as value, streamChat } from './lib/chat.mjs';
+import { edgeinferBin, startServer } from './lib/server.mjs';
+import { streamChat } from './lib/chat.mjs';
+import { requiredSeriesValue, scrape } from './lib/metrics.mjs';
 
 let dir;
 before(() => {
@@ -60,8 +61,8 @@ for (const [preset, kv, weights, architecture] of cases) {
       const layers = 3;
       const perToken = layers * (kv === 'fp8' ? fp8Bytes : bf16Bytes);
       assert.equal(Number(logged[3]), Math.floor(4 * 1024 * 1024 / (perToken * 16)) * 16);
-      const metrics = await (await fetch(`${server.url}/metrics`)).text();
-      assert.equal(value(metrics, 'edgeinfer_kv_cache_capacity_tokens'), Number(logged[3]));
+      const metrics = await scrape(server);
+      assert.equal(requiredSeriesValue(metrics, 'edgeinfer_kv_cache_capacity_tokens'), Number(logged[3]));
       const info = metrics.split('\n').find((l) => l.startsWith('edgeinfer_cache_config_info{'));
       assert.ok(info.includes(`attention="${preset === 'glm-5-tiny' ? 'mla_dsa' : 'mla'}"`), info);
       if (preset === 'glm-5-tiny') assert.match(server.log, /skipping the checkpoint's 1 multi-token-prediction layer \(model\.layers\.3\)/);

@@ -9,8 +9,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { edgeinferBin, startServer, fetch } from './lib/server.mjs';
-import { metricValue as value, streamChat } from './lib/chat.mjs';
+import { edgeinferBin, startServer } from './lib/server.mjs';
+import { streamChat } from './lib/chat.mjs';
+import { requiredSeriesValue as value, scrape } from './lib/metrics.mjs';
 
 const presets = [
   { name: 'tiny-qwen3-moe', arch: 'qwen3_moe', experts: 8, topK: 2, shared: 0, moeLayers: 2 },
@@ -48,7 +49,7 @@ for (const preset of presets) {
                                   `${preset.shared} shared\\), 3 layers, .* weights ${weights} \\(.* read per token\\)`);
         assert.match(server.log, loaded);
 
-        const text = await (await fetch(`${server.url}/metrics`)).text();
+        const text = await scrape(server);
         const info = text.split('\n').find((l) => l.startsWith('edgeinfer_cache_config_info{'));
         assert.ok(info, 'no cache_config_info');
         for (const [label, expected] of [['architecture', preset.arch], ['experts', preset.experts],
@@ -86,7 +87,7 @@ test('a dense model exports no routing and says so in cache_config_info', async 
   try {
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.defaultKey, maxRetries: 0 });
     await streamChat(client, 'tiny', 'Hello');
-    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const text = await scrape(server);
     assert.match(text, /edgeinfer_cache_config_info\{[^}]*architecture="llama"[^}]*experts="0"/);
     assert.equal(value(text, 'edgeinfer_moe_routed_tokens_total'), 0);
     assert.equal(value(text, 'edgeinfer_moe_experts_touched_count'), 0);

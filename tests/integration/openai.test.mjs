@@ -5,7 +5,8 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { startServer, sleep, fetch } from './lib/server.mjs';
+import { startServer, waitFor, fetch } from './lib/server.mjs';
+import { metric, requiredMetric } from './lib/metrics.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -22,24 +23,6 @@ before(async () => {
   client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: server.defaultKey, maxRetries: 0 });
 });
 after(async () => { await server?.stop(); });
-
-// The value of one series in /metrics, e.g. metric('edgeinfer_kv_cache_blocks_free').
-async function metric(series) {
-  const text = await (await fetch(`${server.url}/metrics`)).text();
-  for (const line of text.split('\n')) {
-    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
-  }
-  return 0;  // a labelled series that has not been created yet
-}
-
-async function waitFor(what, check, { timeoutMs = 30000 } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
-}
 
 test('models.list and models.retrieve name the served model', async () => {
   const list = await client.models.list();
@@ -186,10 +169,10 @@ test('the same seed and temperature give the same text; other seeds differ', asy
 });
 
 test('an aborted stream is cancelled in the engine and frees its KV blocks', async () => {
-  const total = await metric('edgeinfer_kv_cache_blocks_total');
+  const total = await metric(server, 'edgeinfer_kv_cache_blocks_total');
   assert.ok(total > 0);
-  await waitFor('an idle engine', async () => (await metric('edgeinfer_kv_cache_blocks_free')) === total);
-  const abortsBefore = await metric('edgeinfer_request_success_total{finished_reason="abort"}');
+  await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
+  const abortsBefore = await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' });
 
   const controller = new AbortController();
   // Far more tokens than arrive before the abort: only a cancellation ends it early.
@@ -202,7 +185,7 @@ test('an aborted stream is cancelled in the engine and frees its KV blocks', asy
       assert.equal(chunk.object, 'text_completion');
       if (++chunks === 3) {
         // While it runs, the request holds blocks.
-        assert.ok((await metric('edgeinfer_kv_cache_blocks_free')) < total, 'a running request holds no blocks');
+        assert.ok((await metric(server, 'edgeinfer_kv_cache_blocks_free')) < total, 'a running request holds no blocks');
         controller.abort();
       }
     }
@@ -212,10 +195,10 @@ test('an aborted stream is cancelled in the engine and frees its KV blocks', asy
   }
   assert.ok(chunks >= 3 && chunks < 100, `${chunks} chunks arrived`);
 
-  await waitFor('the blocks to come back', async () => (await metric('edgeinfer_kv_cache_blocks_free')) === total);
-  assert.equal(await metric('edgeinfer_num_requests_running'), 0);
-  assert.equal(await metric('edgeinfer_request_success_total{finished_reason="abort"}'), abortsBefore + 1);
-  assert.equal(await metric('edgeinfer_active_streams'), 0);
+  await waitFor('the blocks to come back', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
+  assert.equal(await requiredMetric(server, 'edgeinfer_num_requests_running'), 0);
+  assert.equal(await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' }), abortsBefore + 1);
+  assert.equal(await requiredMetric(server, 'edgeinfer_active_streams'), 0);
   // The server serves on.
   const after = await client.completions.create({ model: modelId, prompt: 'Once upon a time', max_tokens: 5, temperature: 0 });
   assert.equal(after.choices[0].text, ', there was a little');
@@ -267,15 +250,16 @@ test('SSE on the wire: headers, data frames, [DONE] last, and x-request-id', asy
 });
 
 test('usage is counted per tenant and every request gets an access log line', async () => {
-  const series = (kind) => `edgeinfer_tenant_tokens_total{kind="${kind}",tenant="default"}`;
-  const [promptBefore, completionBefore] = [await metric(series('prompt')), await metric(series('completion'))];
+  // The tenant's series appear with its first request: 0 until then.
+  const tokens = (kind) => metric(server, 'edgeinfer_tenant_tokens_total', { kind, tenant: 'default' });
+  const [promptBefore, completionBefore] = [await tokens('prompt'), await tokens('completion')];
   const completion = await client.completions.create({ model: modelId, prompt: 'Once upon a time', max_tokens: 7, temperature: 0 });
   // The tenant's tokens are counted when the request settles, which may follow the response's
   // last byte by a moment: wait for the counters to move, then check they moved by the usage.
   await waitFor('the tenant token counters', async () =>
-    (await metric(series('completion'))) > completionBefore && (await metric(series('prompt'))) > promptBefore);
-  assert.equal(await metric(series('prompt')), promptBefore + completion.usage.prompt_tokens);
-  assert.equal(await metric(series('completion')), completionBefore + completion.usage.completion_tokens);
+    (await tokens('completion')) > completionBefore && (await tokens('prompt')) > promptBefore);
+  assert.equal(await tokens('prompt'), promptBefore + completion.usage.prompt_tokens);
+  assert.equal(await tokens('completion'), completionBefore + completion.usage.completion_tokens);
   const id = completion._request_id;
   await waitFor('the access log line', async () => server.log.includes(`request_id=${id}`));
   const line = server.log.split('\n').find((l) => l.includes(`request_id=${id}`));

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { edgeinferBin, startServer } from './lib/server.mjs';
+import { requiredMetric } from './lib/metrics.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -20,21 +21,12 @@ function tempDir() {
   return fs.mkdtempSync(path.join(os.tmpdir(), 'edge-quant-'));
 }
 
-// The value of an unlabelled gauge in Prometheus text.
-function gauge(text, name) {
-  const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
-  assert.ok(m, `no ${name} in /metrics`);
-  return Number(m[1]);
-}
-
 // Serves `model` with a KV dtype and budget; returns the capacity log line's figures and the
 // exported capacity.
 async function kvCapacity(model, kvDtype, memory) {
   const server = await startServer(['--model', model, '--kv-cache-dtype', kvDtype, '--kv-cache-memory', memory,
                                     '--threads', '1']);
   try {
-    const res = await fetch(`${server.url}/metrics`);
-    const metrics = await res.text();
     const line = server.log.match(/KV cache: (\S+), (\d+) blocks × (\d+) tokens = (\d+) tokens, ([\d.]+)× bf16 \((\d+) tokens\)/);
     assert.ok(line, server.log);
     return {
@@ -42,7 +34,7 @@ async function kvCapacity(model, kvDtype, memory) {
       loggedTokens: Number(line[4]),
       ratio: Number(line[5]),
       bf16Tokens: Number(line[6]),
-      exported: gauge(metrics, 'edgeinfer_kv_cache_capacity_tokens'),
+      exported: await requiredMetric(server, 'edgeinfer_kv_cache_capacity_tokens'),
     };
   } finally {
     await server.stop();

@@ -7,6 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { adminCall, freePort, startServer, sleep } from './lib/server.mjs';
 import { skipWithoutRedis as skip, startRedis } from './lib/redis.mjs';
+import { requiredMetric, requiredSeriesValue, scrape } from './lib/metrics.mjs';
 
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
 let redis;
@@ -70,15 +71,6 @@ async function sendThroughBoth(keys, total, options, parallel = total) {
   return { results, seconds: (Date.now() - start) / 1000 };
 }
 
-async function metrics(server) {
-  return (await fetch(`${server.url}/metrics`)).text();
-}
-
-function metricValue(text, series) {
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-}
-
 const count = (text, pattern) => (text.match(pattern) ?? []).length;
 
 test('requests per minute: 60 through two gateways are 60 accepted, not 120', { skip }, async () => {
@@ -124,7 +116,7 @@ test('Redis killed: closed answers 503, open lets requests pass; restarted: both
   const keys = await tenantOnBoth('outage', { requests_per_minute: 1000, tokens_per_minute: 100000 });
   assert.equal((await complete(closedGateway, keys[0])).status, 200);
   assert.equal((await complete(openGateway, keys[1])).status, 200);
-  assert.equal(metricValue(await metrics(closedGateway), 'edgeinfer_quota_store_up'), 1);
+  assert.equal(await requiredMetric(closedGateway, 'edgeinfer_quota_store_up'), 1);
 
   await redis.stop();
   for (let i = 0; i < 5; ++i) {
@@ -140,9 +132,9 @@ test('Redis killed: closed answers 503, open lets requests pass; restarted: both
     assert.equal(open.headers.get('x-ratelimit-limit-requests'), null);  // nothing was counted
   }
   for (const server of [closedGateway, openGateway]) {
-    const text = await metrics(server);
-    assert.equal(metricValue(text, 'edgeinfer_quota_store_up'), 0);
-    assert.ok(metricValue(text, 'edgeinfer_quota_store_errors_total{operation="acquire"}') >= 5);
+    const text = await scrape(server);
+    assert.equal(requiredSeriesValue(text, 'edgeinfer_quota_store_up'), 0);
+    assert.ok(requiredSeriesValue(text, 'edgeinfer_quota_store_errors_total', { operation: 'acquire' }) >= 5);
     assert.equal(count(server.log, /quota store redis:\/\/\S+ is down/g), 1, server.log);  // one line, not one per request
   }
   assert.match(closedGateway.log, /refused with 503 \(--quota-fail-mode closed\)/);
@@ -162,7 +154,7 @@ test('Redis killed: closed answers 503, open lets requests pass; restarted: both
   assert.equal(open.headers.get('x-ratelimit-limit-requests'), '1000');  // counted again
   assert.equal(Number(open.headers.get('x-ratelimit-remaining-requests')), 1000 - 2);  // both gateways' requests
   for (const server of [closedGateway, openGateway]) {
-    assert.equal(metricValue(await metrics(server), 'edgeinfer_quota_store_up'), 1);
+    assert.equal(await requiredMetric(server, 'edgeinfer_quota_store_up'), 1);
     assert.equal(count(server.log, /quota store redis:\/\/\S+ is back up/g), 1, server.log);
   }
 });

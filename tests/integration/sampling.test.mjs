@@ -10,7 +10,7 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
 import { startServer, edgeinferBin, waitFor, adminCall } from './lib/server.mjs';
-import { metricValue } from './lib/chat.mjs';
+import { requiredMetric } from './lib/metrics.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -30,11 +30,6 @@ function decode(ids) {
     { encoding: 'utf8' });
   assert.equal(out.status, 0, out.stderr);
   return out.stdout.replace(/\n$/, '');
-}
-
-// The value of a series in a server's /metrics.
-async function metric(url, series) {
-  return metricValue(await (await globalThis.fetch(`${url}/metrics`)).text(), series);
 }
 
 // Per choice index: the text, the finish_reason and the logprobs entries a stream carried.
@@ -134,7 +129,7 @@ for (const [name, start] of Object.entries(topologies)) {
         model: modelId, messages: [{ role: 'user', content }], max_tokens: 16, temperature: 1.0, seed: 21, n: 3,
         ignore_eos: true,
       };
-      const computedBefore = await metric(setup.engine.url, 'edgeinfer_iteration_tokens_sum');
+      const computedBefore = await requiredMetric(setup.engine, 'edgeinfer_iteration_tokens_sum');
       const whole = await client.chat.completions.create(request);
       assert.equal(whole.choices.length, 3);
       assert.deepEqual(whole.choices.map((c) => c.index), [0, 1, 2]);
@@ -144,8 +139,8 @@ for (const [name, start] of Object.entries(topologies)) {
       // Every prompt token but the last once, then 16 tokens per choice (the last prompt token each).
       const expected = computedBefore + (whole.usage.prompt_tokens - 1) + 3 * 16;
       await waitFor('the engine to report its steps', async () =>
-        (await metric(setup.engine.url, 'edgeinfer_iteration_tokens_sum')) >= expected);
-      assert.equal(await metric(setup.engine.url, 'edgeinfer_iteration_tokens_sum'), expected);
+        (await requiredMetric(setup.engine, 'edgeinfer_iteration_tokens_sum')) >= expected);
+      assert.equal(await requiredMetric(setup.engine, 'edgeinfer_iteration_tokens_sum'), expected);
 
       // The same seed again: the same three texts, and streamed, each chunk names its choice.
       const { byIndex } = await collect(await client.chat.completions.create({

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import net from 'node:net';
 import { startServer, rawExchange, parseResponse, sleep, edgeinferBin, makeStateDir } from './lib/server.mjs';
+import { requiredSeriesValue, scrape, seriesValue } from './lib/metrics.mjs';
 
 let server;
 before(async () => { server = await startServer(['--threads', '2']); });
@@ -87,11 +88,10 @@ test('headers over 16 KiB are a 431', async () => {
 });
 
 test('a client that disconnects mid-request costs nothing', async () => {
-  const scrape = async () => (await fetch(`${server.url}/metrics`)).text();
-  const count = (text, re) => Number(text.match(re)?.[1] ?? 0);
-  const before = await scrape();
-  const openBefore = count(before, /^edgeinfer_http_open_connections (\d+)$/m);
-  const badBefore = count(before, /^edgeinfer_http_requests_total\{code="400",route="unmatched"\} (\d+)$/m);
+  const unmatched = { code: '400', route: 'unmatched' };
+  const before = await scrape(server);
+  const openBefore = requiredSeriesValue(before, 'edgeinfer_http_open_connections');
+  const badBefore = seriesValue(before, 'edgeinfer_http_requests_total', unmatched);
   for (let i = 0; i < 20; ++i) {
     const socket = net.connect(server.port, '127.0.0.1');
     await new Promise((r) => socket.on('connect', r));
@@ -100,10 +100,10 @@ test('a client that disconnects mid-request costs nothing', async () => {
   }
   await sleep(300);
   assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
-  const after = await scrape();
+  const after = await scrape(server);
   // Nobody is left to answer, so nothing is answered, and every dropped connection is closed.
-  assert.equal(count(after, /^edgeinfer_http_requests_total\{code="400",route="unmatched"\} (\d+)$/m), badBefore);
-  assert.ok(count(after, /^edgeinfer_http_open_connections (\d+)$/m) <= openBefore + 1);
+  assert.equal(seriesValue(after, 'edgeinfer_http_requests_total', unmatched), badBefore);
+  assert.ok(requiredSeriesValue(after, 'edgeinfer_http_open_connections') <= openBefore + 1);
 });
 
 test('keep-alive carries several requests on one connection', async () => {

@@ -27,7 +27,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import OpenAI from 'openai';
-import { startServer, sleep, edgeinferBin, makeStateDir } from './lib/server.mjs';
+import { startServer, sleep, waitFor as waitWithin, edgeinferBin, makeStateDir } from './lib/server.mjs';
+import { metric, requiredMetric, requiredSeriesValue, scrape, seriesValue as value } from './lib/metrics.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -54,24 +55,10 @@ async function startCluster({ backends = 2, backendArgs = [], gatewayArgs = [] }
   };
 }
 
-async function scrape(url) {
-  const res = await fetch(`${url}/metrics`);
-  assert.equal(res.status, 200);
-  return res.text();
-}
-
-// The value of one series (name and labels exactly as written), 0 when absent.
-function value(text, series) {
-  for (const line of text.split('\n')) {
-    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
-  }
-  return 0;
-}
-
 // The gateway's count of requests each backend accepted.
 async function acceptedPerBackend(cluster) {
-  const text = await scrape(cluster.gateway.url);
-  return cluster.backends.map((b) => value(text, `edgeinfer_backend_requests_total{backend="${b.url}"}`));
+  const text = await scrape(cluster.gateway);
+  return cluster.backends.map((b) => requiredSeriesValue(text, 'edgeinfer_backend_requests_total', { backend: b.url }));
 }
 
 // Sends `n` short requests through the gateway: every one succeeds, and backend `only` takes them all.
@@ -91,13 +78,10 @@ async function load(backend) {
   return res.json();
 }
 
-async function waitFor(what, check, { timeoutMs = 60000 } = {}) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (await check()) return;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
+// Waits in this file allow 60 s unless they say otherwise (lib's default is 30 s): the cluster's
+// backends compute with one thread each.
+function waitFor(what, check, { timeoutMs = 60000 } = {}) {
+  return waitWithin(what, check, { timeoutMs });
 }
 
 // A long streamed completion (ignore_eos keeps it generating) with its progress on record.
@@ -160,10 +144,8 @@ describe('load, KV usage and cancellation', () => {
         return l.kv_usage_ratio > 0.8 && l.waiting > 0;
       });
       // The gateway has read that report once its gauge shows it.
-      await waitFor('the gateway to see the full backend', async () => {
-        const text = await scrape(cluster.gateway.url);
-        return value(text, `edgeinfer_backend_kv_cache_usage_ratio{backend="${full.url}"}`) > 0.8;
-      });
+      await waitFor('the gateway to see the full backend', async () =>
+        (await metric(cluster.gateway, 'edgeinfer_backend_kv_cache_usage_ratio', { backend: full.url })) > 0.8);
       const before = await acceptedPerBackend(cluster);
       for (let i = 0; i < 6; i++) {
         await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 16, temperature: 0 });
@@ -184,7 +166,7 @@ describe('load, KV usage and cancellation', () => {
 
   test('a client that drops its stream frees the request on the backend', async () => {
     const aborts = async () => (await Promise.all(cluster.backends.map(async (b) =>
-      value(await scrape(b.url), 'edgeinfer_request_success_total{finished_reason="abort"}')))).reduce((x, y) => x + y);
+      metric(b, 'edgeinfer_request_success_total', { finished_reason: 'abort' })))).reduce((x, y) => x + y);
     const abortedBefore = await aborts();
     // One long stream per backend (the gateway spreads them), both generating.
     const streams = Array.from({ length: 2 }, () => longStream(cluster.client, { maxTokens: 1000 }));
@@ -198,8 +180,8 @@ describe('load, KV usage and cancellation', () => {
       await Promise.all(streams.map((s) => s.done));
       // The gateway has closed its connections to the backends.
       await waitFor('the gateway to drop the requests', async () => {
-        const text = await scrape(cluster.gateway.url);
-        return cluster.backends.every((b) => value(text, `edgeinfer_backend_in_flight{backend="${b.url}"}`) === 0);
+        const text = await scrape(cluster.gateway);
+        return cluster.backends.every((b) => requiredSeriesValue(text, 'edgeinfer_backend_in_flight', { backend: b.url }) === 0);
       });
     } finally {
       for (const b of cluster.backends) b.child.kill('SIGCONT');
@@ -245,8 +227,7 @@ describe('prefix affinity', () => {
     assert.equal(queries[1 - owner], 0);
     assert.ok(hits[owner] > 0);
     assert.ok(rate > 0.5, `most prompt tokens come from the cache: ${rate}`);
-    const text = await scrape(cluster.gateway.url);
-    assert.equal(value(text, 'edgeinfer_backend_routes_total{reason="affinity"}'), endings.length - 1);
+    assert.equal(await metric(cluster.gateway, 'edgeinfer_backend_routes_total', { reason: 'affinity' }), endings.length - 1);
   });
 });
 
@@ -272,10 +253,10 @@ describe('a backend with a full queue', () => {
     assert.ok(refused >= 3, `the burst met a full queue: ${codes.join(' ')}`);
     assert.equal(codes.filter((c) => c !== 503 && c !== 200).length, 0, codes.join(' '));
     // A full queue says nothing about the backend's health: it stays in the pool.
-    const text = await scrape(cluster.gateway.url);
+    const text = await scrape(cluster.gateway);
     const backend = cluster.backends[0].url;
-    assert.equal(value(text, `edgeinfer_backend_ejections_total{backend="${backend}"}`), 0);
-    assert.equal(value(text, `edgeinfer_backend_up{backend="${backend}"}`), 1);
+    assert.equal(requiredSeriesValue(text, 'edgeinfer_backend_ejections_total', { backend }), 0);
+    assert.equal(value(text, 'edgeinfer_backend_up', { backend }), 1);
     assert.equal((await fetch(`${cluster.gateway.url}/readyz`)).status, 200);
     const next = await send();
     assert.equal(next.status, 200, await next.text());
@@ -290,8 +271,8 @@ describe('a backend dies mid-run', () => {
   test('a stream on it ends with an error, requests not started move to the other, new ones go there', async () => {
     const [victim, survivor] = cluster.backends;
     const inFlight = async () => {
-      const text = await scrape(cluster.gateway.url);
-      return cluster.backends.map((b) => value(text, `edgeinfer_backend_in_flight{backend="${b.url}"}`));
+      const text = await scrape(cluster.gateway);
+      return cluster.backends.map((b) => value(text, 'edgeinfer_backend_in_flight', { backend: b.url }));
     };
     // One long stream per backend, both generating.
     const running = Array.from({ length: 2 }, () => longStream(cluster.client, { maxTokens: 1500 }));
@@ -323,20 +304,19 @@ describe('a backend dies mid-run', () => {
       assert.equal(s.error, null, String(s.error));
       assert.equal(s.finishReason, 'length');
     }
-    let text = await scrape(cluster.gateway.url);
+    const text = await scrape(cluster.gateway);
     const retries = ['connect', 'status', 'stream'].reduce(
-      (sum, reason) => sum + value(text, `edgeinfer_backend_retries_total{reason="${reason}"}`), 0);
+      (sum, reason) => sum + value(text, 'edgeinfer_backend_retries_total', { reason }), 0);
     console.log(`kill: 1 of 2 running streams ended with an error; 4 of 4 requests not started completed `
       + `(${retries} retries)`);
     assert.ok(retries >= 2, `the requests sent to the dead backend were retried: ${retries}`);
-    assert.equal(value(text, `edgeinfer_backend_stream_errors_total{backend="${victim.url}"}`), 1);
+    assert.equal(value(text, 'edgeinfer_backend_stream_errors_total', { backend: victim.url }), 1);
 
     // New requests all succeed, on the survivor.
     await allServedBy(cluster, 1);
-    text = await scrape(cluster.gateway.url);
-    assert.equal(value(text, `edgeinfer_backend_up{backend="${victim.url}"}`), 0);
+    assert.equal(await requiredMetric(cluster.gateway, 'edgeinfer_backend_up', { backend: victim.url }), 0);
     await waitFor('the survivor to be up', async () =>
-      value(await scrape(cluster.gateway.url), `edgeinfer_backend_up{backend="${survivor.url}"}`) === 1);
+      (await metric(cluster.gateway, 'edgeinfer_backend_up', { backend: survivor.url })) === 1);
   });
 
   test('with no backend left, requests get a 503 at once', async () => {
@@ -644,8 +624,7 @@ describe('usage a backend reports', () => {
     assert.equal(fair.usage.completion_tokens, 8);
     charged.push(fair.usage);
 
-    const text = await scrape(gateway.url);
-    assert.equal(value(text, `edgeinfer_backend_usage_corrections_total{backend="${proxy.url}"}`), 2);
+    assert.equal(await metric(gateway, 'edgeinfer_backend_usage_corrections_total', { backend: proxy.url }), 2);
     // Logged, but not once per request.
     assert.equal(gateway.log.match(/reported usage prompt/g)?.length, 1, gateway.log);
     assert.match(gateway.log, /reported usage prompt -5, completion 0, cached -1; charged \d+, 8, 0 instead/);
@@ -677,8 +656,7 @@ describe('usage a backend reports', () => {
     } finally {
       edit = (event) => event;
     }
-    const text = await scrape(gateway.url);
-    assert.equal(value(text, 'edgeinfer_tenant_tokens_total{kind="completion",tenant="default"}'), 8 * 3 + 8);
+    assert.equal(await metric(gateway, 'edgeinfer_tenant_tokens_total', { kind: 'completion', tenant: 'default' }), 8 * 3 + 8);
   });
 });
 
@@ -754,8 +732,8 @@ describe('chaos: a backend killed with SIGKILL mid-stream', () => {
     // Frozen, the backends produce nothing more; what the gateway had is written out.
     for (const b of cluster.backends) b.child.kill('SIGSTOP');
     try {
-      const metrics = await scrape(cluster.gateway.url);
-      const inFlight = cluster.backends.map((b) => value(metrics, `edgeinfer_backend_in_flight{backend="${b.url}"}`));
+      const metrics = await scrape(cluster.gateway);
+      const inFlight = cluster.backends.map((b) => value(metrics, 'edgeinfer_backend_in_flight', { backend: b.url }));
       assert.deepEqual(inFlight, [1, 1], 'one stream on each backend');
       let counts = streams.map((s) => s.chunks);
       for (let stable = 0; stable < 8; await sleep(25)) {
@@ -810,12 +788,12 @@ describe('chaos: a backend killed with SIGKILL mid-stream', () => {
 
     // The killed backend is marked down, and every next request goes to the survivor.
     await waitFor('the gateway to mark the killed backend down', async () =>
-      value(await scrape(cluster.gateway.url), `edgeinfer_backend_up{backend="${victim.url}"}`) === 0, { timeoutMs: 5000 });
-    let text = await scrape(cluster.gateway.url);
-    assert.equal(value(text, `edgeinfer_backend_stream_errors_total{backend="${victim.url}"}`), 1);
+      (await requiredMetric(cluster.gateway, 'edgeinfer_backend_up', { backend: victim.url })) === 0, { timeoutMs: 5000 });
+    assert.equal(await metric(cluster.gateway, 'edgeinfer_backend_stream_errors_total', { backend: victim.url }), 1);
     await allServedBy(cluster, 1);
-    text = await scrape(cluster.gateway.url);
-    assert.equal(value(text, `edgeinfer_backend_retries_total{reason="connect"}`), 0, 'no request was even tried there');
+    // A retry reason's series appears with its first retry: none is 0.
+    assert.equal(await metric(cluster.gateway, 'edgeinfer_backend_retries_total', { reason: 'connect' }), 0,
+      'no request was even tried there');
     // Nothing is left running on the survivor, and its KV blocks are all free again.
     await waitFor('the survivor to be idle with its KV blocks free', async () => {
       const l = await load(survivor);

@@ -1,14 +1,4 @@
-// What several tests read from a server: one sample of a Prometheus series, and a streamed chat
-// through the official `openai` SDK.
-import assert from 'node:assert/strict';
-
-// The value of an unlabelled series (or a histogram's _sum / _count) in Prometheus text; fails the
-// test when the series is absent.
-export function metricValue(text, series) {
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  assert.ok(line, `no ${series} in /metrics`);
-  return Number(line.slice(series.length + 1));
-}
+// A streamed chat through the official `openai` SDK, as several tests run one.
 
 // One greedy streamed chat: its text, usage (stream_options.include_usage) and finish reason.
 export async function streamChat(client, model, content, maxTokens = 24) {
