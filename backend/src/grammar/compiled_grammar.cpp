@@ -106,12 +106,6 @@ void chain_store::truncate(std::size_t n) {
   frames_.resize(n);
 }
 
-void parse_sets::begin(const std::vector<parse>& out, std::size_t begin) {
-  begin_ = begin;
-  indexed_ = false;
-  if (out.size() > begin) rehash(out);
-}
-
 void parse_sets::rehash(const std::vector<parse>& out) {
   const std::size_t n = out.size() - begin_;
   std::size_t size = 64;
@@ -162,7 +156,7 @@ bool parse_sets::add(std::vector<parse>& out, parse p) {
 bool close_parses(const compiled_data& g, chain_store& chains, parse_sets& sets, std::span<const parse> kernel,
                   std::vector<parse>& out, bool& ends) {
   const std::size_t begin = out.size();
-  sets.begin(out, begin);
+  sets.begin(begin);
   for (const parse& p : kernel) {
     if (!sets.add(out, p)) return false;
   }
@@ -185,7 +179,7 @@ bool close_parses(const compiled_data& g, chain_store& chains, parse_sets& sets,
 
 bool step_parses(const compiled_data& g, parse_sets& sets, std::span<const parse> closed, std::uint8_t byte,
                  std::vector<parse>& out) {
-  sets.begin(out, out.size());
+  sets.begin(out.size());
   for (const parse& p : closed) {
     const std::int32_t to = g.step(p.state, byte);
     if (to >= 0 && !sets.add(out, {to, p.chain})) return false;

@@ -156,14 +156,13 @@ class parse_sets {
     work_left_ = work_;
     exceeded_ = false;
   }
-  // A limit was passed since reset_work(): the set being built was left part done.
-  bool exceeded() const { return exceeded_; }
-  std::int64_t max_parses() const { return max_parses_; }
-  std::int64_t work() const { return work_; }
-
-  // Starts a set: the parses from `out[begin]` on.
-  void begin(const std::vector<parse>& out, std::size_t begin);
-  // Appends `p` to the set unless it holds it; false once a limit is passed.
+  // Starts a set: the parses from `out[begin]` on, none yet.
+  void begin(std::size_t begin) {
+    begin_ = begin;
+    indexed_ = false;
+  }
+  // Appends `p` to the set unless it holds it; false once a limit is passed (and until
+  // reset_work(): the set being built is left part done).
   bool add(std::vector<parse>& out, parse p);
 
  private:
