@@ -46,6 +46,13 @@ loaded load(const std::filesystem::path& path, load_options options = {},
   return l;
 }
 
+// The synthetic "tiny" model (f32, seed 4) written under `dir` and loaded.
+loaded load_tiny(const edge::testing::temp_dir& dir) {
+  const auto path = dir / "tiny";
+  REQUIRE(write_synthetic_model({.preset = "tiny", .seed = 4, .dtype = edge::kernels::dtype::f32, .out = path}).ok());
+  return load(path);
+}
+
 // Logits for every position of the prompt, one forward pass per position.
 std::vector<float> logits_along(loaded& l, const std::vector<token_id>& prompt) {
   const std::int64_t vocab = l.m->config.vocab_size;
@@ -109,9 +116,7 @@ TEST_CASE("the stacked Q/K/V and gate/up layout computes the logits of the separ
 
 TEST_CASE("forward_sample samples on the executor and copies only the rows asked for") {
   edge::testing::temp_dir dir;
-  const auto path = dir / "tiny";
-  REQUIRE(write_synthetic_model({.preset = "tiny", .seed = 4, .dtype = edge::kernels::dtype::f32, .out = path}).ok());
-  loaded l = load(path);
+  loaded l = load_tiny(dir);
   const std::int64_t vocab = l.m->config.vocab_size;
   const std::vector<token_id> a = {1, 5, 9}, b = {2, 8}, c = {3};
   const std::vector<std::int32_t> ta = {0}, tb = {1}, tc = {2}, td = {3};
@@ -332,9 +337,7 @@ TEST_CASE("latent attention: a prompt prefilled at once (expanded) gives the log
 
 TEST_CASE("forward_sample reads the token masks its mask filler writes, filled once before any draw") {
   edge::testing::temp_dir dir;
-  const auto path = dir / "tiny";
-  REQUIRE(write_synthetic_model({.preset = "tiny", .seed = 4, .dtype = edge::kernels::dtype::f32, .out = path}).ok());
-  loaded l = load(path);
+  loaded l = load_tiny(dir);
   const std::int64_t vocab = l.m->config.vocab_size;
   const std::vector<token_id> a = {1, 5, 9}, c = {3};
   const std::vector<std::int32_t> ta = {0}, tc = {1};
