@@ -75,12 +75,22 @@ struct grammar_matcher::state {
     return std::find(end_tokens.begin(), end_tokens.end(), id) != end_tokens.end();
   }
 
-  void add_source(parse p) {
-    if (std::find(sources.begin(), sources.end(), p) != sources.end()) return;
-    sources.push_back(p);
-    const std::int32_t t = data->table_of[static_cast<std::size_t>(p.state)];
-    if (t < 0 || !data->tables[static_cast<std::size_t>(t)].exits_at_once || p.chain == 0) return;
-    add_source({chains.return_state(p.chain), chains.below(p.chain)});
+  // The parses whose token tables make the mask, in `sources`: the kernel's, and where a rule may
+  // end at once, the parses it returns to. False past a limit.
+  bool find_sources() {
+    sources.clear();
+    sets.begin(0);
+    for (const parse& first : kernel) {
+      for (parse p = first;;) {
+        const std::size_t before = sources.size();
+        if (!sets.add(sources, p)) return false;
+        if (sources.size() == before) break;  // there already, and so are those it returns to
+        const std::int32_t t = data->table_of[static_cast<std::size_t>(p.state)];
+        if (t < 0 || !data->tables[static_cast<std::size_t>(t)].exits_at_once || p.chain == 0) break;
+        p = {chains.return_state(p.chain), chains.below(p.chain)};
+      }
+    }
+    return true;
   }
 
   // The tokens below vocabulary trie node `exit` whose bytes past it the parses after returning
@@ -167,9 +177,14 @@ bool grammar_matcher::fill_mask(std::span<std::uint32_t> allowed) {
   if (failed()) return false;
   if (!ended_ && !s.must_end) {
     const std::size_t mark = s.chains.size();
+    const auto fail = [&] {
+      s.chains.truncate(mark);
+      std::fill(allowed.begin(), allowed.end(), 0u);
+      error_ = s.too_ambiguous();
+      return false;
+    };
     s.sets.reset_work();
-    s.sources.clear();
-    for (const parse& p : s.kernel) s.add_source(p);
+    if (!s.find_sources()) return fail();
     for (std::size_t k = 0; k < s.sources.size(); ++k) {
       const parse p = s.sources[k];
       const std::int32_t t = s.data->table_of[static_cast<std::size_t>(p.state)];
@@ -182,12 +197,7 @@ bool grammar_matcher::fill_mask(std::span<std::uint32_t> allowed) {
       for (const token_id id : table.accepted) set_bit(allowed, id);
       for (const token_id id : table.specials) set_bit(allowed, id);
       // A token that leaves the rule part way goes on in the rule that called it.
-      if (p.chain != 0 && !table.exit_nodes.empty() && !s.walk_exits(table.exit_nodes, p.chain, allowed)) {
-        s.chains.truncate(mark);
-        std::fill(allowed.begin(), allowed.end(), 0u);
-        error_ = s.too_ambiguous();
-        return false;
-      }
+      if (p.chain != 0 && !table.exit_nodes.empty() && !s.walk_exits(table.exit_nodes, p.chain, allowed)) return fail();
     }
     s.chains.truncate(mark);
   }
@@ -212,11 +222,10 @@ bool grammar_matcher::accept(token_id id) {
   bool ends = false;
   if (!close_parses(*s.data, s.chains, s.sets, s.kernel, s.closed, ends)) return fail();
   s.next.clear();
+  s.sets.begin(0);
   for (const parse& p : s.closed) {
     for (const special_edge& e : s.data->specials_of(p.state)) {
-      if (e.token == id && std::find(s.next.begin(), s.next.end(), parse{e.next, p.chain}) == s.next.end()) {
-        s.next.push_back({e.next, p.chain});
-      }
+      if (e.token == id && !s.sets.add(s.next, {e.next, p.chain})) return fail();
     }
   }
   if (s.next.empty() && s.can_end && s.is_end_token(id)) {
