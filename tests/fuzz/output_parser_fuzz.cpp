@@ -51,7 +51,7 @@ std::string parse(std::uint8_t choice, const std::vector<std::string_view>& piec
     for (auto& e : events) gw::append_event(all, std::move(e));
   };
   for (const std::string_view piece : pieces) take(parser.feed(piece, 1));
-  take(parser.finish());
+  take(parser.finish(false));
   std::size_t calls = 0;
   for (const auto& event : all) {
     if (const auto* c = std::get_if<gw::content_delta>(&event)) {

@@ -11,9 +11,11 @@
 //    one when named), makes one call (parallel_tool_calls false), and its arguments validate with
 //    ajv. With parallel_tool_calls, answers of several calls, each of which validates.
 // 2. Streamed and whole answers agree, and the SDK's stream helper assembles the same calls.
-// 3. The 400s: an unsupported keyword in a tool's parameters (named with the tool), a JSON
-//    response_format together with required, a model without tool-call syntax; auto keeps
-//    today's behaviour (no constraint, so the keyword is no error).
+// 3. A named function is one call ended there; an answer max_tokens cuts short leaves no markup
+//    in content; a model without a tool-call syntax answers in plain JSON calls (llama3_json's).
+//    The 400s: an unsupported keyword in a tool's parameters (named with the tool), a JSON
+//    response_format together with required; auto keeps today's behaviour (no constraint, so the
+//    keyword is no error).
 // 4. The split topology: the gateway builds the grammar, the backend compiles it.
 // 5. The SDK as an agent: a tool-call loop over several turns (required, a named function, then
 //    "none" for the text answer), streamed and whole compared at every turn, and runTools.
@@ -208,6 +210,33 @@ test('streamed and whole answers are the same calls; the SDK stream helper assem
   }
 });
 
+test('a named function is exactly one call, ended there, whatever parallel_tool_calls says', async () => {
+  for (const [name, server] of Object.entries(servers)) {
+    for (let i = 0; i < 6; i++) {
+      const request = toolRequest(3 * (700 + i), /*parallel=*/true);  // named: every third request
+      assert.ok(request.named);
+      const choice = (await server.client.chat.completions.create(request.body)).choices[0];
+      assert.equal(choice.finish_reason, 'tool_calls', `${name}: ${JSON.stringify(choice.message)}`);
+      assert.equal(choice.message.tool_calls.length, 1, name);
+      assert.equal(choice.message.tool_calls[0].function.name, request.named, name);
+    }
+  }
+});
+
+test('an answer cut short by max_tokens leaves no tool-call markup in content', async () => {
+  for (const [name, server] of Object.entries(servers)) {
+    for (const max_tokens of [1, 2, 3, 5, 8]) {
+      const request = toolRequest(33, true);
+      const body = { ...request.body, max_tokens };
+      const whole = (await server.client.chat.completions.create(body)).choices[0];
+      const streamed = await collect(await server.client.chat.completions.create({ ...body, stream: true }));
+      for (const content of [whole.message.content ?? '', streamed.content]) {
+        assert.equal(content, '', `${name}, max_tokens ${max_tokens}: ${JSON.stringify(whole.message)}`);
+      }
+    }
+  }
+});
+
 describe('requests the constraint cannot serve', () => {
   const patterned = [{ type: 'function', function: { name: 'ok', parameters: { type: 'object', properties: {} } } },
     { type: 'function', function: { name: 'lookup',
@@ -243,17 +272,20 @@ describe('requests the constraint cannot serve', () => {
     }
   });
 
-  test('a model without a tool-call syntax cannot be made to call tools: a 400 naming tool_choice', async () => {
+  test('a model without a tool-call syntax answers required and a named function with schema-valid tool_calls', async () => {
     const plain = await startServer(['--model', storiesGguf, '--threads', '1']);
     try {
+      assert.match(plain.log, /tool calls none/);
       const client = new OpenAI({ baseURL: `${plain.url}/v1`, apiKey: plain.defaultKey, maxRetries: 0 });
-      await assert.rejects(client.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], max_tokens: 5,
-        tools: patterned.slice(0, 1), tool_choice: 'required' }), (error) => {
-        assert.equal(error.status, 400);
-        assert.equal(error.param, 'tool_choice');
-        assert.match(error.message, /--tool-call-parser/);
-        return true;
-      });
+      for (let i = 0; i < 12; i++) {
+        const request = toolRequest(1200 + i);
+        const whole = (await client.chat.completions.create(request.body)).choices[0];
+        assert.equal(toolAnswerFault(request, whole), null);
+        const streamed = await collect(await client.chat.completions.create({ ...request.body, stream: true }));
+        assert.equal(streamed.finish, 'tool_calls');
+        assert.equal(streamed.content, '');
+        assert.deepEqual(streamed.toolCalls, withoutIds(whole.message.tool_calls));
+      }
     } finally {
       await plain.stop();
     }

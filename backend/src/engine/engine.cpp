@@ -12,6 +12,7 @@
 
 #include "edge/backend/engine/step_driver.h"
 #include "edge/backend/grammar/compiled_grammar.h"
+#include "edge/backend/grammar/output_reach.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"
 
@@ -230,6 +231,8 @@ struct engine::state {
 
   std::thread thread;
 
+  // Why submit() must refuse `request`, if it must (any thread: reads only what never changes).
+  std::optional<submit_error> refusal(const generate_request& request) const;
   void run();
   void fail(const std::string& what);
   void loop();
@@ -424,6 +427,7 @@ void engine::state::finish_choice(sequence_id id, finish_reason reason, std::str
   active_choice& c = r.choices[at.index];
   if (c.done) return;
   c.done = true;
+  if (reason == finish_reason::content_filter) log.info("request {} choice {} ends early: {}", r.client_id, at.index, error);
   sched->remove(id);
   r.last_reason = reason;
   if (--r.choices_left == 0) finish(at.request, r.last_reason);
@@ -488,7 +492,11 @@ void engine::state::step() {
 
   const time_point produced_at = clock.now();
   for (sampled_token& t : *ran) {
-    const choice_ref at = choice_of.at(t.id);
+    // A choice whose request ended earlier in this step (another of its choices failed) has
+    // nothing left to report.
+    const auto found = choice_of.find(t.id);
+    if (found == choice_of.end()) continue;
+    const choice_ref at = found->second;
     active_request& req = requests.at(at.request);
     active_choice& choice = req.choices[at.index];
     if (!req.first_token) {
@@ -514,8 +522,10 @@ void engine::state::step() {
     }
     delta_event delta;
     delta.index = static_cast<std::int32_t>(at.index);
-    delta.tokens.push_back(t.token);
-    if (t.logprobs) delta.logprobs.push_back(std::move(*t.logprobs));
+    if (!t.decoded.dropped) {
+      delta.tokens.push_back(t.token);
+      if (t.logprobs) delta.logprobs.push_back(std::move(*t.logprobs));
+    }
     delta.text = std::move(t.decoded.text);
     delta.finish = t.decoded.finish;
     emit(req, std::move(delta));
@@ -645,30 +655,57 @@ engine::~engine() {
   state_->thread.join();
 }
 
-result<request_handle> engine::submit(generate_request request, event_sink sink) {
-  state& s = *state_;
-  if (!sink) return invalid_argument("a request needs an event sink");
-  if (!(request.weight > 0.0)) return invalid_argument(format("tenant weight {} is not positive", request.weight));
+std::optional<submit_error> engine::state::refusal(const generate_request& request) const {
+  if (!(request.weight > 0.0)) return submit_error(invalid_argument(format("tenant weight {} is not positive", request.weight)));
   if (request.logprobs && (*request.logprobs < 0 || *request.logprobs > max_top_logprobs)) {
-    return invalid_argument(format("logprobs must be between 0 and {}", max_top_logprobs));
+    return submit_error(invalid_argument(format("logprobs must be between 0 and {}", max_top_logprobs)), "logprobs");
   }
   if (request.prompt_logprobs && (*request.prompt_logprobs < 0 || *request.prompt_logprobs > max_top_logprobs)) {
-    return invalid_argument(format("prompt_logprobs must be between 0 and {}", max_top_logprobs));
+    return submit_error(invalid_argument(format("prompt_logprobs must be between 0 and {}", max_top_logprobs)),
+                        "prompt_logprobs");
   }
-  if (request.n < 1 || request.n > max_choices) return invalid_argument(format("n must be between 1 and {}", max_choices));
-  const std::int64_t vocab = s.exec.vocab_size();
+  if (request.n < 1 || request.n > max_choices) {
+    return submit_error(invalid_argument(format("n must be between 1 and {}", max_choices)), "n");
+  }
+  const std::int64_t vocab = exec.vocab_size();
   for (const token_id id : request.prompt) {
-    if (id < 0 || id >= vocab) return invalid_argument(format("prompt token {} is outside the vocabulary of {}", id, vocab));
+    if (id < 0 || id >= vocab) {
+      return submit_error(invalid_argument(format("prompt token {} is outside the vocabulary of {}", id, vocab)), "prompt");
+    }
   }
-  EDGE_RETURN_IF_ERROR(check_logit_bias(request.sampling.logit_bias, vocab));
-  if (request.prompt_logprobs && s.sched->config().max_prompt_logits < s.sched->config().block_size) {
-    return invalid_argument("this executor computes no prompt log probabilities");
+  if (status bias = check_logit_bias(request.sampling.logit_bias, vocab); !bias.ok()) return submit_error(bias, "logit_bias");
+  if (request.prompt_logprobs && sched->config().max_prompt_logits < sched->config().block_size) {
+    return submit_error(invalid_argument("this executor computes no prompt log probabilities"), "prompt_logprobs");
   }
-  EDGE_RETURN_IF_ERROR(
-      s.sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens, request.n));
-  if (request.grammar && &request.grammar->vocabulary().source() != &s.tok) {
-    return invalid_argument("the request's grammar was compiled for another tokenizer than the engine's");
+  if (status fits = sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens, request.n);
+      !fits.ok()) {
+    return submit_error(fits, "prompt");
   }
+  if (request.grammar && &request.grammar->vocabulary().source() != &tok) {
+    return submit_error(invalid_argument("the request's grammar was compiled for another tokenizer than the engine's"),
+                        "grammar");
+  }
+  if (request.grammar) {
+    // Bans can close every way through a grammar (a JSON object without "{"): known now, that is
+    // the client's 400, not an output cut short.
+    std::vector<token_id> banned;
+    for (const kernels::logit_bias& b : request.sampling.logit_bias) {
+      if (b.bias <= kernels::logit_ban) banned.push_back(b.id);
+    }
+    if (!banned.empty() &&
+        grammar::find_output(request.grammar, banned, request.stop_token_ids) == grammar::output_reach::impossible) {
+      return submit_error(invalid_argument("logit_bias bans every token that could write the output the request's "
+                                           "response format or tool choice requires"),
+                          "logit_bias");
+    }
+  }
+  return std::nullopt;
+}
+
+result<request_handle, submit_error> engine::submit(generate_request request, event_sink sink) {
+  state& s = *state_;
+  if (!sink) return submit_error(invalid_argument("a request needs an event sink"));
+  if (auto refused = s.refusal(request)) return std::move(*refused);
 
   submission sub;
   sub.arrival = s.clock.now();
@@ -694,16 +731,16 @@ result<request_handle> engine::submit(generate_request request, event_sink sink)
     std::lock_guard lock(s.inbox->mutex);
     if (s.inbox->failure) {
       sub.finished->store(true);  // nothing to cancel
-      return unavailable(format("the engine failed: {}", *s.inbox->failure));
+      return submit_error(unavailable(format("the engine failed: {}", *s.inbox->failure)));
     }
     if (!s.inbox->accepting || s.inbox->stopping) {
       sub.finished->store(true);
-      return failed_precondition("the engine is shutting down");
+      return submit_error(failed_precondition("the engine is shutting down"));
     }
     if (s.inbox->queued >= s.options.max_queued_requests) {
       sub.finished->store(true);
-      return resource_exhausted(
-          format("the engine is overloaded: {} requests are already waiting", s.inbox->queued));
+      return submit_error(
+          resource_exhausted(format("the engine is overloaded: {} requests are already waiting", s.inbox->queued)));
     }
     ++s.inbox->queued;
     ++s.inbox->in_flight;

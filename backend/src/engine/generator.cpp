@@ -85,7 +85,7 @@ result<std::vector<generation_output>> generator::run(
                           }));
     for (const sampled_token& t : sampled) {
       sequence& s = seqs[t.id];
-      s.output.tokens.push_back(t.token);
+      if (!t.decoded.dropped) s.output.tokens.push_back(t.token);
       if (!t.decoded.text.empty()) {
         s.output.text += t.decoded.text;
         if (on_text) on_text(t.id, t.decoded.text);

@@ -6,4 +6,5 @@ target_sources(edge_backend PRIVATE
   src/grammar/json_schema.cpp
   src/grammar/compiled_grammar.cpp
   src/grammar/grammar_matcher.cpp
+  src/grammar/output_reach.cpp
 )

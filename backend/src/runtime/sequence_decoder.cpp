@@ -32,25 +32,62 @@ kernels::sampling_row sequence_decoder::prepare(std::span<float> logits) const {
   return sampler_.next_row();
 }
 
+void sequence_decoder::fill_allowed(std::span<std::uint32_t> allowed) {
+  const bool any = matcher_->fill_mask(allowed);
+  dead_end_.clear();
+  if (matcher_->failed()) {
+    dead_end_ = matcher_->error();
+    return;
+  }
+  if (!any) {
+    dead_end_ = "the grammar allows no token here: the vocabulary cannot write what must come next";
+    return;
+  }
+  // A ban is absolute: a token the grammar allows but the request bans is not a way on.
+  bool banned_some = false;
+  for (const kernels::logit_bias& b : sampling().logit_bias) {
+    if (b.bias > kernels::logit_ban || b.id < 0 || static_cast<std::size_t>(b.id) / 32 >= allowed.size()) continue;
+    std::uint32_t& word = allowed[static_cast<std::size_t>(b.id) / 32];
+    const std::uint32_t bit = 1u << (static_cast<std::uint32_t>(b.id) % 32);
+    banned_some = banned_some || (word & bit) != 0;
+    word &= ~bit;
+  }
+  if (banned_some && std::all_of(allowed.begin(), allowed.end(), [](std::uint32_t w) { return w == 0; })) {
+    dead_end_ = "logit_bias bans every token the grammar allows here";
+  }
+}
+
 sequence_decoder::step sequence_decoder::accept(token_id id, std::int64_t length) {
   assert(!finished_ && "a finished sequence takes no more tokens");
+  step out;
+  if (!dead_end_.empty()) {
+    // No token was allowed: whatever the draw gave is not part of the output.
+    finished_ = true;
+    out.dropped = true;
+    out.finish = finish_reason::content_filter;
+    out.error = std::move(dead_end_);
+    out.text += stops_.flush();
+    out.text += detokenizer_.finish();
+    return out;
+  }
   sampler_.accept(id);
   ++generated_;
-  step out;
   if (matcher_) {
-    // The mask allowed only tokens that continue the grammar: one that does not means no token
-    // could (the vocabulary cannot spell what must come next), or the grammar is too ambiguous
-    // to follow (its mask allowed nothing).
+    // The mask allowed only tokens that continue the grammar, so one that does not is a fault of
+    // the engine's (a mask not applied), not of the request.
     if (!matcher_->accept(id)) {
       finished_ = true;
-      out.finish = finish_reason::error;
       if (matcher_->failed()) {
+        // Following the token passed the grammar's parse limits: the request's grammar is too
+        // ambiguous, which ends its output, not the engine.
+        out.finish = finish_reason::content_filter;
         out.error = matcher_->error();
-        return out;
+      } else {
+        out.finish = finish_reason::error;
+        out.error = format("token {} ('{}') was drawn outside the grammar's mask", id, tok_.token_text(id));
       }
-      out.error = format("token {} ('{}') does not continue the output's grammar: the vocabulary cannot write what "
-                         "must come next",
-                         id, tok_.token_text(id));
+      out.text += stops_.flush();
+      out.text += detokenizer_.finish();
       return out;
     }
     if (matcher_->ended()) {

@@ -479,9 +479,12 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
     parser.body_limit(options.max_body_bytes);
     body_charge charge(buffered_body_bytes, metrics ? &metrics->buffered_body_bytes : nullptr);
 
-    const read_outcome read = client_done_sending ? parse_buffered(parser, buffer)
-                                                  : co_await read_request(stream, buffer, parser, charge, state,
-                                                                          read_deadline);
+    read_outcome read;
+    if (client_done_sending) {
+      read = parse_buffered(parser, buffer);
+    } else {
+      read = co_await read_request(stream, buffer, parser, charge, state, read_deadline);
+    }
     const beast::error_code ec = read.ec;
     const bool over_budget = read.over_budget;
     const auto started = std::chrono::steady_clock::now();

@@ -91,16 +91,27 @@ response model_not_found(std::string_view requested, std::string_view served) {
                         "invalid_request_error", "model", "model_not_found");
 }
 
+// The request parameter behind a field of the engine's request (engine::submit's submit_error).
+std::string_view api_param(std::string_view field, openai_api api, std::string_view constraint_param) {
+  const bool chat = api == openai_api::chat_completions;
+  if (field == "grammar") return constraint_param;
+  if (field == "logprobs") return chat ? "top_logprobs" : "logprobs";
+  if (field == "prompt_logprobs") return "echo";
+  if (field == "n" || field == "logit_bias") return field;
+  return chat ? "messages" : "prompt";
+}
+
 // What the engine refusing a request (engine_client::submit) means to the client.
-response submit_failure(const status& failure, std::string_view prompt_param) {
+response submit_failure(const backend::submit_error& failure, openai_api api, std::string_view constraint_param) {
+  const std::string_view param = api_param(failure.field(), api, constraint_param);
   switch (failure.code()) {
     case status_code::resource_exhausted: return unavailable_response(failure.message(), "overloaded");
     case status_code::failed_precondition: return unavailable_response(failure.message(), "shutting_down");
     case status_code::unavailable: return unavailable_response(failure.message(), "backend_unavailable");
     case status_code::out_of_range:
-      return invalid_request(format("The request does not fit: {}", failure.message()), prompt_param,
+      return invalid_request(format("The request does not fit: {}", failure.message()), param,
                              "context_length_exceeded");
-    default: return invalid_request(failure.message(), prompt_param);
+    default: return invalid_request(failure.message(), param);
   }
 }
 
@@ -160,6 +171,25 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
   return *r.max_tokens;
 }
 
+// The most log probabilities one answer that is not streamed may hold, alternatives included:
+// about 50 MB of JSON. Built whole before it is sent, such an answer is held in memory at once,
+// several times its size while it is built; a stream sends them as they come.
+constexpr std::int64_t max_unstreamed_logprobs = std::int64_t{1} << 19;
+
+// The 400 for a request whose answer, not streamed, would hold more log probabilities than that.
+std::optional<response> too_many_logprobs(const openai_request& r, std::int64_t max_tokens, std::int64_t prompt_length) {
+  if (r.stream || !r.logprobs) return std::nullopt;
+  // Each factor is bounded (n by 128, tokens by the context, alternatives by 20): no overflow.
+  const std::int64_t tokens = max_tokens + (r.echo ? prompt_length : 0);
+  const std::int64_t entries = std::int64_t{r.n} * tokens * (1 + *r.logprobs);
+  if (entries <= max_unstreamed_logprobs) return std::nullopt;
+  return invalid_request(format("An answer that is not streamed holds at most {} log probabilities, and this one could "
+                                "hold {} (n {} x {} tokens x {} each, the token and its alternatives): lower n, "
+                                "max_tokens or the alternatives, or stream the answer",
+                                max_unstreamed_logprobs, entries, r.n, tokens, 1 + *r.logprobs),
+                         r.n > 1 ? "n" : "max_tokens");
+}
+
 // What a completions answer with echo shows in front of each choice's text: the prompt as the
 // client wrote it, or as its token ids decode.
 std::string echoed_prompt(const openai_request& r, const backend::tokenizer& tok) {
@@ -187,6 +217,28 @@ bool starts_in_reasoning(const serving_model& model, const openai_request& r,
          r.grammar == nullptr && prompt_opens_reasoning(prompt_tail(*model.tokenizer, prompt));
 }
 
+bool forces_calls(const openai_request& r) {
+  return r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named;
+}
+
+// The syntax a request's tool calls are written and read in: the model's own; or, for a model
+// without one whose request forces calls, llama3_json's plain JSON objects, which need no
+// special token (the answer is constrained to them, and returned as tool_calls, as vLLM does).
+output_syntax answer_syntax(const serving_model& model, const openai_request& r) {
+  output_syntax syntax = model.output;
+  if (syntax.tool_calls == tool_call_parser_kind::none && forces_calls(r)) {
+    syntax.tool_calls = tool_call_parser_kind::llama3_json;
+    syntax.tool_markers_special = false;
+  }
+  return syntax;
+}
+
+// At most one call: a named function is one call to it (OpenAI's rule), and
+// parallel_tool_calls false allows one.
+bool parallel_calls(const openai_request& r) {
+  return r.parallel_tool_calls && r.choice.mode != tool_choice_mode::named;
+}
+
 // How a chat request's output is parsed: reasoning whenever the model writes it, tool calls when
 // the request offers tools and tool_choice is not "none".
 output_parser_options parsing_options(const serving_model& model, const openai_request& r,
@@ -194,41 +246,38 @@ output_parser_options parsing_options(const serving_model& model, const openai_r
   output_parser_options o;
   o.reasoning = model.output.reasoning;
   o.starts_in_reasoning = starts_in_reasoning(model, r, prompt);
-  if (!r.tools.empty() && r.choice.mode != tool_choice_mode::none) o.tool_calls = model.output.tool_calls;
+  if (!r.tools.empty() && r.choice.mode != tool_choice_mode::none) o.tool_calls = answer_syntax(model, r).tool_calls;
   o.tools.reserve(r.tools.size());
   for (const tool_definition& tool : r.tools) o.tools.push_back({.name = tool.name, .parameters = tool.parameters});
-  o.parallel_tool_calls = r.parallel_tool_calls;
+  o.parallel_tool_calls = parallel_calls(r);
   return o;
 }
 
 // tool_choice "required" or a named function: the grammar of the calls the answer must be, in
-// the model's syntax (null for other requests), or the 400 to answer.
+// the answer's syntax (null for other requests), or the 400 to answer.
 std::variant<std::shared_ptr<const backend::grammar::grammar>, response> required_tool_calls(
     const serving_model& model, const openai_request& r, std::span<const backend::token_id> prompt) {
-  if (r.choice.mode != tool_choice_mode::required && r.choice.mode != tool_choice_mode::named) {
-    return std::shared_ptr<const backend::grammar::grammar>();
-  }
-  if (model.output.tool_calls == tool_call_parser_kind::none) {
-    return invalid_request(format("tool_choice '{}' is enforced in the model's own tool-call syntax, and this model "
-                                  "has none: serve it with --tool-call-parser",
-                                  r.choice.mode == tool_choice_mode::required ? "required" : "function"),
-                           "tool_choice");
-  }
+  if (!forces_calls(r)) return std::shared_ptr<const backend::grammar::grammar>();
   std::vector<tool_spec> tools;
   tools.reserve(r.tools.size());
   for (const tool_definition& tool : r.tools) tools.push_back({.name = tool.name, .parameters = tool.parameters});
   std::size_t earlier_calls = 0;
   for (const backend::chat_message& message : r.messages) earlier_calls += message.tool_calls.size();
-  auto built = tool_call_answer_grammar(model.output, *model.tokenizer,
+  auto built = tool_call_answer_grammar(answer_syntax(model, r), *model.tokenizer,
                                         {.tools = tools,
                                          .only = r.choice.mode == tool_choice_mode::named ? r.choice.name : "",
-                                         .parallel = r.parallel_tool_calls,
+                                         .parallel = parallel_calls(r),
                                          .earlier_calls = earlier_calls},
                                         starts_in_reasoning(model, r, prompt));
   if (!built.ok()) {
     return invalid_request(built.error().message(), built.error().path().empty() ? "tools" : built.error().path());
   }
   return std::make_shared<const backend::grammar::grammar>(std::move(built).value());
+}
+
+// Whether an output ended before the model ended it: what it began is unfinished.
+bool cut_short(backend::finish_reason reason) {
+  return reason == backend::finish_reason::length || reason == backend::finish_reason::content_filter;
 }
 
 // Whether the engine must write special tokens out for the parsers to see their markers.
@@ -392,6 +441,10 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
     co_return;
   }
   const std::int64_t max_tokens = std::get<std::int64_t>(limit);
+  if (auto refused = too_many_logprobs(r, max_tokens, prompt_length)) {
+    co_await answer(std::move(*refused));
+    co_return;
+  }
   if (auto outside = find_logit_bias_outside_vocabulary(r.sampling.logit_bias, model->tokenizer->vocab_size())) {
     co_await answer(invalid_request(outside->message, outside->param));
     co_return;
@@ -433,8 +486,9 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
     if (!compiled.ok()) {
       session->set_outcome(request_outcome::failed);
       const bool busy = compiled.error().code() == status_code::resource_exhausted;
-      co_await answer(busy ? unavailable_response(compiled.error().message(), "overloaded")
-                           : invalid_request(compiled.error().message(), constraint_param));
+      response refusal = busy ? unavailable_response(compiled.error().message(), "overloaded")
+                              : invalid_request(compiled.error().message(), constraint_param);
+      co_await answer(std::move(refusal));
       co_return;
     }
     request.grammar = std::move(compiled).value();
@@ -461,7 +515,8 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   ex.access().completion_tokens = 0;
   if (!submitted.ok()) {
     session->set_outcome(request_outcome::failed);
-    co_await answer(submit_failure(submitted.error(), prompt_param));
+    response refusal = submit_failure(submitted.error(), api, constraint_param);
+    co_await answer(std::move(refusal));
     co_return;
   }
   // Destroying the handle (leaving this coroutine in any way) cancels the request.
@@ -536,7 +591,7 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
           if (!co_await deliver(sse, chunks, delta->index, c, std::move(parsed))) co_return;
           if (!delta->finish) continue;
           // The choice's output has ended: what the parser held back.
-          std::vector<output_event> rest = c.parser->finish();
+          std::vector<output_event> rest = c.parser->finish(cut_short(*delta->finish));
           if (!co_await deliver(sse, chunks, delta->index, c, std::move(rest))) co_return;
           if (!sse) continue;
           const boost::json::value end =
@@ -582,7 +637,7 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
         choice_state& c = choices[static_cast<std::size_t>(i)];
         if (c.reason) continue;
         if (c.parser) {
-          std::vector<output_event> rest = c.parser->finish();
+          std::vector<output_event> rest = c.parser->finish(cut_short(finished->reason));
           if (!co_await deliver(sse, chunks, i, c, std::move(rest))) co_return;
         }
         if (!sse) continue;

@@ -125,7 +125,7 @@ std::vector<output_event> output_parser::feed(std::string_view text, std::int64_
   return out;
 }
 
-std::vector<output_event> output_parser::finish() {
+std::vector<output_event> output_parser::finish(bool cut) {
   std::vector<output_event> split;
   if (!partial_character_.empty()) {
     std::string repaired;
@@ -136,7 +136,7 @@ std::vector<output_event> output_parser::finish() {
   reasoning_.finish(split);
   std::vector<output_event> out;
   route(split, out);
-  if (tool_calls_) tool_calls_->finish(out);
+  if (tool_calls_) tool_calls_->finish(out, cut);
   return out;
 }
 

@@ -282,8 +282,9 @@ class family_parser final : public tool_call_parser {
     }
   }
 
-  void finish(std::vector<output_event>& out) override {
+  void finish(std::vector<output_event>& out, bool cut) override {
     out_ = &out;
+    cut_ = cut;
     while (step(/*at_end=*/true)) {
     }
   }
@@ -372,10 +373,10 @@ class family_parser final : public tool_call_parser {
           state_ = is_section_family() ? state::section : state::header;
           return true;
         }
-        const std::size_t held = at_end ? 0 : partial_marker_length(text, opener);
-        const std::size_t ready = at_end ? text.size() : trailing_space_start(text, text.size() - held);
+        const std::size_t held = at_end && !cut_ ? 0 : partial_marker_length(text, opener);
+        const std::size_t ready = at_end && !cut_ ? text.size() : trailing_space_start(text, text.size() - held);
         content(text.substr(0, ready));
-        pending_.erase(0, ready);
+        pending_.erase(0, at_end ? text.size() : ready);
         return false;
       }
 
@@ -402,6 +403,10 @@ class family_parser final : public tool_call_parser {
           return false;
         }
         if (rest.empty() && !in_new_section_) return false;
+        if (at_end && cut_ && (rest.empty() || is_marker_start(rest, syntax_.call_begin))) {
+          pending_.clear();  // a section (or its next call's marker) begun when the output was cut
+          return false;
+        }
         // Other text: the section is over. One that made no call was never a section: its
         // marker is content, and so is what follows it.
         if (in_new_section_) content(section_opened_with_);
@@ -413,6 +418,10 @@ class family_parser final : public tool_call_parser {
       case state::header: {
         header h = parse_header();
         if (h.status == header_status::more && !at_end && text.size() <= max_header_bytes) return false;
+        if (h.status == header_status::more && at_end && cut_) {
+          pending_.clear();  // a call whose header the cut left unfinished: no call, and no content
+          return false;
+        }
         const tool_spec* tool = h.status == header_status::match ? find_tool(h.name) : nullptr;
         if (tool == nullptr) return not_a_call();
         begin_call(h, *tool);
@@ -691,6 +700,7 @@ class family_parser final : public tool_call_parser {
   std::vector<std::vector<std::string>> string_parameters_;  // GLM: per tool, its string-typed properties
 
   std::vector<output_event>* out_ = nullptr;  // where the current feed/finish appends
+  bool cut_ = false;                          // finish(): the output was cut short
   state state_;
   std::string pending_;          // text not consumed yet
   std::string opened_with_;      // the text that opened the current header: content if it is no call

@@ -153,7 +153,7 @@ result<backend::token_logprob> token_logprob_from(const json_value& v) {
 
 std::optional<backend::finish_reason> parse_finish_reason(std::string_view text) {
   for (const auto reason : {backend::finish_reason::stop, backend::finish_reason::length, backend::finish_reason::abort,
-                            backend::finish_reason::error}) {
+                            backend::finish_reason::error, backend::finish_reason::content_filter}) {
     if (backend::to_string(reason) == text) return reason;
   }
   return std::nullopt;
@@ -192,7 +192,8 @@ result<backend::engine_event> delta_from(const json_fields& o) {
   EDGE_ASSIGN_OR_RETURN(const auto finish, o.optional<std::string_view>("finish"));
   if (finish) {
     const auto reason = parse_finish_reason(*finish);
-    if (!reason || (*reason != backend::finish_reason::stop && *reason != backend::finish_reason::length)) {
+    // A choice ends by itself; abort and error end the whole request (the finished event).
+    if (!reason || *reason == backend::finish_reason::abort || *reason == backend::finish_reason::error) {
       return invalid_argument(format("a choice cannot finish with '{}'", *finish));
     }
     delta.finish = reason;

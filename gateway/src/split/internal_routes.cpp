@@ -118,17 +118,24 @@ response refusal(http::status code, std::string_view message, std::string_view t
 
 // What engine::submit() refusing a request means to the gateway (it maps these back: a 503
 // other than overloaded is this backend's failure, and the request goes to another one).
-response submit_refusal(const status& failure) {
+// A refusal for the request's own content names the generate_request field at fault as the
+// error's `param`, which the gateway maps to its API's parameter.
+response submit_refusal(const backend::submit_error& failure) {
+  const std::optional<std::string_view> field =
+      failure.field().empty() ? std::nullopt : std::optional<std::string_view>(failure.field());
   switch (failure.code()) {
     case status_code::out_of_range:
-      return refusal(http::status::bad_request, failure.message(), "invalid_request_error", "context_length_exceeded");
+      return error_response(http::status::bad_request, failure.message(), "invalid_request_error", field,
+                            "context_length_exceeded");
     case status_code::resource_exhausted:
       return refusal(http::status::service_unavailable, failure.message(), "server_error", "overloaded");
     case status_code::failed_precondition:
       return refusal(http::status::service_unavailable, failure.message(), "server_error", "shutting_down");
     case status_code::unavailable:
       return refusal(http::status::service_unavailable, failure.message(), "server_error", "backend_unavailable");
-    default: return refusal(http::status::bad_request, failure.message(), "invalid_request_error", "invalid_request");
+    default:
+      return error_response(http::status::bad_request, failure.message(), "invalid_request_error", field,
+                            "invalid_request");
   }
 }
 
@@ -200,10 +207,11 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
     refused = check_generate_request(std::get<parsed_generate_request>(parsed).request, backend->info);
   }
   if (refused) {
-    co_await ex.respond(error_response(http::status::bad_request, refused->message, "invalid_request_error",
-                                       refused->param.empty() ? std::nullopt
-                                                              : std::optional<std::string_view>(refused->param),
-                                       refused->code));
+    const std::optional<std::string_view> param =
+        refused->param.empty() ? std::nullopt : std::optional<std::string_view>(refused->param);
+    response answer = error_response(http::status::bad_request, refused->message, "invalid_request_error", param,
+                                     refused->code);
+    co_await ex.respond(std::move(answer));
     co_return;
   }
   backend::generate_request& request = std::get<parsed_generate_request>(parsed).request;
@@ -212,10 +220,11 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
     auto compiled = co_await backend->grammars->compile(grammar);
     if (!compiled.ok()) {
       const bool busy = compiled.error().code() == status_code::resource_exhausted;
-      co_await ex.respond(busy ? refusal(http::status::service_unavailable, compiled.error().message(), "server_error",
-                                         "overloaded")
-                               : error_response(http::status::bad_request, compiled.error().message(),
-                                                "invalid_request_error", "grammar", "invalid_request"));
+      response answer = busy ? refusal(http::status::service_unavailable, compiled.error().message(), "server_error",
+                                       "overloaded")
+                             : error_response(http::status::bad_request, compiled.error().message(),
+                                              "invalid_request_error", "grammar", "invalid_request");
+      co_await ex.respond(std::move(answer));
       co_return;
     }
     request.grammar = std::move(compiled).value();
@@ -229,7 +238,8 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
   auto events = std::make_shared<event_relay>(strand);
   auto submitted = backend->engine->submit(std::move(request), relay_sink(events, strand));
   if (!submitted.ok()) {
-    co_await ex.respond(submit_refusal(submitted.error()));
+    response answer = submit_refusal(submitted.error());
+    co_await ex.respond(std::move(answer));
     co_return;
   }
   // Destroying the handle (leaving this coroutine in any way, the gateway gone included)

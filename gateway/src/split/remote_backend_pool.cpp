@@ -108,19 +108,27 @@ asio::awaitable<result<http_reply>> round_trip(beast::tcp_stream& stream, const 
   co_return reply;
 }
 
-// The message and code of {"error":{"message","code"}}, else the body's start.
-std::pair<std::string, std::string> error_fields(std::string_view body) {
+struct error_body {
+  std::string message;
+  std::string code;
+  std::string param;  // a refused request's field at fault (engine::submit's submit_error::field)
+};
+
+// The message, code and param of {"error":{"message","code","param"}}, else the body's start.
+error_body error_fields(std::string_view body) {
   constexpr std::size_t shown = 200;
-  std::pair<std::string, std::string> out{std::string(body.substr(0, shown)), ""};
+  error_body out{.message = std::string(body.substr(0, shown))};
   simdjson::dom::parser parser;
   const auto document = parse_json_object(parser, body, "the answer");
   if (!document.ok()) return out;
   const auto error = json_fields(*document).optional<json_fields>("error");
   if (!error.ok() || !*error) return out;
-  if (const auto message = (*error)->optional<std::string_view>("message"); message.ok() && *message) {
-    out.first = **message;
-  }
-  if (const auto code = (*error)->optional<std::string_view>("code"); code.ok() && *code) out.second = **code;
+  const auto read = [&](std::string_view name, std::string& into) {
+    if (const auto value = (*error)->optional<std::string_view>(name); value.ok() && *value) into = **value;
+  };
+  read("message", out.message);
+  read("code", out.code);
+  read("param", out.param);
   return out;
 }
 
@@ -405,7 +413,7 @@ struct remote_backend_pool::impl : std::enable_shared_from_this<impl> {
       if (!reply.ok()) co_return lost(reply.error());
       if (!reply->keep_alive) connection.reset();
       if (reply->status != 200) {
-        note(b, false, format("/internal/v1/info answered {}: {}", reply->status, error_fields(reply->body).first));
+        note(b, false, format("/internal/v1/info answered {}: {}", reply->status, error_fields(reply->body).message));
         co_return;
       }
       auto info = parse_info(reply->body);
@@ -453,7 +461,7 @@ namespace {
 // How one attempt on one backend went.
 struct attempt_outcome {
   enum class kind { accepted, rejected, failed } what = kind::failed;
-  status error;               // rejected or failed: why
+  backend::submit_error error;  // rejected or failed: why (rejected: with the field at fault)
   std::string_view reason;    // failed: the retry metric's cause (connect, status)
 };
 
@@ -480,7 +488,7 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
 
   // Tries backends until one accepts the request (ok), the request is refused as the client's
   // fault, or no backend is left to try.
-  asio::awaitable<status> place() {
+  asio::awaitable<backend::submit_error> place() {
     const auto self = shared_from_this();
     status last = unavailable(format("every backend tried failed ({} attempts at most)", pool_->options.max_attempts));
     bool overloaded = false;
@@ -498,7 +506,7 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
         stream_.reset();
       } else if (outcome.what == attempt_outcome::kind::accepted) {
         pool_->accepted(b, key_);
-        co_return status{};
+        co_return backend::submit_error{};
       }
       release();
       if (cancelled_) break;
@@ -598,12 +606,13 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
       if (ec) break;
     }
     stream_.reset();
-    auto [message, error_code] = error_fields(body);
+    error_body refused = error_fields(body);
+    const std::string& message = refused.message;
+    const std::string& error_code = refused.code;
     if (code == 400) {
-      co_return attempt_outcome{attempt_outcome::kind::rejected,
-                                error_code == "context_length_exceeded" ? out_of_range(message)
-                                                                        : invalid_argument(message),
-                                ""};
+      // The request's own fault, the same on every backend: final, and no mark against this one.
+      status why = error_code == "context_length_exceeded" ? out_of_range(message) : invalid_argument(message);
+      co_return attempt_outcome{attempt_outcome::kind::rejected, backend::submit_error(std::move(why), refused.param), ""};
     }
     if (code == 413) {
       // Too large for this backend's --max-body: for every backend alike, so no retry.
@@ -761,11 +770,11 @@ void remote_backend_pool::start(asio::any_io_executor executor, std::function<vo
   }
 }
 
-asio::awaitable<result<backend::request_handle>> remote_backend_pool::submit(
+asio::awaitable<result<backend::request_handle, backend::submit_error>> remote_backend_pool::submit(
     backend::generate_request generate, backend::event_sink sink, std::shared_ptr<const backend::grammar::grammar> grammar) {
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto call = std::make_shared<remote_call>(impl_, strand, generate, grammar.get(), std::move(sink));
-  status placed = co_await call->place();
+  backend::submit_error placed = co_await call->place();
   if (!placed.ok()) co_return placed;
   asio::co_spawn(strand, call->relay(), asio::detached);
   co_return backend::request_handle(std::make_unique<remote_canceller>(std::move(call)));

@@ -224,7 +224,7 @@ TEST_CASE("the streamed chunks add up to the whole answer") {
   for (std::size_t i = 0; i < output.size(); i += 3) {
     for (auto& e : parser.feed(output.substr(i, 3), 1)) events.push_back(std::move(e));
   }
-  for (auto& e : parser.finish()) events.push_back(std::move(e));
+  for (auto& e : parser.finish(false)) events.push_back(std::move(e));
 
   const gw::chunk_builder chunks({gw::openai_api::chat_completions, "chatcmpl-s", 1, "m"}, false);
   boost::json::object message{{"role", "assistant"}};

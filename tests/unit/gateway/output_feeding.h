@@ -47,8 +47,9 @@ inline gateway::tool_call_id_source counting_ids() {
   return [next] { return "call_" + std::to_string(++*next); };
 }
 
-// Feeds `pieces` in order, one token each.
-inline parse_result parse_pieces(const options_factory& options, const std::vector<std::string>& pieces) {
+// Feeds `pieces` in order, one token each; `cut`: the output ends cut short (length).
+inline parse_result parse_pieces(const options_factory& options, const std::vector<std::string>& pieces,
+                                 bool cut = false) {
   gateway::output_parser parser(options());
   parse_result result;
   const auto take = [&](std::vector<gateway::output_event> events) {
@@ -58,7 +59,7 @@ inline parse_result parse_pieces(const options_factory& options, const std::vect
     }
   };
   for (const std::string& piece : pieces) take(parser.feed(piece, 1));
-  take(parser.finish());
+  take(parser.finish(cut));
   result.reasoning_tokens = parser.reasoning_tokens();
   return result;
 }
@@ -70,15 +71,15 @@ inline std::vector<std::string> bytes_of(std::string_view text) {
 }
 
 // The parse of `text` whole; checks that byte by byte and every cut in two give the same events.
-inline parse_result parse_every_way(const options_factory& options, std::string_view text) {
-  const parse_result whole = parse_pieces(options, {std::string(text)});
-  const parse_result bytes = parse_pieces(options, bytes_of(text));
+inline parse_result parse_every_way(const options_factory& options, std::string_view text, bool cut = false) {
+  const parse_result whole = parse_pieces(options, {std::string(text)}, cut);
+  const parse_result bytes = parse_pieces(options, bytes_of(text), cut);
   CHECK_MESSAGE(describe(bytes.events) == describe(whole.events), "byte by byte: ", describe(bytes.events));
-  for (std::size_t cut = 1; cut < text.size(); ++cut) {
+  for (std::size_t at = 1; at < text.size(); ++at) {
     const parse_result halves =
-        parse_pieces(options, {std::string(text.substr(0, cut)), std::string(text.substr(cut))});
+        parse_pieces(options, {std::string(text.substr(0, at)), std::string(text.substr(at))}, cut);
     if (describe(halves.events) != describe(whole.events)) {
-      FAIL_CHECK("cut at ", cut, ": ", describe(halves.events), " instead of ", describe(whole.events));
+      FAIL_CHECK("cut at ", at, ": ", describe(halves.events), " instead of ", describe(whole.events));
       break;
     }
   }

@@ -106,7 +106,7 @@ TEST_CASE("characters cut between deltas reach every parser whole") {
   // A character the output ends inside becomes U+FFFD.
   gw::output_parser cut(thinking_tools(gw::reasoning_parser_kind::none, gw::tool_call_parser_kind::none)());
   CHECK(cut.feed("a\xE6\x97", 1).size() == 1);
-  const auto rest = cut.finish();
+  const auto rest = cut.finish(false);
   REQUIRE(rest.size() == 1);
   CHECK(std::get<gw::content_delta>(rest[0]).text == "\xEF\xBF\xBD");
 }

@@ -117,13 +117,44 @@ TEST_CASE("hermes: a call without arguments gets {}; text after the closing synt
   CHECK(r.message.content == "trailing</tool_call>");
 }
 
-TEST_CASE("hermes: a call cut short keeps what it has; a header cut short is content") {
-  auto r = parse_every_way(hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par");
-  REQUIRE(r.message.tool_calls.size() == 1);
-  CHECK(r.message.tool_calls[0].arguments == R"({"city": "Par)");
-  r = parse_every_way(hermes, "Sure.\n<tool_call>\n{\"name\": \"get_wea");
+TEST_CASE("hermes: a call cut short keeps what it has; a header the model ended in is content, one cut short is dropped") {
+  for (const bool cut : {false, true}) {
+    CAPTURE(cut);
+    auto r = parse_every_way(hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par", cut);
+    REQUIRE(r.message.tool_calls.size() == 1);
+    CHECK(r.message.tool_calls[0].arguments == R"({"city": "Par)");
+  }
+  auto r = parse_every_way(hermes, "Sure.\n<tool_call>\n{\"name\": \"get_wea");
   CHECK(r.message.tool_calls.empty());
   CHECK(r.message.content == "Sure.\n<tool_call>\n{\"name\": \"get_wea");
+  // Cut short (max_tokens): the unfinished call and a marker begun are markup, not content.
+  for (const std::string_view text : {"Sure.\n<tool_call>\n{\"name\": \"get_wea", "Sure.\n<tool_call>", "Sure.\n<tool_c"}) {
+    CAPTURE(text);
+    r = parse_every_way(hermes, text, /*cut=*/true);
+    CHECK(r.message.tool_calls.empty());
+    CHECK(r.message.content == "Sure.");
+  }
+  // A whole call, then the next one cut short: the first stays, nothing of the second shows.
+  r = parse_every_way(hermes,
+                      "<tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>\n<tool_call>\n{\"nam",
+                      /*cut=*/true);
+  REQUIRE(r.message.tool_calls.size() == 1);
+  CHECK(r.message.tool_calls[0] == call("call_1", "get_time", "{}"));
+  CHECK(r.message.content.empty());
+}
+
+TEST_CASE("section families cut short: a section or call marker begun leaves nothing in content") {
+  auto r = parse_every_way(kimi, "Checking.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_ti",
+                           /*cut=*/true);
+  CHECK(r.message.tool_calls.empty());
+  CHECK(r.message.content == "Checking.");
+  r = parse_every_way(kimi, "Checking.<|tool_calls_section_begin|>", /*cut=*/true);
+  CHECK(r.message.tool_calls.empty());
+  CHECK(r.message.content == "Checking.");
+  r = parse_every_way(deepseek, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```"
+                                "<｜tool▁call▁end｜><｜tool▁call▁begin｜>funct", /*cut=*/true);
+  REQUIRE(r.message.tool_calls.size() == 1);
+  CHECK(r.message.content.empty());
 }
 
 TEST_CASE("parallel_tool_calls false: the first call only") {
@@ -329,7 +360,7 @@ TEST_CASE("arguments stream as the model writes them") {
   CHECK(describe(events) == R"(args#0[ty": "Paris"}] )");
   events = parser.feed("call>", 1);
   CHECK(events.empty());
-  CHECK(parser.finish().empty());
+  CHECK(parser.finish(false).empty());
 }
 
 TEST_CASE("random ids look like OpenAI's") {

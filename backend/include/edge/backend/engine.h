@@ -200,6 +200,19 @@ class request_handle {
   std::unique_ptr<canceller> canceller_;
 };
 
+// Why submit() refused a request: the status, and the generate_request field at fault when one
+// is ("prompt", "n", "logprobs", "prompt_logprobs", "logit_bias", "grammar"; "" otherwise), so
+// that each API names its own parameter in the answer.
+class submit_error : public status {
+ public:
+  submit_error() = default;
+  submit_error(status s, std::string field = {}) : status(std::move(s)), field_(std::move(field)) {}  // NOLINT: implicit by design
+  const std::string& field() const noexcept { return field_; }
+
+ private:
+  std::string field_;
+};
+
 class engine {
  public:
   // Starts the engine thread. The tokenizer, executor and pool must outlive the engine; the pool
@@ -216,10 +229,11 @@ class engine {
   // Queues a request; the sink gets its events. Errors (nothing is queued, no event follows):
   // invalid_argument / out_of_range for a request that can never run (empty prompt, longer
   // than the context or than the KV cache, more choices than max_num_seqs, a field out of its
-  // range: logprobs, n, logit_bias, prompt_logprobs), resource_exhausted when max_queued_requests are
-  // waiting, failed_precondition once drain() began, unavailable once the engine has failed
-  // (health()). A stalled engine still queues requests. Thread-safe.
-  result<request_handle> submit(generate_request request, event_sink sink);
+  // range: logprobs, n, logit_bias, prompt_logprobs; a grammar whose every output the logit_bias
+  // bans make impossible to write, as far as grammar::find_output can tell), resource_exhausted
+  // when max_queued_requests are waiting, failed_precondition once drain() began, unavailable
+  // once the engine has failed (health()). A stalled engine still queues requests. Thread-safe.
+  result<request_handle, submit_error> submit(generate_request request, event_sink sink);
 
   // A snapshot as of the end of the latest step. Thread-safe.
   engine_stats stats() const;

@@ -12,6 +12,10 @@
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/common/thread_pool.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
 #include "test_support.h"
 
 namespace edge::testing {
@@ -97,6 +101,109 @@ TEST_CASE("the engine refuses a grammar compiled for another tokenizer") {
   auto submitted = (*e)->submit(std::move(r), [](engine_event) {});
   REQUIRE_FALSE(submitted.ok());
   CHECK(submitted.error().code() == status_code::invalid_argument);
+}
+
+// Every token of stories260K whose bytes hold `c` (its byte token included).
+std::vector<kernels::logit_bias> bans_of(const tokenizer& tok, char c) {
+  std::vector<kernels::logit_bias> bans;
+  std::string bytes;
+  for (token_id id = 0; id < tok.vocab_size(); ++id) {
+    bytes.clear();
+    if (tok.is_special(id)) continue;
+    tok.append_token_bytes(id, false, false, bytes);
+    if (bytes.find(c) != std::string::npos) bans.push_back({.id = id, .bias = kernels::logit_ban});
+  }
+  return bans;
+}
+
+struct engine_events {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::map<std::int32_t, finish_reason> choice_ends;
+  std::map<std::int32_t, std::string> texts;
+  std::vector<finished_event> ends;
+  event_sink sink() {
+    return [this](engine_event e) {
+      std::lock_guard lock(mutex);
+      if (auto* d = std::get_if<delta_event>(&e)) {
+        texts[d->index] += d->text;
+        if (d->finish) choice_ends[d->index] = *d->finish;
+      } else if (auto* f = std::get_if<finished_event>(&e)) {
+        ends.push_back(*f);
+        done.notify_all();
+      }
+    };
+  }
+  bool wait() {
+    std::unique_lock lock(mutex);
+    return done.wait_for(lock, std::chrono::seconds(60), [&] { return !ends.empty(); });
+  }
+};
+
+TEST_CASE("bans that leave a grammar no way to begin are refused at submission, naming logit_bias") {
+  stories_runtime rt;
+  auto e = engine::create(*rt.m->tok, *rt.exec, *rt.blocks, rt.m->config.max_position,
+                          {.scheduler = {.block_size = 16, .max_num_seqs = 32, .max_num_batched_tokens = 512}});
+  REQUIRE_MESSAGE(e.ok(), e.error().message());
+  grammar::grammar_builder b;
+  auto object = b.build(b.json_object());
+  REQUIRE(object.ok());
+  const auto json_object = compile_or_fail(*object, *rt.m->tok);
+  generate_request r;
+  r.prompt = {1, 403};
+  r.max_tokens = 16;
+  r.n = 2;
+  r.grammar = json_object;
+  r.sampling.logit_bias = bans_of(*rt.m->tok, '{');
+  auto refused = (*e)->submit(r, [](engine_event) {});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code() == status_code::invalid_argument);
+  CHECK(refused.error().field() == "logit_bias");
+  // Without the bans the same request runs, and the engine is as good as before.
+  r.sampling.logit_bias.clear();
+  engine_events events;
+  auto accepted = (*e)->submit(r, events.sink());
+  REQUIRE_MESSAGE(accepted.ok(), accepted.error().message());
+  REQUIRE(events.wait());
+  CHECK(events.ends.size() == 1);
+  CHECK((*e)->health().state == engine_state::running);
+}
+
+TEST_CASE("a dead end in the middle of the output ends each choice with content_filter, and the engine goes on") {
+  stories_runtime rt;
+  auto e = engine::create(*rt.m->tok, *rt.exec, *rt.blocks, rt.m->config.max_position,
+                          {.scheduler = {.block_size = 16, .max_num_seqs = 32, .max_num_batched_tokens = 512}});
+  REQUIRE_MESSAGE(e.ok(), e.error().message());
+  // A free string first (too many ways on to search up front), then a "q" no token may write.
+  const auto grammar = compile_schema(
+      R"({"type":"object","properties":{"s":{"type":"string","maxLength":6},"e":{"const":"q"}},"required":["s","e"],)"
+      R"("additionalProperties":false})",
+      *rt.m->tok);
+  for (const bool host : {false, true}) {
+    CAPTURE(host);
+    generate_request r;
+    r.prompt = {1, 403, 407, 261, 378};
+    r.max_tokens = 64;
+    r.n = 2;
+    r.grammar = grammar;
+    r.sampling.temperature = 1.0f;
+    r.sampling.seed = 11;
+    if (host) r.sampling.presence_penalty = 0.5f;  // sampled on the host
+    r.sampling.logit_bias = bans_of(*rt.m->tok, 'q');
+    engine_events events;
+    auto accepted = (*e)->submit(r, events.sink());
+    REQUIRE_MESSAGE(accepted.ok(), accepted.error().message());
+    REQUIRE(events.wait());
+    REQUIRE(events.ends.size() == 1);
+    CHECK(events.ends[0].reason == finish_reason::content_filter);
+    for (std::int32_t i = 0; i < 2; ++i) {
+      CAPTURE(events.texts[i]);
+      CHECK(events.choice_ends[i] == finish_reason::content_filter);
+      CHECK(events.texts[i].ends_with("\""));
+      CHECK(events.texts[i].find("\"e\"") != std::string::npos);
+    }
+    CHECK((*e)->health().state == engine_state::running);
+  }
 }
 
 }  // namespace

@@ -19,22 +19,28 @@
 
 namespace edge::backend {
 
-// Why a sequence ended. The generator only ends sequences with stop or length.
+// Why a sequence ended. The generator only ends sequences with stop, length or content_filter.
 enum class finish_reason {
   stop,    // EOS, a stop token or a stop string
   length,  // max_tokens, or the model's context
   abort,   // cancelled by its client, or the engine shut down
   error,   // the engine failed while running it
+  // The request's own constraints left no token to write: its grammar (response_format, a
+  // forced tool call) and its logit_bias bans together allow nothing next, or the grammar grew
+  // too ambiguous to follow. The request's doing, not the engine's: the output so far is
+  // kept and the choice ends there (OpenAI's reason for output a filter cut short).
+  content_filter,
 };
 
-// "stop", "length", "abort", "error": the OpenAI / vLLM spelling. Inline, so that the wire
-// formats that name a reason need nothing of the runtime.
+// "stop", "length", "abort", "error", "content_filter": the OpenAI / vLLM spelling. Inline, so
+// that the wire formats that name a reason need nothing of the runtime.
 constexpr std::string_view to_string(finish_reason reason) {
   switch (reason) {
     case finish_reason::stop: return "stop";
     case finish_reason::length: return "length";
     case finish_reason::abort: return "abort";
     case finish_reason::error: return "error";
+    case finish_reason::content_filter: return "content_filter";
   }
   return "unknown";
 }
@@ -70,13 +76,17 @@ class sequence_decoder {
   kernels::sampling_row prepare(std::span<float> logits) const;
   // Whether a grammar constrains the next token: then fill_allowed() gives its mask.
   bool constrained() const { return matcher_.has_value(); }
-  // The tokens the grammar allows next, in `allowed` ([kernels::allowed_words(vocab)]).
-  void fill_allowed(std::span<std::uint32_t> allowed) { matcher_->fill_mask(allowed); }
+  // The tokens the grammar allows next, less those the logit biases ban, in `allowed`
+  // ([kernels::allowed_words(vocab)]). When that leaves none, the next accept() ends the
+  // sequence with content_filter whatever token was drawn (a row with no token left).
+  void fill_allowed(std::span<std::uint32_t> allowed);
 
   struct step {
     std::string text;                     // text released by this token (possibly empty)
     std::optional<finish_reason> finish;  // set when this token ended the sequence
-    std::string error;                    // finish error: why
+    std::string error;                    // finish error or content_filter: why
+    // The drawn token is not part of the output (no token was allowed: content_filter).
+    bool dropped = false;
   };
   // Takes the token sampled for this sequence; `length` is the sequence's length with it
   // (prompt + generated). Calling it after the sequence finished is a programming error.
@@ -93,6 +103,7 @@ class sequence_decoder {
   incremental_detokenizer detokenizer_;
   stop_checker stops_;
   std::optional<grammar::grammar_matcher> matcher_;
+  std::string dead_end_;  // why the last mask allowed no token ("" while some token is allowed)
   std::int64_t generated_ = 0;
   bool finished_ = false;
 };

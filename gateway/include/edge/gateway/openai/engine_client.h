@@ -6,8 +6,8 @@
 //                         gateway`; remote_backend_pool.h)
 //
 // submit() completes once the request is accepted (queued in an engine) or refused. Errors,
-// as engine::submit's (engine.h): invalid_argument / out_of_range for a request that can never
-// run (the client's fault: a 400), resource_exhausted when the engine's queue is full,
+// as engine::submit's (engine.h, with the field at fault): invalid_argument / out_of_range for a
+// request that can never run (the client's fault: a 400), resource_exhausted when the engine's queue is full,
 // failed_precondition while shutting down, unavailable when the engine has failed or no
 // backend could be reached (all 503). Once accepted, the sink gets the request's events
 // as engine.h describes them, ending with exactly one finished event, unless the handle is
@@ -32,7 +32,7 @@ class engine_client {
   // itself: a remote backend (its text travels with the request). Where the gateway compiles
   // (serving_model::grammars), the request arrives with request.grammar set and `grammar` is
   // not needed.
-  virtual boost::asio::awaitable<result<backend::request_handle>> submit(
+  virtual boost::asio::awaitable<result<backend::request_handle, backend::submit_error>> submit(
       backend::generate_request request, backend::event_sink sink,
       std::shared_ptr<const backend::grammar::grammar> grammar) = 0;
 };
@@ -42,7 +42,7 @@ class engine_client {
 class local_engine_client final : public engine_client {
  public:
   explicit local_engine_client(backend::engine& engine) : engine_(engine) {}
-  boost::asio::awaitable<result<backend::request_handle>> submit(
+  boost::asio::awaitable<result<backend::request_handle, backend::submit_error>> submit(
       backend::generate_request request, backend::event_sink sink,
       std::shared_ptr<const backend::grammar::grammar> grammar) override;
 

@@ -80,8 +80,10 @@ class output_parser {
 
   // A delta's text and how many tokens it came from; the events it completes.
   std::vector<output_event> feed(std::string_view text, std::int64_t tokens);
-  // The output has ended: the events of what was held back.
-  std::vector<output_event> finish();
+  // The output has ended: the events of what was held back. `cut`: it was cut short (length,
+  // content_filter) rather than ended by the model, and leaves no unfinished tool-call markup in
+  // content (tool_calls.h).
+  std::vector<output_event> finish(bool cut);
 
   bool reasoning_on() const { return reasoning_on_; }
   // Generated tokens whose text went to reasoning (reasoning.h says how they are counted).

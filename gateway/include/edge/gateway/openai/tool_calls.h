@@ -43,7 +43,10 @@
 //     read as what follows it. Whitespace between and around calls is dropped, as is whitespace
 //     at the end of content right before a call.
 //   * A call cut short by the end of the output keeps what it has (finish_reason "length" says
-//     so); held-back text at the end is content.
+//     so). Held-back text at the end is content when the model ended by itself, and is dropped
+//     when the output was cut short (max_tokens, content_filter): then a marker begun, a call
+//     whose header is not whole yet or a section without a call is markup the model did not
+//     finish, and no markup is left in content.
 //   * With parallel_tool_calls false only the first call is returned; later calls are parsed and
 //     dropped, as vLLM does (the client asked for one call at most).
 //   * DeepSeek and Kimi calls count only inside their section; a section whose first call is not
@@ -111,8 +114,8 @@ class tool_call_parser {
   // The next piece of the answer's text. Appends content_delta, tool_call_begin and
   // tool_call_arguments events, in order.
   virtual void feed(std::string_view text, std::vector<output_event>& out) = 0;
-  // The output has ended.
-  virtual void finish(std::vector<output_event>& out) = 0;
+  // The output has ended; `cut`: it was cut short rather than ended by the model.
+  virtual void finish(std::vector<output_event>& out, bool cut) = 0;
 };
 
 // `kind` must not be none. `make_id` empty: random_tool_call_id.

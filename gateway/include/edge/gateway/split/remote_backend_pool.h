@@ -89,7 +89,7 @@ class remote_backend_pool final : public engine_client {
   // io_context (its coroutines refer to it until they are destroyed).
   void start(boost::asio::any_io_executor executor, std::function<void(const backend_info&)> on_model);
 
-  boost::asio::awaitable<result<backend::request_handle>> submit(backend::generate_request request,
+  boost::asio::awaitable<result<backend::request_handle, backend::submit_error>> submit(backend::generate_request request,
                                                                  backend::event_sink sink,
                                                                  std::shared_ptr<const backend::grammar::grammar> grammar) override;
 
