@@ -5,6 +5,7 @@
 // neither backend dies and the gateway retries nothing (the request's own fault is final).
 import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
 import { startServer, fetch } from './lib/server.mjs';
@@ -138,6 +139,36 @@ describe('serve', () => {
       assert.equal(reason, 'content_filter');
       assert.match(text, /"e"\s*:\s*"$/);
     }
+    await assertServes(server);
+  });
+});
+
+describe('answers of many log probabilities, not streamed', () => {
+  let server;
+  before(async () => {
+    server = await startServer(['--model', storiesGguf, '--threads', '2', '--kv-cache-memory', '96MiB']);
+  });
+  after(async () => { await server?.stop(); });
+
+  const residentKiB = () => Number(fs.readFileSync(`/proc/${server.child.pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]);
+  const body = (n, max_tokens) => ({ n, logprobs: true, top_logprobs: 20, max_tokens, ignore_eos: true });
+
+  test('past the limit a 400 names it; at the limit the answer comes whole and its memory does not stay', async () => {
+    const refused = await chat(server, body(128, 1000));
+    assert.equal(refused.status, 400);
+    assert.equal(refused.body.error.param, 'n');
+    assert.match(refused.body.error.message, /stream the answer/);
+    const before = residentKiB();
+    // 128 x 190 x 21 = 510,720 log probabilities: just under the limit (about 33 MB of JSON).
+    const { status, body: answer } = await chat(server, body(128, 190));
+    assert.equal(status, 200);
+    assert.equal(answer.choices.length, 128);
+    assert.equal(answer.choices[127].logprobs.content.length, 190);
+    assert.equal(answer.choices[127].logprobs.content[0].top_logprobs.length, 20);
+    // Built whole as a tree, such an answer took about 400 MB and kept it; written entry by entry
+    // it peaks near 200 MB, and what is left is the KV cache the 24,320 tokens touched (96 MiB).
+    const grown = (residentKiB() - before) / 1024;
+    assert.ok(grown < 250, `resident memory grew by ${grown.toFixed(0)} MiB`);
     await assertServes(server);
   });
 });

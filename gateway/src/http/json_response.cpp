@@ -22,9 +22,13 @@ boost::json::string valid_text(std::string_view text) {
 }  // namespace
 
 response json_response(http::status status, const boost::json::value& body) {
+  return json_text_response(status, boost::json::serialize(body));
+}
+
+response json_text_response(http::status status, std::string body) {
   response res{status, 11};
   res.set(http::field::content_type, "application/json");
-  res.body() = boost::json::serialize(body);
+  res.body() = std::move(body);
   return res;
 }
 

@@ -2,6 +2,7 @@
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <algorithm>
 
@@ -95,30 +96,41 @@ json::value choice_logprobs::take() {
   return object_of(fresh);
 }
 
-json::value choice_logprobs::all() const { return object_of(entries_); }
+json::object choice_logprobs::chat_entry(const entry& e) const {
+  json::array top;
+  for (const auto& [id, logprob] : e.top) {
+    // An alternative stands where the chosen token does: the same spacing after BOS.
+    std::string bytes;
+    tok_.append_token_bytes(id, e.after_bos, /*with_special=*/true, bytes);
+    std::string token;
+    utf8::append_sanitized(token, bytes);
+    top.push_back(json::object{{"token", token}, {"logprob", api_logprob(logprob)}, {"bytes", bytes_json(bytes)}});
+  }
+  return json::object{{"token", e.token},
+                      {"logprob", api_logprob(e.logprob.value_or(0.0f))},
+                      {"bytes", bytes_json(e.bytes)},
+                      {"top_logprobs", std::move(top)}};
+}
+
+json::value choice_logprobs::completion_alternatives(const entry& e) const {
+  if (!e.logprob) return nullptr;
+  json::object top;
+  for (const auto& [id, logprob] : e.top) {
+    std::string bytes;
+    tok_.append_token_bytes(id, e.after_bos, /*with_special=*/true, bytes);
+    std::string token;
+    utf8::append_sanitized(token, bytes);
+    top[token] = api_logprob(logprob);
+  }
+  // The chosen token is always there, as in OpenAI's answers (up to logprobs + 1 entries).
+  if (!top.contains(e.token)) top[e.token] = api_logprob(*e.logprob);
+  return top;
+}
 
 json::value choice_logprobs::object_of(std::span<const entry> entries) const {
-  // An alternative stands where the chosen token does: the same spacing after BOS.
-  const auto alternative_text = [&](backend::token_id id, bool after_bos) {
-    std::string bytes;
-    tok_.append_token_bytes(id, after_bos, /*with_special=*/true, bytes);
-    return bytes;
-  };
   if (api_ == openai_api::chat_completions) {
     json::array content;
-    for (const entry& e : entries) {
-      json::array top;
-      for (const auto& [id, logprob] : e.top) {
-        const std::string bytes = alternative_text(id, e.after_bos);
-        std::string token;
-        utf8::append_sanitized(token, bytes);
-        top.push_back(json::object{{"token", token}, {"logprob", api_logprob(logprob)}, {"bytes", bytes_json(bytes)}});
-      }
-      content.push_back(json::object{{"token", e.token},
-                                     {"logprob", api_logprob(e.logprob.value_or(0.0f))},
-                                     {"bytes", bytes_json(e.bytes)},
-                                     {"top_logprobs", std::move(top)}});
-    }
+    for (const entry& e : entries) content.push_back(chat_entry(e));
     return json::object{{"content", std::move(content)}, {"refusal", nullptr}};
   }
   json::array tokens;
@@ -128,26 +140,34 @@ json::value choice_logprobs::object_of(std::span<const entry> entries) const {
   for (const entry& e : entries) {
     tokens.emplace_back(e.token);
     text_offset.emplace_back(e.text_offset);
-    if (!e.logprob) {
-      token_logprobs.emplace_back(nullptr);
-      top_logprobs.emplace_back(nullptr);
-      continue;
-    }
-    token_logprobs.emplace_back(api_logprob(*e.logprob));
-    json::object top;
-    for (const auto& [id, logprob] : e.top) {
-      std::string token;
-      utf8::append_sanitized(token, alternative_text(id, e.after_bos));
-      top[token] = api_logprob(logprob);
-    }
-    // The chosen token is always there, as in OpenAI's answers (up to logprobs + 1 entries).
-    if (!top.contains(e.token)) top[e.token] = api_logprob(*e.logprob);
-    top_logprobs.emplace_back(std::move(top));
+    token_logprobs.emplace_back(e.logprob ? json::value(api_logprob(*e.logprob)) : json::value(nullptr));
+    top_logprobs.push_back(completion_alternatives(e));
   }
   return json::object{{"tokens", std::move(tokens)},
                       {"token_logprobs", std::move(token_logprobs)},
                       {"top_logprobs", std::move(top_logprobs)},
                       {"text_offset", std::move(text_offset)}};
+}
+
+std::string choice_logprobs::all() const {
+  // A JSON array of `write(entry)` for every entry, each one's text written by Boost.JSON.
+  const auto array_of = [&](const auto& write) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      if (i > 0) out += ',';
+      out += json::serialize(write(entries_[i]));
+    }
+    out += ']';
+    return out;
+  };
+  if (api_ == openai_api::chat_completions) {
+    return R"({"content":)" + array_of([&](const entry& e) { return json::value(chat_entry(e)); }) + R"(,"refusal":null})";
+  }
+  return R"({"tokens":)" + array_of([](const entry& e) { return json::value(e.token); }) +
+         R"(,"token_logprobs":)" +
+         array_of([](const entry& e) { return e.logprob ? json::value(api_logprob(*e.logprob)) : json::value(nullptr); }) +
+         R"(,"top_logprobs":)" + array_of([&](const entry& e) { return completion_alternatives(e); }) +
+         R"(,"text_offset":)" + array_of([](const entry& e) { return json::value(e.text_offset); }) + "}";
 }
 
 }  // namespace edge::gateway

@@ -1,6 +1,7 @@
 #include "edge/gateway/openai/openai_response.h"
 
 #include <boost/json/array.hpp>
+#include <boost/json/serialize.hpp>
 
 namespace edge::gateway {
 namespace {
@@ -62,9 +63,16 @@ std::string_view chat_finish_reason(backend::finish_reason reason, bool made_too
   return made_tool_calls && reason == backend::finish_reason::stop ? "tool_calls" : backend::to_string(reason);
 }
 
-json::object completion_response(const response_meta& meta, std::span<const choice_result> choices,
-                                 const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens) {
-  json::array out_choices;
+std::string completion_body(const response_meta& meta, std::span<const choice_result> choices,
+                            const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens) {
+  // An object's text without its closing brace, for members to follow it.
+  const auto open = [](const json::object& o) {
+    std::string text = json::serialize(o);
+    text.pop_back();
+    return text;
+  };
+  std::string body = open(header(meta, /*chunk=*/false));
+  body += R"(,"choices":[)";
   for (std::size_t i = 0; i < choices.size(); ++i) {
     const choice_result& c = choices[i];
     json::object choice;
@@ -74,15 +82,20 @@ json::object completion_response(const response_meta& meta, std::span<const choi
     } else {
       choice["text"] = c.text;
     }
-    choice["logprobs"] = c.logprobs;
-    choice["finish_reason"] = is_chat(meta) ? chat_finish_reason(c.reason, !c.message.tool_calls.empty())
-                                            : backend::to_string(c.reason);
-    out_choices.push_back(std::move(choice));
+    const std::string_view reason =
+        is_chat(meta) ? chat_finish_reason(c.reason, !c.message.tool_calls.empty()) : backend::to_string(c.reason);
+    if (i > 0) body += ',';
+    body += open(choice);
+    body += R"(,"logprobs":)";
+    body += c.logprobs;
+    body += R"(,"finish_reason":)";
+    body += json::serialize(json::value(reason));
+    body += '}';
   }
-  json::object out = header(meta, /*chunk=*/false);
-  out["choices"] = std::move(out_choices);
-  out["usage"] = usage_json(usage, is_chat(meta) ? reasoning_tokens : std::nullopt);
-  return out;
+  body += R"(],"usage":)";
+  body += json::serialize(usage_json(usage, is_chat(meta) ? reasoning_tokens : std::nullopt));
+  body += '}';
+  return body;
 }
 
 json::object chunk_builder::chunk(json::object choice) const {

@@ -10,6 +10,7 @@
 #include <chrono>
 
 #include "edge/common/format.h"
+#include "edge/common/memory.h"
 #include "edge/gateway/http/event_relay.h"
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/tenancy/quota_response.h"
@@ -175,14 +176,24 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
 // about 50 MB of JSON. Built whole before it is sent, such an answer is held in memory at once,
 // several times its size while it is built; a stream sends them as they come.
 constexpr std::int64_t max_unstreamed_logprobs = std::int64_t{1} << 19;
+// An answer of more log probabilities than this (several MB of JSON, more while built) gives
+// its memory back to the system once sent.
+constexpr std::int64_t large_unstreamed_logprobs = std::int64_t{1} << 16;
+
+// The log probabilities an answer that is not streamed may hold, alternatives included (0 for a
+// stream, or without logprobs). Each factor is bounded (n by 128, tokens by the context,
+// alternatives by 20): no overflow.
+std::int64_t unstreamed_logprobs(const openai_request& r, std::int64_t max_tokens, std::int64_t prompt_length) {
+  if (r.stream || !r.logprobs) return 0;
+  const std::int64_t tokens = max_tokens + (r.echo ? prompt_length : 0);
+  return std::int64_t{r.n} * tokens * (1 + *r.logprobs);
+}
 
 // The 400 for a request whose answer, not streamed, would hold more log probabilities than that.
 std::optional<response> too_many_logprobs(const openai_request& r, std::int64_t max_tokens, std::int64_t prompt_length) {
-  if (r.stream || !r.logprobs) return std::nullopt;
-  // Each factor is bounded (n by 128, tokens by the context, alternatives by 20): no overflow.
-  const std::int64_t tokens = max_tokens + (r.echo ? prompt_length : 0);
-  const std::int64_t entries = std::int64_t{r.n} * tokens * (1 + *r.logprobs);
+  const std::int64_t entries = unstreamed_logprobs(r, max_tokens, prompt_length);
   if (entries <= max_unstreamed_logprobs) return std::nullopt;
+  const std::int64_t tokens = max_tokens + (r.echo ? prompt_length : 0);
   return invalid_request(format("An answer that is not streamed holds at most {} log probabilities, and this one could "
                                 "hold {} (n {} x {} tokens x {} each, the token and its alternatives): lower n, "
                                 "max_tokens or the alternatives, or stream the answer",
@@ -523,6 +534,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   const backend::request_handle handle = std::move(submitted).value();
 
   co_await relay(ex, *events, context, *session);
+  if (unstreamed_logprobs(r, max_tokens, prompt_length) > large_unstreamed_logprobs) release_free_memory();
   const usage_counts used = session->usage().counts();
   ex.access().completion_tokens = used.completion_tokens;
   ex.access().cached_tokens = used.cached_tokens;
@@ -657,10 +669,10 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
           results.push_back({.text = std::move(c.text),
                              .message = std::move(c.message),
                              .reason = c.reason.value_or(finished->reason),
-                             .logprobs = c.logprobs ? c.logprobs->all() : boost::json::value(nullptr)});
+                             .logprobs = c.logprobs ? c.logprobs->all() : std::string("null")});
         }
         co_await ex.respond(with_headers(
-            json_response(http::status::ok, completion_response(meta, results, used, reasoning_tokens)), session));
+            json_text_response(http::status::ok, completion_body(meta, results, used, reasoning_tokens)), session));
         co_return;
       }
       if (r.include_usage) {

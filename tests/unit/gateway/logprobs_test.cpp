@@ -3,6 +3,7 @@
 // text back, and completions' echoed prompt with its null first entry and text offsets.
 #include <doctest/doctest.h>
 
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -75,7 +76,7 @@ TEST_CASE("chat: one entry per token with its bytes; a stream's chunks add up to
   // Nothing held back at the end: the finish chunk carries nothing.
   CHECK(streamed.take().is_null());
 
-  const json::value all = whole.all();
+  const json::value all = json::parse(whole.all());
   CHECK(all.at("refusal").is_null());
   const json::array& content = all.at("content").as_array();
   REQUIRE(content.size() == ids.size());
@@ -129,7 +130,7 @@ TEST_CASE("completions with echo: the prompt's tokens first, the first without a
   gw::choice_logprobs lp(gw::openai_api::completions, tok, prompt);
   lp.add_prompt(prompt, scores, "Once upon a time");
   for (const auto& d : deltas_for(tok, prompt, ids)) lp.add(d);
-  const json::value all = lp.all();
+  const json::value all = json::parse(lp.all());
   const json::array& tokens = all.at("tokens").as_array();
   const json::array& token_logprobs = all.at("token_logprobs").as_array();
   const json::array& top = all.at("top_logprobs").as_array();
@@ -166,7 +167,7 @@ TEST_CASE("completions offsets count code points, and a held-back token starts w
   REQUIRE(at + 3 < ids.size());
   gw::choice_logprobs lp(gw::openai_api::completions, tok, {});
   for (const auto& d : deltas_for(tok, {}, ids)) lp.add(d);
-  const json::value all = lp.all();
+  const json::value all = json::parse(lp.all());
   const json::array& offsets = all.at("text_offset").as_array();
   REQUIRE(offsets.size() == ids.size());
   // The three bytes of 日 start at the same place (the first two release nothing); "!" one code

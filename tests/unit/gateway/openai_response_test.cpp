@@ -23,8 +23,8 @@ const backend::token_usage usage{.prompt_tokens = 5, .completion_tokens = 3, .ca
 TEST_CASE("a whole chat answer has OpenAI's shape and usage") {
   const gw::response_meta meta{gw::openai_api::chat_completions, "chatcmpl-req_1", 1700000000, "m"};
   const gw::choice_result choice{
-      .message = {.content = "Hi \"there\""}, .reason = backend::finish_reason::stop, .logprobs = nullptr};
-  CHECK(text(gw::completion_response(meta, std::span(&choice, 1), usage)) ==
+      .message = {.content = "Hi \"there\""}, .reason = backend::finish_reason::stop, .logprobs = "null"};
+  CHECK(gw::completion_body(meta, std::span(&choice, 1), usage) ==
         R"({"id":"chatcmpl-req_1","object":"chat.completion","created":1700000000,"model":"m",)"
         R"("choices":[{"index":0,"message":{"role":"assistant","content":"Hi \"there\"","refusal":null},)"
         R"("logprobs":null,"finish_reason":"stop"}],)"
@@ -33,8 +33,8 @@ TEST_CASE("a whole chat answer has OpenAI's shape and usage") {
 
 TEST_CASE("a whole completions answer is a text_completion") {
   const gw::response_meta meta{gw::openai_api::completions, gw::response_id(gw::openai_api::completions, "req_2"), 1, "m"};
-  const gw::choice_result choice{.text = "abc", .reason = backend::finish_reason::length, .logprobs = nullptr};
-  CHECK(text(gw::completion_response(meta, std::span(&choice, 1), usage)) ==
+  const gw::choice_result choice{.text = "abc", .reason = backend::finish_reason::length, .logprobs = "null"};
+  CHECK(gw::completion_body(meta, std::span(&choice, 1), usage) ==
         R"({"id":"cmpl-req_2","object":"text_completion","created":1,"model":"m",)"
         R"("choices":[{"index":0,"text":"abc","logprobs":null,"finish_reason":"length"}],)"
         R"("usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8,"prompt_tokens_details":{"cached_tokens":2}}})");
@@ -68,9 +68,9 @@ TEST_CASE("several choices: each with its index, reason and logprobs; chunks nam
   const std::vector<gw::choice_result> choices = {
       {.message = {.content = "a"},
        .reason = backend::finish_reason::stop,
-       .logprobs = boost::json::object{{"content", boost::json::array{}}}},
-      {.message = {.content = "bc"}, .reason = backend::finish_reason::length, .logprobs = nullptr}};
-  CHECK(text(gw::completion_response(meta, choices, usage)) ==
+       .logprobs = R"({"content":[]})"},
+      {.message = {.content = "bc"}, .reason = backend::finish_reason::length, .logprobs = "null"}};
+  CHECK(gw::completion_body(meta, choices, usage) ==
         R"({"id":"chatcmpl-n","object":"chat.completion","created":3,"model":"m","choices":[)"
         R"({"index":0,"message":{"role":"assistant","content":"a","refusal":null},"logprobs":{"content":[]},)"
         R"("finish_reason":"stop"},)"
@@ -109,7 +109,7 @@ gw::choice_result calls_only(backend::finish_reason reason) {
 
 boost::json::object answer_of(const gw::response_meta& meta, const gw::choice_result& choice,
                               std::optional<std::int64_t> reasoning_tokens = std::nullopt) {
-  return gw::completion_response(meta, std::span(&choice, 1), usage, reasoning_tokens);
+  return boost::json::parse(gw::completion_body(meta, std::span(&choice, 1), usage, reasoning_tokens)).as_object();
 }
 
 }  // namespace
@@ -172,9 +172,9 @@ TEST_CASE("several chat choices: each its own message, reasoning and finish_reas
   const gw::response_meta meta{gw::openai_api::chat_completions, "chatcmpl-m", 3, "m"};
   std::vector<gw::choice_result> choices(2);
   choices[0].message = {.content = "", .reasoning = "r", .tool_calls = {{"call_1", "f", "{}"}}};
-  choices[0].logprobs = boost::json::object{{"content", boost::json::array{}}, {"refusal", nullptr}};
-  choices[1] = {.message = {.content = "plain"}, .reason = backend::finish_reason::length, .logprobs = nullptr};
-  CHECK(text(gw::completion_response(meta, choices, usage, 5)) ==
+  choices[0].logprobs = R"({"content":[],"refusal":null})";
+  choices[1] = {.message = {.content = "plain"}, .reason = backend::finish_reason::length, .logprobs = "null"};
+  CHECK(gw::completion_body(meta, choices, usage, 5) ==
         R"({"id":"chatcmpl-m","object":"chat.completion","created":3,"model":"m","choices":[)"
         R"({"index":0,"message":{"role":"assistant","content":null,"refusal":null,"reasoning_content":"r",)"
         R"("tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},)"

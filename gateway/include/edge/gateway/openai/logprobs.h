@@ -57,8 +57,10 @@ class choice_logprobs {
   // The logprobs object of the entries recorded since the previous take(), or null when there
   // are none.
   boost::json::value take();
-  // The logprobs object of every entry recorded.
-  boost::json::value all() const;
+  // The logprobs object of every entry recorded, as JSON text: each entry written by Boost.JSON
+  // and joined, so that the tree of a large answer's entries (many times the size of its text)
+  // is never built whole.
+  std::string all() const;
 
  private:
   struct entry {
@@ -73,6 +75,10 @@ class choice_logprobs {
 
   entry make_entry(backend::token_id id, bool after_bos) const;
   boost::json::value object_of(std::span<const entry> entries) const;
+  // Chat: one entry's object. Completions: one entry's dict of alternatives (null for the first
+  // prompt token).
+  boost::json::object chat_entry(const entry& e) const;
+  boost::json::value completion_alternatives(const entry& e) const;
 
   openai_api api_;
   const backend::tokenizer& tok_;

@@ -64,15 +64,16 @@ struct choice_result {
   std::string text;           // completions: the choice's text
   assistant_message message;  // chat: what the choice's output was parsed into
   backend::finish_reason reason = backend::finish_reason::stop;
-  boost::json::value logprobs;  // null, or the choice's logprobs object
+  std::string logprobs = "null";  // JSON text: null, or the choice's logprobs object (choice_logprobs::all())
 };
 
-// The whole answer of a request that was not streamed, its choices in index order.
+// The whole answer of a request that was not streamed, its choices in index order, as JSON text.
+// Boost.JSON writes every part; each choice's log probabilities, which can be most of a large
+// answer, are joined in as the text choice_logprobs wrote, so that no tree of them is built whole.
 // `reasoning_tokens` (chat): given where the model's reasoning is parsed, the choices' sum; every
 // message then has "reasoning_content".
-boost::json::object completion_response(const response_meta& meta, std::span<const choice_result> choices,
-                                        const backend::token_usage& usage,
-                                        std::optional<std::int64_t> reasoning_tokens = std::nullopt);
+std::string completion_body(const response_meta& meta, std::span<const choice_result> choices,
+                            const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens = std::nullopt);
 
 // The chunks of one streamed answer.
 class chunk_builder {
