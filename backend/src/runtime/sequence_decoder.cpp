@@ -33,8 +33,16 @@ kernels::sampling_row sequence_decoder::prepare(std::span<float> logits) const {
 }
 
 void sequence_decoder::fill_allowed(std::span<std::uint32_t> allowed) {
-  const bool any = matcher_->fill_mask(allowed);
   dead_end_.clear();
+  bool any = false;
+  try {
+    any = matcher_->fill_mask(allowed);
+  } catch (const std::exception& e) {
+    // Following this request's grammar ran out of something (memory): that ends the request,
+    // not the engine thread every other request needs.
+    dead_end_ = format("following the output's grammar failed: {}", e.what());
+    return;
+  }
   if (matcher_->failed()) {
     dead_end_ = matcher_->error();
     return;
@@ -57,46 +65,45 @@ void sequence_decoder::fill_allowed(std::span<std::uint32_t> allowed) {
   }
 }
 
+sequence_decoder::step sequence_decoder::end_early(step out, finish_reason reason, std::string why) {
+  finished_ = true;
+  out.finish = reason;
+  out.error = std::move(why);
+  out.text += stops_.flush();
+  out.text += detokenizer_.finish();
+  return out;
+}
+
 sequence_decoder::step sequence_decoder::accept(token_id id, std::int64_t length) {
   assert(!finished_ && "a finished sequence takes no more tokens");
   step out;
   if (!dead_end_.empty()) {
     // No token was allowed: whatever the draw gave is not part of the output.
-    finished_ = true;
     out.dropped = true;
-    out.finish = finish_reason::content_filter;
-    out.error = std::move(dead_end_);
-    out.text += stops_.flush();
-    out.text += detokenizer_.finish();
-    return out;
+    return end_early(std::move(out), finish_reason::content_filter, std::move(dead_end_));
   }
   sampler_.accept(id);
   ++generated_;
   if (matcher_) {
-    // The mask allowed only tokens that continue the grammar, so one that does not is a fault of
-    // the engine's (a mask not applied), not of the request.
-    if (!matcher_->accept(id)) {
-      finished_ = true;
-      if (matcher_->failed()) {
-        // Following the token passed the grammar's parse limits: the request's grammar is too
-        // ambiguous, which ends its output, not the engine.
-        out.finish = finish_reason::content_filter;
-        out.error = matcher_->error();
-      } else {
-        out.finish = finish_reason::error;
-        out.error = format("token {} ('{}') was drawn outside the grammar's mask", id, tok_.token_text(id));
-      }
-      out.text += stops_.flush();
-      out.text += detokenizer_.finish();
-      return out;
+    bool accepted = false;
+    try {
+      accepted = matcher_->accept(id);
+    } catch (const std::exception& e) {
+      return end_early(std::move(out), finish_reason::content_filter,
+                       format("following the output's grammar failed: {}", e.what()));
     }
-    if (matcher_->ended()) {
-      finished_ = true;
-      out.finish = finish_reason::stop;
-      out.text += stops_.flush();
-      out.text += detokenizer_.finish();
-      return out;
+    // Following the token passed the grammar's parse limits: the request's grammar is too
+    // ambiguous, which ends its output, not the engine.
+    if (!accepted && matcher_->failed()) {
+      return end_early(std::move(out), finish_reason::content_filter, matcher_->error());
     }
+    // The mask allowed only tokens that continue the grammar, so one that does not is the
+    // engine's fault (a mask not applied), not the request's.
+    if (!accepted) {
+      return end_early(std::move(out), finish_reason::error,
+                       format("token {} ('{}') was drawn outside the grammar's mask", id, tok_.token_text(id)));
+    }
+    if (matcher_->ended()) return end_early(std::move(out), finish_reason::stop, {});
   }
   const bool ends_like_eos = (!limits_.ignore_eos && contains(tok_.eos_ids(), id)) || contains(limits_.stop_token_ids, id);
   if (ends_like_eos) {

@@ -97,6 +97,10 @@ class sequence_decoder {
   const sampling_params& sampling() const { return sampler_.params(); }
 
  private:
+  // Ends the sequence here, with what it has (held-back text released): the grammar matched
+  // whole, or the output cannot go on.
+  step end_early(step out, finish_reason reason, std::string why);
+
   const tokenizer& tok_;
   decode_limits limits_;
   sequence_sampler sampler_;
