@@ -10,7 +10,7 @@
 //     admitted (once, when it first gets KV blocks), prompt log probabilities (once, before the
 //     first delta, when asked for), delta (a choice's text and token ids, as produced; its last
 //     delta says why it ended) and finished (exactly once per accepted request, whatever
-//     happens: stop, length, abort or error, with usage and timings). A sink must not block:
+//     happens: stop, length, content_filter, abort or error, with usage and timings). A sink must not block:
 //     the gateway posts each event to its connection's strand.
 //   * stats(), health() and drain().
 //
