@@ -41,6 +41,7 @@ config::schema gateway_options() {
   add_http_options(s, 8080);
   add_tenancy_options(s);
   add_output_parser_options(s);
+  add_client_text_options(s);
   s.add_path("model", std::nullopt,
              "The model files the backends serve: only the tokenizer is loaded (default: models/default, then the "
              "test fixture)");
@@ -160,6 +161,8 @@ int run_gateway(const config::values& settings) {
       return;
     }
     log.info("chat template (from the backends): {}", chat->describe());
+    // The gateway tokenizes, so client text is kept text here; backends only get token ids.
+    client_text_rule client_text = choose_client_text_rule(settings, *tok, *chat, output, log);
     models.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
         .id = info.model,
         .created =
@@ -168,7 +171,9 @@ int run_gateway(const config::values& settings) {
         .chat_template = std::move(chat).value(),
         .tokenizer = tok.get(),
         .engine = &pool,
-        .output = output}));
+        .output = output,
+        .parse_client_special_tokens = client_text.parse_client_special_tokens,
+        .markup_tokens = std::move(client_text.markup_tokens)}));
     log.info("ready: serving \"{}\" through the backends", info.model);
   });
 

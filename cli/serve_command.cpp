@@ -90,6 +90,7 @@ config::schema serve_options() {
   add_model_options(s);
   add_engine_options(s);
   add_output_parser_options(s);
+  add_client_text_options(s);
   return s;
 }
 
@@ -117,6 +118,8 @@ void serve_server::load(const logger& log) {
         grammars_ = std::make_unique<gateway::grammar_compiler>(*rt.model->tok, gateway::grammar_compiler_options{},
                                                                 &families_);
         const gateway::output_syntax output = choose_output_syntax(settings_, *rt.model->tok, log);
+        client_text_rule client_text =
+            choose_client_text_rule(settings_, *rt.model->tok, rt.model->chat_template, output, log);
         models_.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
             .id = location_->served_name,
             .created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -127,7 +130,9 @@ void serve_server::load(const logger& log) {
             .tokenizer = rt.model->tok.get(),
             .engine = client_.get(),
             .grammars = grammars_.get(),
-            .output = output}));
+            .output = output,
+            .parse_client_special_tokens = client_text.parse_client_special_tokens,
+            .markup_tokens = std::move(client_text.markup_tokens)}));
         return format("serving \"{}\"", location_->served_name);
       },
       before_step_);

@@ -11,6 +11,7 @@
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/cuda_executor.h"
 #include "edge/common/format.h"
+#include "edge/gateway/openai/serving_model.h"
 #include "edge/gateway/tenancy/admin_routes.h"
 #include "edge/gateway/tenancy/quota_stores.h"
 
@@ -155,6 +156,30 @@ gateway::output_syntax choose_output_syntax(const config::values& settings, cons
   log.info("chat answers: tool calls {} ({}), reasoning {} ({})", gateway::to_string(syntax.tool_calls),
            tool_calls_why, gateway::to_string(syntax.reasoning), reasoning_why);
   return syntax;
+}
+
+void add_client_text_options(config::schema& s) {
+  s.add_choice("client-special-tokens", "text", {"text", "parse"},
+               "text: special-token text in what clients send (message contents, tool results, tool calls, tool "
+               "definitions, completions prompts) is tokenized as ordinary text, so that only the chat template "
+               "writes the model's markup; parse: it becomes the model's special tokens, as the template's own do "
+               "(only for clients trusted to write the model's markup)");
+}
+
+client_text_rule choose_client_text_rule(const config::values& settings, const backend::tokenizer& tok,
+                                         const backend::chat_template& chat, const gateway::output_syntax& output,
+                                         const logger& log) {
+  client_text_rule rule;
+  rule.parse_client_special_tokens = settings.string("client-special-tokens") == "parse";
+  if (rule.parse_client_special_tokens) {
+    log.warn("--client-special-tokens parse: special-token text in requests becomes the model's special tokens, so "
+             "a message or a tool result can write turns and tool calls of its own");
+    return rule;
+  }
+  rule.markup_tokens = gateway::chat_markup_tokens(tok, chat, output);
+  log.info("client text is text: {} special and markup tokens match only where the chat template writes them",
+           rule.markup_tokens.size());
+  return rule;
 }
 
 void add_tenancy_options(config::schema& s) {

@@ -55,6 +55,19 @@ void add_output_parser_options(config::schema& s);
 gateway::output_syntax choose_output_syntax(const config::values& settings, const backend::tokenizer& tok,
                                             const logger& log);
 
+// --client-special-tokens: whether special-token text in what clients send stays text (the
+// default) or becomes the model's special tokens.
+void add_client_text_options(config::schema& s);
+// Whether the served model parses special-token text in requests (serving_model), and the markup
+// tokens it guards otherwise; logged.
+struct client_text_rule {
+  bool parse_client_special_tokens = false;
+  backend::markup_tokens markup_tokens;
+};
+client_text_rule choose_client_text_rule(const config::values& settings, const backend::tokenizer& tok,
+                                         const backend::chat_template& chat, const gateway::output_syntax& output,
+                                         const logger& log);
+
 // --state-dir, --admin-token, --sse-heartbeat: what the OpenAI and admin routes need.
 void add_tenancy_options(config::schema& s);
 // What --state-dir is unless given: the tenant store of `serve` and `gateway`, the internal
