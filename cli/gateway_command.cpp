@@ -107,6 +107,7 @@ int run_gateway(const config::values& settings) {
     log.error("{}", *conflict);
     return 2;
   }
+  if (const auto exit_code = announce_metrics_access(settings, log)) return *exit_code;
 
   auto options = pool_options(settings);
   if (!options.ok()) {
@@ -143,7 +144,8 @@ int run_gateway(const config::values& settings) {
   gateway::remote_backend_pool pool(std::move(options).value(), fingerprint, clock, &gateway_families);
 
   gateway::router routes;
-  gateway::add_operational_routes(routes, metrics, {.readiness = [&pool] { return pool.readiness(); }});
+  gateway::add_operational_routes(routes, metrics, {.readiness = [&pool] { return pool.readiness(); }},
+                                  checked_metrics_access(settings));
   gateway::add_openai_routes(routes, models, *tenancy.tenants, &gateway_families,
                              {.sse_heartbeat = settings.duration("sse-heartbeat")});
   gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});

@@ -32,7 +32,7 @@ gateway::router serve_routes(const config::values& settings, tenancy_setup& tena
                              monitoring::metrics_registry& metrics, monitoring::gateway_metrics& families,
                              const engine_loader& engine, const gateway::model_slot& models) {
   gateway::router routes;
-  gateway::add_operational_routes(routes, metrics, engine_probes(engine));
+  gateway::add_operational_routes(routes, metrics, engine_probes(engine), checked_metrics_access(settings));
   // API keys and quotas from the tenant store guard every /v1/ route.
   gateway::add_openai_routes(routes, models, *tenancy.tenants, &families, {.sse_heartbeat = settings.duration("sse-heartbeat")});
   gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
@@ -48,6 +48,7 @@ int run_serve(const config::values& settings) {
     log.error("{}", *conflict);
     return 2;
   }
+  if (const auto exit_code = announce_metrics_access(settings, log)) return *exit_code;
 
   auto location = locate_served_model(settings);
   if (!location.ok()) {
