@@ -30,7 +30,7 @@ gateway::router backend_routes(const config::values& settings, std::string inter
                                monitoring::metrics_registry& metrics, const engine_loader& engine,
                                const gateway::internal_backend_slot& engines) {
   gateway::router routes;
-  gateway::add_operational_routes(routes, metrics, engine_probes(engine));
+  gateway::add_operational_routes(routes, metrics, engine_probes(engine), checked_metrics_access(settings));
   gateway::add_internal_routes(routes, engines,
                                {.token = std::move(internal_token), .heartbeat = settings.duration("heartbeat")});
   return routes;
@@ -72,6 +72,7 @@ int run_backend(const config::values& settings) {
     log.error("{}", *conflict);
     return 2;
   }
+  if (const auto exit_code = announce_metrics_access(settings, log)) return *exit_code;
 
   auto token = internal_token(settings, log);
   if (const int* exit_code = std::get_if<int>(&token)) return *exit_code;

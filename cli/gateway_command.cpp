@@ -41,6 +41,7 @@ config::schema gateway_options() {
   add_http_options(s, 8080);
   add_tenancy_options(s);
   add_output_parser_options(s);
+  add_client_text_options(s);
   s.add_path("model", std::nullopt,
              "The model files the backends serve: only the tokenizer is loaded (default: models/default, then the "
              "test fixture)");
@@ -106,6 +107,7 @@ int run_gateway(const config::values& settings) {
     log.error("{}", *conflict);
     return 2;
   }
+  if (const auto exit_code = announce_metrics_access(settings, log)) return *exit_code;
 
   auto options = pool_options(settings);
   if (!options.ok()) {
@@ -142,7 +144,8 @@ int run_gateway(const config::values& settings) {
   gateway::remote_backend_pool pool(std::move(options).value(), fingerprint, clock, &gateway_families);
 
   gateway::router routes;
-  gateway::add_operational_routes(routes, metrics, {.readiness = [&pool] { return pool.readiness(); }});
+  gateway::add_operational_routes(routes, metrics, {.readiness = [&pool] { return pool.readiness(); }},
+                                  checked_metrics_access(settings));
   gateway::add_openai_routes(routes, models, *tenancy.tenants, &gateway_families,
                              {.sse_heartbeat = settings.duration("sse-heartbeat")});
   gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
@@ -160,6 +163,8 @@ int run_gateway(const config::values& settings) {
       return;
     }
     log.info("chat template (from the backends): {}", chat->describe());
+    // The gateway tokenizes, so client text is kept text here; backends only get token ids.
+    client_text_rule client_text = choose_client_text_rule(settings, *tok, *chat, output, log);
     models.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
         .id = info.model,
         .created =
@@ -168,7 +173,9 @@ int run_gateway(const config::values& settings) {
         .chat_template = std::move(chat).value(),
         .tokenizer = tok.get(),
         .engine = &pool,
-        .output = output}));
+        .output = output,
+        .parse_client_special_tokens = client_text.parse_client_special_tokens,
+        .markup_tokens = std::move(client_text.markup_tokens)}));
     log.info("ready: serving \"{}\" through the backends", info.model);
   });
 

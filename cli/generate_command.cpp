@@ -86,8 +86,9 @@ result<std::vector<backend::token_id>> prompt_tokens(const backend::model& m, co
   if (auto bos = tok.bos_id()) options.bos_text = tok.token_text(*bos);
   if (!tok.eos_ids().empty()) options.eos_text = tok.token_text(tok.eos_ids().front());
   const backend::chat_message message{"user", prompt};
-  EDGE_ASSIGN_OR_RETURN(const std::string text, m.chat_template.render({.messages = {&message, 1}}, options));
-  return tok.encode(text, {.add_bos = false, .parse_special = true});
+  // The prompt is the operator's, given on the command line: its special-token text is parsed.
+  EDGE_ASSIGN_OR_RETURN(const backend::marked_text rendered, m.chat_template.render({.messages = {&message, 1}}, options));
+  return tok.encode(rendered.text, {.add_bos = false, .parse_special = true});
 }
 
 void write_out(std::string_view text) {

@@ -2,8 +2,10 @@
 // it for the model, without loading its weights. The request body (what POST
 // /v1/chat/completions takes) is read from standard input and checked by the API's own parser;
 // the prompt text is written to standard output as it is. With --jsonl every input line is a
-// request and every output line {"prompt": "..."} or {"error": {"message", "param"}}, so that
-// many conversations cost one process start (the template parity test renders hundreds).
+// request and every output line {"prompt": "...", "markup": [[begin, end], ...]} (the byte
+// ranges of the prompt the template wrote: only there may the model's markup tokens match; the
+// rest is the request's text) or {"error": {"message", "param"}}, so that many conversations
+// cost one process start (the template parity test renders hundreds).
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -11,6 +13,7 @@
 #include "chat_template_options.h"
 #include "commands.h"
 #include "edge/backend/model/model.h"
+#include "edge/common/format.h"
 #include "edge/common/json_text.h"
 #include "edge/common/log.h"
 #include "edge/gateway/openai/openai_request.h"
@@ -30,7 +33,7 @@ config::schema render_chat_options() {
 }
 
 // The prompt of one request body, or its error (the message and the field, as the API's 400).
-result<std::string, json_error> render_request(const backend::chat_template& chat, std::string_view body) {
+result<backend::marked_text, json_error> render_request(const backend::chat_template& chat, std::string_view body) {
   auto parsed = gateway::parse_openai_request(gateway::openai_api::chat_completions, body);
   if (auto* error = std::get_if<gateway::request_error>(&parsed)) return json_error(error->message, error->param);
   const gateway::openai_request& r = std::get<gateway::openai_request>(parsed);
@@ -81,7 +84,7 @@ int run_render_chat(const config::values& settings) {
       std::fprintf(stderr, "edgeinfer render-chat: %s\n", prompt.error().message().c_str());
       return 1;
     }
-    write_out(*prompt);
+    write_out(prompt->text);
     std::fflush(stdout);
     return 0;
   }
@@ -93,8 +96,13 @@ int run_render_chat(const config::values& settings) {
     auto prompt = render_request(*chat, line);
     if (prompt.ok()) {
       out += "{\"prompt\":";
-      append_json_string(out, *prompt);
-      out += "}\n";
+      append_json_string(out, prompt->text);
+      out += ",\"markup\":[";
+      for (const backend::byte_range& r : prompt->markup.ranges()) {
+        if (out.back() != '[') out += ',';
+        out += format("[{},{}]", r.begin, r.end);
+      }
+      out += "]}\n";
     } else {
       out += "{\"error\":{\"message\":";
       append_json_string(out, prompt.error().message());

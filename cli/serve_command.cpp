@@ -32,7 +32,7 @@ gateway::router serve_routes(const config::values& settings, tenancy_setup& tena
                              monitoring::metrics_registry& metrics, monitoring::gateway_metrics& families,
                              const engine_loader& engine, const gateway::model_slot& models) {
   gateway::router routes;
-  gateway::add_operational_routes(routes, metrics, engine_probes(engine));
+  gateway::add_operational_routes(routes, metrics, engine_probes(engine), checked_metrics_access(settings));
   // API keys and quotas from the tenant store guard every /v1/ route.
   gateway::add_openai_routes(routes, models, *tenancy.tenants, &families, {.sse_heartbeat = settings.duration("sse-heartbeat")});
   gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
@@ -48,6 +48,7 @@ int run_serve(const config::values& settings) {
     log.error("{}", *conflict);
     return 2;
   }
+  if (const auto exit_code = announce_metrics_access(settings, log)) return *exit_code;
 
   auto location = locate_served_model(settings);
   if (!location.ok()) {
@@ -90,6 +91,7 @@ config::schema serve_options() {
   add_model_options(s);
   add_engine_options(s);
   add_output_parser_options(s);
+  add_client_text_options(s);
   return s;
 }
 
@@ -117,6 +119,8 @@ void serve_server::load(const logger& log) {
         grammars_ = std::make_unique<gateway::grammar_compiler>(*rt.model->tok, gateway::grammar_compiler_options{},
                                                                 &families_);
         const gateway::output_syntax output = choose_output_syntax(settings_, *rt.model->tok, log);
+        client_text_rule client_text =
+            choose_client_text_rule(settings_, *rt.model->tok, rt.model->chat_template, output, log);
         models_.publish(std::make_shared<gateway::serving_model>(gateway::serving_model{
             .id = location_->served_name,
             .created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -127,7 +131,9 @@ void serve_server::load(const logger& log) {
             .tokenizer = rt.model->tok.get(),
             .engine = client_.get(),
             .grammars = grammars_.get(),
-            .output = output}));
+            .output = output,
+            .parse_client_special_tokens = client_text.parse_client_special_tokens,
+            .markup_tokens = std::move(client_text.markup_tokens)}));
         return format("serving \"{}\"", location_->served_name);
       },
       before_step_);

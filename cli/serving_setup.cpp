@@ -6,11 +6,13 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/cuda_executor.h"
 #include "edge/common/format.h"
+#include "edge/gateway/openai/serving_model.h"
 #include "edge/gateway/tenancy/admin_routes.h"
 #include "edge/gateway/tenancy/quota_stores.h"
 
@@ -61,6 +63,71 @@ void add_http_options(config::schema& s, std::int64_t default_port) {
   s.add_duration("shutdown-timeout", "30s", 0ms, 24h,
                  "On SIGTERM, how long requests in flight may take before they are cut short with an error");
   s.add_boolean("access-log", true, "Log one line per request (component \"access\"; JSON fields with --log-format json)");
+  s.add_string("metrics-token", std::nullopt,
+               "Bearer token scrapers must send to /metrics (16+ characters); without it (or --metrics-token-file) "
+               "/metrics answers only when --host is a loopback address");
+  s.add_path("metrics-token-file", std::nullopt,
+             "File whose first line is the metrics token, instead of --metrics-token (a mounted secret, a systemd "
+             "credential, the file Prometheus reads with credentials_file); read at start");
+}
+
+namespace {
+
+// Whether only this host can reach a server listening on `host`.
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(host, ec);
+  return !ec && address.is_loopback();
+}
+
+result<std::string> read_token_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return invalid_argument(format("--metrics-token-file {} cannot be read", path));
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) token.pop_back();
+  return token;
+}
+
+}  // namespace
+
+result<gateway::metrics_access> metrics_access_from(const config::values& settings) {
+  const auto token = settings.optional_string("metrics-token");
+  const auto file = settings.optional_string("metrics-token-file");
+  if (token && file) return invalid_argument("give --metrics-token or --metrics-token-file, not both");
+  gateway::metrics_access access;
+  if (token) access.token = *token;
+  if (file) {
+    EDGE_ASSIGN_OR_RETURN(access.token, read_token_file(*file));
+  }
+  if ((token || file) && access.token.size() < gateway::min_metrics_token_length) {
+    return invalid_argument(format("the metrics token ({}) must be at least {} characters",
+                                   token ? "--metrics-token" : "--metrics-token-file", gateway::min_metrics_token_length));
+  }
+  access.open = is_loopback_host(settings.string("host"));
+  return access;
+}
+
+gateway::metrics_access checked_metrics_access(const config::values& settings) {
+  return metrics_access_from(settings).value_or(gateway::metrics_access{.token = "", .open = false});
+}
+
+std::optional<int> announce_metrics_access(const config::values& settings, const logger& log) {
+  const auto access = metrics_access_from(settings);
+  if (!access.ok()) {
+    log.error("{}", access.error().message());
+    return 2;
+  }
+  if (!access->token.empty()) {
+    log.info("/metrics: for scrapers with the metrics token");
+  } else if (access->open) {
+    log.info("/metrics: open on the loopback address {} (no --metrics-token)", settings.string("host"));
+  } else {
+    log.warn("/metrics: off: {} is not a loopback address and there is no --metrics-token (answers 403)",
+             settings.string("host"));
+  }
+  return std::nullopt;
 }
 
 gateway::server_options http_server_options(const config::values& settings) {
@@ -155,6 +222,30 @@ gateway::output_syntax choose_output_syntax(const config::values& settings, cons
   log.info("chat answers: tool calls {} ({}), reasoning {} ({})", gateway::to_string(syntax.tool_calls),
            tool_calls_why, gateway::to_string(syntax.reasoning), reasoning_why);
   return syntax;
+}
+
+void add_client_text_options(config::schema& s) {
+  s.add_choice("client-special-tokens", "text", {"text", "parse"},
+               "text: special-token text in what clients send (message contents, tool results, tool calls, tool "
+               "definitions, completions prompts) is tokenized as ordinary text, so that only the chat template "
+               "writes the model's markup; parse: it becomes the model's special tokens, as the template's own do "
+               "(only for clients trusted to write the model's markup)");
+}
+
+client_text_rule choose_client_text_rule(const config::values& settings, const backend::tokenizer& tok,
+                                         const backend::chat_template& chat, const gateway::output_syntax& output,
+                                         const logger& log) {
+  client_text_rule rule;
+  rule.parse_client_special_tokens = settings.string("client-special-tokens") == "parse";
+  if (rule.parse_client_special_tokens) {
+    log.warn("--client-special-tokens parse: special-token text in requests becomes the model's special tokens, so "
+             "a message or a tool result can write turns and tool calls of its own");
+    return rule;
+  }
+  rule.markup_tokens = gateway::chat_markup_tokens(tok, chat, output);
+  log.info("client text is text: {} special and markup tokens match only where the chat template writes them",
+           rule.markup_tokens.size());
+  return rule;
 }
 
 void add_tenancy_options(config::schema& s) {

@@ -37,12 +37,23 @@ namespace edge::cli {
 
 // --host, --port (default `default_port`), --http-threads, --max-body, --max-connections,
 // --max-buffered-body-bytes, --header-timeout, --body-timeout, --idle-timeout,
-// --write-timeout, --shutdown-timeout, --access-log.
+// --write-timeout, --shutdown-timeout, --access-log, --metrics-token, --metrics-token-file.
 void add_http_options(config::schema& s, std::int64_t default_port);
 gateway::server_options http_server_options(const config::values& settings);
 // Settings of add_http_options that contradict each other (a body budget below the largest
 // body), as a message naming them; the serving commands exit 2 with it.
 std::optional<std::string> http_options_conflict(const config::values& settings);
+
+// Who may read /metrics: with --metrics-token (or the first line of --metrics-token-file) the
+// scrapers that send it; without, everyone when --host is a loopback address and no one
+// otherwise. Errors (both given, an unreadable file, a token under 16 characters) are
+// invalid_argument naming the option; the commands exit 2 with them.
+result<gateway::metrics_access> metrics_access_from(const config::values& settings);
+// The same for building routes, after the command has checked it: a failure (the file gone
+// since) leaves /metrics closed.
+gateway::metrics_access checked_metrics_access(const config::values& settings);
+// Logs who may read /metrics, or why the settings cannot say; the exit code (2) on an error.
+std::optional<int> announce_metrics_access(const config::values& settings, const logger& log);
 
 // --model, --served-model-name.
 void add_model_options(config::schema& s);
@@ -54,6 +65,19 @@ void add_output_parser_options(config::schema& s);
 // flags name them; logged with why each was chosen.
 gateway::output_syntax choose_output_syntax(const config::values& settings, const backend::tokenizer& tok,
                                             const logger& log);
+
+// --client-special-tokens: whether special-token text in what clients send stays text (the
+// default) or becomes the model's special tokens.
+void add_client_text_options(config::schema& s);
+// Whether the served model parses special-token text in requests (serving_model), and the markup
+// tokens it guards otherwise; logged.
+struct client_text_rule {
+  bool parse_client_special_tokens = false;
+  backend::markup_tokens markup_tokens;
+};
+client_text_rule choose_client_text_rule(const config::values& settings, const backend::tokenizer& tok,
+                                         const backend::chat_template& chat, const gateway::output_syntax& output,
+                                         const logger& log);
 
 // --state-dir, --admin-token, --sse-heartbeat: what the OpenAI and admin routes need.
 void add_tenancy_options(config::schema& s);

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", text.error().message().c_str());
       return 1;
     }
-    bytes = text->size();
+    bytes = text->text.size();
     if (i >= 5) micros.push_back(elapsed);  // the first renders warm the caches
   }
   std::sort(micros.begin(), micros.end());

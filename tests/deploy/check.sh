@@ -21,9 +21,15 @@ step() {
   fi
 }
 
-step "promtool check config" promtool check config "$src/monitoring/prometheus/prometheus.yml"
+# promtool wants the metrics token files the configs name (credentials_file): a made-up token
+# beside the host config, and the compose secret's path moved into the scratch folder.
+step "promtool check config" bash -c "d=\$(mktemp -d) && trap 'rm -rf \$d' EXIT &&
+  cp '$src/monitoring/prometheus/prometheus.yml' '$src/monitoring/prometheus/alerts.yml' \$d/ &&
+  echo metrics-token-for-the-check > \$d/edgeinfer_metrics_token && promtool check config \$d/prometheus.yml"
 step "promtool check config (compose)" bash -c "d=\$(mktemp -d) && trap 'rm -rf \$d' EXIT &&
-  cp '$src/deploy/prometheus-compose.yml' \$d/prometheus.yml && cp '$src/monitoring/prometheus/alerts.yml' \$d/ &&
+  grep -q 'credentials_file: /run/secrets/edgeinfer_metrics_token' '$src/deploy/prometheus-compose.yml' &&
+  sed \"s|/run/secrets/edgeinfer_metrics_token|\$d/token|\" '$src/deploy/prometheus-compose.yml' > \$d/prometheus.yml &&
+  echo metrics-token-for-the-check > \$d/token && cp '$src/monitoring/prometheus/alerts.yml' \$d/ &&
   promtool check config \$d/prometheus.yml"
 step "promtool check rules" promtool check rules "$src/monitoring/prometheus/alerts.yml"
 step "promtool test rules" promtool test rules "$src/monitoring/prometheus/alerts_test.yml"

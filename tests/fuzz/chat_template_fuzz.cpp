@@ -44,10 +44,23 @@ jinja::render_options small_limits(std::int64_t max_steps = 4000) {
   return options;
 }
 
+// Markup is ranges of the text: sorted, apart, none empty, none past its end.
+void check_markup(const be::marked_text& text) {
+  std::size_t last_end = 0;
+  bool first = true;
+  for (const be::byte_range& r : text.markup.ranges()) {
+    require(r.begin < r.end && r.end <= text.text.size());
+    require(first || r.begin > last_end);
+    first = false;
+    last_end = r.end;
+  }
+}
+
 void check_render(const jinja::program& program, const jinja::value& context) {
   const auto text = jinja::render(program, context, small_limits());
   if (text.ok()) {
-    require(text->size() <= max_output);
+    require(text->text.size() <= max_output);
+    check_markup(*text);
   } else {
     require(text.error().message().starts_with("line "));
   }
@@ -104,6 +117,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   messages[1].role = "assistant";
   messages[1].tool_calls.push_back({"c1", "f", R"({"a": [1, 2]})"});
   const std::string tools[] = {R"({"type": "function", "function": {"name": "f"}})"};
-  (void)chat->render({.messages = messages, .tools = tools, .chat_template_kwargs = R"({"enable_thinking": true})"}, {});
+  const auto prompt =
+      chat->render({.messages = messages, .tools = tools, .chat_template_kwargs = R"({"enable_thinking": true})"}, {});
+  if (prompt.ok()) check_markup(*prompt);
   return 0;
 }

@@ -10,7 +10,10 @@
 // (Gemma 3 refuses tool turns), edgeinfer must refuse too. The one adaptation edgeinfer makes
 // for these templates is checked as such: a template that fails on an assistant's null content
 // (Qwen 3; Llama 3, whose `content | trim` Python would print as "None", fails in the reference)
-// is given "", and its rendering must equal the reference's with "".
+// is given "", and its rendering must equal the reference's with "". Every special token the
+// template writes, and every added token of its own markup (its text is in the template), lies
+// in the markup render-chat reports: what the template writes, which is where the server lets
+// those tokens match (client text is text).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -213,10 +216,39 @@ function edgeinfer(pkg) {
 
 const results = [];
 
+// The texts of the tokens the server treats as the template's markup: the special ones, and the
+// added ones the template writes, unless made of whitespace only.
+function markupTokenTexts(pkg) {
+  const tokenizer = JSON.parse(fs.readFileSync(path.join(pkg.folder, 'tokenizer.json'), 'utf8'));
+  return tokenizer.added_tokens
+    .filter((t) => t.special || (t.content.trim() !== '' && pkg.source.includes(t.content)))
+    .map((t) => t.content);
+}
+
+// Every occurrence of a markup token's text in the prompt lies inside one markup range, unless
+// the request itself holds that text (then the server encodes it there as text).
+function assertMarkupCovers(texts, c, ours, label) {
+  const prompt = Buffer.from(ours.prompt, 'utf8');
+  const request = JSON.stringify(requestBody(c));
+  let found = 0;
+  for (const text of texts) {
+    if (request.includes(text)) continue;
+    const needle = Buffer.from(text, 'utf8');
+    for (let at = prompt.indexOf(needle); at >= 0; at = prompt.indexOf(needle, at + 1)) {
+      found += 1;
+      const end = at + needle.length;
+      assert.ok(ours.markup.some(([b, e]) => b <= at && end <= e), `${label}: ${text} at byte ${at} is not markup`);
+    }
+  }
+  return found;
+}
+
 for (const pkg of packages) {
   test(`${pkg.name}: edgeinfer renders every conversation as @huggingface/jinja does`, () => {
     const template = new Template(pkg.source);
     const rendered = edgeinfer(pkg);
+    const markupTexts = markupTokenTexts(pkg);
+    let markupTokens = 0;
     let equal = 0;
     let bothRefused = 0;
     let adapted = 0;
@@ -243,8 +275,10 @@ for (const pkg of packages) {
       }
       assert.equal(ours.error, undefined, `${label}: ${ours.error?.message}`);
       assert.equal(ours.prompt, expected, label);
+      markupTokens += assertMarkupCovers(markupTexts, c, ours, label);
       equal += 1;
     });
+    assert.ok(markupTokens > cases.length, `${pkg.name}: only ${markupTokens} markup tokens in the prompts`);
     results.push({ template: pkg.name, cases: cases.length, equal, bothRefused, adapted });
     assert.equal(equal + bothRefused, cases.length);
   });

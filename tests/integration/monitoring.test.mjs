@@ -1,7 +1,9 @@
 // The shipped monitoring files against the real tools: a real Prometheus scrapes a running
 // `edgeinfer serve` with monitoring/prometheus/prometheus.yml (only the target and intervals
 // changed) and loads the alert rules; every metric the Grafana dashboard and the alert rules
-// use exists on /metrics after traffic (no dead panels).
+// use exists on /metrics after traffic (no dead panels). /metrics is protected as deployed:
+// the server reads its metrics token from the file the shipped config's credentials_file names,
+// a scrape job without it fails with 401, and a split backend's /metrics wants its token too.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -30,6 +32,8 @@ async function completion(body) {
 }
 
 const adminToken = 'monitoring-test-admin-token';
+const metricsToken = 'monitoring-test-metrics-token';
+const withToken = { headers: { authorization: `Bearer ${metricsToken}` } };
 let limitedKey;
 
 // A tenant allowed one request a minute, so that a quota rejection shows in the metrics.
@@ -69,15 +73,26 @@ async function sendTraffic() {
 }
 
 before(async () => {
-  server = await startServer(['--threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', adminToken]);
-  await makeLimitedTenant();
   workDir = fs.mkdtempSync(path.join(os.tmpdir(), 'edge_prometheus_'));
   const shipped = fs.readFileSync(path.join(promDir, 'prometheus.yml'), 'utf8');
   assert.match(shipped, /127\.0\.0\.1:8080/);
+  // The token file beside the config, which Prometheus reads (credentials_file) and the server too.
+  const tokenFile = shipped.match(/credentials_file: (\S+)/)[1];
+  fs.writeFileSync(path.join(workDir, tokenFile), `${metricsToken}\n`);
+  server = await startServer(['--threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', adminToken,
+    '--metrics-token-file', path.join(workDir, tokenFile)]);
+  await makeLimitedTenant();
+  // The shipped job, and the same job without the token.
   const config = shipped
     .replaceAll('127.0.0.1:8080', `127.0.0.1:${server.port}`)
     .replace(/scrape_interval: \d+s/g, 'scrape_interval: 1s')
-    .replace(/evaluation_interval: \d+s/g, 'evaluation_interval: 1s');
+    .replace(/evaluation_interval: \d+s/g, 'evaluation_interval: 1s') + `
+  - job_name: edgeinfer_without_token
+    metrics_path: /metrics
+    scrape_interval: 1s
+    static_configs:
+      - targets: ["127.0.0.1:${server.port}"]
+`;
   fs.writeFileSync(path.join(workDir, 'prometheus.yml'), config);
   fs.copyFileSync(path.join(promDir, 'alerts.yml'), path.join(workDir, 'alerts.yml'));
   const port = await freePort();
@@ -182,7 +197,7 @@ function usedMetricNames() {
 
 test('every metric the dashboard and the alerts use exists on /metrics after traffic', async () => {
   await sendTraffic();
-  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const text = await (await fetch(`${server.url}/metrics`, withToken)).text();
   const present = new Set();
   for (const line of text.split('\n')) {
     const m = line.match(/^(edgeinfer_[a-z0-9_]+)[{ ]/);
@@ -192,4 +207,41 @@ test('every metric the dashboard and the alerts use exists on /metrics after tra
   assert.ok(used.length >= 20, `only ${used.length} metric names found in the dashboard and alerts`);
   const missing = used.filter((name) => !present.has(name));
   assert.deepEqual(missing, [], `used by the dashboard or alerts but absent from /metrics: ${missing.join(', ')}`);
+});
+
+test('/metrics answers only with the metrics token: Prometheus scrapes with it, and gets 401 without', async () => {
+  const bare = await fetch(`${server.url}/metrics`);
+  assert.equal(bare.status, 401);
+  assert.equal(bare.headers.get('www-authenticate'), 'Bearer');
+  assert.equal((await bare.json()).error.code, 'invalid_metrics_token');
+  const wrong = await fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${metricsToken}x` } });
+  assert.equal(wrong.status, 401);
+  await wrong.text();
+  const good = await fetch(`${server.url}/metrics`, withToken);
+  assert.equal(good.status, 200);
+  assert.match(await good.text(), /edgeinfer_tenant_requests_total\{/);
+  // Probes stay open.
+  assert.equal((await fetch(`${server.url}/readyz`)).status, 200);
+
+  await eventually('up{job="edgeinfer"}', (v) => v === 1);
+  await eventually('up{job="edgeinfer_without_token"}', (v) => v === 0);
+  const targets = await (await fetch(`${promUrl}/api/v1/targets`)).json();
+  const refused = targets.data.activeTargets.find((t) => t.labels.job === 'edgeinfer_without_token');
+  assert.match(refused.lastError, /401/);
+});
+
+test('a split backend\'s own /metrics wants its token too', async () => {
+  const backend = await startServer(['--threads', '1', '--kv-cache-memory', '16MiB', '--internal-token',
+    'internal-token-0123456789', '--metrics-token', metricsToken], { command: 'backend' });
+  try {
+    assert.match(backend.log, /\/metrics: for scrapers with the metrics token/);
+    const bare = await fetch(`${backend.url}/metrics`);
+    assert.equal(bare.status, 401);
+    await bare.text();
+    const good = await fetch(`${backend.url}/metrics`, withToken);
+    assert.equal(good.status, 200);
+    assert.match(await good.text(), /edgeinfer_kv_cache_capacity_tokens/);
+  } finally {
+    await backend.stop();
+  }
 });

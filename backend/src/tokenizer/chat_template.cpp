@@ -21,10 +21,21 @@
 namespace edge::backend {
 namespace {
 
-// Python's str.strip(), which the reference templates' trim filter applies.
-std::string_view python_strip(std::string_view text) { return jinja::python::strip(text, std::nullopt, true, true); }
+// Python's str.strip(), which the reference templates' trim filter applies: what is left of
+// `piece`, with its markup.
+void append_stripped(marked_text& out, const marked_text& piece) {
+  const std::string_view kept = jinja::python::strip(piece.text, std::nullopt, true, true);
+  const auto begin = static_cast<std::size_t>(kept.data() - piece.text.data());
+  out.append_part(piece.text, piece.markup, begin, begin + kept.size());
+}
 
-std::string content_of(const chat_message& m) { return m.content.value_or(""); }
+// A message's content is the client's text; its role (one of the five the API has, checked by
+// the request's parser) is markup, as the templates write it into turn markers.
+marked_text content_of(const chat_message& m) {
+  marked_text t;
+  t.append_text(m.content.value_or(""));
+  return t;
+}
 
 // Templates that take a leading system message out of the loop.
 std::pair<const chat_message*, std::span<const chat_message>> split_system(std::span<const chat_message> messages) {
@@ -32,87 +43,90 @@ std::pair<const chat_message*, std::span<const chat_message>> split_system(std::
   return {nullptr, messages};
 }
 
-std::string render_llama2(std::span<const chat_message> messages, const chat_render_options& options) {
+marked_text render_llama2(std::span<const chat_message> messages, const chat_render_options& options) {
   const auto [system, turns] = split_system(messages);
-  std::string out;
+  marked_text out;
   for (std::size_t i = 0; i < turns.size(); ++i) {
-    std::string content;
+    marked_text content;
     if (i == 0 && system) {
-      content = "<<SYS>>\n" + content_of(*system) + "\n<</SYS>>\n\n" + content_of(turns[i]);
-    } else {
-      content = content_of(turns[i]);
+      content.append_markup("<<SYS>>\n");
+      content.append(content_of(*system));
+      content.append_markup("\n<</SYS>>\n\n");
     }
+    content.append(content_of(turns[i]));
     if (turns[i].role == "user") {
-      out += options.bos_text;
-      out += "[INST] ";
-      out += python_strip(content);
-      out += " [/INST]";
+      out.append_markup(options.bos_text);
+      out.append_markup("[INST] ");
+      append_stripped(out, content);
+      out.append_markup(" [/INST]");
     } else if (turns[i].role == "assistant") {
-      out += ' ';
-      out += python_strip(content);
-      out += ' ';
-      out += options.eos_text;
+      out.append_markup(" ");
+      append_stripped(out, content);
+      out.append_markup(" ");
+      out.append_markup(options.eos_text);
     }
   }
   return out;
 }
 
-std::string render_llama3(std::span<const chat_message> messages, const chat_render_options& options) {
-  std::string out = messages.empty() ? std::string() : options.bos_text;
+marked_text render_llama3(std::span<const chat_message> messages, const chat_render_options& options) {
+  marked_text out;
+  if (!messages.empty()) out.append_markup(options.bos_text);
   for (const chat_message& m : messages) {
-    out += "<|start_header_id|>";
-    out += m.role;
-    out += "<|end_header_id|>\n\n";
-    out += python_strip(content_of(m));
-    out += "<|eot_id|>";
+    out.append_markup("<|start_header_id|>");
+    out.append_markup(m.role);
+    out.append_markup("<|end_header_id|>\n\n");
+    append_stripped(out, content_of(m));
+    out.append_markup("<|eot_id|>");
   }
-  if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  if (options.add_generation_prompt) out.append_markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
   return out;
 }
 
-std::string render_chatml(std::span<const chat_message> messages, const chat_render_options& options) {
-  std::string out;
+marked_text render_chatml(std::span<const chat_message> messages, const chat_render_options& options) {
+  marked_text out;
   for (const chat_message& m : messages) {
-    out += "<|im_start|>";
-    out += m.role;
-    out += '\n';
-    out += content_of(m);
-    out += "<|im_end|>\n";
+    out.append_markup("<|im_start|>");
+    out.append_markup(m.role);
+    out.append_markup("\n");
+    out.append(content_of(m));
+    out.append_markup("<|im_end|>\n");
   }
-  if (options.add_generation_prompt) out += "<|im_start|>assistant\n";
+  if (options.add_generation_prompt) out.append_markup("<|im_start|>assistant\n");
   return out;
 }
 
-std::string render_mistral(std::span<const chat_message> messages, const chat_render_options& options) {
+marked_text render_mistral(std::span<const chat_message> messages, const chat_render_options& options) {
   const auto [system, turns] = split_system(messages);
-  std::string out = options.bos_text;
+  marked_text out;
+  out.append_markup(options.bos_text);
   for (std::size_t i = 0; i < turns.size(); ++i) {
     if (turns[i].role == "user") {
-      out += "[INST] ";
+      out.append_markup("[INST] ");
       if (system && i + 1 == turns.size()) {
-        out += content_of(*system);
-        out += "\n\n";
+        out.append(content_of(*system));
+        out.append_markup("\n\n");
       }
-      out += content_of(turns[i]);
-      out += "[/INST]";
+      out.append(content_of(turns[i]));
+      out.append_markup("[/INST]");
     } else if (turns[i].role == "assistant") {
-      out += ' ';
-      out += content_of(turns[i]);
-      out += options.eos_text;
+      out.append_markup(" ");
+      out.append(content_of(turns[i]));
+      out.append_markup(options.eos_text);
     }
   }
   return out;
 }
 
-std::string render_plain(std::span<const chat_message> messages, const chat_render_options& options) {
-  std::string out;
+marked_text render_plain(std::span<const chat_message> messages, const chat_render_options& options) {
+  marked_text out;
   for (const chat_message& m : messages) {
-    out += m.role;
-    out += ": ";
-    out += content_of(m);
-    out += '\n';
+    out.append_markup(m.role);
+    out.append_markup(": ");
+    out.append(content_of(m));
+    out.append_markup("\n");
   }
-  if (options.add_generation_prompt) out += "assistant:";
+  if (options.add_generation_prompt) out.append_markup("assistant:");
   return out;
 }
 
@@ -153,7 +167,7 @@ std::optional<chat_template_kind> detect_chat_template(std::string_view jinja_so
   return std::nullopt;
 }
 
-std::string render_chat(chat_template_kind kind, std::span<const chat_message> messages,
+marked_text render_chat(chat_template_kind kind, std::span<const chat_message> messages,
                         const chat_render_options& options) {
   switch (kind) {
     case chat_template_kind::llama2: return render_llama2(messages, options);
@@ -184,7 +198,9 @@ jinja::value message_value(const chat_message& m, const adaptations& a) {
   using jinja::value;
   auto message = value::dict();
   auto& fields = message.as_dict().items;
-  fields.emplace_back("role", value(m.role));
+  // The role is one of the five the API has (the request parser checks): markup, as the
+  // template writes it into its turn markers.
+  fields.emplace_back("role", value::markup(m.role));
   fields.emplace_back("content", m.content ? value(*m.content) : a.string_content ? value("") : value::none());
   if (!m.reasoning_content.empty()) fields.emplace_back("reasoning_content", value(m.reasoning_content));
   if (!m.tool_calls.empty()) {
@@ -200,7 +216,7 @@ jinja::value message_value(const chat_message& m, const adaptations& a) {
       auto function = value::dict({{"name", value(call.name)}, {"arguments", std::move(arguments)}});
       auto entry = value::dict();
       if (!call.id.empty()) entry.as_dict().items.emplace_back("id", value(call.id));
-      entry.as_dict().items.emplace_back("type", value("function"));
+      entry.as_dict().items.emplace_back("type", value::markup("function"));
       entry.as_dict().items.emplace_back("function", std::move(function));
       calls.push_back(std::move(entry));
     }
@@ -232,8 +248,8 @@ result<jinja::value> template_globals(const chat_request_inputs& in, const chat_
     fields.emplace_back("tools", value::list(std::move(tools)));
   }
   fields.emplace_back("add_generation_prompt", value(in.add_generation_prompt));
-  if (!spec.bos_token.empty()) fields.emplace_back("bos_token", value(spec.bos_token));
-  if (!spec.eos_token.empty()) fields.emplace_back("eos_token", value(spec.eos_token));
+  if (!spec.bos_token.empty()) fields.emplace_back("bos_token", value::markup(spec.bos_token));
+  if (!spec.eos_token.empty()) fields.emplace_back("eos_token", value::markup(spec.eos_token));
   if (!in.chat_template_kwargs.empty()) {
     EDGE_ASSIGN_OR_RETURN(const value kwargs, value::from_json(in.chat_template_kwargs));
     if (kwargs.type() != value::kind::dict) return invalid_argument("chat_template_kwargs must be a JSON object");
@@ -254,7 +270,8 @@ result<std::string> render_probe(const jinja::program& program, const chat_templ
   const std::string tools[] = {std::string(probe_tool)};
   EDGE_ASSIGN_OR_RETURN(const jinja::value globals,
                         template_globals({.messages = probe, .tools = tools, .add_generation_prompt = false}, spec, as_sent));
-  return jinja::render(program, globals);
+  EDGE_ASSIGN_OR_RETURN(marked_text rendered, jinja::render(program, globals));
+  return std::move(rendered.text);
 }
 
 // What the template does with the forms clients send: it may fail on a null content, or print it
@@ -312,6 +329,13 @@ result<chat_template> chat_template::compile(chat_template_spec spec) {
   return t;
 }
 
+std::vector<std::string_view> chat_template::markup_sources() const {
+  std::vector<std::string_view> sources;
+  if (!spec_.jinja.empty()) sources.emplace_back(spec_.jinja);
+  if (!spec_.jinja_tool_use.empty()) sources.emplace_back(spec_.jinja_tool_use);
+  return sources;
+}
+
 std::string chat_template::describe() const {
   if (spec_.builtin) return format("built-in {} ({})", to_string(*spec_.builtin), spec_.origin);
   std::string text = format("Jinja template from {}", spec_.origin);
@@ -321,7 +345,7 @@ std::string chat_template::describe() const {
   return text;
 }
 
-result<std::string> chat_template::render(const chat_request_inputs& inputs, const chat_render_options& builtin) const {
+result<marked_text> chat_template::render(const chat_request_inputs& inputs, const chat_render_options& builtin) const {
   if (spec_.builtin) {
     chat_render_options options = builtin;
     options.add_generation_prompt = inputs.add_generation_prompt;

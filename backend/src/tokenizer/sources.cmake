@@ -3,6 +3,7 @@ target_sources(edge_backend PRIVATE
   src/tokenizer/file_io.cpp
   src/tokenizer/pcre_regex.cpp
   src/tokenizer/unicode_normalize.cpp
+  src/tokenizer/markup.cpp
   src/tokenizer/vocabulary.cpp
   src/tokenizer/spm_tokenizer.cpp
   src/tokenizer/bpe_tokenizer.cpp

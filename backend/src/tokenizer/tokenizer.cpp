@@ -10,6 +10,7 @@
 #include "edge/common/sha256.h"
 #include "edge/common/utf8.h"
 #include "file_io.h"
+#include "jinja/python_text.h"
 
 namespace edge::backend {
 namespace fs = std::filesystem;
@@ -61,6 +62,29 @@ std::string tokenizer_fingerprint(const tokenizer& tok) {
   for (const token_id id : tok.encode(probe, {.add_bos = true, .parse_special = true})) add_int(id);
   return to_hex(hash.finish());
 }
+
+markup_tokens markup_tokens::of(const tokenizer& tok, std::span<const std::string_view> format_texts) {
+  const auto whitespace_only = [](std::string_view text) {
+    const auto points = jinja::python::code_points(text);
+    return std::all_of(points.begin(), points.end(), jinja::python::is_space);
+  };
+  const auto written = [&](std::string_view text) {
+    return std::any_of(format_texts.begin(), format_texts.end(),
+                       [&](std::string_view source) { return source.find(text) != std::string_view::npos; });
+  };
+  markup_tokens set;
+  for (token_id id = 0; id < tok.vocab_size(); ++id) {
+    if (tok.is_special(id)) {
+      set.ids_.push_back(id);
+    } else if (tok.is_added(id)) {
+      const std::string text = tok.token_text(id);
+      if (!text.empty() && !whitespace_only(text) && written(text)) set.ids_.push_back(id);
+    }
+  }
+  return set;
+}
+
+bool markup_tokens::contains(token_id id) const { return std::binary_search(ids_.begin(), ids_.end(), id); }
 
 incremental_detokenizer::incremental_detokenizer(const tokenizer& tok, bool prompt_ends_with_bos, bool with_special)
     : tok_(tok), after_bos_(prompt_ends_with_bos), with_special_(with_special) {}

@@ -43,7 +43,10 @@ void special_token_matcher::finish() {
   }
 }
 
-void special_token_matcher::split(std::string_view text, bool parse_special, std::vector<piece>& out) const {
+void special_token_matcher::split(std::string_view text, const encode_options& how, std::vector<piece>& out) const {
+  static const byte_ranges no_markup;
+  const markup_tokens* guarded = how.client_text_guard;
+  const byte_ranges& markup = how.markup ? *how.markup : no_markup;
   std::size_t run_start = 0;
   std::size_t i = 0;
   while (i < text.size()) {
@@ -51,11 +54,12 @@ void special_token_matcher::split(std::string_view text, bool parse_special, std
     const entry* hit = nullptr;
     for (std::uint32_t index : bucket) {
       const entry& candidate = entries_[index];
-      if (!parse_special && !candidate.how.always) continue;
-      if (text.substr(i, candidate.text.size()) == candidate.text) {
-        hit = &candidate;
-        break;
-      }
+      if (!how.parse_special && !candidate.how.always) continue;
+      if (text.substr(i, candidate.text.size()) != candidate.text) continue;
+      // A markup token in client text is that text: a shorter token, or none, matches here.
+      if (guarded && guarded->contains(candidate.id) && !markup.covers(i, i + candidate.text.size())) continue;
+      hit = &candidate;
+      break;
     }
     if (!hit) {
       ++i;
@@ -86,7 +90,7 @@ std::vector<token_id> vocab_tokenizer::encode(std::string_view text, const encod
     return ids;
   }
   std::vector<special_token_matcher::piece> pieces;
-  specials_.split(text, options.parse_special, pieces);
+  specials_.split(text, options, pieces);
   for (const auto& p : pieces) {
     if (p.token) {
       ids.push_back(*p.token);
@@ -114,6 +118,10 @@ bool vocab_tokenizer::is_special(token_id id) const {
   if (!valid(id)) return false;
   const token_kind kind = kinds_[static_cast<std::size_t>(id)];
   return kind == token_kind::control || kind == token_kind::unknown;
+}
+
+bool vocab_tokenizer::is_added(token_id id) const {
+  return valid(id) && kinds_[static_cast<std::size_t>(id)] == token_kind::user_defined;
 }
 
 std::optional<token_id> vocab_tokenizer::find_token(std::string_view text) const {

@@ -49,8 +49,8 @@ class special_token_matcher {
     std::optional<token_id> token;  // nullopt: plain text [begin, end)
   };
   // The text as alternating runs of plain text and matched tokens, in order. Empty runs are left
-  // out.
-  void split(std::string_view text, bool parse_special, std::vector<piece>& out) const;
+  // out. The tokens of how.client_text_guard match only wholly inside how.markup.
+  void split(std::string_view text, const encode_options& how, std::vector<piece>& out) const;
 
  private:
   struct entry {
@@ -71,6 +71,7 @@ class vocab_tokenizer : public tokenizer {
   std::optional<token_id> bos_id() const final { return bos_; }
   std::span<const token_id> eos_ids() const final { return eos_; }
   bool is_special(token_id id) const final;
+  bool is_added(token_id id) const final;
   std::optional<token_id> find_token(std::string_view text) const final;
   std::string token_text(token_id id) const final;
 

@@ -46,7 +46,23 @@ bool is_capture(const std::string& segment) {
   return segment.size() >= 2 && segment.front() == '{' && segment.back() == '}';
 }
 
+bool is_space(char c) { return c == ' ' || c == '\t'; }
+
 }  // namespace
+
+std::string_view bearer_token(std::string_view authorization) {
+  constexpr std::string_view bearer_scheme = "bearer";
+  while (!authorization.empty() && is_space(authorization.front())) authorization.remove_prefix(1);
+  if (authorization.size() <= bearer_scheme.size() || !is_space(authorization[bearer_scheme.size()])) return {};
+  for (std::size_t i = 0; i < bearer_scheme.size(); ++i) {
+    const char c = authorization[i];
+    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != bearer_scheme[i]) return {};
+  }
+  authorization.remove_prefix(bearer_scheme.size());
+  while (!authorization.empty() && is_space(authorization.front())) authorization.remove_prefix(1);
+  while (!authorization.empty() && is_space(authorization.back())) authorization.remove_suffix(1);
+  return authorization;
+}
 
 exchange::exchange(beast::tcp_stream& stream, beast::flat_buffer& input, const request& req, std::string request_id,
                    path_params params, exchange_settings settings)

@@ -2,6 +2,9 @@
 
 #include <boost/json/object.hpp>
 
+#include <optional>
+
+#include "edge/common/sha256.h"
 #include "edge/gateway/http/json_response.h"
 #include "edge/monitoring/metrics_registry.h"
 
@@ -25,7 +28,33 @@ response probe_response(const health_probe& probe, std::string_view good) {
 
 }  // namespace
 
-void add_operational_routes(router& routes, monitoring::metrics_registry& metrics, health_probes probes) {
+metrics_guard::metrics_guard(const metrics_access& access) : open_(access.open) {
+  if (!access.token.empty()) token_digest_ = sha256(access.token);
+}
+
+std::optional<response> metrics_guard::refusal(const request& req) const {
+  if (!token_digest_) {
+    if (open_) return std::nullopt;
+    return error_response(http::status::forbidden,
+                          "/metrics is off: this server listens beyond loopback and has no metrics token; start it "
+                          "with --metrics-token or --metrics-token-file (EDGE_METRICS_TOKEN) and give Prometheus the "
+                          "same token",
+                          "invalid_request_error", std::nullopt, "metrics_disabled");
+  }
+  const std::string_view header = req[http::field::authorization];
+  const std::string_view token = bearer_token(header);
+  // Digests, so that neither the contents nor the length of the token leak by timing.
+  if (!token.empty() && constant_time_equal(sha256(token), *token_digest_)) return std::nullopt;
+  response res = error_response(http::status::unauthorized,
+                                header.empty() ? "/metrics needs the metrics token: \"Authorization: Bearer <token>\""
+                                               : "Incorrect metrics token",
+                                "invalid_request_error", std::nullopt, "invalid_metrics_token");
+  res.set(http::field::www_authenticate, "Bearer");
+  return res;
+}
+
+void add_operational_routes(router& routes, monitoring::metrics_registry& metrics, health_probes probes,
+                            metrics_access access) {
   routes.add(http::verb::get, "/healthz", [liveness = std::move(probes.liveness)](exchange& ex) -> asio::awaitable<void> {
     co_await ex.respond(probe_response(liveness, alive_state));
   });
@@ -38,7 +67,12 @@ void add_operational_routes(router& routes, monitoring::metrics_registry& metric
     co_await ex.respond(probe_response(readiness, ready_state));
   });
 
-  routes.add(http::verb::get, "/metrics", [&metrics](exchange& ex) -> asio::awaitable<void> {
+  routes.add(http::verb::get, "/metrics", [&metrics, guard = metrics_guard(access)](exchange& ex) -> asio::awaitable<void> {
+    std::optional<response> refused = guard.refusal(ex.req());
+    if (refused) {
+      co_await ex.respond(std::move(*refused));
+      co_return;
+    }
     response res{http::status::ok, 11};
     res.set(http::field::content_type, monitoring::text_content_type);
     res.body() = metrics.scrape();

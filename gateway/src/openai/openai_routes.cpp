@@ -139,12 +139,21 @@ std::variant<std::vector<backend::token_id>, response> prompt_tokens(const opena
     // built-in ones, those that write BOS themselves (llama-2/3, mistral) must not get a second
     // one, and the others (plain, chatml) get BOS where the model's tokenizer adds it.
     const bool bos_in_text =
-        model.chat_template.writes_own_bos() || (!options.bos_text.empty() && text->starts_with(options.bos_text));
-    return tok.encode(*text, {.add_bos = !bos_in_text, .parse_special = true});
+        model.chat_template.writes_own_bos() || (!options.bos_text.empty() && text->text.starts_with(options.bos_text));
+    // The model's markup comes from the template only: what the request brought is text.
+    const bool guarded = !model.parse_client_special_tokens;
+    return tok.encode(text->text, {.add_bos = !bos_in_text,
+                                   .parse_special = true,
+                                   .client_text_guard = guarded ? &model.markup_tokens : nullptr,
+                                   .markup = &text->markup});
   }
   if (const auto* text = std::get_if<std::string>(&r.prompt)) {
-    // Prompt text is the user's text: "<|im_start|>" in it stays text.
-    return tok.encode(*text, {.add_bos = true, .parse_special = false});
+    // Prompt text is the client's: "<|im_start|>" in it stays text, and so does an added token
+    // that is the model's markup ("<tool_call>").
+    const bool guarded = !model.parse_client_special_tokens;
+    return tok.encode(*text, {.add_bos = true,
+                              .parse_special = false,
+                              .client_text_guard = guarded ? &model.markup_tokens : nullptr});
   }
   const auto& ids = std::get<std::vector<std::int64_t>>(r.prompt);
   if (auto outside = find_token_outside_vocabulary(std::span(ids), tok.vocab_size(), "prompt")) {

@@ -6,8 +6,6 @@
 namespace edge::gateway {
 namespace {
 
-constexpr std::string_view bearer_scheme = "bearer";
-
 status unauthenticated(std::string message) { return status(status_code::unauthenticated, std::move(message)); }
 
 // Enough of a presented key to recognise it in a message, never enough to use it.
@@ -16,22 +14,7 @@ std::string redact(std::string_view key) {
   return std::string(key.substr(0, 6)) + "****" + std::string(key.substr(key.size() - 4));
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t'; }
-
 }  // namespace
-
-std::string_view bearer_token(std::string_view authorization) {
-  while (!authorization.empty() && is_space(authorization.front())) authorization.remove_prefix(1);
-  if (authorization.size() <= bearer_scheme.size() || !is_space(authorization[bearer_scheme.size()])) return {};
-  for (std::size_t i = 0; i < bearer_scheme.size(); ++i) {
-    const char c = authorization[i];
-    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != bearer_scheme[i]) return {};
-  }
-  authorization.remove_prefix(bearer_scheme.size());
-  while (!authorization.empty() && is_space(authorization.front())) authorization.remove_prefix(1);
-  while (!authorization.empty() && is_space(authorization.back())) authorization.remove_suffix(1);
-  return authorization;
-}
 
 result<authenticated_tenant> authenticator::authenticate(const request& req) const {
   return authenticate_header(req[http::field::authorization]);

@@ -44,6 +44,7 @@ class gated_tokenizer final : public edge::backend::tokenizer {
   std::optional<edge::backend::token_id> bos_id() const override { return inner_.bos_id(); }
   std::span<const edge::backend::token_id> eos_ids() const override { return inner_.eos_ids(); }
   bool is_special(edge::backend::token_id id) const override { return inner_.is_special(id); }
+  bool is_added(edge::backend::token_id id) const override { return inner_.is_added(id); }
   std::optional<edge::backend::token_id> find_token(std::string_view text) const override { return inner_.find_token(text); }
   std::string token_text(edge::backend::token_id id) const override { return inner_.token_text(id); }
 

@@ -40,10 +40,17 @@ std::int64_t int_arg(const call_args& args, std::size_t index, std::string_view 
   return as_integer(*v);
 }
 
-std::optional<std::string> string_arg(const call_args& args, std::size_t index, std::string_view name) {
+// The string argument itself (with its markup), or nullptr when it is not given.
+const value* string_value_arg(const call_args& args, std::size_t index, std::string_view name) {
   const value* v = args.find(index, name);
-  if (v == nullptr || v->is_none() || v->is_undefined()) return std::nullopt;
+  if (v == nullptr || v->is_none() || v->is_undefined()) return nullptr;
   if (!v->is_string()) fail(format("'{}' must be a string, not '{}'", name, type_name(*v)));
+  return v;
+}
+
+std::optional<std::string> string_arg(const call_args& args, std::size_t index, std::string_view name) {
+  const value* v = string_value_arg(args, index, name);
+  if (v == nullptr) return std::nullopt;
   return v->as_string();
 }
 
@@ -74,9 +81,10 @@ value attribute_path(interpreter& in, const value& item, const value& path) {
   if (is_integral(path)) return in.get_item(item, path);
   if (!path.is_string()) fail("an attribute must be a string or an integer");
   value v = item;
-  for (const std::string& part : python::split(path.as_string(), std::string_view("."), -1, false)) {
+  for (const std::string_view part : python::split(path.as_string(), std::string_view("."), -1, false)) {
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    v = digits && part.size() < 18 ? in.get_item(v, value(static_cast<std::int64_t>(std::stoll(part)))) : in.get_item(v, value(part));
+    v = digits && part.size() < 18 ? in.get_item(v, value(static_cast<std::int64_t>(std::stoll(std::string(part)))))
+                                   : in.get_item(v, value(part));
   }
   return v;
 }
@@ -272,13 +280,13 @@ value f_int(interpreter&, const value& v, const call_args& args) {
 }
 
 value f_format(interpreter& in, const value& v, const call_args& args) {
-  const std::string pattern = text_of(in, v);
+  const value pattern = v.is_string() ? v : value(text_of(in, v));
   if (!args.keywords.empty()) {
     auto mapping = value::dict();
     for (const auto& [key, item] : args.keywords) mapping.as_dict().set(key, item);
-    return value(percent_format(in, pattern, mapping));
+    return percent_format(in, pattern, mapping);
   }
-  return value(percent_format(in, pattern, value::tuple(args.positional)));
+  return percent_format(in, pattern, value::tuple(args.positional));
 }
 
 value f_indent(interpreter& in, const value& v, const call_args& args) {
@@ -326,16 +334,17 @@ value f_items(interpreter&, const value& v, const call_args&) {
 }
 
 value f_join(interpreter& in, const value& v, const call_args& args) {
-  const std::string separator = string_arg(args, 0, "d").value_or("");
+  const value* given = string_value_arg(args, 0, "d");
+  const value separator = given ? *given : value("");
   const value* attribute = args.find(1, "attribute");
-  std::string out;
+  marked_text out;
   bool first = true;
   for (const value& item : iterate_value(v)) {
-    if (!first) out += separator;
+    if (!first) append_text(out, separator, unlimited);
     first = false;
     const value shown = attribute && !attribute->is_none() ? attribute_path(in, item, *attribute) : item;
-    if (!append_text(out, shown, in.size_limit())) in.check_size(out.size());
-    in.check_size(out.size());
+    if (!append_text(out, shown, in.size_limit())) in.check_size(out.text.size());
+    in.check_size(out.text.size());
   }
   return value(std::move(out));
 }
@@ -443,16 +452,26 @@ value f_selectattr(interpreter& in, const value& v, const call_args& args) { ret
 value f_rejectattr(interpreter& in, const value& v, const call_args& args) { return pick(in, v, args, false, true); }
 
 value f_replace(interpreter& in, const value& v, const call_args& args) {
-  const std::string text = text_of(in, v);
+  const value text = v.is_string() ? v : value(text_of(in, v));
   const value* from = args.find(0, "old");
-  const value* to = args.find(1, "new");
-  if (!from || !to) fail("replace needs the text to replace and its replacement");
+  const value* given_to = args.find(1, "new");
+  if (!from || !given_to) fail("replace needs the text to replace and its replacement");
   const std::string from_text = text_of(in, *from);
-  const std::string to_text_ = text_of(in, *to);
+  const value to = given_to->is_string() ? *given_to : value(text_of(in, *given_to));
   const std::int64_t count = int_arg(args, 2, "count", -1);
-  const std::size_t growth = from_text.empty() ? python::length(text) + 1 : text.size() / from_text.size();
-  if (to_text_.size() > from_text.size() && growth > 0) in.check_size(text.size() + growth * to_text_.size());
-  return value(python::replace(text, from_text, to_text_, count));
+  const std::string& whole = text.as_string();
+  const std::size_t growth = from_text.empty() ? python::length(whole) + 1 : whole.size() / from_text.size();
+  if (to.as_string().size() > from_text.size() && growth > 0) in.check_size(whole.size() + growth * to.as_string().size());
+  // The text kept and the new text each keep their markup.
+  marked_text out;
+  for (const python::replaced_piece& p : python::replace_pieces(whole, from_text, count)) {
+    if (p.replacement) {
+      append_text(out, to, unlimited);
+    } else {
+      append_text(out, substring(text, p.begin, p.end), unlimited);
+    }
+  }
+  return value(std::move(out));
 }
 
 value f_reverse(interpreter&, const value& v, const call_args&) {
@@ -494,7 +513,7 @@ value f_sort(interpreter& in, const value& v, const call_args& args) {
   return value::list(std::move(items));
 }
 
-value f_string(interpreter& in, const value& v, const call_args&) { return value(text_of(in, v)); }
+value f_string(interpreter& in, const value& v, const call_args&) { return v.is_string() ? v : value(text_of(in, v)); }
 
 value f_sum(interpreter& in, const value& v, const call_args& args) {
   const value* attribute = args.find(0, "attribute");
@@ -541,10 +560,17 @@ value f_tojson(interpreter& in, const value& v, const call_args& args) {
   return value(std::move(out));
 }
 
+// What strip/trim leaves of a string: a part of it, with its markup.
+value stripped(const value& text, const std::optional<std::string>& chars, bool left, bool right) {
+  const std::string& whole = text.as_string();
+  const std::string_view kept =
+      python::strip(whole, chars ? std::optional<std::string_view>(*chars) : std::nullopt, left, right);
+  const auto begin = static_cast<std::size_t>(kept.data() - whole.data());
+  return substring(text, begin, begin + kept.size());
+}
+
 value f_trim(interpreter& in, const value& v, const call_args& args) {
-  const std::string text = text_of(in, v);
-  const auto chars = string_arg(args, 0, "chars");
-  return value(std::string(python::strip(text, chars ? std::optional<std::string_view>(*chars) : std::nullopt, true, true)));
+  return stripped(v.is_string() ? v : value(text_of(in, v)), string_arg(args, 0, "chars"), true, true);
 }
 
 value f_unique(interpreter& in, const value& v, const call_args& args) {
@@ -563,7 +589,8 @@ value f_unique(interpreter& in, const value& v, const call_args& args) {
 }
 
 value f_wordcount(interpreter& in, const value& v, const call_args&) {
-  return value(static_cast<std::int64_t>(python::split(text_of(in, v), std::nullopt, -1, false).size()));
+  const std::string text = text_of(in, v);
+  return value(static_cast<std::int64_t>(python::split(text, std::nullopt, -1, false).size()));
 }
 
 const std::map<std::string, filter_fn, std::less<>>& filters() {
@@ -674,8 +701,7 @@ const std::map<std::string, test_fn, std::less<>>& tests() {
 using method_fn = value (*)(interpreter&, const value& self, const call_args&);
 
 value m_strip(interpreter&, const value& self, const call_args& args, bool left, bool right) {
-  const auto chars = string_arg(args, 0, "chars");
-  return value(std::string(python::strip(self.as_string(), chars ? std::optional<std::string_view>(*chars) : std::nullopt, left, right)));
+  return stripped(self, string_arg(args, 0, "chars"), left, right);
 }
 value m_strip_both(interpreter& in, const value& self, const call_args& args) { return m_strip(in, self, args, true, true); }
 value m_lstrip(interpreter& in, const value& self, const call_args& args) { return m_strip(in, self, args, true, false); }
@@ -685,7 +711,13 @@ value m_split(interpreter&, const value& self, const call_args& args, bool from_
   const auto sep = string_arg(args, 0, "sep");
   if (sep && sep->empty()) fail("empty separator");
   const std::int64_t maxsplit = int_arg(args, 1, "maxsplit", -1);
-  return string_list(python::split(self.as_string(), sep ? std::optional<std::string_view>(*sep) : std::nullopt, maxsplit, from_right));
+  const std::string& whole = self.as_string();
+  std::vector<value> parts;
+  for (const std::string_view part : python::split(whole, sep ? std::optional<std::string_view>(*sep) : std::nullopt, maxsplit, from_right)) {
+    const auto begin = static_cast<std::size_t>(part.data() - whole.data());
+    parts.push_back(substring(self, begin, begin + part.size()));
+  }
+  return value::list(std::move(parts));
 }
 value m_split_left(interpreter& in, const value& self, const call_args& args) { return m_split(in, self, args, false); }
 value m_rsplit(interpreter& in, const value& self, const call_args& args) { return m_split(in, self, args, true); }
@@ -711,10 +743,10 @@ value m_startswith(interpreter& in, const value& self, const call_args& args) { 
 value m_endswith(interpreter& in, const value& self, const call_args& args) { return m_affix(in, self, args, false); }
 
 value m_replace(interpreter& in, const value& self, const call_args& args) {
-  const auto from = string_arg(args, 0, "old");
-  const auto to = string_arg(args, 1, "new");
+  const value* from = string_value_arg(args, 0, "old");
+  const value* to = string_value_arg(args, 1, "new");
   if (!from || !to) fail("replace() needs two strings");
-  call_args filter_args{{value(*from), value(*to), value(int_arg(args, 2, "count", -1))}, {}};
+  call_args filter_args{{*from, *to, value(int_arg(args, 2, "count", -1))}, {}};
   return f_replace(in, self, filter_args);
 }
 value m_upper(interpreter&, const value& self, const call_args&) { return value(python::upper(self.as_string())); }
@@ -736,14 +768,14 @@ value m_str_count(interpreter&, const value& self, const call_args& args) {
 value m_join(interpreter& in, const value& self, const call_args& args) {
   const value* items = args.find(0, "iterable");
   if (items == nullptr) fail("join() takes exactly one argument");
-  std::string out;
+  marked_text out;
   bool first = true;
   for (const value& item : iterate_value(*items)) {
     if (!item.is_string()) fail(format("sequence item: expected str instance, {} found", type_name(item)));
-    if (!first) out += self.as_string();
+    if (!first) append_text(out, self, unlimited);
     first = false;
-    out += item.as_string();
-    in.check_size(out.size());
+    append_text(out, item, unlimited);
+    in.check_size(out.text.size());
   }
   return value(std::move(out));
 }
@@ -993,25 +1025,26 @@ std::string apply_spec(interpreter& in, const value& v, std::string_view spec) {
 
 value m_format(interpreter& in, const value& self, const call_args& args) {
   const std::string& pattern = self.as_string();
-  std::string out;
+  marked_text out;
   std::size_t automatic = 0;
   for (std::size_t i = 0; i < pattern.size();) {
     const char c = pattern[i];
     if (c == '}') {
       if (i + 1 < pattern.size() && pattern[i + 1] == '}') {
-        out += '}';
+        append_text(out, substring(self, i, i + 1), unlimited);
         i += 2;
         continue;
       }
       fail("Single '}' encountered in format string");
     }
     if (c != '{') {
-      out += c;
-      ++i;
+      const std::size_t run_end = std::min(pattern.find_first_of("{}", i), pattern.size());
+      append_text(out, substring(self, i, run_end), unlimited);
+      i = run_end;
       continue;
     }
     if (i + 1 < pattern.size() && pattern[i + 1] == '{') {
-      out += '{';
+      append_text(out, substring(self, i, i + 1), unlimited);
       i += 2;
       continue;
     }
@@ -1054,8 +1087,13 @@ value m_format(interpreter& in, const value& self, const call_args& args) {
     } else if (conversion != 0) {
       fail("the format field's conversion must be !r or !s");
     }
-    out += apply_spec(in, v, spec);
-    in.check_size(out.size());
+    if (spec.empty()) {
+      // As {{ }} writes it: a string with its markup.
+      if (!append_text(out, v, in.size_limit())) in.check_size(out.text.size());
+    } else {
+      out.append_text(apply_spec(in, v, spec));
+    }
+    in.check_size(out.text.size());
     i = close + 1;
   }
   return value(std::move(out));
@@ -1173,7 +1211,7 @@ value interpreter::apply_filter(const std::string& name, const value& operand, c
   if (it == filters().end()) fail(format("no filter named '{}'", name));
   // Most filters read their operand as it is; using an undefined one (other than as text, a
   // sequence or a default) is an error, as in Jinja.
-  return it->second(*this, operand, args);
+  return computed_from(it->second(*this, operand, args), operand, args);
 }
 
 bool interpreter::apply_test(const std::string& name, const value& operand, const call_args& args) {
@@ -1187,7 +1225,9 @@ std::optional<value> interpreter::method(const value& object, const std::string&
     if (m.kind != object.type() || m.name != name) continue;
     const method_fn fn = m.fn;
     value self = object;
-    return make_function(name, [fn, self](interpreter& in, const call_args& args) { return fn(in, self, args); });
+    return make_function(name, [fn, self](interpreter& in, const call_args& args) {
+      return computed_from(fn(in, self, args), self, args);
+    });
   }
   return std::nullopt;
 }
@@ -1199,7 +1239,8 @@ const value* interpreter::builtin_global(std::string_view name) const {
   return nullptr;
 }
 
-std::string percent_format(interpreter& in, const std::string& pattern, const value& args) {
+value percent_format(interpreter& in, const value& format_value, const value& args) {
+  const std::string& pattern = format_value.as_string();
   std::vector<value> positional;
   const value* mapping = nullptr;
   if (args.type() == value::kind::list && args.as_list().tuple) {
@@ -1211,10 +1252,12 @@ std::string percent_format(interpreter& in, const std::string& pattern, const va
     positional.push_back(args);
   }
   std::size_t next = 0;
-  std::string out;
+  marked_text out;
   for (std::size_t i = 0; i < pattern.size();) {
     if (pattern[i] != '%') {
-      out += pattern[i++];
+      const std::size_t run_end = std::min(pattern.find('%', i), pattern.size());
+      append_text(out, substring(format_value, i, run_end), unlimited);
+      i = run_end;
       continue;
     }
     ++i;
@@ -1243,7 +1286,7 @@ std::string percent_format(interpreter& in, const std::string& pattern, const va
     if (i >= pattern.size()) fail("incomplete format");
     const char code = pattern[i++];
     if (code == '%') {
-      out += '%';
+      out.append_text("%");
       continue;
     }
     if (!have) {
@@ -1251,6 +1294,11 @@ std::string percent_format(interpreter& in, const std::string& pattern, const va
       v = positional[next++];
     }
     std::string body;
+    if (code == 's' && spec.empty() && width_text.empty() && precision_text.empty()) {
+      // A bare %s writes the value as {{ }} would, a string with its markup.
+      if (!append_text(out, v, in.size_limit())) in.check_size(out.text.size());
+      continue;
+    }
     if (code == 's' || code == 'r' || code == 'a') {
       if (code == 's') {
         body = text_of(in, v);
@@ -1296,11 +1344,11 @@ std::string percent_format(interpreter& in, const std::string& pattern, const va
     } else {
       fail(format("unsupported format character '{}'", code));
     }
-    out += body;
-    in.check_size(out.size());
+    out.append_text(body);
+    in.check_size(out.text.size());
   }
   if (mapping == nullptr && next < positional.size()) fail("not all arguments converted during string formatting");
-  return out;
+  return value(std::move(out));
 }
 
 }  // namespace edge::backend::jinja

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "edge/common/format.h"
+#include "edge/common/utf8.h"
 #include "python_text.h"
 
 namespace edge::backend::jinja {
@@ -85,9 +86,9 @@ interpreter::guard::~guard() {
   if (std::uncaught_exceptions() == uncaught_) in_.line_ = line_;
 }
 
-std::string interpreter::run(const node& root) {
+marked_text interpreter::run(const node& root) {
   auto top = std::make_shared<scope>();
-  std::string out;
+  marked_text out;
   exec_body(root, top, out);
   return out;
 }
@@ -98,11 +99,11 @@ void interpreter::check_size(std::size_t size) const {
   }
 }
 
-void interpreter::append_output(std::string& out, const value& v) {
-  if (!append_text(out, v, options_.limits.max_output_bytes)) check_size(out.size());
+void interpreter::append_output(marked_text& out, const value& v) {
+  if (!append_text(out, v, options_.limits.max_output_bytes)) check_size(out.text.size());
 }
 
-interpreter::flow interpreter::exec_body(const node& body, const scope_ptr& s, std::string& out) {
+interpreter::flow interpreter::exec_body(const node& body, const scope_ptr& s, marked_text& out) {
   for (const auto& statement : body.children) {
     const flow f = exec(*statement, s, out);
     if (f != flow::normal) return f;
@@ -110,13 +111,10 @@ interpreter::flow interpreter::exec_body(const node& body, const scope_ptr& s, s
   return flow::normal;
 }
 
-interpreter::flow interpreter::exec(const node& n, const scope_ptr& s, std::string& out) {
+interpreter::flow interpreter::exec(const node& n, const scope_ptr& s, marked_text& out) {
   const guard g(*this, n);
   switch (n.kind) {
-    case node_kind::text:
-      out += n.literal.as_string();
-      check_size(out.size());
-      return flow::normal;
+    case node_kind::text: append_output(out, n.literal); return flow::normal;
     case node_kind::output: append_output(out, eval(*n.children[0], s)); return flow::normal;
     case node_kind::body: return exec_body(n, s, out);
     case node_kind::if_block:
@@ -126,7 +124,7 @@ interpreter::flow interpreter::exec(const node& n, const scope_ptr& s, std::stri
     case node_kind::for_block: return exec_for(n, s, out);
     case node_kind::set: exec_set(*n.children[0], s, eval(*n.children[1], s)); return flow::normal;
     case node_kind::set_block: {
-      std::string captured;
+      marked_text captured;
       exec_body(*n.children[1], s, captured);
       value v(std::move(captured));
       if (const node* filters = n.children[2].get()) {
@@ -168,7 +166,7 @@ interpreter::flow interpreter::exec(const node& n, const scope_ptr& s, std::stri
       return flow::normal;
     }
     case node_kind::filter_block: {
-      std::string captured;
+      marked_text captured;
       exec_body(*n.children[1], s, captured);
       value v(std::move(captured));
       std::vector<const node*> chain;
@@ -206,10 +204,18 @@ std::vector<value> iterate(const value& v) {
     case value::kind::string: {
       std::vector<value> chars;
       const std::string& s = v.as_string();
-      for (const char32_t c : python::code_points(s)) {
-        std::string one;
-        python::append_utf8(one, c);
-        chars.emplace_back(std::move(one));
+      for (std::size_t i = 0; i < s.size();) {
+        // A byte that is not valid UTF-8 stands for itself, as python::code_points reads it.
+        const std::size_t n = utf8::valid_length(s, i);
+        if (n == 0) {
+          std::string one;
+          python::append_utf8(one, static_cast<unsigned char>(s[i]));
+          chars.emplace_back(std::move(one));
+          ++i;
+          continue;
+        }
+        chars.push_back(substring(v, i, i + n));
+        i += n;
       }
       return chars;
     }
@@ -243,7 +249,7 @@ void interpreter::exec_set(const node& target, const scope_ptr& s, value v) {
   object.as_dict().set(target.text, std::move(v));
 }
 
-interpreter::flow interpreter::exec_for(const node& n, const scope_ptr& s, std::string& out) {
+interpreter::flow interpreter::exec_for(const node& n, const scope_ptr& s, marked_text& out) {
   const value iterable = eval(*n.children[0], s);
   std::vector<value> items = iterate(iterable);
   auto loop_scope = std::make_shared<scope>();
@@ -346,7 +352,7 @@ value interpreter::call_macro(const node& definition, const scope_ptr& closure, 
   }
   frame->set("varargs", value::list(std::move(varargs)));
   frame->set("kwargs", std::move(kwargs));
-  std::string out;
+  marked_text out;
   exec_body(*definition.children.back(), frame, out);
   return value(std::move(out));
 }
@@ -416,12 +422,10 @@ value interpreter::get_item(const value& object, const value& key) {
           if (index < 0) index += size;
           if (index >= 0 && index < size) return items[static_cast<std::size_t>(index)];
         } else {
-          const auto points = python::code_points(object.as_string());
-          const auto size = static_cast<std::int64_t>(points.size());
+          const std::vector<value> chars = iterate(object);
+          const auto size = static_cast<std::int64_t>(chars.size());
           if (index < 0) index += size;
-          if (index >= 0 && index < size) {
-            return value(python::from_code_points(points, static_cast<std::size_t>(index), static_cast<std::size_t>(index) + 1));
-          }
+          if (index >= 0 && index < size) return chars[static_cast<std::size_t>(index)];
         }
         return value::undefined(format("'{}' object has no element {}", type_name(object), as_integer(key)));
       }
@@ -471,13 +475,20 @@ value interpreter::slice(const value& object, const value& start, const value& s
   }
   std::string text;
   for (const std::size_t i : picked) python::append_utf8(text, points[i]);
+  // A run of consecutive characters that reads as it did keeps its markup.
+  if (stride == 1 && !picked.empty()) {
+    const std::string& whole = object.as_string();
+    std::size_t begin = 0;
+    for (std::size_t k = 0; k < picked.front(); ++k) begin += std::max<std::size_t>(1, utf8::valid_length(whole, begin));
+    if (std::string_view(whole).substr(begin, text.size()) == text) return substring(object, begin, begin + text.size());
+  }
   return value(std::move(text));
 }
 
 value interpreter::eval_binary(binary_op op, const value& a, const value& b) {
   if (op == binary_op::concat) {
-    std::string text;
-    if (!append_text(text, a, size_limit()) || !append_text(text, b, size_limit())) check_size(text.size());
+    marked_text text;
+    if (!append_text(text, a, size_limit()) || !append_text(text, b, size_limit())) check_size(text.text.size());
     return value(std::move(text));
   }
   if (op == binary_op::eq) return value(equal(a, b));
@@ -525,7 +536,10 @@ value interpreter::eval_binary(binary_op op, const value& a, const value& b) {
       if (numbers) return value(as_double(a) + as_double(b));
       if (a.is_string() && b.is_string()) {
         check_size(a.as_string().size() + b.as_string().size());
-        return value(a.as_string() + b.as_string());
+        marked_text text;
+        append_text(text, a, unlimited);
+        append_text(text, b, unlimited);
+        return value(std::move(text));
       }
       if (a.type() == value::kind::list && b.type() == value::kind::list && a.as_list().tuple == b.as_list().tuple) {
         check_size((a.as_list().items.size() + b.as_list().items.size()) * sizeof(value));
@@ -549,9 +563,9 @@ value interpreter::eval_binary(binary_op op, const value& a, const value& b) {
         if (sequence->is_string()) {
           const std::size_t unit = sequence->as_string().size();
           if (unit > 0 && static_cast<std::uint64_t>(n) > size_limit() / unit) check_size(size_limit() + 1);
-          std::string text;
-          text.reserve(unit * static_cast<std::size_t>(n));
-          for (std::int64_t i = 0; i < n; ++i) text += sequence->as_string();
+          marked_text text;
+          text.text.reserve(unit * static_cast<std::size_t>(n));
+          for (std::int64_t i = 0; i < n; ++i) append_text(text, *sequence, unlimited);
           return value(std::move(text));
         }
         const std::size_t unit = sequence->as_list().items.size();
@@ -582,7 +596,7 @@ value interpreter::eval_binary(binary_op op, const value& a, const value& b) {
       if (as_double(b) == 0.0) fail("float floor division by zero");
       return value(std::floor(as_double(a) / as_double(b)));
     case binary_op::mod:
-      if (a.is_string()) return value(percent_format(*this, a.as_string(), b));
+      if (a.is_string()) return percent_format(*this, a, b);
       if (!numbers) unsupported("%", a, b);
       if (integers) {
         const std::int64_t x = as_integer(a);
@@ -717,7 +731,7 @@ value interpreter::eval(const node& n, const scope_ptr& s) {
 
 // ---- the entry point --------------------------------------------------------------------------
 
-result<std::string> render(const program& p, const value& globals, const render_options& options) {
+result<marked_text> render(const program& p, const value& globals, const render_options& options) {
   if (!p) return invalid_argument("there is no template to render");
   interpreter in(globals, options);
   try {

@@ -29,7 +29,7 @@ class interpreter {
  public:
   interpreter(const value& globals, const render_options& options);
 
-  std::string run(const node& root);
+  marked_text run(const node& root);
 
   value eval(const node& n, const scope_ptr& s);
 
@@ -58,11 +58,11 @@ class interpreter {
  private:
   enum class flow { normal, break_loop, continue_loop };
 
-  flow exec(const node& n, const scope_ptr& s, std::string& out);
-  flow exec_body(const node& body, const scope_ptr& s, std::string& out);
-  flow exec_for(const node& n, const scope_ptr& s, std::string& out);
+  flow exec(const node& n, const scope_ptr& s, marked_text& out);
+  flow exec_body(const node& body, const scope_ptr& s, marked_text& out);
+  flow exec_for(const node& n, const scope_ptr& s, marked_text& out);
   void exec_set(const node& n, const scope_ptr& s, value v);
-  void append_output(std::string& out, const value& v);
+  void append_output(marked_text& out, const value& v);
 
   value lookup(const std::string& name, const scope_ptr& s);
   value eval_binary(binary_op op, const value& a, const value& b);
@@ -99,8 +99,8 @@ class interpreter {
 std::vector<value> iterate_value(const value& v);
 
 // Python's `format % args` (printf style: %s %r %d %i %f %e %g %x %o %c, flags, width, precision,
-// %(name)s with a dict).
-std::string percent_format(interpreter& in, const std::string& format, const value& args);
+// %(name)s with a dict): the format's text keeps its markup, and so does a string a bare %s writes.
+value percent_format(interpreter& in, const value& format, const value& args);
 
 // Filters and tests the renderer knows (the parser refuses others).
 bool is_filter(std::string_view name);

@@ -129,7 +129,8 @@ class parser {
       }
       if (t.type == token_type::text) {
         auto text = make(node_kind::text, t);
-        text->literal = value(t.value);
+        // The template's own text and string literals are its markup (jinja.h).
+        text->literal = value::markup(t.value);
         body->children.push_back(std::move(text));
         advance();
       } else if (t.type == token_type::var_begin) {
@@ -593,7 +594,7 @@ class parser {
           text += current().value;
           advance();
         }
-        return literal(t, value(std::move(text)));
+        return literal(t, value::markup(std::move(text)));
       }
       case token_type::integer: {
         advance();

@@ -115,9 +115,9 @@ std::string_view strip(std::string_view text, const std::optional<std::string_vi
   return text.substr(offsets[first], offsets[last] - offsets[first]);
 }
 
-std::vector<std::string> split(std::string_view text, const std::optional<std::string_view>& sep, std::int64_t maxsplit,
-                               bool from_right) {
-  std::vector<std::string> parts;
+std::vector<std::string_view> split(std::string_view text, const std::optional<std::string_view>& sep,
+                                    std::int64_t maxsplit, bool from_right) {
+  std::vector<std::string_view> parts;
   if (maxsplit < 0) maxsplit = std::numeric_limits<std::int64_t>::max();
   if (sep) {
     if (!from_right) {
@@ -276,33 +276,33 @@ bool is_upper(std::string_view text) {
   return cased;
 }
 
-std::string replace(std::string_view text, std::string_view from, std::string_view to, std::int64_t count) {
+std::vector<replaced_piece> replace_pieces(std::string_view text, std::string_view from, std::int64_t count) {
   if (count < 0) count = std::numeric_limits<std::int64_t>::max();
-  std::string out;
+  std::vector<replaced_piece> pieces;
   if (from.empty()) {
     // Python inserts `to` before every character and at the end.
     const auto offsets = character_offsets(text);
     std::int64_t done = 0;
     for (std::size_t k = 0; k + 1 < offsets.size(); ++k) {
       if (done < count) {
-        out += to;
+        pieces.push_back({true, 0, 0});
         ++done;
       }
-      out += text.substr(offsets[k], offsets[k + 1] - offsets[k]);
+      pieces.push_back({false, offsets[k], offsets[k + 1]});
     }
-    if (done < count) out += to;
-    return out;
+    if (done < count) pieces.push_back({true, 0, 0});
+    return pieces;
   }
   std::size_t start = 0;
   for (std::int64_t done = 0; done < count; ++done) {
     const std::size_t hit = text.find(from, start);
     if (hit == std::string_view::npos) break;
-    out += text.substr(start, hit - start);
-    out += to;
+    if (hit > start) pieces.push_back({false, start, hit});
+    pieces.push_back({true, 0, 0});
     start = hit + from.size();
   }
-  out += text.substr(start);
-  return out;
+  if (start < text.size()) pieces.push_back({false, start, text.size()});
+  return pieces;
 }
 
 std::int64_t count(std::string_view text, std::string_view sub) {

@@ -26,10 +26,10 @@ std::size_t length(std::string_view text);
 // str.strip/lstrip/rstrip: whitespace when `chars` is nullopt, else any of its characters.
 std::string_view strip(std::string_view text, const std::optional<std::string_view>& chars, bool left, bool right);
 
-// str.split(sep, maxsplit) and str.rsplit; sep nullopt: runs of whitespace. An empty sep is the
-// caller's error to report.
-std::vector<std::string> split(std::string_view text, const std::optional<std::string_view>& sep, std::int64_t maxsplit,
-                               bool from_right);
+// str.split(sep, maxsplit) and str.rsplit, as parts of `text`; sep nullopt: runs of whitespace.
+// An empty sep is the caller's error to report.
+std::vector<std::string_view> split(std::string_view text, const std::optional<std::string_view>& sep,
+                                    std::int64_t maxsplit, bool from_right);
 // str.splitlines() (without keepends).
 std::vector<std::string> splitlines(std::string_view text);
 
@@ -40,8 +40,14 @@ std::string capitalize(std::string_view text);  // str.capitalize()
 bool is_lower(std::string_view text);           // str.islower()
 bool is_upper(std::string_view text);           // str.isupper()
 
-// str.replace(old, new, count); count < 0: all.
-std::string replace(std::string_view text, std::string_view from, std::string_view to, std::int64_t count);
+// str.replace(old, new, count) (count < 0: all) as the pieces of its result, in order: bytes
+// [begin, end) of `text`, or (replacement) the new text.
+struct replaced_piece {
+  bool replacement = false;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+std::vector<replaced_piece> replace_pieces(std::string_view text, std::string_view from, std::int64_t count);
 // str.count(sub) and str.find(sub) (in characters; -1 when absent), str.rfind(sub).
 std::int64_t count(std::string_view text, std::string_view sub);
 std::int64_t find(std::string_view text, std::string_view sub, bool from_right);

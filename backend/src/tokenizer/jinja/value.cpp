@@ -252,6 +252,21 @@ void dict_data::set(std::string key, value v) {
   items.emplace_back(std::move(key), std::move(v));
 }
 
+value::value(marked_text t) : data_(text{std::move(t.text), nullptr, false}) {
+  text& string = std::get<text>(data_);
+  if (t.markup.empty()) return;
+  if (t.markup.covers(0, string.bytes.size())) {
+    string.all = true;
+  } else {
+    string.part = std::make_shared<const byte_ranges>(std::move(t.markup));
+  }
+}
+
+value value::markup(std::string s) {
+  const bool any = !s.empty();
+  return value(text{std::move(s), nullptr, any});
+}
+
 value value::list(std::vector<value> items) {
   auto l = std::make_shared<list_data>();
   l->items = std::move(items);
@@ -444,6 +459,53 @@ bool holds(const value& container, const value& target) {
 }
 
 bool append_text(std::string& out, const value& v, std::size_t limit) { return writer(out, limit).text(v); }
+
+bool append_text(marked_text& out, const value& v, std::size_t limit) {
+  if (!v.is_string()) return append_text(out.text, v, limit);
+  const std::string& s = v.as_string();
+  if (v.all_markup()) {
+    out.append_markup(s);
+  } else if (const byte_ranges* markup = v.partial_markup()) {
+    out.append_part(s, *markup, 0, s.size());
+  } else {
+    out.append_text(s);
+  }
+  return out.text.size() <= limit;
+}
+
+value substring(const value& s, std::size_t begin, std::size_t end) {
+  const std::string& whole = s.as_string();
+  if (s.all_markup()) return value::markup(whole.substr(begin, end - begin));
+  const byte_ranges* markup = s.partial_markup();
+  if (markup == nullptr) return value(whole.substr(begin, end - begin));
+  marked_text part;
+  part.append_part(whole, *markup, begin, end);
+  return value(std::move(part));
+}
+
+bool only_markup(const value& v) {
+  switch (v.type()) {
+    case value::kind::undefined:
+    case value::kind::none:
+    case value::kind::boolean:
+    case value::kind::integer:
+    case value::kind::floating: return true;
+    case value::kind::string: return v.as_string().empty() || v.all_markup();
+    default: return false;
+  }
+}
+
+value computed_from(value result, const value& operand, const call_args& args) {
+  if (!result.is_string() || result.all_markup() || result.partial_markup() != nullptr || result.as_string().empty()) {
+    return result;
+  }
+  if (!only_markup(operand)) return result;
+  if (!std::all_of(args.positional.begin(), args.positional.end(), only_markup)) return result;
+  for (const auto& [key, v] : args.keywords) {
+    if (!only_markup(v)) return result;
+  }
+  return value::markup(result.as_string());
+}
 
 bool append_repr(std::string& out, const value& v, std::size_t limit) { return writer(out, limit).repr(v); }
 

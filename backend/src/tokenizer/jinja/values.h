@@ -63,7 +63,18 @@ inline constexpr std::size_t unlimited = static_cast<std::size_t>(-1);
 
 // str(v) (what {{ v }} prints), repr(v), and json.dumps as transformers' tojson calls it.
 bool append_text(std::string& out, const value& v, std::size_t limit);
+// str(v) with its markup: a string's own; what any other value prints is ordinary text.
+bool append_text(marked_text& out, const value& v, std::size_t limit);
 bool append_repr(std::string& out, const value& v, std::size_t limit);
+
+// The bytes [begin, end) of the string `s`, with their markup.
+value substring(const value& s, std::size_t begin, std::size_t end);
+// Whether `v` could be the whole of a computation on the template's own markup: a string that is
+// markup throughout (or empty), a number, a boolean, none or undefined.
+bool only_markup(const value& v);
+// A string a filter or a method computed from `operand` and `args` alone: markup throughout when
+// every one of them is only_markup, else as it is.
+value computed_from(value result, const value& operand, const call_args& args);
 
 struct json_options {
   std::optional<std::string> indent;  // per level; nullopt: one line

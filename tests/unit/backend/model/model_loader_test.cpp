@@ -81,7 +81,7 @@ TEST_CASE("load_model: synthetic models in both formats, chat templates detected
     // The model's own Jinja template (written in the llama-3 format), with its BOS.
     REQUIRE(m->chat_template.is_jinja());
     const chat_message hi{"user", " Hi "};
-    CHECK(*m->chat_template.render({.messages = {&hi, 1}}, {}) ==
+    CHECK(m->chat_template.render({.messages = {&hi, 1}}, {})->text ==
           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
           "<|start_header_id|>assistant<|end_header_id|>\n\n");
     CHECK(m->tok->find_token("<|eot_id|>").has_value());
@@ -98,7 +98,7 @@ TEST_CASE("load_model: synthetic models in both formats, chat templates detected
 
   const auto qwen = load({.path = t::make_synthetic(dir / "q", "tiny-qwen2", synthetic_format::safetensors, 9)});
   const chat_message hi{"user", "Hi"};
-  CHECK(*qwen->chat_template.render({.messages = {&hi, 1}, .add_generation_prompt = false}, {}) ==
+  CHECK(qwen->chat_template.render({.messages = {&hi, 1}, .add_generation_prompt = false}, {})->text ==
         "<|im_start|>user\nHi<|im_end|>\n");
   CHECK(qwen->config.qkv_bias);
   CHECK(qwen->weights.layers[0].bq.present());
@@ -231,13 +231,13 @@ TEST_CASE("load_model: the chat template from tokenizer_config.json, chat_templa
                 "{\"name\": \"default\", \"template\": " + jinja + "}]");
   const auto listed = load({.path = folder});
   CHECK(listed->chat_template.spec().jinja_tool_use == "T{{ tools | length }}");
-  CHECK(listed->chat_template.render({.messages = {&hi, 1}}, {})->starts_with("<|begin_of_text|>"));
-  CHECK(*listed->chat_template.render({.messages = {&hi, 1}, .tools = tools}, {}) == "T1");
+  CHECK(listed->chat_template.render({.messages = {&hi, 1}}, {})->text.starts_with("<|begin_of_text|>"));
+  CHECK(listed->chat_template.render({.messages = {&hi, 1}, .tools = tools}, {})->text == "T1");
 
   // Any template is rendered as it is written, with the special tokens tokenizer_config.json
   // names (a string, an AddedToken object, or null: none).
   with_template(R"("chat_template": "{{ bos_token }}|{{ messages[0].content }}|{{ eos_token }}")");
-  CHECK(*load({.path = folder})->chat_template.render({.messages = {&hi, 1}}, {}) == "<|begin_of_text|>|Hi|<|eot_id|>");
+  CHECK(load({.path = folder})->chat_template.render({.messages = {&hi, 1}}, {})->text == "<|begin_of_text|>|Hi|<|eot_id|>");
   const std::string special = t::read_text(folder / "tokenizer_config.json");
   const auto bos = special.find("\"bos_token\": ");
   const auto pad = special.find("\"pad_token\": ");
@@ -245,21 +245,21 @@ TEST_CASE("load_model: the chat template from tokenizer_config.json, chat_templa
   t::write_text(folder / "tokenizer_config.json",
                 special.substr(0, bos) + R"("bos_token": {"content": "<B>", "lstrip": false}, "eos_token": null,)" + "\n  " +
                     special.substr(pad));
-  CHECK(*load({.path = folder})->chat_template.render({.messages = {&hi, 1}}, {}) == "<B>|Hi|");
+  CHECK(load({.path = folder})->chat_template.render({.messages = {&hi, 1}}, {})->text == "<B>|Hi|");
 
   // chat_template.jinja wins over tokenizer_config.json, as in transformers.
   t::write_text(folder / "chat_template.jinja", "jinja file: {{ messages | length }}\n");
   const auto from_file = load({.path = folder});
   CHECK(from_file->chat_template.spec().origin == (folder / "chat_template.jinja").string());
-  CHECK(*from_file->chat_template.render({.messages = {&hi, 1}}, {}) == "jinja file: 1");
+  CHECK(from_file->chat_template.render({.messages = {&hi, 1}}, {})->text == "jinja file: 1");
 
   // --chat-template FILE, and the same template without loading weights (render-chat).
   t::write_text(dir / "mine.jinja", "mine: {{ messages[0]['content'] }}{% if add_generation_prompt %}>{% endif %}");
   const load_options mine{.path = folder, .chat_template_file = dir / "mine.jinja"};
-  CHECK(*load(mine)->chat_template.render({.messages = {&hi, 1}}, {}) == "mine: Hi>");
+  CHECK(load(mine)->chat_template.render({.messages = {&hi, 1}}, {})->text == "mine: Hi>");
   const auto without_weights = load_chat_template(mine);
   REQUIRE(without_weights.ok());
-  CHECK(*without_weights->render({.messages = {&hi, 1}, .add_generation_prompt = false}, {}) == "mine: Hi");
+  CHECK(without_weights->render({.messages = {&hi, 1}, .add_generation_prompt = false}, {})->text == "mine: Hi");
   CHECK(load_model({.path = folder, .chat_template_file = dir / "missing.jinja"}).error().code() == status_code::not_found);
 
   // A template that does not parse stops the load, naming where.

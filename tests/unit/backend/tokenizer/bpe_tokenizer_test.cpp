@@ -146,6 +146,64 @@ TEST_CASE("added tokens: longest match first; special ones only with parse_speci
   CHECK(tok->find_token("<|im_start|>") == start);
 }
 
+TEST_CASE("client text guard: a chat format's markup tokens match only inside the markup") {
+  using edge::backend::byte_ranges;
+  using edge::backend::markup_tokens;
+  byte_level_json json;
+  json.extra = {"<|im_start|>", "<tool_call>", "<b>", "\n\n"};
+  const int start = json.id("<|im_start|>");
+  const int call = json.id("<tool_call>");
+  const int bold = json.id("<b>");
+  const int blank = json.id("\n\n");
+  const auto added = [](int id, const std::string& content, bool special) {
+    return R"({"id":)" + std::to_string(id) + R"(,"content":)" + edge::testing::json_quote(content) +
+           R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":)" +
+           (special ? "true" : "false") + "}";
+  };
+  json.added_tokens = "[" + added(start, "<|im_start|>", true) + "," + added(call, "<tool_call>", false) + "," +
+                      added(bold, "<b>", false) + "," + added(blank, "\n\n", false) + "]";
+  const auto tok = parse(json);
+  CHECK(tok->is_added(call));
+  CHECK_FALSE(tok->is_added(start));
+  CHECK_FALSE(tok->is_added(byte_id('a')));
+
+  // The format writes <|im_start|> (special anyway), <tool_call> and a blank line; <b> is only text
+  // to it, and a token of whitespace never is markup.
+  const std::string_view format[] = {"{{ '<|im_start|>' + role }}\n\n{% if tools %}<tool_call>{% endif %}"};
+  const markup_tokens markup = markup_tokens::of(*tok, format);
+  CHECK(markup.contains(start));
+  CHECK(markup.contains(call));
+  CHECK_FALSE(markup.contains(bold));
+  CHECK_FALSE(markup.contains(blank));
+  CHECK(markup.size() == 2);
+
+  const auto bytes_of = [](std::string_view text) {
+    ids out;
+    for (const char c : text) out.push_back(byte_id(static_cast<unsigned char>(c)));
+    return out;
+  };
+  const auto concat = [](std::initializer_list<ids> parts) {
+    ids out;
+    for (const ids& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  // The template wrote the first 12 bytes; the rest is a client's.
+  const std::string text = "<|im_start|>x<|im_start|><tool_call><b>\n\n";
+  const byte_ranges template_bytes{{0, 12}};
+  CHECK(tok->encode(text, {.parse_special = true, .client_text_guard = &markup, .markup = &template_bytes}) ==
+        concat({{start}, bytes_of("x<|im_start|><tool_call>"), {bold, blank}}));
+  // A markup token's text must lie wholly inside the markup: one that begins in it and ends in a
+  // client's text is text.
+  const byte_ranges partly{{0, 5}};
+  CHECK(tok->encode("<|im_start|>", {.parse_special = true, .client_text_guard = &markup, .markup = &partly}) ==
+        bytes_of("<|im_start|>"));
+  // A completions prompt is all the client's.
+  CHECK(tok->encode("<tool_call><b>", {.parse_special = false, .client_text_guard = &markup}) ==
+        concat({bytes_of("<tool_call>"), {bold}}));
+  // Without the guard, as before: every special and added token matches.
+  CHECK(tok->encode(text, {.parse_special = true}) == ids{start, byte_id('x'), start, call, bold, blank});
+}
+
 TEST_CASE("added tokens with lstrip/rstrip swallow the whitespace beside them") {
   byte_level_json json;
   json.extra = {"<mask>"};

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "edge/backend/tokenizer/jinja.h"
+#include "tokenizer_fixtures.h"
 
 namespace {
 
@@ -21,7 +22,16 @@ std::string render(std::string_view source, std::string_view json = "{}") {
   REQUIRE_MESSAGE(program.ok(), program.error().message());
   auto text = jinja::render(*program, context(json));
   REQUIRE_MESSAGE(text.ok(), text.error().message());
-  return *text;
+  return text->text;
+}
+
+// The rendering with its markup in brackets, `x` being "<c>": ordinary text from the globals.
+std::string marked(std::string_view source) {
+  auto program = jinja::parse_template(source);
+  REQUIRE_MESSAGE(program.ok(), program.error().message());
+  auto text = jinja::render(*program, context(R"({"x": "<c>", "xs": ["<c>", "<d>"]})"));
+  REQUIRE_MESSAGE(text.ok(), text.error().message());
+  return edge::testing::bracket_markup(*text);
 }
 
 std::string render_error(std::string_view source, std::string_view json = "{}", jinja::render_options options = {}) {
@@ -193,7 +203,7 @@ TEST_CASE("jinja: globals") {
   REQUIRE(program.ok());
   const auto year = jinja::render(*program, context("{}"), fixed);
   REQUIRE(year.ok());
-  CHECK((*year == "1970" || *year == "1971"));
+  CHECK((year->text == "1970" || year->text == "1971"));
 }
 
 TEST_CASE("jinja: syntax errors name the line and column") {
@@ -223,4 +233,44 @@ TEST_CASE("jinja: renders are bounded") {
   CHECK(render_error("{% for i in range(100000) %}{% endfor %}", "{}", few).find("steps") != std::string::npos);
   CHECK(render_error("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("more than 1000 deep") != std::string::npos);
   CHECK(render_error("{% set ns = namespace() %}{% set ns.me = [ns] %}").find("cannot hold itself") != std::string::npos);
+}
+
+TEST_CASE("jinja: the template's text and literals are markup, the globals' strings are not") {
+  CHECK(marked("<a>{{ x }}|{% if true %}<t>{% endif %}") == "[<a>]<c>[|<t>]");
+  CHECK(marked("{{ '<a>' ~ x ~ '<b>' }} {{ '<a>' + x }}") == "[<a>]<c>[<b> <a>]<c>");
+  CHECK(marked("{{ x }}{{ xs[1] }}{{ xs | join('') }}") == "<c><d><c><d>");
+  auto program = jinja::parse_template("{{ role }}: {{ x }}");
+  REQUIRE(program.ok());
+  auto globals = jinja::value::dict({{"role", jinja::value::markup("user")}, {"x", jinja::value("<c>")}});
+  const auto text = jinja::render(*program, globals);
+  REQUIRE(text.ok());
+  CHECK(edge::testing::bracket_markup(*text) == "[user: ]<c>");
+}
+
+TEST_CASE("jinja: markup is kept where strings are cut, joined and formatted") {
+  CHECK(marked("{{ ('  <a>' + x + '  ') | trim }}|{{ ('\n<a>' ~ x).strip() }}|{{ (x ~ '<a>\n').rstrip('\n') }}") ==
+        "[<a>]<c>[|<a>]<c>[|]<c>[<a>]");
+  CHECK(marked("{{ ('<a>|' ~ x).split('|')[0] }}/{{ ('<a>|' ~ x).split('|')[1] }}") == "[<a>/]<c>");
+  CHECK(marked("{{ x.replace('c', '<z>') }} {{ ('<a>' ~ x) | replace('a', 'b') }}") == "<[<z>]>[ <b>]<c>");
+  CHECK(marked("{{ ['<a>', x] | join('<s>') }} {{ '<s>'.join(xs) }}") == "[<a><s>]<c>[ ]<c>[<s>]<d>");
+  CHECK(marked("{{ '<a>%s<b>' % x }} {{ '<a>{}<b>'.format(x) }} {{ '<a>%s' | format(x) }}") ==
+        "[<a>]<c>[<b> <a>]<c>[<b> <a>]<c>");
+  CHECK(marked("{{ ('<a>' ~ x)[1:] }} {{ ('<a>' ~ x)[0] }} {{ ('<a>' ~ x)[-3:] }}") == "[a>]<c>[ < ]<c>");
+  CHECK(marked("{% for c in '<a>' ~ x %}{{ c }}{% endfor %}") == "[<a>]<c>");
+  CHECK(marked("{% set y %}<a>{{ x }}{% endset %}{{ y }}{% macro m(v) %}<b>{{ v }}{% endmacro %}{{ m(x) }}") ==
+        "[<a>]<c>[<b>]<c>");
+  CHECK(marked("{% set ns = namespace(s='') %}{% set ns.s = ns.s + '<a>' + x %}{{ ns.s }}") == "[<a>]<c>");
+  CHECK(marked("{{ '<a>' if x else '' }}{{ x | default('<d>') }}{{ y | default('<d>') }}") == "[<a>]<c>[<d>]");
+}
+
+TEST_CASE("jinja: a filter or method computes markup from markup alone") {
+  CHECK(marked("{{ '<a>' | upper }} {{ '<a>' | center(5) }} {{ '<a>' | tojson }}") == "[<A>  <a>  \"<a>\"]");
+  CHECK(marked("{{ x | upper }} {{ ('<a>' ~ x) | upper }} {{ ('<a>' ~ x)[::2] }}") == "<C>[ ]<A><C>[ ]<>c");
+  // However the template moves a client's text, it stays text.
+  CHECK(marked("{{ x | string }}{{ x | trim }}{{ x[0] }}{{ x.strip() }}{{ x | tojson }}{{ xs | first }}{{ x | list | join }}") ==
+        "<c><c><<c>\"<c>\"<c><c>");
+  CHECK(marked("{{ x | replace('c', x) }}{{ '%s' | format(x) }}{{ xs | map('upper') | join }}") == "<<c>><c><C><D>");
+  // The template's own text put in stays its own, and makes no token with the client's beside it
+  // (the tokenizer matches a markup token only wholly inside markup).
+  CHECK(marked("{{ x | replace('<', '<|') }}") == "[<|]c>");
 }

@@ -13,9 +13,25 @@
 #include <vector>
 
 #include "edge/backend/io/gguf.h"
+#include "edge/backend/tokenizer/markup.h"
 #include "test_support.h"
 
 namespace edge::testing {
+
+// A text with its markup in brackets: "[<|im_start|>user\n]Hi[<|im_end|>]".
+inline std::string bracket_markup(const backend::marked_text& t) {
+  std::string out;
+  std::size_t at = 0;
+  for (const backend::byte_range& r : t.markup.ranges()) {
+    out += t.text.substr(at, r.begin - at);
+    out += '[';
+    out += t.text.substr(r.begin, r.end - r.begin);
+    out += ']';
+    at = r.end;
+  }
+  out += t.text.substr(at);
+  return out;
+}
 
 struct llama2c_entry {
   float score;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "edge/backend/tokenizer/markup.h"
 #include "edge/common/status.h"
 
 namespace edge::backend {
@@ -45,9 +46,9 @@ struct chat_render_options {
   bool add_generation_prompt = true;  // end with the assistant header, ready for a reply
 };
 
-// The prompt text of a built-in renderer (a null content renders as empty); encode it with
-// parse_special = true.
-std::string render_chat(chat_template_kind kind, std::span<const chat_message> messages,
+// The prompt of a built-in renderer (a null content renders as empty) with its markup: what the
+// renderer writes, BOS and EOS and the roles; the contents are ordinary text.
+marked_text render_chat(chat_template_kind kind, std::span<const chat_message> messages,
                         const chat_render_options& options);
 
 // ---- the model's chat template -------------------------------------------------------------------
@@ -99,12 +100,19 @@ class chat_template {
   // it: its text is tokenized without adding one (as transformers does).
   bool writes_own_bos() const noexcept { return is_jinja(); }
 
-  // The prompt text. The template sees each message as the client sent it, with two
-  // adaptations found when it was parsed: a null content becomes "" for a template that fails on
-  // null (Qwen 3's) or would print it as "None" (Llama 3's), and tool call arguments become objects for a template that writes them with
-  // tojson (Llama 3.1's). `builtin` gives a built-in renderer its BOS and EOS text. Errors (the
-  // template raised, or failed) are invalid_argument naming the template's line.
-  result<std::string> render(const chat_request_inputs& inputs, const chat_render_options& builtin) const;
+  // The prompt text and its markup (markup.h). The template sees each message as the client sent
+  // it, with two adaptations found when it was parsed: a null content becomes "" for a template
+  // that fails on null (Qwen 3's) or would print it as "None" (Llama 3's), and tool call arguments
+  // become objects for a template that writes them with tojson (Llama 3.1's). `builtin` gives a
+  // built-in renderer its BOS and EOS text. The markup is what the template writes itself, BOS
+  // and EOS, and the roles (checked against the five the API has); everything else the request
+  // holds (contents, tool calls, tool results, names, ids, tools, chat_template_kwargs) is
+  // ordinary text wherever the template puts it. Errors (the template raised, or failed) are
+  // invalid_argument naming the template's line.
+  result<marked_text> render(const chat_request_inputs& inputs, const chat_render_options& builtin) const;
+  // The texts the template writes its markup with (its Jinja sources; none for a built-in, whose
+  // markup is the vocabulary's special tokens): what markup_tokens::of reads.
+  std::vector<std::string_view> markup_sources() const;
 
   struct compiled;  // the parsed Jinja and what the probes found (chat_template.cpp)
 

@@ -9,6 +9,14 @@
 // that would exceed its output size, evaluation steps or call depth fails, and so does one that
 // calls raise_exception; every render error names the template line it happened on. What is
 // supported, and what is not, is listed in README.md ("Chat templates").
+//
+// A render also says which bytes of its text are markup (markup.h): the template's own text and
+// string literals, and the strings its caller gives as markup (value::markup: a chat's roles,
+// bos_token), kept through concatenation, output, set blocks and macros, slicing and indexing,
+// strip/trim, replace, split, join and both kinds of formatting. A string a filter or a method
+// computes from markup and numbers alone is markup; anything else it computes is not. Every
+// other byte (the strings of the globals: a client's messages, tools and arguments) is
+// ordinary text, however the template moves it around.
 #pragma once
 
 #include <chrono>
@@ -23,6 +31,7 @@
 #include <variant>
 #include <vector>
 
+#include "edge/backend/tokenizer/markup.h"
 #include "edge/common/status.h"
 
 namespace edge::backend::jinja {
@@ -56,9 +65,14 @@ class value {
   value(std::int64_t i) : data_(i) {}
   value(int i) : data_(static_cast<std::int64_t>(i)) {}
   value(double d) : data_(d) {}
-  value(std::string s) : data_(std::move(s)) {}
-  value(std::string_view s) : data_(std::string(s)) {}
-  value(const char* s) : data_(std::string(s)) {}
+  // Strings of ordinary text.
+  value(std::string s) : data_(text{std::move(s), nullptr, false}) {}
+  value(std::string_view s) : data_(text{std::string(s), nullptr, false}) {}
+  value(const char* s) : data_(text{std::string(s), nullptr, false}) {}
+  // A string whose bytes are markup where `t.markup` says.
+  explicit value(marked_text t);
+  // A string all of whose bytes are markup.
+  static value markup(std::string s);
 
   static value none() { return value(none_tag{}); }
   // An undefined value, with the error that using it raises ("'foo' is undefined", "'dict
@@ -83,7 +97,11 @@ class value {
   bool as_bool() const { return std::get<bool>(data_); }
   std::int64_t as_int() const { return std::get<std::int64_t>(data_); }
   double as_float() const { return std::get<double>(data_); }
-  const std::string& as_string() const { return std::get<std::string>(data_); }
+  const std::string& as_string() const { return std::get<text>(data_).bytes; }
+  // Whether every byte of a string is markup (an empty string's is not).
+  bool all_markup() const { return std::get<text>(data_).all; }
+  // A string's markup (byte ranges of as_string()) when some but not all of it is; else nullptr.
+  const byte_ranges* partial_markup() const { return std::get<text>(data_).part.get(); }
   const std::string& undefined_message() const { return std::get<undefined_tag>(data_).message; }
   list_data& as_list() const { return *std::get<std::shared_ptr<list_data>>(data_); }
   dict_data& as_dict() const { return *std::get<std::shared_ptr<dict_data>>(data_); }
@@ -96,6 +114,12 @@ class value {
     std::string message;
   };
   struct none_tag {};
+  struct text {
+    std::string bytes;
+    std::shared_ptr<const byte_ranges> part;  // the markup when only part of the string is; else null
+    bool all = false;                         // every byte is markup (the common case costs no ranges)
+  };
+  explicit value(text t) : data_(std::move(t)) {}
   explicit value(undefined_tag u) : data_(std::move(u)) {}
   explicit value(none_tag n) : data_(n) {}
   explicit value(std::shared_ptr<list_data> l) : data_(std::move(l)) {}
@@ -103,7 +127,7 @@ class value {
   explicit value(std::shared_ptr<const function_data> f) : data_(std::move(f)) {}
 
   // In the order of `kind`.
-  std::variant<undefined_tag, none_tag, bool, std::int64_t, double, std::string, std::shared_ptr<list_data>,
+  std::variant<undefined_tag, none_tag, bool, std::int64_t, double, text, std::shared_ptr<list_data>,
                std::shared_ptr<dict_data>, std::shared_ptr<const function_data>>
       data_;
 };
@@ -147,7 +171,8 @@ struct render_options {
 };
 
 // The text the template renders with `globals` (a dict: messages, tools, add_generation_prompt,
-// ...), or invalid_argument "line N: what went wrong" (raise_exception's message as given).
-result<std::string> render(const program& p, const value& globals, const render_options& options = {});
+// ...) and its markup, or invalid_argument "line N: what went wrong" (raise_exception's message
+// as given).
+result<marked_text> render(const program& p, const value& globals, const render_options& options = {});
 
 }  // namespace edge::backend::jinja

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "edge/backend/tokenizer/markup.h"
 #include "edge/common/status.h"
 
 namespace edge::backend {
@@ -30,9 +31,16 @@ using token_id = std::int32_t;
 
 struct gguf_file;
 
+class markup_tokens;
+
 struct encode_options {
   bool add_bos = true;        // prepend BOS when the model's tokenizer does
   bool parse_special = true;  // "<|im_start|>" in the text becomes its special id, not plain text
+  // Client text stays text: when set, these tokens match only where their text lies wholly
+  // inside `markup` (the bytes a chat template wrote; nullptr: none, as in a completions prompt,
+  // which is all the client's); elsewhere their text is encoded as ordinary text would be.
+  const markup_tokens* client_text_guard = nullptr;
+  const byte_ranges* markup = nullptr;
 };
 
 class tokenizer {
@@ -59,10 +67,31 @@ class tokenizer {
   // Tokens that end generation (EOS, and e.g. <|eot_id|> / <|im_end|> for chat models).
   virtual std::span<const token_id> eos_ids() const = 0;
   virtual bool is_special(token_id id) const = 0;
+  // An added token that is not special: matched whole wherever its text occurs, whatever
+  // parse_special says (Hugging Face's non-special added tokens, SentencePiece's user-defined ones).
+  virtual bool is_added(token_id id) const = 0;
   // The id of a token's exact vocabulary text ("<|im_start|>", "▁the"), if any.
   virtual std::optional<token_id> find_token(std::string_view text) const = 0;
   // The vocabulary text of a token, for diagnostics.
   virtual std::string token_text(token_id id) const = 0;
+};
+
+// The tokens of a vocabulary that are a chat format's markup, which a client's text never holds
+// (encode_options::client_text_guard): every special token, and the added tokens whose text the
+// format writes (its template's source, its tool-call and reasoning markers): vocabularies leave
+// many of those unmarked (Qwen's <tool_call> and <think>, DeepSeek-V3's <｜User｜>). An added token
+// made of whitespace only is never one: vocabularies such as Gemma's spell ordinary line breaks
+// and indentation with them. Immutable; any thread.
+class markup_tokens {
+ public:
+  markup_tokens() = default;  // none
+  static markup_tokens of(const tokenizer& tok, std::span<const std::string_view> format_texts);
+
+  bool contains(token_id id) const;
+  std::size_t size() const noexcept { return ids_.size(); }
+
+ private:
+  std::vector<token_id> ids_;  // sorted
 };
 
 // Turns a stream of token ids into text pieces that never end inside a UTF-8 character:

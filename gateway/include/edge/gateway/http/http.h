@@ -41,6 +41,10 @@ constexpr bool is_valid_request_id(std::string_view id) {
 }
 inline constexpr std::string_view request_id_rule = "1 to 128 characters of A-Z, a-z, 0-9, '-', '_', '.' and ':'";
 
+// The credentials of an Authorization header's value after "Bearer " (the scheme in any case,
+// surrounding spaces trimmed), or empty.
+std::string_view bearer_token(std::string_view authorization);
+
 // Path parameters captured by a route pattern such as "/v1/models/{id}".
 using path_params = std::vector<std::pair<std::string, std::string>>;
 

@@ -27,7 +27,18 @@ struct serving_model {
   // itself (a split gateway's backends).
   grammar_compiler* grammars = nullptr;
   output_syntax output;  // how its chat answers write tool calls and reasoning
+  // Client text is text (the default): a chat format's markup tokens (chat_markup_tokens) match
+  // only where the chat template wrote them, never in what a request brought, in any API. True
+  // (--client-special-tokens parse): special-token text anywhere in a chat prompt is parsed, and a
+  // completions prompt's as before (added tokens, not special ones).
+  bool parse_client_special_tokens = false;
+  backend::markup_tokens markup_tokens;
 };
+
+// The markup tokens of a served model: the vocabulary's special tokens, and its added tokens that
+// its chat template or its answers' tool-call and reasoning syntax write (markup_tokens::of).
+backend::markup_tokens chat_markup_tokens(const backend::tokenizer& tok, const backend::chat_template& chat,
+                                          const output_syntax& output);
 
 // Empty until the model is loaded; then holds it for the server's life. Thread-safe.
 class model_slot {

@@ -42,9 +42,6 @@ class authenticator {
   const time_source& clock_;
 };
 
-// The value after "Bearer " (any case, surrounding spaces trimmed), or empty.
-std::string_view bearer_token(std::string_view authorization);
-
 // 401 invalid_api_key with the status's message, and WWW-Authenticate: Bearer.
 response unauthorized_response(const status& failure);
 
