@@ -27,6 +27,7 @@
 #include "edge/common/time_source.h"
 #include "edge/gateway/http/http_server.h"
 #include "edge/gateway/http/operational_routes.h"
+#include "edge/gateway/openai/grammar_compiler.h"
 #include "edge/gateway/openai/output_parser.h"
 #include "edge/gateway/tenancy/tenancy.h"
 #include "edge/monitoring/engine_metrics.h"
@@ -54,6 +55,12 @@ void add_output_parser_options(config::schema& s);
 // flags name them; logged with why each was chosen.
 gateway::output_syntax choose_output_syntax(const config::values& settings, const backend::tokenizer& tok,
                                             const logger& log);
+
+// The grammar compiler of `serve` and `backend` (grammar_compiler.h): --grammar-compile-threads,
+// --grammar-cache-memory, --grammar-max-queued, --grammar-max-queued-per-tenant,
+// --grammar-compile-budget.
+void add_grammar_options(config::schema& s);
+gateway::grammar_compiler_options grammar_compiler_settings(const config::values& settings);
 
 // --state-dir, --admin-token, --sse-heartbeat: what the OpenAI and admin routes need.
 void add_tenancy_options(config::schema& s);
