@@ -155,7 +155,6 @@ grammar_compiler::compiled grammar_compiler::lookup(const std::string& key) {
 }
 
 grammar_compiler::answer grammar_compiler::compile_now(const grammar::grammar& g) {
-  std::call_once(vocabulary_once_, [this] { vocabulary_ = grammar::token_vocabulary::create(tok_); });
   auto made = grammar::compile(g, vocabulary_);
   if (!made.ok()) return compile_failure(made.error());
   return std::move(made).value();
@@ -220,6 +219,8 @@ void grammar_compiler::run_next() {
   for (auto& [w, failure] : refused) w->resume(answer(failure));
   if (j == nullptr) return;
 
+  // Made once, by the first compile, and not charged to its tenant: the vocabulary is the server's.
+  std::call_once(vocabulary_once_, [this] { vocabulary_ = grammar::token_vocabulary::create(tok_); });
   const auto started = std::chrono::steady_clock::now();
   if (metrics_ != nullptr) {
     metrics_->grammar_compile_wait_seconds.Observe(std::chrono::duration<double>(started - j->queued).count());

@@ -56,8 +56,12 @@ namespace edge::gateway {
 struct grammar_compiler_options {
   std::size_t threads = 1;                     // compiles at once (default_grammar_compile_threads)
   std::int64_t cache_bytes = std::int64_t{1} << 30;  // compiled grammars kept, by their memory_bytes
-  std::size_t max_queued = 64;                 // compiles waiting or running, all tenants (503 past it)
-  std::size_t max_queued_per_tenant = 8;       // compiles waiting or running of one tenant (429 past it)
+  // Compiles waiting or running, all tenants (503 past it): a safety net for memory (a waiting
+  // compile holds its grammar), eight tenants at their bound.
+  std::size_t max_queued = 256;
+  // Compiles waiting or running of one tenant (429 past it): room for an agent's burst of
+  // parallel requests, each with its own tools; the turns keep it from delaying other tenants.
+  std::size_t max_queued_per_tenant = 32;
   // Compile seconds each tenant may spend per minute, in bursts of up to a minute's worth; 0: no
   // limit.
   double compile_seconds_per_minute = 0.0;
