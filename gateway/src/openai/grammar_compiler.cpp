@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <new>
 
 #include "edge/common/format.h"
 #include "edge/monitoring/gateway_metrics.h"
@@ -155,9 +156,15 @@ grammar_compiler::compiled grammar_compiler::lookup(const std::string& key) {
 }
 
 grammar_compiler::answer grammar_compiler::compile_now(const grammar::grammar& g) {
-  auto made = grammar::compile(g, vocabulary_);
-  if (!made.ok()) return compile_failure(made.error());
-  return std::move(made).value();
+  // The pool task is a thread's root: an allocation that fails inside a compile ends that
+  // compile, as an answer to its requests, not the job left unanswered.
+  try {
+    auto made = grammar::compile(g, vocabulary_);
+    if (!made.ok()) return compile_failure(made.error());
+    return std::move(made).value();
+  } catch (const std::bad_alloc&) {
+    return compile_failure(grammar::grammar_error("the grammar is too large to compile: out of memory", ""));
+  }
 }
 
 std::shared_ptr<grammar_compiler::job> grammar_compiler::take_turn(bool begin) {
