@@ -213,8 +213,10 @@ void grammar_compiler::run_next() {
             resource_exhausted(format("the tenant's grammar compile time ({} s per minute) is spent: try again in {} ms",
                                       options_.compile_seconds_per_minute, whole_ms_after(*wait).count())),
             whole_ms_after(*wait));
-        for (auto& w : retire(take_turn(false))) refused.emplace_back(std::move(w), failure);
-        refused_tenants.push_back(tenant);
+        for (auto& w : retire(take_turn(false))) {
+          refused.emplace_back(std::move(w), failure);
+          refused_tenants.push_back(tenant);  // one rejection per request, as when refused at once
+        }
         continue;
       }
       j = take_turn(true);
