@@ -8,9 +8,11 @@
 //     each other tenant (plus those already running), however many another tenant queued.
 //   * Bounded: a tenant may have max_queued_per_tenant compiles waiting or running (past it a new
 //     grammar is refused, 429), all tenants together max_queued (503, a safety net).
-//   * Paid for: each tenant's compile time is charged to a budget of compile seconds per minute
-//     (compile_budget); a tenant past it is refused new grammars (429 with when to come back)
-//     while the grammars it has cached still serve, and its compile time is a metric.
+//   * Paid for: each tenant's compile time (measured on the worker's steady clock, the shared
+//     vocabulary's one-time build left out) is charged to a budget of compile seconds per minute
+//     (compile_budget, which refills by the injected clock); a tenant past it is refused new
+//     grammars (429 with when to come back) while the grammars it has cached still serve, and its
+//     compile time is a metric.
 //   * Scoped: the cache of compiled grammars and the compiles in flight that later requests of
 //     the same grammar wait for are per tenant (keyed by tenant and the grammar's canonical text,
 //     as the prefix cache is salted per tenant), so a request's timing says nothing of what
