@@ -102,6 +102,7 @@ config::schema backend_options() {
   add_http_options(s, default_backend_port);
   add_model_options(s);
   add_engine_options(s);
+  add_grammar_options(s);
   s.add_string("internal-token", std::nullopt,
                "Bearer token gateways must send to /internal/v1/ (at least 16 characters); without it the backend "
                "makes one on its first start, keeps it in --state-dir and logs it that once");
@@ -139,7 +140,8 @@ void backend_server::load(const logger& log) {
                                    .version = std::string(version_string())};
         std::string serving = format("serving \"{}\" to gateways (tokenizer fingerprint {})", info.model,
                                      info.tokenizer_fingerprint);
-        grammars_ = std::make_unique<gateway::grammar_compiler>(tok, gateway::grammar_compiler_options{}, &families_);
+        grammars_ = std::make_unique<gateway::grammar_compiler>(tok, grammar_compiler_settings(settings_), &families_,
+                                                                clock_);
         engines_.publish(std::make_shared<gateway::internal_backend>(gateway::internal_backend{
             .info = std::move(info), .engine = rt.engine.get(), .grammars = grammars_.get()}));
         return serving;

@@ -9,6 +9,7 @@
 #include "edge/backend/model_locator.h"
 #include "edge/common/config.h"
 #include "edge/common/log.h"
+#include "edge/common/time_source.h"
 #include "edge/gateway/openai/grammar_compiler.h"
 #include "edge/gateway/http/http_server.h"
 #include "edge/gateway/split/internal_routes.h"
@@ -51,6 +52,7 @@ class backend_server {
   // Destroyed before the server: the engine stops (its last events are posted to the server's
   // io_context, which still exists) before the server's connections and handlers go away.
   engine_loader engine_;
+  const real_time_source clock_;  // the grammar compile budget's
   // Declared after the server and destroyed before it: compiles still running resume their
   // requests on the server's io_context. Set by the loader thread before the model is published.
   std::unique_ptr<gateway::grammar_compiler> grammars_;

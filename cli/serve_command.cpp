@@ -92,6 +92,7 @@ config::schema serve_options() {
   add_engine_options(s);
   add_output_parser_options(s);
   add_client_text_options(s);
+  add_grammar_options(s);
   return s;
 }
 
@@ -116,8 +117,8 @@ void serve_server::load(const logger& log) {
       settings_, *location_, metrics_, log, server_,
       [this, &log](serving_runtime& rt) {
         client_ = std::make_unique<gateway::local_engine_client>(*rt.engine);
-        grammars_ = std::make_unique<gateway::grammar_compiler>(*rt.model->tok, gateway::grammar_compiler_options{},
-                                                                &families_);
+        grammars_ = std::make_unique<gateway::grammar_compiler>(*rt.model->tok, grammar_compiler_settings(settings_),
+                                                                &families_, clock_);
         const gateway::output_syntax output = choose_output_syntax(settings_, *rt.model->tok, log);
         client_text_rule client_text =
             choose_client_text_rule(settings_, *rt.model->tok, rt.model->chat_template, output, log);

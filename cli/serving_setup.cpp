@@ -248,6 +248,33 @@ client_text_rule choose_client_text_rule(const config::values& settings, const b
   return rule;
 }
 
+void add_grammar_options(config::schema& s) {
+  s.add_integer("grammar-compile-threads", 0, 0, 256,
+                "Threads compiling requests' grammars (response_format, tool_choice); 0 means a quarter of the "
+                "hardware threads, from 1 to 4");
+  s.add_bytes("grammar-cache-memory", "1GiB", 0, std::int64_t{1} << 44,
+              "Memory the compiled grammars kept for reuse may hold (each tenant's own); past it the tenant holding "
+              "the most gives up its least recently used one; 0 keeps none");
+  const gateway::grammar_compiler_options defaults;
+  s.add_integer("grammar-max-queued", static_cast<std::int64_t>(defaults.max_queued), 1, 1 << 20,
+                "Grammar compiles waiting or running, all tenants together; past it a new grammar is answered 503");
+  s.add_integer("grammar-max-queued-per-tenant", static_cast<std::int64_t>(defaults.max_queued_per_tenant), 1, 1 << 20,
+                "Grammar compiles one tenant may have waiting or running; past it its new grammar is answered 429");
+  s.add_number("grammar-compile-budget", 60.0, 0.0, 1e6,
+               "Seconds of grammar compiling each tenant may spend per minute (up to a minute's worth at once); past "
+               "it a new grammar is answered 429 until the budget refills, while cached ones still serve; 0: no limit");
+}
+
+gateway::grammar_compiler_options grammar_compiler_settings(const config::values& settings) {
+  const std::int64_t threads = settings.integer("grammar-compile-threads");
+  return {.threads = threads > 0 ? static_cast<std::size_t>(threads)
+                                 : gateway::default_grammar_compile_threads(std::thread::hardware_concurrency()),
+          .cache_bytes = static_cast<std::int64_t>(settings.bytes("grammar-cache-memory")),
+          .max_queued = static_cast<std::size_t>(settings.integer("grammar-max-queued")),
+          .max_queued_per_tenant = static_cast<std::size_t>(settings.integer("grammar-max-queued-per-tenant")),
+          .compile_seconds_per_minute = settings.number("grammar-compile-budget")};
+}
+
 void add_tenancy_options(config::schema& s) {
   s.add_duration("sse-heartbeat", "15s", 10ms, 1h, "Send a `: ping` comment on a stream that wrote nothing for this long");
   s.add_path("state-dir", std::string(default_state_dir),

@@ -27,6 +27,7 @@
 #include "edge/common/time_source.h"
 #include "edge/gateway/http/http_server.h"
 #include "edge/gateway/http/operational_routes.h"
+#include "edge/gateway/openai/grammar_compiler.h"
 #include "edge/gateway/openai/output_parser.h"
 #include "edge/gateway/tenancy/tenancy.h"
 #include "edge/monitoring/engine_metrics.h"
@@ -78,6 +79,11 @@ struct client_text_rule {
 client_text_rule choose_client_text_rule(const config::values& settings, const backend::tokenizer& tok,
                                          const backend::chat_template& chat, const gateway::output_syntax& output,
                                          const logger& log);
+// The grammar compiler of `serve` and `backend` (grammar_compiler.h): --grammar-compile-threads,
+// --grammar-cache-memory, --grammar-max-queued, --grammar-max-queued-per-tenant,
+// --grammar-compile-budget.
+void add_grammar_options(config::schema& s);
+gateway::grammar_compiler_options grammar_compiler_settings(const config::values& settings);
 
 // --state-dir, --admin-token, --sse-heartbeat: what the OpenAI and admin routes need.
 void add_tenancy_options(config::schema& s);

@@ -19,9 +19,10 @@ const prometheus::Histogram::BucketBoundaries& gateway_metrics::duration_buckets
 }
 
 const prometheus::Histogram::BucketBoundaries& gateway_metrics::compile_buckets() {
-  // From a small schema on a small vocabulary to a large one on 150k tokens.
-  static const prometheus::Histogram::BucketBoundaries buckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                                  0.25,  0.5,   1,    2.5,   5,    10};
+  // From a small schema on a small vocabulary to a large one on 150k tokens (and the waits behind
+  // such compiles).
+  static const prometheus::Histogram::BucketBoundaries buckets = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                                  0.5,   1,     2.5,  5,     10,   30,  60};
   return buckets;
 }
 
@@ -142,7 +143,36 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                                .Name(name("grammar_cache_misses_total"))
                                .Help("Grammars not in the cache, compiled for the request")
                                .Register(registry)
-                               .Add({})) {
+                               .Add({})),
+      tenant_grammar_compile_seconds(prometheus::BuildCounter()
+                                         .Name(name("tenant_grammar_compile_seconds_total"))
+                                         .Help("Grammar compile time charged to each tenant")
+                                         .Register(registry)),
+      grammar_compile_rejections(prometheus::BuildCounter()
+                                     .Name(name("grammar_compile_rejections_total"))
+                                     .Help("Grammars refused a compile, by tenant and reason: tenant_queue, "
+                                           "tenant_budget, server_queue, shutting_down")
+                                     .Register(registry)),
+      grammar_compiles_waiting(prometheus::BuildGauge()
+                                   .Name(name("grammar_compiles_waiting"))
+                                   .Help("Grammar compiles queued and not begun, all tenants together")
+                                   .Register(registry)
+                                   .Add({})),
+      grammar_compile_wait_seconds(prometheus::BuildHistogram()
+                                       .Name(name("grammar_compile_wait_seconds"))
+                                       .Help("Time a grammar compile waited for its turn")
+                                       .Register(registry)
+                                       .Add({}, compile_buckets())),
+      grammar_compiles_dropped(prometheus::BuildCounter()
+                                   .Name(name("grammar_compiles_dropped_total"))
+                                   .Help("Grammar compiles dropped before they began: every request waiting left")
+                                   .Register(registry)
+                                   .Add({})),
+      grammar_cache_bytes(prometheus::BuildGauge()
+                              .Name(name("grammar_cache_bytes"))
+                              .Help("Memory the cached compiled grammars hold")
+                              .Register(registry)
+                              .Add({})) {
   // Both limits from the start, at 0: an alert's rate() needs the series before the first refusal.
   for (const char* limit : {"max_connections", "max_buffered_body_bytes"}) http_overload_rejections.Add({{"limit", limit}});
 }

@@ -116,6 +116,28 @@ response submit_failure(const backend::submit_error& failure, openai_api api, st
   }
 }
 
+// What a grammar the compiler did not compile means to the client: the grammar's own fault (a
+// 400 naming `param`), the tenant's compile limits (429 with retry-after: its own traffic, which
+// waiting cures), the server's queue of all tenants or its shutdown (503).
+response compile_failure_response(const compile_failure& failure, std::string_view param) {
+  switch (failure.what()) {
+    case compile_failure::kind::tenant_queue:
+    case compile_failure::kind::tenant_budget: {
+      const std::string_view limit =
+          failure.what() == compile_failure::kind::tenant_queue ? "grammar_compile_queue" : "grammar_compile_seconds";
+      response res = error_response(http::status::too_many_requests, failure.message(), limit, std::nullopt,
+                                    "rate_limit_exceeded");
+      set_rate_limit_headers(res, quota_decision{.allowed = false, .retry_after = failure.retry_after()});
+      return res;
+    }
+    case compile_failure::kind::server_queue: return unavailable_response(failure.message(), "overloaded");
+    case compile_failure::kind::shutting_down:
+    case compile_failure::kind::cancelled: return unavailable_response(failure.message(), "shutting_down");
+    case compile_failure::kind::grammar: break;
+  }
+  return invalid_request(failure.message(), param);
+}
+
 // ---- the prompt -------------------------------------------------------------------------------
 
 // The prompt's token ids, or the 400 to answer. Runs on the connection's thread: the engine
@@ -501,17 +523,17 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
 
   backend::generate_request request;
   if (constraint != nullptr && model->grammars != nullptr) {
-    // Compiled off this thread (or found in the cache); a remote engine compiles it itself.
-    auto compiled = co_await model->grammars->compile(constraint);
-    if (!compiled.ok()) {
+    // Compiled off this thread in the tenant's turn (or found in its cache); a client that leaves
+    // first costs no compile. A remote engine compiles it itself.
+    auto compiled = co_await model->grammars->compile_unless(session->tenant().id, constraint, ex.watch_disconnect());
+    if (!compiled) co_return;  // the client is gone
+    if (!compiled->ok()) {
       session->set_outcome(request_outcome::failed);
-      const bool busy = compiled.error().code() == status_code::resource_exhausted;
-      response refusal = busy ? unavailable_response(compiled.error().message(), "overloaded")
-                              : invalid_request(compiled.error().message(), constraint_param);
-      co_await answer(std::move(refusal));
+      response refused = compile_failure_response(compiled->error(), constraint_param);
+      co_await answer(std::move(refused));
       co_return;
     }
-    request.grammar = std::move(compiled).value();
+    request.grammar = std::move(*compiled).value();
   }
   request.id = ex.request_id();
   request.tenant = session->tenant().id;

@@ -18,6 +18,7 @@
 #include "edge/gateway/http/event_relay.h"
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/openai/grammar_compiler.h"
+#include "edge/gateway/tenancy/quota_response.h"
 #include "edge/gateway/tenancy/tenant.h"
 
 namespace edge::gateway {
@@ -139,6 +140,27 @@ response submit_refusal(const backend::submit_error& failure) {
   }
 }
 
+// What a grammar this backend did not compile means to the gateway. The tenant's compile limits
+// and the full queue are 503 overloaded, which the gateway reads as a busy backend (another may
+// take the request; none is marked failed), not as the client's error.
+response compile_refusal(const compile_failure& failure) {
+  switch (failure.what()) {
+    case compile_failure::kind::grammar: break;
+    case compile_failure::kind::tenant_queue:
+    case compile_failure::kind::tenant_budget:
+    case compile_failure::kind::server_queue: {
+      response res = refusal(http::status::service_unavailable, failure.message(), "server_error", "overloaded");
+      set_rate_limit_headers(res, quota_decision{.allowed = false, .retry_after = failure.retry_after()});
+      return res;
+    }
+    case compile_failure::kind::shutting_down:
+    case compile_failure::kind::cancelled:
+      return refusal(http::status::service_unavailable, failure.message(), "server_error", "shutting_down");
+  }
+  return error_response(http::status::bad_request, failure.message(), "invalid_request_error", "grammar",
+                        "invalid_request");
+}
+
 class internal_service {
  public:
   internal_service(const internal_backend_slot& backends, internal_route_options options)
@@ -216,18 +238,16 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
   }
   backend::generate_request& request = std::get<parsed_generate_request>(parsed).request;
   if (const auto& grammar = std::get<parsed_generate_request>(parsed).grammar; grammar != nullptr) {
-    // Compiled off this thread (cached): the same grammar a gateway sends again is found at once.
-    auto compiled = co_await backend->grammars->compile(grammar);
-    if (!compiled.ok()) {
-      const bool busy = compiled.error().code() == status_code::resource_exhausted;
-      response answer = busy ? refusal(http::status::service_unavailable, compiled.error().message(), "server_error",
-                                       "overloaded")
-                             : error_response(http::status::bad_request, compiled.error().message(),
-                                              "invalid_request_error", "grammar", "invalid_request");
-      co_await ex.respond(std::move(answer));
+    // Compiled off this thread in the tenant's turn (cached per tenant: the same grammar a gateway
+    // sends again for that tenant is found at once); a gateway that leaves first costs no compile.
+    auto compiled = co_await backend->grammars->compile_unless(request.tenant, grammar, ex.watch_disconnect());
+    if (!compiled) co_return;  // the gateway is gone
+    if (!compiled->ok()) {
+      response not_compiled = compile_refusal(compiled->error());
+      co_await ex.respond(std::move(not_compiled));
       co_return;
     }
-    request.grammar = std::move(compiled).value();
+    request.grammar = std::move(*compiled).value();
   }
   if (request.id.empty()) request.id = ex.request_id();
   ex.access().tenant = request.tenant;

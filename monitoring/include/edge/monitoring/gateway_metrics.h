@@ -95,6 +95,21 @@ struct gateway_metrics {
   prometheus::Histogram& grammar_compile_seconds;
   prometheus::Counter& grammar_cache_hits;
   prometheus::Counter& grammar_cache_misses;
+  // edgeinfer_tenant_grammar_compile_seconds_total{tenant}: compile time each tenant was charged
+  // (its budget, --grammar-compile-budget). edgeinfer_grammar_compile_rejections_total{tenant,
+  // reason}: grammars refused a compile: tenant_queue, tenant_budget (429), server_queue,
+  // shutting_down (503). Tenant labels through tenant_labels.
+  prometheus::Family<prometheus::Counter>& tenant_grammar_compile_seconds;
+  prometheus::Family<prometheus::Counter>& grammar_compile_rejections;
+  // edgeinfer_grammar_compiles_waiting: compiles queued and not begun, all tenants;
+  // edgeinfer_grammar_compile_wait_seconds: how long each waited for its turn;
+  // edgeinfer_grammar_compiles_dropped_total: compiles dropped before they began because every
+  // request waiting for them had left; edgeinfer_grammar_cache_bytes: what the compiled grammars
+  // cached hold (bounded by --grammar-cache-memory).
+  prometheus::Gauge& grammar_compiles_waiting;
+  prometheus::Histogram& grammar_compile_wait_seconds;
+  prometheus::Counter& grammar_compiles_dropped;
+  prometheus::Gauge& grammar_cache_bytes;
 
   static constexpr std::size_t max_tenant_labels = 100;
 
