@@ -8,7 +8,8 @@
 #   Prints "$script: skipped: TEXT" and exits 77 (ctest's SKIP_RETURN_CODE).
 # require_peer TOOL...
 #   Skips unless every TOOL is an executable in $peer and llama.cpp runs on this CPU (the build
-#   needs AVX-512 and stops with an illegal instruction without it).
+#   needs AVX-512 F, BW, VL, VBMI, VNNI and BF16, and stops with an illegal instruction at its
+#   first kernel without them: its --version still runs).
 # median_of FILE / range_of FILE
 #   The median (the upper one of an even count) and "min-max" of the numbers in FILE, one a line.
 # compare_greedy PEER_TEXT EDGE_TEXT PROMPT TOKENS
@@ -30,7 +31,15 @@ require_peer() {
   for tool in "$@"; do
     [[ -x "$peer/$tool" ]] || skip_because "no llama.cpp $tool in $peer"
   done
-  "$peer/$1" --version > /dev/null 2>&1 || skip_because "llama.cpp does not run on this CPU (it needs AVX-512)"
+  # The binaries start on any x86-64 CPU (--version runs), and stop at the first kernel that
+  # uses an instruction the CPU lacks: ask the CPU for every extension they were built with.
+  local flags flag
+  flags=$(grep -m1 '^flags' /proc/cpuinfo 2> /dev/null || true)
+  for flag in avx512f avx512bw avx512vl avx512vbmi avx512_vnni avx512_bf16; do
+    [[ " $flags " == *" $flag "* ]] ||
+      skip_because "llama.cpp does not run on this CPU (it is built for AVX-512 with VBMI, VNNI and BF16; no $flag)"
+  done
+  "$peer/$1" --version > /dev/null 2>&1 || skip_because "llama.cpp does not run on this CPU"
 }
 
 median_of() {

@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { startServer, waitFor, fetch } from './lib/server.mjs';
+import { startServer, waitFor, fetch, sleep } from './lib/server.mjs';
 import { metric, requiredMetric } from './lib/metrics.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
@@ -252,7 +252,18 @@ test('SSE on the wire: headers, data frames, [DONE] last, and x-request-id', asy
 test('usage is counted per tenant and every request gets an access log line', async () => {
   // The tenant's series appear with its first request: 0 until then.
   const tokens = (kind) => metric(server, 'edgeinfer_tenant_tokens_total', { kind, tenant: 'default' });
-  const [promptBefore, completionBefore] = [await tokens('prompt'), await tokens('completion')];
+  // The earlier tests' requests settle a moment after their last byte too: start from counters
+  // that have stopped moving, with the engine idle.
+  const total = await metric(server, 'edgeinfer_kv_cache_blocks_total');
+  await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
+  let promptBefore;
+  let completionBefore;
+  await waitFor('the tenant token counters to stop moving', async () => {
+    const first = [await tokens('prompt'), await tokens('completion')];
+    await sleep(300);
+    [promptBefore, completionBefore] = [await tokens('prompt'), await tokens('completion')];
+    return first[0] === promptBefore && first[1] === completionBefore;
+  });
   const completion = await client.completions.create({ model: modelId, prompt: 'Once upon a time', max_tokens: 7, temperature: 0 });
   // The tenant's tokens are counted when the request settles, which may follow the response's
   // last byte by a moment: wait for the counters to move, then check they moved by the usage.
