@@ -59,12 +59,23 @@ struct compile_limits {
   // matcher fails (failed()) instead of stalling its engine thread.
   std::int64_t max_parses = 4096;             // in one set: after one byte, or one closure
   std::int64_t max_parse_work = 2'000'000;    // made by one fill_mask or accept call
+  // What one compile may spend and keep, whatever the vocabulary: past these it fails at once
+  // instead of holding a compile thread for minutes or the cache's memory. Work counts the steps
+  // of the token tables' walks over the vocabulary's trie (a byte followed from one parse) and of
+  // sorting the states into classes that share a table (docs/performance.md gives what a step
+  // costs); memory is compile_stats::memory_bytes.
+  std::int64_t max_compile_work = 60'000'000;
+  std::int64_t max_memory_bytes = std::int64_t{48} << 20;
 };
 
 struct compile_stats {
   std::int64_t rules = 0;
   std::int64_t states = 0;
-  std::int64_t tables = 0;  // token tables computed (states that share one count once)
+  std::int64_t tables = 0;  // token tables kept (states that share one count once)
+  std::int64_t work = 0;    // compile_limits::max_compile_work's steps spent
+  // Every byte the compiled grammar holds (its automaton, tables and pools, by their vectors'
+  // capacities), not the vocabulary it shares with the tokenizer's other grammars: what a cache
+  // of compiled grammars bounded in bytes counts.
   std::int64_t memory_bytes = 0;
   double seconds = 0.0;
 };
