@@ -278,14 +278,44 @@ struct nfa {
     std::uint8_t hi = 0;
     std::int32_t label = 0;  // call: the rule; special: the token
     std::int32_t to = 0;
+    std::int32_t next = -1;  // the state's next edge (link() sets it)
   };
-  std::vector<std::vector<edge>> out;
+  // Edges in one array, each state's chained from its last one: a vector per state cost five
+  // times the memory of the edges themselves.
+  std::vector<std::int32_t> first;  // [states] the state's last edge, -1 none
+  std::vector<edge> edges;
 
+  struct edge_range {
+    const nfa* n;
+    std::int32_t head;
+    struct iterator {
+      const nfa* n;
+      std::int32_t at;
+      const edge& operator*() const { return n->edges[static_cast<std::size_t>(at)]; }
+      iterator& operator++() {
+        at = n->edges[static_cast<std::size_t>(at)].next;
+        return *this;
+      }
+      bool operator!=(const iterator& other) const { return at != other.at; }
+    };
+    iterator begin() const { return {n, head}; }
+    iterator end() const { return {n, -1}; }
+  };
+
+  std::size_t size() const { return first.size(); }
   std::int32_t add() {
-    out.emplace_back();
-    return static_cast<std::int32_t>(out.size() - 1);
+    first.push_back(-1);
+    return static_cast<std::int32_t>(first.size() - 1);
   }
-  void link(std::int32_t from, edge e) { out[static_cast<std::size_t>(from)].push_back(e); }
+  void link(std::int32_t from, edge e) {
+    e.next = first[static_cast<std::size_t>(from)];
+    first[static_cast<std::size_t>(from)] = static_cast<std::int32_t>(edges.size());
+    edges.push_back(e);
+  }
+  edge_range out(std::int32_t s) const { return {this, first[static_cast<std::size_t>(s)]}; }
+  std::int64_t memory() const {
+    return static_cast<std::int64_t>(first.capacity() * sizeof(std::int32_t) + edges.capacity() * sizeof(edge));
+  }
 };
 
 // One code point range of equal UTF-8 length as byte ranges per position.
@@ -510,17 +540,14 @@ class refiner {
   template <class Signature>
   bool split(std::span<const std::int32_t> dirty, std::int32_t n, const Signature& signature,
              std::vector<std::int32_t>& moved) {
-    sig_begin_.clear();
-    sig_.clear();
-    for (const std::int32_t s : dirty) {
-      sig_begin_.push_back(static_cast<std::int32_t>(sig_.size()));
-      sig_.push_back(out_.of[static_cast<std::size_t>(s)]);
-      signature(s, sig_);
-    }
-    sig_begin_.push_back(static_cast<std::int32_t>(sig_.size()));
-    if (!work_.spend(static_cast<std::int64_t>(sig_.size()))) return false;
-    const auto sig_of = [&](std::size_t i) {
-      return std::span<const std::int32_t>(sig_.data() + sig_begin_[i], static_cast<std::size_t>(sig_begin_[i + 1] - sig_begin_[i]));
+    // Signatures are computed when needed, not kept: the first split of every state would hold
+    // a copy of every transition.
+    const auto signature_of = [&](std::size_t i, std::vector<std::int32_t>& sig) {
+      const std::int32_t s = dirty[i];
+      sig.clear();
+      sig.push_back(out_.of[static_cast<std::size_t>(s)]);
+      signature(s, sig);
+      return std::span<const std::int32_t>(sig);
     };
     // Sorted by class and a hash of the signature; equal hashes are checked for equal signatures.
     struct keyed {
@@ -529,15 +556,18 @@ class refiner {
       std::size_t index;
     };
     std::vector<keyed> order(dirty.size());
+    std::int64_t steps = 0;
     for (std::size_t i = 0; i < order.size(); ++i) {
+      const auto sig = signature_of(i, sig_);
       std::uint64_t h = 0xCBF29CE484222325ull;
-      for (const std::int32_t x : sig_of(i)) h = (h ^ static_cast<std::uint32_t>(x)) * 0x100000001B3ull;
-      order[i] = {sig_of(i)[0], h, i};
+      for (const std::int32_t x : sig) h = (h ^ static_cast<std::uint32_t>(x)) * 0x100000001B3ull;
+      order[i] = {sig[0], h, i};
+      steps += static_cast<std::int64_t>(sig.size());
     }
+    if (!work_.spend(steps)) return false;
     std::sort(order.begin(), order.end(), [](const keyed& a, const keyed& b) {
       return std::tie(a.cls, a.hash, a.index) < std::tie(b.cls, b.hash, b.index);
     });
-    const auto same = [&](std::size_t a, std::size_t b) { return std::ranges::equal(sig_of(order[a].index), sig_of(order[b].index)); };
     std::vector<std::pair<std::size_t, std::size_t>> groups;  // [begin, end) of order
     for (std::size_t i = 0; i < order.size();) {
       const std::int32_t c = order[i].cls;
@@ -546,22 +576,30 @@ class refiner {
       while (j < order.size() && order[j].cls == c) {
         std::size_t k = j + 1;
         while (k < order.size() && order[k].cls == c && order[k].hash == order[j].hash) ++k;
-        // A collision of hashes: signatures in lexicographic order, grouped by equality.
+        const auto first = signature_of(order[j].index, sig_);
         bool all_same = true;
-        for (std::size_t m = j + 1; m < k && all_same; ++m) all_same = same(j, m);
-        if (!all_same) {
-          std::sort(order.begin() + static_cast<std::ptrdiff_t>(j), order.begin() + static_cast<std::ptrdiff_t>(k),
-                    [&](const keyed& a, const keyed& b) {
-                      const auto x = sig_of(a.index);
-                      const auto y = sig_of(b.index);
-                      return std::lexicographical_compare(x.begin(), x.end(), y.begin(), y.end());
-                    });
-        }
-        for (std::size_t m = j; m < k;) {
-          std::size_t e = m + 1;
-          while (e < k && same(m, e)) ++e;
-          groups.emplace_back(m, e);
-          m = e;
+        for (std::size_t m = j + 1; m < k && all_same; ++m) all_same = std::ranges::equal(signature_of(order[m].index, other_sig_), first);
+        if (all_same) {
+          groups.emplace_back(j, k);
+        } else {
+          // A collision of hashes: the run's signatures in lexicographic order, grouped by equality.
+          std::vector<std::vector<std::int32_t>> sigs;
+          for (std::size_t m = j; m < k; ++m) {
+            const auto sig = signature_of(order[m].index, other_sig_);
+            sigs.emplace_back(sig.begin(), sig.end());
+          }
+          std::vector<std::size_t> by_sig(k - j);
+          for (std::size_t m = 0; m < by_sig.size(); ++m) by_sig[m] = m;
+          std::sort(by_sig.begin(), by_sig.end(), [&](std::size_t x, std::size_t y) { return sigs[x] < sigs[y]; });
+          std::vector<keyed> run;
+          for (const std::size_t m : by_sig) run.push_back(order[j + m]);
+          std::copy(run.begin(), run.end(), order.begin() + static_cast<std::ptrdiff_t>(j));
+          for (std::size_t m = 0; m < by_sig.size();) {
+            std::size_t e = m + 1;
+            while (e < by_sig.size() && sigs[by_sig[e]] == sigs[by_sig[m]]) ++e;
+            groups.emplace_back(j + m, j + e);
+            m = e;
+          }
         }
         j = k;
       }
@@ -599,7 +637,7 @@ class refiner {
   std::vector<std::int32_t> call_from_begin_, call_from_;  // CSR: the states whose calls return to each
   std::vector<std::int32_t> mark_;  // [states] == stamp_: listed already
   std::int32_t stamp_ = 0;
-  std::vector<std::int32_t> sig_begin_, sig_;
+  std::vector<std::int32_t> sig_, other_sig_;  // scratch: signatures being compared
 };
 
 bool refine(const compiled_data& g, std::int32_t depth, parse_sets& work, state_classes& out) {
@@ -778,15 +816,17 @@ class table_walk {
     }
   }
   const byte_set& bytes_of(std::int32_t state) {
-    if (state_bytes_.empty()) state_bytes_.resize(static_cast<std::size_t>(g_.states()));
-    auto& [known, bytes] = state_bytes_[static_cast<std::size_t>(state)];
-    if (!known) {
+    if (bytes_at_.empty()) bytes_at_.assign(static_cast<std::size_t>(g_.states()), -1);
+    std::int32_t& at = bytes_at_[static_cast<std::size_t>(state)];
+    if (at < 0) {
+      byte_set bytes{};
       for (int b = 0; b < 256; ++b) {
         if (g_.step(state, static_cast<std::uint8_t>(b)) >= 0) bytes[static_cast<std::size_t>(b) / 32] |= 1u << (b % 32);
       }
-      known = true;
+      at = static_cast<std::int32_t>(state_bytes_.size());
+      state_bytes_.push_back(bytes);
     }
-    return bytes;
+    return state_bytes_[static_cast<std::size_t>(at)];
   }
 
   const compiled_data& g_;
@@ -798,7 +838,8 @@ class table_walk {
   std::vector<std::vector<parse>> closed_;         // [depth]
   std::vector<std::uint8_t> plain_;                // [states] no call leaves it
   std::vector<byte_set> bytes_;                    // [depth] see gather_bytes
-  std::vector<std::pair<bool, byte_set>> state_bytes_;  // [states] the bytes each can read, once asked
+  std::vector<std::int32_t> bytes_at_;  // [states] where state_bytes_ has the bytes each can read, -1 not asked yet
+  std::vector<byte_set> state_bytes_;
 };
 
 // Keeps the tables in the compiled grammar's pools: a table's accepted tokens as a list, as a
@@ -939,9 +980,10 @@ class compiler {
                          "");
   }
   grammar_error too_much_memory() const {
-    return grammar_error(format("the grammar is too large: its automaton and token tables take more than {} MB",
-                                limits_.max_memory_bytes >> 20),
-                         "");
+    const std::int64_t mib = std::int64_t{1} << 20;
+    const std::string limit = limits_.max_memory_bytes % mib == 0 ? format("{} MiB", limits_.max_memory_bytes / mib)
+                                                                   : format("{} bytes", limits_.max_memory_bytes);
+    return grammar_error(format("the grammar is too large: its automaton and token tables take more than {}", limit), "");
   }
   grammar_error too_ambiguous() const {
     return grammar_error(format("the grammar is too ambiguous: more than {} parses at once (rules or alternatives that "
@@ -950,11 +992,16 @@ class compiler {
                          "");
   }
   // The token tables of the states in `needed`, shared by states that behave alike.
-  status make_tables(compiled_data& data, const std::vector<std::uint8_t>& needed, compile_stats& stats) const;
+  // `parses`: the compile's sets, whose work limit counts every step of compiling.
+  status make_tables(compiled_data& data, const std::vector<std::uint8_t>& needed, parse_sets& parses,
+                     compile_stats& stats) const;
   status build(const expr& e, std::int32_t from, std::int32_t to);
   status build_class(const std::vector<codepoint_range>& ranges, bool json, std::int32_t from, std::int32_t to);
   void build_bytes(std::span<const std::pair<std::uint8_t, std::uint8_t>> ranges, std::int32_t from, std::int32_t to);
   std::int32_t suffix_state(std::span<const std::pair<std::uint8_t, std::uint8_t>> ranges, std::int32_t to);
+  std::int64_t nfa_bytes() const;
+  // The NFA within the limits of states and memory.
+  status check_nfa() const;
   void build_literal(std::string_view bytes, std::int32_t from, std::int32_t to);
   status build_number(const number_range& range, std::int32_t from, std::int32_t to);
   void build_magnitude(const std::optional<decimal>& low, bool low_exclusive, const std::optional<decimal>& high,
@@ -968,9 +1015,10 @@ class compiler {
   std::vector<std::int32_t> rule_start_;   // NFA states
   std::vector<std::int32_t> rule_accept_;
   // The UTF-8 byte sequences of character classes share their tails (every three-byte character
-  // ends with the same two continuation bytes): the state reading these byte ranges to this state,
-  // so that the DFA has one state for "two continuation bytes left", not one per lead byte.
-  std::map<std::pair<std::int32_t, std::string>, std::int32_t> suffixes_;
+  // ends with the same two continuation bytes), so that the DFA has one state for "two
+  // continuation bytes left", not one per lead byte: the state reading a byte range (bits 32-47)
+  // to a state (bits 0-31).
+  std::unordered_map<std::uint64_t, std::int32_t> suffixes_;
 };
 
 void compiler::build_literal(std::string_view bytes, std::int32_t from, std::int32_t to) {
@@ -991,15 +1039,28 @@ void compiler::build_bytes(std::span<const std::pair<std::uint8_t, std::uint8_t>
 
 std::int32_t compiler::suffix_state(std::span<const std::pair<std::uint8_t, std::uint8_t>> ranges, std::int32_t to) {
   if (ranges.empty()) return to;
-  std::string key;
-  for (const auto& [lo, hi] : ranges) key += {static_cast<char>(lo), static_cast<char>(hi)};
-  const auto [it, added] = suffixes_.try_emplace({to, std::move(key)}, 0);
+  const std::int32_t after = suffix_state(ranges.subspan(1), to);
+  const std::uint64_t key = (static_cast<std::uint64_t>(ranges[0].first) << 40) |
+                            (static_cast<std::uint64_t>(ranges[0].second) << 32) | static_cast<std::uint32_t>(after);
+  const auto [it, added] = suffixes_.try_emplace(key, 0);
   if (added) {
-    const std::int32_t after = suffix_state(ranges.subspan(1), to);
     it->second = n_.add();
     n_.link(it->second, {nfa::bytes, ranges[0].first, ranges[0].second, 0, after});
   }
   return it->second;
+}
+
+std::int64_t compiler::nfa_bytes() const {
+  // A node of the map is its key, value and link, and a bucket a pointer.
+  constexpr std::int64_t node_bytes = 32;
+  return n_.memory() + static_cast<std::int64_t>(suffixes_.size()) * node_bytes +
+         static_cast<std::int64_t>(suffixes_.bucket_count() * sizeof(void*));
+}
+
+status compiler::check_nfa() const {
+  if (n_.size() > static_cast<std::size_t>(limits_.max_states) * 4) return too_large();
+  if (nfa_bytes() > limits_.max_memory_bytes) return too_much_memory();
+  return {};
 }
 
 status compiler::build_class(const std::vector<codepoint_range>& ranges, bool json, std::int32_t from, std::int32_t to) {
@@ -1036,7 +1097,7 @@ status compiler::build_class(const std::vector<codepoint_range>& ranges, bool js
       if (lo > hi) continue;
     }
     utf8_ranges(lo, hi, [&](std::span<const std::pair<std::uint8_t, std::uint8_t>> bytes) { build_bytes(bytes, from, to); });
-    if (n_.out.size() > static_cast<std::size_t>(limits_.max_states) * 4) return too_large();
+    EDGE_RETURN_IF_ERROR(check_nfa());
   }
   return {};
 }
@@ -1205,12 +1266,12 @@ status compiler::build_number(const number_range& r, std::int32_t from, std::int
     if (!y_low) y_low = zero;
     build_magnitude(y_low, y_low_exclusive, y_high, r.low_exclusive, r.integer, minus, mantissa_end);
   }
-  if (n_.out.size() > static_cast<std::size_t>(limits_.max_states) * 4) return too_large();
+  EDGE_RETURN_IF_ERROR(check_nfa());
   return {};
 }
 
 status compiler::build(const expr& e, std::int32_t from, std::int32_t to) {
-  if (n_.out.size() > static_cast<std::size_t>(limits_.max_states) * 4) return too_large();
+  EDGE_RETURN_IF_ERROR(check_nfa());
   const expr_node& n = e.node();
   switch (n.kind) {
     case expr_kind::empty: n_.link(from, {nfa::eps, 0, 0, 0, to}); return {};
@@ -1354,11 +1415,13 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
     }
   }
 
+  // The sets of parses every walk of compiling uses, and the work limit of the whole compile.
+  parse_sets budget(limits_.max_parses, limits_.max_compile_work);
   // Subset construction, rule by rule.
   std::vector<rule_dfa> dfas(static_cast<std::size_t>(rules));
   std::int64_t total_states = 0;
   // Scratch shared by every rule: NFA states marked with the current set_stamp are in the set built.
-  std::vector<std::int32_t> in_set(n_.out.size(), 0);
+  std::vector<std::int32_t> in_set(n_.size(), 0);
   std::int32_t set_stamp = 0;
   std::vector<std::int32_t> pending;
   // The epsilon closure of `set`, sorted.
@@ -1369,7 +1432,7 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
     while (!pending.empty()) {
       const std::int32_t s = pending.back();
       pending.pop_back();
-      for (const nfa::edge& e : n_.out[static_cast<std::size_t>(s)]) {
+      for (const nfa::edge& e : n_.out(s)) {
         if (e.k == nfa::eps && in_set[static_cast<std::size_t>(e.to)] != set_stamp) {
           in_set[static_cast<std::size_t>(e.to)] = set_stamp;
           set.push_back(e.to);
@@ -1379,6 +1442,7 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
     }
     std::sort(set.begin(), set.end());
   };
+  std::int64_t dfa_bytes = 0;  // the rows of the rules done and being done
   std::vector<std::vector<std::int32_t>> by_class;          // [class] the NFA states a byte of it leads to
   std::vector<std::pair<std::int32_t, std::int32_t>> other;  // (rule or token, NFA state) of calls, then specials
   std::vector<std::int32_t> targets;
@@ -1392,7 +1456,7 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
     while (!pending.empty()) {
       const std::int32_t s = pending.back();
       pending.pop_back();
-      for (const nfa::edge& e : n_.out[static_cast<std::size_t>(s)]) {
+      for (const nfa::edge& e : n_.out(s)) {
         if (e.k == nfa::bytes) {
           cut[e.lo] = true;
           cut[static_cast<std::size_t>(e.hi) + 1] = true;
@@ -1411,26 +1475,48 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
     d.classes = cls + 1;
     by_class.resize(static_cast<std::size_t>(d.classes));
 
-    // DFA states by their NFA sets; `sets` points at the map's keys, which stay put.
-    std::unordered_map<std::vector<std::int32_t>, std::int32_t, int_vector_hash> ids;
-    std::vector<const std::vector<std::int32_t>*> sets;
+    // DFA states by their NFA sets, the sets one after another in `members`.
+    std::vector<std::int32_t> members;
+    std::vector<std::int32_t> member_begin(1, 0);  // [sets + 1]
+    std::unordered_multimap<std::uint64_t, std::int32_t> ids;  // a hash of a set -> its state
+    const auto set_of = [&](std::size_t k) {
+      return std::span<const std::int32_t>(members.data() + member_begin[k],
+                                           static_cast<std::size_t>(member_begin[k + 1] - member_begin[k]));
+    };
     const auto id_of = [&](std::vector<std::int32_t>& set) -> std::int32_t {
       close(set);
-      auto [it, added] = ids.try_emplace(set, static_cast<std::int32_t>(sets.size()));
-      if (added) sets.push_back(&it->first);
-      return it->second;
+      const std::uint64_t hash = int_vector_hash{}(set);
+      for (auto [it, last] = ids.equal_range(hash); it != last; ++it) {
+        if (std::ranges::equal(set_of(static_cast<std::size_t>(it->second)), set)) return it->second;
+      }
+      const auto id = static_cast<std::int32_t>(member_begin.size() - 1);
+      members.insert(members.end(), set.begin(), set.end());
+      member_begin.push_back(static_cast<std::int32_t>(members.size()));
+      ids.emplace(hash, id);
+      return id;
     };
     targets.assign(1, rule_start_[static_cast<std::size_t>(r)]);
     id_of(targets);
     const std::int32_t accept = rule_accept_[static_cast<std::size_t>(r)];
-    for (std::size_t k = 0; k < sets.size(); ++k) {
-      if (total_states + static_cast<std::int64_t>(sets.size()) > limits_.max_states) return grammar_error(too_large());
-      d.accepting.push_back(std::binary_search(sets[k]->begin(), sets[k]->end(), accept) ? 1 : 0);
+    for (std::size_t k = 0; k + 1 < member_begin.size(); ++k) {
+      if (total_states + static_cast<std::int64_t>(member_begin.size() - 1) > limits_.max_states) {
+        return grammar_error(too_large());
+      }
+      // The rows are what the compiled grammar's transitions will take; with the sets and their
+      // index, what the DFAs hold.
+      dfa_bytes += static_cast<std::int64_t>(d.classes) * static_cast<std::int64_t>(sizeof(std::int32_t));
+      if (dfa_bytes + static_cast<std::int64_t>(members.capacity() * sizeof(std::int32_t) + ids.size() * 32) >
+          limits_.max_memory_bytes) {
+        return too_much_memory();
+      }
+      d.accepting.push_back(std::ranges::binary_search(set_of(k), accept) ? 1 : 0);
       for (auto& b : by_class) b.clear();
       other.clear();
       std::size_t calls = 0;
-      for (const std::int32_t s : *sets[k]) {
-        for (const nfa::edge& e : n_.out[static_cast<std::size_t>(s)]) {
+      std::int64_t steps = d.classes;
+      for (const std::int32_t s : set_of(k)) {
+        for (const nfa::edge& e : n_.out(s)) {
+          ++steps;
           if (e.k == nfa::bytes) {
             for (std::int32_t c = d.class_of[e.lo]; c <= d.class_of[e.hi]; ++c) by_class[static_cast<std::size_t>(c)].push_back(e.to);
           } else if (e.k == nfa::call) {
@@ -1440,6 +1526,7 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
           }
         }
       }
+      if (!budget.spend(steps)) return too_much_work();
       const std::size_t row = d.next.size();
       d.next.resize(row + static_cast<std::size_t>(d.classes), -1);
       for (std::int32_t c = 0; c < d.classes; ++c) {
@@ -1467,6 +1554,8 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
     }
     total_states += d.size();
   }
+  n_ = nfa{};
+  suffixes_.clear();
 
   // Productive rules (those with a finite match), then nullable ones.
   std::vector<std::uint8_t> productive(static_cast<std::size_t>(rules), 0);
@@ -1682,9 +1771,9 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
       data->call_begin[at + 1] = static_cast<std::int32_t>(data->calls.size());
       data->special_begin[at + 1] = static_cast<std::int32_t>(data->specials.size());
     }
+    // Done with: the compiled grammar grows as the DFAs shrink.
+    dfas[static_cast<std::size_t>(r)] = rule_dfa{};
   }
-  dfas.clear();
-  dfas.shrink_to_fit();
   data->pure_return.assign(static_cast<std::size_t>(count), 0);
   for (std::int32_t s = 0; s < count; ++s) {
     bool leaves = data->call_begin[static_cast<std::size_t>(s)] != data->call_begin[static_cast<std::size_t>(s) + 1] ||
@@ -1714,15 +1803,15 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
   data->specials.shrink_to_fit();
   if (data->memory_bytes() > limits_.max_memory_bytes) return too_much_memory();
 
-  if (status made = make_tables(*data, needed, stats); !made.ok()) return grammar_error(made);
+  if (status made = make_tables(*data, needed, budget, stats); !made.ok()) return grammar_error(made);
   stats.rules = rules;
   stats.states = count;
   return data;
 }
 
-status compiler::make_tables(compiled_data& data, const std::vector<std::uint8_t>& needed, compile_stats& stats) const {
+status compiler::make_tables(compiled_data& data, const std::vector<std::uint8_t>& needed, parse_sets& parses,
+                             compile_stats& stats) const {
   const std::int32_t count = data.states();
-  parse_sets parses(limits_.max_parses, limits_.max_compile_work);
   const auto past_a_limit = [&] { return parses.out_of_work() ? too_much_work() : too_ambiguous(); };
   state_classes classes;
   if (!refine(data, static_cast<std::int32_t>(v_.max_token_bytes), parses, classes)) return past_a_limit();

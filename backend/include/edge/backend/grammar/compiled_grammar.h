@@ -60,12 +60,14 @@ struct compile_limits {
   std::int64_t max_parses = 4096;             // in one set: after one byte, or one closure
   std::int64_t max_parse_work = 2'000'000;    // made by one fill_mask or accept call
   // What one compile may spend and keep, whatever the vocabulary: past these it fails at once
-  // instead of holding a compile thread for minutes or the cache's memory. Work counts the steps
-  // of the token tables' walks over the vocabulary's trie (a byte followed from one parse) and of
-  // sorting the states into classes that share a table (docs/performance.md gives what a step
-  // costs); memory is compile_stats::memory_bytes.
-  std::int64_t max_compile_work = 60'000'000;
-  std::int64_t max_memory_bytes = std::int64_t{48} << 20;
+  // instead of holding a compile thread for seconds or the cache's memory. Work counts the steps
+  // of determinizing the rules (an NFA edge looked at), of sorting the states into classes that
+  // share a token table (a signature entry) and of the tables' walks over the vocabulary's trie
+  // (a byte followed from one parse); docs/performance.md says what a step costs. Memory bounds
+  // compile_stats::memory_bytes, and each stage on the way (the NFA, the rules' DFAs): a compile
+  // holds at most two stages at once.
+  std::int64_t max_compile_work = 25'000'000;
+  std::int64_t max_memory_bytes = std::int64_t{32} << 20;
 };
 
 struct compile_stats {
