@@ -1,12 +1,16 @@
 #include "edge/backend/grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <functional>
 #include <map>
-#include <set>
+#include <span>
+#include <string>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "edge/common/format.h"
 #include "grammar_data.h"
@@ -415,6 +419,14 @@ struct bound_digits {
 // fewer: it takes the parent's tokens shorter than n bytes, and walks only the deeper part of
 // the vocabulary's trie.
 
+// FNV-1a over 32-bit items: how compiling finds equal NFA sets, signatures, bitsets and lists.
+template <class T>
+std::uint64_t hash_items(std::span<const T> items) {
+  std::uint64_t h = 0xCBF29CE484222325ull;
+  for (const T x : items) h = (h ^ static_cast<std::uint32_t>(x)) * 0x100000001B3ull;
+  return h;
+}
+
 struct state_classes {
   std::vector<std::int32_t> of;      // [states] each state's class
   std::vector<std::int32_t> born;    // [classes] the length that split it from its parent (0: one of the first)
@@ -559,9 +571,7 @@ class refiner {
     std::int64_t steps = 0;
     for (std::size_t i = 0; i < order.size(); ++i) {
       const auto sig = signature_of(i, sig_);
-      std::uint64_t h = 0xCBF29CE484222325ull;
-      for (const std::int32_t x : sig) h = (h ^ static_cast<std::uint32_t>(x)) * 0x100000001B3ull;
-      order[i] = {sig[0], h, i};
+      order[i] = {sig[0], hash_items(sig), i};
       steps += static_cast<std::int64_t>(sig.size());
     }
     if (!work_.spend(steps)) return false;
@@ -890,7 +900,7 @@ class table_store {
   std::int64_t add_dense(const std::vector<std::uint32_t>& bits, std::int32_t parent_base, token_table& t) {
     std::int64_t count = 0;
     for (const std::uint32_t w : bits) count += bit_count(w);
-    const std::uint64_t hash = hash_of(std::span<const std::uint32_t>(bits));
+    const std::uint64_t hash = hash_items(std::span<const std::uint32_t>(bits));
     for (auto [it, last] = bitset_index_.equal_range(hash); it != last; ++it) {
       if (std::ranges::equal(g_.bitset(it->second), bits)) {
         t.base = it->second;
@@ -929,17 +939,10 @@ class table_store {
   }
 
   template <class T>
-  static std::uint64_t hash_of(std::span<const T> items) {
-    std::uint64_t h = 0xCBF29CE484222325ull ^ items.size();
-    for (const T x : items) h = (h ^ static_cast<std::uint32_t>(x)) * 0x100000001B3ull;
-    return h;
-  }
-
-  template <class T>
   static pool_span intern(std::vector<T>& pool, std::unordered_multimap<std::uint64_t, pool_span>& index,
                           std::span<const T> items) {
     if (items.empty()) return {};
-    const std::uint64_t hash = hash_of(items);
+    const std::uint64_t hash = hash_items(items);
     for (auto [it, last] = index.equal_range(hash); it != last; ++it) {
       if (std::ranges::equal(std::span<const T>(pool.data() + it->second.begin, static_cast<std::size_t>(it->second.size)), items)) {
         return it->second;
@@ -1392,14 +1395,6 @@ struct rule_dfa {
   }
 };
 
-struct int_vector_hash {
-  std::size_t operator()(const std::vector<std::int32_t>& v) const {
-    std::uint64_t h = 0xCBF29CE484222325ull;
-    for (const std::int32_t x : v) h = (h ^ static_cast<std::uint32_t>(x)) * 0x100000001B3ull;
-    return static_cast<std::size_t>(h);
-  }
-};
-
 result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stats& stats) {
   // The NFA: a start and an accept state per rule; the root is one more rule.
   const auto rules = static_cast<std::int32_t>(g_.rules().size()) + 1;
@@ -1485,7 +1480,7 @@ result<std::unique_ptr<compiled_data>, grammar_error> compiler::run(compile_stat
     };
     const auto id_of = [&](std::vector<std::int32_t>& set) -> std::int32_t {
       close(set);
-      const std::uint64_t hash = int_vector_hash{}(set);
+      const std::uint64_t hash = hash_items(std::span<const std::int32_t>(set));
       for (auto [it, last] = ids.equal_range(hash); it != last; ++it) {
         if (std::ranges::equal(set_of(static_cast<std::size_t>(it->second)), set)) return it->second;
       }

@@ -191,6 +191,7 @@ bool grammar_matcher::fill_mask(std::span<std::uint32_t> allowed) {
       const std::int32_t t = s.data->table_of[static_cast<std::size_t>(p.state)];
       if (t < 0) continue;
       const token_table& table = s.data->tables[static_cast<std::size_t>(t)];
+      // The first source's table is alone in the mask so far (it was cleared above).
       s.data->add_accepted(table, allowed, k == 0, s.scratch);
       for (const token_id id : s.data->tokens(table.specials)) set_bit(allowed, id);
       // A token that leaves the rule part way goes on in the rule that called it.

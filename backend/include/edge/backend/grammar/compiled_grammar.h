@@ -3,12 +3,14 @@
 //
 // Compiling: every rule becomes a byte automaton (a DFA whose edges are byte classes, calls of
 // other rules and special tokens); the grammar runs as a pushdown automaton over them (a stack
-// of return states per parse, several parses at once where the grammar is ambiguous). Then, for
-// every automaton state, the vocabulary's trie is walked once with the rule's own stack only:
+// of return states per parse, several parses at once where the grammar is ambiguous). Then,
+// from every automaton state, the vocabulary's trie is walked with the rule's own stack only:
 // each token is accepted there (its bytes stay inside the rule), rejected, or depends on what
 // follows the rule (it leaves the rule part way: the trie nodes where that can happen are kept,
 // and the tokens below them are the ones to check). That is the position's token table,
-// computed off the engine thread and shared by every request of the grammar.
+// computed off the engine thread and shared by every request of the grammar, and by every state
+// that behaves alike within the longest token's bytes (compiled_grammar.cpp says how), so that
+// what compiling costs follows what the grammar does within a token's reach, not its states.
 //
 // Matching, per step: the mask is the union, over the parses' current states, of their tables'
 // accepted tokens, plus the tokens below their exit nodes whose rest the parse's real stack
