@@ -456,6 +456,10 @@ class refiner {
     }
     index(byte_edges, byte_from_begin_, byte_from_);
     index(call_edges, call_from_begin_, call_from_);
+    for (const compiled_rule& r : g.rules) {
+      std::vector<std::int32_t>& start = class_start_.emplace_back(static_cast<std::size_t>(r.classes), 0);
+      for (int b = 255; b >= 0; --b) start[r.class_of[static_cast<std::size_t>(b)]] = b;
+    }
   }
 
   // Refines to `depth` bytes (or until nothing splits); false past the work limit.
@@ -469,8 +473,9 @@ class refiner {
     out_.parent.assign(1, -1);
     size_.assign(1, states);
     std::vector<std::int32_t> moved;
+    // No rule in it: states of different rules that behave alike share a table too (every
+    // bounded string's last characters, whatever its length).
     if (!split(all, 0, [&](std::int32_t s, std::vector<std::int32_t>& sig) {
-          sig.push_back(g_.rule_of[static_cast<std::size_t>(s)]);
           sig.push_back(g_.accepting[static_cast<std::size_t>(s)]);
           for (const special_edge& e : g_.specials_of(s)) sig.push_back(e.token);
         }, moved)) {
@@ -482,10 +487,15 @@ class refiner {
       std::vector<std::int32_t> dirty = n == 1 ? all : sources(moved, byte_from_begin_, byte_from_);
       moved.clear();
       if (!split(dirty, n, [&](std::int32_t s, std::vector<std::int32_t>& sig) {
-            const std::int32_t classes = g_.rules[static_cast<std::size_t>(g_.rule_of[static_cast<std::size_t>(s)])].classes;
-            for (std::int32_t c = 0; c < classes; ++c) {
+            // By byte ranges, not the rule's own classes, so that rules compare: each run of
+            // bytes leading to one class as its first byte and that class.
+            const auto r = static_cast<std::size_t>(g_.rule_of[static_cast<std::size_t>(s)]);
+            for (std::int32_t c = 0; c < g_.rules[r].classes; ++c) {
               const std::int32_t t = g_.next[static_cast<std::size_t>(g_.row[static_cast<std::size_t>(s)] + c)];
-              sig.push_back(t < 0 ? -1 : out_.of[static_cast<std::size_t>(t)]);
+              const std::int32_t to = t < 0 ? -1 : out_.of[static_cast<std::size_t>(t)];
+              if (c > 0 && sig.back() == to) continue;
+              sig.push_back(class_start_[r][static_cast<std::size_t>(c)]);
+              sig.push_back(to);
             }
           }, moved)) {
         return false;
@@ -648,6 +658,7 @@ class refiner {
   std::vector<std::int32_t> mark_;  // [states] == stamp_: listed already
   std::int32_t stamp_ = 0;
   std::vector<std::int32_t> sig_, other_sig_;  // scratch: signatures being compared
+  std::vector<std::vector<std::int32_t>> class_start_;  // [rules][classes] the first byte of each
 };
 
 bool refine(const compiled_data& g, std::int32_t depth, parse_sets& work, state_classes& out) {
