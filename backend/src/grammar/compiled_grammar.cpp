@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "edge/common/format.h"
@@ -831,13 +832,19 @@ class table_walk {
   void gather_bytes(std::size_t d) {
     byte_set& out = bytes_[d];
     out.fill(0u);
+    if (bytes_at_.empty()) {
+      bytes_at_.assign(static_cast<std::size_t>(g_.states()), -1);
+      gathered_.assign(static_cast<std::size_t>(g_.states()), 0);
+    }
+    // Many parses of a set are one state on different stacks (a rule called from many places).
+    ++gathering_;
     for (const parse& p : closed_[d]) {
+      if (std::exchange(gathered_[static_cast<std::size_t>(p.state)], gathering_) == gathering_) continue;
       const byte_set& b = bytes_of(p.state);
       for (std::size_t w = 0; w < out.size(); ++w) out[w] |= b[w];
     }
   }
   const byte_set& bytes_of(std::int32_t state) {
-    if (bytes_at_.empty()) bytes_at_.assign(static_cast<std::size_t>(g_.states()), -1);
     std::int32_t& at = bytes_at_[static_cast<std::size_t>(state)];
     if (at < 0) {
       byte_set bytes{};
@@ -861,6 +868,8 @@ class table_walk {
   std::vector<byte_set> bytes_;                    // [depth] see gather_bytes
   std::vector<std::int32_t> bytes_at_;  // [states] where state_bytes_ has the bytes each can read, -1 not asked yet
   std::vector<byte_set> state_bytes_;
+  std::vector<std::uint32_t> gathered_;  // [states] == gathering_: its bytes are in the set being gathered
+  std::uint32_t gathering_ = 0;
 };
 
 // Keeps the tables in the compiled grammar's pools: a table's accepted tokens as a list, as a

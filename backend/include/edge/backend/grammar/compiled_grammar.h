@@ -68,7 +68,7 @@ struct compile_limits {
   // (a byte followed from one parse); docs/performance.md says what a step costs. Memory bounds
   // compile_stats::memory_bytes, and each stage on the way (the NFA, the rules' DFAs): a compile
   // holds at most two stages at once.
-  std::int64_t max_compile_work = 12'000'000;
+  std::int64_t max_compile_work = 16'000'000;
   std::int64_t max_memory_bytes = std::int64_t{32} << 20;
 };
 
