@@ -118,22 +118,61 @@ std::int64_t token_vocabulary::trie_nodes() const { return data_->trie.size(); }
 
 // ---- the pushdown automaton ----------------------------------------------------------------------
 
-chain_store::chain_store() { clear(); }
+chain_store::chain_store() : frames_(1, {-1, -1}), slots_(16, 0u) {}
 
 void chain_store::clear() {
-  frames_.assign(1, {-1, -1});
-  index_.clear();
+  // Slot by slot while few are used: a walk of the compiler clears it once per token table.
+  if (frames_.size() * 8 < slots_.size()) {
+    truncate(1);
+  } else {
+    frames_.assign(1, {-1, -1});
+    std::fill(slots_.begin(), slots_.end(), 0u);
+  }
+}
+
+void chain_store::grow() {
+  slots_.assign(slots_.size() * 2, 0u);
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = 1; i < frames_.size(); ++i) {
+    std::size_t at = slot_of(frames_[i]);
+    while (slots_[at] != 0) at = (at + 1) & mask;
+    slots_[at] = static_cast<std::uint32_t>(i);
+  }
 }
 
 std::int32_t chain_store::push(std::int32_t return_state, std::int32_t below) {
-  const auto [it, added] = index_.try_emplace(key(return_state, below), static_cast<std::int32_t>(frames_.size()));
-  if (added) frames_.emplace_back(return_state, below);
-  return it->second;
+  const std::pair<std::int32_t, std::int32_t> frame{return_state, below};
+  if (2 * (frames_.size() + 1) > slots_.size()) grow();
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t at = slot_of(frame);
+  for (; slots_[at] != 0; at = (at + 1) & mask) {
+    if (frames_[slots_[at]] == frame) return static_cast<std::int32_t>(slots_[at]);
+  }
+  slots_[at] = static_cast<std::uint32_t>(frames_.size());
+  frames_.push_back(frame);
+  return static_cast<std::int32_t>(frames_.size() - 1);
+}
+
+void chain_store::erase_last() {
+  const auto last = static_cast<std::uint32_t>(frames_.size() - 1);
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t hole = slot_of(frames_.back());
+  while (slots_[hole] != last) hole = (hole + 1) & mask;
+  // Backward shift: a later entry of the probe run moves into the hole unless its home slot lies
+  // cyclically in (hole, entry].
+  for (std::size_t at = (hole + 1) & mask; slots_[at] != 0; at = (at + 1) & mask) {
+    const std::size_t home = slot_of(frames_[slots_[at]]);
+    const bool stays = hole <= at ? (hole < home && home <= at) : (hole < home || home <= at);
+    if (stays) continue;
+    slots_[hole] = slots_[at];
+    hole = at;
+  }
+  slots_[hole] = 0;
+  frames_.pop_back();
 }
 
 void chain_store::truncate(std::size_t n) {
-  for (std::size_t i = n; i < frames_.size(); ++i) index_.erase(key(frames_[i].first, frames_[i].second));
-  frames_.resize(n);
+  while (frames_.size() > std::max<std::size_t>(n, 1)) erase_last();
 }
 
 void parse_sets::rehash(const std::vector<parse>& out) {

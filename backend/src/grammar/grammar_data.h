@@ -7,7 +7,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "edge/backend/grammar/compiled_grammar.h"
@@ -169,11 +168,21 @@ class chain_store {
   void clear();
 
  private:
-  static std::uint64_t key(std::int32_t a, std::int32_t b) {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+  std::size_t slot_of(std::pair<std::int32_t, std::int32_t> frame) const {
+    std::uint64_t k = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(frame.first)) << 32) |
+                      static_cast<std::uint32_t>(frame.second);
+    k ^= k >> 33;
+    k *= 0xFF51AFD7ED558CCDull;
+    k ^= k >> 33;
+    return static_cast<std::size_t>(k) & (slots_.size() - 1);
   }
+  void grow();
+  void erase_last();  // the last frame, and its slot
   std::vector<std::pair<std::int32_t, std::int32_t>> frames_;  // [0] is the empty stack
-  std::unordered_map<std::uint64_t, std::int32_t> index_;
+  // Open addressing over frames_ from 1 on (index, 0: empty), at most half full: a push is one
+  // probe or two, and no allocation once it has grown (a map node per frame cost more than the
+  // closures that push them).
+  std::vector<std::uint32_t> slots_;
 };
 
 // The sets of parses being built, and how large they may grow. An ambiguous grammar (two rules
