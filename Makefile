@@ -9,7 +9,7 @@
 #   make bench-mla        latent attention decode: Kimi K2 layers with INT4 experts over bf16 and FP8 latents
 #   make bench-deepseek2  batch-1 decode of a GGUF deepseek2 in edgeinfer and in llama.cpp (../shared/peers)
 #   make bench-peer       the synthetic Llama 3.2 1B in edgeinfer and in llama.cpp: F16, Q8_0/fp8, Q4_0/int4, Q4_K_M
-#   make bench-grammar    structured outputs: compile times, token masks over Llama 3's vocabulary, decode with a schema
+#   make bench-grammar    structured outputs: compiles, limits, token masks over Qwen's and Llama 3's vocabularies, decode with a schema
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
 # build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.

@@ -7,7 +7,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "edge/backend/grammar/compiled_grammar.h"
@@ -20,6 +19,7 @@ struct byte_trie {
   std::vector<std::uint8_t> byte;    // [nodes]
   std::vector<std::int32_t> depth;   // [nodes]
   std::vector<std::int32_t> end;     // [nodes]
+  std::vector<std::int32_t> deepest; // [nodes] the greatest depth in the node's subtree
   std::vector<std::int32_t> first;   // [nodes + 1] where the node's tokens start in `tokens`
   std::vector<token_id> tokens;      // the tokens whose bytes end at each node, node by node
 
@@ -40,6 +40,9 @@ struct vocabulary_data {
   std::vector<token_id> eos;
   std::int64_t max_token_bytes = 0;
   byte_trie trie;                          // of the plain tokens
+  // The plain tokens, shortest first: those of n bytes or more are by_length[length_begin[n]...].
+  std::vector<token_id> by_length;
+  std::vector<std::int32_t> length_begin;  // [max_token_bytes + 2]
 
   std::string_view bytes_of(token_id id) const {
     const auto i = static_cast<std::size_t>(id);
@@ -64,18 +67,27 @@ struct compiled_rule {
   std::string name;
 };
 
+// A run of a compiled grammar's pool (compiled_data::table_tokens or table_exits).
+struct pool_span {
+  std::int32_t begin = 0;
+  std::int32_t size = 0;
+};
+
 // What a token does from one automaton state with only that state's rule on the stack: its
-// token table (compiled_grammar.h).
+// token table (compiled_grammar.h). States that behave alike for max_token_bytes bytes share one.
 struct token_table {
-  // Tokens accepted: a sorted list, or (when that is larger) a bitset over the vocabulary.
-  std::vector<token_id> accepted;
-  std::vector<std::uint32_t> accepted_bits;  // [mask_words(vocabulary)] or empty
-  std::vector<token_id> specials;           // special tokens the state's rule may take next
-  bool exits_at_once = false;               // the rule may end here (what follows it may come next)
-  // Nodes of the vocabulary's trie after which the rule may end with bytes left: the tokens
-  // below each go on in the rule that called (their subtree is the trie of those suffixes).
-  std::vector<std::int32_t> exit_nodes;
-  bool leads_anywhere = false;              // some token or special may follow
+  // Tokens accepted: those of a bitset of compiled_data::bitsets (-1: none) but `removed`, and
+  // `listed`.
+  std::int32_t base = -1;
+  pool_span listed;    // in table_tokens, ascending
+  pool_span removed;   // in table_tokens, ascending
+  pool_span specials;  // in table_tokens: special tokens the state's rule may take next
+  // In table_exits: nodes of the vocabulary's trie after which the rule may end with bytes left:
+  // the tokens below each go on in the rule that called (their subtree is the trie of those
+  // suffixes).
+  pool_span exits;
+  bool exits_at_once = false;   // the rule may end here (what follows it may come next)
+  bool leads_anywhere = false;  // some token or special may follow
 };
 
 struct compiled_data {
@@ -93,6 +105,10 @@ struct compiled_data {
   std::vector<std::uint8_t> pure_return;    // accepting, and no edge leaves it
   std::vector<std::int32_t> table_of;       // [states] its token table, -1 none needed
   std::vector<token_table> tables;
+  std::int32_t words = 0;                   // mask_words(vocabulary)
+  std::vector<std::uint32_t> bitsets;       // [bitsets][words] the tables' bases
+  std::vector<token_id> table_tokens;       // the tables' token lists, one after another
+  std::vector<std::int32_t> table_exits;    // the tables' exit nodes, one after another
   std::int64_t max_parses = 0;  // compile_limits', for the matchers
   std::int64_t max_parse_work = 0;
 
@@ -105,6 +121,22 @@ struct compiled_data {
     return {calls.data() + call_begin[static_cast<std::size_t>(s)],
             static_cast<std::size_t>(call_begin[static_cast<std::size_t>(s) + 1] - call_begin[static_cast<std::size_t>(s)])};
   }
+  std::span<const token_id> tokens(pool_span p) const {
+    return {table_tokens.data() + p.begin, static_cast<std::size_t>(p.size)};
+  }
+  std::span<const std::int32_t> exits(pool_span p) const {
+    return {table_exits.data() + p.begin, static_cast<std::size_t>(p.size)};
+  }
+  std::span<const std::uint32_t> bitset(std::int32_t base) const {
+    return {bitsets.data() + static_cast<std::size_t>(base) * static_cast<std::size_t>(words), static_cast<std::size_t>(words)};
+  }
+  // Sets the bits of the tokens `t` accepts in `mask` ([words] or shorter: ids past it are left
+  // out). `alone`: no bit of `mask` is set yet, so the base's removed tokens can be cleared in
+  // place; otherwise `scratch` ([words]) holds the table's set on the way.
+  void add_accepted(const token_table& t, std::span<std::uint32_t> mask, bool alone,
+                    std::vector<std::uint32_t>& scratch) const;
+  // Bytes of every vector this holds (their capacities) and of itself.
+  std::int64_t memory_bytes() const;
   std::span<const special_edge> specials_of(std::int32_t s) const {
     return {specials.data() + special_begin[static_cast<std::size_t>(s)],
             static_cast<std::size_t>(special_begin[static_cast<std::size_t>(s) + 1] -
@@ -136,11 +168,21 @@ class chain_store {
   void clear();
 
  private:
-  static std::uint64_t key(std::int32_t a, std::int32_t b) {
-    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+  std::size_t slot_of(std::pair<std::int32_t, std::int32_t> frame) const {
+    std::uint64_t k = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(frame.first)) << 32) |
+                      static_cast<std::uint32_t>(frame.second);
+    k ^= k >> 33;
+    k *= 0xFF51AFD7ED558CCDull;
+    k ^= k >> 33;
+    return static_cast<std::size_t>(k) & (slots_.size() - 1);
   }
+  void grow();
+  void erase_last();  // the last frame, and its slot
   std::vector<std::pair<std::int32_t, std::int32_t>> frames_;  // [0] is the empty stack
-  std::unordered_map<std::uint64_t, std::int32_t> index_;
+  // Open addressing over frames_ from 1 on (index, 0: empty), at most half full: a push is one
+  // probe or two, and no allocation once it has grown (a map node per frame cost more than the
+  // closures that push them).
+  std::vector<std::uint32_t> slots_;
 };
 
 // The sets of parses being built, and how large they may grow. An ambiguous grammar (two rules
@@ -164,6 +206,12 @@ class parse_sets {
   // Appends `p` to the set unless it holds it; false once a limit is passed (and until
   // reset_work(): the set being built is left part done).
   bool add(std::vector<parse>& out, parse p);
+  // Counts `n` steps of work made outside the sets (a compile's walk of one parse); false once
+  // the work limit is passed.
+  bool spend(std::int64_t n);
+  // Whether the last failure was the work limit (otherwise a set grew past max_parses).
+  bool out_of_work() const { return work_left_ == 0; }
+  std::int64_t work_done() const { return work_ < 0 ? 0 : work_ - work_left_; }
 
  private:
   static std::size_t slot_of(parse p, std::size_t mask) {

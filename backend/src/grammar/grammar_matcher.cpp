@@ -43,6 +43,7 @@ struct grammar_matcher::state {
   std::vector<parse> closed;
   std::vector<parse> next;
   std::vector<parse> context;  // walk_exits: the caller's parses
+  std::vector<std::uint32_t> scratch;  // a token table's set, built aside
 
   std::string too_ambiguous() const {
     return format("the output's grammar is too ambiguous to follow: more than {} parses at once, or {} for one token "
@@ -190,14 +191,13 @@ bool grammar_matcher::fill_mask(std::span<std::uint32_t> allowed) {
       const std::int32_t t = s.data->table_of[static_cast<std::size_t>(p.state)];
       if (t < 0) continue;
       const token_table& table = s.data->tables[static_cast<std::size_t>(t)];
-      if (!table.accepted_bits.empty()) {
-        const std::size_t n = std::min(allowed.size(), table.accepted_bits.size());
-        for (std::size_t w = 0; w < n; ++w) allowed[w] |= table.accepted_bits[w];
-      }
-      for (const token_id id : table.accepted) set_bit(allowed, id);
-      for (const token_id id : table.specials) set_bit(allowed, id);
+      // The first source's table is alone in the mask so far (it was cleared above).
+      s.data->add_accepted(table, allowed, k == 0, s.scratch);
+      for (const token_id id : s.data->tokens(table.specials)) set_bit(allowed, id);
       // A token that leaves the rule part way goes on in the rule that called it.
-      if (p.chain != 0 && !table.exit_nodes.empty() && !s.walk_exits(table.exit_nodes, p.chain, allowed)) return fail();
+      if (p.chain != 0 && table.exits.size > 0 && !s.walk_exits(s.data->exits(table.exits), p.chain, allowed)) {
+        return fail();
+      }
     }
     s.chains.truncate(mark);
   }

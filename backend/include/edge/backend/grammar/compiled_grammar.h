@@ -3,12 +3,14 @@
 //
 // Compiling: every rule becomes a byte automaton (a DFA whose edges are byte classes, calls of
 // other rules and special tokens); the grammar runs as a pushdown automaton over them (a stack
-// of return states per parse, several parses at once where the grammar is ambiguous). Then, for
-// every automaton state, the vocabulary's trie is walked once with the rule's own stack only:
+// of return states per parse, several parses at once where the grammar is ambiguous). Then,
+// from every automaton state, the vocabulary's trie is walked with the rule's own stack only:
 // each token is accepted there (its bytes stay inside the rule), rejected, or depends on what
 // follows the rule (it leaves the rule part way: the trie nodes where that can happen are kept,
 // and the tokens below them are the ones to check). That is the position's token table,
-// computed off the engine thread and shared by every request of the grammar.
+// computed off the engine thread and shared by every request of the grammar, and by every state
+// that behaves alike within the longest token's bytes (compiled_grammar.cpp says how), so that
+// what compiling costs follows what the grammar does within a token's reach, not its states.
 //
 // Matching, per step: the mask is the union, over the parses' current states, of their tables'
 // accepted tokens, plus the tokens below their exit nodes whose rest the parse's real stack
@@ -59,12 +61,25 @@ struct compile_limits {
   // matcher fails (failed()) instead of stalling its engine thread.
   std::int64_t max_parses = 4096;             // in one set: after one byte, or one closure
   std::int64_t max_parse_work = 2'000'000;    // made by one fill_mask or accept call
+  // What one compile may spend and keep, whatever the vocabulary: past these it fails at once
+  // instead of holding a compile thread for seconds or the cache's memory. Work counts the steps
+  // of determinizing the rules (an NFA edge looked at), of sorting the states into classes that
+  // share a token table (a signature entry) and of the tables' walks over the vocabulary's trie
+  // (a byte followed from one parse); docs/performance.md says what a step costs. Memory bounds
+  // compile_stats::memory_bytes, and each stage on the way (the NFA, the rules' DFAs): a compile
+  // holds at most two stages at once.
+  std::int64_t max_compile_work = 16'000'000;
+  std::int64_t max_memory_bytes = std::int64_t{32} << 20;
 };
 
 struct compile_stats {
   std::int64_t rules = 0;
   std::int64_t states = 0;
-  std::int64_t tables = 0;  // token tables computed (states that share one count once)
+  std::int64_t tables = 0;  // token tables kept (states that share one count once)
+  std::int64_t work = 0;    // compile_limits::max_compile_work's steps spent
+  // Every byte the compiled grammar holds (its automaton, tables and pools, by their vectors'
+  // capacities), not the vocabulary it shares with the tokenizer's other grammars: what a cache
+  // of compiled grammars bounded in bytes counts.
   std::int64_t memory_bytes = 0;
   double seconds = 0.0;
 };
