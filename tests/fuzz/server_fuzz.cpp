@@ -77,7 +77,8 @@ struct options {
   std::optional<std::uint64_t> replay;
   std::filesystem::path findings;  // empty: findings are printed only
   int max_findings = 10;
-  std::chrono::seconds timeout{120};
+  // Generous: a request with a schema waits for every compile queued before it.
+  std::chrono::seconds timeout{300};
   edge::log::level log_level = edge::log::level::warn;
   bool quiet = false;
 };
@@ -406,7 +407,7 @@ class fuzzed_server {
 // What the run saw; guarded by its mutex (the clients write, the summary reads at the end).
 class run_record {
  public:
-  void count(const fz::fuzz_request& r, const fz::http_answer& a) {
+  void count(const fz::fuzz_request& r, const fz::http_answer& a, double seconds) {
     std::string outcome;
     if (r.leave != fz::leaving::stays && !a.complete) {
       outcome = "client left";
@@ -424,7 +425,10 @@ class run_record {
     std::lock_guard lock(mutex_);
     ++requests_;
     ++outcomes_[outcome];
-    for (const std::string& f : r.features) ++features_[f][outcome];
+    for (const std::string& f : r.features) {
+      ++features_[f][outcome];
+      feature_seconds_[f] += seconds;
+    }
     if (!refusal.empty()) ++refusals_[refusal];
   }
 
@@ -468,11 +472,12 @@ class run_record {
     for (const auto& [outcome, n] : outcomes_) std::printf("  %s: %llu", outcome.c_str(), static_cast<unsigned long long>(n));
     std::printf("\n");
     if (!o.quiet) {
-      std::printf("features (requests: outcomes):\n");
+      std::printf("features (requests, mean time: outcomes):\n");
       for (const auto& [feature, outcomes] : features_) {
         std::uint64_t total = 0;
         for (const auto& [outcome, n] : outcomes) total += n;
-        std::printf("  %-28s %8llu:", feature.c_str(), static_cast<unsigned long long>(total));
+        std::printf("  %-28s %8llu %7.0f ms:", feature.c_str(), static_cast<unsigned long long>(total),
+                    1000.0 * feature_seconds_.at(feature) / static_cast<double>(total));
         for (const auto& [outcome, n] : outcomes) std::printf("  %s %llu", outcome.c_str(), static_cast<unsigned long long>(n));
         std::printf("\n");
       }
@@ -495,6 +500,7 @@ class run_record {
   std::map<std::string, std::uint64_t> outcomes_;
   std::map<std::string, std::map<std::string, std::uint64_t>> features_;
   std::map<std::string, std::uint64_t> refusals_;
+  std::map<std::string, double> feature_seconds_;  // the time its requests took, together
   int findings_ = 0;
 };
 
@@ -508,8 +514,9 @@ struct fleet {
 std::optional<std::string> try_request(loopback_client& client, fleet& f, const fz::fuzz_request& r, const options& o,
                                        run_record& record) {
   fuzzed_server& server = f.of(r.server);
+  const steady::time_point sent = steady::now();
   const fz::http_answer a = client.exchange(server.port(), r, server.key(r.tenant), o.timeout);
-  record.count(r, a);
+  record.count(r, a, std::chrono::duration<double>(steady::now() - sent).count());
   std::optional<std::string> problem = fz::check_answer(r, a);
   std::string ready_body;
   const unsigned ready = client.get(server.port(), "/readyz", &ready_body);
@@ -591,7 +598,7 @@ int run(const options& o) {
     loopback_client client;
     in_flight[0].store(r.index);
     const fz::http_answer a = client.exchange(f.of(r.server).port(), r, f.of(r.server).key(r.tenant), o.timeout);
-    record.count(r, a);
+    record.count(r, a, 0);
     std::cout << "answer: " << (a.headers ? std::to_string(a.status) : "none") << " " << a.content_type << " "
               << a.body.substr(0, 4000) << (a.failure.empty() ? "" : " (" + a.failure + ")") << "\n";
     if (auto problem = fz::check_answer(r, a)) record.finding(o, r, *problem);

@@ -163,6 +163,16 @@ json::value random_schema(fuzz_random& rng, int depth) {
   return s;
 }
 
+// How large the hostile shapes grow. Each is kept where its grammar compiles within a few
+// seconds (more under the sanitizers): compiles run one at a time, and every request with a
+// schema waits behind them. An object's optional properties cost more than linearly (400 take
+// some 40 s: allOf merges its parts' properties, all optional), so they stay few.
+constexpr std::int64_t max_enum_values = 10000;
+constexpr std::int64_t max_alternatives = 500;  // anyOf / oneOf
+constexpr std::int64_t max_all_of_parts = 48;
+constexpr std::int64_t max_properties = 4000;  // half of them required
+constexpr std::int64_t max_string_length = 8192;  // past the 4096 a grammar enforces
+
 // Schemas a hostile tenant sends: sizes past the grammar's limits, no finite output, heaps of
 // combinators, keywords that are not served or make no sense.
 json::value hostile_schema(fuzz_random& rng, std::size_t max_body, std::vector<std::string>& features) {
@@ -171,11 +181,14 @@ json::value hostile_schema(fuzz_random& rng, std::size_t max_body, std::vector<s
     const std::int64_t most = std::max<std::int64_t>(low, static_cast<std::int64_t>(max_body) / (2 * bytes_each));
     return rng.between(low, std::min(high, most));
   };
-  switch (rng.between(0, 9)) {
+  // Grammars that compile to nothing finite come three times as often as the other shapes: a
+  // compile error is the path where the process once freed a response twice.
+  const std::int64_t shape = rng.between(0, 11);
+  switch (shape >= 10 ? 2 : shape) {
     case 0: {
       features.emplace_back("schema_huge_enum");
       json::array values;
-      const std::int64_t count = bounded(100, 60000, 10);
+      const std::int64_t count = bounded(100, max_enum_values, 10);
       for (std::int64_t i = 0; i < count; ++i) values.push_back(json::value("e" + std::to_string(i)));
       return json::object{{"enum", std::move(values)}};
     }
@@ -204,12 +217,12 @@ json::value hostile_schema(fuzz_random& rng, std::size_t max_body, std::vector<s
     case 3: {
       features.emplace_back("schema_combinator_heap");
       json::array parts;
-      const std::int64_t count = bounded(2, 5000, 40);
+      const std::int64_t which = rng.between(0, 2);
+      const std::int64_t count = bounded(2, which == 0 ? max_all_of_parts : max_alternatives, 40);
       for (std::int64_t i = 0; i < count; ++i) {
         parts.push_back(json::object{{"type", "object"},
                                      {"properties", json::object{{"k" + std::to_string(i), json::object{{"type", "integer"}}}}}});
       }
-      const std::int64_t which = rng.between(0, 2);
       return json::object{{which == 0 ? "allOf" : which == 1 ? "anyOf" : "oneOf", std::move(parts)}};
     }
     case 4: {
@@ -219,7 +232,7 @@ json::value hostile_schema(fuzz_random& rng, std::size_t max_body, std::vector<s
       const std::int64_t count = rng.between(1, 4);
       for (std::int64_t i = 0; i < count; ++i) {
         const std::string name = "s" + std::to_string(i);
-        properties[name] = json::object{{"type", "string"}, {"maxLength", rng.between(256, 200000)}};
+        properties[name] = json::object{{"type", "string"}, {"maxLength", rng.between(256, max_string_length)}};
         required.push_back(json::value(name));
       }
       if (count == 1 && rng.chance(0.5)) return properties["s0"];
@@ -229,7 +242,7 @@ json::value hostile_schema(fuzz_random& rng, std::size_t max_body, std::vector<s
       features.emplace_back("schema_many_properties");
       json::object properties;
       json::array required;
-      const std::int64_t count = bounded(50, 50000, 30);
+      const std::int64_t count = bounded(50, max_properties, 30);
       for (std::int64_t i = 0; i < count; ++i) {
         const std::string name = "f" + std::to_string(i);
         properties[name] = json::object{{"type", "boolean"}};
@@ -468,23 +481,25 @@ void add_stop(fuzz_random& rng, json::object& body, fuzz_request& r) {
 
 void add_max_tokens(fuzz_random& rng, json::object& body, fuzz_request& r, std::int64_t context) {
   const char* field = r.chat && rng.chance(0.3) ? "max_completion_tokens" : "max_tokens";
-  const std::int64_t which = rng.between(0, 99);
-  if (which < 4) {
+  // Mostly short: the engine's time is the run's, and what a request exercises shows in its
+  // first tokens; long outputs (the rest of the context when absent) now and then.
+  const std::int64_t which = rng.between(0, 199);
+  if (which < 3) {
     r.features.emplace_back("max_tokens_absent");
     return;
   }
-  if (which < 6) {
+  if (which < 7) {
     r.features.emplace_back("max_tokens_0");
     body[field] = 0;
-  } else if (which < 16) {
+  } else if (which < 37) {
     body[field] = 1;
-  } else if (which < 70) {
+  } else if (which < 157) {
     body[field] = rng.between(2, 16);
-  } else if (which < 92) {
-    body[field] = rng.between(17, 128);
-  } else if (which < 97) {
+  } else if (which < 187) {
+    body[field] = rng.between(17, 64);
+  } else if (which < 193) {
     r.features.emplace_back("max_tokens_large");
-    body[field] = rng.between(129, context);
+    body[field] = rng.between(65, context);
   } else {
     r.features.emplace_back("max_tokens_huge");
     body[field] = rng.chance(0.5) ? rng.between(context, 1LL << 40) : std::int64_t{9007199254740993};
