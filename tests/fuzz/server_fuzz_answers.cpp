@@ -85,6 +85,15 @@ problem check_output(const fuzz_request& r, const choice_output& c, std::size_t 
   if (r.calls_forced && c.content.find("<tool_call>") != std::string::npos) {
     return where + "tool-call markup left in the content: " + shorten(c.content);
   }
+  // A stop string ends the output where it begins and is not part of it (an unconstrained
+  // output's: stop strings leave a constrained answer whole).
+  if (!r.json_output && !r.calls_forced && !r.tools_offered && !r.echo) {
+    for (const std::string& stop : r.stop) {
+      if (c.content.find(stop) != std::string::npos) {
+        return where + "the output holds the stop string \"" + shorten(stop, 40) + "\": " + shorten(c.content);
+      }
+    }
+  }
   // The output of a response_format that ended by itself is one JSON value (an object for
   // json_object); stop strings and the echoed prompt are text around it.
   if (r.json_output && !r.calls_forced && !r.has_stop && !r.echo && c.finish_reason == "stop") {
@@ -94,7 +103,7 @@ problem check_output(const fuzz_request& r, const choice_output& c, std::size_t 
   return std::nullopt;
 }
 
-problem check_usage(const json::value* usage) {
+problem check_usage(const fuzz_request& r, const json::value* usage) {
   if (usage == nullptr || !usage->is_object()) return "no usage object";
   const json::object& u = usage->as_object();
   const json::value* prompt = u.if_contains("prompt_tokens");
@@ -104,8 +113,12 @@ problem check_usage(const json::value* usage) {
       !total->is_int64()) {
     return "usage without integer token counts: " + shorten(json::serialize(*usage));
   }
-  if (prompt->as_int64() + completion->as_int64() != total->as_int64() || completion->as_int64() < 0) {
+  if (prompt->as_int64() + completion->as_int64() != total->as_int64() || completion->as_int64() < 0 ||
+      prompt->as_int64() <= 0) {
     return "usage that does not add up: " + shorten(json::serialize(*usage));
+  }
+  if (r.max_tokens && completion->as_int64() > r.n * *r.max_tokens) {
+    return "more completion tokens than n x max_tokens: " + shorten(json::serialize(*usage));
   }
   return std::nullopt;
 }
@@ -193,7 +206,7 @@ problem check_completion(const fuzz_request& r, const json::value& body) {
     if (auto p = check_output(r, out, index)) return p;
     ++index;
   }
-  return check_usage(o->if_contains("usage"));
+  return check_usage(r, o->if_contains("usage"));
 }
 
 // The events of a stream: each the data of one event, in order; a malformed stream is the problem.
@@ -247,7 +260,7 @@ problem check_stream(const fuzz_request& r, const std::string& body) {
     const json::value* choices = o.if_contains("choices");
     if (choices == nullptr || !choices->is_array()) return "a chunk without choices: " + shorten(events[e]);
     if (choices->as_array().empty()) {
-      if (auto p = check_usage(o.if_contains("usage"))) return "the usage chunk: " + *p;
+      if (auto p = check_usage(r, o.if_contains("usage"))) return "the usage chunk: " + *p;
       usage_seen = true;
       continue;
     }

@@ -460,10 +460,16 @@ void add_stop(fuzz_random& rng, json::object& body, fuzz_request& r) {
   r.has_stop = true;
   constexpr std::array<std::string_view, 8> stops = {"\n", ".", "the", "\"", "}", "Once", "</s>", "x"};
   switch (rng.between(0, 4)) {
-    case 0: body["stop"] = std::string(pick(rng, stops)); break;
+    case 0:
+      r.stop.emplace_back(pick(rng, stops));
+      body["stop"] = r.stop.back();
+      break;
     case 1: {
       json::array list;
-      for (std::int64_t i = rng.between(1, 4); i > 0; --i) list.push_back(json::value(std::string(pick(rng, stops))));
+      for (std::int64_t i = rng.between(1, 4); i > 0; --i) {
+        r.stop.emplace_back(pick(rng, stops));
+        list.push_back(json::value(r.stop.back()));
+      }
       body["stop"] = std::move(list);
       break;
     }
@@ -475,7 +481,10 @@ void add_stop(fuzz_random& rng, json::object& body, fuzz_request& r) {
       break;
     }
     case 3: body["stop"] = rng.chance(0.5) ? json::value("") : json::value(json::array{"", ""}); break;
-    default: body["stop"] = std::string(static_cast<std::size_t>(rng.between(100, 5000)), 'e'); break;
+    default:
+      r.stop.emplace_back(static_cast<std::size_t>(rng.between(100, 5000)), 'e');
+      body["stop"] = r.stop.back();
+      break;
   }
 }
 
@@ -491,15 +500,20 @@ void add_max_tokens(fuzz_random& rng, json::object& body, fuzz_request& r, std::
   if (which < 7) {
     r.features.emplace_back("max_tokens_0");
     body[field] = 0;
-  } else if (which < 37) {
-    body[field] = 1;
+    return;
+  }
+  if (which < 37) {
+    r.max_tokens = 1;
   } else if (which < 157) {
-    body[field] = rng.between(2, 16);
+    r.max_tokens = rng.between(2, 16);
   } else if (which < 187) {
-    body[field] = rng.between(17, 64);
+    r.max_tokens = rng.between(17, 64);
   } else if (which < 193) {
     r.features.emplace_back("max_tokens_large");
-    body[field] = rng.between(65, context);
+    r.max_tokens = rng.between(65, context);
+  }
+  if (r.max_tokens) {
+    body[field] = *r.max_tokens;
   } else {
     r.features.emplace_back("max_tokens_huge");
     body[field] = rng.chance(0.5) ? rng.between(context, 1LL << 40) : std::int64_t{9007199254740993};

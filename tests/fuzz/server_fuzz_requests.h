@@ -69,7 +69,9 @@ struct fuzz_request {
   bool stream = false;
   int n = 1;
   bool json_output = false;         // response_format json_object or json_schema
-  bool has_stop = false;            // stop strings given (an answer may end inside its JSON)
+  std::optional<std::int64_t> max_tokens;  // a valid limit given
+  bool has_stop = false;            // stop given (an answer may end inside its JSON)
+  std::vector<std::string> stop;    // the stop strings, where they are valid ones
   bool echo = false;                // completions: the prompt comes back in front of the text
   bool tools_offered = false;       // tools given and tool_choice not "none"
   bool calls_forced = false;        // tool_choice "required" or a named function
