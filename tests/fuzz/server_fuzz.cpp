@@ -261,6 +261,7 @@ class loopback_client {
     a.headers = true;
     a.status = parser.get().result_int();
     a.content_type = std::string(parser.get()[http::field::content_type]);
+    a.retry_after = std::string(parser.get()[http::field::retry_after]);
     if (r.leave == fz::leaving::after_headers) return a;
     while (!parser.is_done()) {
       http::async_read_some(stream, buffer, parser, [&](beast::error_code e, std::size_t) { ec = e; });

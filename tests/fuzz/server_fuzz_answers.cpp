@@ -103,6 +103,69 @@ problem check_output(const fuzz_request& r, const choice_output& c, std::size_t 
   return std::nullopt;
 }
 
+// A log probability as the API writes one: a number, at most 0, at least the floor for -inf.
+bool is_logprob(const json::value* v) {
+  if (v == nullptr || !(v->is_double() || v->is_int64())) return false;
+  const double x = v->to_number<double>();
+  return x <= 1e-4 && x >= -9999.0;
+}
+
+// The log probabilities of a choice or a chunk, in the shape of the request's API.
+problem check_logprobs(const fuzz_request& r, const json::value& v) {
+  const json::object* o = v.if_object();
+  if (o == nullptr) return "logprobs that are not an object: " + shorten(json::serialize(v));
+  if (r.chat) {
+    const json::value* content = o->if_contains("content");
+    if (content == nullptr || !content->is_array()) return "chat logprobs without content: " + shorten(json::serialize(v));
+    for (const json::value& item : content->as_array()) {
+      const json::object* e = item.if_object();
+      const json::value* top = e != nullptr ? e->if_contains("top_logprobs") : nullptr;
+      if (e == nullptr || !e->contains("token") || !e->at("token").is_string() || !is_logprob(e->if_contains("logprob")) ||
+          top == nullptr || !top->is_array()) {
+        return "a malformed chat logprobs entry: " + shorten(json::serialize(item));
+      }
+      if (r.top_logprobs && top->as_array().size() != static_cast<std::size_t>(*r.top_logprobs)) {
+        return std::to_string(top->as_array().size()) + " top_logprobs where " + std::to_string(*r.top_logprobs) +
+               " were asked for: " + shorten(json::serialize(item));
+      }
+      for (const json::value& alternative : top->as_array()) {
+        const json::object* a = alternative.if_object();
+        if (a == nullptr || !a->contains("token") || !is_logprob(a->if_contains("logprob"))) {
+          return "a malformed alternative: " + shorten(json::serialize(item));
+        }
+      }
+    }
+    return std::nullopt;
+  }
+  const json::value* tokens = o->if_contains("tokens");
+  const json::value* logprobs = o->if_contains("token_logprobs");
+  const json::value* top = o->if_contains("top_logprobs");
+  const json::value* offsets = o->if_contains("text_offset");
+  if (tokens == nullptr || logprobs == nullptr || top == nullptr || offsets == nullptr || !tokens->is_array() ||
+      !logprobs->is_array() || !top->is_array() || !offsets->is_array()) {
+    return "completions logprobs without their four arrays: " + shorten(json::serialize(v));
+  }
+  const std::size_t size = tokens->as_array().size();
+  if (logprobs->as_array().size() != size || top->as_array().size() != size || offsets->as_array().size() != size) {
+    return "completions logprobs whose arrays differ in length: " + shorten(json::serialize(v));
+  }
+  for (std::size_t i = 0; i < size; ++i) {
+    const json::value& logprob = logprobs->as_array()[i];
+    if (!logprob.is_null() && !is_logprob(&logprob)) return "a malformed token logprob: " + shorten(json::serialize(v));
+    const json::value& alternatives = top->as_array()[i];
+    if (alternatives.is_null()) continue;
+    if (!alternatives.is_object() || (r.top_logprobs && alternatives.as_object().size() >
+                                                            static_cast<std::size_t>(*r.top_logprobs) + 1)) {
+      return "malformed top_logprobs: " + shorten(json::serialize(alternatives));
+    }
+    for (const auto& alternative : alternatives.as_object()) {
+      if (!is_logprob(&alternative.value())) return "a malformed alternative: " + shorten(json::serialize(alternatives));
+    }
+    if (!offsets->as_array()[i].is_int64()) return "a text_offset that is not an integer";
+  }
+  return std::nullopt;
+}
+
 problem check_usage(const fuzz_request& r, const json::value* usage) {
   if (usage == nullptr || !usage->is_object()) return "no usage object";
   const json::object& u = usage->as_object();
@@ -182,6 +245,9 @@ problem check_completion(const fuzz_request& r, const json::value& body) {
       return "choice " + std::to_string(index) + ": logprobs neither null nor an object";
     }
     if (r.top_logprobs && logprobs->is_null()) return "choice " + std::to_string(index) + ": no logprobs where they were asked for";
+    if (!logprobs->is_null()) {
+      if (auto p = check_logprobs(r, *logprobs)) return "choice " + std::to_string(index) + ": " + *p;
+    }
     if (r.chat) {
       const json::value* message = choice->if_contains("message");
       if (message == nullptr || !message->is_object()) return "choice " + std::to_string(index) + " without a message";
@@ -309,6 +375,9 @@ problem check_stream(const fuzz_request& r, const std::string& body) {
         if (text == nullptr || !text->is_string()) return "a completions chunk without text: " + shorten(events[e]);
         out.content += text->as_string();
       }
+      if (const json::value* logprobs = choice->if_contains("logprobs"); logprobs != nullptr && !logprobs->is_null()) {
+        if (auto p = check_logprobs(r, *logprobs)) return "a chunk's " + *p;
+      }
       const json::value* reason = choice->if_contains("finish_reason");
       if (reason == nullptr || !(reason->is_null() || reason->is_string())) return "a chunk's finish_reason is malformed";
       if (reason->is_string()) {
@@ -342,6 +411,9 @@ std::optional<std::string> check_answer(const fuzz_request& r, const http_answer
     return "no answer: " + a.failure;
   }
   if (!documented_status(a.status)) return "status " + std::to_string(a.status) + ": " + shorten(a.body);
+  if ((a.status == 429 || a.status == 503) && a.retry_after.empty()) {
+    return "status " + std::to_string(a.status) + " without retry-after: " + shorten(a.body);
+  }
   if (r.expect == expectation::refused_400) {
     const bool tight_refusal = a.status == 429 && r.tenant == tenant_kind::tight;
     if (a.status != 400 && a.status != 413 && !tight_refusal) {

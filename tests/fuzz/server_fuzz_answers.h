@@ -1,11 +1,13 @@
 // The whole-server fuzzer's judge (server_fuzz.cpp): whether the server's answer to one request
 // is exactly one well-formed response of the API, as the API documents it.
 //
-// * A status the API documents: 200, 400, 404, 413, 429, 503. Never a 500, nor a connection
-//   that ends without a whole answer once the request was sent whole.
+// * A status the API documents: 200, 400, 404, 413, 429, 503 (the last two with retry-after).
+//   Never a 500, nor a connection that ends without a whole answer once the request was sent
+//   whole.
 // * An error is {"error":{"message","type","param","code"}}.
 // * An answer has the request's n choices, each once, each with a finish_reason of stop,
-//   length, tool_calls or content_filter; its usage adds up.
+//   length, tool_calls or content_filter, and log probabilities of the API's shape where asked
+//   for; its usage adds up, within n x max_tokens.
 // * A stream is well-formed `data:` events (comments allowed) ending with one `data: [DONE]`;
 //   an error event may end it early (then only [DONE]); else every choice finishes exactly once
 //   and says nothing after it has.
@@ -30,6 +32,7 @@ struct http_answer {
   std::string failure;    // why the exchange ended early, when it did
   unsigned status = 0;
   std::string content_type;
+  std::string retry_after;  // the header, on a refusal that asks the client to wait
   std::string body;
 };
 
