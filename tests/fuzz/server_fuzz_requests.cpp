@@ -62,7 +62,11 @@ std::string some_text(fuzz_random& rng, std::vector<std::string>& features) {
     if (piece.find('<') != std::string_view::npos) features.emplace_back("special_token_text");
     text += piece;
   }
-  if (rng.chance(0.03)) text.append(static_cast<std::size_t>(rng.between(100, 5000)), 'a');
+  // Long prompts now and then (their prefill is most of a request's time under the sanitizers).
+  if (rng.chance(0.01)) {
+    features.emplace_back("long_text");
+    text.append(static_cast<std::size_t>(rng.between(100, 3000)), 'a');
+  }
   if (rng.chance(0.005)) {
     features.emplace_back("invalid_utf8");
     text += pick(rng, broken_text);
@@ -492,23 +496,23 @@ void add_max_tokens(fuzz_random& rng, json::object& body, fuzz_request& r, std::
   const char* field = r.chat && rng.chance(0.3) ? "max_completion_tokens" : "max_tokens";
   // Mostly short: the engine's time is the run's, and what a request exercises shows in its
   // first tokens; long outputs (the rest of the context when absent) now and then.
-  const std::int64_t which = rng.between(0, 199);
-  if (which < 3) {
+  const std::int64_t which = rng.between(0, 999);
+  if (which < 5) {
     r.features.emplace_back("max_tokens_absent");
     return;
   }
-  if (which < 7) {
+  if (which < 25) {
     r.features.emplace_back("max_tokens_0");
     body[field] = 0;
     return;
   }
-  if (which < 37) {
+  if (which < 175) {
     r.max_tokens = 1;
-  } else if (which < 157) {
+  } else if (which < 805) {
     r.max_tokens = rng.between(2, 16);
-  } else if (which < 187) {
+  } else if (which < 955) {
     r.max_tokens = rng.between(17, 64);
-  } else if (which < 193) {
+  } else if (which < 970) {
     r.features.emplace_back("max_tokens_large");
     r.max_tokens = rng.between(65, context);
   }
@@ -646,11 +650,25 @@ std::string break_the_syntax(fuzz_random& rng, std::string text, fuzz_request& r
     case 5: text.insert(text.size() / 2, "\xFF\xFE"); break;
     case 6: text = "{\"messages\":[{\"role\":\"user\",\"content\":\"\\ud800\"}],\"prompt\":\"\\u12\"}"; break;
     default: {
-      // Deep nesting inside a valid field.
+      // Deep nesting inside an unknown field, in a body of its own: an unknown field may be
+      // ignored, or its depth refused.
       const std::size_t depth = static_cast<std::size_t>(rng.between(200, 50000));
       text = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prompt\":\"x\",\"metadata\":" + std::string(depth, '[') +
              std::string(depth, ']') + "}";
-      r.expect = expectation::any;  // an unknown field may be ignored, or its depth refused
+      const fuzz_request plain;
+      r.stream = plain.stream;
+      r.n = plain.n;
+      r.json_output = plain.json_output;
+      r.max_tokens = plain.max_tokens;
+      r.has_stop = plain.has_stop;
+      r.stop = plain.stop;
+      r.echo = plain.echo;
+      r.tools_offered = plain.tools_offered;
+      r.calls_forced = plain.calls_forced;
+      r.named_tool = plain.named_tool;
+      r.parallel_calls = plain.parallel_calls;
+      r.top_logprobs = plain.top_logprobs;
+      r.expect = expectation::any;
       break;
     }
   }
