@@ -331,8 +331,17 @@ json::array messages(fuzz_random& rng, std::vector<std::string>& features) {
       out.push_back(json::object{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array{std::move(call)}}});
       out.push_back(json::object{{"role", "tool"}, {"tool_call_id", id}, {"content", some_text(rng, features)}});
     } else {
-      out.push_back(json::object{{"role", "assistant"}, {"content", some_text(rng, features)}});
+      json::object assistant{{"role", "assistant"}, {"content", some_text(rng, features)}};
+      if (rng.chance(0.05)) {
+        features.emplace_back("reasoning_content");
+        assistant["reasoning_content"] = some_text(rng, features);
+      }
+      out.push_back(std::move(assistant));
     }
+  }
+  if (rng.chance(0.05)) {
+    features.emplace_back("message_name");
+    out.back().as_object()["name"] = rng.chance(0.8) ? json::value("alice") : json::value(some_text(rng, features));
   }
   return out;
 }
@@ -732,6 +741,17 @@ fuzz_request make_request(std::uint64_t seed, std::uint64_t index, const request
   json::object body;
   if (r.chat) {
     body["messages"] = messages(rng, r.features);
+    if (rng.chance(0.04)) {
+      r.features.emplace_back("add_generation_prompt_false");
+      body["add_generation_prompt"] = false;
+    }
+    if (rng.chance(0.04)) {
+      r.features.emplace_back("chat_template_kwargs");
+      body["chat_template_kwargs"] = json::object{{"enable_thinking", rng.chance(0.5)}, {"x", some_text(rng, r.features)}};
+    }
+  } else if (rng.chance(0.03)) {
+    r.features.emplace_back("prompt_array_of_one");
+    body["prompt"] = json::array{json::value(some_text(rng, r.features))};
   } else if (rng.chance(0.85)) {
     body["prompt"] = some_text(rng, r.features);
   } else {
@@ -780,7 +800,13 @@ fuzz_request make_request(std::uint64_t seed, std::uint64_t index, const request
   if (rng.chance(0.05)) break_a_type(rng, body, r);
 
   r.body = json::serialize(body);
-  if (rng.chance(0.05)) r.body = break_the_syntax(rng, std::move(r.body), r);
+  if (rng.chance(0.05)) {
+    r.body = break_the_syntax(rng, std::move(r.body), r);
+  } else if (rng.chance(0.02) && r.body.size() > 2 && r.expect == expectation::any) {
+    // A repeated key is valid JSON; repeated with the value it has, either one may count.
+    r.features.emplace_back("repeated_key");
+    r.body.insert(1, std::string(R"("stream":)") + (r.stream ? "true," : "false,"));
+  }
 
   const std::int64_t leave = rng.between(0, 99);
   if (leave < 3) {
