@@ -233,7 +233,7 @@ class loopback_client {
     }
     http::request<http::string_body> req{r.method == "GET" ? http::verb::get : http::verb::post, r.target, 11};
     req.set(http::field::host, "127.0.0.1");
-    req.set(http::field::authorization, "Bearer " + key);
+    if (!key.empty()) req.set(http::field::authorization, "Bearer " + key);
     if (req.method() == http::verb::post) req.set(http::field::content_type, "application/json");
     req.body() = r.body;
     req.keep_alive(false);
