@@ -846,15 +846,91 @@ class call_grammar_writer {
 
   static std::string parameters_path(std::size_t index) { return format("tools[{}].function.parameters", index); }
 
-  // A JSON family's arguments: a value of the parameters schema, which must describe objects.
+  // A JSON family's arguments: a value of the parameters schema, which must describe objects
+  // only (the parsers read arguments as one object, and so do OpenAI's clients). A schema of
+  // annotations alone allows any object.
   result<g::expr, g::grammar_error> json_arguments(const tool_spec& tool, std::size_t index) {
     const std::string path = parameters_path(index);
     if (tool.parameters.empty()) return g::literal("{}");
     simdjson::dom::parser parser;
     const auto schema = parse_json_object(parser, tool.parameters, path);
     if (!schema.ok()) return g::grammar_error(schema.error().message(), path);
-    if (auto error = check_object_type(json_fields(*schema), path)) return *error;
+    if (only_annotations(*schema)) return b_.json_schema(R"({"type":"object"})", {.path = path});
+    simdjson::dom::element root;
+    if (schema->at_pointer("").get(root) != simdjson::SUCCESS) return g::grammar_error("unreadable schema", path);
+    if (auto error = check_objects_only(*schema, root, path, 0)) return *error;
     return b_.json_schema(tool.parameters, {.path = path});
+  }
+
+  static bool only_annotations(simdjson::dom::object schema) {
+    constexpr std::array<std::string_view, 9> annotations = {"description", "title",    "$schema",  "$id",        "$comment",
+                                                             "default",     "examples", "$defs", "definitions"};
+    for (const auto field : schema) {
+      if (std::find(annotations.begin(), annotations.end(), field.key) == annotations.end()) return false;
+    }
+    return true;
+  }
+
+  // $refs followed from one schema to the next before the check gives up (a chain of references
+  // that long, or a loop of them, describes no arguments).
+  static constexpr int max_reference_depth = 64;
+
+  // Whether every value `schema` allows is an object: its "type" says so, or every alternative of
+  // anyOf / oneOf, every value of const / enum, one part of allOf, or what its $ref names does.
+  // The first place that allows another value is the error; a schema the converter refuses for
+  // another reason is left to it to name.
+  static std::optional<g::grammar_error> check_objects_only(simdjson::dom::object document,
+                                                            simdjson::dom::element schema, const std::string& path,
+                                                            int depth) {
+    const auto allows_more = [](const std::string& where) {
+      return g::grammar_error(
+          format("'{}' allows values that are not JSON objects: a tool's arguments are a JSON object (give the schema "
+                 "\"type\": \"object\")",
+                 where),
+          where);
+    };
+    bool always = false;
+    if (schema.get(always) == simdjson::SUCCESS) return always ? std::optional(allows_more(path)) : std::nullopt;
+    simdjson::dom::object o;
+    if (schema.get(o) != simdjson::SUCCESS) return std::nullopt;
+    if (depth > max_reference_depth) {
+      return g::grammar_error(format("'{}': its references go deeper than {}", path, max_reference_depth), path);
+    }
+    if (json_fields(o).find("type")) return check_object_type(json_fields(o), path);
+    simdjson::dom::element value;
+    if (o.at_key("const").get(value) == simdjson::SUCCESS) {
+      return value.is_object() ? std::nullopt : std::optional(allows_more(path + ".const"));
+    }
+    simdjson::dom::array items;
+    if (o.at_key("enum").get(items) == simdjson::SUCCESS) {
+      for (const simdjson::dom::element item : items) {
+        if (!item.is_object()) return allows_more(path + ".enum");
+      }
+      return std::nullopt;
+    }
+    for (const std::string_view keyword : {"anyOf", "oneOf"}) {
+      if (o.at_key(keyword).get(items) != simdjson::SUCCESS) continue;
+      std::size_t i = 0;
+      for (const simdjson::dom::element alternative : items) {
+        const std::string where = format("{}.{}[{}]", path, keyword, i++);
+        if (auto error = check_objects_only(document, alternative, where, depth)) return error;
+      }
+      return std::nullopt;
+    }
+    if (o.at_key("allOf").get(items) == simdjson::SUCCESS) {
+      for (const simdjson::dom::element part : items) {
+        if (!check_objects_only(document, part, path, depth)) return std::nullopt;
+      }
+      return allows_more(path + ".allOf");
+    }
+    std::string_view reference;
+    if (o.at_key("$ref").get(reference) == simdjson::SUCCESS && reference.starts_with("#")) {
+      simdjson::dom::element target;
+      if (document.at_pointer(reference.substr(1)).get(target) != simdjson::SUCCESS) return std::nullopt;
+      // Named where the first reference is: a chain of them is one step for the client.
+      return check_objects_only(document, target, depth == 0 ? path + ".$ref" : path, depth + 1);
+    }
+    return allows_more(path);
   }
 
   static std::optional<g::grammar_error> check_object_type(const json_fields& schema, const std::string& path) {

@@ -356,6 +356,66 @@ TEST_CASE("the parser reads every output the grammar allows as calls of allowed 
   }
 }
 
+TEST_CASE("arguments are a JSON object whatever the parameters schema says, or the schema is an error") {
+  // A schema of annotations alone allows any object; one whose values are objects through
+  // anyOf, allOf or $ref is enforced as it is.
+  const std::vector<gw::tool_spec> object_tools = {
+      {"any", "{}"},
+      {"described", R"({"description":"anything","title":"t"})"},
+      {"either", R"({"anyOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"type":"object","properties":{"b":{"const":"x"}},"required":["b"]}]})"},
+      {"referred", R"({"$defs":{"args":{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}},"$ref":"#/$defs/args"})"},
+  };
+  for (const auto kind : {tool_call_parser_kind::hermes, tool_call_parser_kind::llama3_json}) {
+    CAPTURE(gw::to_string(kind));
+    const auto tok = family_tokenizer(kind, false);
+    for (const gw::tool_spec& tool : object_tools) {
+      CAPTURE(tool.name);
+      const grammar_case c{.only = tool.name, .parallel = false};
+      const auto grammar = compile_calls(kind, *tok, c, object_tools);
+      int ended = 0;
+      for (std::uint64_t seed = 0; seed < 30; ++seed) {
+        const auto walk = edge::testing::random_walk(grammar, *tok, seed, 3000, /*check=*/false, 0.5);
+        if (!walk.ended) continue;
+        ++ended;
+        CAPTURE(walk.text);
+        const auto parsed = edge::testing::parse_pieces([&] { return parsing(kind, c, object_tools); }, {walk.text});
+        REQUIRE(parsed.message.tool_calls.size() == 1);
+        CHECK(parsed.message.content.empty());
+        CHECK(is_json_object(parsed.message.tool_calls[0].arguments));
+      }
+      CHECK(ended >= 20);
+    }
+  }
+  // A string where arguments must be: the hermes wrapper's '}' once ended up in the arguments.
+  const auto hermes = family_tokenizer(tool_call_parser_kind::hermes, false);
+  const auto any = compile_calls(tool_call_parser_kind::hermes, *hermes, {.only = "any"}, object_tools);
+  CHECK(accepts(any, *hermes, "<tool_call>\n{\"name\": \"any\", \"arguments\": {\"k\": [1]}}\n</tool_call>"));
+  CHECK_FALSE(accepts(any, *hermes, "<tool_call>\n{\"name\": \"any\", \"arguments\": \"fixed\"}\n</tool_call>"));
+
+  const auto build = [](std::string parameters) {
+    g::grammar_builder b;
+    const std::vector<gw::tool_spec> offered = {{"f", std::move(parameters)}};
+    return gw::tool_call_grammar(b, {.kind = tool_call_parser_kind::hermes, .tools = offered});
+  };
+  const std::pair<std::string_view, std::string_view> refused[] = {
+      {R"({"const":"fixed"})", "tools[0].function.parameters.const"},
+      {R"({"enum":[{"a":1},"b"]})", "tools[0].function.parameters.enum"},
+      {R"({"anyOf":[{"type":"object"},{"type":"string"}]})", "tools[0].function.parameters.anyOf[1].type"},
+      {R"({"oneOf":[{"type":"object"},{"minLength":2}]})", "tools[0].function.parameters.oneOf[1]"},
+      {R"({"allOf":[{"minimum":1},{"maximum":2}]})", "tools[0].function.parameters.allOf"},
+      {R"({"properties":{"a":{"type":"integer"}}})", "tools[0].function.parameters"},
+      {R"({"$ref":"#/$defs/s","$defs":{"s":{"type":"string"}}})", "tools[0].function.parameters.$ref.type"},
+      {R"({"$ref":"#"})", "tools[0].function.parameters.$ref"},
+  };
+  for (const auto& [parameters, path] : refused) {
+    CAPTURE(parameters);
+    const auto e = build(std::string(parameters));
+    REQUIRE_FALSE(e.ok());
+    CHECK(e.error().path() == path);
+  }
+  CHECK(build(R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"required":["a"]}]})").ok());
+}
+
 TEST_CASE("schemas the grammar cannot enforce are errors naming the tool and the keyword") {
   const auto build = [](tool_call_parser_kind kind, std::vector<gw::tool_spec> offered, std::string only = "") {
     g::grammar_builder b;
