@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <random>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "edge/common/format.h"
 #include "edge/common/json_fields.h"
@@ -858,7 +860,7 @@ class call_grammar_writer {
     if (only_annotations(*schema)) return b_.json_schema(R"({"type":"object"})", {.path = path});
     simdjson::dom::element root;
     if (schema->at_pointer("").get(root) != simdjson::SUCCESS) return g::grammar_error("unreadable schema", path);
-    if (auto error = check_objects_only(*schema, root, path, 0)) return *error;
+    if (auto error = objects_only_check{*schema}.check(root, path, 0)) return *error;
     return b_.json_schema(tool.parameters, {.path = path});
   }
 
@@ -871,67 +873,90 @@ class call_grammar_writer {
     return true;
   }
 
-  // $refs followed from one schema to the next before the check gives up (a chain of references
-  // that long, or a loop of them, describes no arguments).
-  static constexpr int max_reference_depth = 64;
-
-  // Whether every value `schema` allows is an object: its "type" says so, or every alternative of
+  // Whether every value a schema allows is an object: its "type" says so, or every alternative of
   // anyOf / oneOf, every value of const / enum, one part of allOf, or what its $ref names does.
   // The first place that allows another value is the error; a schema the converter refuses for
-  // another reason is left to it to name.
-  static std::optional<g::grammar_error> check_objects_only(simdjson::dom::object document,
-                                                            simdjson::dom::element schema, const std::string& path,
-                                                            int depth) {
-    const auto allows_more = [](const std::string& where) {
+  // another reason is left to it to name. Each $ref target is checked once: a schema whose
+  // alternatives name the same definitions, level after level, costs its size, not the number of
+  // its paths (two alternatives over 64 levels would be 2^64 of them); a reference back to a
+  // schema being checked, which no object came between, is an error.
+  class objects_only_check {
+   public:
+    explicit objects_only_check(simdjson::dom::object document) : document_(document) {}
+
+    std::optional<g::grammar_error> check(simdjson::dom::element schema, const std::string& path, int depth) {
+      bool always = false;
+      if (schema.get(always) == simdjson::SUCCESS) return always ? std::optional(allows_more(path)) : std::nullopt;
+      simdjson::dom::object o;
+      if (schema.get(o) != simdjson::SUCCESS) return std::nullopt;
+      if (depth > max_reference_depth) {
+        return g::grammar_error(format("'{}': its references go deeper than {}", path, max_reference_depth), path);
+      }
+      if (json_fields(o).find("type")) return check_object_type(json_fields(o), path);
+      simdjson::dom::element value;
+      if (o.at_key("const").get(value) == simdjson::SUCCESS) {
+        return value.is_object() ? std::nullopt : std::optional(allows_more(path + ".const"));
+      }
+      simdjson::dom::array items;
+      if (o.at_key("enum").get(items) == simdjson::SUCCESS) {
+        for (const simdjson::dom::element item : items) {
+          if (!item.is_object()) return allows_more(path + ".enum");
+        }
+        return std::nullopt;
+      }
+      for (const std::string_view keyword : {"anyOf", "oneOf"}) {
+        if (o.at_key(keyword).get(items) != simdjson::SUCCESS) continue;
+        std::size_t i = 0;
+        for (const simdjson::dom::element alternative : items) {
+          const std::string where = format("{}.{}[{}]", path, keyword, i++);
+          if (auto error = check(alternative, where, depth)) return error;
+        }
+        return std::nullopt;
+      }
+      if (o.at_key("allOf").get(items) == simdjson::SUCCESS) {
+        for (const simdjson::dom::element part : items) {
+          if (!check(part, path, depth)) return std::nullopt;
+        }
+        return allows_more(path + ".allOf");
+      }
+      std::string_view reference;
+      if (o.at_key("$ref").get(reference) == simdjson::SUCCESS && reference.starts_with("#")) {
+        const std::string where = depth == 0 ? path + ".$ref" : path;
+        if (const auto known = checked_.find(reference); known != checked_.end()) return known->second;
+        if (!in_progress_.insert(reference).second) {
+          return g::grammar_error(format("'{}' refers back to itself before it describes an object", where), where);
+        }
+        simdjson::dom::element target;
+        std::optional<g::grammar_error> error;
+        if (document_.at_pointer(reference.substr(1)).get(target) == simdjson::SUCCESS) {
+          // Named where the first reference is: a chain of them is one step for the client.
+          error = check(target, where, depth + 1);
+        }
+        in_progress_.erase(reference);
+        checked_.emplace(reference, error);
+        return error;
+      }
+      return allows_more(path);
+    }
+
+   private:
+    // $refs followed from one schema to the next before the check gives up (a chain of
+    // references that long describes no arguments).
+    static constexpr int max_reference_depth = 64;
+
+    static g::grammar_error allows_more(const std::string& where) {
       return g::grammar_error(
           format("'{}' allows values that are not JSON objects: a tool's arguments are a JSON object (give the schema "
                  "\"type\": \"object\")",
                  where),
           where);
-    };
-    bool always = false;
-    if (schema.get(always) == simdjson::SUCCESS) return always ? std::optional(allows_more(path)) : std::nullopt;
-    simdjson::dom::object o;
-    if (schema.get(o) != simdjson::SUCCESS) return std::nullopt;
-    if (depth > max_reference_depth) {
-      return g::grammar_error(format("'{}': its references go deeper than {}", path, max_reference_depth), path);
     }
-    if (json_fields(o).find("type")) return check_object_type(json_fields(o), path);
-    simdjson::dom::element value;
-    if (o.at_key("const").get(value) == simdjson::SUCCESS) {
-      return value.is_object() ? std::nullopt : std::optional(allows_more(path + ".const"));
-    }
-    simdjson::dom::array items;
-    if (o.at_key("enum").get(items) == simdjson::SUCCESS) {
-      for (const simdjson::dom::element item : items) {
-        if (!item.is_object()) return allows_more(path + ".enum");
-      }
-      return std::nullopt;
-    }
-    for (const std::string_view keyword : {"anyOf", "oneOf"}) {
-      if (o.at_key(keyword).get(items) != simdjson::SUCCESS) continue;
-      std::size_t i = 0;
-      for (const simdjson::dom::element alternative : items) {
-        const std::string where = format("{}.{}[{}]", path, keyword, i++);
-        if (auto error = check_objects_only(document, alternative, where, depth)) return error;
-      }
-      return std::nullopt;
-    }
-    if (o.at_key("allOf").get(items) == simdjson::SUCCESS) {
-      for (const simdjson::dom::element part : items) {
-        if (!check_objects_only(document, part, path, depth)) return std::nullopt;
-      }
-      return allows_more(path + ".allOf");
-    }
-    std::string_view reference;
-    if (o.at_key("$ref").get(reference) == simdjson::SUCCESS && reference.starts_with("#")) {
-      simdjson::dom::element target;
-      if (document.at_pointer(reference.substr(1)).get(target) != simdjson::SUCCESS) return std::nullopt;
-      // Named where the first reference is: a chain of them is one step for the client.
-      return check_objects_only(document, target, depth == 0 ? path + ".$ref" : path, depth + 1);
-    }
-    return allows_more(path);
-  }
+
+    simdjson::dom::object document_;
+    // Views into the parsed document: the references being checked, and those checked.
+    std::unordered_set<std::string_view> in_progress_;
+    std::unordered_map<std::string_view, std::optional<g::grammar_error>> checked_;
+  };
 
   static std::optional<g::grammar_error> check_object_type(const json_fields& schema, const std::string& path) {
     const auto type = schema.find("type");

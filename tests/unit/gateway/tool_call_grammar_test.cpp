@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "backend/grammar/grammar_test_support.h"
+#include "edge/common/format.h"
 #include "edge/common/json_fields.h"
 #include "edge/gateway/openai/output_parser.h"
 #include "edge/gateway/openai/tool_calls.h"
@@ -414,6 +415,28 @@ TEST_CASE("arguments are a JSON object whatever the parameters schema says, or t
     CHECK(e.error().path() == path);
   }
   CHECK(build(R"({"allOf":[{"type":"object","properties":{"a":{"type":"integer"}}},{"required":["a"]}]})").ok());
+
+  // Definitions whose two alternatives both name the next, 40 levels deep: 2^40 paths to the
+  // last one, each definition checked once.
+  const auto ladder = [](std::string_view last) {
+    std::string defs;
+    for (int i = 0; i < 40; ++i) {
+      defs += edge::format(R"("d{}":{{"anyOf":[{{"$ref":"#/$defs/d{}"}},{{"$ref":"#/$defs/d{}"}}]}},)", i, i + 1, i + 1);
+    }
+    return edge::format(R"({{"$ref":"#/$defs/d0","$defs":{{{}"d40":{}}}}})", defs, last);
+  };
+  const auto ladder_to_object = build(ladder(R"({"type":"object","properties":{"n":{"type":"integer"}}})"));
+  CHECK_MESSAGE(ladder_to_object.ok(), (ladder_to_object.ok() ? "" : ladder_to_object.error().message()));
+  const auto ladder_to_string = build(ladder(R"({"type":"string"})"));
+  REQUIRE_FALSE(ladder_to_string.ok());
+  std::string first_path = "tools[0].function.parameters.$ref";
+  for (int i = 0; i < 40; ++i) first_path += ".anyOf[0]";
+  CHECK(ladder_to_string.error().path() == first_path + ".type");
+  // A loop of references through alternatives, with an object beside it.
+  const auto loop = build(R"({"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/b"},{"type":"object"}]},)"
+                          R"("b":{"oneOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"})");
+  REQUIRE_FALSE(loop.ok());
+  CHECK(loop.error().path() == "tools[0].function.parameters.$ref.anyOf[0].oneOf[0]");
 }
 
 TEST_CASE("schemas the grammar cannot enforce are errors naming the tool and the keyword") {
