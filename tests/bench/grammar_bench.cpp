@@ -38,6 +38,7 @@
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/common/format.h"
 #include "edge/common/thread_pool.h"
+#include "schema_shapes.h"
 
 // ---- heap accounting: every operator new of the process, live bytes and their peak ----------------
 
@@ -95,6 +96,8 @@ namespace {
 
 namespace g = edge::backend::grammar;
 using clock_type = std::chrono::steady_clock;
+using edge::testing::enum_schema;
+using edge::testing::properties_schema;
 
 double since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
 
@@ -118,41 +121,6 @@ struct named_schema {
   std::string name;
   std::string text;  // empty: json_object
 };
-
-// A 1,000-value enum of the kind a classifier's label set is: words and codes of varied lengths.
-std::string enum_schema(int values) {
-  static const char* const words[] = {"alpha",   "bravo",  "charlie", "delta", "echo",    "foxtrot", "golf",
-                                      "hotel",   "india",  "juliett", "kilo",  "lima",    "mike",    "november",
-                                      "oscar",   "papa",   "quebec",  "romeo", "sierra",  "tango",   "uniform",
-                                      "victor",  "whiskey", "xray",   "yankee", "zulu"};
-  std::string s = R"({"enum":[)";
-  for (int i = 0; i < values; ++i) {
-    if (i > 0) s += ',';
-    std::string number = std::to_string(i);
-    number.insert(0, number.size() < 3 ? 3 - number.size() : 0, '0');
-    s += edge::format(R"("{}-{}-{}")", words[i % 26], words[(i / 26) % 26], number);
-  }
-  return s + "]}";
-}
-
-// An object of `count` properties of mixed types, the first half required.
-std::string properties_schema(int count) {
-  std::string props;
-  std::string required;
-  static const char* const types[] = {R"({"type":"string"})", R"({"type":"integer"})", R"({"type":"boolean"})",
-                                      R"({"type":"number","minimum":0,"maximum":1000})",
-                                      R"({"type":"string","enum":["low","medium","high"]})"};
-  for (int i = 0; i < count; ++i) {
-    if (i > 0) props += ',';
-    props += edge::format(R"("field_{}":{})", i, types[i % 5]);
-    if (i < count / 2) {
-      if (!required.empty()) required += ',';
-      required += edge::format(R"("field_{}")", i);
-    }
-  }
-  return R"({"type":"object","properties":{)" + props + R"(},"required":[)" + required +
-         R"(],"additionalProperties":false})";
-}
 
 // The corpus: what agents send (a flat record, an order with arrays and enums, a union, a
 // recursive tree, a tool's arguments, json_object) and the shapes that made compiles slow
