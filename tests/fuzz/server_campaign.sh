@@ -7,13 +7,13 @@
 #
 #   tests/fuzz/server_campaign.sh BUILD_DIR LOG_DIR [TOTAL] [REQUESTS] [FIRST_SEED] [CONCURRENCY]
 #
-# e.g. tests/fuzz/server_campaign.sh build-sanitize ../fuzz-campaign 1000000 50000 100
+# e.g. tests/fuzz/server_campaign.sh build-sanitize ../server-campaign 1000000 10000 100
 set -uo pipefail
 
 build=${1:?usage: server_campaign.sh BUILD_DIR LOG_DIR [TOTAL] [REQUESTS] [FIRST_SEED] [CONCURRENCY]}
 logs=${2:?usage: server_campaign.sh BUILD_DIR LOG_DIR [TOTAL] [REQUESTS] [FIRST_SEED] [CONCURRENCY]}
 total=${3:-1000000}
-per_run=${4:-50000}
+per_run=${4:-10000}
 seed=${5:-100}
 concurrency=${6:-4}
 
