@@ -44,7 +44,7 @@ async function chat(server, body) {
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ messages: [{ role: 'user', content: 'Write it.' }], max_tokens: 32, ...body }),
   });
-  return { status: res.status, body: await res.json() };
+  return { status: res.status, headers: res.headers, body: await res.json() };
 }
 
 // The hostile requests every topology must survive, each with the answer it must get.
@@ -219,5 +219,45 @@ describe('a split gateway in front of two backends', () => {
     await assertServes(gateway);
     const metrics = await scrape(gateway);
     assert.equal(seriesValue(metrics, 'edgeinfer_backend_retries_total', {}), 0);
+  });
+});
+
+describe('a split gateway in front of two backends with a tight compile budget', () => {
+  let backends;
+  let gateway;
+  before(async () => {
+    backends = [];
+    for (let i = 0; i < 2; i++) {
+      backends.push(await startServer(['--model', storiesGguf, '--threads', '1', '--internal-token', TOKEN,
+        '--http-threads', '1', '--grammar-compile-budget', '0.0001'], { command: 'backend' }));
+    }
+    gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN, '--backend-poll-interval', '100ms',
+      ...backends.flatMap((b) => ['--backend', b.url])], { command: 'gateway' });
+  });
+  after(async () => { await Promise.all([gateway, ...(backends ?? [])].filter(Boolean).map((s) => s.stop())); });
+
+  test('the tenant past its compile budget gets 429 with retry-after, final: no retry, no backend marked', async () => {
+    // Each backend compiles one schema for the tenant and is then out of budget for it: of six
+    // distinct schemas at most two compile, and the others are the tenant's 429, not a 503.
+    const answers = [];
+    for (let i = 0; i < 6; i++) {
+      const schema = { type: 'object', properties: { [`k${i}`]: { type: 'integer' } }, required: [`k${i}`] };
+      answers.push(await chat(gateway, {
+        max_tokens: 4, response_format: { type: 'json_schema', json_schema: { name: 'v', schema } },
+      }));
+    }
+    const refused = answers.filter((a) => a.status !== 200);
+    assert.ok(answers.length - refused.length <= 2, JSON.stringify(answers.map((a) => a.status)));
+    assert.ok(refused.length >= 4);
+    for (const a of refused) {
+      assert.equal(a.status, 429, JSON.stringify(a.body));
+      assert.equal(a.body.error.type, 'grammar_compile_seconds');
+      assert.equal(a.body.error.code, 'rate_limit_exceeded');
+      assert.ok(Number(a.headers.get('retry-after')) >= 1);
+    }
+    const metrics = await scrape(gateway);
+    assert.equal(seriesValue(metrics, 'edgeinfer_backend_retries_total', {}), 0);
+    for (const b of backends) assert.equal((await globalThis.fetch(`${b.url}/readyz`)).status, 200);
+    await assertServes(gateway);
   });
 });

@@ -49,6 +49,18 @@ std::string_view reason_label(compile_failure::kind why) {
 
 }  // namespace
 
+std::string_view compile_failure::limit_name() const noexcept {
+  switch (what_) {
+    case kind::tenant_queue: return "grammar_compile_queue";
+    case kind::tenant_budget: return "grammar_compile_seconds";
+    case kind::grammar:
+    case kind::server_queue:
+    case kind::shutting_down:
+    case kind::cancelled: break;
+  }
+  return {};
+}
+
 std::size_t default_grammar_compile_threads(unsigned hardware_threads) {
   return std::clamp<std::size_t>(hardware_threads / 4, 1, 4);
 }

@@ -102,8 +102,16 @@ std::string_view api_param(std::string_view field, openai_api api, std::string_v
   return chat ? "messages" : "prompt";
 }
 
+// A limit of the tenant's own that waiting cures (its grammar compiles): 429 with retry-after.
+response tenant_limit_response(std::string_view message, std::string_view limit, std::chrono::milliseconds retry_after) {
+  response res = error_response(http::status::too_many_requests, message, limit, std::nullopt, "rate_limit_exceeded");
+  set_rate_limit_headers(res, quota_decision{.allowed = false, .retry_after = retry_after});
+  return res;
+}
+
 // What the engine refusing a request (engine_client::submit) means to the client.
 response submit_failure(const backend::submit_error& failure, openai_api api, std::string_view constraint_param) {
+  if (const auto& limit = failure.limit()) return tenant_limit_response(failure.message(), limit->name, limit->retry_after);
   const std::string_view param = api_param(failure.field(), api, constraint_param);
   switch (failure.code()) {
     case status_code::resource_exhausted: return unavailable_response(failure.message(), "overloaded");
@@ -122,14 +130,8 @@ response submit_failure(const backend::submit_error& failure, openai_api api, st
 response compile_failure_response(const compile_failure& failure, std::string_view param) {
   switch (failure.what()) {
     case compile_failure::kind::tenant_queue:
-    case compile_failure::kind::tenant_budget: {
-      const std::string_view limit =
-          failure.what() == compile_failure::kind::tenant_queue ? "grammar_compile_queue" : "grammar_compile_seconds";
-      response res = error_response(http::status::too_many_requests, failure.message(), limit, std::nullopt,
-                                    "rate_limit_exceeded");
-      set_rate_limit_headers(res, quota_decision{.allowed = false, .retry_after = failure.retry_after()});
-      return res;
-    }
+    case compile_failure::kind::tenant_budget:
+      return tenant_limit_response(failure.message(), failure.limit_name(), failure.retry_after());
     case compile_failure::kind::server_queue: return unavailable_response(failure.message(), "overloaded");
     case compile_failure::kind::shutting_down:
     case compile_failure::kind::cancelled: return unavailable_response(failure.message(), "shutting_down");

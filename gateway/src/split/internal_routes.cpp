@@ -141,13 +141,20 @@ response submit_refusal(const backend::submit_error& failure) {
 }
 
 // What a grammar this backend did not compile means to the gateway. The tenant's compile limits
-// and the full queue are 503 overloaded, which the gateway reads as a busy backend (another may
-// take the request; none is marked failed), not as the client's error.
+// are 429 with retry-after and the limit as the error's type: the tenant's own traffic, final at
+// the gateway (no other backend is tried, none is marked failed), which answers the client 429
+// as `serve` does. The full queue of all tenants is 503 overloaded, which the gateway reads as a
+// busy backend (another may take the request; none is marked failed).
 response compile_refusal(const compile_failure& failure) {
   switch (failure.what()) {
     case compile_failure::kind::grammar: break;
     case compile_failure::kind::tenant_queue:
-    case compile_failure::kind::tenant_budget:
+    case compile_failure::kind::tenant_budget: {
+      response res = error_response(http::status::too_many_requests, failure.message(), failure.limit_name(),
+                                    std::nullopt, "rate_limit_exceeded");
+      set_rate_limit_headers(res, quota_decision{.allowed = false, .retry_after = failure.retry_after()});
+      return res;
+    }
     case compile_failure::kind::server_queue: {
       response res = refusal(http::status::service_unavailable, failure.message(), "server_error", "overloaded");
       set_rate_limit_headers(res, quota_decision{.allowed = false, .retry_after = failure.retry_after()});

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <limits>
 #include <map>
 #include <optional>
@@ -46,6 +47,8 @@ constexpr std::uint32_t max_reply_body = 1 << 20;
 // A stream may run for as long as generation does; this only guards against a runaway peer.
 constexpr std::uint64_t max_stream_body = std::uint64_t{1} << 40;
 constexpr std::size_t read_chunk = 16 * 1024;
+// The longest retry-after taken from a backend's 429: a day.
+constexpr std::int64_t max_retry_after_ms = std::int64_t{24} * 3600 * 1000;
 // One event line at most (a delta with logprobs of a long burst stays far below).
 constexpr std::size_t max_event_line = 16 << 20;
 
@@ -110,6 +113,7 @@ asio::awaitable<result<http_reply>> round_trip(beast::tcp_stream& stream, const 
 
 struct error_body {
   std::string message;
+  std::string type;
   std::string code;
   std::string param;  // a refused request's field at fault (engine::submit's submit_error::field)
 };
@@ -127,6 +131,7 @@ error_body error_fields(std::string_view body) {
     if (const auto value = (*error)->optional<std::string_view>(name); value.ok() && *value) into = **value;
   };
   read("message", out.message);
+  read("type", out.type);
   read("code", out.code);
   read("param", out.param);
   return out;
@@ -613,6 +618,23 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
       // The request's own fault, the same on every backend: final, and no mark against this one.
       status why = error_code == "context_length_exceeded" ? out_of_range(message) : invalid_argument(message);
       co_return attempt_outcome{attempt_outcome::kind::rejected, backend::submit_error(std::move(why), refused.param), ""};
+    }
+    if (code == 429) {
+      // A limit of the request's tenant on that backend (its grammar compiles): the tenant's own
+      // traffic, final like a 400, and passed on to the client with its retry-after.
+      const auto& header = parser_->get();
+      std::chrono::milliseconds retry_after{0};
+      if (const auto ms = header.find("retry-after-ms"); ms != header.end()) {
+        std::int64_t value = 0;
+        const std::string_view text = ms->value();
+        if (std::from_chars(text.data(), text.data() + text.size(), value).ec == std::errc{} && value >= 0) {
+          retry_after = std::chrono::milliseconds(std::min<std::int64_t>(value, max_retry_after_ms));
+        }
+      }
+      backend::submit_error::tenant_limit limit{.name = refused.type, .retry_after = retry_after};
+      if (limit.name.empty()) limit.name = "rate_limit";
+      co_return attempt_outcome{attempt_outcome::kind::rejected,
+                                backend::submit_error(resource_exhausted(message), std::move(limit)), ""};
     }
     if (code == 413) {
       // Too large for this backend's --max-body: for every backend alike, so no retry.

@@ -205,12 +205,23 @@ class request_handle {
 // that each API names its own parameter in the answer.
 class submit_error : public status {
  public:
+  // A limit of the request's tenant that waiting cures: a split backend's grammar compile queue
+  // or compile seconds for that tenant, as the split gateway reads its 429. Final on every
+  // backend (the tenant's own traffic, not the backend's fault); answered 429 with retry-after.
+  struct tenant_limit {
+    std::string name;  // the limit, as the error's type: "grammar_compile_queue", ...
+    std::chrono::milliseconds retry_after{0};
+  };
+
   submit_error() = default;
   submit_error(status s, std::string field = {}) : status(std::move(s)), field_(std::move(field)) {}  // NOLINT: implicit by design
+  submit_error(status s, tenant_limit limit) : status(std::move(s)), limit_(std::move(limit)) {}
   const std::string& field() const noexcept { return field_; }
+  const std::optional<tenant_limit>& limit() const noexcept { return limit_; }
 
  private:
   std::string field_;
+  std::optional<tenant_limit> limit_;
 };
 
 class engine {

@@ -98,6 +98,9 @@ class compile_failure : public status {
   const std::string& path() const noexcept { return path_; }
   // For the refusals that waiting can cure: how long (at least until then nothing would change).
   std::chrono::milliseconds retry_after() const noexcept { return retry_after_; }
+  // The tenant's limit that refused it, as an error's type ("grammar_compile_queue",
+  // "grammar_compile_seconds"); empty for the other kinds.
+  std::string_view limit_name() const noexcept;
 
  private:
   kind what_ = kind::grammar;
