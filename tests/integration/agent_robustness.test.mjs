@@ -193,21 +193,28 @@ async function qTokens(server) {
   return [...new Set(ids)];
 }
 
-describe('a split gateway in front of two backends', () => {
-  let backends;
-  let gateway;
+// A split gateway in front of two backends started with `backendArgs`, for one describe block.
+function splitTopology(backendArgs = []) {
+  const servers = { backends: [], gateway: null };
   before(async () => {
-    backends = [];
     for (let i = 0; i < 2; i++) {
-      backends.push(await startServer(['--model', storiesGguf, '--threads', '1', '--internal-token', TOKEN,
-        '--http-threads', '1'], { command: 'backend' }));
+      servers.backends.push(await startServer(['--model', storiesGguf, '--threads', '1', '--internal-token', TOKEN,
+        '--http-threads', '1', ...backendArgs], { command: 'backend' }));
     }
-    gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN, '--backend-poll-interval', '100ms',
-      ...backends.flatMap((b) => ['--backend', b.url])], { command: 'gateway' });
+    servers.gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN,
+      '--backend-poll-interval', '100ms', ...servers.backends.flatMap((b) => ['--backend', b.url])], { command: 'gateway' });
   });
-  after(async () => { await Promise.all([gateway, ...(backends ?? [])].filter(Boolean).map((s) => s.stop())); });
+  after(async () => {
+    await Promise.all([servers.gateway, ...servers.backends].filter(Boolean).map((s) => s.stop()));
+  });
+  return servers;
+}
+
+describe('a split gateway in front of two backends', () => {
+  const servers = splitTopology();
 
   test('every hostile request is answered once, no backend dies and none is retried', async () => {
+    const { gateway, backends } = servers;
     for (const h of hostile) {
       for (let i = 0; i < 4; i++) h.check(await chat(gateway, h.body));
     }
@@ -223,20 +230,10 @@ describe('a split gateway in front of two backends', () => {
 });
 
 describe('a split gateway in front of two backends with a tight compile budget', () => {
-  let backends;
-  let gateway;
-  before(async () => {
-    backends = [];
-    for (let i = 0; i < 2; i++) {
-      backends.push(await startServer(['--model', storiesGguf, '--threads', '1', '--internal-token', TOKEN,
-        '--http-threads', '1', '--grammar-compile-budget', '0.0001'], { command: 'backend' }));
-    }
-    gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN, '--backend-poll-interval', '100ms',
-      ...backends.flatMap((b) => ['--backend', b.url])], { command: 'gateway' });
-  });
-  after(async () => { await Promise.all([gateway, ...(backends ?? [])].filter(Boolean).map((s) => s.stop())); });
+  const servers = splitTopology(['--grammar-compile-budget', '0.0001']);
 
   test('the tenant past its compile budget gets 429 with retry-after, final: no retry, no backend marked', async () => {
+    const { gateway, backends } = servers;
     // Each backend compiles one schema for the tenant and is then out of budget for it: of six
     // distinct schemas at most two compile, and the others are the tenant's 429, not a 503.
     const answers = [];

@@ -155,11 +155,7 @@ TEST_CASE("client text guard: a chat format's markup tokens match only inside th
   const int call = json.id("<tool_call>");
   const int bold = json.id("<b>");
   const int blank = json.id("\n\n");
-  const auto added = [](int id, const std::string& content, bool special) {
-    return R"({"id":)" + std::to_string(id) + R"(,"content":)" + edge::testing::json_quote(content) +
-           R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":)" +
-           (special ? "true" : "false") + "}";
-  };
+  const auto added = edge::testing::added_token_json;
   json.added_tokens = "[" + added(start, "<|im_start|>", true) + "," + added(call, "<tool_call>", false) + "," +
                       added(bold, "<b>", false) + "," + added(blank, "\n\n", false) + "]";
   const auto tok = parse(json);

@@ -153,11 +153,7 @@ TEST_CASE("client text is text: a user's <|im_start|> and a tool result's <tool_
   const int start = json.id("<|im_start|>");
   const int end = json.id("<|im_end|>");
   const int call = json.id("<tool_call>");
-  const auto added = [](int id, const std::string& content, bool special) {
-    return R"({"id":)" + std::to_string(id) + R"(,"content":)" + edge::testing::json_quote(content) +
-           R"(,"single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":)" +
-           (special ? "true" : "false") + "}";
-  };
+  const auto added = edge::testing::added_token_json;
   json.added_tokens = "[" + added(start, "<|im_start|>", true) + "," + added(end, "<|im_end|>", true) + "," +
                       added(call, "<tool_call>", false) + "]";
   auto loaded = edge::backend::parse_hf_tokenizer(json.text(), "");

@@ -148,6 +148,13 @@ inline std::string json_quote(const std::string& text) {
 // A byte-level tokenizer.json: ids 0..255 are the byte characters in byte order, then one id
 // per merge result in merge order, then `extra` pieces. Merges are given as "a b" over the
 // byte-character spelling.
+// One entry of tokenizer.json's "added_tokens".
+inline std::string added_token_json(int id, const std::string& content, bool special) {
+  return "{\"id\":" + std::to_string(id) + ",\"content\":" + json_quote(content) +
+         ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":" +
+         (special ? "true" : "false") + "}";
+}
+
 struct byte_level_json {
   std::vector<std::string> merges;
   std::vector<std::string> extra;
@@ -220,11 +227,7 @@ inline std::string byte_tokenizer_json(std::vector<std::string> merges) {
   byte_level_json json;
   json.merges = std::move(merges);
   const auto base = static_cast<int>(256 + json.merges.size());
-  const auto special = [](int id, const std::string& content) {
-    return "{\"id\":" + std::to_string(id) + ",\"content\":" + json_quote(content) +
-           ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}";
-  };
-  json.added_tokens = "[" + special(base, "<|end|>") + "," + special(base + 1, "<|call|>") + "]";
+  json.added_tokens = "[" + added_token_json(base, "<|end|>", true) + "," + added_token_json(base + 1, "<|call|>", true) + "]";
   json.extra = {"<|end|>", "<|call|>"};
   return json.text();
 }
