@@ -19,17 +19,12 @@
 namespace edge::backend {
 namespace {
 
-using time_point = engine_clock::time_point;
+using time_point = std::chrono::steady_clock::time_point;
 
 // What engine::state::round_started holds while the engine thread waits for work.
 constexpr time_point waiting_for_work = time_point::max();
 
 double seconds_between(time_point from, time_point to) { return std::chrono::duration<double>(to - from).count(); }
-
-class steady_clock_source final : public engine_clock {
- public:
-  time_point now() const override { return std::chrono::steady_clock::now(); }
-};
 
 double stall_seconds(const engine_options& options) {
   return std::chrono::duration<double>(options.stall_timeout).count();
@@ -44,11 +39,6 @@ std::string_view to_string(engine_state state) {
     case engine_state::failed: return "failed";
   }
   return "failed";
-}
-
-engine_clock& steady_engine_clock() {
-  static steady_clock_source clock;
-  return clock;
 }
 
 // ---- the queue between threads ----------------------------------------------------------------
@@ -195,7 +185,7 @@ struct round_report {
 struct engine::state {
   state(const tokenizer& t, executor& e, kv_block_pool& p, std::int64_t ctx, engine_options o)
       : tok(t), exec(e), pool(p), context(ctx), options(o),
-        clock(o.clock != nullptr ? *o.clock : steady_engine_clock()),
+        clock(o.clock != nullptr ? *o.clock : process_time()),
         inbox(std::make_shared<engine_inbox>()) {}
 
   const tokenizer& tok;
@@ -203,7 +193,7 @@ struct engine::state {
   kv_block_pool& pool;
   const std::int64_t context;
   const engine_options options;
-  engine_clock& clock;
+  const time_source& clock;
   std::shared_ptr<engine_inbox> inbox;
   std::atomic<sequence_id> next_id{1};
   std::unique_ptr<scheduler> sched;  // engine thread only (check_fits is safe from any thread)
@@ -315,7 +305,7 @@ void engine::state::loop() {
       commands.swap(inbox->commands);
       stop = inbox->stopping;
     }
-    round_started.store(clock.now(), std::memory_order_release);
+    round_started.store(clock.monotonic_time(), std::memory_order_release);
     const bool took_commands = !commands.empty();
     for (command& c : commands) apply(c);
     commands.clear();
@@ -391,7 +381,7 @@ void engine::state::finish(sequence_id id, finish_reason reason, std::string err
     if (!c.done) sched->remove(c.id);
     choice_of.erase(c.id);
   }
-  const time_point now = clock.now();
+  const time_point now = clock.monotonic_time();
   finished_event event;
   event.reason = reason;
   event.usage = {.prompt_tokens = r.prompt_tokens, .completion_tokens = r.generated(), .cached_tokens = r.cached_tokens};
@@ -439,7 +429,7 @@ void engine::state::fail_step(const std::vector<sequence_id>& ids, const status&
 }
 
 void engine::state::step() {
-  const time_point scheduled_at = clock.now();
+  const time_point scheduled_at = clock.monotonic_time();
   step_plan plan = sched->schedule();
   ++steps;
   first_admitted.clear();
@@ -490,7 +480,7 @@ void engine::state::step() {
   report.batch_tokens += plan.tokens;
   record_routing(exec.last_routing());
 
-  const time_point produced_at = clock.now();
+  const time_point produced_at = clock.monotonic_time();
   for (sampled_token& t : *ran) {
     // A choice whose request ended earlier in this step (another of its choices failed) has
     // nothing left to report.
@@ -708,7 +698,7 @@ result<request_handle, submit_error> engine::submit(generate_request request, ev
   if (auto refused = s.refusal(request)) return std::move(*refused);
 
   submission sub;
-  sub.arrival = s.clock.now();
+  sub.arrival = s.clock.monotonic_time();
   sub.id = s.next_id.fetch_add(static_cast<sequence_id>(request.n), std::memory_order_relaxed);
   sub.finished = std::make_shared<std::atomic<bool>>(false);
   for (std::int32_t i = 0; i < request.n; ++i) {
@@ -767,7 +757,7 @@ engine_health engine::health() const {
       return h;
     }
   }
-  h.busy_seconds = state_->busy_seconds(state_->clock.now());
+  h.busy_seconds = state_->busy_seconds(state_->clock.monotonic_time());
   if (h.busy_seconds > stall_seconds(state_->options)) h.state = engine_state::stalled;
   return h;
 }

@@ -311,8 +311,7 @@ quota_decision redis_quota_store::try_reserve(const quota_reservation& held, con
     // tokens or day's budget) is refused as usual: judged against counters that allow the rest.
     quota_rules::reserve_counters idle;
     if (q.tokens_per_minute) idle.bucket = static_cast<double>(*q.tokens_per_minute);
-    const unix_time now_s = to_unix_seconds(options_.clock != nullptr ? options_.clock->system_time()
-                                                                      : std::chrono::system_clock::now());
+    const unix_time now_s = to_unix_seconds((options_.clock != nullptr ? *options_.clock : process_time()).system_time());
     return unavailable_decision(quota_rules::judge_reserve(held, request, idle, quota_rules::utc_day(now_s), now_s),
                                 held);
   };
@@ -454,7 +453,7 @@ void redis_quota_store::enqueue(pending_call call) {
   }
   const bool first = pending_.empty();
   if (first) {
-    pending_since_ = std::chrono::steady_clock::now();
+    pending_since_ = process_time().monotonic_time();
     applied_ = compensated_ = dropped_ = 0;
     retry_backoff_ = first_retry;
     retry_at_ = pending_since_ + first_retry;
@@ -495,7 +494,7 @@ bool redis_quota_store::apply_pending() {
   std::unique_lock lock(background_mutex_);
   if (!replies.ok()) {
     retry_backoff_ = std::min(retry_backoff_ * 2, max_retry);
-    retry_at_ = std::chrono::steady_clock::now() + retry_backoff_;
+    retry_at_ = process_time().monotonic_time() + retry_backoff_;
     lock.unlock();
     failed("retry", replies.error());
     return false;
@@ -512,10 +511,10 @@ bool redis_quota_store::apply_pending() {
     }
   }
   retry_backoff_ = first_retry;
-  retry_at_ = std::chrono::steady_clock::now();
+  retry_at_ = process_time().monotonic_time();
   if (metrics_ != nullptr) metrics_->quota_store_pending.Set(static_cast<double>(pending_.size()));
   const bool drained = pending_.empty();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - pending_since_).count();
+  const double seconds = std::chrono::duration<double>(process_time().monotonic_time() - pending_since_).count();
   const std::int64_t applied = applied_, compensated = compensated_, dropped = dropped_;
   lock.unlock();
   succeeded();
@@ -555,12 +554,12 @@ void redis_quota_store::renew_slots() {
 void redis_quota_store::background_loop() {
   const auto period = std::max<std::chrono::milliseconds>(options_.slot_lease / 3, 1ms);
   std::unique_lock lock(background_mutex_);
-  auto next_renewal = std::chrono::steady_clock::now() + period;
+  auto next_renewal = process_time().monotonic_time() + period;
   while (!stopping_) {
     const auto wake = pending_.empty() ? next_renewal : std::min(next_renewal, retry_at_);
     background_wakeup_.wait_until(lock, wake);
     if (stopping_) break;
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = process_time().monotonic_time();
     if (!pending_.empty() && now >= retry_at_) {
       lock.unlock();
       apply_pending();
@@ -586,14 +585,14 @@ void redis_quota_store::succeeded() {
     if (up_.load(std::memory_order_relaxed)) return;
     up_.store(true, std::memory_order_release);
     if (metrics_ != nullptr) metrics_->quota_store_up.Set(1);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - down_since_).count();
+    const double seconds = std::chrono::duration<double>(process_time().monotonic_time() - down_since_).count();
     log().info("quota store {} is back up after {:.1f} s ({} calls failed meanwhile); counting again",
                options_.address.to_string(), seconds, failures_while_down_);
   }
   // Redis answers again: what is queued goes now rather than after the retry backoff.
   {
     std::lock_guard lock(background_mutex_);
-    retry_at_ = std::chrono::steady_clock::now();
+    retry_at_ = process_time().monotonic_time();
   }
   background_wakeup_.notify_all();
 }
@@ -606,7 +605,7 @@ void redis_quota_store::failed(std::string_view operation, const status& why) {
     return;
   }
   up_.store(false, std::memory_order_release);
-  down_since_ = std::chrono::steady_clock::now();
+  down_since_ = process_time().monotonic_time();
   failures_while_down_ = 1;
   if (metrics_ != nullptr) metrics_->quota_store_up.Set(0);
   log().error("quota store {} is down ({}: {}); until it is back, requests are {}", options_.address.to_string(),

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -114,16 +115,19 @@ TEST_CASE("parallel_for with an empty or inverted range calls nothing") {
 TEST_CASE("parallel_for spreads chunks over the workers and the calling thread") {
   edge::thread_pool pool(2);
   std::mutex mutex;
+  std::condition_variable changed;
   std::set<std::thread::id> threads;
+  // Each chunk waits until three threads have taken one: it can end only if both workers and
+  // the caller run chunks at once. The bound on the wait only keeps a broken pool from hanging.
+  bool all_three = false;
   pool.parallel_for(0, 24, 1, [&](std::size_t, std::size_t) {
-    {
-      std::lock_guard lock(mutex);
-      threads.insert(std::this_thread::get_id());
-    }
-    std::this_thread::sleep_for(2ms);
+    std::unique_lock lock(mutex);
+    threads.insert(std::this_thread::get_id());
+    if (threads.size() == 3) changed.notify_all();
+    all_three = changed.wait_for(lock, 60s, [&] { return threads.size() == 3; }) || all_three;
   });
-  CHECK(threads.size() >= 2);
-  CHECK(threads.size() <= 3);
+  CHECK(all_three);
+  CHECK(threads.size() == 3);
   CHECK(threads.count(std::this_thread::get_id()) == 1);
 }
 

@@ -30,7 +30,6 @@
 #include <variant>
 #include <vector>
 
-#include "edge/backend/engine/engine_clock.h"
 #include "edge/backend/engine/engine_observer.h"
 #include "edge/backend/engine/scheduler.h"
 #include "edge/backend/runtime/executor.h"
@@ -39,6 +38,7 @@
 #include "edge/backend/runtime/sequence_decoder.h"
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "edge/common/status.h"
+#include "edge/common/time_source.h"
 
 namespace edge::backend {
 
@@ -131,7 +131,7 @@ struct engine_options {
   scheduler_config scheduler;
   std::int64_t max_queued_requests = 1024;  // waiting requests beyond which submit() refuses
   engine_observer* observer = nullptr;      // may be null; must outlive the engine
-  engine_clock* clock = nullptr;            // null: steady_engine_clock()
+  const time_source* clock = nullptr;       // null: process_time(); the engine reads monotonic_time()
   // A round of work (applying submissions and cancellations, one step, publishing) that runs
   // longer than this is a stalled engine (health() says stalled): a hung executor or a
   // blocking event sink. vLLM's engine iteration timeout has the same default.

@@ -25,6 +25,12 @@ class real_time_source final : public time_source {
   std::chrono::steady_clock::time_point monotonic_time() const override { return std::chrono::steady_clock::now(); }
 };
 
+// The process's real clocks, for code given no clock of its own.
+inline const time_source& process_time() {
+  static const real_time_source clock;
+  return clock;
+}
+
 // A clock that moves only when told to; both clocks advance together. Thread-safe.
 class manual_time_source final : public time_source {
  public:

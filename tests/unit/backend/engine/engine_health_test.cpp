@@ -129,7 +129,7 @@ TEST_CASE("a bug in the engine loop fails the engine for good: every request end
 }
 
 TEST_CASE("a step that does not end stalls the engine: health says so, and what is submitted meanwhile waits") {
-  manual_clock clock;
+  edge::manual_time_source clock;
   event_log log;
   gate hold;
   std::atomic<bool> first{true};

@@ -275,7 +275,7 @@ TEST_CASE("drain refuses new requests and waits for those in flight; destruction
 }
 
 TEST_CASE("queueing time and latencies come from the injected clock") {
-  manual_clock clock;
+  edge::manual_time_source clock;
   peak_observer observed;
   auto setup = setup_with(kernels::dtype::f32, 64, {.max_num_seqs = 1});
   setup.options.clock = &clock;

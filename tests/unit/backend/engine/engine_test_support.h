@@ -111,23 +111,6 @@ class gate {
   bool open_ = false;
 };
 
-// Time that moves only when the test says.
-class manual_clock final : public engine_clock {
- public:
-  time_point now() const override {
-    std::lock_guard lock(mutex_);
-    return now_;
-  }
-  void advance(std::chrono::milliseconds d) {
-    std::lock_guard lock(mutex_);
-    now_ += d;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  time_point now_{std::chrono::hours(1)};
-};
-
 // Remembers the largest number of requests running at once, and the largest step.
 class peak_observer final : public engine_observer {
  public:

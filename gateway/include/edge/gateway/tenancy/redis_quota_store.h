@@ -103,6 +103,8 @@ struct redis_quota_options {
   std::string key_prefix = "edgeinfer:quota:";
   // Null (production): the Redis server's clock. Tests may pass a clock to drive the scripts'
   // idea of now (monotonic for rates, calendar for the day), which must then outlive the store.
+  // The store's own waits (lease renewals, retries while Redis is down) are real waits on a
+  // condition variable, timed by the process's clock (process_time()) whatever is passed here.
   const time_source* clock = nullptr;
 };
 
