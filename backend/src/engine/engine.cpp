@@ -11,8 +11,7 @@
 #include <unordered_map>
 
 #include "edge/backend/engine/step_driver.h"
-#include "edge/backend/grammar/compiled_grammar.h"
-#include "edge/backend/grammar/output_reach.h"
+#include "edge/backend/engine/submission.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"
 
@@ -222,7 +221,6 @@ struct engine::state {
   std::thread thread;
 
   // Why submit() must refuse `request`, if it must (any thread: reads only what never changes).
-  std::optional<submit_error> refusal(const generate_request& request) const;
   void run();
   void fail(const std::string& what);
   void loop();
@@ -645,75 +643,19 @@ engine::~engine() {
   state_->thread.join();
 }
 
-std::optional<submit_error> engine::state::refusal(const generate_request& request) const {
-  if (!(request.weight > 0.0)) return submit_error(invalid_argument(format("tenant weight {} is not positive", request.weight)));
-  if (request.logprobs && (*request.logprobs < 0 || *request.logprobs > max_top_logprobs)) {
-    return submit_error(invalid_argument(format("logprobs must be between 0 and {}", max_top_logprobs)), "logprobs");
-  }
-  if (request.prompt_logprobs && (*request.prompt_logprobs < 0 || *request.prompt_logprobs > max_top_logprobs)) {
-    return submit_error(invalid_argument(format("prompt_logprobs must be between 0 and {}", max_top_logprobs)),
-                        "prompt_logprobs");
-  }
-  if (request.n < 1 || request.n > max_choices) {
-    return submit_error(invalid_argument(format("n must be between 1 and {}", max_choices)), "n");
-  }
-  const std::int64_t vocab = exec.vocab_size();
-  for (const token_id id : request.prompt) {
-    if (id < 0 || id >= vocab) {
-      return submit_error(invalid_argument(format("prompt token {} is outside the vocabulary of {}", id, vocab)), "prompt");
-    }
-  }
-  if (status bias = check_logit_bias(request.sampling.logit_bias, vocab); !bias.ok()) return submit_error(bias, "logit_bias");
-  if (request.prompt_logprobs && sched->config().max_prompt_logits < sched->config().block_size) {
-    return submit_error(invalid_argument("this executor computes no prompt log probabilities"), "prompt_logprobs");
-  }
-  if (status fits = sched->check_fits(static_cast<std::int64_t>(request.prompt.size()), request.max_tokens, request.n);
-      !fits.ok()) {
-    return submit_error(fits, "prompt");
-  }
-  if (request.grammar && &request.grammar->vocabulary().source() != &tok) {
-    return submit_error(invalid_argument("the request's grammar was compiled for another tokenizer than the engine's"),
-                        "grammar");
-  }
-  if (request.grammar) {
-    // Bans can close every way through a grammar (a JSON object without "{"): known now, that is
-    // the client's 400, not an output cut short.
-    std::vector<token_id> banned;
-    for (const kernels::logit_bias& b : request.sampling.logit_bias) {
-      if (b.bias <= kernels::logit_ban) banned.push_back(b.id);
-    }
-    if (!banned.empty() &&
-        grammar::find_output(request.grammar, banned, request.stop_token_ids) == grammar::output_reach::impossible) {
-      return submit_error(invalid_argument("logit_bias bans every token that could write the output the request's "
-                                           "response format or tool choice requires"),
-                          "logit_bias");
-    }
-  }
-  return std::nullopt;
-}
-
 result<request_handle, submit_error> engine::submit(generate_request request, event_sink sink) {
   state& s = *state_;
   if (!sink) return submit_error(invalid_argument("a request needs an event sink"));
-  if (auto refused = s.refusal(request)) return std::move(*refused);
+  const submission_limits limits{.sched = *s.sched, .vocab = s.exec.vocab_size(), .grammar_tokenizer = &s.tok};
+  if (auto refused = check_submission(request, limits)) {
+    return std::move(*refused);
+  }
 
   submission sub;
   sub.arrival = s.clock.monotonic_time();
   sub.id = s.next_id.fetch_add(static_cast<sequence_id>(request.n), std::memory_order_relaxed);
   sub.finished = std::make_shared<std::atomic<bool>>(false);
-  for (std::int32_t i = 0; i < request.n; ++i) {
-    sampling_params sampling = request.sampling;
-    if (sampling.seed) sampling.seed = choice_seed(*sampling.seed, i);
-    sub.decoders.push_back(std::make_unique<sequence_decoder>(s.tok, sampling, request.prompt,
-                                                              decode_limits{.max_tokens = request.max_tokens,
-                                                                            .context = s.context,
-                                                                            .ignore_eos = request.ignore_eos,
-                                                                            .stop_token_ids = request.stop_token_ids,
-                                                                            .stop = request.stop,
-                                                                            .grammar = request.grammar,
-                                                                            .skip_special_tokens =
-                                                                                request.skip_special_tokens}));
-  }
+  sub.decoders = choice_decoders(request, s.tok, s.context);
   sub.request = std::move(request);
   sub.sink = std::move(sink);
   request_handle handle(std::make_unique<engine_canceller>(s.inbox, sub.id, sub.finished));

@@ -6,6 +6,7 @@
 
 #include "edge/backend/engine/scheduler.h"
 #include "edge/backend/engine/step_driver.h"
+#include "edge/backend/engine/submission.h"
 #include "edge/common/format.h"
 
 namespace edge::backend {
@@ -51,19 +52,11 @@ result<std::vector<generation_output>> generator::run(
   std::vector<sequence> seqs(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const generate_request& r = requests[i];
-    EDGE_RETURN_IF_ERROR(sched->check_fits(static_cast<std::int64_t>(r.prompt.size()), r.max_tokens)
-                             .with_context(format("request {}", i)));
-    if (r.grammar && r.grammar->vocabulary().size() != model_.tok->vocab_size()) {
-      return invalid_argument(format("request {}: its grammar was compiled for another vocabulary", i));
+    if (auto refused = check_submission(r, {.sched = *sched, .vocab = exec_.vocab_size()})) {
+      return status(std::move(*refused)).with_context(format("request {}", i));
     }
-    seqs[i].decoder = std::make_unique<sequence_decoder>(*model_.tok, r.sampling, r.prompt,
-                                                         decode_limits{.max_tokens = r.max_tokens,
-                                                                       .context = context,
-                                                                       .ignore_eos = r.ignore_eos,
-                                                                       .stop_token_ids = r.stop_token_ids,
-                                                                       .stop = r.stop,
-                                                                       .grammar = r.grammar,
-                                                                       .skip_special_tokens = r.skip_special_tokens});
+    if (r.n != 1) return invalid_argument(format("request {}: the generator runs one choice per request, not {}", i, r.n));
+    seqs[i].decoder = std::move(choice_decoders(r, *model_.tok, context).front());
     EDGE_RETURN_IF_ERROR(sched->add({.id = i, .prompt = r.prompt, .max_tokens = r.max_tokens}));
   }
 

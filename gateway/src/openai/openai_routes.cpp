@@ -19,6 +19,7 @@
 #include "edge/gateway/openai/openai_request.h"
 #include "edge/gateway/openai/openai_response.h"
 #include "edge/gateway/openai/output_parser.h"
+#include "edge/gateway/openai/refusals.h"
 #include "edge/gateway/http/percent_encoding.h"
 #include "edge/gateway/http/sse_writer.h"
 #include "edge/monitoring/gateway_metrics.h"
@@ -28,9 +29,6 @@ namespace {
 
 using namespace boost::asio::experimental::awaitable_operators;
 using clock = std::chrono::steady_clock;
-
-// How long a client should wait before retrying when the engine is full or not ready.
-constexpr std::string_view retry_after_seconds = "1";
 
 std::int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -45,45 +43,25 @@ response with_headers(response res, const request_session& session) {
   return res;
 }
 
-response unavailable_response(std::string_view message, std::string_view code) {
-  response res = error_response(http::status::service_unavailable, message, "server_error", std::nullopt, code);
-  res.set(http::field::retry_after, retry_after_seconds);
-  return res;
-}
-
-// Why the server could not complete a request it had begun to serve.
-struct request_failure {
-  http::status status;
-  std::string message;
-  std::string_view code;
-};
-
-request_failure shutting_down_failure(std::string message) {
-  return {http::status::service_unavailable, std::move(message), "shutting_down"};
-}
-
-// Ends a request that failed: its error response (a 503 with retry-after), or for a stream
-// begun already its error event and [DONE], with the stream recorded under the error's status.
+// Ends a request that failed: its error response, or for a stream begun already its error
+// event and [DONE], with the stream recorded under the error's status.
 asio::awaitable<void> end_failed(exchange& ex, std::optional<sse_writer>& sse, request_session& session,
-                                 const request_failure& failure) {
+                                 const refusal& failure) {
   session.set_outcome(request_outcome::failed);
   if (!sse) {
-    response res = failure.status == http::status::service_unavailable
-                       ? unavailable_response(failure.message, failure.code)
-                       : error_response(failure.status, failure.message, "server_error", std::nullopt, failure.code);
-    co_await ex.respond(with_headers(std::move(res), session));
+    co_await ex.respond(with_headers(refusal_response(failure), session));
     co_return;
   }
-  ex.record_stream_failure(failure.status);
-  const boost::json::value body = error_body(failure.message, "server_error", std::nullopt, failure.code);
+  ex.record_stream_failure(refusal_info(failure.kind).status);
+  const boost::json::value body = refusal_body(failure);
   if (!co_await sse->event(body)) co_return;
   co_await sse->done();
 }
 
+// The request's own fault (a 400), naming the parameter at fault.
 response invalid_request(std::string_view message, std::string_view param,
-                         std::optional<std::string_view> code = std::nullopt) {
-  return error_response(http::status::bad_request, message, "invalid_request_error",
-                        param.empty() ? std::nullopt : std::optional<std::string_view>(param), code);
+                         refusal_kind kind = refusal_kind::invalid_request) {
+  return refusal_response({.kind = kind, .message = std::string(message), .param = std::string(param)});
 }
 
 response model_not_found(std::string_view requested, std::string_view served) {
@@ -102,42 +80,15 @@ std::string_view api_param(std::string_view field, openai_api api, std::string_v
   return chat ? "messages" : "prompt";
 }
 
-// A limit of the tenant's own that waiting cures (its grammar compiles): 429 with retry-after.
-response tenant_limit_response(std::string_view message, std::string_view limit, std::chrono::milliseconds retry_after) {
-  response res = error_response(http::status::too_many_requests, message, limit, std::nullopt, "rate_limit_exceeded");
-  set_rate_limit_headers(res, quota_decision{.allowed = false, .retry_after = retry_after});
-  return res;
-}
-
-// What the engine refusing a request (engine_client::submit) means to the client.
+// What the engine refusing a request (engine_client::submit) means to the client: the refusal
+// table's answer, naming the API's parameter.
 response submit_failure(const backend::submit_error& failure, openai_api api, std::string_view constraint_param) {
-  if (const auto& limit = failure.limit()) return tenant_limit_response(failure.message(), limit->name, limit->retry_after);
-  const std::string_view param = api_param(failure.field(), api, constraint_param);
-  switch (failure.code()) {
-    case status_code::resource_exhausted: return unavailable_response(failure.message(), "overloaded");
-    case status_code::failed_precondition: return unavailable_response(failure.message(), "shutting_down");
-    case status_code::unavailable: return unavailable_response(failure.message(), "backend_unavailable");
-    case status_code::out_of_range:
-      return invalid_request(format("The request does not fit: {}", failure.message()), param,
-                             "context_length_exceeded");
-    default: return invalid_request(failure.message(), param);
+  refusal r = refusal_of(failure);
+  if (r.kind == refusal_kind::invalid_request || r.kind == refusal_kind::context_length) {
+    r.param = api_param(failure.field(), api, constraint_param);
   }
-}
-
-// What a grammar the compiler did not compile means to the client: the grammar's own fault (a
-// 400 naming `param`), the tenant's compile limits (429 with retry-after: its own traffic, which
-// waiting cures), the server's queue of all tenants or its shutdown (503).
-response compile_failure_response(const compile_failure& failure, std::string_view param) {
-  switch (failure.what()) {
-    case compile_failure::kind::tenant_queue:
-    case compile_failure::kind::tenant_budget:
-      return tenant_limit_response(failure.message(), failure.limit_name(), failure.retry_after());
-    case compile_failure::kind::server_queue: return unavailable_response(failure.message(), "overloaded");
-    case compile_failure::kind::shutting_down:
-    case compile_failure::kind::cancelled: return unavailable_response(failure.message(), "shutting_down");
-    case compile_failure::kind::grammar: break;
-  }
-  return invalid_request(failure.message(), param);
+  if (r.kind == refusal_kind::context_length) r.message = format("The request does not fit: {}", r.message);
+  return refusal_response(r);
 }
 
 // ---- the prompt -------------------------------------------------------------------------------
@@ -193,14 +144,14 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
   const bool chat = r.api == openai_api::chat_completions;
   const std::string_view what = chat ? "messages" : "prompt";
   if (auto e = prompt_does_not_fit(prompt_length, context, what)) {
-    return invalid_request(e->message, e->param, "context_length_exceeded");
+    return invalid_request(e->message, e->param, refusal_kind::context_length);
   }
   const std::int64_t room = context - prompt_length;
   if (!r.max_tokens) {
     return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room), r.n);
   }
   if (auto e = completion_does_not_fit(prompt_length, *r.max_tokens, context, what)) {
-    return invalid_request(e->message, e->param, "context_length_exceeded");
+    return invalid_request(e->message, e->param, refusal_kind::context_length);
   }
   return *r.max_tokens;
 }
@@ -411,7 +362,9 @@ asio::awaitable<std::optional<request_session>> openai_service::authenticate(exc
 
 asio::awaitable<std::shared_ptr<const serving_model>> openai_service::loaded_model(exchange& ex) {
   std::shared_ptr<const serving_model> model = models_.get();
-  if (model == nullptr) co_await ex.respond(unavailable_response("The model is still loading", "model_not_ready"));
+  if (model == nullptr) {
+    co_await ex.respond(refusal_response({.kind = refusal_kind::model_not_ready, .message = "The model is still loading"}));
+  }
   co_return model;
 }
 
@@ -531,7 +484,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
     if (!compiled) co_return;  // the client is gone
     if (!compiled->ok()) {
       session->set_outcome(request_outcome::failed);
-      response refused = compile_failure_response(compiled->error(), constraint_param);
+      response refused = refusal_response(refusal_of(compiled->error(), constraint_param));
       co_await answer(std::move(refused));
       co_return;
     }
@@ -559,8 +512,8 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   ex.access().completion_tokens = 0;
   if (!submitted.ok()) {
     session->set_outcome(request_outcome::failed);
-    response refusal = submit_failure(submitted.error(), api, constraint_param);
-    co_await answer(std::move(refusal));
+    response refused = submit_failure(submitted.error(), api, constraint_param);
+    co_await answer(std::move(refused));
     co_return;
   }
   // Destroying the handle (leaving this coroutine in any way) cancels the request.
@@ -664,11 +617,11 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
 
       if (finished->reason == backend::finish_reason::abort || finished->reason == backend::finish_reason::error) {
         // (A named local, not a temporary in the co_await: GCC 12 mishandles such temporaries.)
-        const request_failure failure =
+        const refusal failure =
             finished->reason == backend::finish_reason::abort
-                ? shutting_down_failure("The request was aborted: the server is shutting down")
-                : request_failure{http::status::internal_server_error, format("The engine failed: {}", finished->error),
-                                  "engine_error"};
+                ? refusal{.kind = refusal_kind::shutting_down,
+                          .message = "The request was aborted: the server is shutting down"}
+                : refusal{.kind = refusal_kind::engine_failed, .message = format("The engine failed: {}", finished->error)};
         co_await end_failed(ex, sse, session, failure);
         co_return;
       }
@@ -717,8 +670,8 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
     }
 
     if (ex.was_cut()) {
-      const request_failure failure =
-          shutting_down_failure("The server is shutting down: the request was cut short at its shutdown deadline");
+      const refusal failure{.kind = refusal_kind::shutting_down,
+                            .message = "The server is shutting down: the request was cut short at its shutdown deadline"};
       co_await end_failed(ex, sse, session, failure);
       co_return;
     }

@@ -18,7 +18,7 @@
 #include "edge/gateway/http/event_relay.h"
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/openai/grammar_compiler.h"
-#include "edge/gateway/tenancy/quota_response.h"
+#include "edge/gateway/openai/refusals.h"
 #include "edge/gateway/tenancy/tenant.h"
 
 namespace edge::gateway {
@@ -113,61 +113,6 @@ response text_response(http::status code, std::string body, std::string_view con
   return res;
 }
 
-response refusal(http::status code, std::string_view message, std::string_view type, std::string_view error_code) {
-  return error_response(code, message, type, std::nullopt, error_code);
-}
-
-// What engine::submit() refusing a request means to the gateway (it maps these back: a 503
-// other than overloaded is this backend's failure, and the request goes to another one).
-// A refusal for the request's own content names the generate_request field at fault as the
-// error's `param`, which the gateway maps to its API's parameter.
-response submit_refusal(const backend::submit_error& failure) {
-  const std::optional<std::string_view> field =
-      failure.field().empty() ? std::nullopt : std::optional<std::string_view>(failure.field());
-  switch (failure.code()) {
-    case status_code::out_of_range:
-      return error_response(http::status::bad_request, failure.message(), "invalid_request_error", field,
-                            "context_length_exceeded");
-    case status_code::resource_exhausted:
-      return refusal(http::status::service_unavailable, failure.message(), "server_error", "overloaded");
-    case status_code::failed_precondition:
-      return refusal(http::status::service_unavailable, failure.message(), "server_error", "shutting_down");
-    case status_code::unavailable:
-      return refusal(http::status::service_unavailable, failure.message(), "server_error", "backend_unavailable");
-    default:
-      return error_response(http::status::bad_request, failure.message(), "invalid_request_error", field,
-                            "invalid_request");
-  }
-}
-
-// What a grammar this backend did not compile means to the gateway. The tenant's compile limits
-// are 429 with retry-after and the limit as the error's type: the tenant's own traffic, final at
-// the gateway (no other backend is tried, none is marked failed), which answers the client 429
-// as `serve` does. The full queue of all tenants is 503 overloaded, which the gateway reads as a
-// busy backend (another may take the request; none is marked failed).
-response compile_refusal(const compile_failure& failure) {
-  switch (failure.what()) {
-    case compile_failure::kind::grammar: break;
-    case compile_failure::kind::tenant_queue:
-    case compile_failure::kind::tenant_budget: {
-      response res = error_response(http::status::too_many_requests, failure.message(), failure.limit_name(),
-                                    std::nullopt, "rate_limit_exceeded");
-      set_rate_limit_headers(res, quota_decision{.allowed = false, .retry_after = failure.retry_after()});
-      return res;
-    }
-    case compile_failure::kind::server_queue: {
-      response res = refusal(http::status::service_unavailable, failure.message(), "server_error", "overloaded");
-      set_rate_limit_headers(res, quota_decision{.allowed = false, .retry_after = failure.retry_after()});
-      return res;
-    }
-    case compile_failure::kind::shutting_down:
-    case compile_failure::kind::cancelled:
-      return refusal(http::status::service_unavailable, failure.message(), "server_error", "shutting_down");
-  }
-  return error_response(http::status::bad_request, failure.message(), "invalid_request_error", "grammar",
-                        "invalid_request");
-}
-
 class internal_service {
  public:
   internal_service(const internal_backend_slot& backends, internal_route_options options)
@@ -193,15 +138,13 @@ asio::awaitable<std::shared_ptr<const internal_backend>> internal_service::admit
   const sha256_digest expected = sha256(options_.token);
   const sha256_digest got = sha256(presented);
   if (options_.token.empty() || !constant_time_equal(expected, got)) {
-    co_await ex.respond(refusal(http::status::unauthorized, "The internal token is missing or wrong",
-                                "invalid_request_error", "invalid_internal_token"));
+    co_await ex.respond(error_response(http::status::unauthorized, "The internal token is missing or wrong",
+                                       "invalid_request_error", std::nullopt, "invalid_internal_token"));
     co_return nullptr;
   }
   auto backend = backends_.get();
   if (backend == nullptr) {
-    response res = refusal(http::status::service_unavailable, "The model is still loading", "server_error",
-                           "model_not_ready");
-    res.set(http::field::retry_after, "1");
+    response res = refusal_response({.kind = refusal_kind::model_not_ready, .message = "The model is still loading"});
     co_await ex.respond(std::move(res));
   }
   co_return backend;
@@ -236,10 +179,7 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
     refused = check_generate_request(std::get<parsed_generate_request>(parsed).request, backend->info);
   }
   if (refused) {
-    const std::optional<std::string_view> param =
-        refused->param.empty() ? std::nullopt : std::optional<std::string_view>(refused->param);
-    response answer = error_response(http::status::bad_request, refused->message, "invalid_request_error", param,
-                                     refused->code);
+    response answer = refusal_response({.kind = refused->kind, .message = refused->message, .param = refused->param});
     co_await ex.respond(std::move(answer));
     co_return;
   }
@@ -250,7 +190,7 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
     auto compiled = co_await backend->grammars->compile_unless(request.tenant, grammar, ex.watch_disconnect());
     if (!compiled) co_return;  // the gateway is gone
     if (!compiled->ok()) {
-      response not_compiled = compile_refusal(compiled->error());
+      response not_compiled = refusal_response(refusal_of(compiled->error(), "grammar"));
       co_await ex.respond(std::move(not_compiled));
       co_return;
     }
@@ -265,7 +205,8 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
   auto events = std::make_shared<event_relay>(strand);
   auto submitted = backend->engine->submit(std::move(request), relay_sink(events, strand));
   if (!submitted.ok()) {
-    response answer = submit_refusal(submitted.error());
+    // Read back by the split gateway with the same table: refusal_kind_of, then split_handling.
+    response answer = refusal_response(refusal_of(submitted.error()));
     co_await ex.respond(std::move(answer));
     co_return;
   }

@@ -28,6 +28,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "edge/gateway/http/http.h"
+#include "edge/gateway/openai/refusals.h"
 #include "edge/gateway/tenancy/usage_ledger.h"
 #include "edge/monitoring/gateway_metrics.h"
 
@@ -135,6 +136,18 @@ error_body error_fields(std::string_view body) {
   read("code", out.code);
   read("param", out.param);
   return out;
+}
+
+// A 429's retry-after-ms (what a backend's tenant limit said to wait), at most a day; 0 without.
+std::chrono::milliseconds retry_after_of(const http::response_header<>& header) {
+  const auto field = header.find("retry-after-ms");
+  if (field == header.end()) return std::chrono::milliseconds(0);
+  std::int64_t value = 0;
+  const std::string_view text = field->value();
+  if (std::from_chars(text.data(), text.data() + text.size(), value).ec != std::errc{} || value < 0) {
+    return std::chrono::milliseconds(0);
+  }
+  return std::chrono::milliseconds(std::min(value, max_retry_after_ms));
 }
 
 }  // namespace
@@ -611,37 +624,26 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
       if (ec) break;
     }
     stream_.reset();
-    error_body refused = error_fields(body);
-    const std::string& message = refused.message;
-    const std::string& error_code = refused.code;
-    if (code == 400) {
-      // The request's own fault, the same on every backend: final, and no mark against this one.
-      status why = error_code == "context_length_exceeded" ? out_of_range(message) : invalid_argument(message);
-      co_return attempt_outcome{attempt_outcome::kind::rejected, backend::submit_error(std::move(why), refused.param), ""};
-    }
-    if (code == 429) {
-      // A limit of the request's tenant on that backend (its grammar compiles): the tenant's own
-      // traffic, final like a 400, and passed on to the client with its retry-after.
-      const auto& header = parser_->get();
-      std::chrono::milliseconds retry_after{0};
-      if (const auto ms = header.find("retry-after-ms"); ms != header.end()) {
-        std::int64_t value = 0;
-        const std::string_view text = ms->value();
-        if (std::from_chars(text.data(), text.data() + text.size(), value).ec == std::errc{} && value >= 0) {
-          retry_after = std::chrono::milliseconds(std::min<std::int64_t>(value, max_retry_after_ms));
-        }
+    const error_body refused_body = error_fields(body);
+    const std::string& message = refused_body.message;
+    const std::string& error_code = refused_body.code;
+    // The backend's refusal read back with the table it answered from (refusals.h).
+    const std::optional<refusal_kind> kind = refusal_kind_of(code, error_code);
+    const split_handling handling = kind ? refusal_info(*kind).split : split_handling::backend_failed;
+    if (handling == split_handling::final) {
+      // The request's own fault (the same on every backend) or its tenant's limit there (its
+      // grammar compiles: passed on with its retry-after): no other backend, no mark on this one.
+      refusal refused{.kind = *kind, .message = message, .param = refused_body.param};
+      if (*kind == refusal_kind::tenant_limit) {
+        refused.limit = refused_body.type;
+        refused.retry_after = retry_after_of(parser_->get());
       }
-      backend::submit_error::tenant_limit limit{.name = refused.type, .retry_after = retry_after};
-      if (limit.name.empty()) limit.name = "rate_limit";
-      co_return attempt_outcome{attempt_outcome::kind::rejected,
-                                backend::submit_error(resource_exhausted(message), std::move(limit)), ""};
+      if (*kind == refusal_kind::too_large) {
+        refused.message = format("the request is too large for the backends: {}", message);
+      }
+      co_return attempt_outcome{attempt_outcome::kind::rejected, submit_error_of(refused), ""};
     }
-    if (code == 413) {
-      // Too large for this backend's --max-body: for every backend alike, so no retry.
-      co_return attempt_outcome{attempt_outcome::kind::rejected,
-                                invalid_argument(format("the request is too large for the backends: {}", message)), ""};
-    }
-    if (code == 503 && error_code == "overloaded") {
+    if (handling == split_handling::next_backend) {
       co_return attempt_outcome{attempt_outcome::kind::failed, resource_exhausted(format("{}: {}", ep.url, message)),
                                 "status"};
     }

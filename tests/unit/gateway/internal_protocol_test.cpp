@@ -161,7 +161,7 @@ TEST_CASE("the internal API holds every field to the public API's rules") {
     CAPTURE(fields);
     const gw::internal_request_error error = error_of(with(fields));
     CHECK(error.param == param);
-    CHECK(error.code == "invalid_request");
+    CHECK(error.kind == gw::refusal_kind::invalid_request);
   }
   // The very rule of the public API, in its words.
   const auto public_error = gw::parse_openai_request(gw::openai_api::completions, R"({"prompt":"x","temperature":9})");
@@ -219,7 +219,7 @@ TEST_CASE("the internal API checks token ids against the vocabulary and lengths 
   auto refused = gw::check_generate_request(r, model);
   REQUIRE(refused);
   CHECK(refused->param == "prompt[1]");
-  CHECK(refused->code == "invalid_request");
+  CHECK(refused->kind == gw::refusal_kind::invalid_request);
   CHECK(refused->message == "'prompt[1]' is token 512, outside the vocabulary of 512 tokens");
 
   r.prompt = {1, 2, 3};
@@ -233,7 +233,7 @@ TEST_CASE("the internal API checks token ids against the vocabulary and lengths 
   refused = gw::check_generate_request(r, model);
   REQUIRE(refused);
   CHECK(refused->param == "sampling.logit_bias");
-  CHECK(refused->code == "invalid_request");
+  CHECK(refused->kind == gw::refusal_kind::invalid_request);
   CHECK(refused->message.find("token 512") != std::string::npos);
   r.sampling.logit_bias.clear();
 
@@ -241,7 +241,7 @@ TEST_CASE("the internal API checks token ids against the vocabulary and lengths 
   refused = gw::check_generate_request(r, model);
   REQUIRE(refused);
   CHECK(refused->param == "prompt");
-  CHECK(refused->code == "context_length_exceeded");
+  CHECK(refused->kind == gw::refusal_kind::context_length);
 
   // prompt + max_tokens beyond the context: refused, as the public API refuses it, not clipped.
   r.prompt.assign(500, 7);
@@ -249,7 +249,7 @@ TEST_CASE("the internal API checks token ids against the vocabulary and lengths 
   refused = gw::check_generate_request(r, model);
   REQUIRE(refused);
   CHECK(refused->param == "max_tokens");
-  CHECK(refused->code == "context_length_exceeded");
+  CHECK(refused->kind == gw::refusal_kind::context_length);
   r.max_tokens = 12;
   CHECK_FALSE(gw::check_generate_request(r, model));
   r.max_tokens = std::numeric_limits<std::int64_t>::max();

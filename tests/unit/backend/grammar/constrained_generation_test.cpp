@@ -2,7 +2,7 @@
 // with a grammar gives valid JSON of the schema at temperature 1 (with penalties too, where the
 // host samples), ends at EOS once the value is whole (ignore_eos or not; stop strings inside it
 // cut nothing), and stops at max_tokens with "length" before; the engine refuses a grammar
-// compiled for another tokenizer.
+// compiled for another tokenizer, and the generator refuses what the engine refuses.
 #include <doctest/doctest.h>
 #include <simdjson.h>
 
@@ -14,6 +14,7 @@
 #include "edge/common/thread_pool.h"
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include "test_support.h"
@@ -204,6 +205,62 @@ TEST_CASE("a dead end in the middle of the output ends each choice with content_
     }
     CHECK((*e)->health().state == engine_state::running);
   }
+}
+
+TEST_CASE("the generator refuses what the engine refuses, naming the same field") {
+  stories_runtime rt;
+  auto e = engine::create(*rt.m->tok, *rt.exec, *rt.blocks, rt.m->config.max_position,
+                          {.scheduler = {.block_size = 16, .max_num_seqs = 32, .max_num_batched_tokens = 512}});
+  REQUIRE_MESSAGE(e.ok(), e.error().message());
+  generator gen(*rt.m, *rt.exec, *rt.blocks);
+  grammar::grammar_builder b;
+  auto object = b.build(b.json_object());
+  REQUIRE(object.ok());
+  const auto json_object = compile_or_fail(*object, *rt.m->tok);
+  const token_id vocab = rt.m->tok->vocab_size();
+
+  struct bad_request {
+    const char* what;
+    const char* field;
+    std::function<void(generate_request&)> spoil;
+  };
+  const std::vector<bad_request> cases{
+      {"a prompt token outside the vocabulary", "prompt", [&](generate_request& r) { r.prompt.push_back(vocab); }},
+      {"a logit_bias key outside the vocabulary", "logit_bias",
+       [&](generate_request& r) { r.sampling.logit_bias = {{.id = vocab + 3, .bias = 1.0f}}; }},
+      {"logprobs past the limit", "logprobs", [](generate_request& r) { r.logprobs = max_top_logprobs + 1; }},
+      {"no choices", "n", [](generate_request& r) { r.n = 0; }},
+      {"longer than the context", "prompt",
+       [&](generate_request& r) { r.prompt.assign(static_cast<std::size_t>(rt.m->config.max_position) + 1, 403); }},
+      {"bans that close the grammar", "logit_bias",
+       [&](generate_request& r) {
+         r.grammar = json_object;
+         r.sampling.logit_bias = bans_of(*rt.m->tok, '{');
+       }},
+  };
+  for (const bad_request& c : cases) {
+    const std::string what = c.what;
+    CAPTURE(what);
+    generate_request r;
+    r.prompt = {1, 403};
+    r.max_tokens = 4;
+    c.spoil(r);
+    auto refused = (*e)->submit(r, [](engine_event) {});
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().field() == c.field);
+    const std::vector<generate_request> one{r};
+    auto ran = gen.run(one);
+    REQUIRE_FALSE(ran.ok());
+    CHECK(ran.error().code() == refused.error().code());
+    CHECK(ran.error().message().find(refused.error().message()) != std::string::npos);
+  }
+  // n > 1 is the engine's (choices), not the generator's: one output per request.
+  generate_request two;
+  two.prompt = {1, 403};
+  two.max_tokens = 4;
+  two.n = 2;
+  const std::vector<generate_request> one{two};
+  CHECK(gen.run(one).error().code() == status_code::invalid_argument);
 }
 
 }  // namespace

@@ -49,11 +49,13 @@ class generator {
   // All must outlive the generator. `blocks` hands out blocks of the executor's KV cache.
   generator(const model& m, executor& exec, kv_block_pool& blocks, generator_options options = {});
 
-  // Runs every request; the fields of generate_request that concern a tenant (id, tenant,
-  // weight, priority) are not used; a grammar must be compiled for a vocabulary of the model's
-  // tokenizer's size (the decode benchmark pairs a synthetic model with a real vocabulary). `on_text(i, text)` receives request i's text
-  // as it is released (never empty). invalid_argument / out_of_range for a request that can
-  // never run; resource_exhausted when the KV cache cannot hold the requests' work at all.
+  // Runs every request, one choice each (n = 1); the fields of generate_request that concern a
+  // tenant (id, tenant, weight, priority) are not used. A request is checked as the engine
+  // checks it (check_submission), except that a grammar may be compiled for any vocabulary of
+  // the executor's size (the decode benchmark pairs a synthetic model with a real vocabulary).
+  // `on_text(i, text)` receives request i's text as it is released (never empty).
+  // invalid_argument / out_of_range for a request that can never run; resource_exhausted when
+  // the KV cache cannot hold the requests' work at all.
   result<std::vector<generation_output>> run(std::span<const generate_request> requests,
                                              const std::function<void(std::size_t, std::string_view)>& on_text = {},
                                              generation_timing* timing = nullptr);

@@ -49,6 +49,7 @@
 #include "edge/backend/grammar/grammar.h"
 #include "edge/backend/tokenizer/chat_template.h"
 #include "edge/common/status.h"
+#include "edge/gateway/openai/refusals.h"
 
 namespace edge::gateway {
 
@@ -70,11 +71,11 @@ inline constexpr std::string_view internal_token_file_name = "internal_token";
 std::string encode_generate_request(const backend::generate_request& request, const backend::grammar::grammar* grammar);
 
 // A body the backend cannot use: the message, the field it is about ("" for the body), and
-// the error's code (the gateway tells a prompt too long for the context by it).
+// the refusal's kind (the gateway tells a prompt too long for the context by it).
 struct internal_request_error {
   std::string message;
   std::string param;
-  std::string code = "invalid_request";  // or context_length_exceeded
+  refusal_kind kind = refusal_kind::invalid_request;  // or context_length
 };
 
 // A generate request as a backend reads it: the request, and the grammar to compile for it.
