@@ -105,7 +105,7 @@ quota_decision judge_admit(const admit_request& request, const admit_counters& s
   d.allowed = true;
   d.reservation.tenant_id = std::string(request.tenant_id);
   d.reservation.id = std::string(request.reservation_id);
-  d.reservation.holds_slot = q.max_concurrent.has_value();
+  d.reservation.holds_slot = holds_slot(q);
   return d;
 }
 
@@ -116,7 +116,7 @@ quota_decision judge_reserve(const quota_reservation& held, const quota_request&
   quota_decision d;
   refusals refused;
 
-  if (q.max_tokens_per_request && request.max_tokens > *q.max_tokens_per_request) {
+  if (!within_request_limits(request)) {
     refused.add(quota_limit::max_tokens_per_request, std::nullopt,
                 format("max_tokens is too large: {}. Tenant '{}' may ask for at most {} tokens per request.",
                        request.max_tokens, request.tenant_id, *q.max_tokens_per_request));
@@ -177,10 +177,34 @@ quota_decision judge_reserve(const quota_reservation& held, const quota_request&
   d.reservation = held;
   if (q.tokens_per_minute) d.reservation.bucket_tokens = cost;
   if (q.daily_tokens) {
-    d.reservation.daily_tokens = cost;
+    d.reservation.day_tokens = cost;
     d.reservation.day = today;
   }
   return d;
+}
+
+bool holds_slot(const tenant_quotas& q) { return q.max_concurrent.has_value(); }
+
+bool within_request_limits(const quota_request& request) {
+  const tenant_quotas& q = request.quotas;
+  return !q.max_tokens_per_request || request.max_tokens <= *q.max_tokens_per_request;
+}
+
+reserve_counters idle_reserve_counters(const tenant_quotas& q) {
+  reserve_counters idle;
+  if (q.tokens_per_minute) idle.bucket = static_cast<double>(*q.tokens_per_minute);
+  return idle;
+}
+
+std::int64_t default_max_tokens(const tenant_quotas& q, std::int64_t prompt_tokens, std::int64_t room,
+                                std::int64_t choices) {
+  const std::int64_t n = std::max<std::int64_t>(choices, 1);
+  std::int64_t limit = room;
+  if (q.max_tokens_per_request) limit = std::min(limit, *q.max_tokens_per_request);
+  // Prompt + n × max_tokens is what the token limits reserve.
+  if (q.tokens_per_minute) limit = std::min(limit, (*q.tokens_per_minute - prompt_tokens) / n);
+  if (q.daily_tokens) limit = std::min(limit, (*q.daily_tokens - prompt_tokens) / n);
+  return std::max<std::int64_t>(limit, 1);
 }
 
 }  // namespace edge::gateway::quota_rules
