@@ -80,12 +80,13 @@ quota_decision in_memory_quota_store::try_admit(const admit_request& request) {
   const std::int64_t now = now_ns();
   std::lock_guard lock(mutex_);
   tenant_state& st = state_of(request.tenant_id);
+  const std::optional<std::int64_t> interval = quota_rules::request_interval_ns(q);
   quota_rules::admit_counters seen{.in_flight = st.in_flight};
-  if (q.requests_per_minute) seen.backlog_ns = std::max(st.tat_ns, now) - now;
+  if (interval) seen.backlog_ns = std::max(st.tat_ns, now) - now;
 
   quota_decision d = quota_rules::judge_admit(request, seen);
   if (!d.allowed) return d;  // a refusal takes nothing
-  if (q.requests_per_minute) st.tat_ns = now + seen.backlog_ns + quota_rules::gcra_interval_ns(*q.requests_per_minute);
+  if (interval) st.tat_ns = now + seen.backlog_ns + *interval;
   if (d.reservation.holds_slot) ++st.in_flight;
   return d;
 }
@@ -103,8 +104,8 @@ quota_decision in_memory_quota_store::try_reserve(const quota_reservation& held,
     st.day_tokens = 0;
   }
   quota_rules::reserve_counters seen{.day_tokens = st.day_tokens};
-  if (q.tokens_per_minute) {
-    refill(st, *q.tokens_per_minute, now);
+  if (const std::optional<std::int64_t> capacity = quota_rules::bucket_capacity(q)) {
+    refill(st, *capacity, now);
     seen.bucket = st.bucket;
   }
 

@@ -61,6 +61,13 @@ class refusals {
 
 std::int64_t gcra_interval_ns(std::int64_t limit) { return std::max<std::int64_t>(window_ns / limit, 1); }
 
+std::optional<std::int64_t> request_interval_ns(const tenant_quotas& q) {
+  if (!q.requests_per_minute) return std::nullopt;
+  return gcra_interval_ns(*q.requests_per_minute);
+}
+
+std::optional<std::int64_t> bucket_capacity(const tenant_quotas& q) { return q.tokens_per_minute; }
+
 std::int64_t utc_day(unix_time t) {
   return t >= 0 ? t / seconds_per_day : -((-t + seconds_per_day - 1) / seconds_per_day);
 }
@@ -192,7 +199,7 @@ bool within_request_limits(const quota_request& request) {
 
 reserve_counters idle_reserve_counters(const tenant_quotas& q) {
   reserve_counters idle;
-  if (q.tokens_per_minute) idle.bucket = static_cast<double>(*q.tokens_per_minute);
+  if (const auto capacity = bucket_capacity(q)) idle.bucket = static_cast<double>(*capacity);
   return idle;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "edge/gateway/tenancy/quota.h"
 #include "edge/gateway/tenancy/tenant.h"
@@ -29,6 +30,11 @@ struct reserve_counters {
 
 // GCRA's emission interval: one request every 60 s / limit (at least 1 ns).
 std::int64_t gcra_interval_ns(std::int64_t limit);
+
+// The counters a tenant's limits call for: GCRA's interval for its request rate, and the
+// capacity of its token bucket; nullopt for a limit it does not have.
+std::optional<std::int64_t> request_interval_ns(const tenant_quotas& q);
+std::optional<std::int64_t> bucket_capacity(const tenant_quotas& q);
 
 // Days since 1970-01-01 (UTC) of a unix time, rounding down for times before 1970 too.
 std::int64_t utc_day(unix_time t);
