@@ -3,8 +3,8 @@
 // stderr with its status, and the exit code is 1.
 //
 //   edgeinfer admin tenants list | get ID | delete ID
-//   edgeinfer admin tenants create ID [--weight W] [--requests-per-minute N] [--tokens-per-minute N]
-//                                     [--max-concurrent N] [--daily-tokens N] [--max-tokens-per-request N]
+//   edgeinfer admin tenants create ID [--weight W] [--KIND N for each quota kind: its name with '-'
+//                                     for '_', as --requests-per-minute; quota_kinds.h lists them]
 //   edgeinfer admin tenants update ID [same options; a limit of "unlimited" removes it]
 //   edgeinfer admin keys create TENANT [--expires-in 30d | --expires-at 2026-12-31]
 //   edgeinfer admin keys list TENANT | revoke KEY_ID
@@ -31,6 +31,7 @@
 #include <boost/url/parse.hpp>
 #include <boost/url/rfc/unreserved_chars.hpp>
 
+#include <array>
 #include <charconv>
 #include <cstdio>
 #include <memory>
@@ -40,6 +41,7 @@
 
 #include "commands.h"
 #include "edge/common/format.h"
+#include "edge/gateway/tenancy/quota_kinds.h"
 
 namespace edge::cli {
 namespace {
@@ -57,10 +59,9 @@ constexpr std::string_view unlimited = "unlimited";
 struct admin_invocation {
   std::string id;  // tenant id, or key id for `keys revoke`
   std::optional<double> weight;
-  // Quota options as given: a number, or "unlimited".
-  std::vector<std::pair<std::string, std::optional<std::string>>> quotas = {
-      {"requests_per_minute", {}}, {"tokens_per_minute", {}}, {"max_concurrent", {}},
-      {"daily_tokens", {}},        {"max_tokens_per_request", {}}};
+  // Quota options as given, one per quota kind (in the order of quota_kinds): a number, or
+  // "unlimited".
+  std::array<std::optional<std::string>, gateway::quota_kinds.size()> quotas;
   std::optional<std::string> expires_in;
   std::optional<std::string> expires_at;
   std::optional<std::string> from;
@@ -241,43 +242,41 @@ std::optional<std::int64_t> parse_lifetime(std::string_view text) {
   return d->count() / 1000;
 }
 
+// A quota kind's option: "--" and its name with '-' for '_'.
+std::string quota_flag(const gateway::quota_kind& kind) {
+  std::string flag = "--" + std::string(kind.name);
+  for (char& c : flag) c = c == '_' ? '-' : c;
+  return flag;
+}
+
 // The quotas object of a create/update body from the options given. In an update, "unlimited"
 // becomes null (remove the limit); in a create it is the same as leaving the option out.
+
 std::optional<std::string> quotas_json(const admin_invocation& in, bool update, json::object& out) {
   json::object quotas;
-  for (const auto& [name, given] : in.quotas) {
+  for (const gateway::quota_kind& kind : gateway::quota_kinds) {
+    const std::optional<std::string>& given = in.quotas[gateway::quota_kind_index(kind)];
     if (!given) continue;
     if (*given == unlimited) {
-      if (update) quotas[name] = nullptr;
+      if (update) quotas[kind.name] = nullptr;
       continue;
     }
     std::int64_t n = 0;
     const auto [end, ec] = std::from_chars(given->data(), given->data() + given->size(), n);
     if (ec != std::errc{} || end != given->data() + given->size()) {
-      std::string flag = name;
-      for (char& c : flag) c = c == '_' ? '-' : c;
-      return format("--{} takes a whole number or \"unlimited\", not \"{}\"", flag, *given);
+      return format("{} takes a whole number or \"unlimited\", not \"{}\"", quota_flag(kind), *given);
     }
-    quotas[name] = n;  // the server checks the range and says so
+    quotas[kind.name] = n;  // the server checks the range and says so
   }
   if (!quotas.empty()) out["quotas"] = std::move(quotas);
   return std::nullopt;
 }
 
-std::string_view quota_help(std::string_view name) {
-  if (name == "requests_per_minute") return "Requests per minute";
-  if (name == "tokens_per_minute") return "Prompt + max_tokens per minute (unused tokens are refunded)";
-  if (name == "max_concurrent") return "Requests in flight at once";
-  if (name == "daily_tokens") return "Prompt + completion tokens per UTC day";
-  return "The largest max_tokens one request may ask for";
-}
-
 void add_quota_options(CLI::App& sub, admin_invocation& in) {
   sub.add_option("--weight", in.weight, "Share of the engine relative to other tenants (default 1)");
-  for (auto& [name, value] : in.quotas) {
-    std::string flag = "--" + name;
-    for (char& c : flag) c = c == '_' ? '-' : c;
-    sub.add_option(flag, value, format("{}: a number, or \"unlimited\"", quota_help(name)));
+  for (const gateway::quota_kind& kind : gateway::quota_kinds) {
+    sub.add_option(quota_flag(kind), in.quotas[gateway::quota_kind_index(kind)],
+                   format("{}: a number, or \"unlimited\"", kind.help));
   }
 }
 

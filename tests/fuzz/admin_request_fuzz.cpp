@@ -25,8 +25,10 @@ using edge::fuzz::require;
 bool quota_ok(const std::optional<std::int64_t>& q) { return !q || (*q >= 1 && *q <= gw::max_quota_value); }
 
 bool quotas_ok(const gw::tenant_quotas& q) {
-  return quota_ok(q.requests_per_minute) && quota_ok(q.tokens_per_minute) && quota_ok(q.max_concurrent) &&
-         quota_ok(q.daily_tokens) && quota_ok(q.max_tokens_per_request);
+  for (const gw::quota_kind& kind : gw::quota_kinds) {
+    if (!quota_ok(kind.of(q))) return false;
+  }
+  return true;
 }
 
 bool weight_ok(double w) { return w > 0.0 && w <= gw::max_tenant_weight; }
@@ -55,9 +57,7 @@ void check_patch(std::string_view body) {
   if (std::holds_alternative<gw::admin_request_error>(parsed)) return;
   const auto& patch = std::get<gw::tenant_patch>(parsed);
   require(!patch.weight || weight_ok(*patch.weight));
-  require(patched_quota_ok(patch.requests_per_minute) && patched_quota_ok(patch.tokens_per_minute) &&
-          patched_quota_ok(patch.max_concurrent) && patched_quota_ok(patch.daily_tokens) &&
-          patched_quota_ok(patch.max_tokens_per_request));
+  for (const gw::quota_kind& kind : gw::quota_kinds) require(patched_quota_ok(patch.quota(kind)));
 }
 
 void check_key(std::string_view body) {

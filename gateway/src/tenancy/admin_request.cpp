@@ -3,7 +3,6 @@
 #include <boost/url/parse_query.hpp>
 
 #include <charconv>
-#include <functional>
 
 #include "edge/common/format.h"
 #include "edge/common/json_fields.h"
@@ -37,18 +36,28 @@ field_error read_weight(const json_value& v, double& out) {
   return std::nullopt;
 }
 
-// The quotas object: `slot(name)` is where each field's value goes (nullptr: no such quota).
-field_error read_quotas(const json_value& v, const std::function<std::optional<std::int64_t>*(std::string_view)>& slot) {
+// "a, b and c" of the quota kinds' names.
+std::string quota_names() {
+  std::string out;
+  for (const quota_kind& kind : quota_kinds) {
+    if (!out.empty()) out += &kind == &quota_kinds.back() ? " and " : ", ";
+    out += kind.name;
+  }
+  return out;
+}
+
+// The quotas object: `given(kind, value)` takes each field's value (nullopt: unlimited).
+template <class F>
+field_error read_quotas(const json_value& v, F&& given) {
   EDGE_ASSIGN_OR_RETURN(const json_fields quotas, v.as<json_fields>());
   for (const auto [name, value] : quotas) {
-    std::optional<std::int64_t>* target = slot(name);
-    if (target == nullptr) {
-      return json_error(format("unknown quota '{}': the quotas are requests_per_minute, tokens_per_minute, "
-                               "max_concurrent, daily_tokens and max_tokens_per_request",
-                               name),
-                        value.path().str());
+    const quota_kind* kind = find_quota_kind(name);
+    if (kind == nullptr) {
+      return json_error(format("unknown quota '{}': the quotas are {}", name, quota_names()), value.path().str());
     }
-    if (auto error = read_quota(value, *target)) return error;
+    std::optional<std::int64_t> limit;
+    if (auto error = read_quota(value, limit)) return error;
+    given(*kind, limit);
   }
   return std::nullopt;
 }
@@ -72,15 +81,6 @@ json_error unknown_field(std::string_view name, std::string_view known) {
   return {format("unknown field '{}': {}", name, known), std::string(name)};
 }
 
-std::optional<std::int64_t>* quota_slot(tenant_quotas& q, std::string_view name) {
-  if (name == "requests_per_minute") return &q.requests_per_minute;
-  if (name == "tokens_per_minute") return &q.tokens_per_minute;
-  if (name == "max_concurrent") return &q.max_concurrent;
-  if (name == "daily_tokens") return &q.daily_tokens;
-  if (name == "max_tokens_per_request") return &q.max_tokens_per_request;
-  return nullptr;
-}
-
 }  // namespace
 
 // ---- bodies -----------------------------------------------------------------------------------
@@ -101,7 +101,9 @@ std::variant<tenant_record, admin_request_error> parse_tenant_create(std::string
       return read_weight(v, tenant.weight);
     } else if (name == "quotas") {
       if (v.is_null()) return std::nullopt;
-      return read_quotas(v, [&](std::string_view field) { return quota_slot(tenant.quotas, field); });
+      return read_quotas(v, [&](const quota_kind& kind, std::optional<std::int64_t> limit) {
+        kind.of(tenant.quotas) = limit;
+      });
     } else {
       return unknown_field(name, "a tenant has id, weight and quotas");
     }
@@ -114,18 +116,14 @@ std::variant<tenant_record, admin_request_error> parse_tenant_create(std::string
 
 std::variant<tenant_patch, admin_request_error> parse_tenant_patch(std::string_view body, std::string_view tenant_id) {
   tenant_patch patch;
-  tenant_quotas values;   // the quota fields given, and their values
-  tenant_quotas present;  // 1 for each quota field given (its value may be null)
   auto error = read_body(body, false, [&](std::string_view name, const json_value& v) -> field_error {
     if (name == "weight") {
       double w = 0;
       if (auto e = read_weight(v, w)) return e;
       patch.weight = w;
     } else if (name == "quotas") {
-      return read_quotas(v, [&](std::string_view field) -> std::optional<std::int64_t>* {
-        std::optional<std::int64_t>* slot = quota_slot(values, field);
-        if (slot != nullptr) *quota_slot(present, field) = 1;
-        return slot;
+      return read_quotas(v, [&](const quota_kind& kind, std::optional<std::int64_t> limit) {
+        patch.quota(kind) = limit;
       });
     } else if (name == "id") {
       // The body may repeat the tenant's id, never change it: it names the tenant in its keys
@@ -138,11 +136,6 @@ std::variant<tenant_patch, admin_request_error> parse_tenant_patch(std::string_v
     return std::nullopt;
   });
   if (error) return *error;
-  if (present.requests_per_minute) patch.requests_per_minute = values.requests_per_minute;
-  if (present.tokens_per_minute) patch.tokens_per_minute = values.tokens_per_minute;
-  if (present.max_concurrent) patch.max_concurrent = values.max_concurrent;
-  if (present.daily_tokens) patch.daily_tokens = values.daily_tokens;
-  if (present.max_tokens_per_request) patch.max_tokens_per_request = values.max_tokens_per_request;
   return patch;
 }
 

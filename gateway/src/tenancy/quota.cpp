@@ -10,16 +10,8 @@
 
 namespace edge::gateway {
 std::string_view to_string(quota_limit limit) {
-  switch (limit) {
-    case quota_limit::none: return "none";
-    case quota_limit::requests_per_minute: return "requests_per_minute";
-    case quota_limit::tokens_per_minute: return "tokens_per_minute";
-    case quota_limit::max_concurrent: return "max_concurrent";
-    case quota_limit::daily_tokens: return "daily_tokens";
-    case quota_limit::max_tokens_per_request: return "max_tokens_per_request";
-    case quota_limit::quota_store_unavailable: return "quota_store_unavailable";
-  }
-  return "none";
+  if (const quota_kind* kind = find_quota_kind(limit)) return kind->name;
+  return limit == quota_limit::quota_store_unavailable ? "quota_store_unavailable" : "none";
 }
 
 std::string format_reset_duration(std::chrono::milliseconds d) {
@@ -88,12 +80,13 @@ quota_decision in_memory_quota_store::try_admit(const admit_request& request) {
   const std::int64_t now = now_ns();
   std::lock_guard lock(mutex_);
   tenant_state& st = state_of(request.tenant_id);
+  const std::optional<std::int64_t> interval = quota_rules::request_interval_ns(q);
   quota_rules::admit_counters seen{.in_flight = st.in_flight};
-  if (q.requests_per_minute) seen.backlog_ns = std::max(st.tat_ns, now) - now;
+  if (interval) seen.backlog_ns = std::max(st.tat_ns, now) - now;
 
   quota_decision d = quota_rules::judge_admit(request, seen);
   if (!d.allowed) return d;  // a refusal takes nothing
-  if (q.requests_per_minute) st.tat_ns = now + seen.backlog_ns + quota_rules::gcra_interval_ns(*q.requests_per_minute);
+  if (interval) st.tat_ns = now + seen.backlog_ns + *interval;
   if (d.reservation.holds_slot) ++st.in_flight;
   return d;
 }
@@ -111,15 +104,15 @@ quota_decision in_memory_quota_store::try_reserve(const quota_reservation& held,
     st.day_tokens = 0;
   }
   quota_rules::reserve_counters seen{.day_tokens = st.day_tokens};
-  if (q.tokens_per_minute) {
-    refill(st, *q.tokens_per_minute, now);
+  if (const std::optional<std::int64_t> capacity = quota_rules::bucket_capacity(q)) {
+    refill(st, *capacity, now);
     seen.bucket = st.bucket;
   }
 
   quota_decision d = quota_rules::judge_reserve(held, request, seen, today, now_s);
   if (!d.allowed) return d;  // a refusal takes nothing more
   st.bucket -= static_cast<double>(d.reservation.bucket_tokens);
-  st.day_tokens += d.reservation.daily_tokens;
+  st.day_tokens += d.reservation.day_tokens;
   return d;
 }
 
@@ -130,8 +123,8 @@ void in_memory_quota_store::settle(const quota_reservation& reservation, std::in
     // Refunds past a full bucket are lost, as refills are: it never holds more than a minute's worth.
     st.bucket += static_cast<double>(reservation.bucket_tokens - used_tokens);
   }
-  if (reservation.daily_tokens > 0 && st.day == reservation.day) {
-    st.day_tokens = std::max<std::int64_t>(st.day_tokens - (reservation.daily_tokens - used_tokens), 0);
+  if (reservation.day_tokens > 0 && st.day == reservation.day) {
+    st.day_tokens = std::max<std::int64_t>(st.day_tokens - (reservation.day_tokens - used_tokens), 0);
   }
 }
 
@@ -142,7 +135,7 @@ void in_memory_quota_store::release(const quota_reservation& reservation) {
   st.in_flight = std::max<std::int64_t>(st.in_flight - 1, 0);
 }
 
-void in_memory_quota_store::seed_daily_tokens(std::string_view tenant_id, std::int64_t tokens) {
+void in_memory_quota_store::seed_day_tokens(std::string_view tenant_id, std::int64_t tokens) {
   const unix_time now_s = to_unix_seconds(clock_.system_time());
   std::lock_guard lock(mutex_);
   tenant_state& st = state_of(tenant_id);
@@ -160,7 +153,7 @@ std::int64_t in_memory_quota_store::in_flight(std::string_view tenant_id) const 
   return it == tenants_.end() ? 0 : it->second.in_flight;
 }
 
-std::int64_t in_memory_quota_store::daily_tokens_used(std::string_view tenant_id) const {
+std::int64_t in_memory_quota_store::day_tokens_used(std::string_view tenant_id) const {
   const unix_time now_s = to_unix_seconds(clock_.system_time());
   std::lock_guard lock(mutex_);
   const auto it = tenants_.find(tenant_id);

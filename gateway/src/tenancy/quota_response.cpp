@@ -29,29 +29,16 @@ void set_rate_limit_headers(http::response_header<>& header, const quota_decisio
 
 response quota_refusal_response(const quota_decision& decision) {
   response res;
-  switch (decision.limit) {
-    case quota_limit::max_tokens_per_request:
-      res = error_response(http::status::bad_request, decision.message, "invalid_request_error", "max_tokens",
-                           "max_tokens_per_request_exceeded");
-      break;
-    case quota_limit::daily_tokens:
-      res = error_response(http::status::too_many_requests, decision.message, "insufficient_quota", std::nullopt,
-                           "insufficient_quota");
-      break;
-    case quota_limit::tokens_per_minute:
-      res = error_response(http::status::too_many_requests, decision.message, "tokens", std::nullopt,
-                           "rate_limit_exceeded");
-      break;
-    case quota_limit::quota_store_unavailable:
-      res = error_response(http::status::service_unavailable, decision.message, "server_error", std::nullopt,
-                           "quota_store_unavailable");
-      break;
-    case quota_limit::requests_per_minute:
-    case quota_limit::max_concurrent:
-    case quota_limit::none:
-      res = error_response(http::status::too_many_requests, decision.message, "requests", std::nullopt,
-                           "rate_limit_exceeded");
-      break;
+  if (decision.limit == quota_limit::quota_store_unavailable) {
+    res = error_response(http::status::service_unavailable, decision.message, "server_error", std::nullopt,
+                         "quota_store_unavailable");
+  } else {
+    const quota_kind* kind = find_quota_kind(decision.limit);
+    const quota_refusal& refusal = kind != nullptr ? kind->refusal : requests_refusal;
+    const std::optional<std::string_view> param =
+        refusal.param.empty() ? std::nullopt : std::optional<std::string_view>(refusal.param);
+    res = error_response(static_cast<http::status>(refusal.status), decision.message, refusal.type, param,
+                         refusal.code);
   }
   set_rate_limit_headers(res, decision);
   return res;

@@ -61,6 +61,13 @@ class refusals {
 
 std::int64_t gcra_interval_ns(std::int64_t limit) { return std::max<std::int64_t>(window_ns / limit, 1); }
 
+std::optional<std::int64_t> request_interval_ns(const tenant_quotas& q) {
+  if (!q.requests_per_minute) return std::nullopt;
+  return gcra_interval_ns(*q.requests_per_minute);
+}
+
+std::optional<std::int64_t> bucket_capacity(const tenant_quotas& q) { return q.tokens_per_minute; }
+
 std::int64_t utc_day(unix_time t) {
   return t >= 0 ? t / seconds_per_day : -((-t + seconds_per_day - 1) / seconds_per_day);
 }
@@ -105,7 +112,7 @@ quota_decision judge_admit(const admit_request& request, const admit_counters& s
   d.allowed = true;
   d.reservation.tenant_id = std::string(request.tenant_id);
   d.reservation.id = std::string(request.reservation_id);
-  d.reservation.holds_slot = q.max_concurrent.has_value();
+  d.reservation.holds_slot = holds_slot(q);
   return d;
 }
 
@@ -116,7 +123,7 @@ quota_decision judge_reserve(const quota_reservation& held, const quota_request&
   quota_decision d;
   refusals refused;
 
-  if (q.max_tokens_per_request && request.max_tokens > *q.max_tokens_per_request) {
+  if (!within_request_limits(request)) {
     refused.add(quota_limit::max_tokens_per_request, std::nullopt,
                 format("max_tokens is too large: {}. Tenant '{}' may ask for at most {} tokens per request.",
                        request.max_tokens, request.tenant_id, *q.max_tokens_per_request));
@@ -177,10 +184,34 @@ quota_decision judge_reserve(const quota_reservation& held, const quota_request&
   d.reservation = held;
   if (q.tokens_per_minute) d.reservation.bucket_tokens = cost;
   if (q.daily_tokens) {
-    d.reservation.daily_tokens = cost;
+    d.reservation.day_tokens = cost;
     d.reservation.day = today;
   }
   return d;
+}
+
+bool holds_slot(const tenant_quotas& q) { return q.max_concurrent.has_value(); }
+
+bool within_request_limits(const quota_request& request) {
+  const tenant_quotas& q = request.quotas;
+  return !q.max_tokens_per_request || request.max_tokens <= *q.max_tokens_per_request;
+}
+
+reserve_counters idle_reserve_counters(const tenant_quotas& q) {
+  reserve_counters idle;
+  if (const auto capacity = bucket_capacity(q)) idle.bucket = static_cast<double>(*capacity);
+  return idle;
+}
+
+std::int64_t default_max_tokens(const tenant_quotas& q, std::int64_t prompt_tokens, std::int64_t room,
+                                std::int64_t choices) {
+  const std::int64_t n = std::max<std::int64_t>(choices, 1);
+  std::int64_t limit = room;
+  if (q.max_tokens_per_request) limit = std::min(limit, *q.max_tokens_per_request);
+  // Prompt + n × max_tokens is what the token limits reserve.
+  if (q.tokens_per_minute) limit = std::min(limit, (*q.tokens_per_minute - prompt_tokens) / n);
+  if (q.daily_tokens) limit = std::min(limit, (*q.daily_tokens - prompt_tokens) / n);
+  return std::max<std::int64_t>(limit, 1);
 }
 
 }  // namespace edge::gateway::quota_rules

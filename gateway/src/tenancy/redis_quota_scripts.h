@@ -11,18 +11,84 @@
 // for the server's TIME (the production path: one clock for every gateway), or a test clock's
 // readings (microseconds, the nanoseconds past them, calendar seconds).
 //
+// Keys and limits are bound to Lua locals by a prelude made from quota_kinds (bind_keys,
+// bind_limits): the counter key of each kind as <redis_key>_key ("rate_key", "slots_key",
+// "daily_key") and each kind's limit as its lua_limit ("rpm", "concurrent", "tpm", "daily"), in
+// the order the store passes them. The scripts spell what each counter means in Lua.
+//
 // Reservations are records, so that every call can be repeated, or arrive late, harmlessly:
-// a request's max_concurrent slot is the member named by its reservation id in the slots set,
-// and the tokens it reserved are the fields bucket / daily / day of its own hash. close gives
-// back what the record holds and deletes it (a second close finds nothing); its cancel marks
-// (cancel_admit, cancel_reserve) stop an admit or reserve that a gateway gave up on from taking
-// anything if it runs after all.
+// a request's slot among those in flight is the member named by its reservation id in the
+// slots set, and the tokens it reserved are the fields bucket / daily / day of its own hash.
+// close gives back what the record holds and deletes it (a second close finds nothing); its
+// cancel marks (cancel_admit, cancel_reserve) stop an admit or reserve that a gateway gave up
+// on from taking anything if it runs after all.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "edge/gateway/tenancy/quota_kinds.h"
 
 namespace edge::gateway::redis_scripts {
+
+// The kinds whose limits a phase's script is given: those of the phase that keep counters, in
+// the order of quota_kinds.
+inline std::vector<const quota_kind*> counted_kinds(quota_phase phase) {
+  std::vector<const quota_kind*> out;
+  for (const quota_kind& kind : quota_kinds) {
+    if (kind.phase == phase && kind.counted()) out.push_back(&kind);
+  }
+  return out;
+}
+
+// The counter keys (suffixes of `<prefix>{tenant}:`) a script is given: each counted kind's of
+// `phase` (of every phase when absent), each key once, in the order of quota_kinds. The
+// reservation's record key follows them.
+inline std::vector<std::string_view> counter_keys(std::optional<quota_phase> phase) {
+  std::vector<std::string_view> out;
+  for (const quota_kind& kind : quota_kinds) {
+    if (!kind.counted() || (phase && kind.phase != *phase)) continue;
+    bool known = false;
+    for (const std::string_view key : out) known = known || key == kind.redis_key;
+    if (!known) out.push_back(kind.redis_key);
+  }
+  return out;
+}
+
+// "local rate_key, slots_key, record_key = KEYS[1], KEYS[2], KEYS[3]": counter_keys(phase),
+// then the record.
+inline std::string bind_keys(std::optional<quota_phase> phase) {
+  std::string names;
+  std::string values;
+  std::size_t n = 0;
+  const auto bind = [&](std::string_view name) {
+    const std::string_view separator = n == 0 ? "" : ", ";
+    ++n;
+    names += std::string(separator) + std::string(name) + "_key";
+    values += std::string(separator) + "KEYS[" + std::to_string(n) + "]";
+  };
+  for (const std::string_view key : counter_keys(phase)) bind(key);
+  bind("record");
+  return "local " + names + " = " + values + "\n";
+}
+
+// "local rpm, concurrent = tonumber(ARGV[7]), tonumber(ARGV[8])": the limits of
+// counted_kinds(phase) after the script's `fixed_arguments` own (0 = unlimited).
+inline std::string bind_limits(quota_phase phase, std::size_t fixed_arguments) {
+  std::string names;
+  std::string values;
+  std::size_t n = fixed_arguments;
+  for (const quota_kind* kind : counted_kinds(phase)) {
+    const std::string_view separator = names.empty() ? "" : ", ";
+    ++n;
+    names += std::string(separator) + std::string(kind->lua_limit);
+    values += std::string(separator) + "tonumber(ARGV[" + std::to_string(n) + "])";
+  }
+  return names.empty() ? "" : "local " + names + " = " + values + "\n";
+}
 
 // Reads "now" from ARGV[1..3] (or TIME) into now_us, now_ns, now_s; since(us, ns) is the
 // nanoseconds from that point to now.
@@ -41,16 +107,18 @@ local window = 60000000000
 local function since(us, ns) return (now_us - us) * 1000 + (now_ns - ns) end
 )lua";
 
-// Phase 1. KEYS: rate hash, slots sorted set, the reservation's record hash.
-// ARGV: now (3), requests/min, max concurrent (0 = unlimited each), reservation id, slot lease
-//       ms, rate key lifetime ms.
+// Phase 1. KEYS: bind_keys(admission): the rate hash, the slots sorted set, the reservation's
+// record hash.
+// ARGV: now (3), reservation id, slot lease ms, rate key lifetime ms, then the limits
+//       (bind_limits: requests/min, max concurrent; 0 = unlimited each).
 // Returns {1 admitted / 0 refused / 2 the id was seen before (nothing taken), GCRA backlog ns,
 //          slots in use}: the counters as they read before this request, for
 //          quota_rules::judge_admit to explain.
-inline const std::string admit = std::string(clock_prelude) + R"lua(
-local rpm, concurrent = tonumber(ARGV[4]), tonumber(ARGV[5])
-local id, lease = ARGV[6], tonumber(ARGV[7])
-if redis.call('HEXISTS', KEYS[3], 'cancel_admit') == 1 or (concurrent > 0 and redis.call('ZSCORE', KEYS[2], id)) then
+inline constexpr std::size_t admit_arguments = 6;
+inline const std::string admit = std::string(clock_prelude) + bind_keys(quota_phase::admission) +
+                                 bind_limits(quota_phase::admission, admit_arguments) + R"lua(
+local id, lease = ARGV[4], tonumber(ARGV[5])
+if redis.call('HEXISTS', record_key, 'cancel_admit') == 1 or (concurrent > 0 and redis.call('ZSCORE', slots_key, id)) then
   return {2, 0, 0}
 end
 local ok = true
@@ -59,7 +127,7 @@ local ok = true
 local backlog, interval = 0, 0
 if rpm > 0 then
   interval = math.max(math.floor(window / rpm), 1)
-  local tat = redis.call('HMGET', KEYS[1], 'tat_us', 'tat_ns')
+  local tat = redis.call('HMGET', rate_key, 'tat_us', 'tat_ns')
   if tat[1] then backlog = math.max(-since(tonumber(tat[1]), tonumber(tat[2])), 0) end
   if backlog + interval > window then ok = false end
 end
@@ -68,43 +136,47 @@ end
 local in_flight = 0
 local now_ms = math.floor(now_us / 1000)
 if concurrent > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
-  in_flight = redis.call('ZCARD', KEYS[2])
+  redis.call('ZREMRANGEBYSCORE', slots_key, '-inf', now_ms)
+  in_flight = redis.call('ZCARD', slots_key)
   if in_flight >= concurrent then ok = false end
 end
 
 if ok then
   if rpm > 0 then
     local ahead = now_ns + backlog + interval
-    redis.call('HSET', KEYS[1], 'tat_us', now_us + math.floor(ahead / 1000), 'tat_ns', ahead % 1000)
-    redis.call('PEXPIRE', KEYS[1], ARGV[8])
+    redis.call('HSET', rate_key, 'tat_us', now_us + math.floor(ahead / 1000), 'tat_ns', ahead % 1000)
+    redis.call('PEXPIRE', rate_key, ARGV[6])
   end
   if concurrent > 0 then
-    redis.call('ZADD', KEYS[2], now_ms + lease, id)
-    redis.call('PEXPIRE', KEYS[2], lease)
+    redis.call('ZADD', slots_key, now_ms + lease, id)
+    redis.call('PEXPIRE', slots_key, lease)
   end
 end
 return {ok and 1 or 0, backlog, in_flight}
 )lua";
 
-// Phase 2. KEYS: rate hash, daily hash, the reservation's record hash.
-// ARGV: now (3), tokens/min, daily tokens (0 = unlimited each), cost, take ('1' = take it if
-//       every limit allows, '0' = only read), rate key lifetime ms, record lifetime ms.
+// Phase 2. KEYS: bind_keys(reservation): the rate hash, the daily hash, the reservation's
+// record hash.
+// ARGV: now (3), cost, take ('1' = take it if every limit allows, '0' = only read), rate key
+//       lifetime ms, record lifetime ms, then the limits (bind_limits: tokens/min, daily tokens;
+//       0 = unlimited each).
 // Returns {1 admitted / 0 refused / 2 the id was seen before (nothing taken), bucket level
 //          (%.17g), tokens of today, today (UTC day number), now_s}: the counters as they read
 //          before this request, for quota_rules::judge_reserve to explain.
-inline const std::string reserve = std::string(clock_prelude) + R"lua(
-local tpm, daily, cost = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local ok = ARGV[7] == '1'
+inline constexpr std::size_t reserve_arguments = 7;
+inline const std::string reserve = std::string(clock_prelude) + bind_keys(quota_phase::reservation) +
+                                   bind_limits(quota_phase::reservation, reserve_arguments) + R"lua(
+local cost = tonumber(ARGV[4])
+local ok = ARGV[5] == '1'
 if ok then
-  local seen = redis.call('HMGET', KEYS[3], 'cancel_reserve', 'day')
+  local seen = redis.call('HMGET', record_key, 'cancel_reserve', 'day')
   if seen[1] or seen[2] then return {2, '0', 0, 0, now_s} end
 end
 
 -- Tokens per minute: the bucket, refilled up to now (full when the key is absent).
 local level, at_us, at_ns = 0, now_us, now_ns
 if tpm > 0 then
-  local rate = redis.call('HMGET', KEYS[1], 'bucket', 'at_us', 'at_ns')
+  local rate = redis.call('HMGET', rate_key, 'bucket', 'at_us', 'at_ns')
   if rate[1] and rate[2] then
     level, at_us, at_ns = tonumber(rate[1]), tonumber(rate[2]), tonumber(rate[3])
     local elapsed = since(at_us, at_ns)
@@ -123,7 +195,7 @@ end
 local today = math.floor(now_s / 86400)
 local day_tokens = 0
 if daily > 0 then
-  local day = redis.call('HMGET', KEYS[2], 'day', 'tokens')
+  local day = redis.call('HMGET', daily_key, 'day', 'tokens')
   if tonumber(day[1]) == today then day_tokens = tonumber(day[2]) end
   if day_tokens + cost > daily then ok = false end
 end
@@ -132,8 +204,8 @@ end
 if tpm > 0 then
   local after = level
   if ok then after = level - cost end
-  redis.call('HSET', KEYS[1], 'bucket', string.format('%.17g', after), 'at_us', at_us, 'at_ns', at_ns)
-  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  redis.call('HSET', rate_key, 'bucket', string.format('%.17g', after), 'at_us', at_us, 'at_ns', at_ns)
+  redis.call('PEXPIRE', rate_key, ARGV[6])
 end
 if ok then
   local record = {'day', today}
@@ -142,48 +214,53 @@ if ok then
     table.insert(record, cost)
   end
   if daily > 0 then
-    redis.call('HSET', KEYS[2], 'day', today, 'tokens', day_tokens + cost)
-    redis.call('PEXPIRE', KEYS[2], ((today + 1) * 86400 - now_s + 60) * 1000)
+    redis.call('HSET', daily_key, 'day', today, 'tokens', day_tokens + cost)
+    redis.call('PEXPIRE', daily_key, ((today + 1) * 86400 - now_s + 60) * 1000)
     table.insert(record, 'daily')
     table.insert(record, cost)
   end
-  redis.call('HSET', KEYS[3], unpack(record))
-  redis.call('PEXPIRE', KEYS[3], ARGV[9])
+  redis.call('HSET', record_key, unpack(record))
+  redis.call('PEXPIRE', record_key, ARGV[7])
 end
 return {ok and 1 or 0, string.format('%.17g', level), day_tokens, today, now_s}
 )lua";
 
-// Gives back what a reservation holds. KEYS: rate hash, daily hash, slots sorted set, the
-// reservation's record hash.
+// Gives back what a reservation holds. KEYS: bind_keys(every phase): the rate hash, the slots
+// sorted set, the daily hash, the reservation's record hash.
 // ARGV: reservation id, tokens used ('' = leave the tokens), '1' = free the slot, a cancel mark
 //       to leave ('' = none), record lifetime ms.
 // The unused tokens go back to the bucket (one whose key expired is full already) and to the
 // day's count (a past day's count is not touched), once: the record's fields go with them.
-inline constexpr std::string_view close = R"lua(
+inline const std::size_t close_keys = counter_keys(std::nullopt).size() + 1;
+inline const std::string close = bind_keys(std::nullopt) + R"lua(
 if ARGV[2] ~= '' then
-  local held = redis.call('HMGET', KEYS[4], 'bucket', 'daily', 'day')
+  local held = redis.call('HMGET', record_key, 'bucket', 'daily', 'day')
   local used = tonumber(ARGV[2])
   if held[1] then
-    local level = redis.call('HGET', KEYS[1], 'bucket')
+    local level = redis.call('HGET', rate_key, 'bucket')
     if level then
-      redis.call('HSET', KEYS[1], 'bucket', string.format('%.17g', tonumber(level) + (tonumber(held[1]) - used)))
+      redis.call('HSET', rate_key, 'bucket', string.format('%.17g', tonumber(level) + (tonumber(held[1]) - used)))
     end
   end
   if held[2] then
-    local day = redis.call('HMGET', KEYS[2], 'day', 'tokens')
+    local day = redis.call('HMGET', daily_key, 'day', 'tokens')
     if day[1] and tonumber(day[1]) == tonumber(held[3]) then
-      redis.call('HSET', KEYS[2], 'tokens', math.max(tonumber(day[2]) - (tonumber(held[2]) - used), 0))
+      redis.call('HSET', daily_key, 'tokens', math.max(tonumber(day[2]) - (tonumber(held[2]) - used), 0))
     end
   end
-  redis.call('HDEL', KEYS[4], 'bucket', 'daily', 'day')
+  redis.call('HDEL', record_key, 'bucket', 'daily', 'day')
 end
-if ARGV[3] == '1' then redis.call('ZREM', KEYS[3], ARGV[1]) end
+if ARGV[3] == '1' then redis.call('ZREM', slots_key, ARGV[1]) end
 if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[4], ARGV[4], 1)
-  redis.call('PEXPIRE', KEYS[4], ARGV[5])
+  redis.call('HSET', record_key, ARGV[4], 1)
+  redis.call('PEXPIRE', record_key, ARGV[5])
 end
 return 1
 )lua";
+
+// The key of the slots sorted set, which renew is given (the redis_key of the requests in
+// flight in quota_kinds).
+inline constexpr std::string_view slots_key = "slots";
 
 // Renews the leases of slots still held. KEYS: slots sorted set.
 // ARGV: now (3), lease ms, then the reservation ids. A slot already dropped stays dropped.

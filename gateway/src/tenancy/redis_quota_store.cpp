@@ -199,6 +199,14 @@ std::string redis_quota_store::record_key(std::string_view tenant_id, std::strin
   return format("{}{{{}}}:reservation:{}", options_.key_prefix, tenant_id, id);
 }
 
+std::vector<std::string> redis_quota_store::script_keys(std::string_view tenant_id, std::optional<quota_phase> phase,
+                                                        std::string_view id) const {
+  std::vector<std::string> out;
+  for (const std::string_view part : redis_scripts::counter_keys(phase)) out.push_back(key(tenant_id, part));
+  out.push_back(record_key(tenant_id, id));
+  return out;
+}
+
 std::vector<std::string> redis_quota_store::now_arguments() const {
   if (options_.clock == nullptr) return {"", "0", "0"};
   const std::int64_t ns =
@@ -249,7 +257,7 @@ result<std::vector<redis_reply>> redis_quota_store::eval(script& s, const std::v
 
 quota_decision redis_quota_store::try_admit(const admit_request& request) {
   const tenant_quotas& q = request.quotas;
-  if (!q.requests_per_minute && !q.max_concurrent) return quota_rules::judge_admit(request, {});  // nothing to count
+  if (!uses_counters(q, quota_phase::admission)) return quota_rules::judge_admit(request, {});  // nothing to count
   const std::string tenant(request.tenant_id);
   const std::string id(request.reservation_id);
   const auto unavailable = [&] { return unavailable_decision(quota_rules::judge_admit(request, {}), {tenant, id}); };
@@ -258,20 +266,23 @@ quota_decision redis_quota_store::try_admit(const admit_request& request) {
     return unavailable();
   }
 
-  std::vector<std::string> call{key(tenant, "rate"), key(tenant, "slots"), record_key(tenant, id)};
+  std::vector<std::string> call = script_keys(tenant, quota_phase::admission, id);
+  const std::size_t keys = call.size();
   for (std::string& now : now_arguments()) call.push_back(std::move(now));
-  call.push_back(std::to_string(q.requests_per_minute.value_or(0)));
-  call.push_back(std::to_string(q.max_concurrent.value_or(0)));
+  // The script's own arguments (redis_scripts::admit_arguments of them), then the limits.
   call.push_back(id);
   call.push_back(std::to_string(options_.slot_lease.count()));
   call.push_back(std::to_string(rate_key_lifetime.count()));
+  for (const quota_kind* kind : redis_scripts::counted_kinds(quota_phase::admission)) {
+    call.push_back(std::to_string(kind->of(q).value_or(0)));
+  }
   // What a call that did run took and nobody holds, it gives back (and a late one takes nothing).
   const auto undo = [&] { enqueue({true, close_call(tenant, id, "", true, cancel_admit)}); };
 
-  auto replies = eval(admit_script_, {call}, 3);
+  auto replies = eval(admit_script_, {call}, keys);
   if (!replies.ok()) {
     failed("acquire", replies.error());
-    if (q.max_concurrent && may_have_run(replies.error())) undo();
+    if (quota_rules::holds_slot(q) && may_have_run(replies.error())) undo();
     return unavailable();
   }
   const result<admit_answer> answer = read_admit_answer((*replies)[0]);
@@ -291,7 +302,7 @@ quota_decision redis_quota_store::try_admit(const admit_request& request) {
     failed("acquire", internal_error(format("the admit script {} a request the rules {} (tenant '{}')",
                                             d.allowed ? "refused" : "admitted", d.allowed ? "admit" : "refuse",
                                             tenant)));
-    if (!d.allowed && q.max_concurrent) undo();
+    if (!d.allowed && quota_rules::holds_slot(q)) undo();
     return unavailable();
   }
   if (d.allowed && d.reservation.holds_slot) {
@@ -303,15 +314,24 @@ quota_decision redis_quota_store::try_admit(const admit_request& request) {
 
 quota_decision redis_quota_store::try_reserve(const quota_reservation& held, const quota_request& request) {
   const tenant_quotas& q = request.quotas;
-  if (!q.tokens_per_minute && !q.daily_tokens) {
-    return quota_rules::judge_reserve(held, request, {}, 0, 0);  // at most max_tokens_per_request, which counts nothing
+  if (!uses_counters(q, quota_phase::reservation)) {
+    return quota_rules::judge_reserve(held, request, {}, 0, 0);  // at most the per-request limits, which count nothing
   }
   const auto unavailable = [&] {
+<<<<<<< HEAD
     // What no counter could ever admit (max_tokens_per_request, more than a whole minute's
     // tokens or day's budget) is refused as usual: judged against counters that allow the rest.
     quota_rules::reserve_counters idle;
     if (q.tokens_per_minute) idle.bucket = static_cast<double>(*q.tokens_per_minute);
     const unix_time now_s = to_unix_seconds((options_.clock != nullptr ? *options_.clock : process_time()).system_time());
+=======
+    // What no counter could ever admit (a request over the per-request limits, more than a
+    // whole minute's tokens or day's budget) is refused as usual: judged against counters that
+    // allow the rest.
+    const quota_rules::reserve_counters idle = quota_rules::idle_reserve_counters(q);
+    const unix_time now_s = to_unix_seconds(options_.clock != nullptr ? options_.clock->system_time()
+                                                                      : std::chrono::system_clock::now());
+>>>>>>> quota-kinds
     return unavailable_decision(quota_rules::judge_reserve(held, request, idle, quota_rules::utc_day(now_s), now_s),
                                 held);
   };
@@ -319,22 +339,24 @@ quota_decision redis_quota_store::try_reserve(const quota_reservation& held, con
     failed("acquire", internal_error(format("a request of tenant '{}' came without a reservation id", held.tenant_id)));
     return unavailable();
   }
-  // A request over max_tokens_per_request is refused whatever the counters say; they are only
+  // A request over the per-request limits is refused whatever the counters say; they are only
   // read, for the headers.
-  const bool take = !q.max_tokens_per_request || request.max_tokens <= *q.max_tokens_per_request;
+  const bool take = quota_rules::within_request_limits(request);
 
-  std::vector<std::string> call{key(held.tenant_id, "rate"), key(held.tenant_id, "daily"),
-                                record_key(held.tenant_id, held.id)};
+  std::vector<std::string> call = script_keys(held.tenant_id, quota_phase::reservation, held.id);
+  const std::size_t keys = call.size();
   for (std::string& now : now_arguments()) call.push_back(std::move(now));
-  call.push_back(std::to_string(q.tokens_per_minute.value_or(0)));
-  call.push_back(std::to_string(q.daily_tokens.value_or(0)));
+  // The script's own arguments (redis_scripts::reserve_arguments of them), then the limits.
   call.push_back(std::to_string(request.cost()));
   call.push_back(take ? "1" : "0");
   call.push_back(std::to_string(rate_key_lifetime.count()));
   call.push_back(std::to_string(record_lifetime.count()));
+  for (const quota_kind* kind : redis_scripts::counted_kinds(quota_phase::reservation)) {
+    call.push_back(std::to_string(kind->of(q).value_or(0)));
+  }
   const auto undo = [&] { enqueue({true, close_call(held.tenant_id, held.id, "0", false, cancel_reserve)}); };
 
-  auto replies = eval(reserve_script_, {call}, 3);
+  auto replies = eval(reserve_script_, {call}, keys);
   if (!replies.ok()) {
     failed("acquire", replies.error());
     if (take && may_have_run(replies.error())) undo();
@@ -388,19 +410,17 @@ quota_decision redis_quota_store::unavailable_decision(quota_decision idle, quot
 std::vector<std::string> redis_quota_store::close_call(std::string_view tenant_id, std::string_view id,
                                                        std::string used_tokens, bool release_slot,
                                                        std::string_view cancel) const {
-  return {key(tenant_id, "rate"),
-          key(tenant_id, "daily"),
-          key(tenant_id, "slots"),
-          record_key(tenant_id, id),
-          std::string(id),
-          std::move(used_tokens),
-          release_slot ? "1" : "0",
-          std::string(cancel),
-          std::to_string(record_lifetime.count())};
+  std::vector<std::string> call = script_keys(tenant_id, std::nullopt, id);
+  call.push_back(std::string(id));
+  call.push_back(std::move(used_tokens));
+  call.push_back(release_slot ? "1" : "0");
+  call.push_back(std::string(cancel));
+  call.push_back(std::to_string(record_lifetime.count()));
+  return call;
 }
 
 void redis_quota_store::close_now(std::string_view operation, std::vector<std::string> call) {
-  auto replies = eval(close_script_, {call}, 4);
+  auto replies = eval(close_script_, {call}, redis_scripts::close_keys);
   if (!replies.ok()) {
     failed(operation, replies.error());
     enqueue({false, std::move(call)});
@@ -421,7 +441,7 @@ void redis_quota_store::forget_slot(const quota_reservation& reservation) {
 }
 
 void redis_quota_store::settle(const quota_reservation& reservation, std::int64_t used_tokens) {
-  if (reservation.bucket_tokens <= 0 && reservation.daily_tokens <= 0) return;
+  if (reservation.bucket_tokens <= 0 && reservation.day_tokens <= 0) return;
   close_now("settle", close_call(reservation.tenant_id, reservation.id, std::to_string(used_tokens), false, ""));
 }
 
@@ -432,7 +452,7 @@ void redis_quota_store::release(const quota_reservation& reservation) {
 }
 
 void redis_quota_store::finish(const quota_reservation& reservation, std::int64_t used_tokens) {
-  const bool refund = reservation.bucket_tokens > 0 || reservation.daily_tokens > 0;
+  const bool refund = reservation.bucket_tokens > 0 || reservation.day_tokens > 0;
   if (!refund && !reservation.holds_slot) return;
   if (reservation.holds_slot) forget_slot(reservation);
   close_now("finish", close_call(reservation.tenant_id, reservation.id, refund ? std::to_string(used_tokens) : "",
@@ -489,7 +509,7 @@ bool redis_quota_store::apply_pending() {
   calls.reserve(batch.size());
   for (const pending_call& p : batch) calls.push_back(p.call);
   // Every close can be repeated harmlessly, so a batch that may have run goes again whole.
-  auto replies = eval(close_script_, calls, 4);
+  auto replies = eval(close_script_, calls, redis_scripts::close_keys);
 
   std::unique_lock lock(background_mutex_);
   if (!replies.ok()) {
@@ -535,7 +555,7 @@ void redis_quota_store::renew_slots() {
   {
     std::lock_guard lock(background_mutex_);
     for (const auto& [tenant, slots] : held_slots_) {
-      std::vector<std::string> call{key(tenant, "slots")};
+      std::vector<std::string> call{key(tenant, redis_scripts::slots_key)};
       for (std::string& now : now_arguments()) call.push_back(std::move(now));
       call.push_back(std::to_string(options_.slot_lease.count()));
       call.insert(call.end(), slots.begin(), slots.end());

@@ -11,6 +11,7 @@
 #include "edge/common/format.h"
 #include "edge/common/log.h"
 #include "edge/monitoring/gateway_metrics.h"
+#include "quota_rules.h"
 
 namespace edge::gateway {
 namespace {
@@ -28,11 +29,6 @@ std::string_view to_string(request_outcome outcome) {
   }
   return "cancelled";
 }
-
-// Whether a phase reads or writes the tenant's counters (a phase without limits needs no store
-// call, so it never waits on one).
-bool admission_uses_counters(const tenant_quotas& q) { return q.requests_per_minute || q.max_concurrent; }
-bool reservation_uses_counters(const tenant_quotas& q) { return q.tokens_per_minute || q.daily_tokens; }
 
 std::int64_t today(const time_source& clock) { return to_unix_seconds(clock.system_time()) / seconds_per_day; }
 
@@ -87,7 +83,7 @@ asio::awaitable<std::optional<quota_decision>> request_session::admit() {
   const auto call = [&t, &asked] { return t.quotas_->try_admit(asked); };
   // (No co_await inside ?: — GCC 12 mishandles the temporaries of such operands.)
   std::optional<quota_decision> decided;
-  if (t.store_may_wait(admission_uses_counters(tenant.quotas))) {
+  if (t.store_may_wait(uses_counters(tenant.quotas, quota_phase::admission))) {
     decided = co_await t.off_thread(call);
   } else {
     decided = call();
@@ -106,16 +102,7 @@ asio::awaitable<std::optional<quota_decision>> request_session::admit() {
 
 std::int64_t request_session::default_max_tokens(std::int64_t prompt_tokens, std::int64_t room,
                                                  std::int64_t choices) const {
-  const tenant_quotas& q = who_.tenant->quotas;
-  const std::int64_t n = std::max<std::int64_t>(choices, 1);
-  std::int64_t limit = room;
-  if (q.max_tokens_per_request) limit = std::min(limit, *q.max_tokens_per_request);
-  // Prompt + n × max_tokens is what the token limits reserve: a default above what they can
-  // ever hold would be refused for good.
-  if (q.tokens_per_minute) limit = std::min(limit, (*q.tokens_per_minute - prompt_tokens) / n);
-  if (q.daily_tokens) limit = std::min(limit, (*q.daily_tokens - prompt_tokens) / n);
-  // At least one token: a prompt that alone exceeds a limit is refused by that limit, which says so.
-  return std::max<std::int64_t>(limit, 1);
+  return quota_rules::default_max_tokens(who_.tenant->quotas, prompt_tokens, room, choices);
 }
 
 asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int64_t prompt_tokens,
@@ -127,7 +114,7 @@ asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int
   const auto call = [&t, &held, &asked] { return t.quotas_->try_reserve(held, asked); };
   // A request admitted uncounted stays uncounted: the store holds no record of it to add to.
   std::optional<quota_decision> decided;
-  if (!uncounted_ && t.store_may_wait(reservation_uses_counters(tenant.quotas))) {
+  if (!uncounted_ && t.store_may_wait(uses_counters(tenant.quotas, quota_phase::reservation))) {
     decided = co_await t.off_thread(call);
   } else if (!uncounted_) {
     decided = call();
@@ -141,11 +128,11 @@ asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int
   served_->reservation = std::move(decision.reservation);
 
   std::string hold_id;
-  if (t.holds_daily_budget_ && served_->reservation.daily_tokens > 0) {
+  if (t.holds_daily_budget_ && served_->reservation.day_tokens > 0) {
     const usage_hold hold{.id = served_->reservation.id,
                           .tenant_id = tenant.id,
                           .day = served_->reservation.day,
-                          .reserved_tokens = served_->reservation.daily_tokens};
+                          .reserved_tokens = served_->reservation.day_tokens};
     // A local SQLite write, but behind the store's mutex, which a flush may hold: off this thread.
     std::optional<status> written = co_await t.off_thread([&t, &hold] { return t.store_->add_hold(hold); });
     if (!written || !written->ok()) {
@@ -220,13 +207,13 @@ result<std::unique_ptr<tenancy>> tenancy::open(const tenancy_options& options, c
   if (auto* memory = dynamic_cast<in_memory_quota_store*>(t->quotas_.get()); memory != nullptr) {
     const std::int64_t day = today(clock);
     EDGE_ASSIGN_OR_RETURN(const auto spent_today, t->store_->tokens_since(day * seconds_per_day));
-    for (const auto& [tenant, tokens] : spent_today) memory->seed_daily_tokens(tenant, tokens);
+    for (const auto& [tenant, tokens] : spent_today) memory->seed_day_tokens(tenant, tokens);
     EDGE_ASSIGN_OR_RETURN(const auto held_today, t->store_->unreleased_hold_tokens(day));
     for (const auto& [tenant, tokens] : held_today) {
       logger("usage").warn("tenant {}: {} tokens of today's budget were reserved by requests cut short by a crash; "
                            "they count as spent today",
                            tenant, tokens);
-      memory->seed_daily_tokens(tenant, tokens);
+      memory->seed_day_tokens(tenant, tokens);
     }
   }
   t->ledger_->start();

@@ -15,11 +15,7 @@ boost::json::value optional_value(const std::optional<std::int64_t>& v) {
 
 boost::json::object to_json(const tenant_quotas& quotas) {
   boost::json::object out;
-  out["requests_per_minute"] = optional_value(quotas.requests_per_minute);
-  out["tokens_per_minute"] = optional_value(quotas.tokens_per_minute);
-  out["max_concurrent"] = optional_value(quotas.max_concurrent);
-  out["daily_tokens"] = optional_value(quotas.daily_tokens);
-  out["max_tokens_per_request"] = optional_value(quotas.max_tokens_per_request);
+  for (const quota_kind& kind : quota_kinds) out[kind.name] = optional_value(kind.of(quotas));
   return out;
 }
 

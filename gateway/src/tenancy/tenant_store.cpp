@@ -20,7 +20,9 @@ namespace {
 constexpr std::string_view lock_file_name = "lock";
 constexpr std::string_view bootstrapped_key = "bootstrapped_at";
 
-// The schema, one step per version; never edit a released step, add the next one.
+// The schema, one step per version; never edit a released step, add the next one. The tenants
+// table has a column per quota kind, named as the kind (quota_kinds.h): a new kind adds its
+// column (INTEGER, NULL for unlimited) in a step of its own.
 constexpr sqlite::migration schema_migrations[] = {
     {1, "tenants, keys, usage ledger, audit log", R"sql(
 CREATE TABLE meta (
@@ -79,24 +81,36 @@ CREATE TABLE usage_holds (
 )sql"},
 };
 
-constexpr std::string_view tenant_columns =
-    "id, weight, requests_per_minute, tokens_per_minute, max_concurrent, daily_tokens, max_tokens_per_request, "
-    "created_at, updated_at";
-constexpr std::string_view key_columns = "id, tenant_id, secret_sha256, created_at, expires_at, revoked_at";
+// The tenants table's columns as the store reads and writes them: id, weight, one per quota kind
+// (in the order of quota_kinds), created_at, updated_at.
+constexpr int first_quota_column = 2;  // 0-based, as a row is read
+constexpr int created_at_column = first_quota_column + static_cast<int>(quota_kinds.size());
+
+// Each quota kind's column followed by `suffix` and ", ".
+std::string quota_columns(std::string_view suffix) {
+  std::string out;
+  for (const quota_kind& kind : quota_kinds) out += format("{}{}, ", kind.name, suffix);
+  return out;
+}
+
+const std::string& tenant_columns() {
+  static const std::string columns = "id, weight, " + quota_columns("") + "created_at, updated_at";
+  return columns;
+}
 
 tenant_record read_tenant(const sqlite::statement& row) {
   tenant_record t;
   t.id = row.text(0);
   t.weight = row.real(1);
-  t.quotas.requests_per_minute = row.optional_int64(2);
-  t.quotas.tokens_per_minute = row.optional_int64(3);
-  t.quotas.max_concurrent = row.optional_int64(4);
-  t.quotas.daily_tokens = row.optional_int64(5);
-  t.quotas.max_tokens_per_request = row.optional_int64(6);
-  t.created_at = row.int64(7);
-  t.updated_at = row.int64(8);
+  for (const quota_kind& kind : quota_kinds) {
+    kind.of(t.quotas) = row.optional_int64(first_quota_column + static_cast<int>(quota_kind_index(kind)));
+  }
+  t.created_at = row.int64(created_at_column);
+  t.updated_at = row.int64(created_at_column + 1);
   return t;
 }
+
+constexpr std::string_view key_columns = "id, tenant_id, secret_sha256, created_at, expires_at, revoked_at";
 
 result<api_key_record> read_key(const sqlite::statement& row) {
   api_key_record k;
@@ -156,11 +170,9 @@ bool usage_counts::empty() const { return *this == usage_counts{}; }
 
 void tenant_patch::apply_to(tenant_record& tenant) const {
   if (weight) tenant.weight = *weight;
-  if (requests_per_minute) tenant.quotas.requests_per_minute = *requests_per_minute;
-  if (tokens_per_minute) tenant.quotas.tokens_per_minute = *tokens_per_minute;
-  if (max_concurrent) tenant.quotas.max_concurrent = *max_concurrent;
-  if (daily_tokens) tenant.quotas.daily_tokens = *daily_tokens;
-  if (max_tokens_per_request) tenant.quotas.max_tokens_per_request = *max_tokens_per_request;
+  for (const quota_kind& kind : quota_kinds) {
+    if (const quota_change& change = quota(kind)) kind.of(tenant.quotas) = *change;
+  }
 }
 
 tenant_snapshot::tenant_snapshot(std::vector<tenant_record> tenants, std::vector<api_key_record> keys,
@@ -209,7 +221,8 @@ struct tenant_store::impl {
 };
 
 result<std::optional<tenant_record>> tenant_store::impl::find_tenant(std::string_view id) const {
-  EDGE_ASSIGN_OR_RETURN(sqlite::statement q, db.prepare(format("SELECT {} FROM tenants WHERE id = ?", tenant_columns)));
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement q,
+                        db.prepare(format("SELECT {} FROM tenants WHERE id = ?", tenant_columns())));
   q.bind(1, id);
   EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
   if (!row) return std::optional<tenant_record>{};
@@ -234,7 +247,7 @@ status tenant_store::impl::refresh_snapshot() {
   std::vector<tenant_record> tenants;
   std::vector<api_key_record> keys;
   {
-    EDGE_ASSIGN_OR_RETURN(sqlite::statement q, db.prepare(format("SELECT {} FROM tenants", tenant_columns)));
+    EDGE_ASSIGN_OR_RETURN(sqlite::statement q, db.prepare(format("SELECT {} FROM tenants", tenant_columns())));
     for (;;) {
       EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
       if (!row) break;
@@ -326,19 +339,17 @@ result<tenant_record> tenant_store::create_tenant(tenant_record tenant, const au
   EDGE_ASSIGN_OR_RETURN(auto existing, impl_->find_tenant(tenant.id));
   if (existing) return status(status_code::already_exists, format("tenant '{}' already exists", tenant.id));
   tenant.created_at = tenant.updated_at = impl_->now();
+  std::string placeholders = "?";
+  for (int i = 1; i < created_at_column + 2; ++i) placeholders += ", ?";
   EDGE_ASSIGN_OR_RETURN(sqlite::statement insert,
-                        db.prepare(format("INSERT INTO tenants ({}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", tenant_columns)));
-  const tenant_quotas& q = tenant.quotas;
-  EDGE_RETURN_IF_ERROR(insert.bind(1, std::string_view(tenant.id))
-                           .bind(2, tenant.weight)
-                           .bind(3, q.requests_per_minute)
-                           .bind(4, q.tokens_per_minute)
-                           .bind(5, q.max_concurrent)
-                           .bind(6, q.daily_tokens)
-                           .bind(7, q.max_tokens_per_request)
-                           .bind(8, tenant.created_at)
-                           .bind(9, tenant.updated_at)
-                           .run());
+                        db.prepare(format("INSERT INTO tenants ({}) VALUES ({})", tenant_columns(), placeholders)));
+  int column = 1;
+  insert.bind(column++, std::string_view(tenant.id));
+  insert.bind(column++, tenant.weight);
+  for (const quota_kind& kind : quota_kinds) insert.bind(column++, kind.of(tenant.quotas));
+  insert.bind(column++, tenant.created_at);
+  insert.bind(column++, tenant.updated_at);
+  EDGE_RETURN_IF_ERROR(insert.run());
   EDGE_RETURN_IF_ERROR(impl_->write_audit("tenant.create", tenant.id, to_json(tenant), who));
   EDGE_RETURN_IF_ERROR(tx.commit());
   EDGE_RETURN_IF_ERROR(impl_->refresh_snapshot());
@@ -348,7 +359,7 @@ result<tenant_record> tenant_store::create_tenant(tenant_record tenant, const au
 result<std::vector<tenant_record>> tenant_store::list_tenants() const {
   std::lock_guard guard(impl_->mutex);
   EDGE_ASSIGN_OR_RETURN(sqlite::statement q,
-                        impl_->db.prepare(format("SELECT {} FROM tenants ORDER BY id", tenant_columns)));
+                        impl_->db.prepare(format("SELECT {} FROM tenants ORDER BY id", tenant_columns())));
   std::vector<tenant_record> out;
   for (;;) {
     EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
@@ -377,19 +388,14 @@ result<tenant_record> tenant_store::update_tenant(std::string_view id, const ten
   patch.apply_to(after);
   after.updated_at = impl_->now();
   EDGE_ASSIGN_OR_RETURN(sqlite::statement update,
-                        db.prepare("UPDATE tenants SET weight = ?, requests_per_minute = ?, tokens_per_minute = ?, "
-                                   "max_concurrent = ?, daily_tokens = ?, max_tokens_per_request = ?, updated_at = ? "
-                                   "WHERE id = ?"));
-  const tenant_quotas& q = after.quotas;
-  EDGE_RETURN_IF_ERROR(update.bind(1, after.weight)
-                           .bind(2, q.requests_per_minute)
-                           .bind(3, q.tokens_per_minute)
-                           .bind(4, q.max_concurrent)
-                           .bind(5, q.daily_tokens)
-                           .bind(6, q.max_tokens_per_request)
-                           .bind(7, after.updated_at)
-                           .bind(8, id)
-                           .run());
+                        db.prepare(format("UPDATE tenants SET weight = ?, {}updated_at = ? WHERE id = ?",
+                                          quota_columns(" = ?"))));
+  int column = 1;
+  update.bind(column++, after.weight);
+  for (const quota_kind& kind : quota_kinds) update.bind(column++, kind.of(after.quotas));
+  update.bind(column++, after.updated_at);
+  update.bind(column++, id);
+  EDGE_RETURN_IF_ERROR(update.run());
   boost::json::object details;
   details["before"] = to_json(before);
   details["after"] = to_json(after);

@@ -10,6 +10,11 @@ namespace gw = edge::gateway;
 
 namespace {
 
+// The change a patch makes to one quota kind.
+const gw::tenant_patch::quota_change& change(const gw::tenant_patch& p, gw::quota_limit limit) {
+  return p.quota(*gw::find_quota_kind(limit));
+}
+
 template <class T>
 std::string error_param(const std::variant<T, gw::admin_request_error>& parsed) {
   REQUIRE(std::holds_alternative<gw::admin_request_error>(parsed));
@@ -76,10 +81,10 @@ TEST_CASE("a patch changes what it names: absent stays, null is unlimited") {
   REQUIRE(std::holds_alternative<gw::tenant_patch>(parsed));
   const auto& p = std::get<gw::tenant_patch>(parsed);
   CHECK_FALSE(p.weight);
-  REQUIRE(p.requests_per_minute);
-  CHECK_FALSE(*p.requests_per_minute);
-  CHECK(p.daily_tokens == std::optional<std::optional<std::int64_t>>(10));
-  CHECK_FALSE(p.tokens_per_minute);
+  REQUIRE(change(p, gw::quota_limit::requests_per_minute));
+  CHECK_FALSE(*change(p, gw::quota_limit::requests_per_minute));
+  CHECK(change(p, gw::quota_limit::daily_tokens) == std::optional<std::optional<std::int64_t>>(10));
+  CHECK_FALSE(change(p, gw::quota_limit::tokens_per_minute));
 
   gw::tenant_record t;
   t.quotas.requests_per_minute = 5;

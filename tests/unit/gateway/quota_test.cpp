@@ -185,7 +185,7 @@ TEST_CASE("daily budget: reserved at admission, refunded, and renewed at 00:00 U
 
   auto a = ask(store, q, 100, 700);
   REQUIRE(a.allowed);
-  CHECK(store.daily_tokens_used("acme") == 800);
+  CHECK(store.day_tokens_used("acme") == 800);
   auto refused = ask(store, q, 100, 200);
   CHECK_FALSE(refused.allowed);
   CHECK(refused.limit == gw::quota_limit::daily_tokens);
@@ -195,11 +195,11 @@ TEST_CASE("daily budget: reserved at admission, refunded, and renewed at 00:00 U
 
   // Only 100 + 300 were used: 400 come back to today's budget.
   store.settle(a.reservation, 400);
-  CHECK(store.daily_tokens_used("acme") == 400);
+  CHECK(store.day_tokens_used("acme") == 400);
   auto b = ask(store, q, 100, 500);
   REQUIRE(b.allowed);
   store.settle(b.reservation, 600);
-  CHECK(store.daily_tokens_used("acme") == 1000);
+  CHECK(store.day_tokens_used("acme") == 1000);
   CHECK_FALSE(ask(store, q, 1, 0).allowed);
 
   clock.advance(12h - 1s);
@@ -207,7 +207,7 @@ TEST_CASE("daily budget: reserved at admission, refunded, and renewed at 00:00 U
   clock.advance(1s);  // 2026-05-02T00:00:00Z
   auto next_day = ask(store, q, 100, 800);
   CHECK(next_day.allowed);
-  CHECK(store.daily_tokens_used("acme") == 900);
+  CHECK(store.day_tokens_used("acme") == 900);
 }
 
 TEST_CASE("daily budget: a refund after midnight does not touch the new day") {
@@ -221,7 +221,7 @@ TEST_CASE("daily budget: a refund after midnight does not touch the new day") {
   auto early = ask(store, q, 0, 500);
   REQUIRE(early.allowed);
   store.settle(late.reservation, 0);
-  CHECK(store.daily_tokens_used("acme") == 500);
+  CHECK(store.day_tokens_used("acme") == 500);
 }
 
 TEST_CASE("daily budget: seeded usage (from the ledger at start) counts") {
@@ -229,7 +229,7 @@ TEST_CASE("daily budget: seeded usage (from the ledger at start) counts") {
   gw::in_memory_quota_store store(clock);
   gw::tenant_quotas q;
   q.daily_tokens = 1000;
-  store.seed_daily_tokens("acme", 950);
+  store.seed_day_tokens("acme", 950);
   CHECK_FALSE(ask(store, q, 10, 41).allowed);
   CHECK(ask(store, q, 10, 40).allowed);
 }
@@ -270,7 +270,7 @@ TEST_CASE("a refused request takes nothing from the limits of the phase that ref
   // untouched; the requests count.
   for (int i = 0; i < 2; ++i) CHECK_FALSE(ask(store, q, 0, 1001).allowed);
   CHECK(store.in_flight("acme") == 0);
-  CHECK(store.daily_tokens_used("acme") == 0);
+  CHECK(store.day_tokens_used("acme") == 0);
   auto a = ask(store, q, 0, 400);
   REQUIRE(a.allowed);
   CHECK(a.requests->remaining == 0);
@@ -281,7 +281,7 @@ TEST_CASE("a refused request takes nothing from the limits of the phase that ref
   CHECK_FALSE(refused.allowed);
   CHECK(refused.limit == gw::quota_limit::requests_per_minute);
   CHECK(store.in_flight("acme") == 1);
-  CHECK(store.daily_tokens_used("acme") == 400);
+  CHECK(store.day_tokens_used("acme") == 400);
 }
 
 TEST_CASE("phase 1 judges requests/min and concurrency before the prompt is known; a body refused later still counts") {
@@ -335,7 +335,7 @@ TEST_CASE("phase 2 adds the tokens to what phase 1 holds; refused, it leaves the
   REQUIRE(too_big.tokens);
   CHECK(too_big.tokens->remaining == 1000);
   CHECK(store.in_flight("acme") == 1);  // the caller still holds phase 1
-  CHECK(store.daily_tokens_used("acme") == 0);
+  CHECK(store.day_tokens_used("acme") == 0);
   CHECK(store.try_admit({"acme", q, "b"}).limit == gw::quota_limit::max_concurrent);
 
   const auto reserved = store.try_reserve(admitted.reservation, {"acme", q, 100, 400});
@@ -344,15 +344,15 @@ TEST_CASE("phase 2 adds the tokens to what phase 1 holds; refused, it leaves the
   CHECK(reserved.reservation.id == "a");
   CHECK(reserved.reservation.holds_slot);
   CHECK(reserved.reservation.bucket_tokens == 500);
-  CHECK(reserved.reservation.daily_tokens == 500);
+  CHECK(reserved.reservation.day_tokens == 500);
   REQUIRE(reserved.tokens);
   CHECK(reserved.tokens->remaining == 500);
   CHECK_FALSE(reserved.requests);
-  CHECK(store.daily_tokens_used("acme") == 500);
+  CHECK(store.day_tokens_used("acme") == 500);
 
   store.finish(reserved.reservation, 200);
   CHECK(store.in_flight("acme") == 0);
-  CHECK(store.daily_tokens_used("acme") == 200);
+  CHECK(store.day_tokens_used("acme") == 200);
   CHECK(store.try_admit({"acme", q, "c"}).allowed);
 }
 
@@ -383,7 +383,7 @@ TEST_CASE("within a phase the first refusal in order is reported, and retry-afte
   const auto never = store.try_reserve(held.reservation, {"acme", q, 400, 101});
   CHECK(never.limit == gw::quota_limit::max_tokens_per_request);
   CHECK_FALSE(never.retry_after);  // one of them can never pass
-  CHECK(store.daily_tokens_used("acme") == 550);
+  CHECK(store.day_tokens_used("acme") == 550);
 }
 
 TEST_CASE("retry-after is the longest wait among the limits that refused") {
@@ -509,16 +509,16 @@ TEST_CASE("a request for n choices reserves prompt + n x max_tokens and refunds 
   const auto three = edge::testing::admit_and_reserve(store, q, 100, 200, "acme", 3);
   REQUIRE(three.allowed);
   CHECK(three.reservation.bucket_tokens == 700);
-  CHECK(three.reservation.daily_tokens == 700);
+  CHECK(three.reservation.day_tokens == 700);
   REQUIRE(three.tokens);
   CHECK(three.tokens->remaining == 300);
-  CHECK(store.daily_tokens_used("acme") == 700);
+  CHECK(store.day_tokens_used("acme") == 700);
 
   // 4 x 100 more would overrun the bucket: refused, saying why, and nothing taken.
   const auto four = edge::testing::admit_and_reserve(store, q, 0, 100, "acme", 4);
   CHECK_FALSE(four.allowed);
   CHECK(four.limit == gw::quota_limit::tokens_per_minute);
-  CHECK(store.daily_tokens_used("acme") == 700);
+  CHECK(store.day_tokens_used("acme") == 700);
   // More than a minute's worth on its own: the message names the choices.
   const auto never = edge::testing::admit_and_reserve(store, q, 100, 300, "acme", 4);
   CHECK_FALSE(never.allowed);
@@ -528,7 +528,7 @@ TEST_CASE("a request for n choices reserves prompt + n x max_tokens and refunds 
 
   // The choices used 100 + 250 of the 700: 350 come back to the bucket and the day.
   store.finish(three.reservation, 350);
-  CHECK(store.daily_tokens_used("acme") == 350);
+  CHECK(store.day_tokens_used("acme") == 350);
   const auto after = edge::testing::admit_and_reserve(store, q, 0, 100, "acme", 6);
   REQUIRE(after.allowed);
   REQUIRE(after.tokens);

@@ -86,7 +86,7 @@ void check_same(const gw::quota_decision& memory, const gw::quota_decision& redi
   check_same_status(memory.tokens, redis.tokens);
   CHECK(redis.reservation.tenant_id == memory.reservation.tenant_id);
   CHECK(redis.reservation.bucket_tokens == memory.reservation.bucket_tokens);
-  CHECK(redis.reservation.daily_tokens == memory.reservation.daily_tokens);
+  CHECK(redis.reservation.day_tokens == memory.reservation.day_tokens);
   CHECK(redis.reservation.day == memory.reservation.day);
   CHECK(redis.reservation.holds_slot == memory.reservation.holds_slot);
 }
@@ -279,7 +279,7 @@ TEST_CASE("redis: a request for n choices reserves n x max_tokens of the shared 
 
   const auto three = ask(*a, q, 100, 200, "acme", 3);
   REQUIRE(three.allowed);
-  CHECK(three.reservation.daily_tokens == 700);
+  CHECK(three.reservation.day_tokens == 700);
   // The other gateway sees 300 left: 3 x 100 more and a prompt do not fit.
   const auto refused = ask(*b, q, 100, 100, "acme", 3);
   CHECK_FALSE(refused.allowed);
@@ -292,7 +292,7 @@ TEST_CASE("redis: a request for n choices reserves n x max_tokens of the shared 
   edge::manual_time_source clock(noon);
   gw::in_memory_quota_store memory(clock);
   const auto m3 = ask(memory, q, 100, 200, "acme", 3);
-  CHECK(m3.reservation.daily_tokens == 700);
+  CHECK(m3.reservation.day_tokens == 700);
   CHECK_FALSE(ask(memory, q, 100, 100, "acme", 3).allowed);
 }
 
@@ -364,7 +364,7 @@ TEST_CASE("redis: the daily budget is shared, reserved and refunded; a refusal s
 
   const auto first = ask(*a, q, 100, 500);
   REQUIRE(first.allowed);
-  CHECK(first.reservation.daily_tokens == 600);
+  CHECK(first.reservation.day_tokens == 600);
   const auto second = ask(*b, q, 100, 500);
   const auto third_too_big = ask(*b, q, 100, 1000);
   a->settle(first.reservation, 100);  // 500 come back
@@ -587,7 +587,7 @@ TEST_CASE("redis outage, fail mode open: requests pass uncounted, and counting r
     CHECK(d.allowed);
     CHECK_FALSE(d.requests);
     CHECK(d.reservation.bucket_tokens == 0);
-    CHECK(d.reservation.daily_tokens == 0);
+    CHECK(d.reservation.day_tokens == 0);
     CHECK_FALSE(d.reservation.holds_slot);
     store->settle(d.reservation, 20);
     store->release(d.reservation);

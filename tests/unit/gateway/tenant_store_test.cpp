@@ -137,8 +137,8 @@ TEST_CASE("tenants: create, list, get, update, delete") {
 
   clock.advance(1h);
   gw::tenant_patch patch;
-  patch.requests_per_minute = std::optional<std::int64_t>{};  // now unlimited
-  patch.tokens_per_minute = 1000;
+  patch.quota(*gw::find_quota_kind(gw::quota_limit::requests_per_minute)) = std::optional<std::int64_t>{};  // unlimited
+  patch.quota(*gw::find_quota_kind(gw::quota_limit::tokens_per_minute)) = 1000;
   patch.weight = 1.0;
   auto updated = store->update_tenant("acme", patch, admin);
   REQUIRE(updated.ok());

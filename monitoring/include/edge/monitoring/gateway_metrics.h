@@ -42,8 +42,8 @@ struct gateway_metrics {
   prometheus::Family<prometheus::Counter>& tenant_requests;
   // edgeinfer_tenant_tokens_total{tenant, kind}: kind is prompt, completion or cached.
   prometheus::Family<prometheus::Counter>& tenant_tokens;
-  // edgeinfer_quota_rejections_total{tenant, limit}: limit is the quota field that refused
-  // (requests_per_minute, tokens_per_minute, max_concurrent, daily_tokens, max_tokens_per_request).
+  // edgeinfer_quota_rejections_total{tenant, limit}: limit is the name of the quota kind that
+  // refused (the gateway's tenancy/quota_kinds.h lists them).
   prometheus::Family<prometheus::Counter>& quota_rejections;
   label_limiter tenant_labels{max_tenant_labels};
 

@@ -9,8 +9,8 @@
 // (429), before the body is parsed → parse and validate the body (400 naming the field) → the
 // model named (404 model_not_found) → chat template + tokenize on this connection's thread →
 // context check (400 context_length_exceeded; a missing max_tokens defaults to what the context
-// and the tenant's limits leave) → reserve prompt + max_tokens (429, or 400 over
-// max_tokens_per_request) → engine.submit (503 + retry-after when the engine's queue is full,
+// and the tenant's limits leave) → reserve prompt + max_tokens (429, or 400 over the tenant's
+// largest max_tokens) → engine.submit (503 + retry-after when the engine's queue is full,
 // the engine has failed, or no backend answers) → events from the engine thread or the
 // backend's stream relayed to the connection's strand → the JSON answer, or Server-Sent Events
 // flushed per delta with a `: ping` heartbeat when nothing was written for `sse_heartbeat` →

@@ -18,8 +18,8 @@
 
 namespace edge::gateway {
 
-// A request the client must fix: 400 with `param` naming the field ("quotas.daily_tokens") or
-// query parameter ("" for the body as a whole).
+// A request the client must fix: 400 with `param` naming the field ("weight", or "quotas." and
+// a quota kind's name) or query parameter ("" for the body as a whole).
 struct admin_request_error {
   std::string message;
   std::string param;

@@ -1,22 +1,15 @@
 // Per-tenant quotas, held exactly: a request reserves its worst case (prompt tokens + n ×
 // max_tokens: every choice may run to max_tokens) when it is admitted, so a tenant can never
-// overrun a limit by streaming, and the unused part is refunded when it ends.
-//
-//   requests_per_minute     GCRA (generic cell rate algorithm): one request every 60 s / limit,
-//                           with bursts of up to the whole minute's worth after a quiet minute
-//   tokens_per_minute       token bucket of `limit` tokens refilled at limit / 60 s per second;
-//                           reserve prompt + n × max_tokens at admission, refund the unused part
-//   max_concurrent          requests admitted and not yet released
-//   daily_tokens            prompt + completion tokens per UTC day, reserved and refunded like
-//                           the bucket; the budget starts afresh at 00:00 UTC
-//   max_tokens_per_request  the largest max_tokens one request may ask for (per choice)
+// overrun a limit by streaming, and the unused part is refunded when it ends. The kinds of
+// quota, and what each one counts, are listed in quota_kinds.h.
 //
 // Admission has two phases, so that the cheap limits are judged before a request costs
 // anything (its body parsed, its prompt tokenized):
-//   1. try_admit, right after authentication: requests_per_minute and max_concurrent. The
-//      request counts against requests_per_minute from here on, whatever happens to it later.
-//   2. try_reserve, once prompt_tokens and max_tokens are known: max_tokens_per_request,
-//      daily_tokens and tokens_per_minute.
+//   1. try_admit, right after authentication: the kinds of quota_phase::admission (the request
+//      rate and the requests in flight). The request counts against the rate from here on,
+//      whatever happens to it later.
+//   2. try_reserve, once prompt_tokens and max_tokens are known: the kinds of
+//      quota_phase::reservation (the largest max_tokens, the daily budget, the tokens per minute).
 // Within a phase a request is admitted by every limit at once or by none, and a refusal takes
 // nothing (a phase-2 refusal leaves phase 1 held: the caller ends it with finish(held, 0)).
 //
@@ -42,18 +35,8 @@
 
 namespace edge::gateway {
 
-enum class quota_limit {
-  none,
-  requests_per_minute,
-  tokens_per_minute,
-  max_concurrent,
-  daily_tokens,
-  max_tokens_per_request,
-  // Not a limit: the shared quota store could not be reached and --quota-fail-mode is closed,
-  // so the request is refused (503) without being counted.
-  quota_store_unavailable,
-};
-// The quota field's name ("tokens_per_minute"); "none" for none. Also the metric label.
+// The quota kind's name (quota_kind::name); "none" and "quota_store_unavailable" for the
+// others. Also the metric label.
 std::string_view to_string(quota_limit limit);
 
 // Phase 1: who is asking, before anything else is known of the request.
@@ -88,9 +71,9 @@ struct quota_reservation {
   std::string tenant_id;
   std::string id;                  // the reservation id of try_admit (a shared store's record of it)
   std::int64_t bucket_tokens = 0;  // taken from the tokens-per-minute bucket (0: unlimited)
-  std::int64_t daily_tokens = 0;   // taken from the daily budget (0: unlimited)
-  std::int64_t day = 0;            // the UTC day (days since 1970-01-01) daily_tokens belongs to
-  bool holds_slot = false;         // counted against max_concurrent
+  std::int64_t day_tokens = 0;     // taken from the daily budget (0: unlimited)
+  std::int64_t day = 0;            // the UTC day (days since 1970-01-01) day_tokens belongs to
+  bool holds_slot = false;         // counted against the limit of requests in flight
 };
 
 // Reservation ids unique across gateways: a random prefix drawn when this is made, and a
@@ -118,8 +101,8 @@ struct quota_decision {
   // When a refused request can be retried with success (everything else staying equal); absent
   // when retrying cannot help (the request alone exceeds the limit).
   std::optional<std::chrono::milliseconds> retry_after;
-  std::optional<rate_limit_status> requests;  // phase 1 only; absent when requests_per_minute is unlimited
-  std::optional<rate_limit_status> tokens;    // phase 2 only; absent when tokens_per_minute is unlimited
+  std::optional<rate_limit_status> requests;  // phase 1 only; absent when requests per minute are unlimited
+  std::optional<rate_limit_status> tokens;    // phase 2 only; absent when tokens per minute are unlimited
   std::string message;                        // a refusal's explanation, for the error body
   quota_reservation reservation;              // allowed only
 };
@@ -128,14 +111,14 @@ class quota_store {
  public:
   virtual ~quota_store() = default;
 
-  // Phase 1: requests_per_minute (the request counts from here on, whatever happens to it
-  // later) and max_concurrent (takes a slot). A refusal takes nothing. Thread-safe, as is every
-  // call here.
+  // Phase 1: the request rate (the request counts from here on, whatever happens to it later)
+  // and the requests in flight (takes a slot). A refusal takes nothing. Thread-safe, as is
+  // every call here.
   virtual quota_decision try_admit(const admit_request& request) = 0;
 
-  // Phase 2: max_tokens_per_request, daily_tokens, tokens_per_minute. `held` is the reservation
-  // try_admit returned. On success the decision's reservation is `held` plus the tokens taken;
-  // a refusal takes nothing more (the caller still holds phase 1 and ends it with
+  // Phase 2: the largest max_tokens, the daily budget, the tokens per minute. `held` is the
+  // reservation try_admit returned. On success the decision's reservation is `held` plus the
+  // tokens taken; a refusal takes nothing more (the caller still holds phase 1 and ends it with
   // finish(held, 0)).
   virtual quota_decision try_reserve(const quota_reservation& held, const quota_request& request) = 0;
 
@@ -144,7 +127,7 @@ class quota_store {
   // store, whose calls may be repeated, ignores a repeat; the one in memory does not).
   virtual void settle(const quota_reservation& reservation, std::int64_t used_tokens) = 0;
 
-  // Frees the request's max_concurrent slot. Call once per admitted request (as settle).
+  // Frees the request's slot among the requests in flight. Call once per admitted request (as settle).
   virtual void release(const quota_reservation& reservation) = 0;
 
   // settle() and release() together, for a request that is over, after either phase: a shared
@@ -159,7 +142,7 @@ class quota_store {
 };
 
 // Counters in this process. The daily budget survives a restart only through
-// seed_daily_tokens() (the server seeds it from the usage ledger when it starts).
+// seed_day_tokens() (the server seeds it from the usage ledger when it starts).
 class in_memory_quota_store final : public quota_store {
  public:
   explicit in_memory_quota_store(const time_source& clock) : clock_(clock) {}
@@ -170,11 +153,11 @@ class in_memory_quota_store final : public quota_store {
   void release(const quota_reservation& reservation) override;
 
   // Counts `tokens` as already spent today by the tenant (e.g. before a restart).
-  void seed_daily_tokens(std::string_view tenant_id, std::int64_t tokens);
+  void seed_day_tokens(std::string_view tenant_id, std::int64_t tokens);
 
   // For tests and diagnostics.
   std::int64_t in_flight(std::string_view tenant_id) const;
-  std::int64_t daily_tokens_used(std::string_view tenant_id) const;
+  std::int64_t day_tokens_used(std::string_view tenant_id) const;
 
  private:
   struct tenant_state {

@@ -7,10 +7,11 @@
 // and a refusal that retrying can cure also carries retry-after (whole seconds, rounded up)
 // and retry-after-ms.
 //
-// Refusals: 429 {"error":{"type":"requests"|"tokens","code":"rate_limit_exceeded"}} for the
-// per-minute limits and max_concurrent (type "requests"); 429 {"type":"insufficient_quota",
+// Refusals, as each kind's row of quota_kinds.h has them (quota_refusal): 429
+// {"error":{"type":"requests"|"tokens","code":"rate_limit_exceeded"}} for the per-minute limits
+// and the requests in flight (type "requests"); 429 {"type":"insufficient_quota",
 // "code":"insufficient_quota"} when the daily budget is spent; 400 invalid_request_error with
-// param "max_tokens" when one request asks for more than max_tokens_per_request; 503
+// param "max_tokens" when one request asks for more than its tenant's largest max_tokens; 503
 // {"type":"server_error","code":"quota_store_unavailable"} with retry-after when the shared
 // quota store is down and --quota-fail-mode is closed.
 #pragma once

@@ -9,11 +9,12 @@
 // x-ratelimit-* figures and messages are those of in_memory_quota_store (both judge with
 // src/quota_rules.h).
 //
-// Keys, per tenant (the {tenant} hash tag keeps them in one Redis Cluster slot):
+// Keys, per tenant (the {tenant} hash tag keeps them in one Redis Cluster slot; each quota kind
+// names the key of its counters in quota_kinds.h):
 //   <prefix>{tenant}:rate    hash: GCRA arrival time, token bucket level and refill time;
 //                            expires a minute after its last write (a minute idle = full)
 //   <prefix>{tenant}:daily   hash: UTC day and tokens reserved or spent; expires after that day
-//   <prefix>{tenant}:slots   sorted set: one member per max_concurrent slot, the reservation id,
+//   <prefix>{tenant}:slots   sorted set: one member per request in flight, the reservation id,
 //                            scored by its lease deadline (server ms). The gateway holding a slot
 //                            renews its lease every slot_lease / 3 while the request runs; a
 //                            gateway that dies stops renewing, and its slots are dropped by the
@@ -38,7 +39,7 @@
 // Outage: when Redis cannot be reached within the timeouts, try_admit and try_reserve follow
 // fail_mode: open admits without counting (no x-ratelimit-* headers), closed refuses with
 // quota_limit::quota_store_unavailable (503, retry-after 1 s). Either way a request that no
-// counter could ever admit (max_tokens_per_request, more than the whole tokens/min or daily
+// counter could ever admit (over the per-request limits, more than the whole tokens/min or daily
 // budget) is still refused. One log line when Redis goes down and one when it is back;
 // edgeinfer_quota_store_up and edgeinfer_quota_store_errors_total{operation}. Reconnection is
 // automatic, on use, with a backoff.
@@ -54,6 +55,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -97,7 +99,7 @@ struct redis_quota_options {
   std::size_t max_connections = 16;
   // Calls queued at most while Redis does not answer (settlements, compensations).
   std::size_t max_pending = 100'000;
-  // How long a max_concurrent slot outlives a gateway that stopped renewing it (died, hung).
+  // How long a slot of a request in flight outlives a gateway that stopped renewing it (died, hung).
   std::chrono::milliseconds slot_lease{std::chrono::seconds(30)};
   // Prepended to every key, so that several deployments (or tests) can share one Redis.
   std::string key_prefix = "edgeinfer:quota:";
@@ -159,6 +161,10 @@ class redis_quota_store final : public quota_store {
   void forget_slot(const quota_reservation& reservation);  // no longer renewed
   std::string key(std::string_view tenant_id, std::string_view part) const;
   std::string record_key(std::string_view tenant_id, std::string_view id) const;
+  // The keys a script is given: the tenant's counter keys of `phase` (of every phase when
+  // absent; redis_scripts::counter_keys), then the record of reservation `id`.
+  std::vector<std::string> script_keys(std::string_view tenant_id, std::optional<quota_phase> phase,
+                                       std::string_view id) const;
   // The scripts' idea of now: "" (server TIME) or, with a test clock, its readings.
   std::vector<std::string> now_arguments() const;
   void succeeded();  // Redis answered: up again if it was down

@@ -84,7 +84,7 @@ class request_session {
   // the default alone never refuses it.
   std::int64_t default_max_tokens(std::int64_t prompt_tokens, std::int64_t room, std::int64_t choices = 1) const;
 
-  // Phase 2, after admit(): max_tokens_per_request, tokens per minute and the daily budget,
+  // Phase 2, after admit(): the largest max_tokens, tokens per minute and the daily budget,
   // reserving prompt + choices × max_tokens. Nothing when admitted; else the refusal (counted).
   // The request's usage may then count up to choices × max_tokens completion tokens.
   boost::asio::awaitable<std::optional<quota_decision>> reserve(std::int64_t prompt_tokens, std::int64_t max_tokens,

@@ -14,21 +14,11 @@
 
 #include "edge/common/sha256.h"
 #include "edge/common/status.h"
+#include "edge/gateway/tenancy/quota_kinds.h"
 
 namespace edge::gateway {
 
 using unix_time = std::int64_t;  // seconds since 1970-01-01T00:00:00Z
-
-// Limits of one tenant. An absent limit is unlimited.
-struct tenant_quotas {
-  std::optional<std::int64_t> requests_per_minute;    // GCRA, bursts up to the whole minute's worth
-  std::optional<std::int64_t> tokens_per_minute;      // token bucket over prompt + max_tokens, refunded
-  std::optional<std::int64_t> max_concurrent;         // requests in flight at once
-  std::optional<std::int64_t> daily_tokens;           // prompt + completion tokens per UTC day
-  std::optional<std::int64_t> max_tokens_per_request; // the largest max_tokens a request may ask for
-
-  friend bool operator==(const tenant_quotas&, const tenant_quotas&) = default;
-};
 
 // The largest value any quota field accepts (well inside a double's exact integers, so JSON
 // clients in any language read it back exactly).

@@ -1,9 +1,8 @@
 // JSON forms of tenants, keys, usage rows and audit entries, as the admin API shows them and
 // the audit log records them. Written with Boost.JSON.
 //
-//   tenant:  {"id","object":"tenant","weight","quotas":{requests_per_minute, tokens_per_minute,
-//             max_concurrent, daily_tokens, max_tokens_per_request (null: unlimited)},
-//             "created_at","updated_at"}
+//   tenant:  {"id","object":"tenant","weight","quotas":{one field per quota kind, named and
+//             ordered as quota_kinds.h has them (null: unlimited)},"created_at","updated_at"}
 //   key:     {"id","object":"api_key","tenant","status":"active"|"expired"|"revoked",
 //             "created_at","expires_at","revoked_at"}                (times: unix seconds or null)
 //   usage:   {"hour":"2026-05-01T13:00:00Z","requests","prompt_tokens","completion_tokens",

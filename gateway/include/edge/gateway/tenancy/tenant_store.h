@@ -15,6 +15,7 @@
 // never count the same tenant's usage or disagree about its keys.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -96,13 +97,13 @@ inline constexpr unix_time hour_start_of(unix_time t) {
 // A change to a tenant. Absent members stay as they are; for a quota, an engaged outer optional
 // holding nullopt makes that limit unlimited.
 struct tenant_patch {
-  std::optional<double> weight;
-  std::optional<std::optional<std::int64_t>> requests_per_minute;
-  std::optional<std::optional<std::int64_t>> tokens_per_minute;
-  std::optional<std::optional<std::int64_t>> max_concurrent;
-  std::optional<std::optional<std::int64_t>> daily_tokens;
-  std::optional<std::optional<std::int64_t>> max_tokens_per_request;
+  using quota_change = std::optional<std::optional<std::int64_t>>;
 
+  std::optional<double> weight;
+  std::array<quota_change, quota_kinds.size()> quotas{};  // one per row of quota_kinds, in its order
+
+  quota_change& quota(const quota_kind& kind) { return quotas[quota_kind_index(kind)]; }
+  const quota_change& quota(const quota_kind& kind) const { return quotas[quota_kind_index(kind)]; }
   void apply_to(tenant_record& tenant) const;
 };
 
