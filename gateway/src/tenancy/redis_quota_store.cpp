@@ -318,20 +318,11 @@ quota_decision redis_quota_store::try_reserve(const quota_reservation& held, con
     return quota_rules::judge_reserve(held, request, {}, 0, 0);  // at most the per-request limits, which count nothing
   }
   const auto unavailable = [&] {
-<<<<<<< HEAD
-    // What no counter could ever admit (max_tokens_per_request, more than a whole minute's
-    // tokens or day's budget) is refused as usual: judged against counters that allow the rest.
-    quota_rules::reserve_counters idle;
-    if (q.tokens_per_minute) idle.bucket = static_cast<double>(*q.tokens_per_minute);
-    const unix_time now_s = to_unix_seconds((options_.clock != nullptr ? *options_.clock : process_time()).system_time());
-=======
     // What no counter could ever admit (a request over the per-request limits, more than a
     // whole minute's tokens or day's budget) is refused as usual: judged against counters that
     // allow the rest.
     const quota_rules::reserve_counters idle = quota_rules::idle_reserve_counters(q);
-    const unix_time now_s = to_unix_seconds(options_.clock != nullptr ? options_.clock->system_time()
-                                                                      : std::chrono::system_clock::now());
->>>>>>> quota-kinds
+    const unix_time now_s = to_unix_seconds((options_.clock != nullptr ? *options_.clock : process_time()).system_time());
     return unavailable_decision(quota_rules::judge_reserve(held, request, idle, quota_rules::utc_day(now_s), now_s),
                                 held);
   };
