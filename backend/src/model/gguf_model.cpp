@@ -10,13 +10,13 @@
 #include "edge/backend/model/formats.h"
 #include "edge/common/format.h"
 #include "model_checks.h"
+#include "tensor_schema.h"
 #include "weight_binding.h"
 
 namespace edge::backend {
 namespace {
 
 constexpr double default_rope_theta = 10000.0;
-constexpr std::string_view rope_freqs_tensor = "rope_freqs.weight";
 // rope_freqs.weight is stored as F32 values computed in double precision.
 constexpr double rope_factor_tolerance = 1e-4;
 
@@ -87,7 +87,7 @@ result<std::optional<rope_scaling_llama3>> rope_scaling_from_factors(const tenso
                                                                      const metadata_reader& keys) {
   if (tensor.encoding != tensor_encoding::elements || tensor.type != kernels::dtype::f32 ||
       tensor.shape != std::vector<std::int64_t>{config.head_dim / 2}) {
-    return invalid_argument(edge::format("{} must be F32 {}, not {} {}", rope_freqs_tensor,
+    return invalid_argument(edge::format("{} must be F32 {}, not {} {}", gguf_rope_factors_name(),
                                          shape_to_string(std::vector<std::int64_t>{config.head_dim / 2}),
                                          type_name(tensor), shape_to_string(tensor.shape)));
   }
@@ -120,7 +120,7 @@ result<std::optional<rope_scaling_llama3>> rope_scaling_from_factors(const tenso
       return status(status_code::unimplemented,
                     edge::format("{} does not hold Llama 3 RoPE scaling (factor {}, low 1, high 4, original {}): "
                                  "element {} is {}, expected {}",
-                                 rope_freqs_tensor, scaling.factor, scaling.original_max_position, i, stored[i],
+                                 gguf_rope_factors_name(), scaling.factor, scaling.original_max_position, i, stored[i],
                                  expected[i]));
     }
   }
@@ -347,13 +347,13 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
     if (!vocab) return invalid_argument("the GGUF has neither tokenizer.ggml.tokens nor a vocab_size");
     config.vocab_size = *vocab;
   }
-  config.tie_embeddings = file.find_tensor("output.weight") == nullptr;
+  config.tie_embeddings = file.find_tensor(gguf_classifier_name()) == nullptr;
   if (config.arch == architecture::qwen3_moe) {
     EDGE_ASSIGN_OR_RETURN(config.moe, qwen3_moe_from_gguf(keys, arch));
   }
 
   EDGE_RETURN_IF_ERROR(check_config(config));
-  if (const auto* factors = file.find_tensor(rope_freqs_tensor)) {
+  if (const auto* factors = file.find_tensor(gguf_rope_factors_name())) {
     EDGE_ASSIGN_OR_RETURN(config.rope_scaling, rope_scaling_from_factors(*factors, config, keys));
   }
 
@@ -363,52 +363,7 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
 
 result<model_weights> weights_from_gguf(const gguf_file& file, const model_config& config,
                                         const weight_options& options) {
-  tensor_names names;
-  names.token_embedding = "token_embd.weight";
-  names.final_norm = "output_norm.weight";
-  names.lm_head = "output.weight";
-  names.layer = [&config](std::int64_t i) {
-    const std::string prefix = edge::format("blk.{}.", i);
-    layer_tensor_names layer;
-    layer.attn_norm = prefix + "attn_norm.weight";
-    layer.wq = prefix + "attn_q.weight";
-    layer.wk = prefix + "attn_k.weight";
-    if (config.mla) {
-      // deepseek2: q_a_proj (attn_q_a) or, without a q_lora_rank, q_proj (attn_q); the latent and
-      // shared key (attn_kv_a_mqa); kv_b_proj whole, as the converter of that layout kept it.
-      if (config.mla->q_lora_rank > 0) layer.wq = prefix + "attn_q_a.weight";
-      layer.q_a_norm = prefix + "attn_q_a_norm.weight";
-      layer.wq_b = prefix + "attn_q_b.weight";
-      layer.wk = prefix + "attn_kv_a_mqa.weight";
-      layer.kv_a_norm = prefix + "attn_kv_a_norm.weight";
-      layer.wkv_b = prefix + "attn_kv_b.weight";
-    }
-    layer.wv = prefix + "attn_v.weight";
-    layer.wo = prefix + "attn_output.weight";
-    layer.bq = prefix + "attn_q.bias";
-    layer.bk = prefix + "attn_k.bias";
-    layer.bv = prefix + "attn_v.bias";
-    layer.q_norm = prefix + "attn_q_norm.weight";
-    layer.k_norm = prefix + "attn_k_norm.weight";
-    layer.ffn_norm = prefix + "ffn_norm.weight";
-    layer.w_gate = prefix + "ffn_gate.weight";
-    layer.w_up = prefix + "ffn_up.weight";
-    layer.w_down = prefix + "ffn_down.weight";
-    layer.router = prefix + "ffn_gate_inp.weight";
-    layer.router_bias = prefix + "exp_probs_b.bias";
-    if (config.moe && config.moe->shared_experts > 0 && config.moe->sparse(i)) {
-      layer.w_gate = prefix + "ffn_gate_shexp.weight";
-      layer.w_up = prefix + "ffn_up_shexp.weight";
-      layer.w_down = prefix + "ffn_down_shexp.weight";
-    }
-    // Each layer stacks its experts: ffn_gate_exps and ffn_up_exps [experts, width, hidden],
-    // ffn_down_exps [experts, hidden, width] (ggml lists the dimensions the other way round).
-    layer.expert = [prefix](std::int64_t e) {
-      return expert_tensor_names{prefix + "ffn_gate_exps.weight", prefix + "ffn_up_exps.weight",
-                                 prefix + "ffn_down_exps.weight", e};
-    };
-    return layer;
-  };
+  const tensor_names names = names_for(config, tensor_format::gguf);
   return bind_weights(tensor_index(file.tensors), config, names, options);
 }
 

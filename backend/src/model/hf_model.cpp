@@ -6,6 +6,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "model_checks.h"
+#include "tensor_schema.h"
 #include "weight_binding.h"
 
 namespace edge::backend {
@@ -488,48 +489,7 @@ result<parsed_config> parse_hf_config(std::string_view config_json) {
 
 result<model_weights> weights_from_hf(std::span<const tensor_view> tensors, const model_config& config,
                                       const weight_options& options) {
-  tensor_names names;
-  names.token_embedding = "model.embed_tokens.weight";
-  names.final_norm = "model.norm.weight";
-  names.lm_head = "lm_head.weight";
-  names.layer = [&config](std::int64_t i) {
-    const std::string prefix = edge::format("model.layers.{}.", i);
-    layer_tensor_names layer;
-    layer.attn_norm = prefix + "input_layernorm.weight";
-    const bool q_lora = config.mla && config.mla->q_lora_rank > 0;
-    layer.wq = prefix + (q_lora ? "self_attn.q_a_proj.weight" : "self_attn.q_proj.weight");
-    layer.wk = prefix + (config.mla ? "self_attn.kv_a_proj_with_mqa.weight" : "self_attn.k_proj.weight");
-    layer.q_a_norm = prefix + "self_attn.q_a_layernorm.weight";
-    layer.wq_b = prefix + "self_attn.q_b_proj.weight";
-    layer.kv_a_norm = prefix + "self_attn.kv_a_layernorm.weight";
-    layer.wkv_b = prefix + "self_attn.kv_b_proj.weight";
-    layer.index_wq = prefix + "self_attn.indexer.wq_b.weight";
-    layer.index_wk = prefix + "self_attn.indexer.wk.weight";
-    layer.index_k_norm = prefix + "self_attn.indexer.k_norm.weight";
-    layer.index_k_norm_bias = prefix + "self_attn.indexer.k_norm.bias";
-    layer.index_weights = prefix + "self_attn.indexer.weights_proj.weight";
-    layer.wv = prefix + "self_attn.v_proj.weight";
-    layer.wo = prefix + "self_attn.o_proj.weight";
-    layer.bq = prefix + "self_attn.q_proj.bias";
-    layer.bk = prefix + "self_attn.k_proj.bias";
-    layer.bv = prefix + "self_attn.v_proj.bias";
-    layer.q_norm = prefix + "self_attn.q_norm.weight";
-    layer.k_norm = prefix + "self_attn.k_norm.weight";
-    layer.ffn_norm = prefix + "post_attention_layernorm.weight";
-    const bool sparse = config.moe && config.moe->sparse(i);
-    // A sparse layer's always-on experts (GLM-4.5) or a dense layer's MLP.
-    const std::string mlp = prefix + (sparse ? "mlp.shared_experts." : "mlp.");
-    layer.w_gate = mlp + "gate_proj.weight";
-    layer.w_up = mlp + "up_proj.weight";
-    layer.w_down = mlp + "down_proj.weight";
-    layer.router = prefix + "mlp.gate.weight";
-    layer.router_bias = prefix + "mlp.gate.e_score_correction_bias";
-    layer.expert = [prefix](std::int64_t e) {
-      const std::string expert = prefix + edge::format("mlp.experts.{}.", e);
-      return expert_tensor_names{expert + "gate_proj.weight", expert + "up_proj.weight", expert + "down_proj.weight"};
-    };
-    return layer;
-  };
+  const tensor_names names = names_for(config, tensor_format::hf);
   return bind_weights(tensor_index(tensors, options.fp8_block_rows, options.fp8_block_cols), config, names, options);
 }
 

@@ -23,6 +23,7 @@
 #include "model_checks.h"
 #include "splitmix64.h"
 #include "synthetic_tokenizer.h"
+#include "tensor_schema.h"
 
 namespace edge::backend {
 namespace {
@@ -358,153 +359,59 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
                                          bool fp8_blocks) {
   const bool gguf = format == synthetic_format::gguf;
   // llama.cpp's converter keeps one-dimensional tensors (norms, biases) and MoE routers in F32
-  // whatever the file type.
+  // whatever the file type, and permutes Llama's Q and K rows for adjacent-pair RoPE.
   const kernels::dtype vector_type = gguf ? kernels::dtype::f32 : dtype;
-  const std::int64_t q_width = c.num_heads * c.head_dim;
-  const std::int64_t kv_width = c.num_kv_heads * c.head_dim;
   const bool permute_qk = gguf && c.arch == architecture::llama;
 
   std::vector<planned_tensor> plan;
-  const auto add = [&](std::string identity, std::string gguf_name, std::vector<std::int64_t> shape, fill contents,
-                       std::int64_t permute_heads = 0) {
+  for (const schema_tensor& s : tensor_schema(c)) {
+    const std::string& name = gguf ? s.gguf : s.hf;
+    if (name.empty()) continue;
+    if (s.fill == tensor_fill::rope_factors) {
+      planned_tensor t;
+      t.identity = t.name = name;
+      t.shape = s.shape;
+      t.contents = fill::values;
+      t.values = llama3_rope_factors(*c.rope_scaling, c.rope_theta, c.head_dim);
+      plan.push_back(std::move(t));
+      continue;
+    }
+    if (gguf && s.expert >= 0) {
+      // One stack of every expert's matrix, in expert order: the identity of each, whose rows
+      // it holds in turn.
+      if (s.expert == 0) {
+        planned_tensor t;
+        t.identity = t.name = name;
+        t.shape = {c.moe->num_experts, s.shape[0], s.shape[1]};
+        t.type = t.precision = dtype;
+        plan.push_back(std::move(t));
+      }
+      plan.back().stacked.push_back(s.hf);
+      continue;
+    }
     planned_tensor t;
-    t.name = gguf ? std::move(gguf_name) : identity;
-    t.identity = std::move(identity);
-    t.type = shape.size() == 1 ? vector_type : dtype;
+    t.name = name;
+    t.identity = s.hf;
+    t.type = s.shape.size() == 1 || s.router ? vector_type : dtype;
     t.precision = dtype;
-    t.shape = std::move(shape);
-    t.contents = contents;
-    t.permute_heads = permute_heads;
+    t.shape = s.shape;
+    t.contents = s.fill == tensor_fill::ones ? fill::ones : fill::random;
+    if (permute_qk && s.rope_rows && s.shape.size() == 2) t.permute_heads = s.shape[0] / c.head_dim;
     plan.push_back(std::move(t));
-  };
-  // A projection (attention, dense MLP, routed and shared experts): FP8 with its block scales
-  // beside it when asked, as the FP8 releases store them; the embedding, the classifier and the
-  // router stay in `dtype`.
-  const auto add_projection = [&](std::string identity, std::string gguf_name, std::vector<std::int64_t> shape,
-                                  std::int64_t permute_heads = 0) {
-    add(identity, std::move(gguf_name), shape, fill::random, permute_heads);
-    if (!fp8_blocks) return;
+    // A projection: FP8 with its block scales beside it when asked, as the FP8 releases store
+    // them; the embedding, the classifier and the router stay in `dtype`.
+    if (!fp8_blocks || !s.projection) continue;
     plan.back().type = kernels::dtype::fp8_e4m3;
     plan.back().fp8_blocks = true;
     planned_tensor scales;
-    scales.identity = identity;
-    scales.name = identity.substr(0, identity.size() - std::string_view("weight").size()) + "weight_scale_inv";
-    scales.shape = {(shape[0] + fp8_block_side - 1) / fp8_block_side, (shape[1] + fp8_block_side - 1) / fp8_block_side};
+    scales.identity = s.hf;
+    scales.name = s.hf.substr(0, s.hf.size() - std::string_view("weight").size()) + "weight_scale_inv";
+    scales.shape = {(s.shape[0] + fp8_block_side - 1) / fp8_block_side, (s.shape[1] + fp8_block_side - 1) / fp8_block_side};
     scales.type = kernels::dtype::f32;
     scales.contents = fill::block_scales;
-    scales.source_shape = shape;
+    scales.source_shape = s.shape;
     plan.push_back(std::move(scales));
-  };
-
-  // Latent attention (model.h's shapes), and a DSA layer's own indexer.
-  const auto add_latent_attention = [&](std::int64_t layer, const std::string& hf, const std::string& blk) {
-    const mla_config& m = *c.mla;
-    const std::int64_t heads = c.num_heads;
-    if (m.q_lora_rank > 0) {
-      add_projection(hf + "self_attn.q_a_proj.weight", blk + "attn_q_a.weight", {m.q_lora_rank, c.hidden_size});
-      add(hf + "self_attn.q_a_layernorm.weight", blk + "attn_q_a_norm.weight", {m.q_lora_rank}, fill::ones);
-      add_projection(hf + "self_attn.q_b_proj.weight", blk + "attn_q_b.weight", {heads * m.qk_head_dim(), m.q_lora_rank});
-    } else {
-      add_projection(hf + "self_attn.q_proj.weight", blk + "attn_q.weight", {heads * m.qk_head_dim(), c.hidden_size});
-    }
-    add_projection(hf + "self_attn.kv_a_proj_with_mqa.weight", blk + "attn_kv_a_mqa.weight",
-                   {m.cache_row(), c.hidden_size});
-    add(hf + "self_attn.kv_a_layernorm.weight", blk + "attn_kv_a_norm.weight", {m.kv_lora_rank}, fill::ones);
-    add_projection(hf + "self_attn.kv_b_proj.weight", blk + "attn_kv_b.weight",
-                   {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
-    add_projection(hf + "self_attn.o_proj.weight", blk + "attn_output.weight", {c.hidden_size, heads * m.v_head_dim});
-    if (!c.dsa || c.dsa->shared(layer)) return;
-    const dsa_config& d = *c.dsa;
-    const std::string indexer = hf + "self_attn.indexer.";
-    add_projection(indexer + "wq_b.weight", blk + "indexer.attn_q_b.weight",
-                   {d.index_heads * d.index_head_dim, m.q_lora_rank});
-    add_projection(indexer + "wk.weight", blk + "indexer.attn_k.weight", {d.index_head_dim, c.hidden_size});
-    add(indexer + "k_norm.weight", blk + "indexer.k_norm.weight", {d.index_head_dim}, fill::ones);
-    add(indexer + "k_norm.bias", blk + "indexer.k_norm.bias", {d.index_head_dim}, fill::random);
-    add(indexer + "weights_proj.weight", blk + "indexer.proj.weight", {d.index_heads, c.hidden_size}, fill::random);
-  };
-
-  if (gguf && c.rope_scaling) {
-    planned_tensor t;
-    t.identity = t.name = "rope_freqs.weight";
-    t.shape = {c.head_dim / 2};
-    t.contents = fill::values;
-    t.values = llama3_rope_factors(*c.rope_scaling, c.rope_theta, c.head_dim);
-    plan.push_back(std::move(t));
   }
-  add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, c.hidden_size}, fill::random);
-  for (std::int64_t i = 0; i < c.num_layers; ++i) {
-    const auto hf = edge::format("model.layers.{}.", i);
-    const auto blk = edge::format("blk.{}.", i);
-    add(hf + "input_layernorm.weight", blk + "attn_norm.weight", {c.hidden_size}, fill::ones);
-    if (c.mla) {
-      add_latent_attention(i, hf, blk);
-    } else {
-      add_projection(hf + "self_attn.q_proj.weight", blk + "attn_q.weight", {q_width, c.hidden_size},
-                     permute_qk ? c.num_heads : 0);
-      add_projection(hf + "self_attn.k_proj.weight", blk + "attn_k.weight", {kv_width, c.hidden_size},
-                     permute_qk ? c.num_kv_heads : 0);
-      add_projection(hf + "self_attn.v_proj.weight", blk + "attn_v.weight", {kv_width, c.hidden_size});
-      if (c.qkv_bias) {
-        add(hf + "self_attn.q_proj.bias", blk + "attn_q.bias", {q_width}, fill::random);
-        add(hf + "self_attn.k_proj.bias", blk + "attn_k.bias", {kv_width}, fill::random);
-        add(hf + "self_attn.v_proj.bias", blk + "attn_v.bias", {kv_width}, fill::random);
-      }
-      if (c.qk_norm) {
-        add(hf + "self_attn.q_norm.weight", blk + "attn_q_norm.weight", {c.head_dim}, fill::random);
-        add(hf + "self_attn.k_norm.weight", blk + "attn_k_norm.weight", {c.head_dim}, fill::random);
-      }
-      add_projection(hf + "self_attn.o_proj.weight", blk + "attn_output.weight", {c.hidden_size, q_width});
-    }
-    add(hf + "post_attention_layernorm.weight", blk + "ffn_norm.weight", {c.hidden_size}, fill::ones);
-    if (!(c.moe && c.moe->sparse(i))) {
-      add_projection(hf + "mlp.gate_proj.weight", blk + "ffn_gate.weight", {c.intermediate_size, c.hidden_size});
-      add_projection(hf + "mlp.up_proj.weight", blk + "ffn_up.weight", {c.intermediate_size, c.hidden_size});
-      add_projection(hf + "mlp.down_proj.weight", blk + "ffn_down.weight", {c.hidden_size, c.intermediate_size});
-      continue;
-    }
-    const moe_config& moe = *c.moe;
-    const std::int64_t width = moe.expert_intermediate;
-    add(hf + "mlp.gate.weight", blk + "ffn_gate_inp.weight", {moe.num_experts, c.hidden_size}, fill::random);
-    plan.back().type = vector_type;
-    if (moe.correction_bias) add(hf + "mlp.gate.e_score_correction_bias", blk + "exp_probs_b.bias", {moe.num_experts}, fill::random);
-    const std::pair<std::string_view, std::string_view> projections[] = {
-        {"gate_proj", "ffn_gate_exps"}, {"up_proj", "ffn_up_exps"}, {"down_proj", "ffn_down_exps"}};
-    for (const auto& [projection, stack] : projections) {
-      const bool down = projection == "down_proj";
-      const std::int64_t rows = down ? c.hidden_size : width;
-      const std::int64_t cols = down ? width : c.hidden_size;
-      const auto expert_name = [&](std::int64_t e) {
-        return edge::format("{}mlp.experts.{}.{}.weight", hf, e, projection);
-      };
-      if (!gguf) {
-        for (std::int64_t e = 0; e < moe.num_experts; ++e) add_projection(expert_name(e), "", {rows, cols});
-        continue;
-      }
-      // llama.cpp's converter stacks the experts' matrices in expert order.
-      add(edge::format("{}mlp.experts.{}.weight", hf, projection), blk + std::string(stack) + ".weight",
-          {moe.num_experts, rows, cols}, fill::random);
-      for (std::int64_t e = 0; e < moe.num_experts; ++e) plan.back().stacked.push_back(expert_name(e));
-    }
-    if (const std::int64_t shared = moe.shared_intermediate(); shared > 0) {
-      add_projection(hf + "mlp.shared_experts.gate_proj.weight", blk + "ffn_gate_shexp.weight", {shared, c.hidden_size});
-      add_projection(hf + "mlp.shared_experts.up_proj.weight", blk + "ffn_up_shexp.weight", {shared, c.hidden_size});
-      add_projection(hf + "mlp.shared_experts.down_proj.weight", blk + "ffn_down_shexp.weight", {c.hidden_size, shared});
-    }
-  }
-  // Multi-token-prediction layers after the decoder's (DeepSeek-V3's layout: the embedding and
-  // hidden-state norms, their projection, and the layer's own head norm), which the loader skips.
-  // llama.cpp's converter leaves them out of a GGUF.
-  for (std::int64_t i = c.num_layers; i < c.num_layers + (gguf ? 0 : c.nextn_layers); ++i) {
-    const auto hf = edge::format("model.layers.{}.", i);
-    const auto blk = edge::format("blk.{}.", i);
-    add(hf + "enorm.weight", blk + "nextn.enorm.weight", {c.hidden_size}, fill::ones);
-    add(hf + "hnorm.weight", blk + "nextn.hnorm.weight", {c.hidden_size}, fill::ones);
-    add(hf + "eh_proj.weight", blk + "nextn.eh_proj.weight", {c.hidden_size, 2 * c.hidden_size}, fill::random);
-    add(hf + "shared_head.norm.weight", blk + "nextn.shared_head_norm.weight", {c.hidden_size}, fill::ones);
-  }
-  add("model.norm.weight", "output_norm.weight", {c.hidden_size}, fill::ones);
-  if (!c.tie_embeddings) add("lm_head.weight", "output.weight", {c.vocab_size, c.hidden_size}, fill::random);
   return plan;
 }
 
