@@ -216,9 +216,9 @@ status deepseek2_from_gguf(const gguf_file& file, const metadata_reader& keys, s
   EDGE_ASSIGN_OR_RETURN(const auto top_groups, keys.optional_int("expert_group_used_count"));
   moe.groups = groups.value_or(0) > 0 ? *groups : 1;
   moe.top_groups = top_groups.value_or(0) > 0 ? *top_groups : moe.groups;
-  // The correction bias (exp_probs_b) is optional in llama.cpp: the first sparse layer says
+  // The correction bias is optional in llama.cpp: the first sparse layer says
   // whether the router has one.
-  const auto bias = edge::format("blk.{}.exp_probs_b.bias", moe.first_dense_layers);
+  const std::string bias = gguf_router_bias_name(moe.first_dense_layers);
   moe.correction_bias = file.find_tensor(bias) != nullptr;
   if (moe.correction_bias && moe.scoring != kernels::router_scoring::sigmoid) {
     return status(status_code::unimplemented,

@@ -20,6 +20,8 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/json_text.h"
 #include "hf_config_text.h"
+#include "rope_row_order.h"
+#include "tensor_schema.h"
 #include "kernels/quantize/quantize.h"
 
 namespace edge::backend {
@@ -37,16 +39,6 @@ constexpr std::string_view tokenizer_files[] = {"tokenizer.json",     "tokenizer
                                                 "tokenizer.bin"};
 
 // ---- the tensors --------------------------------------------------------------------------------
-
-// The row of a matrix stored in the adjacent-pair RoPE order that holds row `row` of the
-// half-split order: within each head of `head_dim` rows, half-split row half × head_dim / 2 + i
-// is adjacent-pair row 2i + half (the inverse of llama.cpp's permutation of Q and K).
-std::int64_t adjacent_pair_row(std::int64_t row, std::int64_t head_dim) {
-  const std::int64_t head = row / head_dim;
-  const std::int64_t within = row % head_dim;
-  const std::int64_t half_length = head_dim / 2;
-  return head * head_dim + (within % half_length) * 2 + within / half_length;
-}
 
 // Maps a written row to the model's row: the identity, or the RoPE reordering of Q/K.
 using row_map = std::function<std::int64_t(std::int64_t)>;
@@ -177,43 +169,22 @@ struct checkpoint_plan {
   bool tied = false;
 };
 
-// A latent attention layer under transformers' names (its RoPE rows are written as held: the
-// configuration keeps rope_interleave); w_uk_t is computed on load and not written.
-template <class Matrix>
-void add_latent_attention(const model_config& c, std::int64_t layer, const layer_weights& l, const std::string& prefix,
-                          const Matrix& matrix, std::vector<output_tensor>& tensors) {
-  const std::string attn = prefix + "self_attn.";
-  if (c.mla->q_lora_rank > 0) {
-    matrix(attn + "q_a_proj", l.wq, identity_rows());
-    tensors.push_back(plain_tensor(attn + "q_a_layernorm.weight", l.q_a_norm, identity_rows()));
-    matrix(attn + "q_b_proj", l.wq_b, identity_rows());
-  } else {
-    matrix(attn + "q_proj", l.wq, identity_rows());
-  }
-  matrix(attn + "kv_a_proj_with_mqa", l.wk, identity_rows());
-  tensors.push_back(plain_tensor(attn + "kv_a_layernorm.weight", l.kv_a_norm, identity_rows()));
-  matrix(attn + "kv_b_proj", l.wkv_b, identity_rows());
-  if (!c.dsa || c.dsa->shared(layer)) return;
-  matrix(attn + "indexer.wq_b", l.index_wq, identity_rows());
-  matrix(attn + "indexer.wk", l.index_wk, identity_rows());
-  tensors.push_back(plain_tensor(attn + "indexer.k_norm.weight", l.index_k_norm, identity_rows()));
-  tensors.push_back(plain_tensor(attn + "indexer.k_norm.bias", l.index_k_norm_bias, identity_rows()));
-  matrix(attn + "indexer.weights_proj", l.index_weights, identity_rows());
-}
-
 checkpoint_plan plan_checkpoint(const model& m) {
-  const model_config& c = m.config;
   const model_weights& w = m.weights;
   checkpoint_plan plan;
   plan.tied = classifier_is_embedding(m);
-  const bool reorder = c.rope == rope_layout::adjacent_pairs && !c.mla;
-  const auto rope_rows = [&]() -> row_map {
-    if (!reorder) return identity_rows();
-    const std::int64_t head_dim = c.head_dim;
+  // The Q/K rows (and biases) of a model that holds them in adjacent-pair RoPE order are written
+  // in the half-split order transformers uses. A latent attention layer's RoPE rows are written
+  // as held (the configuration keeps rope_interleave); w_uk_t is computed on load and not written.
+  const bool reorder = m.config.rope == rope_layout::adjacent_pairs && !m.config.mla;
+  const std::int64_t head_dim = m.config.head_dim;
+  const auto rows_of = [&](const schema_tensor& t) -> row_map {
+    if (!reorder || !t.rope_rows) return identity_rows();
     return [head_dim](std::int64_t r) { return adjacent_pair_row(r, head_dim); };
   };
-  const auto matrix = [&](const std::string& module, const weight_matrix& matrix_weights, row_map rows_of) {
-    add_matrix(plan.tensors, module + ".", matrix_weights, std::move(rows_of));
+  const auto matrix = [&](const schema_tensor& t, const weight_matrix& matrix_weights) {
+    const std::string module = t.hf.substr(0, t.hf.size() - std::string_view(".weight").size());
+    add_matrix(plan.tensors, module + ".", matrix_weights, rows_of(t));
     if (compressed_tensors_holds(matrix_weights.format)) {
       plan.quantized_modules[module] = matrix_weights.format == weight_format::int4 ? matrix_weights.group_size : 0;
     } else {
@@ -221,55 +192,28 @@ checkpoint_plan plan_checkpoint(const model& m) {
     }
   };
 
-  plan.tensors.push_back(plain_tensor("model.embed_tokens.weight", w.token_embedding, identity_rows()));
-  for (std::int64_t i = 0; i < c.num_layers; ++i) {
-    const layer_weights& l = w.layers[static_cast<std::size_t>(i)];
-    const std::string prefix = edge::format("model.layers.{}.", i);
-    plan.tensors.push_back(plain_tensor(prefix + "input_layernorm.weight", l.attn_norm, identity_rows()));
-    if (c.mla) {
-      add_latent_attention(c, i, l, prefix, matrix, plan.tensors);
-    } else {
-      matrix(prefix + "self_attn.q_proj", l.wq, rope_rows());
-      matrix(prefix + "self_attn.k_proj", l.wk, rope_rows());
-      matrix(prefix + "self_attn.v_proj", l.wv, identity_rows());
+  // Every tensor of the schema that the weights hold, the classifier included: a tied one is
+  // the embedding's table, which is never quantized, named in the ignore list only.
+  model_config untied = m.config;
+  untied.tie_embeddings = false;
+  for (const schema_tensor& t : tensor_schema(untied)) {
+    if (t.hf.empty()) continue;
+    if (t.model_slot == &tensor_names::token_embedding) {
+      plan.tensors.push_back(plain_tensor(t.hf, w.token_embedding, identity_rows()));
+    } else if (t.model_slot == &tensor_names::final_norm) {
+      plan.tensors.push_back(plain_tensor(t.hf, w.final_norm, identity_rows()));
+    } else if (t.model_slot == &tensor_names::lm_head) {
+      if (plan.tied) {
+        plan.float_modules.push_back(t.hf.substr(0, t.hf.size() - std::string_view(".weight").size()));
+      } else {
+        matrix(t, w.lm_head);
+      }
+    } else if (t.layer >= 0 && t.layer < m.config.num_layers) {
+      const layer_weights& l = w.layers[static_cast<std::size_t>(t.layer)];
+      if (t.layer_matrix != nullptr) matrix(t, l.*t.layer_matrix);
+      if (t.layer_vector != nullptr) plan.tensors.push_back(plain_tensor(t.hf, l.*t.layer_vector, rows_of(t)));
+      if (t.expert_matrix != nullptr) matrix(t, l.experts[static_cast<std::size_t>(t.expert)].*t.expert_matrix);
     }
-    matrix(prefix + "self_attn.o_proj", l.wo, identity_rows());
-    if (c.qkv_bias) {
-      plan.tensors.push_back(plain_tensor(prefix + "self_attn.q_proj.bias", l.bq, rope_rows()));
-      plan.tensors.push_back(plain_tensor(prefix + "self_attn.k_proj.bias", l.bk, rope_rows()));
-      plan.tensors.push_back(plain_tensor(prefix + "self_attn.v_proj.bias", l.bv, identity_rows()));
-    }
-    if (c.qk_norm) {
-      // One weight per element of a head: the same for every head, so no row map applies.
-      plan.tensors.push_back(plain_tensor(prefix + "self_attn.q_norm.weight", l.q_norm, identity_rows()));
-      plan.tensors.push_back(plain_tensor(prefix + "self_attn.k_norm.weight", l.k_norm, identity_rows()));
-    }
-    plan.tensors.push_back(plain_tensor(prefix + "post_attention_layernorm.weight", l.ffn_norm, identity_rows()));
-    // A dense layer's MLP, or a MoE layer's shared experts (when it has them).
-    const bool sparse = c.moe && c.moe->sparse(i);
-    const std::string mlp = prefix + (sparse ? "mlp.shared_experts." : "mlp.");
-    if (l.w_gate.present()) {
-      matrix(mlp + "gate_proj", l.w_gate, identity_rows());
-      matrix(mlp + "up_proj", l.w_up, identity_rows());
-      matrix(mlp + "down_proj", l.w_down, identity_rows());
-    }
-    if (!sparse) continue;
-    matrix(prefix + "mlp.gate", l.router, identity_rows());
-    if (l.router_bias.present()) {
-      plan.tensors.push_back(plain_tensor(prefix + "mlp.gate.e_score_correction_bias", l.router_bias, identity_rows()));
-    }
-    for (std::size_t e = 0; e < l.experts.size(); ++e) {
-      const std::string expert = prefix + edge::format("mlp.experts.{}.", e);
-      matrix(expert + "gate_proj", l.experts[e].w_gate, identity_rows());
-      matrix(expert + "up_proj", l.experts[e].w_up, identity_rows());
-      matrix(expert + "down_proj", l.experts[e].w_down, identity_rows());
-    }
-  }
-  plan.tensors.push_back(plain_tensor("model.norm.weight", w.final_norm, identity_rows()));
-  if (plan.tied) {
-    plan.float_modules.push_back("lm_head");  // the embedding's table, which is never quantized
-  } else {
-    matrix("lm_head", w.lm_head, identity_rows());
   }
   return plan;
 }

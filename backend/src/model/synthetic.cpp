@@ -21,6 +21,7 @@
 #include "edge/kernels/numerics.h"
 #include "hf_config_text.h"
 #include "model_checks.h"
+#include "rope_row_order.h"
 #include "splitmix64.h"
 #include "synthetic_tokenizer.h"
 #include "tensor_schema.h"
@@ -425,16 +426,6 @@ std::uint64_t fnv1a(std::string_view text) {
   return hash;
 }
 
-// The HF row that lands at `row` of a GGUF Q/K matrix: llama.cpp's converter interleaves the two
-// halves of each head, so HF row h*d + i*(d/2) + j goes to row h*d + 2*j + i.
-std::int64_t permuted_source_row(std::int64_t row, std::int64_t rows_per_head) {
-  const std::int64_t head = row / rows_per_head;
-  const std::int64_t within = row % rows_per_head;
-  const std::int64_t pair = within / 2;
-  const std::int64_t half = within % 2;
-  return head * rows_per_head + half * (rows_per_head / 2) + pair;
-}
-
 // Each row's values come from its own stream, keyed by seed, tensor and row: rows can be made
 // in any order (the GGUF permutation) and every format gets the same numbers.
 void fill_row(const planned_tensor& t, std::string_view identity, std::uint64_t seed_hash, std::int64_t row,
@@ -586,7 +577,7 @@ status write_rows(atomic_file& out, const planned_tensor& t, std::uint64_t seed_
   std::vector<float> row(static_cast<std::size_t>(cols));  // [cols]
   std::vector<std::byte> encoded(static_cast<std::size_t>(cols) * kernels::dtype_size(t.type));
   for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t source = t.permute_heads > 0 ? permuted_source_row(r, rows / t.permute_heads) : r;
+    const std::int64_t source = t.permute_heads > 0 ? half_split_row(r, rows / t.permute_heads) : r;
     const std::string& identity =
         t.stacked.empty() ? t.identity : t.stacked[static_cast<std::size_t>(r / rows_per_matrix)];
     fill_row(t, identity, seed_hash, source % rows_per_matrix, row);
@@ -822,7 +813,9 @@ std::optional<std::string> deepseek2_inexpressible(const model_config& c) {
                           "as transformers does only when they are equal", y.mscale, y.mscale_all_dim);
     }
   }
-  if (c.tie_embeddings) return std::string("a classifier tied to the embedding: deepseek2 requires output.weight");
+  if (c.tie_embeddings) {
+    return edge::format("a classifier tied to the embedding: deepseek2 requires {}", gguf_classifier_name());
+  }
   if (moe.shared_experts < 1) return std::string("no shared experts: deepseek2 requires ffn_*_shexp in every sparse layer");
   if (!moe.dense_layers.empty() || moe.sparse_step != 1) {
     return std::string("dense layers after the first sparse one: deepseek2 has leading_dense_block_count only");

@@ -9,12 +9,16 @@ namespace {
 
 constexpr std::string_view classifier_gguf = "output.weight";
 constexpr std::string_view rope_factors_gguf = "rope_freqs.weight";
+constexpr std::string_view router_bias_gguf = "exp_probs_b.bias";
+
+std::string hf_prefix(std::int64_t layer) { return edge::format("model.layers.{}.", layer); }
+std::string gguf_prefix(std::int64_t layer) { return edge::format("blk.{}.", layer); }
 
 // A layer's tensors: the prefix of each format and the entries so far.
 class layer_builder {
  public:
   layer_builder(std::vector<schema_tensor>& out, std::int64_t layer)
-      : out_(out), layer_(layer), hf_(edge::format("model.layers.{}.", layer)), gguf_(edge::format("blk.{}.", layer)) {}
+      : out_(out), layer_(layer), hf_(hf_prefix(layer)), gguf_(gguf_prefix(layer)) {}
 
   // A matrix of the layer (a projection unless said otherwise).
   schema_tensor& matrix(std::string_view hf, std::string_view gguf, std::vector<std::int64_t> shape,
@@ -132,7 +136,7 @@ void mlp(const model_config& c, layer_builder& l, std::int64_t layer) {
   l.matrix("mlp.gate.weight", "ffn_gate_inp.weight", {moe.num_experts, c.hidden_size}, &ln::router, &lw::router, false)
       .router = true;
   if (moe.correction_bias) {
-    l.vector("mlp.gate.e_score_correction_bias", "exp_probs_b.bias", moe.num_experts, tensor_fill::random,
+    l.vector("mlp.gate.e_score_correction_bias", router_bias_gguf, moe.num_experts, tensor_fill::random,
              &ln::router_bias, &lw::router_bias);
   }
   // A GGUF stacks the experts' matrices in expert order.
@@ -247,5 +251,6 @@ tensor_names names_for(const model_config& c, tensor_format format) {
 
 std::string_view gguf_classifier_name() { return classifier_gguf; }
 std::string_view gguf_rope_factors_name() { return rope_factors_gguf; }
+std::string gguf_router_bias_name(std::int64_t layer) { return gguf_prefix(layer) + std::string(router_bias_gguf); }
 
 }  // namespace edge::backend

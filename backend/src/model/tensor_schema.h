@@ -50,8 +50,11 @@ std::vector<schema_tensor> tensor_schema(const model_config& c);
 tensor_names names_for(const model_config& c, tensor_format format);
 
 // What reading a GGUF's configuration looks for before the configuration is known: the
-// classifier (absent when it is tied to the embedding) and the RoPE scaling factors.
+// classifier (absent when it is tied to the embedding), the RoPE scaling factors, a router's
+// correction bias.
 std::string_view gguf_classifier_name();
 std::string_view gguf_rope_factors_name();
+// A layer's router correction bias, which tells whether a GGUF's router has one.
+std::string gguf_router_bias_name(std::int64_t layer);
 
 }  // namespace edge::backend
