@@ -9,6 +9,7 @@
 
 #include "edge/backend/model/formats.h"
 #include "edge/common/format.h"
+#include "architecture_traits.h"
 #include "model_checks.h"
 #include "tensor_schema.h"
 #include "weight_binding.h"
@@ -19,18 +20,6 @@ namespace {
 constexpr double default_rope_theta = 10000.0;
 // rope_freqs.weight is stored as F32 values computed in double precision.
 constexpr double rope_factor_tolerance = 1e-4;
-
-struct gguf_architecture_entry {
-  architecture arch;
-  std::string_view name;  // general.architecture
-};
-constexpr gguf_architecture_entry gguf_architectures[] = {
-    {architecture::llama, "llama"},
-    {architecture::qwen2, "qwen2"},
-    {architecture::qwen3, "qwen3"},
-    {architecture::qwen3_moe, "qwen3moe"},
-    {architecture::deepseek_v3, "deepseek2"},
-};
 
 // deepseek2.expert_gating_func (llama.cpp's llama_expert_gating_func_type); files written before
 // the key existed (DeepSeek-V2, V2.5) are softmax.
@@ -255,10 +244,9 @@ status deepseek2_from_gguf(const gguf_file& file, const metadata_reader& keys, s
 }  // namespace
 
 std::optional<std::string_view> gguf_architecture_name(architecture arch) {
-  for (const auto& [known, name] : gguf_architectures) {
-    if (known == arch) return name;
-  }
-  return std::nullopt;
+  const std::string_view name = traits_of(arch).gguf_name;
+  if (name.empty()) return std::nullopt;
+  return name;
 }
 
 result<parsed_config> config_from_gguf(const gguf_file& file) {
@@ -267,38 +255,21 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
     return invalid_argument("metadata general.architecture is missing");
   }
   const std::string& arch = *arch_value->as_string();
-  const auto* known = std::find_if(std::begin(gguf_architectures), std::end(gguf_architectures),
-                                   [&](const gguf_architecture_entry& entry) { return entry.name == arch; });
-  if (known == std::end(gguf_architectures)) {
-    std::string names;
-    for (const auto& entry : gguf_architectures) names += (names.empty() ? "" : ", ") + std::string(entry.name);
-    return status(status_code::unimplemented,
-                  edge::format("GGUF architecture \"{}\" is not supported ({} are)", arch, names));
+  const architecture_traits* known = find_gguf_architecture(arch);
+  if (known == nullptr) {
+    return status(status_code::unimplemented, edge::format("GGUF architecture \"{}\" is not supported ({} are)", arch,
+                                                           supported_gguf_architectures()));
   }
   parsed_config parsed;
   model_config& config = parsed.config;
   config.arch = known->arch;
-  switch (config.arch) {
-    case architecture::llama:
-      // llama.cpp's converter permutes HF Q/K rows so that RoPE rotates adjacent pairs.
-      config.rope = rope_layout::adjacent_pairs;
-      break;
-    case architecture::qwen2:
-      // Qwen2 GGUFs keep the HF row order and use llama.cpp's "NEOX" RoPE, which is half_split.
-      config.rope = rope_layout::half_split;
-      config.qkv_bias = true;
-      break;
-    case architecture::qwen3:
-    case architecture::qwen3_moe:
-      // NEOX RoPE as Qwen2's, and per-head Q/K RMSNorms (attn_q_norm, attn_k_norm).
-      config.rope = rope_layout::half_split;
-      config.qk_norm = true;
-      break;
-    case architecture::deepseek_v3: break;  // deepseek2_from_gguf
-    case architecture::mistral:
-    case architecture::glm4_moe:
-    case architecture::glm_moe_dsa: break;  // not in gguf_architectures
-  }
+  // What llama.cpp's converter leaves the file with: Llama's Q/K rows permuted so that RoPE
+  // rotates adjacent pairs, Qwen's in the HF order ("NEOX" RoPE, half_split), Qwen2's Q/K/V
+  // biases, Qwen3's per-head Q/K RMSNorms (attn_q_norm, attn_k_norm); deepseek2's own keys say
+  // the rest (deepseek2_from_gguf).
+  config.rope = known->gguf_rope;
+  config.qkv_bias = known->gguf_qkv_bias;
+  config.qk_norm = known->gguf_qk_norm;
 
   const metadata_reader keys(file, arch + ".");
   EDGE_ASSIGN_OR_RETURN(config.hidden_size, keys.required_int("embedding_length"));

@@ -6,28 +6,15 @@
 #include <string_view>
 
 #include "edge/backend/model/model_config.h"
+#include "architecture_traits.h"
 #include "edge/common/json_text.h"
 
 namespace edge::backend {
 
-inline std::string_view hf_architecture_class(architecture arch) {
-  switch (arch) {
-    case architecture::llama: return "LlamaForCausalLM";
-    case architecture::qwen2: return "Qwen2ForCausalLM";
-    case architecture::mistral: return "MistralForCausalLM";
-    case architecture::qwen3: return "Qwen3ForCausalLM";
-    case architecture::qwen3_moe: return "Qwen3MoeForCausalLM";
-    case architecture::glm4_moe: return "Glm4MoeForCausalLM";
-    case architecture::deepseek_v3: return "DeepseekV3ForCausalLM";
-    case architecture::glm_moe_dsa: return "GlmMoeDsaForCausalLM";
-  }
-  return "LlamaForCausalLM";
-}
-
 // "architectures" through "rope_scaling", one field per line, each ending in ",\n".
 inline std::string hf_config_shape_fields(const model_config& c) {
   std::string out;
-  out += "  \"architectures\": [\"" + std::string(hf_architecture_class(c.arch)) + "\"],\n";
+  out += "  \"architectures\": [\"" + std::string(traits_of(c.arch).hf_class) + "\"],\n";
   out += "  \"model_type\": \"" + std::string(to_string(c.arch)) + "\",\n";
   out += "  \"hidden_size\": " + std::to_string(c.hidden_size) + ",\n";
   out += "  \"intermediate_size\": " + std::to_string(c.intermediate_size) + ",\n";

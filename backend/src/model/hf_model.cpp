@@ -5,37 +5,13 @@
 #include "edge/common/format.h"
 #include "edge/common/json_fields.h"
 #include "edge/common/log.h"
+#include "architecture_traits.h"
 #include "model_checks.h"
 #include "tensor_schema.h"
 #include "weight_binding.h"
 
 namespace edge::backend {
 namespace {
-
-struct architecture_defaults {
-  std::string_view class_name;
-  architecture arch;
-  // transformers' defaults for fields a config.json may leave out.
-  std::int64_t max_position;
-  bool qkv_bias;
-  bool qk_norm;
-  std::int64_t head_dim;  // 0: hidden_size / num_attention_heads
-};
-
-constexpr architecture_defaults known_architectures[] = {
-    {"LlamaForCausalLM", architecture::llama, 2048, false, false, 0},
-    {"MistralForCausalLM", architecture::mistral, 4096 * 32, false, false, 0},
-    {"Qwen2ForCausalLM", architecture::qwen2, 32768, true, false, 0},
-    {"Qwen3ForCausalLM", architecture::qwen3, 32768, false, true, 128},
-    {"Qwen3MoeForCausalLM", architecture::qwen3_moe, 32768, false, true, 0},
-    {"Glm4MoeForCausalLM", architecture::glm4_moe, 131072, false, false, 0},
-    {"DeepseekV3ForCausalLM", architecture::deepseek_v3, 4096, false, false, 0},
-    {"GlmMoeDsaForCausalLM", architecture::glm_moe_dsa, 202752, false, false, 0},
-};
-
-constexpr std::string_view supported_classes =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-    "Glm4MoeForCausalLM, DeepseekV3ForCausalLM and GlmMoeDsaForCausalLM are";
 
 // transformers' defaults for the Mixture-of-Experts fields (Qwen3MoeConfig, Glm4MoeConfig,
 // DeepseekV3Config, GlmMoeDsaConfig).
@@ -157,8 +133,9 @@ status parse_rope(const json_fields& config, model_config& out) {
     if (out.arch != architecture::deepseek_v3 && out.arch != architecture::glm_moe_dsa) {
       // Checked against the reference for latent attention only (DeepSeek's softmax factor is its own).
       return status(status_code::unimplemented,
-                    edge::format("rope_scaling type \"yarn\" is supported for {} only",
-                                 "DeepseekV3ForCausalLM and GlmMoeDsaForCausalLM"));
+                    edge::format("rope_scaling type \"yarn\" is supported for {} and {} only",
+                                 traits_of(architecture::deepseek_v3).hf_class,
+                                 traits_of(architecture::glm_moe_dsa).hf_class));
     }
     rope_scaling_yarn yarn;
     if (!original) return invalid_argument("yarn rope_scaling needs \"original_max_position_embeddings\"");
@@ -384,21 +361,18 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   EDGE_ASSIGN_OR_RETURN(const json_array classes, architectures.as<json_array>(architectures_expected));
   if (classes.empty()) return architectures.must_be(architectures_expected);
   EDGE_ASSIGN_OR_RETURN(const std::string_view class_name, classes.front().as<std::string_view>());
-  const architecture_defaults* defaults = nullptr;
-  for (const auto& known : known_architectures) {
-    if (known.class_name == class_name) defaults = &known;
-  }
+  const architecture_traits* defaults = find_hf_class(class_name);
   if (defaults == nullptr) {
     return status(status_code::unimplemented,
-                  edge::format("architecture {} is not supported ({})", class_name, supported_classes));
+                  edge::format("architecture {} is not supported ({} are)", class_name, supported_hf_classes()));
   }
 
   parsed_config parsed;
   model_config& config = parsed.config;
   config.arch = defaults->arch;
   config.rope = rope_layout::half_split;
-  config.qkv_bias = defaults->qkv_bias;
-  config.qk_norm = defaults->qk_norm;
+  config.qkv_bias = defaults->default_qkv_bias;
+  config.qk_norm = defaults->default_qk_norm;
   EDGE_ASSIGN_OR_RETURN(config.hidden_size, fields.required<std::int64_t>("hidden_size"));
   EDGE_ASSIGN_OR_RETURN(config.intermediate_size, fields.required<std::int64_t>("intermediate_size"));
   EDGE_ASSIGN_OR_RETURN(config.num_layers, fields.required<std::int64_t>("num_hidden_layers"));
@@ -409,13 +383,13 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   EDGE_ASSIGN_OR_RETURN(const auto head_dim, fields.optional<std::int64_t>("head_dim"));
   if (head_dim) {
     config.head_dim = *head_dim;
-  } else if (defaults->head_dim > 0) {
-    config.head_dim = defaults->head_dim;
+  } else if (defaults->default_head_dim > 0) {
+    config.head_dim = defaults->default_head_dim;
   } else if (config.num_heads > 0) {
     config.head_dim = config.hidden_size / config.num_heads;
   }
   EDGE_ASSIGN_OR_RETURN(const auto max_position, fields.optional<std::int64_t>("max_position_embeddings"));
-  config.max_position = max_position.value_or(defaults->max_position);
+  config.max_position = max_position.value_or(defaults->default_max_position);
   EDGE_ASSIGN_OR_RETURN(const auto eps, fields.optional<double>("rms_norm_eps"));
   // Glm4MoeConfig and GlmMoeDsaConfig default to 1e-5, the others to 1e-6.
   const bool glm = config.arch == architecture::glm4_moe || config.arch == architecture::glm_moe_dsa;

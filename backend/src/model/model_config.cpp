@@ -8,20 +8,6 @@
 
 namespace edge::backend {
 
-std::string_view to_string(architecture arch) {
-  switch (arch) {
-    case architecture::llama: return "llama";
-    case architecture::qwen2: return "qwen2";
-    case architecture::mistral: return "mistral";
-    case architecture::qwen3: return "qwen3";
-    case architecture::qwen3_moe: return "qwen3_moe";
-    case architecture::glm4_moe: return "glm4_moe";
-    case architecture::deepseek_v3: return "deepseek_v3";
-    case architecture::glm_moe_dsa: return "glm_moe_dsa";
-  }
-  return "unknown";
-}
-
 namespace {
 
 double yarn_mscale(double factor, double mscale) { return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }

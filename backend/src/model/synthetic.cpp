@@ -832,7 +832,7 @@ status check_gguf_expressible(const synthetic_preset& preset) {
     return status(status_code::unimplemented,
                   edge::format("{} is a {} model, which make-model writes as a safetensors folder only: edgeinfer "
                                "reads no GGUF of that architecture",
-                               preset.name, hf_architecture_class(c.arch)));
+                               preset.name, traits_of(c.arch).hf_class));
   }
   if (c.mla) {
     if (const auto why = deepseek2_inexpressible(c)) {

@@ -1,6 +1,7 @@
 // The tensor schema: in every preset's configuration each tensor has one name per format that
 // no other tensor has, each weight the binding reads is named in both formats, a GGUF stacks
-// every routed expert's matrix in expert order; the two RoPE row orders are each other's inverse.
+// every routed expert's matrix in expert order; the two RoPE row orders are each other's inverse;
+// each architecture has one row of names.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "edge/backend/model/synthetic.h"
+#include "architecture_traits.h"
 #include "rope_row_order.h"
 #include "tensor_schema.h"
 
@@ -77,4 +79,23 @@ TEST_CASE("every preset's tensors have one name per format, and the binding find
       }
     }
   }
+}
+
+TEST_CASE("each architecture has one row: its class, model_type and GGUF name lead back to it") {
+  std::set<std::string_view> classes, types, gguf;
+  for (const be::architecture_traits& t : be::architecture_table()) {
+    CAPTURE(t.model_type);
+    CHECK(&be::traits_of(t.arch) == &t);
+    CHECK(be::to_string(t.arch) == t.model_type);
+    CHECK(be::find_hf_class(t.hf_class) == &t);
+    CHECK(classes.insert(t.hf_class).second);
+    CHECK(types.insert(t.model_type).second);
+    if (!t.gguf_name.empty()) {
+      CHECK(be::find_gguf_architecture(t.gguf_name) == &t);
+      CHECK(gguf.insert(t.gguf_name).second);
+    }
+  }
+  CHECK(be::find_hf_class("GPT2LMHeadModel") == nullptr);
+  CHECK(be::find_gguf_architecture("") == nullptr);
+  CHECK(be::supported_hf_classes().ends_with(" and GlmMoeDsaForCausalLM"));
 }
