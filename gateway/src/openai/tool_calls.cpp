@@ -1,6 +1,7 @@
 #include "edge/gateway/openai/tool_calls.h"
 
 #include <algorithm>
+#include <cassert>
 #include <array>
 #include <random>
 #include <unordered_map>
@@ -53,26 +54,6 @@ constexpr std::array<std::string_view, 6> glm_markers{glm_key_open,  hermes_begi
 // arguments) may take before it is taken for no header at all.
 constexpr std::size_t max_header_bytes = 1024;
 constexpr std::size_t tool_call_id_length = 24;
-
-struct family_syntax {
-  std::string_view section_begin;  // calls grouped in a section (DeepSeek, Kimi); "" otherwise
-  std::string_view section_end;
-  std::string_view call_begin;     // "" for llama3_json, whose calls are bare JSON
-  std::string_view call_end;
-};
-
-family_syntax syntax_of(tool_call_parser_kind kind) {
-  switch (kind) {
-    case tool_call_parser_kind::hermes:
-    case tool_call_parser_kind::glm45: return {"", "", hermes_begin, hermes_end};
-    case tool_call_parser_kind::deepseek_v3:
-      return {deepseek_calls_begin, deepseek_calls_end, deepseek_call_begin, deepseek_call_end};
-    case tool_call_parser_kind::kimi_k2: return {kimi_section_begin, kimi_section_end, kimi_call_begin, kimi_call_end};
-    case tool_call_parser_kind::llama3_json:
-    case tool_call_parser_kind::none: break;
-  }
-  return {};
-}
 
 // ---- headers ----------------------------------------------------------------------------------
 
@@ -215,6 +196,37 @@ header glm_header(std::string_view text) {
   return {.status = header_status::match, .name = std::string(trim_space(text.substr(at, end - at))), .length = end};
 }
 
+// ---- the families ---------------------------------------------------------------------------
+
+class call_grammar_writer;
+
+// How a family's arguments are written: a JSON object, or GLM's <arg_key>/<arg_value> pairs.
+enum class argument_form { json, key_value_pairs };
+
+// Everything the generic parser and the grammar writer need to know of a family: one row per
+// family (family_table, at the end of this file), no switch on the family elsewhere.
+struct family_traits {
+  tool_call_parser_kind kind;
+  std::string_view name;                       // --tool-call-parser
+  std::span<const std::string_view> markers;   // the first is its signature in a vocabulary
+  std::string_view section_begin;              // calls grouped in a section (DeepSeek, Kimi); "" otherwise
+  std::string_view section_end;
+  std::string_view call_begin;                 // "" for bare calls
+  std::string_view call_end;
+  header (*read_header)(std::string_view text);  // a call's header, from the text after its opener
+  argument_form arguments;
+  // Bare calls (llama3_json): JSON objects at the answer's start, after this marker or none,
+  // joined by ';'; anything else is plain content.
+  bool bare;
+  std::string_view bare_marker;
+  std::string_view arguments_close;  // after JSON arguments: the call object's own '}' (the header opened it)
+  std::string_view fence_close;      // after a fenced call's arguments (DeepSeek-V3)
+  // The calls as a grammar (call_grammar_writer's member for the family).
+  result<backend::grammar::expr, backend::grammar::grammar_error> (call_grammar_writer::*grammar)();
+};
+
+const family_traits& family_of(tool_call_parser_kind kind);
+
 // ---- GLM's value types ------------------------------------------------------------------------
 
 // Whether the schema makes `type` string-only: "string", or a list of "string" and "null".
@@ -265,14 +277,13 @@ std::string json_string_body(std::string_view text) {
 
 class family_parser final : public tool_call_parser {
  public:
-  family_parser(tool_call_parser_kind kind, std::vector<tool_spec> tools, bool parallel, tool_call_id_source make_id)
-      : kind_(kind),
-        syntax_(syntax_of(kind)),
+  family_parser(const family_traits& family, std::vector<tool_spec> tools, bool parallel, tool_call_id_source make_id)
+      : family_(family),
         tools_(std::move(tools)),
         parallel_(parallel),
         make_id_(make_id ? std::move(make_id) : tool_call_id_source(random_tool_call_id)),
-        state_(kind == tool_call_parser_kind::llama3_json ? state::llama_start : state::text) {
-    if (kind_ == tool_call_parser_kind::glm45) {
+        state_(family.bare ? state::llama_start : state::text) {
+    if (family_.arguments == argument_form::key_value_pairs) {
       for (const tool_spec& tool : tools_) string_parameters_.push_back(string_properties(tool.parameters));
     }
   }
@@ -301,16 +312,16 @@ class family_parser final : public tool_call_parser {
     tail,             // the family's closing syntax after the arguments
     call_as_content,  // a call in a section that is not one: content up to its end marker
     skip_space,       // after a call: whitespace before what follows is dropped
-    llama_start,      // llama3_json: only whitespace so far
-    llama_next,       // llama3_json: after a call, a ';' and the next, or text
-    plain,            // llama3_json: content to the end
+    llama_start,      // bare calls: only whitespace so far
+    llama_next,       // bare calls: after a call, a ';' and the next, or text
+    plain,            // bare calls: content to the end
     glm_pairs,        // GLM: between <arg_key>/<arg_value> pairs
     glm_key,          // GLM: inside <arg_key>
     glm_before_value, // GLM: after a key, before <arg_value>
     glm_value,        // GLM: inside <arg_value>
   };
 
-  bool is_section_family() const { return !syntax_.section_begin.empty(); }
+  bool is_section_family() const { return !family_.section_begin.empty(); }
 
   void content(std::string_view text) {
     if (!text.empty()) append_event(*out_, content_delta{std::string(text)});
@@ -332,37 +343,25 @@ class family_parser final : public tool_call_parser {
     append_event(*out_, tool_call_begin{index_, h.id.empty() ? make_id_() : h.id, h.name});
   }
 
-  header parse_header() const {
-    switch (kind_) {
-      case tool_call_parser_kind::llama3_json:
-      case tool_call_parser_kind::hermes: return json_header(pending_);
-      case tool_call_parser_kind::deepseek_v3: return deepseek_header(pending_);
-      case tool_call_parser_kind::kimi_k2: return kimi_header(pending_);
-      case tool_call_parser_kind::glm45: return glm_header(pending_);
-      case tool_call_parser_kind::none: break;
-    }
-    return mismatch();
-  }
+  header parse_header() const { return family_.read_header(pending_); }
 
   // Where the text after a finished call is read.
   state after_call() const {
-    if (kind_ == tool_call_parser_kind::llama3_json) return state::llama_next;
+    if (family_.bare) return state::llama_next;
     return is_section_family() ? state::section : state::skip_space;
   }
 
   // The closing syntax expected after the arguments, before the call's end marker.
   std::string_view tail_piece() const {
     if (tail_done_) return {};
-    if (kind_ == tool_call_parser_kind::hermes || kind_ == tool_call_parser_kind::llama3_json) return "}";
-    if (kind_ == tool_call_parser_kind::deepseek_v3 && fenced_) return deepseek_fence_close;
-    return {};
+    return fenced_ ? family_.fence_close : family_.arguments_close;
   }
 
   bool step(bool at_end) {
     std::string_view text = pending_;
     switch (state_) {
       case state::text: {
-        const std::string_view opener = is_section_family() ? syntax_.section_begin : syntax_.call_begin;
+        const std::string_view opener = is_section_family() ? family_.section_begin : family_.call_begin;
         const std::size_t found = text.find(opener);
         if (found != std::string_view::npos) {
           // Whitespace before the marker is no content if a call follows; kept with the marker.
@@ -389,23 +388,23 @@ class family_parser final : public tool_call_parser {
         }
         const std::size_t space = leading_space_length(text);
         const std::string_view rest = text.substr(space);
-        if (rest.starts_with(syntax_.call_begin)) {
-          opened_with_ = std::string(text.substr(0, space + syntax_.call_begin.size()));
+        if (rest.starts_with(family_.call_begin)) {
+          opened_with_ = std::string(text.substr(0, space + family_.call_begin.size()));
           pending_.erase(0, opened_with_.size());
           state_ = state::header;
           return true;
         }
-        if (rest.starts_with(syntax_.section_end) && !in_new_section_) {
-          pending_.erase(0, syntax_.section_end.size());
+        if (rest.starts_with(family_.section_end) && !in_new_section_) {
+          pending_.erase(0, family_.section_end.size());
           state_ = state::skip_space;
           return true;
         }
-        if (!at_end && (rest.empty() || is_marker_start(rest, syntax_.call_begin) ||
-                        is_marker_start(rest, syntax_.section_end))) {
+        if (!at_end && (rest.empty() || is_marker_start(rest, family_.call_begin) ||
+                        is_marker_start(rest, family_.section_end))) {
           return false;
         }
         if (rest.empty() && !in_new_section_) return false;
-        if (at_end && cut_ && (rest.empty() || is_marker_start(rest, syntax_.call_begin))) {
+        if (at_end && cut_ && (rest.empty() || is_marker_start(rest, family_.call_begin))) {
           pending_.clear();  // a section (or its next call's marker) begun when the output was cut
           return false;
         }
@@ -431,7 +430,7 @@ class family_parser final : public tool_call_parser {
         pending_.erase(0, h.length);
         fenced_ = h.fenced;
         tail_done_ = false;
-        if (kind_ == tool_call_parser_kind::glm45) {
+        if (family_.arguments == argument_form::key_value_pairs) {
           arguments("{");
           first_pair_ = true;
           state_ = state::glm_pairs;
@@ -469,7 +468,7 @@ class family_parser final : public tool_call_parser {
       }
 
       case state::raw_arguments: {
-        const std::string_view end = syntax_.call_end;
+        const std::string_view end = family_.call_end;
         if (!end.empty()) {
           const std::size_t found = text.find(end);
           if (found != std::string_view::npos) {
@@ -490,8 +489,8 @@ class family_parser final : public tool_call_parser {
         const std::size_t space = leading_space_length(text);
         const std::string_view rest = text.substr(space);
         const std::string_view piece = tail_piece();
-        const std::string_view expected = piece.empty() ? syntax_.call_end : piece;
-        if (expected.empty()) {  // llama3_json: the object's '}' ended the call
+        const std::string_view expected = piece.empty() ? family_.call_end : piece;
+        if (expected.empty()) {  // a bare call: the object's '}' ended it
           state_ = after_call();
           return true;
         }
@@ -507,21 +506,19 @@ class family_parser final : public tool_call_parser {
         if (!at_end && (rest.empty() || is_marker_start(rest, expected))) return false;
         // Not the closing syntax: the call is over, and this is what follows it.
         pending_.erase(0, space);
-        state_ = kind_ == tool_call_parser_kind::llama3_json ? state::llama_next
-                 : is_section_family()                       ? state::section
-                                                             : state::text;
+        state_ = family_.bare ? state::llama_next : is_section_family() ? state::section : state::text;
         return true;
       }
 
       case state::call_as_content: {
-        const std::size_t found = text.find(syntax_.call_end);
+        const std::size_t found = text.find(family_.call_end);
         if (found != std::string_view::npos) {
-          content(text.substr(0, found + syntax_.call_end.size()));
-          pending_.erase(0, found + syntax_.call_end.size());
+          content(text.substr(0, found + family_.call_end.size()));
+          pending_.erase(0, found + family_.call_end.size());
           state_ = state::section;
           return true;
         }
-        const std::size_t ready = text.size() - (at_end ? 0 : partial_marker_length(text, syntax_.call_end));
+        const std::size_t ready = text.size() - (at_end ? 0 : partial_marker_length(text, family_.call_end));
         content(text.substr(0, ready));
         pending_.erase(0, ready);
         return false;
@@ -536,14 +533,14 @@ class family_parser final : public tool_call_parser {
       case state::llama_start: {
         const std::size_t space = leading_space_length(text);
         const std::string_view rest = text.substr(space);
-        if (rest.starts_with(python_tag) || rest.starts_with("{")) {
-          const std::size_t opener = rest.starts_with(python_tag) ? space + python_tag.size() : space;
+        if (rest.starts_with(family_.bare_marker) || rest.starts_with("{")) {
+          const std::size_t opener = rest.starts_with(family_.bare_marker) ? space + family_.bare_marker.size() : space;
           opened_with_ = std::string(text.substr(0, opener));
           pending_.erase(0, opener);
           state_ = state::header;
           return true;
         }
-        if (!at_end && (rest.empty() || is_marker_start(rest, python_tag))) return false;
+        if (!at_end && (rest.empty() || is_marker_start(rest, family_.bare_marker))) return false;
         state_ = state::plain;
         return true;
       }
@@ -576,13 +573,13 @@ class family_parser final : public tool_call_parser {
           state_ = state::glm_key;
           return true;
         }
-        if (rest.starts_with(syntax_.call_end)) {
+        if (rest.starts_with(family_.call_end)) {
           arguments("}");
-          pending_.erase(0, space + syntax_.call_end.size());
+          pending_.erase(0, space + family_.call_end.size());
           state_ = state::skip_space;
           return true;
         }
-        if (rest.empty() || (!at_end && (is_marker_start(rest, glm_key_open) || is_marker_start(rest, syntax_.call_end)))) {
+        if (rest.empty() || (!at_end && (is_marker_start(rest, glm_key_open) || is_marker_start(rest, family_.call_end)))) {
           return false;  // at the end: a call cut short keeps what it has
         }
         // Text that is no pair: the call ends here, complete; the text is what follows it.
@@ -665,7 +662,7 @@ class family_parser final : public tool_call_parser {
 
   // The header is no call of a known tool: its text so far becomes content.
   bool not_a_call() {
-    if (kind_ == tool_call_parser_kind::llama3_json) {
+    if (family_.bare) {
       content(opened_with_);
       state_ = state::plain;
     } else if (!is_section_family()) {
@@ -694,8 +691,7 @@ class family_parser final : public tool_call_parser {
     return is_valid_json(value) ? std::string(value) : json_string(value);
   }
 
-  const tool_call_parser_kind kind_;
-  const family_syntax syntax_;
+  const family_traits& family_;
   const std::vector<tool_spec> tools_;
   const bool parallel_;
   const tool_call_id_source make_id_;
@@ -764,7 +760,8 @@ class call_grammar_writer {
     for (std::size_t i = 0; i < o_.tools.size(); ++i) {
       const tool_spec& tool = o_.tools[i];
       if (!o_.only.empty() && tool.name != o_.only) continue;
-      auto arguments = o_.kind == tool_call_parser_kind::glm45 ? glm_pairs(tool, i) : json_arguments(tool, i);
+      auto arguments = family_of(o_.kind).arguments == argument_form::key_value_pairs ? glm_pairs(tool, i)
+                                                                                      : json_arguments(tool, i);
       if (!arguments.ok()) {
         return g::grammar_error(format("tool '{}': {}", tool.name, arguments.error().message()), arguments.error().path());
       }
@@ -773,39 +770,42 @@ class call_grammar_writer {
     }
     if (allowed_.empty()) return g::grammar_error(format("no tool is named '{}'", o_.only), "tool_choice");
 
-    switch (o_.kind) {
-      case tool_call_parser_kind::llama3_json:
-        return joined(any_call([](const allowed_tool& t) {
-                        return g::seq({g::literal("{\"name\": " + json_string(t.name) + ", \"parameters\": "), t.arguments,
-                                       g::literal("}")});
-                      }),
-                      "; ");
-      case tool_call_parser_kind::hermes:
-        return joined(any_call([&](const allowed_tool& t) {
-                        return g::seq({marker(hermes_begin),
-                                       g::literal("\n{\"name\": " + json_string(t.name) + ", \"arguments\": "),
-                                       t.arguments, g::literal("}\n"), marker(hermes_end)});
-                      }),
-                      "\n");
-      case tool_call_parser_kind::deepseek_v3: {
-        const g::expr call = any_call([&](const allowed_tool& t) {
-          const g::expr v3 = g::seq({g::literal("function"), marker(deepseek_sep), g::literal(t.name + "\n"),
-                                     g::literal(std::string(deepseek_fence_open) + "\n"), t.arguments,
-                                     g::literal("\n" + std::string(deepseek_fence_close))});
-          const g::expr v31 = g::seq({g::literal(t.name), marker(deepseek_sep), t.arguments});
-          return g::seq({marker(deepseek_call_begin), g::alt({v3, v31}), marker(deepseek_call_end)});
-        });
-        return g::seq({marker(deepseek_calls_begin), joined(call, "\n"), marker(deepseek_calls_end)});
-      }
-      case tool_call_parser_kind::kimi_k2: return kimi_section();
-      case tool_call_parser_kind::glm45:
-        return joined(any_call([&](const allowed_tool& t) {
-                        return g::seq({marker(hermes_begin), g::literal(t.name + "\n"), t.arguments, marker(hermes_end)});
-                      }),
-                      "\n");
-      case tool_call_parser_kind::none: break;
-    }
-    return g::grammar_error("the model has no tool-call syntax", "tool_choice");
+    const auto write = family_of(o_.kind).grammar;
+    if (write == nullptr) return g::grammar_error("the model has no tool-call syntax", "tool_choice");
+    return (this->*write)();
+  }
+
+  // Each family's calls, one or (parallel) more, each an alternative per allowed tool.
+  result<g::expr, g::grammar_error> llama3_json_calls() {
+    return joined(any_call([](const allowed_tool& t) {
+                    return g::seq({g::literal("{\"name\": " + json_string(t.name) + ", \"parameters\": "), t.arguments,
+                                   g::literal("}")});
+                  }),
+                  "; ");
+  }
+  result<g::expr, g::grammar_error> hermes_calls() {
+    return joined(any_call([&](const allowed_tool& t) {
+                    return g::seq({marker(hermes_begin), g::literal("\n{\"name\": " + json_string(t.name) + ", \"arguments\": "),
+                                   t.arguments, g::literal("}\n"), marker(hermes_end)});
+                  }),
+                  "\n");
+  }
+  result<g::expr, g::grammar_error> deepseek_v3_calls() {
+    const g::expr call = any_call([&](const allowed_tool& t) {
+      const g::expr v3 = g::seq({g::literal("function"), marker(deepseek_sep), g::literal(t.name + "\n"),
+                                 g::literal(std::string(deepseek_fence_open) + "\n"), t.arguments,
+                                 g::literal("\n" + std::string(deepseek_fence_close))});
+      const g::expr v31 = g::seq({g::literal(t.name), marker(deepseek_sep), t.arguments});
+      return g::seq({marker(deepseek_call_begin), g::alt({v3, v31}), marker(deepseek_call_end)});
+    });
+    return g::seq({marker(deepseek_calls_begin), joined(call, "\n"), marker(deepseek_calls_end)});
+  }
+  result<g::expr, g::grammar_error> kimi_k2_calls() { return kimi_section(); }
+  result<g::expr, g::grammar_error> glm45_calls() {
+    return joined(any_call([&](const allowed_tool& t) {
+                    return g::seq({marker(hermes_begin), g::literal(t.name + "\n"), t.arguments, marker(hermes_end)});
+                  }),
+                  "\n");
   }
 
  private:
@@ -1140,40 +1140,78 @@ class call_grammar_writer {
   std::vector<allowed_tool> allowed_;
 };
 
-}  // namespace
+using writer = call_grammar_writer;
 
-std::string_view to_string(tool_call_parser_kind kind) {
-  switch (kind) {
-    case tool_call_parser_kind::none: return "none";
-    case tool_call_parser_kind::llama3_json: return "llama3_json";
-    case tool_call_parser_kind::hermes: return "hermes";
-    case tool_call_parser_kind::deepseek_v3: return "deepseek_v3";
-    case tool_call_parser_kind::kimi_k2: return "kimi_k2";
-    case tool_call_parser_kind::glm45: return "glm45";
-  }
-  return "none";
+// The families, in the order tool_call_parser_kind declares them.
+const family_traits family_table[] = {
+    {.kind = tool_call_parser_kind::none, .name = "none", .arguments = argument_form::json, .grammar = nullptr},
+    {.kind = tool_call_parser_kind::llama3_json,
+     .name = "llama3_json",
+     .markers = llama_markers,
+     .read_header = json_header,
+     .arguments = argument_form::json,
+     .bare = true,
+     .bare_marker = python_tag,
+     .arguments_close = "}",
+     .grammar = &writer::llama3_json_calls},
+    {.kind = tool_call_parser_kind::hermes,
+     .name = "hermes",
+     .markers = hermes_markers,
+     .call_begin = hermes_begin,
+     .call_end = hermes_end,
+     .read_header = json_header,
+     .arguments = argument_form::json,
+     .arguments_close = "}",
+     .grammar = &writer::hermes_calls},
+    {.kind = tool_call_parser_kind::deepseek_v3,
+     .name = "deepseek_v3",
+     .markers = deepseek_markers,
+     .section_begin = deepseek_calls_begin,
+     .section_end = deepseek_calls_end,
+     .call_begin = deepseek_call_begin,
+     .call_end = deepseek_call_end,
+     .read_header = deepseek_header,
+     .arguments = argument_form::json,
+     .fence_close = deepseek_fence_close,
+     .grammar = &writer::deepseek_v3_calls},
+    {.kind = tool_call_parser_kind::kimi_k2,
+     .name = "kimi_k2",
+     .markers = kimi_markers,
+     .section_begin = kimi_section_begin,
+     .section_end = kimi_section_end,
+     .call_begin = kimi_call_begin,
+     .call_end = kimi_call_end,
+     .read_header = kimi_header,
+     .arguments = argument_form::json,
+     .grammar = &writer::kimi_k2_calls},
+    {.kind = tool_call_parser_kind::glm45,
+     .name = "glm45",
+     .markers = glm_markers,
+     .call_begin = hermes_begin,
+     .call_end = hermes_end,
+     .read_header = glm_header,
+     .arguments = argument_form::key_value_pairs,
+     .grammar = &writer::glm45_calls},
+};
+
+const family_traits& family_of(tool_call_parser_kind kind) {
+  const family_traits& f = family_table[static_cast<std::size_t>(kind)];
+  assert(f.kind == kind);
+  return f;
 }
 
+}  // namespace
+
+std::string_view to_string(tool_call_parser_kind kind) { return family_of(kind).name; }
+
 std::optional<tool_call_parser_kind> parse_tool_call_parser_name(std::string_view name) {
-  for (const auto kind : {tool_call_parser_kind::none, tool_call_parser_kind::llama3_json, tool_call_parser_kind::hermes,
-                          tool_call_parser_kind::deepseek_v3, tool_call_parser_kind::kimi_k2,
-                          tool_call_parser_kind::glm45}) {
-    if (to_string(kind) == name) return kind;
+  for (const family_traits& f : family_table) {
+    if (f.name == name) return f.kind;
   }
   return std::nullopt;
 }
 
-std::span<const std::string_view> tool_call_markers(tool_call_parser_kind kind) {
-  switch (kind) {
-    case tool_call_parser_kind::llama3_json: return llama_markers;
-    case tool_call_parser_kind::hermes: return hermes_markers;
-    case tool_call_parser_kind::deepseek_v3: return deepseek_markers;
-    case tool_call_parser_kind::kimi_k2: return kimi_markers;
-    case tool_call_parser_kind::glm45: return glm_markers;
-    case tool_call_parser_kind::none: break;
-  }
-  return {};
-}
+std::span<const std::string_view> tool_call_markers(tool_call_parser_kind kind) { return family_of(kind).markers; }
 
 std::string random_tool_call_id() {
   static constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -1186,7 +1224,7 @@ std::string random_tool_call_id() {
 
 std::unique_ptr<tool_call_parser> make_tool_call_parser(tool_call_parser_kind kind, std::vector<tool_spec> tools,
                                                         bool parallel_tool_calls, tool_call_id_source make_id) {
-  return std::make_unique<family_parser>(kind, std::move(tools), parallel_tool_calls, std::move(make_id));
+  return std::make_unique<family_parser>(family_of(kind), std::move(tools), parallel_tool_calls, std::move(make_id));
 }
 
 result<backend::grammar::expr, backend::grammar::grammar_error> tool_call_grammar(
