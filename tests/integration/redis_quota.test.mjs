@@ -6,7 +6,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { adminCall, freePort, startServer, sleep } from './lib/server.mjs';
-import { skipWithoutRedis as skip, startRedis } from './lib/redis.mjs';
+import { startRedis } from './lib/redis.mjs';
 import { requiredMetric, requiredSeriesValue, scrape } from './lib/metrics.mjs';
 
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
@@ -15,7 +15,6 @@ let closedGateway;  // --quota-fail-mode closed
 let openGateway;    // --quota-fail-mode open
 
 before(async () => {
-  if (skip) return;
   redis = await startRedis(await freePort());
   const common = ['--threads', '1', '--http-threads', '2', '--kv-cache-memory', '64MiB', '--admin-token', ADMIN_TOKEN,
     '--quota-store', `redis://127.0.0.1:${redis.port}/0`, '--quota-store-timeout', '200ms'];
@@ -73,7 +72,7 @@ async function sendThroughBoth(keys, total, options, parallel = total) {
 
 const count = (text, pattern) => (text.match(pattern) ?? []).length;
 
-test('requests per minute: 60 through two gateways are 60 accepted, not 120', { skip }, async () => {
+test('requests per minute: 60 through two gateways are 60 accepted, not 120', async () => {
   const keys = await tenantOnBoth('shared-rpm', { requests_per_minute: 60 });
   const { results, seconds } = await sendThroughBoth(keys, 140, {});
   const accepted = results.filter((r) => r.status === 200);
@@ -92,7 +91,7 @@ test('requests per minute: 60 through two gateways are 60 accepted, not 120', { 
   console.log(`requests/min 60 through two gateways: ${accepted.length} accepted of ${results.length} in ${seconds} s`);
 });
 
-test('tokens per minute: two gateways together serve the limit within 1%, not twice it', { skip }, async () => {
+test('tokens per minute: two gateways together serve the limit within 1%, not twice it', async () => {
   const tpm = 2000;
   const keys = await tenantOnBoth('shared-tpm', { tokens_per_minute: tpm });
   const prompt = 'Once upon a time there was a little girl';
@@ -112,7 +111,7 @@ test('tokens per minute: two gateways together serve the limit within 1%, not tw
     `(${(100 * (used - tpm) / tpm).toFixed(2)}%, refill ${refilled.toFixed(0)})`);
 });
 
-test('Redis killed: closed answers 503, open lets requests pass; restarted: both count again', { skip }, async () => {
+test('Redis killed: closed answers 503, open lets requests pass; restarted: both count again', async () => {
   const keys = await tenantOnBoth('outage', { requests_per_minute: 1000, tokens_per_minute: 100000 });
   assert.equal((await complete(closedGateway, keys[0])).status, 200);
   assert.equal((await complete(openGateway, keys[1])).status, 200);
