@@ -5,6 +5,7 @@
 #include <deque>
 
 #include "edge/backend/runtime/forward.h"
+#include "edge/backend/runtime/sampler.h"
 #include "edge/common/format.h"
 #include "edge/common/thread_pool.h"
 
@@ -53,7 +54,7 @@ struct cpu_executor::state {
   std::int64_t last_tokens = 0;                                    // of the last step
   std::vector<float> logits;                           // [sequences + prompt_rows, vocab] forward_sample's rows
   std::vector<kernels::sampling_row> sampling;         // [sequences]
-  std::vector<kernels::logit_bias> biases;             // the step's rows' logit biases, one after another
+  std::vector<kernels::logit_bias> biases;             // [sequences * max_logit_bias_entries] room
   std::vector<std::int32_t> sampled;                   // [sequences]
   std::vector<std::uint32_t> allowed;                  // [constrained rows, allowed_words(vocab)]
   std::vector<std::int32_t> ids, positions, seq;       // [tokens]
@@ -120,6 +121,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
   s->selected.resize(size(floats.selected));
   s->selected_count.resize(size(floats.selected_count));
   s->sampling.resize(size(sequences));
+  s->biases.resize(size(sequences * max_logit_bias_entries));
   s->sampled.resize(size(sequences));
   s->ids.resize(size(tokens));
   s->positions.resize(size(tokens));
@@ -205,23 +207,13 @@ status cpu_executor::forward_sample(const batch_plan& plan, std::span<const row_
                 prompt_rows * row_floats * sizeof(float));
   }
   // Rows the caller samples get a greedy draw here that nobody reads.
-  const auto words = static_cast<std::size_t>(kernels::allowed_words(vocab));
-  s.allowed.clear();
-  s.biases.clear();
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    s.sampling[r] = rows[r].sample ? rows[r].config : kernels::sampling_row{.temperature = 0.0f};
-    s.sampling[r].allowed_row = -1;
-    if (!rows[r].sample) continue;
-    s.sampling[r].bias_begin = static_cast<std::int32_t>(s.biases.size());
-    s.sampling[r].bias_count = static_cast<std::int32_t>(rows[r].bias.size());
-    s.biases.insert(s.biases.end(), rows[r].bias.begin(), rows[r].bias.end());
-    if (!rows[r].allowed.empty()) {
-      if (rows[r].allowed.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
-      s.sampling[r].allowed_row = static_cast<std::int32_t>(s.allowed.size() / words);
-      s.allowed.insert(s.allowed.end(), rows[r].allowed.begin(), rows[r].allowed.end());
-    }
-  }
   const auto n = static_cast<std::int64_t>(rows.size());
+  EDGE_ASSIGN_OR_RETURN(const staged_sampling staged,
+                        stage_sampling(rows, n, vocab, {.config = s.sampling.data(), .biases = s.biases.data()}));
+  s.allowed.clear();
+  for (const std::span<const std::uint32_t> mask : staged.masks) {
+    s.allowed.insert(s.allowed.end(), mask.begin(), mask.end());
+  }
   EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = s.logits.data(),
                                               .config = s.sampling.data(),
                                               .out = s.sampled.data(),

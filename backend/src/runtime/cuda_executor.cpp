@@ -491,33 +491,14 @@ struct cuda_executor::state {
                              .last_token = reinterpret_cast<std::int64_t*>(base + m.last_token)};
     EDGE_ASSIGN_OR_RETURN(const staged_step staged,
                           stage_step(batch, padded, plan.vocab, kv.layout, table_blocks, pad_block(), arrays));
-    auto* configs = reinterpret_cast<kernels::sampling_row*>(base + m.sampling);
-    auto* biases = reinterpret_cast<kernels::logit_bias*>(base + m.biases);
-    std::int64_t bias_entries = 0;
-    const auto words = static_cast<std::size_t>(kernels::allowed_words(plan.vocab));
-    step_masks.clear();
-    for (std::int64_t r = 0; r < staged.sampled_rows; ++r) {
-      const bool given = r < static_cast<std::int64_t>(sampling.size()) && sampling[static_cast<std::size_t>(r)].sample;
-      configs[r] = given ? sampling[static_cast<std::size_t>(r)].config : kernels::sampling_row{.temperature = 0.0f};
-      configs[r].allowed_row = -1;
-      if (!given) continue;
-      const std::span<const kernels::logit_bias> bias = sampling[static_cast<std::size_t>(r)].bias;
-      if (static_cast<std::int64_t>(bias.size()) > max_logit_bias_entries) {
-        return invalid_argument(format("a row of {} logit biases; at most {}", bias.size(), max_logit_bias_entries));
-      }
-      configs[r].bias_begin = static_cast<std::int32_t>(bias_entries);
-      configs[r].bias_count = static_cast<std::int32_t>(bias.size());
-      std::copy(bias.begin(), bias.end(), biases + bias_entries);
-      bias_entries += static_cast<std::int64_t>(bias.size());
-      const auto mask = sampling[static_cast<std::size_t>(r)].allowed;
-      if (mask.empty()) continue;
-      if (mask.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
-      configs[r].allowed_row = static_cast<std::int32_t>(step_masks.size());
-      step_masks.push_back(mask);
-    }
+    EDGE_ASSIGN_OR_RETURN(staged_sampling staged_rows,
+                          stage_sampling(sampling, staged.sampled_rows, plan.vocab,
+                                         {.config = reinterpret_cast<kernels::sampling_row*>(base + m.sampling),
+                                          .biases = reinterpret_cast<kernels::logit_bias*>(base + m.biases)}));
+    step_masks = std::move(staged_rows.masks);
     step_meta = m;
     last_tokens = staged.tokens;
-    const status queued = launch(m, staged, bias_entries, batch.copies,
+    const status queued = launch(m, staged, staged_rows.bias_entries, batch.copies,
                                  graph_batch > 0 && padded == graph_batch ? graph_batch : 0);
     // The staging buffer is rewritten by the next step: a failed step must not leave its copy
     // in flight.

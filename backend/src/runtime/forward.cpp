@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "edge/backend/runtime/sampler.h"
 #include "edge/common/format.h"
 #include "kernels/cpu/load.h"
 #include "kernels/embedding/embedding.h"
@@ -327,6 +328,34 @@ status check_sampling_args(const batch_plan& plan, std::span<const row_sampling>
     return invalid_argument(format("forward_sample: a logits buffer of {} floats for {} rows to copy", logits.size(), out_rows));
   }
   return {};
+}
+
+result<staged_sampling> stage_sampling(std::span<const row_sampling> sampling, std::int64_t rows, std::int64_t vocab,
+                                       const sampling_arrays& out) {
+  staged_sampling staged;
+  const auto words = static_cast<std::size_t>(kernels::allowed_words(vocab));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const bool given = i < sampling.size() && sampling[i].sample;
+    kernels::sampling_row& config = out.config[r];
+    config = given ? sampling[i].config : kernels::sampling_row{.temperature = 0.0f};
+    config.allowed_row = -1;
+    if (!given) continue;
+    const std::span<const kernels::logit_bias> bias = sampling[i].bias;
+    if (static_cast<std::int64_t>(bias.size()) > max_logit_bias_entries) {
+      return invalid_argument(format("a row of {} logit biases; at most {}", bias.size(), max_logit_bias_entries));
+    }
+    config.bias_begin = static_cast<std::int32_t>(staged.bias_entries);
+    config.bias_count = static_cast<std::int32_t>(bias.size());
+    std::copy(bias.begin(), bias.end(), out.biases + staged.bias_entries);
+    staged.bias_entries += static_cast<std::int64_t>(bias.size());
+    const std::span<const std::uint32_t> mask = sampling[i].allowed;
+    if (mask.empty()) continue;
+    if (mask.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
+    config.allowed_row = static_cast<std::int32_t>(staged.masks.size());
+    staged.masks.push_back(mask);
+  }
+  return staged;
 }
 
 status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std::int64_t vocab) {

@@ -4,7 +4,7 @@
 // give the same logits for both, which checks both RoPE layouts, the permutation and (for
 // Qwen2) the Q/K/V biases end to end. Likewise one GLM-5 network with and without its DSA
 // indexer, and one latent attention network prefilled at once or a token at a time. Also: how
-// stage_step pads a CUDA-graph batch.
+// stage_step pads a CUDA-graph batch, and what stage_sampling writes.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -365,4 +365,46 @@ TEST_CASE("forward_sample reads the token masks its mask filler writes, filled o
   CHECK(fills == 1);
   CHECK(tokens[0] == least);
   CHECK(tokens[1] == edge::kernels::argmax(std::span<const float>(logits).subspan(static_cast<std::size_t>(vocab))));
+}
+
+TEST_CASE("stage_sampling: sampled rows get their settings, biases one after another and mask rows; the rest a greedy draw") {
+  constexpr std::int64_t vocab = 40;  // two mask words
+  const std::vector<edge::kernels::logit_bias> first = {{.id = 3, .bias = 1.0f}, {.id = 7, .bias = -2.0f}};
+  const std::vector<edge::kernels::logit_bias> third = {{.id = 9, .bias = 0.5f}};
+  const std::vector<std::uint32_t> mask(2, 5u);
+  const std::vector<row_sampling> rows = {
+      {.sample = true, .config = {.temperature = 0.7f, .top_k = 5}, .allowed = mask, .bias = first},
+      {.sample = false, .config = {.temperature = 0.9f}, .bias = third},
+      {.sample = true, .config = {.temperature = 1.0f}, .bias = third}};
+  std::vector<edge::kernels::sampling_row> config(4);
+  std::vector<edge::kernels::logit_bias> biases(4 * static_cast<std::size_t>(max_logit_bias_entries));
+  const auto staged = stage_sampling(rows, 4, vocab, {.config = config.data(), .biases = biases.data()});
+  REQUIRE_MESSAGE(staged.ok(), staged.error().message());
+  CHECK(staged->bias_entries == 3);
+  REQUIRE(staged->masks.size() == 1);
+  CHECK(staged->masks[0].data() == mask.data());
+  CHECK(config[0].temperature == 0.7f);
+  CHECK(config[0].top_k == 5);
+  CHECK(config[0].allowed_row == 0);
+  CHECK(config[0].bias_begin == 0);
+  CHECK(config[0].bias_count == 2);
+  CHECK(config[2].allowed_row == -1);
+  CHECK(config[2].bias_begin == 2);
+  CHECK(config[2].bias_count == 1);
+  CHECK(biases[1].id == 7);
+  CHECK(biases[2].id == 9);
+  // Row 1 is the caller's and row 3 has no settings: greedy, without biases or a mask.
+  for (const std::size_t r : {std::size_t{1}, std::size_t{3}}) {
+    CAPTURE(r);
+    CHECK(config[r].temperature == 0.0f);
+    CHECK(config[r].allowed_row == -1);
+    CHECK(config[r].bias_count == 0);
+  }
+
+  const std::vector<std::uint32_t> short_mask(1, 0u);
+  const std::vector<row_sampling> bad_mask = {{.sample = true, .allowed = short_mask}};
+  CHECK_FALSE(stage_sampling(bad_mask, 1, vocab, {.config = config.data(), .biases = biases.data()}).ok());
+  const std::vector<edge::kernels::logit_bias> too_many(static_cast<std::size_t>(max_logit_bias_entries) + 1);
+  const std::vector<row_sampling> bad_bias = {{.sample = true, .bias = too_many}};
+  CHECK_FALSE(stage_sampling(bad_bias, 1, vocab, {.config = config.data(), .biases = biases.data()}).ok());
 }

@@ -195,6 +195,27 @@ result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs,
 status check_sampling_args(const batch_plan& plan, std::span<const row_sampling> rows, std::span<std::int32_t> tokens,
                            std::span<float> logits, std::int64_t vocab);
 
+// Where stage_sampling writes the step's sampling settings.
+struct sampling_arrays {
+  kernels::sampling_row* config = nullptr;  // [rows]
+  kernels::logit_bias* biases = nullptr;    // [rows * max_logit_bias_entries] room: the rows' biases, one after another
+};
+
+struct staged_sampling {
+  std::int64_t bias_entries = 0;  // biases written
+  // The constrained rows' token masks, in the order of their allowed_row. Not read here: a
+  // mask_filler may still be writing their words.
+  std::vector<std::span<const std::uint32_t>> masks;
+};
+
+// Writes the settings of the step's first `rows` sampled rows as kernels::run_sampling reads
+// them: a row sampled on the executor gets its config, its biases (after the previous rows') and
+// its mask's row; a row left to the caller (or past the end of `sampling`) gets a greedy draw
+// nobody reads. invalid_argument for a row of more than max_logit_bias_entries biases or a mask
+// of other than allowed_words(vocab) words.
+result<staged_sampling> stage_sampling(std::span<const row_sampling> sampling, std::int64_t rows, std::int64_t vocab,
+                                       const sampling_arrays& out);
+
 // invalid_argument unless forward's `logits` holds vocab floats per logits row of the plan.
 status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std::int64_t vocab);
 
