@@ -162,6 +162,38 @@ __device__ __forceinline__ __nv_bfloat162 bf16x2_of(std::uint32_t bits) {
   return v;
 }
 
+// Widens tiles of E4M3 codes in shared memory to bf16 for the tensor cores (exactly: every E4M3
+// value is a bf16 value), the block's `threads` threads 16 codes at a time. Tile t's `rows` rows
+// of `width` codes, one after another at codes[t], become rows of `row_elements` bf16 (width and
+// padding) at tiles[t]; the tiles share their shape and are converted in one pass. Width a
+// multiple of 16, every row 16-byte aligned. The caller synchronises before reading the tiles.
+template <int Tiles>
+__device__ __forceinline__ void fp8_tiles_to_bf16(const unsigned char* const (&codes)[Tiles],
+                                                  __nv_bfloat16* const (&tiles)[Tiles], int rows, int width,
+                                                  int row_elements, int thread, int threads) {
+  const int chunks = width / 16;  // per row
+  for (int item = thread; item < rows * chunks; item += threads) {
+    const int j = item / chunks;
+    const int d0 = (item % chunks) * 16;
+#pragma unroll
+    for (int t = 0; t < Tiles; ++t) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(codes[t] + j * width + d0);
+      const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+      std::uint32_t out[8];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float2 lo = fp8x2_to_float2(static_cast<std::uint16_t>(words[w] & 0xFFFFu));
+        const float2 hi = fp8x2_to_float2(static_cast<std::uint16_t>(words[w] >> 16));
+        out[2 * w] = bf16x2_bits(__floats2bfloat162_rn(lo.x, lo.y));
+        out[2 * w + 1] = bf16x2_bits(__floats2bfloat162_rn(hi.x, hi.y));
+      }
+      auto* dst = reinterpret_cast<uint4*>(tiles[t] + j * row_elements + d0);
+      dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
+      dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
+    }
+  }
+}
+
 // ---- dispatch -------------------------------------------------------------------------------
 
 // Calls f.template operator()<T>() for the runtime dtype.

@@ -428,25 +428,8 @@ __global__ void __launch_bounds__(mt::threads, 1) mla_tc_kernel(mla_args a) {
     __syncthreads();       // (and, the first time, the queries are in)
     auto* tile = reinterpret_cast<__nv_bfloat16*>(sm + layout::tiles + buffer * layout::tile_bytes);
     if constexpr (fp8) {
-      // Codes to bf16 (exact), 16 at a time.
       const unsigned char* codes = sm + layout::raw + buffer * layout::raw_bytes;
-      for (int item = tid; item < mt::keys * (mt::width / 16); item += mt::threads) {
-        const int j = item / (mt::width / 16);
-        const int d0 = (item % (mt::width / 16)) * 16;
-        const uint4 raw = *reinterpret_cast<const uint4*>(codes + j * mt::width + d0);
-        const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-        std::uint32_t out[8];
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const float2 lo = fp8x2_to_float2(static_cast<std::uint16_t>(words[w] & 0xFFFFu));
-          const float2 hi = fp8x2_to_float2(static_cast<std::uint16_t>(words[w] >> 16));
-          out[2 * w] = bf16x2_bits(__floats2bfloat162_rn(lo.x, lo.y));
-          out[2 * w + 1] = bf16x2_bits(__floats2bfloat162_rn(hi.x, hi.y));
-        }
-        auto* dst = reinterpret_cast<uint4*>(tile + j * mt::row_elements + d0);
-        dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
-        dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
-      }
+      fp8_tiles_to_bf16<1>({codes}, {tile}, mt::keys, mt::width, mt::row_elements, tid, mt::threads);
       __syncthreads();
     }
     const int* valid = valid_s + buffer * mt::keys;

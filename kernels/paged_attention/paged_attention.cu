@@ -523,29 +523,9 @@ __global__ void __launch_bounds__(at::threads) attention_mma_kernel(attention_ar
     auto* k_tile = reinterpret_cast<__nv_bfloat16*>(sm + layout::k_tiles + buffer * layout::tile_bytes);
     auto* v_tile = reinterpret_cast<__nv_bfloat16*>(sm + layout::v_tiles + buffer * layout::tile_bytes);
     if constexpr (fp8) {
-      // Codes to bf16 (exact), 16 at a time.
       const unsigned char* k_codes = sm + layout::k_raw + buffer * layout::raw_bytes;
       const unsigned char* v_codes = sm + layout::v_raw + buffer * layout::raw_bytes;
-      for (int item = tid; item < at::key_tile * (D / 16); item += at::threads) {
-        const int j = item / (D / 16);
-        const int d0 = (item % (D / 16)) * 16;
-#pragma unroll
-        for (int which = 0; which < 2; ++which) {
-          const uint4 raw = *reinterpret_cast<const uint4*>((which == 0 ? k_codes : v_codes) + j * D + d0);
-          const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-          std::uint32_t out[8];
-#pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            const float2 lo = fp8x2_to_float2(static_cast<std::uint16_t>(words[w] & 0xFFFFu));
-            const float2 hi = fp8x2_to_float2(static_cast<std::uint16_t>(words[w] >> 16));
-            out[2 * w] = bf16x2_bits(__floats2bfloat162_rn(lo.x, lo.y));
-            out[2 * w + 1] = bf16x2_bits(__floats2bfloat162_rn(hi.x, hi.y));
-          }
-          auto* dst = reinterpret_cast<uint4*>((which == 0 ? k_tile : v_tile) + j * row_e + d0);
-          dst[0] = make_uint4(out[0], out[1], out[2], out[3]);
-          dst[1] = make_uint4(out[4], out[5], out[6], out[7]);
-        }
-      }
+      fp8_tiles_to_bf16<2>({k_codes, v_codes}, {k_tile, v_tile}, at::key_tile, D, row_e, tid, at::threads);
       __syncthreads();
     }
     const int* cached = reinterpret_cast<const int*>(sm + layout::cached) + buffer * at::key_tile;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <memory>
 
 #include "edge/backend/runtime/forward.h"
+#include "edge/backend/runtime/sampler.h"
 #include "edge/common/format.h"
 #include "edge/common/thread_pool.h"
 
@@ -44,16 +46,14 @@ struct cpu_executor::state {
   std::int64_t table_blocks = 0;  // the most blocks one sequence's table holds
   std::int64_t prompt_rows = 0;   // prompt logits rows a step takes at most
 
-  // Step buffers, sized for options.max_batch_tokens tokens and options.max_sequences entries.
-  std::vector<float> x, xn, qkv, attn, gate_up, last;  // forward_buffers
-  std::vector<float> router_logits, route_weights, moe_workspace;  // forward_buffers (MoE)
-  std::vector<std::int32_t> route_experts, expert_tokens;          // forward_buffers (MoE)
-  std::vector<float> mla_query, latents, index_query, mla_workspace;  // forward_buffers (MLA)
-  std::vector<std::int32_t> selected, selected_count;              // forward_buffers (DSA)
-  std::int64_t last_tokens = 0;                                    // of the last step
-  std::vector<float> logits;                           // [sequences + prompt_rows, vocab] forward_sample's rows
+  // Step buffers, sized for options.max_batch_tokens tokens and sequences + prompt_rows logits
+  // rows: `buffers` points into buffer_memory (zeroed; aligned at forward_buffer_alignment).
+  // buffers.logits holds forward_sample's rows; forward writes the caller's.
+  std::vector<std::byte> buffer_memory;
+  forward_buffers buffers;
+  std::int64_t last_tokens = 0;                        // of the last step
   std::vector<kernels::sampling_row> sampling;         // [sequences]
-  std::vector<kernels::logit_bias> biases;             // the step's rows' logit biases, one after another
+  std::vector<kernels::logit_bias> biases;             // [sequences * max_logit_bias_entries] room
   std::vector<std::int32_t> sampled;                   // [sequences]
   std::vector<std::uint32_t> allowed;                  // [constrained rows, allowed_words(vocab)]
   std::vector<std::int32_t> ids, positions, seq;       // [tokens]
@@ -99,27 +99,19 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
   const auto tokens = options.max_batch_tokens;
   const auto sequences = options.max_sequences;
   s->prompt_rows = prompt_logits_rows_per_step(layout.block_size);
-  const auto floats = forward_buffer_floats::for_step(s->plan, tokens, sequences + s->prompt_rows);
+  const forward_buffer_shape shape{.tokens = tokens,
+                                   .logits_rows = sequences + s->prompt_rows,
+                                   .context = s->table_blocks * layout.block_size,
+                                   .where = kernels::device::cpu};
+  const std::size_t bytes = forward_buffer_bytes(s->plan, shape);
+  s->buffer_memory.resize(bytes + forward_buffer_alignment - 1);
+  void* base = s->buffer_memory.data();
+  std::size_t room = s->buffer_memory.size();
+  std::align(forward_buffer_alignment, bytes, base, room);
+  s->buffers = carve_forward_buffers(s->plan, shape, static_cast<std::byte*>(base));
   const auto size = [](std::int64_t n) { return static_cast<std::size_t>(n); };
-  s->x.resize(size(floats.x));
-  s->xn.resize(size(floats.xn));
-  s->qkv.resize(size(floats.qkv));
-  s->attn.resize(size(floats.attn));
-  s->gate_up.resize(size(floats.gate_up));
-  s->last.resize(size(floats.last));
-  s->logits.resize(size(floats.logits));
-  s->router_logits.resize(size(floats.router_logits));
-  s->route_weights.resize(size(floats.route_weights));
-  s->moe_workspace.resize(size(floats.moe_workspace));
-  s->route_experts.resize(size(floats.route_experts));
-  s->expert_tokens.resize(size(floats.expert_tokens));
-  s->mla_query.resize(size(floats.mla_query));
-  s->latents.resize(size(floats.latents));
-  s->index_query.resize(size(floats.index_query));
-  s->mla_workspace.resize(size(floats.mla_workspace));
-  s->selected.resize(size(floats.selected));
-  s->selected_count.resize(size(floats.selected_count));
   s->sampling.resize(size(sequences));
+  s->biases.resize(size(sequences * max_logit_bias_entries));
   s->sampled.resize(size(sequences));
   s->ids.resize(size(tokens));
   s->positions.resize(size(tokens));
@@ -143,18 +135,10 @@ status cpu_executor::state::run(const batch_plan& batch, float* logits_out) {
                           .block_tables = tables.data(), .table_begin = table_begin.data(),
                           .seq_begin = seq_begin.data(), .last_token = last_token.data(), .tokens = staged.tokens,
                           .seqs = staged.seqs, .rows = staged.rows, .max_run = staged.max_run, .copies = batch.copies};
-  const forward_buffers buffers{.x = x.data(), .xn = xn.data(), .qkv = qkv.data(), .attn = attn.data(),
-                                .gate_up = gate_up.data(), .last = last.data(), .logits = logits_out,
-                                .router_logits = router_logits.data(), .route_weights = route_weights.data(),
-                                .route_experts = route_experts.data(), .expert_tokens = expert_tokens.data(),
-                                .moe_workspace = moe_workspace.data(),
-                                .moe_workspace_floats = static_cast<std::int64_t>(moe_workspace.size()),
-                                .mla_query = mla_query.data(), .latents = latents.data(),
-                                .index_query = index_query.data(), .selected = selected.data(),
-                                .selected_count = selected_count.data(), .mla_workspace = mla_workspace.data(),
-                                .mla_workspace_floats = static_cast<std::int64_t>(mla_workspace.size())};
+  forward_buffers step_buffers = buffers;
+  step_buffers.logits = logits_out;
   last_tokens = staged.tokens;
-  return run_forward(plan, weights, buffers, step, cache.view(), stream);
+  return run_forward(plan, weights, step_buffers, step, cache.view(), stream);
 }
 
 expert_routing cpu_executor::last_routing() const {
@@ -167,9 +151,9 @@ expert_routing cpu_executor::last_routing() const {
           .tokens = s.last_tokens,
           .top_k = top_k,
           .experts = experts,
-          .choices = std::span<const std::int32_t>(s.route_experts.data(),
+          .choices = std::span<const std::int32_t>(s.buffers.route_experts,
                                                    static_cast<std::size_t>(layers * s.last_tokens * top_k)),
-          .expert_tokens = std::span<const std::int32_t>(s.expert_tokens.data(),
+          .expert_tokens = std::span<const std::int32_t>(s.buffers.expert_tokens,
                                                          static_cast<std::size_t>(layers * experts))};
 }
 
@@ -187,7 +171,7 @@ status cpu_executor::forward_sample(const batch_plan& plan, std::span<const row_
   const std::int64_t vocab = s.plan.vocab;
   EDGE_RETURN_IF_ERROR(check_sampling_args(plan, rows, tokens, logits, vocab));
   if (plan.total_tokens() == 0) return {};
-  EDGE_RETURN_IF_ERROR(s.run(plan, s.logits.data()));
+  EDGE_RETURN_IF_ERROR(s.run(plan, s.buffers.logits));
   // The forward pass has had every core: the masks come after it.
   if (fill_masks) fill_masks();
   // Raw rows first: sampling uses its rows as scratch. Then the prompt logits rows, which follow
@@ -196,33 +180,23 @@ status cpu_executor::forward_sample(const batch_plan& plan, std::span<const row_
   std::size_t copied = 0;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (!rows[r].copy_logits) continue;
-    std::memcpy(logits.data() + copied * row_floats, s.logits.data() + r * row_floats, row_floats * sizeof(float));
+    std::memcpy(logits.data() + copied * row_floats, s.buffers.logits + r * row_floats, row_floats * sizeof(float));
     ++copied;
   }
   const auto prompt_rows = static_cast<std::size_t>(plan.prompt_logits_rows());
   if (prompt_rows > 0) {
-    std::memcpy(logits.data() + copied * row_floats, s.logits.data() + rows.size() * row_floats,
+    std::memcpy(logits.data() + copied * row_floats, s.buffers.logits + rows.size() * row_floats,
                 prompt_rows * row_floats * sizeof(float));
   }
   // Rows the caller samples get a greedy draw here that nobody reads.
-  const auto words = static_cast<std::size_t>(kernels::allowed_words(vocab));
-  s.allowed.clear();
-  s.biases.clear();
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    s.sampling[r] = rows[r].sample ? rows[r].config : kernels::sampling_row{.temperature = 0.0f};
-    s.sampling[r].allowed_row = -1;
-    if (!rows[r].sample) continue;
-    s.sampling[r].bias_begin = static_cast<std::int32_t>(s.biases.size());
-    s.sampling[r].bias_count = static_cast<std::int32_t>(rows[r].bias.size());
-    s.biases.insert(s.biases.end(), rows[r].bias.begin(), rows[r].bias.end());
-    if (!rows[r].allowed.empty()) {
-      if (rows[r].allowed.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
-      s.sampling[r].allowed_row = static_cast<std::int32_t>(s.allowed.size() / words);
-      s.allowed.insert(s.allowed.end(), rows[r].allowed.begin(), rows[r].allowed.end());
-    }
-  }
   const auto n = static_cast<std::int64_t>(rows.size());
-  EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = s.logits.data(),
+  EDGE_ASSIGN_OR_RETURN(const staged_sampling staged,
+                        stage_sampling(rows, n, vocab, {.config = s.sampling.data(), .biases = s.biases.data()}));
+  s.allowed.clear();
+  for (const std::span<const std::uint32_t> mask : staged.masks) {
+    s.allowed.insert(s.allowed.end(), mask.begin(), mask.end());
+  }
+  EDGE_RETURN_IF_ERROR(kernels::run_sampling({.logits = s.buffers.logits,
                                               .config = s.sampling.data(),
                                               .out = s.sampled.data(),
                                               .rows = n,

@@ -303,85 +303,48 @@ struct cuda_executor::state {
     const auto T = options.max_batch_tokens;
     const auto S = options.max_sequences;
     const auto R = S + prompt_rows;
-    const auto floats = forward_buffer_floats::for_step(plan, T, R);
-    const std::int64_t widest = std::max({plan.max_qkv_dim(), plan.hidden, 2 * plan.max_intermediate()});
-    buffers.matmul_workspace_floats = kernels::matmul_workspace_floats(T, widest);
-    // Splits pay only while the grid is small; 64 tokens (8 for latent attention, whose blocks
-    // take 16 or 64 heads) cover every split the launchers pick for batches that small (they use
-    // fewer splits when the workspace is short). One workspace serves both kinds of layer.
-    buffers.attention_workspace_floats = 0;
-    for (const layer_plan& l : plan.layers) {
-      const attention_plan& a = l.attention;
-      buffers.attention_workspace_floats = std::max(
-          buffers.attention_workspace_floats,
-          a.kind == attention_kind::mla
-              ? kernels::mla_attention_workspace_floats(std::min<std::int64_t>(T, 8), a.num_heads, a.mla.kv_lora_rank)
-              : kernels::paged_attention_workspace_floats(std::min<std::int64_t>(T, 64), a.num_heads, a.head_dim));
-    }
-    // The DSA indexer's scores: every position a block table reaches, for up to
-    // dsa_select_chunk_tokens tokens at a time.
-    buffers.index_scores_floats = plan.max_index_topk() > 0
-                                      ? kernels::dsa_select_workspace_floats(T, table_blocks * options.block_size)
-                                      : 0;
+    const forward_buffer_shape shape{
+        .tokens = T, .logits_rows = R, .context = table_blocks * options.block_size, .where = kernels::device::cuda};
     meta_bytes = meta_layout::for_step(T, S, R, S * table_blocks).bytes;
-    const std::vector<std::pair<float**, std::int64_t>> float_buffers = {
-        {&buffers.x, floats.x},
-        {&buffers.xn, floats.xn},
-        {&buffers.qkv, floats.qkv},
-        {&buffers.attn, floats.attn},
-        {&buffers.gate_up, floats.gate_up},
-        {&buffers.last, floats.last},
-        {&buffers.logits, floats.logits},
-        {&buffers.matmul_workspace, buffers.matmul_workspace_floats},
-        {&buffers.attention_workspace, buffers.attention_workspace_floats},
-        {&buffers.index_scores, buffers.index_scores_floats},
-        {&buffers.router_logits, floats.router_logits},
-        {&buffers.route_weights, floats.route_weights},
-        {&buffers.moe_workspace, floats.moe_workspace},
-        {&buffers.mla_query, floats.mla_query},
-        {&buffers.latents, floats.latents},
-        {&buffers.index_query, floats.index_query}};
-    const std::vector<std::pair<std::int32_t**, std::int64_t>> int_buffers = {
-        {&sampled, S},
-        {&allowed, S * kernels::allowed_words(plan.vocab)},
-        {&buffers.route_experts, floats.route_experts},
-        {&buffers.expert_tokens, floats.expert_tokens},
-        {&buffers.selected, floats.selected},
-        {&buffers.selected_count, floats.selected_count}};
-    buffers.moe_workspace_floats = floats.moe_workspace;
-    constexpr std::size_t align = 256;
-    std::size_t total = 0;
-    const auto round = [](std::size_t v) { return (v + align - 1) / align * align; };
-    for (const auto& [ptr, count] : float_buffers) total += round(static_cast<std::size_t>(count) * sizeof(float));
-    for (const auto& [ptr, count] : int_buffers) total += round(static_cast<std::size_t>(count) * sizeof(std::int32_t));
-    total += round(meta_bytes);
-    EDGE_ASSIGN_OR_RETURN(buffer_memory, device_memory::allocate(total, "activations"));
+    // The forward pass's buffers, then the sampled tokens, the token masks and the metadata.
+    const std::size_t forward_bytes = forward_buffer_bytes(plan, shape);
+    const auto round = [](std::size_t v) {
+      return (v + forward_buffer_alignment - 1) / forward_buffer_alignment * forward_buffer_alignment;
+    };
+    const std::size_t sampled_bytes = round(static_cast<std::size_t>(S) * sizeof(std::int32_t));
+    const std::size_t allowed_bytes =
+        round(static_cast<std::size_t>(S * kernels::allowed_words(plan.vocab)) * sizeof(std::int32_t));
+    EDGE_ASSIGN_OR_RETURN(buffer_memory, device_memory::allocate(forward_bytes + sampled_bytes + allowed_bytes +
+                                                                     round(meta_bytes),
+                                                                 "activations"));
     auto* at = static_cast<std::byte*>(buffer_memory.data());
-    for (const auto& [ptr, count] : float_buffers) {
-      *ptr = reinterpret_cast<float*>(at);
-      at += round(static_cast<std::size_t>(count) * sizeof(float));
-    }
-    for (const auto& [ptr, count] : int_buffers) {
-      *ptr = reinterpret_cast<std::int32_t*>(at);
-      at += round(static_cast<std::size_t>(count) * sizeof(std::int32_t));
-    }
+    buffers = carve_forward_buffers(plan, shape, at);
+    at += forward_bytes;
+    sampled = reinterpret_cast<std::int32_t*>(at);
+    at += sampled_bytes;
+    allowed = reinterpret_cast<std::int32_t*>(at);
+    at += allowed_bytes;
     meta = at;
     // A layer of fewer experts than the most writes fewer counts: the rest stay 0.
-    EDGE_RETURN_IF_ERROR(cuda_check(cudaMemsetAsync(buffers.expert_tokens, 0,
-                                                    static_cast<std::size_t>(floats.expert_tokens) * sizeof(std::int32_t),
-                                                    stream),
-                                    "cudaMemset"));
+    const auto expert_count_bytes = static_cast<std::size_t>(expert_counts()) * sizeof(std::int32_t);
+    if (expert_count_bytes > 0) {
+      EDGE_RETURN_IF_ERROR(
+          cuda_check(cudaMemsetAsync(buffers.expert_tokens, 0, expert_count_bytes, stream), "cudaMemset"));
+    }
     EDGE_RETURN_IF_ERROR(staging.allocate(meta_bytes));
     EDGE_RETURN_IF_ERROR(host_logits.allocate(static_cast<std::size_t>(R * plan.vocab) * sizeof(float)));
     EDGE_RETURN_IF_ERROR(host_allowed.allocate(static_cast<std::size_t>(S * kernels::allowed_words(plan.vocab)) *
                                                sizeof(std::uint32_t)));
-    EDGE_RETURN_IF_ERROR(host_expert_tokens.allocate(static_cast<std::size_t>(floats.expert_tokens) * sizeof(std::int32_t)));
+    EDGE_RETURN_IF_ERROR(host_expert_tokens.allocate(expert_count_bytes));
     return host_sampled.allocate(static_cast<std::size_t>(S) * sizeof(std::int32_t));
   }
 
+  // forward_buffers::expert_tokens: [moe_layers, max_experts].
+  std::int64_t expert_counts() const { return plan.moe_layers() * plan.max_experts(); }
+
   // Queues the copy of the step's tokens per expert to the host (MoE models).
   status queue_routing_download() {
-    const std::int64_t count = plan.moe_layers() * plan.max_experts();
+    const std::int64_t count = expert_counts();
     if (count == 0) return {};
     return cuda_check(cudaMemcpyAsync(host_expert_tokens.data(), buffers.expert_tokens,
                                       static_cast<std::size_t>(count) * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
@@ -491,33 +454,14 @@ struct cuda_executor::state {
                              .last_token = reinterpret_cast<std::int64_t*>(base + m.last_token)};
     EDGE_ASSIGN_OR_RETURN(const staged_step staged,
                           stage_step(batch, padded, plan.vocab, kv.layout, table_blocks, pad_block(), arrays));
-    auto* configs = reinterpret_cast<kernels::sampling_row*>(base + m.sampling);
-    auto* biases = reinterpret_cast<kernels::logit_bias*>(base + m.biases);
-    std::int64_t bias_entries = 0;
-    const auto words = static_cast<std::size_t>(kernels::allowed_words(plan.vocab));
-    step_masks.clear();
-    for (std::int64_t r = 0; r < staged.sampled_rows; ++r) {
-      const bool given = r < static_cast<std::int64_t>(sampling.size()) && sampling[static_cast<std::size_t>(r)].sample;
-      configs[r] = given ? sampling[static_cast<std::size_t>(r)].config : kernels::sampling_row{.temperature = 0.0f};
-      configs[r].allowed_row = -1;
-      if (!given) continue;
-      const std::span<const kernels::logit_bias> bias = sampling[static_cast<std::size_t>(r)].bias;
-      if (static_cast<std::int64_t>(bias.size()) > max_logit_bias_entries) {
-        return invalid_argument(format("a row of {} logit biases; at most {}", bias.size(), max_logit_bias_entries));
-      }
-      configs[r].bias_begin = static_cast<std::int32_t>(bias_entries);
-      configs[r].bias_count = static_cast<std::int32_t>(bias.size());
-      std::copy(bias.begin(), bias.end(), biases + bias_entries);
-      bias_entries += static_cast<std::int64_t>(bias.size());
-      const auto mask = sampling[static_cast<std::size_t>(r)].allowed;
-      if (mask.empty()) continue;
-      if (mask.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
-      configs[r].allowed_row = static_cast<std::int32_t>(step_masks.size());
-      step_masks.push_back(mask);
-    }
+    EDGE_ASSIGN_OR_RETURN(staged_sampling staged_rows,
+                          stage_sampling(sampling, staged.sampled_rows, plan.vocab,
+                                         {.config = reinterpret_cast<kernels::sampling_row*>(base + m.sampling),
+                                          .biases = reinterpret_cast<kernels::logit_bias*>(base + m.biases)}));
+    step_masks = std::move(staged_rows.masks);
     step_meta = m;
     last_tokens = staged.tokens;
-    const status queued = launch(m, staged, bias_entries, batch.copies,
+    const status queued = launch(m, staged, staged_rows.bias_entries, batch.copies,
                                  graph_batch > 0 && padded == graph_batch ? graph_batch : 0);
     // The staging buffer is rewritten by the next step: a failed step must not leave its copy
     // in flight.

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <variant>
 
+#include "edge/backend/runtime/sampler.h"
 #include "edge/common/format.h"
 #include "kernels/cpu/load.h"
 #include "kernels/embedding/embedding.h"
@@ -254,31 +257,127 @@ result<forward_weights> place_weights(const model& m, const model_plan& plan, we
   return out;
 }
 
-forward_buffer_floats forward_buffer_floats::for_step(const model_plan& plan, std::int64_t tokens,
-                                                      std::int64_t logits_rows) {
-  const std::int64_t moe_layers = plan.moe_layers();
-  const std::int64_t top_k = plan.max_top_k();
-  return {.x = tokens * plan.hidden,
-          .xn = tokens * plan.hidden,
-          .qkv = tokens * plan.max_qkv_dim(),
-          .attn = tokens * plan.max_q_dim(),
-          .gate_up = tokens * 2 * plan.max_intermediate(),
-          .last = logits_rows * plan.hidden,
-          .logits = logits_rows * plan.vocab,
-          .router_logits = moe_layers > 0 ? tokens * plan.max_experts() : 0,
-          .route_weights = moe_layers > 0 ? tokens * top_k : 0,
-          .moe_workspace = moe_layers > 0 ? kernels::moe_experts_workspace_floats(
-                                                std::min(tokens, kernels::moe_experts_chunk_tokens), top_k,
-                                                plan.max_experts(), plan.hidden, plan.max_expert_intermediate())
-                                          : 0,
-          .route_experts = moe_layers * tokens * top_k,
-          .expert_tokens = moe_layers * plan.max_experts(),
-          .mla_query = tokens * plan.max_mla_query(),
-          .latents = tokens * plan.max_mla_latents(),
-          .index_query = tokens * plan.max_index_query(),
-          .selected = tokens * plan.max_index_topk(),
-          .selected_count = plan.max_index_topk() > 0 ? tokens : 0,
-          .mla_workspace = plan.max_mla_latents() > 0 ? plan.max_mla_prefill_workspace(tokens) : 0};
+namespace {
+
+// One array of forward_buffers: its member, its elements for a step's shape, and the member
+// that tells the kernels its length (null where the shapes tell them).
+struct buffer_row {
+  std::variant<float* forward_buffers::*, std::int32_t* forward_buffers::*> data;
+  std::int64_t (*elements)(const model_plan& plan, const forward_buffer_shape& shape);
+  std::int64_t forward_buffers::*length = nullptr;
+};
+
+// `n` on the device named, 0 on any other: its kernels' own workspaces.
+std::int64_t only_on(kernels::device device, const forward_buffer_shape& shape, std::int64_t n) {
+  return shape.where == device ? n : 0;
+}
+
+using plan_t = model_plan;
+using shape_t = forward_buffer_shape;
+
+// Every array of forward_buffers, once: forward_buffer_bytes sizes the executors' allocation
+// from it and carve_forward_buffers carves it in this order.
+constexpr buffer_row buffer_table[] = {
+    {&forward_buffers::x, [](const plan_t& p, const shape_t& s) { return s.tokens * p.hidden; }},
+    {&forward_buffers::xn, [](const plan_t& p, const shape_t& s) { return s.tokens * p.hidden; }},
+    {&forward_buffers::qkv, [](const plan_t& p, const shape_t& s) { return s.tokens * p.max_qkv_dim(); }},
+    {&forward_buffers::attn, [](const plan_t& p, const shape_t& s) { return s.tokens * p.max_q_dim(); }},
+    {&forward_buffers::gate_up, [](const plan_t& p, const shape_t& s) { return s.tokens * 2 * p.max_intermediate(); }},
+    {&forward_buffers::last, [](const plan_t& p, const shape_t& s) { return s.logits_rows * p.hidden; }},
+    {&forward_buffers::logits, [](const plan_t& p, const shape_t& s) { return s.logits_rows * p.vocab; }},
+    // Split-K over the widest matmul output.
+    {&forward_buffers::matmul_workspace,
+     [](const plan_t& p, const shape_t& s) {
+       const std::int64_t widest = std::max({p.max_qkv_dim(), p.hidden, 2 * p.max_intermediate()});
+       return only_on(kernels::device::cuda, s, kernels::matmul_workspace_floats(s.tokens, widest));
+     },
+     &forward_buffers::matmul_workspace_floats},
+    // Splits pay only while the grid is small; 64 tokens (8 for latent attention, whose blocks
+    // take 16 or 64 heads) cover every split the launchers pick for batches that small (they use
+    // fewer splits when the workspace is short). One workspace serves both kinds of layer.
+    {&forward_buffers::attention_workspace,
+     [](const plan_t& p, const shape_t& s) {
+       std::int64_t floats = 0;
+       for (const layer_plan& l : p.layers) {
+         const attention_plan& a = l.attention;
+         floats = std::max(floats, a.kind == attention_kind::mla
+                                       ? kernels::mla_attention_workspace_floats(std::min<std::int64_t>(s.tokens, 8),
+                                                                                 a.num_heads, a.mla.kv_lora_rank)
+                                       : kernels::paged_attention_workspace_floats(
+                                             std::min<std::int64_t>(s.tokens, 64), a.num_heads, a.head_dim));
+       }
+       return only_on(kernels::device::cuda, s, floats);
+     },
+     &forward_buffers::attention_workspace_floats},
+    // The DSA indexer's scores: every position a block table reaches, for up to
+    // dsa_select_chunk_tokens tokens at a time.
+    {&forward_buffers::index_scores,
+     [](const plan_t& p, const shape_t& s) {
+       const std::int64_t scores = kernels::dsa_select_workspace_floats(s.tokens, s.context);
+       return p.max_index_topk() > 0 ? only_on(kernels::device::cuda, s, scores) : 0;
+     },
+     &forward_buffers::index_scores_floats},
+    {&forward_buffers::router_logits,
+     [](const plan_t& p, const shape_t& s) { return p.moe_layers() > 0 ? s.tokens * p.max_experts() : 0; }},
+    {&forward_buffers::route_weights,
+     [](const plan_t& p, const shape_t& s) { return p.moe_layers() > 0 ? s.tokens * p.max_top_k() : 0; }},
+    {&forward_buffers::route_experts,
+     [](const plan_t& p, const shape_t& s) { return p.moe_layers() * s.tokens * p.max_top_k(); }},
+    {&forward_buffers::expert_tokens, [](const plan_t& p, const shape_t&) { return p.moe_layers() * p.max_experts(); }},
+    {&forward_buffers::moe_workspace,
+     [](const plan_t& p, const shape_t& s) {
+       return p.moe_layers() > 0 ? kernels::moe_experts_workspace_floats(
+                                       std::min(s.tokens, kernels::moe_experts_chunk_tokens), p.max_top_k(),
+                                       p.max_experts(), p.hidden, p.max_expert_intermediate())
+                                 : 0;
+     },
+     &forward_buffers::moe_workspace_floats},
+    {&forward_buffers::mla_query, [](const plan_t& p, const shape_t& s) { return s.tokens * p.max_mla_query(); }},
+    {&forward_buffers::latents, [](const plan_t& p, const shape_t& s) { return s.tokens * p.max_mla_latents(); }},
+    {&forward_buffers::index_query, [](const plan_t& p, const shape_t& s) { return s.tokens * p.max_index_query(); }},
+    {&forward_buffers::selected, [](const plan_t& p, const shape_t& s) { return s.tokens * p.max_index_topk(); }},
+    {&forward_buffers::selected_count,
+     [](const plan_t& p, const shape_t& s) { return p.max_index_topk() > 0 ? s.tokens : 0; }},
+    // The CUDA kernels run the absorbed form alone.
+    {&forward_buffers::mla_workspace,
+     [](const plan_t& p, const shape_t& s) {
+       return p.max_mla_latents() > 0 ? only_on(kernels::device::cpu, s, p.max_mla_prefill_workspace(s.tokens)) : 0;
+     },
+     &forward_buffers::mla_workspace_floats},
+};
+
+// The bytes of a row's array, rounded up to the alignment of the next.
+std::size_t row_bytes(const buffer_row& row, const model_plan& plan, const forward_buffer_shape& shape) {
+  const auto elements = static_cast<std::size_t>(row.elements(plan, shape));
+  const std::size_t element_bytes =
+      std::holds_alternative<float* forward_buffers::*>(row.data) ? sizeof(float) : sizeof(std::int32_t);
+  const std::size_t bytes = elements * element_bytes;
+  return (bytes + forward_buffer_alignment - 1) / forward_buffer_alignment * forward_buffer_alignment;
+}
+
+}  // namespace
+
+std::size_t forward_buffer_bytes(const model_plan& plan, const forward_buffer_shape& shape) {
+  std::size_t bytes = 0;
+  for (const buffer_row& row : buffer_table) bytes += row_bytes(row, plan, shape);
+  return bytes;
+}
+
+forward_buffers carve_forward_buffers(const model_plan& plan, const forward_buffer_shape& shape, std::byte* memory) {
+  forward_buffers out;
+  std::byte* at = memory;
+  for (const buffer_row& row : buffer_table) {
+    const std::int64_t elements = row.elements(plan, shape);
+    std::visit(
+        [&](auto member) {
+          using element = std::remove_pointer_t<std::remove_reference_t<decltype(out.*member)>>;
+          out.*member = elements > 0 ? reinterpret_cast<element*>(at) : nullptr;
+        },
+        row.data);
+    if (row.length != nullptr) out.*row.length = elements;
+    at += row_bytes(row, plan, shape);
+  }
+  return out;
 }
 
 std::int64_t max_table_blocks(const model_plan& plan, std::int64_t block_size) {
@@ -327,6 +426,34 @@ status check_sampling_args(const batch_plan& plan, std::span<const row_sampling>
     return invalid_argument(format("forward_sample: a logits buffer of {} floats for {} rows to copy", logits.size(), out_rows));
   }
   return {};
+}
+
+result<staged_sampling> stage_sampling(std::span<const row_sampling> sampling, std::int64_t rows, std::int64_t vocab,
+                                       const sampling_arrays& out) {
+  staged_sampling staged;
+  const auto words = static_cast<std::size_t>(kernels::allowed_words(vocab));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    const bool given = i < sampling.size() && sampling[i].sample;
+    kernels::sampling_row& config = out.config[r];
+    config = given ? sampling[i].config : kernels::sampling_row{.temperature = 0.0f};
+    config.allowed_row = -1;
+    if (!given) continue;
+    const std::span<const kernels::logit_bias> bias = sampling[i].bias;
+    if (static_cast<std::int64_t>(bias.size()) > max_logit_bias_entries) {
+      return invalid_argument(format("a row of {} logit biases; at most {}", bias.size(), max_logit_bias_entries));
+    }
+    config.bias_begin = static_cast<std::int32_t>(staged.bias_entries);
+    config.bias_count = static_cast<std::int32_t>(bias.size());
+    std::copy(bias.begin(), bias.end(), out.biases + staged.bias_entries);
+    staged.bias_entries += static_cast<std::int64_t>(bias.size());
+    const std::span<const std::uint32_t> mask = sampling[i].allowed;
+    if (mask.empty()) continue;
+    if (mask.size() != words) return invalid_argument("forward_sample: a token mask of the wrong size");
+    config.allowed_row = static_cast<std::int32_t>(staged.masks.size());
+    staged.masks.push_back(mask);
+  }
+  return staged;
 }
 
 status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std::int64_t vocab) {

@@ -4,10 +4,13 @@
 // give the same logits for both, which checks both RoPE layouts, the permutation and (for
 // Qwen2) the Q/K/V biases end to end. Likewise one GLM-5 network with and without its DSA
 // indexer, and one latent attention network prefilled at once or a token at a time. Also: how
-// stage_step pads a CUDA-graph batch.
+// stage_step pads a CUDA-graph batch, what stage_sampling writes, and how the forward buffers
+// are carved.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -365,4 +368,112 @@ TEST_CASE("forward_sample reads the token masks its mask filler writes, filled o
   CHECK(fills == 1);
   CHECK(tokens[0] == least);
   CHECK(tokens[1] == edge::kernels::argmax(std::span<const float>(logits).subspan(static_cast<std::size_t>(vocab))));
+}
+
+TEST_CASE("stage_sampling: sampled rows get their settings, biases one after another and mask rows; the rest a greedy draw") {
+  constexpr std::int64_t vocab = 40;  // two mask words
+  const std::vector<edge::kernels::logit_bias> first = {{.id = 3, .bias = 1.0f}, {.id = 7, .bias = -2.0f}};
+  const std::vector<edge::kernels::logit_bias> third = {{.id = 9, .bias = 0.5f}};
+  const std::vector<std::uint32_t> mask(2, 5u);
+  const std::vector<row_sampling> rows = {
+      {.sample = true, .config = {.temperature = 0.7f, .top_k = 5}, .allowed = mask, .bias = first},
+      {.sample = false, .config = {.temperature = 0.9f}, .bias = third},
+      {.sample = true, .config = {.temperature = 1.0f}, .bias = third}};
+  std::vector<edge::kernels::sampling_row> config(4);
+  std::vector<edge::kernels::logit_bias> biases(4 * static_cast<std::size_t>(max_logit_bias_entries));
+  const auto staged = stage_sampling(rows, 4, vocab, {.config = config.data(), .biases = biases.data()});
+  REQUIRE_MESSAGE(staged.ok(), staged.error().message());
+  CHECK(staged->bias_entries == 3);
+  REQUIRE(staged->masks.size() == 1);
+  CHECK(staged->masks[0].data() == mask.data());
+  CHECK(config[0].temperature == 0.7f);
+  CHECK(config[0].top_k == 5);
+  CHECK(config[0].allowed_row == 0);
+  CHECK(config[0].bias_begin == 0);
+  CHECK(config[0].bias_count == 2);
+  CHECK(config[2].allowed_row == -1);
+  CHECK(config[2].bias_begin == 2);
+  CHECK(config[2].bias_count == 1);
+  CHECK(biases[1].id == 7);
+  CHECK(biases[2].id == 9);
+  // Row 1 is the caller's and row 3 has no settings: greedy, without biases or a mask.
+  for (const std::size_t r : {std::size_t{1}, std::size_t{3}}) {
+    CAPTURE(r);
+    CHECK(config[r].temperature == 0.0f);
+    CHECK(config[r].allowed_row == -1);
+    CHECK(config[r].bias_count == 0);
+  }
+
+  const std::vector<std::uint32_t> short_mask(1, 0u);
+  const std::vector<row_sampling> bad_mask = {{.sample = true, .allowed = short_mask}};
+  CHECK_FALSE(stage_sampling(bad_mask, 1, vocab, {.config = config.data(), .biases = biases.data()}).ok());
+  const std::vector<edge::kernels::logit_bias> too_many(static_cast<std::size_t>(max_logit_bias_entries) + 1);
+  const std::vector<row_sampling> bad_bias = {{.sample = true, .bias = too_many}};
+  CHECK_FALSE(stage_sampling(bad_bias, 1, vocab, {.config = config.data(), .biases = biases.data()}).ok());
+}
+
+TEST_CASE("forward buffers: one allocation holds every array, aligned and apart; each device's workspaces only on it") {
+  edge::testing::temp_dir dir;
+  const auto path = edge::testing::make_synthetic(dir / "glm-5-tiny", "glm-5-tiny", synthetic_format::safetensors, 5,
+                                                  edge::kernels::dtype::f32);
+  auto m = load_model({.path = path});
+  REQUIRE_MESSAGE(m.ok(), m.error().message());
+  auto plan = plan_model((*m)->config);
+  REQUIRE(plan.ok());
+  REQUIRE(plan->moe_layers() > 0);
+  REQUIRE(plan->max_index_topk() > 0);
+  for (const auto where : {edge::kernels::device::cpu, edge::kernels::device::cuda}) {
+    const bool cuda = where == edge::kernels::device::cuda;
+    CAPTURE(cuda);
+    const forward_buffer_shape shape{.tokens = 24, .logits_rows = 6, .context = 256, .where = where};
+    const std::size_t bytes = forward_buffer_bytes(*plan, shape);
+    std::vector<std::byte> memory(bytes + forward_buffer_alignment);
+    auto* base = memory.data() + (forward_buffer_alignment -
+                                  reinterpret_cast<std::uintptr_t>(memory.data()) % forward_buffer_alignment);
+    const forward_buffers b = carve_forward_buffers(*plan, shape, base);
+    // Each array with its length in bytes, as forward.h's shape comments give them.
+    const std::int64_t tokens = shape.tokens, rows = shape.logits_rows;
+    const std::vector<std::pair<const void*, std::int64_t>> arrays = {
+        {b.x, 4 * tokens * plan->hidden},
+        {b.xn, 4 * tokens * plan->hidden},
+        {b.qkv, 4 * tokens * plan->max_qkv_dim()},
+        {b.attn, 4 * tokens * plan->max_q_dim()},
+        {b.gate_up, 4 * tokens * 2 * plan->max_intermediate()},
+        {b.last, 4 * rows * plan->hidden},
+        {b.logits, 4 * rows * plan->vocab},
+        {b.matmul_workspace, 4 * b.matmul_workspace_floats},
+        {b.attention_workspace, 4 * b.attention_workspace_floats},
+        {b.index_scores, 4 * b.index_scores_floats},
+        {b.router_logits, 4 * tokens * plan->max_experts()},
+        {b.route_weights, 4 * tokens * plan->max_top_k()},
+        {b.route_experts, 4 * plan->moe_layers() * tokens * plan->max_top_k()},
+        {b.expert_tokens, 4 * plan->moe_layers() * plan->max_experts()},
+        {b.moe_workspace, 4 * b.moe_workspace_floats},
+        {b.mla_query, 4 * tokens * plan->max_mla_query()},
+        {b.latents, 4 * tokens * plan->max_mla_latents()},
+        {b.index_query, 4 * tokens * plan->max_index_query()},
+        {b.selected, 4 * tokens * plan->max_index_topk()},
+        {b.selected_count, 4 * tokens},
+        {b.mla_workspace, 4 * b.mla_workspace_floats}};
+    std::vector<std::pair<const std::byte*, const std::byte*>> spans;
+    for (std::size_t i = 0; i < arrays.size(); ++i) {
+      CAPTURE(i);
+      const auto* p = static_cast<const std::byte*>(arrays[i].first);
+      CHECK((p == nullptr) == (arrays[i].second == 0));
+      if (p == nullptr) continue;
+      CHECK(reinterpret_cast<std::uintptr_t>(p) % forward_buffer_alignment == 0);
+      CHECK(p >= base);
+      CHECK(p + arrays[i].second <= base + bytes);
+      spans.emplace_back(p, p + arrays[i].second);
+    }
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i) CHECK(spans[i - 1].second <= spans[i].first);
+    // The split workspaces and the indexer's scores are the CUDA kernels'; the expanded
+    // prefill's workspace is the CPU's.
+    CHECK((b.matmul_workspace_floats > 0) == cuda);
+    CHECK((b.attention_workspace_floats > 0) == cuda);
+    CHECK((b.index_scores_floats > 0) == cuda);
+    CHECK((b.mla_workspace_floats > 0) == !cuda);
+    CHECK(b.moe_workspace_floats > 0);
+  }
 }

@@ -1,12 +1,13 @@
 // The forward pass, once for every executor: it walks a model_plan and calls the kernels'
 // run_<op> entry points, which run on the stream's device. An executor supplies where things
-// live (weights placed by place_weights, buffers sized by forward_buffer_floats, the step's
+// live (weights placed by place_weights, buffers carved by carve_forward_buffers, the step's
 // metadata staged by stage_step and, on a GPU, copied to the device) and how steps are
 // launched (eagerly, or replayed as CUDA graphs); the arithmetic is here.
 //
 // Pointers in these structs are host or device pointers, as the stream's device says.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -90,18 +91,6 @@ class weight_placement {
 // classifier as the placed embedding. unimplemented for a plan the forward pass cannot run.
 result<forward_weights> place_weights(const model& m, const model_plan& plan, weight_placement& place);
 
-// Floats of each buffer for steps of up to `tokens` tokens and `logits_rows` logits rows (a
-// sampled one per entry, and the prompt logits rows; the MoE buffers are empty for a dense
-// model; route_experts and expert_tokens count int32s).
-struct forward_buffer_floats {
-  std::int64_t x = 0, xn = 0, qkv = 0, attn = 0, gate_up = 0, last = 0, logits = 0;
-  std::int64_t router_logits = 0, route_weights = 0, moe_workspace = 0;
-  std::int64_t route_experts = 0, expert_tokens = 0;
-  // Latent attention (empty without it); selected and selected_count count int32s.
-  std::int64_t mla_query = 0, latents = 0, index_query = 0, selected = 0, selected_count = 0, mla_workspace = 0;
-  static forward_buffer_floats for_step(const model_plan& plan, std::int64_t tokens, std::int64_t logits_rows);
-};
-
 struct forward_buffers {
   float* x = nullptr;        // [tokens, hidden] the residual stream
   float* xn = nullptr;       // [tokens, hidden] normalised
@@ -134,6 +123,28 @@ struct forward_buffers {
   float* mla_workspace = nullptr;          // [mla_workspace_floats] the expanded prefill's (CPU)
   std::int64_t mla_workspace_floats = 0;
 };
+
+// What a step's buffers are sized for.
+struct forward_buffer_shape {
+  std::int64_t tokens = 0;       // the most tokens of a step
+  std::int64_t logits_rows = 0;  // the most logits rows of a step: a sampled one per entry, then the prompt logits rows
+  std::int64_t context = 0;      // the most positions one block table reaches (the DSA indexer's scores)
+  kernels::device where = kernels::device::cpu;  // whose kernels use them: each device has workspaces of its own
+};
+
+// Every array of forward_buffers lives in one allocation, carved in the order of the buffer
+// table in forward.cpp, which gives each array's length for a shape: a buffer is a member above
+// and a row there, and both executors' memory follows. Each array starts at a multiple of
+// forward_buffer_alignment bytes.
+inline constexpr std::size_t forward_buffer_alignment = 256;
+
+// Bytes of the allocation for `shape` (the MoE and latent attention arrays are empty without
+// such layers, a device's workspaces empty on another).
+std::size_t forward_buffer_bytes(const model_plan& plan, const forward_buffer_shape& shape);
+
+// The arrays carved from `memory` (forward_buffer_bytes(plan, shape) bytes, aligned to
+// forward_buffer_alignment), their *_floats lengths set; an empty array's pointer is null.
+forward_buffers carve_forward_buffers(const model_plan& plan, const forward_buffer_shape& shape, std::byte* memory);
 
 // One step's metadata, as the kernels read it.
 struct forward_step {
@@ -194,6 +205,27 @@ result<staged_step> stage_step(const batch_plan& plan, std::int64_t padded_seqs,
 // token per logits row, and `logits` holding vocab floats per row with copy_logits.
 status check_sampling_args(const batch_plan& plan, std::span<const row_sampling> rows, std::span<std::int32_t> tokens,
                            std::span<float> logits, std::int64_t vocab);
+
+// Where stage_sampling writes the step's sampling settings.
+struct sampling_arrays {
+  kernels::sampling_row* config = nullptr;  // [rows]
+  kernels::logit_bias* biases = nullptr;    // [rows * max_logit_bias_entries] room: the rows' biases, one after another
+};
+
+struct staged_sampling {
+  std::int64_t bias_entries = 0;  // biases written
+  // The constrained rows' token masks, in the order of their allowed_row. Not read here: a
+  // mask_filler may still be writing their words.
+  std::vector<std::span<const std::uint32_t>> masks;
+};
+
+// Writes the settings of the step's first `rows` sampled rows as kernels::run_sampling reads
+// them: a row sampled on the executor gets its config, its biases (after the previous rows') and
+// its mask's row; a row left to the caller (or past the end of `sampling`) gets a greedy draw
+// nobody reads. invalid_argument for a row of more than max_logit_bias_entries biases or a mask
+// of other than allowed_words(vocab) words.
+result<staged_sampling> stage_sampling(std::span<const row_sampling> sampling, std::int64_t rows, std::int64_t vocab,
+                                       const sampling_arrays& out);
 
 // invalid_argument unless forward's `logits` holds vocab floats per logits row of the plan.
 status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std::int64_t vocab);
