@@ -1,6 +1,6 @@
 // `edgeinfer eval`: quantization fidelity. Teacher-forces a model over a text under every
 // (weight dtype × KV cache dtype) configuration and compares each with the f32 reference
-// (backend/runtime/eval.h): a table on stdout (rows: metrics; columns: configurations), each
+// (backend/engine/eval.h): a table on stdout (rows: metrics; columns: configurations), each
 // configuration's greedy continuation of the prompt after it, and with --json the same as JSON.
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "commands.h"
+#include "edge/backend/engine/eval.h"
 #include "edge/backend/model/model.h"
-#include "edge/backend/runtime/eval.h"
 #include "edge/common/format.h"
 #include "edge/common/log.h"
 #include "edge/common/thread_pool.h"

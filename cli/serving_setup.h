@@ -14,7 +14,7 @@
 #include <thread>
 #include <variant>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/model_locator.h"
 #include "edge/backend/runtime/executor.h"

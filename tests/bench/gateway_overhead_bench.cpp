@@ -25,7 +25,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/kv_block_pool.h"

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/kv_cache.h"

@@ -1,4 +1,4 @@
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 
 #include <algorithm>
 #include <atomic>

@@ -7,7 +7,6 @@ target_sources(edge_backend PRIVATE
   src/model/hf_model.cpp
   src/model/model_loader.cpp
   src/model/cpu_tile_weights.cpp
-  src/model/synthetic_tokenizer.cpp
   src/model/synthetic.cpp
   src/model/quantized_checkpoint.cpp
 )

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/src/tokenizer/synthetic_tokenizer.h"
 #include "edge/backend/io/dtype_names.h"
 #include "edge/backend/io/gguf.h"
 #include "edge/backend/io/mapped_file.h"
@@ -18,12 +19,11 @@
 #include "edge/common/format.h"
 #include "edge/common/json_fields.h"
 #include "edge/common/json_text.h"
+#include "edge/common/splitmix64.h"
 #include "edge/kernels/numerics.h"
 #include "hf_config_text.h"
 #include "model_checks.h"
 #include "rope_row_order.h"
-#include "splitmix64.h"
-#include "synthetic_tokenizer.h"
 #include "tensor_schema.h"
 
 namespace edge::backend {

@@ -12,6 +12,7 @@ target_sources(edge_backend PRIVATE
   src/tokenizer/llama2c_tokenizer.cpp
   src/tokenizer/tokenizer.cpp
   src/tokenizer/chat_template.cpp
+  src/tokenizer/synthetic_tokenizer.cpp
   src/tokenizer/jinja/lexer.cpp
   src/tokenizer/jinja/parser.cpp
   src/tokenizer/jinja/value.cpp

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/common/format.h"
 #include "edge/common/json_fields.h"
 

@@ -9,7 +9,7 @@
 #include <map>
 #include <mutex>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/kv_cache.h"

@@ -7,7 +7,7 @@
 #include <simdjson.h>
 
 #include "backend/grammar/grammar_test_support.h"
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/engine/generator.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/cpu_executor.h"

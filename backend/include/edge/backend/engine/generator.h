@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/model/model.h"
 #include "edge/backend/runtime/executor.h"
 #include "edge/backend/runtime/kv_block_pool.h"

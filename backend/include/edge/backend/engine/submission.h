@@ -7,7 +7,7 @@
 #include <optional>
 #include <vector>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/engine/scheduler.h"
 #include "edge/backend/runtime/sequence_decoder.h"
 #include "edge/backend/tokenizer/tokenizer.h"

@@ -11,7 +11,7 @@
 #include <deque>
 #include <memory>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 
 namespace edge::gateway {
 

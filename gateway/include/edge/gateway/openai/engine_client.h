@@ -16,7 +16,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/grammar/grammar.h"
 #include "edge/common/status.h"
 

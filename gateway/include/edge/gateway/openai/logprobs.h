@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/tokenizer/tokenizer.h"
 #include "edge/gateway/openai/openai_request.h"
 

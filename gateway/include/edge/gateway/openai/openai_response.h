@@ -33,7 +33,7 @@
 #include <string>
 #include <string_view>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/gateway/openai/openai_request.h"
 #include "edge/gateway/openai/output_events.h"
 #include "edge/gateway/openai/serving_model.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/common/status.h"
 #include "edge/gateway/http/http.h"
 

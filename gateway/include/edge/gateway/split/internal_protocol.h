@@ -45,7 +45,7 @@
 #include <string_view>
 #include <variant>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/backend/grammar/grammar.h"
 #include "edge/backend/tokenizer/chat_template.h"
 #include "edge/common/status.h"

@@ -22,7 +22,7 @@
 #include <mutex>
 #include <string>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/common/status.h"
 #include "edge/gateway/http/http.h"
 #include "edge/gateway/split/internal_protocol.h"

@@ -38,7 +38,7 @@
 #include <string>
 #include <string_view>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/common/status.h"
 #include "edge/common/thread_pool.h"
 #include "edge/common/time_source.h"

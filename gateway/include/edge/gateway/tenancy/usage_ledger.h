@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "edge/backend/engine.h"
+#include "edge/backend/engine/engine.h"
 #include "edge/common/log.h"
 #include "edge/common/status.h"
 #include "edge/common/time_source.h"

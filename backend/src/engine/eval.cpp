@@ -1,4 +1,4 @@
-#include "edge/backend/runtime/eval.h"
+#include "edge/backend/engine/eval.h"
 
 #include <algorithm>
 #include <array>
@@ -7,8 +7,8 @@
 #include <functional>
 #include <numeric>
 
-#include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/engine/generator.h"
+#include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/kv_cache.h"
 #include "edge/common/format.h"
 #include "edge/common/thread_pool.h"

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-namespace edge::backend {
+namespace edge {
 
 inline std::uint64_t splitmix64(std::uint64_t& state) {
   std::uint64_t z = (state += 0x9e37'79b9'7f4a'7c15ull);
@@ -15,4 +15,4 @@ inline std::uint64_t splitmix64(std::uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-}  // namespace edge::backend
+}  // namespace edge

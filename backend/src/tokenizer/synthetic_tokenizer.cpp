@@ -9,7 +9,7 @@
 
 #include "edge/common/format.h"
 #include "edge/common/json_text.h"
-#include "splitmix64.h"
+#include "edge/common/splitmix64.h"
 
 namespace edge::backend {
 namespace {

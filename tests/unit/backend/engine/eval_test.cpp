@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "edge/backend/engine/eval.h"
 #include "edge/backend/model/model.h"
-#include "edge/backend/runtime/eval.h"
 #include "edge/common/thread_pool.h"
 #include "test_support.h"
 
