@@ -18,10 +18,7 @@
 #include "edge/common/utf8.h"
 
 namespace edge::backend::detail {
-namespace {
 
-// GPT-2's reversible byte-to-character mapping: printable Latin-1 bytes stand for themselves,
-// the others for U+0100 onwards, in byte order.
 std::array<char32_t, 256> byte_to_char_table() {
   std::array<char32_t, 256> table{};
   const auto printable = [](unsigned b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174); };
@@ -29,6 +26,8 @@ std::array<char32_t, 256> byte_to_char_table() {
   for (unsigned b = 0; b < 256; ++b) table[b] = printable(b) ? b : next++;
   return table;
 }
+
+namespace {
 
 // The pair table: open addressing over 64-bit keys (left id, right id).
 class merge_table {

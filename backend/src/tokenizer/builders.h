@@ -2,6 +2,7 @@
 // two implementations: plain settings structs, validated by the make_* functions.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -94,6 +95,10 @@ struct bpe_settings {
 };
 
 result<std::unique_ptr<tokenizer>> make_bpe_tokenizer(bpe_settings settings);
+
+// GPT-2's reversible byte-to-character mapping (byte-level BPE): printable Latin-1 bytes stand
+// for themselves, the others for U+0100 onwards, in byte order.
+std::array<char32_t, 256> byte_to_char_table();
 
 // The pre-tokenizer regexes models name (GPT-2's is also ByteLevel's use_regex).
 inline constexpr std::string_view gpt2_pattern =

@@ -10,6 +10,8 @@
 #include "edge/common/format.h"
 #include "edge/common/json_text.h"
 #include "edge/common/splitmix64.h"
+#include "edge/common/utf8.h"
+#include "builders.h"
 
 namespace edge::backend {
 namespace {
@@ -66,45 +68,24 @@ The function returns the result of the request, and the value of the count is ch
 When the value is not valid, the error message says which item was wrong and where.
 )";
 
-// GPT-2's reversible map from bytes to printable characters: the printable Latin-1 bytes stand
-// for themselves, the rest are moved to U+0100 onwards. Index = token id of the byte symbol.
+// GPT-2's byte symbols (detail::byte_to_char_table) as a vocabulary's first 256 tokens: ids in
+// the order of their characters, so the printable bytes first. Index = token id of the symbol.
 struct byte_symbol_table {
   std::array<std::uint8_t, byte_symbols> byte_of_id{};
   std::array<std::string, byte_symbols> text_of_byte;  // UTF-8
 };
 
-// The byte symbols are all below U+0800: one or two UTF-8 bytes.
-void append_utf8(std::string& out, std::uint32_t code_point) {
-  constexpr std::uint32_t one_byte_limit = 0x80;
-  constexpr std::uint32_t two_byte_lead = 0xC0;
-  constexpr std::uint32_t continuation = 0x80;
-  constexpr int continuation_bits = 6;
-  constexpr std::uint32_t continuation_mask = (1u << continuation_bits) - 1;
-  if (code_point < one_byte_limit) {
-    out += static_cast<char>(code_point);
-  } else {
-    out += static_cast<char>(two_byte_lead | (code_point >> continuation_bits));
-    out += static_cast<char>(continuation | (code_point & continuation_mask));
-  }
-}
-
 const byte_symbol_table& byte_symbols_table() {
   static const byte_symbol_table table = [] {
     byte_symbol_table t;
-    auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
-    int id = 0;
+    const auto chars = detail::byte_to_char_table();
+    std::array<std::uint8_t, byte_symbols> bytes{};
     for (int b = 0; b < byte_symbols; ++b) {
-      if (printable(b)) t.byte_of_id[static_cast<std::size_t>(id++)] = static_cast<std::uint8_t>(b);
+      bytes[static_cast<std::size_t>(b)] = static_cast<std::uint8_t>(b);
+      utf8::append_code_point(t.text_of_byte[static_cast<std::size_t>(b)], chars[static_cast<std::size_t>(b)]);
     }
-    std::uint32_t moved = byte_symbols;
-    for (int b = 0; b < byte_symbols; ++b) {
-      std::uint32_t code_point = static_cast<std::uint32_t>(b);
-      if (!printable(b)) {
-        t.byte_of_id[static_cast<std::size_t>(id++)] = static_cast<std::uint8_t>(b);
-        code_point = moved++;
-      }
-      append_utf8(t.text_of_byte[static_cast<std::size_t>(b)], code_point);
-    }
+    std::stable_sort(bytes.begin(), bytes.end(), [&](std::uint8_t x, std::uint8_t y) { return chars[x] < chars[y]; });
+    t.byte_of_id = bytes;
     return t;
   }();
   return table;
@@ -264,11 +245,7 @@ constexpr std::string_view llama3_template =
 constexpr std::string_view chatml_template =
     R"({%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %})";
 
-// The Llama 3 pre-tokenizer split (contractions, words, digits in threes, punctuation, spaces).
-constexpr std::string_view llama3_split_regex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-std::int64_t token_id(const synthetic_vocab& vocab, std::string_view text) {
+std::int64_t id_of(const synthetic_vocab& vocab, std::string_view text) {
   const auto it = std::find(vocab.tokens.begin() + vocab.first_special, vocab.tokens.end(), text);
   return static_cast<std::int64_t>(it - vocab.tokens.begin());
 }
@@ -299,14 +276,14 @@ synthetic_vocab make_synthetic_vocab(special_token_style style, std::int64_t voc
   }
 
   if (style == special_token_style::llama3) {
-    vocab.bos_id = token_id(vocab, "<|begin_of_text|>");
+    vocab.bos_id = id_of(vocab, "<|begin_of_text|>");
     vocab.add_bos = true;
-    vocab.eos_id = token_id(vocab, "<|eot_id|>");
-    vocab.pad_id = token_id(vocab, "<|end_of_text|>");
+    vocab.eos_id = id_of(vocab, "<|eot_id|>");
+    vocab.pad_id = id_of(vocab, "<|end_of_text|>");
     vocab.chat_template = std::string(llama3_template);
   } else {
-    vocab.eos_id = token_id(vocab, "<|im_end|>");
-    vocab.pad_id = token_id(vocab, "<|endoftext|>");
+    vocab.eos_id = id_of(vocab, "<|im_end|>");
+    vocab.pad_id = id_of(vocab, "<|endoftext|>");
     vocab.chat_template = std::string(chatml_template);
   }
   return vocab;
@@ -326,7 +303,7 @@ std::string tokenizer_json(const synthetic_vocab& vocab) {
   out += "\n  ],\n  \"normalizer\": null,\n";
   out += "  \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
          "{\"Regex\": " +
-         json_string(llama3_split_regex) +
+         json_string(detail::llama3_pattern) +
          "}, \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
          "\"trim_offsets\": true, \"use_regex\": false}]},\n";
   if (vocab.bos_id && vocab.add_bos) {
