@@ -1,185 +1,23 @@
-// The built-in chat templates. Each renderer reproduces, character for character, what the
-// model family's reference Jinja template renders (tokenizer_config.json "chat_template"):
-//
-// llama-2   meta-llama/Llama-2-*-chat-hf: BOS before every [INST], the system prompt inside the
-//           first user turn, contents stripped (Python str.strip()), assistant turns end " EOS".
-// llama-3   meta-llama/Meta-Llama-3-*-Instruct: header per message, contents trimmed, BOS once.
-// chatml    Qwen2/Qwen3 and other ChatML models, without any model-specific default system
-//           prompt.
-// mistral   mistralai/Mistral-7B-Instruct-v0.2/v0.3 (current template): "[INST] user[/INST]",
-//           " assistant</s>", the system prompt before the last user message.
-// plain     "role: content" lines, then "assistant:".
 #include "edge/backend/tokenizer/chat_template.h"
 
-#include <array>
+#include <algorithm>
+#include <cassert>
 #include <utility>
 
+#include "chat_formats.h"
 #include "edge/backend/tokenizer/jinja.h"
 #include "edge/common/format.h"
-#include "jinja/python_text.h"
 
 namespace edge::backend {
-namespace {
 
-// Python's str.strip(), which the reference templates' trim filter applies: what is left of
-// `piece`, with its markup.
-void append_stripped(marked_text& out, const marked_text& piece) {
-  const std::string_view kept = jinja::python::strip(piece.text, std::nullopt, true, true);
-  const auto begin = static_cast<std::size_t>(kept.data() - piece.text.data());
-  out.append_part(piece.text, piece.markup, begin, begin + kept.size());
-}
-
-// A message's content is the client's text; its role (one of the five the API has, checked by
-// the request's parser) is markup, as the templates write it into turn markers.
-marked_text content_of(const chat_message& m) {
-  marked_text t;
-  t.append_text(m.content.value_or(""));
-  return t;
-}
-
-// Templates that take a leading system message out of the loop.
-std::pair<const chat_message*, std::span<const chat_message>> split_system(std::span<const chat_message> messages) {
-  if (!messages.empty() && messages.front().role == "system") return {&messages.front(), messages.subspan(1)};
-  return {nullptr, messages};
-}
-
-marked_text render_llama2(std::span<const chat_message> messages, const chat_render_options& options) {
-  const auto [system, turns] = split_system(messages);
-  marked_text out;
-  for (std::size_t i = 0; i < turns.size(); ++i) {
-    marked_text content;
-    if (i == 0 && system) {
-      content.append_markup("<<SYS>>\n");
-      content.append(content_of(*system));
-      content.append_markup("\n<</SYS>>\n\n");
-    }
-    content.append(content_of(turns[i]));
-    if (turns[i].role == "user") {
-      out.append_markup(options.bos_text);
-      out.append_markup("[INST] ");
-      append_stripped(out, content);
-      out.append_markup(" [/INST]");
-    } else if (turns[i].role == "assistant") {
-      out.append_markup(" ");
-      append_stripped(out, content);
-      out.append_markup(" ");
-      out.append_markup(options.eos_text);
-    }
-  }
-  return out;
-}
-
-marked_text render_llama3(std::span<const chat_message> messages, const chat_render_options& options) {
-  marked_text out;
-  if (!messages.empty()) out.append_markup(options.bos_text);
-  for (const chat_message& m : messages) {
-    out.append_markup("<|start_header_id|>");
-    out.append_markup(m.role);
-    out.append_markup("<|end_header_id|>\n\n");
-    append_stripped(out, content_of(m));
-    out.append_markup("<|eot_id|>");
-  }
-  if (options.add_generation_prompt) out.append_markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
-  return out;
-}
-
-marked_text render_chatml(std::span<const chat_message> messages, const chat_render_options& options) {
-  marked_text out;
-  for (const chat_message& m : messages) {
-    out.append_markup("<|im_start|>");
-    out.append_markup(m.role);
-    out.append_markup("\n");
-    out.append(content_of(m));
-    out.append_markup("<|im_end|>\n");
-  }
-  if (options.add_generation_prompt) out.append_markup("<|im_start|>assistant\n");
-  return out;
-}
-
-marked_text render_mistral(std::span<const chat_message> messages, const chat_render_options& options) {
-  const auto [system, turns] = split_system(messages);
-  marked_text out;
-  out.append_markup(options.bos_text);
-  for (std::size_t i = 0; i < turns.size(); ++i) {
-    if (turns[i].role == "user") {
-      out.append_markup("[INST] ");
-      if (system && i + 1 == turns.size()) {
-        out.append(content_of(*system));
-        out.append_markup("\n\n");
-      }
-      out.append(content_of(turns[i]));
-      out.append_markup("[/INST]");
-    } else if (turns[i].role == "assistant") {
-      out.append_markup(" ");
-      out.append(content_of(turns[i]));
-      out.append_markup(options.eos_text);
-    }
-  }
-  return out;
-}
-
-marked_text render_plain(std::span<const chat_message> messages, const chat_render_options& options) {
-  marked_text out;
-  for (const chat_message& m : messages) {
-    out.append_markup(m.role);
-    out.append_markup(": ");
-    out.append(content_of(m));
-    out.append_markup("\n");
-  }
-  if (options.add_generation_prompt) out.append_markup("assistant:");
-  return out;
-}
-
-}  // namespace
-
-std::string_view to_string(chat_template_kind kind) {
-  switch (kind) {
-    case chat_template_kind::plain: return "plain";
-    case chat_template_kind::llama2: return "llama-2";
-    case chat_template_kind::llama3: return "llama-3";
-    case chat_template_kind::chatml: return "chatml";
-    case chat_template_kind::mistral: return "mistral";
-  }
-  return "plain";
-}
+std::string_view to_string(chat_template_kind kind) { return chat_format_of(kind).name; }
 
 std::optional<chat_template_kind> parse_chat_template_name(std::string_view name) {
-  static constexpr std::array<std::pair<std::string_view, chat_template_kind>, 7> names = {{
-      {"plain", chat_template_kind::plain},
-      {"llama-2", chat_template_kind::llama2},
-      {"llama2", chat_template_kind::llama2},
-      {"llama-3", chat_template_kind::llama3},
-      {"llama3", chat_template_kind::llama3},
-      {"chatml", chat_template_kind::chatml},
-      {"mistral", chat_template_kind::mistral},
-  }};
-  for (const auto& [text, kind] : names) {
-    if (text == name) return kind;
+  for (const chat_format& f : chat_formats()) {
+    if (f.name == name || std::find(f.also.begin(), f.also.end(), name) != f.also.end()) return f.kind;
   }
   return std::nullopt;
 }
-
-std::optional<chat_template_kind> detect_chat_template(std::string_view jinja_source) {
-  const auto has = [&](std::string_view needle) { return jinja_source.find(needle) != std::string_view::npos; };
-  if (has("<|im_start|>")) return chat_template_kind::chatml;
-  if (has("<|start_header_id|>")) return chat_template_kind::llama3;
-  if (has("[INST]")) return has("<<SYS>>") ? chat_template_kind::llama2 : chat_template_kind::mistral;
-  return std::nullopt;
-}
-
-marked_text render_chat(chat_template_kind kind, std::span<const chat_message> messages,
-                        const chat_render_options& options) {
-  switch (kind) {
-    case chat_template_kind::llama2: return render_llama2(messages, options);
-    case chat_template_kind::llama3: return render_llama3(messages, options);
-    case chat_template_kind::chatml: return render_chatml(messages, options);
-    case chat_template_kind::mistral: return render_mistral(messages, options);
-    case chat_template_kind::plain: return render_plain(messages, options);
-  }
-  return render_plain(messages, options);
-}
-
-// ---- the model's chat template -------------------------------------------------------------------
 
 namespace {
 
@@ -227,9 +65,19 @@ jinja::value message_value(const chat_message& m, const adaptations& a) {
   return message;
 }
 
+// The BOS and EOS text a template is given: a model's template, its own (each only when the model
+// has one); a built-in format, the vocabulary's (always defined, "" when it has none).
+struct bos_eos {
+  std::string_view bos;
+  std::string_view eos;
+  bool always = false;
+};
+
+bos_eos model_bos_eos(const chat_template_spec& spec) { return {spec.bos_token, spec.eos_token}; }
+
 // What the template sees: messages, tools (None without), add_generation_prompt, bos_token and
-// eos_token (when the model has them), then every key of chat_template_kwargs.
-result<jinja::value> template_globals(const chat_request_inputs& in, const chat_template_spec& spec, const adaptations& a) {
+// eos_token, then every key of chat_template_kwargs.
+result<jinja::value> template_globals(const chat_request_inputs& in, const bos_eos& special, const adaptations& a) {
   using jinja::value;
   std::vector<value> messages;
   messages.reserve(in.messages.size());
@@ -248,8 +96,8 @@ result<jinja::value> template_globals(const chat_request_inputs& in, const chat_
     fields.emplace_back("tools", value::list(std::move(tools)));
   }
   fields.emplace_back("add_generation_prompt", value(in.add_generation_prompt));
-  if (!spec.bos_token.empty()) fields.emplace_back("bos_token", value::markup(spec.bos_token));
-  if (!spec.eos_token.empty()) fields.emplace_back("eos_token", value::markup(spec.eos_token));
+  if (special.always || !special.bos.empty()) fields.emplace_back("bos_token", value::markup(std::string(special.bos)));
+  if (special.always || !special.eos.empty()) fields.emplace_back("eos_token", value::markup(std::string(special.eos)));
   if (!in.chat_template_kwargs.empty()) {
     EDGE_ASSIGN_OR_RETURN(const value kwargs, value::from_json(in.chat_template_kwargs));
     if (kwargs.type() != value::kind::dict) return invalid_argument("chat_template_kwargs must be a JSON object");
@@ -269,7 +117,8 @@ result<std::string> render_probe(const jinja::program& program, const chat_templ
   as_sent.object_arguments = object_arguments_in_request;
   const std::string tools[] = {std::string(probe_tool)};
   EDGE_ASSIGN_OR_RETURN(const jinja::value globals,
-                        template_globals({.messages = probe, .tools = tools, .add_generation_prompt = false}, spec, as_sent));
+                        template_globals({.messages = probe, .tools = tools, .add_generation_prompt = false},
+                                         model_bos_eos(spec), as_sent));
   EDGE_ASSIGN_OR_RETURN(marked_text rendered, jinja::render(program, globals));
   return std::move(rendered.text);
 }
@@ -303,9 +152,16 @@ struct chat_template::compiled {
 };
 
 chat_template chat_template::builtin(chat_template_kind kind, std::string origin) {
+  auto parsed = std::make_shared<compiled>();
+  auto program = jinja::parse_template(chat_format_of(kind).jinja);
+  assert(program.ok());  // the formats' own texts (a unit test parses each)
+  parsed->main = std::move(program).value();
+  // The formats write a null content as "" (they were written for it, so are not probed).
+  parsed->adapt.string_content = true;
   chat_template t;
   t.spec_.builtin = kind;
   t.spec_.origin = std::move(origin);
+  t.compiled_ = std::move(parsed);
   return t;
 }
 
@@ -346,12 +202,9 @@ std::string chat_template::describe() const {
 }
 
 result<marked_text> chat_template::render(const chat_request_inputs& inputs, const chat_render_options& builtin) const {
-  if (spec_.builtin) {
-    chat_render_options options = builtin;
-    options.add_generation_prompt = inputs.add_generation_prompt;
-    return render_chat(*spec_.builtin, inputs.messages, options);
-  }
-  EDGE_ASSIGN_OR_RETURN(const jinja::value globals, template_globals(inputs, spec_, compiled_->adapt));
+  if (!compiled_) return chat_template::builtin(*spec_.builtin, spec_.origin).render(inputs, builtin);  // default-constructed
+  const bos_eos special = spec_.builtin ? bos_eos{builtin.bos_text, builtin.eos_text, true} : model_bos_eos(spec_);
+  EDGE_ASSIGN_OR_RETURN(const jinja::value globals, template_globals(inputs, special, compiled_->adapt));
   const jinja::program& program = !inputs.tools.empty() && compiled_->tool_use ? compiled_->tool_use : compiled_->main;
   auto text = jinja::render(program, globals);
   if (!text.ok()) {

@@ -11,6 +11,7 @@ target_sources(edge_backend PRIVATE
   src/tokenizer/gguf_vocab.cpp
   src/tokenizer/llama2c_tokenizer.cpp
   src/tokenizer/tokenizer.cpp
+  src/tokenizer/chat_formats.cpp
   src/tokenizer/chat_template.cpp
   src/tokenizer/synthetic_tokenizer.cpp
   src/tokenizer/jinja/lexer.cpp

@@ -12,6 +12,7 @@
 #include "edge/common/splitmix64.h"
 #include "edge/common/utf8.h"
 #include "builders.h"
+#include "chat_formats.h"
 
 namespace edge::backend {
 namespace {
@@ -239,12 +240,6 @@ constexpr std::string_view llama3_specials[] = {
 constexpr std::int64_t llama3_first_reserved = 3;  // reserved_special_token_0..2 are above
 constexpr std::string_view chatml_specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 
-// Written for edgeinfer in the llama-3 and ChatML prompt formats.
-constexpr std::string_view llama3_template =
-    R"({{- bos_token }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %})";
-constexpr std::string_view chatml_template =
-    R"({%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %})";
-
 std::int64_t id_of(const synthetic_vocab& vocab, std::string_view text) {
   const auto it = std::find(vocab.tokens.begin() + vocab.first_special, vocab.tokens.end(), text);
   return static_cast<std::int64_t>(it - vocab.tokens.begin());
@@ -280,11 +275,11 @@ synthetic_vocab make_synthetic_vocab(special_token_style style, std::int64_t voc
     vocab.add_bos = true;
     vocab.eos_id = id_of(vocab, "<|eot_id|>");
     vocab.pad_id = id_of(vocab, "<|end_of_text|>");
-    vocab.chat_template = std::string(llama3_template);
+    vocab.chat_template = std::string(chat_format_of(chat_template_kind::llama3).jinja);
   } else {
     vocab.eos_id = id_of(vocab, "<|im_end|>");
     vocab.pad_id = id_of(vocab, "<|endoftext|>");
-    vocab.chat_template = std::string(chatml_template);
+    vocab.chat_template = std::string(chat_format_of(chat_template_kind::chatml).jinja);
   }
   return vocab;
 }

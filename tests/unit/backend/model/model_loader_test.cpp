@@ -79,7 +79,7 @@ TEST_CASE("load_model: synthetic models in both formats, chat templates detected
     CHECK(m->config.vocab_size == 512);
     CHECK(m->tok->vocab_size() == 512);
     // The model's own Jinja template (written in the llama-3 format), with its BOS.
-    REQUIRE(m->chat_template.is_jinja());
+    REQUIRE(m->chat_template.is_models_own());
     const chat_message hi{"user", " Hi "};
     CHECK(m->chat_template.render({.messages = {&hi, 1}}, {})->text ==
           "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"

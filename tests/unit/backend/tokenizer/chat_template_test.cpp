@@ -1,4 +1,4 @@
-// The built-in chat templates against the strings the reference Jinja templates render.
+// The built-in chat formats against the strings the reference Jinja templates render.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -20,19 +20,25 @@ const std::vector<chat_message> conversation = {
     {"user", "How are you?"},
 };
 
-// A built-in renderer's prompt with its markup in brackets.
+// A built-in format's prompt.
+edge::backend::marked_text rendered(chat_template_kind kind, const std::vector<chat_message>& messages, std::string bos,
+                                    std::string eos, bool generation_prompt = true) {
+  auto text = edge::backend::chat_template::builtin(kind, "test").render(
+      {.messages = messages, .add_generation_prompt = generation_prompt},
+      {.bos_text = std::move(bos), .eos_text = std::move(eos)});
+  REQUIRE(text.ok());
+  return std::move(text).value();
+}
+
+// Its markup in brackets.
 std::string marked(chat_template_kind kind, const std::vector<chat_message>& messages, std::string bos = "<s>",
                    std::string eos = "</s>") {
-  return edge::testing::bracket_markup(
-      edge::backend::render_chat(kind, messages, {.bos_text = std::move(bos), .eos_text = std::move(eos)}));
+  return edge::testing::bracket_markup(rendered(kind, messages, std::move(bos), std::move(eos)));
 }
 
 std::string render(chat_template_kind kind, const std::vector<chat_message>& messages, std::string bos, std::string eos,
                    bool generation_prompt = true) {
-  return edge::backend::render_chat(kind, messages,
-                                    {.bos_text = std::move(bos), .eos_text = std::move(eos),
-                                     .add_generation_prompt = generation_prompt})
-      .text;
+  return rendered(kind, messages, std::move(bos), std::move(eos), generation_prompt).text;
 }
 
 }  // namespace
@@ -79,8 +85,7 @@ TEST_CASE("plain: role lines, then assistant:") {
   CHECK(render(chat_template_kind::plain, {{"user", "Hi"}}, "", "", false) == "user: Hi\n");
 }
 
-TEST_CASE("chat template names and fingerprints") {
-  using edge::backend::detect_chat_template;
+TEST_CASE("chat format names") {
   using edge::backend::parse_chat_template_name;
   for (const auto kind : {chat_template_kind::plain, chat_template_kind::llama2, chat_template_kind::llama3,
                           chat_template_kind::chatml, chat_template_kind::mistral}) {
@@ -90,15 +95,6 @@ TEST_CASE("chat template names and fingerprints") {
   CHECK(parse_chat_template_name("llama2") == chat_template_kind::llama2);
   CHECK_FALSE(parse_chat_template_name("vicuna").has_value());
 
-  CHECK(detect_chat_template("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-                             "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}") == chat_template_kind::chatml);
-  CHECK(detect_chat_template("{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
-                             "+ message['content'] | trim + '<|eot_id|>' %}") == chat_template_kind::llama3);
-  CHECK(detect_chat_template("{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' %}"
-                             "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}") == chat_template_kind::llama2);
-  CHECK(detect_chat_template("{{- bos_token }}{%- for message in loop_messages %}"
-                             "{{- '[INST] ' + message['content'] + '[/INST]' }}") == chat_template_kind::mistral);
-  CHECK_FALSE(detect_chat_template("{{ '<start_of_turn>' + role }}").has_value());
 }
 
 TEST_CASE("built-in renderers: what they write is markup, the contents are text") {
@@ -190,4 +186,27 @@ TEST_CASE("client text is text: a user's <|im_start|> and a tool result's <tool_
   const ids parsed = tok.encode(prompt->text, {.add_bos = false, .parse_special = true});
   CHECK(std::count(parsed.begin(), parsed.end(), start) == 3);
   CHECK(std::count(parsed.begin(), parsed.end(), call) == 1);
+}
+
+TEST_CASE("built-in formats: a null content is empty, never None, and every role renders") {
+  chat_message call_only{"assistant", std::nullopt};
+  call_only.tool_calls.push_back({"call_1", "f", "{}"});
+  const std::vector<chat_message> messages = {{"developer", "D"}, {"user", "Hi"}, call_only, {"tool", "42"}};
+  for (const auto kind : {chat_template_kind::plain, chat_template_kind::llama2, chat_template_kind::llama3,
+                          chat_template_kind::chatml, chat_template_kind::mistral}) {
+    CAPTURE(edge::backend::to_string(kind));
+    const std::string text = render(kind, messages, "<s>", "</s>");
+    CHECK(text.find("None") == std::string::npos);
+    CHECK(text.find("Hi") != std::string::npos);
+  }
+  CHECK(render(chat_template_kind::chatml, messages, "", "", false) ==
+        "<|im_start|>developer\nD<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n"
+        "<|im_start|>tool\n42<|im_end|>\n");
+  // A vocabulary without BOS: the formats that write one write nothing there.
+  CHECK(render(chat_template_kind::llama3, {{"user", "x"}}, "", "", false) ==
+        "<|start_header_id|>user<|end_header_id|>\n\nx<|eot_id|>");
+  // A default-constructed template is plain.
+  auto plain = edge::backend::chat_template().render({.messages = messages}, {});
+  REQUIRE(plain.ok());
+  CHECK(plain->text == "developer: D\nuser: Hi\nassistant: \ntool: 42\nassistant:");
 }
