@@ -4,6 +4,7 @@
 
 #include "edge/common/format.h"
 #include "edge/common/utf8.h"
+#include "families/family.h"
 
 namespace edge::gateway {
 namespace {
@@ -66,23 +67,18 @@ void assistant_message::add(const output_event& event) {
 
 detected_output_syntax detect_output_syntax(const backend::tokenizer& tok) {
   detected_output_syntax found;
-  // Kimi's and DeepSeek's markers are their own; GLM's <arg_key> sits beside the <tool_call> it
-  // shares with Hermes, so it is asked first.
-  for (const auto kind : {tool_call_parser_kind::kimi_k2, tool_call_parser_kind::deepseek_v3,
-                          tool_call_parser_kind::glm45, tool_call_parser_kind::hermes,
-                          tool_call_parser_kind::llama3_json}) {
-    const std::string_view signature = tool_call_markers(kind).front();
+  const families::family_traits* family = nullptr;
+  for (const families::family_traits* f : families::all()) {
+    const std::string_view signature = f->markers.front();
     if (!tok.find_token(signature)) continue;
-    found.syntax.tool_calls = kind;
+    family = f;
+    found.syntax.tool_calls = f->kind;
     found.tool_calls_reason = format("the vocabulary has {}", signature);
     break;
   }
-  if (found.syntax.tool_calls == tool_call_parser_kind::none) {
-    found.tool_calls_reason = "no tool-call syntax in the vocabulary";
-  }
+  if (family == nullptr) found.tool_calls_reason = "no tool-call syntax in the vocabulary";
   if (tok.find_token(think_open_tag) && tok.find_token(think_close_tag)) {
-    found.syntax.reasoning = found.syntax.tool_calls == tool_call_parser_kind::kimi_k2 ? reasoning_parser_kind::kimi_k2
-                                                                                       : reasoning_parser_kind::think;
+    found.syntax.reasoning = family != nullptr ? family->reasoning : reasoning_parser_kind::think;
     found.reasoning_reason = format("the vocabulary has {} and {}", think_open_tag, think_close_tag);
   } else {
     found.reasoning_reason = format("no {} and {} in the vocabulary", think_open_tag, think_close_tag);

@@ -2,16 +2,11 @@
 
 #include <algorithm>
 
+#include "families/family.h"
 #include "marker_grammar.h"
 #include "marker_text.h"
 
 namespace edge::gateway {
-namespace {
-
-// Where Kimi K2's tool calls begin; its reasoning parser ends the thinking there.
-constexpr std::string_view kimi_section_begin = "<|tool_calls_section_begin|>";
-
-}  // namespace
 
 std::string_view to_string(reasoning_parser_kind kind) {
   switch (kind) {
@@ -93,7 +88,7 @@ void reasoning_splitter::run(bool at_end, std::vector<output_event>& out) {
         }
         const std::size_t close = pending_.find(think_close_tag);
         const std::size_t section =
-            kind_ == reasoning_parser_kind::kimi_k2 ? pending_.find(kimi_section_begin) : std::string::npos;
+            kind_ == reasoning_parser_kind::kimi_k2 ? pending_.find(families::kimi_k2.section_begin) : std::string::npos;
         if (close != std::string::npos || section != std::string::npos) {
           const std::size_t end = std::min(close, section);
           emit_reasoning(std::string_view(pending_).substr(0, trailing_space_start(pending_, end)));
@@ -109,7 +104,7 @@ void reasoning_splitter::run(bool at_end, std::vector<output_event>& out) {
         std::size_t held = 0;
         if (!at_end) {
           held = kind_ == reasoning_parser_kind::kimi_k2
-                     ? partial_marker_length(pending_, {think_close_tag, kimi_section_begin})
+                     ? partial_marker_length(pending_, {think_close_tag, families::kimi_k2.section_begin})
                      : partial_marker_length(pending_, think_close_tag);
         }
         // Whitespace before a possible close is held too: the block's trailing whitespace is dropped.

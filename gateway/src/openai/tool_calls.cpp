@@ -11,6 +11,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/json_text.h"
 #include "edge/common/utf8.h"
+#include "families/family.h"
 #include "json_object_scanner.h"
 #include "marker_grammar.h"
 #include "marker_text.h"
@@ -18,58 +19,15 @@
 namespace edge::gateway {
 namespace {
 
-// ---- the families' markers --------------------------------------------------------------------
+using families::argument_form;
+using families::family_traits;
+using families::header;
+using families::header_status;
 
-constexpr std::string_view python_tag = "<|python_tag|>";
-constexpr std::string_view hermes_begin = "<tool_call>";
-constexpr std::string_view hermes_end = "</tool_call>";
-constexpr std::string_view deepseek_calls_begin = "<｜tool▁calls▁begin｜>";
-constexpr std::string_view deepseek_call_begin = "<｜tool▁call▁begin｜>";
-constexpr std::string_view deepseek_sep = "<｜tool▁sep｜>";
-constexpr std::string_view deepseek_call_end = "<｜tool▁call▁end｜>";
-constexpr std::string_view deepseek_calls_end = "<｜tool▁calls▁end｜>";
-constexpr std::string_view deepseek_fence_open = "```json";
-constexpr std::string_view deepseek_fence_close = "```";
-constexpr std::string_view kimi_section_begin = "<|tool_calls_section_begin|>";
-constexpr std::string_view kimi_call_begin = "<|tool_call_begin|>";
-constexpr std::string_view kimi_argument_begin = "<|tool_call_argument_begin|>";
-constexpr std::string_view kimi_call_end = "<|tool_call_end|>";
-constexpr std::string_view kimi_section_end = "<|tool_calls_section_end|>";
-constexpr std::string_view kimi_function_prefix = "functions.";
-constexpr std::string_view glm_key_open = "<arg_key>";
-constexpr std::string_view glm_key_close = "</arg_key>";
-constexpr std::string_view glm_value_open = "<arg_value>";
-constexpr std::string_view glm_value_close = "</arg_value>";
-
-constexpr std::array<std::string_view, 1> llama_markers{python_tag};
-constexpr std::array<std::string_view, 2> hermes_markers{hermes_begin, hermes_end};
-constexpr std::array<std::string_view, 5> deepseek_markers{deepseek_calls_begin, deepseek_call_begin, deepseek_sep,
-                                                           deepseek_call_end, deepseek_calls_end};
-constexpr std::array<std::string_view, 5> kimi_markers{kimi_section_begin, kimi_call_begin, kimi_argument_begin,
-                                                       kimi_call_end, kimi_section_end};
-constexpr std::array<std::string_view, 6> glm_markers{glm_key_open,  hermes_begin,   hermes_end,
-                                                      glm_key_close, glm_value_open, glm_value_close};
-
-// The bytes a call's header (what comes before its arguments: a name, an id, the keys before the
-// arguments) may take before it is taken for no header at all.
 constexpr std::size_t max_header_bytes = 1024;
 constexpr std::size_t tool_call_id_length = 24;
 
 // ---- headers ----------------------------------------------------------------------------------
-
-enum class header_status { more, mismatch, match };
-
-struct header {
-  header_status status = header_status::more;
-  std::string name;
-  std::string id;              // the id the syntax gives (Kimi), else ""
-  std::size_t length = 0;      // bytes of text the header takes (match)
-  bool no_arguments = false;   // a JSON call closed without arguments: {"name": "f"}
-  bool fenced = false;         // DeepSeek-V3: the arguments sit in ```json … ```
-};
-
-header more() { return {}; }
-header mismatch() { return {.status = header_status::mismatch}; }
 
 void skip_space(std::string_view text, std::size_t& at) {
   while (at < text.size() && is_space(text[at])) ++at;
@@ -105,12 +63,13 @@ string_status read_json_string(std::string_view text, std::size_t& at, std::stri
   return string_status::more;
 }
 
-// {"name": NAME, "arguments": (or "parameters":) — the arguments follow; or {"name": NAME}.
-header json_header(std::string_view text) {
+}  // namespace
+
+header families::json_header(std::string_view text) {
   std::size_t at = 0;
   skip_space(text, at);
-  if (at == text.size()) return more();
-  if (text[at++] != '{') return mismatch();
+  if (at == text.size()) return families::more_header();
+  if (text[at++] != '{') return families::mismatched_header();
   std::string key;
   const auto read_key = [&](std::initializer_list<std::string_view> allowed) {
     skip_space(text, at);
@@ -122,17 +81,17 @@ header json_header(std::string_view text) {
     if (text[at++] != ':') return string_status::bad;
     return string_status::ok;
   };
-  const auto status_of = [](string_status s) { return s == string_status::more ? more() : mismatch(); };
+  const auto status_of = [](string_status s) { return s == string_status::more ? families::more_header() : families::mismatched_header(); };
   if (const auto s = read_key({"name"}); s != string_status::ok) return status_of(s);
   header h;
   skip_space(text, at);
   if (const auto s = read_json_string(text, at, h.name); s != string_status::ok) return status_of(s);
   skip_space(text, at);
-  if (at == text.size()) return more();
+  if (at == text.size()) return families::more_header();
   if (text[at] == '}') {
     h.no_arguments = true;
   } else {
-    if (text[at++] != ',') return mismatch();
+    if (text[at++] != ',') return families::mismatched_header();
     if (const auto s = read_key({"arguments", "parameters"}); s != string_status::ok) return status_of(s);
   }
   h.status = header_status::match;
@@ -140,94 +99,9 @@ header json_header(std::string_view text) {
   return h;
 }
 
-// V3: "function<｜tool▁sep｜>NAME\n```json"; V3.1: "NAME<｜tool▁sep｜>" with '{' next.
-header deepseek_header(std::string_view text) {
-  const std::size_t sep = text.find(deepseek_sep);
-  if (sep == std::string_view::npos) return more();
-  const std::string_view first = trim_space(text.substr(0, sep));
-  std::size_t at = sep + deepseek_sep.size();
-  std::size_t next = at;
-  skip_space(text, next);
-  if (next == text.size()) return more();
-  header h;
-  if (text[next] == '{') {
-    h.name = std::string(first);
-    h.length = at;
-  } else {
-    if (first != "function") return mismatch();
-    const std::size_t end = text.find_first_of("\n`", at);
-    if (end == std::string_view::npos) return more();
-    h.name = std::string(trim_space(text.substr(at, end - at)));
-    at = end;
-    skip_space(text, at);
-    const std::string_view rest = text.substr(at);
-    if (is_marker_start(rest, deepseek_fence_open)) return more();
-    if (!rest.starts_with(deepseek_fence_open)) return mismatch();
-    h.length = at + deepseek_fence_open.size();
-    h.fenced = true;
-  }
-  h.status = header_status::match;
-  return h;
-}
+namespace {
 
-// "functions.NAME:IDX<|tool_call_argument_begin|>"; the whole "functions.NAME:IDX" is the id.
-header kimi_header(std::string_view text) {
-  const std::size_t begin = text.find(kimi_argument_begin);
-  if (begin == std::string_view::npos) return more();
-  const std::string_view id = trim_space(text.substr(0, begin));
-  const std::size_t colon = id.rfind(':');
-  if (colon == std::string_view::npos || colon + 1 == id.size()) return mismatch();
-  const std::string_view number = id.substr(colon + 1);
-  if (!std::all_of(number.begin(), number.end(), [](char c) { return c >= '0' && c <= '9'; })) return mismatch();
-  std::string_view name = id.substr(0, colon);
-  if (name.starts_with(kimi_function_prefix)) name.remove_prefix(kimi_function_prefix.size());
-  return {.status = header_status::match,
-          .name = std::string(name),
-          .id = std::string(id),
-          .length = begin + kimi_argument_begin.size()};
-}
-
-// "NAME" up to a newline or the first marker.
-header glm_header(std::string_view text) {
-  std::size_t at = 0;
-  skip_space(text, at);
-  const std::size_t end = text.find_first_of("\n<", at);
-  if (end == std::string_view::npos) return more();
-  return {.status = header_status::match, .name = std::string(trim_space(text.substr(at, end - at))), .length = end};
-}
-
-// ---- the families ---------------------------------------------------------------------------
-
-class call_grammar_writer;
-
-// How a family's arguments are written: a JSON object, or GLM's <arg_key>/<arg_value> pairs.
-enum class argument_form { json, key_value_pairs };
-
-// Everything the generic parser and the grammar writer need to know of a family: one row per
-// family (family_table, at the end of this file), no switch on the family elsewhere.
-struct family_traits {
-  tool_call_parser_kind kind;
-  std::string_view name;                       // --tool-call-parser
-  std::span<const std::string_view> markers;   // the first is its signature in a vocabulary
-  std::string_view section_begin;              // calls grouped in a section (DeepSeek, Kimi); "" otherwise
-  std::string_view section_end;
-  std::string_view call_begin;                 // "" for bare calls
-  std::string_view call_end;
-  header (*read_header)(std::string_view text);  // a call's header, from the text after its opener
-  argument_form arguments;
-  // Bare calls (llama3_json): JSON objects at the answer's start, after this marker or none,
-  // joined by ';'; anything else is plain content.
-  bool bare;
-  std::string_view bare_marker;
-  std::string_view arguments_close;  // after JSON arguments: the call object's own '}' (the header opened it)
-  std::string_view fence_close;      // after a fenced call's arguments (DeepSeek-V3)
-  // The calls as a grammar (call_grammar_writer's member for the family).
-  result<backend::grammar::expr, backend::grammar::grammar_error> (call_grammar_writer::*grammar)();
-};
-
-const family_traits& family_of(tool_call_parser_kind kind);
-
-// ---- GLM's value types ------------------------------------------------------------------------
+// ---- key/value pairs' value types ------------------------------------------------------------------------
 
 // Whether the schema makes `type` string-only: "string", or a list of "string" and "null".
 bool is_string_type(const json_value& type) {
@@ -568,8 +442,8 @@ class family_parser final : public tool_call_parser {
       case state::glm_pairs: {
         const std::size_t space = leading_space_length(text);
         const std::string_view rest = text.substr(space);
-        if (rest.starts_with(glm_key_open)) {
-          pending_.erase(0, space + glm_key_open.size());
+        if (rest.starts_with(family_.key_open)) {
+          pending_.erase(0, space + family_.key_open.size());
           state_ = state::glm_key;
           return true;
         }
@@ -579,7 +453,7 @@ class family_parser final : public tool_call_parser {
           state_ = state::skip_space;
           return true;
         }
-        if (rest.empty() || (!at_end && (is_marker_start(rest, glm_key_open) || is_marker_start(rest, family_.call_end)))) {
+        if (rest.empty() || (!at_end && (is_marker_start(rest, family_.key_open) || is_marker_start(rest, family_.call_end)))) {
           return false;  // at the end: a call cut short keeps what it has
         }
         // Text that is no pair: the call ends here, complete; the text is what follows it.
@@ -590,7 +464,7 @@ class family_parser final : public tool_call_parser {
       }
 
       case state::glm_key: {
-        const std::size_t found = find_marker(text, glm_key_close, scanned_);
+        const std::size_t found = find_marker(text, family_.key_close, scanned_);
         if (found == std::string_view::npos) return false;
         scanned_ = 0;
         const std::string_view key = trim_space(text.substr(0, found));
@@ -600,7 +474,7 @@ class family_parser final : public tool_call_parser {
         written += ": ";
         arguments(written);
         first_pair_ = false;
-        pending_.erase(0, found + glm_key_close.size());
+        pending_.erase(0, found + family_.key_close.size());
         state_ = state::glm_before_value;
         return true;
       }
@@ -608,15 +482,15 @@ class family_parser final : public tool_call_parser {
       case state::glm_before_value: {
         const std::size_t space = leading_space_length(text);
         const std::string_view rest = text.substr(space);
-        if (rest.starts_with(glm_value_open)) {
-          pending_.erase(0, space + glm_value_open.size());
+        if (rest.starts_with(family_.value_open)) {
+          pending_.erase(0, space + family_.value_open.size());
           if (string_value_) arguments("\"");
           value_started_ = false;
           json_scan_ = {};
           state_ = state::glm_value;
           return true;
         }
-        if (rest.empty() || (!at_end && is_marker_start(rest, glm_value_open))) return false;
+        if (rest.empty() || (!at_end && is_marker_start(rest, family_.value_open))) return false;
         arguments("null");  // a key without a value
         state_ = state::glm_pairs;
         return true;
@@ -631,14 +505,14 @@ class family_parser final : public tool_call_parser {
         }
         // A JSON value ends at the first closing tag outside its strings (a string may hold one);
         // where a quote never closes, at the first closing tag after all.
-        std::size_t found = string_value_ ? find_marker(text, glm_value_close, scanned_)
-                                          : find_marker_outside_strings(text, glm_value_close, json_scan_);
-        if (found == std::string_view::npos && !string_value_ && at_end) found = text.find(glm_value_close);
+        std::size_t found = string_value_ ? find_marker(text, family_.value_close, scanned_)
+                                          : find_marker_outside_strings(text, family_.value_close, json_scan_);
+        if (found == std::string_view::npos && !string_value_ && at_end) found = text.find(family_.value_close);
         if (found != std::string_view::npos) {
           scanned_ = 0;
           const std::string_view value = text.substr(0, trailing_space_start(text, found));
           arguments(string_value_ ? json_string_body(value) + "\"" : json_value_text(trim_space(value)));
-          pending_.erase(0, found + glm_value_close.size());
+          pending_.erase(0, found + family_.value_close.size());
           state_ = state::glm_pairs;
           return true;
         }
@@ -649,7 +523,7 @@ class family_parser final : public tool_call_parser {
           }
           return false;
         }
-        const std::size_t held = at_end ? 0 : partial_marker_length(text, glm_value_close);
+        const std::size_t held = at_end ? 0 : partial_marker_length(text, family_.value_close);
         const std::size_t ready = trailing_space_start(text, text.size() - held);
         arguments(json_string_body(text.substr(0, ready)));
         pending_.erase(0, at_end ? text.size() : ready);
@@ -756,95 +630,27 @@ class call_grammar_writer {
   call_grammar_writer(g::grammar_builder& b, const tool_call_grammar_options& o) : b_(b), o_(o) {}
 
   result<g::expr, g::grammar_error> calls() {
-    // Each allowed tool's header pieces and arguments, read once.
+    const family_traits* family = families::find(o_.kind);
+    const argument_form form = family != nullptr ? family->arguments : argument_form::json;
+    // Each allowed tool's arguments, read once.
+    std::vector<families::call_grammar_context::allowed_tool> allowed;
     for (std::size_t i = 0; i < o_.tools.size(); ++i) {
       const tool_spec& tool = o_.tools[i];
       if (!o_.only.empty() && tool.name != o_.only) continue;
-      auto arguments = family_of(o_.kind).arguments == argument_form::key_value_pairs ? glm_pairs(tool, i)
-                                                                                      : json_arguments(tool, i);
+      auto arguments = form == argument_form::key_value_pairs ? key_value_pairs(*family, tool, i) : json_arguments(tool, i);
       if (!arguments.ok()) {
         return g::grammar_error(format("tool '{}': {}", tool.name, arguments.error().message()), arguments.error().path());
       }
       // A rule per tool's arguments: every call position refers to the same one.
-      allowed_.push_back({tool.name, b_.ref(b_.add_rule(format("{} arguments", tool.name), *arguments))});
+      allowed.push_back({tool.name, b_.ref(b_.add_rule(format("{} arguments", tool.name), *arguments))});
     }
-    if (allowed_.empty()) return g::grammar_error(format("no tool is named '{}'", o_.only), "tool_choice");
-
-    const auto write = family_of(o_.kind).grammar;
-    if (write == nullptr) return g::grammar_error("the model has no tool-call syntax", "tool_choice");
-    return (this->*write)();
-  }
-
-  // Each family's calls, one or (parallel) more, each an alternative per allowed tool.
-  result<g::expr, g::grammar_error> llama3_json_calls() {
-    return joined(any_call([](const allowed_tool& t) {
-                    return g::seq({g::literal("{\"name\": " + json_string(t.name) + ", \"parameters\": "), t.arguments,
-                                   g::literal("}")});
-                  }),
-                  "; ");
-  }
-  result<g::expr, g::grammar_error> hermes_calls() {
-    return joined(any_call([&](const allowed_tool& t) {
-                    return g::seq({marker(hermes_begin), g::literal("\n{\"name\": " + json_string(t.name) + ", \"arguments\": "),
-                                   t.arguments, g::literal("}\n"), marker(hermes_end)});
-                  }),
-                  "\n");
-  }
-  result<g::expr, g::grammar_error> deepseek_v3_calls() {
-    const g::expr call = any_call([&](const allowed_tool& t) {
-      const g::expr v3 = g::seq({g::literal("function"), marker(deepseek_sep), g::literal(t.name + "\n"),
-                                 g::literal(std::string(deepseek_fence_open) + "\n"), t.arguments,
-                                 g::literal("\n" + std::string(deepseek_fence_close))});
-      const g::expr v31 = g::seq({g::literal(t.name), marker(deepseek_sep), t.arguments});
-      return g::seq({marker(deepseek_call_begin), g::alt({v3, v31}), marker(deepseek_call_end)});
-    });
-    return g::seq({marker(deepseek_calls_begin), joined(call, "\n"), marker(deepseek_calls_end)});
-  }
-  result<g::expr, g::grammar_error> kimi_k2_calls() { return kimi_section(); }
-  result<g::expr, g::grammar_error> glm45_calls() {
-    return joined(any_call([&](const allowed_tool& t) {
-                    return g::seq({marker(hermes_begin), g::literal(t.name + "\n"), t.arguments, marker(hermes_end)});
-                  }),
-                  "\n");
+    if (allowed.empty()) return g::grammar_error(format("no tool is named '{}'", o_.only), "tool_choice");
+    if (family == nullptr) return g::grammar_error("the model has no tool-call syntax", "tool_choice");
+    return family->write_calls(families::call_grammar_context(b_, o_, std::move(allowed)));
   }
 
  private:
-  struct allowed_tool {
-    std::string name;
-    g::expr arguments;
-  };
-
   g::expr marker(std::string_view text) const { return marker_expr(text, o_.is_special); }
-
-  template <class Call>
-  g::expr any_call(const Call& call) const {
-    std::vector<g::expr> options;
-    for (const allowed_tool& t : allowed_) options.push_back(call(t));
-    return g::alt(std::move(options));
-  }
-
-  // One call, or with parallel_tool_calls one or more joined by `separator`.
-  g::expr joined(const g::expr& call, std::string_view separator) const {
-    if (!o_.parallel) return call;
-    return g::seq({call, g::star(g::seq({g::literal(separator), call}))});
-  }
-
-  // Kimi's calls carry their number in the conversation, so each position is its own: the
-  // k-th call is "functions.NAME:(earlier_calls + k)".
-  g::expr kimi_section() {
-    const std::size_t positions = o_.parallel ? max_kimi_calls : 1;
-    g::expr rest;  // the calls after position k, if any
-    for (std::size_t k = positions; k-- > 0;) {
-      const std::string number = std::to_string(o_.earlier_calls + k);
-      const g::expr call = any_call([&](const allowed_tool& t) {
-        return g::seq({marker(kimi_call_begin), g::literal(std::string(kimi_function_prefix) + t.name + ":" + number),
-                       marker(kimi_argument_begin), t.arguments, marker(kimi_call_end)});
-      });
-      g::expr here = k + 1 == positions ? call : g::seq({call, g::optional(rest)});
-      rest = b_.ref(b_.add_rule(format("kimi call {}", k), std::move(here)));
-    }
-    return g::seq({marker(kimi_section_begin), rest, marker(kimi_section_end)});
-  }
 
   static std::string parameters_path(std::size_t index) { return format("tools[{}].function.parameters", index); }
 
@@ -984,8 +790,9 @@ class call_grammar_writer {
     return std::nullopt;
   }
 
-  // GLM: the key/value pairs of the parameters' properties, in order.
-  result<g::expr, g::grammar_error> glm_pairs(const tool_spec& tool, std::size_t index) {
+  // Key/value pairs (GLM): one per property of the parameters, in order.
+  result<g::expr, g::grammar_error> key_value_pairs(const family_traits& family, const tool_spec& tool,
+                                                    std::size_t index) {
     const std::string path = parameters_path(index);
     if (tool.parameters.empty()) return g::expr();
     simdjson::dom::parser parser;
@@ -1038,8 +845,9 @@ class call_grammar_writer {
           if (!json.ok()) return json.error();
           value = std::move(json).value();
         }
-        const g::expr pair = g::seq({marker(glm_key_open), g::literal(key), marker(glm_key_close), g::literal("\n"),
-                                     marker(glm_value_open), *value, marker(glm_value_close), g::literal("\n")});
+        const g::expr pair = g::seq({marker(family.key_open), g::literal(key), marker(family.key_close),
+                                     g::literal("\n"), marker(family.value_open), *value, marker(family.value_close),
+                                     g::literal("\n")});
         const bool must = std::find(required.begin(), required.end(), key) != required.end();
         pairs.push_back(must ? pair : g::optional(pair));
         described.emplace_back(key);
@@ -1137,81 +945,27 @@ class call_grammar_writer {
 
   g::grammar_builder& b_;
   const tool_call_grammar_options& o_;
-  std::vector<allowed_tool> allowed_;
 };
-
-using writer = call_grammar_writer;
-
-// The families, in the order tool_call_parser_kind declares them.
-const family_traits family_table[] = {
-    {.kind = tool_call_parser_kind::none, .name = "none", .arguments = argument_form::json, .grammar = nullptr},
-    {.kind = tool_call_parser_kind::llama3_json,
-     .name = "llama3_json",
-     .markers = llama_markers,
-     .read_header = json_header,
-     .arguments = argument_form::json,
-     .bare = true,
-     .bare_marker = python_tag,
-     .arguments_close = "}",
-     .grammar = &writer::llama3_json_calls},
-    {.kind = tool_call_parser_kind::hermes,
-     .name = "hermes",
-     .markers = hermes_markers,
-     .call_begin = hermes_begin,
-     .call_end = hermes_end,
-     .read_header = json_header,
-     .arguments = argument_form::json,
-     .arguments_close = "}",
-     .grammar = &writer::hermes_calls},
-    {.kind = tool_call_parser_kind::deepseek_v3,
-     .name = "deepseek_v3",
-     .markers = deepseek_markers,
-     .section_begin = deepseek_calls_begin,
-     .section_end = deepseek_calls_end,
-     .call_begin = deepseek_call_begin,
-     .call_end = deepseek_call_end,
-     .read_header = deepseek_header,
-     .arguments = argument_form::json,
-     .fence_close = deepseek_fence_close,
-     .grammar = &writer::deepseek_v3_calls},
-    {.kind = tool_call_parser_kind::kimi_k2,
-     .name = "kimi_k2",
-     .markers = kimi_markers,
-     .section_begin = kimi_section_begin,
-     .section_end = kimi_section_end,
-     .call_begin = kimi_call_begin,
-     .call_end = kimi_call_end,
-     .read_header = kimi_header,
-     .arguments = argument_form::json,
-     .grammar = &writer::kimi_k2_calls},
-    {.kind = tool_call_parser_kind::glm45,
-     .name = "glm45",
-     .markers = glm_markers,
-     .call_begin = hermes_begin,
-     .call_end = hermes_end,
-     .read_header = glm_header,
-     .arguments = argument_form::key_value_pairs,
-     .grammar = &writer::glm45_calls},
-};
-
-const family_traits& family_of(tool_call_parser_kind kind) {
-  const family_traits& f = family_table[static_cast<std::size_t>(kind)];
-  assert(f.kind == kind);
-  return f;
-}
 
 }  // namespace
 
-std::string_view to_string(tool_call_parser_kind kind) { return family_of(kind).name; }
+std::string_view to_string(tool_call_parser_kind kind) {
+  const family_traits* family = families::find(kind);
+  return family != nullptr ? family->name : "none";
+}
 
 std::optional<tool_call_parser_kind> parse_tool_call_parser_name(std::string_view name) {
-  for (const family_traits& f : family_table) {
-    if (f.name == name) return f.kind;
+  if (name == "none") return tool_call_parser_kind::none;
+  for (const family_traits* f : families::all()) {
+    if (f->name == name) return f->kind;
   }
   return std::nullopt;
 }
 
-std::span<const std::string_view> tool_call_markers(tool_call_parser_kind kind) { return family_of(kind).markers; }
+std::span<const std::string_view> tool_call_markers(tool_call_parser_kind kind) {
+  const family_traits* family = families::find(kind);
+  return family != nullptr ? family->markers : std::span<const std::string_view>();
+}
 
 std::string random_tool_call_id() {
   static constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -1224,12 +978,28 @@ std::string random_tool_call_id() {
 
 std::unique_ptr<tool_call_parser> make_tool_call_parser(tool_call_parser_kind kind, std::vector<tool_spec> tools,
                                                         bool parallel_tool_calls, tool_call_id_source make_id) {
-  return std::make_unique<family_parser>(family_of(kind), std::move(tools), parallel_tool_calls, std::move(make_id));
+  const family_traits* family = families::find(kind);
+  assert(family != nullptr);
+  return std::make_unique<family_parser>(*family, std::move(tools), parallel_tool_calls, std::move(make_id));
 }
 
 result<backend::grammar::expr, backend::grammar::grammar_error> tool_call_grammar(
     backend::grammar::grammar_builder& b, const tool_call_grammar_options& options) {
   return call_grammar_writer(b, options).calls();
+}
+
+g::expr families::call_grammar_context::marker(std::string_view text) const { return marker_expr(text, o_.is_special); }
+
+g::expr families::call_grammar_context::any_call(const std::function<g::expr(const allowed_tool&)>& call) const {
+  std::vector<g::expr> options;
+  options.reserve(allowed_.size());
+  for (const allowed_tool& t : allowed_) options.push_back(call(t));
+  return g::alt(std::move(options));
+}
+
+g::expr families::call_grammar_context::joined(const g::expr& call, std::string_view separator) const {
+  if (!o_.parallel) return call;
+  return g::seq({call, g::star(g::seq({g::literal(separator), call}))});
 }
 
 }  // namespace edge::gateway

@@ -38,9 +38,10 @@ struct output_syntax {
 };
 
 // The syntaxes the vocabulary shows, and why, for the start-up log:
-//   tool calls  <|tool_calls_section_begin|> kimi_k2; <｜tool▁calls▁begin｜> deepseek_v3;
-//               <tool_call> with <arg_key> glm45; <tool_call> hermes; <|python_tag|> llama3_json
-//   reasoning   <think> and </think> both tokens: think (kimi_k2 beside Kimi's tool-call markers)
+//   tool calls  the first family (in the registry's order, families/families.cpp) whose signature
+//               marker is a token: <|tool_calls_section_begin|> kimi_k2, <｜tool▁calls▁begin｜>
+//               deepseek_v3, <arg_key> glm45, <tool_call> hermes, <|python_tag|> llama3_json
+//   reasoning   <think> and </think> both tokens: the family's reasoning (think; kimi_k2 for Kimi)
 // (A token here is any vocabulary entry with exactly that text, special or not.)
 struct detected_output_syntax {
   output_syntax syntax;

@@ -2,32 +2,10 @@
 // answer's text (what the reasoning splitter left) into content and tool calls, naming a call as
 // soon as its header is complete and passing its arguments on as the model writes them.
 //
-// The families, as their chat templates write a call (whitespace between the parts is allowed
-// wherever the templates put a newline):
-//
-//   llama3_json   Llama 3.1 / 3.2 / 3.3: the output starts (after whitespace) with a JSON object,
-//                 optionally after <|python_tag|>:
-//                   {"name": NAME, "parameters": {…}}        ("arguments" is taken too)
-//                 several are separated by ';'. Only the start of the output can be a call: an
-//                 answer that starts with other text is all content.
-//   hermes        Hermes 2 Pro, Qwen2.5, Qwen3 (also QwQ):
-//                   <tool_call>\n{"name": NAME, "arguments": {…}}\n</tool_call>
-//                 one block per call, anywhere in the answer.
-//   deepseek_v3   DeepSeek-V3 / R1, and V3.1's shorter call:
-//                   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{…}\n```<｜tool▁call▁end｜>
-//                   …more calls…<｜tool▁calls▁end｜>
-//                   V3.1: <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>
-//                 (which of the two a call is, its first byte after <｜tool▁sep｜> says: '{' is V3.1).
-//   kimi_k2       Kimi K2:
-//                   <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{…}<|tool_call_end|>
-//                   …more calls…<|tool_calls_section_end|>
-//                 "functions.NAME:IDX" is kept as the call's id (the template writes it back).
-//   glm45         GLM-4.5 / 4.6 (and 4.7, which leaves out the newlines):
-//                   <tool_call>NAME\n<arg_key>K</arg_key>\n<arg_value>V</arg_value>\n…</tool_call>
-//                 V is raw text for a parameter whose schema type is "string" (or only "string"
-//                 and "null"), and JSON otherwise; the arguments are written as a JSON object
-//                 built as the pairs arrive ({"K": "text…"}, {"K": 5}). A value that should be JSON
-//                 and is not becomes a JSON string, so the arguments always parse.
+// Each family's syntax, as its chat template writes a call, is described in its own file under
+// gateway/src/openai/families/ (llama3_json, hermes, deepseek_v3, kimi_k2, glm45): its markers,
+// how a call's header is read, how its calls are written as a grammar. One generic parser reads
+// them all. Whitespace between the parts of a call is allowed wherever the templates put a newline.
 //
 // What is a call, and what is not:
 //   * A call is named (tool_call_begin) once its header is complete and names one of the
@@ -53,23 +31,16 @@
 //     a call is content from its begin marker on.
 //
 // The same syntaxes as grammars (tool_call_grammar): what tool_choice "required" or a named
-// function makes the model write, so that the answer is always calls these parsers read back,
-// with arguments valid against each tool's parameters schema. Per family, the grammar allows:
-//   llama3_json   {"name": "NAME", "parameters": ARGS}, several joined by "; "
-//   hermes        <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>, several joined by "\n"
-//   deepseek_v3   the section around calls joined by "\n", each call V3's fenced one or V3.1's
-//                 (the model chooses)
-//   kimi_k2       the section around calls whose ids count on from the conversation's earlier
-//                 calls (functions.NAME:IDX), at most max_kimi_calls of them
-//   glm45         <tool_call>NAME\n then <arg_key>K</arg_key>\n<arg_value>V</arg_value>\n per
-//                 property in the order `properties` lists them (the required ones always, the
-//                 others optionally), </tool_call>; several joined by "\n". A string-typed
-//                 property's raw V honours enum, const, minLength and maxLength and holds no
-//                 '<' or control character, and neither starts nor ends with a space; another
-//                 property's V is JSON valid against its schema. The parameters must be an
-//                 object schema of properties (no anyOf, minProperties, ... at its top).
-// ARGS is JSON valid against the tool's parameters schema (grammar_builder::json_schema), "{}" for
-// a tool without one. A marker that is a special token of the vocabulary is that token.
+// function makes the model write, so that the answer is always calls these parsers read back, with
+// arguments valid against each tool's parameters schema: one call, or with parallel_tool_calls
+// several joined as the family joins them (Kimi K2's numbered ids unroll to at most max_kimi_calls).
+// Key/value arguments (GLM-4.5): a pair per property in the order `properties` lists them (the
+// required ones always, the others optionally). A string-typed property's raw V honours enum,
+// const, minLength and maxLength and holds no '<' or control character, and neither starts nor
+// ends with a space; another property's V is JSON valid against its schema. The parameters must be
+// an object schema of properties (no anyOf, minProperties, ... at its top). JSON arguments are
+// valid against the tool's parameters schema (grammar_builder::json_schema), "{}" for a tool
+// without one. A marker that is a special token of the vocabulary is that token.
 #pragma once
 
 #include <functional>
