@@ -189,10 +189,10 @@ class family_parser final : public tool_call_parser {
     llama_start,      // bare calls: only whitespace so far
     llama_next,       // bare calls: after a call, a ';' and the next, or text
     plain,            // bare calls: content to the end
-    glm_pairs,        // GLM: between <arg_key>/<arg_value> pairs
-    glm_key,          // GLM: inside <arg_key>
-    glm_before_value, // GLM: after a key, before <arg_value>
-    glm_value,        // GLM: inside <arg_value>
+    pairs,            // key/value arguments: between pairs
+    pair_key,         // key/value arguments: inside a key
+    pair_before_value,  // key/value arguments: after a key, before its value
+    pair_value,       // key/value arguments: inside a value
   };
 
   bool is_section_family() const { return !family_.section_begin.empty(); }
@@ -307,7 +307,7 @@ class family_parser final : public tool_call_parser {
         if (family_.arguments == argument_form::key_value_pairs) {
           arguments("{");
           first_pair_ = true;
-          state_ = state::glm_pairs;
+          state_ = state::pairs;
         } else if (h.no_arguments) {
           arguments("{}");
           tail_done_ = true;  // the header took the object's '}'
@@ -439,12 +439,12 @@ class family_parser final : public tool_call_parser {
         pending_.clear();
         return false;
 
-      case state::glm_pairs: {
+      case state::pairs: {
         const std::size_t space = leading_space_length(text);
         const std::string_view rest = text.substr(space);
         if (rest.starts_with(family_.key_open)) {
           pending_.erase(0, space + family_.key_open.size());
-          state_ = state::glm_key;
+          state_ = state::pair_key;
           return true;
         }
         if (rest.starts_with(family_.call_end)) {
@@ -463,7 +463,7 @@ class family_parser final : public tool_call_parser {
         return true;
       }
 
-      case state::glm_key: {
+      case state::pair_key: {
         const std::size_t found = find_marker(text, family_.key_close, scanned_);
         if (found == std::string_view::npos) return false;
         scanned_ = 0;
@@ -475,11 +475,11 @@ class family_parser final : public tool_call_parser {
         arguments(written);
         first_pair_ = false;
         pending_.erase(0, found + family_.key_close.size());
-        state_ = state::glm_before_value;
+        state_ = state::pair_before_value;
         return true;
       }
 
-      case state::glm_before_value: {
+      case state::pair_before_value: {
         const std::size_t space = leading_space_length(text);
         const std::string_view rest = text.substr(space);
         if (rest.starts_with(family_.value_open)) {
@@ -487,16 +487,16 @@ class family_parser final : public tool_call_parser {
           if (string_value_) arguments("\"");
           value_started_ = false;
           json_scan_ = {};
-          state_ = state::glm_value;
+          state_ = state::pair_value;
           return true;
         }
         if (rest.empty() || (!at_end && is_marker_start(rest, family_.value_open))) return false;
         arguments("null");  // a key without a value
-        state_ = state::glm_pairs;
+        state_ = state::pairs;
         return true;
       }
 
-      case state::glm_value: {
+      case state::pair_value: {
         if (string_value_ && !value_started_) {
           pending_.erase(0, leading_space_length(pending_));
           if (pending_.empty()) return false;
@@ -513,7 +513,7 @@ class family_parser final : public tool_call_parser {
           const std::string_view value = text.substr(0, trailing_space_start(text, found));
           arguments(string_value_ ? json_string_body(value) + "\"" : json_value_text(trim_space(value)));
           pending_.erase(0, found + family_.value_close.size());
-          state_ = state::glm_pairs;
+          state_ = state::pairs;
           return true;
         }
         if (!string_value_) {

@@ -3,10 +3,12 @@
 // shapes) returned as content, arguments that are not JSON, parallel_tool_calls, truncation.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "edge/common/json_fields.h"
 #include "edge/gateway/openai/tool_calls.h"
+#include "openai/families/family.h"
 #include "output_feeding.h"
 
 namespace gw = edge::gateway;
@@ -424,4 +426,36 @@ TEST_CASE("random texts of markers, JSON and words parse the same however they a
       for (const auto& call : whole.message.tool_calls) CHECK(!call.name.empty());
     }
   }
+}
+
+TEST_CASE("the family registry: every syntax has its file's family, by name, with its signature first") {
+  namespace families = edge::gateway::families;
+  using edge::gateway::tool_call_parser_kind;
+  CHECK(families::find(tool_call_parser_kind::none) == nullptr);
+  CHECK(edge::gateway::tool_call_markers(tool_call_parser_kind::none).empty());
+  CHECK(edge::gateway::to_string(tool_call_parser_kind::none) == "none");
+  CHECK(edge::gateway::parse_tool_call_parser_name("none") == tool_call_parser_kind::none);
+  std::vector<tool_call_parser_kind> seen;
+  for (const families::family_traits* f : families::all()) {
+    CAPTURE(f->name);
+    CHECK(families::find(f->kind) == f);
+    CHECK(edge::gateway::to_string(f->kind) == f->name);
+    CHECK(edge::gateway::parse_tool_call_parser_name(f->name) == f->kind);
+    REQUIRE_FALSE(f->markers.empty());
+    CHECK((f->write_calls != nullptr));
+    CHECK((f->read_header != nullptr));
+    CHECK(std::find(seen.begin(), seen.end(), f->kind) == seen.end());
+    seen.push_back(f->kind);
+  }
+  for (const auto kind : {tool_call_parser_kind::llama3_json, tool_call_parser_kind::hermes,
+                          tool_call_parser_kind::deepseek_v3, tool_call_parser_kind::kimi_k2,
+                          tool_call_parser_kind::glm45}) {
+    CHECK(std::find(seen.begin(), seen.end(), kind) != seen.end());
+  }
+  // GLM's signature is asked before Hermes': its vocabulary has Hermes' <tool_call> too.
+  const auto at = [&](tool_call_parser_kind kind) { return std::find(seen.begin(), seen.end(), kind) - seen.begin(); };
+  CHECK(at(tool_call_parser_kind::glm45) < at(tool_call_parser_kind::hermes));
+  CHECK(families::glm45.markers.front() == "<arg_key>");
+  CHECK(families::kimi_k2.reasoning == edge::gateway::reasoning_parser_kind::kimi_k2);
+  CHECK(families::hermes.reasoning == edge::gateway::reasoning_parser_kind::think);
 }
