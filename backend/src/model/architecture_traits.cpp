@@ -7,22 +7,22 @@ namespace {
 
 constexpr std::array architectures{
     architecture_traits{architecture::llama, "llama", "LlamaForCausalLM", 2048, false, false, 0, "llama",
-                        rope_layout::adjacent_pairs, false, false},
+                        rope_layout::adjacent_pairs, false, false, false, false},
     architecture_traits{architecture::qwen2, "qwen2", "Qwen2ForCausalLM", 32768, true, false, 0, "qwen2",
-                        rope_layout::half_split, true, false},
+                        rope_layout::half_split, true, false, true, true},
     architecture_traits{architecture::mistral, "mistral", "MistralForCausalLM", 4096 * 32, false, false, 0, "",
-                        rope_layout::half_split, false, false},
+                        rope_layout::half_split, false, false, false, false},
     architecture_traits{architecture::qwen3, "qwen3", "Qwen3ForCausalLM", 32768, false, true, 128, "qwen3",
-                        rope_layout::half_split, false, true},
+                        rope_layout::half_split, false, true, true, true},
     architecture_traits{architecture::qwen3_moe, "qwen3_moe", "Qwen3MoeForCausalLM", 32768, false, true, 0, "qwen3moe",
-                        rope_layout::half_split, false, true},
+                        rope_layout::half_split, false, true, true, true},
     architecture_traits{architecture::glm4_moe, "glm4_moe", "Glm4MoeForCausalLM", 131072, false, false, 0, "",
-                        rope_layout::half_split, false, false},
+                        rope_layout::half_split, false, false, false, true},
     // deepseek2's own keys say the rest (gguf_model.cpp's deepseek2_from_gguf).
     architecture_traits{architecture::deepseek_v3, "deepseek_v3", "DeepseekV3ForCausalLM", 4096, false, false, 0,
-                        "deepseek2", rope_layout::adjacent_pairs, false, false},
+                        "deepseek2", rope_layout::adjacent_pairs, false, false, false, false},
     architecture_traits{architecture::glm_moe_dsa, "glm_moe_dsa", "GlmMoeDsaForCausalLM", 202752, false, false, 0, "",
-                        rope_layout::half_split, false, false},
+                        rope_layout::half_split, false, false, false, false},
 };
 
 constexpr bool rows_in_order() {

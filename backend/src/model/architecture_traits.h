@@ -1,7 +1,8 @@
 // What each architecture is called by each side that names it, and the defaults the names
 // imply: one row per architecture, read by the Hugging Face reader (class -> architecture and
 // transformers' defaults), the GGUF reader (general.architecture and what its converter keeps),
-// the writers of config.json (architecture -> class) and to_string(architecture).
+// the writers of config.json (architecture -> class), the synthetic vocabulary's format and
+// to_string(architecture).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,12 @@ struct architecture_traits {
   rope_layout gguf_rope;
   bool gguf_qkv_bias;
   bool gguf_qk_norm;
+  // config.json turns a sliding attention window on with use_sliding_window (Qwen's classes);
+  // for the others a sliding_window value does.
+  bool sliding_window_switch;
+  // The vocabulary make-model writes for it speaks ChatML (Qwen's; GLM's, whose own special
+  // tokens are not made), else Llama 3's format.
+  bool synthetic_chatml;
 };
 
 std::span<const architecture_traits> architecture_table();

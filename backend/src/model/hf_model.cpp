@@ -435,10 +435,8 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   const logger log{"model"};
   EDGE_ASSIGN_OR_RETURN(const auto use_sliding_window, fields.optional<bool>("use_sliding_window"));
   EDGE_ASSIGN_OR_RETURN(const auto sliding_window, fields.optional<std::int64_t>("sliding_window"));
-  const bool qwen = config.arch == architecture::qwen2 || config.arch == architecture::qwen3 ||
-                    config.arch == architecture::qwen3_moe;
-  const bool sliding = qwen ? use_sliding_window.value_or(false)
-                           : sliding_window.has_value();
+  const bool sliding = traits_of(config.arch).sliding_window_switch ? use_sliding_window.value_or(false)
+                                                                      : sliding_window.has_value();
   if (sliding && sliding_window && *sliding_window < config.max_position) {
     log.warn("the model was trained with a {}-token sliding attention window; edgeinfer attends to the whole "
              "context, so outputs differ from the reference past that length",

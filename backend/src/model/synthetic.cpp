@@ -595,10 +595,7 @@ std::uint64_t seed_hash_of(std::uint64_t seed) {
 }
 
 special_token_style style_of(const model_config& config) {
-  // GLM's own special tokens are not made; its synthetic models speak ChatML like Qwen's.
-  const bool chatml = config.arch == architecture::qwen2 || config.arch == architecture::qwen3 ||
-                      config.arch == architecture::qwen3_moe || config.arch == architecture::glm4_moe;
-  return chatml ? special_token_style::chatml : special_token_style::llama3;
+  return traits_of(config.arch).synthetic_chatml ? special_token_style::chatml : special_token_style::llama3;
 }
 
 // The plan as the writers take it: each tensor's rows made as they are written.

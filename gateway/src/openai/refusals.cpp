@@ -13,7 +13,7 @@ using split = split_handling;
 
 // Each status's first row is how the split gateway reads an answer of that status whose code no
 // row has.
-constexpr std::array refusal_rows{
+constexpr std::array rows{
     refusal_row{refusal_kind::invalid_request, http::status::bad_request, "invalid_request_error", "", false,
                 status_code::invalid_argument, split::final},
     refusal_row{refusal_kind::context_length, http::status::bad_request, "invalid_request_error",
@@ -35,12 +35,12 @@ constexpr std::array refusal_rows{
 };
 
 constexpr bool rows_in_order() {
-  for (std::size_t i = 0; i < refusal_rows.size(); ++i) {
-    if (static_cast<std::size_t>(refusal_rows[i].kind) != i) return false;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (static_cast<std::size_t>(rows[i].kind) != i) return false;
   }
   return true;
 }
-static_assert(rows_in_order(), "refusal_rows lists the kinds in the order refusal_kind declares them");
+static_assert(rows_in_order(), "rows lists the kinds in the order refusal_kind declares them");
 
 std::optional<std::string_view> optional_text(std::string_view text) {
   return text.empty() ? std::nullopt : std::optional<std::string_view>(text);
@@ -48,11 +48,13 @@ std::optional<std::string_view> optional_text(std::string_view text) {
 
 }  // namespace
 
-const refusal_row& refusal_info(refusal_kind kind) { return refusal_rows[static_cast<std::size_t>(kind)]; }
+const refusal_row& refusal_info(refusal_kind kind) { return rows[static_cast<std::size_t>(kind)]; }
+
+std::span<const refusal_row> refusal_rows() { return rows; }
 
 std::optional<refusal_kind> refusal_kind_of(unsigned status, std::string_view code) {
   std::optional<refusal_kind> first_of_status;
-  for (const refusal_row& row : refusal_rows) {
+  for (const refusal_row& row : rows) {
     if (static_cast<unsigned>(row.status) != status) continue;
     if (row.code == code) return row.kind;
     if (!first_of_status) first_of_status = row.kind;

@@ -63,6 +63,17 @@ gw::redis_quota_options options_for(const edge::testing::redis_server& server, c
   return o;
 }
 
+// Tests on the Redis server's own clock (no injected one) must not straddle a UTC midnight, where
+// the daily budget starts again: within a few seconds of one, they wait until it has passed.
+void outside_midnight(edge::testing::redis_server& server) {
+  constexpr std::int64_t margin_s = 10;
+  const auto time = server.client()->command({"TIME"});
+  REQUIRE(time.ok());
+  REQUIRE(time->elements.size() == 2);
+  const std::int64_t to_midnight = 86400 - std::stoll(time->elements[0].text) % 86400;
+  if (to_midnight <= margin_s) std::this_thread::sleep_for(std::chrono::seconds(to_midnight + 1));
+}
+
 gw::quota_decision ask(gw::quota_store& store, const gw::tenant_quotas& q, std::int64_t prompt, std::int64_t max_tokens,
                        std::string_view tenant = "acme", std::int64_t choices = 1) {
   return edge::testing::admit_and_reserve(store, q, prompt, max_tokens, tenant, choices);
@@ -356,6 +367,7 @@ TEST_CASE("redis: a slot is kept while its store renews the lease, and lapses wh
 TEST_CASE("redis: the daily budget is shared, reserved and refunded; a refusal says when it resets (the server's clock)") {
   auto* server = shared_redis();
   REQUIRE_REDIS_SERVER(server);
+  outside_midnight(*server);
   const auto options = options_for(*server);
   auto a = gw::redis_quota_store::create(options, nullptr);
   auto b = gw::redis_quota_store::create(options, nullptr);
@@ -383,10 +395,13 @@ TEST_CASE("redis: the daily budget is shared, reserved and refunded; a refusal s
 TEST_CASE("redis: a refusal takes nothing from the limits of its phase; a body refused in phase 2 counts as a request") {
   auto* server = shared_redis();
   REQUIRE_REDIS_SERVER(server);
+  outside_midnight(*server);
   const auto options = options_for(*server);
   auto store = gw::redis_quota_store::create(options, nullptr);
   auto redis = server->client();
-  gw::tenant_quotas q{.requests_per_minute = 100, .tokens_per_minute = 100000, .max_concurrent = 1,
+  // 10 a minute: one request's share of the window (6 s) is longer than the test takes, so the
+  // remaining count it checks is not blurred by what the window gives back meanwhile.
+  gw::tenant_quotas q{.requests_per_minute = 10, .tokens_per_minute = 100000, .max_concurrent = 1,
                       .daily_tokens = 5000, .max_tokens_per_request = 2000};
   const std::string rate = options.key_prefix + "{acme}:rate";
   const std::string slots = options.key_prefix + "{acme}:slots";

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -50,6 +51,8 @@ struct refusal_row {
 };
 
 const refusal_row& refusal_info(refusal_kind kind);
+// Every row, in the order refusal_kind declares the kinds.
+std::span<const refusal_row> refusal_rows();
 
 // A backend's answer read back: the row of its status and error code, else the first row of its
 // status (400: invalid_request, 503: backend_unavailable), else nothing (an answer no row has,
