@@ -81,7 +81,9 @@ header families::json_header(std::string_view text) {
     if (text[at++] != ':') return string_status::bad;
     return string_status::ok;
   };
-  const auto status_of = [](string_status s) { return s == string_status::more ? families::more_header() : families::mismatched_header(); };
+  const auto status_of = [](string_status s) {
+    return s == string_status::more ? families::more_header() : families::mismatched_header();
+  };
   if (const auto s = read_key({"name"}); s != string_status::ok) return status_of(s);
   header h;
   skip_space(text, at);
