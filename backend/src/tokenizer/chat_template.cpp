@@ -202,7 +202,11 @@ std::string chat_template::describe() const {
 }
 
 result<marked_text> chat_template::render(const chat_request_inputs& inputs, const chat_render_options& builtin) const {
-  if (!compiled_) return chat_template::builtin(*spec_.builtin, spec_.origin).render(inputs, builtin);  // default-constructed
+  if (!compiled_) {
+    // Default-constructed (built-in plain): the format is parsed once per process, not per render.
+    static const chat_template plain = chat_template::builtin(chat_template_kind::plain, "default");
+    return plain.render(inputs, builtin);
+  }
   const bos_eos special = spec_.builtin ? bos_eos{builtin.bos_text, builtin.eos_text, true} : model_bos_eos(spec_);
   EDGE_ASSIGN_OR_RETURN(const jinja::value globals, template_globals(inputs, special, compiled_->adapt));
   const jinja::program& program = !inputs.tools.empty() && compiled_->tool_use ? compiled_->tool_use : compiled_->main;
