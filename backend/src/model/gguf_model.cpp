@@ -280,7 +280,7 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
   EDGE_ASSIGN_OR_RETURN(config.rms_norm_eps, keys.required_number("attention.layer_norm_rms_epsilon"));
   EDGE_ASSIGN_OR_RETURN(const auto theta, keys.optional_number("rope.freq_base"));
   config.rope_theta = theta.value_or(default_rope_theta);
-  if (config.arch == architecture::deepseek_v3) {
+  if (known->attention == attention_fields::latent) {
     EDGE_RETURN_IF_ERROR(deepseek2_from_gguf(file, keys, arch, config));
   } else {
     EDGE_ASSIGN_OR_RETURN(const auto kv_heads, keys.optional_int("attention.head_count_kv"));
@@ -319,7 +319,7 @@ result<parsed_config> config_from_gguf(const gguf_file& file) {
     config.vocab_size = *vocab;
   }
   config.tie_embeddings = file.find_tensor(gguf_classifier_name()) == nullptr;
-  if (config.arch == architecture::qwen3_moe) {
+  if (known->router == router_fields::softmax) {
     EDGE_ASSIGN_OR_RETURN(config.moe, qwen3_moe_from_gguf(keys, arch));
   }
 

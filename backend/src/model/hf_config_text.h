@@ -1,5 +1,6 @@
 // The shape fields of a Hugging Face config.json, written the same way by every writer of
-// model folders (make-model's synthetic models, quantize's compressed-tensors folders).
+// model folders (make-model's synthetic models, quantize's compressed-tensors folders); the
+// class's own fields are hf_config_fields.h's.
 #pragma once
 
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "edge/backend/model/model_config.h"
 #include "architecture_traits.h"
+#include "hf_config_fields.h"
 #include "edge/common/json_text.h"
 
 namespace edge::backend {
@@ -43,81 +45,6 @@ inline std::string hf_config_shape_fields(const model_config& c) {
     out += "  \"rope_scaling\": null,\n";
   }
   return out;
-}
-
-// The class's own fields about biases, windows, rotary width and experts, as the class spells
-// them: Qwen2 has neither attention_bias nor mlp_bias, Qwen3 and Qwen3-MoE have attention_bias,
-// the Llama classes have both, GLM-4.5's attention_bias means Q/K/V biases.
-inline std::string hf_config_class_fields(const model_config& c) {
-  const auto field = [](std::string_view name, const std::string& value) {
-    return "  \"" + std::string(name) + "\": " + value + ",\n";
-  };
-  const auto boolean = [](bool b) { return std::string(b ? "true" : "false"); };
-  std::string out;
-  // The sigmoid router GLM-4.5, DeepSeek-V3 and GLM-5 share.
-  const auto grouped_router = [&] {
-    const moe_config m = c.moe.value_or(moe_config{});
-    return field("n_routed_experts", std::to_string(m.num_experts)) +
-           field("n_shared_experts", std::to_string(m.shared_experts)) +
-           field("num_experts_per_tok", std::to_string(m.experts_per_token)) +
-           field("moe_intermediate_size", std::to_string(m.expert_intermediate)) +
-           field("first_k_dense_replace", std::to_string(m.first_dense_layers)) +
-           field("norm_topk_prob", boolean(m.normalize_weights)) +
-           field("routed_scaling_factor", json_number(m.routed_scaling)) + field("n_group", std::to_string(m.groups)) +
-           field("topk_group", std::to_string(m.top_groups));
-  };
-  switch (c.arch) {
-    case architecture::qwen2: return field("use_sliding_window", "false");
-    case architecture::qwen3: return field("use_sliding_window", "false") + field("attention_bias", "false");
-    case architecture::qwen3_moe: {
-      out = field("use_sliding_window", "false") + field("attention_bias", "false");
-      if (!c.moe) return out + field("num_experts", "0");
-      const moe_config& m = *c.moe;
-      std::string dense = "[";
-      for (std::size_t i = 0; i < m.dense_layers.size(); ++i) {
-        dense += (i > 0 ? ", " : "") + std::to_string(m.dense_layers[i]);
-      }
-      dense += "]";
-      return out + field("num_experts", std::to_string(m.num_experts)) +
-             field("num_experts_per_tok", std::to_string(m.experts_per_token)) +
-             field("moe_intermediate_size", std::to_string(m.expert_intermediate)) +
-             field("norm_topk_prob", boolean(m.normalize_weights)) +
-             field("decoder_sparse_step", std::to_string(m.sparse_step)) + field("mlp_only_layers", dense);
-    }
-    case architecture::glm4_moe: {
-      out = field("attention_bias", boolean(c.qkv_bias)) + field("use_qk_norm", boolean(c.qk_norm)) +
-            field("partial_rotary_factor",
-                  json_number(static_cast<double>(c.rotated()) / static_cast<double>(c.head_dim)));
-      return out + grouped_router();
-    }
-    case architecture::deepseek_v3:
-    case architecture::glm_moe_dsa: {
-      const mla_config m = c.mla.value_or(mla_config{});
-      out = field("attention_bias", "false") +
-            field("q_lora_rank", m.q_lora_rank > 0 ? std::to_string(m.q_lora_rank) : std::string("null")) +
-            field("kv_lora_rank", std::to_string(m.kv_lora_rank)) +
-            field("qk_nope_head_dim", std::to_string(m.qk_nope_head_dim)) +
-            field("qk_rope_head_dim", std::to_string(m.qk_rope_head_dim)) +
-            field("v_head_dim", std::to_string(m.v_head_dim)) +
-            field("rope_interleave", boolean(c.rope == rope_layout::adjacent_pairs)) +
-            field("scoring_func", "\"sigmoid\"") + field("topk_method", "\"noaux_tc\"") +
-            field("num_nextn_predict_layers", std::to_string(c.nextn_layers));
-      if (c.dsa) {
-        const dsa_config& d = *c.dsa;
-        std::string types = "[";
-        for (std::int64_t i = 0; i < c.num_layers; ++i) {
-          types += std::string(i > 0 ? ", " : "") + (d.shared(i) ? "\"shared\"" : "\"full\"");
-        }
-        types += "]";
-        out += field("index_topk", std::to_string(d.index_topk)) + field("index_n_heads", std::to_string(d.index_heads)) +
-               field("index_head_dim", std::to_string(d.index_head_dim)) + field("indexer_types", types);
-      }
-      return out + grouped_router();
-    }
-    case architecture::llama:
-    case architecture::mistral: break;
-  }
-  return field("attention_bias", "false") + field("mlp_bias", "false");
 }
 
 }  // namespace edge::backend

@@ -6,6 +6,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/common/log.h"
 #include "architecture_traits.h"
+#include "hf_config_fields.h"
 #include "model_checks.h"
 #include "tensor_schema.h"
 #include "weight_binding.h"
@@ -13,97 +14,6 @@
 namespace edge::backend {
 namespace {
 
-// transformers' defaults for the Mixture-of-Experts fields (Qwen3MoeConfig, Glm4MoeConfig,
-// DeepseekV3Config, GlmMoeDsaConfig).
-struct moe_defaults {
-  std::int64_t num_experts, experts_per_token, expert_intermediate, shared_experts, first_dense_layers;
-  bool normalize_weights;
-  double routed_scaling;
-  std::int64_t groups, top_groups;
-};
-constexpr moe_defaults qwen3_moe_defaults{128, 8, 768, 0, 0, false, 1.0, 1, 1};
-constexpr moe_defaults glm4_moe_defaults{128, 8, 1408, 1, 1, true, 1.0, 1, 1};
-constexpr moe_defaults deepseek_v3_defaults{256, 8, 2048, 1, 3, true, 2.5, 8, 4};
-constexpr moe_defaults glm_moe_dsa_defaults{256, 8, 2048, 1, 3, true, 2.5, 1, 1};
-
-// The Mixture-of-Experts fields of a Qwen3-MoE or GLM-4.5 config.json; nullopt for a dense one
-// (Qwen3-MoE with num_experts 0).
-result<std::optional<moe_config>> parse_moe(const json_fields& fields, architecture arch) {
-  moe_config moe;
-  if (arch == architecture::qwen3_moe) {
-    const moe_defaults& d = qwen3_moe_defaults;
-    EDGE_ASSIGN_OR_RETURN(moe.num_experts, fields.value_or<std::int64_t>("num_experts", d.num_experts));
-    if (moe.num_experts == 0) return std::optional<moe_config>{};
-    EDGE_ASSIGN_OR_RETURN(moe.experts_per_token, fields.value_or<std::int64_t>("num_experts_per_tok", d.experts_per_token));
-    EDGE_ASSIGN_OR_RETURN(moe.expert_intermediate,
-                          fields.value_or<std::int64_t>("moe_intermediate_size", d.expert_intermediate));
-    EDGE_ASSIGN_OR_RETURN(moe.normalize_weights, fields.value_or<bool>("norm_topk_prob", d.normalize_weights));
-    EDGE_ASSIGN_OR_RETURN(moe.sparse_step, fields.value_or<std::int64_t>("decoder_sparse_step", 1));
-    EDGE_ASSIGN_OR_RETURN(const auto dense, fields.optional<json_array>("mlp_only_layers"));
-    if (dense) {
-      for (const json_value layer : *dense) {
-        EDGE_ASSIGN_OR_RETURN(const std::int64_t index, layer.as<std::int64_t>());
-        moe.dense_layers.push_back(index);
-      }
-    }
-    moe.scoring = kernels::router_scoring::softmax;
-    return std::optional<moe_config>{moe};
-  }
-  // GLM-4.5, DeepSeek-V3 and GLM-5 share one router: sigmoid scores, a correction bias,
-  // group-limited choice, scaled weights.
-  const moe_defaults& d = arch == architecture::deepseek_v3   ? deepseek_v3_defaults
-                          : arch == architecture::glm_moe_dsa ? glm_moe_dsa_defaults
-                                                              : glm4_moe_defaults;
-  EDGE_ASSIGN_OR_RETURN(moe.num_experts, fields.value_or<std::int64_t>("n_routed_experts", d.num_experts));
-  EDGE_ASSIGN_OR_RETURN(moe.experts_per_token, fields.value_or<std::int64_t>("num_experts_per_tok", d.experts_per_token));
-  EDGE_ASSIGN_OR_RETURN(moe.expert_intermediate,
-                        fields.value_or<std::int64_t>("moe_intermediate_size", d.expert_intermediate));
-  EDGE_ASSIGN_OR_RETURN(moe.shared_experts, fields.value_or<std::int64_t>("n_shared_experts", d.shared_experts));
-  EDGE_ASSIGN_OR_RETURN(moe.first_dense_layers,
-                        fields.value_or<std::int64_t>("first_k_dense_replace", d.first_dense_layers));
-  EDGE_ASSIGN_OR_RETURN(moe.normalize_weights, fields.value_or<bool>("norm_topk_prob", d.normalize_weights));
-  EDGE_ASSIGN_OR_RETURN(moe.routed_scaling, fields.value_or<double>("routed_scaling_factor", d.routed_scaling));
-  EDGE_ASSIGN_OR_RETURN(moe.groups, fields.value_or<std::int64_t>("n_group", d.groups));
-  EDGE_ASSIGN_OR_RETURN(moe.top_groups, fields.value_or<std::int64_t>("topk_group", d.top_groups));
-  // DeepSeek's own code makes every moe_layer_freq-th layer sparse; transformers (and every
-  // release) has 1.
-  EDGE_ASSIGN_OR_RETURN(const std::int64_t frequency, fields.value_or<std::int64_t>("moe_layer_freq", 1));
-  if (frequency != 1) {
-    return status(status_code::unimplemented, edge::format("moe_layer_freq {} is not supported (only 1 is)", frequency));
-  }
-  // GLM-5's newer configs list each layer's MLP ("dense" or "sparse") instead.
-  EDGE_ASSIGN_OR_RETURN(const auto types, fields.optional<json_array>("mlp_layer_types"));
-  if (types) {
-    moe.first_dense_layers = 0;
-    std::int64_t layer = 0;
-    for (const json_value type : *types) {
-      EDGE_ASSIGN_OR_RETURN(const std::string_view name, type.as<std::string_view>());
-      if (name != "dense" && name != "sparse") {
-        return invalid_argument(edge::format("mlp_layer_types entry \"{}\" is neither \"dense\" nor \"sparse\"", name));
-      }
-      if (name == "dense") moe.dense_layers.push_back(layer);
-      ++layer;
-    }
-  }
-  moe.scoring = kernels::router_scoring::sigmoid;
-  moe.correction_bias = true;
-  // DeepSeek-V3's configs name the scoring and the choice; GLM's imply these values.
-  const struct {
-    std::string_view field, supported;
-  } fixed[] = {{"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"}};
-  for (const auto& f : fixed) {
-    EDGE_ASSIGN_OR_RETURN(const auto value, fields.optional<std::string_view>(f.field));
-    if (value && *value != f.supported) {
-      return status(status_code::unimplemented,
-                    edge::format("{} \"{}\" is not supported (only \"{}\" is)", f.field, *value, f.supported));
-    }
-  }
-  return std::optional<moe_config>{moe};
-}
-
-// Defaults shared by the three configuration classes.
-constexpr double default_rms_norm_eps = 1e-6;
-constexpr double glm_rms_norm_eps = 1e-5;
 constexpr double default_rope_theta = 10000.0;
 
 // rope_scaling (or, in newer configs, rope_parameters, which also carries rope_theta): none,
@@ -130,12 +40,10 @@ status parse_rope(const json_fields& config, model_config& out) {
   EDGE_ASSIGN_OR_RETURN(const auto factor, fields.optional<double>("factor"));
   EDGE_ASSIGN_OR_RETURN(const auto original, fields.optional<std::int64_t>("original_max_position_embeddings"));
   if (*type == "yarn") {
-    if (out.arch != architecture::deepseek_v3 && out.arch != architecture::glm_moe_dsa) {
+    if (traits_of(out.arch).attention != attention_fields::latent) {
       // Checked against the reference for latent attention only (DeepSeek's softmax factor is its own).
-      return status(status_code::unimplemented,
-                    edge::format("rope_scaling type \"yarn\" is supported for {} and {} only",
-                                 traits_of(architecture::deepseek_v3).hf_class,
-                                 traits_of(architecture::glm_moe_dsa).hf_class));
+      return status(status_code::unimplemented, edge::format("rope_scaling type \"yarn\" is supported for {} only",
+                                                             latent_attention_classes()));
     }
     rope_scaling_yarn yarn;
     if (!original) return invalid_argument("yarn rope_scaling needs \"original_max_position_embeddings\"");
@@ -175,70 +83,6 @@ status parse_rope(const json_fields& config, model_config& out) {
   scaling.original_max_position = *original;
   EDGE_RETURN_IF_ERROR(check_rope_scaling(scaling));
   out.rope_scaling = scaling;
-  return {};
-}
-
-// The attention of DeepseekV3ForCausalLM (kimi_k2 too) and GlmMoeDsaForCausalLM: MLA, and for
-// GLM-5 the DSA indexer. Their head_dim is the query/key head (qk_nope + qk_rope) and every
-// head has its own key and value (num_key_value_heads = num_attention_heads).
-status parse_mla(const json_fields& fields, model_config& config) {
-  const bool glm = config.arch == architecture::glm_moe_dsa;
-  mla_config mla;
-  // q_lora_rank: null means one q_proj; absent, the class's default (find() reads both as absent).
-  const bool q_lora_given = fields.object().at_key("q_lora_rank").error() == simdjson::SUCCESS;
-  EDGE_ASSIGN_OR_RETURN(const auto q_lora, fields.optional<std::int64_t>("q_lora_rank"));
-  mla.q_lora_rank = q_lora.value_or(q_lora_given ? 0 : (glm ? 2048 : 1536));
-  EDGE_ASSIGN_OR_RETURN(mla.kv_lora_rank, fields.value_or<std::int64_t>("kv_lora_rank", 512));
-  EDGE_ASSIGN_OR_RETURN(mla.qk_nope_head_dim, fields.value_or<std::int64_t>("qk_nope_head_dim", glm ? 192 : 128));
-  EDGE_ASSIGN_OR_RETURN(mla.qk_rope_head_dim, fields.value_or<std::int64_t>("qk_rope_head_dim", 64));
-  EDGE_ASSIGN_OR_RETURN(mla.v_head_dim, fields.value_or<std::int64_t>("v_head_dim", glm ? 256 : 128));
-  config.head_dim = mla.qk_head_dim();
-  config.num_kv_heads = config.num_heads;
-  // DeepSeek-V3's rope_interleave (default true) rotates pairs (2i, 2i+1) of q_pe and k_pe
-  // (transformers permutes them to halves first, the same dot products); GLM-5 always does.
-  EDGE_ASSIGN_OR_RETURN(const bool interleave, fields.value_or<bool>("rope_interleave", true));
-  config.rope = glm || interleave ? rope_layout::adjacent_pairs : rope_layout::half_split;
-  config.mla = mla;
-  if (glm) {
-    dsa_config dsa;
-    EDGE_ASSIGN_OR_RETURN(dsa.index_topk, fields.value_or<std::int64_t>("index_topk", 2048));
-    EDGE_ASSIGN_OR_RETURN(dsa.index_heads, fields.value_or<std::int64_t>("index_n_heads", 32));
-    EDGE_ASSIGN_OR_RETURN(dsa.index_head_dim, fields.value_or<std::int64_t>("index_head_dim", 128));
-    // Which layers run their own indexer: indexer_types, else index_topk_pattern ("F" full,
-    // "S" shared), else every index_topk_freq-th layer from index_skip_topk_offset on (with
-    // freq 1, the default, every layer), as GlmMoeDsaConfig computes it.
-    EDGE_ASSIGN_OR_RETURN(const auto types, fields.optional<json_array>("indexer_types"));
-    EDGE_ASSIGN_OR_RETURN(const auto pattern, fields.optional<std::string_view>("index_topk_pattern"));
-    if (types) {
-      for (const json_value type : *types) {
-        EDGE_ASSIGN_OR_RETURN(const std::string_view name, type.as<std::string_view>());
-        if (name != "full" && name != "shared") {
-          return invalid_argument(edge::format("indexer_types entry \"{}\" is neither \"full\" nor \"shared\"", name));
-        }
-        dsa.shared_layers.push_back(name == "shared");
-      }
-    } else if (pattern) {
-      for (const char c : *pattern) {
-        if (c != 'F' && c != 'S') return invalid_argument(edge::format("index_topk_pattern \"{}\" is not F/S", *pattern));
-        dsa.shared_layers.push_back(c == 'S');
-      }
-    } else {
-      EDGE_ASSIGN_OR_RETURN(const std::int64_t freq, fields.value_or<std::int64_t>("index_topk_freq", 1));
-      EDGE_ASSIGN_OR_RETURN(const std::int64_t offset, fields.value_or<std::int64_t>("index_skip_topk_offset", 2));
-      const std::int64_t every = std::max<std::int64_t>(freq, 1);
-      for (std::int64_t i = 0; i < config.num_layers; ++i) {
-        dsa.shared_layers.push_back(std::max<std::int64_t>(i - offset + 1, 0) % every != 0);
-      }
-    }
-    config.dsa = dsa;
-  }
-  EDGE_ASSIGN_OR_RETURN(config.nextn_layers, fields.value_or<std::int64_t>("num_nextn_predict_layers", 0));
-  if (config.nextn_layers > 0) {
-    logger{"model"}.info("skipping the checkpoint's {} multi-token-prediction layer{} (model.layers.{}{}): edgeinfer "
-                         "decodes one token per step and does not load them",
-                         config.nextn_layers, config.nextn_layers == 1 ? "" : "s", config.num_layers,
-                         config.nextn_layers == 1 ? "" : edge::format("-{}", config.num_layers + config.nextn_layers - 1));
-  }
   return {};
 }
 
@@ -391,9 +235,7 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
   EDGE_ASSIGN_OR_RETURN(const auto max_position, fields.optional<std::int64_t>("max_position_embeddings"));
   config.max_position = max_position.value_or(defaults->default_max_position);
   EDGE_ASSIGN_OR_RETURN(const auto eps, fields.optional<double>("rms_norm_eps"));
-  // Glm4MoeConfig and GlmMoeDsaConfig default to 1e-5, the others to 1e-6.
-  const bool glm = config.arch == architecture::glm4_moe || config.arch == architecture::glm_moe_dsa;
-  config.rms_norm_eps = eps.value_or(glm ? glm_rms_norm_eps : default_rms_norm_eps);
+  config.rms_norm_eps = eps.value_or(defaults->default_rms_norm_eps);
   EDGE_RETURN_IF_ERROR(parse_rope(fields, config));
   // All three classes default to an untied classifier (Qwen2.5's small models say true).
   EDGE_ASSIGN_OR_RETURN(const auto tie, fields.optional<bool>("tie_word_embeddings"));
@@ -404,44 +246,7 @@ result<parsed_config> parse_config_object(const json_fields& fields) {
     return status(status_code::unimplemented,
                   edge::format("hidden_act \"{}\" is not supported (only \"silu\" is)", *activation));
   }
-  EDGE_ASSIGN_OR_RETURN(const auto attention_bias, fields.optional<bool>("attention_bias"));
-  EDGE_ASSIGN_OR_RETURN(const auto mlp_bias, fields.optional<bool>("mlp_bias"));
-  if (config.arch == architecture::glm4_moe) {
-    // GLM-4.5's attention_bias is on Q, K and V only; use_qk_norm adds Qwen3's per-head norms;
-    // RoPE turns the leading partial_rotary_factor of each head.
-    config.qkv_bias = attention_bias.value_or(false);
-    EDGE_ASSIGN_OR_RETURN(config.qk_norm, fields.value_or<bool>("use_qk_norm", false));
-    EDGE_ASSIGN_OR_RETURN(const double partial, fields.value_or<double>("partial_rotary_factor", 0.5));
-    if (!(partial > 0.0 && partial <= 1.0)) {
-      return invalid_argument(edge::format("partial_rotary_factor = {} must be in (0, 1]", partial));
-    }
-    config.rotary_dim = static_cast<std::int64_t>(static_cast<double>(config.head_dim) * partial);
-  } else if (config.arch == architecture::deepseek_v3 || config.arch == architecture::glm_moe_dsa) {
-    if (attention_bias.value_or(false)) {
-      return status(status_code::unimplemented, "attention_bias on the MLA projections is not supported");
-    }
-    EDGE_RETURN_IF_ERROR(parse_mla(fields, config));
-  } else if (attention_bias.value_or(false) || mlp_bias.value_or(false)) {
-    // The Llama and Qwen3 classes' attention_bias also puts a bias on o_proj, which
-    // model_weights has no slot for.
-    return status(status_code::unimplemented, "attention_bias / mlp_bias are not supported");
-  }
-  if (config.arch == architecture::qwen3_moe || config.arch == architecture::glm4_moe ||
-      config.arch == architecture::deepseek_v3 || config.arch == architecture::glm_moe_dsa) {
-    EDGE_ASSIGN_OR_RETURN(config.moe, parse_moe(fields, config.arch));
-  }
-
-  // Sliding-window attention is not implemented; within the window the results are the same.
-  const logger log{"model"};
-  EDGE_ASSIGN_OR_RETURN(const auto use_sliding_window, fields.optional<bool>("use_sliding_window"));
-  EDGE_ASSIGN_OR_RETURN(const auto sliding_window, fields.optional<std::int64_t>("sliding_window"));
-  const bool sliding = traits_of(config.arch).sliding_window_switch ? use_sliding_window.value_or(false)
-                                                                      : sliding_window.has_value();
-  if (sliding && sliding_window && *sliding_window < config.max_position) {
-    log.warn("the model was trained with a {}-token sliding attention window; edgeinfer attends to the whole "
-             "context, so outputs differ from the reference past that length",
-             *sliding_window);
-  }
+  EDGE_RETURN_IF_ERROR(read_class_fields(fields, config));
 
   EDGE_ASSIGN_OR_RETURN(const auto synthetic, fields.optional<bool>("edgeinfer_synthetic"));
   parsed.synthetic = synthetic.value_or(false);

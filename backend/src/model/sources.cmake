@@ -5,6 +5,7 @@
 # edge_backend_core (backend/CMakeLists.txt).
 target_sources(edge_backend PRIVATE
   src/model/hf_model.cpp
+  src/model/hf_config_fields.cpp
   src/model/model_loader.cpp
   src/model/cpu_tile_weights.cpp
   src/model/synthetic.cpp

@@ -360,9 +360,10 @@ std::vector<planned_tensor> plan_tensors(const model_config& c, synthetic_format
                                          bool fp8_blocks) {
   const bool gguf = format == synthetic_format::gguf;
   // llama.cpp's converter keeps one-dimensional tensors (norms, biases) and MoE routers in F32
-  // whatever the file type, and permutes Llama's Q and K rows for adjacent-pair RoPE.
+  // whatever the file type, and permutes the Q and K rows of those it reads with adjacent-pair
+  // RoPE (Llama's).
   const kernels::dtype vector_type = gguf ? kernels::dtype::f32 : dtype;
-  const bool permute_qk = gguf && c.arch == architecture::llama;
+  const bool permute_qk = gguf && traits_of(c.arch).gguf_rope == rope_layout::adjacent_pairs;
 
   std::vector<planned_tensor> plan;
   for (const schema_tensor& s : tensor_schema(c)) {
