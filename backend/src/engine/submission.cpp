@@ -19,16 +19,15 @@ std::optional<submit_error> check_submission(const generate_request& request, co
   if (request.n < 1 || request.n > max_choices) {
     return submit_error(invalid_argument(format("n must be between 1 and {}", max_choices)), "n");
   }
-  for (const token_id id : request.prompt) {
-    if (id < 0 || id >= limits.vocab) {
-      return submit_error(invalid_argument(format("prompt token {} is outside the vocabulary of {}", id, limits.vocab)),
-                          "prompt");
+  const auto refusal = [](const request_error& e) { return submit_error(invalid_argument(e.message), e.param); };
+  if (auto e = find_token_outside_vocabulary(std::span(request.prompt), limits.vocab, "prompt")) return refusal(*e);
+  if (auto e = find_logit_bias_error(request.sampling.logit_bias, limits.vocab)) return refusal(*e);
+  const scheduler_config& config = limits.sched.config();
+  if (config.max_model_len > 0) {
+    if (auto e = prompt_does_not_fit(static_cast<std::int64_t>(request.prompt.size()), config.max_model_len, "prompt")) {
+      return submit_error(out_of_range(e->message), e->param);
     }
   }
-  if (status bias = check_logit_bias(request.sampling.logit_bias, limits.vocab); !bias.ok()) {
-    return submit_error(bias, "logit_bias");
-  }
-  const scheduler_config& config = limits.sched.config();
   if (request.prompt_logprobs && config.max_prompt_logits < config.block_size) {
     return submit_error(invalid_argument("this executor computes no prompt log probabilities"), "prompt_logprobs");
   }

@@ -507,46 +507,6 @@ json_result<std::int64_t> read_max_tokens(const json_value& v) {
   return n;
 }
 
-request_error token_outside_vocabulary(std::string_view what, std::size_t index, std::int64_t id,
-                                       std::int64_t vocab_size) {
-  std::string param = format("{}[{}]", what, index);
-  std::string message = format("'{}' is token {}, outside the vocabulary of {} tokens", param, id, vocab_size);
-  return {std::move(message), std::move(param)};
-}
-
-std::optional<request_error> find_logit_bias_outside_vocabulary(std::span<const kernels::logit_bias> bias,
-                                                                std::int64_t vocab_size) {
-  for (const kernels::logit_bias& b : bias) {
-    if (b.id >= 0 && b.id < vocab_size) continue;
-    return request_error{format("'logit_bias' names token {}, outside the vocabulary of {} tokens", b.id, vocab_size),
-                         "logit_bias"};
-  }
-  return std::nullopt;
-}
-
-std::optional<request_error> prompt_does_not_fit(std::int64_t prompt_length, std::int64_t context,
-                                                 std::string_view what) {
-  if (prompt_length < context) return std::nullopt;
-  return request_error{format("This model's maximum context length is {} tokens. However, your {} resulted in {} "
-                              "tokens. Please reduce the length of the {}.",
-                              context, what, prompt_length, what),
-                       std::string(what)};
-}
-
-std::optional<request_error> completion_does_not_fit(std::int64_t prompt_length, std::int64_t max_tokens,
-                                                     std::int64_t context, std::string_view what) {
-  if (max_tokens <= context - prompt_length) return std::nullopt;
-  // max_tokens may be as large as an int64: the sum is capped, not overflowed.
-  const std::int64_t requested = max_tokens > std::numeric_limits<std::int64_t>::max() - prompt_length
-                                     ? std::numeric_limits<std::int64_t>::max()
-                                     : prompt_length + max_tokens;
-  return request_error{format("This model's maximum context length is {} tokens. However, you requested {} tokens "
-                              "({} in the {}, {} for the completion). Please reduce the length of the {} or the "
-                              "completion.",
-                              context, requested, prompt_length, what, max_tokens, what),
-                       "max_tokens"};
-}
-
 std::variant<openai_request, request_error> parse_openai_request(openai_api api, std::string_view body) {
   // A parser per request: its buffers grow with the document, and a thread-local one would
   // keep the largest body's worth of memory per thread for good.

@@ -131,7 +131,7 @@ std::variant<std::vector<backend::token_id>, response> prompt_tokens(const opena
                               .client_text_guard = guarded ? &model.markup_tokens : nullptr});
   }
   const auto& ids = std::get<std::vector<std::int64_t>>(r.prompt);
-  if (auto outside = find_token_outside_vocabulary(std::span(ids), tok.vocab_size(), "prompt")) {
+  if (auto outside = backend::find_token_outside_vocabulary(std::span(ids), tok.vocab_size(), "prompt")) {
     return invalid_request(outside->message, outside->param);
   }
   return std::vector<backend::token_id>(ids.begin(), ids.end());
@@ -143,14 +143,14 @@ std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r,
                                                         std::int64_t context, const request_session& session) {
   const bool chat = r.api == openai_api::chat_completions;
   const std::string_view what = chat ? "messages" : "prompt";
-  if (auto e = prompt_does_not_fit(prompt_length, context, what)) {
+  if (auto e = backend::prompt_does_not_fit(prompt_length, context, what)) {
     return invalid_request(e->message, e->param, refusal_kind::context_length);
   }
   const std::int64_t room = context - prompt_length;
   if (!r.max_tokens) {
     return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room), r.n);
   }
-  if (auto e = completion_does_not_fit(prompt_length, *r.max_tokens, context, what)) {
+  if (auto e = backend::completion_does_not_fit(prompt_length, *r.max_tokens, context, what)) {
     return invalid_request(e->message, e->param, refusal_kind::context_length);
   }
   return *r.max_tokens;
@@ -442,7 +442,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
     co_await answer(std::move(*refused));
     co_return;
   }
-  if (auto outside = find_logit_bias_outside_vocabulary(r.sampling.logit_bias, model->tokenizer->vocab_size())) {
+  if (auto outside = backend::find_logit_bias_error(r.sampling.logit_bias, model->tokenizer->vocab_size())) {
     co_await answer(invalid_request(outside->message, outside->param));
     co_return;
   }

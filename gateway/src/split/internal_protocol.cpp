@@ -354,21 +354,21 @@ std::optional<internal_request_error> check_generate_request(const backend::gene
   const auto refusal = [](request_error error, refusal_kind kind) {
     return internal_request_error{std::move(error.message), std::move(error.param), kind};
   };
-  if (auto e = find_token_outside_vocabulary(std::span(r.prompt), model.vocab_size, "prompt")) {
+  if (auto e = backend::find_token_outside_vocabulary(std::span(r.prompt), model.vocab_size, "prompt")) {
     return refusal(std::move(*e), refusal_kind::invalid_request);
   }
-  if (auto e = find_token_outside_vocabulary(std::span(r.stop_token_ids), model.vocab_size, "stop_token_ids")) {
+  if (auto e = backend::find_token_outside_vocabulary(std::span(r.stop_token_ids), model.vocab_size, "stop_token_ids")) {
     return refusal(std::move(*e), refusal_kind::invalid_request);
   }
-  if (auto e = find_logit_bias_outside_vocabulary(r.sampling.logit_bias, model.vocab_size)) {
+  if (auto e = backend::find_logit_bias_error(r.sampling.logit_bias, model.vocab_size)) {
     e->param = "sampling.logit_bias";
     return refusal(std::move(*e), refusal_kind::invalid_request);
   }
   const auto prompt_length = static_cast<std::int64_t>(r.prompt.size());
-  if (auto e = prompt_does_not_fit(prompt_length, model.context_length, "prompt")) {
+  if (auto e = backend::prompt_does_not_fit(prompt_length, model.context_length, "prompt")) {
     return refusal(std::move(*e), refusal_kind::context_length);
   }
-  if (auto e = completion_does_not_fit(prompt_length, r.max_tokens, model.context_length, "prompt")) {
+  if (auto e = backend::completion_does_not_fit(prompt_length, r.max_tokens, model.context_length, "prompt")) {
     return refusal(std::move(*e), refusal_kind::context_length);
   }
   return std::nullopt;

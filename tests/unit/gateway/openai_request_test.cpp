@@ -418,12 +418,12 @@ TEST_CASE("logit_bias: token ids as keys, a repeated id counts once with its las
   const auto e = completion_error(many);
   CHECK(e.param == "logit_bias");
   CHECK(e.message.find("at most 300") != std::string::npos);
-  // Ids outside the vocabulary are the routes' to refuse, naming the field.
-  const auto outside = gw::find_logit_bias_outside_vocabulary(r.sampling.logit_bias, 512);
+  // Ids outside the vocabulary are the routes' to refuse (request_rules.h), naming the field.
+  const auto outside = edge::backend::find_logit_bias_error(r.sampling.logit_bias, 512);
   REQUIRE(outside);
   CHECK(outside->param == "logit_bias");
   CHECK(outside->message.find("50256") != std::string::npos);
-  CHECK(!gw::find_logit_bias_outside_vocabulary(r.sampling.logit_bias, 50257));
+  CHECK(!edge::backend::find_logit_bias_error(r.sampling.logit_bias, 50257));
 }
 
 TEST_CASE("response_format json_object and json_schema become the grammar the output must match") {

@@ -225,7 +225,7 @@ TEST_CASE("the generator refuses what the engine refuses, naming the same field"
     std::function<void(generate_request&)> spoil;
   };
   const std::vector<bad_request> cases{
-      {"a prompt token outside the vocabulary", "prompt", [&](generate_request& r) { r.prompt.push_back(vocab); }},
+      {"a prompt token outside the vocabulary", "prompt[2]", [&](generate_request& r) { r.prompt.push_back(vocab); }},
       {"a logit_bias key outside the vocabulary", "logit_bias",
        [&](generate_request& r) { r.sampling.logit_bias = {{.id = vocab + 3, .bias = 1.0f}}; }},
       {"logprobs past the limit", "logprobs", [](generate_request& r) { r.logprobs = max_top_logprobs + 1; }},

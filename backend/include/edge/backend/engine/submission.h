@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "edge/backend/engine/engine.h"
+#include "edge/backend/engine/request_rules.h"
 #include "edge/backend/engine/scheduler.h"
 #include "edge/backend/runtime/sequence_decoder.h"
 #include "edge/backend/tokenizer/tokenizer.h"

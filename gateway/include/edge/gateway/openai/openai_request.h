@@ -46,6 +46,7 @@
 #include <variant>
 #include <vector>
 
+#include "edge/backend/engine/request_rules.h"
 #include "edge/backend/grammar/grammar.h"
 #include "edge/backend/runtime/sampler.h"
 #include "edge/backend/tokenizer/chat_template.h"
@@ -101,13 +102,7 @@ struct openai_request {
   bool add_generation_prompt = true;   // end the prompt with the assistant's header
 };
 
-// A request the client must fix: a 400 whose `param` names the field ("" for the body as a
-// whole, e.g. malformed JSON).
-struct request_error {
-  std::string message;
-  std::string param;
-  friend bool operator==(const request_error&, const request_error&) = default;
-};
+using backend::request_error;
 
 // OpenAI's limits.
 inline constexpr std::size_t max_stop_strings = 4;
@@ -139,29 +134,5 @@ std::optional<json_error> read_logit_bias(const json_value& v, std::vector<kerne
 std::optional<json_error> read_stop(const json_value& v, std::vector<std::string>& out);
 // A completion's token limit: at least 1.
 json_result<std::int64_t> read_max_tokens(const json_value& v);
-
-// The rules that need the model: the error, or nothing. `what` names the prompt's field
-// ("messages", "prompt").
-request_error token_outside_vocabulary(std::string_view what, std::size_t index, std::int64_t id,
-                                       std::int64_t vocab_size);
-template <class Id>
-std::optional<request_error> find_token_outside_vocabulary(std::span<const Id> ids, std::int64_t vocab_size,
-                                                           std::string_view what) {
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || static_cast<std::int64_t>(ids[i]) >= vocab_size) {
-      return token_outside_vocabulary(what, i, static_cast<std::int64_t>(ids[i]), vocab_size);
-    }
-  }
-  return std::nullopt;
-}
-// The error naming "logit_bias" when one of its ids is outside the vocabulary.
-std::optional<request_error> find_logit_bias_outside_vocabulary(std::span<const kernels::logit_bias> bias,
-                                                                std::int64_t vocab_size);
-// The prompt must leave room for at least one token of completion (OpenAI's and vLLM's rule),
-// and prompt + max_tokens must fit in the context (context_length_exceeded, both).
-std::optional<request_error> prompt_does_not_fit(std::int64_t prompt_length, std::int64_t context,
-                                                 std::string_view what);
-std::optional<request_error> completion_does_not_fit(std::int64_t prompt_length, std::int64_t max_tokens,
-                                                     std::int64_t context, std::string_view what);
 
 }  // namespace edge::gateway
