@@ -1,6 +1,7 @@
 #include "edge/backend/engine/request_rules.h"
 
 #include <limits>
+#include <unordered_set>
 
 #include "edge/backend/runtime/sampler.h"
 #include "edge/common/format.h"
@@ -38,9 +39,22 @@ std::optional<request_error> completion_does_not_fit(std::int64_t prompt_length,
 }
 
 std::optional<request_error> find_logit_bias_error(std::span<const kernels::logit_bias> bias, std::int64_t vocab_size) {
-  const status checked = check_logit_bias(bias, vocab_size);
-  if (checked.ok()) return std::nullopt;
-  return request_error{checked.message(), "logit_bias"};
+  const auto refused = [](std::string message) { return request_error{std::move(message), "logit_bias"}; };
+  if (static_cast<std::int64_t>(bias.size()) > max_logit_bias_entries) {
+    return refused(format("logit_bias has {} entries; at most {}", bias.size(), max_logit_bias_entries));
+  }
+  std::unordered_set<std::int32_t> seen;
+  for (const kernels::logit_bias& b : bias) {
+    if (b.id < 0 || b.id >= vocab_size) {
+      return refused(format("logit_bias names token {}, outside the vocabulary of {} tokens", b.id, vocab_size));
+    }
+    if (!seen.insert(b.id).second) return refused(format("logit_bias names token {} twice", b.id));
+    if (!(b.bias >= -max_logit_bias && b.bias <= max_logit_bias)) {
+      return refused(format("logit_bias of token {} is {}; it must be from {} to {}", b.id, b.bias, -max_logit_bias,
+                            max_logit_bias));
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace edge::backend

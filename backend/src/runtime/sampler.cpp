@@ -4,7 +4,6 @@
 #include <cmath>
 #include <numeric>
 #include <random>
-#include <unordered_set>
 
 #include "edge/common/format.h"
 
@@ -25,23 +24,6 @@ std::uint64_t random_seed() {
 
 }  // namespace
 
-status check_logit_bias(std::span<const kernels::logit_bias> bias, std::int64_t vocab) {
-  if (static_cast<std::int64_t>(bias.size()) > max_logit_bias_entries) {
-    return invalid_argument(format("logit_bias has {} entries; at most {}", bias.size(), max_logit_bias_entries));
-  }
-  std::unordered_set<std::int32_t> seen;
-  for (const kernels::logit_bias& b : bias) {
-    if (b.id < 0 || b.id >= vocab) {
-      return invalid_argument(format("logit_bias names token {}, outside the vocabulary of {} tokens", b.id, vocab));
-    }
-    if (!seen.insert(b.id).second) return invalid_argument(format("logit_bias names token {} twice", b.id));
-    if (!(b.bias >= -max_logit_bias && b.bias <= max_logit_bias)) {
-      return invalid_argument(format("logit_bias of token {} is {}; it must be from {} to {}", b.id, b.bias,
-                                     -max_logit_bias, max_logit_bias));
-    }
-  }
-  return {};
-}
 
 std::uint64_t choice_seed(std::uint64_t seed, std::int64_t choice) {
   if (choice == 0) return seed;

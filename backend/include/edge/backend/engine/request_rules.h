@@ -43,8 +43,8 @@ std::optional<request_error> prompt_does_not_fit(std::int64_t prompt_length, std
                                                  std::string_view what);
 std::optional<request_error> completion_does_not_fit(std::int64_t prompt_length, std::int64_t max_tokens,
                                                      std::int64_t context, std::string_view what);
-// logit_bias's rules (runtime/sampler.h's check_logit_bias: ids in the vocabulary, no id twice,
-// biases in range, not too many) as the error naming "logit_bias".
+// logit_bias's rules, as the error naming "logit_bias": at most max_logit_bias_entries distinct
+// ids inside the vocabulary, each bias in [-max_logit_bias, max_logit_bias] (runtime/sampler.h).
 std::optional<request_error> find_logit_bias_error(std::span<const kernels::logit_bias> bias, std::int64_t vocab_size);
 
 }  // namespace edge::backend

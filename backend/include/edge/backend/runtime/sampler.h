@@ -38,11 +38,6 @@ inline constexpr std::int64_t max_logit_bias_entries = 300;
 // Each logit_bias value lies in [-max_logit_bias, max_logit_bias] (OpenAI's range).
 inline constexpr float max_logit_bias = 100.0f;
 
-// invalid_argument unless `bias` is a valid logit_bias for a vocabulary of `vocab` tokens: at
-// most max_logit_bias_entries distinct ids within it, each value in [-max_logit_bias,
-// max_logit_bias].
-status check_logit_bias(std::span<const kernels::logit_bias> bias, std::int64_t vocab);
-
 // The seed of choice `choice` of a request seeded with `seed`: the seed itself for the first
 // choice (so a request's first choice is the same whatever its n), a mix of both for the others.
 std::uint64_t choice_seed(std::uint64_t seed, std::int64_t choice);
