@@ -1,10 +1,12 @@
-// libFuzzer harness: parse_openai_request on arbitrary bytes, as both APIs, returns a request
-// or an error naming a field; it never crashes, and what it accepts holds the validator's
-// promises (checked below: a violation aborts, which libFuzzer reports as a crash).
+// libFuzzer harness: parse_openai_request on arbitrary bytes, as both APIs, and
+// parse_anthropic_request, as both of its routes, return a request or an error naming a field;
+// they never crash, and what they accept holds the validators' promises (checked below: a
+// violation aborts, which libFuzzer reports as a crash).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "edge/gateway/openai/anthropic_request.h"
 #include "edge/gateway/openai/openai_request.h"
 #include "require.h"
 
@@ -16,8 +18,7 @@ namespace gw = edge::gateway;
 
 using edge::fuzz::require;
 
-void check(gw::openai_api api, std::string_view body) {
-  auto parsed = gw::parse_openai_request(api, body);
+void check(gw::openai_api api, const std::variant<gw::openai_request, gw::request_error>& parsed) {
   if (std::holds_alternative<gw::request_error>(parsed)) {
     require(!std::get<gw::request_error>(parsed).message.empty());
     return;
@@ -56,7 +57,12 @@ void check(gw::openai_api api, std::string_view body) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
-  check(gw::openai_api::chat_completions, body);
-  check(gw::openai_api::completions, body);
+  check(gw::openai_api::chat_completions, gw::parse_openai_request(gw::openai_api::chat_completions, body));
+  check(gw::openai_api::completions, gw::parse_openai_request(gw::openai_api::completions, body));
+  // A Messages request is a chat request; the messages route also needs max_tokens.
+  const auto messages = gw::parse_anthropic_request(gw::anthropic_route::messages, body);
+  check(gw::openai_api::chat_completions, messages);
+  if (const auto* r = std::get_if<gw::openai_request>(&messages)) require(r->max_tokens.has_value());
+  check(gw::openai_api::chat_completions, gw::parse_anthropic_request(gw::anthropic_route::count_tokens, body));
   return 0;
 }

@@ -29,9 +29,13 @@ field_error read_string(const json_value& v, std::string& out) {
   return std::nullopt;
 }
 
-// "hello" or [{"type":"text","text":"hel"}, {"type":"text","text":"lo"}]: parts are joined.
-field_error read_content(const json_value& v, std::string& out) {
-  if (v.type() == element_type::STRING) return read_string(v, out);
+}  // namespace
+
+std::optional<json_error> read_content(const json_value& v, std::string& out) {
+  if (v.type() == element_type::STRING) {
+    out = std::string(*v.as<std::string_view>());
+    return std::nullopt;
+  }
   EDGE_ASSIGN_OR_RETURN(const json_array parts, v.as<json_array>("a string or an array of content parts"));
   for (const json_value part : parts) {
     EDGE_ASSIGN_OR_RETURN(const json_fields fields, part.as<json_fields>());
@@ -43,6 +47,8 @@ field_error read_content(const json_value& v, std::string& out) {
   }
   return std::nullopt;
 }
+
+namespace {
 
 // {"id", "type": "function", "function": {"name", "arguments"}}; arguments are JSON text (an
 // object some clients send instead is taken as its text).
@@ -113,8 +119,9 @@ field_error read_message(const json_value& v, backend::chat_message& out) {
   return std::nullopt;
 }
 
-// A function's name as OpenAI allows it: 1 to 64 of a-z, A-Z, 0-9, _ and -.
-field_error read_function_name(const json_value& v, std::string& out) {
+}  // namespace
+
+std::optional<json_error> read_function_name(const json_value& v, std::string& out) {
   EDGE_ASSIGN_OR_RETURN(const std::string_view name, v.as<std::string_view>());
   const bool valid = !name.empty() && name.size() <= max_function_name_length &&
                      std::all_of(name.begin(), name.end(), [](char c) {
@@ -125,6 +132,8 @@ field_error read_function_name(const json_value& v, std::string& out) {
   out = std::string(name);
   return std::nullopt;
 }
+
+namespace {
 
 // [{"type": "function", "function": {"name", "description", "parameters", "strict"}}]
 field_error read_tools(const json_value& v, std::vector<tool_definition>& out) {

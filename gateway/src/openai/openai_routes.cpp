@@ -14,6 +14,8 @@
 #include "edge/gateway/http/event_relay.h"
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/tenancy/quota_response.h"
+#include "edge/gateway/openai/anthropic_request.h"
+#include "edge/gateway/openai/anthropic_response.h"
 #include "edge/gateway/openai/grammar_compiler.h"
 #include "edge/gateway/openai/logprobs.h"
 #include "edge/gateway/openai/openai_request.h"
@@ -335,6 +337,7 @@ class openai_service {
   asio::awaitable<void> list_models(exchange& ex);
   asio::awaitable<void> get_model(exchange& ex);
   asio::awaitable<void> generate(exchange& ex, openai_api api);
+  asio::awaitable<void> count_tokens(exchange& ex);
 
  private:
   // The caller's session, or nothing when a refusal was answered.
@@ -396,6 +399,48 @@ asio::awaitable<void> openai_service::get_model(exchange& ex) {
 // the warning's inlining-based analysis does not see through (a known false positive).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+// Anthropic's POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted.
+// Admitted like a request (it costs a render and a tokenization); every error in Anthropic's
+// shape.
+asio::awaitable<void> openai_service::count_tokens(exchange& ex) {
+  auto who = tenants_.authenticate(ex.req());
+  if (!who.ok()) {
+    co_await ex.respond(anthropic_error(unauthorized_response(who.error())));
+    co_return;
+  }
+  request_session session = std::move(who).value();
+  ex.access().tenant = session.tenant().id;
+  const std::shared_ptr<const serving_model> model = models_.get();
+  if (model == nullptr) {
+    response loading = refusal_response({.kind = refusal_kind::model_not_ready, .message = "The model is still loading"});
+    co_await ex.respond(anthropic_error(std::move(loading)));
+    co_return;
+  }
+  if (auto refused = co_await session.admit()) {
+    co_await ex.respond(anthropic_error(quota_refusal_response(*refused)));
+    co_return;
+  }
+  const auto answer = [&](response res) { return ex.respond(with_headers(std::move(res), session)); };
+  auto parsed = parse_anthropic_request(anthropic_route::count_tokens, ex.req().body());
+  if (auto* error = std::get_if<request_error>(&parsed)) {
+    co_await answer(anthropic_error(invalid_request(error->message, error->param)));
+    co_return;
+  }
+  const openai_request& r = std::get<openai_request>(parsed);
+  if (r.model && *r.model != model->id) {
+    co_await answer(anthropic_error(model_not_found(*r.model, model->id)));
+    co_return;
+  }
+  auto tokens = prompt_tokens(r, *model);
+  if (auto* refused = std::get_if<response>(&tokens)) {
+    co_await answer(anthropic_error(std::move(*refused)));
+    co_return;
+  }
+  session.set_outcome(request_outcome::completed);
+  const auto counted = static_cast<std::int64_t>(std::get<std::vector<backend::token_id>>(tokens).size());
+  co_await answer(count_tokens_response(counted));
+}
 
 asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   std::optional<request_session> session = co_await authenticate(ex);
@@ -699,6 +744,9 @@ void add_openai_routes(router& routes, const model_slot& models, tenancy& tenant
   });
   routes.add(http::verb::post, "/v1/completions", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->generate(ex, openai_api::completions);
+  });
+  routes.add(http::verb::post, "/v1/messages/count_tokens", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->count_tokens(ex);
   });
   routes.add(http::verb::get, "/v1/models", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->list_models(ex);

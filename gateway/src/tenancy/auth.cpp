@@ -17,18 +17,27 @@ std::string redact(std::string_view key) {
 }  // namespace
 
 result<authenticated_tenant> authenticator::authenticate(const request& req) const {
-  return authenticate_header(req[http::field::authorization]);
+  const std::string_view authorization = req[http::field::authorization];
+  const std::string_view api_key = req["x-api-key"];
+  // Anthropic's clients send the key as x-api-key.
+  if (authorization.empty() && !api_key.empty()) return authenticate_key(api_key);
+  return authenticate_header(authorization);
 }
 
 result<authenticated_tenant> authenticator::authenticate_header(std::string_view authorization) const {
   if (authorization.empty()) {
     return unauthenticated(
-        "You didn't provide an API key. Send it in the Authorization header: \"Authorization: Bearer ek-...\"");
+        "You didn't provide an API key. Send it in the Authorization header: \"Authorization: Bearer ek-...\" "
+        "(or as \"x-api-key: ek-...\")");
   }
   const std::string_view token = bearer_token(authorization);
   if (token.empty()) {
     return unauthenticated("The Authorization header must be \"Bearer <API key>\"");
   }
+  return authenticate_key(token);
+}
+
+result<authenticated_tenant> authenticator::authenticate_key(std::string_view token) const {
   const auto incorrect = [&] { return unauthenticated(format("Incorrect API key provided: {}", redact(token))); };
   const auto parts = split_api_key(token);
   if (!parts) return incorrect();

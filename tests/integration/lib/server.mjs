@@ -112,7 +112,7 @@ export function fetch(url, init = {}) {
   const target = new URL(url);
   const key = serverKeys.get(target.origin);
   const headers = new Headers(init.headers ?? {});
-  if (key && target.pathname.startsWith('/v1/') && !headers.has('authorization')) {
+  if (key && target.pathname.startsWith('/v1/') && !headers.has('authorization') && !headers.has('x-api-key')) {
     headers.set('authorization', `Bearer ${key}`);
   }
   return globalThis.fetch(url, { ...init, headers });

@@ -89,6 +89,27 @@ TEST_CASE("a valid key names its tenant") {
   CHECK(who->key_id == gw::split_api_key(key)->id);
 }
 
+TEST_CASE("a key in x-api-key (Anthropic's header) is taken when there is no Authorization header") {
+  fixture f;
+  const std::string key = f.key();
+  gw::request req;
+  req.set("x-api-key", key);
+  auto who = f.auth.authenticate(req);
+  REQUIRE_MESSAGE(who.ok(), who.error().to_string());
+  CHECK(who->tenant->id == "acme");
+  std::string wrong(key);
+  wrong.back() = wrong.back() == 'A' ? 'B' : 'A';
+  req.set("x-api-key", wrong);
+  CHECK_FALSE(f.auth.authenticate(req).ok());
+  // Authorization, when both are sent, is the one judged.
+  req.set(boost::beast::http::field::authorization, "Bearer " + key);
+  CHECK(f.auth.authenticate(req).ok());
+  req.set("x-api-key", key);
+  req.set(boost::beast::http::field::authorization, "Bearer " + wrong);
+  CHECK_FALSE(f.auth.authenticate(req).ok());
+  CHECK(f.auth.authenticate(gw::request{}).error().message().find("x-api-key") != std::string::npos);
+}
+
 TEST_CASE("missing, malformed, unknown and wrong keys are refused as unauthenticated") {
   fixture f;
   const std::string key = f.key();

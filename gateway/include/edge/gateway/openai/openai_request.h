@@ -132,6 +132,11 @@ std::optional<json_error> read_sampling_field(std::string_view key, const json_v
 std::optional<json_error> read_logit_bias(const json_value& v, std::vector<kernels::logit_bias>& out);
 // Stop strings: a string, or an array of at most max_stop_strings; empty ones are dropped.
 std::optional<json_error> read_stop(const json_value& v, std::vector<std::string>& out);
+// "hello" or [{"type":"text","text":"hel"}, {"type":"text","text":"lo"}] (OpenAI's content
+// parts, Anthropic's text blocks): the text, parts joined, in place of `out`'s.
+std::optional<json_error> read_content(const json_value& v, std::string& out);
+// A function's name as OpenAI allows it: 1 to 64 of a-z, A-Z, 0-9, _ and -.
+std::optional<json_error> read_function_name(const json_value& v, std::string& out);
 // A completion's token limit: at least 1.
 json_result<std::int64_t> read_max_tokens(const json_value& v);
 

@@ -1,6 +1,7 @@
 // API-key authentication on the request path:
 //
-//   Authorization: Bearer ek-<key id>.<secret>
+//   Authorization: Bearer ek-<key id>.<secret>   (or x-api-key: ek-<key id>.<secret>, as
+//                                                  Anthropic's clients send it)
 //     -> the key id is looked up in the tenant store's current snapshot (no SQLite, no lock held
 //        by writers), the SHA-256 of the secret is compared with the stored digest in constant
 //        time, expiry and revocation are checked against the clock, and the key's tenant is the
@@ -32,10 +33,12 @@ class authenticator {
   // Both must outlive the authenticator.
   authenticator(const tenant_store& store, const time_source& clock) : store_(store), clock_(clock) {}
 
-  // The request's Authorization header, checked. Thread-safe.
+  // The request's Authorization header (x-api-key when there is none), checked. Thread-safe.
   result<authenticated_tenant> authenticate(const request& req) const;
   // `authorization` is the header's value ("Bearer ek-...").
   result<authenticated_tenant> authenticate_header(std::string_view authorization) const;
+  // `token` is the key itself ("ek-...").
+  result<authenticated_tenant> authenticate_key(std::string_view token) const;
 
  private:
   const tenant_store& store_;
