@@ -1,6 +1,6 @@
 // Anthropic's Messages API read into the chat request: system prompts, content blocks, tool use
 // and results, tools and tool_choice, the fields that map to sampling; what it refuses; errors
-// rewritten in Anthropic's shape.
+// rewritten in Anthropic's shape; the answer as its stream's events and as a whole message.
 #include <doctest/doctest.h>
 
 #include <boost/json/parse.hpp>
@@ -171,4 +171,72 @@ TEST_CASE("an error answer is rewritten in Anthropic's shape, its status and hea
   CHECK(gw::anthropic_error_type(edge::gateway::http::status::service_unavailable) == "overloaded_error");
   CHECK(gw::anthropic_error_type(edge::gateway::http::status::internal_server_error) == "api_error");
   CHECK(gw::anthropic_error_type(edge::gateway::http::status::payload_too_large) == "request_too_large");
+}
+
+TEST_CASE("a Messages answer opens a block per kind of output, and its whole message is the same fold") {
+  gw::messages_answer answer("msg_1", "tiny", {.prompt_tokens = 30, .completion_tokens = 0, .cached_tokens = 16});
+  const auto start = answer.start();
+  CHECK(start.name == "message_start");
+  CHECK(start.data.at("message").at("content").as_array().empty());
+  CHECK(start.data.at("message").at("usage").at("input_tokens") == 14);
+  CHECK(start.data.at("message").at("usage").at("cache_read_input_tokens") == 16);
+  CHECK(start.data.at("message").at("stop_reason").is_null());
+
+  std::vector<gw::named_event> events;
+  const std::vector<gw::output_event> parsed{
+      gw::reasoning_delta{"Paris, "}, gw::reasoning_delta{"so weather."}, gw::content_delta{""},
+      gw::content_delta{"Looking."},  gw::tool_call_begin{0, "toolu_a", "get_weather"},
+      gw::tool_call_arguments{0, R"({"city":)"}, gw::tool_call_arguments{0, R"("Paris"})"},
+      gw::tool_call_begin{1, "toolu_b", "get_time"}, gw::tool_call_arguments{1, "{}"}};
+  for (const auto& e : parsed) answer.add(e, events);
+  answer.finish(edge::backend::finish_reason::stop, {.prompt_tokens = 30, .completion_tokens = 12, .cached_tokens = 16},
+                events);
+  std::vector<std::string> names;
+  for (const auto& e : events) names.push_back(e.name + (e.data.contains("index") ? std::to_string(e.data.at("index").as_int64()) : ""));
+  const std::vector<std::string> expected{
+      "content_block_start0", "content_block_delta0", "content_block_delta0", "content_block_stop0",
+      "content_block_start1", "content_block_delta1", "content_block_stop1",
+      "content_block_start2", "content_block_delta2", "content_block_delta2", "content_block_stop2",
+      "content_block_start3", "content_block_delta3", "content_block_stop3", "message_delta", "message_stop"};
+  CHECK(names == expected);
+  CHECK(events[0].data.at("content_block").at("type") == "thinking");
+  CHECK(events[1].data.at("delta").at("type") == "thinking_delta");
+  CHECK(events[5].data.at("delta") == boost::json::parse(R"({"type":"text_delta","text":"Looking."})"));
+  CHECK(events[7].data.at("content_block") ==
+        boost::json::parse(R"({"type":"tool_use","id":"toolu_a","name":"get_weather","input":{}})"));
+  CHECK(events[8].data.at("delta") == boost::json::parse(R"({"type":"input_json_delta","partial_json":"{\"city\":"})"));
+  CHECK(events[14].data.at("delta").at("stop_reason") == "tool_use");
+  CHECK(events[14].data.at("usage").at("output_tokens") == 12);
+
+  const auto message = answer.message();
+  CHECK(message.at("id") == "msg_1");
+  CHECK(message.at("type") == "message");
+  CHECK(message.at("role") == "assistant");
+  CHECK(message.at("stop_reason") == "tool_use");
+  CHECK(message.at("content") == boost::json::parse(R"([
+    {"type":"thinking","thinking":"Paris, so weather.","signature":""},
+    {"type":"text","text":"Looking."},
+    {"type":"tool_use","id":"toolu_a","name":"get_weather","input":{"city":"Paris"}},
+    {"type":"tool_use","id":"toolu_b","name":"get_time","input":{}}])"));
+  CHECK(message.at("usage") == boost::json::parse(
+      R"({"input_tokens":14,"cache_creation_input_tokens":0,"cache_read_input_tokens":16,"output_tokens":12})"));
+}
+
+TEST_CASE("Anthropic's stop reasons") {
+  using edge::backend::finish_reason;
+  CHECK(gw::anthropic_stop_reason(finish_reason::stop, false) == "end_turn");
+  CHECK(gw::anthropic_stop_reason(finish_reason::stop, true) == "tool_use");
+  CHECK(gw::anthropic_stop_reason(finish_reason::length, true) == "max_tokens");
+  CHECK(gw::anthropic_stop_reason(finish_reason::content_filter, false) == "refusal");
+  // An answer cut by its length with text only, and one with nothing at all.
+  gw::messages_answer text("msg_2", "tiny", {});
+  std::vector<gw::named_event> events;
+  text.add(gw::content_delta{"Once"}, events);
+  text.finish(finish_reason::length, {.prompt_tokens = 3, .completion_tokens = 1}, events);
+  CHECK(text.message().at("stop_reason") == "max_tokens");
+  gw::messages_answer empty("msg_3", "tiny", {});
+  events.clear();
+  empty.finish(finish_reason::stop, {}, events);
+  REQUIRE(events.size() == 2);
+  CHECK(empty.message().at("content").as_array().empty());
 }
