@@ -6,6 +6,7 @@
 namespace edge::gateway {
 namespace {
 
+constexpr std::string_view name_prefix = "event: ";
 constexpr std::string_view data_prefix = "data: ";
 constexpr std::string_view event_end = "\n\n";
 constexpr std::string_view ping_comment = ": ping\n\n";
@@ -43,6 +44,20 @@ asio::awaitable<bool> sse_writer::event(const boost::json::value& data) {
   co_return ok;
 }
 
+asio::awaitable<bool> sse_writer::event(const named_event& event) {
+  std::string text;
+  if (!event.name.empty()) {
+    text += name_prefix;
+    text += event.name;
+    text += '\n';
+  }
+  text += data_prefix;
+  text += boost::json::serialize(event.data);
+  text += event_end;
+  const bool ok = co_await write(text);
+  co_return ok;
+}
+
 asio::awaitable<bool> sse_writer::ping() {
   const bool ok = co_await write(ping_comment);
   co_return ok;
@@ -53,6 +68,11 @@ asio::awaitable<bool> sse_writer::done() {
   // this coroutine resumed into an invalid state (SIGILL) when built with GCC 12.
   bool ok = co_await write(done_event);
   if (ok) ok = co_await ex_.end_stream();
+  co_return ok;
+}
+
+asio::awaitable<bool> sse_writer::end() {
+  const bool ok = co_await ex_.end_stream();
   co_return ok;
 }
 

@@ -25,6 +25,10 @@ std::string_view anthropic_error_type(http::status status) {
   return static_cast<unsigned>(status) >= 500 ? "api_error" : "invalid_request_error";
 }
 
+boost::json::object anthropic_error_body(http::status status, std::string_view message) {
+  return {{"type", "error"}, {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}};
+}
+
 response anthropic_error(response res) {
   std::string message = res.body();
   boost::system::error_code failed;
@@ -34,10 +38,7 @@ response anthropic_error(response res) {
     const boost::json::value* text = error != nullptr && error->is_object() ? error->get_object().if_contains("message") : nullptr;
     if (text != nullptr && text->is_string()) message = std::string(text->get_string());
   }
-  boost::json::object error;
-  error["type"] = anthropic_error_type(res.result());
-  error["message"] = message;
-  res.body() = boost::json::serialize(boost::json::object{{"type", "error"}, {"error", std::move(error)}});
+  res.body() = boost::json::serialize(anthropic_error_body(res.result(), message));
   res.set(http::field::content_type, "application/json");
   return res;
 }

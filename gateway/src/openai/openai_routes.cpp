@@ -15,6 +15,7 @@
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/tenancy/quota_response.h"
 #include "edge/gateway/openai/anthropic_request.h"
+#include "edge/gateway/openai/answer_writer.h"
 #include "edge/gateway/openai/anthropic_response.h"
 #include "edge/gateway/openai/grammar_compiler.h"
 #include "edge/gateway/openai/logprobs.h"
@@ -45,21 +46,6 @@ response with_headers(response res, const request_session& session) {
   return res;
 }
 
-// Ends a request that failed: its error response, or for a stream begun already its error
-// event and [DONE], with the stream recorded under the error's status.
-asio::awaitable<void> end_failed(exchange& ex, std::optional<sse_writer>& sse, request_session& session,
-                                 const refusal& failure) {
-  session.set_outcome(request_outcome::failed);
-  if (!sse) {
-    co_await ex.respond(with_headers(refusal_response(failure), session));
-    co_return;
-  }
-  ex.record_stream_failure(refusal_info(failure.kind).status);
-  const boost::json::value body = refusal_body(failure);
-  if (!co_await sse->event(body)) co_return;
-  co_await sse->done();
-}
-
 // The request's own fault (a 400), naming the parameter at fault.
 response invalid_request(std::string_view message, std::string_view param,
                          refusal_kind kind = refusal_kind::invalid_request) {
@@ -71,6 +57,61 @@ response model_not_found(std::string_view requested, std::string_view served) {
                         format("The model '{}' does not exist; this server serves '{}'", requested, served),
                         "invalid_request_error", "model", "model_not_found");
 }
+
+// ---- the APIs ---------------------------------------------------------------------------------
+
+// What differs between the APIs that generate; the rest of the path is theirs alike. Every
+// one reads its body into the chat completions or completions request (request.api says which
+// engine path: the chat template, or the prompt as it is).
+struct api_frontend {
+  std::string_view name;  // the API, as the access log and metrics name it
+  std::variant<openai_request, request_error> (*parse)(std::string_view body);
+  response (*error)(response res);  // an error response written in the API's shape
+  // The writer of an answer to `r` (request_id: the exchange's; echoed: completions' echo).
+  std::unique_ptr<answer_writer> (*writer)(const openai_request& r, std::string_view request_id, std::string model,
+                                           std::string echoed, const backend::token_usage& prompt);
+  std::string_view tool_call_id_prefix;  // ids of the calls the answer makes, where the syntax has none
+};
+
+response openai_error(response res) { return res; }
+
+template <openai_api api>
+std::unique_ptr<answer_writer> openai_answer(const openai_request& r, std::string_view request_id, std::string model,
+                                             std::string echoed, const backend::token_usage&) {
+  return make_openai_writer({api, response_id(api, request_id), unix_seconds(), std::move(model)}, r, std::move(echoed));
+}
+
+const api_frontend chat_completions_api{
+    .name = "chat_completions",
+    .parse = [](std::string_view body) { return parse_openai_request(openai_api::chat_completions, body); },
+    .error = openai_error,
+    .writer = openai_answer<openai_api::chat_completions>,
+    .tool_call_id_prefix = "call_"};
+
+const api_frontend completions_api{
+    .name = "completions",
+    .parse = [](std::string_view body) { return parse_openai_request(openai_api::completions, body); },
+    .error = openai_error,
+    .writer = openai_answer<openai_api::completions>,
+    .tool_call_id_prefix = "call_"};
+
+const api_frontend messages_api{
+    .name = "messages",
+    .parse = [](std::string_view body) { return parse_anthropic_request(anthropic_route::messages, body); },
+    .error = anthropic_error,
+    .writer = [](const openai_request&, std::string_view request_id, std::string model, std::string,
+                 const backend::token_usage& prompt) {
+      return make_messages_writer("msg_" + std::string(request_id), std::move(model), prompt);
+    },
+    .tool_call_id_prefix = "toolu_"};
+
+// count_tokens answers no generation: its writer is never asked for.
+const api_frontend count_tokens_api{
+    .name = "messages",
+    .parse = [](std::string_view body) { return parse_anthropic_request(anthropic_route::count_tokens, body); },
+    .error = anthropic_error,
+    .writer = nullptr,
+    .tool_call_id_prefix = "toolu_"};
 
 // The request parameter behind a field of the engine's request (engine::submit's submit_error).
 std::string_view api_param(std::string_view field, openai_api api, std::string_view constraint_param) {
@@ -286,44 +327,89 @@ bool needs_special_tokens(const output_syntax& syntax, const output_parser_optio
 // What the relay of one request needs beyond the request itself.
 struct relay_context {
   const openai_request& r;
-  response_meta meta;
+  const api_frontend& api;
   const backend::tokenizer& tok;
   std::vector<backend::token_id> prompt;  // kept when log probabilities are asked for
   std::string echoed;                     // completions with echo
   // Chat: how each choice's output is parsed into content, reasoning and tool calls
   // (output_parser.h); every choice has its own parser.
   std::optional<output_parser_options> parsing;
+  std::unique_ptr<answer_writer> writer;
 };
 
 // One choice of an answer as it grows. Connection strand only.
 struct choice_state {
-  std::string text;                      // completions, not streaming: the choice's text
   std::optional<output_parser> parser;   // chat: what reads the choice's output
-  assistant_message message;             // chat, not streaming: what the parser made of it
-  bool made_tool_calls = false;          // chat: some tool call has begun
   std::optional<choice_logprobs> logprobs;
   std::optional<backend::finish_reason> reason;  // once the choice's last delta came
-
-  // A chunk's logprobs: null unless asked for and some token is waiting for a chunk.
-  boost::json::value fresh_logprobs() { return logprobs ? logprobs->take() : boost::json::value(nullptr); }
 };
 
-// Sends a chat choice's parsed events as chunks (streaming) or adds them to its message. The
-// first chunk carries the log probabilities of every token not yet sent: a token whose text the
-// parser held back (a possible marker) goes with the next chunk the choice sends. False once the
-// client is gone.
-asio::awaitable<bool> deliver(std::optional<sse_writer>& sse, const chunk_builder& chunks, std::int32_t index,
-                              choice_state& c, std::vector<output_event> parsed) {
-  for (const output_event& event : parsed) {
-    c.made_tool_calls |= std::holds_alternative<tool_call_begin>(event);
-    if (!sse) {
-      c.message.add(event);
-      continue;
-    }
-    const boost::json::value chunk = chunks.event(event, index, c.fresh_logprobs());
-    if (!co_await sse->event(chunk)) co_return false;
+// One answer's writer and its stream, when it streams. Connection strand only.
+class answer_output {
+ public:
+  answer_output(answer_writer& writer, std::optional<sse_writer>& sse) : writer_(writer), sse_(sse) {}
+
+  answer_writer& writer() { return writer_; }
+  bool streams() const { return sse_.has_value(); }
+  // A choice's log probabilities not yet sent, for the next of its events: null when not streaming
+  // (the whole answer takes them all at the end).
+  boost::json::value fresh_logprobs(choice_state& c) const {
+    return sse_ && c.logprobs ? c.logprobs->take() : boost::json::value(nullptr);
   }
-  co_return true;
+  // The events the writer made since the last send, sent when streaming. False once the client
+  // is gone.
+  std::vector<named_event>& pending() { return pending_; }
+  asio::awaitable<bool> send() {
+    std::vector<named_event> events = std::exchange(pending_, {});
+    if (!sse_) co_return true;
+    for (const named_event& event : events) {
+      if (!co_await sse_->event(event)) co_return false;
+    }
+    co_return true;
+  }
+  // The end of a stream: [DONE] where the API has it.
+  asio::awaitable<bool> close() {
+    bool ok = co_await send();
+    if (!ok) co_return false;
+    if (writer_.ends_with_done()) {
+      ok = co_await sse_->done();
+    } else {
+      ok = co_await sse_->end();
+    }
+    co_return ok;
+  }
+
+ private:
+  answer_writer& writer_;
+  std::optional<sse_writer>& sse_;
+  std::vector<named_event> pending_;
+};
+
+// Hands a chat choice's parsed events to the writer and sends what it made. The first event
+// carries the log probabilities of every token not yet sent: a token whose text the parser held
+// back (a possible marker) goes with the next event the choice sends. False once the client is
+// gone.
+asio::awaitable<bool> deliver(answer_output& out, std::int32_t index, choice_state& c,
+                              std::vector<output_event> parsed) {
+  for (const output_event& event : parsed) {
+    out.writer().output(index, event, out.fresh_logprobs(c), out.pending());
+  }
+  const bool ok = co_await out.send();
+  co_return ok;
+}
+
+// Ends a request that failed: its error response, or for a stream begun already its error
+// event and end, with the stream recorded under the error's status.
+asio::awaitable<void> end_failed(exchange& ex, answer_output& out, const api_frontend& api, request_session& session,
+                                 const refusal& failure) {
+  session.set_outcome(request_outcome::failed);
+  if (!out.streams()) {
+    co_await ex.respond(api.error(with_headers(refusal_response(failure), session)));
+    co_return;
+  }
+  ex.record_stream_failure(refusal_info(failure.kind).status);
+  out.pending().push_back(out.writer().failure(failure));
+  co_await out.close();
 }
 
 // ---- the handlers -----------------------------------------------------------------------------
@@ -336,16 +422,25 @@ class openai_service {
 
   asio::awaitable<void> list_models(exchange& ex);
   asio::awaitable<void> get_model(exchange& ex);
-  asio::awaitable<void> generate(exchange& ex, openai_api api);
+  asio::awaitable<void> generate(exchange& ex, const api_frontend& api);
   asio::awaitable<void> count_tokens(exchange& ex);
 
  private:
+  // A generating request read and checked as far as its prompt.
+  struct opened_request {
+    request_session session;
+    std::shared_ptr<const serving_model> model;
+    openai_request r;
+    std::vector<backend::token_id> prompt;
+  };
+
   // The caller's session, or nothing when a refusal was answered.
-  asio::awaitable<std::optional<request_session>> authenticate(exchange& ex);
+  asio::awaitable<std::optional<request_session>> authenticate(exchange& ex, const api_frontend& api);
   // The loaded model, or nothing when a 503 was answered.
-  asio::awaitable<std::shared_ptr<const serving_model>> loaded_model(exchange& ex);
-  asio::awaitable<void> relay(exchange& ex, event_relay& events, const relay_context& context,
-                              request_session& session);
+  asio::awaitable<std::shared_ptr<const serving_model>> loaded_model(exchange& ex, const api_frontend& api);
+  // Authenticated, admitted, read, and its prompt rendered; or nothing when a refusal was answered.
+  asio::awaitable<std::optional<opened_request>> open_request(exchange& ex, const api_frontend& api);
+  asio::awaitable<void> relay(exchange& ex, event_relay& events, relay_context& context, request_session& session);
 
   const model_slot& models_;
   tenancy& tenants_;
@@ -353,34 +448,36 @@ class openai_service {
   openai_route_options options_;
 };
 
-asio::awaitable<std::optional<request_session>> openai_service::authenticate(exchange& ex) {
+asio::awaitable<std::optional<request_session>> openai_service::authenticate(exchange& ex, const api_frontend& api) {
   auto session = tenants_.authenticate(ex.req());
   if (!session.ok()) {
-    co_await ex.respond(unauthorized_response(session.error()));
+    co_await ex.respond(api.error(unauthorized_response(session.error())));
     co_return std::nullopt;
   }
   ex.access().tenant = session->tenant().id;
   co_return std::move(session).value();
 }
 
-asio::awaitable<std::shared_ptr<const serving_model>> openai_service::loaded_model(exchange& ex) {
+asio::awaitable<std::shared_ptr<const serving_model>> openai_service::loaded_model(exchange& ex,
+                                                                                    const api_frontend& api) {
   std::shared_ptr<const serving_model> model = models_.get();
   if (model == nullptr) {
-    co_await ex.respond(refusal_response({.kind = refusal_kind::model_not_ready, .message = "The model is still loading"}));
+    response loading = refusal_response({.kind = refusal_kind::model_not_ready, .message = "The model is still loading"});
+    co_await ex.respond(api.error(std::move(loading)));
   }
   co_return model;
 }
 
 asio::awaitable<void> openai_service::list_models(exchange& ex) {
-  if (!co_await authenticate(ex)) co_return;
-  const auto model = co_await loaded_model(ex);
+  if (!co_await authenticate(ex, chat_completions_api)) co_return;
+  const auto model = co_await loaded_model(ex, chat_completions_api);
   if (model == nullptr) co_return;
   co_await ex.respond(json_response(http::status::ok, model_list(*model)));
 }
 
 asio::awaitable<void> openai_service::get_model(exchange& ex) {
-  if (!co_await authenticate(ex)) co_return;
-  const auto model = co_await loaded_model(ex);
+  if (!co_await authenticate(ex, chat_completions_api)) co_return;
+  const auto model = co_await loaded_model(ex, chat_completions_api);
   if (model == nullptr) co_return;
   const auto id = percent_decode(ex.path_param("id"));
   if (!id) {
@@ -400,83 +497,66 @@ asio::awaitable<void> openai_service::get_model(exchange& ex) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
-// Anthropic's POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted.
-// Admitted like a request (it costs a render and a tokenization); every error in Anthropic's
-// shape.
-asio::awaitable<void> openai_service::count_tokens(exchange& ex) {
-  auto who = tenants_.authenticate(ex.req());
-  if (!who.ok()) {
-    co_await ex.respond(anthropic_error(unauthorized_response(who.error())));
-    co_return;
-  }
-  request_session session = std::move(who).value();
-  ex.access().tenant = session.tenant().id;
-  const std::shared_ptr<const serving_model> model = models_.get();
-  if (model == nullptr) {
-    response loading = refusal_response({.kind = refusal_kind::model_not_ready, .message = "The model is still loading"});
-    co_await ex.respond(anthropic_error(std::move(loading)));
-    co_return;
-  }
-  if (auto refused = co_await session.admit()) {
-    co_await ex.respond(anthropic_error(quota_refusal_response(*refused)));
-    co_return;
-  }
-  const auto answer = [&](response res) { return ex.respond(with_headers(std::move(res), session)); };
-  auto parsed = parse_anthropic_request(anthropic_route::count_tokens, ex.req().body());
-  if (auto* error = std::get_if<request_error>(&parsed)) {
-    co_await answer(anthropic_error(invalid_request(error->message, error->param)));
-    co_return;
-  }
-  const openai_request& r = std::get<openai_request>(parsed);
-  if (r.model && *r.model != model->id) {
-    co_await answer(anthropic_error(model_not_found(*r.model, model->id)));
-    co_return;
-  }
-  auto tokens = prompt_tokens(r, *model);
-  if (auto* refused = std::get_if<response>(&tokens)) {
-    co_await answer(anthropic_error(std::move(*refused)));
-    co_return;
-  }
-  session.set_outcome(request_outcome::completed);
-  const auto counted = static_cast<std::int64_t>(std::get<std::vector<backend::token_id>>(tokens).size());
-  co_await answer(count_tokens_response(counted));
-}
-
-asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
-  std::optional<request_session> session = co_await authenticate(ex);
-  if (!session) co_return;
-  const auto model = co_await loaded_model(ex);
-  if (model == nullptr) co_return;
+asio::awaitable<std::optional<openai_service::opened_request>> openai_service::open_request(exchange& ex,
+                                                                                          const api_frontend& api) {
+  std::optional<request_session> session = co_await authenticate(ex, api);
+  if (!session) co_return std::nullopt;
+  auto model = co_await loaded_model(ex, api);
+  if (model == nullptr) co_return std::nullopt;
   if (auto refused = co_await session->admit()) {
-    co_await ex.respond(quota_refusal_response(*refused));
-    co_return;
+    co_await ex.respond(api.error(quota_refusal_response(*refused)));
+    co_return std::nullopt;
   }
   // From here on every answer carries the x-ratelimit-* headers.
-  const auto answer = [&](response res) { return ex.respond(with_headers(std::move(res), *session)); };
+  const auto answer = [&](response res) { return ex.respond(api.error(with_headers(std::move(res), *session))); };
 
-  auto parsed = parse_openai_request(api, ex.req().body());
+  auto parsed = api.parse(ex.req().body());
   if (auto* error = std::get_if<request_error>(&parsed)) {
     co_await answer(invalid_request(error->message, error->param));
-    co_return;
+    co_return std::nullopt;
   }
-  const openai_request& r = std::get<openai_request>(parsed);
+  openai_request& r = std::get<openai_request>(parsed);
   if (r.model && *r.model != model->id) {
     co_await answer(model_not_found(*r.model, model->id));
-    co_return;
+    co_return std::nullopt;
   }
-
   auto tokens = prompt_tokens(r, *model);
   if (auto* refused = std::get_if<response>(&tokens)) {
     co_await answer(std::move(*refused));
-    co_return;
+    co_return std::nullopt;
   }
   std::vector<backend::token_id>& prompt = std::get<std::vector<backend::token_id>>(tokens);
-  const auto prompt_length = static_cast<std::int64_t>(prompt.size());
-  const std::string_view prompt_param = api == openai_api::chat_completions ? "messages" : "prompt";
-  if (prompt_length == 0) {
+  if (prompt.empty()) {
+    const std::string_view prompt_param = r.api == openai_api::chat_completions ? "messages" : "prompt";
     co_await answer(invalid_request("The prompt is empty: it encodes to no tokens", prompt_param));
-    co_return;
+    co_return std::nullopt;
   }
+  co_return opened_request{.session = std::move(*session),
+                           .model = std::move(model),
+                           .r = std::move(r),
+                           .prompt = std::move(prompt)};
+}
+
+// Anthropic's POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted.
+// Admitted like a request (it costs a render and a tokenization).
+asio::awaitable<void> openai_service::count_tokens(exchange& ex) {
+  std::optional<opened_request> opened = co_await open_request(ex, count_tokens_api);
+  if (!opened) co_return;
+  opened->session.set_outcome(request_outcome::completed);
+  response counted = count_tokens_response(static_cast<std::int64_t>(opened->prompt.size()));
+  co_await ex.respond(with_headers(std::move(counted), opened->session));
+}
+
+asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend& api) {
+  std::optional<opened_request> opened = co_await open_request(ex, api);
+  if (!opened) co_return;
+  request_session* session = &opened->session;
+  const std::shared_ptr<const serving_model>& model = opened->model;
+  const openai_request& r = opened->r;
+  std::vector<backend::token_id>& prompt = opened->prompt;
+  const auto answer = [&](response res) { return ex.respond(api.error(with_headers(std::move(res), *session))); };
+
+  const auto prompt_length = static_cast<std::int64_t>(prompt.size());
   auto limit = resolve_max_tokens(r, prompt_length, model->context_length, *session);
   if (auto* refused = std::get_if<response>(&limit)) {
     co_await answer(std::move(*refused));
@@ -504,20 +584,23 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   if (auto refused = co_await session->reserve(prompt_length, max_tokens, r.n)) {
     response res = quota_refusal_response(*refused);
     session->add_headers(res);  // phase 1's requests figures too
-    co_await ex.respond(std::move(res));
+    co_await ex.respond(api.error(std::move(res)));
     co_return;
   }
 
   relay_context context{.r = r,
-                        .meta = {api, response_id(api, ex.request_id()), unix_seconds(), model->id},
+                        .api = api,
                         .tok = *model->tokenizer,
                         .prompt = r.logprobs ? prompt : std::vector<backend::token_id>{},
                         .echoed = echoed_prompt(r, *model->tokenizer),
-                        .parsing = std::nullopt};
+                        .parsing = std::nullopt,
+                        .writer = nullptr};
   // Special tokens' text reaches the parsers when their markers are special tokens.
   bool special_tokens = false;
-  if (api == openai_api::chat_completions) {
+  if (r.api == openai_api::chat_completions) {
     context.parsing = parsing_options(*model, r, prompt);
+    const std::string id_prefix(api.tool_call_id_prefix);
+    context.parsing->make_id = [id_prefix] { return random_tool_call_id(id_prefix); };
     special_tokens = needs_special_tokens(model->output, *context.parsing);
   }
 
@@ -557,13 +640,15 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
   ex.access().completion_tokens = 0;
   if (!submitted.ok()) {
     session->set_outcome(request_outcome::failed);
-    response refused = submit_failure(submitted.error(), api, constraint_param);
+    response refused = submit_failure(submitted.error(), r.api, constraint_param);
     co_await answer(std::move(refused));
     co_return;
   }
   // Destroying the handle (leaving this coroutine in any way) cancels the request.
   const backend::request_handle handle = std::move(submitted).value();
 
+  const backend::token_usage opening{.prompt_tokens = prompt_length, .completion_tokens = 0, .cached_tokens = 0};
+  context.writer = api.writer(r, ex.request_id(), model->id, context.echoed, opening);
   co_await relay(ex, *events, context, *session);
   if (unstreamed_logprobs(r, max_tokens, prompt_length) > large_unstreamed_logprobs) release_free_memory();
   const usage_counts used = session->usage().counts();
@@ -572,34 +657,25 @@ asio::awaitable<void> openai_service::generate(exchange& ex, openai_api api) {
 }
 
 // Answers from the engine's events until the request finishes or the client leaves.
-asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, const relay_context& context,
+asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, relay_context& context,
                                             request_session& session) {
   const openai_request& r = context.r;
-  const response_meta& meta = context.meta;
-  const chunk_builder chunks(meta, r.include_usage);
+  answer_writer& writer = *context.writer;
   std::vector<choice_state> choices(static_cast<std::size_t>(r.n));
   for (choice_state& c : choices) {
-    if (r.logprobs) c.logprobs.emplace(meta.api, context.tok, context.prompt);
-    if (r.echo) c.text = context.echoed;
+    if (r.logprobs) c.logprobs.emplace(r.api, context.tok, context.prompt);
     if (context.parsing) c.parser.emplace(*context.parsing);
   }
 
   std::optional<sse_writer> sse;
+  answer_output out(writer, sse);
   if (r.stream) {
     sse.emplace(ex, metrics_ != nullptr ? &metrics_->active_streams : nullptr);
     http::response_header<> head;
     session.add_headers(head);
     if (!co_await sse->open(std::move(head))) co_return;
-    for (std::int32_t i = 0; i < r.n; ++i) {
-      // (No co_await inside && or ||: GCC 12 mishandles the temporaries of such operands.)
-      if (meta.api == openai_api::chat_completions) {
-        const boost::json::value role = chunks.role(i);
-        if (!co_await sse->event(role)) co_return;
-      } else if (r.echo && !r.logprobs && !context.echoed.empty()) {
-        const boost::json::value echoed = chunks.content(context.echoed, i);
-        if (!co_await sse->event(echoed)) co_return;
-      }
-    }
+    writer.open(out.pending());
+    if (!co_await out.send()) co_return;
   }
 
   for (;;) {
@@ -612,10 +688,9 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
           choice_state& c = choices[static_cast<std::size_t>(i)];
           if (!c.logprobs) continue;
           c.logprobs->add_prompt(context.prompt, prompt->logprobs, context.echoed);
-          if (!sse) continue;
-          const boost::json::value echoed = chunks.content(context.echoed, i, c.fresh_logprobs());
-          if (!co_await sse->event(echoed)) co_return;
+          writer.echo(i, out.fresh_logprobs(c), out.pending());
         }
+        if (!co_await out.send()) co_return;
         continue;
       }
       if (auto* delta = std::get_if<backend::delta_event>(&event)) {
@@ -631,30 +706,17 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
           // Also a delta without text: its tokens count toward reasoning_tokens.
           std::vector<output_event> parsed =
               c.parser->feed(delta->text, static_cast<std::int64_t>(delta->tokens.size()));
-          if (!co_await deliver(sse, chunks, delta->index, c, std::move(parsed))) co_return;
+          if (!co_await deliver(out, delta->index, c, std::move(parsed))) co_return;
           if (!delta->finish) continue;
           // The choice's output has ended: what the parser held back.
           std::vector<output_event> rest = c.parser->finish(cut_short(*delta->finish));
-          if (!co_await deliver(sse, chunks, delta->index, c, std::move(rest))) co_return;
-          if (!sse) continue;
-          const boost::json::value end =
-              chunks.finish(*delta->finish, delta->index, c.fresh_logprobs(), c.made_tool_calls);
-          if (!co_await sse->event(end)) co_return;
-          continue;
+          if (!co_await deliver(out, delta->index, c, std::move(rest))) co_return;
+        } else if (!delta->text.empty()) {
+          writer.text(delta->index, delta->text, out.fresh_logprobs(c), out.pending());
         }
-        if (!sse) {
-          c.text += delta->text;
-          continue;
-        }
-        if (!delta->text.empty()) {
-          const boost::json::value piece = chunks.content(delta->text, delta->index, c.fresh_logprobs());
-          if (!co_await sse->event(piece)) co_return;
-        }
-        if (delta->finish) {
-          // With what is left of its log probabilities: tokens whose text was held back.
-          const boost::json::value end = chunks.finish(*delta->finish, delta->index, c.fresh_logprobs());
-          if (!co_await sse->event(end)) co_return;
-        }
+        // With what is left of its log probabilities: tokens whose text was held back.
+        if (delta->finish) writer.choice_end(delta->index, *delta->finish, out.fresh_logprobs(c), out.pending());
+        if (!co_await out.send()) co_return;
         continue;
       }
       const auto* finished = std::get_if<backend::finished_event>(&event);
@@ -667,7 +729,7 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
                 ? refusal{.kind = refusal_kind::shutting_down,
                           .message = "The request was aborted: the server is shutting down"}
                 : refusal{.kind = refusal_kind::engine_failed, .message = format("The engine failed: {}", finished->error)};
-        co_await end_failed(ex, sse, session, failure);
+        co_await end_failed(ex, out, context.api, session, failure);
         co_return;
       }
       session.set_outcome(request_outcome::completed);
@@ -681,11 +743,10 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
         if (c.reason) continue;
         if (c.parser) {
           std::vector<output_event> rest = c.parser->finish(cut_short(finished->reason));
-          if (!co_await deliver(sse, chunks, i, c, std::move(rest))) co_return;
+          if (!co_await deliver(out, i, c, std::move(rest))) co_return;
         }
-        if (!sse) continue;
-        const boost::json::value end = chunks.finish(finished->reason, i, c.fresh_logprobs(), c.made_tool_calls);
-        if (!co_await sse->event(end)) co_return;
+        writer.choice_end(i, finished->reason, out.fresh_logprobs(c), out.pending());
+        if (!co_await out.send()) co_return;
       }
       // Where the model's reasoning is parsed, the tokens it took in every choice.
       std::optional<std::int64_t> reasoning_tokens;
@@ -693,31 +754,23 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, c
         if (!c.parser || !c.parser->reasoning_on()) continue;
         reasoning_tokens = reasoning_tokens.value_or(0) + c.parser->reasoning_tokens();
       }
-      if (!sse) {
-        std::vector<choice_result> results;
-        results.reserve(choices.size());
-        for (choice_state& c : choices) {
-          results.push_back({.text = std::move(c.text),
-                             .message = std::move(c.message),
-                             .reason = c.reason.value_or(finished->reason),
-                             .logprobs = c.logprobs ? c.logprobs->all() : std::string("null")});
-        }
-        co_await ex.respond(with_headers(
-            json_text_response(http::status::ok, completion_body(meta, results, used, reasoning_tokens)), session));
+      if (!out.streams()) {
+        std::vector<std::string> logprobs;
+        logprobs.reserve(choices.size());
+        for (const choice_state& c : choices) logprobs.push_back(c.logprobs ? c.logprobs->all() : std::string("null"));
+        std::string body = writer.whole(std::move(logprobs), used, reasoning_tokens);
+        co_await ex.respond(with_headers(json_text_response(http::status::ok, std::move(body)), session));
         co_return;
       }
-      if (r.include_usage) {
-        const boost::json::value usage = chunks.usage(used, reasoning_tokens);
-        if (!co_await sse->event(usage)) co_return;
-      }
-      co_await sse->done();
+      writer.end(used, reasoning_tokens, out.pending());
+      co_await out.close();
       co_return;
     }
 
     if (ex.was_cut()) {
       const refusal failure{.kind = refusal_kind::shutting_down,
                             .message = "The server is shutting down: the request was cut short at its shutdown deadline"};
-      co_await end_failed(ex, sse, session, failure);
+      co_await end_failed(ex, out, context.api, session, failure);
       co_return;
     }
 
@@ -740,10 +793,13 @@ void add_openai_routes(router& routes, const model_slot& models, tenancy& tenant
                        monitoring::gateway_metrics* metrics, openai_route_options options) {
   auto service = std::make_shared<openai_service>(models, tenants, metrics, options);
   routes.add(http::verb::post, "/v1/chat/completions", [service](exchange& ex) -> asio::awaitable<void> {
-    co_await service->generate(ex, openai_api::chat_completions);
+    co_await service->generate(ex, chat_completions_api);
   });
   routes.add(http::verb::post, "/v1/completions", [service](exchange& ex) -> asio::awaitable<void> {
-    co_await service->generate(ex, openai_api::completions);
+    co_await service->generate(ex, completions_api);
+  });
+  routes.add(http::verb::post, "/v1/messages", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->generate(ex, messages_api);
   });
   routes.add(http::verb::post, "/v1/messages/count_tokens", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->count_tokens(ex);

@@ -12,15 +12,10 @@
 
 #include "edge/backend/engine/engine.h"
 #include "edge/gateway/http/http.h"
+#include "edge/gateway/http/sse_writer.h"
 #include "edge/gateway/openai/output_events.h"
 
 namespace edge::gateway {
-
-// One event of a stream whose events are named ("event: <name>" before its data).
-struct named_event {
-  std::string name;
-  boost::json::object data;
-};
 
 // One Messages answer as it grows, folded from the output parser's events (output_events.h):
 // a content block is opened each time the kind of output changes (thinking, text, a tool call)
@@ -68,6 +63,10 @@ std::string_view anthropic_stop_reason(backend::finish_reason reason, bool made_
 // authentication_error, 403 permission_error, 404 not_found_error, 413 request_too_large, 429
 // rate_limit_error, 503 overloaded_error, other 5xx api_error).
 std::string_view anthropic_error_type(http::status status);
+
+// {"type": "error", "error": {"type": anthropic_error_type(status), "message"}}: an error
+// response's body, and a stream's error event.
+boost::json::object anthropic_error_body(http::status status, std::string_view message);
 
 // The error `res` answers, written as this server writes every error (OpenAI's shape,
 // {"error": {"message", ...}}), rewritten in Anthropic's: {"type": "error", "error": {"type",

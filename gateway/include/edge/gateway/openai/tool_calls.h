@@ -75,8 +75,8 @@ struct tool_spec {
 
 // Makes a tool call's id where the syntax has none.
 using tool_call_id_source = std::function<std::string()>;
-// "call_" and 24 random letters and digits, as OpenAI's ids.
-std::string random_tool_call_id();
+// `prefix` and 24 random letters and digits: "call_…" as OpenAI's ids, "toolu_…" as Anthropic's.
+std::string random_tool_call_id(std::string_view prefix = "call_");
 
 // One request's parser. Owned by the request (connection strand only).
 class tool_call_parser {
