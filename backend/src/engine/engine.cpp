@@ -516,6 +516,7 @@ void engine::state::step() {
     }
     delta.text = std::move(t.decoded.text);
     delta.finish = t.decoded.finish;
+    delta.stop_string = std::move(t.decoded.stop_string);
     emit(req, std::move(delta));
     if (t.decoded.finish) finish_choice(t.id, *t.decoded.finish, std::move(t.decoded.error));
   }

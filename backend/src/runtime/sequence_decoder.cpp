@@ -115,6 +115,7 @@ sequence_decoder::step sequence_decoder::accept(token_id id, std::int64_t length
       // What follows a stop string is never shown, held-back bytes included.
       finished_ = true;
       out.finish = finish_reason::stop;
+      out.stop_string = std::move(released.matched);
       return out;
     }
   }

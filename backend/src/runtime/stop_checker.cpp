@@ -11,15 +11,22 @@ stop_checker::stop_checker(std::vector<std::string> stops) : stops_(std::move(st
 stop_checker::step stop_checker::push(std::string_view text) {
   held_.append(text);
   if (stops_.empty()) {
-    step out{std::move(held_), false};
+    step out{std::move(held_), false, {}};
     held_.clear();
     return out;
   }
-  // The earliest complete stop string wins.
+  // The earliest complete stop string wins; of those that begin there, the first listed.
   std::size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, held_.find(s));
-  if (first != std::string::npos) {
-    step out{held_.substr(0, first), true};
+  const std::string* matched = nullptr;
+  for (const auto& s : stops_) {
+    const std::size_t at = held_.find(s);
+    if (at < first) {
+      first = at;
+      matched = &s;
+    }
+  }
+  if (matched != nullptr) {
+    step out{held_.substr(0, first), true, *matched};
     held_.clear();
     return out;
   }
@@ -33,7 +40,7 @@ stop_checker::step stop_checker::push(std::string_view text) {
       }
     }
   }
-  step out{held_.substr(0, held_.size() - keep), false};
+  step out{held_.substr(0, held_.size() - keep), false, {}};
   held_.erase(0, held_.size() - keep);
   return out;
 }

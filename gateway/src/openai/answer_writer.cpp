@@ -58,7 +58,7 @@ class openai_writer final : public answer_writer {
     out.push_back({{}, chunks_.content(text, index, std::move(logprobs))});
   }
 
-  void choice_end(std::int32_t index, backend::finish_reason reason, boost::json::value logprobs,
+  void choice_end(std::int32_t index, backend::finish_reason reason, std::string_view, boost::json::value logprobs,
                   std::vector<named_event>& out) override {
     choice& c = at(index);
     c.reason = reason;
@@ -121,12 +121,13 @@ class messages_writer final : public answer_writer {
   void text(std::int32_t, std::string_view text, boost::json::value, std::vector<named_event>& out) override {
     answer_.add(content_delta{std::string(text)}, out);
   }
-  void choice_end(std::int32_t, backend::finish_reason reason, boost::json::value,
+  void choice_end(std::int32_t, backend::finish_reason reason, std::string_view stop_string, boost::json::value,
                   std::vector<named_event>&) override {
     reason_ = reason;
+    stop_string_ = stop_string;
   }
   void end(const backend::token_usage& usage, std::optional<std::int64_t>, std::vector<named_event>& out) override {
-    answer_.finish(reason_, usage, out);
+    answer_.finish(reason_, stop_string_, usage, out);
   }
   std::string whole(std::vector<std::string>, const backend::token_usage& usage,
                     std::optional<std::int64_t> reasoning_tokens) override {
@@ -142,6 +143,7 @@ class messages_writer final : public answer_writer {
  private:
   messages_answer answer_;
   backend::finish_reason reason_ = backend::finish_reason::stop;
+  std::string stop_string_;
 };
 
 }  // namespace

@@ -43,7 +43,8 @@ response anthropic_error(response res) {
   return res;
 }
 
-std::string_view anthropic_stop_reason(backend::finish_reason reason, bool made_tool_calls) {
+std::string_view anthropic_stop_reason(backend::finish_reason reason, bool made_tool_calls,
+                                       std::string_view stop_string) {
   switch (reason) {
     case backend::finish_reason::length: return "max_tokens";
     case backend::finish_reason::content_filter: return "refusal";
@@ -52,7 +53,8 @@ std::string_view anthropic_stop_reason(backend::finish_reason reason, bool made_
     case backend::finish_reason::abort:
     case backend::finish_reason::error: break;
   }
-  return made_tool_calls ? "tool_use" : "end_turn";
+  if (made_tool_calls) return "tool_use";
+  return stop_string.empty() ? "end_turn" : "stop_sequence";
 }
 
 messages_answer::messages_answer(std::string id, std::string model, const backend::token_usage& usage)
@@ -135,15 +137,18 @@ void messages_answer::add(const output_event& event, std::vector<named_event>& o
                   {"delta", std::move(delta)}}});
 }
 
-void messages_answer::finish(backend::finish_reason reason, const backend::token_usage& usage,
-                             std::vector<named_event>& out) {
+void messages_answer::finish(backend::finish_reason reason, std::string_view stop_string,
+                             const backend::token_usage& usage, std::vector<named_event>& out) {
   close(out);
   usage_ = usage;
   const bool calls = std::any_of(blocks_.begin(), blocks_.end(), [](const block& b) { return b.type == "tool_use"; });
-  stop_reason_ = std::string(anthropic_stop_reason(reason, calls));
+  stop_reason_ = std::string(anthropic_stop_reason(reason, calls, stop_string));
+  if (*stop_reason_ == "stop_sequence") stop_sequence_ = std::string(stop_string);
+  boost::json::value sequence = nullptr;
+  if (stop_sequence_) sequence = *stop_sequence_;
   out.push_back({"message_delta",
                  {{"type", "message_delta"},
-                  {"delta", {{"stop_reason", *stop_reason_}, {"stop_sequence", nullptr}}},
+                  {"delta", {{"stop_reason", *stop_reason_}, {"stop_sequence", sequence}}},
                   {"usage", usage_json()}}});
   out.push_back({"message_stop", {{"type", "message_stop"}}});
 }
@@ -173,6 +178,7 @@ boost::json::object messages_answer::message() const {
                               {"stop_sequence", nullptr},
                               {"usage", usage_json()}};
   if (stop_reason_) message["stop_reason"] = *stop_reason_;
+  if (stop_sequence_) message["stop_sequence"] = *stop_sequence_;
   return message;
 }
 

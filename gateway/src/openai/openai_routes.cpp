@@ -715,7 +715,9 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, r
           writer.text(delta->index, delta->text, out.fresh_logprobs(c), out.pending());
         }
         // With what is left of its log probabilities: tokens whose text was held back.
-        if (delta->finish) writer.choice_end(delta->index, *delta->finish, out.fresh_logprobs(c), out.pending());
+        if (delta->finish) {
+          writer.choice_end(delta->index, *delta->finish, delta->stop_string, out.fresh_logprobs(c), out.pending());
+        }
         if (!co_await out.send()) co_return;
         continue;
       }
@@ -745,7 +747,7 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, r
           std::vector<output_event> rest = c.parser->finish(cut_short(finished->reason));
           if (!co_await deliver(out, i, c, std::move(rest))) co_return;
         }
-        writer.choice_end(i, finished->reason, out.fresh_logprobs(c), out.pending());
+        writer.choice_end(i, finished->reason, {}, out.fresh_logprobs(c), out.pending());
         if (!co_await out.send()) co_return;
       }
       // Where the model's reasoning is parsed, the tokens it took in every choice.

@@ -198,6 +198,11 @@ result<backend::engine_event> delta_from(const json_fields& o) {
     }
     delta.finish = reason;
   }
+  EDGE_ASSIGN_OR_RETURN(const auto stop_string, o.optional<std::string_view>("stop_string"));
+  if (stop_string) {
+    if (delta.finish != backend::finish_reason::stop) return invalid_argument("only a choice's stop names a stop string");
+    delta.stop_string = *stop_string;
+  }
   return backend::engine_event(std::move(delta));
 }
 
@@ -387,6 +392,7 @@ std::string encode_event(const backend::engine_event& event) {
     out["tokens"] = json::array(delta->tokens.begin(), delta->tokens.end());
     if (!delta->logprobs.empty()) out["logprobs"] = sampled_logprobs_json(delta->logprobs);
     if (delta->finish) out["finish"] = backend::to_string(*delta->finish);
+    if (!delta->stop_string.empty()) out["stop_string"] = delta->stop_string;
   } else if (const auto* prompt = std::get_if<backend::prompt_logprobs_event>(&event)) {
     out["type"] = "prompt_logprobs";
     out["logprobs"] = sampled_logprobs_json(prompt->logprobs);

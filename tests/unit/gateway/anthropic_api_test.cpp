@@ -189,7 +189,7 @@ TEST_CASE("a Messages answer opens a block per kind of output, and its whole mes
       gw::tool_call_arguments{0, R"({"city":)"}, gw::tool_call_arguments{0, R"("Paris"})"},
       gw::tool_call_begin{1, "toolu_b", "get_time"}, gw::tool_call_arguments{1, "{}"}};
   for (const auto& e : parsed) answer.add(e, events);
-  answer.finish(edge::backend::finish_reason::stop, {.prompt_tokens = 30, .completion_tokens = 12, .cached_tokens = 16},
+  answer.finish(edge::backend::finish_reason::stop, {}, {.prompt_tokens = 30, .completion_tokens = 12, .cached_tokens = 16},
                 events);
   std::vector<std::string> names;
   for (const auto& e : events) names.push_back(e.name + (e.data.contains("index") ? std::to_string(e.data.at("index").as_int64()) : ""));
@@ -232,11 +232,23 @@ TEST_CASE("Anthropic's stop reasons") {
   gw::messages_answer text("msg_2", "tiny", {});
   std::vector<gw::named_event> events;
   text.add(gw::content_delta{"Once"}, events);
-  text.finish(finish_reason::length, {.prompt_tokens = 3, .completion_tokens = 1}, events);
+  text.finish(finish_reason::length, {}, {.prompt_tokens = 3, .completion_tokens = 1}, events);
   CHECK(text.message().at("stop_reason") == "max_tokens");
   gw::messages_answer empty("msg_3", "tiny", {});
   events.clear();
-  empty.finish(finish_reason::stop, {}, events);
+  empty.finish(finish_reason::stop, {}, {}, events);
   REQUIRE(events.size() == 2);
   CHECK(empty.message().at("content").as_array().empty());
+  CHECK(empty.message().at("stop_sequence").is_null());
+  // A stop sequence names itself, in the stream's message_delta and in the message.
+  CHECK(gw::anthropic_stop_reason(finish_reason::stop, false, "END") == "stop_sequence");
+  CHECK(gw::anthropic_stop_reason(finish_reason::stop, true, "END") == "tool_use");
+  gw::messages_answer stopped("msg_4", "tiny", {});
+  events.clear();
+  stopped.add(gw::content_delta{"Once"}, events);
+  stopped.finish(finish_reason::stop, "END", {}, events);
+  CHECK(events.at(events.size() - 2).data.at("delta") ==
+        boost::json::parse(R"({"stop_reason":"stop_sequence","stop_sequence":"END"})"));
+  CHECK(stopped.message().at("stop_reason") == "stop_sequence");
+  CHECK(stopped.message().at("stop_sequence") == "END");
 }

@@ -335,6 +335,14 @@ TEST_CASE("a choice's index and finish, and the prompt's log probabilities, surv
   REQUIRE(parsed.ok());
   CHECK(std::get<be::delta_event>(**parsed).index == 0);
   CHECK(!std::get<be::delta_event>(**parsed).finish);
+  // The stop string that ended a choice.
+  delta.finish = be::finish_reason::stop;
+  delta.stop_string = "END";
+  line = gw::encode_event(delta);
+  parsed = gw::parse_event(std::string_view(line).substr(0, line.size() - 1));
+  REQUIRE(parsed.ok());
+  CHECK(std::get<be::delta_event>(**parsed).stop_string == "END");
+  CHECK_FALSE(gw::parse_event(R"({"type":"delta","text":"","tokens":[],"finish":"length","stop_string":"x"})").ok());
 
   be::prompt_logprobs_event prompt;
   prompt.logprobs.push_back({{4, -1.5f}, {{2, -0.5f}, {4, -1.5f}}});

@@ -14,12 +14,15 @@ TEST_CASE("text is released at once when there are no stop strings") {
 TEST_CASE("a stop string spanning pieces ends the text right before it") {
   stop_checker c({"###", "END"});
   std::string out;
+  std::string matched;
   for (std::string_view piece : {"one two ", "#", "#", " three E", "N", "D four"}) {
     auto s = c.push(piece);
     out += s.text;
+    matched = s.matched;
     if (s.stopped) break;
   }
   CHECK(out == "one two ## three ");
+  CHECK(matched == "END");
 }
 
 TEST_CASE("a possible start of a stop string is held back until it is decided") {
@@ -39,4 +42,5 @@ TEST_CASE("the earliest stop string wins") {
   auto s = c.push("xxabc");
   CHECK(s.stopped);
   CHECK(s.text == "xx");
+  CHECK(s.matched == "ab");
 }

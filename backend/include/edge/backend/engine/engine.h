@@ -111,6 +111,7 @@ struct delta_event {
   std::vector<token_id> tokens;           // the tokens sampled
   std::vector<sampled_logprobs> logprobs; // one per token, when asked for
   std::optional<finish_reason> finish;    // on the choice's last delta: why it ended (stop or length)
+  std::string stop_string;                // finish stop by one of the request's stop strings: which
 };
 
 struct finished_event {

@@ -84,6 +84,7 @@ class sequence_decoder {
   struct step {
     std::string text;                     // text released by this token (possibly empty)
     std::optional<finish_reason> finish;  // set when this token ended the sequence
+    std::string stop_string;              // finish stop by a stop string: that string
     std::string error;                    // finish error or content_filter: why
     // The drawn token is not part of the output (no token was allowed: content_filter).
     bool dropped = false;

@@ -15,6 +15,7 @@ class stop_checker {
   struct step {
     std::string text;      // safe to release now
     bool stopped = false;  // a stop string ended the output; `text` ends right before it
+    std::string matched;   // stopped: that stop string
   };
 
   // Takes newly decoded text.

@@ -44,9 +44,10 @@ class answer_writer {
   // Completions: a piece of choice `index`'s text.
   virtual void text(std::int32_t index, std::string_view text, boost::json::value logprobs,
                     std::vector<named_event>& out) = 0;
-  // Choice `index` ended, with what its parser held back already given.
-  virtual void choice_end(std::int32_t index, backend::finish_reason reason, boost::json::value logprobs,
-                          std::vector<named_event>& out) = 0;
+  // Choice `index` ended, with what its parser held back already given; `stop_string`: the
+  // request's stop string that ended it, if one did.
+  virtual void choice_end(std::int32_t index, backend::finish_reason reason, std::string_view stop_string,
+                          boost::json::value logprobs, std::vector<named_event>& out) = 0;
   // The request completed: the events that close the stream. `reasoning_tokens`: given where the
   // model's reasoning is parsed (every choice's).
   virtual void end(const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens,

@@ -31,9 +31,10 @@ class messages_answer {
   // The events `event` makes: a content_block_stop and content_block_start where a block ends
   // and the next begins, and its content_block_delta.
   void add(const output_event& event, std::vector<named_event>& out);
-  // The open block's content_block_stop, message_delta (stop_reason, the final usage) and
-  // message_stop.
-  void finish(backend::finish_reason reason, const backend::token_usage& usage, std::vector<named_event>& out);
+  // The open block's content_block_stop, message_delta (stop_reason and stop_sequence, the final
+  // usage) and message_stop. `stop_string`: the stop sequence that ended the answer, if one did.
+  void finish(backend::finish_reason reason, std::string_view stop_string, const backend::token_usage& usage,
+              std::vector<named_event>& out);
   // The whole message: content blocks, stop_reason (null before finish) and usage.
   boost::json::object message() const;
 
@@ -53,11 +54,14 @@ class messages_answer {
   std::vector<block> blocks_;
   bool open_ = false;  // the last block is still receiving deltas
   std::optional<std::string> stop_reason_;
+  std::optional<std::string> stop_sequence_;
 };
 
-// Anthropic's stop_reason for how a choice ended: tool_use when it made tool calls, end_turn
-// for a stop, max_tokens for the length, refusal for a content filter.
-std::string_view anthropic_stop_reason(backend::finish_reason reason, bool made_tool_calls);
+// Anthropic's stop_reason for how a choice ended: tool_use when it made tool calls, stop_sequence
+// when a stop string (`stop_string`) ended it, end_turn for another stop, max_tokens for the
+// length, refusal for a content filter.
+std::string_view anthropic_stop_reason(backend::finish_reason reason, bool made_tool_calls,
+                                       std::string_view stop_string = {});
 
 // Anthropic's error type for an HTTP status (400 invalid_request_error, 401
 // authentication_error, 403 permission_error, 404 not_found_error, 413 request_too_large, 429

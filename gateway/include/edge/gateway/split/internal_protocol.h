@@ -22,7 +22,8 @@
 //       {"type":"admitted"}
 //       {"type":"prompt_logprobs","logprobs":[{"id","logprob","top":[{"id","logprob"}]}]}
 //       {"type":"delta","index","text","tokens":[ids],"logprobs":[{"id","logprob","top":[{"id","logprob"}]}],
-//        "finish":"stop|length" (on a choice's last delta)}
+//        "finish":"stop|length" (on a choice's last delta), "stop_string" (the request's stop
+//        string that ended the choice, when one did)}
 //       {"type":"finished","reason":"stop|length|abort|error","error","usage":{"prompt_tokens",
 //        "completion_tokens","cached_tokens"},"timings":{"queued_seconds",
 //        "time_to_first_token","total_seconds","preemptions"}}
