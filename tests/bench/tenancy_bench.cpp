@@ -75,7 +75,7 @@ void admit_and_settle(gw::tenancy& tenants, const gw::authenticated_tenant& who)
       io,
       [&]() -> boost::asio::awaitable<void> {
         gw::request_session session = tenants.session_for(who);
-        if (co_await session.admit()) std::abort();
+        if (co_await session.admit("chat_completions")) std::abort();
         if (co_await session.reserve(100, 100)) std::abort();
         session.metered([](edge::backend::engine_event) {})(edge::backend::delta_event{.tokens = std::vector<edge::backend::token_id>(50, 1)});
       },

@@ -64,7 +64,7 @@ response model_not_found(std::string_view requested, std::string_view served) {
 // one reads its body into the chat completions or completions request (request.api says which
 // engine path: the chat template, or the prompt as it is).
 struct api_frontend {
-  std::string_view name;  // the API, as the access log and metrics name it
+  std::string_view name;  // the API, as the metrics' api label names it
   std::variant<openai_request, request_error> (*parse)(std::string_view body);
   response (*error)(response res);  // an error response written in the API's shape
   // The writer of an answer to `r` (request_id: the exchange's; echoed: completions' echo).
@@ -107,7 +107,7 @@ const api_frontend messages_api{
 
 // count_tokens answers no generation: its writer is never asked for.
 const api_frontend count_tokens_api{
-    .name = "messages",
+    .name = "count_tokens",
     .parse = [](std::string_view body) { return parse_anthropic_request(anthropic_route::count_tokens, body); },
     .error = anthropic_error,
     .writer = nullptr,
@@ -503,7 +503,7 @@ asio::awaitable<std::optional<openai_service::opened_request>> openai_service::o
   if (!session) co_return std::nullopt;
   auto model = co_await loaded_model(ex, api);
   if (model == nullptr) co_return std::nullopt;
-  if (auto refused = co_await session->admit()) {
+  if (auto refused = co_await session->admit(api.name)) {
     co_await ex.respond(api.error(quota_refusal_response(*refused)));
     co_return std::nullopt;
   }

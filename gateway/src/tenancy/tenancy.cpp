@@ -36,7 +36,8 @@ std::int64_t today(const time_source& clock) { return to_unix_seconds(clock.syst
 
 // What a session and the engine's sink share: settled when both have let go.
 struct request_session::served {
-  served(tenancy& t, std::string tenant) : owner(t), tenant_id(std::move(tenant)) {}
+  served(tenancy& t, std::string tenant, std::string request_api)
+      : owner(t), tenant_id(std::move(tenant)), api(std::move(request_api)) {}
   served(const served&) = delete;
   served& operator=(const served&) = delete;
 
@@ -50,15 +51,19 @@ struct request_session::served {
     const usage_counts counts = usage->counts();
     auto& m = *owner.metrics_;
     const std::string label = m.tenant_labels.label(tenant_id);
-    m.tenant_requests.Add({{"tenant", label}, {"outcome", std::string(to_string(outcome.load()))}}).Increment();
-    m.tenant_tokens.Add({{"tenant", label}, {"kind", "prompt"}}).Increment(static_cast<double>(counts.prompt_tokens));
-    m.tenant_tokens.Add({{"tenant", label}, {"kind", "completion"}})
+    m.tenant_requests.Add({{"tenant", label}, {"api", api}, {"outcome", std::string(to_string(outcome.load()))}})
+        .Increment();
+    m.tenant_tokens.Add({{"tenant", label}, {"api", api}, {"kind", "prompt"}})
+        .Increment(static_cast<double>(counts.prompt_tokens));
+    m.tenant_tokens.Add({{"tenant", label}, {"api", api}, {"kind", "completion"}})
         .Increment(static_cast<double>(counts.completion_tokens));
-    m.tenant_tokens.Add({{"tenant", label}, {"kind", "cached"}}).Increment(static_cast<double>(counts.cached_tokens));
+    m.tenant_tokens.Add({{"tenant", label}, {"api", api}, {"kind", "cached"}})
+        .Increment(static_cast<double>(counts.cached_tokens));
   }
 
   tenancy& owner;
   const std::string tenant_id;
+  const std::string api;                    // the metrics' api label
   quota_reservation reservation;            // phase 1, then both phases
   std::optional<request_usage> usage;       // from reserve() on
   usage_ledger::meter meter;                // from reserve() on
@@ -75,8 +80,9 @@ request_session::~request_session() = default;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
-asio::awaitable<std::optional<quota_decision>> request_session::admit() {
+asio::awaitable<std::optional<quota_decision>> request_session::admit(std::string_view api) {
   tenancy& t = *owner_;
+  api_ = api;
   const tenant_record& tenant = *who_.tenant;
   const std::string id = t.reservation_ids_.next();
   const admit_request asked{.tenant_id = tenant.id, .quotas = tenant.quotas, .reservation_id = id};
@@ -92,10 +98,10 @@ asio::awaitable<std::optional<quota_decision>> request_session::admit() {
   uncounted_ = !decided;
   requests_ = decision.requests;
   if (!decision.allowed) {
-    if (decision.limit != quota_limit::quota_store_unavailable) t.count_refusal(tenant, decision.limit);
+    if (decision.limit != quota_limit::quota_store_unavailable) t.count_refusal(tenant, decision.limit, api_);
     co_return decision;
   }
-  served_ = std::make_shared<served>(t, tenant.id);
+  served_ = std::make_shared<served>(t, tenant.id, api_);
   served_->reservation = std::move(decision.reservation);
   co_return std::nullopt;
 }
@@ -122,7 +128,7 @@ asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int
   quota_decision decision = decided ? std::move(*decided) : t.store_unavailable(/*may_admit=*/true);
   tokens_ = decision.tokens;
   if (!decision.allowed) {
-    if (decision.limit != quota_limit::quota_store_unavailable) t.count_refusal(tenant, decision.limit);
+    if (decision.limit != quota_limit::quota_store_unavailable) t.count_refusal(tenant, decision.limit, api_);
     co_return decision;
   }
   served_->reservation = std::move(decision.reservation);
@@ -279,12 +285,13 @@ void tenancy::finish_later(quota_reservation reservation, std::int64_t used_toke
   calls_->submit([this, reservation = std::move(reservation), used_tokens] { quotas_->finish(reservation, used_tokens); });
 }
 
-void tenancy::count_refusal(const tenant_record& tenant, quota_limit limit) {
+void tenancy::count_refusal(const tenant_record& tenant, quota_limit limit, std::string_view api) {
   ledger_->record(tenant.id, usage_counts{.rejections = 1});
   if (metrics_ == nullptr) return;
   const std::string label = metrics_->tenant_labels.label(tenant.id);
-  metrics_->quota_rejections.Add({{"tenant", label}, {"limit", std::string(to_string(limit))}}).Increment();
-  metrics_->tenant_requests.Add({{"tenant", label}, {"outcome", "rejected"}}).Increment();
+  metrics_->quota_rejections.Add({{"tenant", label}, {"api", std::string(api)}, {"limit", std::string(to_string(limit))}})
+      .Increment();
+  metrics_->tenant_requests.Add({{"tenant", label}, {"api", std::string(api)}, {"outcome", "rejected"}}).Increment();
 }
 
 }  // namespace edge::gateway

@@ -866,7 +866,7 @@ TEST_CASE("tenancy with a Redis quota store: the shared daily count is the truth
   const auto ask = [](gw::tenancy& tenants, std::int64_t prompt, std::int64_t max_tokens,
                       std::int64_t completion) -> gw::quota_limit {
     gw::request_session session = tenants.session_for({tenants.store().snapshot()->tenant("ledger-vs-redis"), "k"});
-    if (auto refused = edge::testing::await_now(session.admit())) return refused->limit;
+    if (auto refused = edge::testing::await_now(session.admit("chat_completions"))) return refused->limit;
     if (auto refused = edge::testing::await_now(session.reserve(prompt, max_tokens))) return refused->limit;
     session.metered([](edge::backend::engine_event) {})(
         edge::backend::delta_event{.tokens = std::vector<edge::backend::token_id>(static_cast<std::size_t>(completion), 1)});

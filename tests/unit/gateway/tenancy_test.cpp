@@ -34,7 +34,7 @@ gw::request_session session(gw::tenancy& tenants, std::string_view id) {
   return tenants.session_for({tenants.store().snapshot()->tenant(id), "k"});
 }
 
-bool admitted(gw::request_session& s) { return !await_now(s.admit()); }
+bool admitted(gw::request_session& s) { return !await_now(s.admit("chat_completions")); }
 bool reserved(gw::request_session& s, std::int64_t prompt, std::int64_t max_tokens) {
   return !await_now(s.reserve(prompt, max_tokens));
 }
@@ -80,7 +80,7 @@ TEST_CASE("a session settles once both it and the engine's sink have let go") {
     CHECK(head["x-ratelimit-remaining-tokens"] == "500");
     // The concurrency slot is taken: a second request is refused before its body is read.
     gw::request_session second = session(*tenants, "acme");
-    const auto refused = await_now(second.admit());
+    const auto refused = await_now(second.admit("chat_completions"));
     REQUIRE(refused);
     CHECK(refused->limit == gw::quota_limit::max_concurrent);
 
@@ -88,7 +88,7 @@ TEST_CASE("a session settles once both it and the engine's sink have let go") {
     sink(tokens(15));
   }  // the client left; the engine still runs the request
   gw::request_session third = session(*tenants, "acme");
-  CHECK(await_now(third.admit())->limit == gw::quota_limit::max_concurrent);
+  CHECK(await_now(third.admit("chat_completions"))->limit == gw::quota_limit::max_concurrent);
 
   sink(tokens(5));  // computed after the client left: charged all the same
   sink(finished(100, 20, 64));
@@ -108,9 +108,9 @@ TEST_CASE("a session settles once both it and the engine's sink have let go") {
   // Three requests reserved tokens (the last one still runs: its checkpoint counts it), two were refused.
   CHECK(total_usage(tenants->store(), "acme") == gw::usage_counts{3, 100, 20, 64, 2});
   const std::string scrape = prometheus::TextSerializer().Serialize(registry.Collect());
-  CHECK(scrape.find("edgeinfer_quota_rejections_total{limit=\"max_concurrent\",tenant=\"acme\"} 2") !=
+  CHECK(scrape.find("edgeinfer_quota_rejections_total{api=\"chat_completions\",limit=\"max_concurrent\",tenant=\"acme\"} 2") !=
         std::string::npos);
-  CHECK(scrape.find("edgeinfer_tenant_tokens_total{kind=\"completion\",tenant=\"acme\"} 20") != std::string::npos);
+  CHECK(scrape.find("edgeinfer_tenant_tokens_total{api=\"chat_completions\",kind=\"completion\",tenant=\"acme\"} 20") != std::string::npos);
 }
 
 TEST_CASE("requests per minute are judged at admission: a request refused later for its body still counted") {
@@ -126,7 +126,7 @@ TEST_CASE("requests per minute are judged at admission: a request refused later 
     REQUIRE(admitted(first));
   }  // refused for its body (never reserved)
   gw::request_session second = session(*tenants, "slow");
-  const auto refused = await_now(second.admit());
+  const auto refused = await_now(second.admit("chat_completions"));
   REQUIRE(refused);
   CHECK(refused->limit == gw::quota_limit::requests_per_minute);
   CHECK(refused->retry_after);

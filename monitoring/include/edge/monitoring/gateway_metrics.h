@@ -38,11 +38,14 @@ struct gateway_metrics {
   // Per-tenant families. Their `tenant` label goes through tenant_labels: the first
   // max_tenant_labels tenants seen keep their name, the rest are "other".
   //
-  // edgeinfer_tenant_requests_total{tenant, outcome}: requests by how they ended.
+  // `api` names the API a request spoke: chat_completions, completions, messages, count_tokens
+  // (Anthropic's), responses.
+  //
+  // edgeinfer_tenant_requests_total{tenant, api, outcome}: requests by how they ended.
   prometheus::Family<prometheus::Counter>& tenant_requests;
-  // edgeinfer_tenant_tokens_total{tenant, kind}: kind is prompt, completion or cached.
+  // edgeinfer_tenant_tokens_total{tenant, api, kind}: kind is prompt, completion or cached.
   prometheus::Family<prometheus::Counter>& tenant_tokens;
-  // edgeinfer_quota_rejections_total{tenant, limit}: limit is the name of the quota kind that
+  // edgeinfer_quota_rejections_total{tenant, api, limit}: limit is the name of the quota kind that
   // refused (the gateway's tenancy/quota_kinds.h lists them).
   prometheus::Family<prometheus::Counter>& quota_rejections;
   label_limiter tenant_labels{max_tenant_labels};

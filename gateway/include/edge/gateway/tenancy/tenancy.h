@@ -77,7 +77,9 @@ class request_session {
 
   // Phase 1: requests per minute (the request is counted from here on) and a concurrency slot.
   // Nothing when admitted; else the refusal, already counted in the ledger and the metrics.
-  boost::asio::awaitable<std::optional<quota_decision>> admit();
+  // `api`: the API the request speaks, the metrics' api label (a name the routes fix:
+  // chat_completions, completions, messages, count_tokens, responses).
+  boost::asio::awaitable<std::optional<quota_decision>> admit(std::string_view api);
 
   // The completion limit (per choice) of a request for `choices` choices that did not ask for
   // one: `room` (what the context leaves after the prompt) within the tenant's limits, so that
@@ -111,6 +113,7 @@ class request_session {
   std::optional<rate_limit_status> requests_;  // phase 1's header figures
   std::optional<rate_limit_status> tokens_;    // phase 2's
   bool uncounted_ = false;                     // admitted while the store could not be asked
+  std::string api_;                            // admit()'s
   std::shared_ptr<served> served_;             // engaged from admit() on
 };
 
@@ -168,7 +171,7 @@ class tenancy {
   // Runs `finish` on the pool when the store may block, else here. Never waits.
   void finish_later(quota_reservation reservation, std::int64_t used_tokens);
   // A refusal by one of the tenant's limits: a rejection in the ledger and the metrics.
-  void count_refusal(const tenant_record& tenant, quota_limit limit);
+  void count_refusal(const tenant_record& tenant, quota_limit limit, std::string_view api);
 
   const time_source& clock_;
   monitoring::gateway_metrics* metrics_;
