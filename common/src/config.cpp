@@ -431,6 +431,7 @@ result<std::chrono::milliseconds> parse_duration(std::string_view text) {
   else if (u.empty() || u == "s") ms_per_unit = 1000;
   else if (u == "m" || u == "min") ms_per_unit = 60'000;
   else if (u == "h") ms_per_unit = 3'600'000;
+  else if (u == "d") ms_per_unit = 86'400'000;
   else return invalid_argument(format("unknown duration unit \"{}\" in \"{}\"", unit, text));
   const double ms = std::round(number * ms_per_unit);
   if (ms > 9.0e15) return out_of_range(format("duration too long: \"{}\"", text));

@@ -10,7 +10,11 @@ arm of `?:` crashes the same way when the other arm is taken, and one inside an 
 or `||` can stop the compiler itself. So, in any full-expression that holds a `co_await`:
 
   * no `?:` at all (name the value first: `response r = c ? a() : b(); co_await f(std::move(r));`);
-  * no built-in `&&` or `||` (test the awaited value in a statement of its own).
+  * no built-in `&&` or `||` (test the awaited value in a statement of its own);
+  * no lambda that holds copies (`[x]`, `[=]`, `[x = std::move(y)]`, `[*this]`): passed to a
+    coroutine, such a temporary's copies were destroyed twice (`co_await off_thread([call =
+    std::move(call)] { call(); })` corrupted the heap). Name the lambda first and move it in.
+    Lambdas that capture only references or `this` are allowed.
 
 Asio's awaitable operators (`co_await (a || b)`, `co_await (a && b)`) are overloaded functions,
 not the built-in operators, and are allowed where the parenthesised operand follows `co_await`
@@ -162,6 +166,25 @@ def findings_in(code):
             yield offset, "a conditional operator '?:' in a full-expression with co_await"
         elif re.search(r"&&|\|\|", cleaned):
             yield offset, "a built-in '&&' or '||' in a full-expression with co_await"
+        elif any(owns_copies(captures) for captures in lambda_captures(expr)):
+            yield offset, "a lambda holding copies in a full-expression with co_await"
+
+
+# A lambda's introducer: '[' where an expression starts (not a subscript), its captures, then
+# its parameters, body or the end of the piece (full_expressions splits at a body's brace).
+LAMBDA = re.compile(r"(?:^|(?<=[(,={]))\s*\[([^\[\]]*)\]\s*(?=\(|\{|mutable|$)")
+
+
+def lambda_captures(expr):
+    return [m.group(1) for m in LAMBDA.finditer(expr)]
+
+
+def owns_copies(captures):
+    for capture in (c.strip() for c in captures.split(",")):
+        if capture in ("", "&", "this") or capture.startswith("&"):
+            continue
+        return True
+    return False
 
 
 MUST_REPORT = [
@@ -171,6 +194,9 @@ MUST_REPORT = [
     "if (ready && co_await flush()) co_return;",
     "while (!stopped || co_await more()) { step(); }",
     "auto v = co_await f(T{c ? 1 : 2});",
+    "const std::optional<bool> ran = co_await off_thread([call = std::move(call)] {\n call();\n return true;\n});",
+    "co_await run(ex, [s] { s->go(); });",
+    "co_await run([=](int x) { use(x); });",
 ]
 MUST_PASS = [
     "response r = busy ? unavailable(m) : invalid(m);\nco_await answer(std::move(r));",
@@ -181,6 +207,9 @@ MUST_PASS = [
     "routes.add(v, p, [s](exchange& ex) -> asio::awaitable<void> { co_await s->run(ex); });",
     "auto out = co_await asio::async_initiate<T, void(answer)>([this](auto&& resume) { go(resume); }, use_awaitable);",
     "const char* s = \"a ? b : c\"; co_await f(s); // a ? b : c",
+    "auto run = [call = std::move(call)] { call(); };\nconst auto ran = co_await off_thread(std::move(run));",
+    "std::optional<status> w = co_await t.off_thread([&t, &hold] { return t.store_->add_hold(hold); });",
+    "co_await f(values[i], [this]() { go(); });",
 ]
 
 

@@ -3,6 +3,7 @@
 #include <boost/json/serialize.hpp>
 
 #include "edge/gateway/openai/anthropic_response.h"
+#include "edge/gateway/openai/responses_response.h"
 
 namespace edge::gateway {
 namespace {
@@ -84,7 +85,7 @@ class openai_writer final : public answer_writer {
     return completion_body(meta_, results, usage, reasoning_tokens);
   }
 
-  named_event failure(const refusal& failure) const override { return {{}, refusal_body(failure)}; }
+  named_event failure(const refusal& failure) override { return {{}, refusal_body(failure)}; }
   bool ends_with_done() const override { return true; }
 
  private:
@@ -135,7 +136,7 @@ class messages_writer final : public answer_writer {
     end(usage, reasoning_tokens, unsent);
     return boost::json::serialize(answer_.message());
   }
-  named_event failure(const refusal& failure) const override {
+  named_event failure(const refusal& failure) override {
     return {"error", anthropic_error_body(refusal_info(failure.kind).status, failure.message)};
   }
   bool ends_with_done() const override { return false; }
@@ -146,7 +147,58 @@ class messages_writer final : public answer_writer {
   std::string stop_string_;
 };
 
+// OpenAI's response: responses_answer's events and response, over the one choice.
+class responses_writer final : public answer_writer {
+ public:
+  responses_writer(std::string id, std::string model, std::int64_t created_at, boost::json::object echo, bool store)
+      : answer_(std::move(id), std::move(model), created_at, std::move(echo)), store_(store) {}
+
+  void open(std::vector<named_event>& out) override { answer_.start(out); }
+  void echo(std::int32_t, boost::json::value, std::vector<named_event>&) override {}
+  void output(std::int32_t, const output_event& event, boost::json::value, std::vector<named_event>& out) override {
+    answer_.add(event, out);
+  }
+  void text(std::int32_t, std::string_view text, boost::json::value, std::vector<named_event>& out) override {
+    answer_.add(content_delta{std::string(text)}, out);
+  }
+  void choice_end(std::int32_t, backend::finish_reason reason, std::string_view, boost::json::value,
+                  std::vector<named_event>&) override {
+    reason_ = reason;
+  }
+  void end(const backend::token_usage& usage, std::optional<std::int64_t> reasoning_tokens,
+           std::vector<named_event>& out) override {
+    answer_.finish(reason_, usage, reasoning_tokens, out);
+    ended_ = true;
+  }
+  std::string whole(std::vector<std::string>, const backend::token_usage& usage,
+                    std::optional<std::int64_t> reasoning_tokens) override {
+    std::vector<named_event> unsent;
+    end(usage, reasoning_tokens, unsent);
+    return boost::json::serialize(answer_.response());
+  }
+  named_event failure(const refusal& failure) override {
+    const refusal_row& row = refusal_info(failure.kind);
+    return answer_.failure(row.code.empty() ? row.type : row.code, failure.message);
+  }
+  bool ends_with_done() const override { return false; }
+  std::optional<boost::json::object> kept() const override {
+    if (!store_ || !ended_) return std::nullopt;
+    return answer_.response();
+  }
+
+ private:
+  responses_answer answer_;
+  bool store_;
+  bool ended_ = false;
+  backend::finish_reason reason_ = backend::finish_reason::stop;
+};
+
 }  // namespace
+
+std::unique_ptr<answer_writer> make_responses_writer(std::string id, std::string model, std::int64_t created_at,
+                                                     boost::json::object echo, bool store) {
+  return std::make_unique<responses_writer>(std::move(id), std::move(model), created_at, std::move(echo), store);
+}
 
 std::unique_ptr<answer_writer> make_openai_writer(response_meta meta, const openai_request& r, std::string echoed) {
   return std::make_unique<openai_writer>(std::move(meta), r, std::move(echoed));

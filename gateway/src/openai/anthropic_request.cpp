@@ -229,21 +229,9 @@ std::variant<openai_request, request_error> parse_anthropic_request(anthropic_ro
     prompt.content = std::move(system);
     r.messages.insert(r.messages.begin(), std::move(prompt));
   }
-  if (!fields.find("tool_choice")) {
-    r.choice.mode = r.tools.empty() ? tool_choice_mode::none : tool_choice_mode::auto_select;
-  } else if (r.tools.empty()) {
-    if (r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) {
-      return request_error{"'tool_choice' 'any' or 'tool' needs 'tools'", "tool_choice"};
-    }
-    r.choice.mode = tool_choice_mode::none;
-  } else if (r.choice.mode == tool_choice_mode::named) {
-    const bool known = std::any_of(r.tools.begin(), r.tools.end(),
-                                   [&](const tool_definition& t) { return t.name == r.choice.name; });
-    if (!known) {
-      return request_error{format("'tool_choice.name' is '{}', which is not among the tools", r.choice.name),
-                           "tool_choice.name"};
-    }
-  }
+  // Messages has no output format of its own here: nothing to combine with forced calls.
+  const tool_choice_names names{.name = "tool_choice.name", .format = "tool_choice"};
+  if (auto error = check_tool_choice(r, fields.find("tool_choice").has_value(), names)) return *error;
   return r;
 }
 

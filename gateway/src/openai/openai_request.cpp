@@ -29,6 +29,13 @@ field_error read_string(const json_value& v, std::string& out) {
   return std::nullopt;
 }
 
+// OpenAI's rule for a response format's name.
+bool is_valid_format_name(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
+
 }  // namespace
 
 std::optional<json_error> read_content(const json_value& v, std::string& out) {
@@ -45,6 +52,50 @@ std::optional<json_error> read_content(const json_value& v, std::string& out) {
     EDGE_ASSIGN_OR_RETURN(const std::string_view text, fields.required<std::string_view>("text"));
     out += text;
   }
+  return std::nullopt;
+}
+
+std::optional<json_error> read_output_format(const json_value& v, output_format_layout layout,
+                                             std::shared_ptr<const backend::grammar::grammar>& out) {
+  EDGE_ASSIGN_OR_RETURN(const json_fields fields, v.as<json_fields>());
+  EDGE_ASSIGN_OR_RETURN(const json_value type, fields.required("type"));
+  EDGE_ASSIGN_OR_RETURN(const std::string_view name, type.as<std::string_view>());
+  backend::grammar::grammar_builder b;
+  if (name == "text") {
+    out.reset();
+    return std::nullopt;
+  }
+  std::optional<backend::grammar::expr> root;
+  if (name == "json_object") {
+    root = b.json_object();
+  } else if (name == "json_schema") {
+    // Chat completions nest the schema's fields under "json_schema"; Responses has them beside "type".
+    json_fields spec = fields;
+    if (layout == output_format_layout::chat_completions) {
+      EDGE_ASSIGN_OR_RETURN(spec, fields.required<json_fields>("json_schema"));
+    }
+    EDGE_ASSIGN_OR_RETURN(const std::string_view format_name, spec.required<std::string_view>("name"));
+    if (!is_valid_format_name(format_name)) {
+      return spec.path().member("name").error("must be 1 to 64 letters, digits, underscores or dashes");
+    }
+    EDGE_ASSIGN_OR_RETURN(const auto strict, spec.optional<bool>("strict"));
+    EDGE_ASSIGN_OR_RETURN(const auto description, spec.optional<std::string_view>("description"));
+    static_cast<void>(strict);  // strict or not, the schema is enforced (or refused)
+    static_cast<void>(description);
+    EDGE_ASSIGN_OR_RETURN(const json_value schema, spec.required("schema"));
+    if (schema.type() != element_type::OBJECT && schema.type() != element_type::BOOL) {
+      return schema.must_be("a JSON schema (an object)");
+    }
+    const std::string text = simdjson::minify(schema.element());
+    auto built = b.json_schema(text, {.path = schema.path().str()});
+    if (!built.ok()) return json_error(built.error().message(), built.error().path());
+    root = std::move(built).value();
+  } else {
+    return type.error(format("'{}' is not supported: 'text', 'json_object' or 'json_schema'", name));
+  }
+  auto built = b.build(*root);
+  if (!built.ok()) return v.error(built.error().message());
+  out = std::make_shared<const backend::grammar::grammar>(std::move(built).value());
   return std::nullopt;
 }
 
@@ -264,50 +315,8 @@ field_error refuse_unless_off(const json_value& v) {
   return v.error("is not supported by this server");
 }
 
-// OpenAI's rule for a response format's name.
-bool is_valid_format_name(std::string_view name) {
-  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
-  });
-}
-
 field_error read_response_format(const json_value& v, openai_request& r) {
-  EDGE_ASSIGN_OR_RETURN(const json_fields fields, v.as<json_fields>());
-  EDGE_ASSIGN_OR_RETURN(const json_value type, fields.required("type"));
-  EDGE_ASSIGN_OR_RETURN(const std::string_view name, type.as<std::string_view>());
-  backend::grammar::grammar_builder b;
-  if (name == "text") {
-    r.grammar.reset();
-    return std::nullopt;
-  }
-  std::optional<backend::grammar::expr> root;
-  if (name == "json_object") {
-    root = b.json_object();
-  } else if (name == "json_schema") {
-    EDGE_ASSIGN_OR_RETURN(const json_fields spec, fields.required<json_fields>("json_schema"));
-    EDGE_ASSIGN_OR_RETURN(const std::string_view format_name, spec.required<std::string_view>("name"));
-    if (!is_valid_format_name(format_name)) {
-      return spec.path().member("name").error("must be 1 to 64 letters, digits, underscores or dashes");
-    }
-    EDGE_ASSIGN_OR_RETURN(const auto strict, spec.optional<bool>("strict"));
-    EDGE_ASSIGN_OR_RETURN(const auto description, spec.optional<std::string_view>("description"));
-    static_cast<void>(strict);  // strict or not, the schema is enforced (or refused)
-    static_cast<void>(description);
-    EDGE_ASSIGN_OR_RETURN(const json_value schema, spec.required("schema"));
-    if (schema.type() != element_type::OBJECT && schema.type() != element_type::BOOL) {
-      return schema.must_be("a JSON schema (an object)");
-    }
-    const std::string text = simdjson::minify(schema.element());
-    auto built = b.json_schema(text, {.path = schema.path().str()});
-    if (!built.ok()) return json_error(built.error().message(), built.error().path());
-    root = std::move(built).value();
-  } else {
-    return type.error(format("'{}' is not supported: 'text', 'json_object' or 'json_schema'", name));
-  }
-  auto built = b.build(*root);
-  if (!built.ok()) return v.error(built.error().message());
-  r.grammar = std::make_shared<const backend::grammar::grammar>(std::move(built).value());
-  return std::nullopt;
+  return read_output_format(v, output_format_layout::chat_completions, r.grammar);
 }
 
 field_error read_field(std::string_view key, const json_value& v, openai_request& r) {
@@ -379,10 +388,9 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
 
 request_error to_request_error(const json_error& error) { return {error.message(), error.path()}; }
 
-// tool_choice against the tools: auto without them means none; required and a named function
-// need them, a named one must be among them, and neither goes with a JSON response_format.
-std::optional<request_error> check_tool_choice(openai_request& r, const json_fields& fields) {
-  const bool chosen = fields.find("tool_choice").has_value();
+}  // namespace
+
+std::optional<request_error> check_tool_choice(openai_request& r, bool chosen, const tool_choice_names& names) {
   if (!chosen) {
     r.choice.mode = r.tools.empty() ? tool_choice_mode::none : tool_choice_mode::auto_select;
     return std::nullopt;
@@ -393,22 +401,20 @@ std::optional<request_error> check_tool_choice(openai_request& r, const json_fie
   }
   // Both would constrain the whole answer: a tool call cannot also be the response format's value.
   if ((r.choice.mode == tool_choice_mode::required || r.choice.mode == tool_choice_mode::named) && r.grammar) {
-    return request_error{"'response_format' json_object or json_schema cannot be combined with 'tool_choice' "
-                         "'required' or a named function: the answer is a tool call (use the tool's parameters "
-                         "schema for its arguments)",
-                         "response_format"};
+    return request_error{format("'{}' json_object or json_schema cannot be combined with a 'tool_choice' that forces "
+                                "calls: the answer is a tool call (use the tool's parameters schema for its arguments)",
+                                names.format),
+                         std::string(names.format)};
   }
   if (r.choice.mode == tool_choice_mode::named) {
     const bool known = std::any_of(r.tools.begin(), r.tools.end(), [&](const tool_definition& t) { return t.name == r.choice.name; });
     if (!known) {
-      return request_error{format("'tool_choice.function.name' is '{}', which is not among the tools", r.choice.name),
-                           "tool_choice.function.name"};
+      return request_error{format("'{}' is '{}', which is not among the tools", names.name, r.choice.name),
+                           std::string(names.name)};
     }
   }
   return std::nullopt;
 }
-
-}  // namespace
 
 bool is_sampling_field(std::string_view key) {
   return key == "temperature" || key == "top_p" || key == "top_k" || key == "min_p" || key == "presence_penalty" ||
@@ -555,7 +561,8 @@ std::variant<openai_request, request_error> parse_openai_request(openai_api api,
   }
   if (api == openai_api::chat_completions && !has_messages) return request_error{"'messages' is required", "messages"};
   if (api == openai_api::chat_completions) {
-    if (auto error = check_tool_choice(r, fields)) return *error;
+    const tool_choice_names names{.name = "tool_choice.function.name", .format = "response_format"};
+    if (auto error = check_tool_choice(r, fields.find("tool_choice").has_value(), names)) return *error;
   }
   if (api == openai_api::completions && !has_prompt) return request_error{"'prompt' is required", "prompt"};
   if (has_stream_options && !r.stream) {

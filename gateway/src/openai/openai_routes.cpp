@@ -6,10 +6,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <chrono>
 
 #include "edge/common/format.h"
+#include "edge/common/log.h"
 #include "edge/common/memory.h"
 #include "edge/gateway/http/event_relay.h"
 #include "edge/gateway/http/json_response.h"
@@ -23,6 +26,8 @@
 #include "edge/gateway/openai/openai_response.h"
 #include "edge/gateway/openai/output_parser.h"
 #include "edge/gateway/openai/refusals.h"
+#include "edge/gateway/openai/responses_request.h"
+#include "edge/gateway/tenancy/tenant_store.h"
 #include "edge/gateway/http/percent_encoding.h"
 #include "edge/gateway/http/sse_writer.h"
 #include "edge/monitoring/gateway_metrics.h"
@@ -32,6 +37,8 @@ namespace {
 
 using namespace boost::asio::experimental::awaitable_operators;
 using clock = std::chrono::steady_clock;
+
+const logger responses_log{"responses"};
 
 std::int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -104,6 +111,17 @@ const api_frontend messages_api{
       return make_messages_writer("msg_" + std::string(request_id), std::move(model), prompt);
     },
     .tool_call_id_prefix = "toolu_"};
+
+const api_frontend responses_api{
+    .name = "responses",
+    .parse = parse_responses_request,
+    .error = openai_error,
+    .writer = [](const openai_request& r, std::string_view request_id, std::string model, std::string,
+                 const backend::token_usage&) {
+      return make_responses_writer("resp_" + std::string(request_id), std::move(model), unix_seconds(),
+                                   r.responses->echo, r.responses->store);
+    },
+    .tool_call_id_prefix = "call_"};
 
 // count_tokens answers no generation: its writer is never asked for.
 const api_frontend count_tokens_api{
@@ -424,6 +442,8 @@ class openai_service {
   asio::awaitable<void> get_model(exchange& ex);
   asio::awaitable<void> generate(exchange& ex, const api_frontend& api);
   asio::awaitable<void> count_tokens(exchange& ex);
+  asio::awaitable<void> get_response(exchange& ex);
+  asio::awaitable<void> delete_response(exchange& ex);
 
  private:
   // A generating request read and checked as far as its prompt.
@@ -441,6 +461,12 @@ class openai_service {
   // Authenticated, admitted, read, and its prompt rendered; or nothing when a refusal was answered.
   asio::awaitable<std::optional<opened_request>> open_request(exchange& ex, const api_frontend& api);
   asio::awaitable<void> relay(exchange& ex, event_relay& events, relay_context& context, request_session& session);
+  // Responses' previous_response_id: the conversation and output of the stored response it names
+  // go in front of this request's input; or the error to answer.
+  asio::awaitable<std::optional<response>> continue_conversation(const request_session& session, openai_request& r);
+  // A completed response that asked to be stored, stored for the tenant before its last event is
+  // sent (a client may name it in its next request at once).
+  asio::awaitable<void> keep(const request_session& session, const openai_request& r, const boost::json::object& kept);
 
   const model_slot& models_;
   tenancy& tenants_;
@@ -520,6 +546,10 @@ asio::awaitable<std::optional<openai_service::opened_request>> openai_service::o
     co_await answer(model_not_found(*r.model, model->id));
     co_return std::nullopt;
   }
+  if (auto refused = co_await continue_conversation(*session, r)) {
+    co_await answer(std::move(*refused));
+    co_return std::nullopt;
+  }
   auto tokens = prompt_tokens(r, *model);
   if (auto* refused = std::get_if<response>(&tokens)) {
     co_await answer(std::move(*refused));
@@ -535,6 +565,148 @@ asio::awaitable<std::optional<openai_service::opened_request>> openai_service::o
                            .model = std::move(model),
                            .r = std::move(r),
                            .prompt = std::move(prompt)};
+}
+
+asio::awaitable<std::optional<response>> openai_service::continue_conversation(const request_session& session,
+                                                                              openai_request& r) {
+  if (r.responses == nullptr || !r.responses->previous_response_id) co_return std::nullopt;
+  const std::string& id = *r.responses->previous_response_id;
+  const std::string tenant = session.tenant().id;
+  tenant_store& store = tenants_.store();
+  result<std::optional<stored_response>> found = std::optional<stored_response>();
+  std::function<void()> call = [&] { found = store.get_response(tenant, id); };
+  const bool ran = co_await tenants_.store_call(std::move(call));
+  if (!ran) {
+    co_return refusal_response({.kind = refusal_kind::overloaded,
+                                .message = "The response store is busy: try again shortly"});
+  }
+  if (!found.ok()) {
+    co_return error_response(http::status::internal_server_error,
+                             format("The stored response could not be read: {}", found.error().message()),
+                             "server_error", "previous_response_id", "store_error");
+  }
+  if (!found->has_value()) {
+    co_return error_response(http::status::bad_request, format("Previous response with id '{}' not found.", id),
+                             "invalid_request_error", "previous_response_id", "previous_response_not_found");
+  }
+  // What it stored was read from requests and answers this server checked: it reads back.
+  boost::system::error_code failed;
+  boost::json::value conversation = boost::json::parse((*found)->conversation, failed);
+  boost::json::value previous = boost::json::parse((*found)->response, failed);
+  if (failed || !conversation.is_array() || !previous.is_object() || !previous.as_object().contains("output") ||
+      !previous.at("output").is_array()) {
+    co_return error_response(http::status::internal_server_error, "The stored response could not be read",
+                             "server_error", "previous_response_id", "store_error");
+  }
+  boost::json::array history = std::move(conversation.as_array());
+  for (boost::json::value& item : previous.at("output").as_array()) history.push_back(std::move(item));
+  std::vector<backend::chat_message> earlier;
+  if (auto error = read_response_items(history, "previous_response_id", earlier)) {
+    co_return error_response(http::status::internal_server_error,
+                             format("The stored response could not be read: {}", error->message), "server_error",
+                             "previous_response_id", "store_error");
+  }
+  // After this request's instructions (the earlier ones are not carried), before its input.
+  const bool instructed = !r.responses->echo.at("instructions").is_null();
+  r.messages.insert(r.messages.begin() + (instructed ? 1 : 0), std::make_move_iterator(earlier.begin()),
+                    std::make_move_iterator(earlier.end()));
+  auto fields = std::make_shared<responses_fields>(*r.responses);
+  for (boost::json::value& item : fields->conversation) history.push_back(std::move(item));
+  fields->conversation = std::move(history);
+  r.responses = std::move(fields);
+  co_return std::nullopt;
+}
+
+asio::awaitable<void> openai_service::keep(const request_session& session, const openai_request& r,
+                                           const boost::json::object& kept) {
+  const auto now = unix_seconds();
+  stored_response stored{.id = std::string(kept.at("id").as_string()),
+                         .created_at = now,
+                         .expires_at = now + options_.stored_response_ttl.count(),
+                         .response = boost::json::serialize(kept),
+                         .conversation = boost::json::serialize(r.responses->conversation)};
+  const std::string tenant = session.tenant().id;
+  tenant_store& store = tenants_.store();
+  const std::int64_t bound = options_.stored_response_bytes;
+  result<bool> put = false;
+  std::function<void()> call = [&] { put = store.put_response(tenant, stored, bound); };
+  const bool ran = co_await tenants_.store_call(std::move(call));
+  if (!ran) {
+    responses_log.warn("response {} of tenant {} not stored: the store is busy", stored.id, tenant);
+    co_return;
+  }
+  if (!put.ok()) {
+    responses_log.warn("response {} of tenant {} not stored: {}", stored.id, tenant, put.error().message());
+  } else if (!*put) {
+    responses_log.warn("response {} of tenant {} not stored: its {} bytes exceed the tenant's bound of {}", stored.id,
+                       tenant, stored.bytes(), bound);
+  }
+}
+
+// GET /v1/responses/{id}: a stored response of the caller's tenant.
+asio::awaitable<void> openai_service::get_response(exchange& ex) {
+  std::optional<request_session> session = co_await authenticate(ex, responses_api);
+  if (!session) co_return;
+  const auto id = percent_decode(ex.path_param("id"));
+  if (!id) {
+    co_await ex.respond(invalid_request("The response id in the path is not valid percent-encoding", "response_id"));
+    co_return;
+  }
+  const std::string tenant = session->tenant().id;
+  tenant_store& store = tenants_.store();
+  result<std::optional<stored_response>> found = std::optional<stored_response>();
+  std::function<void()> call = [&] { found = store.get_response(tenant, *id); };
+  const bool ran = co_await tenants_.store_call(std::move(call));
+  if (!ran) {
+    co_await ex.respond(refusal_response({.kind = refusal_kind::overloaded, .message = "The response store is busy"}));
+    co_return;
+  }
+  if (!found.ok()) {
+    co_await ex.respond(error_response(http::status::internal_server_error,
+                                       format("The response store failed: {}", found.error().message()), "server_error"));
+    co_return;
+  }
+  if (!found->has_value()) {
+    co_await ex.respond(error_response(http::status::not_found, format("No response with id '{}' found.", *id),
+                                       "invalid_request_error", "response_id", "not_found"));
+    co_return;
+  }
+  co_await ex.respond(json_text_response(http::status::ok, std::move((*found)->response)));
+}
+
+// DELETE /v1/responses/{id}
+asio::awaitable<void> openai_service::delete_response(exchange& ex) {
+  std::optional<request_session> session = co_await authenticate(ex, responses_api);
+  if (!session) co_return;
+  const auto id = percent_decode(ex.path_param("id"));
+  if (!id) {
+    co_await ex.respond(invalid_request("The response id in the path is not valid percent-encoding", "response_id"));
+    co_return;
+  }
+  const std::string tenant = session->tenant().id;
+  tenant_store& store = tenants_.store();
+  result<bool> removed = false;
+  std::function<void()> call = [&] { removed = store.delete_response(tenant, *id); };
+  const bool ran = co_await tenants_.store_call(std::move(call));
+  if (!ran) {
+    co_await ex.respond(refusal_response({.kind = refusal_kind::overloaded, .message = "The response store is busy"}));
+    co_return;
+  }
+  if (!removed.ok()) {
+    co_await ex.respond(error_response(http::status::internal_server_error,
+                                       format("The response store failed: {}", removed.error().message()), "server_error"));
+    co_return;
+  }
+  if (!*removed) {
+    co_await ex.respond(error_response(http::status::not_found, format("No response with id '{}' found.", *id),
+                                       "invalid_request_error", "response_id", "not_found"));
+    co_return;
+  }
+  boost::json::object deleted;
+  deleted["id"] = *id;
+  deleted["object"] = "response.deleted";
+  deleted["deleted"] = true;
+  co_await ex.respond(json_response(http::status::ok, deleted));
 }
 
 // Anthropic's POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted.
@@ -761,10 +933,14 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, r
         logprobs.reserve(choices.size());
         for (const choice_state& c : choices) logprobs.push_back(c.logprobs ? c.logprobs->all() : std::string("null"));
         std::string body = writer.whole(std::move(logprobs), used, reasoning_tokens);
+        const std::optional<boost::json::object> kept = writer.kept();
+        if (kept) co_await keep(session, r, *kept);
         co_await ex.respond(with_headers(json_text_response(http::status::ok, std::move(body)), session));
         co_return;
       }
       writer.end(used, reasoning_tokens, out.pending());
+      const std::optional<boost::json::object> kept = writer.kept();
+      if (kept) co_await keep(session, r, *kept);
       co_await out.close();
       co_return;
     }
@@ -802,6 +978,15 @@ void add_openai_routes(router& routes, const model_slot& models, tenancy& tenant
   });
   routes.add(http::verb::post, "/v1/messages", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->generate(ex, messages_api);
+  });
+  routes.add(http::verb::post, "/v1/responses", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->generate(ex, responses_api);
+  });
+  routes.add(http::verb::get, "/v1/responses/{id}", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->get_response(ex);
+  });
+  routes.add(http::verb::delete_, "/v1/responses/{id}", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->delete_response(ex);
   });
   routes.add(http::verb::post, "/v1/messages/count_tokens", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->count_tokens(ex);

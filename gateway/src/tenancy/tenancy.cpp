@@ -258,6 +258,15 @@ asio::awaitable<std::optional<std::invoke_result_t<Call>>> tenancy::off_thread(C
   co_return out;
 }
 
+asio::awaitable<bool> tenancy::store_call(std::function<void()> call) {
+  auto run = [call = std::move(call)] {
+    call();
+    return true;
+  };
+  const std::optional<bool> ran = co_await off_thread(std::move(run));
+  co_return ran.has_value();
+}
+
 #pragma GCC diagnostic pop
 
 void tenancy::drain_quota_calls() const {

@@ -79,6 +79,19 @@ CREATE TABLE usage_holds (
   charged_tokens  INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 )sql"},
+    {3, "the Responses API's stored responses", R"sql(
+CREATE TABLE stored_responses (
+  tenant_id    TEXT NOT NULL,
+  id           TEXT NOT NULL,
+  created_at   INTEGER NOT NULL,
+  expires_at   INTEGER NOT NULL,
+  bytes        INTEGER NOT NULL CHECK (bytes >= 0),
+  response     TEXT NOT NULL,
+  conversation TEXT NOT NULL,
+  UNIQUE (tenant_id, id)
+);
+CREATE INDEX stored_responses_by_expiry ON stored_responses (expires_at);
+)sql"},
 };
 
 // The tenants table's columns as the store reads and writes them: id, weight, one per quota kind
@@ -416,6 +429,8 @@ status tenant_store::delete_tenant(std::string_view id, const audit_context& who
   const std::int64_t keys_deleted = db.changes();
   EDGE_ASSIGN_OR_RETURN(sqlite::statement remove, db.prepare("DELETE FROM tenants WHERE id = ?"));
   EDGE_RETURN_IF_ERROR(remove.bind(1, id).run());
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement responses, db.prepare("DELETE FROM stored_responses WHERE tenant_id = ?"));
+  EDGE_RETURN_IF_ERROR(responses.bind(1, id).run());
   boost::json::object details;
   details["tenant"] = to_json(*found);
   details["keys_deleted"] = keys_deleted;
@@ -592,6 +607,66 @@ result<std::vector<usage_row>> tenant_store::usage(std::string_view tenant_id, u
     out.push_back(std::move(r));
   }
   return out;
+}
+
+result<bool> tenant_store::put_response(std::string_view tenant_id, const stored_response& r, std::int64_t max_bytes) {
+  if (r.bytes() > max_bytes) return false;
+  std::lock_guard guard(impl_->mutex);
+  auto& db = impl_->db;
+  EDGE_ASSIGN_OR_RETURN(sqlite::transaction tx, sqlite::transaction::begin(db));
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement expired, db.prepare("DELETE FROM stored_responses WHERE expires_at <= ?"));
+  EDGE_RETURN_IF_ERROR(expired.bind(1, impl_->now()).run());
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement insert,
+                        db.prepare("INSERT OR REPLACE INTO stored_responses (tenant_id, id, created_at, expires_at, "
+                                   "bytes, response, conversation) VALUES (?, ?, ?, ?, ?, ?, ?)"));
+  EDGE_RETURN_IF_ERROR(insert.bind(1, tenant_id)
+                           .bind(2, std::string_view(r.id))
+                           .bind(3, r.created_at)
+                           .bind(4, r.expires_at)
+                           .bind(5, r.bytes())
+                           .bind(6, std::string_view(r.response))
+                           .bind(7, std::string_view(r.conversation))
+                           .run());
+  // Newest first (a replaced row is new again), keep while the running total fits.
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement evict,
+                        db.prepare("DELETE FROM stored_responses WHERE rowid IN (SELECT rowid FROM (SELECT rowid, "
+                                   "sum(bytes) OVER (ORDER BY rowid DESC) AS kept FROM stored_responses "
+                                   "WHERE tenant_id = ?) WHERE kept > ?)"));
+  EDGE_RETURN_IF_ERROR(evict.bind(1, tenant_id).bind(2, max_bytes).run());
+  EDGE_RETURN_IF_ERROR(tx.commit());
+  return true;
+}
+
+result<std::optional<stored_response>> tenant_store::get_response(std::string_view tenant_id, std::string_view id) const {
+  std::lock_guard guard(impl_->mutex);
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement q,
+                        impl_->db.prepare("SELECT created_at, expires_at, response, conversation FROM stored_responses "
+                                          "WHERE tenant_id = ? AND id = ? AND expires_at > ?"));
+  q.bind(1, tenant_id).bind(2, id).bind(3, impl_->now());
+  EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
+  if (!row) return std::optional<stored_response>();
+  return std::optional<stored_response>(
+      stored_response{.id = std::string(id), .created_at = q.int64(0), .expires_at = q.int64(1), .response = q.text(2),
+                      .conversation = q.text(3)});
+}
+
+result<bool> tenant_store::delete_response(std::string_view tenant_id, std::string_view id) {
+  std::lock_guard guard(impl_->mutex);
+  auto& db = impl_->db;
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement remove,
+                        db.prepare("DELETE FROM stored_responses WHERE tenant_id = ? AND id = ? AND expires_at > ?"));
+  EDGE_RETURN_IF_ERROR(remove.bind(1, tenant_id).bind(2, id).bind(3, impl_->now()).run());
+  return db.changes() > 0;
+}
+
+result<std::int64_t> tenant_store::stored_response_bytes(std::string_view tenant_id) const {
+  std::lock_guard guard(impl_->mutex);
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement q,
+                        impl_->db.prepare("SELECT coalesce(sum(bytes), 0) FROM stored_responses WHERE tenant_id = ? "
+                                          "AND expires_at > ?"));
+  q.bind(1, tenant_id).bind(2, impl_->now());
+  EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
+  return row ? q.int64(0) : std::int64_t{0};
 }
 
 result<std::map<std::string, std::int64_t>> tenant_store::tokens_since(unix_time from) const {

@@ -144,7 +144,7 @@ TEST_CASE("what a Messages request may not hold is a 400 naming the field") {
   refused(R"({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f"}]})",
           "tools[0].input_schema", "required");
   refused(R"({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "any"}})",
-          "tool_choice", "needs 'tools'");
+          "tool_choice", "only allowed when 'tools' are specified");
   refused(R"({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {}}],
               "tool_choice": {"type": "tool", "name": "g"}})",
           "tool_choice.name", "not among the tools");

@@ -317,7 +317,7 @@ TEST_CASE("bad requests are refused with the field named") {
        "tool_choice.type", "only 'function'"},
       {chat_completions,
        R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required","response_format":{"type":"json_object"}})",
-       "response_format", "cannot be combined with 'tool_choice'"},
+       "response_format", "cannot be combined with a 'tool_choice' that forces"},
       {chat_completions,
        R"({"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":{}}},"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
        "response_format", "the answer is a tool call"},

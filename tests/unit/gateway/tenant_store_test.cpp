@@ -43,7 +43,7 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   {
     auto store = open_store(dir, clock);
     CHECK(std::filesystem::exists(dir / "tenants.db"));
-    CHECK(store->schema_version() == 2);
+    CHECK(store->schema_version() == 3);
     CHECK(store->snapshot()->tenant_count() == 0);
     auto db = gw::sqlite::database::open(dir / "tenants.db");
     REQUIRE(db.ok());
@@ -51,7 +51,7 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   }
   // Reopening finds the schema in place and runs nothing again.
   auto again = open_store(dir, clock);
-  CHECK(again->schema_version() == 2);
+  CHECK(again->schema_version() == 3);
 }
 
 TEST_CASE("a state folder is used by one store at a time") {
@@ -231,6 +231,44 @@ TEST_CASE("everything survives reopening the store") {
   CHECK(store->snapshot()->key(key_id) != nullptr);
   CHECK(store->usage("acme", 1777636800, 1777636800 + 3600)->size() == 1);
   CHECK(store->audit(10)->size() == 2);
+}
+
+TEST_CASE("stored responses: per tenant, newest kept within the byte bound, gone when expired or deleted") {
+  using namespace std::chrono_literals;
+  edge::testing::temp_dir tmp;
+  edge::manual_time_source clock(noon);
+  auto store = open_store(tmp.path(), clock);
+  const gw::unix_time now = 1777636800;
+  const auto response = [&](std::string id, std::size_t size, gw::unix_time ttl = 3600) {
+    return gw::stored_response{.id = std::move(id), .created_at = now, .expires_at = now + ttl,
+                               .response = std::string(size, 'r'), .conversation = "[]"};
+  };
+  // Each is 102 bytes: three fit in 310, the fourth pushes the oldest out.
+  for (const char* id : {"resp_1", "resp_2", "resp_3"}) CHECK(*store->put_response("acme", response(id, 100), 310));
+  CHECK(*store->put_response("other", response("resp_1", 100), 310));
+  CHECK(*store->stored_response_bytes("acme") == 306);
+  CHECK(*store->put_response("acme", response("resp_4", 100), 310));
+  CHECK_FALSE(store->get_response("acme", "resp_1")->has_value());
+  CHECK(store->get_response("acme", "resp_2")->has_value());
+  CHECK(*store->stored_response_bytes("acme") == 306);
+  // Another tenant's response of the same id is its own, untouched.
+  CHECK(store->get_response("other", "resp_1")->has_value());
+  CHECK_FALSE(store->get_response("other", "resp_2")->has_value());
+  // One larger than the bound alone is not kept, and takes nothing else with it.
+  CHECK_FALSE(*store->put_response("acme", response("resp_big", 400), 310));
+  CHECK(*store->stored_response_bytes("acme") == 306);
+  const auto got = store->get_response("acme", "resp_3");
+  REQUIRE(got->has_value());
+  CHECK((*got)->response.size() == 100);
+  CHECK((*got)->conversation == "[]");
+  // Deleted, and expired.
+  CHECK(*store->delete_response("acme", "resp_3"));
+  CHECK_FALSE(*store->delete_response("acme", "resp_3"));
+  CHECK(*store->put_response("acme", response("resp_short", 10, 60), 310));
+  clock.advance(61s);
+  CHECK_FALSE(store->get_response("acme", "resp_short")->has_value());
+  CHECK_FALSE(*store->delete_response("acme", "resp_short"));
+  CHECK(store->get_response("acme", "resp_4")->has_value());
 }
 
 TEST_CASE("usage rows add up per tenant and hour; queries by time range") {

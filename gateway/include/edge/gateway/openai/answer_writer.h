@@ -5,6 +5,7 @@
 //
 //   chat / completions   OpenAI's chunks (openai_response.h), data-only, ending in [DONE]
 //   messages             Anthropic's named events (anthropic_response.h), no [DONE]
+//   responses            OpenAI's Responses events (responses_response.h), no [DONE]
 //
 // One writer per request. Connection strand only.
 #pragma once
@@ -57,9 +58,11 @@ class answer_writer {
   virtual std::string whole(std::vector<std::string> logprobs, const backend::token_usage& usage,
                             std::optional<std::int64_t> reasoning_tokens) = 0;
   // A stream that failed after it began: its error event.
-  virtual named_event failure(const refusal& failure) const = 0;
+  virtual named_event failure(const refusal& failure) = 0;
   // Whether a stream ends with "data: [DONE]" (OpenAI's chat and completions) or just ends.
   virtual bool ends_with_done() const = 0;
+  // After end() or whole(): what the API keeps of the answer (a stored response), if anything.
+  virtual std::optional<boost::json::object> kept() const { return std::nullopt; }
 };
 
 // OpenAI's chat completions and completions (meta.api). `echoed`: completions with echo, the text
@@ -69,5 +72,10 @@ std::unique_ptr<answer_writer> make_openai_writer(response_meta meta, const open
 // Anthropic's Messages (one choice). `usage`: the prompt's, as known when the answer opens.
 std::unique_ptr<answer_writer> make_messages_writer(std::string id, std::string model,
                                                     const backend::token_usage& usage);
+
+// OpenAI's Responses (one choice). `echo`: what the response repeats of the request; `store`:
+// the response is kept (kept()).
+std::unique_ptr<answer_writer> make_responses_writer(std::string id, std::string model, std::int64_t created_at,
+                                                     boost::json::object echo, bool store);
 
 }  // namespace edge::gateway

@@ -76,6 +76,8 @@ struct tool_choice {
 // OpenAI's limit on a function's name: ^[a-zA-Z0-9_-]{1,64}$.
 inline constexpr std::size_t max_function_name_length = 64;
 
+struct responses_fields;
+
 struct openai_request {
   openai_api api = openai_api::completions;
   std::optional<std::string> model;              // absent: the served model
@@ -100,6 +102,8 @@ struct openai_request {
   bool parallel_tool_calls = true;
   std::string chat_template_kwargs;    // minified JSON object text, "" when absent
   bool add_generation_prompt = true;   // end the prompt with the assistant's header
+  // The Responses API's own fields (responses_request.h); null for the other APIs.
+  std::shared_ptr<const responses_fields> responses;
 };
 
 using backend::request_error;
@@ -139,5 +143,24 @@ std::optional<json_error> read_content(const json_value& v, std::string& out);
 std::optional<json_error> read_function_name(const json_value& v, std::string& out);
 // A completion's token limit: at least 1.
 json_result<std::int64_t> read_max_tokens(const json_value& v);
+
+// What an API calls the fields tool_choice is checked against.
+struct tool_choice_names {
+  std::string_view name;    // the named function's name: "tool_choice.function.name" in chat completions
+  std::string_view format;  // the output format: "response_format" in chat completions
+};
+// tool_choice against the tools (`chosen`: the request gave one): auto without them means none;
+// one that forces calls needs them, a named one must be among them, and neither goes with a
+// JSON output format.
+std::optional<request_error> check_tool_choice(openai_request& r, bool chosen, const tool_choice_names& names);
+
+// Where a json_schema format keeps its name, schema and strict: chat completions'
+// response_format nests them ({"type": "json_schema", "json_schema": {...}}), Responses'
+// text.format has them beside "type".
+enum class output_format_layout { chat_completions, responses };
+// An output format ({"type": "text" | "json_object" | "json_schema", ...}): the grammar the
+// answer must match in `out`, null for text.
+std::optional<json_error> read_output_format(const json_value& v, output_format_layout layout,
+                                             std::shared_ptr<const backend::grammar::grammar>& out);
 
 }  // namespace edge::gateway

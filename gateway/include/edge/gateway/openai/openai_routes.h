@@ -1,9 +1,17 @@
-// The OpenAI-compatible API, on the in-process engine or on remote backends (engine_client.h):
+// The APIs that generate, on the in-process engine or on remote backends (engine_client.h):
 //
-//   POST /v1/chat/completions   chat through the model's chat template; stream or not
-//   POST /v1/completions        plain prompt; stream or not
-//   GET  /v1/models             {"object":"list","data":[the served model]}
-//   GET  /v1/models/{id}        the model, or 404 model_not_found
+//   POST /v1/chat/completions        chat through the model's chat template; stream or not
+//   POST /v1/completions             plain prompt; stream or not
+//   POST /v1/responses               OpenAI's Responses API (responses_request.h): the chat path;
+//                                    store: true keeps the response for the tenant
+//   GET|DELETE /v1/responses/{id}    a stored response of the caller's tenant, or 404
+//   POST /v1/messages                Anthropic's Messages API (anthropic_request.h): the chat path
+//   POST /v1/messages/count_tokens   the prompt /v1/messages would run, counted
+//   GET  /v1/models                  {"object":"list","data":[the served model]}
+//   GET  /v1/models/{id}             the model, or 404 model_not_found
+//
+// Each API reads its body into the same request and writes its answer with its own writer
+// (answer_writer.h) from the same relay: streamed or not, the same fold of the same events.
 //
 // One generation request goes: authenticate (401) → admit: requests per minute and concurrency
 // (429), before the body is parsed → parse and validate the body (400 naming the field) → the
@@ -34,6 +42,10 @@ namespace edge::gateway {
 struct openai_route_options {
   // A stream that wrote nothing for this long gets a `: ping` comment.
   std::chrono::milliseconds sse_heartbeat{std::chrono::seconds(15)};
+  // The Responses API's stored responses: each tenant keeps at most this many bytes (the oldest
+  // go first), each for this long.
+  std::int64_t stored_response_bytes = std::int64_t{64} << 20;
+  std::chrono::seconds stored_response_ttl{std::chrono::hours(24 * 30)};
 };
 
 // `models`, `tenants` and `metrics` (which may be null) must outlive the router.

@@ -33,6 +33,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -154,17 +155,23 @@ class tenancy {
   // stopped and before the server is destroyed, as a finished call resumes its request there.
   void drain_quota_calls() const;
 
+  // Runs `call` (a tenant store call: SQLite may wait on the disk) on the store threads and
+  // resumes the caller on its own executor once it has run; false, without running it, when
+  // max_queued_quota_calls are queued already.
+  boost::asio::awaitable<bool> store_call(std::function<void()> call);
+
  private:
+  // Runs `call` on the pool; the awaiting coroutine resumes on its own executor. nullopt when
+  // max_queued_quota_calls are queued already.
+  template <class Call>
+  boost::asio::awaitable<std::optional<std::invoke_result_t<Call>>> off_thread(Call call);
+
   friend class request_session;
   tenancy(const tenancy_options& options, std::unique_ptr<tenant_store> store, std::unique_ptr<quota_store> quotas,
           const time_source& clock, monitoring::gateway_metrics* metrics);
 
   // Whether a phase's quota call may wait on I/O: the store may block and the phase uses counters.
   bool store_may_wait(bool uses_counters) const;
-  // Runs `call` on the pool; the awaiting coroutine resumes on its own executor. nullopt when
-  // max_queued_quota_calls are queued already.
-  template <class Call>
-  boost::asio::awaitable<std::optional<std::invoke_result_t<Call>>> off_thread(Call call);
   // The answer when the store cannot be asked: --quota-fail-mode open admits uncounted (when
   // `may_admit`), closed refuses with quota_store_unavailable.
   quota_decision store_unavailable(bool may_admit) const;

@@ -1,10 +1,12 @@
-// The tenant store: tenants, API keys, the hourly usage ledger and the admin audit log, kept in
-// SQLite in the server's state directory (`<state-dir>/tenants.db`, write-ahead log, ordered
-// schema migrations recorded in a schema_version table).
+// The tenant store: tenants, API keys, the hourly usage ledger, the admin audit log and the
+// Responses API's stored responses, kept in SQLite in the server's state directory
+// (`<state-dir>/tenants.db`, write-ahead log, ordered schema migrations recorded in a
+// schema_version table).
 //
-// The request path never touches SQLite: it reads snapshot(), an immutable copy of every tenant
+// The request path never waits on SQLite: it reads snapshot(), an immutable copy of every tenant
 // and key that is replaced (one shared_ptr swap) after each change, so a revoked key is refused
-// by the next request that presents it. Admin changes and their audit entry are written in one
+// by the next request that presents it; stored responses are read and written on the tenancy's
+// store threads (tenancy::off_thread). Admin changes and their audit entry are written in one
 // transaction.
 //
 // Thread-safe: the connection is used under one mutex (admin calls and the ledger's flushes are
@@ -94,6 +96,16 @@ inline constexpr unix_time hour_start_of(unix_time t) {
   return t >= 0 ? t - t % seconds_per_hour : t - ((t % seconds_per_hour) + seconds_per_hour) % seconds_per_hour;
 }
 
+// A response the Responses API stored (store: true) for a tenant.
+struct stored_response {
+  std::string id;
+  unix_time created_at = 0;
+  unix_time expires_at = 0;  // gone from then on
+  std::string response;      // the response object, JSON
+  std::string conversation;  // the input items before its output (instructions aside), a JSON array
+  std::int64_t bytes() const { return static_cast<std::int64_t>(response.size() + conversation.size()); }
+};
+
 // A change to a tenant. Absent members stay as they are; for a quota, an engaged outer optional
 // holding nullopt makes that limit unlimited.
 struct tenant_patch {
@@ -178,6 +190,17 @@ class tenant_store {
   // Prompt + completion tokens per tenant in hours starting at or after `from` (a UTC midnight:
   // what each tenant has spent of its daily budget today).
   result<std::map<std::string, std::int64_t>> tokens_since(unix_time from) const;
+
+  // Stored responses. put_response() stores `r` for the tenant (replacing one of the same id),
+  // then removes every expired response and the tenant's oldest ones until what it keeps is at
+  // most `max_bytes`; false, and nothing changed, when `r` alone is larger than that.
+  result<bool> put_response(std::string_view tenant_id, const stored_response& r, std::int64_t max_bytes);
+  // The tenant's response `id`, unless there is none or it has expired.
+  result<std::optional<stored_response>> get_response(std::string_view tenant_id, std::string_view id) const;
+  // Whether the tenant had such a response (expired ones count as gone).
+  result<bool> delete_response(std::string_view tenant_id, std::string_view id);
+  // The bytes of the tenant's stored responses that have not expired.
+  result<std::int64_t> stored_response_bytes(std::string_view tenant_id) const;
 
   // Audit log, newest first: at most `limit` entries with ids below `before` (all when absent).
   result<std::vector<audit_entry>> audit(std::size_t limit, std::optional<std::int64_t> before = std::nullopt) const;
