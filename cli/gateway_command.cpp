@@ -146,8 +146,7 @@ int run_gateway(const config::values& settings) {
   gateway::router routes;
   gateway::add_operational_routes(routes, metrics, {.readiness = [&pool] { return pool.readiness(); }},
                                   checked_metrics_access(settings));
-  gateway::add_openai_routes(routes, models, *tenancy.tenants, &gateway_families,
-                             {.sse_heartbeat = settings.duration("sse-heartbeat")});
+  gateway::add_openai_routes(routes, models, *tenancy.tenants, &gateway_families, openai_route_settings(settings));
   gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
 
   gateway::http_server server(http_server_options(settings), std::move(routes), &gateway_families);

@@ -34,7 +34,7 @@ gateway::router serve_routes(const config::values& settings, tenancy_setup& tena
   gateway::router routes;
   gateway::add_operational_routes(routes, metrics, engine_probes(engine), checked_metrics_access(settings));
   // API keys and quotas from the tenant store guard every /v1/ route.
-  gateway::add_openai_routes(routes, models, *tenancy.tenants, &families, {.sse_heartbeat = settings.duration("sse-heartbeat")});
+  gateway::add_openai_routes(routes, models, *tenancy.tenants, &families, openai_route_settings(settings));
   gateway::add_admin_routes(routes, *tenancy.tenants, {.admin_token = tenancy.admin_token});
   return routes;
 }

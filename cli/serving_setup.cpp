@@ -277,12 +277,23 @@ gateway::grammar_compiler_options grammar_compiler_settings(const config::values
 
 void add_tenancy_options(config::schema& s) {
   s.add_duration("sse-heartbeat", "15s", 10ms, 1h, "Send a `: ping` comment on a stream that wrote nothing for this long");
+  s.add_bytes("stored-responses-size", "64MiB", 0, std::int64_t{1} << 40,
+              "Responses API (store: true): the bytes of stored responses each tenant keeps in the tenant store; "
+              "its oldest go first");
+  s.add_duration("stored-responses-ttl", "30d", 1min, std::chrono::hours(24 * 3650),
+                 "Responses API: how long a stored response is kept");
   s.add_path("state-dir", std::string(default_state_dir),
              "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
   s.add_string("admin-token", std::nullopt,
                "Bearer token of the admin API (/admin/v1/), at least 16 characters; without it the admin API is off");
   // Quota counters in this process, or in Redis when several gateways share them.
   gateway::add_quota_store_options(s);
+}
+
+gateway::openai_route_options openai_route_settings(const config::values& settings) {
+  return {.sse_heartbeat = settings.duration("sse-heartbeat"),
+          .stored_response_bytes = static_cast<std::int64_t>(settings.bytes("stored-responses-size")),
+          .stored_response_ttl = std::chrono::duration_cast<std::chrono::seconds>(settings.duration("stored-responses-ttl"))};
 }
 
 result<backend::model_location> locate_served_model(const config::values& settings) {

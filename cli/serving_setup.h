@@ -28,6 +28,7 @@
 #include "edge/gateway/http/http_server.h"
 #include "edge/gateway/http/operational_routes.h"
 #include "edge/gateway/openai/grammar_compiler.h"
+#include "edge/gateway/openai/openai_routes.h"
 #include "edge/gateway/openai/output_parser.h"
 #include "edge/gateway/tenancy/tenancy.h"
 #include "edge/monitoring/engine_metrics.h"
@@ -85,8 +86,11 @@ client_text_rule choose_client_text_rule(const config::values& settings, const b
 void add_grammar_options(config::schema& s);
 gateway::grammar_compiler_options grammar_compiler_settings(const config::values& settings);
 
-// --state-dir, --admin-token, --sse-heartbeat: what the OpenAI and admin routes need.
+// --state-dir, --admin-token, --sse-heartbeat, --stored-responses-size, --stored-responses-ttl:
+// what the generating and admin routes need.
 void add_tenancy_options(config::schema& s);
+// The generating routes' options (openai_routes.h) from those settings.
+gateway::openai_route_options openai_route_settings(const config::values& settings);
 // What --state-dir is unless given: the tenant store of `serve` and `gateway`, the internal
 // token of `backend`.
 inline constexpr std::string_view default_state_dir = "state";
