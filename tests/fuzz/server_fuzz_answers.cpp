@@ -5,6 +5,7 @@
 #include <boost/json/value.hpp>
 
 #include <map>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -23,7 +24,8 @@ std::string shorten(std::string_view text, std::size_t most = 600) {
 
 std::optional<json::value> parse_json(std::string_view text) {
   boost::system::error_code ec;
-  json::value v = json::parse(text, ec);
+  // As deep as a request may nest (the Responses API repeats its tools' schemas).
+  json::value v = json::parse(text, ec, {}, {.max_depth = 2048});
   if (ec) return std::nullopt;
   return v;
 }
@@ -275,9 +277,16 @@ problem check_completion(const fuzz_request& r, const json::value& body) {
   return check_usage(r, o->if_contains("usage"));
 }
 
-// The events of a stream: each the data of one event, in order; a malformed stream is the problem.
-problem read_events(std::string_view body, std::vector<std::string>& events) {
+// One event of a stream: its name (none for OpenAI's chat and completions) and data.
+struct stream_event {
+  std::string name;
   std::string data;
+};
+
+// The events of a stream, in order; a malformed stream is the problem.
+problem read_events(std::string_view body, std::vector<stream_event>& events) {
+  std::string data;
+  std::string name;
   bool has_data = false;
   std::size_t at = 0;
   while (at < body.size()) {
@@ -286,13 +295,20 @@ problem read_events(std::string_view body, std::vector<std::string>& events) {
     const std::string_view line = body.substr(at, end - at);
     at = end + 1;
     if (line.empty()) {
-      if (has_data) events.push_back(std::move(data));
+      if (has_data) events.push_back({std::move(name), std::move(data)});
+      if (!has_data && !name.empty()) return "a named event without data: " + name;
       data.clear();
+      name.clear();
       has_data = false;
       continue;
     }
     if (line.front() == ':') continue;  // a comment: the heartbeat
-    if (!line.starts_with("data: ")) return "a stream line that is neither data nor a comment: " + shorten(line);
+    if (line.starts_with("event: ")) {
+      if (has_data || !name.empty()) return "an event name after its data or name: " + shorten(line);
+      name = line.substr(7);
+      continue;
+    }
+    if (!line.starts_with("data: ")) return "a stream line that is neither data, a name nor a comment: " + shorten(line);
     if (has_data) return "an event of more than one data line";
     data = line.substr(6);
     has_data = true;
@@ -302,8 +318,13 @@ problem read_events(std::string_view body, std::vector<std::string>& events) {
 }
 
 problem check_stream(const fuzz_request& r, const std::string& body) {
+  std::vector<stream_event> named;
+  if (auto p = read_events(body, named)) return p;
   std::vector<std::string> events;
-  if (auto p = read_events(body, events)) return p;
+  for (stream_event& e : named) {
+    if (!e.name.empty()) return "a named event in an OpenAI chat or completions stream: " + e.name;
+    events.push_back(std::move(e.data));
+  }
   if (events.empty() || events.back() != "[DONE]") return "a stream that does not end with [DONE]: " + shorten(body);
   std::map<std::int64_t, choice_output> outputs;
   // Per choice and tool call index, the call being assembled.
@@ -398,6 +419,249 @@ problem check_stream(const fuzz_request& r, const std::string& body) {
   return std::nullopt;
 }
 
+// ---- Anthropic's Messages ----------------------------------------------------------------------
+
+problem check_anthropic_error(const json::value& body) {
+  const json::object* root = body.if_object();
+  const json::object* error = root != nullptr && root->contains("error") ? root->at("error").if_object() : nullptr;
+  if (error == nullptr || !root->contains("type") || root->at("type") != "error") {
+    return "a Messages error not of Anthropic's shape: " + shorten(json::serialize(body));
+  }
+  const json::value* type = error->if_contains("type");
+  const json::value* message = error->if_contains("message");
+  if (type == nullptr || !type->is_string() || message == nullptr || !message->is_string() || message->as_string().empty()) {
+    return "a Messages error without type and message: " + shorten(json::serialize(body));
+  }
+  return std::nullopt;
+}
+
+// Anthropic's stop_reason as the finish_reason check_output judges.
+std::string finish_of_stop_reason(std::string_view reason) {
+  if (reason == "end_turn" || reason == "stop_sequence") return "stop";
+  if (reason == "max_tokens") return "length";
+  if (reason == "tool_use") return "tool_calls";
+  if (reason == "refusal") return "content_filter";
+  return "unknown stop_reason " + std::string(reason);
+}
+
+problem check_messages_usage(const fuzz_request& r, const json::value* usage) {
+  const json::object* u = usage != nullptr ? usage->if_object() : nullptr;
+  if (u == nullptr) return "a message without usage";
+  for (const char* key : {"input_tokens", "output_tokens", "cache_read_input_tokens"}) {
+    const json::value* v = u->if_contains(key);
+    if (v == nullptr || !v->is_int64() || v->as_int64() < 0) return "a message's usage without " + std::string(key);
+  }
+  if (u->at("input_tokens").as_int64() + u->at("cache_read_input_tokens").as_int64() <= 0) return "a message of no prompt";
+  if (r.max_tokens && u->at("output_tokens").as_int64() > *r.max_tokens) {
+    return "more output tokens than max_tokens: " + shorten(json::serialize(*usage));
+  }
+  return std::nullopt;
+}
+
+problem check_message(const fuzz_request& r, const json::value& body) {
+  const json::object* o = body.if_object();
+  if (o == nullptr || !o->contains("type") || o->at("type") != "message" || !o->contains("role") ||
+      o->at("role") != "assistant" || !o->contains("id") || !o->at("id").is_string()) {
+    return "not a Messages message: " + shorten(json::serialize(body));
+  }
+  const json::value* content = o->if_contains("content");
+  if (content == nullptr || !content->is_array()) return "a message without content blocks";
+  choice_output out;
+  for (const json::value& v : content->as_array()) {
+    const json::object* block = v.if_object();
+    const json::value* type = block != nullptr ? block->if_contains("type") : nullptr;
+    if (type == nullptr || !type->is_string()) return "a content block without a type: " + shorten(json::serialize(v));
+    if (*type == "text") {
+      if (!block->contains("text") || !block->at("text").is_string()) return "a text block without text";
+      out.content += block->at("text").as_string();
+    } else if (*type == "tool_use") {
+      if (!block->contains("id") || !block->contains("name") || !block->at("name").is_string() || !block->contains("input") ||
+          !block->at("input").is_object()) {
+        return "a malformed tool_use block: " + shorten(json::serialize(v));
+      }
+      out.calls.push_back({std::string(block->at("name").as_string()), json::serialize(block->at("input"))});
+    } else if (*type != "thinking") {
+      return "a content block of type " + json::serialize(*type);
+    }
+  }
+  const json::value* reason = o->if_contains("stop_reason");
+  if (reason == nullptr || !reason->is_string()) return "a message without a stop_reason";
+  out.finish_reason = finish_of_stop_reason(reason->as_string());
+  if (*reason == "stop_sequence") {
+    const json::value* sequence = o->if_contains("stop_sequence");
+    if (sequence == nullptr || !sequence->is_string()) return "stop_reason stop_sequence without its stop_sequence";
+  }
+  if (auto p = check_output(r, out, 0)) return p;
+  return check_messages_usage(r, o->if_contains("usage"));
+}
+
+problem check_messages_stream(const fuzz_request& r, const std::vector<stream_event>& events) {
+  if (events.empty() || events.front().name != "message_start") return "a Messages stream that does not open with message_start";
+  choice_output out;
+  std::map<std::int64_t, tool_call_seen> calls;
+  std::int64_t blocks = 0;
+  std::optional<std::int64_t> open;
+  bool delta_seen = false;
+  bool stopped = false;
+  for (std::size_t e = 0; e < events.size(); ++e) {
+    const stream_event& event = events[e];
+    if (stopped) return "an event after message_stop: " + event.name;
+    const auto parsed = parse_json(event.data);
+    if (!parsed || !parsed->is_object()) return "a Messages event that is not a JSON object: " + shorten(event.data);
+    const json::object& o = parsed->as_object();
+    if (event.name == "error") {
+      if (auto p = check_anthropic_error(*parsed)) return p;
+      if (e + 1 != events.size()) return "an event after the stream's error event";
+      return std::nullopt;
+    }
+    if (!o.contains("type") || o.at("type") != json::value(event.name)) return "an event whose type is not its name: " + shorten(event.data);
+    if (event.name == "ping" || event.name == "message_start") continue;
+    if (event.name == "content_block_start") {
+      if (open) return "a block opened while block " + std::to_string(*open) + " is open";
+      if (!o.contains("index") || o.at("index") != blocks) return "content_block_start out of order: " + shorten(event.data);
+      const json::object& block = o.at("content_block").as_object();
+      if (block.at("type") == "tool_use") calls[blocks].name = block.at("name").as_string();
+      open = blocks++;
+    } else if (event.name == "content_block_delta") {
+      if (!open || o.at("index") != *open) return "a delta of a block that is not open: " + shorten(event.data);
+      const json::object& delta = o.at("delta").as_object();
+      if (delta.at("type") == "text_delta") {
+        out.content += delta.at("text").as_string();
+      } else if (delta.at("type") == "input_json_delta") {
+        if (!calls.contains(*open)) return "input_json_delta in a block that is not tool_use";
+        calls[*open].arguments += delta.at("partial_json").as_string();
+      } else if (delta.at("type") != "thinking_delta") {
+        return "a delta of type " + json::serialize(delta.at("type"));
+      }
+    } else if (event.name == "content_block_stop") {
+      if (!open || o.at("index") != *open) return "content_block_stop of a block that is not open";
+      open.reset();
+    } else if (event.name == "message_delta") {
+      if (open) return "message_delta while a block is open";
+      if (delta_seen) return "a second message_delta";
+      delta_seen = true;
+      const json::value& reason = o.at("delta").at("stop_reason");
+      if (!reason.is_string()) return "message_delta without a stop_reason";
+      out.finish_reason = finish_of_stop_reason(reason.as_string());
+      if (auto p = check_messages_usage(r, o.if_contains("usage"))) return "message_delta: " + *p;
+    } else if (event.name == "message_stop") {
+      if (!delta_seen) return "message_stop before message_delta";
+      stopped = true;
+    } else {
+      return "a Messages event named " + event.name;
+    }
+  }
+  if (!stopped) return "a Messages stream that does not end with message_stop";
+  for (auto& [index, call] : calls) out.calls.push_back(std::move(call));
+  return check_output(r, out, 0);
+}
+
+// ---- OpenAI's Responses -----------------------------------------------------------------------
+
+// The response's output as check_output judges it, and its finish_reason.
+problem read_response(const json::value& v, choice_output& out) {
+  const json::object* o = v.if_object();
+  if (o == nullptr || !o->contains("object") || o->at("object") != "response" || !o->contains("id") ||
+      !o->at("id").is_string() || !o->contains("status") || !o->at("status").is_string()) {
+    return "not a response object: " + shorten(json::serialize(v));
+  }
+  const json::value* output = o->if_contains("output");
+  if (output == nullptr || !output->is_array()) return "a response without output";
+  for (const json::value& item : output->as_array()) {
+    const json::object* i = item.if_object();
+    const json::value* type = i != nullptr ? i->if_contains("type") : nullptr;
+    if (type == nullptr || !type->is_string() || !i->contains("id")) return "an output item without type or id";
+    if (*type == "message") {
+      for (const json::value& part : i->at("content").as_array()) out.content += part.at("text").as_string();
+    } else if (*type == "function_call") {
+      if (!i->contains("call_id") || !i->contains("name") || !i->at("name").is_string() || !i->contains("arguments") ||
+          !i->at("arguments").is_string()) {
+        return "a malformed function_call item: " + shorten(json::serialize(item));
+      }
+      out.calls.push_back({std::string(i->at("name").as_string()), std::string(i->at("arguments").as_string())});
+    } else if (*type != "reasoning") {
+      return "an output item of type " + json::serialize(*type);
+    }
+  }
+  const std::string_view status = o->at("status").as_string();
+  if (status == "completed") {
+    out.finish_reason = out.calls.empty() ? "stop" : "tool_calls";
+  } else if (status == "incomplete") {
+    const json::value& details = o->at("incomplete_details");
+    out.finish_reason = details.at("reason") == "max_output_tokens" ? "length" : "content_filter";
+  } else {
+    out.finish_reason = "status " + std::string(status);
+  }
+  return std::nullopt;
+}
+
+problem check_responses_usage(const fuzz_request& r, const json::value* usage) {
+  const json::object* u = usage != nullptr ? usage->if_object() : nullptr;
+  if (u == nullptr) return "a response without usage";
+  const json::value* input = u->if_contains("input_tokens");
+  const json::value* output = u->if_contains("output_tokens");
+  const json::value* total = u->if_contains("total_tokens");
+  if (input == nullptr || output == nullptr || total == nullptr || !input->is_int64() || !output->is_int64() ||
+      !total->is_int64() || input->as_int64() <= 0 || input->as_int64() + output->as_int64() != total->as_int64()) {
+    return "a response's usage that does not add up: " + shorten(json::serialize(*usage));
+  }
+  if (r.max_tokens && output->as_int64() > *r.max_tokens) return "more output tokens than max_output_tokens";
+  return std::nullopt;
+}
+
+problem check_response(const fuzz_request& r, const json::value& body) {
+  choice_output out;
+  if (auto p = read_response(body, out)) return p;
+  if (auto p = check_output(r, out, 0)) return p;
+  return check_responses_usage(r, body.as_object().if_contains("usage"));
+}
+
+problem check_responses_stream(const fuzz_request& r, const std::vector<stream_event>& events) {
+  if (events.empty() || events.front().name != "response.created") return "a Responses stream that does not open with response.created";
+  // What the deltas add up to, per output index.
+  std::map<std::int64_t, std::string> text;
+  std::map<std::int64_t, std::string> arguments;
+  for (std::size_t e = 0; e < events.size(); ++e) {
+    const stream_event& event = events[e];
+    const auto parsed = parse_json(event.data);
+    if (!parsed || !parsed->is_object()) return "a Responses event that is not a JSON object: " + shorten(event.data);
+    const json::object& o = parsed->as_object();
+    if (!o.contains("type") || o.at("type") != json::value(event.name)) return "an event whose type is not its name: " + shorten(event.data);
+    const json::value* sequence = o.if_contains("sequence_number");
+    if (sequence == nullptr || *sequence != static_cast<std::int64_t>(e)) return "sequence_number out of order: " + shorten(event.data);
+    const bool terminal = event.name == "response.completed" || event.name == "response.incomplete" || event.name == "response.failed";
+    if (terminal != (e + 1 == events.size())) return "a terminal event that is not the last, or a last that is not terminal";
+    if (event.name == "response.output_text.delta") text[o.at("output_index").as_int64()] += o.at("delta").as_string();
+    if (event.name == "response.function_call_arguments.delta") {
+      arguments[o.at("output_index").as_int64()] += o.at("delta").as_string();
+    }
+    if (!terminal) continue;
+    if (event.name == "response.failed") {
+      const json::value& error = o.at("response").at("error");
+      if (!error.is_object() || !error.as_object().contains("message")) return "response.failed without an error";
+      return std::nullopt;
+    }
+    choice_output out;
+    if (auto p = read_response(o.at("response"), out)) return p;
+    // The stream says what the response it ends with holds.
+    const json::array& output = o.at("response").at("output").as_array();
+    for (std::size_t i = 0; i < output.size(); ++i) {
+      const json::object& item = output[i].as_object();
+      const auto index = static_cast<std::int64_t>(i);
+      if (item.at("type") == "message") {
+        std::string whole;
+        for (const json::value& part : item.at("content").as_array()) whole += part.at("text").as_string();
+        if (whole != text[index]) return "a message item that is not what its deltas said: " + shorten(whole);
+      } else if (item.at("type") == "function_call" && item.at("arguments").as_string() != arguments[index]) {
+        return "a function_call item whose arguments are not what its deltas said";
+      }
+    }
+    if (auto p = check_output(r, out, 0)) return p;
+    return check_responses_usage(r, o.at("response").as_object().if_contains("usage"));
+  }
+  return "a Responses stream without its terminal event";
+}
+
 }  // namespace
 
 bool documented_status(unsigned status) {
@@ -425,22 +689,31 @@ std::optional<std::string> check_answer(const fuzz_request& r, const http_answer
     if (!a.sent) return std::nullopt;
     return "the answer ended early: " + a.failure + " after " + std::to_string(a.body.size()) + " bytes";
   }
-  const bool generation = r.target == "/v1/chat/completions" || r.target == "/v1/completions";
+  const bool agent_api = r.api == api_kind::messages || r.api == api_kind::responses;
+  const bool generation = r.target == "/v1/chat/completions" || r.target == "/v1/completions" || agent_api;
   if (a.status == 200 && generation && r.stream) {
     if (!a.content_type.starts_with("text/event-stream")) return "a stream answered as " + a.content_type;
-    return check_stream(r, a.body);
+    if (!agent_api) return check_stream(r, a.body);
+    std::vector<stream_event> events;
+    if (auto p = read_events(a.body, events)) return p;
+    for (const stream_event& e : events) {
+      if (e.name.empty()) return "an unnamed event in a " + r.target + " stream: " + shorten(e.data);
+    }
+    return r.api == api_kind::messages ? check_messages_stream(r, events) : check_responses_stream(r, events);
   }
   if (!a.content_type.starts_with("application/json")) {
     return "status " + std::to_string(a.status) + " answered as \"" + a.content_type + "\": " + shorten(a.body);
   }
   const auto body = parse_json(a.body);
   if (!body) return "status " + std::to_string(a.status) + " with a body that is not JSON: " + shorten(a.body);
-  if (a.status != 200) return check_error(*body);
+  if (a.status != 200) return r.api == api_kind::messages ? check_anthropic_error(*body) : check_error(*body);
   if (!generation) {
     const json::object* o = body->if_object();
     if (o == nullptr || !o->contains("object")) return "a models answer without object: " + shorten(a.body);
     return std::nullopt;
   }
+  if (r.api == api_kind::messages) return check_message(r, *body);
+  if (r.api == api_kind::responses) return check_response(r, *body);
   return check_completion(r, *body);
 }
 

@@ -606,6 +606,231 @@ void add_logprobs(fuzz_random& rng, json::object& body, fuzz_request& r) {
   r.features.emplace_back("logprobs");
 }
 
+// ---- the other APIs' words -------------------------------------------------------------------
+
+// A message's text: a string, or the text of its parts.
+std::string text_of(const json::value& content) {
+  if (content.is_string()) return std::string(content.as_string());
+  std::string out;
+  if (const json::array* parts = content.if_array()) {
+    for (const json::value& part : *parts) {
+      if (const json::object* o = part.if_object(); o != nullptr && o->contains("text") && o->at("text").is_string()) {
+        out += o->at("text").as_string();
+      }
+    }
+  }
+  return out;
+}
+
+// What the chat body asks that the other APIs do not have: left out, and no longer expected.
+void drop_chat_only(json::object& body, fuzz_request& r) {
+  for (const char* key : {"n", "best_of", "logit_bias", "logprobs", "top_logprobs", "stream_options", "seed", "min_p",
+                          "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos",
+                          "add_generation_prompt", "chat_template_kwargs", "max_completion_tokens"}) {
+    body.erase(key);
+  }
+  r.n = 1;
+  r.top_logprobs.reset();
+}
+
+// The chat request as Anthropic's Messages API says it: system apart, tool calls as tool_use
+// blocks, tool results as tool_result blocks, max_tokens required.
+json::object as_messages(fuzz_random& rng, json::object chat, fuzz_request& r) {
+  r.api = api_kind::messages;
+  r.target = rng.chance(0.2) ? "/v1/messages?beta=true" : "/v1/messages";
+  json::object m;
+  std::string system;
+  json::array turns;
+  const json::value* chat_messages = chat.if_contains("messages");
+  for (const json::value& v : chat_messages != nullptr && chat_messages->is_array() ? chat_messages->as_array() : json::array()) {
+    const json::object& message = v.as_object();
+    const std::string role(message.at("role").as_string());
+    if (role == "system" || role == "developer") {
+      system += text_of(message.at("content"));
+    } else if (role == "user") {
+      json::value content = message.at("content");
+      turns.push_back(json::object{{"role", "user"}, {"content", std::move(content)}});
+    } else if (role == "tool") {
+      json::object result{{"type", "tool_result"}, {"tool_use_id", message.at("tool_call_id")}, {"content", message.at("content")}};
+      if (rng.chance(0.2)) result["is_error"] = true;
+      turns.push_back(json::object{{"role", "user"}, {"content", json::array{std::move(result)}}});
+    } else {
+      json::array blocks;
+      if (const json::value* thought = message.if_contains("reasoning_content")) {
+        blocks.push_back(json::object{{"type", "thinking"}, {"thinking", *thought}, {"signature", ""}});
+      }
+      if (const json::value* content = message.if_contains("content"); content != nullptr && !content->is_null()) {
+        blocks.push_back(json::object{{"type", "text"}, {"text", text_of(*content)}});
+      }
+      if (const json::value* calls = message.if_contains("tool_calls")) {
+        for (const json::value& call : calls->as_array()) {
+          const json::object& function = call.at("function").as_object();
+          boost::system::error_code failed;
+          json::value input = json::parse(function.at("arguments").as_string(), failed);
+          if (failed || !input.is_object()) input = json::object();
+          blocks.push_back(json::object{{"type", "tool_use"}, {"id", call.at("id")}, {"name", function.at("name")}, {"input", std::move(input)}});
+        }
+      }
+      turns.push_back(json::object{{"role", "assistant"}, {"content", std::move(blocks)}});
+    }
+  }
+  m["messages"] = std::move(turns);
+  if (!system.empty()) {
+    m["system"] = rng.chance(0.5) ? json::value(system) : json::value(json::array{json::object{{"type", "text"}, {"text", system}}});
+  }
+  // Messages requires max_tokens.
+  if (const json::value* limit = chat.if_contains("max_tokens")) {
+    m["max_tokens"] = *limit;
+  } else if (const json::value* completion = chat.if_contains("max_completion_tokens")) {
+    m["max_tokens"] = *completion;
+  } else if (rng.chance(0.9)) {
+    r.max_tokens = 16;
+    m["max_tokens"] = 16;
+  } else {
+    r.features.emplace_back("max_tokens_missing");
+    r.expect = expectation::refused_400;
+  }
+  for (const char* key : {"model", "temperature", "top_p", "top_k", "stream"}) {
+    if (const json::value* v = chat.if_contains(key)) m[key] = *v;
+  }
+  if (const json::value* stop = chat.if_contains("stop")) {
+    m["stop_sequences"] = stop->is_string() ? json::value(json::array{*stop}) : *stop;
+  }
+  // A JSON response format has no Messages words here: the answer is not promised to be JSON.
+  r.json_output = false;
+  if (const json::value* tools = chat.if_contains("tools"); tools != nullptr && tools->is_array()) {
+    json::array out;
+    for (const json::value& tool : tools->as_array()) {
+      const json::object& function = tool.at("function").as_object();
+      json::object t{{"name", function.at("name")}};
+      if (const json::value* d = function.if_contains("description")) t["description"] = *d;
+      const json::value* parameters = function.if_contains("parameters");
+      t["input_schema"] = parameters != nullptr ? *parameters : json::value(json::object{{"type", "object"}});
+      out.push_back(std::move(t));
+    }
+    m["tools"] = std::move(out);
+  }
+  json::object choice;
+  if (const json::value* c = chat.if_contains("tool_choice")) {
+    if (c->is_string()) {
+      const std::string_view mode = c->as_string();
+      choice["type"] = mode == "required" ? "any" : mode;
+    } else if (const json::object* named = c->if_object(); named != nullptr && named->contains("function")) {
+      choice = {{"type", "tool"}, {"name", named->at("function").at("name")}};
+    }
+  }
+  if (const json::value* parallel = chat.if_contains("parallel_tool_calls"); parallel != nullptr && parallel->is_bool()) {
+    if (choice.empty()) choice["type"] = "auto";
+    choice["disable_parallel_tool_use"] = !parallel->as_bool();
+  }
+  if (!choice.empty()) m["tool_choice"] = std::move(choice);
+  if (rng.chance(0.3)) m["metadata"] = json::object{{"user_id", "fuzz"}};
+  drop_chat_only(m, r);
+  return m;
+}
+
+// The chat request as OpenAI's Responses API says it: input items, tools flat, text.format.
+json::object as_responses(fuzz_random& rng, json::object chat, fuzz_request& r) {
+  r.api = api_kind::responses;
+  r.target = "/v1/responses";
+  json::object o;
+  json::array input;
+  const json::value* chat_messages = chat.if_contains("messages");
+  for (const json::value& v : chat_messages != nullptr && chat_messages->is_array() ? chat_messages->as_array() : json::array()) {
+    const json::object& message = v.as_object();
+    const std::string role(message.at("role").as_string());
+    if ((role == "system" || role == "developer") && input.empty() && !o.contains("instructions") && rng.chance(0.5)) {
+      o["instructions"] = text_of(message.at("content"));
+    } else if (role == "system" || role == "developer" || role == "user") {
+      json::value content = message.at("content");
+      if (content.is_array()) {
+        for (json::value& part : content.as_array()) part.as_object()["type"] = "input_text";
+      }
+      json::object item{{"role", role}, {"content", std::move(content)}};
+      if (rng.chance(0.5)) item["type"] = "message";
+      input.push_back(std::move(item));
+    } else if (role == "tool") {
+      input.push_back(json::object{{"type", "function_call_output"}, {"call_id", message.at("tool_call_id")},
+                                   {"output", message.at("content")}});
+    } else {
+      if (const json::value* thought = message.if_contains("reasoning_content")) {
+        input.push_back(json::object{{"type", "reasoning"}, {"id", "rs_1"},
+                                     {"summary", json::array{json::object{{"type", "summary_text"}, {"text", *thought}}}}});
+      }
+      if (const json::value* content = message.if_contains("content"); content != nullptr && !content->is_null()) {
+        input.push_back(json::object{{"type", "message"}, {"role", "assistant"},
+                                     {"content", json::array{json::object{{"type", "output_text"}, {"text", text_of(*content)}}}}});
+      }
+      if (const json::value* calls = message.if_contains("tool_calls")) {
+        for (const json::value& call : calls->as_array()) {
+          const json::object& function = call.at("function").as_object();
+          input.push_back(json::object{{"type", "function_call"}, {"call_id", call.at("id")}, {"name", function.at("name")},
+                                       {"arguments", function.at("arguments")}});
+        }
+      }
+    }
+  }
+  o["input"] = input.empty() ? json::value("Hello") : json::value(std::move(input));
+  if (const json::value* limit = chat.if_contains("max_tokens")) {
+    o["max_output_tokens"] = *limit;
+  } else if (const json::value* completion = chat.if_contains("max_completion_tokens")) {
+    o["max_output_tokens"] = *completion;
+  }
+  for (const char* key : {"model", "temperature", "top_p", "stream", "parallel_tool_calls"}) {
+    if (const json::value* v = chat.if_contains(key)) o[key] = *v;
+  }
+  // No stop strings in this API.
+  r.has_stop = false;
+  r.stop.clear();
+  if (const json::value* tools = chat.if_contains("tools"); tools != nullptr && tools->is_array()) {
+    json::array out;
+    for (const json::value& tool : tools->as_array()) {
+      json::object t = tool.at("function").as_object();
+      t["type"] = "function";
+      out.push_back(std::move(t));
+    }
+    o["tools"] = std::move(out);
+  }
+  if (const json::value* c = chat.if_contains("tool_choice")) {
+    const json::object* named = c->if_object();
+    if (named != nullptr && named->contains("function")) {
+      o["tool_choice"] = json::object{{"type", "function"}, {"name", named->at("function").at("name")}};
+    } else {
+      o["tool_choice"] = *c;
+    }
+  }
+  if (const json::value* format = chat.if_contains("response_format"); format != nullptr && format->is_object()) {
+    json::object flat{{"type", format->at("type")}};
+    if (const json::value* spec = format->as_object().if_contains("json_schema"); spec != nullptr && spec->is_object()) {
+      for (const auto& [key, value] : spec->as_object()) flat[key] = value;
+    }
+    o["text"] = json::object{{"format", std::move(flat)}};
+  }
+  if (rng.chance(0.5)) o["store"] = rng.chance(0.5);
+  if (rng.chance(0.05)) {
+    r.features.emplace_back("previous_response_unknown");
+    o["previous_response_id"] = "resp_nothing";
+  }
+  if (rng.chance(0.1)) o["metadata"] = json::object{{"run", "fuzz"}};
+  drop_chat_only(o, r);
+  return o;
+}
+
+// A field of a Messages or Responses body made the wrong type: the answer must be a 400.
+void break_a_type_of_agent_api(fuzz_random& rng, json::object& body, fuzz_request& r) {
+  r.features.emplace_back("wrong_type");
+  r.expect = expectation::refused_400;
+  const bool messages = r.api == api_kind::messages;
+  switch (rng.between(0, 5)) {
+    case 0: body[messages ? "messages" : "input"] = 42; break;
+    case 1: body[messages ? "max_tokens" : "max_output_tokens"] = "16"; break;
+    case 2: body["temperature"] = "hot"; break;
+    case 3: body["stream"] = "yes"; break;
+    case 4: body["tools"] = json::object{{"type", "function"}}; break;
+    default: body[messages ? "system" : "instructions"] = json::array{1, 2}; break;
+  }
+}
+
 // ---- the body as a whole ----------------------------------------------------------------------
 
 // A field made the wrong type: the answer must be a 400.
@@ -685,11 +910,12 @@ std::string break_the_syntax(fuzz_random& rng, std::string text, fuzz_request& r
 }
 
 // Pads the request's text so that the body is `target` bytes (the padding needs no escapes).
-void pad_to(json::object& body, bool chat, std::size_t target) {
+void pad_to(json::object& body, const fuzz_request& r, std::size_t target) {
   json::value* text = nullptr;
-  if (chat) {
-    body["messages"].as_array().push_back(json::object{{"role", "user"}, {"content", ""}});
-    text = &body["messages"].as_array().back().as_object()["content"];
+  if (r.chat) {
+    const char* turns = r.api == api_kind::responses ? "input" : "messages";
+    body[turns].as_array().push_back(json::object{{"role", "user"}, {"content", ""}});
+    text = &body[turns].as_array().back().as_object()["content"];
   } else {
     body["prompt"] = "";
     text = &body["prompt"];
@@ -735,8 +961,8 @@ fuzz_request make_request(std::uint64_t seed, std::uint64_t index, const request
     return r;
   }
   r.chat = route < 65;
+  r.api = r.chat ? api_kind::chat_completions : api_kind::completions;
   r.target = r.chat ? "/v1/chat/completions" : "/v1/completions";
-  r.features.emplace_back(r.chat ? "chat" : "completions");
 
   json::object body;
   if (r.chat) {
@@ -792,12 +1018,31 @@ fuzz_request make_request(std::uint64_t seed, std::uint64_t index, const request
     r.features.emplace_back("stream_options_without_stream");
     body["stream_options"] = json::object{{"include_usage", true}};
   }
+  // A chat request said again in another API's words, now and then.
+  if (r.chat) {
+    const std::int64_t which = rng.between(0, 99);
+    if (which < 15) {
+      body = as_messages(rng, std::move(body), r);
+    } else if (which < 30) {
+      body = as_responses(rng, std::move(body), r);
+    }
+  }
+  r.features.emplace_back(r.api == api_kind::chat_completions ? "chat"
+                          : r.api == api_kind::completions    ? "completions"
+                          : r.api == api_kind::messages       ? "messages"
+                                                              : "responses");
   if (rng.chance(0.03)) {
     r.features.emplace_back("body_near_limit");
     const std::int64_t margin = rng.between(-256, 64);
-    pad_to(body, r.chat, static_cast<std::size_t>(static_cast<std::int64_t>(limits.max_body) + margin));
+    pad_to(body, r, static_cast<std::size_t>(static_cast<std::int64_t>(limits.max_body) + margin));
   }
-  if (rng.chance(0.05)) break_a_type(rng, body, r);
+  if (rng.chance(0.05)) {
+    if (r.api == api_kind::messages || r.api == api_kind::responses) {
+      break_a_type_of_agent_api(rng, body, r);
+    } else {
+      break_a_type(rng, body, r);
+    }
+  }
 
   r.body = json::serialize(body);
   if (rng.chance(0.05)) {

@@ -2,8 +2,9 @@
 // seed and the request's number, so that any request of a run can be made again alone
 // (`edge_server_fuzz --seed S --replay K`).
 //
-// A request combines, as a hostile tenant would, what the agent API reads: both generation
-// routes, response_format (json_object, schemas from a corpus of valid ones and generated
+// A request combines, as a hostile tenant would, what the agent APIs read: every generation
+// route (chat completions, completions, and chat requests said again in Anthropic's Messages and
+// OpenAI's Responses words), response_format (json_object, schemas from a corpus of valid ones and generated
 // hostile ones), tools with tool_choice and parallel_tool_calls, n, logit_bias, logprobs and
 // top_logprobs, echo, stop, max_tokens, sampling, streaming, special-token text in contents,
 // bodies near the server's body limit, malformed JSON and wrong types, and a client that leaves
@@ -39,6 +40,9 @@ inline constexpr int served_kinds = 2;
 // (one request at a time, a small token budget per minute), whose refusals are 429s.
 enum class tenant_kind { open, tight };
 
+// The API a request speaks.
+enum class api_kind { chat_completions, completions, messages, responses };
+
 // How the client ends the exchange.
 enum class leaving {
   stays,          // reads the whole answer
@@ -58,14 +62,15 @@ struct fuzz_request {
   served_as server = served_as::plain;
   tenant_kind tenant = tenant_kind::open;
   std::string method = "POST";
-  std::string target;  // "/v1/chat/completions", "/v1/completions", or another path
+  std::string target;  // "/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", or another path
+  api_kind api = api_kind::completions;
   std::string body;
   leaving leave = leaving::stays;
   std::size_t leave_after_bytes = 0;
   expectation expect = expectation::any;
 
   // What the body asks for, where it is well-formed (the checks of a 200 answer use these).
-  bool chat = false;
+  bool chat = false;                // the chat path: chat completions, messages or responses
   bool stream = false;
   int n = 1;
   bool json_output = false;         // response_format json_object or json_schema

@@ -141,6 +141,14 @@ test('errors are Anthropic\'s: the SDK\'s error classes, {"type":"error","error"
     assert.match(error.error.error.message, /messages\[0\]\.content\[0\]\.type/);
     return true;
   });
+  // The server's own refusals of a Messages request are in Anthropic's shape too.
+  const huge = await fetch(`${server.url}/v1/messages`, {
+    method: 'POST', body: JSON.stringify({ max_tokens: 1, messages: [{ role: 'user', content: 'x'.repeat(5 << 20) }] }),
+    headers: { 'content-type': 'application/json', 'x-api-key': server.defaultKey },
+  });
+  assert.equal(huge.status, 413);
+  assert.deepEqual(await huge.json(),
+    { type: 'error', error: { type: 'request_too_large', message: 'Request body is larger than the limit of 4 MiB' } });
   const malformed = await fetch(`${server.url}/v1/messages/count_tokens`, {
     method: 'POST', body: '{"messages": [', headers: { 'content-type': 'application/json', 'x-api-key': server.defaultKey },
   });

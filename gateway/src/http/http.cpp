@@ -242,9 +242,9 @@ void exchange::mark_gone() {
   if (status_code_ == 0) status_code_ = client_closed_request;
 }
 
-void router::add(http::verb method, std::string pattern, handler h) {
+void router::add(http::verb method, std::string pattern, handler h, error_shape shape) {
   auto segments = split_path(pattern);
-  routes_.push_back({method, std::move(pattern), std::move(segments), std::move(h)});
+  routes_.push_back({method, std::move(pattern), std::move(segments), std::move(h), shape});
 }
 
 router::match router::find(http::verb method, std::string_view path) const {
@@ -266,6 +266,7 @@ router::match router::find(http::verb method, std::string_view path) const {
     if (route.method == method) {
       found.target = &route.h;
       found.route = route.pattern;
+      found.shape = route.shape;
       found.params = std::move(params);
       found.allow.clear();
       return found;

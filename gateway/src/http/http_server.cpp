@@ -530,6 +530,12 @@ asio::awaitable<void> http_server::impl::serve_connection(tcp::socket socket) {
         res = error_response(http::status::bad_request, format("Malformed HTTP request: {}", ec.message()),
                              "invalid_request_error", std::nullopt, "malformed_request");
       }
+      // Once its start line is read, the request's route says how its errors are written (a
+      // Content-Length over the limit stops the parser before its headers are done).
+      if (!parser.get().target().empty()) {
+        const std::string_view target = parser.get().target();
+        res = routes.find(parser.get().method(), target.substr(0, target.find('?'))).shaped(std::move(res));
+      }
       const unsigned code = res.result_int();
       charge.update(0);
       const std::string id = co_await reply_and_close(stream, std::move(res), options.write_timeout);
@@ -636,9 +642,10 @@ asio::awaitable<dispatch_outcome> http_server::impl::dispatch(beast::tcp_stream&
     }
     if (failure) log_exception(log, format("handler for {} {}", req.method_string(), found.route), failure);
     if (!ex.responded()) {
-      co_await ex.respond(error_response(http::status::internal_server_error,
-                                         "The server had an error while processing the request",
-                                         "server_error"));
+      response failed = found.shaped(error_response(http::status::internal_server_error,
+                                                    "The server had an error while processing the request",
+                                                    "server_error"));
+      co_await ex.respond(std::move(failed));
     }
   }
   record(found.route, ex.status_code(), started);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "edge/common/json_fields.h"
 #include "edge/gateway/http/json_response.h"
 
 namespace edge::gateway {
@@ -164,7 +165,8 @@ boost::json::object messages_answer::message() const {
       // The call's arguments as the object they spell; a model's call that is not a JSON object
       // (its syntax unconstrained) is given as {} rather than as text the schema does not allow.
       boost::system::error_code failed;
-      boost::json::value input = boost::json::parse(b.text.empty() ? std::string_view("{}") : b.text, failed);
+      boost::json::value input =
+          boost::json::parse(b.text.empty() ? std::string_view("{}") : b.text, failed, {}, {.max_depth = max_json_depth + 1});
       if (failed || !input.is_object()) input = boost::json::object();
       content.push_back(boost::json::object{{"type", "tool_use"}, {"id", b.id}, {"name", b.name}, {"input", std::move(input)}});
     }

@@ -591,8 +591,9 @@ asio::awaitable<std::optional<response>> openai_service::continue_conversation(c
   }
   // What it stored was read from requests and answers this server checked: it reads back.
   boost::system::error_code failed;
-  boost::json::value conversation = boost::json::parse((*found)->conversation, failed);
-  boost::json::value previous = boost::json::parse((*found)->response, failed);
+  const boost::json::parse_options deep{.max_depth = max_json_depth + 1};
+  boost::json::value conversation = boost::json::parse((*found)->conversation, failed, {}, deep);
+  boost::json::value previous = boost::json::parse((*found)->response, failed, {}, deep);
   if (failed || !conversation.is_array() || !previous.is_object() || !previous.as_object().contains("output") ||
       !previous.at("output").is_array()) {
     co_return error_response(http::status::internal_server_error, "The stored response could not be read",
@@ -976,9 +977,9 @@ void add_openai_routes(router& routes, const model_slot& models, tenancy& tenant
   routes.add(http::verb::post, "/v1/completions", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->generate(ex, completions_api);
   });
-  routes.add(http::verb::post, "/v1/messages", [service](exchange& ex) -> asio::awaitable<void> {
-    co_await service->generate(ex, messages_api);
-  });
+  routes.add(
+      http::verb::post, "/v1/messages",
+      [service](exchange& ex) -> asio::awaitable<void> { co_await service->generate(ex, messages_api); }, anthropic_error);
   routes.add(http::verb::post, "/v1/responses", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->generate(ex, responses_api);
   });
@@ -988,9 +989,9 @@ void add_openai_routes(router& routes, const model_slot& models, tenancy& tenant
   routes.add(http::verb::delete_, "/v1/responses/{id}", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->delete_response(ex);
   });
-  routes.add(http::verb::post, "/v1/messages/count_tokens", [service](exchange& ex) -> asio::awaitable<void> {
-    co_await service->count_tokens(ex);
-  });
+  routes.add(
+      http::verb::post, "/v1/messages/count_tokens",
+      [service](exchange& ex) -> asio::awaitable<void> { co_await service->count_tokens(ex); }, anthropic_error);
   routes.add(http::verb::get, "/v1/models", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->list_models(ex);
   });

@@ -16,8 +16,14 @@ namespace json = boost::json;
 using element_type = simdjson::dom::element_type;
 using field_error = std::optional<json_error>;
 
-// A value of the body as Boost.JSON holds it (the response repeats it, a stored response keeps it).
-json::value to_boost(const json_value& v) { return json::parse(simdjson::minify(v.element())); }
+// A value of the body as Boost.JSON holds it (the response repeats it, a stored response keeps
+// it), in `out`: as deep as the body may nest.
+field_error to_boost(const json_value& v, json::value& out) {
+  boost::system::error_code failed;
+  out = json::parse(simdjson::minify(v.element()), failed, {}, {.max_depth = max_json_depth + 1});
+  if (failed) return v.error(format("could not be read: {}", failed.message()));
+  return std::nullopt;
+}
 
 // ---- items ------------------------------------------------------------------------------------
 
@@ -273,7 +279,9 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
     if (v.type() == element_type::STRING) {
       extra.conversation = {json::object{{"type", "message"}, {"role", "user"}, {"content", *v.as<std::string_view>()}}};
     } else {
-      extra.conversation = to_boost(v).as_array();
+      json::value items;
+      if (auto error = to_boost(v, items)) return error;
+      extra.conversation = std::move(items.as_array());
     }
   } else if (key == "instructions") {
     EDGE_ASSIGN_OR_RETURN(const std::string_view text, v.as<std::string_view>());
@@ -284,24 +292,24 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
     extra.echo["max_output_tokens"] = *r.max_tokens;
   } else if (key == "temperature" || key == "top_p") {
     if (auto error = read_sampling_field(key, v, r.sampling)) return error;
-    extra.echo[key] = to_boost(v);
+    if (auto error = to_boost(v, extra.echo[key])) return error;
   } else if (key == "stream") {
     EDGE_ASSIGN_OR_RETURN(r.stream, v.as<bool>());
   } else if (key == "tools") {
     if (auto error = read_tools(v, r.tools)) return error;
-    extra.echo["tools"] = to_boost(v);
+    if (auto error = to_boost(v, extra.echo["tools"])) return error;
   } else if (key == "tool_choice") {
     if (auto error = read_tool_choice(v, r.choice)) return error;
-    extra.echo["tool_choice"] = to_boost(v);
+    if (auto error = to_boost(v, extra.echo["tool_choice"])) return error;
   } else if (key == "parallel_tool_calls") {
     EDGE_ASSIGN_OR_RETURN(r.parallel_tool_calls, v.as<bool>());
     extra.echo["parallel_tool_calls"] = r.parallel_tool_calls;
   } else if (key == "text") {
     if (auto error = read_text(v, r)) return error;
-    extra.echo["text"] = to_boost(v);
+    if (auto error = to_boost(v, extra.echo["text"])) return error;
   } else if (key == "reasoning") {
     if (auto error = read_reasoning(v, r)) return error;
-    extra.echo["reasoning"] = to_boost(v);
+    if (auto error = to_boost(v, extra.echo["reasoning"])) return error;
   } else if (key == "store") {
     EDGE_ASSIGN_OR_RETURN(extra.store, v.as<bool>());
   } else if (key == "previous_response_id") {
@@ -310,7 +318,7 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
     extra.echo["previous_response_id"] = id;
   } else if (key == "metadata") {
     if (auto error = read_metadata(v)) return error;
-    extra.echo["metadata"] = to_boost(v);
+    if (auto error = to_boost(v, extra.echo["metadata"])) return error;
   } else if (key == "user" || key == "safety_identifier") {
     EDGE_ASSIGN_OR_RETURN(const std::string_view user, v.as<std::string_view>());
     r.user = std::string(user);

@@ -214,6 +214,10 @@ class json_array : public json_container<simdjson::dom::array> {
   json_value front() const { return *begin(); }  // of an array that is not empty
 };
 
+// How deep the JSON that parse_json accepts may nest (simdjson's DOM parser's limit): what a
+// reader of the same text with another library (Boost.JSON, whose default is 32) must allow.
+inline constexpr std::size_t max_json_depth = 1024;
+
 // Parses `text` into `parser` (which holds what the result refers to). The error's message is
 // simdjson's reason, for the caller to say what was being read.
 result<simdjson::dom::element> parse_json(simdjson::dom::parser& parser, std::string_view text);

@@ -175,17 +175,25 @@ class exchange {
 };
 
 using handler = std::function<asio::awaitable<void>(exchange&)>;
+// An error response (OpenAI's shape, as json_response.h writes it) rewritten in a route's own
+// API's shape.
+using error_shape = response (*)(response);
 
 class router {
  public:
   // `pattern` is made of literal segments and "{name}" captures, e.g. "/v1/models/{id}".
-  void add(http::verb method, std::string pattern, handler h);
+  // `shape`: how the route's API writes errors, which the server's own answers to the route's
+  // requests (a body over the limit, a handler that failed) follow too; null: OpenAI's.
+  void add(http::verb method, std::string pattern, handler h, error_shape shape = nullptr);
 
   struct match {
     const handler* target = nullptr;  // null: no route for this method and path
     std::string route;                // the matched pattern, for metrics; "unmatched" if none
     path_params params;
     std::string allow;                // when the path exists for other methods: "GET, POST"
+    error_shape shape = nullptr;      // the route's error shape
+    // `res` in the route's error shape.
+    response shaped(response res) const { return shape != nullptr ? shape(std::move(res)) : res; }
   };
   match find(http::verb method, std::string_view path) const;
 
@@ -195,6 +203,7 @@ class router {
     std::string pattern;
     std::vector<std::string> segments;
     handler h;
+    error_shape shape;
   };
   std::vector<entry> routes_;
 };
