@@ -13,6 +13,8 @@
 //    continue), deleted, store: false keeps nothing, the byte bound drops the oldest, and what
 //    is stored survives a restart.
 // 6. An agent of the @openai/agents SDK with one tool, run to its end.
+// 7. A mixed run of a fresh tenant in all three APIs: its token counters (per API too) and its
+//    ledger equal the sum of the usage the answers reported.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -21,7 +23,9 @@ import OpenAI from 'openai';
 import { z } from 'zod';
 import { zodTextFormat } from 'openai/helpers/zod';
 import { Agent, run, tool, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled } from '@openai/agents';
-import { startServer, fetch, makeStateDir, edgeinferBin } from './lib/server.mjs';
+import Anthropic from '@anthropic-ai/sdk';
+import { startServer, fetch, makeStateDir, edgeinferBin, waitFor } from './lib/server.mjs';
+import { metric } from './lib/metrics.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -296,4 +300,58 @@ test('an @openai/agents agent with one tool runs to its end', async () => {
   assert.equal(result.finalOutput, `sunny in ${asked[0]}`);
   const call = result.newItems.find((item) => item.type === 'tool_call_item');
   assert.ok(call, JSON.stringify(result.newItems.map((i) => i.type)));
+});
+
+test('a tenant\'s counters and ledger add up the usage all three APIs reported', async () => {
+  const s = servers.stories;
+  const key = await secondTenant(s, 'mixed');
+  const openai = clientOf(s, key);
+  const anthropic = new Anthropic({ baseURL: s.url, apiKey: key, maxRetries: 0 });
+  const model = s.model;
+  // Per API: [prompt, completion] tokens as each answer reported them.
+  const reported = { chat_completions: [0, 0], completions: [0, 0], messages: [0, 0], responses: [0, 0] };
+  const add = (api, prompt, completion) => {
+    reported[api][0] += prompt;
+    reported[api][1] += completion;
+  };
+  const chat = await openai.chat.completions.create({ model, max_tokens: 5, messages: [{ role: 'user', content: 'Hi there' }] });
+  add('chat_completions', chat.usage.prompt_tokens, chat.usage.completion_tokens);
+  const stream = await openai.chat.completions.create({
+    model, max_tokens: 6, stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'Once' }],
+  });
+  for await (const chunk of stream) if (chunk.usage) add('chat_completions', chunk.usage.prompt_tokens, chunk.usage.completion_tokens);
+  const completion = await openai.completions.create({ model, prompt: 'Once upon a time', max_tokens: 7 });
+  add('completions', completion.usage.prompt_tokens, completion.usage.completion_tokens);
+  const message = await anthropic.messages.create({ model, max_tokens: 8, messages: [{ role: 'user', content: 'Hello' }] });
+  add('messages', message.usage.input_tokens + message.usage.cache_read_input_tokens, message.usage.output_tokens);
+  const streamed = await anthropic.messages.stream({ model, max_tokens: 9, messages: [{ role: 'user', content: 'Bye' }] }).finalMessage();
+  add('messages', streamed.usage.input_tokens + streamed.usage.cache_read_input_tokens, streamed.usage.output_tokens);
+  await anthropic.messages.countTokens({ model, messages: [{ role: 'user', content: 'Hello' }] });
+  const response = await openai.responses.create({ model, input: 'Tell me', max_output_tokens: 10 });
+  add('responses', response.usage.input_tokens, response.usage.output_tokens);
+  const responseStream = await openai.responses.stream({ model, input: 'More', max_output_tokens: 11 }).finalResponse();
+  add('responses', responseStream.usage.input_tokens, responseStream.usage.output_tokens);
+
+  const tokens = (kind, api) => metric(s, 'edgeinfer_tenant_tokens_total', { tenant: 'mixed', kind, ...(api ? { api } : {}) });
+  const total = (i) => Object.values(reported).reduce((sum, pair) => sum + pair[i], 0);
+  // A request is counted when it settles, a moment after its last byte.
+  await waitFor('the counters to settle', async () => (await tokens('completion')) === total(1) && (await tokens('prompt')) === total(0));
+  for (const [api, [prompt, completionTokens]] of Object.entries(reported)) {
+    assert.equal(await tokens('prompt', api), prompt, api);
+    assert.equal(await tokens('completion', api), completionTokens, api);
+  }
+  // A count of tokens reserves none: it is no request of the ledger.
+  assert.equal(await tokens('prompt', 'count_tokens'), 0);
+
+  // The ledger (flushed at least every second) has the same sums.
+  const from = new Date(Date.now() - 2 * 86400e3).toISOString().slice(0, 19) + 'Z';
+  let ledger;
+  await waitFor('the ledger', async () => {
+    const res = await fetch(`${s.url}/admin/v1/tenants/mixed/usage?from=${encodeURIComponent(from)}`,
+      { headers: { authorization: `Bearer ${ADMIN}` } });
+    ledger = (await res.json()).total;
+    return ledger.completion_tokens === total(1);
+  });
+  assert.equal(ledger.prompt_tokens, total(0));
+  assert.equal(ledger.requests, 7);
 });

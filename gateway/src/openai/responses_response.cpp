@@ -43,18 +43,18 @@ json::object responses_answer::item_json(const item& i) const {
 }
 
 json::object responses_answer::response() const {
-  json::object r = echo_;
-  r["id"] = id_;
-  r["object"] = "response";
-  r["created_at"] = created_at_;
-  r["status"] = status_;
-  r["error"] = error_;
-  r["incomplete_details"] = incomplete_details_;
-  r["model"] = model_;
   json::array output;
   for (const item& i : items_) output.push_back(item_json(i));
-  r["output"] = std::move(output);
-  r["usage"] = usage_;
+  json::object r{{"id", id_},
+                 {"object", "response"},
+                 {"created_at", created_at_},
+                 {"status", status_},
+                 {"error", error_},
+                 {"incomplete_details", incomplete_details_},
+                 {"model", model_},
+                 {"output", std::move(output)},
+                 {"usage", usage_}};
+  for (const auto& [key, value] : echo_) r[key] = value;
   return r;
 }
 
