@@ -4,7 +4,8 @@
 // 1. responses.create and responses.stream give the same response (output, status, usage), and
 //    its usage is what chat completions reports for the same conversation.
 // 2. A function-calling loop on models with a tool-call syntax (`tiny`: Llama 3's JSON; stories260K
-//    with Hermes's): a forced call whose arguments validate, its function_call_output sent back
+//    and the tiny Qwen3-MoE and DeepSeek-V3 (MLA) models with Hermes's): a forced call whose
+//    arguments validate, its function_call_output sent back
 //    with the conversation replayed, and the same with previous_response_id (the stored
 //    conversation is the prompt's: the same prompt tokens).
 // 3. text.format with a zod schema (responses.parse): the answer is the schema's.
@@ -46,16 +47,20 @@ function clientOf(s, key = s.defaultKey) {
 }
 before(async () => {
   const tinyDir = makeModel('tiny', 5);
+  const hermes = ['--tool-call-parser', 'hermes'];
   const started = await Promise.all([
     startServer(['--model', tinyDir, ...common]),
-    startServer(['--model', storiesGguf, '--tool-call-parser', 'hermes', ...common]),
+    startServer(['--model', storiesGguf, ...hermes, ...common]),
+    startServer(['--model', makeModel('tiny-qwen3-moe', 5), ...hermes, ...common]),
+    startServer(['--model', makeModel('deepseek-v3-tiny', 5), ...hermes, ...common]),
   ]);
-  for (const [name, s] of Object.entries({ tiny: started[0], stories: started[1] })) {
+  const names = ['tiny', 'stories', 'moe', 'mla'];
+  for (const [i, s] of started.entries()) {
     s.client = clientOf(s);
     s.model = (await s.client.models.list()).data[0].id;
-    s.modelDir = name === 'tiny' ? tinyDir : storiesGguf;
-    servers[name] = s;
+    servers[names[i]] = s;
   }
+  servers.tiny.modelDir = tinyDir;
 });
 after(async () => { await Promise.all(Object.values(servers).map((s) => s.stop())); });
 
@@ -135,7 +140,7 @@ const timeTool = {
                 additionalProperties: false },
 };
 
-for (const name of ['tiny', 'stories']) {
+for (const name of ['tiny', 'stories', 'moe', 'mla']) {
   test(`a function-calling loop on ${name}: replayed, and continued by previous_response_id`, async () => {
     const { client, model } = servers[name];
     const question = { role: 'user', content: 'What is the weather in Paris for two days?' };
