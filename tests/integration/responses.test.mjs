@@ -9,7 +9,8 @@
 //    with the conversation replayed, and the same with previous_response_id (the stored
 //    conversation is the prompt's: the same prompt tokens).
 // 3. text.format with a zod schema (responses.parse): the answer is the schema's.
-// 4. 16 concurrent streamed forced-call requests make the calls of the same requests not streamed.
+// 4. 16 concurrent streamed forced-call requests make the calls of the same requests not streamed,
+//    in Responses and in chat completions (Messages: anthropic.test.mjs).
 // 5. Stored responses: per tenant (another tenant's id is a 404, and not a conversation it can
 //    continue), deleted, store: false keeps nothing, the byte bound drops the oldest, and what
 //    is stored survives a restart.
@@ -205,6 +206,46 @@ test('16 concurrent streamed forced-call requests make the calls the same reques
         assert.equal(wholes[k].status, 'completed', label);
         assert.equal(wholes[k].output.length, 1, label);
       }
+    }
+  }
+});
+
+test('16 concurrent streamed forced-call chat completions make the calls of the same not streamed', async () => {
+  const chatTool = (t) => ({ type: 'function', function: { name: t.name, description: t.description, parameters: t.parameters } });
+  for (const name of ['tiny', 'stories']) {
+    const { client, model } = servers[name];
+    const bodies = Array.from({ length: 16 }, (_, k) => ({
+      model, max_tokens: 200, temperature: 0.8, seed: 100 + k, tools: [chatTool(weatherTool), chatTool(timeTool)],
+      tool_choice: 'required', parallel_tool_calls: k % 2 === 1,
+      messages: [{ role: 'user', content: `Question ${k}: ${'weather time '.repeat(k % 5)}in city ${k}?` }],
+    }));
+    const assemble = async (body) => {
+      const out = { calls: [], finish: null, completion: null };
+      const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+      for await (const chunk of stream) {
+        if (chunk.usage) out.completion = chunk.usage.completion_tokens;
+        const choice = chunk.choices[0];
+        if (!choice) continue;
+        if (choice.finish_reason) out.finish = choice.finish_reason;
+        for (const call of choice.delta?.tool_calls ?? []) {
+          if (call.index === out.calls.length) out.calls.push({ name: call.function.name, arguments: '' });
+          out.calls[call.index].arguments += call.function.arguments ?? '';
+        }
+      }
+      return out;
+    };
+    const [wholes, streams] = await Promise.all([
+      Promise.all(bodies.map((body) => client.chat.completions.create(body))),
+      Promise.all(bodies.map(assemble)),
+    ]);
+    for (let k = 0; k < bodies.length; k++) {
+      const whole = wholes[k].choices[0];
+      const calls = (whole.message.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments }));
+      const label = `${name} request ${k}: ${JSON.stringify(streams[k])} ${JSON.stringify(whole)}`;
+      assert.deepEqual(streams[k].calls, calls, label);
+      assert.equal(streams[k].finish, whole.finish_reason, label);
+      assert.equal(streams[k].completion, wholes[k].usage.completion_tokens, label);
+      assert.ok(calls.length >= 1, label);
     }
   }
 });
