@@ -15,7 +15,9 @@
 //    continue), deleted, store: false keeps nothing, the byte bound drops the oldest, and what
 //    is stored survives a restart.
 // 6. An agent of the @openai/agents SDK with one tool, run to its end.
-// 7. A mixed run of a fresh tenant in all three APIs: its token counters (per API too) and its
+// 7. The split topology (a gateway in front of a backend) serves Responses, stored on the gateway,
+//    and Messages, forced calls included, as `serve` does.
+// 8. A mixed run of a fresh tenant in all three APIs: its token counters (per API too) and its
 //    ledger equal the sum of the usage the answers reported.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -400,4 +402,41 @@ test('a tenant\'s counters and ledger add up the usage all three APIs reported',
   });
   assert.equal(ledger.prompt_tokens, total(0));
   assert.equal(ledger.requests, 7);
+});
+
+test('the split topology serves Responses and Messages as serve does', async () => {
+  const TOKEN = 'internal-token-0123456789';
+  const backend = await startServer(['--model', storiesGguf, '--threads', '1', '--internal-token', TOKEN],
+    { command: 'backend' });
+  const gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN, '--backend', backend.url,
+    '--tool-call-parser', 'hermes', '--backend-poll-interval', '100ms'], { command: 'gateway' });
+  try {
+    const split = clientOf(gateway);
+    const direct = servers.stories.client;
+    const model = servers.stories.model;
+    const body = { model, input: 'What is the weather in Paris?', tools: [weatherTool], tool_choice: 'required',
+                   parallel_tool_calls: false, max_output_tokens: 200, temperature: 0 };
+    const [viaGateway, viaServe] = [await split.responses.create(body), await direct.responses.create(body)];
+    assert.deepEqual(outputOf(viaGateway), outputOf(viaServe));
+    assert.equal(viaGateway.status, 'completed');
+    const streamed = await split.responses.stream(body).finalResponse();
+    assert.deepEqual(outputOf(streamed), outputOf(viaGateway));
+    assert.equal((await split.responses.retrieve(viaGateway.id)).id, viaGateway.id);
+    const result = { type: 'function_call_output', call_id: viaGateway.output[0].call_id, output: 'sunny' };
+    const next = await split.responses.create({ model, input: [result], previous_response_id: viaGateway.id,
+                                                max_output_tokens: 4, temperature: 0 });
+    assert.ok(next.usage.input_tokens > viaGateway.usage.input_tokens);
+
+    const anthropic = new Anthropic({ baseURL: gateway.url, apiKey: gateway.defaultKey, maxRetries: 0 });
+    const direct2 = new Anthropic({ baseURL: servers.stories.url, apiKey: servers.stories.defaultKey, maxRetries: 0 });
+    const messagesBody = { model, max_tokens: 200, temperature: 0, messages: [{ role: 'user', content: 'Weather?' }],
+      tools: [{ name: 'get_weather', input_schema: weatherTool.parameters }], tool_choice: { type: 'any', disable_parallel_tool_use: true } };
+    const [m1, m2] = [await anthropic.messages.create(messagesBody), await direct2.messages.create(messagesBody)];
+    const blocks = (m) => m.content.map(({ id, ...rest }) => rest);
+    assert.deepEqual(blocks(m1), blocks(m2));
+    assert.equal(m1.stop_reason, 'tool_use');
+  } finally {
+    await gateway.stop();
+    await backend.stop();
+  }
 });
