@@ -668,7 +668,9 @@ bool documented_status(unsigned status) {
   return status == 200 || status == 400 || status == 404 || status == 413 || status == 429 || status == 503;
 }
 
-std::optional<std::string> check_answer(const fuzz_request& r, const http_answer& a) {
+namespace {
+
+problem judge(const fuzz_request& r, const http_answer& a) {
   if (!a.headers) {
     // A request that was not written whole may be cut off by the server's refusal (413).
     if (!a.sent || r.leave == leaving::after_send) return std::nullopt;
@@ -715,6 +717,18 @@ std::optional<std::string> check_answer(const fuzz_request& r, const http_answer
   if (r.api == api_kind::messages) return check_message(r, *body);
   if (r.api == api_kind::responses) return check_response(r, *body);
   return check_completion(r, *body);
+}
+
+}  // namespace
+
+std::optional<std::string> check_answer(const fuzz_request& r, const http_answer& a) {
+  // The checks read the answer with Boost.JSON's throwing accessors where its shape was not
+  // checked first: a member missing or of another type is the answer's fault.
+  try {
+    return judge(r, a);
+  } catch (const std::exception& e) {
+    return std::string("a malformed answer (") + e.what() + "): " + shorten(a.body);
+  }
 }
 
 }  // namespace edge::fuzz

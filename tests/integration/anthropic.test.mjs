@@ -18,7 +18,7 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-import { startServer, fetch, makeStateDir, edgeinferBin } from './lib/server.mjs';
+import { startServer, fetch, makeStateDir, edgeinferBin, rawExchange, parseResponse } from './lib/server.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
@@ -142,12 +142,12 @@ test('errors are Anthropic\'s: the SDK\'s error classes, {"type":"error","error"
     return true;
   });
   // The server's own refusals of a Messages request are in Anthropic's shape too.
-  const huge = await fetch(`${server.url}/v1/messages`, {
-    method: 'POST', body: JSON.stringify({ max_tokens: 1, messages: [{ role: 'user', content: 'x'.repeat(5 << 20) }] }),
-    headers: { 'content-type': 'application/json', 'x-api-key': server.defaultKey },
-  });
+  // (Answered from the Content-Length, before the body: only the headers are sent.)
+  const huge = parseResponse(await rawExchange(server.port, [
+    `POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nx-api-key: ${server.defaultKey}\r\n` +
+    `Content-Length: ${5 << 20}\r\n\r\n`]));
   assert.equal(huge.status, 413);
-  assert.deepEqual(await huge.json(),
+  assert.deepEqual(JSON.parse(huge.body),
     { type: 'error', error: { type: 'request_too_large', message: 'Request body is larger than the limit of 4 MiB' } });
   const malformed = await fetch(`${server.url}/v1/messages/count_tokens`, {
     method: 'POST', body: '{"messages": [', headers: { 'content-type': 'application/json', 'x-api-key': server.defaultKey },

@@ -274,6 +274,11 @@ test('stored responses belong to their tenant; deleted, or never stored, they ar
   await assert.rejects(other.responses.delete(stored.id), (e) => e instanceof OpenAI.NotFoundError);
   assert.deepEqual((await client.responses.retrieve(stored.id)).output, stored.output);
 
+  // Continued by an input of no message, after empty instructions: the stored conversation alone.
+  const continued = await client.responses.create({ model, previous_response_id: stored.id, instructions: '',
+    input: [{ type: 'reasoning', id: 'rs_x', summary: [] }], max_output_tokens: 2 });
+  assert.ok(continued.usage.input_tokens > stored.usage.input_tokens, JSON.stringify(continued.usage));
+
   await client.responses.delete(stored.id);
   await assert.rejects(client.responses.retrieve(stored.id), (e) => e instanceof OpenAI.NotFoundError);
   const unstored = await client.responses.create({ model, input: 'Hello', max_output_tokens: 4, store: false });

@@ -40,6 +40,11 @@ using clock = std::chrono::steady_clock;
 
 const logger responses_log{"responses"};
 
+// The most a stored conversation that previous_response_id continues may hold: far past what any
+// context's prompt is as text (128k tokens are about 0.5 MB), it bounds what one request reads
+// from the store and renders (each stored response holds its whole conversation).
+constexpr std::int64_t max_continued_conversation_bytes = std::int64_t{16} << 20;
+
 std::int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -73,11 +78,14 @@ response model_not_found(std::string_view requested, std::string_view served) {
 struct api_frontend {
   std::string_view name;  // the API, as the metrics' api label names it
   std::variant<openai_request, request_error> (*parse)(std::string_view body);
-  response (*error)(response res);  // an error response written in the API's shape
+  error_shape error;  // an error response written in the API's shape (its routes name it to the server)
   // The writer of an answer to `r` (request_id: the exchange's; echoed: completions' echo).
   std::unique_ptr<answer_writer> (*writer)(const openai_request& r, std::string_view request_id, std::string model,
                                            std::string echoed, const backend::token_usage& prompt);
   std::string_view tool_call_id_prefix;  // ids of the calls the answer makes, where the syntax has none
+  // What the API calls the prompt and the output format, for the errors that name them.
+  std::string_view prompt_param;
+  std::string_view format_param;
 };
 
 response openai_error(response res) { return res; }
@@ -93,14 +101,18 @@ const api_frontend chat_completions_api{
     .parse = [](std::string_view body) { return parse_openai_request(openai_api::chat_completions, body); },
     .error = openai_error,
     .writer = openai_answer<openai_api::chat_completions>,
-    .tool_call_id_prefix = "call_"};
+    .tool_call_id_prefix = "call_",
+    .prompt_param = "messages",
+    .format_param = "response_format"};
 
 const api_frontend completions_api{
     .name = "completions",
     .parse = [](std::string_view body) { return parse_openai_request(openai_api::completions, body); },
     .error = openai_error,
     .writer = openai_answer<openai_api::completions>,
-    .tool_call_id_prefix = "call_"};
+    .tool_call_id_prefix = "call_",
+    .prompt_param = "prompt",
+    .format_param = "response_format"};
 
 const api_frontend messages_api{
     .name = "messages",
@@ -110,18 +122,24 @@ const api_frontend messages_api{
                  const backend::token_usage& prompt) {
       return make_messages_writer("msg_" + std::string(request_id), std::move(model), prompt);
     },
-    .tool_call_id_prefix = "toolu_"};
+    .tool_call_id_prefix = "toolu_",
+    .prompt_param = "messages",
+    .format_param = "messages"};
 
 const api_frontend responses_api{
     .name = "responses",
     .parse = parse_responses_request,
     .error = openai_error,
-    .writer = [](const openai_request& r, std::string_view request_id, std::string model, std::string,
+    .writer = [](const openai_request& r, std::string_view, std::string model, std::string,
                  const backend::token_usage&) {
-      return make_responses_writer("resp_" + std::string(request_id), std::move(model), unix_seconds(),
+      // Its own random id, not the request's (a client may reuse its x-request-id): a stored
+      // response is named by it.
+      return make_responses_writer(random_id("resp_"), std::move(model), unix_seconds(),
                                    r.responses->echo, r.responses->store);
     },
-    .tool_call_id_prefix = "call_"};
+    .tool_call_id_prefix = "call_",
+    .prompt_param = "input",
+    .format_param = "text.format"};
 
 // count_tokens answers no generation: its writer is never asked for.
 const api_frontend count_tokens_api{
@@ -129,24 +147,27 @@ const api_frontend count_tokens_api{
     .parse = [](std::string_view body) { return parse_anthropic_request(anthropic_route::count_tokens, body); },
     .error = anthropic_error,
     .writer = nullptr,
-    .tool_call_id_prefix = "toolu_"};
+    .tool_call_id_prefix = "toolu_",
+    .prompt_param = "messages",
+    .format_param = "messages"};
 
 // The request parameter behind a field of the engine's request (engine::submit's submit_error).
-std::string_view api_param(std::string_view field, openai_api api, std::string_view constraint_param) {
-  const bool chat = api == openai_api::chat_completions;
+std::string_view api_param(std::string_view field, const api_frontend& api, openai_api path,
+                           std::string_view constraint_param) {
   if (field == "grammar") return constraint_param;
-  if (field == "logprobs") return chat ? "top_logprobs" : "logprobs";
+  if (field == "logprobs") return path == openai_api::chat_completions ? "top_logprobs" : "logprobs";
   if (field == "prompt_logprobs") return "echo";
   if (field == "n" || field == "logit_bias") return field;
-  return chat ? "messages" : "prompt";
+  return api.prompt_param;
 }
 
 // What the engine refusing a request (engine_client::submit) means to the client: the refusal
 // table's answer, naming the API's parameter.
-response submit_failure(const backend::submit_error& failure, openai_api api, std::string_view constraint_param) {
+response submit_failure(const backend::submit_error& failure, const api_frontend& api, openai_api path,
+                        std::string_view constraint_param) {
   refusal r = refusal_of(failure);
   if (r.kind == refusal_kind::invalid_request || r.kind == refusal_kind::context_length) {
-    r.param = api_param(failure.field(), api, constraint_param);
+    r.param = api_param(failure.field(), api, path, constraint_param);
   }
   if (r.kind == refusal_kind::context_length) r.message = format("The request does not fit: {}", r.message);
   return refusal_response(r);
@@ -200,10 +221,11 @@ std::variant<std::vector<backend::token_id>, response> prompt_tokens(const opena
 
 // The completion's token limit after defaults, or the 400 when prompt and completion cannot
 // fit in the context (OpenAI's and vLLM's rule: prompt + max_tokens <= context).
-std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r, std::int64_t prompt_length,
-                                                        std::int64_t context, const request_session& session) {
+// `what`: the API's name of the prompt.
+std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r, std::string_view what,
+                                                        std::int64_t prompt_length, std::int64_t context,
+                                                        const request_session& session) {
   const bool chat = r.api == openai_api::chat_completions;
-  const std::string_view what = chat ? "messages" : "prompt";
   if (auto e = backend::prompt_does_not_fit(prompt_length, context, what)) {
     return invalid_request(e->message, e->param, refusal_kind::context_length);
   }
@@ -442,8 +464,7 @@ class openai_service {
   asio::awaitable<void> get_model(exchange& ex);
   asio::awaitable<void> generate(exchange& ex, const api_frontend& api);
   asio::awaitable<void> count_tokens(exchange& ex);
-  asio::awaitable<void> get_response(exchange& ex);
-  asio::awaitable<void> delete_response(exchange& ex);
+  asio::awaitable<void> stored_response_route(exchange& ex, bool remove);
 
  private:
   // A generating request read and checked as far as its prompt.
@@ -557,8 +578,7 @@ asio::awaitable<std::optional<openai_service::opened_request>> openai_service::o
   }
   std::vector<backend::token_id>& prompt = std::get<std::vector<backend::token_id>>(tokens);
   if (prompt.empty()) {
-    const std::string_view prompt_param = r.api == openai_api::chat_completions ? "messages" : "prompt";
-    co_await answer(invalid_request("The prompt is empty: it encodes to no tokens", prompt_param));
+    co_await answer(invalid_request("The prompt is empty: it encodes to no tokens", api.prompt_param));
     co_return std::nullopt;
   }
   co_return opened_request{.session = std::move(*session),
@@ -589,6 +609,12 @@ asio::awaitable<std::optional<response>> openai_service::continue_conversation(c
     co_return error_response(http::status::bad_request, format("Previous response with id '{}' not found.", id),
                              "invalid_request_error", "previous_response_id", "previous_response_not_found");
   }
+  if ((*found)->bytes() > max_continued_conversation_bytes) {
+    co_return invalid_request(format("The conversation of response '{}' holds {} bytes, more than the {} a request may "
+                                     "continue: send the conversation as input",
+                                     id, (*found)->bytes(), max_continued_conversation_bytes),
+                              "previous_response_id", refusal_kind::context_length);
+  }
   // What it stored was read from requests and answers this server checked: it reads back.
   boost::system::error_code failed;
   const boost::json::parse_options deep{.max_depth = max_json_depth + 1};
@@ -608,8 +634,8 @@ asio::awaitable<std::optional<response>> openai_service::continue_conversation(c
                              "previous_response_id", "store_error");
   }
   // After this request's instructions (the earlier ones are not carried), before its input.
-  const bool instructed = !r.responses->echo.at("instructions").is_null();
-  r.messages.insert(r.messages.begin() + (instructed ? 1 : 0), std::make_move_iterator(earlier.begin()),
+  const std::size_t after = std::min<std::size_t>(r.responses->system_message ? 1 : 0, r.messages.size());
+  r.messages.insert(r.messages.begin() + static_cast<std::ptrdiff_t>(after), std::make_move_iterator(earlier.begin()),
                     std::make_move_iterator(earlier.end()));
   auto fields = std::make_shared<responses_fields>(*r.responses);
   for (boost::json::value& item : fields->conversation) history.push_back(std::move(item));
@@ -620,17 +646,15 @@ asio::awaitable<std::optional<response>> openai_service::continue_conversation(c
 
 asio::awaitable<void> openai_service::keep(const request_session& session, const openai_request& r,
                                            const boost::json::object& kept) {
-  const auto now = unix_seconds();
   stored_response stored{.id = std::string(kept.at("id").as_string()),
-                         .created_at = now,
-                         .expires_at = now + options_.stored_response_ttl.count(),
                          .response = boost::json::serialize(kept),
                          .conversation = boost::json::serialize(r.responses->conversation)};
+  const std::int64_t ttl = options_.stored_response_ttl.count();
   const std::string tenant = session.tenant().id;
   tenant_store& store = tenants_.store();
   const std::int64_t bound = options_.stored_response_bytes;
   result<bool> put = false;
-  std::function<void()> call = [&] { put = store.put_response(tenant, stored, bound); };
+  std::function<void()> call = [&] { put = store.put_response(tenant, stored, ttl, bound); };
   const bool ran = co_await tenants_.store_call(std::move(call));
   if (!ran) {
     responses_log.warn("response {} of tenant {} not stored: the store is busy", stored.id, tenant);
@@ -644,70 +668,64 @@ asio::awaitable<void> openai_service::keep(const request_session& session, const
   }
 }
 
-// GET /v1/responses/{id}: a stored response of the caller's tenant.
-asio::awaitable<void> openai_service::get_response(exchange& ex) {
+// GET and DELETE /v1/responses/{id}: a stored response of the caller's tenant, read or removed
+// (another tenant's is a 404). Each is a request of the tenant: its requests per minute and its
+// concurrency limit count it, as they count a count of tokens.
+asio::awaitable<void> openai_service::stored_response_route(exchange& ex, bool remove) {
   std::optional<request_session> session = co_await authenticate(ex, responses_api);
   if (!session) co_return;
+  if (auto refused = co_await session->admit(responses_api.name)) {
+    co_await ex.respond(quota_refusal_response(*refused));
+    co_return;
+  }
+  const auto answer = [&](response res) { return ex.respond(with_headers(std::move(res), *session)); };
   const auto id = percent_decode(ex.path_param("id"));
   if (!id) {
-    co_await ex.respond(invalid_request("The response id in the path is not valid percent-encoding", "response_id"));
+    co_await answer(invalid_request("The response id in the path is not valid percent-encoding", "response_id"));
     co_return;
   }
   const std::string tenant = session->tenant().id;
   tenant_store& store = tenants_.store();
-  result<std::optional<stored_response>> found = std::optional<stored_response>();
-  std::function<void()> call = [&] { found = store.get_response(tenant, *id); };
+  // Whether there was such a response (read: its text in `body`), or the store's failure.
+  result<bool> found = false;
+  std::string body;
+  std::function<void()> call = [&] {
+    if (remove) {
+      found = store.delete_response(tenant, *id);
+      return;
+    }
+    auto read = store.get_response(tenant, *id);
+    if (!read.ok()) {
+      found = read.error();
+    } else if (read->has_value()) {
+      body = std::move((*read)->response);
+      found = true;
+    }
+  };
   const bool ran = co_await tenants_.store_call(std::move(call));
   if (!ran) {
-    co_await ex.respond(refusal_response({.kind = refusal_kind::overloaded, .message = "The response store is busy"}));
+    co_await answer(refusal_response({.kind = refusal_kind::overloaded, .message = "The response store is busy"}));
     co_return;
   }
   if (!found.ok()) {
-    co_await ex.respond(error_response(http::status::internal_server_error,
-                                       format("The response store failed: {}", found.error().message()), "server_error"));
+    co_await answer(error_response(http::status::internal_server_error,
+                                   format("The response store failed: {}", found.error().message()), "server_error"));
     co_return;
   }
-  if (!found->has_value()) {
-    co_await ex.respond(error_response(http::status::not_found, format("No response with id '{}' found.", *id),
-                                       "invalid_request_error", "response_id", "not_found"));
+  if (!*found) {
+    co_await answer(error_response(http::status::not_found, format("No response with id '{}' found.", *id),
+                                   "invalid_request_error", "response_id", "not_found"));
     co_return;
   }
-  co_await ex.respond(json_text_response(http::status::ok, std::move((*found)->response)));
-}
-
-// DELETE /v1/responses/{id}
-asio::awaitable<void> openai_service::delete_response(exchange& ex) {
-  std::optional<request_session> session = co_await authenticate(ex, responses_api);
-  if (!session) co_return;
-  const auto id = percent_decode(ex.path_param("id"));
-  if (!id) {
-    co_await ex.respond(invalid_request("The response id in the path is not valid percent-encoding", "response_id"));
-    co_return;
+  session->set_outcome(request_outcome::completed);
+  if (remove) {
+    boost::json::object deleted;
+    deleted["id"] = *id;
+    deleted["object"] = "response.deleted";
+    deleted["deleted"] = true;
+    body = boost::json::serialize(deleted);
   }
-  const std::string tenant = session->tenant().id;
-  tenant_store& store = tenants_.store();
-  result<bool> removed = false;
-  std::function<void()> call = [&] { removed = store.delete_response(tenant, *id); };
-  const bool ran = co_await tenants_.store_call(std::move(call));
-  if (!ran) {
-    co_await ex.respond(refusal_response({.kind = refusal_kind::overloaded, .message = "The response store is busy"}));
-    co_return;
-  }
-  if (!removed.ok()) {
-    co_await ex.respond(error_response(http::status::internal_server_error,
-                                       format("The response store failed: {}", removed.error().message()), "server_error"));
-    co_return;
-  }
-  if (!*removed) {
-    co_await ex.respond(error_response(http::status::not_found, format("No response with id '{}' found.", *id),
-                                       "invalid_request_error", "response_id", "not_found"));
-    co_return;
-  }
-  boost::json::object deleted;
-  deleted["id"] = *id;
-  deleted["object"] = "response.deleted";
-  deleted["deleted"] = true;
-  co_await ex.respond(json_response(http::status::ok, deleted));
+  co_await answer(json_text_response(http::status::ok, std::move(body)));
 }
 
 // Anthropic's POST /v1/messages/count_tokens: the prompt /v1/messages would run, counted.
@@ -730,7 +748,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   const auto answer = [&](response res) { return ex.respond(api.error(with_headers(std::move(res), *session))); };
 
   const auto prompt_length = static_cast<std::int64_t>(prompt.size());
-  auto limit = resolve_max_tokens(r, prompt_length, model->context_length, *session);
+  auto limit = resolve_max_tokens(r, api.prompt_param, prompt_length, model->context_length, *session);
   if (auto* refused = std::get_if<response>(&limit)) {
     co_await answer(std::move(*refused));
     co_return;
@@ -752,7 +770,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   }
   std::shared_ptr<const backend::grammar::grammar> constraint =
       std::get<std::shared_ptr<const backend::grammar::grammar>>(std::move(forced));
-  const std::string_view constraint_param = constraint != nullptr ? "tools" : "response_format";
+  const std::string_view constraint_param = constraint != nullptr ? "tools" : api.format_param;
   if (constraint == nullptr) constraint = r.grammar;
   if (auto refused = co_await session->reserve(prompt_length, max_tokens, r.n)) {
     response res = quota_refusal_response(*refused);
@@ -773,7 +791,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   if (r.api == openai_api::chat_completions) {
     context.parsing = parsing_options(*model, r, prompt);
     const std::string id_prefix(api.tool_call_id_prefix);
-    context.parsing->make_id = [id_prefix] { return random_tool_call_id(id_prefix); };
+    context.parsing->make_id = [id_prefix] { return random_id(id_prefix); };
     special_tokens = needs_special_tokens(model->output, *context.parsing);
   }
 
@@ -813,7 +831,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   ex.access().completion_tokens = 0;
   if (!submitted.ok()) {
     session->set_outcome(request_outcome::failed);
-    response refused = submit_failure(submitted.error(), r.api, constraint_param);
+    response refused = submit_failure(submitted.error(), api, r.api, constraint_param);
     co_await answer(std::move(refused));
     co_return;
   }
@@ -979,19 +997,20 @@ void add_openai_routes(router& routes, const model_slot& models, tenancy& tenant
   });
   routes.add(
       http::verb::post, "/v1/messages",
-      [service](exchange& ex) -> asio::awaitable<void> { co_await service->generate(ex, messages_api); }, anthropic_error);
+      [service](exchange& ex) -> asio::awaitable<void> { co_await service->generate(ex, messages_api); },
+      messages_api.error);
   routes.add(http::verb::post, "/v1/responses", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->generate(ex, responses_api);
   });
   routes.add(http::verb::get, "/v1/responses/{id}", [service](exchange& ex) -> asio::awaitable<void> {
-    co_await service->get_response(ex);
+    co_await service->stored_response_route(ex, /*remove=*/false);
   });
   routes.add(http::verb::delete_, "/v1/responses/{id}", [service](exchange& ex) -> asio::awaitable<void> {
-    co_await service->delete_response(ex);
+    co_await service->stored_response_route(ex, /*remove=*/true);
   });
   routes.add(
       http::verb::post, "/v1/messages/count_tokens",
-      [service](exchange& ex) -> asio::awaitable<void> { co_await service->count_tokens(ex); }, anthropic_error);
+      [service](exchange& ex) -> asio::awaitable<void> { co_await service->count_tokens(ex); }, count_tokens_api.error);
   routes.add(http::verb::get, "/v1/models", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->list_models(ex);
   });

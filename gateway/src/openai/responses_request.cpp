@@ -119,8 +119,9 @@ class item_reader {
         next.role = "assistant";
         out_.push_back(std::move(next));
       }
-      std::string& existing = out_.back().content.emplace();
-      existing += text;
+      std::optional<std::string>& existing = out_.back().content;
+      if (!existing) existing.emplace();
+      *existing += text;
       return std::nullopt;
     }
     backend::chat_message m;
@@ -370,6 +371,7 @@ std::variant<openai_request, request_error> parse_responses_request(std::string_
   if (!fields.find("input") || extra->conversation.empty()) return request_error{"'input' is required and must not be empty", "input"};
   extra->echo["store"] = extra->store;
   if (!instructions.empty()) {
+    extra->system_message = true;
     backend::chat_message prompt;
     prompt.role = "system";
     prompt.content = std::move(instructions);

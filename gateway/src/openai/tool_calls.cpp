@@ -157,7 +157,7 @@ class family_parser final : public tool_call_parser {
       : family_(family),
         tools_(std::move(tools)),
         parallel_(parallel),
-        make_id_(make_id ? std::move(make_id) : tool_call_id_source([] { return random_tool_call_id(); })),
+        make_id_(make_id ? std::move(make_id) : tool_call_id_source([] { return random_id(); })),
         state_(family.bare ? state::llama_start : state::text) {
     if (family_.arguments == argument_form::key_value_pairs) {
       for (const tool_spec& tool : tools_) string_parameters_.push_back(string_properties(tool.parameters));
@@ -969,7 +969,7 @@ std::span<const std::string_view> tool_call_markers(tool_call_parser_kind kind) 
   return family != nullptr ? family->markers : std::span<const std::string_view>();
 }
 
-std::string random_tool_call_id(std::string_view prefix) {
+std::string random_id(std::string_view prefix) {
   static constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 generator{std::random_device{}()};
   std::uniform_int_distribution<std::size_t> pick(0, alphabet.size() - 1);

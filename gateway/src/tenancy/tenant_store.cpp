@@ -609,9 +609,12 @@ result<std::vector<usage_row>> tenant_store::usage(std::string_view tenant_id, u
   return out;
 }
 
-result<bool> tenant_store::put_response(std::string_view tenant_id, const stored_response& r, std::int64_t max_bytes) {
+result<bool> tenant_store::put_response(std::string_view tenant_id, stored_response r, std::int64_t ttl_seconds,
+                                        std::int64_t max_bytes) {
   if (r.bytes() > max_bytes) return false;
   std::lock_guard guard(impl_->mutex);
+  r.created_at = impl_->now();
+  r.expires_at = r.created_at + ttl_seconds;
   auto& db = impl_->db;
   EDGE_ASSIGN_OR_RETURN(sqlite::transaction tx, sqlite::transaction::begin(db));
   EDGE_ASSIGN_OR_RETURN(sqlite::statement expired, db.prepare("DELETE FROM stored_responses WHERE expires_at <= ?"));
@@ -627,7 +630,8 @@ result<bool> tenant_store::put_response(std::string_view tenant_id, const stored
                            .bind(6, std::string_view(r.response))
                            .bind(7, std::string_view(r.conversation))
                            .run());
-  // Newest first (a replaced row is new again), keep while the running total fits.
+  // Newest first (a replaced row is new again: its rowid is the highest; the server never runs
+  // VACUUM, which could renumber rows), keep while the running total fits.
   EDGE_ASSIGN_OR_RETURN(sqlite::statement evict,
                         db.prepare("DELETE FROM stored_responses WHERE rowid IN (SELECT rowid FROM (SELECT rowid, "
                                    "sum(bytes) OVER (ORDER BY rowid DESC) AS kept FROM stored_responses "

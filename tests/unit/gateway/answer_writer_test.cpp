@@ -4,6 +4,8 @@
 
 #include <boost/json.hpp>
 
+#include <map>
+
 #include "edge/gateway/openai/answer_writer.h"
 
 namespace gw = edge::gateway;
@@ -152,4 +154,80 @@ TEST_CASE("a stream that fails ends with the API's error event") {
   const gw::named_event openai_error = chat->failure(shutdown);
   CHECK(openai_error.name.empty());
   CHECK(openai_error.data == gw::refusal_body(shutdown));
+}
+
+TEST_CASE("Responses events: numbered from 0, items opened and closed in order, adding up to the response") {
+  json::object echo{{"instructions", nullptr}, {"store", true}, {"tools", json::array()}};
+  auto whole_writer = gw::make_responses_writer("resp_req_1", "tiny", 7, echo, true);
+  const json::value whole = drive(*whole_writer, false).whole;
+  auto stream_writer = gw::make_responses_writer("resp_req_1", "tiny", 7, echo, true);
+  const written streamed = drive(*stream_writer, true);
+
+  std::vector<std::string> names;
+  std::map<std::int64_t, std::string> deltas;  // per output index: text, reasoning or arguments
+  for (std::size_t i = 0; i < streamed.events.size(); ++i) {
+    const gw::named_event& e = streamed.events[i];
+    CHECK(e.name == json::value_to<std::string>(e.data.at("type")));
+    CHECK(e.data.at("sequence_number") == static_cast<std::int64_t>(i));
+    names.push_back(e.name);
+    if (e.data.contains("delta")) deltas[e.data.at("output_index").as_int64()] += e.data.at("delta").as_string();
+  }
+  const std::vector<std::string> opening{"response.created", "response.in_progress", "response.output_item.added",
+                                         "response.content_part.added", "response.reasoning_text.delta"};
+  CHECK(std::vector<std::string>(names.begin(), names.begin() + 5) == opening);
+  CHECK(names.back() == "response.completed");
+  CHECK(streamed.events.front().data.at("response").at("output").as_array().empty());
+
+  const json::object& last = streamed.events.back().data.at("response").as_object();
+  CHECK(json::value(last) == whole);
+  const json::array& output = whole.at("output").as_array();
+  REQUIRE(output.size() == 4);
+  CHECK(output[0].at("type") == "reasoning");
+  CHECK(output[0].at("content").at(0).at("text") == "Paris, so weather.");
+  CHECK(output[1].at("type") == "message");
+  CHECK(output[1].at("content").at(0).at("text") == "Looking.");
+  CHECK(output[2].at("type") == "function_call");
+  CHECK(output[2].at("call_id") == "id_a");
+  CHECK(output[2].at("arguments") == R"({"city":"Paris"})");
+  CHECK(output[3].at("name") == "get_time");
+  for (std::size_t i = 0; i < output.size(); ++i) {
+    CHECK(output[i].at("status") == "completed");
+    const json::value& content = output[i].as_object().contains("content") ? output[i].at("content").at(0).at("text")
+                                                                           : output[i].at("arguments");
+    CHECK(deltas[static_cast<std::int64_t>(i)] == content.as_string());
+  }
+  CHECK(whole.at("status") == "completed");
+  CHECK(whole.at("usage").at("output_tokens_details").at("reasoning_tokens") == 5);
+  CHECK(whole.at("usage").at("input_tokens_details").at("cached_tokens") == 16);
+  CHECK(whole.at("store") == true);
+  REQUIRE(stream_writer->kept().has_value());
+  CHECK(json::value(*stream_writer->kept()) == whole);
+  CHECK_FALSE(stream_writer->ends_with_done());
+}
+
+TEST_CASE("a Responses answer cut by its length is incomplete, and one that fails ends with response.failed") {
+  auto writer = gw::make_responses_writer("resp_req_2", "tiny", 7, {}, false);
+  std::vector<gw::named_event> events;
+  writer->open(events);
+  writer->output(0, gw::content_delta{"Once"}, nullptr, events);
+  writer->choice_end(0, finish_reason::length, {}, nullptr, events);
+  writer->end({.prompt_tokens = 3, .completion_tokens = 1}, std::nullopt, events);
+  CHECK(events.back().name == "response.incomplete");
+  const json::object& response = events.back().data.at("response").as_object();
+  CHECK(response.at("status") == "incomplete");
+  CHECK(response.at("incomplete_details") == json::parse(R"({"reason":"max_output_tokens"})"));
+  CHECK(response.at("output").at(0).at("status") == "incomplete");
+  CHECK_FALSE(writer->kept().has_value());  // store false
+
+  auto failing = gw::make_responses_writer("resp_req_3", "tiny", 7, {}, true);
+  events.clear();
+  failing->open(events);
+  const gw::named_event failed =
+      failing->failure({.kind = gw::refusal_kind::shutting_down, .message = "The server is shutting down"});
+  CHECK(failed.name == "response.failed");
+  CHECK(failed.data.at("sequence_number") == 2);
+  CHECK(failed.data.at("response").at("status") == "failed");
+  CHECK(failed.data.at("response").at("error") ==
+        json::parse(R"({"code":"shutting_down","message":"The server is shutting down"})"));
+  CHECK_FALSE(failing->kept().has_value());  // never ended
 }

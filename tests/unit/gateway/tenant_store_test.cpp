@@ -238,16 +238,14 @@ TEST_CASE("stored responses: per tenant, newest kept within the byte bound, gone
   edge::testing::temp_dir tmp;
   edge::manual_time_source clock(noon);
   auto store = open_store(tmp.path(), clock);
-  const gw::unix_time now = 1777636800;
-  const auto response = [&](std::string id, std::size_t size, gw::unix_time ttl = 3600) {
-    return gw::stored_response{.id = std::move(id), .created_at = now, .expires_at = now + ttl,
-                               .response = std::string(size, 'r'), .conversation = "[]"};
+  const auto response = [](std::string id, std::size_t size) {
+    return gw::stored_response{.id = std::move(id), .response = std::string(size, 'r'), .conversation = "[]"};
   };
   // Each is 102 bytes: three fit in 310, the fourth pushes the oldest out.
-  for (const char* id : {"resp_1", "resp_2", "resp_3"}) CHECK(*store->put_response("acme", response(id, 100), 310));
-  CHECK(*store->put_response("other", response("resp_1", 100), 310));
+  for (const char* id : {"resp_1", "resp_2", "resp_3"}) CHECK(*store->put_response("acme", response(id, 100), 3600, 310));
+  CHECK(*store->put_response("other", response("resp_1", 100), 3600, 310));
   CHECK(*store->stored_response_bytes("acme") == 306);
-  CHECK(*store->put_response("acme", response("resp_4", 100), 310));
+  CHECK(*store->put_response("acme", response("resp_4", 100), 3600, 310));
   CHECK_FALSE(store->get_response("acme", "resp_1")->has_value());
   CHECK(store->get_response("acme", "resp_2")->has_value());
   CHECK(*store->stored_response_bytes("acme") == 306);
@@ -255,16 +253,18 @@ TEST_CASE("stored responses: per tenant, newest kept within the byte bound, gone
   CHECK(store->get_response("other", "resp_1")->has_value());
   CHECK_FALSE(store->get_response("other", "resp_2")->has_value());
   // One larger than the bound alone is not kept, and takes nothing else with it.
-  CHECK_FALSE(*store->put_response("acme", response("resp_big", 400), 310));
+  CHECK_FALSE(*store->put_response("acme", response("resp_big", 400), 3600, 310));
   CHECK(*store->stored_response_bytes("acme") == 306);
   const auto got = store->get_response("acme", "resp_3");
   REQUIRE(got->has_value());
   CHECK((*got)->response.size() == 100);
   CHECK((*got)->conversation == "[]");
+  CHECK((*got)->created_at == 1777636800);
+  CHECK((*got)->expires_at == 1777636800 + 3600);
   // Deleted, and expired.
   CHECK(*store->delete_response("acme", "resp_3"));
   CHECK_FALSE(*store->delete_response("acme", "resp_3"));
-  CHECK(*store->put_response("acme", response("resp_short", 10, 60), 310));
+  CHECK(*store->put_response("acme", response("resp_short", 10), 60, 310));
   clock.advance(61s);
   CHECK_FALSE(store->get_response("acme", "resp_short")->has_value());
   CHECK_FALSE(*store->delete_response("acme", "resp_short"));

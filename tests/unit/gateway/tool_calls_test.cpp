@@ -366,8 +366,8 @@ TEST_CASE("arguments stream as the model writes them") {
 }
 
 TEST_CASE("random ids look like OpenAI's") {
-  const std::string a = gw::random_tool_call_id();
-  const std::string b = gw::random_tool_call_id();
+  const std::string a = gw::random_id();
+  const std::string b = gw::random_id();
   CHECK(a.starts_with("call_"));
   CHECK(a.size() == 29);
   CHECK(a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 5) == std::string::npos);

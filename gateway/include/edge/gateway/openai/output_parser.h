@@ -71,7 +71,7 @@ struct output_parser_options {
   tool_call_parser_kind tool_calls = tool_call_parser_kind::none;  // none: the answer is all content
   std::vector<tool_spec> tools;
   bool parallel_tool_calls = true;
-  tool_call_id_source make_id;  // empty: random_tool_call_id
+  tool_call_id_source make_id;  // empty: random_id
 };
 
 // One request's output parser. Owned by the request (connection strand only).

@@ -30,6 +30,7 @@ namespace edge::gateway {
 
 struct responses_fields {
   bool store = true;  // the API's default: kept until it expires or is deleted
+  bool system_message = false;  // the request's first chat message is its instructions
   std::optional<std::string> previous_response_id;
   // What the response object repeats of the request: instructions, max_output_tokens,
   // metadata, parallel_tool_calls, reasoning, store, temperature, text, tool_choice, tools,

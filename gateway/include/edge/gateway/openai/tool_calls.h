@@ -76,7 +76,7 @@ struct tool_spec {
 // Makes a tool call's id where the syntax has none.
 using tool_call_id_source = std::function<std::string()>;
 // `prefix` and 24 random letters and digits: "call_…" as OpenAI's ids, "toolu_…" as Anthropic's.
-std::string random_tool_call_id(std::string_view prefix = "call_");
+std::string random_id(std::string_view prefix = "call_");
 
 // One request's parser. Owned by the request (connection strand only).
 class tool_call_parser {
@@ -89,7 +89,7 @@ class tool_call_parser {
   virtual void finish(std::vector<output_event>& out, bool cut) = 0;
 };
 
-// `kind` must not be none. `make_id` empty: random_tool_call_id.
+// `kind` must not be none. `make_id` empty: random_id.
 std::unique_ptr<tool_call_parser> make_tool_call_parser(tool_call_parser_kind kind, std::vector<tool_spec> tools,
                                                         bool parallel_tool_calls, tool_call_id_source make_id = {});
 

@@ -99,8 +99,8 @@ inline constexpr unix_time hour_start_of(unix_time t) {
 // A response the Responses API stored (store: true) for a tenant.
 struct stored_response {
   std::string id;
-  unix_time created_at = 0;
-  unix_time expires_at = 0;  // gone from then on
+  unix_time created_at = 0;   // set by the store
+  unix_time expires_at = 0;   // gone from then on (set by the store)
   std::string response;      // the response object, JSON
   std::string conversation;  // the input items before its output (instructions aside), a JSON array
   std::int64_t bytes() const { return static_cast<std::int64_t>(response.size() + conversation.size()); }
@@ -192,9 +192,11 @@ class tenant_store {
   result<std::map<std::string, std::int64_t>> tokens_since(unix_time from) const;
 
   // Stored responses. put_response() stores `r` for the tenant (replacing one of the same id),
-  // then removes every expired response and the tenant's oldest ones until what it keeps is at
-  // most `max_bytes`; false, and nothing changed, when `r` alone is larger than that.
-  result<bool> put_response(std::string_view tenant_id, const stored_response& r, std::int64_t max_bytes);
+  // created now and expiring `ttl_seconds` later, then removes every expired response and the
+  // tenant's oldest ones until what it keeps is at most `max_bytes`; false, and nothing changed,
+  // when `r` alone is larger than that.
+  result<bool> put_response(std::string_view tenant_id, stored_response r, std::int64_t ttl_seconds,
+                            std::int64_t max_bytes);
   // The tenant's response `id`, unless there is none or it has expired.
   result<std::optional<stored_response>> get_response(std::string_view tenant_id, std::string_view id) const;
   // Whether the tenant had such a response (expired ones count as gone).
