@@ -191,6 +191,16 @@ test('messages.create and messages.stream give the same message; its usage is ch
   assert.equal(message.stop_reason, whole.stop_reason);
   assert.deepEqual(usageOf(message), usageOf(whole));
   assert.equal(names[0], 'message_start');
+  // On the wire: named events, a ping after message_start (the SDK skips pings), no [DONE].
+  const wire = await (await fetch(`${servers.stories.url}/v1/messages`, {
+    method: 'POST', body: JSON.stringify({ ...body, stream: true }),
+    headers: { 'content-type': 'application/json', 'x-api-key': servers.stories.defaultKey },
+  })).text();
+  const frames = wire.split('\n\n').filter((f) => f !== '');
+  assert.match(frames[0], /^event: message_start\ndata: \{"type":"message_start",/);
+  assert.equal(frames[1], 'event: ping\ndata: {"type":"ping"}');
+  assert.equal(frames.at(-1), 'event: message_stop\ndata: {"type":"message_stop"}');
+  assert.ok(!wire.includes('[DONE]'));
   assert.deepEqual(names.slice(-4), ['content_block_delta', 'content_block_stop', 'message_delta', 'message_stop']);
 
   const chat = await chatClient.chat.completions.create({ model, max_tokens: 24, temperature: 0,

@@ -114,7 +114,12 @@ class messages_writer final : public answer_writer {
   messages_writer(std::string id, std::string model, const backend::token_usage& usage)
       : answer_(std::move(id), std::move(model), usage) {}
 
-  void open(std::vector<named_event>& out) override { out.push_back(answer_.start()); }
+  // As Anthropic's streams open: the message, then a ping.
+  void open(std::vector<named_event>& out) override {
+    out.push_back(answer_.start());
+    out.push_back(*heartbeat());
+  }
+  std::optional<named_event> heartbeat() const override { return named_event{"ping", {{"type", "ping"}}}; }
   void echo(std::int32_t, boost::json::value, std::vector<named_event>&) override {}
   void output(std::int32_t, const output_event& event, boost::json::value, std::vector<named_event>& out) override {
     answer_.add(event, out);

@@ -977,7 +977,15 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, r
     const auto woken = co_await (events.wake.async_wait(asio::as_tuple(asio::use_awaitable)) || ex.watch_disconnect());
     if (woken.index() == 1 && !ex.was_cut()) co_return;  // the client is gone: the handle cancels the request
     if (sse && events.events.empty() && clock::now() >= sse->last_write() + options_.sse_heartbeat) {
-      if (!co_await sse->ping()) co_return;
+      // The API's own heartbeat event where it has one (Anthropic's ping), else a comment.
+      std::optional<named_event> beat = writer.heartbeat();
+      bool alive = false;
+      if (beat) {
+        alive = co_await sse->event(*beat);
+      } else {
+        alive = co_await sse->ping();
+      }
+      if (!alive) co_return;
     }
   }
 }

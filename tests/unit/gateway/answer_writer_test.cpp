@@ -103,6 +103,7 @@ TEST_CASE("Anthropic's events add up to the whole message: blocks, stop reason a
   const written streamed = drive(*stream_writer, true);
 
   REQUIRE(streamed.events.front().name == "message_start");
+  CHECK(streamed.events.at(1).name == "ping");
   json::object message = streamed.events.front().data.at("message").as_object();
   json::array& content = message["content"].as_array();
   for (const auto& event : streamed.events) {

@@ -61,6 +61,9 @@ class answer_writer {
   virtual named_event failure(const refusal& failure) = 0;
   // Whether a stream ends with "data: [DONE]" (OpenAI's chat and completions) or just ends.
   virtual bool ends_with_done() const = 0;
+  // The event that keeps an idle stream open, where the API has one (Anthropic's ping); else
+  // the stream gets a `: ping` comment.
+  virtual std::optional<named_event> heartbeat() const { return std::nullopt; }
   // After end() or whole(): what the API keeps of the answer (a stored response), if anything.
   virtual std::optional<boost::json::object> kept() const { return std::nullopt; }
 };
