@@ -195,6 +195,7 @@ struct engine::state {
   const time_source& clock;
   std::shared_ptr<engine_inbox> inbox;
   std::atomic<sequence_id> next_id{1};
+  std::unique_ptr<kv_host_tier> host_tier;  // engine thread only (through sched); null without one
   std::unique_ptr<scheduler> sched;  // engine thread only (check_fits is safe from any thread)
   logger log{"engine"};
 
@@ -351,6 +352,7 @@ void engine::state::apply(command& c) {
   r.prompt_tokens = static_cast<std::int64_t>(s.request.prompt.size());
   r.arrival = s.arrival;
   requests.emplace(s.id, std::move(r));
+  const auto block_bytes = static_cast<std::int64_t>(exec.kv_layout().bytes_per_block());
   status added = sched->add({.id = s.id,
                              .tenant = std::move(s.request.tenant),
                              .weight = s.request.weight,
@@ -358,7 +360,9 @@ void engine::state::apply(command& c) {
                              .prompt = std::move(s.request.prompt),
                              .max_tokens = s.request.max_tokens,
                              .forks = std::move(forks),
-                             .prompt_logits = s.request.prompt_logprobs.has_value()});
+                             .prompt_logits = s.request.prompt_logprobs.has_value(),
+                             .host_tier_cap = std::max<std::int64_t>(s.request.host_tier_cap_bytes, 0) /
+                                              std::max<std::int64_t>(block_bytes, 1)});
   if (!added.ok()) finish(s.id, finish_reason::error, added.message());
 }
 
@@ -447,7 +451,7 @@ void engine::state::step() {
   }
   for (const sequence_id id : first_admitted) emit(request_of(id), admitted_event{});
   for (const sequence_id id : plan.preempted) ++request_of(id).preemptions;
-  if (plan.empty()) return;
+  if (plan.empty() && plan.spills.empty() && plan.restores.empty()) return;
 
   auto ran = driver->run(plan, [&](sequence_id id) {
     const choice_ref at = choice_of.at(id);
@@ -557,6 +561,14 @@ void engine::state::publish() {
   s.preemptions = now.preemptions;
   s.prefix_cache_queries = now.prefix_queries;
   s.prefix_cache_hits = now.prefix_hits;
+  s.host_tier_hits = now.host_tier_hits;
+  if (host_tier) {
+    s.host_tier_blocks = host_tier->slots();
+    s.host_tier_used_blocks = host_tier->used();
+    s.host_tier_block_bytes = static_cast<std::int64_t>(exec.kv_layout().bytes_per_block());
+  }
+  s.spilled_blocks = now.spilled_blocks;
+  s.restored_blocks = now.restored_blocks;
   s.computed_tokens = now.computed_tokens;
   s.prompt_tokens = prompt_tokens_total;
   s.generation_tokens = generation_tokens_total;
@@ -624,8 +636,17 @@ result<std::unique_ptr<engine>> engine::create(const tokenizer& tok, executor& e
     return invalid_argument(format("the block pool hands out {} blocks; the KV cache has {}", pool.total_blocks(),
                                    kv.num_blocks));
   }
+  if (options.host_tier_blocks < 0) return invalid_argument("host_tier_blocks is negative");
+  std::unique_ptr<kv_host_tier> host_tier;
+  if (options.host_tier_blocks > 0) {
+    EDGE_ASSIGN_OR_RETURN(const std::span<std::byte> host_memory, exec.allocate_host_tier(options.host_tier_blocks));
+    static_cast<void>(host_memory);
+    host_tier = std::make_unique<kv_host_tier>(options.host_tier_blocks);
+    options.scheduler.restores_overlap_step = exec.restores_overlap_step();
+  }
   auto s = std::make_unique<state>(tok, exec, pool, context, options);
-  EDGE_ASSIGN_OR_RETURN(s->sched, scheduler::create(options.scheduler, pool));
+  s->host_tier = std::move(host_tier);
+  EDGE_ASSIGN_OR_RETURN(s->sched, scheduler::create(options.scheduler, pool, s->host_tier.get()));
   s->driver = std::make_unique<step_driver>(*s->sched, exec);
   s->snapshot.blocks_total = pool.total_blocks();
   s->snapshot.blocks_free = pool.free_blocks();

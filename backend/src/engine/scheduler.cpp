@@ -46,6 +46,8 @@ struct scheduler::sequence {
   // fork_own_blocks() per fork, held from admission on.
   std::vector<std::int32_t> fork_blocks;
   bool prompt_logits = false;
+  bool session = false;
+  block_owner owner = 0;             // its tenant's number (owner_of)
   std::int64_t prompt_logits_done = 0;  // leading prompt positions whose logits rows were produced
   std::int64_t computed = 0;         // leading tokens whose K/V are in the cache
   std::vector<std::int32_t> blocks;  // block table
@@ -72,8 +74,10 @@ bool scheduler::by_priority_then_arrival::operator()(const sequence* a, const se
   return a->arrival < b->arrival;
 }
 
-scheduler::scheduler(const scheduler_config& config, kv_block_pool& pool) : config_(config), pool_(pool) {
+scheduler::scheduler(const scheduler_config& config, kv_block_pool& pool, kv_host_tier* tier)
+    : config_(config), pool_(pool), tier_(config.enable_prefix_caching ? tier : nullptr) {
   watermark_blocks_ = static_cast<std::int64_t>(config.watermark * static_cast<double>(pool.total_blocks()));
+  pool_.record_evictions(tier_ != nullptr);
 }
 
 scheduler::~scheduler() {
@@ -85,7 +89,8 @@ scheduler::~scheduler() {
   }
 }
 
-result<std::unique_ptr<scheduler>> scheduler::create(const scheduler_config& config, kv_block_pool& pool) {
+result<std::unique_ptr<scheduler>> scheduler::create(const scheduler_config& config, kv_block_pool& pool,
+                                                     kv_host_tier* tier) {
   if (config.block_size < 1) return invalid_argument(format("block size {} is not positive", config.block_size));
   if (config.max_num_seqs < 1) return invalid_argument(format("max_num_seqs {} is not positive", config.max_num_seqs));
   if (config.max_num_batched_tokens < config.block_size) {
@@ -97,7 +102,7 @@ result<std::unique_ptr<scheduler>> scheduler::create(const scheduler_config& con
     return invalid_argument(format("watermark {} is not in [0, 1)", config.watermark));
   }
   if (config.max_model_len < 0) return invalid_argument("max_model_len is negative");
-  std::unique_ptr<scheduler> s(new scheduler(config, pool));
+  std::unique_ptr<scheduler> s(new scheduler(config, pool, tier));
   if (pool.total_blocks() <= s->watermark_blocks_) {
     return invalid_argument(format("a KV cache of {} blocks leaves no room above the watermark of {} blocks",
                                    pool.total_blocks(), s->watermark_blocks_));
@@ -186,6 +191,9 @@ status scheduler::add(sequence_spec spec) {
   s->tokens = std::move(spec.prompt);
   s->forks = std::move(spec.forks);
   s->prompt_logits = spec.prompt_logits;
+  s->session = spec.session;
+  s->owner = owner_of(spec.tenant);
+  owner_caps_[s->owner] = std::max<std::int64_t>(spec.host_tier_cap, 0);
   fork_ids_.insert(s->forks.begin(), s->forks.end());
   s->root = prefix_root_hash(spec.tenant);
   sequence& ref = *s;
@@ -316,9 +324,25 @@ void scheduler::register_full_blocks(sequence& s) {
   const std::int64_t full = std::min<std::int64_t>(s.computed / config_.block_size,
                                                    static_cast<std::int64_t>(s.blocks.size()));
   for (std::int64_t j = s.registered; j < full; ++j) {
-    pool_.register_full(s.blocks[static_cast<std::size_t>(j)], block_hash_at(s, j));
+    pool_.register_full(s.blocks[static_cast<std::size_t>(j)], block_hash_at(s, j), s.owner);
   }
   s.registered = std::max(s.registered, full);
+}
+
+block_owner scheduler::owner_of(const std::string& tenant) {
+  const auto [it, added] = owner_numbers_.try_emplace(tenant, static_cast<block_owner>(owner_numbers_.size() + 1));
+  return it->second;
+}
+
+void scheduler::spill_evictions(step_plan& plan) {
+  if (tier_ == nullptr) return;
+  for (const evicted_block& e : pool_.take_evictions()) {
+    const auto cap = owner_caps_.find(e.owner);
+    const auto placed = tier_->place(e.hash, e.owner, cap == owner_caps_.end() ? 0 : cap->second);
+    if (!placed || placed->present) continue;
+    plan.spills.push_back({.block = e.block, .slot = placed->slot});
+    ++counters_.spilled_blocks;
+  }
 }
 
 void scheduler::release_blocks(sequence& s) {
@@ -329,6 +353,7 @@ void scheduler::release_blocks(sequence& s) {
       if (*it < 0 || *it >= pool_.total_blocks() || pool_.ref_count(*it) <= 0) {
         accounting_bug(format("sequence {} frees block {}, which nobody holds", s.id, *it));
       }
+      if (s.session) pool_.prefer_keeping(*it);
       pool_.free(*it);
     }
     blocks.clear();
@@ -380,20 +405,29 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, std::int64_t& logits
   const auto length = static_cast<std::int64_t>(s.tokens.size());
   const auto choices = static_cast<std::int64_t>(s.forks.size()) + 1;
   if (num_running() + pending_forks_ + choices > config_.max_num_seqs) return false;
-  std::vector<std::int32_t> hits;
+  std::vector<prefix_hit> hits;
   // A sequence still owed prompt logits computes every position: a hit would skip their rows.
   if (config_.enable_prefix_caching && !owes_prompt_logits(s)) {
     // The last token is always computed (its logits are needed), in a block of this sequence's
     // own; with forks, the last prompt token of every choice.
     const std::int64_t candidates = (std::min(length, compute_target(s) + 1) - 1) / config_.block_size;
     for (std::int64_t j = 0; j < candidates; ++j) {
-      const auto block = pool_.find_cached(block_hash_at(s, j));
-      if (!block) break;
-      hits.push_back(*block);
+      const block_hash& hash = block_hash_at(s, j);
+      if (const auto block = pool_.find_cached(hash)) {
+        hits.push_back({.block = *block});
+        continue;
+      }
+      const auto slot = tier_ == nullptr ? std::nullopt : tier_->find(hash);
+      if (!slot) break;
+      // Held until the step's copies are done, whether or not this admission goes through.
+      tier_->pin(*slot);
+      hits.push_back({.slot = *slot});
     }
   }
   const auto hit_blocks = static_cast<std::int64_t>(hits.size());
   const std::int64_t start = hit_blocks * config_.block_size;
+  const auto in_memory = static_cast<std::int64_t>(
+      std::count_if(hits.begin(), hits.end(), [](const prefix_hit& h) { return h.block >= 0; }));
 
   // With forks and the whole prompt but its last token found, the forks split off at once.
   const bool forks_now = !s.forks.empty() && start == compute_target(s);
@@ -401,27 +435,46 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, std::int64_t& logits
                                       : next_chunk(s, start, budget, logits_budget);
   if (shape.count == 0) return false;
 
-  const std::int64_t fresh = admission_blocks(s) - hit_blocks;
-  const auto revived = static_cast<std::int64_t>(
-      std::count_if(hits.begin(), hits.end(), [&](std::int32_t b) { return pool_.ref_count(b) == 0; }));
+  // Blocks found in the host tier take fresh blocks too.
+  const std::int64_t fresh = admission_blocks(s) - in_memory;
+  const auto revived = static_cast<std::int64_t>(std::count_if(
+      hits.begin(), hits.end(), [&](const prefix_hit& h) { return h.block >= 0 && pool_.ref_count(h.block) == 0; }));
   if (pool_.free_blocks() - revived - fresh < watermark_blocks_) return false;
 
-  for (const std::int32_t b : hits) {
-    pool_.acquire(b);
-    s.blocks.push_back(b);
+  const auto allocate = [&] {
+    const auto block = pool_.allocate();
+    if (!block) accounting_bug(format("admitting sequence {} found fewer free blocks than counted", s.id));
+    return *block;
+  };
+  // The hits in KV memory are taken first: allocating for the host tier's could evict them.
+  for (const prefix_hit& h : hits) {
+    if (h.block >= 0) pool_.acquire(h.block);
+  }
+  bool reads_restored = false;  // a block this sequence reads is copied back in this step
+  std::int64_t restored = 0;
+  for (std::size_t j = 0; j < hits.size(); ++j) {
+    std::int32_t block = hits[j].block;
+    if (block < 0) {
+      block = allocate();
+      pool_.register_full(block, block_hash_at(s, static_cast<std::int64_t>(j)), s.owner);
+      plan.restores.push_back({.block = block, .slot = hits[j].slot});
+      restoring_.insert(block);
+      ++restored;
+    }
+    reads_restored = reads_restored || restoring_.contains(block);
+    s.blocks.push_back(block);
   }
   const std::int64_t for_forks =
       static_cast<std::int64_t>(s.forks.size()) * fork_own_blocks(s.prompt_length, s.max_tokens);
-  for (std::int64_t i = 0; i < fresh; ++i) {
-    const auto block = pool_.allocate();
-    if (!block) accounting_bug(format("admitting sequence {} found fewer free blocks than counted", s.id));
-    (i < fresh - for_forks ? s.blocks : s.fork_blocks).push_back(*block);
-  }
+  for (std::int64_t i = restored; i < fresh; ++i) (i < fresh - for_forks ? s.blocks : s.fork_blocks).push_back(allocate());
+  spill_evictions(plan);
   s.computed = start;
   s.registered = hit_blocks;
   if (config_.enable_prefix_caching) {
     counters_.prefix_queries += length;
     counters_.prefix_hits += start;
+    counters_.host_tier_hits += restored * config_.block_size;
+    counters_.restored_blocks += restored;
   }
   if (!s.admitted_before) {
     s.cached_prompt_tokens = std::min(start, s.prompt_length);
@@ -432,6 +485,8 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, std::int64_t& logits
   insert_running(s);
   pending_forks_ += static_cast<std::int64_t>(s.forks.size());
   plan.admitted.push_back(s.id);
+  // Its copies back run beside this step: it computes (and forks) from the next one.
+  if (config_.restores_overlap_step && reads_restored) return true;
   logits_budget -= shape.logits_count;
   if (!forks_now) {
     add_chunk(s, shape, plan);
@@ -471,6 +526,8 @@ void scheduler::fork(sequence& s, step_plan& plan) {
     c->max_tokens = s.max_tokens;
     c->tokens = s.tokens;
     c->computed = point;
+    c->session = s.session;
+    c->owner = s.owner;
     c->root = s.root;
     c->hashes.assign(s.hashes.begin(), s.hashes.begin() + std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(shared),
                                                                                  static_cast<std::ptrdiff_t>(s.hashes.size())));
@@ -501,6 +558,9 @@ void scheduler::fork(sequence& s, step_plan& plan) {
 
 step_plan scheduler::schedule() {
   step_plan plan;
+  // The previous step's copies are done (or, beside a step, ordered before this step's).
+  restoring_.clear();
+  if (tier_ != nullptr) tier_->unpin_all();
   std::int64_t budget = config_.max_num_batched_tokens;
   std::int64_t logits_budget = config_.max_prompt_logits;
 
@@ -537,6 +597,7 @@ step_plan scheduler::schedule() {
       if (!block) accounting_bug(format("growing sequence {} found fewer free blocks than counted", s.id));
       s.blocks.push_back(*block);
     }
+    spill_evictions(plan);
     add_chunk(s, shape, plan);
     budget -= shape.count;
     logits_budget -= shape.logits_count;
@@ -629,6 +690,7 @@ std::int64_t scheduler::tokens_served(std::string_view tenant) const {
 
 status scheduler::check_invariants() const {
   EDGE_RETURN_IF_ERROR(pool_.check_consistency());
+  if (tier_ != nullptr) EDGE_RETURN_IF_ERROR(tier_->check_consistency());
   std::vector<std::int32_t> holders(static_cast<std::size_t>(pool_.total_blocks()), 0);
   // Per block, whether some holder may still write it: it lies at or past that holder's last
   // full computed block (a block several tables hold must be read-only for all of them).

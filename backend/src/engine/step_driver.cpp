@@ -12,6 +12,8 @@ result<std::span<sampled_token>> step_driver::run(const step_plan& plan,
                                                     const std::function<driven_sequence(sequence_id)>& sequence_of) {
   batch_.entries.clear();
   batch_.copies = plan.copies;
+  batch_.spills = plan.spills;
+  batch_.restores = plan.restores;
   row_ids_.clear();
   row_seqs_.clear();
   rows_.clear();

@@ -58,6 +58,9 @@ struct cpu_executor::state {
   std::vector<std::uint32_t> allowed;                  // [constrained rows, allowed_words(vocab)]
   std::vector<std::int32_t> ids, positions, seq;       // [tokens]
   std::vector<std::int64_t> slots;                     // [tokens]
+  // The host tier: [host_tier_slots, bytes_per_block] packed blocks (allocate_host_tier).
+  std::unique_ptr<std::byte[]> host_tier;
+  std::int64_t host_tier_slots = 0;
   std::vector<std::int32_t> tables;                    // [sequences * table_blocks] room, ragged
   std::vector<std::int32_t> table_begin;               // [sequences + 1]
   std::vector<std::int32_t> seq_begin;                 // [sequences + 1]
@@ -68,6 +71,8 @@ struct cpu_executor::state {
 
   // Stages and runs the plan, its logits rows into `logits_out` ([rows, vocab]).
   status run(const batch_plan& batch, float* logits_out);
+  // The plan's host tier copies: spills, then restores (before the step computes).
+  status copy_tiers(const batch_plan& batch);
 };
 
 cpu_executor::cpu_executor(std::unique_ptr<state> s) : state_(std::move(s)) {}
@@ -124,6 +129,27 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const model& m, kv_ca
   return std::unique_ptr<cpu_executor>(new cpu_executor(std::move(s)));
 }
 
+status cpu_executor::state::copy_tiers(const batch_plan& batch) {
+  EDGE_RETURN_IF_ERROR(check_tier_copies(batch, cache.layout().num_blocks, host_tier_slots));
+  const std::size_t bytes = cache.layout().bytes_per_block();
+  const auto slot = [&](std::int32_t s) { return std::span(host_tier.get() + static_cast<std::size_t>(s) * bytes, bytes); };
+  for (const tier_copy& c : batch.spills) pack_kv_block(cache.view(), c.block, slot(c.slot));
+  for (const tier_copy& c : batch.restores) unpack_kv_block(cache.view(), slot(c.slot), c.block);
+  return {};
+}
+
+result<std::span<std::byte>> cpu_executor::allocate_host_tier(std::int64_t slots) {
+  state& s = *state_;
+  if (s.host_tier) return failed_precondition("the host tier is allocated already");
+  if (slots < 1) return invalid_argument(format("a host tier of {} blocks", slots));
+  const std::size_t bytes = static_cast<std::size_t>(slots) * s.cache.layout().bytes_per_block();
+  // Not value-initialised: pages are committed as spills first touch them.
+  s.host_tier.reset(new (std::nothrow) std::byte[bytes]);
+  if (!s.host_tier) return resource_exhausted(format("cannot allocate {} for the host KV tier", format_bytes(bytes)));
+  s.host_tier_slots = slots;
+  return std::span(s.host_tier.get(), bytes);
+}
+
 status cpu_executor::state::run(const batch_plan& batch, float* logits_out) {
   EDGE_RETURN_IF_ERROR(check_batch_limits(batch, options.max_batch_tokens, options.max_sequences, prompt_rows));
   const step_arrays arrays{.ids = ids.data(), .positions = positions.data(), .seq = seq.data(), .slots = slots.data(),
@@ -159,6 +185,7 @@ expert_routing cpu_executor::last_routing() const {
 
 status cpu_executor::forward(const batch_plan& plan, std::span<float> logits) {
   state& s = *state_;
+  EDGE_RETURN_IF_ERROR(s.copy_tiers(plan));
   if (plan.total_tokens() == 0) return {};
   EDGE_RETURN_IF_ERROR(check_logits_buffer(plan, logits, s.plan.vocab));
   return s.run(plan, logits.data());
@@ -170,6 +197,7 @@ status cpu_executor::forward_sample(const batch_plan& plan, std::span<const row_
   state& s = *state_;
   const std::int64_t vocab = s.plan.vocab;
   EDGE_RETURN_IF_ERROR(check_sampling_args(plan, rows, tokens, logits, vocab));
+  EDGE_RETURN_IF_ERROR(s.copy_tiers(plan));
   if (plan.total_tokens() == 0) return {};
   EDGE_RETURN_IF_ERROR(s.run(plan, s.buffers.logits));
   // The forward pass has had every core: the masks come after it.

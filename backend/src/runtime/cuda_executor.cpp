@@ -217,6 +217,16 @@ struct cuda_executor::state {
   device_memory kv_memory;
   kv_cache_view kv;
 
+  // The host tier (allocate_host_tier): [host_tier_slots, bytes_per_block] packed blocks, and the
+  // stream its copies run on, so that a copy back runs beside other requests' steps.
+  pinned_memory host_tier;
+  std::int64_t host_tier_slots = 0;
+  cudaStream_t copy_stream = nullptr;
+  cudaEvent_t steps_done = nullptr;     // on `stream`: what earlier steps wrote is there
+  cudaEvent_t spills_done = nullptr;    // on copy_stream: the step may overwrite the blocks spilled
+  cudaEvent_t restores_done = nullptr;  // on copy_stream: the next step may read the blocks restored
+  bool restores_pending = false;        // restores_done was recorded and no step has waited for it yet
+
   meta_layout step_meta;                      // the layout of the step last executed
   std::map<std::int64_t, graph_exec> graphs;  // by padded decode batch size
   cuda_graph_policy graph_policy;             // which sizes run as graphs
@@ -224,7 +234,58 @@ struct cuda_executor::state {
 
   ~state() {
     graphs.clear();
+    if (copy_stream != nullptr) {
+      // Its copies read and write host_tier, which goes with this state.
+      static_cast<void>(cudaStreamSynchronize(copy_stream));
+      cudaStreamDestroy(copy_stream);
+    }
+    for (cudaEvent_t e : {steps_done, spills_done, restores_done}) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  // Queues the plan's host tier copies on copy_stream, each region kind of a block as one
+  // strided copy (kv_cache_view's packing). This step's kernels wait for the spills (they may
+  // overwrite the blocks spilled); the next step's wait for the restores, which only sequences
+  // that compute from the next step on read (scheduler_config::restores_overlap_step).
+  status queue_tier_copies(const batch_plan& batch) {
+    EDGE_RETURN_IF_ERROR(check_tier_copies(batch, kv.layout.num_blocks, host_tier_slots));
+    if (restores_pending) {
+      EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamWaitEvent(stream, restores_done, 0), "wait for restores"));
+      restores_pending = false;
+    }
+    if (batch.spills.empty() && batch.restores.empty()) return {};
+    EDGE_RETURN_IF_ERROR(cuda_check(cudaEventRecord(steps_done, stream), "record steps"));
+    EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamWaitEvent(copy_stream, steps_done, 0), "wait for steps"));
+    for (const tier_copy& c : batch.spills) EDGE_RETURN_IF_ERROR(queue_block_copy(c, cudaMemcpyDeviceToHost));
+    if (!batch.spills.empty()) {
+      EDGE_RETURN_IF_ERROR(cuda_check(cudaEventRecord(spills_done, copy_stream), "record spills"));
+      EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamWaitEvent(stream, spills_done, 0), "wait for spills"));
+    }
+    for (const tier_copy& c : batch.restores) EDGE_RETURN_IF_ERROR(queue_block_copy(c, cudaMemcpyHostToDevice));
+    if (!batch.restores.empty()) {
+      EDGE_RETURN_IF_ERROR(cuda_check(cudaEventRecord(restores_done, copy_stream), "record restores"));
+      restores_pending = true;
+    }
+    return {};
+  }
+
+  status queue_block_copy(const tier_copy& c, cudaMemcpyKind kind) {
+    std::byte* packed = host_tier.data() + static_cast<std::size_t>(c.slot) * kv.layout.bytes_per_block();
+    for (int which = 0; which < kv_cache_view::region_kinds; ++which) {
+      const std::size_t piece = kv.piece_bytes(which);
+      if (piece == 0) continue;
+      std::byte* host = packed + kv.packed_offset(which);
+      std::byte* on_device = kv.piece(0, which, c.block);
+      const auto layers = static_cast<std::size_t>(kv.layout.num_layers);
+      const cudaError_t queued =
+          kind == cudaMemcpyDeviceToHost
+              ? cudaMemcpy2DAsync(host, piece, on_device, kv.layer_bytes(), piece, layers, kind, copy_stream)
+              : cudaMemcpy2DAsync(on_device, kv.layer_bytes(), host, piece, piece, layers, kind, copy_stream);
+      EDGE_RETURN_IF_ERROR(cuda_check(queued, "host tier copy"));
+    }
+    return {};
   }
 
   kernels::stream kstream() const { return {.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream}; }
@@ -786,8 +847,26 @@ result<std::unique_ptr<cuda_executor>> cuda_executor::create_synthetic(const mod
   return finish(std::move(s));
 }
 
+result<std::span<std::byte>> cuda_executor::allocate_host_tier(std::int64_t slots) {
+  state& s = *state_;
+  if (s.host_tier_slots > 0) return failed_precondition("the host tier is allocated already");
+  if (slots < 1) return invalid_argument(format("a host tier of {} blocks", slots));
+  EDGE_RETURN_IF_ERROR(s.select_device());
+  const std::size_t bytes = static_cast<std::size_t>(slots) * s.kv.layout.bytes_per_block();
+  EDGE_RETURN_IF_ERROR(s.host_tier.allocate(bytes));
+  EDGE_RETURN_IF_ERROR(
+      cuda_check(cudaStreamCreateWithFlags(&s.copy_stream, cudaStreamNonBlocking), "cudaStreamCreate (copies)"));
+  for (cudaEvent_t* e : {&s.steps_done, &s.spills_done, &s.restores_done}) {
+    EDGE_RETURN_IF_ERROR(cuda_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate"));
+  }
+  s.host_tier_slots = slots;
+  return std::span(s.host_tier.data(), bytes);
+}
+
 status cuda_executor::forward(const batch_plan& plan, std::span<float> logits) {
   state& s = *state_;
+  EDGE_RETURN_IF_ERROR(s.select_device());
+  EDGE_RETURN_IF_ERROR(s.queue_tier_copies(plan));
   if (plan.total_tokens() == 0) return {};
   EDGE_RETURN_IF_ERROR(check_logits_buffer(plan, logits, s.plan.vocab));
   EDGE_RETURN_IF_ERROR(s.execute(plan, {}));
@@ -812,6 +891,8 @@ status cuda_executor::forward_sample(const batch_plan& plan, std::span<const row
                                      const mask_filler& fill_masks) {
   state& s = *state_;
   EDGE_RETURN_IF_ERROR(check_sampling_args(plan, rows, tokens, logits, s.plan.vocab));
+  EDGE_RETURN_IF_ERROR(s.select_device());
+  EDGE_RETURN_IF_ERROR(s.queue_tier_copies(plan));
   if (plan.total_tokens() == 0) return {};
   EDGE_RETURN_IF_ERROR(s.execute(plan, rows));
   settle_on_early_return settle(s.stream);

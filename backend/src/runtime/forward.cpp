@@ -390,6 +390,20 @@ std::int64_t prompt_logits_rows_per_step(std::int64_t block_size) {
   return (std::max(at_least, b) + b - 1) / b * b;
 }
 
+status check_tier_copies(const batch_plan& plan, std::int64_t blocks, std::int64_t slots) {
+  if (plan.spills.empty() && plan.restores.empty()) return {};
+  if (slots == 0) return failed_precondition("the plan copies to a host tier and there is none");
+  for (const auto* copies : {&plan.spills, &plan.restores}) {
+    for (const tier_copy& c : *copies) {
+      if (c.block < 0 || c.block >= blocks || c.slot < 0 || c.slot >= slots) {
+        return invalid_argument(format("host tier copy of block {} (of {}) and slot {} (of {}) is out of range", c.block,
+                                       blocks, c.slot, slots));
+      }
+    }
+  }
+  return {};
+}
+
 status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs,
                           std::int64_t max_prompt_logits) {
   if (plan.total_tokens() > max_tokens) {

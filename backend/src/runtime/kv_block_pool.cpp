@@ -39,7 +39,9 @@ kv_block_pool::kv_block_pool(std::int64_t num_blocks)
     : total_(num_blocks),
       refs_(static_cast<std::size_t>(num_blocks), 0),
       cached_(static_cast<std::size_t>(num_blocks), false),
+      kept_(static_cast<std::size_t>(num_blocks), false),
       hashes_(static_cast<std::size_t>(num_blocks)),
+      owners_(static_cast<std::size_t>(num_blocks), 0),
       lru_prev_(static_cast<std::size_t>(num_blocks), none),
       lru_next_(static_cast<std::size_t>(num_blocks), none) {
   uncached_free_.reserve(static_cast<std::size_t>(num_blocks));
@@ -51,14 +53,17 @@ std::optional<std::int32_t> kv_block_pool::allocate() {
   if (!uncached_free_.empty()) {
     block = uncached_free_.back();
     uncached_free_.pop_back();
-  } else if (lru_head_ != none) {
-    block = lru_head_;
+  } else if (lru_head_[0] != none || lru_head_[1] != none) {
+    block = lru_head_[0] != none ? lru_head_[0] : lru_head_[1];
+    const auto b = static_cast<std::size_t>(block);
     unlink_cached_free(block);
-    index_.erase(hashes_[static_cast<std::size_t>(block)]);
-    cached_[static_cast<std::size_t>(block)] = false;
+    index_.erase(hashes_[b]);
+    if (record_evictions_) evictions_.push_back({.block = block, .hash = hashes_[b], .owner = owners_[b]});
+    cached_[b] = false;
   } else {
     return std::nullopt;
   }
+  kept_[static_cast<std::size_t>(block)] = false;
   refs_[static_cast<std::size_t>(block)] = 1;
   return block;
 }
@@ -94,22 +99,36 @@ void kv_block_pool::share(std::int32_t block) {
   ++refs_[static_cast<std::size_t>(block)];
 }
 
-bool kv_block_pool::register_full(std::int32_t block, const block_hash& hash) {
+bool kv_block_pool::register_full(std::int32_t block, const block_hash& hash, block_owner owner) {
   assert(block >= 0 && block < total_);
   assert(refs_[static_cast<std::size_t>(block)] > 0);
   if (cached_[static_cast<std::size_t>(block)]) return false;
   if (!index_.emplace(hash, block).second) return false;
   cached_[static_cast<std::size_t>(block)] = true;
   hashes_[static_cast<std::size_t>(block)] = hash;
+  owners_[static_cast<std::size_t>(block)] = owner;
   return true;
+}
+
+void kv_block_pool::prefer_keeping(std::int32_t block) {
+  assert(block >= 0 && block < total_);
+  assert(refs_[static_cast<std::size_t>(block)] > 0 && "only a held block changes lists");
+  kept_[static_cast<std::size_t>(block)] = true;
+}
+
+std::vector<evicted_block> kv_block_pool::take_evictions() {
+  std::vector<evicted_block> out;
+  out.swap(evictions_);
+  return out;
 }
 
 void kv_block_pool::unlink_cached_free(std::int32_t block) {
   const auto b = static_cast<std::size_t>(block);
+  const int list = kept_[b] ? 1 : 0;
   const std::int32_t prev = lru_prev_[b];
   const std::int32_t next = lru_next_[b];
-  (prev == none ? lru_head_ : lru_next_[static_cast<std::size_t>(prev)]) = next;
-  (next == none ? lru_tail_ : lru_prev_[static_cast<std::size_t>(next)]) = prev;
+  (prev == none ? lru_head_[list] : lru_next_[static_cast<std::size_t>(prev)]) = next;
+  (next == none ? lru_tail_[list] : lru_prev_[static_cast<std::size_t>(next)]) = prev;
   lru_prev_[b] = none;
   lru_next_[b] = none;
   --cached_free_count_;
@@ -117,10 +136,11 @@ void kv_block_pool::unlink_cached_free(std::int32_t block) {
 
 void kv_block_pool::append_cached_free(std::int32_t block) {
   const auto b = static_cast<std::size_t>(block);
-  lru_prev_[b] = lru_tail_;
+  const int list = kept_[b] ? 1 : 0;
+  lru_prev_[b] = lru_tail_[list];
   lru_next_[b] = none;
-  (lru_tail_ == none ? lru_head_ : lru_next_[static_cast<std::size_t>(lru_tail_)]) = block;
-  lru_tail_ = block;
+  (lru_tail_[list] == none ? lru_head_[list] : lru_next_[static_cast<std::size_t>(lru_tail_[list])]) = block;
+  lru_tail_[list] = block;
   ++cached_free_count_;
 }
 
@@ -133,12 +153,19 @@ status kv_block_pool::check_consistency() const {
     ++seen[static_cast<std::size_t>(b)];
   }
   std::int64_t lru_length = 0;
-  for (std::int32_t b = lru_head_, prev = none; b != none; prev = b, b = lru_next_[static_cast<std::size_t>(b)]) {
-    if (lru_prev_[static_cast<std::size_t>(b)] != prev) return internal_error(format("LRU list broken at block {}", b));
-    if (refs_[static_cast<std::size_t>(b)] != 0) return internal_error(format("LRU block {} is referenced", b));
-    if (!cached_[static_cast<std::size_t>(b)]) return internal_error(format("LRU block {} is not cached", b));
-    ++seen[static_cast<std::size_t>(b)];
-    if (++lru_length > total_) return internal_error("LRU list has a cycle");
+  for (int list = 0; list < 2; ++list) {
+    std::int32_t prev = none;
+    for (std::int32_t b = lru_head_[list]; b != none; prev = b, b = lru_next_[static_cast<std::size_t>(b)]) {
+      if (lru_prev_[static_cast<std::size_t>(b)] != prev) return internal_error(format("LRU list broken at block {}", b));
+      if (refs_[static_cast<std::size_t>(b)] != 0) return internal_error(format("LRU block {} is referenced", b));
+      if (!cached_[static_cast<std::size_t>(b)]) return internal_error(format("LRU block {} is not cached", b));
+      if (kept_[static_cast<std::size_t>(b)] != (list == 1)) {
+        return internal_error(format("LRU block {} is on the wrong list", b));
+      }
+      ++seen[static_cast<std::size_t>(b)];
+      if (++lru_length > total_) return internal_error("LRU list has a cycle");
+    }
+    if (prev != lru_tail_[list]) return internal_error(format("LRU list {} ends at {}, not its tail", list, prev));
   }
   if (lru_length != cached_free_count_) {
     return internal_error(format("LRU list holds {} blocks, counted {}", lru_length, cached_free_count_));

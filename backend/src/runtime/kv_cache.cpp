@@ -87,6 +87,46 @@ void* kv_cache_view::region(std::int64_t layer, int which) const {
   return base + offset;
 }
 
+std::size_t kv_cache_view::piece_bytes(int which) const {
+  const auto rows = static_cast<std::size_t>(layout.num_kv_heads * layout.block_size);
+  const std::size_t element = kernels::dtype_size(layout.dtype);
+  switch (which) {
+    case 0: return rows * static_cast<std::size_t>(layout.head_dim) * element;
+    case 1: return rows * static_cast<std::size_t>(layout.value_dim) * element;
+    case 2: return key_scale_bytes == 0 ? 0 : rows * sizeof(float);
+    case 3: return value_scale_bytes == 0 ? 0 : rows * sizeof(float);
+    default: return 0;
+  }
+}
+
+std::size_t kv_cache_view::packed_offset(int which) const {
+  std::size_t offset = 0;
+  for (int w = 0; w < which; ++w) offset += piece_bytes(w) * static_cast<std::size_t>(layout.num_layers);
+  return offset;
+}
+
+void pack_kv_block(const kv_cache_view& kv, std::int32_t block, std::span<std::byte> packed) {
+  std::byte* out = packed.data();
+  for (int which = 0; which < kv_cache_view::region_kinds; ++which) {
+    const std::size_t bytes = kv.piece_bytes(which);
+    if (bytes == 0) continue;
+    for (std::int64_t layer = 0; layer < kv.layout.num_layers; ++layer, out += bytes) {
+      std::memcpy(out, kv.piece(layer, which, block), bytes);
+    }
+  }
+}
+
+void unpack_kv_block(const kv_cache_view& kv, std::span<const std::byte> packed, std::int32_t block) {
+  const std::byte* in = packed.data();
+  for (int which = 0; which < kv_cache_view::region_kinds; ++which) {
+    const std::size_t bytes = kv.piece_bytes(which);
+    if (bytes == 0) continue;
+    for (std::int64_t layer = 0; layer < kv.layout.num_layers; ++layer, in += bytes) {
+      std::memcpy(kv.piece(layer, which, block), in, bytes);
+    }
+  }
+}
+
 void kv_cache::unmap::operator()(std::byte* memory) const {
   if (memory != nullptr) ::munmap(memory, bytes);
 }

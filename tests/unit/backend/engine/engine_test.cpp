@@ -133,6 +133,45 @@ TEST_CASE("a request served from the prefix cache gives the undisturbed greedy t
   }
 }
 
+TEST_CASE("a request served from the host tier after its blocks left KV memory gives the undisturbed greedy tokens") {
+  for (const auto kv : equal_kv_dtypes) {
+    CAPTURE(kernels::to_string(kv));
+    const auto expected = reference_tokens(kv, {long_prompt}, equal_max_tokens);
+    event_log log;
+    // 12 blocks of KV memory: the long prompt's blocks are evicted by the short prompts after
+    // it, and kept in 64 host slots.
+    auto setup = setup_with(kv, 12, {.watermark = 0.0});
+    setup.options.host_tier_blocks = 64;
+    engine_runtime rt(setup);
+    const auto run = [&](const std::string& name, const std::string& text, const std::string& tenant) {
+      auto request = greedy_request(rt.encode(text), equal_max_tokens);
+      request.tenant = tenant;
+      auto h = rt.eng->submit(std::move(request), log.sink(name));
+      REQUIRE(h.ok());
+      REQUIRE(log.wait_finished(name));
+      return log.get(name);
+    };
+    CHECK(run("first", long_prompt, "t").tokens == expected[0]);
+    for (std::size_t i = 0; i < short_prompts.size(); ++i) run("short" + std::to_string(i), short_prompts[i], "t");
+    CHECK(rt.eng->stats().spilled_blocks > 0);
+    CHECK(rt.eng->stats().host_tier_used_blocks > 0);
+
+    const auto again = run("again", long_prompt, "t");
+    CHECK(again.tokens == expected[0]);
+    const auto prompt_length = static_cast<std::int64_t>(rt.encode(long_prompt).size());
+    CHECK(again.end->usage.cached_tokens == (prompt_length - 1) / 16 * 16);
+    CHECK(rt.eng->stats().host_tier_hits > 0);
+    CHECK(rt.eng->stats().restored_blocks > 0);
+
+    // Another tenant's identical prompt finds nothing in either tier, and is computed the same.
+    const std::int64_t hits_before = rt.eng->stats().host_tier_hits;
+    const auto other = run("other", long_prompt, "u");
+    CHECK(other.end->usage.cached_tokens == 0);
+    CHECK(other.tokens == expected[0]);
+    CHECK(rt.eng->stats().host_tier_hits == hits_before);
+  }
+}
+
 TEST_CASE("a cancelled request ends with abort and its blocks are free before another step runs") {
   event_log log;
   gate hold;

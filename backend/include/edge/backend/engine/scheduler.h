@@ -25,6 +25,13 @@
 // the last prompt token is always computed, in a block of the sequence's own, so that shared
 // blocks are never written. A sequence registers each block it has filled.
 //
+// With a host tier (kv_host_tier), full cached blocks that allocate() evicts are copied there
+// first (step_plan::spills, under the tenant's cap of slots), and admission looks a block up
+// there when KV memory lacks it: a hit takes a fresh block, registered at once, whose contents
+// are copied back (step_plan::restores) before anything reads it. Cached tokens count hits from
+// either. A sequence with a session (sequence_spec::session) marks its blocks to be kept: KV
+// memory evicts them after every other free cached block.
+//
 // A request for several choices (OpenAI's n) is one sequence with forks: it is admitted with
 // the blocks of all its choices (and a slot for each under max_num_seqs), computes its prompt
 // but for the last token once, then forks: each further choice becomes a sequence of its own
@@ -53,6 +60,7 @@
 #include <vector>
 
 #include "edge/backend/runtime/kv_block_pool.h"
+#include "edge/backend/runtime/kv_host_tier.h"
 #include "edge/common/status.h"
 
 namespace edge::backend {
@@ -93,6 +101,10 @@ struct scheduler_config {
   // Prompt logits rows a step computes at most (the executor's bound); requests for prompt
   // logits are refused when it is under a block.
   std::int64_t max_prompt_logits = 0;
+  // The executor copies a step's restores beside its compute (a GPU's copy stream), finished
+  // before the next step computes: a sequence reading a block restored in a step computes from
+  // the next step on. Otherwise the restores are done before the step computes.
+  bool restores_overlap_step = false;
 };
 
 // What the scheduler needs to know about a request.
@@ -108,6 +120,10 @@ struct sequence_spec {
   std::vector<sequence_id> forks;
   // Logits rows for every prompt position but the last, in order (scheduled_chunk's window).
   bool prompt_logits = false;
+  // The request names a session (an agent's conversation): keep its blocks over others.
+  bool session = false;
+  // Host tier slots the tenant may hold at most (its cap; the latest request's value counts).
+  std::int64_t host_tier_cap = kv_host_tier::unlimited;
 };
 
 enum class sequence_state { waiting, running };
@@ -134,6 +150,11 @@ struct step_plan {
   // has one, is in `chunks`.
   std::vector<std::pair<sequence_id, sequence_id>> forked;
   std::vector<block_copy> copies;      // to do before the chunks are computed
+  // KV block → host tier slot: blocks evicted in this step, copied before anything else.
+  std::vector<tier_copy> spills;
+  // Host tier slot → KV block, after the spills and before `copies` (or beside the step's
+  // compute, with restores_overlap_step).
+  std::vector<tier_copy> restores;
   std::int64_t tokens = 0;             // sum of the chunks' sizes
 
   bool empty() const { return chunks.empty(); }
@@ -143,14 +164,19 @@ struct step_plan {
 struct scheduler_counters {
   std::int64_t preemptions = 0;
   std::int64_t prefix_queries = 0;  // tokens looked up in the prefix cache at admission
-  std::int64_t prefix_hits = 0;     // of those, tokens found
+  std::int64_t prefix_hits = 0;     // of those, tokens found (KV memory or the host tier)
+  std::int64_t host_tier_hits = 0;  // of those, tokens found in the host tier
+  std::int64_t spilled_blocks = 0;  // evicted blocks copied to the host tier
+  std::int64_t restored_blocks = 0; // blocks copied back from it
   std::int64_t computed_tokens = 0; // tokens scheduled and completed
 };
 
 class scheduler {
  public:
   // invalid_argument for an inconsistent configuration.
-  static result<std::unique_ptr<scheduler>> create(const scheduler_config& config, kv_block_pool& pool);
+  // `tier`, when given, is the host tier below `pool` (it outlives the scheduler).
+  static result<std::unique_ptr<scheduler>> create(const scheduler_config& config, kv_block_pool& pool,
+                                                   kv_host_tier* tier = nullptr);
   // Returns every block still held to the pool.
   ~scheduler();
   scheduler(const scheduler&) = delete;
@@ -209,7 +235,7 @@ class scheduler {
     bool operator()(const sequence* a, const sequence* b) const;
   };
 
-  scheduler(const scheduler_config& config, kv_block_pool& pool);
+  scheduler(const scheduler_config& config, kv_block_pool& pool, kv_host_tier* tier);
 
   // What a sequence computes next: `count` tokens from its `computed`, with a window of prompt
   // logits rows.
@@ -234,6 +260,11 @@ class scheduler {
   // Blocks each fork takes for itself when it splits off.
   std::int64_t fork_own_blocks(std::int64_t prompt_tokens, std::int64_t max_tokens) const;
   std::int64_t admission_blocks(const sequence& s) const;
+  // A prompt block found at admission: in KV memory (block), or in the host tier (slot).
+  struct prefix_hit {
+    std::int32_t block = -1;
+    std::int32_t slot = -1;
+  };
   bool owes_prompt_logits(const sequence& s) const;
   tenant_state* next_tenant();
   void charge(tenant_state& t, std::int64_t tokens);
@@ -246,6 +277,9 @@ class scheduler {
   void insert_running(sequence& s);
   const block_hash& block_hash_at(sequence& s, std::int64_t block);
   void register_full_blocks(sequence& s);
+  // Copies the blocks allocate() evicted into the host tier (plan.spills), under their owners' caps.
+  void spill_evictions(step_plan& plan);
+  block_owner owner_of(const std::string& tenant);
   void activate(tenant_state& t);
   bool active(const tenant_state& t) const;
 
@@ -260,6 +294,13 @@ class scheduler {
   // Forks of running sequences not split off yet: each holds a max_num_seqs slot already.
   std::int64_t pending_forks_ = 0;
   std::unordered_set<sequence_id> fork_ids_;  // ids of every fork not split off yet
+  kv_host_tier* tier_ = nullptr;
+  // Tenant → the number its cached blocks carry, and each number's host tier cap. Kept for every
+  // tenant ever seen (a tenant's blocks outlive its requests): a few bytes per tenant.
+  std::unordered_map<std::string, block_owner> owner_numbers_;
+  std::unordered_map<block_owner, std::int64_t> owner_caps_;
+  // Blocks restored in the step being planned: with restores_overlap_step, their readers wait a step.
+  std::unordered_set<std::int32_t> restoring_;
   scheduler_counters counters_;
 };
 

@@ -95,6 +95,8 @@ class cuda_executor final : public executor {
   // Tokens per expert of each MoE layer of the last step, copied to the host with its tokens;
   // the choices themselves stay on the device (choices is empty).
   expert_routing last_routing() const override;
+  result<std::span<std::byte>> allocate_host_tier(std::int64_t slots) override;
+  bool restores_overlap_step() const override { return true; }
 
   // The device KV pool (blocks a kv_block_pool may hand out), and what it holds.
   const kv_cache_layout& kv_layout() const override;

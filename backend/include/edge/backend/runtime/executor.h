@@ -31,6 +31,12 @@ struct batch_plan {
   std::vector<batch_entry> entries;
   // Whole blocks copied (every layer's K, V and scales) before any token of the step is computed.
   std::vector<block_copy> copies;
+  // The host tier's copies (allocate_host_tier), before `copies`: KV blocks packed into host
+  // slots first, then host slots unpacked into KV blocks. The restores are done before this
+  // step computes, or, where restores_overlap_step() says so, beside it and before the next.
+  // A plan may hold copies and no tokens.
+  std::vector<tier_copy> spills;
+  std::vector<tier_copy> restores;
 
   std::int64_t total_tokens() const;
   std::int64_t logits_rows() const;         // entries with compute_logits
@@ -111,6 +117,17 @@ class executor {
   virtual std::int64_t max_prompt_logits_rows() const = 0;
 
   virtual executor_counters counters() const { return {}; }
+
+  // Host memory for a host tier of `slots` blocks (kv_host_tier.h), each kv_layout()
+  // .bytes_per_block() bytes packed as kv_cache_view packs a block, which the plans' spills and
+  // restores address by slot. Page-locked on a GPU, so that its copies are asynchronous. Once,
+  // before the first step: resource_exhausted when the memory cannot be had.
+  virtual result<std::span<std::byte>> allocate_host_tier(std::int64_t slots) {
+    static_cast<void>(slots);
+    return failed_precondition("this executor keeps no host tier");
+  }
+  // Whether a step's restores run beside its compute (scheduler_config::restores_overlap_step).
+  virtual bool restores_overlap_step() const { return false; }
 
   virtual expert_routing last_routing() const { return {}; }
 };

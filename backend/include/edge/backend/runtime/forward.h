@@ -230,6 +230,10 @@ result<staged_sampling> stage_sampling(std::span<const row_sampling> sampling, s
 // invalid_argument unless forward's `logits` holds vocab floats per logits row of the plan.
 status check_logits_buffer(const batch_plan& plan, std::span<float> logits, std::int64_t vocab);
 
+// failed_precondition when the plan has host tier copies and the executor no host tier;
+// invalid_argument when a copy names a block past `blocks` or a slot past `slots`.
+status check_tier_copies(const batch_plan& plan, std::int64_t blocks, std::int64_t slots);
+
 // invalid_argument when the plan exceeds max_tokens tokens, max_seqs entries or
 // max_prompt_logits prompt logits rows, or an entry's prompt logits rows fall outside its tokens.
 status check_batch_limits(const batch_plan& plan, std::int64_t max_tokens, std::int64_t max_seqs,

@@ -7,7 +7,11 @@
 // of its tokens and of every token before it) is a prefix-cache entry: when it becomes free it
 // keeps its contents and its hash, so a later sequence with the same prefix can take it back
 // (acquire) instead of recomputing it. allocate() prefers free blocks without contents and
-// otherwise evicts the free cached block that was freed longest ago (LRU).
+// otherwise evicts the free cached block that was freed longest ago (LRU); blocks a sessioned
+// request held (prefer_keeping) go only once no other free cached block is left, so that an
+// agent's session keeps its context while one-off prompts come and go. With record_evictions,
+// the pool lists what it evicted (block, hash, owner) so that the block's contents can be kept
+// in a lower tier (kv_host_tier) before the block is written again.
 //
 // Shared blocks are read-only: only the sequence that allocated a block writes into it, and it
 // registers the block only once the block is full. Blocks are shared through the cache
@@ -38,6 +42,24 @@ struct block_copy {
   std::int32_t to = 0;
 };
 
+// A block's contents moved between KV memory and a host tier slot (kv_host_tier.h).
+struct tier_copy {
+  std::int32_t block = 0;
+  std::int32_t slot = 0;
+};
+
+// Who registered a cached block: a number the pool's user gives each tenant (the scheduler's
+// tenant numbers), for the per-tenant caps of the lower tiers.
+using block_owner = std::uint32_t;
+
+// A cached block allocate() took back: its contents are still in it until the step that
+// allocated it writes there.
+struct evicted_block {
+  std::int32_t block = 0;
+  block_hash hash{};
+  block_owner owner = 0;
+};
+
 // The first link of a hash chain: what every sequence of one tenant (one salt) starts from.
 block_hash prefix_root_hash(std::string_view salt);
 // The hash of a full block of `tokens` following the block (or root) hashed `parent`.
@@ -64,7 +86,15 @@ class kv_block_pool {
   // Records that the referenced, full `block` holds the contents `hash` names, making it
   // findable. False when another block already holds those contents (this one stays private,
   // and is freed as a plain block) or when the block is already registered.
-  bool register_full(std::int32_t block, const block_hash& hash);
+  bool register_full(std::int32_t block, const block_hash& hash, block_owner owner = 0);
+  // The referenced `block` belongs to a session: once free and cached, it is evicted after every
+  // other free cached block. Sticky until the block is evicted.
+  void prefer_keeping(std::int32_t block);
+
+  // From now on allocate() lists the cached blocks it evicts, for take_evictions().
+  void record_evictions(bool on) { record_evictions_ = on; }
+  // The evictions since the last call, oldest first.
+  std::vector<evicted_block> take_evictions();
 
   std::int64_t total_blocks() const { return total_; }
   // Blocks no sequence references (allocatable): without contents plus free cached ones.
@@ -75,6 +105,8 @@ class kv_block_pool {
   std::int64_t cached_blocks() const { return static_cast<std::int64_t>(index_.size()); }
   std::int32_t ref_count(std::int32_t block) const { return refs_[static_cast<std::size_t>(block)]; }
   bool is_cached(std::int32_t block) const { return cached_[static_cast<std::size_t>(block)]; }
+  bool kept(std::int32_t block) const { return kept_[static_cast<std::size_t>(block)]; }
+  block_owner owner(std::int32_t block) const { return owners_[static_cast<std::size_t>(block)]; }
 
   // Checks the pool's own bookkeeping (counts, lists and index agree); internal on a mismatch.
   // For tests: linear in the number of blocks.
@@ -93,16 +125,21 @@ class kv_block_pool {
   std::int64_t total_;
   std::vector<std::int32_t> refs_;            // [total] references per block
   std::vector<bool> cached_;                  // [total] registered in index_
+  std::vector<bool> kept_;                    // [total] prefer_keeping(): on the kept LRU list when free
   std::vector<block_hash> hashes_;            // [total] contents of a cached block
+  std::vector<block_owner> owners_;           // [total] who registered a cached block
   std::vector<std::int32_t> uncached_free_;   // a stack: the most recently freed block is reused first
-  // Free cached blocks, least recently freed first, as a doubly linked list through lru_prev_
-  // and lru_next_ ([total] each), so that a hit can take a block out of the middle in O(1).
+  // Free cached blocks, least recently freed first, as two doubly linked lists through lru_prev_
+  // and lru_next_ ([total] each), so that a hit can take a block out of the middle in O(1):
+  // list 0 the plain blocks, list 1 the kept ones (evicted only when list 0 is empty).
   std::vector<std::int32_t> lru_prev_;
   std::vector<std::int32_t> lru_next_;
-  std::int32_t lru_head_ = none;
-  std::int32_t lru_tail_ = none;
+  std::int32_t lru_head_[2] = {none, none};
+  std::int32_t lru_tail_[2] = {none, none};
   std::int64_t cached_free_count_ = 0;
   std::unordered_map<block_hash, std::int32_t, hash_of_digest> index_;
+  bool record_evictions_ = false;
+  std::vector<evicted_block> evictions_;
 };
 
 }  // namespace edge::backend

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -90,10 +91,31 @@ struct kv_cache_view {
     return value_scale_bytes == 0 ? nullptr : static_cast<float*>(region(layer, 3));
   }
 
+  // A block outside the cache (a host tier slot, a disk file) is packed region kind by region
+  // kind, each layer after layer: every layer's K rows of the block, then every layer's V rows,
+  // then the K scales, then the V scales; layout.bytes_per_block() in all. Each piece is one
+  // contiguous run in the cache (a block's rows of one layer's region), so a device copies a
+  // region kind as one strided (2D) copy: width piece_bytes(which), pitch layer_bytes().
+  static constexpr int region_kinds = 4;  // K pool, V pool, K scales, V scales
+  // One block's bytes in one layer's region `which` (0 K, 1 V, 2 K scales, 3 V scales); 0 when
+  // the cache has no such region.
+  std::size_t piece_bytes(int which) const;
+  // Where that piece of `block` lies in the cache.
+  std::byte* piece(std::int64_t layer, int which, std::int32_t block) const {
+    return static_cast<std::byte*>(region(layer, which)) + static_cast<std::size_t>(block) * piece_bytes(which);
+  }
+  // Where region kind `which` starts in a packed block.
+  std::size_t packed_offset(int which) const;
+
  private:
   // 0 K pool, 1 V pool, 2 K scales, 3 V scales.
   void* region(std::int64_t layer, int which) const;
 };
+
+// Copies between a cache in host memory (kv_cache, the CPU executor's) and a packed block
+// (kv_cache_view's packing); `packed` holds layout.bytes_per_block() bytes.
+void pack_kv_block(const kv_cache_view& kv, std::int32_t block, std::span<std::byte> packed);
+void unpack_kv_block(const kv_cache_view& kv, std::span<const std::byte> packed, std::int32_t block);
 
 class kv_cache {
  public:
