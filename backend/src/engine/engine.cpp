@@ -195,7 +195,7 @@ struct engine::state {
   const time_source& clock;
   std::shared_ptr<engine_inbox> inbox;
   std::atomic<sequence_id> next_id{1};
-  std::unique_ptr<kv_host_tier> host_tier;  // engine thread only (through sched); null without one
+  std::unique_ptr<kv_tiers> tiers;  // engine thread only (through sched); null without lower tiers
   std::unique_ptr<scheduler> sched;  // engine thread only (check_fits is safe from any thread)
   logger log{"engine"};
 
@@ -361,8 +361,9 @@ void engine::state::apply(command& c) {
                              .max_tokens = s.request.max_tokens,
                              .forks = std::move(forks),
                              .prompt_logits = s.request.prompt_logprobs.has_value(),
-                             .host_tier_cap = std::max<std::int64_t>(s.request.host_tier_cap_bytes, 0) /
-                                              std::max<std::int64_t>(block_bytes, 1)});
+                             .caps = {.host_blocks = std::max<std::int64_t>(s.request.host_tier_cap_bytes, 0) /
+                                                          std::max<std::int64_t>(block_bytes, 1),
+                                           .disk_bytes = std::max<std::int64_t>(s.request.disk_tier_cap_bytes, 0)}});
   if (!added.ok()) finish(s.id, finish_reason::error, added.message());
 }
 
@@ -467,6 +468,7 @@ void engine::state::step() {
       const sequence_id request = choice_of.at(chunk.id).request;
       if (std::find(ids.begin(), ids.end(), request) == ids.end()) ids.push_back(request);
     }
+    sched->step_failed();
     fail_step(ids, ran.error());
     return;
   }
@@ -562,10 +564,15 @@ void engine::state::publish() {
   s.prefix_cache_queries = now.prefix_queries;
   s.prefix_cache_hits = now.prefix_hits;
   s.host_tier_hits = now.host_tier_hits;
-  if (host_tier) {
-    s.host_tier_blocks = host_tier->slots();
-    s.host_tier_used_blocks = host_tier->used();
-    s.host_tier_block_bytes = static_cast<std::int64_t>(exec.kv_layout().bytes_per_block());
+  if (tiers) {
+    s.host_tier_blocks = tiers->host().slots();
+    s.host_tier_used_blocks = tiers->host().used();
+    s.host_tier_block_bytes = static_cast<std::int64_t>(tiers->block_bytes());
+    s.disk_tier_hits = tiers->counters().disk_hits * options.scheduler.block_size;
+    if (const kv_disk_tier* disk = tiers->disk()) {
+      s.disk_tier_bytes = disk->capacity_bytes();
+      s.disk_tier_used_bytes = disk->used_bytes();
+    }
   }
   s.spilled_blocks = now.spilled_blocks;
   s.restored_blocks = now.restored_blocks;
@@ -637,16 +644,22 @@ result<std::unique_ptr<engine>> engine::create(const tokenizer& tok, executor& e
                                    kv.num_blocks));
   }
   if (options.host_tier_blocks < 0) return invalid_argument("host_tier_blocks is negative");
-  std::unique_ptr<kv_host_tier> host_tier;
+  if (options.disk_tier && options.host_tier_blocks == 0) {
+    return invalid_argument("a disk KV tier needs a host tier: its blocks pass through host memory");
+  }
+  if (options.disk_tier && options.disk_tier->block_bytes() != kv.bytes_per_block()) {
+    return invalid_argument("the disk KV tier was opened for another KV layout");
+  }
+  std::unique_ptr<kv_tiers> tiers;
   if (options.host_tier_blocks > 0) {
     EDGE_ASSIGN_OR_RETURN(const std::span<std::byte> host_memory, exec.allocate_host_tier(options.host_tier_blocks));
-    static_cast<void>(host_memory);
-    host_tier = std::make_unique<kv_host_tier>(options.host_tier_blocks);
+    tiers = std::make_unique<kv_tiers>(host_memory, kv.bytes_per_block(), options.disk_tier,
+                                       [&exec] { static_cast<void>(exec.finish_tier_copies()); });
     options.scheduler.restores_overlap_step = exec.restores_overlap_step();
   }
   auto s = std::make_unique<state>(tok, exec, pool, context, options);
-  s->host_tier = std::move(host_tier);
-  EDGE_ASSIGN_OR_RETURN(s->sched, scheduler::create(options.scheduler, pool, s->host_tier.get()));
+  s->tiers = std::move(tiers);
+  EDGE_ASSIGN_OR_RETURN(s->sched, scheduler::create(options.scheduler, pool, s->tiers.get()));
   s->driver = std::make_unique<step_driver>(*s->sched, exec);
   s->snapshot.blocks_total = pool.total_blocks();
   s->snapshot.blocks_free = pool.free_blocks();

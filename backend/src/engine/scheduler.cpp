@@ -74,10 +74,10 @@ bool scheduler::by_priority_then_arrival::operator()(const sequence* a, const se
   return a->arrival < b->arrival;
 }
 
-scheduler::scheduler(const scheduler_config& config, kv_block_pool& pool, kv_host_tier* tier)
-    : config_(config), pool_(pool), tier_(config.enable_prefix_caching ? tier : nullptr) {
+scheduler::scheduler(const scheduler_config& config, kv_block_pool& pool, kv_tiers* tiers)
+    : config_(config), pool_(pool), tiers_(config.enable_prefix_caching ? tiers : nullptr) {
   watermark_blocks_ = static_cast<std::int64_t>(config.watermark * static_cast<double>(pool.total_blocks()));
-  pool_.record_evictions(tier_ != nullptr);
+  pool_.record_evictions(tiers_ != nullptr);
 }
 
 scheduler::~scheduler() {
@@ -90,7 +90,7 @@ scheduler::~scheduler() {
 }
 
 result<std::unique_ptr<scheduler>> scheduler::create(const scheduler_config& config, kv_block_pool& pool,
-                                                     kv_host_tier* tier) {
+                                                     kv_tiers* tiers) {
   if (config.block_size < 1) return invalid_argument(format("block size {} is not positive", config.block_size));
   if (config.max_num_seqs < 1) return invalid_argument(format("max_num_seqs {} is not positive", config.max_num_seqs));
   if (config.max_num_batched_tokens < config.block_size) {
@@ -102,7 +102,7 @@ result<std::unique_ptr<scheduler>> scheduler::create(const scheduler_config& con
     return invalid_argument(format("watermark {} is not in [0, 1)", config.watermark));
   }
   if (config.max_model_len < 0) return invalid_argument("max_model_len is negative");
-  std::unique_ptr<scheduler> s(new scheduler(config, pool, tier));
+  std::unique_ptr<scheduler> s(new scheduler(config, pool, tiers));
   if (pool.total_blocks() <= s->watermark_blocks_) {
     return invalid_argument(format("a KV cache of {} blocks leaves no room above the watermark of {} blocks",
                                    pool.total_blocks(), s->watermark_blocks_));
@@ -192,8 +192,7 @@ status scheduler::add(sequence_spec spec) {
   s->forks = std::move(spec.forks);
   s->prompt_logits = spec.prompt_logits;
   s->session = spec.session;
-  s->owner = owner_of(spec.tenant);
-  owner_caps_[s->owner] = std::max<std::int64_t>(spec.host_tier_cap, 0);
+  s->owner = tiers_ != nullptr ? tiers_->owner(spec.tenant, spec.caps) : 0;
   fork_ids_.insert(s->forks.begin(), s->forks.end());
   s->root = prefix_root_hash(spec.tenant);
   sequence& ref = *s;
@@ -329,18 +328,12 @@ void scheduler::register_full_blocks(sequence& s) {
   s.registered = std::max(s.registered, full);
 }
 
-block_owner scheduler::owner_of(const std::string& tenant) {
-  const auto [it, added] = owner_numbers_.try_emplace(tenant, static_cast<block_owner>(owner_numbers_.size() + 1));
-  return it->second;
-}
-
 void scheduler::spill_evictions(step_plan& plan) {
-  if (tier_ == nullptr) return;
+  if (tiers_ == nullptr) return;
   for (const evicted_block& e : pool_.take_evictions()) {
-    const auto cap = owner_caps_.find(e.owner);
-    const auto placed = tier_->place(e.hash, e.owner, cap == owner_caps_.end() ? 0 : cap->second);
-    if (!placed || placed->present) continue;
-    plan.spills.push_back({.block = e.block, .slot = placed->slot});
+    const auto slot = tiers_->keep(e);
+    if (!slot) continue;
+    plan.spills.push_back({.block = e.block, .slot = *slot});
     ++counters_.spilled_blocks;
   }
 }
@@ -417,10 +410,9 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, std::int64_t& logits
         hits.push_back({.block = *block});
         continue;
       }
-      const auto slot = tier_ == nullptr ? std::nullopt : tier_->find(hash);
+      // Pinned until the step's copies are done, whether or not this admission goes through.
+      const auto slot = tiers_ == nullptr ? std::nullopt : tiers_->find(hash, s.owner);
       if (!slot) break;
-      // Held until the step's copies are done, whether or not this admission goes through.
-      tier_->pin(*slot);
       hits.push_back({.slot = *slot});
     }
   }
@@ -450,18 +442,17 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, std::int64_t& logits
   for (const prefix_hit& h : hits) {
     if (h.block >= 0) pool_.acquire(h.block);
   }
-  bool reads_restored = false;  // a block this sequence reads is copied back in this step
-  std::int64_t restored = 0;
+  std::int64_t restored = 0;  // blocks copied back for it in this step
+  std::int64_t registered = hit_blocks;  // leading blocks known to the prefix cache
   for (std::size_t j = 0; j < hits.size(); ++j) {
     std::int32_t block = hits[j].block;
     if (block < 0) {
+      // Registered once the step is done, as a block computed is: a failed step copies nothing.
       block = allocate();
-      pool_.register_full(block, block_hash_at(s, static_cast<std::int64_t>(j)), s.owner);
+      registered = std::min(registered, static_cast<std::int64_t>(j));
       plan.restores.push_back({.block = block, .slot = hits[j].slot});
-      restoring_.insert(block);
       ++restored;
     }
-    reads_restored = reads_restored || restoring_.contains(block);
     s.blocks.push_back(block);
   }
   const std::int64_t for_forks =
@@ -469,7 +460,7 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, std::int64_t& logits
   for (std::int64_t i = restored; i < fresh; ++i) (i < fresh - for_forks ? s.blocks : s.fork_blocks).push_back(allocate());
   spill_evictions(plan);
   s.computed = start;
-  s.registered = hit_blocks;
+  s.registered = registered;
   if (config_.enable_prefix_caching) {
     counters_.prefix_queries += length;
     counters_.prefix_hits += start;
@@ -486,7 +477,7 @@ bool scheduler::try_admit(sequence& s, std::int64_t budget, std::int64_t& logits
   pending_forks_ += static_cast<std::int64_t>(s.forks.size());
   plan.admitted.push_back(s.id);
   // Its copies back run beside this step: it computes (and forks) from the next one.
-  if (config_.restores_overlap_step && reads_restored) return true;
+  if (config_.restores_overlap_step && restored > 0) return true;
   logits_budget -= shape.logits_count;
   if (!forks_now) {
     add_chunk(s, shape, plan);
@@ -558,9 +549,7 @@ void scheduler::fork(sequence& s, step_plan& plan) {
 
 step_plan scheduler::schedule() {
   step_plan plan;
-  // The previous step's copies are done (or, beside a step, ordered before this step's).
-  restoring_.clear();
-  if (tier_ != nullptr) tier_->unpin_all();
+  if (tiers_ != nullptr) tiers_->begin_step();
   std::int64_t budget = config_.max_num_batched_tokens;
   std::int64_t logits_budget = config_.max_prompt_logits;
 
@@ -621,7 +610,12 @@ step_plan scheduler::schedule() {
   return plan;
 }
 
+void scheduler::step_failed() {
+  if (tiers_ != nullptr) tiers_->step_failed();
+}
+
 void scheduler::complete(const step_plan& plan) {
+  if (tiers_ != nullptr) tiers_->step_done();
   for (const scheduled_chunk& chunk : plan.chunks) {
     const auto it = sequences_.find(chunk.id);
     if (it == sequences_.end()) continue;
@@ -690,7 +684,7 @@ std::int64_t scheduler::tokens_served(std::string_view tenant) const {
 
 status scheduler::check_invariants() const {
   EDGE_RETURN_IF_ERROR(pool_.check_consistency());
-  if (tier_ != nullptr) EDGE_RETURN_IF_ERROR(tier_->check_consistency());
+  if (tiers_ != nullptr) EDGE_RETURN_IF_ERROR(tiers_->check_consistency());
   std::vector<std::int32_t> holders(static_cast<std::size_t>(pool_.total_blocks()), 0);
   // Per block, whether some holder may still write it: it lies at or past that holder's last
   // full computed block (a block several tables hold must be read-only for all of them).

@@ -863,6 +863,13 @@ result<std::span<std::byte>> cuda_executor::allocate_host_tier(std::int64_t slot
   return std::span(s.host_tier.data(), bytes);
 }
 
+status cuda_executor::finish_tier_copies() {
+  state& s = *state_;
+  if (s.copy_stream == nullptr) return {};
+  EDGE_RETURN_IF_ERROR(s.select_device());
+  return cuda_check(cudaStreamSynchronize(s.copy_stream), "host tier copies");
+}
+
 status cuda_executor::forward(const batch_plan& plan, std::span<float> logits) {
   state& s = *state_;
   EDGE_RETURN_IF_ERROR(s.select_device());

@@ -44,6 +44,7 @@ std::int64_t cuda_executor::max_prompt_logits_rows() const { return 0; }
 executor_counters cuda_executor::counters() const { return {}; }
 expert_routing cuda_executor::last_routing() const { return {}; }
 result<std::span<std::byte>> cuda_executor::allocate_host_tier(std::int64_t) { return not_built(); }
+status cuda_executor::finish_tier_copies() { return not_built(); }
 const kv_cache_layout& cuda_executor::kv_layout() const { return state_->kv; }
 kv_cache_capacity cuda_executor::kv_capacity() const { return {}; }
 std::string cuda_executor::describe() const { return "no CUDA in this build"; }

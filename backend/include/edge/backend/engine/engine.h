@@ -76,9 +76,10 @@ struct generate_request {
   std::optional<std::int32_t> prompt_logprobs;
   // false: special tokens' text is in the deltas (decode_limits::skip_special_tokens).
   bool skip_special_tokens = true;
-  // Bytes of the host KV tier the tenant's cached blocks may take at most (its quota): beyond
-  // it, the tenant's blocks replace its own, never another tenant's.
+  // Bytes of the host and disk KV tiers the tenant's cached blocks may take at most (its
+  // quotas): beyond them, the tenant's blocks replace its own, never another tenant's.
   std::int64_t host_tier_cap_bytes = std::numeric_limits<std::int64_t>::max();
+  std::int64_t disk_tier_cap_bytes = std::numeric_limits<std::int64_t>::max();
 };
 
 // The most choices one request may ask for (OpenAI's limit for n), and the most alternatives per
@@ -141,9 +142,12 @@ struct engine_options {
   // longer than this is a stalled engine (health() says stalled): a hung executor or a
   // blocking event sink. vLLM's engine iteration timeout has the same default.
   std::chrono::milliseconds stall_timeout{std::chrono::seconds(60)};
-  // Blocks of the host-memory KV tier below the executor's KV memory (kv_host_tier.h; the
-  // executor allocates them): evicted cached blocks are kept there. 0: none.
+  // Blocks of the host-memory KV tier below the executor's KV memory (kv_tiers.h; the executor
+  // allocates them): evicted cached blocks are kept there. 0: none.
   std::int64_t host_tier_blocks = 0;
+  // The disk tier below the host tier (kv_disk_tier::open for this model and KV layout), or null.
+  // Needs a host tier.
+  std::shared_ptr<kv_disk_tier> disk_tier;
   // For tests only: called on the engine thread before each step. What it throws ends the
   // engine loop as a bug would; blocking in it stalls the engine. Empty in production.
   std::function<void()> before_step;
@@ -161,10 +165,13 @@ struct engine_stats {
   std::int64_t preemptions = 0;
   std::int64_t prefix_cache_queries = 0;
   std::int64_t prefix_cache_hits = 0;   // tokens found in KV memory or the host tier
-  std::int64_t host_tier_hits = 0;      // of those, tokens copied back from the host tier
+  std::int64_t host_tier_hits = 0;      // of those, tokens copied back from a host slot
+  std::int64_t disk_tier_hits = 0;      // of those, tokens read from disk into a host slot first
   std::int64_t host_tier_blocks = 0;    // its slots
   std::int64_t host_tier_used_blocks = 0;
   std::int64_t host_tier_block_bytes = 0;  // one block's bytes there
+  std::int64_t disk_tier_bytes = 0;     // its capacity
+  std::int64_t disk_tier_used_bytes = 0;
   std::int64_t spilled_blocks = 0;      // blocks copied to the host tier
   std::int64_t restored_blocks = 0;     // blocks copied back from it
   std::int64_t computed_tokens = 0;  // tokens whose K/V were computed: prompt chunks, recomputation, decode

@@ -25,10 +25,11 @@
 // the last prompt token is always computed, in a block of the sequence's own, so that shared
 // blocks are never written. A sequence registers each block it has filled.
 //
-// With a host tier (kv_host_tier), full cached blocks that allocate() evicts are copied there
-// first (step_plan::spills, under the tenant's cap of slots), and admission looks a block up
-// there when KV memory lacks it: a hit takes a fresh block, registered at once, whose contents
-// are copied back (step_plan::restores) before anything reads it. Cached tokens count hits from
+// With lower tiers (kv_tiers: host memory, and disk below it), full cached blocks that allocate()
+// evicts are copied to a host slot first (step_plan::spills, under the tenant's caps), and
+// admission looks a block up there when KV memory lacks it: a hit takes a fresh block whose
+// contents are copied back (step_plan::restores) before the sequence reads it, registered in the
+// prefix cache once the step is done. Cached tokens count hits from
 // either. A sequence with a session (sequence_spec::session) marks its blocks to be kept: KV
 // memory evicts them after every other free cached block.
 //
@@ -60,7 +61,7 @@
 #include <vector>
 
 #include "edge/backend/runtime/kv_block_pool.h"
-#include "edge/backend/runtime/kv_host_tier.h"
+#include "edge/backend/runtime/kv_tiers.h"
 #include "edge/common/status.h"
 
 namespace edge::backend {
@@ -122,8 +123,8 @@ struct sequence_spec {
   bool prompt_logits = false;
   // The request names a session (an agent's conversation): keep its blocks over others.
   bool session = false;
-  // Host tier slots the tenant may hold at most (its cap; the latest request's value counts).
-  std::int64_t host_tier_cap = kv_host_tier::unlimited;
+  // What the tenant's blocks may take in the lower tiers (the latest request's caps count).
+  tier_caps caps;
 };
 
 enum class sequence_state { waiting, running };
@@ -164,8 +165,8 @@ struct step_plan {
 struct scheduler_counters {
   std::int64_t preemptions = 0;
   std::int64_t prefix_queries = 0;  // tokens looked up in the prefix cache at admission
-  std::int64_t prefix_hits = 0;     // of those, tokens found (KV memory or the host tier)
-  std::int64_t host_tier_hits = 0;  // of those, tokens found in the host tier
+  std::int64_t prefix_hits = 0;     // of those, tokens found (in KV memory or a lower tier)
+  std::int64_t host_tier_hits = 0;  // of those, tokens copied back from a host slot (read from disk first or not)
   std::int64_t spilled_blocks = 0;  // evicted blocks copied to the host tier
   std::int64_t restored_blocks = 0; // blocks copied back from it
   std::int64_t computed_tokens = 0; // tokens scheduled and completed
@@ -174,9 +175,9 @@ struct scheduler_counters {
 class scheduler {
  public:
   // invalid_argument for an inconsistent configuration.
-  // `tier`, when given, is the host tier below `pool` (it outlives the scheduler).
+  // `tiers`, when given, are the tiers below `pool` (they outlive the scheduler).
   static result<std::unique_ptr<scheduler>> create(const scheduler_config& config, kv_block_pool& pool,
-                                                   kv_host_tier* tier = nullptr);
+                                                   kv_tiers* tiers = nullptr);
   // Returns every block still held to the pool.
   ~scheduler();
   scheduler(const scheduler&) = delete;
@@ -200,6 +201,9 @@ class scheduler {
   step_plan schedule();
   // The executor ran `plan` (the latest schedule()): its tokens' K/V are in the cache.
   void complete(const step_plan& plan);
+  // The executor failed to run `plan` (the latest schedule()): what it was to copy to the host
+  // tier is not there. (Its sequences are ended by the caller.)
+  void step_failed();
   // The token sampled for a sequence whose chunk had `samples`.
   void append_token(sequence_id id, std::int32_t token);
 
@@ -235,7 +239,7 @@ class scheduler {
     bool operator()(const sequence* a, const sequence* b) const;
   };
 
-  scheduler(const scheduler_config& config, kv_block_pool& pool, kv_host_tier* tier);
+  scheduler(const scheduler_config& config, kv_block_pool& pool, kv_tiers* tiers);
 
   // What a sequence computes next: `count` tokens from its `computed`, with a window of prompt
   // logits rows.
@@ -279,7 +283,6 @@ class scheduler {
   void register_full_blocks(sequence& s);
   // Copies the blocks allocate() evicted into the host tier (plan.spills), under their owners' caps.
   void spill_evictions(step_plan& plan);
-  block_owner owner_of(const std::string& tenant);
   void activate(tenant_state& t);
   bool active(const tenant_state& t) const;
 
@@ -294,13 +297,7 @@ class scheduler {
   // Forks of running sequences not split off yet: each holds a max_num_seqs slot already.
   std::int64_t pending_forks_ = 0;
   std::unordered_set<sequence_id> fork_ids_;  // ids of every fork not split off yet
-  kv_host_tier* tier_ = nullptr;
-  // Tenant → the number its cached blocks carry, and each number's host tier cap. Kept for every
-  // tenant ever seen (a tenant's blocks outlive its requests): a few bytes per tenant.
-  std::unordered_map<std::string, block_owner> owner_numbers_;
-  std::unordered_map<block_owner, std::int64_t> owner_caps_;
-  // Blocks restored in the step being planned: with restores_overlap_step, their readers wait a step.
-  std::unordered_set<std::int32_t> restoring_;
+  kv_tiers* tiers_ = nullptr;
   scheduler_counters counters_;
 };
 

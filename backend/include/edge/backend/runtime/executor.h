@@ -128,6 +128,9 @@ class executor {
   }
   // Whether a step's restores run beside its compute (scheduler_config::restores_overlap_step).
   virtual bool restores_overlap_step() const { return false; }
+  // Waits until the host tier copies of the steps run so far are done, so that the host may
+  // read and write their slots.
+  virtual status finish_tier_copies() { return {}; }
 
   virtual expert_routing last_routing() const { return {}; }
 };

@@ -40,6 +40,11 @@ class kv_host_tier {
   // The slot holding `hash`, now the most recently used; nothing when the tier lacks it.
   std::optional<std::int32_t> find(const block_hash& hash);
   bool contains(const block_hash& hash) const { return index_.contains(hash); }
+  // The slot holding `hash`, leaving the order of use as it is.
+  std::optional<std::int32_t> slot_of(const block_hash& hash) const {
+    const auto it = index_.find(hash);
+    return it == index_.end() ? std::nullopt : std::optional<std::int32_t>(it->second);
+  }
 
   // What place() did. `displaced` is the entry the slot held before (hash and owner), whose
   // bytes are still there until the slot is written.
