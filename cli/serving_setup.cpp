@@ -11,6 +11,7 @@
 
 #include "edge/backend/runtime/cpu_executor.h"
 #include "edge/backend/runtime/cuda_executor.h"
+#include "edge/backend/runtime/kv_disk_tier.h"
 #include "edge/common/format.h"
 #include "edge/gateway/openai/serving_model.h"
 #include "edge/gateway/tenancy/admin_routes.h"
@@ -188,6 +189,14 @@ void add_engine_options(config::schema& s) {
                  "ends (new requests still queue)");
   s.add_boolean("enable-prefix-caching", true,
                 "Reuse the KV blocks of earlier prompts that start the same way (per tenant)");
+  s.add_bytes("kv-host-cache-memory", "0", 0, std::int64_t{1} << 50,
+              "Host memory for a KV tier below the KV cache: cached prompt blocks the cache evicts are kept here "
+              "and copied back for a later prompt that starts the same way (0: none)");
+  s.add_path("kv-disk-cache", std::nullopt,
+             "Folder for a KV tier on local disk below the host tier (needs --kv-host-cache-memory): blocks kept "
+             "in host memory are also written here, survive restarts and are read back on a hit");
+  s.add_bytes("kv-disk-cache-size", "16GiB", std::int64_t{1} << 20, std::int64_t{1} << 56,
+              "The most --kv-disk-cache may hold; the least recently used blocks go beyond it");
   s.add_choice("device", "auto", {"auto", "cpu", "cuda"},
                "Where the engine runs: cuda (the first GPU), cpu, or auto (cuda when a GPU is present)");
   s.add_number("gpu-memory-utilization", 0.9, 0.01, backend::max_gpu_memory_utilization,
@@ -306,6 +315,41 @@ result<backend::model_location> locate_served_model(const config::values& settin
   return backend::locate_model(where);
 }
 
+namespace {
+
+// The lower KV tiers (--kv-host-cache-memory, --kv-disk-cache) for an executor's KV layout.
+status configure_kv_tiers(const config::values& settings, const backend::model& m, const backend::kv_cache_layout& kv,
+                          backend::engine_options& options, const logger& log) {
+  const std::uint64_t host_bytes = settings.bytes("kv-host-cache-memory");
+  const auto disk = settings.optional_string("kv-disk-cache");
+  if (host_bytes == 0 && !disk) return {};
+  if (!options.scheduler.enable_prefix_caching) {
+    return invalid_argument("--kv-host-cache-memory and --kv-disk-cache keep prefix-cache blocks: they need "
+                            "--enable-prefix-caching");
+  }
+  const std::size_t block_bytes = kv.bytes_per_block();
+  options.host_tier_blocks = static_cast<std::int64_t>(host_bytes / block_bytes);
+  if (options.host_tier_blocks == 0) {
+    return invalid_argument(format("{}: --kv-host-cache-memory {} holds no KV block of {} ({} tokens)",
+                                   disk ? "--kv-disk-cache needs a host tier" : "too small", format_bytes(host_bytes),
+                                   format_bytes(block_bytes), kv.block_size));
+  }
+  log.info("KV host tier: {} blocks ({} tokens) in {}", options.host_tier_blocks, options.host_tier_blocks * kv.block_size,
+           format_bytes(static_cast<std::size_t>(options.host_tier_blocks) * block_bytes));
+  if (!disk) return {};
+  EDGE_ASSIGN_OR_RETURN(options.disk_tier,
+                        backend::kv_disk_tier::open({.directory = *disk,
+                                                     .capacity_bytes = static_cast<std::int64_t>(settings.bytes("kv-disk-cache-size")),
+                                                     .identity = backend::kv_block_identity(m, kv),
+                                                     .block_bytes = block_bytes}));
+  log.info("KV disk tier: {} blocks ({}) found in {}, {} at most", options.disk_tier->blocks(),
+           format_bytes(static_cast<std::size_t>(options.disk_tier->used_bytes())), options.disk_tier->folder().string(),
+           format_bytes(settings.bytes("kv-disk-cache-size")));
+  return {};
+}
+
+}  // namespace
+
 result<std::unique_ptr<serving_runtime>> start_engine(const config::values& settings,
                                                        const backend::model_location& location,
                                                        monitoring::metrics_registry& registry, const logger& log,
@@ -381,6 +425,7 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
                                                          .max_sequences = options.scheduler.max_num_seqs}));
   }
   log.info("{}", backend::format_kv_cache_capacity(capacity));
+  EDGE_RETURN_IF_ERROR(configure_kv_tiers(settings, m, rt->executor->kv_layout(), options, log));
   if (capacity.tokens < m.config.max_position) {
     log.warn("the KV cache holds {} tokens, fewer than the model's context of {}: a request longer than the cache is "
              "refused",
