@@ -75,6 +75,9 @@ struct generate_request {
   std::optional<std::int32_t> prompt_logprobs;
   // false: special tokens' text is in the deltas (decode_limits::skip_special_tokens).
   bool skip_special_tokens = true;
+  // The client's session key, empty: none. The engine may use it to prefer keeping the
+  // session's cached blocks.
+  std::string session;
 };
 
 // The most choices one request may ask for (OpenAI's limit for n), and the most alternatives per
