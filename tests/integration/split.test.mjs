@@ -18,6 +18,7 @@
 //   7. session affinity: requests naming a session (x-session-affinity, prompt_cache_key) stay on
 //      one backend; the backend of some sessions killed (SIGKILL) and restarted: their requests
 //      keep succeeding on the other one meanwhile and come back, the other sessions never move;
+//      and a backend's stream never holds events it has until its heartbeat;
 // Where an outcome would otherwise depend on how fast stories260K generates, the backends are
 // frozen (SIGSTOP) while the test sets the situation up, and let go (SIGCONT) to play it out.
 // plus the internal API's token (given, or made on a backend's first start) and wire format,
@@ -239,10 +240,12 @@ describe('prefix affinity', () => {
 
 describe('session affinity', () => {
   let cluster;
-  const backendArgs = [];
+  // A long heartbeat and a short stream timeout: a stream that waited for its heartbeat to send
+  // events it already had would fail (and be retried) instead of only being late.
+  const backendArgs = ['--heartbeat', '60s'];
   // A short ejection: the killed backend is tried again soon after it is back.
   before(async () => {
-    cluster = await startCluster({ backendArgs, gatewayArgs: ['--eject-time', '200ms'] });
+    cluster = await startCluster({ backendArgs, gatewayArgs: ['--eject-time', '200ms', '--backend-stream-timeout', '5s'] });
   });
   after(async () => { await cluster?.stop(); });
 
@@ -304,6 +307,18 @@ describe('session affinity', () => {
     await waitFor('the restarted backend to be up', async () =>
       (await metric(cluster.gateway, 'edgeinfer_backend_up', { backend: url })) === 1);
     assert.deepEqual(await placements(sessions), placed, 'every session is back where it was');
+  });
+
+  test('a backend sends events as they come, never holding them until its heartbeat', async () => {
+    // Events that reach a backend's stream while it writes the previous ones must not wait for
+    // the next wake-up: here that would be the 60 s heartbeat, past the gateway's 5 s timeout.
+    for (let i = 0; i < 150; i++) {
+      const done = await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 4 },
+        { headers: { 'x-session-affinity': 'steady' } });
+      assert.equal(done.choices[0].finish_reason, 'length');
+    }
+    const text = await scrape(cluster.gateway);
+    assert.equal(value(text, 'edgeinfer_backend_retries_total', { reason: 'stream' }), 0, 'no stream was silent for 5 s');
   });
 
   test('a bad session header is a 400 in each API\'s own shape', async () => {
