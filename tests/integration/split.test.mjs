@@ -15,6 +15,10 @@
 //   6. chaos: a backend killed with SIGKILL mid-stream: its client gets an error event, the
 //      ledger charges what the client received, the backend is marked down and the next
 //      requests go to the other one, all within stated bounds;
+//   7. session affinity: requests naming a session (x-session-affinity, prompt_cache_key) stay on
+//      one backend; the backend of some sessions killed (SIGKILL) and restarted: their requests
+//      keep succeeding on the other one meanwhile and come back, the other sessions never move;
+//      and a backend's stream never holds events it has until its heartbeat;
 // Where an outcome would otherwise depend on how fast stories260K generates, the backends are
 // frozen (SIGSTOP) while the test sets the situation up, and let go (SIGCONT) to play it out.
 // plus the internal API's token (given, or made on a backend's first start) and wire format,
@@ -36,13 +40,16 @@ const TOKEN = 'internal-token-0123456789';
 // Prompts the tests send: stories260K writes children's stories.
 const shortPrompt = 'Once upon a time';
 
+// Starts a backend with `backendArgs` (on `port`, else a free port).
+function startBackend(backendArgs = [], port = 0) {
+  return startServer(['--model', storiesGguf, '--threads', '1', '--internal-token', TOKEN, '--http-threads', '1',
+    ...backendArgs], { command: 'backend', port });
+}
+
 // Starts backends (each with `backendArgs`) and a gateway in front of them.
 async function startCluster({ backends = 2, backendArgs = [], gatewayArgs = [] } = {}) {
   const started = [];
-  for (let i = 0; i < backends; i++) {
-    started.push(await startServer(['--model', storiesGguf, '--threads', '1', '--internal-token', TOKEN,
-      '--http-threads', '1', ...backendArgs], { command: 'backend' }));
-  }
+  for (let i = 0; i < backends; i++) started.push(await startBackend(backendArgs));
   const gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN, '--http-threads', '2',
     '--backend-poll-interval', '100ms', ...started.flatMap((b) => ['--backend', b.url]), ...gatewayArgs],
   { command: 'gateway' });
@@ -228,6 +235,124 @@ describe('prefix affinity', () => {
     assert.ok(hits[owner] > 0);
     assert.ok(rate > 0.5, `most prompt tokens come from the cache: ${rate}`);
     assert.equal(await metric(cluster.gateway, 'edgeinfer_backend_routes_total', { reason: 'affinity' }), endings.length - 1);
+  });
+});
+
+describe('session affinity', () => {
+  let cluster;
+  // A long heartbeat and a short stream timeout: a stream that waited for its heartbeat to send
+  // events it already had would fail (and be retried) instead of only being late.
+  const backendArgs = ['--heartbeat', '60s'];
+  // A short ejection: the killed backend is tried again soon after it is back.
+  before(async () => {
+    cluster = await startCluster({ backendArgs, gatewayArgs: ['--eject-time', '200ms', '--backend-stream-timeout', '5s'] });
+  });
+  after(async () => { await cluster?.stop(); });
+
+  // Sends one completion (one at a time, so the gateway's counts tell where it went): it must
+  // succeed; resolves with the index of the backend that served it.
+  async function servedBy({ header, cacheKey }) {
+    const before = await acceptedPerBackend(cluster);
+    const body = { model: 'stories260K', prompt: shortPrompt, max_tokens: 4 };
+    if (cacheKey !== undefined) body.prompt_cache_key = cacheKey;
+    const headers = header === undefined ? {} : { 'x-session-affinity': header };
+    const done = await cluster.client.completions.create(body, { headers });
+    assert.equal(done.choices[0].finish_reason, 'length');
+    const after = await acceptedPerBackend(cluster);
+    const moved = after.map((n, i) => n - before[i]);
+    assert.equal(moved.reduce((a, b) => a + b, 0), 1, `one backend accepted it: ${moved}`);
+    return moved.indexOf(1);
+  }
+
+  // Where each session's requests go now (two requests each: both to the same backend).
+  async function placements(sessions) {
+    const out = [];
+    for (const session of sessions) {
+      const first = await servedBy({ header: session });
+      assert.equal(await servedBy({ header: session }), first, `session ${session} stays on one backend`);
+      out.push(first);
+    }
+    return out;
+  }
+
+  test('a session\'s requests stay on one backend; the header wins over prompt_cache_key', async () => {
+    const sessions = Array.from({ length: 8 }, (_, i) => `agent-run-${i}`);
+    const placed = await placements(sessions);
+    console.log(`session affinity: 8 sessions per backend ${[0, 1].map((b) => placed.filter((p) => p === b).length).join(' / ')}`);
+    assert.ok(placed.includes(0) && placed.includes(1), `sessions spread over both backends: ${placed}`);
+    // The body's key is the same session as the header's.
+    for (let i = 0; i < 2; i++) assert.equal(await servedBy({ cacheKey: sessions[i] }), placed[i]);
+    // Both given: the header's session decides.
+    const a = placed.indexOf(0);
+    const b = placed.indexOf(1);
+    assert.equal(await servedBy({ header: sessions[a], cacheKey: sessions[b] }), 0);
+    assert.equal(await servedBy({ header: sessions[b], cacheKey: sessions[a] }), 1);
+    assert.ok(await metric(cluster.gateway, 'edgeinfer_backend_routes_total', { reason: 'session' }) >= 20);
+  });
+
+  test('a killed backend\'s sessions move to the other one and come back; the others never move', async () => {
+    const sessions = Array.from({ length: 8 }, (_, i) => `agent-run-${i}`);
+    const placed = await placements(sessions);
+    const victim = placed[0];
+    const survivor = 1 - victim;
+    const { port } = cluster.backends[victim];
+    cluster.backends[victim].child.kill('SIGKILL');
+    await cluster.backends[victim].exited;
+
+    // Right away, before the gateway's next poll notices: every request succeeds, on the survivor.
+    for (const session of sessions) assert.equal(await servedBy({ header: session }), survivor, `session ${session}`);
+
+    cluster.backends[victim] = await startBackend(backendArgs, port);
+    const url = cluster.backends[victim].url;
+    await waitFor('the restarted backend to be up', async () =>
+      (await metric(cluster.gateway, 'edgeinfer_backend_up', { backend: url })) === 1);
+    assert.deepEqual(await placements(sessions), placed, 'every session is back where it was');
+  });
+
+  test('a backend sends events as they come, never holding them until its heartbeat', async () => {
+    // Events that reach a backend's stream while it writes the previous ones must not wait for
+    // the next wake-up: here that would be the 60 s heartbeat, past the gateway's 5 s timeout.
+    for (let i = 0; i < 150; i++) {
+      const done = await cluster.client.completions.create({ model: 'stories260K', prompt: shortPrompt, max_tokens: 4 },
+        { headers: { 'x-session-affinity': 'steady' } });
+      assert.equal(done.choices[0].finish_reason, 'length');
+    }
+    const text = await scrape(cluster.gateway);
+    assert.equal(value(text, 'edgeinfer_backend_retries_total', { reason: 'stream' }), 0, 'no stream was silent for 5 s');
+  });
+
+  test('a bad session header is a 400 in each API\'s own shape', async () => {
+    const long = 'k'.repeat(257);
+    const chat = await fetch(`${cluster.gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${cluster.gateway.defaultKey}`, 'content-type': 'application/json', 'x-session-affinity': long },
+      body: JSON.stringify({ model: 'stories260K', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+    });
+    assert.equal(chat.status, 400);
+    const chatError = (await chat.json()).error;
+    assert.equal(chatError.type, 'invalid_request_error');
+    assert.equal(chatError.param, 'x-session-affinity');
+    assert.match(chatError.message, /x-session-affinity header must be a non-empty string of at most 256 bytes/);
+
+    const messages = await fetch(`${cluster.gateway.url}/v1/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': cluster.gateway.defaultKey, 'content-type': 'application/json', 'x-session-affinity': '' },
+      body: JSON.stringify({ model: 'stories260K', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }),
+    });
+    assert.equal(messages.status, 400);
+    const anthropic = await messages.json();
+    assert.equal(anthropic.type, 'error');
+    assert.equal(anthropic.error.type, 'invalid_request_error');
+    assert.match(anthropic.error.message, /x-session-affinity header must be a non-empty string/);
+
+    // The body's key in a wrong shape: the same kind of 400, naming the field.
+    const responses = await fetch(`${cluster.gateway.url}/v1/responses`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${cluster.gateway.defaultKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'stories260K', input: 'hi', max_output_tokens: 4, prompt_cache_key: ['a'] }),
+    });
+    assert.equal(responses.status, 400);
+    assert.equal((await responses.json()).error.param, 'prompt_cache_key');
   });
 });
 

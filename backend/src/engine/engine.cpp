@@ -361,6 +361,7 @@ void engine::state::apply(command& c) {
                              .max_tokens = s.request.max_tokens,
                              .forks = std::move(forks),
                              .prompt_logits = s.request.prompt_logprobs.has_value(),
+                             .session = !s.request.session.empty(),
                              .caps = {.host_blocks = std::max<std::int64_t>(s.request.host_tier_cap_bytes, 0) /
                                                           std::max<std::int64_t>(block_bytes, 1),
                                            .disk_bytes = std::max<std::int64_t>(s.request.disk_tier_cap_bytes, 0)}});

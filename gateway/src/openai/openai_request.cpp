@@ -345,6 +345,8 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
     EDGE_ASSIGN_OR_RETURN(r.ignore_eos, v.as<bool>());
   } else if (key == "user") {
     return read_string(v, r.user);
+  } else if (key == "prompt_cache_key") {
+    return read_session_key(v, r.session);
   } else if (key == "n") {
     EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>());
     if (n < 1 || n > backend::max_choices) return v.must_be(format("from 1 to {}", backend::max_choices));
@@ -513,6 +515,15 @@ std::optional<json_error> read_stop(const json_value& v, std::vector<std::string
     add(text);
   }
   if (items.size() > max_stop_strings) return v.must_be(format("at most {} strings", max_stop_strings));
+  return std::nullopt;
+}
+
+bool is_valid_session_key(std::string_view key) { return !key.empty() && key.size() <= max_session_key_bytes; }
+
+std::optional<json_error> read_session_key(const json_value& v, std::string& out) {
+  EDGE_ASSIGN_OR_RETURN(const std::string_view key, v.as<std::string_view>(session_key_rule));
+  if (!is_valid_session_key(key)) return v.must_be(session_key_rule);
+  out = std::string(key);
   return std::nullopt;
 }
 

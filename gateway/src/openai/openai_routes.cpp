@@ -557,12 +557,22 @@ asio::awaitable<std::optional<openai_service::opened_request>> openai_service::o
   // From here on every answer carries the x-ratelimit-* headers.
   const auto answer = [&](response res) { return ex.respond(api.error(with_headers(std::move(res), *session))); };
 
+  // The session: the header wins over the body's prompt_cache_key (a proxy or an SDK that sets
+  // the header for a whole conversation knows better than one request's body).
+  const auto session_header = ex.req().find(session_affinity_header);
+  const bool has_session_header = session_header != ex.req().end();
+  if (has_session_header && !is_valid_session_key(session_header->value())) {
+    co_await answer(invalid_request(format("The {} header must be {}", session_affinity_header, session_key_rule),
+                                    session_affinity_header));
+    co_return std::nullopt;
+  }
   auto parsed = api.parse(ex.req().body());
   if (auto* error = std::get_if<request_error>(&parsed)) {
     co_await answer(invalid_request(error->message, error->param));
     co_return std::nullopt;
   }
   openai_request& r = std::get<openai_request>(parsed);
+  if (has_session_header) r.session = std::string(session_header->value());
   if (r.model && *r.model != model->id) {
     co_await answer(model_not_found(*r.model, model->id));
     co_return std::nullopt;
@@ -822,6 +832,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   // With echo, the prompt's own log probabilities come in front of the completion's.
   if (r.echo) request.prompt_logprobs = r.logprobs;
   request.skip_special_tokens = !special_tokens;
+  request.session = r.session;
 
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);

@@ -324,6 +324,9 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
     EDGE_ASSIGN_OR_RETURN(const std::string_view user, v.as<std::string_view>());
     r.user = std::string(user);
     extra.echo[key] = user;
+  } else if (key == "prompt_cache_key") {
+    if (auto error = read_session_key(v, r.session)) return error;
+    extra.echo["prompt_cache_key"] = r.session;
   } else if (key == "truncation") {
     EDGE_ASSIGN_OR_RETURN(const std::string_view mode, v.as<std::string_view>());
     if (mode != "auto" && mode != "disabled") return v.error(format("is '{}': 'auto' or 'disabled'", mode));
@@ -358,11 +361,11 @@ std::variant<openai_request, request_error> parse_responses_request(std::string_
   openai_request r;
   r.api = openai_api::chat_completions;
   auto extra = std::make_shared<responses_fields>();
-  extra->echo = {{"instructions", nullptr},    {"max_output_tokens", nullptr}, {"metadata", json::object()},
-                 {"parallel_tool_calls", true}, {"previous_response_id", nullptr}, {"reasoning", nullptr},
-                 {"temperature", 1.0},          {"text", {{"format", {{"type", "text"}}}}},
-                 {"tool_choice", "auto"},       {"tools", json::array()},      {"top_p", 1.0},
-                 {"truncation", "disabled"},    {"user", nullptr}};
+  extra->echo = {{"instructions", nullptr},      {"max_output_tokens", nullptr},    {"metadata", json::object()},
+                 {"parallel_tool_calls", true},   {"previous_response_id", nullptr}, {"prompt_cache_key", nullptr},
+                 {"reasoning", nullptr},          {"temperature", 1.0},              {"text", {{"format", {{"type", "text"}}}}},
+                 {"tool_choice", "auto"},         {"tools", json::array()},          {"top_p", 1.0},
+                 {"truncation", "disabled"},      {"user", nullptr}};
   const json_fields fields(*document);
   std::string instructions;
   for (const auto [key, value] : fields) {

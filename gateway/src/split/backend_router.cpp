@@ -1,6 +1,8 @@
 #include "edge/gateway/split/backend_router.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -25,7 +27,27 @@ std::uint64_t mix_hash(std::span<const std::uint8_t> key, std::string_view name)
   return h;
 }
 
+// Session keys' own domain: a session key never equals a prefix-cache hash or any other digest.
+constexpr std::string_view session_key_domain{"edgeinfer session affinity v1\0", 30};
+
 }  // namespace
+
+std::optional<session_key> session_route_key(std::string_view tenant, std::string_view session) {
+  if (session.empty()) return std::nullopt;
+  // The tenant's length first, so that ("ab", "c") and ("a", "bc") are different keys.
+  std::array<char, 8> length{};
+  std::uint64_t n = tenant.size();
+  for (char& byte : length) {
+    byte = static_cast<char>(n & 0xff);
+    n >>= 8;
+  }
+  sha256_hasher hasher;
+  hasher.update(session_key_domain);
+  hasher.update(std::string_view(length.data(), length.size()));
+  hasher.update(tenant);
+  hasher.update(session);
+  return hasher.finish();
+}
 
 std::optional<affinity_key> prompt_affinity_key(std::string_view salt, std::span<const std::int32_t> prompt,
                                                 std::int64_t block_size, std::int64_t affinity_blocks) {
@@ -47,6 +69,7 @@ std::string_view to_string(route_reason reason) {
     case route_reason::affinity: return "affinity";
     case route_reason::rendezvous: return "rendezvous";
     case route_reason::least_loaded: return "least_loaded";
+    case route_reason::session: return "session";
   }
   return "least_loaded";
 }
@@ -124,17 +147,42 @@ double backend_router::score(std::size_t backend) const {
          options_.kv_weight * std::clamp(b.load->kv_usage, 0.0, 1.0);
 }
 
+std::uint64_t backend_router::rendezvous_weight(const sha256_digest& key, std::size_t backend) const {
+  return mix_hash(key, backends_[backend].name);
+}
+
 std::size_t backend_router::rendezvous(const affinity_key& key, std::span<const std::size_t> candidates) const {
   std::size_t best = candidates.front();
   std::uint64_t best_weight = 0;
   for (const std::size_t c : candidates) {
-    const std::uint64_t weight = mix_hash(key, backends_[c].name);
+    const std::uint64_t weight = rendezvous_weight(key, c);
     if (weight > best_weight || (weight == best_weight && c < best)) {
       best = c;
       best_weight = weight;
     }
   }
   return best;
+}
+
+std::size_t backend_router::bounded_rendezvous(const session_key& key, std::span<const std::size_t> candidates) const {
+  std::vector<std::pair<std::uint64_t, std::size_t>> ranked;  // (weight, backend), heaviest first
+  ranked.reserve(candidates.size());
+  std::int64_t total = 0;
+  for (const std::size_t c : candidates) {
+    ranked.emplace_back(rendezvous_weight(key, c), c);
+    total += backends_[c].outstanding;
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  // The tolerance keeps an exact quotient (2.0) from rounding up to the next request.
+  const double capacity = std::ceil((1.0 + std::max(options_.session_load_epsilon, 0.0)) *
+                                        static_cast<double>(total + 1) / static_cast<double>(candidates.size()) -
+                                    score_tolerance);
+  for (const auto& [weight, c] : ranked) {
+    if (static_cast<double>(backends_[c].outstanding + 1) <= capacity) return c;
+  }
+  return ranked.front().second;  // not reached: the least loaded is at most the average
 }
 
 void backend_router::touch(const affinity_key& key, std::size_t backend) {
@@ -154,14 +202,15 @@ void backend_router::touch(const affinity_key& key, std::size_t backend) {
 
 void backend_router::remember(const affinity_key& key, std::size_t backend) { touch(key, backend); }
 
-std::optional<route_choice> backend_router::choose(const std::optional<affinity_key>& key,
-                                                   std::span<const std::size_t> excluded) {
+std::optional<route_choice> backend_router::choose(const route_keys& keys, std::span<const std::size_t> excluded) {
   std::vector<std::size_t> candidates;
   candidates.reserve(backends_.size());
   for (std::size_t i = 0; i < backends_.size(); ++i) {
     if (available(i) && std::find(excluded.begin(), excluded.end(), i) == excluded.end()) candidates.push_back(i);
   }
   if (candidates.empty()) return std::nullopt;
+  if (keys.session) return route_choice{bounded_rendezvous(*keys.session, candidates), route_reason::session};
+  const std::optional<affinity_key>& key = keys.prefix;
 
   // The least loaded, equal scores taken in turn from a rotating start.
   const std::size_t start = rotation_++ % candidates.size();

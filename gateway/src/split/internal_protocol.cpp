@@ -105,6 +105,8 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r,
       EDGE_ASSIGN_OR_RETURN(r.ignore_eos, value.as<bool>());
     } else if (key == "skip_special_tokens") {
       EDGE_ASSIGN_OR_RETURN(r.skip_special_tokens, value.as<bool>());
+    } else if (key == "session") {
+      if (auto error = read_session_key(value, r.session)) return error;
     } else if (key == "logprobs" || key == "prompt_logprobs") {
       std::optional<std::int32_t>& out = key == "logprobs" ? r.logprobs : r.prompt_logprobs;
       if (value.is_null()) {
@@ -340,6 +342,7 @@ std::string encode_generate_request(const backend::generate_request& r, const ba
   }
   // Only when asked for: a backend that does not know the field then still serves the rest.
   if (!r.skip_special_tokens) body["skip_special_tokens"] = false;
+  if (!r.session.empty()) body["session"] = r.session;
   return json::serialize(body);
 }
 

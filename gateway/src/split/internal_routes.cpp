@@ -261,6 +261,9 @@ asio::awaitable<void> internal_service::generate(exchange& ex) {
       co_return;
     }
 
+    // Events posted while the chunk was being written found no wait to cancel: send them now
+    // rather than after the heartbeat.
+    if (!events->events.empty()) continue;
     // Sleep until an event arrives, the heartbeat is due, or the gateway leaves.
     events->wake.expires_at(last_write + options_.heartbeat);
     const auto woken = co_await (events->wake.async_wait(asio::as_tuple(asio::use_awaitable)) || ex.watch_disconnect());

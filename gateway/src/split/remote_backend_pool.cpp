@@ -256,9 +256,9 @@ struct remote_backend_pool::impl : std::enable_shared_from_this<impl> {
 
   // ---- called by requests; each takes the lock ----
 
-  std::optional<route_choice> choose(const std::optional<affinity_key>& key, std::span<const std::size_t> tried) {
+  std::optional<route_choice> choose(const route_keys& keys, std::span<const std::size_t> tried) {
     std::lock_guard lock(mutex);
-    auto choice = router.choose(key, tried);
+    auto choice = router.choose(keys, tried);
     if (choice && tried.empty() && metrics != nullptr) {
       metrics->backend_routes.Add({{"reason", std::string(to_string(choice->reason))}}).Increment();
     }
@@ -498,8 +498,10 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
                       ? std::numeric_limits<std::int64_t>::max() / 2
                       : generate.max_tokens * std::max(generate.n, 1);
     if (const auto block_size = pool_->block_size()) {
-      key_ = prompt_affinity_key(generate.tenant, generate.prompt, *block_size, pool_->options.routing.affinity_blocks);
+      keys_.prefix =
+          prompt_affinity_key(generate.tenant, generate.prompt, *block_size, pool_->options.routing.affinity_blocks);
     }
+    keys_.session = session_route_key(generate.tenant, generate.session);
     body_ = encode_generate_request(generate, grammar);
   }
   ~remote_call() { release(); }
@@ -511,7 +513,7 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
     status last = unavailable(format("every backend tried failed ({} attempts at most)", pool_->options.max_attempts));
     bool overloaded = false;
     while (!cancelled_ && static_cast<int>(tried_.size()) < pool_->options.max_attempts) {
-      const auto choice = pool_->choose(key_, tried_);
+      const auto choice = pool_->choose(keys_, tried_);
       if (!choice) break;
       const std::size_t b = choice->backend;
       tried_.push_back(b);
@@ -523,7 +525,7 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
         if (stream_) stream_->close();
         stream_.reset();
       } else if (outcome.what == attempt_outcome::kind::accepted) {
-        pool_->accepted(b, key_);
+        pool_->accepted(b, keys_.prefix);
         co_return backend::submit_error{};
       }
       release();
@@ -751,7 +753,7 @@ class remote_call : public std::enable_shared_from_this<remote_call> {
   asio::any_io_executor strand_;
   backend::event_sink sink_;
   std::string body_;
-  std::optional<affinity_key> key_;
+  route_keys keys_;
   std::int64_t prompt_tokens_ = 0;
   std::int64_t max_tokens_ = 0;         // of all choices together
   std::int32_t choices_ = 1;

@@ -36,11 +36,12 @@ export function makeSlowModel() {
 // Unless the arguments name a --state-dir, the server gets a fresh one (server.stateDir); on its
 // first start it logs an API key for the tenant "default" (server.defaultKey). `command` runs
 // another server command the same way: `gateway`, or `backend`, which without --internal-token
-// logs the token it made on its first start (server.internalToken).
-export async function startServer(args = [], { env = {}, timeoutMs = 60000, waitReady = true, command = 'serve' } = {}) {
+// logs the token it made on its first start (server.internalToken). `port` listens there rather
+// than on a free port (a server restarted where its clients know it).
+export async function startServer(args = [], { env = {}, timeoutMs = 60000, waitReady = true, command = 'serve', port: listenPort = 0 } = {}) {
   const stateDir = args.includes('--state-dir') ? args[args.indexOf('--state-dir') + 1] : makeStateDir();
   const stateArgs = args.includes('--state-dir') ? [] : ['--state-dir', stateDir];
-  const child = spawn(edgeinferBin, [command, '--host', '127.0.0.1', '--port', '0', ...stateArgs, ...args], {
+  const child = spawn(edgeinferBin, [command, '--host', '127.0.0.1', '--port', String(listenPort), ...stateArgs, ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -1,10 +1,13 @@
 // The split gateway's routing policy with injected load reports and a manual clock: the score
 // (queue, KV usage, the gateway's own in-flight count), ties, stale reports, prefix affinity and
 // its overload escape, rendezvous placement of new prefixes, health, outlier ejection with
-// backoff, and the exclusion of backends already tried (retries).
+// backoff, the exclusion of backends already tried (retries), and session affinity (rendezvous
+// hashing with bounded loads, tenant-scoped keys, what moves when a backend leaves).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "edge/common/time_source.h"
@@ -44,7 +47,7 @@ struct fixture {
   }
 
   std::size_t pick(const std::optional<gw::affinity_key>& key = std::nullopt, std::vector<std::size_t> excluded = {}) {
-    const auto choice = router.choose(key, excluded);
+    const auto choice = router.choose({.prefix = key}, excluded);
     REQUIRE(choice.has_value());
     return choice->backend;
   }
@@ -125,7 +128,7 @@ TEST_CASE("prefix affinity: a remembered prefix goes back to its backend unless 
   const gw::affinity_key key = key_of(100);
   f.router.remember(key, 0);
 
-  const auto held = f.router.choose(key, {});
+  const auto held = f.router.choose({.prefix = key}, {});
   REQUIRE(held);
   CHECK(held->backend == 0);  // within the slack of the least loaded
   CHECK(held->reason == gw::route_reason::affinity);
@@ -133,7 +136,7 @@ TEST_CASE("prefix affinity: a remembered prefix goes back to its backend unless 
 
   // Backend 0 fills up: its score passes the best one by more than the slack.
   f.router.report_load(0, load(4, 2, 1.0));
-  const auto moved = f.router.choose(key, {});
+  const auto moved = f.router.choose({.prefix = key}, {});
   REQUIRE(moved);
   CHECK(moved->backend == 1);
   CHECK(moved->reason == gw::route_reason::least_loaded);
@@ -154,8 +157,8 @@ TEST_CASE("a new prefix is placed by rendezvous hashing, the same way by every g
   std::vector<int> placed(4);
   for (std::int32_t t = 0; t < 64; ++t) {
     const gw::affinity_key key = key_of(t * 1000);
-    const auto in_a = a.router.choose(key, {});
-    const auto in_b = b.router.choose(key, {});
+    const auto in_a = a.router.choose({.prefix = key}, {});
+    const auto in_b = b.router.choose({.prefix = key}, {});
     REQUIRE(in_a);
     REQUIRE(in_b);
     CHECK(in_a->reason == gw::route_reason::rendezvous);
@@ -196,11 +199,11 @@ TEST_CASE("the affinity map is bounded: the least recently used key goes first")
   f.router.report_load(1, load(0, 0, 0.0));
   f.router.remember(key_of(1), 0);
   f.router.remember(key_of(2), 0);
-  CHECK(f.router.choose(key_of(1), {})->reason == gw::route_reason::affinity);  // key 1 is now the most recent
+  CHECK(f.router.choose({.prefix = key_of(1)}, {})->reason == gw::route_reason::affinity);  // key 1 is now the most recent
   f.router.remember(key_of(3), 1);
   CHECK(f.router.remembered_keys() == 2);
-  CHECK(f.router.choose(key_of(1), {})->reason == gw::route_reason::affinity);
-  CHECK(f.router.choose(key_of(2), {})->reason != gw::route_reason::affinity);  // evicted
+  CHECK(f.router.choose({.prefix = key_of(1)}, {})->reason == gw::route_reason::affinity);
+  CHECK(f.router.choose({.prefix = key_of(2)}, {})->reason != gw::route_reason::affinity);  // evicted
 }
 
 TEST_CASE("consecutive failures eject a backend for a backoff that doubles, and success resets it") {
@@ -263,7 +266,7 @@ TEST_CASE("retries skip the backends already tried; nothing is left when all wer
   CHECK(third != first);
   CHECK(third != second);
   const std::vector<std::size_t> all{0, 1, 2};
-  CHECK_FALSE(f.router.choose(std::nullopt, all).has_value());
+  CHECK_FALSE(f.router.choose({}, all).has_value());
 }
 
 TEST_CASE("unhealthy backends are never chosen") {
@@ -272,5 +275,213 @@ TEST_CASE("unhealthy backends are never chosen") {
   for (int i = 0; i < 4; ++i) CHECK(f.pick() == 1);
   f.router.set_healthy(1, false);
   CHECK(f.router.available_count() == 0);
-  CHECK_FALSE(f.router.choose(std::nullopt, {}).has_value());
+  CHECK_FALSE(f.router.choose({}, {}).has_value());
+}
+
+// ---- session affinity -------------------------------------------------------------------------
+
+namespace {
+
+gw::session_key session_of(std::string_view session, std::string_view tenant = "tenant-a") {
+  return *gw::session_route_key(tenant, session);
+}
+
+// Where a session's request goes now, and why.
+gw::route_choice route(fixture& f, const gw::session_key& key, std::vector<std::size_t> excluded = {},
+                       std::optional<gw::affinity_key> prefix = std::nullopt) {
+  const auto choice = f.router.choose({.prefix = prefix, .session = key}, excluded);
+  REQUIRE(choice.has_value());
+  return *choice;
+}
+
+// The backends in a session's order of preference: the first choice, then the first choice
+// with it excluded, and so on (all idle).
+std::vector<std::size_t> ranking(fixture& f, const gw::session_key& key) {
+  std::vector<std::size_t> order;
+  while (order.size() < f.router.size()) order.push_back(route(f, key, order).backend);
+  return order;
+}
+
+std::string session_name(int i) { return "conversation-" + std::to_string(i); }
+
+}  // namespace
+
+TEST_CASE("session keys: none without a session, scoped to the tenant, unambiguous") {
+  CHECK_FALSE(gw::session_route_key("tenant-a", "").has_value());
+  CHECK(session_of("s") == session_of("s"));
+  CHECK(session_of("s", "tenant-a") != session_of("s", "tenant-b"));
+  // The tenant's id and the session string cannot slide into each other.
+  CHECK(session_of("bc", "a") != session_of("c", "ab"));
+  // Not the prefix-cache hash of anything: its own domain.
+  CHECK(session_of("s", "tenant-a") != edge::backend::prefix_root_hash("tenant-a"));
+}
+
+TEST_CASE("a session's requests all go to one backend, whatever the scores say") {
+  fixture f(4);
+  for (std::size_t i = 0; i < 4; ++i) f.router.report_load(i, load(0, 0, 0.0));
+  const gw::session_key key = session_of("agent-run-17");
+  const gw::route_choice first = route(f, key);
+  CHECK(first.reason == gw::route_reason::session);
+  // The session's backend looks the busiest by its report; the session stays (its cache is there).
+  f.router.report_load(first.backend, load(6, 3, 0.9));
+  for (int i = 0; i < 8; ++i) {
+    const gw::route_choice again = route(f, key);
+    CHECK(again.backend == first.backend);
+    CHECK(again.reason == gw::route_reason::session);
+    // Sequential requests: each ends before the next.
+    f.router.dispatched(again.backend);
+    f.router.finished(again.backend);
+  }
+  // Without a session the same router avoids that backend.
+  CHECK(f.pick() != first.backend);
+}
+
+TEST_CASE("sessions spread over the backends, and every gateway places them alike") {
+  fixture a(4);
+  // Another gateway lists the same backends in another order and sees other loads.
+  std::vector<std::string> reversed = fixture::names(4);
+  std::reverse(reversed.begin(), reversed.end());
+  edge::manual_time_source clock;
+  gw::backend_router b(reversed, {}, clock);
+  for (std::size_t i = 0; i < 4; ++i) {
+    b.set_healthy(i, true);
+    b.report_load(i, load(static_cast<std::int64_t>(i), 0, 0.2));
+  }
+  std::vector<int> placed(4);
+  for (int i = 0; i < 200; ++i) {
+    const gw::session_key key = session_of(session_name(i));
+    const std::size_t in_a = route(a, key).backend;
+    const auto in_b = b.choose({.session = key}, {});
+    REQUIRE(in_b);
+    CHECK(3 - in_b->backend == in_a);  // the same backend, by name
+    ++placed[in_a];
+  }
+  for (const int n : placed) CHECK(n >= 25);  // about 50 each
+}
+
+TEST_CASE("two tenants' equal session strings are independent keys") {
+  fixture f(4);
+  int same_backend = 0;
+  for (int i = 0; i < 64; ++i) {
+    const std::size_t a = route(f, session_of(session_name(i), "tenant-a")).backend;
+    const std::size_t b = route(f, session_of(session_name(i), "tenant-b")).backend;
+    same_backend += a == b ? 1 : 0;
+  }
+  // Independent keys agree about a quarter of the time on 4 backends; one shared key always would.
+  CHECK(same_backend < 32);
+
+  // One tenant's session piling requests on its backend does not move the other's equal string
+  // as long as the load stays within the bound.
+  fixture g(2);
+  const gw::session_key mine = session_of("shared-name", "tenant-a");
+  const gw::session_key theirs = session_of("shared-name", "tenant-b");
+  const std::size_t theirs_before = route(g, theirs).backend;
+  g.router.dispatched(route(g, mine).backend);
+  CHECK(route(g, theirs).backend == theirs_before);
+}
+
+TEST_CASE("bounded load: a hot session spills to the next backend in its own order, then returns") {
+  fixture f(3);
+  // Reports say nothing: the bound is on the gateway's own outstanding requests.
+  const gw::session_key key = session_of("hot");
+  const std::vector<std::size_t> order = ranking(f, key);
+  REQUIRE(order.size() == 3);
+
+  // capacity = ceil(1.25 × (total + 1) / 3), and a backend qualifies while its load with the
+  // request stays within it.
+  std::vector<std::size_t> placed;
+  for (int i = 0; i < 3; ++i) {
+    const gw::route_choice c = route(f, key);
+    CHECK(c.reason == gw::route_reason::session);
+    placed.push_back(c.backend);
+    f.router.dispatched(c.backend);
+  }
+  // 1st: load 0 -> 1 <= 1. 2nd: total 1, capacity ceil(2.5/3) = 1: the first is full, so the
+  // second in the session's order (not the least loaded: the third is as idle). 3rd: total 2,
+  // capacity ceil(3.75/3) = 2: back to the first.
+  CHECK(placed == std::vector<std::size_t>{order[0], order[1], order[0]});
+  CHECK(f.router.outstanding(order[0]) == 2);
+
+  // The next in the order is taken even when a later one is idler: loads 3, 2, 0, so capacity
+  // ceil(1.25 × 6 / 3) = 3 turns the first away (4) and takes the second (3), not the third.
+  f.router.dispatched(order[1]);
+  f.router.dispatched(order[0]);
+  CHECK(route(f, key).backend == order[1]);
+
+  // Its requests end: the session is back on its first backend.
+  for (int i = 0; i < 3; ++i) f.router.finished(order[0]);
+  CHECK(route(f, key).backend == order[0]);
+}
+
+TEST_CASE("session_load_epsilon sets how far above the average a session's backend may go") {
+  gw::router_options loose;
+  loose.session_load_epsilon = 3.0;  // capacity 4 × the average: on 2 backends, all of 4 requests
+  fixture f(2, loose);
+  const gw::session_key key = session_of("hot");
+  const std::size_t top = route(f, key).backend;
+  for (int i = 0; i < 4; ++i) {
+    CHECK(route(f, key).backend == top);
+    f.router.dispatched(top);
+  }
+  gw::router_options tight;
+  tight.session_load_epsilon = 0.0;  // never above the average, rounded up
+  fixture g(2, tight);
+  std::vector<int> per_backend(2);
+  for (int i = 0; i < 6; ++i) {
+    const std::size_t b = route(g, key).backend;
+    ++per_backend[b];
+    g.router.dispatched(b);
+  }
+  CHECK(per_backend == std::vector<int>{3, 3});
+}
+
+TEST_CASE("a backend that leaves moves only its sessions, and the same ones come back") {
+  for (const bool eject : {false, true}) {
+    CAPTURE(eject);
+    fixture f(4);
+    std::vector<std::size_t> before;
+    for (int i = 0; i < 200; ++i) before.push_back(route(f, session_of(session_name(i))).backend);
+    const std::size_t gone = before[0];
+    if (eject) {
+      for (int i = 0; i < f.options.eject_after_failures; ++i) f.router.failed(gone);
+      REQUIRE(f.router.ejected(gone));
+    } else {
+      f.router.set_healthy(gone, false);
+    }
+    int moved = 0;
+    for (int i = 0; i < 200; ++i) {
+      const std::size_t now = route(f, session_of(session_name(i))).backend;
+      CHECK(now != gone);
+      if (before[i] == gone) {
+        ++moved;
+      } else {
+        CHECK(now == before[i]);  // everyone else stays where their cache is
+      }
+    }
+    CHECK(moved > 0);
+    if (eject) {
+      f.clock.advance(f.options.ejection_base);
+    } else {
+      f.router.set_healthy(gone, true);
+    }
+    for (int i = 0; i < 200; ++i) CHECK(route(f, session_of(session_name(i))).backend == before[i]);
+  }
+}
+
+TEST_CASE("a session wins over prefix affinity; retries follow the session's order") {
+  fixture f(3);
+  for (std::size_t i = 0; i < 3; ++i) f.router.report_load(i, load(0, 0, 0.0));
+  const gw::session_key key = session_of("with-a-prefix");
+  const std::vector<std::size_t> order = ranking(f, key);
+  const gw::affinity_key prefix = key_of(500);
+  f.router.remember(prefix, order[2]);
+  REQUIRE(f.pick(prefix) == order[2]);  // alone, the prefix goes to the backend holding it
+
+  const gw::route_choice c = route(f, key, {}, prefix);
+  CHECK(c.backend == order[0]);
+  CHECK(c.reason == gw::route_reason::session);
+  // A retry after the first backend failed: the second in the session's order.
+  CHECK(route(f, key, {order[0]}, prefix).backend == order[1]);
+  CHECK_FALSE(f.router.choose({.prefix = prefix, .session = key}, order).has_value());
+  CHECK(gw::to_string(gw::route_reason::session) == "session");
 }

@@ -110,6 +110,22 @@ TEST_CASE("skip_special_tokens travels only when it is off") {
   CHECK(std::get<gw::internal_request_error>(bad).param == "skip_special_tokens");
 }
 
+TEST_CASE("the session key travels only when there is one, held to the public API's bound") {
+  be::generate_request r;
+  r.prompt = {1};
+  CHECK(gw::encode_generate_request(r, nullptr).find("session") == std::string::npos);
+  r.session = "run-7";
+  const auto parsed = gw::parse_generate_request(gw::encode_generate_request(r, nullptr));
+  REQUIRE(std::holds_alternative<gw::parsed_generate_request>(parsed));
+  CHECK(std::get<gw::parsed_generate_request>(parsed).request.session == "run-7");
+  for (const std::string& value : {std::string(R"("")"), std::string("7"), "\"" + std::string(257, 'k') + "\""}) {
+    CAPTURE(value);
+    const auto bad = gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,"session":)" + value + "}");
+    REQUIRE(std::holds_alternative<gw::internal_request_error>(bad));
+    CHECK(std::get<gw::internal_request_error>(bad).param == "session");
+  }
+}
+
 TEST_CASE("a bad generate request names the field") {
   const auto error_of = [](std::string_view body) {
     const auto parsed = gw::parse_generate_request(body);

@@ -449,3 +449,29 @@ TEST_CASE("a repeated key counts once: the last one wins") {
   REQUIRE(chat.messages.size() == 1);
   CHECK(chat.messages[0].content == "b");
 }
+
+TEST_CASE("prompt_cache_key is the session key: a non-empty string of at most 256 bytes") {
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"hi"}]})").session.empty());
+  CHECK(chat_ok(R"({"messages":[{"role":"user","content":"hi"}],"prompt_cache_key":"run-7"})").session == "run-7");
+  CHECK(completion_ok(R"({"prompt":"x","prompt_cache_key":"run-7"})").session == "run-7");
+  CHECK(completion_ok(R"({"prompt":"x","prompt_cache_key":null})").session.empty());
+  const std::string longest(gw::max_session_key_bytes, 'k');
+  CHECK(completion_ok(R"({"prompt":"x","prompt_cache_key":")" + longest + "\"}").session == longest);
+  // Bytes, not characters: 128 two-byte characters fit, 129 do not.
+  std::string wide;
+  for (int i = 0; i < 128; ++i) wide += "\xc3\xa9";
+  CHECK(completion_ok(R"({"prompt":"x","prompt_cache_key":")" + wide + "\"}").session == wide);
+
+  for (const gw::openai_api api : {gw::openai_api::chat_completions, gw::openai_api::completions}) {
+    CAPTURE(static_cast<int>(api));
+    const std::string start = api == gw::openai_api::chat_completions ? R"({"messages":[{"role":"user","content":"hi"}],)"
+                                                                      : R"({"prompt":"x",)";
+    for (const std::string& value : {std::string(R"(42)"), std::string(R"(["a"])"), std::string(R"("")"),
+                                     "\"" + longest + "k\"", "\"" + wide + "\xc3\xa9\""}) {
+      CAPTURE(value);
+      const gw::request_error error = error_of(api, start + R"("prompt_cache_key":)" + value + "}");
+      CHECK(error.param == "prompt_cache_key");
+      CHECK(error.message == "'prompt_cache_key' must be a non-empty string of at most 256 bytes");
+    }
+  }
+}

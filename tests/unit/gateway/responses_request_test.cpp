@@ -97,3 +97,16 @@ TEST_CASE("what the Responses API refuses names its field") {
   refused(R"({"input": "x", "truncation": "middle"})", "truncation", "'auto' or 'disabled'");
   refused(R"({"input": "x", "metadata": {"k": 1}})", "metadata.k", "");
 }
+
+TEST_CASE("prompt_cache_key is read as chat completions reads it, and repeated in the response") {
+  const auto r = parsed(R"({"input": "x", "prompt_cache_key": "run-7"})");
+  CHECK(r.session == "run-7");
+  CHECK(r.responses->echo.at("prompt_cache_key") == "run-7");
+  const auto none = parsed(R"({"input": "x"})");
+  CHECK(none.session.empty());
+  CHECK(none.responses->echo.at("prompt_cache_key").is_null());
+  refused(R"({"input": "x", "prompt_cache_key": ""})", "prompt_cache_key", "a non-empty string of at most 256 bytes");
+  refused(R"({"input": "x", "prompt_cache_key": 7})", "prompt_cache_key", "a non-empty string of at most 256 bytes");
+  refused(R"({"input": "x", "prompt_cache_key": ")" + std::string(257, 'k') + "\"}", "prompt_cache_key",
+          "a non-empty string of at most 256 bytes");
+}

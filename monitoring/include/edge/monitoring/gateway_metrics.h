@@ -79,7 +79,8 @@ struct gateway_metrics {
   // relayed and asked for).
   prometheus::Family<prometheus::Counter>& backend_usage_corrections;
   // edgeinfer_backend_routes_total{reason}: why the first backend tried was chosen: affinity
-  // (it holds the prompt's prefix), rendezvous (a new prefix's hash placed it), least_loaded.
+  // (it holds the prompt's prefix), rendezvous (a new prefix's hash placed it), least_loaded,
+  // session (the client's session key placed it).
   prometheus::Family<prometheus::Counter>& backend_routes;
   // The quota store (--quota-store). edgeinfer_quota_store_up: 1 while it answers (always, in
   // memory), 0 during an outage of a shared store. edgeinfer_quota_store_errors_total{operation}:

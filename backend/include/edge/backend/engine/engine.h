@@ -80,6 +80,9 @@ struct generate_request {
   // quotas): beyond them, the tenant's blocks replace its own, never another tenant's.
   std::int64_t host_tier_cap_bytes = std::numeric_limits<std::int64_t>::max();
   std::int64_t disk_tier_cap_bytes = std::numeric_limits<std::int64_t>::max();
+  // The client's session key (x-session-affinity, prompt_cache_key); empty: none. The engine
+  // keeps a session's cached blocks in KV memory over other cached blocks.
+  std::string session;
 };
 
 // The most choices one request may ask for (OpenAI's limit for n), and the most alternatives per

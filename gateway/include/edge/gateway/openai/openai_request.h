@@ -5,8 +5,9 @@
 //   both         model, max_tokens, temperature (0..2), top_p (0 < p <= 1), seed, stop (a string
 //                or up to 4), presence_penalty / frequency_penalty (-2..2), n (1..max_choices),
 //                logit_bias ({"token id": -100..100}, at most 300), stream,
-//                stream_options.include_usage (only with stream), user; vLLM's top_k (-1, 0 or
-//                > 0), min_p (0..1), repetition_penalty (> 0) and ignore_eos.
+//                stream_options.include_usage (only with stream), user, prompt_cache_key (a
+//                session key: is_valid_session_key); vLLM's top_k (-1, 0 or > 0), min_p (0..1),
+//                repetition_penalty (> 0) and ignore_eos.
 //   chat         messages (required, non-empty: role system | developer | user | assistant |
 //                tool; content a string or an array of {"type":"text","text":…} parts, which
 //                are joined; an assistant's may be null or absent; an assistant message may
@@ -95,6 +96,9 @@ struct openai_request {
   bool stream = false;
   bool include_usage = false;                    // stream_options.include_usage
   std::string user;
+  // The client's session key (prompt_cache_key, or the x-session-affinity header, which wins);
+  // empty: none. A split gateway sends a session's requests to the backend caching its context.
+  std::string session;
   // response_format json_object / json_schema: what the output must match; null for text.
   std::shared_ptr<const backend::grammar::grammar> grammar;
   std::vector<tool_definition> tools;
@@ -143,6 +147,16 @@ std::optional<json_error> read_content(const json_value& v, std::string& out);
 std::optional<json_error> read_function_name(const json_value& v, std::string& out);
 // A completion's token limit: at least 1.
 json_result<std::int64_t> read_max_tokens(const json_value& v);
+
+// A session key (the x-session-affinity header, the body's prompt_cache_key): 1 to
+// max_session_key_bytes bytes, any bytes (it is only hashed, never shown or logged).
+// The header names it for every generating route, Anthropic's included (Workers AI's name).
+inline constexpr std::string_view session_affinity_header = "x-session-affinity";
+inline constexpr std::size_t max_session_key_bytes = 256;
+inline constexpr std::string_view session_key_rule = "a non-empty string of at most 256 bytes";
+bool is_valid_session_key(std::string_view key);
+// prompt_cache_key: a session key, in `out`.
+std::optional<json_error> read_session_key(const json_value& v, std::string& out);
 
 // What an API calls the fields tool_choice is checked against.
 struct tool_choice_names {

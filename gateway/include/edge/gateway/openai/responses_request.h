@@ -11,7 +11,7 @@
 // "name"}), parallel_tool_calls, text.format (text, json_object, json_schema: the grammar the
 // answer must match), max_output_tokens, temperature, top_p, reasoning.effort (none switches the
 // template's enable_thinking off, any other effort on), store, previous_response_id, metadata,
-// user, stream, truncation. Images, files, hosted tools, background and conversation objects get
+// user, prompt_cache_key (the session key, as chat completions reads it), stream, truncation. Images, files, hosted tools, background and conversation objects get
 // a 400; fields this server does not read are ignored.
 #pragma once
 
@@ -33,8 +33,8 @@ struct responses_fields {
   bool system_message = false;  // the request's first chat message is its instructions
   std::optional<std::string> previous_response_id;
   // What the response object repeats of the request: instructions, max_output_tokens,
-  // metadata, parallel_tool_calls, reasoning, store, temperature, text, tool_choice, tools,
-  // top_p, truncation, user (null or the API's default where the request left them out).
+  // metadata, parallel_tool_calls, prompt_cache_key, reasoning, store, temperature, text,
+  // tool_choice, tools, top_p, truncation, user (null or the API's default where the request left them out).
   boost::json::object echo;
   // The conversation's items before the answer (instructions aside): those of the response
   // previous_response_id names (its own conversation and output), then this request's input (a

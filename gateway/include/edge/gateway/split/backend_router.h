@@ -27,6 +27,24 @@
 // backend under the same slack rule, so that several gateways place a new prefix on the same
 // backend without talking to each other.
 //
+// Session affinity: a request that names a session (x-session-affinity, prompt_cache_key) goes
+// by its session, never by its prefix or the score. Its key is the tenant's id and the session
+// string hashed together (session_route_key), so equal strings of two tenants are unrelated
+// keys. The backends are ranked by rendezvous weight for the key, and the request takes the
+// first whose load, counting this request, is within
+//
+//   capacity = ceil((1 + session_load_epsilon) × (total load + 1) / available backends)
+//
+// (consistent hashing with bounded loads, Mirrokni, Thorup and Zadimoghaddam, 2018). Some
+// backend always qualifies (they cannot all be above the average), a hot session spills over
+// to the next backend in its own ranking instead of overloading the first, a backend that
+// leaves or returns moves only the sessions ranked first there, and gateways that see the same
+// backends rank them alike without talking. The load is the gateway's own count of requests
+// outstanding on the backend, not the score: it is exact and moves at once (reports are up to
+// a poll old, and a session should not hop with them, losing its cache), it is in the units
+// the bound is about (requests), and since each gateway bounds its own share, the sum over
+// gateways stays within the same bound (plus one request per gateway of rounding).
+//
 // Thread-compatible: the owner serialises calls (remote_backend_pool holds a mutex).
 #pragma once
 
@@ -40,6 +58,7 @@
 #include <vector>
 
 #include "edge/backend/runtime/kv_block_pool.h"
+#include "edge/common/sha256.h"
 #include "edge/common/time_source.h"
 #include "edge/gateway/split/internal_protocol.h"
 
@@ -49,6 +68,9 @@ struct router_options {
   double kv_weight = 4.0;        // a full KV cache counts as this many more requests
   double waiting_weight = 1.0;   // each waiting request counts this much more than a running one
   double affinity_slack = 4.0;   // how much worse than the best a remembered backend may score
+  // How far above the average load a session's backend may be before the session spills to
+  // its next backend (>= 0; 0.25: at most 25% above the average, rounded up).
+  double session_load_epsilon = 0.25;
   std::int64_t affinity_blocks = 4;       // full blocks hashed into the affinity key (K)
   std::size_t affinity_capacity = 65536;  // keys remembered at most (LRU)
   int eject_after_failures = 3;           // consecutive failures that eject a backend
@@ -66,8 +88,20 @@ using affinity_key = backend::block_hash;
 std::optional<affinity_key> prompt_affinity_key(std::string_view salt, std::span<const std::int32_t> prompt,
                                                 std::int64_t block_size, std::int64_t affinity_blocks);
 
+// A request's session as the router keys it: the tenant's id and the session string under a
+// domain prefix of their own (so no key of another kind, nor another tenant's session, is ever
+// the same). Absent when the request names no session.
+using session_key = sha256_digest;
+std::optional<session_key> session_route_key(std::string_view tenant, std::string_view session);
+
+// What a request is routed by.
+struct route_keys {
+  std::optional<affinity_key> prefix;  // prompt_affinity_key
+  std::optional<session_key> session;  // session_route_key: wins over the prefix
+};
+
 // Why a backend was chosen, for metrics.
-enum class route_reason { affinity, rendezvous, least_loaded };
+enum class route_reason { affinity, rendezvous, least_loaded, session };
 std::string_view to_string(route_reason reason);
 
 struct route_choice {
@@ -100,9 +134,9 @@ class backend_router {
   void remember(const affinity_key& key, std::size_t backend);
 
   // ---- the choice ----
-  // The backend for a request with `key`, skipping `excluded` (backends already tried for
+  // The backend for a request with `keys`, skipping `excluded` (backends already tried for
   // it); nothing when no backend is available.
-  std::optional<route_choice> choose(const std::optional<affinity_key>& key, std::span<const std::size_t> excluded);
+  std::optional<route_choice> choose(const route_keys& keys, std::span<const std::size_t> excluded);
 
   // Healthy and not ejected now.
   bool available(std::size_t backend) const;
@@ -130,7 +164,9 @@ class backend_router {
     std::size_t operator()(const affinity_key& key) const noexcept;
   };
 
+  std::uint64_t rendezvous_weight(const sha256_digest& key, std::size_t backend) const;
   std::size_t rendezvous(const affinity_key& key, std::span<const std::size_t> candidates) const;
+  std::size_t bounded_rendezvous(const session_key& key, std::span<const std::size_t> candidates) const;
   void touch(const affinity_key& key, std::size_t backend);
 
   router_options options_;

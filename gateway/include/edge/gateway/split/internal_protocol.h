@@ -6,14 +6,15 @@
 //      "sampling":{"temperature","top_k","top_p","min_p","repetition_penalty",
 //                  "presence_penalty","frequency_penalty","seed","logit_bias":{"id":bias}},
 //      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":k|null,
-//      "n","prompt_logprobs":k|null,"grammar":text,"skip_special_tokens" (written only when false)}
+//      "n","prompt_logprobs":k|null,"grammar":text,"skip_special_tokens" (written only when false),
+//      "session" (the client's session key, written only when there is one)}
 //     grammar (optional): what the output must match, as grammar::text() writes it (a
 //     response_format's schema, lowered); the backend compiles it for its tokenizer (cached).
 //     prompt and max_tokens are required; an unknown field is a 400 naming it (a gateway that
 //     asks for something this backend does not know must hear so, not be ignored). Every field
 //     is held to the public API's rules (openai_request.h: sampling ranges, stop strings,
-//     max_tokens, n, logit_bias; token ids within the vocabulary, prompt and completion within
-//     the context),
+//     max_tokens, n, logit_bias, the session key's bound; token ids within the vocabulary,
+//     prompt and completion within the context),
 //     id to an x-request-id's and tenant to a tenant id's. Weight and priority are bounded as
 //     the tenant admin bounds them (tenant.h: 0 < weight <= 1000; no priorities, so 0). The
 //     prefix cache is salted with the tenant's id, as in `serve`: a "cache_salt" other than
