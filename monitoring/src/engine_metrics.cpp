@@ -63,6 +63,15 @@ const prometheus::Histogram::BucketBoundaries& engine_metrics::experts_touched_b
   return buckets;
 }
 
+// From a block or two (tens of microseconds) to a long prompt's thousands of blocks from host
+// memory (a good part of a second).
+const prometheus::Histogram::BucketBoundaries& engine_metrics::copy_back_buckets() {
+  static const prometheus::Histogram::BucketBoundaries buckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                                                                   0.005,   0.01,   0.025,   0.05,   0.1,   0.25,
+                                                                   0.5,     1.0,    2.5};
+  return buckets;
+}
+
 engine_metrics::engine_metrics(prometheus::Registry& registry, const engine_cache_config& cache)
     : running_(gauge(registry, "num_requests_running", "Requests the engine is running (holding KV blocks)")),
       waiting_(gauge(registry, "num_requests_waiting", "Requests waiting for admission, preempted ones included")),
@@ -98,7 +107,43 @@ engine_metrics::engine_metrics(prometheus::Registry& registry, const engine_cach
                                        expert_load_imbalance_buckets())),
       experts_touched_(histogram(registry, "moe_experts_touched", "Per step and MoE layer: experts that ran",
                                  experts_touched_buckets())),
-      routed_tokens_(counter(registry, "moe_routed_tokens_total", "Tokens routed to experts, once per expert chosen")) {
+      routed_tokens_(counter(registry, "moe_routed_tokens_total", "Tokens routed to experts, once per expert chosen")),
+      tier_hits_(prometheus::BuildCounter()
+                     .Name(name("kv_tier_hit_tokens_total"))
+                     .Help("Prompt tokens found in the prefix cache, by the tier they were found in: memory (KV "
+                           "memory), host or disk")
+                     .Register(registry)),
+      memory_hits_(tier_hits_.Add({{"tier", "memory"}})),
+      host_hits_(tier_hits_.Add({{"tier", "host"}})),
+      disk_hits_(tier_hits_.Add({{"tier", "disk"}})),
+      tier_used_(prometheus::BuildGauge()
+                     .Name(name("kv_tier_used_bytes"))
+                     .Help("Bytes of cached KV blocks held in a lower tier: host or disk")
+                     .Register(registry)),
+      tier_capacity_(prometheus::BuildGauge()
+                         .Name(name("kv_tier_capacity_bytes"))
+                         .Help("Bytes a lower KV tier may hold (0: not configured)")
+                         .Register(registry)),
+      host_used_(tier_used_.Add({{"tier", "host"}})),
+      disk_used_(tier_used_.Add({{"tier", "disk"}})),
+      host_capacity_(tier_capacity_.Add({{"tier", "host"}})),
+      disk_capacity_(tier_capacity_.Add({{"tier", "disk"}})),
+      spilled_blocks_(counter(registry, "kv_tier_spilled_blocks_total",
+                              "Cached KV blocks copied from KV memory to the host tier when evicted")),
+      restored_blocks_(counter(registry, "kv_tier_restored_blocks_total",
+                               "KV blocks copied back from the host tier for a prompt that starts with them")),
+      copy_back_(histogram(registry, "kv_tier_copy_back_seconds", "How long a step's copies back from the host tier took",
+                           copy_back_buckets())),
+      disk_blocks_(prometheus::BuildCounter()
+                       .Name(name("kv_disk_tier_blocks_total"))
+                       .Help("Disk KV tier blocks by event: written, write_failed, not_kept (turned away: write queue "
+                             "full or a cap), rejected (a short, damaged or foreign file removed), evicted")
+                       .Register(registry)),
+      disk_written_(disk_blocks_.Add({{"event", "written"}})),
+      disk_write_failed_(disk_blocks_.Add({{"event", "write_failed"}})),
+      disk_not_kept_(disk_blocks_.Add({{"event", "not_kept"}})),
+      disk_rejected_(disk_blocks_.Add({{"event", "rejected"}})),
+      disk_evicted_(disk_blocks_.Add({{"event", "evicted"}})) {
   for (std::size_t i = 0; i < finished_reasons.size(); ++i) {
     success_by_reason_[i] = &success_.Add({{"finished_reason", finished_reasons[i]}});
   }
@@ -142,6 +187,21 @@ void engine_metrics::on_step(const backend::engine_step_report& report) {
   for (const double r : report.expert_load_imbalance) expert_load_imbalance_.Observe(r);
   for (const std::int64_t n : report.experts_touched) experts_touched_.Observe(static_cast<double>(n));
   routed_tokens_.Increment(static_cast<double>(report.routed_tokens));
+  memory_hits_.Increment(static_cast<double>(report.prefix_cache_hits - report.host_tier_hit_tokens));
+  host_hits_.Increment(static_cast<double>(report.host_tier_hit_tokens - report.disk_tier_hit_tokens));
+  disk_hits_.Increment(static_cast<double>(report.disk_tier_hit_tokens));
+  host_used_.Set(static_cast<double>(report.host_tier_used_bytes));
+  host_capacity_.Set(static_cast<double>(report.host_tier_capacity_bytes));
+  disk_used_.Set(static_cast<double>(report.disk_tier_used_bytes));
+  disk_capacity_.Set(static_cast<double>(report.disk_tier_capacity_bytes));
+  spilled_blocks_.Increment(static_cast<double>(report.spilled_blocks));
+  restored_blocks_.Increment(static_cast<double>(report.restored_blocks));
+  for (const double s : report.copy_back_seconds) copy_back_.Observe(s);
+  disk_written_.Increment(static_cast<double>(report.disk_written));
+  disk_write_failed_.Increment(static_cast<double>(report.disk_write_failures));
+  disk_not_kept_.Increment(static_cast<double>(report.disk_not_kept));
+  disk_rejected_.Increment(static_cast<double>(report.disk_rejected));
+  disk_evicted_.Increment(static_cast<double>(report.disk_evicted));
   for (const auto& f : report.finished) {
     e2e_latency_.Observe(f.e2e_seconds);
     for (std::size_t i = 0; i < finished_reasons.size(); ++i) {

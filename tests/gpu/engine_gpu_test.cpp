@@ -579,6 +579,41 @@ int main() {
               on_gpu ? 1e-5 : 0.0);
     }
 
+    // The host KV tier: block 1 (the prompt and the fork's token, positions 16 and 17) spilled to
+    // slot 2 in a plan of copies alone, restored into block 6 by the next (on CUDA, on the copy
+    // stream, finished before the step after), then the token after from both tables: the same
+    // logits. On CUDA the copy back was timed.
+    for (executor* exec : {static_cast<executor*>(cpu->get()), static_cast<executor*>(gpu->get())}) {
+      const bool on_gpu = exec == gpu->get();
+      const auto host = exec->allocate_host_tier(4);
+      gpu_test::check_ok(host.ok() ? status{} : host.error(), "allocate_host_tier");
+      batch_plan spill;
+      spill.spills.push_back({.block = 1, .slot = 2});
+      gpu_test::check_ok(exec->forward(spill, {}), "forward (spill)");
+      batch_plan restore;
+      restore.restores.push_back({.block = 6, .slot = 2});
+      gpu_test::check_ok(exec->forward(restore, {}), "forward (restore)");
+      const std::vector<std::int32_t> after = {261};
+      const std::vector<std::int32_t> restored_table = {0, 6};
+      batch_plan both_tables;
+      both_tables.entries.push_back({.tokens = after, .start_position = 18, .block_table = table, .compute_logits = true});
+      both_tables.entries.push_back(
+          {.tokens = after, .start_position = 18, .block_table = restored_table, .compute_logits = true});
+      std::vector<float> both(static_cast<std::size_t>(2 * vocab));
+      gpu_test::check_ok(exec->forward(both_tables, both), "forward (restored block)");
+      double gap = 0;
+      for (std::int64_t v = 0; v < vocab; ++v) {
+        gap = std::max(gap, std::fabs(double(both[static_cast<std::size_t>(v)]) - both[static_cast<std::size_t>(vocab + v)]));
+      }
+      r.check(format("{}: the next token's logits from a block restored from the host tier = from the original",
+                     on_gpu ? "CUDA" : "CPU"),
+              gap, on_gpu ? 1e-5 : 0.0);
+      std::vector<double> timed;
+      exec->take_copy_back_seconds(timed);
+      r.expect(format("{}: the copy back was timed", on_gpu ? "CUDA" : "CPU"), timed.size() == 1,
+               timed.empty() ? std::string("no time") : format("{:.1f} us", timed.front() * 1e6));
+    }
+
     // Logit biases on the device: the greedy token banned, another forced; the same on the CPU.
     const std::vector<std::int32_t> decode_token = {407};
     const std::vector<std::int32_t> decode_table = {5};

@@ -175,6 +175,7 @@ struct round_report {
   std::int64_t prompt_tokens = 0;
   std::int64_t generation_tokens = 0;
   std::int64_t finished_requests = 0;
+  std::vector<double> copy_back_seconds;
 
   void clear() { *this = round_report{}; }
 };
@@ -212,6 +213,8 @@ struct engine::state {
   round_report report;
   scheduler_counters reported;  // the scheduler's counters as of the last report
   executor_counters reported_executor;  // and the executor's
+  kv_tier_counters reported_tiers;      // and the lower tiers'
+  kv_disk_tier_counters reported_disk;
   std::int64_t steps = 0;
   std::int64_t prompt_tokens_total = 0;
   std::int64_t generation_tokens_total = 0;
@@ -484,6 +487,7 @@ void engine::state::step() {
   }
   report.batch_tokens += plan.tokens;
   record_routing(exec.last_routing());
+  if (tiers) exec.take_copy_back_seconds(report.copy_back_seconds);
 
   const time_point produced_at = clock.monotonic_time();
   for (sampled_token& t : *ran) {
@@ -598,6 +602,28 @@ void engine::state::publish() {
     out.prefix_cache_queries = now.prefix_queries - reported.prefix_queries;
     out.prefix_cache_hits = now.prefix_hits - reported.prefix_hits;
     out.graph_capture_failures = executor_now.graph_capture_failures - reported_executor.graph_capture_failures;
+    if (tiers) {
+      const kv_tier_counters tiers_now = tiers->counters();
+      out.host_tier_hit_tokens = now.host_tier_hits - reported.host_tier_hits;
+      out.disk_tier_hit_tokens = (tiers_now.disk_hits - reported_tiers.disk_hits) * options.scheduler.block_size;
+      out.spilled_blocks = now.spilled_blocks - reported.spilled_blocks;
+      out.restored_blocks = now.restored_blocks - reported.restored_blocks;
+      out.copy_back_seconds = report.copy_back_seconds;
+      out.host_tier_used_bytes = s.host_tier_used_blocks * s.host_tier_block_bytes;
+      out.host_tier_capacity_bytes = s.host_tier_blocks * s.host_tier_block_bytes;
+      out.disk_tier_used_bytes = s.disk_tier_used_bytes;
+      out.disk_tier_capacity_bytes = s.disk_tier_bytes;
+      if (const kv_disk_tier* disk = tiers->disk()) {
+        const kv_disk_tier_counters d = disk->counters();
+        out.disk_written = d.written - reported_disk.written;
+        out.disk_write_failures = d.write_failures - reported_disk.write_failures;
+        out.disk_not_kept = d.not_kept - reported_disk.not_kept;
+        out.disk_rejected = d.rejected - reported_disk.rejected;
+        out.disk_evicted = d.evicted - reported_disk.evicted;
+        reported_disk = d;
+      }
+      reported_tiers = tiers_now;
+    }
     out.time_to_first_token = report.time_to_first_token;
     out.inter_token_latency = report.inter_token_latency;
     out.queue_time = report.queue_time;

@@ -1,6 +1,7 @@
 #include "edge/backend/runtime/cpu_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -61,6 +62,7 @@ struct cpu_executor::state {
   // The host tier: [host_tier_slots, bytes_per_block] packed blocks (allocate_host_tier).
   std::unique_ptr<std::byte[]> host_tier;
   std::int64_t host_tier_slots = 0;
+  std::vector<double> copy_back_seconds;  // per step with restores, until taken
   std::vector<std::int32_t> tables;                    // [sequences * table_blocks] room, ragged
   std::vector<std::int32_t> table_begin;               // [sequences + 1]
   std::vector<std::int32_t> seq_begin;                 // [sequences + 1]
@@ -134,8 +136,16 @@ status cpu_executor::state::copy_tiers(const batch_plan& batch) {
   const std::size_t bytes = cache.layout().bytes_per_block();
   const auto slot = [&](std::int32_t s) { return std::span(host_tier.get() + static_cast<std::size_t>(s) * bytes, bytes); };
   for (const tier_copy& c : batch.spills) pack_kv_block(cache.view(), c.block, slot(c.slot));
+  if (batch.restores.empty()) return {};
+  const auto started = std::chrono::steady_clock::now();
   for (const tier_copy& c : batch.restores) unpack_kv_block(cache.view(), slot(c.slot), c.block);
+  copy_back_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return {};
+}
+
+void cpu_executor::take_copy_back_seconds(std::vector<double>& out) {
+  out.insert(out.end(), state_->copy_back_seconds.begin(), state_->copy_back_seconds.end());
+  state_->copy_back_seconds.clear();
 }
 
 result<std::span<std::byte>> cpu_executor::allocate_host_tier(std::int64_t slots) {

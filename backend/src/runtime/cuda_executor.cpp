@@ -226,6 +226,21 @@ struct cuda_executor::state {
   cudaEvent_t spills_done = nullptr;    // on copy_stream: the step may overwrite the blocks spilled
   cudaEvent_t restores_done = nullptr;  // on copy_stream: the next step may read the blocks restored
   bool restores_pending = false;        // restores_done was recorded and no step has waited for it yet
+  // Timed around a step's restores, for the copy-back histogram; read once the copies are done.
+  cudaEvent_t restores_timed_begin = nullptr;
+  cudaEvent_t restores_timed_end = nullptr;
+  bool restores_timed = false;          // the pair was recorded and not read yet
+  std::vector<double> copy_back_seconds;
+
+  // Reads the timed pair when its copies are done.
+  void collect_copy_back_time() {
+    if (!restores_timed || cudaEventQuery(restores_timed_end) != cudaSuccess) return;
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, restores_timed_begin, restores_timed_end) == cudaSuccess) {
+      copy_back_seconds.push_back(static_cast<double>(ms) / 1000.0);
+    }
+    restores_timed = false;
+  }
 
   meta_layout step_meta;                      // the layout of the step last executed
   std::map<std::int64_t, graph_exec> graphs;  // by padded decode batch size
@@ -239,7 +254,7 @@ struct cuda_executor::state {
       static_cast<void>(cudaStreamSynchronize(copy_stream));
       cudaStreamDestroy(copy_stream);
     }
-    for (cudaEvent_t e : {steps_done, spills_done, restores_done}) {
+    for (cudaEvent_t e : {steps_done, spills_done, restores_done, restores_timed_begin, restores_timed_end}) {
       if (e != nullptr) cudaEventDestroy(e);
     }
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -263,9 +278,15 @@ struct cuda_executor::state {
       EDGE_RETURN_IF_ERROR(cuda_check(cudaEventRecord(spills_done, copy_stream), "record spills"));
       EDGE_RETURN_IF_ERROR(cuda_check(cudaStreamWaitEvent(stream, spills_done, 0), "wait for spills"));
     }
-    for (const tier_copy& c : batch.restores) EDGE_RETURN_IF_ERROR(queue_block_copy(c, cudaMemcpyHostToDevice));
     if (!batch.restores.empty()) {
+      // A pair still in flight is not timed again (its measurement would be lost).
+      collect_copy_back_time();
+      const bool timed = !restores_timed;
+      if (timed) EDGE_RETURN_IF_ERROR(cuda_check(cudaEventRecord(restores_timed_begin, copy_stream), "record"));
+      for (const tier_copy& c : batch.restores) EDGE_RETURN_IF_ERROR(queue_block_copy(c, cudaMemcpyHostToDevice));
       EDGE_RETURN_IF_ERROR(cuda_check(cudaEventRecord(restores_done, copy_stream), "record restores"));
+      if (timed) EDGE_RETURN_IF_ERROR(cuda_check(cudaEventRecord(restores_timed_end, copy_stream), "record"));
+      restores_timed = timed;
       restores_pending = true;
     }
     return {};
@@ -859,8 +880,18 @@ result<std::span<std::byte>> cuda_executor::allocate_host_tier(std::int64_t slot
   for (cudaEvent_t* e : {&s.steps_done, &s.spills_done, &s.restores_done}) {
     EDGE_RETURN_IF_ERROR(cuda_check(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "cudaEventCreate"));
   }
+  for (cudaEvent_t* e : {&s.restores_timed_begin, &s.restores_timed_end}) {
+    EDGE_RETURN_IF_ERROR(cuda_check(cudaEventCreate(e), "cudaEventCreate"));
+  }
   s.host_tier_slots = slots;
   return std::span(s.host_tier.data(), bytes);
+}
+
+void cuda_executor::take_copy_back_seconds(std::vector<double>& out) {
+  state& s = *state_;
+  s.collect_copy_back_time();
+  out.insert(out.end(), s.copy_back_seconds.begin(), s.copy_back_seconds.end());
+  s.copy_back_seconds.clear();
 }
 
 status cuda_executor::finish_tier_copies() {

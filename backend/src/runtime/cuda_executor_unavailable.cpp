@@ -45,6 +45,7 @@ executor_counters cuda_executor::counters() const { return {}; }
 expert_routing cuda_executor::last_routing() const { return {}; }
 result<std::span<std::byte>> cuda_executor::allocate_host_tier(std::int64_t) { return not_built(); }
 status cuda_executor::finish_tier_copies() { return not_built(); }
+void cuda_executor::take_copy_back_seconds(std::vector<double>&) {}
 const kv_cache_layout& cuda_executor::kv_layout() const { return state_->kv; }
 kv_cache_capacity cuda_executor::kv_capacity() const { return {}; }
 std::string cuda_executor::describe() const { return "no CUDA in this build"; }

@@ -9,6 +9,19 @@
 //   edgeinfer_generation_tokens_total                    counter: tokens sampled
 //   edgeinfer_num_preemptions_total                      counter
 //   edgeinfer_prefix_cache_queries_total / _hits_total   counters, in tokens
+//
+// The lower KV tiers below KV memory (host memory, disk), when configured:
+//   edgeinfer_kv_tier_hit_tokens_total{tier}             counter: prompt tokens found, by where:
+//                                                        memory, host or disk (they add up to
+//                                                        prefix_cache_hits_total)
+//   edgeinfer_kv_tier_used_bytes{tier} / _capacity_bytes{tier}   gauges: host, disk
+//   edgeinfer_kv_tier_spilled_blocks_total               counter: blocks copied from KV memory to host
+//   edgeinfer_kv_tier_restored_blocks_total              counter: blocks copied back
+//   edgeinfer_kv_tier_copy_back_seconds                  histogram: a step's copies back
+//   edgeinfer_kv_disk_tier_blocks_total{event}           counter: written, write_failed, not_kept
+//                                                        (turned away: write queue full or a cap),
+//                                                        rejected (a short, damaged or foreign file
+//                                                        removed), evicted
 //   edgeinfer_cuda_graph_capture_failures_total          counter: those decode batch sizes run eagerly
 //   edgeinfer_request_success_total{finished_reason}     counter: stop, length, abort, error
 //   edgeinfer_time_to_first_token_seconds                histogram
@@ -72,6 +85,7 @@ class engine_metrics final : public backend::engine_observer {
   static const prometheus::Histogram::BucketBoundaries& iteration_tokens_buckets();
   static const prometheus::Histogram::BucketBoundaries& expert_load_imbalance_buckets();
   static const prometheus::Histogram::BucketBoundaries& experts_touched_buckets();
+  static const prometheus::Histogram::BucketBoundaries& copy_back_buckets();
 
  private:
   // The reasons a request can finish with, in backend::finish_reason order.
@@ -99,6 +113,25 @@ class engine_metrics final : public backend::engine_observer {
   prometheus::Histogram& expert_load_imbalance_;
   prometheus::Histogram& experts_touched_;
   prometheus::Counter& routed_tokens_;
+  prometheus::Family<prometheus::Counter>& tier_hits_;
+  prometheus::Counter& memory_hits_;
+  prometheus::Counter& host_hits_;
+  prometheus::Counter& disk_hits_;
+  prometheus::Family<prometheus::Gauge>& tier_used_;
+  prometheus::Family<prometheus::Gauge>& tier_capacity_;
+  prometheus::Gauge& host_used_;
+  prometheus::Gauge& disk_used_;
+  prometheus::Gauge& host_capacity_;
+  prometheus::Gauge& disk_capacity_;
+  prometheus::Counter& spilled_blocks_;
+  prometheus::Counter& restored_blocks_;
+  prometheus::Histogram& copy_back_;
+  prometheus::Family<prometheus::Counter>& disk_blocks_;
+  prometheus::Counter& disk_written_;
+  prometheus::Counter& disk_write_failed_;
+  prometheus::Counter& disk_not_kept_;
+  prometheus::Counter& disk_rejected_;
+  prometheus::Counter& disk_evicted_;
 };
 
 }  // namespace edge::monitoring

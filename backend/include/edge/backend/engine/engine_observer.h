@@ -34,6 +34,24 @@ struct engine_step_report {
   std::int64_t prefix_cache_hits = 0;     // tokens found
   std::int64_t graph_capture_failures = 0;  // the executor's CUDA graph captures that failed
 
+  // The lower KV tiers (kv_tiers.h). Hits are also prefix_cache_hits; the rest found it in KV
+  // memory.
+  std::int64_t host_tier_hit_tokens = 0;  // copied back from host slots, those read from disk first included
+  std::int64_t disk_tier_hit_tokens = 0;  // of those, read from disk first
+  std::int64_t spilled_blocks = 0;        // copied from KV memory to host slots
+  std::int64_t restored_blocks = 0;       // copied back
+  std::int64_t disk_written = 0;          // blocks written to disk files
+  std::int64_t disk_write_failures = 0;
+  std::int64_t disk_not_kept = 0;         // blocks the disk tier turned away (write queue full, caps)
+  std::int64_t disk_rejected = 0;         // files found short, damaged or foreign, and removed
+  std::int64_t disk_evicted = 0;          // files removed for the capacity or a tenant's cap
+  std::span<const double> copy_back_seconds;  // per step with copies back: how long they took
+  // Gauges (0 without the tier).
+  std::int64_t host_tier_used_bytes = 0;
+  std::int64_t host_tier_capacity_bytes = 0;
+  std::int64_t disk_tier_used_bytes = 0;
+  std::int64_t disk_tier_capacity_bytes = 0;
+
   // Per request.
   std::span<const double> time_to_first_token;  // seconds, submitted to first token
   std::span<const double> inter_token_latency;  // seconds between consecutive tokens of a request

@@ -40,6 +40,7 @@ class cpu_executor final : public executor {
   std::int64_t max_prompt_logits_rows() const override;
   expert_routing last_routing() const override;
   result<std::span<std::byte>> allocate_host_tier(std::int64_t slots) override;
+  void take_copy_back_seconds(std::vector<double>& out) override;
 
  private:
   struct state;

@@ -98,6 +98,7 @@ class cuda_executor final : public executor {
   result<std::span<std::byte>> allocate_host_tier(std::int64_t slots) override;
   bool restores_overlap_step() const override { return true; }
   status finish_tier_copies() override;
+  void take_copy_back_seconds(std::vector<double>& out) override;
 
   // The device KV pool (blocks a kv_block_pool may hand out), and what it holds.
   const kv_cache_layout& kv_layout() const override;

@@ -131,6 +131,9 @@ class executor {
   // Waits until the host tier copies of the steps run so far are done, so that the host may
   // read and write their slots.
   virtual status finish_tier_copies() { return {}; }
+  // Appends how long each step's copies back (restores) took, for those measured since the last
+  // call (on a GPU, those finished by now).
+  virtual void take_copy_back_seconds(std::vector<double>& out) { static_cast<void>(out); }
 
   virtual expert_routing last_routing() const { return {}; }
 };
