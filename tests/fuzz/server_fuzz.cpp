@@ -337,6 +337,13 @@ class fuzzed_server {
         {"access-log", "false"},
         {"tool-call-parser", kind == fz::served_as::plain ? "auto" : "hermes"},
     };
+    // The hermes server keeps evicted prompt blocks in host memory and on disk, so that every
+    // request there may spill, restore and write blocks through; the plain one has KV memory alone.
+    if (kind == fz::served_as::hermes) {
+      flags.emplace("kv-host-cache-memory", "1MiB");
+      flags.emplace("kv-disk-cache", (state_.path() / "kv").string());
+      flags.emplace("kv-disk-cache-size", "8MiB");
+    }
     config::sources from{.flags = {}, .getenv = [](const std::string&) -> std::optional<std::string> { return std::nullopt; }};
     for (auto& [name, value] : flags) from.flags.emplace(name, value);
     auto resolved = config::resolve(cli::serve_options(), from);

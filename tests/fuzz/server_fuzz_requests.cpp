@@ -816,6 +816,25 @@ json::object as_responses(fuzz_random& rng, json::object chat, fuzz_request& r) 
   return o;
 }
 
+// A session (prompt_cache_key; Anthropic's API has none): one of a few keys that recur, so that
+// sessions come back and their cached blocks are kept longest; now and then an invalid one,
+// which must be a 400.
+void add_session(fuzz_random& rng, json::object& body, fuzz_request& r) {
+  if (r.api == api_kind::messages || !rng.chance(0.15)) return;
+  r.features.emplace_back("prompt_cache_key");
+  if (rng.chance(0.9)) {
+    body["prompt_cache_key"] = "session-" + std::to_string(rng.between(0, 7));
+    return;
+  }
+  r.features.emplace_back("prompt_cache_key_invalid");
+  r.expect = expectation::refused_400;
+  switch (rng.between(0, 2)) {
+    case 0: body["prompt_cache_key"] = ""; break;
+    case 1: body["prompt_cache_key"] = std::string(300, 'k'); break;
+    default: body["prompt_cache_key"] = 7; break;
+  }
+}
+
 // A field of a Messages or Responses body made the wrong type: the answer must be a 400.
 void break_a_type_of_agent_api(fuzz_random& rng, json::object& body, fuzz_request& r) {
   r.features.emplace_back("wrong_type");
@@ -1027,6 +1046,7 @@ fuzz_request make_request(std::uint64_t seed, std::uint64_t index, const request
       body = as_responses(rng, std::move(body), r);
     }
   }
+  add_session(rng, body, r);
   r.features.emplace_back(r.api == api_kind::chat_completions ? "chat"
                           : r.api == api_kind::completions    ? "completions"
                           : r.api == api_kind::messages       ? "messages"
