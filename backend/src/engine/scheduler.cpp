@@ -47,7 +47,7 @@ struct scheduler::sequence {
   std::vector<std::int32_t> fork_blocks;
   bool prompt_logits = false;
   bool session = false;
-  block_owner owner = 0;             // its tenant's number (owner_of)
+  block_owner owner = 0;             // its tenant's number in the lower tiers (kv_tiers::owner)
   std::int64_t prompt_logits_done = 0;  // leading prompt positions whose logits rows were produced
   std::int64_t computed = 0;         // leading tokens whose K/V are in the cache
   std::vector<std::int32_t> blocks;  // block table
