@@ -44,7 +44,8 @@ int run_serve(const config::values& settings) {
   log.info("edgeinfer {} (commit {}), CUDA {}", version_string(), git_commit(),
            cuda_compiled() ? "built" : "not built");
   log.debug("settings: {}", settings.describe());
-  if (const auto conflict = http_options_conflict(settings)) {
+  for (const auto& conflict : {http_options_conflict(settings), engine_options_conflict(settings)}) {
+    if (!conflict) continue;
     log.error("{}", *conflict);
     return 2;
   }

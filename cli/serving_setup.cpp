@@ -157,6 +157,18 @@ std::optional<std::string> http_options_conflict(const config::values& settings)
   return std::nullopt;
 }
 
+std::optional<std::string> engine_options_conflict(const config::values& settings) {
+  const bool host = settings.bytes("kv-host-cache-memory") > 0;
+  const bool disk = settings.optional_string("kv-disk-cache").has_value();
+  if (disk && !host) {
+    return "--kv-disk-cache needs --kv-host-cache-memory: blocks reach the disk and come back through host memory";
+  }
+  if ((host || disk) && !settings.boolean("enable-prefix-caching")) {
+    return "--kv-host-cache-memory and --kv-disk-cache keep prefix-cache blocks: they need --enable-prefix-caching";
+  }
+  return std::nullopt;
+}
+
 void add_model_options(config::schema& s) {
   s.add_path("model", std::nullopt, "Model file or folder to serve (default: models/default, then the test fixture)");
   s.add_string("served-model-name", std::nullopt, "Model id clients use (default: the file or folder name)");
@@ -320,19 +332,15 @@ namespace {
 // The lower KV tiers (--kv-host-cache-memory, --kv-disk-cache) for an executor's KV layout.
 status configure_kv_tiers(const config::values& settings, const backend::model& m, const backend::kv_cache_layout& kv,
                           backend::engine_options& options, const logger& log) {
+  // engine_options_conflict() has refused the flags that do not go together.
   const std::uint64_t host_bytes = settings.bytes("kv-host-cache-memory");
   const auto disk = settings.optional_string("kv-disk-cache");
-  if (host_bytes == 0 && !disk) return {};
-  if (!options.scheduler.enable_prefix_caching) {
-    return invalid_argument("--kv-host-cache-memory and --kv-disk-cache keep prefix-cache blocks: they need "
-                            "--enable-prefix-caching");
-  }
+  if (host_bytes == 0) return {};
   const std::size_t block_bytes = kv.bytes_per_block();
   options.host_tier_blocks = static_cast<std::int64_t>(host_bytes / block_bytes);
   if (options.host_tier_blocks == 0) {
-    return invalid_argument(format("{}: --kv-host-cache-memory {} holds no KV block of {} ({} tokens)",
-                                   disk ? "--kv-disk-cache needs a host tier" : "too small", format_bytes(host_bytes),
-                                   format_bytes(block_bytes), kv.block_size));
+    return invalid_argument(format("--kv-host-cache-memory {} holds no KV block of {} ({} tokens of this model)",
+                                   format_bytes(host_bytes), format_bytes(block_bytes), kv.block_size));
   }
   log.info("KV host tier: {} blocks ({} tokens) in {}", options.host_tier_blocks, options.host_tier_blocks * kv.block_size,
            format_bytes(static_cast<std::size_t>(options.host_tier_blocks) * block_bytes));

@@ -45,6 +45,8 @@ gateway::server_options http_server_options(const config::values& settings);
 // Settings of add_http_options that contradict each other (a body budget below the largest
 // body), as a message naming them; the serving commands exit 2 with it.
 std::optional<std::string> http_options_conflict(const config::values& settings);
+// What is wrong with the engine options taken together (the KV tiers' flags), or nothing.
+std::optional<std::string> engine_options_conflict(const config::values& settings);
 
 // Who may read /metrics: with --metrics-token (or the first line of --metrics-token-file) the
 // scrapers that send it; without, everyone when --host is a loopback address and no one
