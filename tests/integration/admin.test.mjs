@@ -15,21 +15,21 @@ before(async () => {
 });
 after(async () => { await server?.stop(); });
 
-async function admin(method, path, { body, token = ADMIN_TOKEN, raw } = {}) {
+async function admin(method, path, { body, token = ADMIN_TOKEN, raw, url = server.url } = {}) {
   const headers = {};
   if (token !== null) headers.authorization = `Bearer ${token}`;
   if (body !== undefined || raw !== undefined) headers['content-type'] = 'application/json';
-  const res = await fetch(`${server.url}${path}`, {
+  const res = await fetch(`${url}${path}`, {
     method, headers, body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
   });
   const text = await res.text();
   return { status: res.status, headers: res.headers, json: text ? JSON.parse(text) : null };
 }
 
-async function complete(key, { maxTokens = 8, prompt = 'Once upon a time' } = {}) {
+async function complete(key, { maxTokens = 8, prompt = 'Once upon a time', url = server.url } = {}) {
   const headers = { 'content-type': 'application/json' };
   if (key) headers.authorization = `Bearer ${key}`;
-  const res = await fetch(`${server.url}/v1/completions`, {
+  const res = await fetch(`${url}/v1/completions`, {
     method: 'POST', headers, body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0 }),
   });
   return { status: res.status, headers: res.headers, json: await res.json() };
@@ -421,6 +421,36 @@ test('edgeinfer admin drives the whole API', async () => {
   r = cli(['tenants', 'list'], { url: 'http://127.0.0.1:1' });
   assert.equal(r.status, 1);
   assert.match(r.stderr, /cannot reach http:\/\/127\.0\.0\.1:1/);
+});
+
+test('the KV tier caps reach the engine: a tenant capped at 0 keeps nothing in the host tier', async () => {
+  // KV memory of a few blocks, so that other prompts push a prompt's blocks out of it, and a host
+  // tier below it that keeps them for the tenants allowed to.
+  const tiered = await startServer(['--threads', '1', '--kv-cache-memory', '128KiB', '--kv-host-cache-memory', '1MiB',
+    '--admin-token', ADMIN_TOKEN]);
+  try {
+    const url = tiered.url;
+    const cachedAfterOthers = async (tenant, quotas) => {
+      assert.equal((await admin('POST', '/admin/v1/tenants', { url, body: { id: tenant, quotas } })).status, 201);
+      const key = (await admin('POST', `/admin/v1/tenants/${tenant}/keys`, { url, body: {} })).json.key;
+      const ask = async (prompt) => {
+        const res = await complete(key, { url, prompt, maxTokens: 2 });
+        assert.equal(res.status, 200, JSON.stringify(res.json));
+        return res.json.usage.prompt_tokens_details.cached_tokens;
+      };
+      const prompt = 'A big brown dog ran across the yard to catch the yellow frisbee that the boy had thrown over the fence';
+      assert.equal(await ask(prompt), 0);
+      for (let i = 1; i <= 6; i++) {
+        await ask(`Story number ${i}: the little bird flew over the hills and the valleys to find a warm nest before winter`);
+      }
+      return ask(prompt);
+    };
+    assert.ok(await cachedAfterOthers('tier-kept', { kv_host_cache_bytes: 512 * 1024 }) > 0,
+      'an evicted prompt comes back from the host tier');
+    assert.equal(await cachedAfterOthers('tier-none', { kv_host_cache_bytes: 0 }), 0);
+  } finally {
+    await tiered.stop();
+  }
 });
 
 test('without --admin-token the admin API is disabled, with a clear 403', async () => {
