@@ -4,7 +4,8 @@
 //
 //   edgeinfer admin tenants list | get ID | delete ID
 //   edgeinfer admin tenants create ID [--weight W] [--KIND N for each quota kind: its name with '-'
-//                                     for '_', as --requests-per-minute; quota_kinds.h lists them]
+//                                     for '_', as --requests-per-minute; quota_kinds.h lists them;
+//                                     a size in bytes may have a unit, as --kv-host-cache-bytes 2GiB]
 //   edgeinfer admin tenants update ID [same options; a limit of "unlimited" removes it]
 //   edgeinfer admin keys create TENANT [--expires-in 30d | --expires-at 2026-12-31]
 //   edgeinfer admin keys list TENANT | revoke KEY_ID
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "edge/common/config.h"
 #include "edge/common/format.h"
 #include "edge/gateway/tenancy/quota_kinds.h"
 
@@ -249,6 +251,24 @@ std::string quota_flag(const gateway::quota_kind& kind) {
   return flag;
 }
 
+// What a kind's option takes, in the words of its help and its error.
+std::string_view value_rule(const gateway::quota_kind& kind) {
+  return kind.unit == gateway::quota_unit::bytes ? "a size in bytes (a whole number, or with a unit: 512MiB, 2GiB)"
+                                                 : "a whole number";
+}
+
+// The value of a kind's option: a whole number, or for a size one with a unit, read as the
+// serving commands read theirs (config::parse_bytes); nullopt when it is neither.
+std::optional<std::int64_t> quota_value(const gateway::quota_kind& kind, std::string_view text) {
+  std::int64_t n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec == std::errc{} && end == text.data() + text.size()) return n;
+  if (kind.unit != gateway::quota_unit::bytes) return std::nullopt;
+  auto bytes = config::parse_bytes(text);
+  if (!bytes.ok()) return std::nullopt;
+  return *bytes;
+}
+
 // The quotas object of a create/update body from the options given. In an update, "unlimited"
 // becomes null (remove the limit); in a create it is the same as leaving the option out.
 
@@ -261,12 +281,9 @@ std::optional<std::string> quotas_json(const admin_invocation& in, bool update, 
       if (update) quotas[kind.name] = nullptr;
       continue;
     }
-    std::int64_t n = 0;
-    const auto [end, ec] = std::from_chars(given->data(), given->data() + given->size(), n);
-    if (ec != std::errc{} || end != given->data() + given->size()) {
-      return format("{} takes a whole number or \"unlimited\", not \"{}\"", quota_flag(kind), *given);
-    }
-    quotas[kind.name] = n;  // the server checks the range and says so
+    const std::optional<std::int64_t> n = quota_value(kind, *given);
+    if (!n) return format("{} takes {} or \"unlimited\", not \"{}\"", quota_flag(kind), value_rule(kind), *given);
+    quotas[kind.name] = *n;  // the server checks the range and says so
   }
   if (!quotas.empty()) out["quotas"] = std::move(quotas);
   return std::nullopt;
@@ -276,7 +293,7 @@ void add_quota_options(CLI::App& sub, admin_invocation& in) {
   sub.add_option("--weight", in.weight, "Share of the engine relative to other tenants (default 1)");
   for (const gateway::quota_kind& kind : gateway::quota_kinds) {
     sub.add_option(quota_flag(kind), in.quotas[gateway::quota_kind_index(kind)],
-                   format("{}: a number, or \"unlimited\"", kind.help));
+                   format("{}: {}, or \"unlimited\"", kind.help, value_rule(kind)));
   }
 }
 

@@ -22,18 +22,22 @@ namespace gw = edge::gateway;
 
 using edge::fuzz::require;
 
-bool quota_ok(const std::optional<std::int64_t>& q) { return !q || (*q >= 1 && *q <= gw::max_quota_value); }
+bool quota_ok(const gw::quota_kind& kind, const std::optional<std::int64_t>& q) {
+  return !q || (*q >= kind.least && *q <= gw::max_quota_value);
+}
 
 bool quotas_ok(const gw::tenant_quotas& q) {
   for (const gw::quota_kind& kind : gw::quota_kinds) {
-    if (!quota_ok(kind.of(q))) return false;
+    if (!quota_ok(kind, kind.of(q))) return false;
   }
   return true;
 }
 
 bool weight_ok(double w) { return w > 0.0 && w <= gw::max_tenant_weight; }
 
-bool patched_quota_ok(const std::optional<std::optional<std::int64_t>>& q) { return !q || quota_ok(*q); }
+bool patched_quota_ok(const gw::quota_kind& kind, const std::optional<std::optional<std::int64_t>>& q) {
+  return !q || quota_ok(kind, *q);
+}
 
 void check_create(std::string_view body) {
   const auto parsed = gw::parse_tenant_create(body);
@@ -57,7 +61,7 @@ void check_patch(std::string_view body) {
   if (std::holds_alternative<gw::admin_request_error>(parsed)) return;
   const auto& patch = std::get<gw::tenant_patch>(parsed);
   require(!patch.weight || weight_ok(*patch.weight));
-  for (const gw::quota_kind& kind : gw::quota_kinds) require(patched_quota_ok(patch.quota(kind)));
+  for (const gw::quota_kind& kind : gw::quota_kinds) require(patched_quota_ok(kind, patch.quota(kind)));
 }
 
 void check_key(std::string_view body) {

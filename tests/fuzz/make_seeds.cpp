@@ -181,6 +181,7 @@ std::vector<std::vector<std::byte>> internal_protocol_seeds() {
 ","The end"],)"
        R"("stop_token_ids":[2],"ignore_eos":false,"logprobs":2})"),
       R"({"prompt":[1],"max_tokens":1,"sampling":{"seed":null},"logprobs":null})",
+      R"({"prompt":[1],"max_tokens":1,"host_tier_cap_bytes":0,"disk_tier_cap_bytes":1073741824})",
       (R"({"prompt":[1,403],"max_tokens":4,"n":3,"prompt_logprobs":2,"sampling":{"logit_bias":{"403":-100,"7":2.5}},)"
        R"("logprobs":1,"skip_special_tokens":false,)"
        R"json("grammar":"(grammar (root (seq (lit 7b) (rep 0 3 (cls 97 122)) (lit 7d))))"})json"),
@@ -208,6 +209,7 @@ std::vector<std::vector<std::byte>> admin_request_seeds() {
        R"("max_concurrent":4,"daily_tokens":1000000,"max_tokens_per_request":null}})"),
       R"({"id":"acme-2.b_c","quotas":{"daily_tokens":null},"weight":0.5})",
       R"({"id":"acme","weight":1.25,"quotas":{"tokens_per_minute":null,"max_concurrent":8}})",
+      R"({"id":"acme","quotas":{"kv_host_cache_bytes":1073741824,"kv_disk_cache_bytes":0}})",
       R"({"expires_in":3600})",
       R"({"expires_at":"2026-05-01T12:00:00Z"})",
       R"({"expires_at":1777636800,"expires_in":null})",

@@ -15,21 +15,21 @@ before(async () => {
 });
 after(async () => { await server?.stop(); });
 
-async function admin(method, path, { body, token = ADMIN_TOKEN, raw } = {}) {
+async function admin(method, path, { body, token = ADMIN_TOKEN, raw, url = server.url } = {}) {
   const headers = {};
   if (token !== null) headers.authorization = `Bearer ${token}`;
   if (body !== undefined || raw !== undefined) headers['content-type'] = 'application/json';
-  const res = await fetch(`${server.url}${path}`, {
+  const res = await fetch(`${url}${path}`, {
     method, headers, body: raw ?? (body === undefined ? undefined : JSON.stringify(body)),
   });
   const text = await res.text();
   return { status: res.status, headers: res.headers, json: text ? JSON.parse(text) : null };
 }
 
-async function complete(key, { maxTokens = 8, prompt = 'Once upon a time' } = {}) {
+async function complete(key, { maxTokens = 8, prompt = 'Once upon a time', url = server.url } = {}) {
   const headers = { 'content-type': 'application/json' };
   if (key) headers.authorization = `Bearer ${key}`;
-  const res = await fetch(`${server.url}/v1/completions`, {
+  const res = await fetch(`${url}/v1/completions`, {
     method: 'POST', headers, body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0 }),
   });
   return { status: res.status, headers: res.headers, json: await res.json() };
@@ -80,7 +80,7 @@ test('tenants: create 201, list, get, patch, delete; 404 and 409 where due', asy
   const body = {
     id: 'acme', weight: 2,
     quotas: { requests_per_minute: 600, tokens_per_minute: 200000, max_concurrent: 16, daily_tokens: 5000000,
-      max_tokens_per_request: 4096 },
+      max_tokens_per_request: 4096, kv_host_cache_bytes: 1073741824, kv_disk_cache_bytes: 0 },
   };
   const created = await admin('POST', '/admin/v1/tenants', { body });
   assert.equal(created.status, 201);
@@ -104,13 +104,17 @@ test('tenants: create 201, list, get, patch, delete; 404 and 409 where due', asy
   assert.match(missing.json.error.message, /no tenant 'nobody'/);
 
   const patched = await admin('PATCH', '/admin/v1/tenants/acme', {
-    body: { weight: 0.5, quotas: { requests_per_minute: null, daily_tokens: 10 } },
+    body: { weight: 0.5, quotas: { requests_per_minute: null, daily_tokens: 10, kv_host_cache_bytes: null,
+      kv_disk_cache_bytes: 268435456 } },
   });
   assert.equal(patched.status, 200);
   assert.equal(patched.json.weight, 0.5);
   assert.equal(patched.json.quotas.requests_per_minute, null);   // null: unlimited
   assert.equal(patched.json.quotas.daily_tokens, 10);
   assert.equal(patched.json.quotas.tokens_per_minute, 200000);   // absent: unchanged
+  assert.equal(patched.json.quotas.kv_host_cache_bytes, null);
+  assert.equal(patched.json.quotas.kv_disk_cache_bytes, 268435456);
+  assert.deepEqual((await admin('GET', '/admin/v1/tenants/acme')).json, patched.json);
 
   const removed = await admin('DELETE', '/admin/v1/tenants/acme');
   assert.equal(removed.status, 200);
@@ -131,6 +135,8 @@ test('bad admin bodies are 400s naming the field', async () => {
     [{ body: { id: 'q', quotas: 5 } }, 'quotas', /must be an object/],
     [{ body: { id: 'q', quotas: { requests_per_minute: '600' } } }, 'quotas.requests_per_minute', /whole number/],
     [{ body: { id: 'q', quotas: { tokens_per_minute: 0 } } }, 'quotas.tokens_per_minute', /from 1 to/],
+    [{ body: { id: 'q', quotas: { kv_host_cache_bytes: -1 } } }, 'quotas.kv_host_cache_bytes', /from 0 to/],
+    [{ body: { id: 'q', quotas: { kv_disk_cache_bytes: '1GiB' } } }, 'quotas.kv_disk_cache_bytes', /whole number/],
     [{ body: { id: 'q', quotas: { daily_token: 5 } } }, 'quotas.daily_token', /unknown quota/],
     [{ body: { id: 'q', colour: 'red' } }, 'colour', /unknown field 'colour'/],
   ];
@@ -355,11 +361,21 @@ test('edgeinfer admin drives the whole API', async () => {
   assert.equal(r.json.quotas.tokens_per_minute, 9000);
   assert.equal(r.json.quotas.daily_tokens, 5000);
 
+  // Sizes in bytes, with a unit or without; 0 keeps nothing in that tier.
+  r = cli(['tenants', 'update', 'cli-tenant', '--kv-host-cache-bytes', '512MiB', '--kv-disk-cache-bytes', '0']);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.json.quotas.kv_host_cache_bytes, 512 * 1024 * 1024);
+  assert.equal(r.json.quotas.kv_disk_cache_bytes, 0);
+  assert.equal(r.json.quotas.tokens_per_minute, 9000);
+  r = cli(['tenants', 'update', 'cli-tenant', '--kv-disk-cache-bytes', '4096']);
+  assert.equal(r.json.quotas.kv_disk_cache_bytes, 4096);
+  assert.equal(cli(['tenants', 'get', 'cli-tenant']).json.quotas.kv_host_cache_bytes, 512 * 1024 * 1024);
+
   r = cli(['keys', 'create', 'cli-tenant', '--expires-in', '30d']);
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.json.expires_at - r.json.created_at, 30 * 86400);
   const key = r.json.key;
-  assert.equal((await complete(key)).status, 200);
+  assert.equal((await complete(key)).status, 200);  // the tier caps refuse nothing
   r = cli(['keys', 'list', 'cli-tenant']);
   assert.equal(r.json.data.length, 1);
   assert.ok(!r.stdout.includes(key));
@@ -396,12 +412,45 @@ test('edgeinfer admin drives the whole API', async () => {
   r = cli(['tenants', 'create', 'x', '--max-concurrent', 'lots']);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /--max-concurrent takes a whole number or "unlimited"/);
+  r = cli(['tenants', 'create', 'x', '--kv-host-cache-bytes', '2 lots']);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--kv-host-cache-bytes takes a size in bytes/);
   r = cli(['tenants', 'create', 'x', '--max-concurrent', '0']);
   assert.equal(r.status, 1);
   assert.match(r.stderr, /HTTP 400: 'quotas.max_concurrent' must be from 1/);
   r = cli(['tenants', 'list'], { url: 'http://127.0.0.1:1' });
   assert.equal(r.status, 1);
   assert.match(r.stderr, /cannot reach http:\/\/127\.0\.0\.1:1/);
+});
+
+test('the KV tier caps reach the engine: a tenant capped at 0 keeps nothing in the host tier', async () => {
+  // KV memory of a few blocks, so that other prompts push a prompt's blocks out of it, and a host
+  // tier below it that keeps them for the tenants allowed to.
+  const tiered = await startServer(['--threads', '1', '--kv-cache-memory', '128KiB', '--kv-host-cache-memory', '1MiB',
+    '--admin-token', ADMIN_TOKEN]);
+  try {
+    const url = tiered.url;
+    const cachedAfterOthers = async (tenant, quotas) => {
+      assert.equal((await admin('POST', '/admin/v1/tenants', { url, body: { id: tenant, quotas } })).status, 201);
+      const key = (await admin('POST', `/admin/v1/tenants/${tenant}/keys`, { url, body: {} })).json.key;
+      const ask = async (prompt) => {
+        const res = await complete(key, { url, prompt, maxTokens: 2 });
+        assert.equal(res.status, 200, JSON.stringify(res.json));
+        return res.json.usage.prompt_tokens_details.cached_tokens;
+      };
+      const prompt = 'A big brown dog ran across the yard to catch the yellow frisbee that the boy had thrown over the fence';
+      assert.equal(await ask(prompt), 0);
+      for (let i = 1; i <= 6; i++) {
+        await ask(`Story number ${i}: the little bird flew over the hills and the valleys to find a warm nest before winter`);
+      }
+      return ask(prompt);
+    };
+    assert.ok(await cachedAfterOthers('tier-kept', { kv_host_cache_bytes: 512 * 1024 }) > 0,
+      'an evicted prompt comes back from the host tier');
+    assert.equal(await cachedAfterOthers('tier-none', { kv_host_cache_bytes: 0 }), 0);
+  } finally {
+    await tiered.stop();
+  }
 });
 
 test('without --admin-token the admin API is disabled, with a clear 403', async () => {

@@ -926,3 +926,37 @@ describe('chaos: a backend killed with SIGKILL mid-stream', () => {
     }, { timeoutMs: 10000 });
   });
 });
+
+test('a tenant\'s KV tier caps reach its backend: capped at 0, its prompts are not kept in the host tier', async () => {
+  const ADMIN_TOKEN = 'tier-admin-token-0123456789';
+  // A backend whose KV memory holds a few blocks (other prompts push a prompt out of it) above a
+  // host tier that keeps them for the tenants allowed to.
+  const cluster = await startCluster({ backends: 1, backendArgs: ['--kv-cache-memory', '128KiB', '--kv-host-cache-memory', '1MiB'],
+    gatewayArgs: ['--admin-token', ADMIN_TOKEN] });
+  try {
+    const admin = async (method, route, body) => {
+      const res = await fetch(`${cluster.gateway.url}${route}`, {
+        method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body),
+      });
+      return { status: res.status, json: await res.json() };
+    };
+    const cachedAfterOthers = async (id, quotas) => {
+      assert.equal((await admin('POST', '/admin/v1/tenants', { id, quotas })).status, 201);
+      const client = new OpenAI({ baseURL: `${cluster.gateway.url}/v1`, maxRetries: 0,
+        apiKey: (await admin('POST', `/admin/v1/tenants/${id}/keys`, {})).json.key });
+      const ask = async (prompt) => (await client.completions.create({ model: 'stories260K', prompt, max_tokens: 2, temperature: 0 }))
+        .usage.prompt_tokens_details.cached_tokens;
+      const prompt = 'A big brown dog ran across the yard to catch the yellow frisbee that the boy had thrown over the fence';
+      assert.equal(await ask(prompt), 0);
+      for (let i = 1; i <= 6; i++) {
+        await ask(`Story number ${i}: the little bird flew over the hills and the valleys to find a warm nest before winter`);
+      }
+      return ask(prompt);
+    };
+    assert.ok(await cachedAfterOthers('tier-kept', { kv_host_cache_bytes: 512 * 1024, kv_disk_cache_bytes: 0 }) > 0,
+      'an evicted prompt comes back from the host tier');
+    assert.equal(await cachedAfterOthers('tier-none', { kv_host_cache_bytes: 0 }), 0);
+  } finally {
+    await cluster.stop();
+  }
+});

@@ -27,6 +27,7 @@
 #include "edge/gateway/openai/output_parser.h"
 #include "edge/gateway/openai/refusals.h"
 #include "edge/gateway/openai/responses_request.h"
+#include "edge/gateway/tenancy/engine_limits.h"
 #include "edge/gateway/tenancy/tenant_store.h"
 #include "edge/gateway/http/percent_encoding.h"
 #include "edge/gateway/http/sse_writer.h"
@@ -820,8 +821,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
     request.grammar = std::move(*compiled).value();
   }
   request.id = ex.request_id();
-  request.tenant = session->tenant().id;
-  request.weight = session->tenant().weight;
+  set_tenant_fields(request, session->tenant());
   request.prompt = std::move(prompt);
   request.sampling = r.sampling;
   request.max_tokens = max_tokens;

@@ -11,6 +11,7 @@
 #include "edge/common/json_fields.h"
 #include "edge/gateway/http/http.h"
 #include "edge/gateway/openai/openai_request.h"
+#include "edge/gateway/tenancy/engine_limits.h"
 #include "edge/gateway/tenancy/tenant.h"
 
 namespace edge::gateway {
@@ -55,6 +56,21 @@ field_error read_sampling(const json_value& v, backend::sampling_params& out) {
     if (!is_sampling_field(key)) return unknown_field(value);
     if (auto error = read_sampling_field(key, value, out)) return error;
   }
+  return std::nullopt;
+}
+
+// A cap on a lower KV tier: null (unlimited), or bytes within what the tenant admin accepts for
+// its quota (a caller cannot claim more of a tier than any tenant may be given).
+field_error read_tier_cap(const json_value& value, std::int64_t& out) {
+  if (value.is_null()) {
+    out = unlimited_tier_bytes;
+    return std::nullopt;
+  }
+  const auto n = value.as<std::int64_t>();
+  if (!n.ok() || *n < 0 || *n > max_quota_value) {
+    return value.must_be(format("null (unlimited) or a whole number of bytes from 0 to {}", max_quota_value));
+  }
+  out = *n;
   return std::nullopt;
 }
 
@@ -107,6 +123,9 @@ field_error read_fields(const json_fields& fields, backend::generate_request& r,
       EDGE_ASSIGN_OR_RETURN(r.skip_special_tokens, value.as<bool>());
     } else if (key == "session") {
       if (auto error = read_session_key(value, r.session)) return error;
+    } else if (key == "host_tier_cap_bytes" || key == "disk_tier_cap_bytes") {
+      std::int64_t& out = key == "host_tier_cap_bytes" ? r.host_tier_cap_bytes : r.disk_tier_cap_bytes;
+      if (auto error = read_tier_cap(value, out)) return error;
     } else if (key == "logprobs" || key == "prompt_logprobs") {
       std::optional<std::int32_t>& out = key == "logprobs" ? r.logprobs : r.prompt_logprobs;
       if (value.is_null()) {
@@ -343,6 +362,10 @@ std::string encode_generate_request(const backend::generate_request& r, const ba
   // Only when asked for: a backend that does not know the field then still serves the rest.
   if (!r.skip_special_tokens) body["skip_special_tokens"] = false;
   if (!r.session.empty()) body["session"] = r.session;
+  // A tier cap travels only when the tenant has one (absent: unlimited), so a backend that does
+  // not know the fields still serves the tenants without caps.
+  if (r.host_tier_cap_bytes != unlimited_tier_bytes) body["host_tier_cap_bytes"] = r.host_tier_cap_bytes;
+  if (r.disk_tier_cap_bytes != unlimited_tier_bytes) body["disk_tier_cap_bytes"] = r.disk_tier_cap_bytes;
   return json::serialize(body);
 }
 

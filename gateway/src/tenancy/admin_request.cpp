@@ -18,14 +18,16 @@ using parse_error = admin_request_error;
 // What each field reader answers: nothing, or the first problem, an error naming the field.
 using field_error = std::optional<json_error>;
 
-// A quota value: a whole number from 1 to max_quota_value, or null (unlimited).
-field_error read_quota(const json_value& v, std::optional<std::int64_t>& out) {
+// A value of `kind`: a whole number from its least to max_quota_value, or null (unlimited).
+field_error read_quota(const quota_kind& kind, const json_value& v, std::optional<std::int64_t>& out) {
   if (v.is_null()) {
     out.reset();
     return std::nullopt;
   }
   EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>("a whole number or null (unlimited)"));
-  if (n < 1 || n > max_quota_value) return v.must_be(format("from 1 to {}, or null for unlimited", max_quota_value));
+  if (n < kind.least || n > max_quota_value) {
+    return v.must_be(format("from {} to {}, or null for unlimited", kind.least, max_quota_value));
+  }
   out = n;
   return std::nullopt;
 }
@@ -56,7 +58,7 @@ field_error read_quotas(const json_value& v, F&& given) {
       return json_error(format("unknown quota '{}': the quotas are {}", name, quota_names()), value.path().str());
     }
     std::optional<std::int64_t> limit;
-    if (auto error = read_quota(value, limit)) return error;
+    if (auto error = read_quota(*kind, value, limit)) return error;
     given(*kind, limit);
   }
   return std::nullopt;

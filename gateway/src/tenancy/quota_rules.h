@@ -3,6 +3,8 @@
 // nothing. in_memory_quota_store (counters in this process, under a mutex) and
 // redis_quota_store (counters read and written atomically by a Lua script in Redis) both
 // judge through here, so their decisions, x-ratelimit-* figures and messages are the same.
+// The kinds of quota_phase::engine (the KV tier caps) are judged by neither: the engine applies
+// them (engine_limits.h), and no request is refused for them.
 #pragma once
 
 #include <cstdint>

@@ -92,6 +92,10 @@ CREATE TABLE stored_responses (
 );
 CREATE INDEX stored_responses_by_expiry ON stored_responses (expires_at);
 )sql"},
+    {4, "the tenants' caps on the host-memory and disk KV tiers", R"sql(
+ALTER TABLE tenants ADD COLUMN kv_host_cache_bytes INTEGER;
+ALTER TABLE tenants ADD COLUMN kv_disk_cache_bytes INTEGER;
+)sql"},
 };
 
 // The tenants table's columns as the store reads and writes them: id, weight, one per quota kind

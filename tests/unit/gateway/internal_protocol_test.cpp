@@ -17,6 +17,7 @@
 #include "edge/gateway/split/internal_routes.h"
 #include "edge/gateway/openai/openai_request.h"
 #include "edge/gateway/split/remote_backend_pool.h"
+#include "edge/gateway/tenancy/engine_limits.h"
 #include "edge/gateway/tenancy/tenant.h"
 #include "edge/gateway/tenancy/usage_ledger.h"
 #include "test_support.h"
@@ -123,6 +124,53 @@ TEST_CASE("the session key travels only when there is one, held to the public AP
     const auto bad = gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,"session":)" + value + "}");
     REQUIRE(std::holds_alternative<gw::internal_request_error>(bad));
     CHECK(std::get<gw::internal_request_error>(bad).param == "session");
+  }
+}
+
+TEST_CASE("the tenant's KV tier caps travel when it has them, within the tenant admin's bounds") {
+  be::generate_request r;
+  r.prompt = {1};
+  const std::string unlimited_body = gw::encode_generate_request(r, nullptr);
+  CHECK(unlimited_body.find("tier_cap") == std::string::npos);
+  const auto unlimited = gw::parse_generate_request(unlimited_body);
+  REQUIRE(std::holds_alternative<gw::parsed_generate_request>(unlimited));
+  CHECK(std::get<gw::parsed_generate_request>(unlimited).request.host_tier_cap_bytes == gw::unlimited_tier_bytes);
+  CHECK(std::get<gw::parsed_generate_request>(unlimited).request.disk_tier_cap_bytes == gw::unlimited_tier_bytes);
+
+  // Each alone, and both, with 0 (keep nothing) and the largest a quota may be.
+  const std::pair<std::int64_t, std::int64_t> caps[] = {{0, gw::unlimited_tier_bytes},
+                                                        {gw::unlimited_tier_bytes, 3 << 20},
+                                                        {64 << 20, 0},
+                                                        {gw::max_quota_value, gw::max_quota_value}};
+  for (const auto& [host, disk] : caps) {
+    CAPTURE(host);
+    CAPTURE(disk);
+    r.host_tier_cap_bytes = host;
+    r.disk_tier_cap_bytes = disk;
+    const auto parsed = gw::parse_generate_request(gw::encode_generate_request(r, nullptr));
+    REQUIRE(std::holds_alternative<gw::parsed_generate_request>(parsed));
+    CHECK(std::get<gw::parsed_generate_request>(parsed).request.host_tier_cap_bytes == host);
+    CHECK(std::get<gw::parsed_generate_request>(parsed).request.disk_tier_cap_bytes == disk);
+  }
+
+  const auto read = [](std::string_view field, std::string_view value) {
+    return gw::parse_generate_request(R"({"prompt":[1],"max_tokens":4,")" + std::string(field) + "\":" +
+                                      std::string(value) + "}");
+  };
+  for (const std::string_view field : {"host_tier_cap_bytes", "disk_tier_cap_bytes"}) {
+    CAPTURE(field);
+    const auto null = read(field, "null");
+    REQUIRE(std::holds_alternative<gw::parsed_generate_request>(null));
+    const be::generate_request& got = std::get<gw::parsed_generate_request>(null).request;
+    CHECK((field == "host_tier_cap_bytes" ? got.host_tier_cap_bytes : got.disk_tier_cap_bytes) ==
+          gw::unlimited_tier_bytes);
+    for (const std::string& value : {std::string("-1"), std::to_string(gw::max_quota_value + 1), std::string("1.5"),
+                                    std::string(R"("1GiB")"), std::string("9223372036854775807")}) {
+      CAPTURE(value);
+      const auto bad = read(field, value);
+      REQUIRE(std::holds_alternative<gw::internal_request_error>(bad));
+      CHECK(std::get<gw::internal_request_error>(bad).param == field);
+    }
   }
 }
 

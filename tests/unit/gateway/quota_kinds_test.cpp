@@ -1,12 +1,15 @@
 // The table of quota kinds (quota_kinds.h) against everything that reads it: every kind, named
 // by the table alone, goes through the admin API's JSON, its body parsers and the SQLite store
-// and comes back as it went in, so a kind added to the table is checked here without a word of
+// and comes back as it went in, and every kind of the engine phase reaches the generate request
+// and is refused by no store, so a kind added to the table is checked here without a word of
 // this file changing, and one that any of them leaves out fails.
 #include <doctest/doctest.h>
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <set>
 #include <string>
@@ -14,10 +17,13 @@
 
 #include "edge/common/time_source.h"
 #include "edge/gateway/tenancy/admin_request.h"
+#include "edge/gateway/tenancy/engine_limits.h"
+#include "edge/gateway/tenancy/quota.h"
 #include "edge/gateway/tenancy/quota_response.h"
 #include "edge/gateway/tenancy/tenant_json.h"
 #include "edge/gateway/tenancy/tenant_store.h"
 #include "tenancy/redis_quota_scripts.h"
+#include "quota_phases.h"
 #include "tenancy/sqlite.h"
 #include "test_support.h"
 
@@ -27,6 +33,8 @@ namespace {
 
 const auto noon = std::chrono::system_clock::time_point(std::chrono::seconds(1777636800));  // 2026-05-01T12:00Z
 const gw::audit_context admin{"admin", "req_kinds"};
+constexpr gw::quota_phase phases[] = {gw::quota_phase::admission, gw::quota_phase::reservation,
+                                      gw::quota_phase::engine};
 
 // A value per kind, different for each kind and each round (so a value that lands in another
 // kind's place is seen).
@@ -78,11 +86,17 @@ TEST_CASE("the table: one row per kind, named and judged in one phase") {
     CHECK(gw::to_string(kind.limit) == kind.name);  // the metric label
     CHECK_FALSE(kind.help.empty());
     CHECK(kind.counted() == !kind.lua_limit.empty());
-    // Every limit, alone, is enough for its phase to call the store when it keeps counters.
-    CHECK(gw::uses_counters(only(kind, 1), kind.phase) == kind.counted());
-    const gw::quota_phase other =
-        kind.phase == gw::quota_phase::admission ? gw::quota_phase::reservation : gw::quota_phase::admission;
-    CHECK_FALSE(gw::uses_counters(only(kind, 1), other));
+    // Every limit, alone, is enough for its phase to call the store when it keeps counters, and
+    // no other phase calls it.
+    for (const gw::quota_phase phase : phases) {
+      CHECK(gw::uses_counters(only(kind, 1), phase) == (phase == kind.phase && kind.counted()));
+    }
+    // A judged kind refuses, and 0 would refuse everything; the engine's never refuse, keep no
+    // counters, and 0 keeps nothing.
+    CHECK(kind.judged() == (kind.phase != gw::quota_phase::engine));
+    CHECK((kind.refusal.status != 0) == kind.judged());
+    CHECK(kind.least == (kind.judged() ? 1 : 0));
+    if (!kind.judged()) CHECK_FALSE(kind.counted());
   }
   CHECK(gw::find_quota_kind("no_such_quota") == nullptr);
   CHECK(gw::find_quota_kind(gw::quota_limit::none) == nullptr);
@@ -117,10 +131,22 @@ TEST_CASE("every kind round-trips through the tenant JSON and the create body") 
                               std::to_string(value_of(kind, 2)) + "}}";
     CHECK(parsed_create(alone).quotas == only(kind, value_of(kind, 2)));
 
-    // Out of range, it is refused with the field's path.
-    auto zero = gw::parse_tenant_create("{\"id\":\"acme\",\"quotas\":{\"" + std::string(kind.name) + "\":0}}");
-    REQUIRE(std::holds_alternative<gw::admin_request_error>(zero));
-    CHECK(std::get<gw::admin_request_error>(zero).param == "quotas." + std::string(kind.name));
+    // Its least value is taken; out of range, it is refused with the field's path.
+    const auto with = [&](std::int64_t value) {
+      return gw::parse_tenant_create("{\"id\":\"acme\",\"quotas\":{\"" + std::string(kind.name) +
+                                     "\":" + std::to_string(value) + "}}");
+    };
+    CHECK(parsed_create("{\"id\":\"acme\",\"quotas\":{\"" + std::string(kind.name) + "\":" +
+                        std::to_string(kind.least) + "}}")
+              .quotas == only(kind, kind.least));
+    for (const std::int64_t bad : {kind.least - 1, gw::max_quota_value + 1}) {
+      CAPTURE(bad);
+      auto refused = with(bad);
+      REQUIRE(std::holds_alternative<gw::admin_request_error>(refused));
+      CHECK(std::get<gw::admin_request_error>(refused).param == "quotas." + std::string(kind.name));
+      CHECK(std::get<gw::admin_request_error>(refused).message.find("from " + std::to_string(kind.least) + " to") !=
+            std::string::npos);
+    }
   }
 
   // All at once, each in its own place.
@@ -217,8 +243,9 @@ TEST_CASE("every kind round-trips through the SQLite store, in a column named as
   }
 }
 
-TEST_CASE("every kind's refusal is answered as its row says") {
+TEST_CASE("every judged kind's refusal is answered as its row says") {
   for (const gw::quota_kind& kind : gw::quota_kinds) {
+    if (!kind.judged()) continue;
     CAPTURE(kind.name);
     gw::quota_decision refused;
     refused.limit = kind.limit;
@@ -259,4 +286,79 @@ TEST_CASE("the Redis scripts bind each counted kind's key and limit where the st
     CHECK(script.find(key + ",") != std::string::npos);
     CHECK(scripts::close.find(key + ",") != std::string::npos);
   }
+}
+
+TEST_CASE("the engine's kinds reach the generate request, one field each; absent is unlimited") {
+  // The request's fields that carry a tenant's limits to the engine.
+  const auto engine_fields = [](const edge::backend::generate_request& r) {
+    return std::array<std::int64_t, 2>{r.host_tier_cap_bytes, r.disk_tier_cap_bytes};
+  };
+  const std::array<std::int64_t, 2> unlimited{gw::unlimited_tier_bytes, gw::unlimited_tier_bytes};
+
+  gw::tenant_record tenant;
+  tenant.id = "acme";
+  tenant.weight = 2.5;
+  tenant.quotas = every(1);
+  for (const gw::quota_kind& kind : gw::quota_kinds) {
+    if (!kind.judged()) kind.of(tenant.quotas).reset();
+  }
+  edge::backend::generate_request judged_only;
+  gw::set_tenant_fields(judged_only, tenant);
+  CHECK(judged_only.tenant == "acme");
+  CHECK(judged_only.weight == 2.5);
+  CHECK(judged_only.priority == gw::tenant_request_priority);
+  CHECK(engine_fields(judged_only) == unlimited);  // the judged kinds are none of the engine's
+
+  std::set<std::size_t> fields_set;
+  for (const gw::quota_kind& kind : gw::quota_kinds) {
+    if (kind.judged()) continue;
+    CAPTURE(kind.name);
+    for (const std::int64_t value : {std::int64_t{0}, value_of(kind, 1), gw::max_quota_value}) {
+      CAPTURE(value);
+      tenant.quotas = only(kind, value);
+      edge::backend::generate_request r;
+      gw::set_tenant_fields(r, tenant);
+      const auto fields = engine_fields(r);
+      std::size_t set = 0;
+      for (std::size_t i = 0; i < fields.size(); ++i) {
+        if (fields[i] == unlimited[i]) continue;
+        CHECK(fields[i] == value);
+        fields_set.insert(i);
+        ++set;
+      }
+      CHECK(set == 1);
+    }
+  }
+  // Each kind has a field of its own.
+  CHECK(fields_set.size() == static_cast<std::size_t>(std::count_if(
+                                 gw::quota_kinds.begin(), gw::quota_kinds.end(),
+                                 [](const gw::quota_kind& k) { return !k.judged(); })));
+
+  // By name: the host tier's cap and the disk tier's.
+  edge::backend::generate_request r;
+  tenant.quotas = {};
+  tenant.quotas.kv_host_cache_bytes = 3 << 20;
+  tenant.quotas.kv_disk_cache_bytes = 0;
+  gw::set_tenant_fields(r, tenant);
+  CHECK(r.host_tier_cap_bytes == 3 << 20);
+  CHECK(r.disk_tier_cap_bytes == 0);
+}
+
+TEST_CASE("no store refuses by a kind of the engine phase, even at 0") {
+  edge::manual_time_source clock(noon);
+  gw::in_memory_quota_store store(clock);
+  gw::tenant_quotas caps;
+  for (const gw::quota_kind& kind : gw::quota_kinds) {
+    if (!kind.judged()) kind.of(caps) = 0;
+  }
+  // No phase needs the store for them (a Redis store makes no call, and judges as here).
+  for (const gw::quota_phase phase : phases) CHECK_FALSE(gw::uses_counters(caps, phase));
+  for (int i = 0; i < 3; ++i) {
+    const gw::quota_decision d = edge::testing::admit_and_reserve(store, caps, 1'000'000, 1'000'000);
+    CHECK(d.allowed);
+    CHECK(d.limit == gw::quota_limit::none);
+    CHECK_FALSE(d.requests);
+    CHECK_FALSE(d.tokens);
+  }
+  CHECK(store.in_flight("acme") == 0);  // nothing counted: no slot held
 }

@@ -43,7 +43,7 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   {
     auto store = open_store(dir, clock);
     CHECK(std::filesystem::exists(dir / "tenants.db"));
-    CHECK(store->schema_version() == 3);
+    CHECK(store->schema_version() == 4);
     CHECK(store->snapshot()->tenant_count() == 0);
     auto db = gw::sqlite::database::open(dir / "tenants.db");
     REQUIRE(db.ok());
@@ -51,7 +51,60 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   }
   // Reopening finds the schema in place and runs nothing again.
   auto again = open_store(dir, clock);
-  CHECK(again->schema_version() == 3);
+  CHECK(again->schema_version() == 4);
+}
+
+TEST_CASE("a version-3 database gains the KV tier caps' columns and keeps its tenants and keys") {
+  edge::testing::temp_dir tmp;
+  edge::manual_time_source clock(noon);
+  std::string key_id;
+  {
+    auto store = open_store(tmp.path(), clock);
+    gw::tenant_record acme = tenant("acme", 600);
+    acme.weight = 2.5;
+    acme.quotas.daily_tokens = 5000000;
+    REQUIRE(store->create_tenant(acme, admin).ok());
+    auto issued = store->create_key("acme", std::nullopt, admin);
+    REQUIRE(issued.ok());
+    key_id = issued->record.id;
+  }
+  {
+    // What a version-3 store left: step 4 undone. Its columns were added last, so dropping them
+    // gives back the table as version 3 made it.
+    auto db = gw::sqlite::database::open(tmp / "tenants.db");
+    REQUIRE(db.ok());
+    REQUIRE(db->exec("ALTER TABLE tenants DROP COLUMN kv_host_cache_bytes; "
+                     "ALTER TABLE tenants DROP COLUMN kv_disk_cache_bytes; "
+                     "DELETE FROM schema_version WHERE version = 4;")
+                .ok());
+    CHECK(*gw::sqlite::schema_version(*db) == 3);
+    CHECK_FALSE(db->prepare("SELECT kv_host_cache_bytes FROM tenants").ok());
+  }
+
+  auto store = open_store(tmp.path(), clock);
+  CHECK(store->schema_version() == 4);
+  auto acme = store->get_tenant("acme");
+  REQUIRE(acme.ok());
+  CHECK(acme->weight == 2.5);
+  CHECK(acme->quotas.requests_per_minute == 600);
+  CHECK(acme->quotas.daily_tokens == 5000000);
+  CHECK_FALSE(acme->quotas.kv_host_cache_bytes);  // unlimited, as before
+  CHECK_FALSE(acme->quotas.kv_disk_cache_bytes);
+  CHECK(store->snapshot()->tenant_count() == 1);
+  CHECK(store->snapshot()->key_count() == 1);
+  auto keys = store->list_keys("acme");
+  REQUIRE(keys.ok());
+  REQUIRE(keys->size() == 1);
+  CHECK((*keys)[0].id == key_id);
+
+  gw::tenant_patch patch;
+  patch.quota(*gw::find_quota_kind(gw::quota_limit::kv_host_cache_bytes)) = 1 << 30;
+  patch.quota(*gw::find_quota_kind(gw::quota_limit::kv_disk_cache_bytes)) = 0;
+  auto updated = store->update_tenant("acme", patch, admin);
+  REQUIRE_MESSAGE(updated.ok(), updated.error().to_string());
+  CHECK(updated->quotas.kv_host_cache_bytes == 1 << 30);
+  CHECK(updated->quotas.kv_disk_cache_bytes == 0);
+  CHECK(updated->quotas.requests_per_minute == 600);
 }
 
 TEST_CASE("a state folder is used by one store at a time") {

@@ -7,7 +7,9 @@
 //                  "presence_penalty","frequency_penalty","seed","logit_bias":{"id":bias}},
 //      "max_tokens","stop":[strings],"stop_token_ids":[ids],"ignore_eos","logprobs":k|null,
 //      "n","prompt_logprobs":k|null,"grammar":text,"skip_special_tokens" (written only when false),
-//      "session" (the client's session key, written only when there is one)}
+//      "session" (the client's session key, written only when there is one),
+//      "host_tier_cap_bytes", "disk_tier_cap_bytes" (the tenant's caps on the lower KV tiers,
+//      engine_limits.h; written only when it has them, null or absent: unlimited)}
 //     grammar (optional): what the output must match, as grammar::text() writes it (a
 //     response_format's schema, lowered); the backend compiles it for its tokenizer (cached).
 //     prompt and max_tokens are required; an unknown field is a 400 naming it (a gateway that
@@ -16,7 +18,8 @@
 //     max_tokens, n, logit_bias, the session key's bound; token ids within the vocabulary,
 //     prompt and completion within the context),
 //     id to an x-request-id's and tenant to a tenant id's. Weight and priority are bounded as
-//     the tenant admin bounds them (tenant.h: 0 < weight <= 1000; no priorities, so 0). The
+//     the tenant admin bounds them (tenant.h: 0 < weight <= 1000; no priorities, so 0), the tier
+//     caps as it bounds their quotas (0 to max_quota_value bytes). The
 //     prefix cache is salted with the tenant's id, as in `serve`: a "cache_salt" other than
 //     "" (what older gateways send) is refused.
 //     200: application/x-ndjson, one event per line, flushed as produced:

@@ -12,6 +12,8 @@
 //      quota_phase::reservation (the largest max_tokens, the daily budget, the tokens per minute).
 // Within a phase a request is admitted by every limit at once or by none, and a refusal takes
 // nothing (a phase-2 refusal leaves phase 1 held: the caller ends it with finish(held, 0)).
+// The kinds of quota_phase::engine are in neither: no store judges or counts them, the engine
+// applies them to the tenant's requests (engine_limits.h).
 //
 // quota_store is the seam between the gateway and where the counters live: in this process
 // (in_memory_quota_store) or, for several gateway replicas, Redis (redis_quota_store.h; chosen
