@@ -364,6 +364,9 @@ class fuzzed_server {
     tight.quotas.max_concurrent = 1;
     tight.quotas.tokens_per_minute = 20000;
     tight.quotas.max_tokens_per_request = 512;
+    // On the hermes server, a few blocks of the host and disk KV tiers: its blocks replace its own.
+    tight.quotas.kv_host_cache_bytes = 64 * 1024;
+    tight.quotas.kv_disk_cache_bytes = 128 * 1024;
     if (auto made = store.create_tenant(tight, who); !made.ok()) throw std::runtime_error(made.error().message());
     auto tight_key = store.create_key("tight", std::nullopt, who);
     if (!tight_key.ok()) throw std::runtime_error(tight_key.error().message());
