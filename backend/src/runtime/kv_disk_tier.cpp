@@ -300,7 +300,7 @@ void kv_disk_tier::index(const block_hash& hash, std::string tenant, std::int64_
   index_.emplace(hash, std::move(e));
 }
 
-void kv_disk_tier::forget(const block_hash& hash, bool remove_file) {
+void kv_disk_tier::forget(block_hash hash, bool remove_file) {
   const auto it = index_.find(hash);
   if (it == index_.end()) return;
   entry& e = it->second;

@@ -140,7 +140,8 @@ class kv_disk_tier {
   // The caller holds mutex_.
   void index(const block_hash& hash, std::string tenant, std::int64_t bytes,
              std::shared_ptr<const std::vector<std::byte>> pending);
-  void forget(const block_hash& hash, bool remove_file);
+  // By value: callers pass list elements that forget() erases.
+  void forget(block_hash hash, bool remove_file);
   void touch(entry& e);
   void run_writer();
   bool write_file(const operation& op) const;
