@@ -21,10 +21,13 @@
 # configuration, agent-cache.html (the three side by side: hit ratio and TTFT by turn) and the
 # servers' logs. Knobs (environment): SESSIONS (50), TURNS (20), TURN_LEN_MIN (300) and
 # TURN_LEN_MAX (1500) words per turn, SYSTEM_LEN (1000: words of each session's system prompt and
-# tools), OUTPUT_LEN (16 tokens per answer), CONCURRENCY (SESSIONS / 4: requests in flight),
-# KV_SHARE (0.25), RUNS (1: runs per configuration, alternating), PRESET (tiny: the make-model
-# preset), ENDPOINT (chat, or completions), SEED (1). The full scale takes hours on 2 cores; for a
-# quick look: SESSIONS=8 TURNS=4 TURN_LEN_MIN=100 TURN_LEN_MAX=300 SYSTEM_LEN=300.
+# tools), OUTPUT_LEN (16 tokens per answer), CONCURRENCY (SESSIONS / 8: requests in flight,
+# whose whole conversations then take about a quarter of the KV cache), KV_SHARE (0.25), RUNS (1:
+# runs per configuration, alternating), CONFIGS ("a b c": which to run), PRESET (tiny: the
+# make-model preset), ENDPOINT (chat, or completions), SEED (1). The full scale takes hours on 2
+# cores; docs/performance.md's figures (about 11 minutes with RUNS=2): SESSIONS=16 TURNS=10
+# TURN_LEN_MIN=30 TURN_LEN_MAX=150 SYSTEM_LEN=200; a quick look: SESSIONS=4 TURNS=3
+# TURN_LEN_MIN=50 TURN_LEN_MAX=100 SYSTEM_LEN=100.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
@@ -36,12 +39,13 @@ turn_min=${TURN_LEN_MIN:-300}
 turn_max=${TURN_LEN_MAX:-1500}
 system_len=${SYSTEM_LEN:-1000}
 output_len=${OUTPUT_LEN:-16}
-concurrency=${CONCURRENCY:-$((sessions / 4 > 0 ? sessions / 4 : 1))}
+concurrency=${CONCURRENCY:-$((sessions / 8 > 0 ? sessions / 8 : 1))}
 kv_share=${KV_SHARE:-0.25}
 runs=${RUNS:-1}
 preset=${PRESET:-tiny}
 endpoint=${ENDPOINT:-chat}
 seed=${SEED:-1}
+configs=(${CONFIGS:-a b c})
 mkdir -p "$results"
 results=$(cd "$results" && pwd)
 source tests/bench/serve_lib.sh
@@ -107,11 +111,12 @@ run_config() {
     b) label="affinity only"; affinity=--session-affinity ;;
     c) label="neither"; affinity=--no-session-affinity ;;
   esac
-  local name="$config-r$run" urls=()
+  local name="$config-r$run" urls=() backends=()
   for i in 1 2; do
     start_split backend "$results/$name.backend$i.log" --model "$model" --served-model-name "$served" --threads 1 \
       --http-threads 1 --kv-cache-memory "$kv_each" "${tier[@]}"
     urls+=(--backend "http://127.0.0.1:$port")
+    backends+=("http://127.0.0.1:$port")
   done
   local state
   state=$(mktemp -d)
@@ -127,7 +132,9 @@ run_config() {
     --turn-len-min "$turn_min" --turn-len-max "$turn_max" --output-len "$output_len" \
     "$affinity" --concurrency "$concurrency" --seed "$seed" --timeout 30m \
     --output-json "$results/$name.json" --html "$results/$name.html" --log-level warn >"$results/$name.txt"
+  # What the servers counted (prefix cache hits, preemptions, routes), for a closer look.
   curl -s "$gateway/metrics" >"$results/$name.gateway.metrics" || true
+  for i in 1 2; do curl -s "${backends[$((i - 1))]}/metrics" >"$results/$name.backend$i.metrics" || true; done
   stop_split
   rm -rf "$state"
   echo "  $label, run $run: $((SECONDS - started)) s" >&2
@@ -145,7 +152,7 @@ echo "Per backend: KV cache $kv_each bytes (both together: about $kv_share_real%
 echo "host tier (configuration a) $host_each bytes. Results: $results"
 echo
 for run in $(seq 1 "$runs"); do
-  for config in a b c; do run_config "$config" "$run"; done
+  for config in "${configs[@]}"; do run_config "$config" "$run"; done
 done
 
 # The table: median (and range) over the runs of each configuration.
@@ -158,22 +165,27 @@ stat_of() {  # config, jq expression -> "median" or "median (lo-hi)"
   }' <<<"$values"
 }
 median_of() { stat_of "$1" "$2" | cut -d' ' -f1; }
-printf '| %-22s | %-20s | %-20s | %-20s | %-8s |\n' "configuration" "hit ratio %" "TTFT p50 ms" "TTFT p99 ms" "failed"
-printf '|%s|%s|%s|%s|%s|\n' "------------------------" "----------------------" "----------------------" \
-  "----------------------" "----------"
-for config in a b c; do
+printf '| %-22s | %-16s | %-24s | %-24s | %-6s |\n' "configuration" "hit ratio %" "TTFT p50 ms" "TTFT p99 ms" \
+  "failed"
+printf '|%s|%s|%s|%s|%s|\n' "------------------------" "------------------" "--------------------------" \
+  "--------------------------" "--------"
+for config in "${configs[@]}"; do
   label=$(jq -r '.label' "$results/$config-r1.json")
   failed=$(for run in $(seq 1 "$runs"); do jq '.points[0].failed' "$results/$config-r$run.json"; done |
     awk '{ n += $1 } END { print n }')
-  printf '| %-22s | %-20s | %-20s | %-20s | %-8s |\n' "$label" \
+  printf '| %-22s | %-16s | %-24s | %-24s | %-6s |\n' "$label" \
     "$(stat_of "$config" '.points[0].prompt_cache.share * 100')" "$(stat_of "$config" '.points[0].ttft_ms.median')" \
     "$(stat_of "$config" '.points[0].ttft_ms.p99')" "$failed"
 done
 echo
-echo "TTFT p50, neither / affinity + host tier: $(awk -v c="$(median_of c '.points[0].ttft_ms.median')" \
-  -v a="$(median_of a '.points[0].ttft_ms.median')" 'BEGIN { printf "%.2fx", c / a }')"
+have() { [[ " ${configs[*]} " == *" $1 "* ]]; }
+if have a && have c; then
+  echo "TTFT p50, neither / affinity + host tier: $(awk -v c="$(median_of c '.points[0].ttft_ms.median')" \
+    -v a="$(median_of a '.points[0].ttft_ms.median')" 'BEGIN { printf "%.2fx", c / a }')"
+fi
 joined() { local files=(); for run in $(seq 1 "$runs"); do files+=("$results/$1-r$run.json"); done; (IFS=+; echo "${files[*]}"); }
-"$bin" bench --compare "$(joined a)" "$(joined b)" "$(joined c)" \
-  --compare-metric cached_prompt_share,ttft_median_ms,ttft_p99_ms --html "$results/agent-cache.html" \
-  >"$results/compare.md"
-echo "Reports: $results/agent-cache.html (the three side by side), $results/compare.md, a-r1.html, ..."
+compared=()
+for config in "${configs[@]}"; do compared+=("$(joined "$config")"); done
+"$bin" bench --compare "${compared[@]}" --compare-metric cached_prompt_share,ttft_median_ms,ttft_p99_ms \
+  --html "$results/agent-cache.html" >"$results/compare.md"
+echo "Reports: $results/agent-cache.html (the configurations side by side), $results/compare.md, a-r1.html, ..."
