@@ -152,26 +152,24 @@ std::uint64_t rng::below(std::uint64_t n) {
 result<dataset> dataset::create(const dataset_options& options) {
   dataset d;
   d.options_ = options;
-  if (options.kind == dataset_kind::agent) {
-    if (options.output_len < 1) return invalid_argument("--output-len must be at least 1");
-    if (!(options.range_ratio >= 0 && options.range_ratio < 1)) {
-      return invalid_argument("--range-ratio must be at least 0 and below 1");
-    }
-    if (options.sessions < 1) return invalid_argument("--sessions must be at least 1");
-    if (options.turns < 1) return invalid_argument("--turns must be at least 1");
-    if (options.system_prompt_len < 1) return invalid_argument("--system-prompt-len must be at least 1");
-    if (options.turn_len_min < 1) return invalid_argument("--turn-len-min must be at least 1");
-    if (options.turn_len_max < options.turn_len_min) {
-      return invalid_argument(format("--turn-len-max ({}) is below --turn-len-min ({})", options.turn_len_max,
-                                     options.turn_len_min));
-    }
-    return d;
-  }
   if (options.kind != dataset_kind::jsonl) {
-    if (options.input_len < 1) return invalid_argument("--input-len must be at least 1");
+    // An agent's prompt lengths are its own options; --input-len does not apply to it.
+    if (options.kind != dataset_kind::agent && options.input_len < 1) {
+      return invalid_argument("--input-len must be at least 1");
+    }
     if (options.output_len < 1) return invalid_argument("--output-len must be at least 1");
     if (!(options.range_ratio >= 0 && options.range_ratio < 1)) {
       return invalid_argument("--range-ratio must be at least 0 and below 1");
+    }
+    if (options.kind == dataset_kind::agent) {
+      if (options.sessions < 1) return invalid_argument("--sessions must be at least 1");
+      if (options.turns < 1) return invalid_argument("--turns must be at least 1");
+      if (options.system_prompt_len < 1) return invalid_argument("--system-prompt-len must be at least 1");
+      if (options.turn_len_min < 1) return invalid_argument("--turn-len-min must be at least 1");
+      if (options.turn_len_max < options.turn_len_min) {
+        return invalid_argument(format("--turn-len-max ({}) is below --turn-len-min ({})", options.turn_len_max,
+                                       options.turn_len_min));
+      }
     }
     if (options.kind == dataset_kind::shared_prefix) {
       if (options.shared_prefix_len < 1) return invalid_argument("--shared-prefix-len must be at least 1");

@@ -354,6 +354,12 @@ TEST_CASE("bad dataset options are refused") {
   agent = agent_options(1);
   agent.system_prompt_len = 0;
   CHECK_FALSE(bench::dataset::create(agent).ok());
+  agent = agent_options(1);
+  agent.output_len = 0;
+  CHECK_FALSE(bench::dataset::create(agent).ok());
+  agent = agent_options(1);
+  agent.input_len = 0;  // not an agent's option
+  CHECK(bench::dataset::create(agent).ok());
   CHECK_FALSE(bench::dataset::create({.kind = bench::dataset_kind::random, .input_len = 0}).ok());
   CHECK_FALSE(bench::dataset::create({.kind = bench::dataset_kind::random, .range_ratio = 1.0}).ok());
 }
