@@ -4,6 +4,8 @@
 #   make test    install what is missing, build, run every test but the GPU ones
 #   make build | deps | clean | test-sanitize | bench (bench-serving + bench-decode + bench-engine + bench-gateway)
 #   make bench-scaleout   throughput of a split gateway with one backend against two (CPU)
+#   make bench-agent-cache  agent sessions through a split gateway: prompt-cache hit ratio and TTFT with and
+#                         without session affinity and a host KV tier (SESSIONS, TURNS, ...: tests/bench/agent_cache.sh)
 #   make bench-quota      the quota store in memory against Redis, per call and per request
 #   make bench-moe        Mixture-of-Experts decode: Qwen3-30B-A3B layers, bf16/fp8/int4 experts, against dense
 #   make bench-mla        latent attention decode: Kimi K2 layers with INT4 experts over bf16 and FP8 latents
@@ -31,7 +33,7 @@ GENERATOR := $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
 NODE_STAMP := tests/node_modules/.installed
 
 .PHONY: all run test build deps clean test-sanitize configure bench bench-serving bench-decode bench-engine \
-        bench-gateway bench-scaleout bench-quota bench-moe bench-mla bench-deepseek2 bench-peer bench-grammar
+        bench-gateway bench-scaleout bench-agent-cache bench-quota bench-moe bench-mla bench-deepseek2 bench-peer bench-grammar
 
 all: build
 
@@ -81,6 +83,11 @@ bench-gateway: build
 # One backend against two behind `edgeinfer gateway` (docs/performance.md), about 12 minutes.
 bench-scaleout: build
 	tests/bench/scaleout.sh $(BUILD_DIR)
+
+# Agent sessions through the split gateway (tests/bench/agent_cache.sh; scale it down with SESSIONS,
+# TURNS, TURN_LEN_MIN/MAX and SYSTEM_LEN: the full 50 x 20 takes hours on 2 cores).
+bench-agent-cache: build
+	tests/bench/agent_cache.sh $(BUILD_DIR)
 
 # The quota store in memory vs in Redis: per call and per request (docs/performance.md).
 bench-quota: build

@@ -28,6 +28,8 @@ using namespace std::chrono_literals;
 constexpr std::int64_t max_concurrency = 1 << 16;
 constexpr std::int64_t max_requests = std::int64_t{1} << 32;
 constexpr std::int64_t max_length = 1 << 24;
+constexpr std::int64_t max_sessions = 1 << 20;
+constexpr std::int64_t max_turns = 1 << 16;
 
 config::schema bench_options() {
   config::schema s;
@@ -44,10 +46,11 @@ config::schema bench_options() {
   s.add_duration("duration", "0s", 0ms, 24h,
                  "Send new requests for this long per point instead of --num-requests (0: use the count)");
   s.add_integer("warmup-requests", 1, 0, max_requests, "Requests sent before each point and not measured");
-  s.add_choice("dataset", "random", {"random", "conversation", "shared-prefix", "jsonl"},
+  s.add_choice("dataset", "random", {"random", "conversation", "shared-prefix", "jsonl", "agent"},
                "random: uniform lengths; conversation: long-tailed chat-like lengths; shared-prefix: every prompt "
                "starts with a shared prefix (--shared-prefix-len), made to hit the server's prefix cache; jsonl: "
-               "prompts from --prompts");
+               "prompts from --prompts; agent: --sessions conversations of --turns turns, each turn resending the "
+               "whole conversation so far (the answers included) plus a new user message");
   s.add_path("prompts", std::nullopt, "JSONL file of {\"prompt\": ...} or {\"messages\": [...]} (implies --dataset jsonl)");
   s.add_integer("input-len", 128, 1, max_length,
                 "Prompt length in words (random: mean; conversation: median; shared-prefix: words after the prefix)");
@@ -57,6 +60,15 @@ config::schema bench_options() {
                 "shared-prefix: words of the prefix every prompt starts with; --input-len words follow it");
   s.add_integer("shared-prefixes", 1, 1, bench::max_shared_prefixes,
                 "shared-prefix: distinct prefixes; request i starts with prefix i mod this");
+  s.add_integer("sessions", 50, 1, max_sessions, "agent: sessions per point, each running its turns in order");
+  s.add_integer("turns", 20, 1, max_turns, "agent: turns per session");
+  s.add_integer("system-prompt-len", 1000, 1, max_length,
+                "agent: words of each session's system prompt and tool descriptions, which open its conversation");
+  s.add_integer("turn-len-min", 300, 1, max_length, "agent: fewest words a turn's new user message adds");
+  s.add_integer("turn-len-max", 1500, 1, max_length, "agent: most words a turn's new user message adds");
+  s.add_boolean("session-affinity", true,
+                "agent: send each request's session as the x-session-affinity header (a split gateway routes a "
+                "session to the backend that holds it)");
   s.add_boolean("reuse-prompts", false,
                 "Send every point of a sweep the first point's prompts (by default each point draws its own, so "
                 "none finds an earlier point's prompts in the server's prefix cache)");
@@ -244,6 +256,7 @@ int run_bench(const config::values& settings) {
   data_options.kind = kind == "conversation"    ? bench::dataset_kind::conversation
                       : kind == "shared-prefix" ? bench::dataset_kind::shared_prefix
                       : kind == "jsonl"         ? bench::dataset_kind::jsonl
+                      : kind == "agent"         ? bench::dataset_kind::agent
                                                 : bench::dataset_kind::random;
   if (auto prompts = settings.optional_string("prompts")) {
     data_options.kind = bench::dataset_kind::jsonl;
@@ -260,6 +273,27 @@ int run_bench(const config::values& settings) {
       return usage_error(format("--{} applies to --dataset shared-prefix only", option));
     }
   }
+  const bool agent = data_options.kind == bench::dataset_kind::agent;
+  for (const char* option : {"sessions", "turns", "system-prompt-len", "turn-len-min", "turn-len-max", "session-affinity"}) {
+    if (!agent && settings.source_of(option) != config::origin::default_value) {
+      return usage_error(format("--{} applies to --dataset agent only", option));
+    }
+  }
+  // An agent's requests follow its sessions: their number is sessions x turns, each session in
+  // turn order, at most --concurrency at once.
+  for (const char* option : {"input-len", "num-requests", "duration", "request-rate"}) {
+    if (agent && settings.source_of(option) != config::origin::default_value) {
+      return usage_error(format("--{} does not apply to --dataset agent (use --sessions, --turns, --system-prompt-len "
+                                "and --turn-len-min/--turn-len-max)",
+                                option));
+    }
+  }
+  data_options.sessions = settings.integer("sessions");
+  data_options.turns = settings.integer("turns");
+  data_options.system_prompt_len = settings.integer("system-prompt-len");
+  data_options.turn_len_min = settings.integer("turn-len-min");
+  data_options.turn_len_max = settings.integer("turn-len-max");
+  data_options.session_affinity = settings.boolean("session-affinity");
   data_options.shared_prefix_len = settings.integer("shared-prefix-len");
   data_options.shared_prefixes = settings.integer("shared-prefixes");
   data_options.seed = static_cast<std::uint64_t>(settings.integer("seed"));
@@ -324,10 +358,11 @@ int run_bench(const config::values& settings) {
       bench::point_result measured;
       {
         request_progress progress(name);
-        measured = bench::run_point(client, *data, point,
-                                    [&progress](std::int64_t done, std::int64_t total, double elapsed) {
-                                      progress.update(done, total, elapsed);
-                                    });
+        const auto report = [&progress](std::int64_t done, std::int64_t total, double elapsed) {
+          progress.update(done, total, elapsed);
+        };
+        measured = agent ? bench::run_sessions(client, *data, point, report)
+                         : bench::run_point(client, *data, point, report);
       }
       sent_before += measured.records.size();
       if (measured.warmup_failed > 0) {
@@ -341,6 +376,10 @@ int run_bench(const config::values& settings) {
       summary.warmup_input_tokens = measured.warmup_input_tokens;
       summary.warmup_output_tokens = measured.warmup_output_tokens;
       summary.connections_opened = measured.connections_opened;
+      summary.sessions_cut = measured.sessions_cut;
+      if (measured.sessions_cut > 0) {
+        log.warn("{}: a failed turn ended {} of {} sessions early", name, measured.sessions_cut, data_options.sessions);
+      }
       for (const auto& r : measured.records) {
         if (!r.success) log.debug("{} failed: {}: {}", name, r.error, r.error_detail);
       }
@@ -353,7 +392,7 @@ int run_bench(const config::values& settings) {
       }
       if (summary.metrics.completed == 0) every_point_completed = false;
       if (bench::warm_cache(summary.metrics.cache) && !result.reuse_prompts &&
-          data_options.kind != bench::dataset_kind::shared_prefix) {
+          data_options.kind != bench::dataset_kind::shared_prefix && !agent) {
         log.warn("{}: {} of {} prompt tokens came from the server's prefix cache (its prompts came round again, or "
                  "another client sent them)",
                  name, summary.metrics.cache.cached_tokens, summary.metrics.cache.prompt_tokens);

@@ -46,6 +46,9 @@ config::schema make_model_options() {
                 "Mixture-of-Experts presets: write only the first N routed experts of each sparse layer, each at its "
                 "real shape, with the same experts per token (0: all); a token reads the same bytes, a batch shares "
                 "fewer distinct experts");
+  s.add_integer("context-length", 0, 0, std::numeric_limits<std::int64_t>::max(),
+                "The context length the model declares instead of the preset's (0: the preset's), e.g. a long one "
+                "for a small preset in long-session serving benchmarks");
   s.add_bytes("max-shard-size", std::string(default_shard_size), min_shard_bytes,
               std::numeric_limits<std::int64_t>::max(),
               "safetensors: split the weights into shards of at most this size, listed by model.safetensors.index.json");
@@ -70,6 +73,7 @@ int run_make_model(const config::values& settings) {
   options.max_shard_bytes = settings.bytes("max-shard-size");
   options.layers = settings.integer("layers");
   options.experts = settings.integer("experts");
+  options.context_length = settings.integer("context-length");
 
   const auto started = std::chrono::steady_clock::now();
   std::uint64_t weight_bytes = 0;

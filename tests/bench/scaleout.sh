@@ -49,55 +49,21 @@ model_path() {
   esac
 }
 
-pids=()
-stop_all() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  pids=()
-}
-trap stop_all EXIT
-
-# Starts `edgeinfer $1 ...` in the background, logging to $2; sets $port once it listens.
-port=""
-start() {
-  local command=$1 log=$2; shift 2
-  "$bin" "$command" --host 127.0.0.1 --port 0 --log-level info --no-access-log "$@" >/dev/null 2>"$log" &
-  pids+=($!)
-  port=""
-  for _ in $(seq 1 600); do
-    port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -n1)
-    [[ -n "$port" ]] && return 0
-    sleep 0.1
-  done
-  echo "edgeinfer $command did not start; see $log" >&2
-  return 1
-}
-
-# Waits until `url`/metrics shows `n` backends up (gateway) or /readyz answers 200.
-wait_backends_up() {
-  local url=$1 n=$2
-  for _ in $(seq 1 600); do
-    local up
-    up=$(curl -s "$url/metrics" | grep -c '^edgeinfer_backend_up{.*} 1$' || true)
-    [[ "$up" -ge "$n" ]] && return 0
-    sleep 0.1
-  done
-  echo "the gateway at $url did not see $n backends up" >&2
-  return 1
-}
+source tests/bench/serve_lib.sh
+trap stop_split EXIT
 
 # One measurement: $1 backends for model $2 (path $3), run $4. Prints output tokens/s.
 measure() {
   local n=$1 model=$2 path=$3 run=$4
   local name="$model-b$n-r$run" urls=()
   for i in $(seq 1 "$n"); do
-    start backend "$out/$name.backend$i.log" --model "$path" --served-model-name "$model" --threads 1 \
+    start_split backend "$out/$name.backend$i.log" --model "$path" --served-model-name "$model" --threads 1 \
       --http-threads 1 --kv-cache-memory 256MiB
     urls+=(--backend "http://127.0.0.1:$port")
   done
   local state
   state=$(mktemp -d)
-  start gateway "$out/$name.gateway.log" --model "$path" --state-dir "$state" --http-threads 1 "${urls[@]}"
+  start_split gateway "$out/$name.gateway.log" --model "$path" --state-dir "$state" --http-threads 1 "${urls[@]}"
   local gateway="http://127.0.0.1:$port"
   wait_backends_up "$gateway" "$n"
   local key
@@ -105,7 +71,7 @@ measure() {
   "$bin" bench --base-url "$gateway" --api-key "$key" --model "$model" --label "$n backends" \
     --concurrency "$concurrency" --duration "$duration" --warmup-requests 8 --seed "$run" --timeout 60s \
     --input-len 64 --output-len "$output_len" --output-json "$out/$name.json" --log-level warn >/dev/null
-  stop_all
+  stop_split
   rm -rf "$state"
   grep -o '"output_throughput":[0-9.eE+-]*' "$out/$name.json" | head -n1 | cut -d: -f2 | awk '{ printf "%.1f\n", $1 }'
 }

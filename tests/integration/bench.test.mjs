@@ -461,6 +461,112 @@ test('--dataset shared-prefix: every prompt starts with the shared words, and th
   }
 });
 
+test('--dataset agent: sessions send their turns in order, each resending the conversation with the real answers', async () => {
+  // Each answer names its request, so the next turn must carry exactly that text back.
+  const fake = await fakeServer(async (req, res, body, n) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const base = { id: `c${n}`, object: 'chat.completion.chunk', created: 0, model: 'fake' };
+    await sleep(5);
+    sse(res, { ...base, choices: [{ index: 0, delta: { content: `answer` }, finish_reason: null }] });
+    sse(res, { ...base, choices: [{ index: 0, delta: { content: ` ${n}` }, finish_reason: null }] });
+    sse(res, { ...base, choices: [{ index: 0, delta: {}, finish_reason: 'length' }] });
+    const prompt = body.messages.length * 10;
+    sse(res, { ...base, choices: [], usage: { prompt_tokens: prompt, completion_tokens: 2, total_tokens: prompt + 2, prompt_tokens_details: { cached_tokens: prompt - 10 } } });
+    res.end('data: [DONE]\n\n');
+  });
+  try {
+    const html = path.join(workDir, 'agent.html');
+    const { run, point } = await benchFake(fake, 'agent', ['--endpoint', 'chat', '--dataset', 'agent', '--sessions', '3',
+      '--turns', '3', '--system-prompt-len', '20', '--turn-len-min', '5', '--turn-len-max', '9', '--output-len', '2',
+      '--concurrency', '2', '--seed', '4', '--html', html]);
+    assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    assert.equal(fake.seen.length, 9, 'sessions x turns requests');
+    assert.equal(point.completed, 9);
+    const bySession = new Map();
+    fake.seen.forEach((s, n) => {
+      const key = s.headers['x-session-affinity'];
+      assert.match(key, /^agent-4-\d$/);
+      if (!bySession.has(key)) bySession.set(key, []);
+      bySession.get(key).push({ n, messages: s.body.messages });
+    });
+    assert.equal(bySession.size, 3);
+    for (const turns of bySession.values()) {
+      assert.equal(turns.length, 3);
+      assert.equal(turns[0].messages.length, 2);
+      assert.equal(turns[0].messages[0].role, 'system');
+      assert.equal(turns[0].messages[0].content.split(' ').length, 20);
+      for (let t = 1; t < 3; t++) {
+        const before = turns[t - 1];
+        const now = turns[t].messages;
+        assert.deepEqual(now.slice(0, before.messages.length), before.messages, 'the conversation so far, unchanged');
+        assert.deepEqual(now[before.messages.length], { role: 'assistant', content: `answer ${before.n}` }, 'the answer it got');
+        assert.equal(now[now.length - 1].role, 'user');
+        const words = now[now.length - 1].content.split(' ').length;
+        assert.ok(words >= 5 && words <= 9, `a new message of ${words} words`);
+      }
+    }
+    // Per turn: the cache's hit ratio (the fake reports all but 10 prompt tokens cached).
+    assert.deepEqual(point.turns.map((t) => [t.turn, t.completed, t.prompt_tokens, t.cached_tokens]),
+      [[1, 3, 60, 30], [2, 3, 120, 90], [3, 3, 180, 150]]);
+    assert.equal(point.sessions_cut, 0);
+    assert.match(run.stdout, /Agent sessions by turn/);
+    assert.match(run.stdout, /\n {3}3 {8}3 {11}150\/180 {3}83\.3 /);
+    assert.doesNotMatch(run.stderr, /came from the server's prefix cache/, 'expected of this workload: no warning');
+    const report = fs.readFileSync(html, 'utf8');
+    assert.match(report, /id="chart-turn-hit-ratio"/);
+    assert.match(report, /agent sessions by turn/);
+
+    // Without affinity no request names a session; the conversations are the same.
+    const seenBefore = fake.seen.length;
+    const plain = await benchFake(fake, 'agent-plain', ['--endpoint', 'chat', '--dataset', 'agent', '--sessions', '2',
+      '--turns', '2', '--system-prompt-len', '20', '--turn-len-min', '5', '--turn-len-max', '9', '--no-session-affinity']);
+    assert.equal(plain.run.code, 0, plain.run.stderr);
+    assert.equal(fake.seen.length - seenBefore, 4);
+    for (const s of fake.seen.slice(seenBefore)) assert.equal(s.headers['x-session-affinity'], undefined);
+    assert.match(plain.run.stderr + plain.run.stdout, /session affinity off/);
+  } finally {
+    await fake.close();
+  }
+
+  const misplaced = await runBench(['--model', 'm', '--sessions', '4']);
+  assert.equal(misplaced.code, 2);
+  assert.match(misplaced.stderr, /--sessions applies to --dataset agent only/);
+  const counted = await runBench(['--model', 'm', '--dataset', 'agent', '--num-requests', '4']);
+  assert.equal(counted.code, 2);
+  assert.match(counted.stderr, /--num-requests does not apply to --dataset agent/);
+  const inverted = await runBench(['--model', 'm', '--dataset', 'agent', '--turn-len-min', '50', '--turn-len-max', '40']);
+  assert.equal(inverted.code, 2);
+  assert.match(inverted.stderr, /--turn-len-max \(40\) is below --turn-len-min \(50\)/);
+});
+
+test('--dataset agent against edgeinfer serve: each turn finds the previous turn\'s prompt in the cache', async () => {
+  const server = await startServer(['--threads', '2']);
+  try {
+    // Chat (the model's template around every message) and completions (the contents joined):
+    // in both, turn t's prompt must be a token prefix of turn t + 1's, so the cache serves it.
+    for (const [endpoint, seed] of [['chat', '1'], ['completions', '2']]) {
+      const out = path.join(workDir, `agent-${endpoint}.json`);
+      const run = await runBench(['--base-url', server.url, '--api-key', server.defaultKey, '--model', 'stories260K',
+        '--endpoint', endpoint, '--dataset', 'agent', '--sessions', '2', '--turns', '3', '--system-prompt-len', '40',
+        '--turn-len-min', '8', '--turn-len-max', '16', '--output-len', '4', '--concurrency', '2', '--seed', seed,
+        '--warmup-requests', '0', '--output-json', out], { timeoutMs: 240000 });
+      assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+      const p = readJson(out).points[0];
+      assert.equal(p.completed, 6);
+      assert.equal(p.turns.length, 3);
+      assert.ok(p.turns[0].cached_tokens < 32, `${endpoint}: the first turns are new: ${JSON.stringify(p.turns[0])}`);
+      for (let t = 1; t < 3; t++) {
+        // Every full block (16 tokens) of each session's previous prompt, at least.
+        const floor = p.turns[t - 1].prompt_tokens - 2 * 16;
+        assert.ok(p.turns[t].cached_tokens >= floor,
+          `${endpoint}, turn ${t + 1}: ${p.turns[t].cached_tokens} cached, previous prompts ${p.turns[t - 1].prompt_tokens}`);
+      }
+    }
+  } finally {
+    await server.stop();
+  }
+});
+
 test('--compare lays results side by side and the HTML report renders in headless Chromium', async () => {
   const fast = await fakeServer((req, res, body) => streamCompletion(res, body, { ttftMs: 5, gapMs: 2, tokens: 6 }));
   const slow = await fakeServer((req, res, body) => streamCompletion(res, body, { ttftMs: 30, gapMs: 10, tokens: 6 }));

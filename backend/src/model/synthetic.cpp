@@ -40,6 +40,11 @@ constexpr float norm_value = 1.0f;
 // Progress is reported about this often (in bytes written).
 constexpr std::uint64_t progress_step_bytes = std::uint64_t{32} << 20;
 
+// The context lengths make-model writes: one KV block at least, and what the serving options
+// accept (--max-model-len) at most.
+constexpr std::int64_t min_context_length = 16;
+constexpr std::int64_t max_context_length = std::int64_t{1} << 24;
+
 // ---- presets --------------------------------------------------------------------------------
 
 model_config llama_config(std::int64_t vocab, std::int64_t hidden, std::int64_t intermediate, std::int64_t layers,
@@ -934,6 +939,13 @@ result<fs::path> write_synthetic_model(const synthetic_options& options) {
       m.groups = 1;
       m.top_groups = 1;
     }
+  }
+  if (options.context_length != 0) {
+    if (options.context_length < min_context_length || options.context_length > max_context_length) {
+      return invalid_argument(edge::format("--context-length {} is outside [{}, {}]", options.context_length,
+                                           min_context_length, max_context_length));
+    }
+    chosen.config.max_position = options.context_length;
   }
   if (options.format == synthetic_format::gguf) EDGE_RETURN_IF_ERROR(check_gguf_expressible(chosen));
   const auto vocab = make_synthetic_vocab(style_of(chosen.config), chosen.config.vocab_size, chosen.special_tokens,

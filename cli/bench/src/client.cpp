@@ -36,6 +36,8 @@ namespace json = boost::json;
 using clock = std::chrono::steady_clock;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
+// The header naming a request's session, which a split gateway routes by (as the gateway reads it).
+constexpr std::string_view session_header = "x-session-affinity";
 // An error body is read for its message, up to this much.
 constexpr std::size_t max_error_body = 64 * 1024;
 // A streamed response may run long; this only guards against a runaway server.
@@ -122,14 +124,7 @@ std::string request_body(const client_options& options, const request_spec& spec
   json::object body;
   body["model"] = options.model;
   if (options.endpoint == api_endpoint::completions) {
-    if (!spec.prompt.empty()) {
-      body["prompt"] = spec.prompt;
-    } else {
-      // A chat-shaped line sent to the completions API: its contents, in order.
-      std::string prompt;
-      for (const chat_message& m : spec.messages) prompt += (prompt.empty() ? "" : "\n") + m.content;
-      body["prompt"] = prompt;
-    }
+    body["prompt"] = completions_prompt(spec);
   } else {
     json::array messages;
     if (spec.messages.empty()) {
@@ -224,6 +219,7 @@ asio::awaitable<request_record> send_request(connection_pool& pool, const client
                                              const request_spec& spec, clock::time_point origin) {
   request_record rec;
   rec.expected_prompt_tokens = spec.expected_prompt_tokens;
+  rec.turn = spec.turn;
   const clock::time_point started = clock::now();
   rec.start_s = seconds(started - origin);
   const clock::time_point deadline = started + options.timeout;
@@ -241,6 +237,7 @@ asio::awaitable<request_record> send_request(connection_pool& pool, const client
   req.set(http::field::content_type, "application/json");
   req.set(http::field::accept, "text/event-stream");
   if (!options.api_key.empty()) req.set(http::field::authorization, "Bearer " + options.api_key);
+  if (!spec.session.empty()) req.set(session_header, spec.session);
   req.keep_alive(true);
   req.body() = request_body(options, spec);
   req.prepare_payload();
@@ -334,6 +331,7 @@ asio::awaitable<request_record> send_request(connection_pool& pool, const client
       text = first->if_contains("text");
     }
     if (text == nullptr || !text->is_string() || text->as_string().empty()) return;
+    if (options.keep_output_text) rec.output_text.append(text->as_string());
     if (rec.content_deltas == 0) {
       rec.ttft_s = seconds(now - started);
     } else {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -358,6 +359,22 @@ std::string to_json(const bench_result& result) {
                                {"input_tokens", p.warmup_input_tokens},
                                {"output_tokens", p.warmup_output_tokens}};
     o["connections_opened"] = p.connections_opened;
+    if (!m.by_turn.empty()) {
+      // Turns are numbered from 1 here, as people count them.
+      json::array turns;
+      for (const turn_metrics& t : m.by_turn) {
+        const std::optional<double> turn_share = t.cache.share();
+        turns.push_back(json::object{{"turn", t.turn + 1},
+                                     {"completed", t.completed},
+                                     {"requests_reporting", t.cache.requests_reporting},
+                                     {"prompt_tokens", t.cache.prompt_tokens},
+                                     {"cached_tokens", t.cache.cached_tokens},
+                                     {"share", turn_share ? json::value(*turn_share) : json::value(nullptr)},
+                                     {"ttft_ms", distribution_json(t.ttft_ms)}});
+      }
+      o["turns"] = std::move(turns);
+      o["sessions_cut"] = p.sessions_cut;
+    }
     points.push_back(std::move(o));
   }
   json::object root;
@@ -441,6 +458,21 @@ result<bench_result> parse_result_json(std::string_view text) {
       p.warmup_output_tokens = integer_of(w->as_object().if_contains("output_tokens"));
     }
     p.connections_opened = integer_of(o.if_contains("connections_opened"));
+    p.sessions_cut = integer_of(o.if_contains("sessions_cut"));
+    if (const json::value* turns = o.if_contains("turns"); turns && turns->is_array()) {
+      for (const json::value& turn_item : turns->as_array()) {
+        if (!turn_item.is_object()) return invalid_argument("a turn is not an object");
+        const json::object& t = turn_item.as_object();
+        turn_metrics tm;
+        tm.turn = integer_of(t.if_contains("turn")) - 1;
+        tm.completed = integer_of(t.if_contains("completed"));
+        tm.cache.requests_reporting = integer_of(t.if_contains("requests_reporting"));
+        tm.cache.prompt_tokens = integer_of(t.if_contains("prompt_tokens"));
+        tm.cache.cached_tokens = integer_of(t.if_contains("cached_tokens"));
+        tm.ttft_ms = distribution_from(t.if_contains("ttft_ms"));
+        m.by_turn.push_back(tm);
+      }
+    }
     r.points.push_back(std::move(p));
   }
   return r;
@@ -591,6 +623,22 @@ std::string format_point_table(const bench_result& result, const point_summary& 
                 "this point measure a warm cache.)",
                 fixed(warm_cache_share * 100, 0)));
   }
+  if (!m.by_turn.empty()) {
+    banner("Agent sessions by turn", '-');
+    row("Sessions ended by a failed turn:", format("{}", point.sessions_cut));
+    char line[128];
+    std::snprintf(line, sizeof line, "%4s %8s %17s %6s %8s %8s\n", "turn", "requests", "cached/prompt", "hit %",
+                  "TTFT p50", "TTFT p99");
+    out += line;
+    for (const turn_metrics& t : m.by_turn) {
+      const std::optional<double> turn_share = t.cache.share();
+      const std::string tokens = format("{}/{}", t.cache.cached_tokens, t.cache.prompt_tokens);
+      const std::string hit = turn_share ? fixed(*turn_share * 100, 1) : "-";
+      std::snprintf(line, sizeof line, "%4lld %8lld %17s %6s %8.1f %8.1f\n", static_cast<long long>(t.turn + 1),
+                    static_cast<long long>(t.completed), tokens.c_str(), hit.c_str(), t.ttft_ms.median, t.ttft_ms.p99);
+      out += line;
+    }
+  }
   banner("", '=');
   return out;
 }
@@ -735,6 +783,58 @@ std::string html_report(const std::vector<configuration>& configs, std::string_v
   latency_chart("chart-itl", "Inter-token latency", &run_metrics::itl_ms);
   latency_chart("chart-e2el", "End-to-end latency", &run_metrics::e2el_ms);
 
+  // Agent sessions: the prompt-token cache hit ratio and TTFT p50 by turn, a line per
+  // configuration (and per point, where a result holds several), the median of its runs.
+  std::size_t most_turns = 0;
+  std::vector<std::string> agent_keys;  // the points that measured turns
+  for (const bench_result& r : results) {
+    for (const point_summary& p : r.points) {
+      if (p.metrics.by_turn.empty()) continue;
+      most_turns = std::max(most_turns, p.metrics.by_turn.size());
+      if (std::find(agent_keys.begin(), agent_keys.end(), point_key(p)) == agent_keys.end()) agent_keys.push_back(point_key(p));
+    }
+  }
+  if (most_turns > 0) {
+    std::vector<std::string> turn_numbers;
+    for (std::size_t t = 0; t < most_turns; ++t) turn_numbers.push_back(format("{}", t + 1));
+    const auto by_turn_chart = [&](std::string_view id, std::string_view chart_title, std::string_view unit,
+                                   const std::function<std::optional<double>(const turn_metrics&)>& get) {
+      std::vector<chart_series> series;
+      std::size_t lines = 0;
+      for (std::size_t i = 0; i < configs.size(); ++i) {
+        for (const std::string& key : agent_keys) {
+          chart_series line{configs[i].label() + (agent_keys.size() > 1 ? " c=" + key : ""), {},
+                            std::string(palette[lines++ % palette.size()]), false, {}};
+          bool any = false;
+          for (std::size_t t = 0; t < most_turns; ++t) {
+            std::vector<double> runs;
+            for (const bench_result& r : configs[i].runs) {
+              const point_summary* p = find_point(r, key);
+              if (p == nullptr || t >= p->metrics.by_turn.size()) continue;
+              if (const std::optional<double> v = get(p->metrics.by_turn[t])) runs.push_back(*v);
+            }
+            std::sort(runs.begin(), runs.end());
+            line.values.push_back(runs.empty() ? std::nullopt : std::optional(percentile(runs, 50)));
+            any = any || !runs.empty();
+          }
+          if (any) series.push_back(std::move(line));
+        }
+      }
+      charts += "<figure>" + svg_chart(id, chart_title, unit, "turn of each session", turn_numbers, series) + "</figure>\n";
+    };
+    by_turn_chart("chart-turn-hit-ratio", "Prompt-token cache hit ratio by turn", "percent",
+                  [](const turn_metrics& t) -> std::optional<double> {
+                    const std::optional<double> share = t.cache.share();
+                    if (!share) return std::nullopt;
+                    return *share * 100;
+                  });
+    by_turn_chart("chart-turn-ttft", "Time to first token by turn (p50)", "milliseconds",
+                  [](const turn_metrics& t) -> std::optional<double> {
+                    if (t.ttft_ms.count == 0) return std::nullopt;
+                    return t.ttft_ms.median;
+                  });
+  }
+
   std::string tables;
   bool any_warm = false;
   for (const auto& r : results) {
@@ -763,6 +863,24 @@ std::string html_report(const std::vector<configuration>& configs, std::string_v
           readable(m.e2el_ms.median), readable(m.e2el_ms.p99), cached);
     }
     tables += "</table>\n";
+    for (const auto& p : r.points) {
+      if (p.metrics.by_turn.empty()) continue;
+      const std::optional<double> share = p.metrics.cache.share();
+      tables += format(
+          "<table class=\"turns\"><caption>load {}: agent sessions by turn · hit ratio {} · TTFT p50 {} ms, p99 {} ms"
+          " · sessions ended by a failed turn: {}</caption>\n<tr><th>turn</th><th>requests</th><th>prompt tokens</th>"
+          "<th>cached tokens</th><th>hit ratio</th><th>TTFT p50</th><th>TTFT p99</th></tr>\n",
+          html_escape(point_key(p)), share ? fixed(*share * 100, 1) + "%" : "–", readable(p.metrics.ttft_ms.median),
+          readable(p.metrics.ttft_ms.p99), p.sessions_cut);
+      for (const turn_metrics& t : p.metrics.by_turn) {
+        const std::optional<double> turn_share = t.cache.share();
+        tables += format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                         t.turn + 1, t.completed, t.cache.prompt_tokens, t.cache.cached_tokens,
+                         turn_share ? fixed(*turn_share * 100, 1) + "%" : "–", readable(t.ttft_ms.median),
+                         readable(t.ttft_ms.p99));
+      }
+      tables += "</table>\n";
+    }
   }
   if (any_warm) {
     tables += format(
@@ -789,6 +907,7 @@ svg .label, svg .legend {{ font-size: 12px; }}
 svg .grid {{ stroke: #e5e5e5; }}
 svg .axis {{ stroke: #555; }}
 table {{ border-collapse: collapse; margin-bottom: 16px; background: #fff; }}
+caption {{ text-align: left; font-size: 13px; padding: 4px 0; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; font-size: 13px; }}
 .meta {{ color: #666; font-size: 13px; }}
 tr.warm td {{ background: #fff4d6; }}

@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <deque>
 #include <exception>
 
 // GCC 12 reports a mismatched operator delete in the frames of Asio's awaitables: Asio
@@ -115,6 +116,64 @@ asio::awaitable<void> drive(connection_pool& pool, const client_options& client,
   out.duration_s = std::chrono::duration<double>(last_end - origin).count();
 }
 
+asio::awaitable<void> drive_sessions(connection_pool& pool, const client_options& client, const dataset& data,
+                                     const point_options& options, const progress_callback& progress,
+                                     point_result& out) {
+  co_await warm_up(pool, client, data, options, out);
+
+  const asio::any_io_executor executor = co_await asio::this_coro::executor;
+  flight f(executor);
+  const std::int64_t limit = options.concurrency.value_or(1);
+  const auto sessions = static_cast<std::size_t>(data.options().sessions);
+  const std::int64_t total = data.options().sessions * data.options().turns;
+  // Every session's conversation, owned here; `ready` holds the sessions waiting to send their
+  // next turn, longest waiting first.
+  std::vector<agent_conversation> conversations;
+  conversations.reserve(sessions);
+  std::deque<std::size_t> ready;
+  for (std::size_t s = 0; s < sessions; ++s) {
+    conversations.emplace_back(data, options.first_request + s);
+    ready.push_back(s);
+  }
+  const clock::time_point origin = clock::now();
+  clock::time_point last_end = origin;
+  std::int64_t finished = 0;
+  for (;;) {
+    co_await f.wait_below(limit);
+    while (ready.empty() && f.in_flight > 0) {
+      f.changed.expires_at(clock::time_point::max());
+      co_await f.changed.async_wait(use_tuple);
+    }
+    if (ready.empty()) break;
+    const std::size_t s = ready.front();
+    ready.pop_front();
+    const std::size_t index = out.records.size();
+    out.records.emplace_back();
+    ++f.in_flight;
+    asio::co_spawn(
+        executor,
+        [&, s, index, spec = conversations[s].next()]() -> asio::awaitable<void> {
+          request_record r = co_await send_request(pool, client, spec, origin);
+          agent_conversation& conversation = conversations[s];
+          if (r.success) {
+            conversation.answered(std::move(r.output_text));
+            if (!conversation.finished()) ready.push_back(s);
+          } else {
+            ++out.sessions_cut;
+          }
+          r.output_text.clear();
+          out.records[index] = std::move(r);
+          last_end = clock::now();
+          --f.in_flight;
+          ++finished;
+          f.changed.cancel();
+          if (progress) progress(finished, total, std::chrono::duration<double>(last_end - origin).count());
+        },
+        rethrow);
+  }
+  out.duration_s = std::chrono::duration<double>(last_end - origin).count();
+}
+
 }  // namespace
 
 point_result run_point(const client_options& client, const dataset& data, const point_options& options,
@@ -123,6 +182,19 @@ point_result run_point(const client_options& client, const dataset& data, const 
   connection_pool pool(context.get_executor(), client.url);
   point_result out;
   asio::co_spawn(context, drive(pool, client, data, options, progress, out), rethrow);
+  context.run();
+  out.connections_opened = pool.connections_opened();
+  return out;
+}
+
+point_result run_sessions(const client_options& client, const dataset& data, const point_options& options,
+                          const progress_callback& progress) {
+  client_options keeping = client;
+  keeping.keep_output_text = true;
+  asio::io_context context(1);
+  connection_pool pool(context.get_executor(), keeping.url);
+  point_result out;
+  asio::co_spawn(context, drive_sessions(pool, keeping, data, options, progress, out), rethrow);
   context.run();
   out.connections_opened = pool.connections_opened();
   return out;

@@ -8,6 +8,16 @@
 #include "edge/common/format.h"
 
 namespace edge::bench {
+namespace {
+
+void count_cache(prompt_cache_use& cache, const request_record& r) {
+  if (!r.usage_prompt_tokens || !r.usage_cached_tokens) return;
+  ++cache.requests_reporting;
+  cache.prompt_tokens += *r.usage_prompt_tokens;
+  cache.cached_tokens += *r.usage_cached_tokens;
+}
+
+}  // namespace
 
 double percentile(std::span<const double> sorted, double p) {
   if (sorted.empty()) return 0;
@@ -142,11 +152,7 @@ run_metrics compute_metrics(std::span<const request_record> records, double dura
       if (*r.usage_completion_tokens != r.content_deltas) ++m.tokens.mismatched_requests;
       if (*r.usage_completion_tokens < r.content_deltas) ++m.tokens.more_deltas_requests;
     }
-    if (r.usage_prompt_tokens && r.usage_cached_tokens) {
-      ++m.cache.requests_reporting;
-      m.cache.prompt_tokens += *r.usage_prompt_tokens;
-      m.cache.cached_tokens += *r.usage_cached_tokens;
-    }
+    count_cache(m.cache, r);
   }
   if (duration_s > 0) {
     m.request_throughput = static_cast<double>(m.completed) / duration_s;
@@ -156,6 +162,20 @@ run_metrics compute_metrics(std::span<const request_record> records, double dura
   } else if (!objectives.empty()) {
     m.goodput = 0;
   }
+  std::vector<std::vector<double>> ttft_by_turn;
+  for (const request_record& r : records) {
+    if (!r.success || !r.turn || *r.turn < 0) continue;
+    const auto turn = static_cast<std::size_t>(*r.turn);
+    if (m.by_turn.size() <= turn) {
+      for (std::size_t t = m.by_turn.size(); t <= turn; ++t) m.by_turn.push_back({.turn = static_cast<std::int64_t>(t)});
+      ttft_by_turn.resize(turn + 1);
+    }
+    turn_metrics& t = m.by_turn[turn];
+    ++t.completed;
+    ttft_by_turn[turn].push_back(r.ttft_s * ms_per_s);
+    count_cache(t.cache, r);
+  }
+  for (std::size_t t = 0; t < m.by_turn.size(); ++t) m.by_turn[t].ttft_ms = summarize(std::move(ttft_by_turn[t]));
   m.ttft_ms = summarize(std::move(ttft));
   m.tpot_ms = summarize(std::move(tpot));
   m.itl_ms = summarize(std::move(itl));

@@ -31,8 +31,12 @@ constexpr double conversation_prompt_sigma = 1.0;
 constexpr double conversation_output_sigma = 0.8;
 constexpr double conversation_max_factor = 16.0;
 
-// Separates the streams of shared prefixes from those of requests drawn with the same seed.
+// Separate the streams of shared prefixes, agents' system messages, their user messages and
+// their answers' lengths from those of requests drawn with the same seed.
 constexpr std::uint64_t prefix_stream = 0xA5C1E7B3D2F40968ull;
+constexpr std::uint64_t system_stream = 0x3D4E8F1A2B6C9075ull;
+constexpr std::uint64_t turn_stream = 0xC6A29E51F07B3D84ull;
+constexpr std::uint64_t answer_stream = 0x58F3B0D7E19A6C42ull;
 
 std::uint64_t mix(std::uint64_t seed, std::uint64_t index) {
   // Distinct streams per request: the index goes through one SplitMix64 round first.
@@ -50,6 +54,17 @@ std::int64_t lognormal_length(rng& r, std::int64_t median, double sigma) {
   const double value = static_cast<double>(median) * std::exp(sigma * r.normal());
   const double clipped = std::clamp(value, 1.0, static_cast<double>(median) * conversation_max_factor);
   return static_cast<std::int64_t>(std::llround(clipped));
+}
+
+std::int64_t words_in(std::string_view text) {
+  std::int64_t n = 0;
+  bool in_word = false;
+  for (const char c : text) {
+    const bool space = c == ' ' || c == '\n';
+    if (!space && !in_word) ++n;
+    in_word = !space;
+  }
+  return n;
 }
 
 std::string random_words(rng& r, std::int64_t count) {
@@ -100,6 +115,16 @@ result<request_spec> parse_jsonl_line(std::string_view line, std::int64_t defaul
 
 }  // namespace
 
+std::string completions_prompt(const request_spec& spec) {
+  if (!spec.prompt.empty()) return spec.prompt;
+  std::string prompt;
+  for (const chat_message& m : spec.messages) {
+    if (!prompt.empty()) prompt += '\n';
+    prompt += m.content;
+  }
+  return prompt;
+}
+
 std::uint64_t rng::next() {
   std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -128,10 +153,23 @@ result<dataset> dataset::create(const dataset_options& options) {
   dataset d;
   d.options_ = options;
   if (options.kind != dataset_kind::jsonl) {
-    if (options.input_len < 1) return invalid_argument("--input-len must be at least 1");
+    // An agent's prompt lengths are its own options; --input-len does not apply to it.
+    if (options.kind != dataset_kind::agent && options.input_len < 1) {
+      return invalid_argument("--input-len must be at least 1");
+    }
     if (options.output_len < 1) return invalid_argument("--output-len must be at least 1");
     if (!(options.range_ratio >= 0 && options.range_ratio < 1)) {
       return invalid_argument("--range-ratio must be at least 0 and below 1");
+    }
+    if (options.kind == dataset_kind::agent) {
+      if (options.sessions < 1) return invalid_argument("--sessions must be at least 1");
+      if (options.turns < 1) return invalid_argument("--turns must be at least 1");
+      if (options.system_prompt_len < 1) return invalid_argument("--system-prompt-len must be at least 1");
+      if (options.turn_len_min < 1) return invalid_argument("--turn-len-min must be at least 1");
+      if (options.turn_len_max < options.turn_len_min) {
+        return invalid_argument(format("--turn-len-max ({}) is below --turn-len-min ({})", options.turn_len_max,
+                                       options.turn_len_min));
+      }
     }
     if (options.kind == dataset_kind::shared_prefix) {
       if (options.shared_prefix_len < 1) return invalid_argument("--shared-prefix-len must be at least 1");
@@ -164,6 +202,7 @@ result<dataset> dataset::create(const dataset_options& options) {
 
 request_spec dataset::at(std::size_t index) const {
   if (options_.kind == dataset_kind::jsonl) return file_requests_[index % file_requests_.size()];
+  if (options_.kind == dataset_kind::agent) return agent_conversation(*this, index).next();
   rng r(mix(options_.seed, index));
   request_spec spec;
   if (options_.kind == dataset_kind::conversation) {
@@ -199,8 +238,55 @@ std::string dataset::describe() const {
                     options_.input_len, options_.output_len, options_.range_ratio);
     case dataset_kind::jsonl:
       return format("jsonl ({}, {} requests)", options_.jsonl_path.filename().string(), file_requests_.size());
+    case dataset_kind::agent:
+      return format("agent ({} sessions x {} turns, system prompt {} words, turns of {}-{} words, output {}, "
+                    "session affinity {})",
+                    options_.sessions, options_.turns, options_.system_prompt_len, options_.turn_len_min,
+                    options_.turn_len_max, options_.output_len, options_.session_affinity ? "on" : "off");
   }
   return "";
+}
+
+std::string dataset::session_key(std::size_t session) const {
+  return format("agent-{}-{}", options_.seed, session);
+}
+
+std::string dataset::system_message(std::size_t session) const {
+  rng r(mix(options_.seed ^ system_stream, session));
+  return random_words(r, options_.system_prompt_len);
+}
+
+std::string dataset::user_message(std::size_t session, std::int64_t turn) const {
+  rng r(mix(mix(options_.seed ^ turn_stream, session), static_cast<std::uint64_t>(turn)));
+  const auto span = static_cast<std::uint64_t>(options_.turn_len_max - options_.turn_len_min + 1);
+  return random_words(r, options_.turn_len_min + static_cast<std::int64_t>(r.below(span)));
+}
+
+agent_conversation::agent_conversation(const dataset& data, std::size_t session) : data_(&data), session_(session) {
+  history_.push_back({"system", data.system_message(session)});
+  history_words_ = data.options().system_prompt_len;
+}
+
+request_spec agent_conversation::next() const {
+  const dataset_options& o = data_->options();
+  request_spec spec;
+  spec.messages = history_;
+  spec.messages.push_back({"user", data_->user_message(session_, turn_)});
+  rng r(mix(mix(o.seed ^ answer_stream, session_), static_cast<std::uint64_t>(turn_)));
+  spec.max_tokens = uniform_length(r, o.output_len, o.range_ratio);
+  spec.expected_prompt_tokens = history_words_ + answer_tokens_ + words_in(spec.messages.back().content);
+  if (o.session_affinity) spec.session = data_->session_key(session_);
+  spec.turn = turn_;
+  return spec;
+}
+
+void agent_conversation::answered(std::string answer) {
+  request_spec sent = next();
+  history_words_ += words_in(sent.messages.back().content);
+  answer_tokens_ += sent.max_tokens;
+  history_.push_back(std::move(sent.messages.back()));
+  history_.push_back({"assistant", std::move(answer)});
+  ++turn_;
 }
 
 poisson_arrivals::poisson_arrivals(double rate, std::uint64_t seed) : rate_(rate), random_(seed) {}

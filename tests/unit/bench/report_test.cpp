@@ -197,3 +197,57 @@ TEST_CASE("the terminal table reports failures by category") {
   warm.points[1].metrics.cache = {};
   CHECK(bench::format_point_table(warm, warm.points[1]).find("not reported by the server") != std::string::npos);
 }
+
+namespace {
+
+// An agent run: one point whose requests were turns of sessions.
+bench::bench_result agent_sample(std::string label, std::int64_t cached_per_turn) {
+  bench::bench_result r = sample(std::move(label), 1);
+  r.dataset = "agent (4 sessions x 3 turns, system prompt 100 words, turns of 30-60 words, output 8, session affinity on)";
+  r.points.resize(1);
+  bench::run_metrics& m = r.points[0].metrics;
+  for (std::int64_t t = 0; t < 3; ++t) {
+    bench::turn_metrics turn;
+    turn.turn = t;
+    turn.completed = 4;
+    turn.cache = {.requests_reporting = 4, .prompt_tokens = 1000 * (t + 1), .cached_tokens = t == 0 ? 0 : cached_per_turn * t};
+    turn.ttft_ms = bench::summarize({100.0 / static_cast<double>(t + 1), 200.0});
+    m.by_turn.push_back(turn);
+  }
+  r.points[0].sessions_cut = 1;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("agent results carry the hit ratio and TTFT by turn through JSON, the terminal and HTML") {
+  const bench::bench_result r = agent_sample("affinity + host tier", 800);
+  const std::string json = bench::to_json(r);
+  CHECK(json.find("\"turns\":[{\"turn\":1,") != std::string::npos);  // numbered from 1
+  auto back = bench::parse_result_json(json);
+  REQUIRE(back.ok());
+  const bench::run_metrics& m = back->points[0].metrics;
+  REQUIRE(m.by_turn.size() == 3);
+  CHECK(m.by_turn[0].turn == 0);
+  CHECK(m.by_turn[2].cache.cached_tokens == 1600);
+  CHECK(m.by_turn[2].cache.prompt_tokens == 3000);
+  CHECK(m.by_turn[1].ttft_ms.median == doctest::Approx(125));
+  CHECK(back->points[0].sessions_cut == 1);
+  CHECK(bench::parse_result_json(bench::to_json(sample("plain", 1)))->points[0].metrics.by_turn.empty());
+
+  const std::string table = bench::format_point_table(r, r.points[0]);
+  CHECK(table.find("Sessions ended by a failed turn:          1\n") != std::string::npos);
+  CHECK(table.find("turn requests     cached/prompt  hit % TTFT p50 TTFT p99\n") != std::string::npos);
+  CHECK(table.find("   3        4         1600/3000   53.3    116.7    198.3\n") != std::string::npos);
+  CHECK(bench::format_point_table(sample("plain", 1), sample("plain", 1).points[0]).find("by turn") == std::string::npos);
+
+  const std::string html = bench::html_report({one(r), one(agent_sample("neither", 100))}, "agents");
+  CHECK(html.find("id=\"chart-turn-hit-ratio\"") != std::string::npos);
+  CHECK(html.find("id=\"chart-turn-ttft\"") != std::string::npos);
+  CHECK(html.find("data-series=\"affinity + host tier\"") != std::string::npos);
+  CHECK(html.find("<title>neither: 53.33</title>") == std::string::npos);
+  CHECK(html.find("<title>affinity + host tier: 53.33</title>") != std::string::npos);  // turn 3's hit ratio in %
+  CHECK(html.find("agent sessions by turn · hit ratio") != std::string::npos);
+  CHECK(html.find("<tr><td>3</td><td>4</td><td>3000</td><td>1600</td><td>53.3%</td>") != std::string::npos);
+  CHECK(bench::html_report({one(sample("plain", 1))}, "plain").find("chart-turn") == std::string::npos);
+}

@@ -171,3 +171,38 @@ TEST_CASE("bad goodput objectives are clear errors") {
   CHECK(bench::parse_slo("ttft:5 ttft:6").error().message().find("twice") != std::string::npos);
   CHECK_FALSE(bench::parse_slo("  ").ok());
 }
+
+TEST_CASE("turns of agent sessions get the cache's hit ratio and TTFT of their own") {
+  std::vector<bench::request_record> records;
+  const auto turn = [&](std::int64_t t, std::int64_t prompt, std::int64_t cached, double ttft_s) {
+    bench::request_record r = done(ttft_s, ttft_s + 0.1, 4);
+    r.turn = t;
+    r.usage_prompt_tokens = prompt;
+    r.usage_cached_tokens = cached;
+    records.push_back(r);
+  };
+  turn(0, 100, 0, 0.5);
+  turn(1, 300, 96, 0.2);
+  turn(0, 120, 16, 0.7);
+  turn(1, 280, 240, 0.1);
+  turn(2, 500, 400, 0.3);
+  bench::request_record failed;
+  failed.turn = 2;
+  records.push_back(failed);
+  const bench::run_metrics m = bench::compute_metrics(records, 1.0, {});
+  CHECK(m.cache.prompt_tokens == 1300);
+  CHECK(m.cache.cached_tokens == 752);
+  REQUIRE(m.by_turn.size() == 3);
+  CHECK(m.by_turn[0].turn == 0);
+  CHECK(m.by_turn[0].completed == 2);
+  CHECK(m.by_turn[0].cache.prompt_tokens == 220);
+  CHECK(m.by_turn[0].cache.cached_tokens == 16);
+  CHECK(m.by_turn[0].ttft_ms.median == doctest::Approx(600));
+  CHECK(*m.by_turn[1].cache.share() == doctest::Approx(336.0 / 580.0));
+  CHECK(m.by_turn[2].completed == 1);  // the failed request counts in no turn
+  CHECK(m.by_turn[2].ttft_ms.p99 == doctest::Approx(300));
+
+  records.resize(2);
+  for (auto& r : records) r.turn.reset();
+  CHECK(bench::compute_metrics(records, 1.0, {}).by_turn.empty());  // requests of no session: no turns
+}

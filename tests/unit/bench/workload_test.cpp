@@ -200,7 +200,166 @@ TEST_CASE("the shared-prefix dataset starts every prompt with one of its shared 
                   .ok());
 }
 
+namespace {
+
+bench::dataset_options agent_options(std::uint64_t seed) {
+  bench::dataset_options o;
+  o.kind = bench::dataset_kind::agent;
+  o.output_len = 12;
+  o.seed = seed;
+  o.sessions = 6;
+  o.turns = 5;
+  o.system_prompt_len = 80;
+  o.turn_len_min = 30;
+  o.turn_len_max = 150;
+  return o;
+}
+
+// What a server might answer to turn `turn` of session `session`: text of its own per request.
+std::string answer_of(std::size_t session, std::int64_t turn) {
+  return "answer " + std::to_string(session) + "." + std::to_string(turn) + " with some words";
+}
+
+// Every turn of one session, each answered with answer_of.
+std::vector<bench::request_spec> run_session(const bench::dataset& d, std::size_t session) {
+  bench::agent_conversation conversation(d, session);
+  std::vector<bench::request_spec> turns;
+  while (!conversation.finished()) {
+    turns.push_back(conversation.next());
+    conversation.answered(answer_of(session, conversation.turn()));
+  }
+  return turns;
+}
+
+}  // namespace
+
+TEST_CASE("agent sessions: each turn resends the conversation so far with the real answers and a new message") {
+  auto d = bench::dataset::create(agent_options(7));
+  REQUIRE(d.ok());
+  CHECK(d->describe() == "agent (6 sessions x 5 turns, system prompt 80 words, turns of 30-150 words, output 12, "
+                         "session affinity on)");
+  std::set<std::string> systems, messages;
+  std::int64_t shortest = 1 << 30, longest = 0;
+  for (std::size_t session = 0; session < 6; ++session) {
+    const std::vector<bench::request_spec> turns = run_session(*d, session);
+    REQUIRE(turns.size() == 5);
+    systems.insert(turns[0].messages[0].content);
+    for (std::size_t t = 0; t < turns.size(); ++t) {
+      const bench::request_spec& r = turns[t];
+      CHECK(r.turn == static_cast<std::int64_t>(t));
+      CHECK(r.session == d->session_key(session));
+      CHECK(r.max_tokens == 12);
+      // The system message, a user message and its answer per earlier turn, the new message.
+      REQUIRE(r.messages.size() == 2 + 2 * t);
+      CHECK(r.messages[0].role == "system");
+      CHECK(word_count(r.messages[0].content) == 80);
+      for (std::size_t k = 1; k < r.messages.size(); ++k) CHECK(r.messages[k].role == (k % 2 == 1 ? "user" : "assistant"));
+      const std::string& fresh = r.messages.back().content;
+      CHECK(fresh == d->user_message(session, static_cast<std::int64_t>(t)));
+      const auto words = static_cast<std::int64_t>(word_count(fresh));
+      CHECK(words >= 30);
+      CHECK(words <= 150);
+      shortest = std::min(shortest, words);
+      longest = std::max(longest, words);
+      messages.insert(fresh);
+      if (t == 0) continue;
+      // Turn t is turn t - 1's request, the answer it got, and a new user message: as messages
+      // and, for the completions API, as text that starts with the previous prompt byte for byte.
+      const bench::request_spec& before = turns[t - 1];
+      std::vector<bench::chat_message> expected = before.messages;
+      expected.push_back({"assistant", answer_of(session, static_cast<std::int64_t>(t - 1))});
+      expected.push_back({"user", fresh});
+      REQUIRE(r.messages.size() == expected.size());
+      for (std::size_t k = 0; k < expected.size(); ++k) {
+        CHECK(r.messages[k].role == expected[k].role);
+        CHECK(r.messages[k].content == expected[k].content);
+      }
+      CHECK(bench::completions_prompt(r) == bench::completions_prompt(before) + "\n" +
+                                                answer_of(session, static_cast<std::int64_t>(t - 1)) + "\n" + fresh);
+      CHECK(r.expected_prompt_tokens > before.expected_prompt_tokens + words);
+    }
+  }
+  CHECK(systems.size() == 6);        // each session has a system prompt of its own
+  CHECK(messages.size() == 6 * 5);   // and every turn a message of its own
+  CHECK(shortest < 50);              // the range of lengths is used, not only its middle
+  CHECK(longest > 130);
+  // The first turn of session i is what at(i) sends (warm-ups and sweeps draw sessions by index).
+  CHECK(d->at(3).messages.size() == 2);
+  CHECK(d->at(3).messages[1].content == d->user_message(3, 0));
+  CHECK(d->at(3).session == d->session_key(3));
+}
+
+TEST_CASE("agent sessions are reproducible from the seed, and without affinity send no session key") {
+  auto d = bench::dataset::create(agent_options(7));
+  auto again = bench::dataset::create(agent_options(7));
+  auto other = bench::dataset::create(agent_options(8));
+  REQUIRE(d.ok());
+  REQUIRE(again.ok());
+  REQUIRE(other.ok());
+  const auto a = run_session(*d, 4);
+  const auto b = run_session(*again, 4);
+  const auto c = run_session(*other, 4);
+  for (std::size_t t = 0; t < a.size(); ++t) {
+    CHECK(bench::completions_prompt(a[t]) == bench::completions_prompt(b[t]));
+    CHECK(a[t].max_tokens == b[t].max_tokens);
+    CHECK(a[t].messages.back().content != c[t].messages.back().content);
+  }
+  CHECK(d->session_key(4) == again->session_key(4));
+  CHECK(d->session_key(4) != d->session_key(5));
+  CHECK(d->session_key(4) != other->session_key(4));
+  // Each point of a sweep runs sessions of its own.
+  CHECK(d->at(d->point_start(1, 30)).messages[0].content != d->at(0).messages[0].content);
+
+  bench::dataset_options plain = agent_options(7);
+  plain.session_affinity = false;
+  plain.range_ratio = 0.5;
+  auto anonymous = bench::dataset::create(plain);
+  REQUIRE(anonymous.ok());
+  for (const bench::request_spec& r : run_session(*anonymous, 4)) {
+    CHECK(r.session.empty());
+    CHECK(r.max_tokens >= 6);
+    CHECK(r.max_tokens <= 18);
+  }
+  CHECK(bench::completions_prompt(run_session(*anonymous, 4)[2]) == bench::completions_prompt(a[2]));
+}
+
+TEST_CASE("an agent's request bodies carry its conversation, for chat as messages and for completions as text") {
+  bench::client_options options;
+  options.model = "m";
+  options.endpoint = bench::api_endpoint::chat_completions;
+  auto d = bench::dataset::create(agent_options(1));
+  REQUIRE(d.ok());
+  bench::agent_conversation conversation(*d, 0);
+  conversation.answered("first answer");
+  const std::string chat = bench::request_body(options, conversation.next());
+  CHECK(chat.find("{\"role\":\"assistant\",\"content\":\"first answer\"}") != std::string::npos);
+  CHECK(chat.find("{\"role\":\"system\",\"content\":\"" + d->system_message(0) + "\"}") != std::string::npos);
+  options.endpoint = bench::api_endpoint::completions;
+  const std::string completions = bench::request_body(options, conversation.next());
+  CHECK(completions.find("\"prompt\":\"" + d->system_message(0) + "\\n") != std::string::npos);
+  CHECK(completions.find("\\nfirst answer\\n" + d->user_message(0, 1) + "\"") != std::string::npos);
+}
+
 TEST_CASE("bad dataset options are refused") {
+  bench::dataset_options agent = agent_options(1);
+  CHECK(bench::dataset::create(agent).ok());
+  agent.turn_len_max = 29;
+  CHECK(bench::dataset::create(agent).error().message() == "--turn-len-max (29) is below --turn-len-min (30)");
+  agent = agent_options(1);
+  agent.sessions = 0;
+  CHECK_FALSE(bench::dataset::create(agent).ok());
+  agent = agent_options(1);
+  agent.turns = 0;
+  CHECK_FALSE(bench::dataset::create(agent).ok());
+  agent = agent_options(1);
+  agent.system_prompt_len = 0;
+  CHECK_FALSE(bench::dataset::create(agent).ok());
+  agent = agent_options(1);
+  agent.output_len = 0;
+  CHECK_FALSE(bench::dataset::create(agent).ok());
+  agent = agent_options(1);
+  agent.input_len = 0;  // not an agent's option
+  CHECK(bench::dataset::create(agent).ok());
   CHECK_FALSE(bench::dataset::create({.kind = bench::dataset_kind::random, .input_len = 0}).ok());
   CHECK_FALSE(bench::dataset::create({.kind = bench::dataset_kind::random, .range_ratio = 1.0}).ok());
 }

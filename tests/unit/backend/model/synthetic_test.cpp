@@ -382,6 +382,31 @@ TEST_CASE("MoE presets: the published shapes, and --layers keeps the first layer
   CHECK(write_synthetic_model(options).error().code() == status_code::invalid_argument);
 }
 
+TEST_CASE("--context-length declares a context other than the preset's, in both formats") {
+  t::temp_dir dir;
+  synthetic_options options;
+  options.preset = "tiny";
+  options.context_length = 65536;
+  options.out = dir / "long";
+  REQUIRE(write_synthetic_model(options).ok());
+  auto parsed = parse_hf_config(t::read_text(dir / "long" / "config.json"));
+  REQUIRE_MESSAGE(parsed.ok(), parsed.error().to_string());
+  CHECK(find_synthetic_preset("tiny")->config.max_position == 2048);
+  CHECK(parsed->config.max_position == 65536);
+  CHECK(parsed->config.hidden_size == 64);  // the preset's shapes otherwise
+  CHECK(t::read_text(dir / "long" / "tokenizer_config.json").find("\"model_max_length\": 65536") != std::string::npos);
+  options.format = synthetic_format::gguf;
+  options.out = dir / "long.gguf";
+  REQUIRE(write_synthetic_model(options).ok());
+  const auto gguf = read_gguf(dir / "long.gguf");
+  CHECK(gguf.config.config.max_position == 65536);
+  options.context_length = 8;
+  options.out = dir / "short.gguf";
+  auto refused = write_synthetic_model(options);
+  CHECK(refused.error().code() == status_code::invalid_argument);
+  CHECK(refused.error().message().find("--context-length 8") != std::string::npos);
+}
+
 TEST_CASE("make-model refuses what it cannot write") {
   t::temp_dir dir;
   synthetic_options options;

@@ -68,6 +68,10 @@ struct synthetic_options {
   // experts_per_token kept, expert groups merged into one where they no longer divide); 0: all.
   // What a token reads is unchanged; a batch finds fewer distinct experts to share.
   std::int64_t experts = 0;
+  // The context length the model declares (max_position_embeddings, GGUF context_length) in
+  // place of the preset's; 0: the preset's. A longer context makes a small model fit for
+  // long-prompt serving tests (prompt caching across long sessions) on a CPU.
+  std::int64_t context_length = 0;
   // safetensors: the folder to create (an existing one must be empty or an earlier make-model
   // output, whose files are replaced); gguf: the file to write.
   std::filesystem::path out;

@@ -6,6 +6,7 @@
 //                          {"include_usage":true},...}; deltas in choices[0].text
 //   /v1/chat/completions  {"model","messages":[...],...}; deltas in choices[0].delta.content (a
 //                          first delta carrying only the role is not a token)
+// A request of a session (the agent dataset) carries `x-session-affinity: <session key>`.
 // Usage arrives in a last chunk (or any chunk) with a "usage" object, whose
 // prompt_tokens_details.cached_tokens (when present) counts the prompt tokens the server's
 // prefix cache served; servers that do not send usage are fine (the client's delta count
@@ -56,6 +57,7 @@ struct client_options {
   std::string model;
   double temperature = 0.0;
   bool ignore_eos = true;  // vLLM's extension: outputs run to max_tokens, so lengths are as asked
+  bool keep_output_text = false;  // keep each answer's text in its record (an agent resends it)
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
 };
 

@@ -21,6 +21,7 @@ struct point_summary {
   std::int64_t warmup_output_tokens = 0;
   std::int64_t warmup_input_tokens = 0;
   std::int64_t connections_opened = 0;
+  std::int64_t sessions_cut = 0;  // agent dataset: sessions a failed turn ended early
 };
 
 struct bench_result {
@@ -64,7 +65,8 @@ std::vector<std::string> metric_names();
 // A self-contained HTML page (inline SVG, no script, nothing fetched): throughput and latency
 // percentiles against concurrency for each configuration (the median of its runs), and the
 // numbers of every result in tables. Points that measured a warm prefix cache are marked in
-// both.
+// both. Results of the agent dataset add the prompt-token cache hit ratio and TTFT by turn
+// (charts and tables).
 std::string html_report(const std::vector<configuration>& configs, std::string_view title);
 
 status write_file(const std::filesystem::path& path, std::string_view contents);

@@ -12,7 +12,8 @@
 // special tokens) sends none, and the bytes of a character split across tokens come with the
 // token that completes it: so the delta count can be lower than the tokens, never higher.
 // Prompt tokens served from the server's prefix cache are its
-// `usage.prompt_tokens_details.cached_tokens` (OpenAI's field), summed per point.
+// `usage.prompt_tokens_details.cached_tokens` (OpenAI's field), summed per point (and per turn
+// for the agent dataset's sessions): their share of the prompt tokens is the cache's hit ratio.
 // Per run: throughput is completed requests (or their tokens) divided by the benchmark's
 // duration (first request sent to last response finished); goodput counts only requests that
 // meet every SLO given.
@@ -61,6 +62,8 @@ struct request_record {
   std::optional<std::int64_t> usage_prompt_tokens;
   std::optional<std::int64_t> usage_completion_tokens;
   std::optional<std::int64_t> usage_cached_tokens;  // usage.prompt_tokens_details.cached_tokens
+  std::optional<std::int64_t> turn;  // agent dataset: the turn of its session, from 0
+  std::string output_text;           // the answer's text, when the client was asked to keep it
 
   std::int64_t output_tokens() const { return usage_completion_tokens.value_or(content_deltas); }
   std::int64_t input_tokens() const { return usage_prompt_tokens.value_or(expected_prompt_tokens); }
@@ -108,6 +111,14 @@ struct prompt_cache_use {
 constexpr double warm_cache_share = 0.05;
 bool warm_cache(const prompt_cache_use& cache);
 
+// What the requests of one turn of an agent's sessions measured (the agent dataset).
+struct turn_metrics {
+  std::int64_t turn = 0;  // from 0
+  std::int64_t completed = 0;
+  prompt_cache_use cache;
+  distribution ttft_ms;
+};
+
 struct run_metrics {
   std::int64_t completed = 0;
   std::int64_t failed = 0;
@@ -126,6 +137,7 @@ struct run_metrics {
   distribution e2el_ms;
   token_check tokens;
   prompt_cache_use cache;
+  std::vector<turn_metrics> by_turn;  // [turns], ascending; empty unless the requests were turns of sessions
 };
 
 run_metrics compute_metrics(std::span<const request_record> records, double duration_s, const slo& objectives);

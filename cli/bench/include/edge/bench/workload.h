@@ -10,6 +10,13 @@
 //   jsonl         one request per line: {"prompt": "..."} or {"messages": [...]}, optional
 //                 "max_tokens" (else the output length option); lines are used in file order,
 //                 cycling when more requests are asked for than the file holds
+//   agent         sessions of several turns, as a coding or tool-using agent sends them: each
+//                 session opens with a system prompt and tool descriptions of its own
+//                 (system_prompt_len words), and every turn resends the whole conversation so far
+//                 (the earlier user messages with the answers the server really gave) plus a new
+//                 user message of turn_len_min..turn_len_max words. A turn's request depends on
+//                 the answers before it, so the requests are built as the run goes
+//                 (agent_conversation); at(i) is the first turn of session i.
 // Synthetic prompts are made of common English words drawn at random, one word per prompt
 // token asked for. The client tokenizes nothing (it must work with any server's model): a
 // word is one token in large vocabularies and one to three in small ones, so the server's
@@ -53,12 +60,19 @@ struct chat_message {
 
 struct request_spec {
   std::string prompt;                 // the completions prompt; for chat, the user message
-  std::vector<chat_message> messages;  // from a JSONL file's "messages" (chat endpoint only)
+  std::vector<chat_message> messages;  // a JSONL file's "messages", or an agent's conversation
   std::int64_t expected_prompt_tokens = 0;  // the dataset's length (0 when unknown)
   std::int64_t max_tokens = 0;
+  std::string session;  // sent as x-session-affinity when not empty (agent dataset)
+  std::optional<std::int64_t> turn;  // agent dataset: the turn of its session, from 0
 };
 
-enum class dataset_kind { random, conversation, shared_prefix, jsonl };
+// The text a completions request sends for `spec`: its prompt, else its messages' contents
+// joined by newlines (so that an agent's prompt of turn t is the start of its prompt of turn
+// t + 1, byte for byte).
+std::string completions_prompt(const request_spec& spec);
+
+enum class dataset_kind { random, conversation, shared_prefix, jsonl, agent };
 
 struct dataset_options {
   dataset_kind kind = dataset_kind::random;
@@ -69,6 +83,15 @@ struct dataset_options {
   std::int64_t shared_prefixes = 1;      // shared-prefix: how many; request i starts with prefix i mod this
   std::filesystem::path jsonl_path;
   std::uint64_t seed = 0;
+  // agent: the sessions of a point, the turns of each, the words of each session's system
+  // prompt and tool descriptions, the words of each turn's new user message, and whether each
+  // request names its session (x-session-affinity)
+  std::int64_t sessions = 50;
+  std::int64_t turns = 20;
+  std::int64_t system_prompt_len = 1000;
+  std::int64_t turn_len_min = 300;
+  std::int64_t turn_len_max = 1500;
+  bool session_affinity = true;
 };
 
 // Shared prefixes a dataset holds at most (each is made once, when the dataset is created).
@@ -92,10 +115,42 @@ class dataset {
   const dataset_options& options() const { return options_; }
   std::string describe() const;
 
+  // agent: session `session`'s key, its opening system message (system prompt and tool
+  // descriptions), and the user message of its turn `turn`; each depends only on (seed, session,
+  // turn).
+  std::string session_key(std::size_t session) const;
+  std::string system_message(std::size_t session) const;
+  std::string user_message(std::size_t session, std::int64_t turn) const;
+
  private:
   dataset_options options_;
   std::vector<request_spec> file_requests_;  // jsonl only
   std::vector<std::string> prefixes_;        // shared-prefix only: [shared_prefixes]
+};
+
+// One agent session's conversation as it grows: the request of its next turn is everything
+// sent and answered so far plus the turn's new user message. Owned by whoever runs the session.
+class agent_conversation {
+ public:
+  // Session `session` of `data` (an agent dataset, which must outlive this).
+  agent_conversation(const dataset& data, std::size_t session);
+
+  std::size_t session() const { return session_; }
+  std::int64_t turn() const { return turn_; }  // the next turn to send
+  bool finished() const { return turn_ >= data_->options().turns; }
+  // The next turn's request: the system message, the earlier turns (user message, then the
+  // answer), the new user message.
+  request_spec next() const;
+  // The answer to the request next() made: it joins the conversation, and the turn after comes next.
+  void answered(std::string answer);
+
+ private:
+  const dataset* data_;
+  std::size_t session_;
+  std::int64_t turn_ = 0;
+  std::vector<chat_message> history_;  // the system message, then a user message and its answer per turn done
+  std::int64_t history_words_ = 0;     // words of the system and user messages in history_
+  std::int64_t answer_tokens_ = 0;     // max_tokens of the answers in history_ (their length in tokens)
 };
 
 // Open-loop arrivals: exponential gaps with mean 1/rate from the seed (a Poisson process).
