@@ -77,17 +77,6 @@ block_file_header decode_header(const std::byte* p) {
   return h;
 }
 
-std::string hex(std::span<const std::uint8_t> bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (const std::uint8_t b : bytes) {
-    out += digits[b >> 4];
-    out += digits[b & 0xF];
-  }
-  return out;
-}
-
 std::optional<block_hash> parse_hex_hash(std::string_view text) {
   block_hash h{};
   if (text.size() != h.size() * 2) return std::nullopt;
@@ -193,7 +182,7 @@ result<std::unique_ptr<kv_disk_tier>> kv_disk_tier::open(const kv_disk_tier_opti
   if (options.capacity_bytes <= 0) return invalid_argument("a disk tier needs a positive size");
   // A short prefix of the identity names the folder: enough to keep models apart; the header
   // holds the whole identity.
-  const fs::path folder = options.directory / hex(std::span(options.identity).first(8));
+  const fs::path folder = options.directory / to_hex(options.identity).substr(0, 16);
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) return unavailable(format("cannot create the KV disk cache folder {}: {}", folder.string(), ec.message()));
@@ -217,7 +206,7 @@ std::int64_t kv_disk_tier::file_bytes(std::size_t tenant_length) const {
 }
 
 fs::path kv_disk_tier::path_of(const block_hash& hash) const {
-  return folder_ / (hex(hash) + std::string(block_suffix));
+  return folder_ / (to_hex(hash) + std::string(block_suffix));
 }
 
 result<kv_disk_tier::file_header> kv_disk_tier::read_header(std::FILE* file, const block_hash& hash,
