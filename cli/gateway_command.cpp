@@ -60,6 +60,11 @@ config::schema gateway_options() {
                 "Backends tried per request at most, when the first fails before the request started");
   s.add_integer("affinity-blocks", 4, 1, max_affinity_blocks,
                 "Full KV blocks of the prompt that name its prefix for affinity routing");
+  s.add_number("session-load-epsilon", 0.25, 0.0, 100.0,
+               "Sessions (x-session-affinity, prompt_cache_key) stay on their backend while it has at most (1 + this) "
+               "times the average of this gateway's requests in flight per backend; beyond it a session's request "
+               "goes to its next backend (bounded-load consistent hashing). Larger keeps sessions together under "
+               "uneven load, smaller spreads the load");
   s.add_integer("eject-after-failures", 3, 1, 1000, "Consecutive failures that take a backend out of rotation");
   s.add_duration("eject-time", "5s", 10ms, 1h,
                  "How long an ejected backend stays out; doubled for each ejection in a row, up to 12 times this");
@@ -92,6 +97,7 @@ result<gateway::remote_backend_options> pool_options(const config::values& setti
   options.stream_idle_timeout = settings.duration("backend-stream-timeout");
   options.max_attempts = static_cast<int>(settings.integer("backend-attempts"));
   options.routing.affinity_blocks = settings.integer("affinity-blocks");
+  options.routing.session_load_epsilon = settings.number("session-load-epsilon");
   options.routing.eject_after_failures = static_cast<int>(settings.integer("eject-after-failures"));
   options.routing.ejection_base = settings.duration("eject-time");
   constexpr int max_doublings = 12;
