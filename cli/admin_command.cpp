@@ -11,9 +11,11 @@
 //   edgeinfer admin keys list TENANT | revoke KEY_ID
 //   edgeinfer admin usage TENANT [--from TIME] [--to TIME]
 //   edgeinfer admin audit [--limit N] [--before ID]
+//   edgeinfer admin migrate-store [--state-dir DIR] --to postgresql://…
 //
 // The server is --url (EDGE_URL, default http://127.0.0.1:8080); the token is --admin-token
-// (EDGE_ADMIN_TOKEN).
+// (EDGE_ADMIN_TOKEN). `migrate-store` calls no server: it copies a stopped server's SQLite
+// tenant store into an empty PostgreSQL one.
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
@@ -35,6 +37,7 @@
 #include <array>
 #include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,7 +46,9 @@
 #include "commands.h"
 #include "edge/common/config.h"
 #include "edge/common/format.h"
+#include "edge/common/time_source.h"
 #include "edge/gateway/tenancy/quota_kinds.h"
+#include "edge/gateway/tenancy/tenant_store.h"
 
 namespace edge::cli {
 namespace {
@@ -70,6 +75,10 @@ struct admin_invocation {
   std::optional<std::string> to;
   std::optional<std::int64_t> limit;
   std::optional<std::int64_t> before;
+  // migrate-store: from the SQLite store in `state_dir` to the PostgreSQL store `store_url`.
+  bool migrate = false;
+  std::string state_dir = "state";
+  std::string store_url;
 
   // The call the chosen subcommand makes; set by the subcommand's callback.
   http::verb method = http::verb::get;
@@ -395,6 +404,16 @@ void define_subcommands(CLI::App& admin, const std::shared_ptr<admin_invocation>
     });
   }
   {
+    CLI::App& migrate = leaf(admin, "migrate-store",
+                             "Copy a stopped server's SQLite tenant store into an empty PostgreSQL one (no server is "
+                             "called)");
+    migrate.add_option("--state-dir", in->state_dir, "The SQLite store's folder (the server's --state-dir)")
+        ->capture_default_str();
+    migrate.add_option("--to", in->store_url, "The PostgreSQL store: postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
+        ->required();
+    migrate.callback([in] { in->migrate = true; });
+  }
+  {
     CLI::App& audit = leaf(admin, "audit", "The audit log of admin changes, newest first");
     audit.add_option("--limit", in->limit, "Entries to show (default 100, at most 1000)");
     audit.add_option("--before", in->before, "Only entries older than this id (the next page)");
@@ -416,11 +435,37 @@ config::schema admin_options() {
   return s;
 }
 
+int run_migrate_store(const admin_invocation& in) {
+  const auto fail = [](int code, const std::string& message) {
+    std::fprintf(stderr, "edgeinfer admin migrate-store: %s\n", message.c_str());
+    return code;
+  };
+  if (!gateway::is_postgres_url(in.store_url)) {
+    return fail(2, format("--to '{}' is not a postgresql:// URL", in.store_url));
+  }
+  const std::filesystem::path database = std::filesystem::path(in.state_dir) / gateway::tenant_store::database_name;
+  if (!std::filesystem::exists(database)) return fail(2, format("there is no tenant store at {}", database.string()));
+  const real_time_source clock;
+  auto from = gateway::tenant_store::open(in.state_dir, clock);
+  if (!from.ok()) return fail(1, from.error().message());  // a server still running on it holds the lock
+  auto contents = (*from)->contents();
+  if (!contents.ok()) return fail(1, contents.error().message());
+  auto to = gateway::tenant_store::open({.url = in.store_url}, clock);
+  if (!to.ok()) return fail(1, to.error().message());
+  if (status imported = (*to)->import_contents(*contents); !imported.ok()) return fail(1, imported.message());
+  std::printf("copied %zu tenants, %zu API keys, %zu usage rows, %zu audit entries and %zu stored responses from %s "
+              "to %s\n",
+              contents->tenants.size(), contents->keys.size(), contents->usage.size(), contents->audit.size(),
+              contents->responses.size(), (*from)->description().c_str(), (*to)->description().c_str());
+  return 0;
+}
+
 int run_admin(const config::values& settings, const admin_invocation& in) {
   if (!in.error.empty()) {
     std::fprintf(stderr, "edgeinfer admin: %s\n", in.error.c_str());
     return 2;
   }
+  if (in.migrate) return run_migrate_store(in);
   const auto token = settings.optional_string("admin-token");
   if (!token || token->empty()) {
     std::fprintf(stderr, "edgeinfer admin: no admin token: pass --admin-token or set EDGE_ADMIN_TOKEN\n");

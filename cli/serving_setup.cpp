@@ -305,6 +305,11 @@ void add_tenancy_options(config::schema& s) {
                  "Responses API: how long a stored response is kept");
   s.add_path("state-dir", std::string(default_state_dir),
              "Folder of the tenant store (tenants, API keys, usage, audit log); created if missing");
+  s.add_string("tenant-store", "sqlite",
+               "Where tenants, API keys, usage and the audit log live: sqlite (in --state-dir, this process only), or "
+               "a postgres:// URL shared by every gateway that names it");
+  s.add_duration("tenant-store-timeout", "2s", 10ms, 1min,
+                 "PostgreSQL tenant store: the longest a connection or statement may take before it counts as failed");
   s.add_string("admin-token", std::nullopt,
                "Bearer token of the admin API (/admin/v1/), at least 16 characters; without it the admin API is off");
   // Quota counters in this process, or in Redis when several gateways share them.
@@ -547,10 +552,15 @@ std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, co
     log.error("{}", quota_store.error().message());
     return 2;
   }
-  auto opened = gateway::tenancy::open({.state_dir = state_dir, .quota_store = *quota_store}, clock, &metrics);
+  const std::string tenant_store = settings.string("tenant-store");
+  auto opened = gateway::tenancy::open({.state_dir = state_dir,
+                                        .tenant_store_url = tenant_store,
+                                        .tenant_store_timeout = settings.duration("tenant-store-timeout"),
+                                        .quota_store = *quota_store},
+                                       clock, &metrics);
   if (!opened.ok()) {
     log.error("cannot open the tenant store: {}", opened.error().message());
-    return 1;
+    return opened.error().code() == status_code::invalid_argument ? 2 : 1;
   }
   setup.tenants = std::move(opened).value();
   auto bootstrapped = setup.tenants->store().bootstrap_default_tenant({.actor = std::string(actor), .request_id = ""});
@@ -563,7 +573,7 @@ std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, co
                            (*bootstrapped)->key, "more keys with `edgeinfer admin keys create`");
   }
   const gateway::tenant_store& store = setup.tenants->store();
-  log.info("tenant store {} (schema {}): {} tenants, {} API keys; admin API {}", store.database_file().string(),
+  log.info("tenant store {} (schema {}): {} tenants, {} API keys; admin API {}", store.description(),
            store.schema_version(), store.snapshot()->tenant_count(), store.snapshot()->key_count(),
            setup.admin_token.empty() ? "off (no --admin-token)" : "on");
   return setup;

@@ -17,6 +17,7 @@ packages=(
   doctest-dev
   libssl-dev
   libsqlite3-dev sqlite3
+  libpq-dev postgresql
   libcli11-dev
   libpcre2-dev libicu-dev
   libtomlplusplus-dev

@@ -129,6 +129,26 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                               .Help("Queued quota store calls dropped because the queue was full")
                               .Register(registry)
                               .Add({})),
+      tenant_store_up(prometheus::BuildGauge()
+                          .Name(name("tenant_store_up"))
+                          .Help("1 while the tenant store (--tenant-store) answers, 0 while it cannot be reached")
+                          .Register(registry)
+                          .Add({})),
+      tenant_store_snapshot_age(prometheus::BuildGauge()
+                                    .Name(name("tenant_store_snapshot_age_seconds"))
+                                    .Help("Seconds since the snapshot of tenants and keys was last confirmed current")
+                                    .Register(registry)
+                                    .Add({})),
+      tenant_store_errors(prometheus::BuildCounter()
+                              .Name(name("tenant_store_errors_total"))
+                              .Help("Calls and checks that could not reach the tenant store")
+                              .Register(registry)
+                              .Add({})),
+      usage_ledger_pending_rows(prometheus::BuildGauge()
+                                    .Name(name("usage_ledger_pending_rows"))
+                                    .Help("Rows of usage (tenant x hour) not yet written to the tenant store")
+                                    .Register(registry)
+                                    .Add({})),
       grammar_compile_seconds(prometheus::BuildHistogram()
                                   .Name(name("grammar_compile_seconds"))
                                   .Help("Time to compile a request's grammar (response_format) for the tokenizer")

@@ -1,9 +1,13 @@
 // Shared by unit tests: where the real-model fixtures are, and temporary folders.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -27,6 +31,24 @@ inline std::filesystem::path test_models_dir() {
 }
 
 inline std::filesystem::path stories260k_dir() { return test_models_dir() / "stories260K"; }
+
+// A loopback port nobody listens on now (for a server a test starts; another process may take it
+// before the server binds, so a starter retries).
+inline std::uint16_t free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof(address);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot find a free loopback port");
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
 
 // A fresh folder under the system temp dir, removed with everything in it on destruction.
 class temp_dir {

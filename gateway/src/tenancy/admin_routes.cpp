@@ -207,15 +207,26 @@ class admin_api {
   logger log_{"admin"};
 };
 
-void add(router& routes, http::verb method, std::string pattern, const std::shared_ptr<admin_api>& api,
-         std::function<response(admin_api&, const exchange&)> handle) {
-  routes.add(method, std::move(pattern), [api, handle = std::move(handle)](exchange& ex) -> asio::awaitable<void> {
-    if (auto denied = api->check(ex)) {
-      co_await ex.respond(std::move(*denied));
-      co_return;
-    }
-    co_await ex.respond(handle(*api, ex));
-  });
+// The handlers call the tenant store, which may wait on its database (PostgreSQL: up to
+// --tenant-store-timeout): they run on the tenancy's store threads, never on an HTTP thread.
+void add(router& routes, tenancy& tenants, http::verb method, std::string pattern,
+         const std::shared_ptr<admin_api>& api, std::function<response(admin_api&, const exchange&)> handle) {
+  routes.add(method, std::move(pattern),
+             [&tenants, api, handle = std::move(handle)](exchange& ex) -> asio::awaitable<void> {
+               if (auto denied = api->check(ex)) {
+                 co_await ex.respond(std::move(*denied));
+                 co_return;
+               }
+               std::optional<response> answer;
+               const bool ran = co_await tenants.store_call([&] { answer = handle(*api, ex); });
+               if (!ran) {
+                 answer = error_response(http::status::service_unavailable,
+                                         "Too many tenant store calls are waiting; please try again in 1s",
+                                         "server_error");
+                 answer->set(http::field::retry_after, "1");
+               }
+               co_await ex.respond(std::move(*answer));
+             });
 }
 
 }  // namespace
@@ -223,21 +234,21 @@ void add(router& routes, http::verb method, std::string pattern, const std::shar
 void add_admin_routes(router& routes, tenancy& tenants, admin_options options) {
   auto api = std::make_shared<admin_api>(tenants, std::move(options));
   using v = http::verb;
-  add(routes, v::post, "/admin/v1/tenants", api, [](admin_api& a, const exchange& ex) { return a.create_tenant(ex); });
-  add(routes, v::get, "/admin/v1/tenants", api, [](admin_api& a, const exchange&) { return a.list_tenants(); });
-  add(routes, v::get, "/admin/v1/tenants/{id}", api, [](admin_api& a, const exchange& ex) { return a.get_tenant(ex); });
-  add(routes, v::patch, "/admin/v1/tenants/{id}", api,
+  add(routes, tenants, v::post, "/admin/v1/tenants", api, [](admin_api& a, const exchange& ex) { return a.create_tenant(ex); });
+  add(routes, tenants, v::get, "/admin/v1/tenants", api, [](admin_api& a, const exchange&) { return a.list_tenants(); });
+  add(routes, tenants, v::get, "/admin/v1/tenants/{id}", api, [](admin_api& a, const exchange& ex) { return a.get_tenant(ex); });
+  add(routes, tenants, v::patch, "/admin/v1/tenants/{id}", api,
       [](admin_api& a, const exchange& ex) { return a.patch_tenant(ex); });
-  add(routes, v::delete_, "/admin/v1/tenants/{id}", api,
+  add(routes, tenants, v::delete_, "/admin/v1/tenants/{id}", api,
       [](admin_api& a, const exchange& ex) { return a.delete_tenant(ex); });
-  add(routes, v::post, "/admin/v1/tenants/{id}/keys", api,
+  add(routes, tenants, v::post, "/admin/v1/tenants/{id}/keys", api,
       [](admin_api& a, const exchange& ex) { return a.create_key(ex); });
-  add(routes, v::get, "/admin/v1/tenants/{id}/keys", api,
+  add(routes, tenants, v::get, "/admin/v1/tenants/{id}/keys", api,
       [](admin_api& a, const exchange& ex) { return a.list_keys(ex); });
-  add(routes, v::delete_, "/admin/v1/keys/{key_id}", api,
+  add(routes, tenants, v::delete_, "/admin/v1/keys/{key_id}", api,
       [](admin_api& a, const exchange& ex) { return a.revoke_key(ex); });
-  add(routes, v::get, "/admin/v1/tenants/{id}/usage", api, [](admin_api& a, const exchange& ex) { return a.usage(ex); });
-  add(routes, v::get, "/admin/v1/audit", api, [](admin_api& a, const exchange& ex) { return a.audit(ex); });
+  add(routes, tenants, v::get, "/admin/v1/tenants/{id}/usage", api, [](admin_api& a, const exchange& ex) { return a.usage(ex); });
+  add(routes, tenants, v::get, "/admin/v1/audit", api, [](admin_api& a, const exchange& ex) { return a.audit(ex); });
 }
 
 }  // namespace edge::gateway

@@ -207,7 +207,11 @@ tenancy::~tenancy() {
 
 result<std::unique_ptr<tenancy>> tenancy::open(const tenancy_options& options, const time_source& clock,
                                                monitoring::gateway_metrics* metrics) {
-  EDGE_ASSIGN_OR_RETURN(auto store, tenant_store::open(options.state_dir, clock));
+  EDGE_ASSIGN_OR_RETURN(auto store,
+                        tenant_store::open({.url = options.tenant_store_url,
+                                            .state_dir = options.state_dir,
+                                            .query_timeout = options.tenant_store_timeout},
+                                           clock));
   std::unique_ptr<tenancy> t(new tenancy(options, std::move(store), make_quota_store(options.quota_store, clock, metrics),
                                          clock, metrics));
   if (auto* memory = dynamic_cast<in_memory_quota_store*>(t->quotas_.get()); memory != nullptr) {
@@ -222,8 +226,22 @@ result<std::unique_ptr<tenancy>> tenancy::open(const tenancy_options& options, c
       memory->seed_day_tokens(tenant, tokens);
     }
   }
-  t->ledger_->start();
+  t->report_store_health();
+  t->ledger_->start([tenancy = t.get()](const status&) { tenancy->report_store_health(); });
   return t;
+}
+
+void tenancy::report_store_health() {
+  if (metrics_ == nullptr) return;
+  const tenant_store_health health = store_->health();
+  metrics_->tenant_store_up.Set(health.reachable ? 1 : 0);
+  const unix_time now = to_unix_seconds(clock_.system_time());
+  metrics_->tenant_store_snapshot_age.Set(health.checked_at > 0 ? static_cast<double>(std::max<unix_time>(now - health.checked_at, 0)) : 0);
+  if (health.failures > reported_store_failures_) {
+    metrics_->tenant_store_errors.Increment(static_cast<double>(health.failures - reported_store_failures_));
+    reported_store_failures_ = health.failures;
+  }
+  metrics_->usage_ledger_pending_rows.Set(static_cast<double>(ledger_->pending_rows()));
 }
 
 result<request_session> tenancy::authenticate(const request& req) {

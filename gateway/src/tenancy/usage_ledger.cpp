@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "edge/common/format.h"
+
 namespace edge::gateway {
 
 request_usage::request_usage(std::int64_t prompt_tokens, std::int64_t max_tokens)
@@ -61,7 +63,7 @@ void usage_ledger::meter::end() {
 }
 
 usage_ledger::usage_ledger(tenant_store& store, const time_source& clock, std::chrono::milliseconds flush_interval)
-    : store_(store), clock_(clock), interval_(flush_interval) {}
+    : store_(store), clock_(clock), interval_(flush_interval), batch_prefix_(generate_secret_text(9)) {}
 
 usage_ledger::~usage_ledger() {
   if (status stopped = stop(); !stopped.ok()) {
@@ -69,9 +71,10 @@ usage_ledger::~usage_ledger() {
   }
 }
 
-void usage_ledger::start() {
+void usage_ledger::start(std::function<void(const status&)> after_flush) {
   if (thread_.joinable()) return;
-  thread_ = std::jthread([this](std::stop_token stop) { run(std::move(stop)); });
+  thread_ = std::jthread(
+      [this, after_flush = std::move(after_flush)](std::stop_token stop) { run(std::move(stop), after_flush); });
 }
 
 status usage_ledger::stop() {
@@ -83,16 +86,16 @@ status usage_ledger::stop() {
   return flush();
 }
 
-void usage_ledger::run(std::stop_token stop) {
+void usage_ledger::run(std::stop_token stop, const std::function<void(const status&)>& after_flush) {
   while (!stop.stop_requested()) {
     {
       std::unique_lock lock(mutex_);
       wake_.wait_for(lock, stop, interval_, [] { return false; });
     }
     if (stop.stop_requested()) break;  // stop() flushes
-    if (status flushed = flush(); !flushed.ok()) {
-      log_.warn("usage flush failed, retrying in {}ms: {}", interval_.count(), flushed.message());
-    }
+    const status flushed = flush();
+    if (!flushed.ok()) log_.warn("usage flush failed, retrying in {}ms: {}", interval_.count(), flushed.message());
+    if (after_flush) after_flush(flushed);
   }
 }
 
@@ -149,6 +152,13 @@ std::size_t usage_ledger::open_meters() const {
 
 status usage_ledger::flush() {
   std::lock_guard flushing(flush_mutex_);
+  // A batch whose write failed goes again as it was, under its id: the store adds it once, even
+  // when the earlier attempt landed and only its answer was lost.
+  if (unacknowledged_) {
+    if (status written = store_.add_usage(*unacknowledged_); !written.ok()) return written;
+    unacknowledged_.reset();
+    unacknowledged_rows_.store(0, std::memory_order_relaxed);
+  }
   const unix_time hour = hour_start_of(to_unix_seconds(clock_.system_time()));
   pending_map taken;
   usage_batch batch;
@@ -168,23 +178,18 @@ status usage_ledger::flush() {
     for (const auto& [hour_start, counts] : hours) batch.rows.push_back({tenant, hour_start, counts});
   }
   if (batch.empty()) return {};
+  batch.id = format("{}-{}", batch_prefix_, ++batches_);
   status written = store_.add_usage(batch);
   if (!written.ok()) {
-    // Put the increments and releases back (adding to anything recorded meanwhile) for the next attempt.
-    std::lock_guard lock(mutex_);
-    for (const auto& [tenant, hours] : taken) {
-      auto& into = pending_[tenant];
-      for (const auto& [hour_start, counts] : hours) into[hour_start] += counts;
-    }
-    released_holds_.insert(released_holds_.end(), std::make_move_iterator(batch.released_holds.begin()),
-                           std::make_move_iterator(batch.released_holds.end()));
+    unacknowledged_rows_.store(batch.rows.size(), std::memory_order_relaxed);
+    unacknowledged_ = std::move(batch);
   }
   return written;
 }
 
 std::size_t usage_ledger::pending_rows() const {
   std::lock_guard lock(mutex_);
-  std::size_t rows = 0;
+  std::size_t rows = unacknowledged_rows_.load(std::memory_order_relaxed);
   for (const auto& [tenant, hours] : pending_) rows += hours.size();
   return rows;
 }

@@ -24,6 +24,8 @@
 #include "edge/gateway/tenancy/tenant_store.h"
 #include "tenancy/redis_quota_scripts.h"
 #include "quota_phases.h"
+#include "postgres_server.h"
+#include "tenancy/postgres.h"
 #include "tenancy/sqlite.h"
 #include "test_support.h"
 
@@ -240,6 +242,45 @@ TEST_CASE("every kind round-trips through the SQLite store, in a column named as
     REQUIRE_MESSAGE(q.ok(), q.error().to_string());
     REQUIRE(*q->step());
     CHECK(q->optional_int64(0) == value_of(kind, 8));
+  }
+}
+
+TEST_CASE("every kind round-trips through the PostgreSQL store, in a column named as the kind") {
+  const std::string url = edge::testing::postgres_server::shared().fresh_database();
+  edge::manual_time_source clock(noon);
+  {
+    auto store = gw::tenant_store::open({.url = url}, clock);
+    REQUIRE_MESSAGE(store.ok(), store.error().to_string());
+    for (const gw::quota_kind& kind : gw::quota_kinds) {
+      CAPTURE(kind.name);
+      gw::tenant_record tenant;
+      tenant.id = std::string(kind.name);
+      tenant.quotas = only(kind, value_of(kind, 5));
+      REQUIRE((*store)->create_tenant(tenant, admin).ok());
+      gw::tenant_patch patch;
+      patch.quota(kind) = value_of(kind, 7);
+      REQUIRE((*store)->update_tenant(tenant.id, patch, admin).ok());
+    }
+    gw::tenant_record all;
+    all.id = "all";
+    all.quotas = every(8);
+    REQUIRE((*store)->create_tenant(all, admin).ok());
+  }
+  auto reopened = gw::tenant_store::open({.url = url}, clock);
+  REQUIRE(reopened.ok());
+  for (const gw::quota_kind& kind : gw::quota_kinds) {
+    CAPTURE(kind.name);
+    CHECK((*reopened)->snapshot()->tenant(std::string(kind.name))->quotas == only(kind, value_of(kind, 7)));
+  }
+  CHECK((*reopened)->get_tenant("all")->quotas == every(8));
+
+  auto db = gw::postgres::connection::open({.url = url});
+  REQUIRE(db.ok());
+  for (const gw::quota_kind& kind : gw::quota_kinds) {
+    CAPTURE(kind.name);
+    auto q = db->exec("SELECT " + std::string(kind.name) + " FROM tenants WHERE id = 'all'");
+    REQUIRE_MESSAGE(q.ok(), q.error().to_string());
+    CHECK(q->optional_int64(0, 0) == value_of(kind, 8));
   }
 }
 

@@ -52,7 +52,7 @@ class redis_server {
     if (!path) return nullptr;
     std::unique_ptr<redis_server> server(new redis_server(*path, kept));
     for (int attempt = 0; attempt < 5; ++attempt) {
-      server->port_ = free_port();
+      server->port_ = free_loopback_port();
       if (server->launch()) return server;
     }
     throw std::runtime_error("redis-server did not start; see " + (server->dir_ / "redis.log").string());
@@ -101,22 +101,6 @@ class redis_server {
 
  private:
   redis_server(std::filesystem::path binary, persistence kept) : binary_(std::move(binary)), kept_(kept) {}
-
-  static std::uint16_t free_port() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = 0;
-    socklen_t length = sizeof(address);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      if (fd >= 0) ::close(fd);
-      throw std::runtime_error("cannot find a free loopback port");
-    }
-    ::close(fd);
-    return ntohs(address.sin_port);
-  }
 
   // Spawns redis-server and waits (up to 10 s) for PING; false if it exited (port taken).
   bool launch() {

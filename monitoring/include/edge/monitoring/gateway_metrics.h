@@ -92,6 +92,17 @@ struct gateway_metrics {
   prometheus::Family<prometheus::Counter>& quota_store_errors;
   prometheus::Gauge& quota_store_pending;
   prometheus::Counter& quota_store_dropped;
+  // The tenant store (--tenant-store), refreshed with every flush of the usage ledger (1 s):
+  // edgeinfer_tenant_store_up: 1 while it answers (always, for SQLite), 0 during an outage of
+  // PostgreSQL, when requests are authenticated from the last snapshot;
+  // edgeinfer_tenant_store_snapshot_age_seconds: since the snapshot of tenants and keys was last
+  // confirmed current; edgeinfer_tenant_store_errors_total: calls and checks that could not reach
+  // it. edgeinfer_usage_ledger_pending_rows: (tenant, hour) rows of usage not yet written (they
+  // grow during an outage and are written once the store answers; a crash meanwhile loses them).
+  prometheus::Gauge& tenant_store_up;
+  prometheus::Gauge& tenant_store_snapshot_age;
+  prometheus::Counter& tenant_store_errors;
+  prometheus::Gauge& usage_ledger_pending_rows;
   // Structured outputs (grammar_compiler.h): edgeinfer_grammar_compile_seconds, the time to
   // compile a grammar for the tokenizer (cache misses only); edgeinfer_grammar_cache_hits_total
   // and edgeinfer_grammar_cache_misses_total, lookups of the compiled-grammar cache (a request

@@ -120,6 +120,8 @@ class request_session {
 
 struct tenancy_options {
   std::filesystem::path state_dir;
+  std::string tenant_store_url;  // empty: SQLite in state_dir; else tenant_store_options::url
+  std::chrono::milliseconds tenant_store_timeout{2000};  // tenant_store_options::query_timeout
   std::chrono::milliseconds ledger_flush_interval = usage_ledger::default_flush_interval;
   quota_store_options quota_store;  // in memory unless it names Redis
   // Threads for quota store calls that may wait on I/O, and how many calls may wait for them at
@@ -130,7 +132,7 @@ struct tenancy_options {
 
 class tenancy {
  public:
-  // Opens (or creates) the store in options.state_dir, makes the quota store, seeds today's
+  // Opens (or creates) the tenant store (tenant_store_options), makes the quota store, seeds today's
   // daily budgets when the counters are in memory (from the ledger, plus the holds a crash left
   // behind, so that a restart hands out neither a second budget nor a share of one a crashed
   // request may have used; in Redis the shared counter is the truth), and starts the ledger's
@@ -179,6 +181,9 @@ class tenancy {
   void finish_later(quota_reservation reservation, std::int64_t used_tokens);
   // A refusal by one of the tenant's limits: a rejection in the ledger and the metrics.
   void count_refusal(const tenant_record& tenant, quota_limit limit, std::string_view api);
+  // The tenant store's health and the ledger's backlog into the metrics (the ledger's thread,
+  // after each flush).
+  void report_store_health();
 
   const time_source& clock_;
   monitoring::gateway_metrics* metrics_;
@@ -189,6 +194,7 @@ class tenancy {
   const bool holds_daily_budget_;  // counters in memory: daily reservations are written as holds
   const quota_fail_mode fail_mode_;
   reservation_ids reservation_ids_;
+  std::uint64_t reported_store_failures_ = 0;  // ledger thread only: tenant_store_health::failures counted so far
   const std::size_t max_queued_calls_;
   std::atomic<std::size_t> queued_calls_{0};
   std::unique_ptr<thread_pool> calls_;  // declared last, destroyed first: what is queued runs while the rest exists

@@ -15,9 +15,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -84,8 +86,9 @@ class usage_ledger {
   usage_ledger(const usage_ledger&) = delete;
   usage_ledger& operator=(const usage_ledger&) = delete;
 
-  // Starts the background thread that flushes every interval.
-  void start();
+  // Starts the background thread that flushes every interval, calling `after_flush` (if any)
+  // with each periodic flush's outcome.
+  void start(std::function<void(const status&)> after_flush = {});
   // Stops the thread (if started) and flushes. Idempotent; record() still works afterwards and
   // the next flush() or the destructor writes it.
   status stop();
@@ -118,15 +121,19 @@ class usage_ledger {
   std::size_t open_meters() const;
 
   // Writes everything recorded so far to the store now; when it returns ok, the store's rows
-  // include every record() that happened before the call. On failure the increments are kept
-  // for the next flush.
+  // include every record() that happened before the call. On failure the batch is kept and
+  // written first, unchanged and under the same id, by the next flush (the store adds a batch
+  // once, so a write whose answer was lost is not counted twice); what is recorded meanwhile
+  // waits behind it. What is kept lives in memory only: a crash while the store is unreachable
+  // loses the usage recorded since it became unreachable.
   status flush();
 
-  // Buffered (tenant, hour) rows not yet handed to the store (a flush in progress holds its own).
+  // Buffered (tenant, hour) rows not yet written to the store: recorded since the last flush, and
+  // those of a batch whose write failed (a flush in progress holds its own).
   std::size_t pending_rows() const;
 
  private:
-  void run(std::stop_token stop);
+  void run(std::stop_token stop, const std::function<void(const status&)>& after_flush);
 
   tenant_store& store_;
   const time_source& clock_;
@@ -152,6 +159,10 @@ class usage_ledger {
   std::uint64_t next_meter_id_ = 1;                   // guarded by mutex_
   std::vector<std::string> released_holds_;           // guarded by mutex_: not yet written
   std::mutex flush_mutex_;  // one flush at a time, so a flush returns only after earlier ones landed
+  std::optional<usage_batch> unacknowledged_;       // guarded by flush_mutex_: written first by the next flush
+  std::atomic<std::size_t> unacknowledged_rows_{0};  // its rows, for pending_rows()
+  const std::string batch_prefix_;                   // random: batch ids differ across processes
+  std::uint64_t batches_ = 0;                        // guarded by flush_mutex_
   std::condition_variable_any wake_;
   std::jthread thread_;
 };
