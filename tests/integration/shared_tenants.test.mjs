@@ -2,10 +2,12 @@
 // deployment runs them: a tenant created once is served by all three, a key revoked through one
 // is refused by all within a second, the usage every gateway wrote adds up to what the clients
 // received, and PostgreSQL killed under load and started again loses no ledger row (the
-// gateways keep serving from their snapshots meanwhile).
+// gateways keep serving from their snapshots meanwhile); a single server's SQLite store moves
+// into PostgreSQL with `edgeinfer admin migrate-store`.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { adminCall, startServer, sleep, waitFor } from './lib/server.mjs';
+import { spawnSync } from 'node:child_process';
+import { adminCall, edgeinferBin, makeStateDir, startServer, sleep, waitFor } from './lib/server.mjs';
 import { startPostgres } from './lib/postgres.mjs';
 import { startRedis } from './lib/redis.mjs';
 import { scrape } from './lib/metrics.mjs';
@@ -165,4 +167,50 @@ test('PostgreSQL killed under load: requests keep being served, and no ledger ro
   assert.equal(after.completion_tokens - before.completion_tokens, received.completion_tokens);
   const up = await scrape(gateways[1]);
   assert.match(up, /^edgeinfer_tenant_store_up 1$/m);
+});
+
+test('edgeinfer admin migrate-store moves a stopped server\'s SQLite store into PostgreSQL, keys and usage as they were', async () => {
+  const stateDir = makeStateDir();
+  const single = await startServer(['--threads', '1', '--http-threads', '1', '--kv-cache-memory', '16MiB',
+    '--admin-token', ADMIN_TOKEN, '--state-dir', stateDir]);
+  let key;
+  let usage;
+  try {
+    await adminCall(single, ADMIN_TOKEN, 'POST', '/admin/v1/tenants', { id: 'moving', quotas: { daily_tokens: 100000 } });
+    ({ key } = await adminCall(single, ADMIN_TOKEN, 'POST', '/admin/v1/tenants/moving/keys', {}));
+    assert.equal((await complete(single, key)).status, 200);
+    const migrate = (args) => spawnSync(edgeinferBin, ['admin', 'migrate-store', ...args], { encoding: 'utf8' });
+    // Not while the server holds the folder.
+    const locked = migrate(['--state-dir', stateDir, '--to', pg.url('edgeinfer_moved')]);
+    assert.equal(locked.status, 1, locked.stderr);
+    assert.match(locked.stderr, /in use by another edgeinfer process/);
+    usage = (await adminCall(single, ADMIN_TOKEN, 'GET', '/admin/v1/tenants/moving/usage')).total;
+  } finally {
+    await single.stop();
+  }
+  const migrate = (args) => spawnSync(edgeinferBin, ['admin', 'migrate-store', ...args], { encoding: 'utf8' });
+  const wrong = migrate(['--state-dir', stateDir, '--to', 'mysql://somewhere/db']);
+  assert.equal(wrong.status, 2);
+  assert.match(wrong.stderr, /not a postgresql:\/\/ URL/);
+  const target = pg.createDatabase('edgeinfer_moved');
+  const moved = migrate(['--state-dir', stateDir, '--to', target]);
+  assert.equal(moved.status, 0, moved.stderr);
+  assert.match(moved.stdout, /copied 2 tenants, 2 API keys, \d+ usage rows, \d+ audit entries and 0 stored responses/);
+  // Into a store that has tenants already: refused, nothing changed.
+  const again = migrate(['--state-dir', stateDir, '--to', target]);
+  assert.equal(again.status, 1);
+  assert.match(again.stderr, /not empty/);
+
+  const shared = await startServer(['--threads', '1', '--http-threads', '1', '--kv-cache-memory', '16MiB',
+    '--admin-token', ADMIN_TOKEN, '--tenant-store', target]);
+  try {
+    assert.equal(shared.defaultKey, undefined);  // the first start happened before the move
+    assert.equal((await complete(shared, key)).status, 200);
+    const tenant = await adminCall(shared, ADMIN_TOKEN, 'GET', '/admin/v1/tenants/moving');
+    assert.equal(tenant.quotas.daily_tokens, 100000);
+    const after = (await adminCall(shared, ADMIN_TOKEN, 'GET', '/admin/v1/tenants/moving/usage')).total;
+    assert.equal(after.requests, usage.requests + 1);
+  } finally {
+    await shared.stop();
+  }
 });
