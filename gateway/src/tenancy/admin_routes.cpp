@@ -10,6 +10,7 @@
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/tenancy/tenancy.h"
 #include "edge/gateway/tenancy/tenant_json.h"
+#include "console_files.h"
 
 namespace edge::gateway {
 namespace {
@@ -182,6 +183,23 @@ class admin_api {
     return json_response(http::status::ok, body);
   }
 
+  // The quota kinds' table, as the console builds its forms from it.
+  static response quota_kinds_table() {
+    json::array data;
+    for (const quota_kind& kind : quota_kinds) {
+      json::object row;
+      row["name"] = kind.name;
+      row["unit"] = kind.unit == quota_unit::bytes ? "bytes" : "count";
+      row["least"] = kind.least;
+      row["refuses"] = kind.judged();
+      row["help"] = kind.help;
+      data.push_back(std::move(row));
+    }
+    json::object body = list_of(std::move(data));
+    body["max"] = max_quota_value;
+    return json_response(http::status::ok, body);
+  }
+
   response audit(const exchange& ex) {
     const auto page = parse_audit_query(ex.query());
     if (const auto* error = std::get_if<admin_request_error>(&page)) return invalid(error->message, param_of(*error));
@@ -229,9 +247,42 @@ void add(router& routes, tenancy& tenants, http::verb method, std::string patter
              });
 }
 
+std::string_view content_type_of(std::string_view name) {
+  if (name.ends_with(".html")) return "text/html; charset=utf-8";
+  if (name.ends_with(".js")) return "text/javascript; charset=utf-8";
+  if (name.ends_with(".css")) return "text/css; charset=utf-8";
+  if (name.ends_with(".svg")) return "image/svg+xml";
+  return "application/octet-stream";
+}
+
+// The console: static files that call the admin API from the browser with the admin token
+// (kept in the tab's session storage, sent as a bearer token: no cookie, so no request of
+// another site can carry it). Nothing but these files runs: no inline script or style, no
+// other origin, no framing.
+void add_console_routes(router& routes) {
+  for (const console::embedded_file& file : console::embedded_files()) {
+    const std::string pattern = file.name == "index.html" ? "/admin" : "/admin/" + std::string(file.name);
+    routes.add(http::verb::get, pattern, [file](exchange& ex) -> asio::awaitable<void> {
+      response res{http::status::ok, 11};
+      res.set(http::field::content_type, content_type_of(file.name));
+      res.set("Content-Security-Policy",
+              "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+              "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+      res.set(http::field::x_frame_options, "DENY");
+      res.set("X-Content-Type-Options", "nosniff");
+      res.set("Referrer-Policy", "no-referrer");
+      res.set(http::field::cache_control, "no-cache");
+      res.body() = std::string(file.bytes);
+      res.prepare_payload();
+      co_await ex.respond(std::move(res));
+    });
+  }
+}
+
 }  // namespace
 
 void add_admin_routes(router& routes, tenancy& tenants, admin_options options) {
+  add_console_routes(routes);
   auto api = std::make_shared<admin_api>(tenants, std::move(options));
   using v = http::verb;
   add(routes, tenants, v::post, "/admin/v1/tenants", api, [](admin_api& a, const exchange& ex) { return a.create_tenant(ex); });
@@ -249,6 +300,8 @@ void add_admin_routes(router& routes, tenancy& tenants, admin_options options) {
       [](admin_api& a, const exchange& ex) { return a.revoke_key(ex); });
   add(routes, tenants, v::get, "/admin/v1/tenants/{id}/usage", api, [](admin_api& a, const exchange& ex) { return a.usage(ex); });
   add(routes, tenants, v::get, "/admin/v1/audit", api, [](admin_api& a, const exchange& ex) { return a.audit(ex); });
+  add(routes, tenants, v::get, "/admin/v1/quota-kinds", api,
+      [](admin_api&, const exchange&) { return admin_api::quota_kinds_table(); });
 }
 
 }  // namespace edge::gateway
