@@ -10,6 +10,7 @@
 //   edgeinfer admin keys create TENANT [--expires-in 30d | --expires-at 2026-12-31]
 //   edgeinfer admin keys list TENANT | revoke KEY_ID
 //   edgeinfer admin usage TENANT [--from TIME] [--to TIME]
+//   edgeinfer admin spend TENANT [--from TIME] [--to TIME] [--key KEY_ID]
 //   edgeinfer admin audit [--limit N] [--before ID]
 //   edgeinfer admin migrate-store [--state-dir DIR] --to postgresql://…
 //
@@ -73,6 +74,7 @@ struct admin_invocation {
   std::optional<std::string> expires_at;
   std::optional<std::string> from;
   std::optional<std::string> to;
+  std::optional<std::string> key_id;  // spend --key
   std::optional<std::int64_t> limit;
   std::optional<std::int64_t> before;
   // migrate-store: from the SQLite store in `state_dir` to the PostgreSQL store `store_url`.
@@ -401,6 +403,23 @@ void define_subcommands(CLI::App& admin, const std::shared_ptr<admin_invocation>
       if (in->from) query += "from=" + query_value(*in->from);
       if (in->to) query += std::string(query.empty() ? "" : "&") + "to=" + query_value(*in->to);
       in->target = "/admin/v1/tenants/" + path_segment(in->id) + "/usage" + (query.empty() ? "" : "?" + query);
+    });
+  }
+  {
+    CLI::App& spend = leaf(admin, "spend", "What a tenant's requests used, per API key, model and API");
+    spend.add_option("tenant", in->id, "Tenant id")->required();
+    spend.add_option("--from", in->from, "Start: unix seconds, 2026-05-01 or 2026-05-01T13:00:00Z (default: today)");
+    spend.add_option("--to", in->to, "End, exclusive (default: now)");
+    spend.add_option("--key", in->key_id, "Only this API key (its id)");
+    spend.callback([in] {
+      std::string query;
+      const auto add_param = [&query](std::string_view name, const std::string& value) {
+        query += format("{}{}={}", query.empty() ? "" : "&", name, query_value(value));
+      };
+      if (in->from) add_param("from", *in->from);
+      if (in->to) add_param("to", *in->to);
+      if (in->key_id) add_param("key", *in->key_id);
+      in->target = "/admin/v1/tenants/" + path_segment(in->id) + "/spend" + (query.empty() ? "" : "?" + query);
     });
   }
   {

@@ -231,6 +231,7 @@ async function usageSection(id) {
   const since = new Date(now.getTime() - 29 * 86400 * 1000);
   const figures = h('div', { class: 'figures' });
   const chartBox = h('div', {});
+  const spendBox = h('div', {});
   const updated = h('p', { class: 'mono' });
   const refresh = async () => {
     const answer = await api('GET', `/admin/v1/tenants/${encodeURIComponent(id)}/usage?from=${utcDay(since)}`);
@@ -258,11 +259,25 @@ async function usageSection(id) {
       figure('completion tokens today', total.completion_tokens),
       figure('rejections today', total.rejections));
     chartBox.replaceChildren(dayChart([...byDay.entries()]));
+    const spend = await api('GET', `/admin/v1/tenants/${encodeURIComponent(id)}/spend?from=${utcDay(since)}`);
+    if (spend.status === 200) spendBox.replaceChildren(spendTable(spend.json.data));
     updated.textContent = `Updated ${new Date().toISOString().slice(11, 19)} UTC (every 5 s)`;
   };
   await refresh();
   return { section: h('section', { 'aria-labelledby': 'usage-heading' }, h('h3', { id: 'usage-heading' }, 'Usage'),
-    figures, h('h3', {}, 'Tokens per day (UTC), last 30 days'), chartBox, updated), refresh };
+    figures, h('h3', {}, 'Tokens per day (UTC), last 30 days'), chartBox,
+    h('h3', {}, 'Spend by key, model and API, last 30 days'), spendBox, updated), refresh };
+}
+
+function spendTable(rows) {
+  if (!rows.length) return h('p', {}, 'No requests served in these 30 days.');
+  const columns = ['requests', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'total_tokens'];
+  return h('table', { class: 'spend' },
+    h('thead', {}, h('tr', {}, ['Key', 'Model', 'API'].map((c) => h('th', { scope: 'col' }, c)),
+      columns.map((c) => h('th', { scope: 'col', class: 'number' }, title(c))))),
+    h('tbody', {}, rows.map((r) => h('tr', {},
+      h('td', { class: 'mono' }, r.key_id), h('td', {}, r.model), h('td', {}, r.api),
+      columns.map((c) => h('td', { class: 'number' }, formatNumber(r[c])))))));
 }
 
 function dayChart(days) {

@@ -325,6 +325,53 @@ test('usage rows count the requests, tokens and rejections actually served', asy
   assert.equal((await admin('GET', '/admin/v1/tenants/nobody/usage')).status, 404);
 });
 
+test('the spend view sums what each key used, by model and API, and narrows to one key', async () => {
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'spender' } });
+  const [first, second] = [(await admin('POST', '/admin/v1/tenants/spender/keys', { body: {} })).json,
+    (await admin('POST', '/admin/v1/tenants/spender/keys', { body: {} })).json];
+  const sums = new Map();  // "key api" -> usage summed
+  const add = (keyId, api, usage) => {
+    const s = sums.get(`${keyId} ${api}`) ?? { requests: 0, prompt_tokens: 0, completion_tokens: 0 };
+    s.requests += 1;
+    s.prompt_tokens += usage.prompt_tokens;
+    s.completion_tokens += usage.completion_tokens;
+    sums.set(`${keyId} ${api}`, s);
+  };
+  for (let i = 0; i < 3; i++) {
+    const r = await complete(first.key, { maxTokens: 3 + i });
+    assert.equal(r.status, 200);
+    add(first.id, 'completions', r.json.usage);
+  }
+  const chat = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${second.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 5 }),
+  });
+  assert.equal(chat.status, 200);
+  add(second.id, 'chat_completions', (await chat.json()).usage);
+
+  const spend = await admin('GET', `/admin/v1/tenants/spender/spend?from=${encodeURIComponent(twoDaysAgo())}`);
+  assert.equal(spend.status, 200);
+  assert.equal(spend.json.data.length, 2);
+  for (const row of spend.json.data) {
+    const expected = sums.get(`${row.key_id} ${row.api}`);
+    assert.ok(expected, JSON.stringify(row));
+    assert.equal(row.model, 'stories260K');
+    assert.equal(row.requests, expected.requests);
+    assert.equal(row.prompt_tokens, expected.prompt_tokens);
+    assert.equal(row.completion_tokens, expected.completion_tokens);
+    assert.equal(row.total_tokens, expected.prompt_tokens + expected.completion_tokens);
+    assert.equal(row.rejections, undefined);
+  }
+  const one = await admin('GET', `/admin/v1/tenants/spender/spend?key=${second.id}`);
+  assert.equal(one.json.data.length, 1);
+  assert.equal(one.json.data[0].api, 'chat_completions');
+  const cliSpend = cli(['spend', 'spender', '--key', first.id]);
+  assert.equal(cliSpend.status, 0, cliSpend.stderr);
+  assert.equal(cliSpend.json.total.requests, 3);
+  assert.equal((await admin('GET', '/admin/v1/tenants/spender/spend?by=model')).status, 400);
+});
+
 test('the audit log lists admin changes, newest first, with their request ids', async () => {
   const created = await admin('POST', '/admin/v1/tenants', { body: { id: 'audited' } });
   const patched = await admin('PATCH', '/admin/v1/tenants/audited', { body: { weight: 3 } });

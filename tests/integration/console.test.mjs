@@ -128,6 +128,15 @@ test('an admin runs a tenant from the browser: sign in, create, quotas, keys, us
   const completionTokens = page.locator('.figure', { hasText: 'completion tokens today' }).locator('.value');
   assert.equal(await completionTokens.textContent(), String(usage.completion_tokens));
   assert.equal(await page.locator('svg.chart rect.bar').count(), 30);
+  // The spend view: the key's row, with the model and the API the request used.
+  const spendRow = page.locator('table.spend tbody tr');
+  await spendRow.first().waitFor();
+  assert.equal(await spendRow.count(), 1);
+  const cells = await spendRow.first().locator('td').allTextContents();
+  assert.equal(cells[0], key.slice(3, 19));
+  assert.equal(cells[2], 'completions');
+  assert.equal(cells[3], '1');
+  assert.equal(cells[7], String(usage.prompt_tokens + usage.completion_tokens));
   await shot('4-tenant');
 
   // Revoked: the key is refused from then on.

@@ -783,7 +783,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
       std::get<std::shared_ptr<const backend::grammar::grammar>>(std::move(forced));
   const std::string_view constraint_param = constraint != nullptr ? "tools" : api.format_param;
   if (constraint == nullptr) constraint = r.grammar;
-  if (auto refused = co_await session->reserve(prompt_length, max_tokens, r.n)) {
+  if (auto refused = co_await session->reserve(prompt_length, max_tokens, r.n, model->id)) {
     response res = quota_refusal_response(*refused);
     session->add_headers(res);  // phase 1's requests figures too
     co_await ex.respond(api.error(std::move(res)));

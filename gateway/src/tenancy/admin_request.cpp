@@ -201,13 +201,18 @@ std::variant<std::vector<query_param>, admin_request_error> parse_query(std::str
   return out;
 }
 
-std::variant<usage_window, admin_request_error> parse_usage_query(std::string_view query, unix_time now) {
-  auto params = parse_query(query, {"from", "to"});
+std::variant<usage_window, admin_request_error> parse_usage_query(std::string_view query, unix_time now,
+                                                                  bool by_key) {
+  auto params = by_key ? parse_query(query, {"from", "to", "key"}) : parse_query(query, {"from", "to"});
   if (auto* error = std::get_if<admin_request_error>(&params)) return std::move(*error);
   usage_window window;
   window.from = now - ((now % seconds_per_day) + seconds_per_day) % seconds_per_day;  // today, 00:00 UTC
   window.to = now + 1;
   for (const auto& [name, value] : std::get<std::vector<query_param>>(params)) {
+    if (name == "key") {
+      window.key_id = value;
+      continue;
+    }
     auto t = parse_utc(value);
     if (!t.ok()) return admin_request_error{format("'{}': {}", name, t.error().message()), name};
     (name == "from" ? window.from : window.to) = *t;

@@ -162,7 +162,8 @@ class admin_api {
   response usage(const exchange& ex) {
     const auto window = parse_usage_query(ex.query(), now());
     if (const auto* error = std::get_if<admin_request_error>(&window)) return invalid(error->message, param_of(*error));
-    const auto [from, to] = std::get<usage_window>(window);
+    const unix_time from = std::get<usage_window>(window).from;
+    const unix_time to = std::get<usage_window>(window).to;
     const std::string id(ex.path_param("id"));
     if (auto tenant = tenants_.store().get_tenant(id); !tenant.ok()) return from_status(tenant.error());
     // What was recorded up to now is in the rows this answer reads.
@@ -197,6 +198,37 @@ class admin_api {
     }
     json::object body = list_of(std::move(data));
     body["max"] = max_quota_value;
+    return json_response(http::status::ok, body);
+  }
+
+  // What the tenant's requests used over a window, per API key, model and API.
+  response spend(const exchange& ex) {
+    const auto window = parse_usage_query(ex.query(), now(), /*by_key=*/true);
+    if (const auto* error = std::get_if<admin_request_error>(&window)) return invalid(error->message, param_of(*error));
+    const auto& [from, to, key_id] = std::get<usage_window>(window);
+    const std::string id(ex.path_param("id"));
+    if (auto tenant = tenants_.store().get_tenant(id); !tenant.ok()) return from_status(tenant.error());
+    if (status flushed = tenants_.ledger().flush(); !flushed.ok()) return from_status(flushed);
+    auto rows = tenants_.store().spend(id, from, to, key_id);
+    if (!rows.ok()) return from_status(rows.error());
+    json::array data;
+    usage_counts total;
+    for (const spend_row& row : *rows) {
+      json::object item = to_json(row.counts);
+      item.erase("rejections");  // counted per tenant, in the usage rows
+      item["key_id"] = row.labels.key_id;
+      item["model"] = row.labels.model;
+      item["api"] = row.labels.api;
+      data.push_back(std::move(item));
+      total += row.counts;
+    }
+    json::object body = list_of(std::move(data));
+    body["tenant"] = id;
+    body["from"] = format_utc(hour_start_of(from));
+    body["to"] = format_utc(to);
+    json::object sum = to_json(total);
+    sum.erase("rejections");
+    body["total"] = std::move(sum);
     return json_response(http::status::ok, body);
   }
 
@@ -299,6 +331,8 @@ void add_admin_routes(router& routes, tenancy& tenants, admin_options options) {
   add(routes, tenants, v::delete_, "/admin/v1/keys/{key_id}", api,
       [](admin_api& a, const exchange& ex) { return a.revoke_key(ex); });
   add(routes, tenants, v::get, "/admin/v1/tenants/{id}/usage", api, [](admin_api& a, const exchange& ex) { return a.usage(ex); });
+  add(routes, tenants, v::get, "/admin/v1/tenants/{id}/spend", api,
+      [](admin_api& a, const exchange& ex) { return a.spend(ex); });
   add(routes, tenants, v::get, "/admin/v1/audit", api, [](admin_api& a, const exchange& ex) { return a.audit(ex); });
   add(routes, tenants, v::get, "/admin/v1/quota-kinds", api,
       [](admin_api&, const exchange&) { return admin_api::quota_kinds_table(); });

@@ -126,6 +126,20 @@ CREATE TABLE stored_responses (
 );
 CREATE INDEX stored_responses_by_expiry ON stored_responses (expires_at);
 )sql"},
+    {2, "served usage by API key, model and API, for the spend view", R"sql(
+CREATE TABLE usage_by_key (
+  tenant_id         TEXT NOT NULL,
+  hour_start        BIGINT NOT NULL,
+  key_id            TEXT NOT NULL,
+  model             TEXT NOT NULL,
+  api               TEXT NOT NULL,
+  requests          BIGINT NOT NULL DEFAULT 0,
+  prompt_tokens     BIGINT NOT NULL DEFAULT 0,
+  completion_tokens BIGINT NOT NULL DEFAULT 0,
+  cached_tokens     BIGINT NOT NULL DEFAULT 0,
+  PRIMARY KEY (tenant_id, hour_start, key_id, model, api)
+);
+)sql"},
 };
 
 tenant_record read_tenant(const pg::rows& r, int row) {
@@ -398,6 +412,7 @@ class postgres_tenant_store final : public tenant_store {
              pg::number(row.counts.prompt_tokens), pg::number(row.counts.completion_tokens),
              pg::number(row.counts.cached_tokens), pg::number(row.counts.rejections)}));
       }
+      EDGE_RETURN_IF_ERROR(add_details(c, batch.details));
       for (const auto& [id, charged] : batch.hold_progress) {
         EDGE_RETURN_IF_ERROR(
             c.run("UPDATE usage_holds SET charged_tokens = $1 WHERE id = $2", {pg::number(charged), pg::text(id)}));
@@ -450,6 +465,27 @@ class postgres_tenant_store final : public tenant_store {
         row.hour_start = r.int64(i, 0);
         row.counts = {r.int64(i, 1), r.int64(i, 2), r.int64(i, 3), r.int64(i, 4), r.int64(i, 5)};
         out.push_back(std::move(row));
+      }
+      return out;
+    });
+  }
+
+  result<std::vector<spend_row>> spend(std::string_view tenant_id, unix_time from, unix_time to,
+                                       std::optional<std::string_view> key_id) const override {
+    return with_connection([&](pg::connection& c) -> result<std::vector<spend_row>> {
+      std::vector<pg::param> params{pg::text(tenant_id), pg::number(hour_start_of(from)), pg::number(to)};
+      if (key_id) params.push_back(pg::text(*key_id));
+      EDGE_ASSIGN_OR_RETURN(
+          pg::rows r, c.exec(format("SELECT key_id, model, api, sum(requests), sum(prompt_tokens), "
+                                    "sum(completion_tokens), sum(cached_tokens) FROM usage_by_key WHERE tenant_id = $1 "
+                                    "AND hour_start >= $2 AND hour_start < $3{} GROUP BY key_id, model, api "
+                                    "ORDER BY sum(prompt_tokens + completion_tokens) DESC, key_id, model, api",
+                                    key_id ? " AND key_id = $4" : ""),
+                             params));
+      std::vector<spend_row> out;
+      for (int i = 0; i < r.size(); ++i) {
+        out.push_back({{r.text(i, 0), r.text(i, 1), r.text(i, 2)},
+                       {r.int64(i, 3), r.int64(i, 4), r.int64(i, 5), r.int64(i, 6), 0}});
       }
       return out;
     });
@@ -562,6 +598,13 @@ class postgres_tenant_store final : public tenant_store {
         out.usage.push_back(
             {u.text(i, 0), u.int64(i, 1), {u.int64(i, 2), u.int64(i, 3), u.int64(i, 4), u.int64(i, 5), u.int64(i, 6)}});
       }
+      EDGE_ASSIGN_OR_RETURN(pg::rows d, c.exec("SELECT tenant_id, hour_start, key_id, model, api, requests, "
+                                               "prompt_tokens, completion_tokens, cached_tokens FROM usage_by_key "
+                                               "ORDER BY tenant_id, hour_start, key_id, model, api"));
+      for (int i = 0; i < d.size(); ++i) {
+        out.usage_details.push_back({d.text(i, 0), d.int64(i, 1), {d.text(i, 2), d.text(i, 3), d.text(i, 4)},
+                                     {d.int64(i, 5), d.int64(i, 6), d.int64(i, 7), d.int64(i, 8), 0}});
+      }
       EDGE_ASSIGN_OR_RETURN(pg::rows a, c.exec("SELECT id, at, actor, action, target, request_id, details "
                                                "FROM audit_log ORDER BY id"));
       for (int i = 0; i < a.size(); ++i) {
@@ -612,6 +655,7 @@ class postgres_tenant_store final : public tenant_store {
                                     pg::number(row.counts.completion_tokens), pg::number(row.counts.cached_tokens),
                                     pg::number(row.counts.rejections)}));
       }
+      EDGE_RETURN_IF_ERROR(add_details(c, contents.usage_details));
       for (const audit_entry& e : contents.audit) {
         EDGE_RETURN_IF_ERROR(c.run("INSERT INTO audit_log (at, actor, action, target, request_id, details) "
                                    "VALUES ($1, $2, $3, $4, $5, $6)",
@@ -683,6 +727,25 @@ class postgres_tenant_store final : public tenant_store {
     return c.exec(format("INSERT INTO tenants ({}) VALUES ({})", tenant_columns(), placeholders(tenant_column_count)),
                   tenant_params(t))
         .error();
+  }
+
+  // Adds each row to its (tenant, hour, key, model, api) row.
+  static status add_details(pg::connection& c, const std::vector<usage_detail_row>& rows) {
+    for (const usage_detail_row& row : rows) {
+      EDGE_RETURN_IF_ERROR(c.run(
+          "INSERT INTO usage_by_key (tenant_id, hour_start, key_id, model, api, requests, prompt_tokens, "
+          "completion_tokens, cached_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+          "ON CONFLICT (tenant_id, hour_start, key_id, model, api) DO UPDATE SET "
+          "requests = usage_by_key.requests + excluded.requests, "
+          "prompt_tokens = usage_by_key.prompt_tokens + excluded.prompt_tokens, "
+          "completion_tokens = usage_by_key.completion_tokens + excluded.completion_tokens, "
+          "cached_tokens = usage_by_key.cached_tokens + excluded.cached_tokens",
+          {pg::text(row.tenant_id), pg::number(hour_start_of(row.hour_start)), pg::text(row.labels.key_id),
+           pg::text(row.labels.model), pg::text(row.labels.api), pg::number(row.counts.requests),
+           pg::number(row.counts.prompt_tokens), pg::number(row.counts.completion_tokens),
+           pg::number(row.counts.cached_tokens)}));
+    }
+    return {};
   }
 
   static status insert_key(pg::connection& c, const api_key_record& k) {

@@ -105,6 +105,20 @@ CREATE TABLE ledger_batches (
 ) WITHOUT ROWID;
 CREATE INDEX ledger_batches_by_time ON ledger_batches (at);
 )sql"},
+    {6, "served usage by API key, model and API, for the spend view", R"sql(
+CREATE TABLE usage_by_key (
+  tenant_id         TEXT NOT NULL,
+  hour_start        INTEGER NOT NULL,
+  key_id            TEXT NOT NULL,
+  model             TEXT NOT NULL,
+  api               TEXT NOT NULL,
+  requests          INTEGER NOT NULL DEFAULT 0,
+  prompt_tokens     INTEGER NOT NULL DEFAULT 0,
+  completion_tokens INTEGER NOT NULL DEFAULT 0,
+  cached_tokens     INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (tenant_id, hour_start, key_id, model, api)
+) WITHOUT ROWID;
+)sql"},
 };
 
 tenant_record read_tenant(const sqlite::statement& row) {
@@ -144,6 +158,32 @@ status insert_tenant(sqlite::database& db, const tenant_record& t) {
   insert.bind(column++, t.created_at);
   insert.bind(column++, t.updated_at);
   return insert.run();
+}
+
+// Adds each row to its (tenant, hour, key, model, api) row.
+status add_details(sqlite::database& db, const std::vector<usage_detail_row>& rows) {
+  EDGE_ASSIGN_OR_RETURN(
+      sqlite::statement upsert,
+      db.prepare("INSERT INTO usage_by_key (tenant_id, hour_start, key_id, model, api, requests, prompt_tokens, "
+                 "completion_tokens, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                 "ON CONFLICT (tenant_id, hour_start, key_id, model, api) DO UPDATE SET "
+                 "requests = requests + excluded.requests, prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+                 "completion_tokens = completion_tokens + excluded.completion_tokens, "
+                 "cached_tokens = cached_tokens + excluded.cached_tokens"));
+  for (const usage_detail_row& row : rows) {
+    upsert.reset();
+    EDGE_RETURN_IF_ERROR(upsert.bind(1, std::string_view(row.tenant_id))
+                             .bind(2, hour_start_of(row.hour_start))
+                             .bind(3, std::string_view(row.labels.key_id))
+                             .bind(4, std::string_view(row.labels.model))
+                             .bind(5, std::string_view(row.labels.api))
+                             .bind(6, row.counts.requests)
+                             .bind(7, row.counts.prompt_tokens)
+                             .bind(8, row.counts.completion_tokens)
+                             .bind(9, row.counts.cached_tokens)
+                             .run());
+  }
+  return {};
 }
 
 // Holds an exclusive flock on a file for the store's life.
@@ -203,6 +243,8 @@ class sqlite_tenant_store final : public tenant_store {
   result<std::map<std::string, std::int64_t>> unreleased_hold_tokens(std::int64_t day) override;
   result<std::vector<usage_row>> usage(std::string_view tenant_id, unix_time from, unix_time to) const override;
   result<std::map<std::string, std::int64_t>> tokens_since(unix_time from) const override;
+  result<std::vector<spend_row>> spend(std::string_view tenant_id, unix_time from, unix_time to,
+                                       std::optional<std::string_view> key_id) const override;
   result<bool> put_response(std::string_view tenant_id, stored_response r, std::int64_t ttl_seconds,
                             std::int64_t max_bytes) override;
   result<std::optional<stored_response>> get_response(std::string_view tenant_id,
@@ -537,6 +579,7 @@ status sqlite_tenant_store::add_usage(const usage_batch& batch) {
                                .run());
     }
   }
+  if (!batch.details.empty()) EDGE_RETURN_IF_ERROR(add_details(db, batch.details));
   if (!batch.hold_progress.empty()) {
     EDGE_ASSIGN_OR_RETURN(sqlite::statement update,
                           db.prepare("UPDATE usage_holds SET charged_tokens = ? WHERE id = ?"));
@@ -680,6 +723,27 @@ result<std::int64_t> sqlite_tenant_store::stored_response_bytes(std::string_view
   return row ? q.int64(0) : std::int64_t{0};
 }
 
+result<std::vector<spend_row>> sqlite_tenant_store::spend(std::string_view tenant_id, unix_time from, unix_time to,
+                                                          std::optional<std::string_view> key_id) const {
+  std::lock_guard guard(impl_->mutex);
+  EDGE_ASSIGN_OR_RETURN(
+      sqlite::statement q,
+      impl_->db.prepare(format("SELECT key_id, model, api, sum(requests), sum(prompt_tokens), sum(completion_tokens), "
+                               "sum(cached_tokens) FROM usage_by_key WHERE tenant_id = ? AND hour_start >= ? AND "
+                               "hour_start < ?{} GROUP BY key_id, model, api "
+                               "ORDER BY sum(prompt_tokens + completion_tokens) DESC, key_id, model, api",
+                               key_id ? " AND key_id = ?" : "")));
+  q.bind(1, tenant_id).bind(2, hour_start_of(from)).bind(3, to);
+  if (key_id) q.bind(4, *key_id);
+  std::vector<spend_row> out;
+  for (;;) {
+    EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
+    if (!row) break;
+    out.push_back({{q.text(0), q.text(1), q.text(2)}, {q.int64(3), q.int64(4), q.int64(5), q.int64(6), 0}});
+  }
+  return out;
+}
+
 result<std::map<std::string, std::int64_t>> sqlite_tenant_store::tokens_since(unix_time from) const {
   std::lock_guard guard(impl_->mutex);
   EDGE_ASSIGN_OR_RETURN(sqlite::statement q,
@@ -743,6 +807,18 @@ result<store_contents> sqlite_tenant_store::contents() const {
       EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
       if (!row) break;
       out.usage.push_back({q.text(0), q.int64(1), {q.int64(2), q.int64(3), q.int64(4), q.int64(5), q.int64(6)}});
+    }
+  }
+  {
+    EDGE_ASSIGN_OR_RETURN(sqlite::statement q,
+                          db.prepare("SELECT tenant_id, hour_start, key_id, model, api, requests, prompt_tokens, "
+                                     "completion_tokens, cached_tokens FROM usage_by_key "
+                                     "ORDER BY tenant_id, hour_start, key_id, model, api"));
+    for (;;) {
+      EDGE_ASSIGN_OR_RETURN(const bool row, q.step());
+      if (!row) break;
+      out.usage_details.push_back({q.text(0), q.int64(1), {q.text(2), q.text(3), q.text(4)},
+                                   {q.int64(5), q.int64(6), q.int64(7), q.int64(8), 0}});
     }
   }
   {
@@ -819,6 +895,7 @@ status sqlite_tenant_store::import_contents(const store_contents& contents) {
                              .bind(7, row.counts.rejections)
                              .run());
   }
+  EDGE_RETURN_IF_ERROR(add_details(db, contents.usage_details));
   EDGE_ASSIGN_OR_RETURN(sqlite::statement audit,
                         db.prepare("INSERT INTO audit_log (at, actor, action, target, request_id, details) "
                                    "VALUES (?, ?, ?, ?, ?, ?)"));

@@ -112,7 +112,8 @@ std::int64_t request_session::default_max_tokens(std::int64_t prompt_tokens, std
 }
 
 asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int64_t prompt_tokens,
-                                                                       std::int64_t max_tokens, std::int64_t choices) {
+                                                                       std::int64_t max_tokens, std::int64_t choices,
+                                                                       std::string_view model) {
   tenancy& t = *owner_;
   const tenant_record& tenant = *who_.tenant;
   const quota_request asked{tenant.id, tenant.quotas, prompt_tokens, max_tokens, choices};
@@ -149,7 +150,8 @@ asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int
     hold_id = hold.id;
   }
   served_->usage.emplace(prompt_tokens, asked.completion_tokens());
-  served_->meter = t.ledger_->open_meter(tenant.id, *served_->usage, std::move(hold_id));
+  served_->meter = t.ledger_->open_meter(tenant.id, *served_->usage, std::move(hold_id),
+                                         usage_labels{.key_id = who_.key_id, .model = std::string(model), .api = api_});
   co_return std::nullopt;
 }
 

@@ -112,7 +112,7 @@ void usage_ledger::record(std::string_view tenant_id, const usage_counts& counts
   add(pending_, tenant_id, hour, counts);
 }
 
-void usage_ledger::checkpoint(open_request& request, unix_time hour, pending_map& into) {
+void usage_ledger::checkpoint(open_request& request, unix_time hour, pending_map& into, detail_map& details) {
   const usage_counts now = request.usage->counts();
   // Counts only grow; a figure that moved down (a corrected report) is not taken back here.
   const auto grown = [](std::int64_t now_value, std::int64_t& recorded) {
@@ -126,12 +126,14 @@ void usage_ledger::checkpoint(open_request& request, unix_time hour, pending_map
   delta.completion_tokens = grown(now.completion_tokens, request.recorded.completion_tokens);
   delta.cached_tokens = grown(now.cached_tokens, request.recorded.cached_tokens);
   add(into, request.tenant_id, hour, delta);
+  if (!delta.empty() && !request.labels.key_id.empty()) details[{request.tenant_id, hour, request.labels}] += delta;
 }
 
-usage_ledger::meter usage_ledger::open_meter(std::string tenant_id, const request_usage& usage, std::string hold_id) {
+usage_ledger::meter usage_ledger::open_meter(std::string tenant_id, const request_usage& usage, std::string hold_id,
+                                             usage_labels labels) {
   std::lock_guard lock(mutex_);
   const std::uint64_t id = next_meter_id_++;
-  open_.emplace(id, open_request{std::move(tenant_id), &usage, {}, std::move(hold_id)});
+  open_.emplace(id, open_request{std::move(tenant_id), &usage, {}, std::move(hold_id), std::move(labels)});
   return meter(this, id);
 }
 
@@ -140,7 +142,7 @@ void usage_ledger::end_meter(std::uint64_t id) {
   std::lock_guard lock(mutex_);
   const auto it = open_.find(id);
   if (it == open_.end()) return;
-  checkpoint(it->second, hour, pending_);
+  checkpoint(it->second, hour, pending_, pending_details_);
   if (!it->second.hold_id.empty()) released_holds_.push_back(std::move(it->second.hold_id));
   open_.erase(it);
 }
@@ -161,21 +163,26 @@ status usage_ledger::flush() {
   }
   const unix_time hour = hour_start_of(to_unix_seconds(clock_.system_time()));
   pending_map taken;
+  detail_map taken_details;
   usage_batch batch;
   {
     std::lock_guard lock(mutex_);
     for (auto& [id, request] : open_) {
-      checkpoint(request, hour, pending_);
+      checkpoint(request, hour, pending_, pending_details_);
       if (!request.hold_id.empty()) {
         batch.hold_progress.emplace_back(request.hold_id,
                                          request.recorded.prompt_tokens + request.recorded.completion_tokens);
       }
     }
     taken.swap(pending_);
+    taken_details.swap(pending_details_);
     batch.released_holds.swap(released_holds_);
   }
   for (const auto& [tenant, hours] : taken) {
     for (const auto& [hour_start, counts] : hours) batch.rows.push_back({tenant, hour_start, counts});
+  }
+  for (const auto& [where, counts] : taken_details) {
+    batch.details.push_back({where.tenant_id, where.hour_start, where.labels, counts});
   }
   if (batch.empty()) return {};
   batch.id = format("{}-{}", batch_prefix_, ++batches_);

@@ -92,7 +92,7 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   {
     auto store = open_store(dir, clock);
     CHECK(std::filesystem::exists(dir / "tenants.db"));
-    CHECK(store->schema_version() == 5);
+    CHECK(store->schema_version() == 6);
     CHECK(store->snapshot()->tenant_count() == 0);
     auto db = gw::sqlite::database::open(dir / "tenants.db");
     REQUIRE(db.ok());
@@ -100,7 +100,7 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   }
   // Reopening finds the schema in place and runs nothing again.
   auto again = open_store(dir, clock);
-  CHECK(again->schema_version() == 5);
+  CHECK(again->schema_version() == 6);
 }
 
 TEST_CASE("a version-3 database gains the KV tier caps' columns and keeps its tenants and keys") {
@@ -118,13 +118,13 @@ TEST_CASE("a version-3 database gains the KV tier caps' columns and keeps its te
     key_id = issued->record.id;
   }
   {
-    // What a version-3 store left: steps 4 and 5 undone. Step 4's columns were added last, so
+    // What a version-3 store left: steps 4 to 6 undone. Step 4's columns were added last, so
     // dropping them gives back the table as version 3 made it.
     auto db = gw::sqlite::database::open(tmp / "tenants.db");
     REQUIRE(db.ok());
     REQUIRE(db->exec("ALTER TABLE tenants DROP COLUMN kv_host_cache_bytes; "
                      "ALTER TABLE tenants DROP COLUMN kv_disk_cache_bytes; "
-                     "DROP TABLE ledger_batches; "
+                     "DROP TABLE ledger_batches; DROP TABLE usage_by_key; "
                      "DELETE FROM schema_version WHERE version >= 4;")
                 .ok());
     CHECK(*gw::sqlite::schema_version(*db) == 3);
@@ -132,7 +132,7 @@ TEST_CASE("a version-3 database gains the KV tier caps' columns and keeps its te
   }
 
   auto store = open_store(tmp.path(), clock);
-  CHECK(store->schema_version() == 5);
+  CHECK(store->schema_version() == 6);
   auto acme = store->get_tenant("acme");
   REQUIRE(acme.ok());
   CHECK(acme->weight == 2.5);
@@ -569,7 +569,7 @@ TEST_CASE("PostgreSQL: gateways starting together migrate once and make one defa
   for (int i = 0; i < gateways; ++i) {
     CHECK_MESSAGE(errors[i].empty(), errors[i]);
     REQUIRE(stores[i]);
-    CHECK(stores[i]->schema_version() == 1);
+    CHECK(stores[i]->schema_version() == 2);
   }
   CHECK(std::accumulate(keys_made.begin(), keys_made.end(), 0) == 1);
   auto tenants = stores[0]->list_tenants();
@@ -671,7 +671,9 @@ TEST_CASE("migrate-store: a SQLite store's contents copy into an empty PostgreSQ
   auto revoked = sqlite_store->create_key("acme", std::nullopt, admin);
   REQUIRE(sqlite_store->revoke_key(revoked->record.id, admin).ok());
   REQUIRE(sqlite_store->add_usage({.rows = {{"acme", 1777636800, {3, 30, 60, 12, 1}},
-                                            {"gone", 1777636800 - 3600, {1, 1, 1, 0, 0}}}})
+                                            {"gone", 1777636800 - 3600, {1, 1, 1, 0, 0}}},
+                                   .details = {{"acme", 1777636800, {key->record.id, "m", "completions"},
+                                                {3, 30, 60, 12, 0}}}})
               .ok());
   REQUIRE(*sqlite_store->put_response("acme", {.id = "resp_1", .response = "{}", .conversation = "[]"}, 3600, 1000));
   const auto original = sqlite_store->contents();
@@ -692,6 +694,9 @@ TEST_CASE("migrate-store: a SQLite store's contents copy into an empty PostgreSQ
   CHECK(copied->tenants == original->tenants);
   CHECK(copied->usage.size() == original->usage.size());
   CHECK(copied->usage.front().counts == original->usage.front().counts);
+  REQUIRE(copied->usage_details.size() == 1);
+  CHECK(copied->usage_details.front().labels == original->usage_details.front().labels);
+  CHECK(copied->usage_details.front().counts == original->usage_details.front().counts);
   REQUIRE(copied->audit.size() == original->audit.size());
   for (std::size_t i = 0; i < copied->audit.size(); ++i) {
     CHECK(copied->audit[i].action == original->audit[i].action);
@@ -708,4 +713,40 @@ TEST_CASE("migrate-store: a SQLite store's contents copy into an empty PostgreSQ
   REQUIRE(again->import_contents(*copied).ok());
   CHECK(again->contents()->tenants == original->tenants);
   CHECK(again->snapshot()->key(key->record.id) != nullptr);
+}
+
+TEST_CASE_TEMPLATE("spend: served usage summed per key, model and API over a window", place, sqlite_place,
+                   postgres_place) {
+  place where;
+  edge::manual_time_source clock(noon);
+  std::unique_ptr<gw::tenant_store> store = where.open(clock);
+  const gw::unix_time h0 = 1777636800;
+  const gw::usage_labels chat_a{"keyA", "m1", "chat_completions"};
+  const gw::usage_labels chat_b{"keyB", "m1", "chat_completions"};
+  const gw::usage_labels messages_a{"keyA", "m1", "messages"};
+  REQUIRE(store->add_usage({.id = "d1",
+                            .details = {{"acme", h0 + 5, chat_a, {1, 100, 10, 40, 0}},
+                                        {"acme", h0 + 3600, chat_a, {2, 200, 20, 0, 0}},
+                                        {"acme", h0, chat_b, {1, 5, 5, 0, 0}},
+                                        {"acme", h0, messages_a, {1, 50, 50, 0, 0}},
+                                        {"other", h0, chat_a, {9, 9, 9, 9, 0}}}})
+              .ok());
+  REQUIRE(store->add_usage({.id = "d2", .details = {{"acme", h0 + 10, chat_a, {1, 1, 1, 1, 0}}}}).ok());
+
+  const auto all = store->spend("acme", h0, h0 + 7200);
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 3);
+  // Largest first.
+  CHECK((*all)[0].labels == chat_a);
+  CHECK((*all)[0].counts == gw::usage_counts{4, 301, 31, 41, 0});
+  CHECK((*all)[1].labels == messages_a);
+  CHECK((*all)[2].labels == chat_b);
+  // A window of the first hour, one key.
+  const auto first_hour = store->spend("acme", h0, h0 + 3600, "keyA");
+  REQUIRE(first_hour.ok());
+  REQUIRE(first_hour->size() == 2);
+  CHECK((*first_hour)[0].labels == chat_a);
+  CHECK((*first_hour)[0].counts == gw::usage_counts{2, 101, 11, 41, 0});
+  CHECK((*first_hour)[1].labels == messages_a);
+  CHECK(store->spend("nobody", h0, h0 + 7200)->empty());
 }

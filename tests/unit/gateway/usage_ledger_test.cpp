@@ -134,6 +134,33 @@ TEST_CASE("a metered request is checkpointed at every flush and written in full 
   CHECK(total_usage(*store, "acme") == gw::usage_counts{1, 40, 16, 32, 0});
 }
 
+TEST_CASE("a metered request with an API key is also filed under its key, model and API for the spend view") {
+  edge::testing::temp_dir tmp;
+  edge::manual_time_source clock(noon);
+  auto store = std::move(gw::tenant_store::open(tmp.path(), clock)).value();
+  gw::usage_ledger ledger(*store, clock, 1h);
+  gw::request_usage chat(/*prompt_tokens=*/40, /*max_tokens=*/100);
+  gw::request_usage other(/*prompt_tokens=*/10, /*max_tokens=*/100);
+  {
+    gw::usage_ledger::meter a = ledger.open_meter("acme", chat, {}, {"k1", "model-x", "chat_completions"});
+    gw::usage_ledger::meter b = ledger.open_meter("acme", other, {}, {"k2", "model-x", "messages"});
+    chat.add_completion(7);
+    REQUIRE(ledger.flush().ok());  // a checkpoint: filed by labels too
+    chat.add_completion(3);
+    other.add_completion(2);
+    ledger.record("acme", {.rejections = 1});  // a refusal: per tenant and hour only
+  }
+  REQUIRE(ledger.flush().ok());
+  const auto spend = store->spend("acme", edge::testing::noon_s - 3600, edge::testing::noon_s + 3600);
+  REQUIRE(spend.ok());
+  REQUIRE(spend->size() == 2);
+  CHECK((*spend)[0].labels == gw::usage_labels{"k1", "model-x", "chat_completions"});
+  CHECK((*spend)[0].counts == gw::usage_counts{1, 40, 10, 0, 0});
+  CHECK((*spend)[1].labels == gw::usage_labels{"k2", "model-x", "messages"});
+  CHECK((*spend)[1].counts == gw::usage_counts{1, 10, 2, 0, 0});
+  CHECK(total_usage(*store, "acme") == gw::usage_counts{2, 50, 12, 0, 1});
+}
+
 TEST_CASE("a request's usage is believed within what the gateway knows") {
   gw::request_usage usage(/*prompt_tokens=*/10, /*max_tokens=*/20);
   usage.add_completion(5);

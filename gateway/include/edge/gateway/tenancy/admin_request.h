@@ -52,13 +52,16 @@ struct query_param {
 std::variant<std::vector<query_param>, admin_request_error> parse_query(std::string_view query,
                                                                         std::initializer_list<std::string_view> known);
 
-// GET /admin/v1/tenants/{id}/usage?from=&to=: the hours [from, to) asked for; by default from
-// the start of `now`'s UTC day to just after `now`. Both take what parse_utc reads.
+// GET /admin/v1/tenants/{id}/usage?from=&to= and .../spend?from=&to=&key=: the hours
+// [from, to) asked for, by default from the start of `now`'s UTC day to just after `now` (both
+// take what parse_utc reads); `key` (spend only) narrows it to one API key.
 struct usage_window {
   unix_time from = 0;
   unix_time to = 0;
+  std::optional<std::string> key_id;
 };
-std::variant<usage_window, admin_request_error> parse_usage_query(std::string_view query, unix_time now);
+std::variant<usage_window, admin_request_error> parse_usage_query(std::string_view query, unix_time now,
+                                                                  bool by_key = false);
 
 // GET /admin/v1/audit?limit=&before=: at most `limit` entries older than the entry `before`.
 struct audit_page {

@@ -90,8 +90,10 @@ class request_session {
   // Phase 2, after admit(): the largest max_tokens, tokens per minute and the daily budget,
   // reserving prompt + choices × max_tokens. Nothing when admitted; else the refusal (counted).
   // The request's usage may then count up to choices × max_tokens completion tokens.
+  // `model`: the served model's id, which the spend view files the usage under (with the key and
+  // the API).
   boost::asio::awaitable<std::optional<quota_decision>> reserve(std::int64_t prompt_tokens, std::int64_t max_tokens,
-                                                                std::int64_t choices = 1);
+                                                                std::int64_t choices = 1, std::string_view model = {});
 
   // The x-ratelimit-* headers of both phases, for every answer to the request.
   void add_headers(http::response_header<>& header) const;

@@ -72,6 +72,30 @@ struct usage_row {
   usage_counts counts;
 };
 
+// What served usage is filed under besides its tenant and hour, for the spend view: the API key
+// that made the request, the model that served it and the API it spoke (chat_completions,
+// completions, messages, responses, ...).
+struct usage_labels {
+  std::string key_id;
+  std::string model;
+  std::string api;
+  friend auto operator<=>(const usage_labels&, const usage_labels&) = default;
+};
+
+// Served usage of one tenant, hour and labels (rejections are counted per tenant and hour only).
+struct usage_detail_row {
+  std::string tenant_id;
+  unix_time hour_start = 0;
+  usage_labels labels;
+  usage_counts counts;
+};
+
+// A tenant's spend over a window, summed per labels.
+struct spend_row {
+  usage_labels labels;
+  usage_counts counts;
+};
+
 // The daily-budget reservation of a request being served, written before the request is served:
 // a restart after a crash counts what it had not yet been charged as spent (it may have been),
 // so a crash can never let a tenant overrun its daily budget.
@@ -86,11 +110,12 @@ struct usage_hold {
 // transaction that adds the last of its request's usage.
 struct usage_batch {
   std::string id;  // unique per batch (the ledger's instance and a sequence number); a retry keeps it
-  std::vector<usage_row> rows;  // added to their (tenant, hour) rows
+  std::vector<usage_row> rows;
+  std::vector<usage_detail_row> details;  // the served part of `rows`, by labels  // added to their (tenant, hour) rows
   // hold id -> prompt + completion tokens its request has been charged so far (in rows now or before)
   std::vector<std::pair<std::string, std::int64_t>> hold_progress;
   std::vector<std::string> released_holds;  // requests that ended: everything they used is in rows
-  bool empty() const { return rows.empty() && hold_progress.empty() && released_holds.empty(); }
+  bool empty() const { return rows.empty() && details.empty() && hold_progress.empty() && released_holds.empty(); }
 };
 
 inline constexpr unix_time seconds_per_hour = 3600;
@@ -151,6 +176,7 @@ struct store_contents {
   std::vector<tenant_record> tenants;
   std::vector<api_key_record> keys;
   std::vector<usage_row> usage;
+  std::vector<usage_detail_row> usage_details;
   std::vector<audit_entry> audit;  // oldest first
   struct tenant_response {
     std::string tenant_id;
@@ -241,6 +267,10 @@ class tenant_store {
   virtual result<std::map<std::string, std::int64_t>> unreleased_hold_tokens(std::int64_t day) = 0;
   // Rows of hours that start in [hour_start_of(from), to), oldest first.
   virtual result<std::vector<usage_row>> usage(std::string_view tenant_id, unix_time from, unix_time to) const = 0;
+  // The tenant's served usage in hours that start in [hour_start_of(from), to), summed per key,
+  // model and API (only for `key_id` when given), largest total tokens first.
+  virtual result<std::vector<spend_row>> spend(std::string_view tenant_id, unix_time from, unix_time to,
+                                               std::optional<std::string_view> key_id = std::nullopt) const = 0;
   // Prompt + completion tokens per tenant in hours starting at or after `from` (a UTC midnight:
   // what each tenant has spent of its daily budget today).
   virtual result<std::map<std::string, std::int64_t>> tokens_since(unix_time from) const = 0;

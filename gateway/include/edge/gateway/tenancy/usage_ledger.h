@@ -115,8 +115,10 @@ class usage_ledger {
     usage_ledger* ledger_ = nullptr;
     std::uint64_t id_ = 0;
   };
-  // `hold_id` names a hold already written to the store (add_hold), or is empty.
-  meter open_meter(std::string tenant_id, const request_usage& usage, std::string hold_id = {});
+  // `hold_id` names a hold already written to the store (add_hold), or is empty. With `labels`
+  // (an API key), the usage is also filed under them for the spend view.
+  meter open_meter(std::string tenant_id, const request_usage& usage, std::string hold_id = {},
+                   usage_labels labels = {});
   // Requests being metered now.
   std::size_t open_meters() const;
 
@@ -141,20 +143,30 @@ class usage_ledger {
   logger log_{"usage"};
 
   using pending_map = std::map<std::string, std::map<unix_time, usage_counts>, std::less<>>;
+  struct detail_key {
+    std::string tenant_id;
+    unix_time hour_start;
+    usage_labels labels;
+    friend auto operator<=>(const detail_key&, const detail_key&) = default;
+  };
+  using detail_map = std::map<detail_key, usage_counts>;
   struct open_request {
     std::string tenant_id;
     const request_usage* usage;
     usage_counts recorded;  // what earlier checkpoints recorded of it
     std::string hold_id;
+    usage_labels labels;
   };
-  // Adds what `request` grew by since it was last recorded to `into`, under `hour`.
-  static void checkpoint(open_request& request, unix_time hour, pending_map& into);
+  // Adds what `request` grew by since it was last recorded to `into` (and, with labels, to
+  // `details`), under `hour`.
+  static void checkpoint(open_request& request, unix_time hour, pending_map& into, detail_map& details);
   static void add(pending_map& into, std::string_view tenant_id, unix_time hour, const usage_counts& counts);
   void end_meter(std::uint64_t id);
 
   mutable std::mutex mutex_;
   // tenant -> hour start -> counts not yet written
   pending_map pending_;                               // guarded by mutex_
+  detail_map pending_details_;                        // guarded by mutex_: the served part of pending_, by labels
   std::map<std::uint64_t, open_request> open_;        // guarded by mutex_
   std::uint64_t next_meter_id_ = 1;                   // guarded by mutex_
   std::vector<std::string> released_holds_;           // guarded by mutex_: not yet written
