@@ -129,6 +129,10 @@ gateway_metrics::gateway_metrics(prometheus::Registry& registry)
                               .Help("Queued quota store calls dropped because the queue was full")
                               .Register(registry)
                               .Add({})),
+      tenant_budget_used(prometheus::BuildGauge()
+                             .Name(name("tenant_budget_used_ratio"))
+                             .Help("Share of a token budget a tenant has spent, all gateways together")
+                             .Register(registry)),
       tenant_store_up(prometheus::BuildGauge()
                           .Name(name("tenant_store_up"))
                           .Help("1 while the tenant store (--tenant-store) answers, 0 while it cannot be reached")

@@ -4,7 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { startServer, edgeinferBin, makeStateDir, sleep } from './lib/server.mjs';
-import { metric } from './lib/metrics.mjs';
+import { metric, scrape, seriesValue } from './lib/metrics.mjs';
 
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
 const stateDir = makeStateDir();
@@ -370,6 +370,31 @@ test('the spend view sums what each key used, by model and API, and narrows to o
   assert.equal(cliSpend.status, 0, cliSpend.stderr);
   assert.equal(cliSpend.json.total.requests, 3);
   assert.equal((await admin('GET', '/admin/v1/tenants/spender/spend?by=model')).status, 400);
+});
+
+test('the share of its daily budget a tenant has spent is in /metrics, for the 80% alert', async () => {
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'budgeted', quotas: { daily_tokens: 60 } } });
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'unbudgeted' } });
+  const key = (await admin('POST', '/admin/v1/tenants/budgeted/keys', { body: {} })).json.key;
+  let spent = 0;
+  while (spent < 50) {
+    const r = await complete(key, { maxTokens: Math.min(10, 60 - spent - 8) });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    spent += r.json.usage.total_tokens;
+  }
+  // Read from the store every 10 s.
+  let shown = 0;
+  const deadline = Date.now() + 25000;
+  while (Date.now() < deadline) {
+    const text = await scrape(server);
+    shown = seriesValue(text, 'edgeinfer_tenant_budget_used_ratio', { tenant: 'budgeted', budget: 'daily_tokens' });
+    if (Math.abs(shown - spent / 60) < 1e-9) break;
+    await sleep(250);
+  }
+  assert.ok(Math.abs(shown - spent / 60) < 1e-9, `shown ${shown}, spent ${spent} of 60`);
+  assert.ok(shown >= 0.8);
+  const text = await scrape(server);
+  assert.doesNotMatch(text, /edgeinfer_tenant_budget_used_ratio\{[^}]*tenant="unbudgeted"/);
 });
 
 test('the audit log lists admin changes, newest first, with their request ids', async () => {

@@ -4,6 +4,7 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <prometheus/gauge.h>
 
 #include <algorithm>
 #include <thread>
@@ -20,6 +21,8 @@ namespace asio = boost::asio;
 
 // How long drain_quota_calls() sleeps between looks.
 constexpr auto drain_poll_interval = std::chrono::milliseconds(5);
+// How often the budget gauges are read from the tenant store (one query of today's usage rows).
+constexpr auto budget_refresh_interval = std::chrono::seconds(10);
 
 std::string_view to_string(request_outcome outcome) {
   switch (outcome) {
@@ -235,6 +238,7 @@ result<std::unique_ptr<tenancy>> tenancy::open(const tenancy_options& options, c
 
 void tenancy::report_store_health() {
   if (metrics_ == nullptr) return;
+  report_budgets();
   const tenant_store_health health = store_->health();
   metrics_->tenant_store_up.Set(health.reachable ? 1 : 0);
   const unix_time now = to_unix_seconds(clock_.system_time());
@@ -244,6 +248,42 @@ void tenancy::report_store_health() {
     reported_store_failures_ = health.failures;
   }
   metrics_->usage_ledger_pending_rows.Set(static_cast<double>(ledger_->pending_rows()));
+}
+
+void tenancy::report_budgets() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - budgets_reported_at_ < budget_refresh_interval) return;
+  budgets_reported_at_ = now;
+  const unix_time midnight = today(clock_) * seconds_per_day;
+  auto spent = store_->tokens_since(midnight);
+  if (!spent.ok()) return;  // the store is down: the gauges keep their last values
+  // Per label: several tenants past the label limit share "other", which shows the largest share.
+  std::map<std::pair<std::string, std::string>, double> shares;
+  const auto snapshot = store_->snapshot();
+  for (const auto& [tenant, tokens] : *spent) {
+    const auto record = snapshot->tenant(tenant);
+    if (!record || !record->quotas.daily_tokens || *record->quotas.daily_tokens <= 0) continue;
+    const double share = static_cast<double>(tokens) / static_cast<double>(*record->quotas.daily_tokens);
+    double& shown = shares[{metrics_->tenant_labels.label(tenant), "daily_tokens"}];
+    shown = std::max(shown, share);
+  }
+  // Tenants with a budget and nothing spent today show 0; gauges of tenants without one go.
+  for (const auto& [id, record] : snapshot->tenants()) {
+    if (record->quotas.daily_tokens) shares.try_emplace({metrics_->tenant_labels.label(id), "daily_tokens"}, 0.0);
+  }
+  for (auto it = budget_gauges_.begin(); it != budget_gauges_.end();) {
+    if (shares.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    metrics_->tenant_budget_used.Remove(it->second);
+    it = budget_gauges_.erase(it);
+  }
+  for (const auto& [labels, share] : shares) {
+    prometheus::Gauge*& gauge = budget_gauges_[labels];
+    if (gauge == nullptr) gauge = &metrics_->tenant_budget_used.Add({{"tenant", labels.first}, {"budget", labels.second}});
+    gauge->Set(share);
+  }
 }
 
 result<request_session> tenancy::authenticate(const request& req) {

@@ -99,6 +99,10 @@ struct gateway_metrics {
   // confirmed current; edgeinfer_tenant_store_errors_total: calls and checks that could not reach
   // it. edgeinfer_usage_ledger_pending_rows: (tenant, hour) rows of usage not yet written (they
   // grow during an outage and are written once the store answers; a crash meanwhile loses them).
+  // edgeinfer_tenant_budget_used_ratio{tenant, budget}: the share of a token budget a tenant
+  // has spent (budget daily_tokens: today's prompt + completion tokens in the tenant store, all
+  // gateways together, over the limit), for tenants that have the budget; refreshed every 10 s.
+  prometheus::Family<prometheus::Gauge>& tenant_budget_used;
   prometheus::Gauge& tenant_store_up;
   prometheus::Gauge& tenant_store_snapshot_age;
   prometheus::Counter& tenant_store_errors;

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,9 @@
 
 namespace edge::monitoring {
 struct gateway_metrics;
+}
+namespace prometheus {
+class Gauge;
 }
 
 namespace edge::gateway {
@@ -183,9 +187,10 @@ class tenancy {
   void finish_later(quota_reservation reservation, std::int64_t used_tokens);
   // A refusal by one of the tenant's limits: a rejection in the ledger and the metrics.
   void count_refusal(const tenant_record& tenant, quota_limit limit, std::string_view api);
-  // The tenant store's health and the ledger's backlog into the metrics (the ledger's thread,
-  // after each flush).
+  // The tenant store's health and the ledger's backlog into the metrics, and every
+  // budget_refresh_interval the tenants' budget shares (the ledger's thread, after each flush).
   void report_store_health();
+  void report_budgets();
 
   const time_source& clock_;
   monitoring::gateway_metrics* metrics_;
@@ -197,6 +202,8 @@ class tenancy {
   const quota_fail_mode fail_mode_;
   reservation_ids reservation_ids_;
   std::uint64_t reported_store_failures_ = 0;  // ledger thread only: tenant_store_health::failures counted so far
+  std::chrono::steady_clock::time_point budgets_reported_at_{};  // ledger thread only
+  std::map<std::pair<std::string, std::string>, prometheus::Gauge*> budget_gauges_;  // ledger thread only: by (label, budget)
   const std::size_t max_queued_calls_;
   std::atomic<std::size_t> queued_calls_{0};
   std::unique_ptr<thread_pool> calls_;  // declared last, destroyed first: what is queued runs while the rest exists

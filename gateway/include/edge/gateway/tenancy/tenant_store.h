@@ -157,6 +157,7 @@ class tenant_snapshot {
   // request that keeps a tenant beyond it holds the shared_ptr.
   std::shared_ptr<const tenant_record> tenant(std::string_view id) const;
   const api_key_record* key(std::string_view id) const;
+  const std::map<std::string, std::shared_ptr<const tenant_record>, std::less<>>& tenants() const { return tenants_; }
   std::size_t tenant_count() const { return tenants_.size(); }
   std::size_t key_count() const { return keys_.size(); }
   // Increases with every change the store makes.
