@@ -372,8 +372,28 @@ test('the spend view sums what each key used, by model and API, and narrows to o
   assert.equal((await admin('GET', '/admin/v1/tenants/spender/spend?by=model')).status, 400);
 });
 
+test('a monthly budget refuses with 429 insufficient_quota once spent, saying when it resets', async () => {
+  const made = cli(['tenants', 'create', 'monthly', '--monthly-tokens', '40']);
+  assert.equal(made.status, 0, made.stderr);
+  assert.equal(made.json.quotas.monthly_tokens, 40);
+  const key = (await admin('POST', '/admin/v1/tenants/monthly/keys', { body: {} })).json.key;
+  let refused;
+  for (let i = 0; i < 10 && !refused; i++) {
+    const r = await complete(key, { maxTokens: 8 });
+    if (r.status === 429) refused = r;
+    else assert.equal(r.status, 200, JSON.stringify(r.json));
+  }
+  assert.ok(refused, 'the monthly budget never refused');
+  assert.equal(refused.json.error.code, 'insufficient_quota');
+  assert.match(refused.json.error.message, /monthly token budget/);
+  const next = new Date();
+  const reset = new Date(Date.UTC(next.getUTCFullYear(), next.getUTCMonth() + 1, 1)).toISOString().replace('.000Z', 'Z');
+  assert.ok(refused.json.error.message.includes(reset), refused.json.error.message);
+  assert.ok(Number(refused.headers.get('retry-after')) > 0);
+});
+
 test('the share of its daily budget a tenant has spent is in /metrics, for the 80% alert', async () => {
-  await admin('POST', '/admin/v1/tenants', { body: { id: 'budgeted', quotas: { daily_tokens: 60 } } });
+  await admin('POST', '/admin/v1/tenants', { body: { id: 'budgeted', quotas: { daily_tokens: 60, monthly_tokens: 600 } } });
   await admin('POST', '/admin/v1/tenants', { body: { id: 'unbudgeted' } });
   const key = (await admin('POST', '/admin/v1/tenants/budgeted/keys', { body: {} })).json.key;
   let spent = 0;
@@ -394,6 +414,8 @@ test('the share of its daily budget a tenant has spent is in /metrics, for the 8
   assert.ok(Math.abs(shown - spent / 60) < 1e-9, `shown ${shown}, spent ${spent} of 60`);
   assert.ok(shown >= 0.8);
   const text = await scrape(server);
+  const monthly = seriesValue(text, 'edgeinfer_tenant_budget_used_ratio', { tenant: 'budgeted', budget: 'monthly_tokens' });
+  assert.ok(Math.abs(monthly - spent / 600) < 1e-9, `monthly share ${monthly}, spent ${spent} of 600`);
   assert.doesNotMatch(text, /edgeinfer_tenant_budget_used_ratio\{[^}]*tenant="unbudgeted"/);
 });
 

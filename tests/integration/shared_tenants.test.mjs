@@ -67,7 +67,7 @@ test('the default tenant and its key are made once for the three gateways', asyn
   const keys = gateways.map((g) => g.defaultKey).filter(Boolean);
   assert.equal(keys.length, 1, gateways.map((g) => g.log).join('\n----\n'));
   for (const g of gateways) {
-    assert.match(g.log, /tenant store PostgreSQL 127\.0\.0\.1:\d+\/edgeinfer \(schema 2\)/);
+    assert.match(g.log, /tenant store PostgreSQL 127\.0\.0\.1:\d+\/edgeinfer \(schema 3\)/);
     assert.equal((await complete(g, keys[0])).status, 200);
   }
 });

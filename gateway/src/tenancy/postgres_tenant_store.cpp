@@ -140,6 +140,9 @@ CREATE TABLE usage_by_key (
   PRIMARY KEY (tenant_id, hour_start, key_id, model, api)
 );
 )sql"},
+    {3, "the tenants' monthly token budgets", R"sql(
+ALTER TABLE tenants ADD COLUMN monthly_tokens BIGINT;
+)sql"},
 };
 
 tenant_record read_tenant(const pg::rows& r, int row) {

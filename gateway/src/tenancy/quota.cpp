@@ -97,13 +97,19 @@ quota_decision in_memory_quota_store::try_reserve(const quota_reservation& held,
   const unix_time now_s = to_unix_seconds(clock_.system_time());
   const std::int64_t today = quota_rules::utc_day(now_s);
 
+  const std::int64_t this_month = quota_rules::utc_month(now_s);
+
   std::lock_guard lock(mutex_);
   tenant_state& st = state_of(request.tenant_id);
   if (st.day != today) {
     st.day = today;
     st.day_tokens = 0;
   }
-  quota_rules::reserve_counters seen{.day_tokens = st.day_tokens};
+  if (st.month != this_month) {
+    st.month = this_month;
+    st.month_tokens = 0;
+  }
+  quota_rules::reserve_counters seen{.day_tokens = st.day_tokens, .month_tokens = st.month_tokens};
   if (const std::optional<std::int64_t> capacity = quota_rules::bucket_capacity(q)) {
     refill(st, *capacity, now);
     seen.bucket = st.bucket;
@@ -113,6 +119,7 @@ quota_decision in_memory_quota_store::try_reserve(const quota_reservation& held,
   if (!d.allowed) return d;  // a refusal takes nothing more
   st.bucket -= static_cast<double>(d.reservation.bucket_tokens);
   st.day_tokens += d.reservation.day_tokens;
+  st.month_tokens += d.reservation.month_tokens;
   return d;
 }
 
@@ -125,6 +132,9 @@ void in_memory_quota_store::settle(const quota_reservation& reservation, std::in
   }
   if (reservation.day_tokens > 0 && st.day == reservation.day) {
     st.day_tokens = std::max<std::int64_t>(st.day_tokens - (reservation.day_tokens - used_tokens), 0);
+  }
+  if (reservation.month_tokens > 0 && st.month == reservation.month) {
+    st.month_tokens = std::max<std::int64_t>(st.month_tokens - (reservation.month_tokens - used_tokens), 0);
   }
 }
 
@@ -147,6 +157,18 @@ void in_memory_quota_store::seed_day_tokens(std::string_view tenant_id, std::int
   st.day_tokens += tokens;
 }
 
+void in_memory_quota_store::seed_month_tokens(std::string_view tenant_id, std::int64_t tokens) {
+  const unix_time now_s = to_unix_seconds(clock_.system_time());
+  std::lock_guard lock(mutex_);
+  tenant_state& st = state_of(tenant_id);
+  const std::int64_t this_month = quota_rules::utc_month(now_s);
+  if (st.month != this_month) {
+    st.month = this_month;
+    st.month_tokens = 0;
+  }
+  st.month_tokens += tokens;
+}
+
 std::int64_t in_memory_quota_store::in_flight(std::string_view tenant_id) const {
   std::lock_guard lock(mutex_);
   const auto it = tenants_.find(tenant_id);
@@ -159,6 +181,14 @@ std::int64_t in_memory_quota_store::day_tokens_used(std::string_view tenant_id) 
   const auto it = tenants_.find(tenant_id);
   if (it == tenants_.end() || it->second.day != quota_rules::utc_day(now_s)) return 0;
   return it->second.day_tokens;
+}
+
+std::int64_t in_memory_quota_store::month_tokens_used(std::string_view tenant_id) const {
+  const unix_time now_s = to_unix_seconds(clock_.system_time());
+  std::lock_guard lock(mutex_);
+  const auto it = tenants_.find(tenant_id);
+  if (it == tenants_.end() || it->second.month != quota_rules::utc_month(now_s)) return 0;
+  return it->second.month_tokens;
 }
 
 }  // namespace edge::gateway

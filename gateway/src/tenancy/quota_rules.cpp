@@ -72,6 +72,18 @@ std::int64_t utc_day(unix_time t) {
   return t >= 0 ? t / seconds_per_day : -((-t + seconds_per_day - 1) / seconds_per_day);
 }
 
+std::int64_t utc_month(unix_time t) {
+  const std::chrono::year_month_day date{std::chrono::sys_days{std::chrono::days{utc_day(t)}}};
+  return (static_cast<int>(date.year()) - 1970) * 12 + static_cast<int>(static_cast<unsigned>(date.month())) - 1;
+}
+
+unix_time month_start(std::int64_t month) {
+  const std::int64_t year = 1970 + (month >= 0 ? month / 12 : -((-month + 11) / 12));
+  const auto in_year = static_cast<unsigned>(month - (year - 1970) * 12);
+  const std::chrono::sys_days first{std::chrono::year{static_cast<int>(year)} / std::chrono::month{in_year + 1} / 1};
+  return static_cast<unix_time>(first.time_since_epoch().count()) * seconds_per_day;
+}
+
 quota_decision judge_admit(const admit_request& request, const admit_counters& seen) {
   const tenant_quotas& q = request.quotas;
   quota_decision d;
@@ -144,6 +156,22 @@ quota_decision judge_reserve(const quota_reservation& held, const quota_request&
     }
   }
 
+  // Monthly budget.
+  const std::int64_t this_month = utc_month(now_s);
+  if (q.monthly_tokens && seen.month_tokens + cost > *q.monthly_tokens) {
+    const unix_time next_month = month_start(this_month + 1);
+    if (cost > *q.monthly_tokens) {
+      refused.add(quota_limit::monthly_tokens, std::nullopt,
+                  format("This request needs up to {} tokens, more than tenant '{}''s whole monthly budget of {}.",
+                         cost, request.tenant_id, *q.monthly_tokens));
+    } else {
+      refused.add(quota_limit::monthly_tokens, std::chrono::seconds(next_month - now_s),
+                  format("Tenant '{}' has used its monthly token budget: {} of {} tokens spent or reserved this "
+                         "month, this request needs up to {}. The budget resets at {}.",
+                         request.tenant_id, seen.month_tokens, *q.monthly_tokens, cost, format_utc(next_month)));
+    }
+  }
+
   // Tokens per minute (token bucket).
   rate_limit_status tokens_idle{};
   if (q.tokens_per_minute) {
@@ -187,6 +215,10 @@ quota_decision judge_reserve(const quota_reservation& held, const quota_request&
     d.reservation.day_tokens = cost;
     d.reservation.day = today;
   }
+  if (q.monthly_tokens) {
+    d.reservation.month_tokens = cost;
+    d.reservation.month = this_month;
+  }
   return d;
 }
 
@@ -211,6 +243,7 @@ std::int64_t default_max_tokens(const tenant_quotas& q, std::int64_t prompt_toke
   // Prompt + n × max_tokens is what the token limits reserve.
   if (q.tokens_per_minute) limit = std::min(limit, (*q.tokens_per_minute - prompt_tokens) / n);
   if (q.daily_tokens) limit = std::min(limit, (*q.daily_tokens - prompt_tokens) / n);
+  if (q.monthly_tokens) limit = std::min(limit, (*q.monthly_tokens - prompt_tokens) / n);
   return std::max<std::int64_t>(limit, 1);
 }
 

@@ -28,6 +28,7 @@ struct admit_counters {
 struct reserve_counters {
   double bucket = 0.0;          // tokens in the tokens-per-minute bucket now
   std::int64_t day_tokens = 0;  // reserved or spent during `today`
+  std::int64_t month_tokens = 0;  // reserved or spent during this UTC month
 };
 
 // GCRA's emission interval: one request every 60 s / limit (at least 1 ns).
@@ -40,6 +41,9 @@ std::optional<std::int64_t> bucket_capacity(const tenant_quotas& q);
 
 // Days since 1970-01-01 (UTC) of a unix time, rounding down for times before 1970 too.
 std::int64_t utc_day(unix_time t);
+// Calendar months since 1970-01 (UTC) of a unix time, and the unix time a month starts at.
+std::int64_t utc_month(unix_time t);
+unix_time month_start(std::int64_t month);
 
 // Phase 1: admits the request or refuses it with the first limit that says no (the requests in
 // flight before the request rate), the longest retry_after of all refusals, and the requests

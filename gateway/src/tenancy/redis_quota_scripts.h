@@ -155,14 +155,15 @@ end
 return {ok and 1 or 0, backlog, in_flight}
 )lua";
 
-// Phase 2. KEYS: bind_keys(reservation): the rate hash, the daily hash, the reservation's
-// record hash.
+// Phase 2. KEYS: bind_keys(reservation): the rate hash, the daily hash, the monthly hash, the
+// reservation's record hash.
 // ARGV: now (3), cost, take ('1' = take it if every limit allows, '0' = only read), rate key
-//       lifetime ms, record lifetime ms, then the limits (bind_limits: tokens/min, daily tokens;
-//       0 = unlimited each).
+//       lifetime ms, record lifetime ms, then the limits (bind_limits: tokens/min, daily tokens,
+//       monthly tokens; 0 = unlimited each).
 // Returns {1 admitted / 0 refused / 2 the id was seen before (nothing taken), bucket level
-//          (%.17g), tokens of today, today (UTC day number), now_s}: the counters as they read
-//          before this request, for quota_rules::judge_reserve to explain.
+//          (%.17g), tokens of today, today (UTC day number), now_s, tokens of this month}: the
+//          counters as they read before this request, for quota_rules::judge_reserve to explain.
+// The month is the UTC calendar month, as months since 1970-01 (quota_rules::utc_month).
 inline constexpr std::size_t reserve_arguments = 7;
 inline const std::string reserve = std::string(clock_prelude) + bind_keys(quota_phase::reservation) +
                                    bind_limits(quota_phase::reservation, reserve_arguments) + R"lua(
@@ -200,6 +201,25 @@ if daily > 0 then
   if day_tokens + cost > daily then ok = false end
 end
 
+-- Monthly budget of the UTC calendar month (the civil date of the day number).
+local this_month = 0
+local month_tokens = 0
+if monthly > 0 then
+  local z = today + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  this_month = (y - 1970) * 12 + (m - 1)
+  local month = redis.call('HMGET', monthly_key, 'month', 'tokens')
+  if tonumber(month[1]) == this_month then month_tokens = tonumber(month[2]) end
+  if month_tokens + cost > monthly then ok = false end
+end
+
 -- The refill is kept whether or not the request is admitted (as in memory).
 if tpm > 0 then
   local after = level
@@ -219,22 +239,31 @@ if ok then
     table.insert(record, 'daily')
     table.insert(record, cost)
   end
+  if monthly > 0 then
+    redis.call('HSET', monthly_key, 'month', this_month, 'tokens', month_tokens + cost)
+    redis.call('PEXPIRE', monthly_key, 32 * 86400 * 1000)
+    table.insert(record, 'monthly')
+    table.insert(record, cost)
+    table.insert(record, 'month')
+    table.insert(record, this_month)
+  end
   redis.call('HSET', record_key, unpack(record))
   redis.call('PEXPIRE', record_key, ARGV[7])
 end
-return {ok and 1 or 0, string.format('%.17g', level), day_tokens, today, now_s}
+return {ok and 1 or 0, string.format('%.17g', level), day_tokens, today, now_s, month_tokens}
 )lua";
 
 // Gives back what a reservation holds. KEYS: bind_keys(every phase): the rate hash, the slots
-// sorted set, the daily hash, the reservation's record hash.
+// sorted set, the daily hash, the monthly hash, the reservation's record hash.
 // ARGV: reservation id, tokens used ('' = leave the tokens), '1' = free the slot, a cancel mark
 //       to leave ('' = none), record lifetime ms.
 // The unused tokens go back to the bucket (one whose key expired is full already) and to the
-// day's count (a past day's count is not touched), once: the record's fields go with them.
+// day's and the month's counts (a past day's or month's count is not touched), once: the
+// record's fields go with them.
 inline const std::size_t close_keys = counter_keys(std::nullopt).size() + 1;
 inline const std::string close = bind_keys(std::nullopt) + R"lua(
 if ARGV[2] ~= '' then
-  local held = redis.call('HMGET', record_key, 'bucket', 'daily', 'day')
+  local held = redis.call('HMGET', record_key, 'bucket', 'daily', 'day', 'monthly', 'month')
   local used = tonumber(ARGV[2])
   if held[1] then
     local level = redis.call('HGET', rate_key, 'bucket')
@@ -248,7 +277,13 @@ if ARGV[2] ~= '' then
       redis.call('HSET', daily_key, 'tokens', math.max(tonumber(day[2]) - (tonumber(held[2]) - used), 0))
     end
   end
-  redis.call('HDEL', record_key, 'bucket', 'daily', 'day')
+  if held[4] then
+    local month = redis.call('HMGET', monthly_key, 'month', 'tokens')
+    if month[1] and tonumber(month[1]) == tonumber(held[5]) then
+      redis.call('HSET', monthly_key, 'tokens', math.max(tonumber(month[2]) - (tonumber(held[4]) - used), 0))
+    end
+  end
+  redis.call('HDEL', record_key, 'bucket', 'daily', 'day', 'monthly', 'month')
 end
 if ARGV[3] == '1' then redis.call('ZREM', slots_key, ARGV[1]) end
 if ARGV[4] ~= '' then

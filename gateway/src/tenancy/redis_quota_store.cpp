@@ -87,9 +87,9 @@ struct reserve_answer {
   unix_time now_s = 0;
 };
 
-// {outcome, bucket, day_tokens, today, now_s}
+// {outcome, bucket, day_tokens, today, now_s, month_tokens}
 result<reserve_answer> read_reserve_answer(const redis_reply& reply) {
-  EDGE_RETURN_IF_ERROR(check_answer(reply, "isiii"));
+  EDGE_RETURN_IF_ERROR(check_answer(reply, "isiiii"));
   const auto& e = reply.elements;
   reserve_answer out;
   out.outcome = static_cast<script_outcome>(e[0].integer);
@@ -100,6 +100,7 @@ result<reserve_answer> read_reserve_answer(const redis_reply& reply) {
   out.seen.day_tokens = e[2].integer;
   out.today = e[3].integer;
   out.now_s = e[4].integer;
+  out.seen.month_tokens = e[5].integer;
   return out;
 }
 
@@ -432,7 +433,7 @@ void redis_quota_store::forget_slot(const quota_reservation& reservation) {
 }
 
 void redis_quota_store::settle(const quota_reservation& reservation, std::int64_t used_tokens) {
-  if (reservation.bucket_tokens <= 0 && reservation.day_tokens <= 0) return;
+  if (!reservation.holds_tokens()) return;
   close_now("settle", close_call(reservation.tenant_id, reservation.id, std::to_string(used_tokens), false, ""));
 }
 
@@ -443,7 +444,7 @@ void redis_quota_store::release(const quota_reservation& reservation) {
 }
 
 void redis_quota_store::finish(const quota_reservation& reservation, std::int64_t used_tokens) {
-  const bool refund = reservation.bucket_tokens > 0 || reservation.day_tokens > 0;
+  const bool refund = reservation.holds_tokens();
   if (!refund && !reservation.holds_slot) return;
   if (reservation.holds_slot) forget_slot(reservation);
   close_now("finish", close_call(reservation.tenant_id, reservation.id, refund ? std::to_string(used_tokens) : "",

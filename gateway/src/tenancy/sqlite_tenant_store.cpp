@@ -119,6 +119,9 @@ CREATE TABLE usage_by_key (
   PRIMARY KEY (tenant_id, hour_start, key_id, model, api)
 ) WITHOUT ROWID;
 )sql"},
+    {7, "the tenants' monthly token budgets", R"sql(
+ALTER TABLE tenants ADD COLUMN monthly_tokens INTEGER;
+)sql"},
 };
 
 tenant_record read_tenant(const sqlite::statement& row) {

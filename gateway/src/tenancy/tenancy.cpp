@@ -138,11 +138,11 @@ asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int
   served_->reservation = std::move(decision.reservation);
 
   std::string hold_id;
-  if (t.holds_daily_budget_ && served_->reservation.day_tokens > 0) {
+  if (t.holds_daily_budget_ && served_->reservation.budget_tokens() > 0) {
     const usage_hold hold{.id = served_->reservation.id,
                           .tenant_id = tenant.id,
-                          .day = served_->reservation.day,
-                          .reserved_tokens = served_->reservation.day_tokens};
+                          .day = today(t.clock_),
+                          .reserved_tokens = served_->reservation.budget_tokens()};
     // A local SQLite write, but behind the store's mutex, which a flush may hold: off this thread.
     std::optional<status> written = co_await t.off_thread([&t, &hold] { return t.store_->add_hold(hold); });
     if (!written || !written->ok()) {
@@ -223,12 +223,16 @@ result<std::unique_ptr<tenancy>> tenancy::open(const tenancy_options& options, c
     const std::int64_t day = today(clock);
     EDGE_ASSIGN_OR_RETURN(const auto spent_today, t->store_->tokens_since(day * seconds_per_day));
     for (const auto& [tenant, tokens] : spent_today) memory->seed_day_tokens(tenant, tokens);
+    const unix_time month_began = quota_rules::month_start(quota_rules::utc_month(day * seconds_per_day));
+    EDGE_ASSIGN_OR_RETURN(const auto spent_this_month, t->store_->tokens_since(month_began));
+    for (const auto& [tenant, tokens] : spent_this_month) memory->seed_month_tokens(tenant, tokens);
     EDGE_ASSIGN_OR_RETURN(const auto held_today, t->store_->unreleased_hold_tokens(day));
     for (const auto& [tenant, tokens] : held_today) {
       logger("usage").warn("tenant {}: {} tokens of today's budget were reserved by requests cut short by a crash; "
-                           "they count as spent today",
+                           "they count as spent today and this month",
                            tenant, tokens);
       memory->seed_day_tokens(tenant, tokens);
+      memory->seed_month_tokens(tenant, tokens);
     }
   }
   t->report_store_health();
@@ -242,7 +246,8 @@ void tenancy::report_store_health() {
   const tenant_store_health health = store_->health();
   metrics_->tenant_store_up.Set(health.reachable ? 1 : 0);
   const unix_time now = to_unix_seconds(clock_.system_time());
-  metrics_->tenant_store_snapshot_age.Set(health.checked_at > 0 ? static_cast<double>(std::max<unix_time>(now - health.checked_at, 0)) : 0);
+  const unix_time age = health.checked_at > 0 ? std::max<unix_time>(now - health.checked_at, 0) : 0;
+  metrics_->tenant_store_snapshot_age.Set(static_cast<double>(age));
   if (health.failures > reported_store_failures_) {
     metrics_->tenant_store_errors.Increment(static_cast<double>(health.failures - reported_store_failures_));
     reported_store_failures_ = health.failures;
@@ -255,21 +260,29 @@ void tenancy::report_budgets() {
   if (now - budgets_reported_at_ < budget_refresh_interval) return;
   budgets_reported_at_ = now;
   const unix_time midnight = today(clock_) * seconds_per_day;
-  auto spent = store_->tokens_since(midnight);
-  if (!spent.ok()) return;  // the store is down: the gauges keep their last values
+  // The budgets: the quota kind, and since when its spend counts.
+  const std::pair<const quota_kind*, unix_time> budgets[] = {
+      {find_quota_kind(quota_limit::daily_tokens), midnight},
+      {find_quota_kind(quota_limit::monthly_tokens), quota_rules::month_start(quota_rules::utc_month(midnight))},
+  };
   // Per label: several tenants past the label limit share "other", which shows the largest share.
   std::map<std::pair<std::string, std::string>, double> shares;
   const auto snapshot = store_->snapshot();
-  for (const auto& [tenant, tokens] : *spent) {
-    const auto record = snapshot->tenant(tenant);
-    if (!record || !record->quotas.daily_tokens || *record->quotas.daily_tokens <= 0) continue;
-    const double share = static_cast<double>(tokens) / static_cast<double>(*record->quotas.daily_tokens);
-    double& shown = shares[{metrics_->tenant_labels.label(tenant), "daily_tokens"}];
-    shown = std::max(shown, share);
-  }
-  // Tenants with a budget and nothing spent today show 0; gauges of tenants without one go.
-  for (const auto& [id, record] : snapshot->tenants()) {
-    if (record->quotas.daily_tokens) shares.try_emplace({metrics_->tenant_labels.label(id), "daily_tokens"}, 0.0);
+  for (const auto& [kind, since] : budgets) {
+    auto spent = store_->tokens_since(since);
+    if (!spent.ok()) return;  // the store is down: the gauges keep their last values
+    const std::string budget(kind->name);
+    for (const auto& [tenant, tokens] : *spent) {
+      const auto record = snapshot->tenant(tenant);
+      const std::optional<std::int64_t> limit = record ? kind->of(record->quotas) : std::nullopt;
+      if (!limit || *limit <= 0) continue;
+      double& shown = shares[{metrics_->tenant_labels.label(tenant), budget}];
+      shown = std::max(shown, static_cast<double>(tokens) / static_cast<double>(*limit));
+    }
+    // Tenants with the budget and nothing spent show 0; gauges of tenants without one go.
+    for (const auto& [id, record] : snapshot->tenants()) {
+      if (kind->of(record->quotas)) shares.try_emplace({metrics_->tenant_labels.label(id), budget}, 0.0);
+    }
   }
   for (auto it = budget_gauges_.begin(); it != budget_gauges_.end();) {
     if (shares.contains(it->first)) {

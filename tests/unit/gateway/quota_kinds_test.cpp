@@ -307,14 +307,15 @@ TEST_CASE("the Redis scripts bind each counted kind's key and limit where the st
   CHECK(scripts::bind_keys(gw::quota_phase::admission) ==
         "local rate_key, slots_key, record_key = KEYS[1], KEYS[2], KEYS[3]\n");
   CHECK(scripts::bind_keys(gw::quota_phase::reservation) ==
-        "local rate_key, daily_key, record_key = KEYS[1], KEYS[2], KEYS[3]\n");
+        "local rate_key, daily_key, monthly_key, record_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n");
   CHECK(scripts::bind_keys(std::nullopt) ==
-        "local rate_key, slots_key, daily_key, record_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n");
-  CHECK(scripts::close_keys == 4);
+        "local rate_key, slots_key, daily_key, monthly_key, record_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], "
+        "KEYS[5]\n");
+  CHECK(scripts::close_keys == 5);
   CHECK(scripts::bind_limits(gw::quota_phase::admission, scripts::admit_arguments) ==
         "local rpm, concurrent = tonumber(ARGV[7]), tonumber(ARGV[8])\n");
   CHECK(scripts::bind_limits(gw::quota_phase::reservation, scripts::reserve_arguments) ==
-        "local tpm, daily = tonumber(ARGV[8]), tonumber(ARGV[9])\n");
+        "local tpm, daily, monthly = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])\n");
 
   // Whatever the table holds: each counted kind's limit is read by its phase's script and its
   // key is bound there and in close.

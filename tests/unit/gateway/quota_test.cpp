@@ -13,6 +13,7 @@
 #include "edge/gateway/tenancy/quota.h"
 #include "edge/gateway/tenancy/quota_response.h"
 #include "quota_phases.h"
+#include "tenancy/quota_rules.h"
 
 namespace gw = edge::gateway;
 using namespace std::chrono_literals;
@@ -539,4 +540,58 @@ TEST_CASE("a request for n choices reserves prompt + n x max_tokens and refunds 
   const gw::quota_request huge{"acme", q, 5, std::numeric_limits<std::int64_t>::max(), 100};
   CHECK(huge.cost() > 0);
   CHECK(huge.completion_tokens() == std::numeric_limits<std::int64_t>::max() / 2);
+}
+
+TEST_CASE("UTC calendar months: numbered from 1970-01, starting on the 1st at 00:00") {
+  namespace rules = gw::quota_rules;
+  CHECK(rules::utc_month(0) == 0);
+  CHECK(rules::month_start(0) == 0);
+  CHECK(rules::utc_month(1777636800) == (2026 - 1970) * 12 + 4);  // 2026-05-01T12:00Z
+  CHECK(gw::format_utc(rules::month_start(rules::utc_month(1777636800))) == "2026-05-01T00:00:00Z");
+  // December to January, and February of a leap year.
+  const std::int64_t december = (2026 - 1970) * 12 + 11;
+  CHECK(gw::format_utc(rules::month_start(december + 1)) == "2027-01-01T00:00:00Z");
+  CHECK(rules::utc_month(rules::month_start(december + 1) - 1) == december);
+  const std::int64_t february_2028 = (2028 - 1970) * 12 + 1;
+  CHECK(rules::month_start(february_2028 + 1) - rules::month_start(february_2028) == 29 * 86400);
+  CHECK(rules::utc_month(-1) == -1);  // 1969-12
+  CHECK(gw::format_utc(rules::month_start(-1)) == "1969-12-01T00:00:00Z");
+}
+
+TEST_CASE("monthly budget: reserved, refunded, said when it resets, and renewed on the 1st at 00:00 UTC") {
+  edge::manual_time_source clock(noon + 30 * 24h + 11h);  // 2026-05-31T23:00Z
+  gw::in_memory_quota_store store(clock);
+  gw::tenant_quotas q;
+  q.monthly_tokens = 1000;
+  q.daily_tokens = 5000;  // both budgets take; the monthly one refuses first
+
+  auto a = ask(store, q, 100, 700);
+  REQUIRE(a.allowed);
+  CHECK(a.reservation.month_tokens == 800);
+  CHECK(a.reservation.budget_tokens() == 800);
+  CHECK(store.month_tokens_used("acme") == 800);
+  auto refused = ask(store, q, 100, 200);
+  CHECK_FALSE(refused.allowed);
+  CHECK(refused.limit == gw::quota_limit::monthly_tokens);
+  REQUIRE(refused.retry_after);
+  CHECK(*refused.retry_after == 1h);
+  CHECK(refused.message.find("800 of 1000 tokens spent or reserved this month") != std::string::npos);
+  CHECK(refused.message.find("2026-06-01T00:00:00Z") != std::string::npos);
+  CHECK_FALSE(ask(store, q, 600, 600).retry_after);  // larger than the whole budget: refused for good
+
+  store.settle(a.reservation, 400);
+  CHECK(store.month_tokens_used("acme") == 400);
+  // A request without max_tokens gets at most what the whole budget allows, as with the daily one.
+  CHECK(gw::quota_rules::default_max_tokens(q, 100, 100000, 1) == 900);
+
+  auto late = ask(store, q, 0, 500);
+  REQUIRE(late.allowed);
+  clock.advance(1h);  // 2026-06-01T00:00Z: a new month
+  auto june = ask(store, q, 100, 800);
+  CHECK(june.allowed);
+  store.settle(late.reservation, 0);  // May's refund does not touch June
+  CHECK(store.month_tokens_used("acme") == 900);
+
+  store.seed_month_tokens("acme", 100);
+  CHECK_FALSE(ask(store, q, 0, 1).allowed);
 }

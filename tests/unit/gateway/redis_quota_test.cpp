@@ -936,3 +936,44 @@ TEST_CASE("redis URLs: what --quota-store accepts, and clear errors for the rest
   CHECK(wrong.error().message() ==
         "--quota-store: invalid Redis URL \"memcached\": not a URL; expected redis://HOST[:PORT][/DB], or memory");
 }
+
+TEST_CASE("redis: the monthly budget decides as in memory across a month's end (the scripts' calendar)") {
+  auto* server = shared_redis();
+  REQUIRE_REDIS_SERVER(server);
+  // 2026-12-31T23:00Z: the month and the year end within the hour.
+  edge::manual_time_source clock(std::chrono::system_clock::time_point(std::chrono::seconds(1798758000)));
+  gw::in_memory_quota_store memory(clock);
+  auto options = options_for(*server, &clock);
+  options.slot_lease = 1000h;
+  auto redis = gw::redis_quota_store::create(options, nullptr);
+  REQUIRE(redis->up());
+  gw::tenant_quotas q;
+  q.monthly_tokens = 1000;
+
+  const auto both = [&](std::int64_t prompt, std::int64_t max_tokens) {
+    auto in_memory = ask(memory, q, prompt, max_tokens);
+    auto in_redis = ask(*redis, q, prompt, max_tokens);
+    CHECK(in_memory.allowed == in_redis.allowed);
+    CHECK(in_memory.limit == in_redis.limit);
+    CHECK(in_memory.retry_after == in_redis.retry_after);
+    CHECK(in_memory.message == in_redis.message);
+    CHECK(in_memory.reservation.month_tokens == in_redis.reservation.month_tokens);
+    CHECK(in_memory.reservation.month == in_redis.reservation.month);
+    return std::pair(in_memory, in_redis);
+  };
+  auto [first_memory, first_redis] = both(100, 700);
+  REQUIRE(first_redis.allowed);
+  CHECK(first_redis.reservation.month == (2026 - 1970) * 12 + 11);
+  const auto refused = both(100, 200).second;
+  CHECK(refused.limit == gw::quota_limit::monthly_tokens);
+  CHECK(refused.retry_after == std::optional<std::chrono::milliseconds>(1h));
+  memory.settle(first_memory.reservation, 300);
+  redis->settle(first_redis.reservation, 300);
+  CHECK(both(100, 400).first.allowed);  // 500 came back: 300 + 500 of 1000
+  CHECK_FALSE(both(0, 201).first.allowed);
+
+  clock.advance(1h);  // 2027-01-01T00:00Z
+  const auto january = both(100, 800).second;
+  CHECK(january.allowed);
+  CHECK(january.reservation.month == (2027 - 1970) * 12);
+}

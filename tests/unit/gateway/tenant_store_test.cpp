@@ -92,7 +92,7 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   {
     auto store = open_store(dir, clock);
     CHECK(std::filesystem::exists(dir / "tenants.db"));
-    CHECK(store->schema_version() == 6);
+    CHECK(store->schema_version() == 7);
     CHECK(store->snapshot()->tenant_count() == 0);
     auto db = gw::sqlite::database::open(dir / "tenants.db");
     REQUIRE(db.ok());
@@ -100,7 +100,7 @@ TEST_CASE("open creates the folder and a WAL database at the latest schema versi
   }
   // Reopening finds the schema in place and runs nothing again.
   auto again = open_store(dir, clock);
-  CHECK(again->schema_version() == 6);
+  CHECK(again->schema_version() == 7);
 }
 
 TEST_CASE("a version-3 database gains the KV tier caps' columns and keeps its tenants and keys") {
@@ -118,13 +118,14 @@ TEST_CASE("a version-3 database gains the KV tier caps' columns and keeps its te
     key_id = issued->record.id;
   }
   {
-    // What a version-3 store left: steps 4 to 6 undone. Step 4's columns were added last, so
+    // What a version-3 store left: steps 4 to 7 undone. Step 4's columns were added last, so
     // dropping them gives back the table as version 3 made it.
     auto db = gw::sqlite::database::open(tmp / "tenants.db");
     REQUIRE(db.ok());
     REQUIRE(db->exec("ALTER TABLE tenants DROP COLUMN kv_host_cache_bytes; "
                      "ALTER TABLE tenants DROP COLUMN kv_disk_cache_bytes; "
                      "DROP TABLE ledger_batches; DROP TABLE usage_by_key; "
+                     "ALTER TABLE tenants DROP COLUMN monthly_tokens; "
                      "DELETE FROM schema_version WHERE version >= 4;")
                 .ok());
     CHECK(*gw::sqlite::schema_version(*db) == 3);
@@ -132,7 +133,7 @@ TEST_CASE("a version-3 database gains the KV tier caps' columns and keeps its te
   }
 
   auto store = open_store(tmp.path(), clock);
-  CHECK(store->schema_version() == 6);
+  CHECK(store->schema_version() == 7);
   auto acme = store->get_tenant("acme");
   REQUIRE(acme.ok());
   CHECK(acme->weight == 2.5);
@@ -569,7 +570,7 @@ TEST_CASE("PostgreSQL: gateways starting together migrate once and make one defa
   for (int i = 0; i < gateways; ++i) {
     CHECK_MESSAGE(errors[i].empty(), errors[i]);
     REQUIRE(stores[i]);
-    CHECK(stores[i]->schema_version() == 2);
+    CHECK(stores[i]->schema_version() == 3);
   }
   CHECK(std::accumulate(keys_made.begin(), keys_made.end(), 0) == 1);
   auto tenants = stores[0]->list_tenants();

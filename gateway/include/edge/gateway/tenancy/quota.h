@@ -22,6 +22,7 @@
 // calendar clock (Redis uses its own server clock for both, so every gateway agrees).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -75,7 +76,14 @@ struct quota_reservation {
   std::int64_t bucket_tokens = 0;  // taken from the tokens-per-minute bucket (0: unlimited)
   std::int64_t day_tokens = 0;     // taken from the daily budget (0: unlimited)
   std::int64_t day = 0;            // the UTC day (days since 1970-01-01) day_tokens belongs to
+  std::int64_t month_tokens = 0;   // taken from the monthly budget (0: unlimited)
+  std::int64_t month = 0;          // the UTC month (months since 1970-01) month_tokens belongs to
   bool holds_slot = false;         // counted against the limit of requests in flight
+
+  // Whether it took tokens that its settlement gives back what was not used of.
+  bool holds_tokens() const { return bucket_tokens > 0 || day_tokens > 0 || month_tokens > 0; }
+  // The tokens a budget (daily, monthly) took: what a crash could leave spent.
+  std::int64_t budget_tokens() const { return std::max(day_tokens, month_tokens); }
 };
 
 // Reservation ids unique across gateways: a random prefix drawn when this is made, and a
@@ -143,8 +151,9 @@ class quota_store {
   virtual bool may_block() const { return false; }
 };
 
-// Counters in this process. The daily budget survives a restart only through
-// seed_day_tokens() (the server seeds it from the usage ledger when it starts).
+// Counters in this process. The daily and monthly budgets survive a restart only through
+// seed_day_tokens() and seed_month_tokens() (the server seeds them from the usage ledger when it
+// starts).
 class in_memory_quota_store final : public quota_store {
  public:
   explicit in_memory_quota_store(const time_source& clock) : clock_(clock) {}
@@ -154,12 +163,14 @@ class in_memory_quota_store final : public quota_store {
   void settle(const quota_reservation& reservation, std::int64_t used_tokens) override;
   void release(const quota_reservation& reservation) override;
 
-  // Counts `tokens` as already spent today by the tenant (e.g. before a restart).
+  // Counts `tokens` as already spent today (this month) by the tenant (e.g. before a restart).
   void seed_day_tokens(std::string_view tenant_id, std::int64_t tokens);
+  void seed_month_tokens(std::string_view tenant_id, std::int64_t tokens);
 
   // For tests and diagnostics.
   std::int64_t in_flight(std::string_view tenant_id) const;
   std::int64_t day_tokens_used(std::string_view tenant_id) const;
+  std::int64_t month_tokens_used(std::string_view tenant_id) const;
 
  private:
   struct tenant_state {
@@ -170,6 +181,8 @@ class in_memory_quota_store final : public quota_store {
     std::int64_t in_flight = 0;
     std::int64_t day = std::numeric_limits<std::int64_t>::min();
     std::int64_t day_tokens = 0;        // reserved or spent during `day`
+    std::int64_t month = std::numeric_limits<std::int64_t>::min();
+    std::int64_t month_tokens = 0;      // reserved or spent during `month`
   };
   tenant_state& state_of(std::string_view tenant_id);  // mutex_ held
   std::int64_t now_ns() const;                         // the monotonic clock

@@ -30,6 +30,7 @@ struct tenant_quotas {
   std::optional<std::int64_t> max_tokens_per_request;
   std::optional<std::int64_t> kv_host_cache_bytes;
   std::optional<std::int64_t> kv_disk_cache_bytes;
+  std::optional<std::int64_t> monthly_tokens;
 
   friend bool operator==(const tenant_quotas&, const tenant_quotas&) = default;
 };
@@ -45,6 +46,7 @@ enum class quota_limit {
   max_tokens_per_request,
   kv_host_cache_bytes,
   kv_disk_cache_bytes,
+  monthly_tokens,
   // Not a quota kind: the shared quota store could not be reached and --quota-fail-mode is
   // closed, so the request is refused (503) without being counted.
   quota_store_unavailable,
@@ -101,7 +103,7 @@ struct quota_kind {
 // A refusal for the rate or the number of requests.
 inline constexpr quota_refusal requests_refusal{429, "requests", "", "rate_limit_exceeded"};
 
-inline constexpr std::array<quota_kind, 7> quota_kinds{{
+inline constexpr std::array<quota_kind, 8> quota_kinds{{
     // GCRA (generic cell rate algorithm): one request every 60 s / limit, with bursts of up to
     // the whole minute's worth after a quiet minute. A request counts from its admission on,
     // whatever happens to it later.
@@ -138,6 +140,11 @@ inline constexpr std::array<quota_kind, 7> quota_kinds{{
      quota_phase::engine, quota_unit::bytes, 0, "", "", {},
      "Bytes of the disk KV tier the tenant's cached prompt blocks may take at most; at the cap its blocks replace "
      "its own"},
+    // Prompt + completion tokens per UTC calendar month, reserved and refunded like the daily
+    // budget; the budget starts afresh on the 1st at 00:00 UTC.
+    {quota_limit::monthly_tokens, "monthly_tokens", &tenant_quotas::monthly_tokens, quota_phase::reservation,
+     quota_unit::count, 1, "monthly", "monthly", {429, "insufficient_quota", "", "insufficient_quota"},
+     "Prompt + completion tokens per UTC calendar month"},
 }};
 
 // The row of a quota kind; null for none and quota_store_unavailable.
