@@ -80,7 +80,8 @@ test('tenants: create 201, list, get, patch, delete; 404 and 409 where due', asy
   const body = {
     id: 'acme', weight: 2,
     quotas: { requests_per_minute: 600, tokens_per_minute: 200000, max_concurrent: 16, daily_tokens: 5000000,
-      max_tokens_per_request: 4096, kv_host_cache_bytes: 1073741824, kv_disk_cache_bytes: 0 },
+      max_tokens_per_request: 4096, kv_host_cache_bytes: 1073741824, kv_disk_cache_bytes: 0,
+      monthly_tokens: 100000000 },
   };
   const created = await admin('POST', '/admin/v1/tenants', { body });
   assert.equal(created.status, 201);

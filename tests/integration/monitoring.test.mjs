@@ -36,11 +36,13 @@ const metricsToken = 'monitoring-test-metrics-token';
 const withToken = { headers: { authorization: `Bearer ${metricsToken}` } };
 let limitedKey;
 
-// A tenant allowed one request a minute, so that a quota rejection shows in the metrics.
+// A tenant allowed one request a minute, so that a quota rejection shows in the metrics, with
+// daily and monthly budgets, so that their shares do.
 async function makeLimitedTenant() {
   const admin = { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' };
   const created = await globalThis.fetch(`${server.url}/admin/v1/tenants`, {
-    method: 'POST', headers: admin, body: JSON.stringify({ id: 'limited', quotas: { requests_per_minute: 1 } }),
+    method: 'POST', headers: admin,
+    body: JSON.stringify({ id: 'limited', quotas: { requests_per_minute: 1, daily_tokens: 1000000, monthly_tokens: 10000000 } }),
   });
   assert.equal(created.status, 201, await created.text());
   const key = await globalThis.fetch(`${server.url}/admin/v1/tenants/limited/keys`, { method: 'POST', headers: admin, body: '{}' });
@@ -197,6 +199,7 @@ function usedMetricNames() {
 
 test('every metric the dashboard and the alerts use exists on /metrics after traffic', async () => {
   await sendTraffic();
+  await sleep(1500);  // the budget shares follow a change of the tenants at the ledger's next flush (1 s)
   const text = await (await fetch(`${server.url}/metrics`, withToken)).text();
   const present = new Set();
   for (const line of text.split('\n')) {

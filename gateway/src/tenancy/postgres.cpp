@@ -170,16 +170,19 @@ result<rows> connection::collect(clock_type::time_point deadline) {
     if (flushed < 0) return lost("cannot send");
     if (!wait_socket(/*for_write=*/true, deadline)) return lost("no room to send within the query timeout");
   }
-  // Read until the last result is in.
-  while (PQisBusy(c) != 0) {
-    if (!wait_socket(/*for_write=*/false, deadline)) {
-      return lost(format("no answer within the query timeout ({} ms)", query_timeout_.count()));
-    }
-    if (PQconsumeInput(c) == 0) return lost("connection lost");
-  }
   std::optional<rows> last;
   std::optional<status> failure;
-  while (pg_result* r = PQgetResult(c)) {
+  for (;;) {
+    // PQgetResult blocks while the next result's input has not been read: read it first, within
+    // the deadline (a script has one result per statement).
+    while (PQisBusy(c) != 0) {
+      if (!wait_socket(/*for_write=*/false, deadline)) {
+        return lost(format("no answer within the query timeout ({} ms)", query_timeout_.count()));
+      }
+      if (PQconsumeInput(c) == 0) return lost("connection lost");
+    }
+    pg_result* r = PQgetResult(c);
+    if (r == nullptr) break;
     rows held(r);
     const ExecStatusType state = PQresultStatus(r);
     if (state == PGRES_FATAL_ERROR || state == PGRES_BAD_RESPONSE || state == PGRES_NONFATAL_ERROR) {
@@ -193,7 +196,6 @@ result<rows> connection::collect(clock_type::time_point deadline) {
     } else {
       last.emplace(std::move(held));
     }
-    // Another result can only come once this one's input is in; it is, as PQisBusy said.
   }
   if (PQstatus(c) != CONNECTION_OK) return lost("connection lost");
   if (failure) return *failure;

@@ -257,8 +257,11 @@ void tenancy::report_store_health() {
 
 void tenancy::report_budgets() {
   const auto now = std::chrono::steady_clock::now();
-  if (now - budgets_reported_at_ < budget_refresh_interval) return;
+  const auto snapshot = store_->snapshot();
+  // Every refresh interval, and at once when a tenant or its quotas changed.
+  if (now - budgets_reported_at_ < budget_refresh_interval && snapshot->version() == budgets_reported_version_) return;
   budgets_reported_at_ = now;
+  budgets_reported_version_ = snapshot->version();
   const unix_time midnight = today(clock_) * seconds_per_day;
   // The budgets: the quota kind, and since when its spend counts.
   const std::pair<const quota_kind*, unix_time> budgets[] = {
@@ -267,7 +270,6 @@ void tenancy::report_budgets() {
   };
   // Per label: several tenants past the label limit share "other", which shows the largest share.
   std::map<std::pair<std::string, std::string>, double> shares;
-  const auto snapshot = store_->snapshot();
   for (const auto& [kind, since] : budgets) {
     auto spent = store_->tokens_since(since);
     if (!spent.ok()) return;  // the store is down: the gauges keep their last values

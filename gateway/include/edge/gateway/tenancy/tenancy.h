@@ -187,8 +187,9 @@ class tenancy {
   void finish_later(quota_reservation reservation, std::int64_t used_tokens);
   // A refusal by one of the tenant's limits: a rejection in the ledger and the metrics.
   void count_refusal(const tenant_record& tenant, quota_limit limit, std::string_view api);
-  // The tenant store's health and the ledger's backlog into the metrics, and every
-  // budget_refresh_interval the tenants' budget shares (the ledger's thread, after each flush).
+  // The tenant store's health and the ledger's backlog into the metrics, and the tenants' budget
+  // shares every budget_refresh_interval or when the tenants changed (the ledger's thread, after
+  // each flush).
   void report_store_health();
   void report_budgets();
 
@@ -203,6 +204,7 @@ class tenancy {
   reservation_ids reservation_ids_;
   std::uint64_t reported_store_failures_ = 0;  // ledger thread only: tenant_store_health::failures counted so far
   std::chrono::steady_clock::time_point budgets_reported_at_{};  // ledger thread only
+  std::uint64_t budgets_reported_version_ = 0;                   // ledger thread only: the snapshot's
   std::map<std::pair<std::string, std::string>, prometheus::Gauge*> budget_gauges_;  // ledger thread only: by (label, budget)
   const std::size_t max_queued_calls_;
   std::atomic<std::size_t> queued_calls_{0};
