@@ -25,7 +25,14 @@ case $action in
   start)
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
-    if [[ ${#as_owner[@]} -gt 0 ]]; then chown postgres:postgres "$dir"; fi
+    if [[ ${#as_owner[@]} -gt 0 ]]; then
+      chown postgres:postgres "$dir"
+      if ! "${as_owner[@]}" test -w "$dir"; then
+        echo "$0: the postgres user cannot reach $dir: every folder above it must be searchable (chmod o+x)," \
+          "or use a folder under /tmp" >&2
+        exit 1
+      fi
+    fi
     if [[ ! -f "$dir/data/PG_VERSION" ]]; then
       "${as_owner[@]}" "$bin/initdb" -D "$dir/data" -U edge --auth=trust -E UTF8 --locale=C >"$dir/initdb.log"
     fi
