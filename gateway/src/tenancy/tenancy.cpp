@@ -143,14 +143,21 @@ asio::awaitable<std::optional<quota_decision>> request_session::reserve(std::int
                           .tenant_id = tenant.id,
                           .day = today(t.clock_),
                           .reserved_tokens = served_->reservation.budget_tokens()};
-    // A local SQLite write, but behind the store's mutex, which a flush may hold: off this thread.
+    // A store write (SQLite behind the store's mutex, or PostgreSQL): off this thread.
     std::optional<status> written = co_await t.off_thread([&t, &hold] { return t.store_->add_hold(hold); });
-    if (!written || !written->ok()) {
+    if (written && written->ok()) {
+      hold_id = hold.id;
+    } else if (t.fail_mode_ == quota_fail_mode::closed) {
       logger("usage").error("cannot write the daily-budget hold of a request of tenant {}: {}", tenant.id,
                             written ? written->message() : "too many store calls queued");
       co_return t.store_unavailable(/*may_admit=*/false);
+    } else if (t.store_->health().reachable) {
+      // Fail open, as the quota store does: the budget still holds in this process; only a crash
+      // while this request runs could hand its reservation out again. An outage of the store is
+      // logged once, by the store; a failure of a store that answers is logged here.
+      logger("usage").warn("serving a request of tenant {} without its daily-budget hold: {}", tenant.id,
+                           written ? written->message() : "too many store calls queued");
     }
-    hold_id = hold.id;
   }
   served_->usage.emplace(prompt_tokens, asked.completion_tokens());
   served_->meter = t.ledger_->open_meter(tenant.id, *served_->usage, std::move(hold_id),

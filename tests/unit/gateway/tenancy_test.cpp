@@ -9,6 +9,7 @@
 
 #include <csignal>
 #include <optional>
+#include <thread>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "edge/gateway/tenancy/tenancy.h"
 #include "edge/monitoring/gateway_metrics.h"
 #include "await_now.h"
+#include "postgres_server.h"
 #include "test_support.h"
 #include "usage_fixtures.h"
 
@@ -204,4 +206,38 @@ TEST_CASE("kill -9: the ledger keeps the last checkpoint, and the budget counts 
   gw::request_session within = session(*tenants, "crashy");
   REQUIRE(admitted(within));
   CHECK(reserved(within, 10, 970));
+}
+
+TEST_CASE("PostgreSQL down, counters in memory: a tenant with a budget is served (fail open) or refused (fail closed)") {
+  auto server = edge::testing::postgres_server::start();
+  const std::string url = server->fresh_database();
+  edge::manual_time_source clock(noon);
+  const auto open = [&](gw::quota_fail_mode mode) {
+    gw::tenancy_options options{.tenant_store_url = url, .tenant_store_timeout = std::chrono::milliseconds(300)};
+    options.quota_store.fail_mode = mode;
+    auto opened = gw::tenancy::open(options, clock, nullptr);
+    REQUIRE_MESSAGE(opened.ok(), opened.error().to_string());
+    return std::move(opened).value();
+  };
+  auto fail_open = open(gw::quota_fail_mode::open);
+  auto fail_closed = open(gw::quota_fail_mode::closed);
+  gw::tenant_record budgeted;
+  budgeted.id = "budgeted";
+  budgeted.quotas.daily_tokens = 1000;
+  budgeted.quotas.monthly_tokens = 10000;
+  REQUIRE(fail_open->store().create_tenant(budgeted, admin).ok());
+  for (int i = 0; i < 200 && !fail_closed->store().snapshot()->tenant("budgeted"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(fail_closed->store().snapshot()->tenant("budgeted"));
+
+  server->kill();
+  gw::request_session open_session = session(*fail_open, "budgeted");
+  REQUIRE(admitted(open_session));
+  CHECK(reserved(open_session, 10, 100));  // the budget holds in memory; the hold could not be written
+  gw::request_session closed_session = session(*fail_closed, "budgeted");
+  REQUIRE(admitted(closed_session));
+  const auto refused = await_now(closed_session.reserve(10, 100));
+  REQUIRE(refused);
+  CHECK(refused->limit == gw::quota_limit::quota_store_unavailable);
 }
