@@ -97,18 +97,10 @@ quota_decision in_memory_quota_store::try_reserve(const quota_reservation& held,
   const unix_time now_s = to_unix_seconds(clock_.system_time());
   const std::int64_t today = quota_rules::utc_day(now_s);
 
-  const std::int64_t this_month = quota_rules::utc_month(now_s);
 
   std::lock_guard lock(mutex_);
   tenant_state& st = state_of(request.tenant_id);
-  if (st.day != today) {
-    st.day = today;
-    st.day_tokens = 0;
-  }
-  if (st.month != this_month) {
-    st.month = this_month;
-    st.month_tokens = 0;
-  }
+  start_budget_periods(st, now_s);
   quota_rules::reserve_counters seen{.day_tokens = st.day_tokens, .month_tokens = st.month_tokens};
   if (const std::optional<std::int64_t> capacity = quota_rules::bucket_capacity(q)) {
     refill(st, *capacity, now);
@@ -149,11 +141,7 @@ void in_memory_quota_store::seed_day_tokens(std::string_view tenant_id, std::int
   const unix_time now_s = to_unix_seconds(clock_.system_time());
   std::lock_guard lock(mutex_);
   tenant_state& st = state_of(tenant_id);
-  const std::int64_t today = quota_rules::utc_day(now_s);
-  if (st.day != today) {
-    st.day = today;
-    st.day_tokens = 0;
-  }
+  start_budget_periods(st, now_s);
   st.day_tokens += tokens;
 }
 
@@ -161,12 +149,19 @@ void in_memory_quota_store::seed_month_tokens(std::string_view tenant_id, std::i
   const unix_time now_s = to_unix_seconds(clock_.system_time());
   std::lock_guard lock(mutex_);
   tenant_state& st = state_of(tenant_id);
-  const std::int64_t this_month = quota_rules::utc_month(now_s);
-  if (st.month != this_month) {
+  start_budget_periods(st, now_s);
+  st.month_tokens += tokens;
+}
+
+void in_memory_quota_store::start_budget_periods(tenant_state& st, unix_time now_s) {
+  if (const std::int64_t today = quota_rules::utc_day(now_s); st.day != today) {
+    st.day = today;
+    st.day_tokens = 0;
+  }
+  if (const std::int64_t this_month = quota_rules::utc_month(now_s); st.month != this_month) {
     st.month = this_month;
     st.month_tokens = 0;
   }
-  st.month_tokens += tokens;
 }
 
 std::int64_t in_memory_quota_store::in_flight(std::string_view tenant_id) const {

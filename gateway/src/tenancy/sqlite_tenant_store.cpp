@@ -189,6 +189,21 @@ status add_details(sqlite::database& db, const std::vector<usage_detail_row>& ro
   return {};
 }
 
+// Writes `r` as the tenant's response of its id (replacing one), times as they are.
+status put_stored_response(sqlite::database& db, std::string_view tenant_id, const stored_response& r) {
+  EDGE_ASSIGN_OR_RETURN(sqlite::statement insert,
+                        db.prepare("INSERT OR REPLACE INTO stored_responses (tenant_id, id, created_at, expires_at, "
+                                   "bytes, response, conversation) VALUES (?, ?, ?, ?, ?, ?, ?)"));
+  return insert.bind(1, tenant_id)
+      .bind(2, std::string_view(r.id))
+      .bind(3, r.created_at)
+      .bind(4, r.expires_at)
+      .bind(5, r.bytes())
+      .bind(6, std::string_view(r.response))
+      .bind(7, std::string_view(r.conversation))
+      .run();
+}
+
 // Holds an exclusive flock on a file for the store's life.
 class directory_lock {
  public:
@@ -672,17 +687,7 @@ result<bool> sqlite_tenant_store::put_response(std::string_view tenant_id, store
   EDGE_ASSIGN_OR_RETURN(sqlite::transaction tx, sqlite::transaction::begin(db));
   EDGE_ASSIGN_OR_RETURN(sqlite::statement expired, db.prepare("DELETE FROM stored_responses WHERE expires_at <= ?"));
   EDGE_RETURN_IF_ERROR(expired.bind(1, impl_->now()).run());
-  EDGE_ASSIGN_OR_RETURN(sqlite::statement insert,
-                        db.prepare("INSERT OR REPLACE INTO stored_responses (tenant_id, id, created_at, expires_at, "
-                                   "bytes, response, conversation) VALUES (?, ?, ?, ?, ?, ?, ?)"));
-  EDGE_RETURN_IF_ERROR(insert.bind(1, tenant_id)
-                           .bind(2, std::string_view(r.id))
-                           .bind(3, r.created_at)
-                           .bind(4, r.expires_at)
-                           .bind(5, r.bytes())
-                           .bind(6, std::string_view(r.response))
-                           .bind(7, std::string_view(r.conversation))
-                           .run());
+  EDGE_RETURN_IF_ERROR(put_stored_response(db, tenant_id, r));
   // Newest first (a replaced row is new again: its rowid is the highest; the server never runs
   // VACUUM, which could renumber rows), keep while the running total fits.
   EDGE_ASSIGN_OR_RETURN(sqlite::statement evict,
@@ -912,20 +917,7 @@ status sqlite_tenant_store::import_contents(const store_contents& contents) {
                              .bind(6, std::string_view(e.details))
                              .run());
   }
-  EDGE_ASSIGN_OR_RETURN(sqlite::statement response,
-                        db.prepare("INSERT OR REPLACE INTO stored_responses (tenant_id, id, created_at, expires_at, "
-                                   "bytes, response, conversation) VALUES (?, ?, ?, ?, ?, ?, ?)"));
-  for (const auto& [tenant_id, r] : contents.responses) {
-    response.reset();
-    EDGE_RETURN_IF_ERROR(response.bind(1, std::string_view(tenant_id))
-                             .bind(2, std::string_view(r.id))
-                             .bind(3, r.created_at)
-                             .bind(4, r.expires_at)
-                             .bind(5, r.bytes())
-                             .bind(6, std::string_view(r.response))
-                             .bind(7, std::string_view(r.conversation))
-                             .run());
-  }
+  for (const auto& [tenant_id, r] : contents.responses) EDGE_RETURN_IF_ERROR(put_stored_response(db, tenant_id, r));
   EDGE_RETURN_IF_ERROR(tx.commit());
   return impl_->refresh_snapshot();
 }

@@ -185,6 +185,8 @@ class in_memory_quota_store final : public quota_store {
     std::int64_t month_tokens = 0;      // reserved or spent during `month`
   };
   tenant_state& state_of(std::string_view tenant_id);  // mutex_ held
+  // Starts the day's and the month's counts afresh when `now_s` is past their period. mutex_ held.
+  static void start_budget_periods(tenant_state& state, unix_time now_s);
   std::int64_t now_ns() const;                         // the monotonic clock
   void refill(tenant_state& state, std::int64_t capacity, std::int64_t now_ns) const;
 
