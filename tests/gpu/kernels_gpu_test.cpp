@@ -1,18 +1,23 @@
-// Every CUDA kernel against its CPU reference, over awkward shapes: sizes 1, 54, 97, 4096 and
-// 14336, and k = 288 / 96 for INT4 groups of 32 that end half-way through a tensor-core tile;
-// packed and strided activations; KV block sizes 1, 8 and 16; head_dim 64, 128 and 256; GQA
-// 1:1, 4:1, 8:1 and 16:1 (the last two shapes past 48 KB of shared memory); every weight
-// format and KV dtype; weight scales followed by a NaN, so that a read past them shows. Each line prints the largest error and the tolerance it is held to:
+// Every CUDA kernel against its CPU reference, over the cases of tests/kernel_cases/kernel_cases.h
+// (awkward shapes: sizes 1, 54, 97, k = 288 / 96 for INT4 groups of 32 that end half-way through
+// a tensor-core tile, KV block sizes 1, 8 and 16, head_dim 64, 128 and 256, GQA up to 16:1; and
+// the real projections of Llama 3 8B, Qwen3-30B-A3B, Kimi K2 and GLM-5) and a few of its own;
+// packed and strided activations; every weight format and KV dtype; magnitudes that differ per
+// row, group and token, so that a wrong scale shows; weight scales followed by a NaN, so that a
+// read past them shows, and outputs that start as NaN, so that one never written shows. Each
+// line prints the largest error and the tolerance it is held to:
 //   * exact (tolerance 0): embedding, quantize / dequantize, kv_cache_write (the same encoders
 //     and IEEE division on both sides), kv_block_copy, greedy sampling (logit biases included);
-//   * float rounding and summation order: rmsnorm, rope, silu_mul, paged attention in f32
-//     (absolute, for the value ranges stated on each line; on tensor cores, prefill tiles of a
-//     bf16 / fp8 cache at head_dim 64 / 128, q, K and the weights in bf16: 2^-4), and matmul with f32 products (f32 / f16
-//     weights, and the GEMV for 1..8 tokens of bf16 / fp8 weights and int4 groups under 32):
-//     1e-5 of the sum of |x w|;
-//   * bf16 tensor cores (cuda_matmul_uses_tensor_cores: 9+ tokens with bf16 / fp8 / int4
-//     weights, and the W4A16 decode kernel at 1..8 tokens): x rounded to bf16 (in the 9+ GEMM,
-//     int4 weights' q x scale too), so 2^-7 of the sum of |x w| (four bf16 roundings' worth);
+//   * float rounding and summation order: rmsnorm, rope, silu_mul (absolute, for the value
+//     ranges stated on each line);
+//   * matmul (kernel_cases::matmul_error): |y - y_ref| over the L2 norm of the output's products,
+//     2^-13 with f32 products, 2^-4 on bf16 tensor cores (cuda_matmul_uses_tensor_cores: x, and
+//     in the wmma GEMM INT4's q x scale, rounded to bf16); the CPU reference with exact
+//     activations;
+//   * paged attention (kernel_cases::attention_error): |o - o_ref| over the largest |v| the query
+//     attends, 2^-13 in f32, 2^-6 on tensor cores (q, K and the softmax weights in bf16);
+//     tests/unit/kernels/kernel_mutation_test.cpp shows both metrics reject a wrong group, row,
+//     K / V or neighbour's scale and a missed tile edge, and accept the emulated bf16 rounding;
 //   * seeded sampling: the GPU's token is the CPU's, or the draw lies within float rounding of
 //     the boundary between the two (rows with logit biases too; a banned token never drawn); with
 //     a grammar's token mask (three tokens, or nine in ten), no token outside it on either
@@ -39,6 +44,7 @@
 #include "edge/common/thread_pool.h"
 #include "edge/kernels/numerics.h"
 #include "gpu_test_support.h"
+#include "tests/kernel_cases/problems.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
@@ -58,6 +64,8 @@ using namespace edge;
 using namespace edge::kernels;
 using gpu_test::device_array;
 using gpu_test::random_floats;
+using kernel_cases::encode;
+using kernel_cases::host_weights;
 
 thread_pool* pool_ptr = nullptr;
 cudaStream_t cuda_stream = nullptr;
@@ -84,25 +92,6 @@ std::size_t count_different(const std::vector<T>& a, const std::vector<T>& b) {
   std::size_t n = 0;
   for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0 ? 1 : 0;
   return n;
-}
-
-// Host storage of floats in a dtype.
-std::vector<std::uint8_t> encode(const std::vector<float>& v, dtype type) {
-  std::vector<std::uint8_t> out(v.size() * dtype_size(type));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (type == dtype::f32) {
-      std::memcpy(&out[i * 4], &v[i], 4);
-    } else if (type == dtype::bf16) {
-      const std::uint16_t b = float_to_bf16(v[i]);
-      std::memcpy(&out[i * 2], &b, 2);
-    } else if (type == dtype::f16) {
-      const std::uint16_t b = float_to_fp16(v[i]);
-      std::memcpy(&out[i * 2], &b, 2);
-    } else {
-      out[i] = float_to_fp8_e4m3(v[i]);
-    }
-  }
-  return out;
 }
 
 // ---- embedding, rmsnorm, rope, silu_mul -----------------------------------------------------
@@ -271,36 +260,11 @@ void test_silu_mul(gpu_test::results& r) {
 
 // ---- quantize, matmul ---------------------------------------------------------------------
 
-struct host_weights {
-  weight_format format;
-  std::vector<std::uint8_t> values;
-  std::vector<float> scales;
-  std::int64_t group_size = 0;
-  std::vector<float> dense;  // the dequantized matrix [n, k]
-};
-
-// int4 groups of `group_size`, or (0) of the size edgeinfer picks for k.
+// int4 groups of `group_size`, or (0) of the size edgeinfer picks for k; magnitudes that differ
+// per row and per group (kernel_cases.h).
 host_weights make_weights(weight_format f, std::int64_t n, std::int64_t k, std::uint32_t seed,
                           std::int64_t group_size = 0) {
-  host_weights w{.format = f};
-  const auto x = random_floats(static_cast<std::size_t>(n * k), seed, -0.5f, 0.5f);
-  if (is_quantized(f)) {
-    if (f == weight_format::int4) w.group_size = group_size > 0 ? group_size : int4_group_size_for(k);
-    w.values.resize(static_cast<std::size_t>(weight_values_bytes(f, n, k)));
-    w.scales.resize(static_cast<std::size_t>(weight_scale_count(f, n, k, w.group_size)));
-    gpu_test::check_ok(run_quantize({.x = x.data(), .rows = n, .k = k, .x_stride = k, .format = f,
-                                     .group_size = w.group_size, .values = w.values.data(), .scales = w.scales.data()},
-                                    cpu()),
-                       "cpu quantize");
-  } else {
-    w.values = encode(x, *element_dtype(f));
-  }
-  w.dense.resize(static_cast<std::size_t>(n * k));
-  const weight_view view{.format = f, .values = w.values.data(), .scales = w.scales.empty() ? nullptr : w.scales.data(),
-                         .group_size = w.group_size};
-  gpu_test::check_ok(run_dequantize({.w = view, .k = k, .row_begin = 0, .rows = n, .y = w.dense.data(), .y_stride = k}, cpu()),
-                     "cpu dequantize");
-  return w;
+  return kernel_cases::make_weights(f, n, k, group_size, seed, cpu());
 }
 
 void test_quantize(gpu_test::results& r) {
@@ -341,89 +305,60 @@ void test_quantize(gpu_test::results& r) {
 }
 
 void test_matmul(gpu_test::results& r) {
-  struct shape {
-    std::int64_t n, k;
-    std::vector<std::int64_t> tokens;
-  };
-  // k = 288 and 96 (k = 32 mod 64): INT4 groups of 32 whose last tensor-core tile ends half-way,
-  // at 9, 17, 64 and 65 tokens, and whose W4A16 decode stage (512 k) is partly empty at 1..8;
-  // k = 1056: groups of 32 over two stages, the second holding one chunk.
-  const std::vector<shape> shapes = {
-      {1, 128, {1, 54}},  {97, 54, {1, 5, 97}},         {54, 4096, {1, 8, 54}}, {4096, 97, {1, 97}},
-      {14336, 4096, {1}}, {4096, 14336, {1, 8, 54}},    {97, 288, {1, 5, 9, 64, 65}},
-      {64, 96, {1, 8, 9, 17}}, {54, 1056, {1, 3, 8}},
-  };
-  const std::int64_t workspace_floats = matmul_workspace_floats(128, 14336);
+  const std::int64_t workspace_floats = matmul_workspace_floats(128, 16384);
   device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
-  for (const weight_format f : {weight_format::f32, weight_format::f16, weight_format::bf16, weight_format::fp8_e4m3,
-                                weight_format::int4}) {
-    for (const shape& sh : shapes) {
-      if (quick && sh.n * sh.k > 64 * 1024) continue;
-      const host_weights w = make_weights(f, sh.n, sh.k, 9);
-      device_array<std::uint8_t> d_values(w.values);
-      // A NaN past the last scale: a kernel that reads beyond the scales turns its output NaN.
-      std::vector<float> scales_with_canary = w.scales;
-      scales_with_canary.push_back(std::nanf(""));
-      device_array<float> d_scales(scales_with_canary);
-      const weight_view host_view{.format = f, .values = w.values.data(),
-                                  .scales = w.scales.empty() ? nullptr : w.scales.data(), .group_size = w.group_size};
-      const weight_view device_view{.format = f, .values = d_values.get(),
-                                    .scales = w.scales.empty() ? nullptr : d_scales.get(), .group_size = w.group_size};
-      const auto bias = random_floats(static_cast<std::size_t>(sh.n), 10);
-      std::vector<float> abs_w(w.dense.size());
-      for (std::size_t i = 0; i < abs_w.size(); ++i) abs_w[i] = std::fabs(w.dense[i]);
-      device_array<float> d_bias(bias);
-      for (const std::int64_t tokens : sh.tokens) {
-        for (const int mode : {0, 1, 2}) {
-          // 0: packed rows (k a multiple of 4 takes the aligned float4 x path the executor
-          // uses, and the pipelined GEMM), no split; 1: packed, split-K; 2: rows that are not
-          // 16-byte aligned (the scalar path; the wmma GEMM at 9+ tokens), split-K. Both
-          // epilogues in each, by the parity of the token count.
-          const bool split = mode >= 1;
-          const std::int64_t x_stride = mode == 2 ? sh.k + 3 : sh.k;
-          const auto x = random_floats(static_cast<std::size_t>(tokens * x_stride), 11, -2.0f, 2.0f);
-          const auto y0 = random_floats(static_cast<std::size_t>(tokens * sh.n), 12);
-          std::vector<float> y_cpu = y0;
-          const bool accumulate = (mode == 1) != (tokens % 2 == 0);
-          gpu_test::check_ok(run_matmul({.x = x.data(), .w = host_view, .bias = bias.data(), .y = y_cpu.data(),
-                                         .tokens = tokens, .n = sh.n, .k = sh.k, .x_stride = x_stride,
-                                         .y_stride = sh.n, .accumulate = accumulate},
-                                        cpu()),
-                             "cpu matmul");
-          device_array<float> d_x(x);
-          device_array<float> d_y(y0);
-          gpu_test::check_ok(run_matmul({.x = d_x.get(), .w = device_view, .bias = d_bias.get(), .y = d_y.get(),
-                                         .tokens = tokens, .n = sh.n, .k = sh.k, .x_stride = x_stride,
-                                         .y_stride = sh.n, .accumulate = accumulate,
-                                         .workspace = split ? workspace.get() : nullptr,
-                                         .workspace_floats = split ? workspace_floats : 0},
-                                        gpu()),
-                             "gpu matmul");
-          sync();
-          const auto y_gpu = d_y.download();
-          // Error relative to the sum of |x w| of each output (computed as a matmul of |x| and |w|).
-          std::vector<float> abs_x(x.size());
-          for (std::size_t i = 0; i < x.size(); ++i) abs_x[i] = std::fabs(x[i]);
-          std::vector<float> magnitude(y0.size());
-          gpu_test::check_ok(run_matmul({.x = abs_x.data(), .w = {.format = weight_format::f32, .values = abs_w.data()},
-                                         .y = magnitude.data(), .tokens = tokens, .n = sh.n, .k = sh.k,
-                                         .x_stride = x_stride, .y_stride = sh.n},
-                                        cpu()),
-                             "cpu |x| |w|");
-          double worst = 0.0;
-          for (std::int64_t t = 0; t < tokens; ++t) {
-            for (std::int64_t n = 0; n < sh.n; ++n) {
-              const std::size_t at = static_cast<std::size_t>(t * sh.n + n);
-              const double bound = magnitude[at] + std::fabs(bias[static_cast<std::size_t>(n)]) + 1e-30;
-              worst = std::max(worst, std::fabs(static_cast<double>(y_gpu[at]) - y_cpu[at]) / bound);
-            }
-          }
-          const bool tensor_cores = cuda_matmul_uses_tensor_cores(f, tokens, w.group_size);
-          r.check(format("matmul {} n {} k {} tokens {}{}{}{} (relative to sum |x w|)", to_string(f), sh.n, sh.k,
-                         tokens, split ? " split-k" : "", accumulate ? " accumulate" : "",
-                         x_stride == sh.k ? " packed x" : ""),
-                  worst, tensor_cores ? 1.0 / 128.0 : 1e-5);
-        }
+  std::uint32_t seed = 9;
+  for (const kernel_cases::matmul_case& c : kernel_cases::matmul_cases()) {
+    if (quick && !c.quick) continue;
+    const host_weights w = kernel_cases::make_weights(c, ++seed, cpu());
+    device_array<std::uint8_t> d_values(w.values);
+    // A NaN past the last scale: a kernel that reads beyond the scales turns its output NaN.
+    std::vector<float> scales_with_canary = w.scales;
+    scales_with_canary.push_back(std::nanf(""));
+    device_array<float> d_scales(scales_with_canary);
+    const weight_view device_view{.format = c.format, .values = d_values.get(),
+                                  .scales = w.scales.empty() ? nullptr : d_scales.get(), .group_size = w.group_size};
+    const auto bias = kernel_cases::scaled_floats(static_cast<std::size_t>(c.n), ++seed, 1, 1.0f);
+    device_array<float> d_bias(bias);
+    const auto w2 = kernel_cases::squared(w.dense);
+    for (const std::int64_t tokens : c.tokens) {
+      for (const int mode : {0, 1, 2}) {
+        // 0: packed rows (k a multiple of 4 takes the aligned float4 x path the executor
+        // uses, and the pipelined GEMM), no split; 1: packed, split-K; 2: rows that are not
+        // 16-byte aligned (the scalar path; the wmma GEMM at 9+ tokens), split-K. Both
+        // epilogues in each, by the parity of the token count.
+        const bool split = mode >= 1;
+        const std::int64_t x_stride = mode == 2 ? c.k + 3 : c.k;
+        const auto x = kernel_cases::activations(tokens, x_stride, ++seed);
+        const bool accumulate = (mode == 1) != (tokens % 2 == 0);
+        // Accumulating calls add to y0; the others start from NaN, so that an output the kernel
+        // never writes shows.
+        const auto y0 = accumulate ? random_floats(static_cast<std::size_t>(tokens * c.n), ++seed)
+                                   : std::vector<float>(static_cast<std::size_t>(tokens * c.n), std::nanf(""));
+        std::vector<float> y_cpu = y0;
+        gpu_test::check_ok(run_matmul({.x = x.data(), .w = w.view(), .bias = bias.data(), .y = y_cpu.data(),
+                                       .tokens = tokens, .n = c.n, .k = c.k, .x_stride = x_stride, .y_stride = c.n,
+                                       .accumulate = accumulate, .exact_activations = true},
+                                      cpu()),
+                           "cpu matmul");
+        device_array<float> d_x(x);
+        device_array<float> d_y(y0);
+        gpu_test::check_ok(run_matmul({.x = d_x.get(), .w = device_view, .bias = d_bias.get(), .y = d_y.get(),
+                                       .tokens = tokens, .n = c.n, .k = c.k, .x_stride = x_stride, .y_stride = c.n,
+                                       .accumulate = accumulate, .workspace = split ? workspace.get() : nullptr,
+                                       .workspace_floats = split ? workspace_floats : 0},
+                                      gpu()),
+                           "gpu matmul");
+        sync();
+        const auto l2 = kernel_cases::products_l2(x, w2, tokens, c.n, c.k, x_stride, cpu());
+        const double worst = kernel_cases::worst_matmul_error(d_y.download(), y_cpu, l2, bias.data(),
+                                                              accumulate ? y0.data() : nullptr, tokens, c.n);
+        const bool tensor_cores = cuda_matmul_uses_tensor_cores(c.format, tokens, w.group_size);
+        r.check(format("matmul {} {} n {} k {} g {} tokens {}{}{}{} (/ |x.w|2)", c.shape, to_string(c.format), c.n, c.k,
+                       w.group_size, tokens, split ? " split-k" : "", accumulate ? " acc" : "",
+                       x_stride == c.k ? " packed" : ""),
+                worst,
+                tensor_cores ? kernel_cases::matmul_tensor_core_tolerance : kernel_cases::matmul_f32_tolerance);
       }
     }
   }
@@ -489,127 +424,50 @@ void test_kv_cache_write(gpu_test::results& r) {
 
 // A paged cache filled (by the CPU writer) with the K/V of several sequences, and queries.
 void test_paged_attention(gpu_test::results& r) {
-  const std::int64_t attention_workspace = paged_attention_workspace_floats(256, 64, 256);
-  device_array<float> workspace(static_cast<std::size_t>(attention_workspace));
-  for (const dtype type : {dtype::fp8_e4m3, dtype::bf16}) {
-    // head_dim 256, and 16 query heads per KV head at 128, need more than 48 KB of shared memory.
-    for (const std::int64_t head_dim : {64, 128, 256}) {
-      for (const std::int64_t group : {1, 4, 8, 16}) {
-        for (const std::int64_t block_size : {1, 8, 16}) {
-          if (quick && (block_size == 8 || group == 4)) continue;
-          const std::int64_t kv_heads = 2;
-          const std::int64_t heads = kv_heads * group;
-          // Contexts: decode at 1, 54, 97 and 4096 (--quick: 300) positions, and a prefill
-          // chunk of 97 tokens starting at position 54 of a fifth sequence.
-          const std::vector<std::int64_t> contexts = {1, 54, 97, quick ? 300 : 4096, 151};
-          const std::int64_t chunk = 97;
-          std::int64_t total_blocks = 0;
-          for (auto c : contexts) total_blocks += (c + block_size - 1) / block_size;
-          const std::int64_t num_blocks = total_blocks + 3;
-          // Block tables: blocks handed out in a shuffled order.
-          std::vector<std::int32_t> order(static_cast<std::size_t>(num_blocks));
-          std::iota(order.begin(), order.end(), 0);
-          std::mt19937 rng(14);
-          std::shuffle(order.begin(), order.end(), rng);
-          // Ragged, as the executor stages them: each sequence's blocks right after the previous one's.
-          std::vector<std::int32_t> tables;
-          std::vector<std::int32_t> table_begin;
-          std::size_t next = 0;
-          for (std::size_t s = 0; s < contexts.size(); ++s) {
-            table_begin.push_back(static_cast<std::int32_t>(tables.size()));
-            for (std::int64_t b = 0; b < (contexts[s] + block_size - 1) / block_size; ++b) tables.push_back(order[next++]);
-          }
-          table_begin.push_back(static_cast<std::int32_t>(tables.size()));
-          // Write every position of every sequence.
-          std::int64_t positions_total = 0;
-          for (auto c : contexts) positions_total += c;
-          const std::int64_t kv_dim = kv_heads * head_dim;
-          const auto kv = random_floats(static_cast<std::size_t>(positions_total * 2 * kv_dim), 15, -2.0f, 2.0f);
-          std::vector<std::int64_t> slots;
-          for (std::size_t s = 0; s < contexts.size(); ++s) {
-            for (std::int64_t p = 0; p < contexts[s]; ++p) {
-              slots.push_back(tables[static_cast<std::size_t>(table_begin[s] + p / block_size)] * block_size +
-                              p % block_size);
-            }
-          }
-          const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block_size * head_dim) * dtype_size(type);
-          const std::size_t scale_count = static_cast<std::size_t>(num_blocks * kv_heads * block_size);
-          std::vector<std::uint8_t> kc(cache_bytes, 0), vc(cache_bytes, 0);
-          std::vector<float> ks(scale_count, 0.0f), vs(scale_count, 0.0f);
-          const bool scaled = kv_cache_scaled(type);
-          gpu_test::check_ok(run_kv_cache_write({.k = kv.data(), .v = kv.data() + kv_dim, .k_cache = kc.data(),
-                                                 .v_cache = vc.data(), .k_scales = scaled ? ks.data() : nullptr,
-                                                 .v_scales = scaled ? vs.data() : nullptr, .kv_type = type,
-                                                 .slots = slots.data(), .tokens = positions_total,
-                                                 .num_kv_heads = kv_heads, .head_dim = head_dim,
-                                                 .block_size = block_size, .num_blocks = num_blocks,
-                                                 .kv_stride = 2 * kv_dim},
-                                                cpu()),
-                             "cpu kv write");
-          // Queries: one decode token for each of the first four sequences (in runs of one),
-          // then the prefill chunk of the fifth.
-          std::vector<std::int32_t> seq, pos, run_begin;
-          for (std::int32_t s = 0; s < 4; ++s) {
-            run_begin.push_back(static_cast<std::int32_t>(seq.size()));
-            seq.push_back(s);
-            pos.push_back(static_cast<std::int32_t>(contexts[static_cast<std::size_t>(s)] - 1));
-          }
-          run_begin.push_back(static_cast<std::int32_t>(seq.size()));
-          for (std::int64_t i = 0; i < chunk; ++i) {
-            seq.push_back(4);
-            pos.push_back(static_cast<std::int32_t>(contexts[4] - chunk + i));
-          }
-          run_begin.push_back(static_cast<std::int32_t>(seq.size()));
-          const auto tokens = static_cast<std::int64_t>(seq.size());
-          const auto q = random_floats(static_cast<std::size_t>(tokens * heads * head_dim), 16, -2.0f, 2.0f);
-          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-          std::vector<float> out_cpu(q.size());
-          gpu_test::check_ok(run_paged_attention({.q = q.data(), .out = out_cpu.data(), .k_cache = kc.data(),
-                                                  .v_cache = vc.data(), .k_scales = scaled ? ks.data() : nullptr,
-                                                  .v_scales = scaled ? vs.data() : nullptr, .kv_type = type,
-                                                  .seq = seq.data(), .pos = pos.data(), .block_tables = tables.data(),
-                                                  .table_begin = table_begin.data(), .tokens = tokens,
-                                                  .num_heads = heads, .num_kv_heads = kv_heads,
-                                                  .head_dim = head_dim, .block_size = block_size,
-                                                  .num_blocks = num_blocks, .q_stride = heads * head_dim, .out_stride = heads * head_dim,
-                                                  .scale = scale},
-                                                 cpu()),
-                             "cpu attention");
-          device_array<std::uint8_t> d_kc(kc), d_vc(vc);
-          device_array<float> d_ks(ks), d_vs(vs), d_q(q);
-          device_array<std::int32_t> d_seq(seq), d_pos(pos), d_tables(tables), d_table_begin(table_begin), d_runs(run_begin);
-          for (int mode = 0; mode < 3; ++mode) {
-            // 0: a block per token; 1: prefill tiles over the runs; 2: runs and split-K.
-            const bool runs = mode >= 1;
-            const bool split = mode == 2;
-            device_array<float> d_out(q.size());
-            gpu_test::check_ok(run_paged_attention(
-                                   {.q = d_q.get(), .out = d_out.get(), .k_cache = d_kc.get(), .v_cache = d_vc.get(),
-                                    .k_scales = scaled ? d_ks.get() : nullptr, .v_scales = scaled ? d_vs.get() : nullptr,
-                                    .kv_type = type, .seq = d_seq.get(), .pos = d_pos.get(),
-                                    .block_tables = d_tables.get(), .table_begin = d_table_begin.get(),
-                                    .tokens = tokens, .num_heads = heads, .num_kv_heads = kv_heads,
-                                    .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
-                                    .q_stride = heads * head_dim, .out_stride = heads * head_dim, .scale = scale,
-                                    .seq_token_begin = runs ? d_runs.get() : nullptr,
-                                    .num_seqs = runs ? 5 : 0, .max_seq_tokens = runs ? chunk : 0,
-                                    .workspace = split ? workspace.get() : nullptr,
-                                    .workspace_floats = split ? attention_workspace : 0},
-                                   gpu()),
-                               "gpu attention");
-            sync();
-            // Outputs are weighted means of V rows (|v| <= 2): 2e-5 of that covers the order of
-            // the sums and the exponentials in f32; on tensor cores q, K and the weights are
-            // rounded to bf16 (2^-9 each, on scores of a few units), so 2^-4 absolute.
-            const bool tensor_cores = cuda_attention_uses_tensor_cores(type, head_dim, group, runs, chunk);
-            r.check(format("paged_attention {} head_dim {} gqa {}:1 block {} {}{} (abs, |v| <= 2)", to_string(type),
-                           head_dim, group, block_size,
-                           mode == 0 ? "per token" : (mode == 1 ? "prefill tiles" : "tiles + split-k"),
-                           tensor_cores ? " tensor cores" : ""),
-                    max_abs_diff(out_cpu, d_out.download()), tensor_cores ? 1.0 / 16.0 : 4e-5);
-          }
-        }
-      }
+  std::uint32_t seed = 14;
+  for (const kernel_cases::attention_case& c : kernel_cases::attention_cases()) {
+    if (quick != c.quick) continue;  // --quick: the short twins of the long cases
+    const kernel_cases::attention_problem p = kernel_cases::make_attention_problem(c, ++seed, cpu());
+    const std::int64_t attention_workspace = paged_attention_workspace_floats(p.tokens, p.heads, c.head_dim);
+    device_array<float> workspace(static_cast<std::size_t>(attention_workspace));
+    std::vector<float> out_cpu(p.q.size());
+    gpu_test::check_ok(run_paged_attention(p.params(out_cpu.data()), cpu()), "cpu attention");
+    // The metric's denominators: the largest |v| each query attends.
+    const kernel_cases::attention_reference ref{.out = std::vector<double>(out_cpu.begin(), out_cpu.end()),
+                                                .v_max = kernel_cases::attended_v_max(p)};
+    device_array<std::uint8_t> d_kc(p.k_cache), d_vc(p.v_cache);
+    device_array<float> d_ks(p.k_scales), d_vs(p.v_scales), d_q(p.q);
+    device_array<std::int32_t> d_seq(p.seq), d_pos(p.pos), d_tables(p.tables), d_table_begin(p.table_begin),
+        d_runs(p.run_begin);
+    for (int mode = 0; mode < 3; ++mode) {
+      // 0: a block per token; 1: prefill tiles over the runs; 2: runs and split-K.
+      const bool runs = mode >= 1;
+      const bool split = mode == 2;
+      device_array<float> d_out(std::vector<float>(p.q.size(), std::nanf("")));
+      paged_attention_params g = p.params(d_out.get());
+      g.q = d_q.get();
+      g.k_cache = d_kc.get();
+      g.v_cache = d_vc.get();
+      g.k_scales = p.scaled() ? d_ks.get() : nullptr;
+      g.v_scales = p.scaled() ? d_vs.get() : nullptr;
+      g.seq = d_seq.get();
+      g.pos = d_pos.get();
+      g.block_tables = d_tables.get();
+      g.table_begin = d_table_begin.get();
+      g.seq_token_begin = runs ? d_runs.get() : nullptr;
+      g.num_seqs = runs ? p.num_seqs() : 0;
+      g.max_seq_tokens = runs ? c.chunk : 0;
+      g.workspace = split ? workspace.get() : nullptr;
+      g.workspace_floats = split ? attention_workspace : 0;
+      gpu_test::check_ok(run_paged_attention(g, gpu()), "gpu attention");
+      sync();
+      const bool tensor_cores = cuda_attention_uses_tensor_cores(c.kv, c.head_dim, c.group, runs, c.chunk);
+      r.check(format("paged_attention {} {} head_dim {} gqa {}:1 block {} {}{} (/ max |v|)", c.shape, to_string(c.kv),
+                     c.head_dim, c.group, c.block_size,
+                     mode == 0 ? "per token" : (mode == 1 ? "prefill tiles" : "tiles + split-k"),
+                     tensor_cores ? " tensor cores" : ""),
+              kernel_cases::worst_attention_error(d_out.download(), ref, p),
+              tensor_cores ? kernel_cases::attention_tensor_core_tolerance : kernel_cases::attention_f32_tolerance);
     }
   }
 }
