@@ -43,6 +43,7 @@ status run_rmsnorm(const rmsnorm_params& p, const stream& s);
 status run_rope(const rope_params& p, const stream& s);
 status run_silu_mul(const silu_mul_params& p, const stream& s);
 status run_matmul(const matmul_params& p, const stream& s);
+status run_head_matmul(const head_matmul_params& p, const stream& s);
 status run_quantize(const quantize_params& p, const stream& s);
 status run_dequantize(const dequantize_params& p, const stream& s);
 status run_kv_cache_write(const kv_cache_write_params& p, const stream& s);

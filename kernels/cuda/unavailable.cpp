@@ -21,6 +21,7 @@ status run_rmsnorm(const rmsnorm_params&, const stream&) { return not_built(); }
 status run_rope(const rope_params&, const stream&) { return not_built(); }
 status run_silu_mul(const silu_mul_params&, const stream&) { return not_built(); }
 status run_matmul(const matmul_params&, const stream&) { return not_built(); }
+status run_head_matmul(const head_matmul_params&, const stream&) { return not_built(); }
 status run_quantize(const quantize_params&, const stream&) { return not_built(); }
 status run_dequantize(const dequantize_params&, const stream&) { return not_built(); }
 status run_kv_cache_write(const kv_cache_write_params&, const stream&) { return not_built(); }

@@ -8,6 +8,10 @@
 namespace edge::kernels {
 
 status run_embedding(const embedding_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_embedding(p, s);
   for (std::int64_t t = 0; t < p.tokens; ++t) {
     if (p.ids[t] < 0 || p.ids[t] >= p.vocab) {

@@ -26,6 +26,10 @@ float write_fp8_row(const float* x, std::int64_t head_dim, std::uint8_t* codes) 
 }  // namespace
 
 status run_kv_cache_write(const kv_cache_write_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_kv_cache_write(p, s);
   const std::int64_t capacity = p.num_blocks * p.block_size;
   for (std::int64_t t = 0; t < p.tokens; ++t) {
@@ -79,6 +83,10 @@ status check_kv_block_copy(const kv_block_copy_params& p) {
 
 status run_kv_block_copy(const kv_block_copy_params& p, const stream& s) {
   EDGE_RETURN_IF_ERROR(check_kv_block_copy(p));
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_kv_block_copy(p, s);
   auto* base = static_cast<std::byte*>(p.first_region);
   for (std::int64_t l = 0; l < p.layers; ++l) {

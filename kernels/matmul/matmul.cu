@@ -703,7 +703,124 @@ status run_format(const matmul_params& p, matmul_args a, cudaStream_t stream) {
   return reduce_splits<F>(p, a, splits, stream);
 }
 
+// ---- every head's small matmul in one launch ---------------------------------------------------
+
+struct head_args {
+  const float* x;
+  const std::uint8_t* w;        // the first head's first row
+  const float* scales;          // the same row's scales (fp8, int4), else null
+  float* y;
+  std::int64_t tokens, n, k, x_stride, x_head_stride, y_stride, y_head_stride;
+  std::int64_t head_rows;       // rows from one head's matrix to the next's
+  std::int64_t row_bytes, group_size, groups_per_row;
+  bool w_vec, x_vec;
+};
+
+constexpr int head_tokens = 4;  // tokens a block multiplies at once (the MoE grouped tile's count)
+
+// Block (row tile, head): weight rows row0.. of head h's matrix against every token's x of that
+// head, head_tokens tokens at a time.
+template <weight_format F, bool FINE_GROUPS>
+__global__ void __launch_bounds__(gemv_threads) head_matmul_kernel(head_args a) {
+  const std::int64_t h = blockIdx.y;
+  const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * gemv_rows;
+  const std::int64_t first = h * a.head_rows;  // the head's first row
+  const std::int64_t scale_offset =
+      F == weight_format::int4 ? first * a.groups_per_row : (F == weight_format::fp8_e4m3 ? first : 0);
+  gemv_operands o{.x = nullptr, .w = a.w + first * a.row_bytes, .scales = a.scales == nullptr ? nullptr : a.scales + scale_offset,
+                  .tokens = 0, .n = a.n, .k = a.k, .x_stride = a.x_stride, .row_bytes = a.row_bytes,
+                  .group_size = a.group_size, .groups_per_row = a.groups_per_row, .w_vec = a.w_vec, .x_vec = a.x_vec};
+  __shared__ float partial[gemv_warps][head_tokens][gemv_rows];
+  for (std::int64_t t0 = 0; t0 < a.tokens; t0 += head_tokens) {
+    o.x = a.x + t0 * a.x_stride + h * a.x_head_stride;
+    o.tokens = min(a.tokens - t0, static_cast<std::int64_t>(head_tokens));
+    float acc[head_tokens][gemv_rows];
+    gemv_accumulate<F, head_tokens, FINE_GROUPS>(o, row0, acc);
+    gemv_reduce(acc, partial);
+    for (int i = static_cast<int>(threadIdx.x); i < head_tokens * gemv_rows; i += gemv_threads) {
+      const int t = i / gemv_rows;
+      const int r = i % gemv_rows;
+      const std::int64_t row = row0 + r;
+      if (t >= o.tokens || row >= a.n) continue;
+      float dot = gemv_dot(partial, t, r);
+      if constexpr (F == weight_format::fp8_e4m3) dot *= o.scales[row];
+      a.y[(t0 + t) * a.y_stride + h * a.y_head_stride + row] = dot;
+    }
+    __syncthreads();  // the next tokens reuse partial
+  }
+}
+
+template <weight_format F>
+status launch_heads(const head_args& a, std::int64_t heads, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.n, gemv_rows)), static_cast<unsigned>(heads));
+  if constexpr (F == weight_format::int4) {
+    if (a.group_size < int4_traits::chunk_elements) {
+      head_matmul_kernel<F, true><<<grid, gemv_threads, 0, stream>>>(a);
+      return check_launch("head matmul");
+    }
+  }
+  head_matmul_kernel<F, false><<<grid, gemv_threads, 0, stream>>>(a);
+  return check_launch("head matmul");
+}
+
 }  // namespace
+
+status run_head_matmul(const head_matmul_params& p, const stream& s) {
+  EDGE_RETURN_IF_ERROR(detail::check_head_matmul(p));
+  if (p.tokens == 0 || p.heads == 0) return {};
+  if (p.tokens > head_matmul_gemv_tokens || p.heads > std::int64_t{65535}) {
+    // A prefill chunk: each head through run_matmul's GEMM (its tensor cores pay for the launches).
+    for (std::int64_t h = 0; h < p.heads; ++h) {
+      EDGE_RETURN_IF_ERROR(cuda::run_matmul(matmul_params{.x = p.x + h * p.x_head_stride,
+                                       .w = weight_rows_from(p.w, p.first_row + h * p.head_rows, p.k),
+                                       .y = p.y + h * p.y_head_stride, .tokens = p.tokens, .n = p.n, .k = p.k,
+                                       .x_stride = p.x_stride, .y_stride = p.y_stride},
+                                      s));
+    }
+    return {};
+  }
+  if (p.w.values == nullptr) return invalid_argument("head matmul: no weights");
+  if (!cuda_matmul_reads(p.w.format)) {
+    return invalid_argument(format("head matmul: the CUDA kernels do not read {} weights", to_string(p.w.format)));
+  }
+  if (p.w.layout != weight_layout::rows) return invalid_argument("head matmul: the CUDA kernels read the row layout");
+  if (has_scales(p.w.format) && p.w.scales == nullptr) return invalid_argument("head matmul: quantized weights need scales");
+  if (p.w.format == weight_format::int4 && !valid_int4_group_size(p.w.group_size, p.k)) {
+    return invalid_argument("head matmul: the INT4 group size must be a power of two dividing k");
+  }
+  const weight_view first = weight_rows_from(p.w, p.first_row, p.k);
+  head_args a{};
+  a.x = p.x;
+  a.w = static_cast<const std::uint8_t*>(first.values);
+  a.scales = first.scales;
+  a.y = p.y;
+  a.tokens = p.tokens;
+  a.n = p.n;
+  a.k = p.k;
+  a.x_stride = p.x_stride;
+  a.x_head_stride = p.x_head_stride;
+  a.y_stride = p.y_stride;
+  a.y_head_stride = p.y_head_stride;
+  a.head_rows = p.head_rows;
+  a.row_bytes = weight_values_bytes(p.w.format, 1, p.k);
+  a.group_size = p.w.group_size;
+  a.groups_per_row = p.w.format == weight_format::int4 ? p.k / p.w.group_size : 0;
+  a.w_vec = aligned16(first.values) && a.row_bytes % chunk_bytes == 0;
+  a.x_vec = aligned16(p.x) && p.x_stride % 4 == 0 && p.x_head_stride % 4 == 0;
+  const cudaStream_t stream = native(s);
+  switch (p.w.format) {
+    case weight_format::f32: return launch_heads<weight_format::f32>(a, p.heads, stream);
+    case weight_format::f16: return launch_heads<weight_format::f16>(a, p.heads, stream);
+    case weight_format::bf16: return launch_heads<weight_format::bf16>(a, p.heads, stream);
+    case weight_format::fp8_e4m3: return launch_heads<weight_format::fp8_e4m3>(a, p.heads, stream);
+    case weight_format::int4: return launch_heads<weight_format::int4>(a, p.heads, stream);
+    case weight_format::int8:
+    case weight_format::q4_k:
+    case weight_format::q5_k:
+    case weight_format::q6_k: break;  // refused above
+  }
+  return invalid_argument("head matmul: unknown weight format");
+}
 
 status run_matmul(const matmul_params& p, const stream& s) {
   if (p.tokens < 0 || p.n <= 0 || p.k <= 0 || p.x_stride < p.k || p.y_stride < p.n) {

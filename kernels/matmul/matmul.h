@@ -73,4 +73,38 @@ constexpr bool cuda_matmul_uses_tensor_cores(weight_format f, std::int64_t token
 
 status run_matmul(const matmul_params& p, const stream& s);
 
+// y[t, h] = W_h · x[t, h] for every head h in one call, W_h the n rows of w from first_row +
+// h · head_rows on: latent attention's absorbed projections (each head's q_nope through its
+// W_UKᵀ, its latent through its W_UV), `heads` small matmuls of one shape. On the CPU each head
+// is a run_matmul over its rows, so the result is the per-head calls' bit for bit. On CUDA one
+// launch runs every head for up to head_matmul_gemv_tokens tokens (a GEMV tile per block of 4
+// weight rows and head, the tokens 4 at a time, f32 products), where per-head calls took two
+// launches per head and layer (7,808 a decode step at Kimi K2's shape); more tokens take a
+// run_matmul per head, whose tensor cores then pay for the launches.
+struct head_matmul_params {
+  const float* x;                  // head h of token t: k floats at x + t · x_stride + h · x_head_stride
+  weight_view w;                   // rows [first_row, first_row + (heads - 1) · head_rows + n) of a [*, k] matrix
+  float* y;                        // head h of token t: n floats at y + t · y_stride + h · y_head_stride
+  std::int64_t tokens = 0;
+  std::int64_t heads = 0;
+  std::int64_t n = 0;
+  std::int64_t k = 0;
+  std::int64_t first_row = 0;
+  std::int64_t head_rows = 0;      // rows from one head's W_h to the next's (>= n)
+  std::int64_t x_stride = 0;
+  std::int64_t x_head_stride = 0;  // >= k
+  std::int64_t y_stride = 0;
+  std::int64_t y_head_stride = 0;  // >= n
+  bool exact_activations = false;  // CPU only, as matmul_params says
+};
+
+inline constexpr std::int64_t head_matmul_gemv_tokens = 64;
+
+status run_head_matmul(const head_matmul_params& p, const stream& s);
+
+namespace detail {
+// The shape and stride checks of run_head_matmul, the same for either device.
+status check_head_matmul(const head_matmul_params& p);
+}  // namespace detail
+
 }  // namespace edge::kernels

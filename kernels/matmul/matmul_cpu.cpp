@@ -635,6 +635,10 @@ void dispatch_weights(const weight_view& w, Fn&& f) {
 }  // namespace
 
 status run_matmul(const matmul_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_matmul(p, s);
   if (p.tokens < 0 || p.n <= 0 || p.k <= 0 || p.x_stride < p.k || p.y_stride < p.n) {
     return invalid_argument("matmul: bad shape or strides");
@@ -690,6 +694,39 @@ status run_matmul(const matmul_params& p, const stream& s) {
       }
     });
   });
+  return {};
+}
+
+namespace detail {
+
+status check_head_matmul(const head_matmul_params& p) {
+  if (p.tokens < 0 || p.heads < 0 || p.n <= 0 || p.k <= 0 || p.first_row < 0 || p.head_rows < p.n ||
+      p.x_stride < 0 || p.y_stride < 0 || p.x_head_stride < p.k || p.y_head_stride < p.n) {
+    return invalid_argument("head matmul: bad shape or strides");
+  }
+  if (p.tokens > 1 && (p.x_stride < p.heads * p.x_head_stride || p.y_stride < p.heads * p.y_head_stride)) {
+    return invalid_argument("head matmul: a token's heads overlap the next token's");
+  }
+  return {};
+}
+
+}  // namespace detail
+
+status run_head_matmul(const head_matmul_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, p.tokens <= head_matmul_gemv_tokens ? 1 : p.heads);
+    return {};
+  }
+  if (s.where == device::cuda) return cuda::run_head_matmul(p, s);
+  EDGE_RETURN_IF_ERROR(detail::check_head_matmul(p));
+  for (std::int64_t h = 0; h < p.heads; ++h) {
+    EDGE_RETURN_IF_ERROR(run_matmul({.x = p.x + h * p.x_head_stride,
+                                     .w = weight_rows_from(p.w, p.first_row + h * p.head_rows, p.k),
+                                     .y = p.y + h * p.y_head_stride, .tokens = p.tokens, .n = p.n, .k = p.k,
+                                     .x_stride = p.x_stride, .y_stride = p.y_stride,
+                                     .exact_activations = p.exact_activations},
+                                    s));
+  }
   return {};
 }
 

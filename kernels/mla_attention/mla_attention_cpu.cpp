@@ -155,6 +155,10 @@ status check_mla(const mla_attention_params& p) {
 
 status run_mla_attention(const mla_attention_params& p, const stream& s) {
   EDGE_RETURN_IF_ERROR(check_mla(p));
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_mla_attention(p, s);
   for (std::int64_t t = 0; t < p.tokens; ++t) {
     EDGE_RETURN_IF_ERROR(cpu::check_block_table("mla_attention", p.pos, p.seq, p.block_tables, p.table_begin,
@@ -238,6 +242,11 @@ status run_dsa_select(const dsa_select_params& p, const stream& s) {
   }
   EDGE_RETURN_IF_ERROR(
       check_cache_shape(p.block_size, p.tokens, p.block_tables, p.table_begin, p.kv_type, p.key_scales, "dsa_select"));
+  // The scores, then the pick.
+  if (s.where == device::count) {
+    count_launches(s, 2);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_dsa_select(p, s);
   for (std::int64_t t = 0; t < p.tokens; ++t) {
     EDGE_RETURN_IF_ERROR(cpu::check_block_table("dsa_select", p.pos, p.seq, p.block_tables, p.table_begin,

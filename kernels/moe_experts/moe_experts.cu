@@ -3,14 +3,16 @@
 // Pairs are the batch's (token, choice) entries, pair index t * top_k + i.
 //
 //   1. count_kernel (one block): pairs per expert (shared-memory atomics on integers, so the
-//      same counts on every run), their exclusive scan into begin, and expert_tokens.
-//   2. place_kernel (a block per expert): the expert's pairs in pair order, by warp ballots
-//      (moe_experts_order.h), into order[row] and row_of[pair].
+//      same counts on every run), their exclusive scan into begin, expert_tokens, and the chosen
+//      experts' ids compacted in id order (a second scan, of "has pairs") with their count.
+//   2. place_kernel (a block per chosen expert): the expert's pairs in pair order, by warp
+//      ballots (moe_experts_order.h), into order[row] and row_of[pair].
 //   3. gather_kernel (a block per row): the x row of each placed pair, in expert order.
 //   4. grouped_matmul_kernel for gate and up (stacked: one call of 2 intermediate rows), the
-//      shared silu_mul over all rows, and again for down. The grid is (weight-row tile,
-//      expert): a block whose expert has no rows returns before reading anything, so an expert
-//      nobody chose is never read; a block reads its tile of weight rows (the GEMV tile of
+//      shared silu_mul over all rows, and again for down. The grid is (weight-row tile, chosen
+//      expert slot), as many slots as the call can have chosen experts (tokens × top_k, at most
+//      the expert count: moe_grouped_blocks); a slot past the chosen count returns at once, so an
+//      expert nobody chose is never read nor given blocks; a block reads its tile of weight rows (the GEMV tile of
 //      weight_chunks.cuh, f32 multiply-adds on CUDA cores) for each group of up to 4 of its
 //      expert's rows: once in decode, where an expert has few.
 //   5. combine_kernel (a block per token): out[t] += Σ weight · expert output over the token's
@@ -25,6 +27,7 @@
 // memory as in matmul.cu's GEMM), which pays once experts have many rows (prefill); the grid
 // would then need the number of row tiles per expert, which only the device knows (a persistent
 // grid walking begin, or the largest possible count).
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -60,6 +63,7 @@ __global__ void __launch_bounds__(count_threads)
                  std::int64_t pairs, int num_experts,
                  std::int32_t* begin,            // [num_experts + 1]
                  std::int32_t* expert_tokens,    // [num_experts] or null
+                 std::int32_t* chosen,           // [num_experts + 1] chosen ids, then their count
                  bool add_counts) {              // expert_tokens += counts (a later chunk)
   __shared__ std::int32_t counts[max_experts];
   __shared__ std::int32_t warp_totals[count_warps];
@@ -91,16 +95,34 @@ __global__ void __launch_bounds__(count_threads)
     if (expert_tokens != nullptr) expert_tokens[tid] = (add_counts ? expert_tokens[tid] : 0) + count;
   }
   if (tid == num_experts - 1) begin[num_experts] = first + count;
+  // The chosen experts in id order: the same scan over "has pairs".
+  __syncthreads();  // every warp has read warp_totals
+  const std::int32_t has = count > 0 ? 1 : 0;
+  std::int32_t has_inclusive = has;
+#pragma unroll
+  for (int offset = 1; offset < warp_size; offset *= 2) {
+    const std::int32_t v = __shfl_up_sync(full_warp, has_inclusive, offset);
+    if (lane >= offset) has_inclusive += v;
+  }
+  if (lane == warp_size - 1) warp_totals[warp] = has_inclusive;
+  __syncthreads();
+  std::int32_t has_before = 0;
+  for (int w = 0; w < warp; ++w) has_before += warp_totals[w];
+  if (tid < num_experts && has != 0) chosen[has_before + has_inclusive - 1] = tid;
+  if (tid == num_experts - 1) chosen[num_experts] = has_before + has_inclusive;
 }
 
 __global__ void __launch_bounds__(place_threads)
     place_kernel(const std::int32_t* experts,  // [pairs]
                  std::int64_t pairs,
                  const std::int32_t* begin,    // [num_experts + 1]
+                 const std::int32_t* chosen,   // [num_experts + 1] chosen ids, then their count
+                 int num_experts,
                  std::int32_t* rows,           // [pairs] order: the pair of each row
                  std::int32_t* row_of) {       // [pairs] the row of each pair
   __shared__ std::uint32_t ballots[place_warps];
-  const auto e = static_cast<std::int32_t>(blockIdx.x);
+  if (static_cast<std::int32_t>(blockIdx.x) >= chosen[num_experts]) return;
+  const std::int32_t e = chosen[blockIdx.x];
   const std::int32_t first = begin[e];
   const std::int32_t count = begin[e + 1] - first;
   const int tid = static_cast<int>(threadIdx.x);
@@ -157,6 +179,8 @@ struct grouped_args {
   float* y;                           // [pairs, n] row stride y_stride: y = x · wᵀ of each row's expert
   const moe_expert_weights* experts;  // [num_experts] device memory
   const std::int32_t* begin;          // [num_experts + 1]
+  const std::int32_t* chosen;         // [num_experts + 1] chosen ids, then their count
+  std::int64_t num_experts;
   std::int64_t n, k, x_stride, y_stride;
   std::int64_t row_bytes;             // bytes of one weight row
   std::int64_t group_size;            // int4 only
@@ -186,10 +210,11 @@ __device__ __forceinline__ void grouped_tile(const gemv_operands& o, std::int64_
 
 template <weight_format F, bool FINE_GROUPS>
 __global__ void __launch_bounds__(gemv_threads) grouped_matmul_kernel(grouped_args a) {
-  const auto e = static_cast<std::int32_t>(blockIdx.y);
+  if (static_cast<std::int32_t>(blockIdx.y) >= a.chosen[a.num_experts]) return;  // fewer experts chosen than slots
+  const std::int32_t e = a.chosen[blockIdx.y];
   const std::int32_t first = a.begin[e];
   const std::int32_t rows = a.begin[e + 1] - first;
-  if (rows <= 0) return;  // nobody chose this expert: its weights are never read
+  if (rows <= 0) return;  // (chosen experts have rows)
   const moe_expert_weights& m = a.experts[e];
   const weight_view& w = a.matrix == expert_matrix::gate ? m.gate : (a.matrix == expert_matrix::up ? m.up : m.down);
   const auto* values = static_cast<const std::uint8_t*>(w.values);
@@ -328,13 +353,16 @@ void launch_grouped_format(const grouped_args& a, bool fine_groups, const dim3& 
 // y [pairs, n] = each row of x [pairs, k] through its expert's `matrix`.
 status launch_grouped(const matrix_layout& l, expert_matrix matrix, const float* x, std::int64_t x_stride, float* y,
                       std::int64_t y_stride, std::int64_t n, std::int64_t k, const moe_experts_params& p,
-                      const std::int32_t* begin, cudaStream_t stream) {
-  const grouped_args a{.x = x, .y = y, .experts = p.device_matrices, .begin = begin, .n = n, .k = k,
+                      const std::int32_t* begin, const std::int32_t* chosen, cudaStream_t stream) {
+  const grouped_args a{.x = x, .y = y, .experts = p.device_matrices, .begin = begin, .chosen = chosen,
+                       .num_experts = p.num_experts, .n = n, .k = k,
                        .x_stride = x_stride, .y_stride = y_stride, .row_bytes = weight_values_bytes(l.format, 1, k),
                        .group_size = l.group_size,
                        .groups_per_row = l.format == weight_format::int4 ? k / l.group_size : 0, .matrix = matrix,
                        .x_vec = aligned16(x) && x_stride % 4 == 0};
-  const dim3 grid(static_cast<unsigned>(ceil_div(n, gemv_rows)), static_cast<unsigned>(p.num_experts));
+  static_assert(gemv_rows == moe_grouped_tile_rows);
+  const std::int64_t slots = std::min(p.tokens * p.top_k, p.num_experts);
+  const dim3 grid(static_cast<unsigned>(ceil_div(n, gemv_rows)), static_cast<unsigned>(slots));
   const bool fine_groups = l.format == weight_format::int4 && l.group_size < int4_traits::chunk_elements;
   switch (l.format) {
     case weight_format::f32: launch_grouped_format<weight_format::f32>(a, fine_groups, grid, stream); break;
@@ -382,12 +410,14 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
   auto* begin = reinterpret_cast<std::int32_t*>(p.workspace + w.tail);  // [num_experts + 1]
   std::int32_t* rows = begin + p.num_experts + 1;                        // [pairs]
   std::int32_t* row_of = rows + pairs;                                   // [pairs]
+  std::int32_t* chosen = row_of + pairs;                                 // [num_experts + 1]
   const auto experts = static_cast<int>(p.num_experts);
+  const auto slots = static_cast<unsigned>(std::min(pairs, p.num_experts));
 
-  count_kernel<<<1, count_threads, 0, stream>>>(p.experts, pairs, experts, begin, p.expert_tokens,
+  count_kernel<<<1, count_threads, 0, stream>>>(p.experts, pairs, experts, begin, p.expert_tokens, chosen,
                                                 p.add_expert_tokens);
   EDGE_RETURN_IF_ERROR(check_launch("moe experts (count)"));
-  place_kernel<<<static_cast<unsigned>(experts), place_threads, 0, stream>>>(p.experts, pairs, begin, rows, row_of);
+  place_kernel<<<slots, place_threads, 0, stream>>>(p.experts, pairs, begin, chosen, experts, rows, row_of);
   EDGE_RETURN_IF_ERROR(check_launch("moe experts (place)"));
   const bool gather_vec = aligned16(p.x) && p.x_stride % 4 == 0 && aligned16(gathered) && p.hidden % 4 == 0;
   gather_kernel<<<static_cast<unsigned>(pairs), gather_threads, 0, stream>>>(
@@ -397,19 +427,19 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
   const std::int64_t inter = p.intermediate;
   if (layout.stacked) {
     EDGE_RETURN_IF_ERROR(launch_grouped(layout.gate, expert_matrix::gate, gathered, p.hidden, activation, 2 * inter,
-                                        2 * inter, p.hidden, p, begin, stream));
+                                        2 * inter, p.hidden, p, begin, chosen, stream));
   } else {
     EDGE_RETURN_IF_ERROR(launch_grouped(layout.gate, expert_matrix::gate, gathered, p.hidden, activation, 2 * inter,
-                                        inter, p.hidden, p, begin, stream));
+                                        inter, p.hidden, p, begin, chosen, stream));
     EDGE_RETURN_IF_ERROR(launch_grouped(layout.up, expert_matrix::up, gathered, p.hidden, activation + inter, 2 * inter,
-                                        inter, p.hidden, p, begin, stream));
+                                        inter, p.hidden, p, begin, chosen, stream));
   }
   EDGE_RETURN_IF_ERROR(cuda::run_silu_mul({.gate = activation, .up = activation + inter, .out = activation,
                                            .rows = pairs, .cols = inter, .in_stride = 2 * inter,
                                            .out_stride = 2 * inter},
                                           s));
   EDGE_RETURN_IF_ERROR(launch_grouped(layout.down, expert_matrix::down, activation, 2 * inter, expert_out, p.hidden,
-                                      p.hidden, inter, p, begin, stream));
+                                      p.hidden, inter, p, begin, chosen, stream));
 
   combine_kernel<<<static_cast<unsigned>(p.tokens), combine_threads, 0, stream>>>(
       p.experts, p.weights, row_of, expert_out, p.top_k, p.num_experts, p.hidden, p.out, p.out_stride);

@@ -10,8 +10,9 @@
 //
 // On a CUDA stream (moe_experts.cu) the grouping happens on the device, so a call never waits
 // for the GPU and can be captured in a CUDA graph: the pairs are counted per expert and placed
-// in the CPU's order (moe_experts_order.h), their x rows gathered, and each expert's rows run
-// through a grouped matmul whose blocks of an expert nobody chose return at once. The weights
+// in the CPU's order (moe_experts_order.h), their x rows gathered, and each chosen expert's rows
+// run through a grouped matmul whose grid covers only as many experts as the call can have
+// chosen (moe_grouped_blocks), their ids compacted on the device. The weights
 // then come from `device_matrices`, a device copy of `matrices` that the caller keeps (the
 // executor uploads it with the weights); `matrices` stays a host array, read for the checks
 // and the formats. There, every expert with weights must share one layout (gate, up and down
@@ -71,7 +72,8 @@ inline constexpr std::int64_t moe_experts_chunk_tokens = 256;
 //   expert_out [pairs, hidden]           each pair's expert output
 //   tail: CPU  sums [tokens, hidden]     each token's weighted sum
 //         CUDA int32 scratch: begin [num_experts + 1] (each expert's first row, then pairs
-//              placed), order [pairs] (the pair of each row), row_of [pairs] (the row of each pair)
+//              placed), order [pairs] (the pair of each row), row_of [pairs] (the row of each pair),
+//              chosen [num_experts + 1] (the chosen experts in id order, then their count)
 struct moe_experts_layout {
   std::int64_t gathered = 0, activation = 0, expert_out = 0, tail = 0, floats = 0;
 };
@@ -80,7 +82,7 @@ constexpr moe_experts_layout moe_experts_workspace(std::int64_t tokens, std::int
                                                    std::int64_t hidden, std::int64_t intermediate) {
   const std::int64_t pairs = tokens * top_k;
   const std::int64_t sums = tokens * hidden;
-  const std::int64_t scratch = num_experts + 1 + 2 * pairs;  // int32 and float share a size
+  const std::int64_t scratch = 2 * (num_experts + 1) + 2 * pairs;  // int32 and float share a size
   moe_experts_layout l;
   l.activation = l.gathered + pairs * hidden;
   l.expert_out = l.activation + pairs * 2 * intermediate;
@@ -93,6 +95,20 @@ constexpr moe_experts_layout moe_experts_workspace(std::int64_t tokens, std::int
 constexpr std::int64_t moe_experts_workspace_floats(std::int64_t tokens, std::int64_t top_k, std::int64_t num_experts,
                                                     std::int64_t hidden, std::int64_t intermediate) {
   return moe_experts_workspace(tokens, top_k, num_experts, hidden, intermediate).floats;
+}
+
+// The CUDA grouped matmul's grid for one of an expert's matrices of n rows: a block per tile of
+// moe_grouped_tile_rows weight rows and per expert a call can have chosen, at most tokens ×
+// top_k of them (the device compacts the chosen experts' ids, so a grid slot is a chosen expert,
+// not an expert id). At Kimi K2's decode shape (one token, 8 of 384 experts) a layer's gate-up
+// and down take 22,528 blocks; a grid over every expert took 1,081,344, of which all but 8 in
+// 384 returned at once.
+inline constexpr std::int64_t moe_grouped_tile_rows = 4;
+
+constexpr std::int64_t moe_grouped_blocks(std::int64_t n, std::int64_t tokens, std::int64_t top_k,
+                                          std::int64_t num_experts) {
+  const std::int64_t slots = tokens * top_k < num_experts ? tokens * top_k : num_experts;
+  return (n + moe_grouped_tile_rows - 1) / moe_grouped_tile_rows * slots;
 }
 
 // invalid_argument for shapes, an expert id outside [0, num_experts) (CPU), a matrix of the

@@ -219,6 +219,12 @@ status check_moe_experts(const moe_experts_params& p) {
 }  // namespace detail
 
 status run_moe_experts(const moe_experts_params& p, const stream& s) {
+  if (s.where == device::count) {
+    // count, place, gather, gate and up (one launch when stacked), silu_mul, down, combine.
+    const bool stacked = p.num_experts == 0 || p.matrices == nullptr || p.matrices[0].stacked();
+    count_launches(s, stacked ? 7 : 8);
+    return {};
+  }
   const bool cuda = s.where == device::cuda;
   if (cuda && !cuda::compiled()) return cuda::run_moe_experts(p, s);  // a build without CUDA says so first
   EDGE_RETURN_IF_ERROR(detail::check_moe_experts(p));

@@ -97,6 +97,10 @@ status check_moe_routing(const moe_routing_params& p) {
 }  // namespace detail
 
 status run_moe_routing(const moe_routing_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_moe_routing(p, s);
   EDGE_RETURN_IF_ERROR(detail::check_moe_routing(p));
   cpu::parallel_for(s, p.tokens, 4, [&](std::int64_t begin, std::int64_t end) {

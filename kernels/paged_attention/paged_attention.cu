@@ -21,6 +21,7 @@
 #include "kernels/cuda/launchers.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/paged_attention/attention_tiles.h"
+#include "kernels/paged_attention/widen_rows.h"
 
 namespace edge::kernels::cuda {
 namespace {
@@ -97,6 +98,30 @@ __global__ void tile_offsets_kernel(const std::int32_t* __restrict__ seq_token_b
     total += static_cast<std::int32_t>(ceil_div(seq_token_begin[r + 1] - seq_token_begin[r], tile_tokens));
   }
   offsets[runs] = total;
+}
+
+// Chunk `piece` (16 bytes) of tile row j of K and of V, widened into k_s ([key_tile, D + 1]) and
+// v_s ([key_tile, D]) in the rotated order of widen_rows.h, so that no two lanes of a warp store
+// into one bank.
+template <dtype KV>
+__device__ __forceinline__ void widen_chunk(uint4 kraw, uint4 vraw, int j, std::int64_t piece, std::int64_t D,
+                                            float k_factor, float v_factor, float* k_s, float* v_s) {
+  constexpr int elem_bytes = KV == dtype::f32 ? 4 : (KV == dtype::fp8_e4m3 ? 1 : 2);
+  constexpr int vec = 16 / elem_bytes;
+  const int lane = static_cast<int>(threadIdx.x) % warp_size;
+  const int kr = widen_rows::k_rotation(lane, j, vec);
+  const int vr = widen_rows::v_rotation(lane, vec);
+  const auto rotated = [](uint4 raw, int rotation) {
+    const widen_rows::chunk c = widen_rows::rotate_right({{raw.x, raw.y, raw.z, raw.w}}, rotation * elem_bytes * 8);
+    return make_uint4(c.w[0], c.w[1], c.w[2], c.w[3]);
+  };
+  const uint4 k_rot = rotated(kraw, kr);
+  const uint4 v_rot = rotated(vraw, vr);
+#pragma unroll
+  for (int e = 0; e < vec; ++e) {
+    k_s[widen_rows::store_index(j, D + 1, piece, vec, kr, e)] = load_float<KV>(&k_rot, e) * k_factor;
+    v_s[widen_rows::store_index(j, D, piece, vec, vr, e)] = load_float<KV>(&v_rot, e) * v_factor;
+  }
 }
 
 template <dtype KV, int DPL>
@@ -197,11 +222,7 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
           kraw = *reinterpret_cast<const uint4*>(static_cast<const std::uint8_t*>(a.k_cache) + (row * D + d0) * elem_bytes);
           vraw = *reinterpret_cast<const uint4*>(static_cast<const std::uint8_t*>(a.v_cache) + (row * D + d0) * elem_bytes);
         }
-#pragma unroll
-        for (int e = 0; e < vec_elems; ++e) {
-          k_s[j * (D + 1) + d0 + e] = load_float<KV>(&kraw, e) * k_factor;
-          v_s[j * D + d0 + e] = load_float<KV>(&vraw, e) * v_factor;
-        }
+        widen_chunk<KV>(kraw, vraw, j, d0 / vec_elems, D, k_factor, v_factor, k_s, v_s);
       } else {
         k_s[j * (D + 1) + d0] = row >= 0 ? load_float<KV>(a.k_cache, row * D + d0) * k_factor : 0.0f;
         v_s[j * D + d0] = row >= 0 ? load_float<KV>(a.v_cache, row * D + d0) * v_factor : 0.0f;
@@ -260,11 +281,7 @@ __global__ void __launch_bounds__(attn_threads) attention_kernel(attention_args 
         const float v_factor = KV == dtype::fp8_e4m3 ? scales[key_tile + j] : 1.0f;
         const uint4 kraw = *reinterpret_cast<const uint4*>(base + (j * D + d0) * elem_bytes);
         const uint4 vraw = *reinterpret_cast<const uint4*>(base + ((key_tile + j) * D + d0) * elem_bytes);
-#pragma unroll
-        for (int e = 0; e < vec_elems; ++e) {
-          k_s[j * (D + 1) + d0 + e] = load_float<KV>(&kraw, e) * k_factor;
-          v_s[j * D + d0 + e] = load_float<KV>(&vraw, e) * v_factor;
-        }
+        widen_chunk<KV>(kraw, vraw, j, d0 / vec_elems, D, k_factor, v_factor, k_s, v_s);
       }
       __syncthreads();
     } else {

@@ -113,6 +113,10 @@ void run_with(const paged_attention_params& p, const stream& s) {
 }  // namespace
 
 status run_paged_attention(const paged_attention_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_paged_attention(p, s);
   if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
     return invalid_argument("paged_attention: num_heads must be a multiple of num_kv_heads");

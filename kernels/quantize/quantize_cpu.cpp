@@ -107,6 +107,10 @@ void dequantize_row(const weight_view& w, std::int64_t k, std::int64_t row, floa
 }  // namespace
 
 status run_quantize(const quantize_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_quantize(p, s);
   if (p.rows < 0 || p.k <= 0 || p.x_stride < p.k) return invalid_argument("quantize: bad shape or stride");
   if (p.format == weight_format::int4 && !valid_int4_group_size(p.group_size, p.k)) {
@@ -134,6 +138,10 @@ status run_quantize(const quantize_params& p, const stream& s) {
 }
 
 status run_dequantize(const dequantize_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_dequantize(p, s);
   if (p.rows < 0 || p.k <= 0 || p.row_begin < 0 || p.y_stride < p.k) {
     return invalid_argument("dequantize: bad shape or stride");

@@ -53,6 +53,10 @@ status check_rmsnorm(const rmsnorm_params& p) {
 
 status run_rmsnorm(const rmsnorm_params& p, const stream& s) {
   EDGE_RETURN_IF_ERROR(check_rmsnorm(p));
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_rmsnorm(p, s);
   cpu::parallel_for(s, p.rows * p.groups, 8, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) normalize_row(p, i / p.groups, i % p.groups);

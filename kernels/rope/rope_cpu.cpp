@@ -67,6 +67,10 @@ std::vector<float> rope_inv_freq(std::int64_t head_dim, double theta,
 }
 
 status run_rope(const rope_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_rope(p, s);
   const std::int64_t rotated = detail::rope_rotated(p);
   if (rotated == 0) return invalid_argument("rope: the rotated width must be even and at most head_dim");

@@ -120,6 +120,10 @@ void keep_allowed(float* logits, std::int64_t vocab, const std::uint32_t* allowe
 }
 
 status run_sampling(const sampling_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_sampling(p, s);
   const std::int64_t words = allowed_words(p.vocab);
   cpu::parallel_for(s, p.rows, 1, [&](std::int64_t begin, std::int64_t end) {

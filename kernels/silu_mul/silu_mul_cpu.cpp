@@ -8,6 +8,10 @@
 namespace edge::kernels {
 
 status run_silu_mul(const silu_mul_params& p, const stream& s) {
+  if (s.where == device::count) {
+    count_launches(s, 1);
+    return {};
+  }
   if (s.where == device::cuda) return cuda::run_silu_mul(p, s);
   cpu::parallel_for(s, p.rows, 4, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {

@@ -38,8 +38,8 @@ using kernels::weight_format;
 
 // Every CUDA entry point (the `run_*` of kernels/cuda/launchers.h, without `run_`); the case
 // list test fails when launchers.h names one that is not here, or one here has no cases.
-inline constexpr std::array<std::string_view, 15> kernel_names = {
-    "embedding",      "rmsnorm",      "rope",         "silu_mul",     "matmul",
+inline constexpr std::array<std::string_view, 16> kernel_names = {
+    "embedding",      "rmsnorm",      "rope",         "silu_mul",     "matmul",        "head_matmul",
     "quantize",       "dequantize",   "kv_cache_write", "kv_block_copy", "paged_attention",
     "sampling",       "moe_routing",  "moe_experts",  "mla_attention", "dsa_select",
 };
@@ -174,6 +174,30 @@ inline double matmul_error(double y, double y_ref, double products_l2, double ad
 // to bf16 on tensor cores (cuda_matmul_uses_tensor_cores).
 inline constexpr double matmul_f32_tolerance = 0x1p-13;
 inline constexpr double matmul_tensor_core_tolerance = 0x1p-4;
+
+// ---- every head's matmul (latent attention's absorbed projections) ----------------------------
+
+struct head_matmul_case {
+  std::string shape;
+  weight_format format;
+  std::int64_t heads, n, k, first_row, head_rows;
+  std::vector<std::int64_t> tokens;  // past head_matmul_gemv_tokens CUDA runs a matmul per head
+};
+
+inline std::vector<head_matmul_case> head_matmul_cases() {
+  std::vector<head_matmul_case> out;
+  for (const weight_format f : {weight_format::bf16, weight_format::fp8_e4m3, weight_format::int4}) {
+    // q_nope through W_UKᵀ (w_uk_t: [heads · kv_lora, nope]) and the latents through W_UV
+    // (kv_b_proj's V rows: [heads · (nope + v_head), kv_lora] from row nope on).
+    out.push_back({"kimi-k2 w_uk", f, 64, 512, 128, 0, 512, {1, 8, 65}});
+    out.push_back({"kimi-k2 w_uv", f, 64, 128, 512, 128, 256, {1, 8, 65}});
+    out.push_back({"glm-5 w_uk", f, 64, 512, 192, 0, 512, {1, 5}});
+    out.push_back({"glm-5 w_uv", f, 64, 256, 512, 192, 448, {1, 5}});
+  }
+  out.push_back({"awkward", weight_format::f32, 3, 13, 24, 8, 21, {1, 3, 70}});
+  out.push_back({"awkward", weight_format::f16, 3, 13, 24, 8, 21, {1, 3}});
+  return out;
+}
 
 // ---- paged attention --------------------------------------------------------------------------
 
@@ -389,6 +413,7 @@ inline std::size_t case_count(std::string_view kernel) {
   if (kernel == "rope") return rope_cases().size();
   if (kernel == "silu_mul") return silu_mul_cases().size();
   if (kernel == "matmul") return matmul_cases().size();
+  if (kernel == "head_matmul") return head_matmul_cases().size();
   if (kernel == "quantize" || kernel == "dequantize") return quantize_cases().size();
   if (kernel == "kv_cache_write") return kv_cache_write_cases().size();
   if (kernel == "kv_block_copy") return kv_block_copy_cases().size();

@@ -765,7 +765,8 @@ struct forward_pass {
   // The absorbed form for tokens [begin, end) of the step, whose rotated queries are q ([tokens,
   // heads, nope + rope], token stride q_stride): q_nope folded through kv_b_proj's K part per
   // head (w_uk_t's rows for a head are W_UKᵀ), attention over the cached latents (in place), the
-  // latents through kv_b_proj's V rows per head into b.attn.
+  // latents through kv_b_proj's V rows per head into b.attn; each projection one call for every
+  // head (run_head_matmul).
   status absorbed_mla(std::int64_t layer, const attention_plan& a, const layer_forward_weights& w, const float* q,
                       std::int64_t q_stride, std::int64_t begin, std::int64_t end) const {
     if (end <= begin) return {};
@@ -775,11 +776,12 @@ struct forward_pass {
     const std::int64_t stride = heads * m.kv_lora_rank;
     float* latents = b.latents + begin * stride;
     const float* queries = q + begin * q_stride;
-    for (std::int64_t h = 0; h < heads; ++h) {
-      EDGE_RETURN_IF_ERROR(matmul(queries + h * m.qk_head(), q_stride,
-                                  kernels::weight_rows_from(w.w_uk_t, h * m.kv_lora_rank, m.nope), nullptr,
-                                  latents + h * m.kv_lora_rank, stride, m.kv_lora_rank, m.nope, false, tokens));
-    }
+    EDGE_RETURN_IF_ERROR(kernels::run_head_matmul({.x = queries, .w = w.w_uk_t, .y = latents, .tokens = tokens,
+                                                   .heads = heads, .n = m.kv_lora_rank, .k = m.nope, .first_row = 0,
+                                                   .head_rows = m.kv_lora_rank, .x_stride = q_stride,
+                                                   .x_head_stride = m.qk_head(), .y_stride = stride,
+                                                   .y_head_stride = m.kv_lora_rank},
+                                                  s));
     EDGE_RETURN_IF_ERROR(kernels::run_mla_attention(
         {.q_latent = latents, .q_rope = queries + m.nope, .out = latents, .cache = kv.keys(layer),
          .scales = kv.key_scales(layer), .kv_type = kv.layout.dtype, .seq = step.seq + begin,
@@ -792,14 +794,12 @@ struct forward_pass {
          .scale = a.softmax_scale, .workspace = b.attention_workspace,
          .workspace_floats = b.attention_workspace_floats},
         s));
-    const std::int64_t per_head = m.nope + m.v_head_dim;
-    for (std::int64_t h = 0; h < heads; ++h) {
-      EDGE_RETURN_IF_ERROR(matmul(latents + h * m.kv_lora_rank, stride,
-                                  kernels::weight_rows_from(w.wkv_b, h * per_head + m.nope, m.kv_lora_rank), nullptr,
-                                  b.attn + begin * a.q_dim() + h * m.v_head_dim, a.q_dim(), m.v_head_dim,
-                                  m.kv_lora_rank, false, tokens));
-    }
-    return {};
+    return kernels::run_head_matmul({.x = latents, .w = w.wkv_b, .y = b.attn + begin * a.q_dim(), .tokens = tokens,
+                                     .heads = heads, .n = m.v_head_dim, .k = m.kv_lora_rank, .first_row = m.nope,
+                                     .head_rows = m.nope + m.v_head_dim, .x_stride = stride,
+                                     .x_head_stride = m.kv_lora_rank, .y_stride = a.q_dim(),
+                                     .y_head_stride = m.v_head_dim},
+                                    s);
   }
 
   // Each token's `row_width` values at `rows` (token stride `stride`) into a one-row-per-token

@@ -137,12 +137,13 @@ TEST_CASE("a token's contributions are summed by expert id, equal ids in choice 
 }
 
 TEST_CASE("the workspace holds the CPU's sums or the CUDA grouping, whichever is larger") {
-  // Decode of a small model: the int32 grouping (129 + 2 x 8) outgrows one token's sums (64).
+  // Decode of a small model: the int32 grouping (begin 129, order and row_of 2 x 8, the chosen
+  // experts 129) outgrows one token's sums (64).
   const auto small = edge::kernels::moe_experts_workspace(1, 8, 128, 64, 32);
   CHECK(small.activation == 8 * 64);
   CHECK(small.expert_out == small.activation + 8 * 2 * 32);
   CHECK(small.tail == small.expert_out + 8 * 64);
-  CHECK(small.floats == small.tail + 129 + 16);
+  CHECK(small.floats == small.tail + 129 + 16 + 129);
   const auto large = edge::kernels::moe_experts_workspace(97, 8, 128, 2048, 768);
   CHECK(large.floats == large.tail + 97 * 2048);
   CHECK(edge::kernels::moe_experts_workspace_floats(97, 8, 128, 2048, 768) == large.floats);
