@@ -92,6 +92,29 @@ __global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_args a) {
   }
 }
 
+// ---- split-K reduction ------------------------------------------------------------------------
+
+template <weight_format F>
+__global__ void split_reduce_kernel(matmul_args a, int splits) {
+  const std::int64_t total = a.tokens * a.n;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float dot = 0.0f;
+    for (int z = 0; z < splits; ++z) dot += a.workspace[z * total + i];
+    store_output<F>(a, i / a.n, i % a.n, dot);
+  }
+}
+
+// Either the final output, or this split's part for split_reduce_kernel.
+template <weight_format F>
+__device__ __forceinline__ void emit(const matmul_args& a, std::int64_t t, std::int64_t row, float dot) {
+  if (gridDim.z == 1) {
+    store_output<F>(a, t, row, dot);
+  } else {
+    a.workspace[(static_cast<std::int64_t>(blockIdx.z) * a.tokens + t) * a.n + row] = dot;
+  }
+}
+
 // ---- W4A16 decode on tensor cores (INT4 groups of 32 or more, 1..8 tokens) ---------------------
 //
 // A block of 4 warps takes 16 weight rows and walks k in stages of 16 chunks (512 k): cp.async
@@ -101,6 +124,8 @@ __global__ void __launch_bounds__(gemv_threads) gemv_kernel(matmul_args a) {
 // is two mma.m16n8k16 steps against the tokens' x rounded to bf16 (w4a16_fragments.h says which
 // element goes where; its host test emulates it). The chunk's product is scaled in f32 by its
 // group's scale, so q stays exact and only x is rounded. The warps' parts meet in shared memory.
+// Few rows (Kimi K2's 576-row kv_a_proj is 36 blocks for 132 SMs) split k across blockIdx.z in
+// whole stages (matmul_split_count), their parts added by split_reduce_kernel.
 
 namespace w4 = w4a16;
 
@@ -118,8 +143,10 @@ __global__ void __launch_bounds__(w4::threads) w4a16_decode_kernel(matmul_args a
   __shared__ __align__(128) w4a16_stage stage[w4::stages];
   __shared__ float partial[w4::warps][w4::tile_rows][w4::tile_tokens];
   const std::int64_t row0 = static_cast<std::int64_t>(blockIdx.x) * w4::tile_rows;
-  const std::int64_t chunks = a.row_bytes / w4::chunk_bytes;  // k / 32: groups of 32+ divide k
-  const std::int64_t stage_count = ceil_div(chunks, w4::stage_chunks);
+  // This split's chunks (k / 32 in all: groups of 32+ divide k); k_per_split is whole stages.
+  const std::int64_t chunk_begin = static_cast<std::int64_t>(blockIdx.z) * (a.k_per_split / w4::chunk_k);
+  const std::int64_t chunks = min(a.row_bytes / w4::chunk_bytes, chunk_begin + a.k_per_split / w4::chunk_k);
+  const std::int64_t stage_count = ceil_div(chunks - chunk_begin, w4::stage_chunks);
   const auto* weights = static_cast<const std::uint8_t*>(a.w);
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / warp_size;
@@ -135,7 +162,7 @@ __global__ void __launch_bounds__(w4::threads) w4a16_decode_kernel(matmul_args a
       const int r = i / w4::stage_chunks;
       const int c = i % w4::stage_chunks;
       const std::int64_t row = min(row0 + r, a.n - 1);
-      const std::int64_t chunk = s * w4::stage_chunks + c;
+      const std::int64_t chunk = chunk_begin + s * w4::stage_chunks + c;
       const bool inside = chunk < chunks;
       const std::int64_t at = inside ? chunk : 0;
       copy_async_16(&st.weights[r][w4::swizzled_chunk(r, c)], weights + row * a.row_bytes + at * w4::chunk_bytes, inside);
@@ -159,7 +186,7 @@ __global__ void __launch_bounds__(w4::threads) w4a16_decode_kernel(matmul_args a
 #pragma unroll
     for (int j = 0; j < w4::chunks_per_warp / 2; ++j) {
       const int pair_chunk = warp * w4::chunks_per_warp + 2 * j;  // within the stage
-      const std::int64_t first = s * w4::stage_chunks + pair_chunk;
+      const std::int64_t first = chunk_begin + s * w4::stage_chunks + pair_chunk;
       if (first >= chunks) break;  // the same for the whole warp
       const w4::ldmatrix_source src = w4::ldmatrix_row(warp, j, lane);
       std::uint32_t words[4];
@@ -207,30 +234,7 @@ __global__ void __launch_bounds__(w4::threads) w4a16_decode_kernel(matmul_args a
     float dot = 0.0f;
 #pragma unroll
     for (int w = 0; w < w4::warps; ++w) dot += partial[w][r][token];
-    store_output<weight_format::int4>(a, token, row, dot);
-  }
-}
-
-// ---- split-K reduction ------------------------------------------------------------------------
-
-template <weight_format F>
-__global__ void split_reduce_kernel(matmul_args a, int splits) {
-  const std::int64_t total = a.tokens * a.n;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    float dot = 0.0f;
-    for (int z = 0; z < splits; ++z) dot += a.workspace[z * total + i];
-    store_output<F>(a, i / a.n, i % a.n, dot);
-  }
-}
-
-// Either the final output, or this split's part for split_reduce_kernel.
-template <weight_format F>
-__device__ __forceinline__ void emit(const matmul_args& a, std::int64_t t, std::int64_t row, float dot) {
-  if (gridDim.z == 1) {
-    store_output<F>(a, t, row, dot);
-  } else {
-    a.workspace[(static_cast<std::int64_t>(blockIdx.z) * a.tokens + t) * a.n + row] = dot;
+    emit<weight_format::int4>(a, token, row, dot);
   }
 }
 
@@ -617,12 +621,8 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 // How many ways to split k for a grid of `tiles` output tiles (1: no split).
 int choose_splits(const matmul_params& p, std::int64_t tiles, std::int64_t k_step) {
-  const std::int64_t sms = multiprocessor_count();
-  if (tiles >= sms || p.tokens > matmul_split_max_tokens || p.workspace == nullptr) return 1;
-  std::int64_t splits = std::min<std::int64_t>(matmul_max_split_k, ceil_div(2 * sms, tiles));
-  splits = std::min(splits, ceil_div(p.k, 2 * k_step));  // at least two steps of k per split
-  while (splits > 1 && splits * p.tokens * p.n > p.workspace_floats) --splits;
-  return static_cast<int>(std::max<std::int64_t>(splits, 1));
+  return static_cast<int>(matmul_split_count(tiles, multiprocessor_count(), p.tokens, p.n, p.k, k_step,
+                                             p.workspace == nullptr ? 0 : p.workspace_floats));
 }
 
 // Adds the split-K parts (when k was split) into y.
@@ -650,8 +650,15 @@ template <weight_format F>
 status run_format(const matmul_params& p, matmul_args a, cudaStream_t stream) {
   if (F == weight_format::int4 && a.w_vec && cuda_matmul_uses_tensor_cores(F, p.tokens, p.w.group_size) &&
       p.tokens <= gemv_max_tokens) {
-    w4a16_decode_kernel<<<static_cast<unsigned>(ceil_div(p.n, w4::tile_rows)), w4::threads, 0, stream>>>(a);
-    return check_launch("matmul (w4a16 decode)");
+    const std::int64_t tiles = ceil_div(p.n, w4::tile_rows);
+    const std::int64_t stage_k = w4::stage_chunks * w4::chunk_k;
+    int splits = choose_splits(p, tiles, stage_k);
+    a.k_per_split = ceil_div(ceil_div(p.k, splits), stage_k) * stage_k;
+    splits = static_cast<int>(ceil_div(p.k, a.k_per_split));
+    const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(splits));
+    w4a16_decode_kernel<<<grid, w4::threads, 0, stream>>>(a);
+    EDGE_RETURN_IF_ERROR(check_launch("matmul (w4a16 decode)"));
+    return reduce_splits<weight_format::int4>(p, a, splits, stream);
   }
   if (p.tokens <= gemv_max_tokens) {
     const bool fine_groups = F == weight_format::int4 && p.w.group_size < int4_traits::chunk_elements;

@@ -55,6 +55,26 @@ struct matmul_params {
 inline constexpr std::int64_t matmul_max_split_k = 8;
 inline constexpr std::int64_t matmul_split_max_tokens = 256;
 
+// How many ways the CUDA matmul splits k for a call whose output makes `tiles` blocks, on a GPU
+// of `sms` multiprocessors, k walked in steps of `k_step`: none when the tiles already fill the
+// GPU, when the batch is large or there is no workspace; else enough to cover the GPU about
+// twice, at most matmul_max_split_k, each part at least two steps of k, and as many as the
+// workspace holds. The W4A16 decode kernel (16 rows a block, k in stages of 512) splits this
+// way too: Kimi K2's kv_a_proj (576 x 7168) is 36 blocks for 132 SMs, split 7 ways.
+constexpr std::int64_t matmul_split_count(std::int64_t tiles, std::int64_t sms, std::int64_t tokens, std::int64_t n,
+                                          std::int64_t k, std::int64_t k_step, std::int64_t workspace_floats) {
+  if (tiles >= sms || tokens > matmul_split_max_tokens || workspace_floats <= 0) return 1;
+  std::int64_t splits = (2 * sms + tiles - 1) / tiles;
+  if (splits > matmul_max_split_k) splits = matmul_max_split_k;
+  const std::int64_t by_k = (k + 2 * k_step - 1) / (2 * k_step);
+  if (splits > by_k) splits = by_k;
+  while (splits > 1 && splits * tokens * n > workspace_floats) --splits;
+  if (splits < 1) return 1;
+  // Whole steps per part: the count that k then needs.
+  const std::int64_t per_split = ((k + splits - 1) / splits + k_step - 1) / k_step * k_step;
+  return (k + per_split - 1) / per_split;
+}
+
 // Workspace floats with which the CUDA matmul never gives up a split it wants, for any call
 // of up to `tokens` tokens and `n` output rows.
 constexpr std::int64_t matmul_workspace_floats(std::int64_t tokens, std::int64_t n) {

@@ -569,11 +569,13 @@ __global__ void __launch_bounds__(mt::threads, 1) mla_tc_kernel(mla_args a) {
 
 // ---- the slices combined --------------------------------------------------------------------
 
-static_assert(mla_attention_max_splits <= warp_size, "the combine kernel keeps a slice per lane");
+constexpr int slices_per_lane = static_cast<int>(mla_attention_max_splits / warp_size);
+static_assert(mla_attention_max_splits % warp_size == 0, "the combine kernel keeps whole slices per lane");
 
 // One warp per (token, head): the slices' results rescaled to the common max and added in slice
-// order (lane s holds slice s's factor). A slice that saw no row has max -inf and sum 0 and adds
-// nothing (its output, never written, is not read); a token that saw none reads as zeros.
+// order (lane l holds the factors of slices l, l + 32, ...). A slice that saw no row has max -inf
+// and sum 0 and adds nothing (its output, never written, is not read); a token that saw none
+// reads as zeros.
 __global__ void __launch_bounds__(mla_threads) mla_combine_kernel(mla_args a) {
   const std::int64_t item = static_cast<std::int64_t>(blockIdx.x) * mla_warps + threadIdx.x / warp_size;
   if (item >= a.tokens * a.num_heads) return;
@@ -582,17 +584,36 @@ __global__ void __launch_bounds__(mla_threads) mla_combine_kernel(mla_args a) {
   const std::int64_t t = item / a.num_heads;
   const std::int64_t h = item % a.num_heads;
   const float* parts = a.partials + item * a.splits * (L + 2);
-  const float m = lane < a.splits ? parts[lane * (L + 2)] : -INFINITY;
-  const float max_all = warp_max(m);
-  const float factor = m == -INFINITY ? 0.0f : expf(m - max_all);
-  const float sum = warp_sum(lane < a.splits ? parts[lane * (L + 2) + 1] * factor : 0.0f);
+  float m[slices_per_lane];
+  float lane_max = -INFINITY;
+#pragma unroll
+  for (int g = 0; g < slices_per_lane; ++g) {
+    const int s = g * warp_size + lane;
+    m[g] = s < a.splits ? parts[s * (L + 2)] : -INFINITY;
+    lane_max = fmaxf(lane_max, m[g]);
+  }
+  const float max_all = warp_max(lane_max);
+  float factor[slices_per_lane];
+  float lane_sum = 0.0f;
+#pragma unroll
+  for (int g = 0; g < slices_per_lane; ++g) {
+    const int s = g * warp_size + lane;
+    factor[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - max_all);
+    if (s < a.splits) lane_sum = fmaf(parts[s * (L + 2) + 1], factor[g], lane_sum);
+  }
+  const float sum = warp_sum(lane_sum);
   const bool none = !(sum > 0.0f);
   float* out_row = a.out + t * a.out_stride + h * L;
   for (std::int64_t d = lane; d < L; d += warp_size) {
     float value = 0.0f;
-    for (int s = 0; s < a.splits; ++s) {
-      const float f = __shfl_sync(full_warp, factor, s);
-      if (f != 0.0f) value = fmaf(parts[s * (L + 2) + 2 + d], f, value);
+#pragma unroll
+    for (int g = 0; g < slices_per_lane; ++g) {
+      for (int l = 0; l < warp_size; ++l) {
+        const int s = g * warp_size + l;
+        if (s >= a.splits) break;  // the same for the whole warp
+        const float f = __shfl_sync(full_warp, factor[g], l);
+        if (f != 0.0f) value = fmaf(parts[s * (L + 2) + 2 + d], f, value);
+      }
     }
     out_row[d] = none ? 0.0f : value / sum;
   }
@@ -652,7 +673,7 @@ status run_mla_attention(const mla_attention_params& p, const stream& s) {
   std::int64_t most = 1;
   if (p.workspace != nullptr) {
     most = std::clamp<std::int64_t>(p.workspace_floats / (p.tokens * p.num_heads * (p.latent_dim + 2)), 1,
-                                    mla_attention_max_splits);
+                                    mla_attention_splits_cap(p.tokens));
   }
   // A tensor-core block fills an SM's shared memory; two f32 blocks share one.
   const std::int64_t resident = (tensor_cores ? 1 : 2) * multiprocessor_count();

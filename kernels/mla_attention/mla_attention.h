@@ -70,14 +70,25 @@ struct mla_attention_params {
   std::int64_t workspace_floats = 0;
 };
 
-// The CUDA kernel splits a context at most this many ways.
-inline constexpr std::int64_t mla_attention_max_splits = 32;
+// The CUDA kernel splits a context at most this many ways: 128 for one token (a block takes
+// 64 heads, so a token alone is one block per slice, and 128 slices cover an H100's 132 SMs),
+// fewer as tokens add blocks of their own, never under 32.
+inline constexpr std::int64_t mla_attention_max_splits = 128;
+constexpr std::int64_t mla_attention_splits_cap(std::int64_t tokens) {
+  const std::int64_t share = tokens > 0 ? mla_attention_max_splits / tokens : mla_attention_max_splits;
+  return share > 32 ? share : 32;
+}
 
-// Workspace floats with which the CUDA MLA attention of `tokens` tokens never gives up a split
-// it wants.
+// Workspace floats with which the CUDA MLA attention of up to `tokens` tokens never gives up a
+// split it wants.
 constexpr std::int64_t mla_attention_workspace_floats(std::int64_t tokens, std::int64_t num_heads,
                                                       std::int64_t latent_dim) {
-  return tokens * num_heads * mla_attention_max_splits * (latent_dim + 2);
+  std::int64_t most = 0;  // the largest tokens x splits cap of any call of up to `tokens` tokens
+  for (std::int64_t t = 1; t <= tokens && t <= mla_attention_max_splits; ++t) {
+    if (t * mla_attention_splits_cap(t) > most) most = t * mla_attention_splits_cap(t);
+  }
+  if (tokens * 32 > most) most = tokens * 32;
+  return most * num_heads * (latent_dim + 2);
 }
 
 // Whether the CUDA MLA attention runs a call on tensor cores, rounding the queries and the

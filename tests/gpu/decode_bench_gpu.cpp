@@ -19,10 +19,18 @@
 //      classifier bf16) at 1, 8, 16, 32 and 64 concurrent sequences, each 1024 positions deep,
 //      for int4 vs fp8 weights and bf16 vs fp8 KV: CUDA-graph decode steps with greedy sampling
 //      on the device, timed over 32 steps after 3 warm-up steps (which capture the graphs).
+//   8. The decode shapes a review found slow on Kimi K2: the W4A16 GEMV of few rows (kv_a_proj
+//      576 x 7168, Qwen3's k_proj 512 x 2048), split over k; the absorbed MLA projections of 64
+//      heads in one launch against a matmul per head; the routed experts of one token (8 of 384,
+//      hidden 7168, 2048 wide, INT4) over a grid of the chosen experts.
+// Every bandwidth is also given as a fraction of the device's HBM peak (H100 SXM 3.35 TB/s,
+// H100 PCIe 2.0, H200 4.8; the copy bandwidth above is what a kernel can reach in practice), and
+// every TFLOP/s of the dense bf16 peak (989; 756 on the PCIe card).
 // Timings are CUDA events (kernels) or the host clock around synchronised steps (engine); each
 // figure is the median of 5 repetitions.
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <numeric>
 #include <cstdio>
 #include <string>
@@ -35,6 +43,7 @@
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
 #include "kernels/mla_attention/mla_attention.h"
+#include "kernels/moe_experts/moe_experts.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/quantize/quantize.h"
 #include "kernels/sampling/sampling.h"
@@ -365,26 +374,162 @@ std::vector<double> engine_decode(kernels::weight_format weights, kernels::dtype
 
 }  // namespace
 
+namespace {
+
+// The published peaks of the device: HBM bytes per second and dense bf16 tensor FLOP/s (0 when
+// the device is not one of these: its fractions are then left out).
+struct device_peaks {
+  double hbm = 0.0;
+  double bf16 = 0.0;
+};
+device_peaks peaks_of(const cudaDeviceProp& p) {
+  const std::string name = p.name;
+  if (name.find("H200") != std::string::npos) return {4.8e12, 989e12};
+  if (name.find("H100") != std::string::npos && name.find("PCIe") != std::string::npos) return {2.0e12, 756e12};
+  if (name.find("H100") != std::string::npos) return {3.35e12, 989e12};
+  return {};
+}
+device_peaks peaks;
+double of_peak(double rate, double peak) { return peak > 0.0 ? rate / peak : 0.0; }
+
+// Random weights [n, k] quantized on the device.
+struct device_matrix {
+  std::unique_ptr<gpu_test::device_array<std::uint8_t>> values;
+  std::unique_ptr<gpu_test::device_array<float>> scales;
+  kernels::weight_view view;
+  std::size_t bytes = 0;
+};
+device_matrix make_matrix(kernels::weight_format f, std::int64_t n, std::int64_t k, std::uint32_t seed,
+                          const kernels::stream& s) {
+  device_matrix m;
+  const std::int64_t group = f == kernels::weight_format::int4 ? kernels::int4_group_size_for(k) : 0;
+  m.values = std::make_unique<gpu_test::device_array<std::uint8_t>>(
+      static_cast<std::size_t>(kernels::weight_values_bytes(f, n, k)));
+  m.scales = std::make_unique<gpu_test::device_array<float>>(
+      static_cast<std::size_t>(kernels::weight_scale_count(f, n, k, group)));
+  gpu_test::device_array<float> dense(gpu_test::random_floats(static_cast<std::size_t>(n * k), seed));
+  check_ok(kernels::run_quantize({.x = dense.get(), .rows = n, .k = k, .x_stride = k, .format = f, .group_size = group,
+                                  .values = m.values->get(), .scales = m.scales->get()},
+                                 s),
+           "quantize");
+  m.view = {.format = f, .values = m.values->get(), .scales = m.scales->get(), .group_size = group};
+  m.bytes = m.values->size() + m.scales->size() * sizeof(float);
+  return m;
+}
+
+// Kimi K2's absorbed projections (INT4): every head in one launch against a matmul per head.
+void head_matmul_times(cudaStream_t stream) {
+  const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
+  constexpr std::int64_t heads = 64;
+  struct shape {
+    const char* name;
+    std::int64_t n, k, first_row, head_rows;
+  };
+  std::printf("\n| Kimi K2 absorbed projection, 64 heads, int4 | tokens | one launch (us) | a matmul per head (us) | "
+              "speed-up |\n|---|---|---|---|---|\n");
+  for (const shape& sh : {shape{"q_nope through W_UK^T (512 x 128 a head)", 512, 128, 0, 512},
+                          shape{"latent through W_UV (128 x 512 a head)", 128, 512, 128, 256}}) {
+    const device_matrix w = make_matrix(kernels::weight_format::int4, sh.first_row + (heads - 1) * sh.head_rows + sh.n,
+                                        sh.k, 7, s);
+    for (const std::int64_t tokens : {1, 8, 64}) {
+      gpu_test::device_array<float> x(gpu_test::random_floats(static_cast<std::size_t>(tokens * heads * sh.k), 8));
+      gpu_test::device_array<float> y(static_cast<std::size_t>(tokens * heads * sh.n));
+      const kernels::head_matmul_params p{.x = x.get(), .w = w.view, .y = y.get(), .tokens = tokens, .heads = heads,
+                                          .n = sh.n, .k = sh.k, .first_row = sh.first_row, .head_rows = sh.head_rows,
+                                          .x_stride = heads * sh.k, .x_head_stride = sh.k, .y_stride = heads * sh.n,
+                                          .y_head_stride = sh.n};
+      const double one = time_calls(stream, 50, [&](int) { check_ok(kernels::run_head_matmul(p, s), "head matmul"); });
+      const double each = time_calls(stream, 10, [&](int) {
+        for (std::int64_t h = 0; h < heads; ++h) {
+          check_ok(kernels::run_matmul({.x = x.get() + h * sh.k,
+                                        .w = kernels::weight_rows_from(w.view, sh.first_row + h * sh.head_rows, sh.k),
+                                        .y = y.get() + h * sh.n, .tokens = tokens, .n = sh.n, .k = sh.k,
+                                        .x_stride = heads * sh.k, .y_stride = heads * sh.n},
+                                       s),
+                   "matmul");
+        }
+      });
+      std::printf("| %s | %lld | %.1f | %.1f | %.1f |\n", sh.name, static_cast<long long>(tokens), one * 1e6, each * 1e6,
+                  each / one);
+    }
+  }
+}
+
+// One token through Kimi K2's routed experts (8 of 384, hidden 7168, 2048 wide, INT4): the
+// grid covers the 8 chosen. The 384 views share 8 real experts' weights (only chosen experts
+// are read, so the bytes read are the 8's, all distinct).
+void moe_decode_times(cudaStream_t stream, double copy) {
+  const kernels::stream s{.where = kernels::device::cuda, .pool = nullptr, .cuda_stream = stream};
+  constexpr std::int64_t hidden = 7168, inter = 2048, experts = 384, top_k = 8;
+  std::vector<device_matrix> gate_up, down;
+  std::size_t bytes = 0;
+  for (std::int64_t e = 0; e < top_k; ++e) {
+    gate_up.push_back(make_matrix(kernels::weight_format::int4, 2 * inter, hidden, 20 + static_cast<std::uint32_t>(e), s));
+    down.push_back(make_matrix(kernels::weight_format::int4, hidden, inter, 40 + static_cast<std::uint32_t>(e), s));
+    bytes += gate_up.back().bytes + down.back().bytes;
+  }
+  std::vector<kernels::moe_expert_weights> views(static_cast<std::size_t>(experts));
+  for (std::int64_t e = 0; e < experts; ++e) {
+    views[static_cast<std::size_t>(e)] = {.gate = gate_up[static_cast<std::size_t>(e % top_k)].view, .up = {},
+                                          .down = down[static_cast<std::size_t>(e % top_k)].view};
+  }
+  gpu_test::device_array<kernels::moe_expert_weights> device_views(views);
+  // The token's experts: 8 ids far apart whose views are the 8 distinct matrices.
+  std::vector<std::int32_t> chosen(top_k);
+  for (std::int64_t i = 0; i < top_k; ++i) chosen[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + top_k * (5 * i));
+  gpu_test::device_array<std::int32_t> ids(chosen);
+  gpu_test::device_array<float> weights(std::vector<float>(top_k, 0.125f));
+  gpu_test::device_array<float> x(gpu_test::random_floats(hidden, 9)), out(hidden);
+  const std::int64_t workspace_floats = kernels::moe_experts_workspace_floats(1, top_k, experts, hidden, inter);
+  gpu_test::device_array<float> workspace(static_cast<std::size_t>(workspace_floats));
+  const double seconds = time_calls(stream, 50, [&](int) {
+    check_ok(kernels::run_moe_experts({.x = x.get(), .experts = ids.get(), .weights = weights.get(),
+                                       .matrices = views.data(), .out = out.get(), .tokens = 1, .top_k = top_k,
+                                       .num_experts = experts, .hidden = hidden, .intermediate = inter,
+                                       .x_stride = hidden, .out_stride = hidden, .workspace = workspace.get(),
+                                       .workspace_floats = workspace_floats,
+                                       .device_matrices = device_views.get()},
+                                      s),
+             "moe experts");
+  });
+  const double rate = static_cast<double>(bytes) / seconds;
+  std::printf("\n| Kimi K2 routed experts, 1 token, 8 of 384, int4 | us | GB/s | of copy | of HBM peak | grid blocks |\n"
+              "|---|---|---|---|---|---|\n| gate-up + down | %.1f | %.0f | %.2f | %.2f | %lld (a grid over every expert: %lld) |\n",
+              seconds * 1e6, rate / giga, rate / copy, of_peak(rate, peaks.hbm),
+              static_cast<long long>(kernels::moe_grouped_blocks(2 * inter, 1, top_k, experts) +
+                                     kernels::moe_grouped_blocks(hidden, 1, top_k, experts)),
+              static_cast<long long>((2 * inter / 4 + hidden / 4) * experts));
+}
+
+}  // namespace
+
 int main() {
-  gpu_test::require_device("decode_bench_gpu");
+  const cudaDeviceProp device = gpu_test::require_device("decode_bench_gpu");
+  peaks = peaks_of(device);
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreate(&stream), "stream");
 
   const double copy = copy_bandwidth(stream);
-  std::printf("\ndevice copy bandwidth (read + write): %.0f GB/s\n\n", copy / giga);
+  std::printf("\ndevice copy bandwidth (read + write): %.0f GB/s (%.2f of the %.0f GB/s HBM peak)\n\n", copy / giga,
+              of_peak(copy, peaks.hbm), peaks.hbm / giga);
 
   // Weight bytes per second at 1, 4 and 8 tokens: decode's GEMV reads each weight once for
   // every token of the step, so the share should stay near the one-token figure up to 8.
-  std::printf("| kernel (decode) | shape | tokens | GB/s | fraction of copy bandwidth |\n|---|---|---|---|---|\n");
+  // 576 x 7168 (Kimi K2's kv_a_proj) and 512 x 2048 (Qwen3-30B-A3B's k_proj): few rows, split
+  // over k (matmul_split_count).
+  std::printf("| kernel (decode) | shape | tokens | GB/s | fraction of copy bandwidth | of HBM peak |\n"
+              "|---|---|---|---|---|---|\n");
   for (const auto f : {kernels::weight_format::int4, kernels::weight_format::fp8_e4m3}) {
-    for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{28672, 4096}, {4096, 14336}, {6144, 4096}}) {
+    for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+             {28672, 4096}, {4096, 14336}, {6144, 4096}, {576, 7168}, {512, 2048}}) {
       const std::vector<std::int64_t> token_counts = {1, 4, 8};
       const matmul_timing timing = time_matmul(f, n, k, token_counts, 0, stream);
       for (std::size_t i = 0; i < token_counts.size(); ++i) {
         const double rate = static_cast<double>(timing.matrix_bytes) / timing.seconds[i];
-        std::printf("| %s GEMV | [%lld, %lld] | %lld | %.0f | %.2f |\n",
+        std::printf("| %s GEMV | [%lld, %lld] | %lld | %.0f | %.2f | %.2f |\n",
                     f == kernels::weight_format::int4 ? "W4A16" : "W8A16 (fp8)", static_cast<long long>(n),
-                    static_cast<long long>(k), static_cast<long long>(token_counts[i]), rate / giga, rate / copy);
+                    static_cast<long long>(k), static_cast<long long>(token_counts[i]), rate / giga, rate / copy,
+                    of_peak(rate, peaks.hbm));
       }
     }
   }
@@ -405,23 +550,26 @@ int main() {
     }
   }
 
+  head_matmul_times(stream);
+  moe_decode_times(stream, copy);
+
   // The GEMM at 16 to 1024 tokens (batched decode to prefill) over the [4096, 14336] down
   // projection: the pipelined kernel against the general wmma one, run on the same call with
   // unaligned x rows. Weight bytes per second (what bounds batched decode) and TFLOP/s (what
   // bounds prefill).
-  std::printf("\n| GEMM [4096, 14336] | tokens | pipelined GB/s | TFLOP/s | wmma TFLOP/s | pipelined / wmma |\n"
-              "|---|---|---|---|---|---|\n");
+  std::printf("\n| GEMM [4096, 14336] | tokens | pipelined GB/s | TFLOP/s | of bf16 peak | wmma TFLOP/s | pipelined / wmma |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (const auto f : {kernels::weight_format::int4, kernels::weight_format::fp8_e4m3, kernels::weight_format::bf16}) {
     const std::vector<std::int64_t> token_counts = {16, 64, 256, 1024};
     const matmul_timing pipelined = time_matmul(f, 4096, 14336, token_counts, 0, stream);
     const matmul_timing general = time_matmul(f, 4096, 14336, token_counts, 1, stream);
     for (std::size_t i = 0; i < token_counts.size(); ++i) {
       const double flops = 2.0 * static_cast<double>(token_counts[i]) * 4096.0 * 14336.0;
-      std::printf("| %s | %lld | %.0f | %.1f | %.1f | %.2f |\n", std::string(kernels::to_string(f)).c_str(),
+      std::printf("| %s | %lld | %.0f | %.1f | %.2f | %.1f | %.2f |\n", std::string(kernels::to_string(f)).c_str(),
                   static_cast<long long>(token_counts[i]),
                   static_cast<double>(pipelined.matrix_bytes) / pipelined.seconds[i] / giga,
-                  flops / pipelined.seconds[i] / 1e12, flops / general.seconds[i] / 1e12,
-                  general.seconds[i] / pipelined.seconds[i]);
+                  flops / pipelined.seconds[i] / 1e12, of_peak(flops / pipelined.seconds[i], peaks.bf16),
+                  flops / general.seconds[i] / 1e12, general.seconds[i] / pipelined.seconds[i]);
     }
   }
   std::printf("\n");

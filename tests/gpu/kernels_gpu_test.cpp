@@ -1444,29 +1444,111 @@ void test_dsa_select(gpu_test::results& r) {
   }
 }
 
+// ---- every head's matmul ------------------------------------------------------------------------
+
+void test_head_matmul(gpu_test::results& r) {
+  std::uint32_t seed = 60;
+  for (const kernel_cases::head_matmul_case& c : kernel_cases::head_matmul_cases()) {
+    const std::int64_t rows = c.first_row + (c.heads - 1) * c.head_rows + c.n;
+    const host_weights w = kernel_cases::make_weights(c.format, rows, c.k, 0, ++seed, cpu());
+    device_array<std::uint8_t> d_values(w.values);
+    std::vector<float> scales_with_canary = w.scales;
+    scales_with_canary.push_back(std::nanf(""));
+    device_array<float> d_scales(scales_with_canary);
+    weight_view device_view = w.view();
+    device_view.values = d_values.get();
+    device_view.scales = w.scales.empty() ? nullptr : d_scales.get();
+    for (const std::int64_t tokens : c.tokens) {
+      // Heads of a token side by side with gaps (x: k + 4 apart, y: n + 5 apart), which must
+      // stay as they were.
+      const std::int64_t x_head = c.k + 4, y_head = c.n + 5;
+      const auto x = kernel_cases::activations(tokens, c.heads * x_head, ++seed);
+      const std::vector<float> y0(static_cast<std::size_t>(tokens * c.heads * y_head), std::nanf(""));
+      head_matmul_params p{.x = x.data(), .w = w.view(), .y = nullptr, .tokens = tokens, .heads = c.heads, .n = c.n,
+                           .k = c.k, .first_row = c.first_row, .head_rows = c.head_rows,
+                           .x_stride = c.heads * x_head, .x_head_stride = x_head, .y_stride = c.heads * y_head,
+                           .y_head_stride = y_head, .exact_activations = true};
+      std::vector<float> y_cpu = y0;
+      p.y = y_cpu.data();
+      gpu_test::check_ok(run_head_matmul(p, cpu()), "cpu head matmul");
+      device_array<float> d_x(x), d_y(y0);
+      p.x = d_x.get();
+      p.y = d_y.get();
+      p.w = device_view;
+      p.exact_activations = false;
+      gpu_test::check_ok(run_head_matmul(p, gpu()), "gpu head matmul");
+      sync();
+      const auto y_gpu = d_y.download();
+      double worst = 0.0;
+      std::size_t gaps_touched = 0;
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        for (std::int64_t h = 0; h < c.heads; ++h) {
+          const float* xr = x.data() + t * c.heads * x_head + h * x_head;
+          for (std::int64_t row = 0; row < y_head; ++row) {
+            const auto at = static_cast<std::size_t>((t * c.heads + h) * y_head + row);
+            if (row >= c.n) {
+              gaps_touched += std::isnan(y_gpu[at]) ? 0 : 1;
+              continue;
+            }
+            const float* wr = w.dense.data() + (c.first_row + h * c.head_rows + row) * c.k;
+            double squares = 0.0;
+            for (std::int64_t j = 0; j < c.k; ++j) squares += static_cast<double>(xr[j]) * wr[j] * xr[j] * wr[j];
+            worst = std::max(worst, kernel_cases::matmul_error(y_gpu[at], y_cpu[at], std::sqrt(squares), 0.0));
+          }
+        }
+      }
+      // Up to head_matmul_gemv_tokens: f32 products (one GEMV launch); past it a matmul per head.
+      const bool tensor_cores =
+          tokens > head_matmul_gemv_tokens && cuda_matmul_uses_tensor_cores(c.format, tokens, w.group_size);
+      r.check(format("head_matmul {} {} heads {} n {} k {} tokens {} (/ |x.w|2)", c.shape, to_string(c.format),
+                     c.heads, c.n, c.k, tokens),
+              worst,
+              tensor_cores ? kernel_cases::matmul_tensor_core_tolerance : kernel_cases::matmul_f32_tolerance);
+      r.check(format("head_matmul {} {} tokens {}: outputs written between heads", c.shape, to_string(c.format), tokens),
+              static_cast<double>(gaps_touched), 0.0);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  quick = argc > 1 && std::string_view(argv[1]) == "--quick";
+  // --quick (above); --only NAME,NAME,...: those tests only (memcheck's subset).
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg(argv[i]);
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--only" && i + 1 < argc) {
+      only = "," + std::string(argv[++i]) + ",";
+    } else {
+      std::fprintf(stderr, "usage: edge_gpu_kernels_test [--quick] [--only NAME,NAME,...]\n");
+      return gpu_test::exit_cannot_run;
+    }
+  }
+  const auto wanted = [&](const char* name) {
+    return only.empty() || only.find("," + std::string(name) + ",") != std::string::npos;
+  };
   gpu_test::require_device("kernels_gpu_test");
   thread_pool pool(std::max(2u, std::thread::hardware_concurrency()) - 1);
   pool_ptr = &pool;
   gpu_test::check_cuda(cudaStreamCreate(&cuda_stream), "cudaStreamCreate");
   gpu_test::results r("kernels_gpu_test");
-  test_embedding(r);
-  test_rmsnorm(r);
-  test_rope(r);
-  test_silu_mul(r);
-  test_quantize(r);
-  test_matmul(r);
-  test_kv_cache_write(r);
-  test_paged_attention(r);
-  test_sampling(r);
-  test_masked_sampling(r);
-  test_kv_block_copy(r);
-  test_moe_routing(r);
-  test_moe_experts(r);
-  test_mla_attention(r);
-  test_dsa_select(r);
+  if (wanted("embedding")) test_embedding(r);
+  if (wanted("rmsnorm")) test_rmsnorm(r);
+  if (wanted("rope")) test_rope(r);
+  if (wanted("silu_mul")) test_silu_mul(r);
+  if (wanted("quantize")) test_quantize(r);
+  if (wanted("matmul")) test_matmul(r);
+  if (wanted("head_matmul")) test_head_matmul(r);
+  if (wanted("kv_cache_write")) test_kv_cache_write(r);
+  if (wanted("paged_attention")) test_paged_attention(r);
+  if (wanted("sampling")) test_sampling(r);
+  if (wanted("masked_sampling")) test_masked_sampling(r);
+  if (wanted("kv_block_copy")) test_kv_block_copy(r);
+  if (wanted("moe_routing")) test_moe_routing(r);
+  if (wanted("moe_experts")) test_moe_experts(r);
+  if (wanted("mla_attention")) test_mla_attention(r);
+  if (wanted("dsa_select")) test_dsa_select(r);
   return r.finish();
 }

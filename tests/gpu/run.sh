@@ -19,8 +19,12 @@
 #              GGUF K-quants widened to bf16 on upload
 #   bench      bandwidth fractions, GEMM and prefill attention TFLOP/s against their baselines,
 #              sampling times, synthetic Llama-3-8B decode tokens/s tables
-#   memcheck   compute-sanitizer --tool memcheck on the kernels test's --quick shapes (n/a, not
-#              a failure, where the machine cannot run it)
+#   memcheck   compute-sanitizer --tool memcheck on the kernels test's --quick shapes of the
+#              tensor-core and grouped kernels (n/a, not a failure, where the machine cannot run it)
+#
+# The steps' limits add up to the deadline (budget below), so a slow step costs its own time,
+# never a later step's. build-gpu-models/ (the fixtures, ignored by git) must travel with the
+# checkout: a run without it stops at once and says so.
 #
 # Each step's whole output goes to $OUT/<step>.log (build-gpu/logs/ without $OUT); the summary
 # (each step's verdict and time, its checks line, its first failures, the bench tables) is
@@ -36,12 +40,16 @@ logs=${OUT:-build-gpu/logs}
 mkdir -p "$logs"
 summary=$logs/summary.txt
 : > "$summary"
-# Under 5 minutes on the GPU machine; a dry run here (2 cores building sm_90a) takes what it takes.
-deadline=$((SECONDS + 290))
-build_limit=180
+# Under 5 minutes on the GPU machine: each step's limit, adding up to the deadline. A dry run
+# here (2 cores building sm_90a) takes what it takes.
+declare -A budget=([build]=100 [numerics]=10 [kernels]=70 [engine]=30 [bench]=60 [memcheck]=20)
+total=0
+for seconds in "${budget[@]}"; do total=$((total + seconds)); done
+((total <= 290)) || { echo "run.sh: the steps' limits add up to ${total} s, past 290" >&2; exit 2; }
+deadline=$((SECONDS + total))
 if $dry_run; then
   deadline=$((SECONDS + 7200))
-  build_limit=7200
+  budget[build]=7200
 fi
 failed=0
 
@@ -75,6 +83,20 @@ if [[ ! -f $kquant_source && -x build/edgeinfer ]]; then
   build/edgeinfer make-model --preset tiny-hd128 --format gguf --dtype f32 --seed 7 --out "$kquant_source" --log-level warn
 fi
 export EDGE_TEST_MODELS=$PWD/$fixture
+
+# Without ../shared or build/edgeinfer here (the GPU machine), the fixtures come with the checkout
+# or not at all: say which is missing before spending the machine's time on a build.
+if ! $dry_run; then
+  missing=()
+  for f in "$fixture/stories260K/stories260K.bin" "$moe_fixture" "$mla_fixture" "$kquant_source"; do
+    [[ -f $f ]] || missing+=("$f")
+  done
+  if ((${#missing[@]} > 0)); then
+    echo "run.sh: missing ${missing[*]}: run tests/gpu/run.sh --dry-run where ../shared and build/edgeinfer are," >&2
+    echo "run.sh: then copy $fixture/ with the checkout (the device tool: carry [\"$fixture\"])" >&2
+    exit 2
+  fi
+fi
 
 note() { printf '%s\n' "$*" >> "$summary"; }
 
@@ -143,7 +165,8 @@ memcheck() {
   fi
   local log rc=0
   log=$(mktemp)
-  "$sanitizer" --tool memcheck --error-exitcode 3 build-gpu/tests/gpu/edge_gpu_kernels_test --quick > "$log" 2>&1 || rc=$?
+  "$sanitizer" --tool memcheck --error-exitcode 3 build-gpu/tests/gpu/edge_gpu_kernels_test --quick \
+    --only matmul,head_matmul,paged_attention,moe_experts,mla_attention > "$log" 2>&1 || rc=$?
   cat "$log"
   if ((rc != 0)) && grep -q 'Device not supported' "$log"; then
     echo "ERROR SUMMARY: compute-sanitizer does not support this device here"
@@ -155,7 +178,7 @@ memcheck() {
 
 export -f build memcheck
 bin=build-gpu/tests/gpu
-if step build "$build_limit" bash -c build; then
+if step build "${budget[build]}" bash -c build; then
   if $dry_run; then
     note "dry run: built; the fixtures are $(ls "$fixture/stories260K/stories260K.bin" 2> /dev/null || echo MISSING) and $(ls "$moe_fixture" 2> /dev/null || echo "MISSING (build edgeinfer in build/ first)"); no GPU step run"
     note "          MLA fixture: $(ls "$mla_fixture" 2> /dev/null || echo "MISSING (build edgeinfer in build/ first)")"
@@ -163,14 +186,14 @@ if step build "$build_limit" bash -c build; then
   else
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$logs/device.log" 2>&1 &&
       note "device   $(head -n 1 "$logs/device.log")"
-    step numerics 30 "$bin/edge_gpu_numerics_test"
-    step kernels 90 "$bin/edge_gpu_kernels_test"
-    step engine 60 "$bin/edge_gpu_engine_test"
+    step numerics "${budget[numerics]}" "$bin/edge_gpu_numerics_test"
+    step kernels "${budget[kernels]}" "$bin/edge_gpu_kernels_test"
+    step engine "${budget[engine]}" "$bin/edge_gpu_engine_test"
     # The figures before the sanitizer, which only checks: a run cut by the deadline loses the
     # least; the tables of a bench cut short are kept too.
-    step bench 90 "$bin/edge_gpu_decode_bench"
+    step bench "${budget[bench]}" "$bin/edge_gpu_decode_bench"
     [[ -f $logs/bench.log ]] && grep -E '^\||bandwidth' "$logs/bench.log" | cut -c1-160 >> "$summary"
-    step memcheck 60 bash -c memcheck
+    step memcheck "${budget[memcheck]}" bash -c memcheck
   fi
 fi
 

@@ -1025,8 +1025,9 @@ kv_cache_capacity cuda_executor::kv_capacity() const {
 
 std::string cuda_executor::describe() const {
   const state& s = *state_;
-  return format("{} ({} SMs): weights {}, KV pool {}, buffers {}", s.device_name, s.multiprocessors,
-                format_bytes(s.weight_bytes), format_bytes(s.kv_memory.bytes()), format_bytes(s.buffer_memory.bytes()));
+  return format("{} ({} SMs): weights {}, KV pool {}, buffers {}; a decode step queues {} kernels", s.device_name,
+                s.multiprocessors, format_bytes(s.weight_bytes), format_bytes(s.kv_memory.bytes()),
+                format_bytes(s.buffer_memory.bytes()), count_decode_launches(s.plan, s.weights, s.buffers, s.kv));
 }
 
 status cuda_executor::fill_kv_random(std::uint64_t seed) {

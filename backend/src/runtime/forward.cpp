@@ -932,4 +932,17 @@ status run_forward(const model_plan& plan, const forward_weights& weights, const
                      plan.hidden, false, step.rows);
 }
 
+std::int64_t count_decode_launches(const model_plan& plan, const forward_weights& weights,
+                                   const forward_buffers& buffers, const kv_cache_view& kv) {
+  const std::int32_t ids[] = {0}, positions[] = {0}, seq[] = {0}, tables[] = {0}, table_begin[] = {0, 1};
+  const std::int32_t seq_begin[] = {0, 1};
+  const std::int64_t slots[] = {0}, last[] = {0};
+  const forward_step step{.ids = ids, .positions = positions, .seq = seq, .slots = slots, .block_tables = tables,
+                          .table_begin = table_begin, .seq_begin = seq_begin, .last_token = last, .tokens = 1,
+                          .seqs = 1, .rows = 1, .max_run = 1};
+  std::int64_t launches = 0;
+  const kernels::stream count{.where = kernels::device::count, .launches = &launches};
+  return run_forward(plan, weights, buffers, step, kv, count).ok() ? launches : -1;
+}
+
 }  // namespace edge::backend

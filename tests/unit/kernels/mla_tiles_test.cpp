@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "edge/kernels/numerics.h"
+#include "kernels/mla_attention/mla_attention.h"
 #include "kernels/mla_attention/mla_tiles.h"
 #include "mma_emulation.h"
 
@@ -198,5 +199,21 @@ TEST_CASE("the MLA tile's shared rows: each ldmatrix reads 8 rows from 8 distinc
       }
       CHECK(groups.size() == 8);
     }
+  }
+}
+
+TEST_CASE("mla split: one token takes up to 128 slices, a batch never fewer than 32 each, within the workspace") {
+  namespace ek = edge::kernels;
+  // 64 heads are one tensor-core block: a token alone was 32 blocks for 132 SMs.
+  CHECK(ek::mla_attention_splits_cap(1) == 128);
+  CHECK(ek::mla_attention_splits_cap(2) == 64);
+  CHECK(ek::mla_attention_splits_cap(4) == 32);
+  CHECK(ek::mla_attention_splits_cap(64) == 32);
+  // The workspace holds every call of up to `tokens` tokens at its cap, and no more than the
+  // 32 slices a token it held before past 4 tokens.
+  for (std::int64_t tokens = 1; tokens <= 300; ++tokens) {
+    const std::int64_t floats = ek::mla_attention_workspace_floats(tokens, 64, 512);
+    for (std::int64_t t = 1; t <= tokens; ++t) CHECK(floats >= t * ek::mla_attention_splits_cap(t) * 64 * 514);
+    if (tokens >= 4) CHECK(floats == tokens * 32 * 64 * 514);
   }
 }

@@ -14,6 +14,7 @@
 
 #include "edge/kernels/numerics.h"
 #include "edge/kernels/weight_format.h"
+#include "kernels/matmul/matmul.h"
 #include "kernels/matmul/w4a16_fragments.h"
 #include "mma_emulation.h"
 
@@ -168,4 +169,26 @@ TEST_CASE("the stage swizzle is a permutation of each row and spreads one chunk'
     for (int g = 0; g < 8; ++g) banks.insert((g * w4::scale_stride + c) % 32);
     CHECK(banks.size() == 8);
   }
+}
+
+TEST_CASE("w4a16: few rows split k so that the blocks cover the GPU") {
+  namespace ek = edge::kernels;
+  constexpr std::int64_t sms = 132;  // an H100 SXM
+  constexpr std::int64_t stage_k = 512;
+  const auto blocks = [&](std::int64_t n, std::int64_t k) {
+    const std::int64_t tiles = (n + 15) / 16;
+    return tiles * ek::matmul_split_count(tiles, sms, 1, n, k, stage_k, ek::matmul_workspace_floats(1, n));
+  };
+  // Kimi K2's kv_a_proj: 36 blocks alone, 7 parts of 1024 k each.
+  CHECK(ek::matmul_split_count(36, sms, 1, 576, 7168, stage_k, ek::matmul_workspace_floats(1, 576)) == 7);
+  CHECK(blocks(576, 7168) == 252);
+  // GLM-5's kv_a_proj (576 x 6144) and Qwen3-30B-A3B's k_proj (512 x 2048).
+  CHECK(blocks(576, 6144) == 36 * 6);
+  CHECK(blocks(512, 2048) == 32 * 2);
+  // Rows enough to fill the GPU, a large batch, or no workspace: no split.
+  CHECK(blocks(4096, 14336) == 256);
+  CHECK(ek::matmul_split_count(36, sms, 512, 576, 7168, stage_k, ek::matmul_workspace_floats(512, 576)) == 1);
+  CHECK(ek::matmul_split_count(36, sms, 1, 576, 7168, stage_k, 0) == 1);
+  // A workspace too small for 7 parts takes as many as it holds.
+  CHECK(ek::matmul_split_count(36, sms, 1, 576, 7168, stage_k, 3 * 576) == 3);
 }

@@ -103,7 +103,9 @@ class cuda_executor final : public executor {
   // The device KV pool (blocks a kv_block_pool may hand out), and what it holds.
   const kv_cache_layout& kv_layout() const override;
   kv_cache_capacity kv_capacity() const;
-  // "NVIDIA H200 (132 SMs, 139.8 GiB): weights 4.3 GiB, KV pool 112.0 GiB, buffers 1.2 GiB"
+  // "NVIDIA H200 (132 SMs): weights 4.3 GiB, KV pool 112.0 GiB, buffers 1.2 GiB; a decode step
+  // queues 291 kernels" (count_decode_launches: the launches of a one-token step, without its
+  // sampler's)
   std::string describe() const;
 
   // Fills every KV block with seeded random values (FP8: random codes with scales), so decode

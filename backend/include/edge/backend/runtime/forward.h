@@ -248,4 +248,11 @@ std::int64_t max_table_blocks(const model_plan& plan, std::int64_t block_size);
 status run_forward(const model_plan& plan, const forward_weights& weights, const forward_buffers& buffers,
                    const forward_step& step, const kv_cache_view& kv, const kernels::stream& stream);
 
+// The kernels a one-token decode step's forward pass queues on a CUDA stream: run_forward on
+// kernels::device::count, where nothing runs and nothing is read (no weights or device needed).
+// What the CUDA executor reports at start-up and a test holds Kimi K2 and GLM-5 to; -1 when the
+// pass refuses the plan.
+std::int64_t count_decode_launches(const model_plan& plan, const forward_weights& weights,
+                                   const forward_buffers& buffers, const kv_cache_view& kv);
+
 }  // namespace edge::backend
