@@ -45,6 +45,7 @@
 #include "edge/kernels/numerics.h"
 #include "gpu_test_support.h"
 #include "tests/kernel_cases/problems.h"
+#include "tests/kernel_cases/small_ops.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
@@ -97,164 +98,132 @@ std::size_t count_different(const std::vector<T>& a, const std::vector<T>& b) {
 // ---- embedding, rmsnorm, rope, silu_mul -----------------------------------------------------
 
 void test_embedding(gpu_test::results& r) {
-  for (const dtype type : {dtype::f32, dtype::f16, dtype::bf16}) {
-    for (const std::int64_t hidden : {1, 54, 97, 4096}) {
-      const std::int64_t vocab = 97;
-      const std::int64_t tokens = 54;
-      const auto table = encode(random_floats(static_cast<std::size_t>(vocab * hidden), 1), type);
-      std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
-      for (std::int64_t t = 0; t < tokens; ++t) ids[static_cast<std::size_t>(t)] = static_cast<std::int32_t>((t * 37) % vocab);
-      std::vector<float> want(static_cast<std::size_t>(tokens * hidden));
-      gpu_test::check_ok(run_embedding({.ids = ids.data(), .table = table.data(), .table_type = type, .out = want.data(),
-                                        .tokens = tokens, .vocab = vocab, .hidden = hidden},
-                                       cpu()),
-                         "cpu embedding");
-      device_array<std::int32_t> d_ids(ids);
-      device_array<std::uint8_t> d_table(table);
-      device_array<float> d_out(want.size());
-      gpu_test::check_ok(run_embedding({.ids = d_ids.get(), .table = d_table.get(), .table_type = type, .out = d_out.get(),
-                                        .tokens = tokens, .vocab = vocab, .hidden = hidden},
-                                       gpu()),
-                         "gpu embedding");
-      sync();
-      r.check(format("embedding {} hidden {}", to_string(type), hidden), max_abs_diff(want, d_out.download()), 0.0);
-    }
+  std::uint32_t seed = 1;
+  for (const kernel_cases::embedding_case& c : kernel_cases::embedding_cases()) {
+    const kernel_cases::embedding_problem p = kernel_cases::make_embedding_problem(c, ++seed);
+    std::vector<float> want(static_cast<std::size_t>(c.tokens * c.hidden));
+    gpu_test::check_ok(run_embedding({.ids = p.ids.data(), .table = p.table.data(), .table_type = c.table,
+                                      .out = want.data(), .tokens = c.tokens, .vocab = c.vocab, .hidden = c.hidden},
+                                     cpu()),
+                       "cpu embedding");
+    device_array<std::int32_t> d_ids(p.ids);
+    device_array<std::uint8_t> d_table(p.table);
+    device_array<float> d_out(std::vector<float>(want.size(), std::nanf("")));
+    gpu_test::check_ok(run_embedding({.ids = d_ids.get(), .table = d_table.get(), .table_type = c.table, .out = d_out.get(),
+                                      .tokens = c.tokens, .vocab = c.vocab, .hidden = c.hidden},
+                                     gpu()),
+                       "gpu embedding");
+    sync();
+    r.check(format("embedding {} hidden {}", to_string(c.table), c.hidden), max_abs_diff(want, d_out.download()), 0.0);
   }
 }
 
 void test_rmsnorm(gpu_test::results& r) {
-  for (const std::int64_t rows : {1, 54, 97}) {
-    for (const std::int64_t cols : {1, 54, 97, 4096, 14336}) {
-      for (const bool residual : {false, true}) {
-        const auto x = random_floats(static_cast<std::size_t>(rows * cols), 2, -3.0f, 3.0f);
-        const auto res = random_floats(x.size(), 3);
-        const auto weight = random_floats(static_cast<std::size_t>(cols), 4, 0.5f, 1.5f);
-        std::vector<float> x_cpu = x;
-        std::vector<float> out_cpu(x.size());
-        gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .residual = residual ? res.data() : nullptr,
-                                        .weight = weight.data(), .out = out_cpu.data(), .rows = rows, .cols = cols,
-                                        .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
-                                       cpu()),
-                           "cpu rmsnorm");
-        device_array<float> d_x(x);
-        device_array<float> d_res(res);
-        device_array<float> d_w(weight);
-        device_array<float> d_out(x.size());
-        gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .residual = residual ? d_res.get() : nullptr, .weight = d_w.get(),
-                                        .out = d_out.get(), .rows = rows, .cols = cols, .x_stride = cols,
-                                        .out_stride = cols, .eps = 1e-5f},
-                                       gpu()),
-                           "gpu rmsnorm");
-        sync();
-        // Outputs are O(|weight| * 3): a relative 1e-5 of that covers the sum's order.
-        r.check(format("rmsnorm rows {} cols {} residual {} (abs, values up to ~5)", rows, cols, residual),
-                std::max(max_abs_diff(out_cpu, d_out.download()), max_abs_diff(x_cpu, d_x.download())), 5e-5);
-      }
-      // Per-head norms: the row as heads of 64, each normalised on its own, in place.
-      if (cols % 64 == 0) {
-        const std::int64_t groups = cols / 64;
-        const auto heads = random_floats(static_cast<std::size_t>(rows * cols), 5, -3.0f, 3.0f);
-        const auto head_weight = random_floats(64, 6, 0.5f, 1.5f);
-        std::vector<float> cpu_heads = heads;
-        gpu_test::check_ok(run_rmsnorm({.x = cpu_heads.data(), .weight = head_weight.data(), .out = cpu_heads.data(),
-                                        .rows = rows, .cols = 64, .groups = groups, .x_stride = cols,
-                                        .out_stride = cols, .eps = 1e-6f},
-                                       cpu()),
-                           "cpu rmsnorm groups");
-        device_array<float> d_heads(heads);
-        device_array<float> d_hw(head_weight);
-        gpu_test::check_ok(run_rmsnorm({.x = d_heads.get(), .weight = d_hw.get(), .out = d_heads.get(), .rows = rows,
-                                        .cols = 64, .groups = groups, .x_stride = cols, .out_stride = cols,
-                                        .eps = 1e-6f},
-                                       gpu()),
-                           "gpu rmsnorm groups");
-        sync();
-        r.check(format("rmsnorm rows {} groups {} of 64, in place (abs, values up to ~5)", rows, groups),
-                max_abs_diff(cpu_heads, d_heads.download()), 5e-5);
-      }
-      // The gather form (the rows that produce logits): every third row, backwards.
-      std::vector<std::int64_t> index;
-      for (std::int64_t i = rows - 1; i >= 0; i -= 3) index.push_back(i);
-      const auto x = random_floats(static_cast<std::size_t>(rows * cols), 5, -3.0f, 3.0f);
-      const auto weight = random_floats(static_cast<std::size_t>(cols), 6, 0.5f, 1.5f);
-      const auto n = static_cast<std::int64_t>(index.size());
-      std::vector<float> x_cpu = x;
-      std::vector<float> out_cpu(static_cast<std::size_t>(n * cols));
-      gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .row_index = index.data(), .weight = weight.data(),
-                                      .out = out_cpu.data(), .rows = n, .cols = cols, .x_stride = cols,
-                                      .out_stride = cols, .eps = 1e-5f},
+  std::uint32_t seed = 2;
+  for (const kernel_cases::rows_case& c : kernel_cases::rmsnorm_cases()) {
+    const kernel_cases::rmsnorm_problem p = kernel_cases::make_rmsnorm_problem(c, seed += 4);
+    const std::int64_t rows = c.rows;
+    const std::int64_t cols = c.cols;
+    device_array<float> d_w(p.weight);
+    device_array<float> d_res(p.residual);
+    for (const bool residual : {false, true}) {
+      std::vector<float> x_cpu = p.x;
+      std::vector<float> out_cpu(p.x.size());
+      gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .residual = residual ? p.residual.data() : nullptr,
+                                      .weight = p.weight.data(), .out = out_cpu.data(), .rows = rows, .cols = cols,
+                                      .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
                                      cpu()),
-                         "cpu rmsnorm gather");
-      device_array<float> d_x(x);
-      device_array<std::int64_t> d_index(index);
-      device_array<float> d_w(weight);
-      device_array<float> d_out(out_cpu.size());
-      gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .row_index = d_index.get(), .weight = d_w.get(), .out = d_out.get(),
-                                      .rows = n, .cols = cols, .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
+                         "cpu rmsnorm");
+      device_array<float> d_x(p.x);
+      device_array<float> d_out(std::vector<float>(p.x.size(), std::nanf("")));
+      gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .residual = residual ? d_res.get() : nullptr, .weight = d_w.get(),
+                                      .out = d_out.get(), .rows = rows, .cols = cols, .x_stride = cols,
+                                      .out_stride = cols, .eps = 1e-5f},
                                      gpu()),
-                         "gpu rmsnorm gather");
+                         "gpu rmsnorm");
       sync();
-      r.check(format("rmsnorm gather rows {} of {} cols {} (abs)", n, rows, cols), max_abs_diff(out_cpu, d_out.download()),
-              5e-5);
+      r.check(format("rmsnorm rows {} cols {} residual {} (abs, values up to ~3)", rows, cols, residual),
+              std::max(max_abs_diff(out_cpu, d_out.download()), max_abs_diff(x_cpu, d_x.download())),
+              kernel_cases::rmsnorm_tolerance);
     }
+    // Per-head norms: the row as heads of 64, each normalised on its own, in place.
+    if (p.per_head()) {
+      const std::int64_t groups = cols / kernel_cases::rmsnorm_head;
+      std::vector<float> cpu_heads = p.heads;
+      gpu_test::check_ok(run_rmsnorm({.x = cpu_heads.data(), .weight = p.head_weight.data(), .out = cpu_heads.data(),
+                                      .rows = rows, .cols = kernel_cases::rmsnorm_head, .groups = groups,
+                                      .x_stride = cols, .out_stride = cols, .eps = 1e-6f},
+                                     cpu()),
+                         "cpu rmsnorm groups");
+      device_array<float> d_heads(p.heads);
+      device_array<float> d_hw(p.head_weight);
+      gpu_test::check_ok(run_rmsnorm({.x = d_heads.get(), .weight = d_hw.get(), .out = d_heads.get(), .rows = rows,
+                                      .cols = kernel_cases::rmsnorm_head, .groups = groups, .x_stride = cols,
+                                      .out_stride = cols, .eps = 1e-6f},
+                                     gpu()),
+                         "gpu rmsnorm groups");
+      sync();
+      r.check(format("rmsnorm rows {} groups {} of 64, in place (abs, values up to ~3)", rows, groups),
+              max_abs_diff(cpu_heads, d_heads.download()), kernel_cases::rmsnorm_tolerance);
+    }
+    // The gather form (the rows that produce logits): every third row, backwards.
+    const auto n = static_cast<std::int64_t>(p.gather.size());
+    std::vector<float> x_cpu = p.x;
+    std::vector<float> out_cpu(static_cast<std::size_t>(n * cols));
+    gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .row_index = p.gather.data(), .weight = p.weight.data(),
+                                    .out = out_cpu.data(), .rows = n, .cols = cols, .x_stride = cols,
+                                    .out_stride = cols, .eps = 1e-5f},
+                                   cpu()),
+                       "cpu rmsnorm gather");
+    device_array<float> d_x(p.x);
+    device_array<std::int64_t> d_index(p.gather);
+    device_array<float> d_out(std::vector<float>(out_cpu.size(), std::nanf("")));
+    gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .row_index = d_index.get(), .weight = d_w.get(), .out = d_out.get(),
+                                    .rows = n, .cols = cols, .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
+                                   gpu()),
+                       "gpu rmsnorm gather");
+    sync();
+    r.check(format("rmsnorm gather rows {} of {} cols {} (abs)", n, rows, cols), max_abs_diff(out_cpu, d_out.download()),
+            kernel_cases::rmsnorm_tolerance);
   }
 }
 
 void test_rope(gpu_test::results& r) {
-  // rotary_dim 0 is the whole head; head_dim / 2 is GLM-4.5's partial rotary.
-  for (const auto& [head_dim, rotary_dim] : {std::pair<std::int64_t, std::int64_t>{64, 0}, {128, 0}, {128, 64}}) {
-    for (const std::int64_t heads : {1, 8}) {
-      for (const rope_pairs pairs : {rope_pairs::adjacent, rope_pairs::half_split}) {
-        const std::int64_t tokens = 97;
-        const std::int64_t stride = heads * head_dim + 16;  // a strided view, as in fused QKV
-        const auto x = random_floats(static_cast<std::size_t>(tokens * stride), 5);
-        std::vector<std::int32_t> positions(static_cast<std::size_t>(tokens));
-        for (std::int64_t t = 0; t < tokens; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t * 1013 % 131072);
-        const auto inv_freq = rope_inv_freq(rotary_dim > 0 ? rotary_dim : head_dim, 500000.0,
-                                            rope_llama3_scaling{8.0, 1.0, 4.0, 8192.0});
-        std::vector<float> x_cpu = x;
-        gpu_test::check_ok(run_rope({.x = x_cpu.data(), .positions = positions.data(), .inv_freq = inv_freq.data(),
-                                     .tokens = tokens, .heads = heads, .head_dim = head_dim, .rotary_dim = rotary_dim,
-                                     .x_stride = stride, .pairs = pairs},
-                                    cpu()),
-                           "cpu rope");
-        device_array<float> d_x(x);
-        device_array<std::int32_t> d_pos(positions);
-        device_array<float> d_freq(inv_freq);
-        gpu_test::check_ok(run_rope({.x = d_x.get(), .positions = d_pos.get(), .inv_freq = d_freq.get(), .tokens = tokens,
-                                     .heads = heads, .head_dim = head_dim, .rotary_dim = rotary_dim, .x_stride = stride,
-                                     .pairs = pairs},
-                                    gpu()),
-                           "gpu rope");
-        sync();
-        r.check(format("rope head_dim {} rotary {} heads {} {} (abs, |x| <= 1.5)", head_dim, rotary_dim, heads,
-                       pairs == rope_pairs::adjacent ? "adjacent" : "half_split"),
-                max_abs_diff(x_cpu, d_x.download()), 1e-5);
-      }
-    }
+  std::uint32_t seed = 3;
+  for (const kernel_cases::rope_case& c : kernel_cases::rope_cases()) {
+    const kernel_cases::rope_problem p = kernel_cases::make_rope_problem(c, ++seed);
+    std::vector<float> x_cpu = p.x;
+    gpu_test::check_ok(run_rope(p.params(x_cpu.data(), p.positions.data(), p.inv_freq.data()), cpu()), "cpu rope");
+    device_array<float> d_x(p.x);
+    device_array<std::int32_t> d_pos(p.positions);
+    device_array<float> d_freq(p.inv_freq);
+    gpu_test::check_ok(run_rope(p.params(d_x.get(), d_pos.get(), d_freq.get()), gpu()), "gpu rope");
+    sync();
+    r.check(format("rope head_dim {} rotary {} heads {} {} (abs, |x| <= 1)", c.head_dim, c.rotary_dim, c.heads,
+                   c.pairs == rope_pairs::adjacent ? "adjacent" : "half_split"),
+            max_abs_diff(x_cpu, d_x.download()), kernel_cases::rope_tolerance);
   }
 }
 
 void test_silu_mul(gpu_test::results& r) {
-  for (const std::int64_t cols : {1, 97, 14336}) {
-    const std::int64_t rows = 54;
-    const auto gate = random_floats(static_cast<std::size_t>(rows * cols), 6, -8.0f, 8.0f);
-    const auto up = random_floats(gate.size(), 7);
-    std::vector<float> out_cpu(gate.size());
-    gpu_test::check_ok(run_silu_mul({.gate = gate.data(), .up = up.data(), .out = out_cpu.data(), .rows = rows,
-                                     .cols = cols, .in_stride = cols, .out_stride = cols},
+  std::uint32_t seed = 5;
+  for (const kernel_cases::rows_case& c : kernel_cases::silu_mul_cases()) {
+    const kernel_cases::silu_mul_problem p = kernel_cases::make_silu_mul_problem(c, seed += 2);
+    std::vector<float> out_cpu(p.gate.size());
+    gpu_test::check_ok(run_silu_mul({.gate = p.gate.data(), .up = p.up.data(), .out = out_cpu.data(), .rows = c.rows,
+                                     .cols = c.cols, .in_stride = c.cols, .out_stride = c.cols},
                                     cpu()),
                        "cpu silu_mul");
-    device_array<float> d_gate(gate);
-    device_array<float> d_up(up);
-    device_array<float> d_out(gate.size());
-    gpu_test::check_ok(run_silu_mul({.gate = d_gate.get(), .up = d_up.get(), .out = d_out.get(), .rows = rows,
-                                     .cols = cols, .in_stride = cols, .out_stride = cols},
+    device_array<float> d_gate(p.gate);
+    device_array<float> d_up(p.up);
+    device_array<float> d_out(std::vector<float>(p.gate.size(), std::nanf("")));
+    gpu_test::check_ok(run_silu_mul({.gate = d_gate.get(), .up = d_up.get(), .out = d_out.get(), .rows = c.rows,
+                                     .cols = c.cols, .in_stride = c.cols, .out_stride = c.cols},
                                     gpu()),
                        "gpu silu_mul");
     sync();
-    r.check(format("silu_mul rows {} cols {} (abs, values up to 8)", rows, cols), max_abs_diff(out_cpu, d_out.download()),
-            1e-5);
+    r.check(format("silu_mul rows {} cols {} (abs, gates up to 8)", c.rows, c.cols),
+            max_abs_diff(out_cpu, d_out.download()), kernel_cases::silu_mul_tolerance);
   }
 }
 
@@ -268,39 +237,40 @@ host_weights make_weights(weight_format f, std::int64_t n, std::int64_t k, std::
 }
 
 void test_quantize(gpu_test::results& r) {
-  for (const weight_format f : {weight_format::int4, weight_format::fp8_e4m3}) {
-    for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 128}, {54, 97}, {97, 4096}, {8, 14336}}) {
-      const std::int64_t group = f == weight_format::int4 ? int4_group_size_for(k) : 0;
-      const auto x = random_floats(static_cast<std::size_t>(n * k), 8, -2.0f, 2.0f);
-      std::vector<std::uint8_t> values(static_cast<std::size_t>(weight_values_bytes(f, n, k)));
-      std::vector<float> scales(static_cast<std::size_t>(weight_scale_count(f, n, k, group)));
-      gpu_test::check_ok(run_quantize({.x = x.data(), .rows = n, .k = k, .x_stride = k, .format = f, .group_size = group,
-                                       .values = values.data(), .scales = scales.data()},
-                                      cpu()),
-                         "cpu quantize");
-      device_array<float> d_x(x);
-      device_array<std::uint8_t> d_values(values.size());
-      device_array<float> d_scales(scales.size());
-      gpu_test::check_ok(run_quantize({.x = d_x.get(), .rows = n, .k = k, .x_stride = k, .format = f, .group_size = group,
-                                       .values = d_values.get(), .scales = d_scales.get()},
-                                      gpu()),
-                         "gpu quantize");
-      sync();
-      const auto got_values = d_values.download();
-      const auto got_scales = d_scales.download();
-      r.check(format("quantize {} [{}, {}] group {}: differing bytes + scales", to_string(f), n, k, group),
-              static_cast<double>(count_different(values, got_values) + count_different(scales, got_scales)), 0.0);
-      std::vector<float> dense_cpu(x.size());
-      const weight_view view{.format = f, .values = values.data(), .scales = scales.data(), .group_size = group};
-      gpu_test::check_ok(run_dequantize({.w = view, .k = k, .row_begin = 0, .rows = n, .y = dense_cpu.data(), .y_stride = k}, cpu()),
-                         "cpu dequantize");
-      device_array<float> d_dense(x.size());
-      const weight_view d_view{.format = f, .values = d_values.get(), .scales = d_scales.get(), .group_size = group};
-      gpu_test::check_ok(run_dequantize({.w = d_view, .k = k, .row_begin = 0, .rows = n, .y = d_dense.get(), .y_stride = k}, gpu()),
-                         "gpu dequantize");
-      sync();
-      r.check(format("dequantize {} [{}, {}]", to_string(f), n, k), max_abs_diff(dense_cpu, d_dense.download()), 0.0);
-    }
+  std::uint32_t seed = 7;
+  for (const kernel_cases::quantize_case& c : kernel_cases::quantize_cases()) {
+    const kernel_cases::quantize_problem p = kernel_cases::make_quantize_problem(c, ++seed);
+    const weight_format f = c.format;
+    const std::int64_t n = c.n;
+    const std::int64_t k = c.k;
+    std::vector<std::uint8_t> values(p.values_bytes());
+    std::vector<float> scales(p.scale_count());
+    gpu_test::check_ok(run_quantize({.x = p.x.data(), .rows = n, .k = k, .x_stride = k, .format = f,
+                                     .group_size = p.group, .values = values.data(), .scales = scales.data()},
+                                    cpu()),
+                       "cpu quantize");
+    device_array<float> d_x(p.x);
+    device_array<std::uint8_t> d_values(values.size());
+    device_array<float> d_scales(scales.size());
+    gpu_test::check_ok(run_quantize({.x = d_x.get(), .rows = n, .k = k, .x_stride = k, .format = f,
+                                     .group_size = p.group, .values = d_values.get(), .scales = d_scales.get()},
+                                    gpu()),
+                       "gpu quantize");
+    sync();
+    const auto got_values = d_values.download();
+    const auto got_scales = d_scales.download();
+    r.check(format("quantize {} [{}, {}] group {}: differing bytes + scales", to_string(f), n, k, p.group),
+            static_cast<double>(count_different(values, got_values) + count_different(scales, got_scales)), 0.0);
+    std::vector<float> dense_cpu(p.x.size());
+    const weight_view view{.format = f, .values = values.data(), .scales = scales.data(), .group_size = p.group};
+    gpu_test::check_ok(run_dequantize({.w = view, .k = k, .row_begin = 0, .rows = n, .y = dense_cpu.data(), .y_stride = k}, cpu()),
+                       "cpu dequantize");
+    device_array<float> d_dense(std::vector<float>(p.x.size(), std::nanf("")));
+    const weight_view d_view{.format = f, .values = d_values.get(), .scales = d_scales.get(), .group_size = p.group};
+    gpu_test::check_ok(run_dequantize({.w = d_view, .k = k, .row_begin = 0, .rows = n, .y = d_dense.get(), .y_stride = k}, gpu()),
+                       "gpu dequantize");
+    sync();
+    r.check(format("dequantize {} [{}, {}]", to_string(f), n, k), max_abs_diff(dense_cpu, d_dense.download()), 0.0);
   }
 }
 
@@ -366,59 +336,30 @@ void test_matmul(gpu_test::results& r) {
 
 // ---- KV cache write, paged attention -------------------------------------------------------
 
-struct kv_case {
-  dtype type;
-  std::int64_t head_dim, num_kv_heads, block_size;
-};
-
 void test_kv_cache_write(gpu_test::results& r) {
-  for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
-    for (const std::int64_t head_dim : {64, 128}) {
-      for (const std::int64_t block_size : {1, 8, 16}) {
-        const std::int64_t kv_heads = 8;
-        const std::int64_t tokens = 54;
-        const std::int64_t num_blocks = (tokens * 2 + block_size - 1) / block_size;
-        const std::int64_t kv_stride = kv_heads * head_dim * 3;  // K and V inside a fused QKV row
-        auto k = random_floats(static_cast<std::size_t>(tokens * kv_stride), 13, -4.0f, 4.0f);
-        k[5] = 0.0f;
-        std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
-        for (std::int64_t t = 0; t < tokens; ++t) slots[static_cast<std::size_t>(t)] = (t * 7) % (num_blocks * block_size);
-        std::sort(slots.begin(), slots.end());
-        slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-        const auto used = static_cast<std::int64_t>(slots.size());
-        const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block_size * head_dim) * dtype_size(type);
-        const std::size_t scale_count = static_cast<std::size_t>(num_blocks * kv_heads * block_size);
-        std::vector<std::uint8_t> kc(cache_bytes, 0), vc(cache_bytes, 0);
-        std::vector<float> ks(scale_count, 0.0f), vs(scale_count, 0.0f);
-        const bool scaled = kv_cache_scaled(type);
-        gpu_test::check_ok(run_kv_cache_write({.k = k.data(), .v = k.data() + kv_heads * head_dim, .k_cache = kc.data(),
-                                               .v_cache = vc.data(), .k_scales = scaled ? ks.data() : nullptr,
-                                               .v_scales = scaled ? vs.data() : nullptr, .kv_type = type,
-                                               .slots = slots.data(), .tokens = used, .num_kv_heads = kv_heads,
-                                               .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
-                                               .kv_stride = kv_stride},
-                                              cpu()),
-                           "cpu kv_cache_write");
-        device_array<float> d_k(k);
-        device_array<std::int64_t> d_slots(slots);
-        device_array<std::uint8_t> d_kc(std::vector<std::uint8_t>(cache_bytes, 0)), d_vc(std::vector<std::uint8_t>(cache_bytes, 0));
-        device_array<float> d_ks(std::vector<float>(scale_count, 0.0f)), d_vs(std::vector<float>(scale_count, 0.0f));
-        gpu_test::check_ok(run_kv_cache_write({.k = d_k.get(), .v = d_k.get() + kv_heads * head_dim, .k_cache = d_kc.get(),
-                                               .v_cache = d_vc.get(), .k_scales = scaled ? d_ks.get() : nullptr,
-                                               .v_scales = scaled ? d_vs.get() : nullptr, .kv_type = type,
-                                               .slots = d_slots.get(), .tokens = used, .num_kv_heads = kv_heads,
-                                               .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
-                                               .kv_stride = kv_stride},
-                                              gpu()),
-                           "gpu kv_cache_write");
-        sync();
-        const std::size_t differing = count_different(kc, d_kc.download()) + count_different(vc, d_vc.download()) +
-                                      count_different(ks, d_ks.download()) + count_different(vs, d_vs.download());
-        r.check(format("kv_cache_write {} head_dim {} block {}: differing cache bytes + scales", to_string(type), head_dim,
-                       block_size),
-                static_cast<double>(differing), 0.0);
-      }
-    }
+  std::uint32_t seed = 12;
+  for (const kernel_cases::kv_write_case& c : kernel_cases::kv_cache_write_cases()) {
+    const kernel_cases::kv_write_problem p = kernel_cases::make_kv_write_problem(c, ++seed);
+    const std::size_t cache_bytes = p.cache_bytes();
+    const std::size_t scale_count = p.scale_count();
+    std::vector<std::uint8_t> kc(cache_bytes, 0), vc(cache_bytes, 0);
+    std::vector<float> ks(scale_count, 0.0f), vs(scale_count, 0.0f);
+    gpu_test::check_ok(run_kv_cache_write(p.params(p.qkv.data(), p.slots.data(), kc.data(), vc.data(), ks.data(), vs.data()),
+                                          cpu()),
+                       "cpu kv_cache_write");
+    device_array<float> d_qkv(p.qkv);
+    device_array<std::int64_t> d_slots(p.slots);
+    device_array<std::uint8_t> d_kc(std::vector<std::uint8_t>(cache_bytes, 0)), d_vc(std::vector<std::uint8_t>(cache_bytes, 0));
+    device_array<float> d_ks(std::vector<float>(scale_count, 0.0f)), d_vs(std::vector<float>(scale_count, 0.0f));
+    gpu_test::check_ok(run_kv_cache_write(p.params(d_qkv.get(), d_slots.get(), d_kc.get(), d_vc.get(), d_ks.get(), d_vs.get()),
+                                          gpu()),
+                       "gpu kv_cache_write");
+    sync();
+    const std::size_t differing = count_different(kc, d_kc.download()) + count_different(vc, d_vc.download()) +
+                                  count_different(ks, d_ks.download()) + count_different(vs, d_vs.download());
+    r.check(format("kv_cache_write {} head_dim {} kv heads {} block {}{}: differing cache bytes + scales",
+                   to_string(c.kv), c.head_dim, c.kv_heads, c.block_size, c.values ? "" : ", K rows only"),
+            static_cast<double>(differing), 0.0);
   }
 }
 
@@ -698,35 +639,21 @@ void test_masked_sampling(gpu_test::results& r) {
 // Whole blocks of a region copied in every layer, bytes as they are: 4-byte scales (word copies
 // do not apply to blocks of 12 bytes) and 16-byte-aligned pools, more pairs than one launch takes.
 void test_kv_block_copy(gpu_test::results& r) {
-  for (const std::size_t block_bytes : {std::size_t{12}, std::size_t{256}, std::size_t{4096}}) {
-    constexpr std::int64_t layers = 3;
-    constexpr std::int64_t blocks = 160;
-    const std::size_t layer_stride = (blocks * block_bytes + 255) / 256 * 256;
-    std::vector<std::uint8_t> bytes(layer_stride * layers);
-    std::mt19937 rng(static_cast<std::uint32_t>(block_bytes));
-    for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
-    std::vector<std::int32_t> from, to;
-    for (std::int32_t i = 0; i < 70; ++i) {  // 70 pairs: two launches of up to 64
-      from.push_back(i);
-      to.push_back(80 + i);
-    }
-    std::vector<std::uint8_t> on_cpu = bytes;
-    const kv_block_copy_params host{.first_region = on_cpu.data(), .layer_stride = layer_stride, .block_bytes = block_bytes,
-                                    .layers = layers, .num_blocks = blocks, .from = from.data(), .to = to.data(),
-                                    .count = static_cast<std::int64_t>(from.size())};
-    gpu_test::check_ok(run_kv_block_copy(host, cpu()), "cpu kv_block_copy");
-    device_array<std::uint8_t> d_bytes(bytes);
-    kv_block_copy_params device = host;
-    device.first_region = d_bytes.get();
-    gpu_test::check_ok(run_kv_block_copy(device, gpu()), "gpu kv_block_copy");
+  std::uint32_t seed = 30;
+  for (const std::size_t block_bytes : kernel_cases::kv_block_copy_cases()) {
+    const kernel_cases::block_copy_problem p = kernel_cases::make_block_copy_problem(block_bytes, ++seed);
+    std::vector<std::uint8_t> on_cpu = p.bytes;
+    gpu_test::check_ok(run_kv_block_copy(p.params(on_cpu.data()), cpu()), "cpu kv_block_copy");
+    device_array<std::uint8_t> d_bytes(p.bytes);
+    gpu_test::check_ok(run_kv_block_copy(p.params(d_bytes.get()), gpu()), "gpu kv_block_copy");
     sync();
     const auto on_gpu = d_bytes.download();
     double differ = 0;
-    for (std::size_t i = 0; i < bytes.size(); ++i) differ += on_gpu[i] != on_cpu[i] ? 1 : 0;
+    for (std::size_t i = 0; i < p.bytes.size(); ++i) differ += on_gpu[i] != on_cpu[i] ? 1 : 0;
     // And the copy copied: the CPU's result moved what the pairs name.
     const bool moved = std::equal(on_cpu.begin() + 80 * static_cast<std::ptrdiff_t>(block_bytes),
-                                  on_cpu.begin() + 150 * static_cast<std::ptrdiff_t>(block_bytes), bytes.begin());
-    r.check(format("kv_block_copy blocks of {} bytes, {} layers: bytes that differ from the CPU's", block_bytes, layers),
+                                  on_cpu.begin() + 150 * static_cast<std::ptrdiff_t>(block_bytes), p.bytes.begin());
+    r.check(format("kv_block_copy blocks of {} bytes, {} layers: bytes that differ from the CPU's", block_bytes, p.layers),
             differ + (moved ? 0 : 1), 0.0);
   }
 }

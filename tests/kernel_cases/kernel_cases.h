@@ -28,6 +28,7 @@
 #include "edge/kernels/dtype.h"
 #include "edge/kernels/numerics.h"
 #include "edge/kernels/weight_format.h"
+#include "kernels/rope/rope.h"
 
 namespace edge::kernel_cases {
 
@@ -226,7 +227,7 @@ inline double attention_error(double o, double o_ref, double v_max) {
 inline constexpr double attention_f32_tolerance = 0x1p-13;
 inline constexpr double attention_tensor_core_tolerance = 0x1p-6;
 
-// ---- the other kernels ------------------------------------------------------------------------
+// ---- embedding, rmsnorm, rope, silu_mul --------------------------------------------------------
 
 struct embedding_case {
   dtype table;
@@ -243,7 +244,8 @@ inline std::vector<embedding_case> embedding_cases() {
 struct rows_case {
   std::int64_t rows, cols;
 };
-// rmsnorm (each with and without the residual add).
+// rmsnorm: each with and without the residual add, as a gather of rows, and (cols a multiple of
+// 64) as per-head norms of 64.
 inline std::vector<rows_case> rmsnorm_cases() {
   std::vector<rows_case> out;
   for (const std::int64_t rows : {1, 54, 97}) {
@@ -257,15 +259,30 @@ inline std::vector<rows_case> silu_mul_cases() {
 
 struct rope_case {
   std::int64_t head_dim, rotary_dim, heads;  // rotary_dim 0: all of head_dim
+  kernels::rope_pairs pairs;
+  std::int64_t tokens = 97;
 };
 inline std::vector<rope_case> rope_cases() {
   std::vector<rope_case> out;
   // 64: the rotary part of MLA's keys (Kimi K2, GLM-5); 128 with half of it rotated (GLM-4.5).
   for (const auto& [head_dim, rotary_dim] : {std::pair<std::int64_t, std::int64_t>{64, 0}, {128, 0}, {128, 64}}) {
-    for (const std::int64_t heads : {1, 8, 64}) out.push_back({head_dim, rotary_dim, heads});
+    for (const std::int64_t heads : {1, 8, 64}) {
+      for (const auto pairs : {kernels::rope_pairs::adjacent, kernels::rope_pairs::half_split}) {
+        out.push_back({head_dim, rotary_dim, heads, pairs});
+      }
+    }
   }
   return out;
 }
+
+// Absolute tolerances of the float kernels, for the value ranges their problems have
+// (small_ops.h): rmsnorm's outputs up to about 3 (sums of squares in another order), rope's
+// |x| <= 1 and silu_mul's gates up to 8 (one float rounding of a few operations).
+inline constexpr double rmsnorm_tolerance = 5e-5;
+inline constexpr double rope_tolerance = 1e-5;
+inline constexpr double silu_mul_tolerance = 1e-5;
+
+// ---- quantize, dequantize, the KV cache's writes and block copies --------------------------------
 
 struct quantize_case {
   weight_format format;
@@ -285,6 +302,8 @@ inline std::vector<quantize_case> quantize_cases() {
 struct kv_write_case {
   dtype kv;
   std::int64_t head_dim, kv_heads, block_size;
+  bool values = true;  // false: K rows only (an MLA layer's latent rows)
+  std::int64_t tokens = 54;
 };
 inline std::vector<kv_write_case> kv_cache_write_cases() {
   std::vector<kv_write_case> out;
@@ -293,13 +312,15 @@ inline std::vector<kv_write_case> kv_cache_write_cases() {
       for (const std::int64_t block_size : {1, 8, 16}) out.push_back({type, head_dim, 8, block_size});
     }
     // MLA's latent rows: kv_lora 512 + rope 64 as one "head" (Kimi K2, GLM-5).
-    out.push_back({type, 576, 1, 64});
+    out.push_back({type, 576, 1, 64, false});
   }
   return out;
 }
 
 // Bytes of one block of one layer.
 inline std::vector<std::size_t> kv_block_copy_cases() { return {12, 256, 4096, 576 * 64 + 4 * 64}; }
+
+// ---- sampling, MoE, MLA, DSA ---------------------------------------------------------------------
 
 struct sampling_case {
   std::int64_t vocab, rows;

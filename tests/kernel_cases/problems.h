@@ -49,6 +49,19 @@ inline std::vector<std::uint8_t> encode(const std::vector<float>& v, dtype type)
   return out;
 }
 
+// Element i of host storage in a plain dtype, as float.
+inline float decode(const std::uint8_t* bytes, dtype type, std::size_t i) {
+  if (type == dtype::f32) {
+    float v = 0.0f;
+    std::memcpy(&v, bytes + 4 * i, 4);
+    return v;
+  }
+  if (type == dtype::fp8_e4m3) return kernels::fp8_e4m3_to_float(bytes[i]);
+  std::uint16_t bits = 0;
+  std::memcpy(&bits, bytes + 2 * i, 2);
+  return type == dtype::bf16 ? kernels::bf16_to_float(bits) : kernels::fp16_to_float(bits);
+}
+
 // ---- matmul -----------------------------------------------------------------------------------
 
 struct host_weights {

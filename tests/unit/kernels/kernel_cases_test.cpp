@@ -3,6 +3,7 @@
 // double-precision sums with the GPU program's own metrics.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "edge/common/thread_pool.h"
 #include "tests/kernel_cases/problems.h"
+#include "tests/kernel_cases/small_ops.h"
 
 namespace {
 
@@ -22,6 +24,11 @@ edge::thread_pool& pool() {
   return p;
 }
 ek::stream cpu() { return {.where = ek::device::cpu, .pool = &pool()}; }
+
+// Whether two float arrays hold the same bits (the exact ops; NaN where NaN).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 }  // namespace
 
@@ -99,5 +106,186 @@ TEST_CASE("case list: the CPU paged attention reference on every case") {
     INFO(c.shape << " " << to_string(c.kv) << " head_dim " << c.head_dim << " gqa " << c.group << ":1 block "
                  << c.block_size << ": error " << error);
     CHECK(error <= attention_f32_tolerance);
+  }
+}
+
+TEST_CASE("case list: the CPU embedding reference on every case") {
+  std::uint32_t seed = 500;
+  for (const embedding_case& c : embedding_cases()) {
+    const embedding_problem p = make_embedding_problem(c, ++seed);
+    std::vector<float> out(static_cast<std::size_t>(c.tokens * c.hidden), std::nanf(""));
+    REQUIRE(ek::run_embedding({.ids = p.ids.data(), .table = p.table.data(), .table_type = c.table, .out = out.data(),
+                               .tokens = c.tokens, .vocab = c.vocab, .hidden = c.hidden},
+                              cpu())
+                .ok());
+    INFO(to_string(c.table) << " hidden " << c.hidden);
+    CHECK(same_bits(out, reference_embedding(p)));
+  }
+}
+
+TEST_CASE("case list: the CPU rmsnorm reference on every case") {
+  std::uint32_t seed = 600;
+  const auto itself = [](std::int64_t r) { return r; };
+  for (const rows_case& c : rmsnorm_cases()) {
+    const rmsnorm_problem p = make_rmsnorm_problem(c, seed += 4);
+    INFO("rows " << c.rows << " cols " << c.cols);
+    for (const bool residual : {false, true}) {
+      std::vector<float> x = p.x;
+      std::vector<float> out(x.size(), std::nanf(""));
+      REQUIRE(ek::run_rmsnorm({.x = x.data(), .residual = residual ? p.residual.data() : nullptr,
+                               .weight = p.weight.data(), .out = out.data(), .rows = c.rows, .cols = c.cols,
+                               .x_stride = c.cols, .out_stride = c.cols, .eps = 1e-5f},
+                              cpu())
+                  .ok());
+      // The residual add is the float sum x + residual, written back to x.
+      std::vector<float> summed = p.x;
+      if (residual) {
+        for (std::size_t i = 0; i < summed.size(); ++i) summed[i] += p.residual[i];
+      }
+      CHECK(same_bits(x, summed));
+      const double error =
+          worst_rms_error(out, c.cols, summed.data(), c.cols, p.weight.data(), c.rows, c.cols, 1e-5, itself);
+      INFO("residual " << residual << ": error " << error);
+      CHECK(error <= rmsnorm_tolerance);
+    }
+    if (p.per_head()) {
+      std::vector<float> heads = p.heads;
+      REQUIRE(ek::run_rmsnorm({.x = heads.data(), .weight = p.head_weight.data(), .out = heads.data(), .rows = c.rows,
+                               .cols = rmsnorm_head, .groups = c.cols / rmsnorm_head, .x_stride = c.cols,
+                               .out_stride = c.cols, .eps = 1e-6f},
+                              cpu())
+                  .ok());
+      // Every head of 64 a vector of its own: rows · groups vectors, one after the other.
+      const double error = worst_rms_error(heads, rmsnorm_head, p.heads.data(), rmsnorm_head, p.head_weight.data(),
+                                           c.rows * c.cols / rmsnorm_head, rmsnorm_head, 1e-6, itself);
+      INFO("per head: error " << error);
+      CHECK(error <= rmsnorm_tolerance);
+    }
+    const auto n = static_cast<std::int64_t>(p.gather.size());
+    std::vector<float> x = p.x;
+    std::vector<float> out(static_cast<std::size_t>(n * c.cols), std::nanf(""));
+    REQUIRE(ek::run_rmsnorm({.x = x.data(), .row_index = p.gather.data(), .weight = p.weight.data(), .out = out.data(),
+                             .rows = n, .cols = c.cols, .x_stride = c.cols, .out_stride = c.cols, .eps = 1e-5f},
+                            cpu())
+                .ok());
+    CHECK(same_bits(x, p.x));  // a gather only reads x
+    const double error = worst_rms_error(out, c.cols, p.x.data(), c.cols, p.weight.data(), n, c.cols, 1e-5,
+                                         [&](std::int64_t r) { return p.gather[static_cast<std::size_t>(r)]; });
+    INFO("gather: error " << error);
+    CHECK(error <= rmsnorm_tolerance);
+  }
+}
+
+TEST_CASE("case list: the CPU rope reference on every case") {
+  std::uint32_t seed = 700;
+  for (const rope_case& c : rope_cases()) {
+    const rope_problem p = make_rope_problem(c, ++seed);
+    std::vector<float> x = p.x;
+    REQUIRE(ek::run_rope(p.params(x.data(), p.positions.data(), p.inv_freq.data()), cpu()).ok());
+    const auto want = reference_rope(p);
+    double error = 0.0;
+    std::size_t untouched_changed = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      error = std::max(error, std::fabs(x[i] - want[i]));
+      // The gap after each token's heads and the unrotated tail of a head keep their bits.
+      if (want[i] == static_cast<double>(p.x[i]) && x[i] != p.x[i]) ++untouched_changed;
+    }
+    INFO("head_dim " << c.head_dim << " rotary " << c.rotary_dim << " heads " << c.heads << " pairs "
+                     << (c.pairs == ek::rope_pairs::adjacent ? "adjacent" : "half_split") << ": error " << error);
+    CHECK(error <= rope_tolerance);
+    CHECK(untouched_changed == 0);
+  }
+}
+
+TEST_CASE("case list: the CPU silu_mul reference on every case") {
+  std::uint32_t seed = 800;
+  for (const rows_case& c : silu_mul_cases()) {
+    const silu_mul_problem p = make_silu_mul_problem(c, seed += 2);
+    std::vector<float> out(p.gate.size(), std::nanf(""));
+    REQUIRE(ek::run_silu_mul({.gate = p.gate.data(), .up = p.up.data(), .out = out.data(), .rows = c.rows,
+                              .cols = c.cols, .in_stride = c.cols, .out_stride = c.cols},
+                             cpu())
+                .ok());
+    const auto want = reference_silu_mul(p);
+    double error = 0.0;
+    for (std::size_t i = 0; i < out.size(); ++i) error = std::max(error, std::fabs(out[i] - want[i]));
+    INFO("rows " << c.rows << " cols " << c.cols << ": error " << error);
+    CHECK(error <= silu_mul_tolerance);
+  }
+}
+
+TEST_CASE("case list: the CPU quantize reference on every case") {
+  std::uint32_t seed = 900;
+  for (const quantize_case& c : quantize_cases()) {
+    const quantize_problem p = make_quantize_problem(c, ++seed);
+    std::vector<std::uint8_t> values(p.values_bytes(), 0xAB);
+    std::vector<float> scales(p.scale_count(), std::nanf(""));
+    REQUIRE(ek::run_quantize({.x = p.x.data(), .rows = c.n, .k = c.k, .x_stride = c.k, .format = c.format,
+                              .group_size = p.group, .values = values.data(), .scales = scales.data()},
+                             cpu())
+                .ok());
+    const quantized_bytes want = reference_quantize(p);
+    INFO(to_string(c.format) << " [" << c.n << ", " << c.k << "] group " << p.group);
+    CHECK(values == want.values);
+    CHECK(same_bits(scales, want.scales));
+  }
+}
+
+TEST_CASE("case list: the CPU dequantize reference on every case") {
+  std::uint32_t seed = 900;
+  for (const quantize_case& c : quantize_cases()) {
+    const quantize_problem p = make_quantize_problem(c, ++seed);
+    const quantized_bytes q = reference_quantize(p);
+    std::vector<float> dense(p.x.size(), std::nanf(""));
+    const ek::weight_view view{.format = c.format, .values = q.values.data(), .scales = q.scales.data(),
+                               .group_size = p.group};
+    REQUIRE(ek::run_dequantize({.w = view, .k = c.k, .row_begin = 0, .rows = c.n, .y = dense.data(), .y_stride = c.k},
+                               cpu())
+                .ok());
+    const auto want = reference_dequantize(p, q);
+    INFO(to_string(c.format) << " [" << c.n << ", " << c.k << "] group " << p.group);
+    CHECK(same_bits(dense, want));
+    // And the round trip lands within half a step of every weight: INT4's step is its group's
+    // scale; E4M3's is 2^-3 of the value (2^-9 of the row's scale below the normal range).
+    double worst = 0.0;
+    for (std::int64_t i = 0; i < c.n * c.k; ++i) {
+      const auto at = static_cast<std::size_t>(i);
+      const bool int4 = c.format == ek::weight_format::int4;
+      const float scale = q.scales[static_cast<std::size_t>(int4 ? i / p.group : i / c.k)];
+      const double step = int4 ? scale : std::max(std::fabs(p.x[at]) * 0x1p-3, scale * 0x1p-9);
+      worst = std::max(worst, std::fabs(want[at] - p.x[at]) / step);
+    }
+    INFO("round trip: " << worst << " of a step");
+    CHECK(worst <= 0.5 + 1e-6);
+  }
+}
+
+TEST_CASE("case list: the CPU kv_cache_write reference on every case") {
+  std::uint32_t seed = 1000;
+  for (const kv_write_case& c : kv_cache_write_cases()) {
+    const kv_write_problem p = make_kv_write_problem(c, ++seed);
+    std::vector<std::uint8_t> kc(p.cache_bytes(), 0), vc(p.cache_bytes(), 0);
+    std::vector<float> ks(p.scale_count(), 0.0f), vs(p.scale_count(), 0.0f);
+    REQUIRE(ek::run_kv_cache_write(p.params(p.qkv.data(), p.slots.data(), kc.data(), vc.data(), ks.data(), vs.data()),
+                                   cpu())
+                .ok());
+    const kv_cache_bytes want = reference_kv_cache_write(p);
+    INFO(to_string(c.kv) << " head_dim " << c.head_dim << " kv heads " << c.kv_heads << " block " << c.block_size
+                         << (c.values ? "" : ", K rows only"));
+    CHECK(kc == want.k);
+    CHECK(vc == want.v);
+    CHECK(same_bits(ks, want.k_scales));
+    CHECK(same_bits(vs, want.v_scales));
+  }
+}
+
+TEST_CASE("case list: the CPU kv_block_copy reference on every case") {
+  std::uint32_t seed = 1100;
+  for (const std::size_t block_bytes : kv_block_copy_cases()) {
+    const block_copy_problem p = make_block_copy_problem(block_bytes, ++seed);
+    std::vector<std::uint8_t> bytes = p.bytes;
+    REQUIRE(ek::run_kv_block_copy(p.params(bytes.data()), cpu()).ok());
+    INFO("blocks of " << block_bytes << " bytes");
+    CHECK(bytes == reference_block_copy(p));
   }
 }
