@@ -45,6 +45,7 @@
 #include "edge/kernels/numerics.h"
 #include "gpu_test_support.h"
 #include "tests/kernel_cases/problems.h"
+#include "tests/kernel_cases/sampling_problems.h"
 #include "tests/kernel_cases/small_ops.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
@@ -460,73 +461,21 @@ bool draw_near_boundary(const std::vector<float>& logits, const sampling_row& c)
 }
 
 void test_sampling(gpu_test::results& r) {
-  const std::vector<sampling_row> configs = {
-      {.temperature = 0.0f},
-      {.temperature = 0.7f, .top_k = 1},
-      {.temperature = 1.0f},
-      {.temperature = 0.8f, .top_p = 0.9f},
-      {.temperature = 1.2f, .top_k = 40},
-      {.temperature = 0.6f, .top_k = 50, .top_p = 0.95f, .min_p = 0.05f},
-      {.temperature = 1.0f, .min_p = 0.1f},
-  };
-  for (const std::int64_t vocab : {54, 97, 4096, 128256}) {
-    const std::int64_t rows = 64;
-    auto logits = random_floats(static_cast<std::size_t>(rows * vocab), 17, -6.0f, 6.0f);
-    // Ties and a NaN, to check the tie and NaN rules.
-    logits[3] = logits[7];
-    logits[static_cast<std::size_t>(vocab) + 1] = NAN;
-    // Rows without a finite maximum (row 5: two +inf logits; row 6: nothing but -inf) take the
-    // first of the largest on both devices.
-    logits[static_cast<std::size_t>(5 * vocab + vocab / 2)] = INFINITY;
-    logits[static_cast<std::size_t>(5 * vocab + 1)] = INFINITY;
-    for (std::int64_t i = 0; i < vocab; ++i) logits[static_cast<std::size_t>(6 * vocab + i)] = -INFINITY;
-    // Every fourth row in whole numbers: many tokens share each value, so the selection orders
-    // ties by id (the low half of its key) at the top-k, top-p and draw boundaries.
-    for (std::int64_t i = 3; i < rows; i += 4) {
-      for (std::int64_t j = 0; j < vocab; ++j) {
-        float& v = logits[static_cast<std::size_t>(i * vocab + j)];
-        v = std::round(v);
-      }
-    }
-    // Row 0 (greedy): its best logits are -0.0 at id 5 and +0.0 at id 9, equal as floats, so
-    // the lower id wins, as on the CPU (the sign bit must not order them).
-    for (std::int64_t i = 0; i < vocab; ++i) logits[static_cast<std::size_t>(i)] = -std::fabs(logits[static_cast<std::size_t>(i)]) - 0.5f;
-    logits[5] = -0.0f;
-    logits[9] = 0.0f;
-    std::vector<sampling_row> rows_config(static_cast<std::size_t>(rows));
-    std::mt19937 rng(18);
-    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-    // Every third row from row 8 on has logit biases: its most likely token banned, another
-    // pushed up by 3, a third by +100 in every ninth row (it must then be the token drawn).
-    std::vector<logit_bias> biases;
-    std::vector<std::int32_t> banned(static_cast<std::size_t>(rows), -1);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      sampling_row& c = rows_config[static_cast<std::size_t>(i)];
-      c = configs[static_cast<std::size_t>(i) % configs.size()];
-      c.uniform = uniform(rng);
-      if (i < 8 || i % 3 != 0) continue;
-      const std::span<const float> row(logits.data() + i * vocab, static_cast<std::size_t>(vocab));
-      const std::int32_t best = argmax(row);
-      banned[static_cast<std::size_t>(i)] = best;
-      c.bias_begin = static_cast<std::int32_t>(biases.size());
-      biases.push_back({.id = best, .bias = -100.0f});
-      biases.push_back({.id = static_cast<std::int32_t>((best + 7) % vocab), .bias = 3.0f});
-      if (i % 9 == 0) biases.push_back({.id = static_cast<std::int32_t>((best + 11) % vocab), .bias = 100.0f});
-      c.bias_count = static_cast<std::int32_t>(biases.size()) - c.bias_begin;
-    }
-    std::vector<float> cpu_logits = logits;
-    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(rows));
-    gpu_test::check_ok(run_sampling({.logits = cpu_logits.data(), .config = rows_config.data(), .out = cpu_out.data(),
-                                     .rows = rows, .vocab = vocab, .biases = biases.data()},
+  std::uint32_t seed = 17;
+  for (const kernel_cases::sampling_case& c : kernel_cases::sampling_cases()) {
+    if (c.masked) continue;  // test_masked_sampling
+    const kernel_cases::sampling_problem p = kernel_cases::make_sampling_problem(c, ++seed);
+    const std::int64_t vocab = c.vocab;
+    std::vector<float> cpu_logits = p.logits;
+    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(c.rows));
+    gpu_test::check_ok(run_sampling(p.params(cpu_logits.data(), p.config.data(), cpu_out.data(), p.biases.data(), nullptr),
                                     cpu()),
                        "cpu sampling");
-    device_array<float> d_logits(logits);
-    device_array<sampling_row> d_config(rows_config);
-    device_array<logit_bias> d_biases(biases);
-    device_array<std::int32_t> d_out(static_cast<std::size_t>(rows));
-    gpu_test::check_ok(run_sampling({.logits = d_logits.get(), .config = d_config.get(), .out = d_out.get(),
-                                     .rows = rows, .vocab = vocab, .biases = d_biases.get()},
-                                    gpu()),
+    device_array<float> d_logits(p.logits);
+    device_array<sampling_row> d_config(p.config);
+    device_array<logit_bias> d_biases(p.biases);
+    device_array<std::int32_t> d_out(static_cast<std::size_t>(c.rows));
+    gpu_test::check_ok(run_sampling(p.params(d_logits.get(), d_config.get(), d_out.get(), d_biases.get(), nullptr), gpu()),
                        "gpu sampling");
     sync();
     const auto gpu_out = d_out.download();
@@ -535,26 +484,22 @@ void test_sampling(gpu_test::results& r) {
     int differing = 0;
     int banned_drawn = 0;
     int forced_missed = 0;
-    for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t i = 0; i < c.rows; ++i) {
       const auto at = static_cast<std::size_t>(i);
-      const std::int32_t ban = banned[at];
+      const std::int32_t ban = p.banned[at];
       if (ban >= 0 && (gpu_out[at] == ban || cpu_out[at] == ban)) ++banned_drawn;
-      if (ban >= 0 && i % 9 == 0) {
-        const std::int32_t forced = static_cast<std::int32_t>((ban + 11) % vocab);
-        forced_missed += (gpu_out[at] != forced) + (cpu_out[at] != forced);
-      }
+      const std::int32_t forced = p.forced[at];
+      if (forced >= 0) forced_missed += (gpu_out[at] != forced) + (cpu_out[at] != forced);
       if (gpu_out[at] == cpu_out[at]) continue;
       ++differing;
-      const sampling_row& c = rows_config[at];
-      if (c.temperature <= 0.0f || c.top_k == 1) {
+      const sampling_row& row_config = p.config[at];
+      if (row_config.temperature <= 0.0f || row_config.top_k == 1) {
         ++greedy_mismatch;
         continue;
       }
       // A different token is acceptable only where the draw sits on the boundary between them
       // (of the row as biased).
-      std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
-      apply_logit_bias(row.data(), vocab, biases.data() + c.bias_begin, c.bias_count);
-      if (!draw_near_boundary(row, c)) ++unexplained;
+      if (!draw_near_boundary(p.effective_row(i), row_config)) ++unexplained;
     }
     r.check(format("sampling vocab {}: greedy / top-1 rows that differ", vocab), greedy_mismatch, 0.0);
     r.check(format("sampling vocab {}: banned tokens drawn, +100 tokens not drawn", vocab), banned_drawn + forced_missed,
@@ -568,65 +513,41 @@ void test_sampling(gpu_test::results& r) {
 // the rest without. The GPU must draw only allowed tokens and the same ones as the CPU reference
 // (keep_allowed then the same sampling), but where a seeded draw sits on a boundary.
 void test_masked_sampling(gpu_test::results& r) {
-  const std::vector<sampling_row> configs = {
-      {.temperature = 0.0f}, {.temperature = 1.0f}, {.temperature = 0.8f, .top_p = 0.9f}, {.temperature = 1.2f, .top_k = 40}};
-  for (const std::int64_t vocab : {97, 128256}) {
-    const std::int64_t rows = 32;
-    const std::int64_t words = allowed_words(vocab);
-    const auto logits = random_floats(static_cast<std::size_t>(rows * vocab), 23, -6.0f, 6.0f);
-    std::vector<sampling_row> rows_config(static_cast<std::size_t>(rows));
-    std::vector<std::uint32_t> masks;  // [masked rows, words]
-    std::mt19937 rng(24);
-    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      sampling_row& c = rows_config[static_cast<std::size_t>(i)];
-      c = configs[static_cast<std::size_t>(i) % configs.size()];
-      c.uniform = uniform(rng);
-      if (i % 3 == 2) continue;  // unmasked
-      c.allowed_row = static_cast<std::int32_t>(masks.size() / static_cast<std::size_t>(words));
-      std::vector<std::uint32_t> mask(static_cast<std::size_t>(words), 0);
-      // Rows alternate between three allowed tokens and nine in ten allowed.
-      for (std::int64_t t = 0; t < vocab; ++t) {
-        const bool allowed = i % 2 == 0 ? (t == 1 || t == vocab / 2 || t == vocab - 1) : (rng() % 10 != 0);
-        if (allowed) mask[static_cast<std::size_t>(t / 32)] |= 1u << (t % 32);
-      }
-      masks.insert(masks.end(), mask.begin(), mask.end());
-    }
-    std::vector<float> cpu_logits = logits;
-    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(rows));
-    gpu_test::check_ok(run_sampling({.logits = cpu_logits.data(), .config = rows_config.data(), .out = cpu_out.data(),
-                                     .rows = rows, .vocab = vocab, .allowed = masks.data()},
+  std::uint32_t seed = 23;
+  for (const kernel_cases::sampling_case& c : kernel_cases::sampling_cases()) {
+    if (!c.masked) continue;
+    const kernel_cases::sampling_problem p = kernel_cases::make_sampling_problem(c, ++seed);
+    const std::int64_t vocab = c.vocab;
+    std::vector<float> cpu_logits = p.logits;
+    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(c.rows));
+    gpu_test::check_ok(run_sampling(p.params(cpu_logits.data(), p.config.data(), cpu_out.data(), nullptr, p.masks.data()),
                                     cpu()),
                        "cpu masked sampling");
-    device_array<float> d_logits(logits);
-    device_array<sampling_row> d_config(rows_config);
-    device_array<std::uint32_t> d_masks(masks);
-    device_array<std::int32_t> d_out(static_cast<std::size_t>(rows));
-    gpu_test::check_ok(run_sampling({.logits = d_logits.get(), .config = d_config.get(), .out = d_out.get(),
-                                     .rows = rows, .vocab = vocab, .allowed = d_masks.get()},
-                                    gpu()),
+    device_array<float> d_logits(p.logits);
+    device_array<sampling_row> d_config(p.config);
+    device_array<std::uint32_t> d_masks(p.masks);
+    device_array<std::int32_t> d_out(static_cast<std::size_t>(c.rows));
+    gpu_test::check_ok(run_sampling(p.params(d_logits.get(), d_config.get(), d_out.get(), nullptr, d_masks.get()), gpu()),
                        "gpu masked sampling");
     sync();
     const auto gpu_out = d_out.download();
     int outside = 0;
     int unexplained = 0;
-    for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t i = 0; i < c.rows; ++i) {
       const auto at = static_cast<std::size_t>(i);
-      const sampling_row& c = rows_config[at];
-      std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
-      if (c.allowed_row >= 0) {
-        const std::uint32_t* mask = masks.data() + static_cast<std::size_t>(c.allowed_row * words);
+      const sampling_row& row_config = p.config[at];
+      if (row_config.allowed_row >= 0) {
+        const std::uint32_t* mask = p.masks.data() + static_cast<std::size_t>(row_config.allowed_row * p.words());
         for (const std::int32_t t : {cpu_out[at], gpu_out[at]}) {
           if (((mask[t / 32] >> (t % 32)) & 1u) == 0) ++outside;
         }
-        keep_allowed(row.data(), vocab, mask);
       }
       if (gpu_out[at] == cpu_out[at]) continue;
-      if (c.temperature <= 0.0f) {
+      if (row_config.temperature <= 0.0f) {
         ++unexplained;
         continue;
       }
-      if (!draw_near_boundary(row, c)) ++unexplained;
+      if (!draw_near_boundary(p.effective_row(i), row_config)) ++unexplained;
     }
     r.check(format("masked sampling vocab {}: tokens drawn outside their mask (CPU and GPU)", vocab), outside, 0.0);
     r.check(format("masked sampling vocab {}: draws that differ from the CPU away from a boundary", vocab), unexplained,
