@@ -44,9 +44,7 @@
 #include "edge/common/thread_pool.h"
 #include "edge/kernels/numerics.h"
 #include "gpu_test_support.h"
-#include "tests/kernel_cases/problems.h"
-#include "tests/kernel_cases/sampling_problems.h"
-#include "tests/kernel_cases/small_ops.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
@@ -59,6 +57,10 @@
 #include "kernels/rope/rope.h"
 #include "kernels/sampling/sampling.h"
 #include "kernels/silu_mul/silu_mul.h"
+#include "tests/kernel_cases/moe_problems.h"
+#include "tests/kernel_cases/problems.h"
+#include "tests/kernel_cases/sampling_problems.h"
+#include "tests/kernel_cases/small_ops.h"
 
 namespace {
 
@@ -229,13 +231,6 @@ void test_silu_mul(gpu_test::results& r) {
 }
 
 // ---- quantize, matmul ---------------------------------------------------------------------
-
-// int4 groups of `group_size`, or (0) of the size edgeinfer picks for k; magnitudes that differ
-// per row and per group (kernel_cases.h).
-host_weights make_weights(weight_format f, std::int64_t n, std::int64_t k, std::uint32_t seed,
-                          std::int64_t group_size = 0) {
-  return kernel_cases::make_weights(f, n, k, group_size, seed, cpu());
-}
 
 void test_quantize(gpu_test::results& r) {
   std::uint32_t seed = 7;
@@ -581,95 +576,26 @@ void test_kv_block_copy(gpu_test::results& r) {
 
 // ---- MoE routing and experts ------------------------------------------------------------------
 
-// Whether a row's choice has a near tie that float rounding (expf on either device) may break
-// either way: adjacent values, within 1e-5 relative, among the top_k + 1 best choice values or,
-// with groups, the top_groups + 1 best group scores. The values are recomputed in double.
-bool routing_near_tie(const float* logits, const float* bias, const moe_routing_params& p) {
-  const auto n = static_cast<std::size_t>(p.num_experts);
-  std::vector<double> choice(n);
-  if (p.scoring == router_scoring::softmax) {
-    const double m = *std::max_element(logits, logits + n);
-    double total = 0.0;
-    for (std::size_t e = 0; e < n; ++e) total += std::exp(logits[e] - m);
-    for (std::size_t e = 0; e < n; ++e) choice[e] = std::exp(logits[e] - m) / total;
-  } else {
-    for (std::size_t e = 0; e < n; ++e) {
-      choice[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e]))) + (bias != nullptr ? bias[e] : 0.0);
-    }
-  }
-  const auto close = [](std::vector<double> v, std::size_t count) {
-    std::sort(v.begin(), v.end(), std::greater<>());
-    for (std::size_t i = 0; i + 1 < std::min(count + 1, v.size()); ++i) {
-      if (v[i] - v[i + 1] <= 1e-5 * std::max(std::fabs(v[i]), 1e-3)) return true;
-    }
-    return false;
-  };
-  if (p.groups > 1) {
-    const auto size = n / static_cast<std::size_t>(p.groups);
-    std::vector<double> group_score(static_cast<std::size_t>(p.groups));
-    for (std::size_t g = 0; g < group_score.size(); ++g) {
-      std::vector<double> members(choice.begin() + static_cast<std::ptrdiff_t>(g * size),
-                                  choice.begin() + static_cast<std::ptrdiff_t>((g + 1) * size));
-      std::sort(members.begin(), members.end(), std::greater<>());
-      group_score[g] = members[0] + (size > 1 ? members[1] : 0.0);
-    }
-    if (close(group_score, static_cast<std::size_t>(p.top_groups))) return true;
-    std::vector<double> ranked = group_score;
-    std::sort(ranked.begin(), ranked.end(), std::greater<>());
-    const double last_kept = ranked[static_cast<std::size_t>(p.top_groups - 1)];
-    for (std::size_t e = 0; e < n; ++e) {
-      if (group_score[e / size] < last_kept) choice[e] = 0.0;
-    }
-  }
-  return close(choice, static_cast<std::size_t>(p.top_k));
-}
-
 void test_moe_routing(gpu_test::results& r) {
-  struct router_case {
-    const char* name;
-    std::int64_t experts, top_k;
-    router_scoring scoring;
-    std::int64_t groups, top_groups;
-    bool normalize, bias;
-    float scaling;
-  };
-  // Qwen3-MoE (128, softmax, normalised or not), DeepSeek-V3 / GLM-4.5 style (sigmoid, bias,
-  // groups), Kimi K2 (384 experts in one group).
-  const std::vector<router_case> cases = {
-      {"softmax", 128, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
-      {"softmax", 128, 8, router_scoring::softmax, 1, 1, false, false, 1.0f},
-      {"softmax", 384, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
-      {"sigmoid 8 groups top 4", 128, 8, router_scoring::sigmoid, 8, 4, true, true, 2.5f},
-      {"sigmoid 8 groups top 4", 384, 8, router_scoring::sigmoid, 8, 4, true, true, 2.827f},
-      {"sigmoid 1 group", 384, 8, router_scoring::sigmoid, 1, 1, true, true, 2.827f},
-      {"sigmoid 16 groups top 5, not normalised", 128, 8, router_scoring::sigmoid, 16, 5, false, true, 1.5f},
-  };
-  for (const router_case& c : cases) {
-    for (const std::int64_t tokens : {1, 97, 513}) {
-      if (quick && tokens == 513) continue;
-      const std::int64_t stride = c.experts + 3;  // a strided view of the logits
-      const auto logits = random_floats(static_cast<std::size_t>(tokens * stride), 40, -4.0f, 4.0f);
-      const auto bias = random_floats(static_cast<std::size_t>(c.experts), 41, -0.1f, 0.1f);
-      moe_routing_params p{.correction_bias = c.bias ? bias.data() : nullptr, .tokens = tokens,
-                           .num_experts = c.experts, .top_k = c.top_k, .logits_stride = stride, .scoring = c.scoring,
-                           .groups = c.groups, .top_groups = c.top_groups, .normalize = c.normalize,
-                           .scaling = c.scaling};
+  std::uint32_t seed = 40;
+  for (const kernel_cases::routing_case& c : kernel_cases::moe_routing_cases()) {
+    for (const std::int64_t tokens : c.tokens) {
+      if (quick && tokens > 97) continue;
+      const kernel_cases::routing_problem p = kernel_cases::make_routing_problem(c, tokens, seed += 2);
+      // In double: which rows have a near tie that expf's rounding on either device may break.
+      const kernel_cases::routing_reference exact = kernel_cases::reference_routing(p);
       const auto pairs = static_cast<std::size_t>(tokens * c.top_k);
       std::vector<std::int32_t> cpu_experts(pairs);
       std::vector<float> cpu_weights(pairs);
-      p.logits = logits.data();
-      p.experts = cpu_experts.data();
-      p.weights = cpu_weights.data();
-      gpu_test::check_ok(run_moe_routing(p, cpu()), "cpu moe routing");
-      device_array<float> d_logits(logits);
-      device_array<float> d_bias(bias);
-      device_array<std::int32_t> d_experts(pairs);
-      device_array<float> d_weights(pairs);
-      p.logits = d_logits.get();
-      p.correction_bias = c.bias ? d_bias.get() : nullptr;
-      p.experts = d_experts.get();
-      p.weights = d_weights.get();
-      gpu_test::check_ok(run_moe_routing(p, gpu()), "gpu moe routing");
+      gpu_test::check_ok(run_moe_routing(p.params(p.logits.data(), p.bias.data(), cpu_experts.data(), cpu_weights.data()),
+                                         cpu()),
+                         "cpu moe routing");
+      device_array<float> d_logits(p.logits);
+      device_array<float> d_bias(p.bias);
+      device_array<std::int32_t> d_experts(std::vector<std::int32_t>(pairs, -1));
+      device_array<float> d_weights(std::vector<float>(pairs, std::nanf("")));
+      gpu_test::check_ok(run_moe_routing(p.params(d_logits.get(), d_bias.get(), d_experts.get(), d_weights.get()), gpu()),
+                         "gpu moe routing");
       sync();
       const auto gpu_experts = d_experts.download();
       const auto gpu_weights = d_weights.download();
@@ -680,158 +606,127 @@ void test_moe_routing(gpu_test::results& r) {
         const auto at = static_cast<std::ptrdiff_t>(t * c.top_k);
         if (!std::equal(cpu_experts.begin() + at, cpu_experts.begin() + at + c.top_k, gpu_experts.begin() + at)) {
           ++differing;
-          if (!routing_near_tie(logits.data() + t * stride, c.bias ? bias.data() : nullptr, p)) ++unexplained;
+          if (!exact.near_tie[static_cast<std::size_t>(t)]) ++unexplained;
           continue;
         }
         for (std::int64_t i = 0; i < c.top_k; ++i) {
           const auto j = static_cast<std::size_t>(at + i);
-          worst = std::max(worst, std::fabs(static_cast<double>(gpu_weights[j]) - cpu_weights[j]) /
-                                      std::max(std::fabs(static_cast<double>(cpu_weights[j])), 1e-30));
+          const double d = std::fabs(static_cast<double>(gpu_weights[j]) - cpu_weights[j]) /
+                           std::max(std::fabs(static_cast<double>(cpu_weights[j])), 1e-30);
+          worst = std::max(worst, std::isnan(d) ? INFINITY : d);
         }
       }
-      const std::string what = format("moe routing {} experts {} top {} tokens {}{}", c.name, c.experts, c.top_k,
-                                      tokens, c.normalize ? " normalised" : "");
+      const std::string what = format("moe routing {} experts {} top {} groups {} tokens {}{}", c.shape, c.experts,
+                                      c.top_k, c.groups, tokens, c.normalize ? " normalised" : "");
       r.check(what + ": rows whose experts differ away from a near tie (" + std::to_string(differing) + " differ)",
               unexplained, 0.0);
       // Where the experts agree: expf on either side (a few ulp) through the normalisation.
-      r.check(what + ": weights (relative)", worst, 2e-6);
+      r.check(what + ": weights (relative)", worst, kernel_cases::routing_weight_tolerance);
     }
   }
 }
 
-// One expert set in device memory and on the host.
+// An expert set's matrices in device memory (scales followed by a NaN, so that a kernel reading
+// beyond them turns its output NaN) and the views of them, gate and up stacked or apart.
 struct device_experts {
-  std::vector<host_weights> gate_up, down;                      // per expert (empty: no weights)
   std::vector<std::unique_ptr<device_array<std::uint8_t>>> values;
   std::vector<std::unique_ptr<device_array<float>>> scales;
-  std::vector<moe_expert_weights> host, device;                 // views of host / device memory
+  std::vector<moe_expert_weights> stacked, apart;  // [experts]
 };
 
-// `with_weights[e]`: whether expert e has weights (the others are null views, never chosen).
-device_experts make_experts(weight_format f, std::int64_t group, std::int64_t hidden, std::int64_t inter,
-                            const std::vector<bool>& with_weights, bool stacked) {
+device_experts upload_experts(const kernel_cases::experts_problem& p) {
   device_experts d;
-  const auto n = with_weights.size();
-  d.gate_up.resize(n);
-  d.down.resize(n);
-  d.host.resize(n);
-  d.device.resize(n);
-  // The view of rows [first, first + rows) of a matrix of k columns.
-  const auto rows_of = [&](const void* values, const float* scales, std::int64_t first, std::int64_t k) {
-    return weight_view{.format = f,
-                       .values = static_cast<const std::uint8_t*>(values) + weight_values_bytes(f, first, k),
-                       .scales = scales == nullptr ? nullptr : scales + weight_scale_count(f, first, k, group),
-                       .group_size = f == weight_format::int4 ? group : 0};
-  };
-  const auto place = [&](const host_weights& w, std::int64_t k, weight_view* host_views, weight_view* device_views,
-                         std::int64_t parts) {
+  const auto place = [&](const host_weights& w) {
     d.values.push_back(std::make_unique<device_array<std::uint8_t>>(w.values));
-    // A NaN past the last scale: a kernel that reads beyond the scales turns its output NaN.
     std::vector<float> with_canary = w.scales;
     with_canary.push_back(std::nanf(""));
     d.scales.push_back(std::make_unique<device_array<float>>(with_canary));
-    const float* host_scales = w.scales.empty() ? nullptr : w.scales.data();
-    const float* device_scales = w.scales.empty() ? nullptr : d.scales.back()->get();
-    const std::int64_t rows = static_cast<std::int64_t>(w.dense.size()) / k / parts;
-    for (std::int64_t i = 0; i < parts; ++i) {
-      host_views[i] = rows_of(w.values.data(), host_scales, i * rows, k);
-      device_views[i] = rows_of(d.values.back()->get(), device_scales, i * rows, k);
-    }
+    return weight_view{.format = w.format, .values = d.values.back()->get(),
+                       .scales = w.scales.empty() ? nullptr : d.scales.back()->get(), .group_size = w.group_size};
   };
-  for (std::size_t e = 0; e < n; ++e) {
-    if (!with_weights[e]) continue;
-    const auto seed = static_cast<std::uint32_t>(60 + 2 * e);
-    d.gate_up[e] = make_weights(f, 2 * inter, hidden, seed, group);
-    d.down[e] = make_weights(f, hidden, inter, seed + 1, group);
-    if (stacked) {
-      place(d.gate_up[e], hidden, &d.host[e].gate, &d.device[e].gate, 1);
-    } else {
-      weight_view host_views[2], device_views[2];
-      place(d.gate_up[e], hidden, host_views, device_views, 2);
-      d.host[e].gate = host_views[0];
-      d.host[e].up = host_views[1];
-      d.device[e].gate = device_views[0];
-      d.device[e].up = device_views[1];
-    }
-    place(d.down[e], inter, &d.host[e].down, &d.device[e].down, 1);
-  }
+  const weight_view gate_up = place(p.gate_up);
+  const weight_view down = place(p.down);
+  d.stacked = p.views(gate_up, down, true);
+  d.apart = p.views(gate_up, down, false);
   return d;
 }
 
-// A batch's choices: expert 0 has weights and no tokens, expert 1 one token (the first), expert
-// 2 every token, the last expert no weights and no tokens; the rest at random, in random
-// order within each token (so that the sum's expert order is not the choice order).
-std::vector<std::int32_t> choose_experts(std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
-                                         std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<std::int32_t> pick(3, static_cast<std::int32_t>(experts - 2));
-  std::vector<std::int32_t> out;
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    std::vector<std::int32_t> chosen = {2};
-    if (t == 0) chosen.push_back(1);
-    while (static_cast<std::int64_t>(chosen.size()) < top_k) {
-      const std::int32_t e = pick(rng);
-      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
-    }
-    std::shuffle(chosen.begin(), chosen.end(), rng);
-    out.insert(out.end(), chosen.begin(), chosen.end());
-  }
-  return out;
-}
-
 void test_moe_experts(gpu_test::results& r) {
-  struct experts_case {
-    weight_format format;
-    std::int64_t group;  // int4 only
-    std::int64_t hidden, inter;
-  };
-  // Odd widths (rows that are not whole 16-byte chunks, x rows that are not 16-byte aligned)
-  // for the plain formats and fp8; int4 in groups of 16 (per-weight scales), 32 and 128.
-  const std::vector<experts_case> cases = {
-      {weight_format::f32, 0, 97, 54},        {weight_format::bf16, 0, 97, 54},
-      {weight_format::bf16, 0, 256, 96},      {weight_format::fp8_e4m3, 0, 97, 54},
-      {weight_format::fp8_e4m3, 0, 256, 96},  {weight_format::int4, 16, 96, 48},
-      {weight_format::int4, 32, 160, 96},     {weight_format::int4, 128, 256, 384},
-  };
-  const std::int64_t num_experts = 16;
-  const std::int64_t top_k = 4;
-  std::vector<bool> with_weights(num_experts, true);
-  with_weights[num_experts - 1] = false;
-  for (const experts_case& c : cases) {
-    for (const bool stacked : {true, false}) {
-      const device_experts set = make_experts(c.format, c.group, c.hidden, c.inter, with_weights, stacked);
-      device_array<moe_expert_weights> d_matrices(set.device);
-      for (const std::int64_t tokens : {1, 7, 97}) {
-        if (quick && tokens == 97) continue;
-        // Strided x and out at 7 tokens; packed rows otherwise.
-        const std::int64_t x_stride = tokens == 7 ? c.hidden + 5 : c.hidden;
-        const std::int64_t out_stride = tokens == 7 ? c.hidden + 3 : c.hidden;
-        const auto x = random_floats(static_cast<std::size_t>(tokens * x_stride), 50, -2.0f, 2.0f);
-        const auto out0 = random_floats(static_cast<std::size_t>(tokens * out_stride), 51);
-        const auto experts = choose_experts(tokens, top_k, num_experts, 52);
-        const auto weights = random_floats(experts.size(), 53, 0.1f, 1.0f);
-        const std::int64_t workspace_floats =
-            moe_experts_workspace_floats(tokens, top_k, num_experts, c.hidden, c.inter);
+  std::uint32_t seed = 50;
+  for (const kernel_cases::experts_case& c : kernel_cases::moe_experts_cases()) {
+    if (quick && !c.quick) continue;
+    const kernel_cases::experts_problem set = kernel_cases::make_experts_problem(c, seed += 100);
+    const std::int64_t num_experts = c.experts;
+    const std::int64_t top_k = c.top_k;
+    const device_experts uploaded = upload_experts(set);
+    // The GPU multiplies in f32, and so does the CPU but for INT4 in groups of 32 or more, whose
+    // activations its integer dot products round to int8: there the GPU is held to the double
+    // reference instead, at the same tolerance.
+    const bool cpu_int8 = c.format == weight_format::int4 && set.group >= 32 && cpu::quantized_activations();
+    for (const std::int64_t tokens : c.tokens) {
+      if (quick && tokens > 7) continue;
+      // Strided x and out at 7 tokens; packed rows otherwise.
+      const std::int64_t x_stride = tokens == 7 ? c.hidden + 5 : c.hidden;
+      const std::int64_t out_stride = tokens == 7 ? c.hidden + 3 : c.hidden;
+      const kernel_cases::experts_batch b = kernel_cases::make_experts_batch(set, tokens, x_stride, out_stride, ++seed);
+      // Every token in double (experts_error's spread, and the reference where the CPU's is not
+      // f32); at 7 tokens also with two choices' weights 0, which the ids outside the set below get.
+      kernel_cases::experts_batch zeroed = b;
+      if (tokens == 7) {
+        zeroed.weights[5] = 0.0f;
+        zeroed.weights[2] = 0.0f;
+      }
+      const auto exact_of = [&](const kernel_cases::experts_batch& batch) {
+        std::vector<kernel_cases::experts_reference> out(static_cast<std::size_t>(tokens));
+        pool_ptr->parallel_for(0, static_cast<std::size_t>(tokens), 1, [&](std::size_t begin, std::size_t end) {
+          for (std::size_t t = begin; t < end; ++t) {
+            out[t] = kernel_cases::reference_experts_token(set, batch, static_cast<std::int64_t>(t));
+          }
+        });
+        return out;
+      };
+      const std::vector<kernel_cases::experts_reference> exact = exact_of(b);
+      const std::vector<kernel_cases::experts_reference> exact_zeroed =
+          tokens == 7 ? exact_of(zeroed) : std::vector<kernel_cases::experts_reference>{};
+      // The largest experts_error of the GPU's output against the CPU's (or the double one).
+      const auto worst_against = [&](const std::vector<float>& got, const std::vector<float>& cpu_out,
+                                     const std::vector<kernel_cases::experts_reference>& refs) {
+        double worst = 0.0;
+        for (std::int64_t t = 0; t < tokens; ++t) {
+          const kernel_cases::experts_reference& ref = refs[static_cast<std::size_t>(t)];
+          for (std::int64_t d = 0; d < c.hidden; ++d) {
+            const auto at = static_cast<std::size_t>(t * out_stride + d);
+            const double want = cpu_int8 ? ref.out[static_cast<std::size_t>(d)] : cpu_out[at];
+            worst = std::max(worst, kernel_cases::experts_error(got[at], want, ref.spread[static_cast<std::size_t>(d)],
+                                                                std::fabs(b.out0[at])));
+          }
+        }
+        return worst;
+      };
+      const std::int64_t workspace_floats = moe_experts_workspace_floats(tokens, top_k, num_experts, c.hidden, c.inter);
+      for (const bool stacked : {true, false}) {
+        const std::vector<moe_expert_weights> host_views = set.views(stacked);
+        device_array<moe_expert_weights> d_matrices(stacked ? uploaded.stacked : uploaded.apart);
         moe_experts_params p{.tokens = tokens, .top_k = top_k, .num_experts = num_experts, .hidden = c.hidden,
                              .intermediate = c.inter, .x_stride = x_stride, .out_stride = out_stride,
                              .workspace_floats = workspace_floats};
 
-        std::vector<float> cpu_out = out0;
-        std::vector<std::int32_t> cpu_counts(num_experts, -1);
+        std::vector<float> cpu_out = b.out0;
+        std::vector<std::int32_t> cpu_counts(static_cast<std::size_t>(num_experts), -1);
         std::vector<float> workspace(static_cast<std::size_t>(workspace_floats));
-        p.x = x.data();
-        p.experts = experts.data();
-        p.weights = weights.data();
-        p.matrices = set.host.data();
+        p.x = b.x.data();
+        p.experts = b.experts.data();
+        p.weights = b.weights.data();
+        p.matrices = host_views.data();
         p.out = cpu_out.data();
         p.expert_tokens = cpu_counts.data();
         p.workspace = workspace.data();
         gpu_test::check_ok(run_moe_experts(p, cpu()), "cpu moe experts");
 
-        device_array<float> d_x(x);
-        device_array<std::int32_t> d_experts(experts);
-        device_array<float> d_weights(weights);
-        device_array<float> d_out(out0);
+        device_array<float> d_x(b.x);
+        device_array<std::int32_t> d_experts(b.experts);
+        device_array<float> d_weights(b.weights);
+        device_array<float> d_out(b.out0);
         device_array<std::int32_t> d_counts(static_cast<std::size_t>(num_experts));
         device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
         p.x = d_x.get();
@@ -844,24 +739,19 @@ void test_moe_experts(gpu_test::results& r) {
         gpu_test::check_ok(run_moe_experts(p, gpu()), "gpu moe experts");
         sync();
         const auto gpu_out = d_out.download();
-        // Relative to the largest contribution of the case (f32 products summed in another
-        // order in each of the three matmuls).
-        double largest = 0.0;
-        for (std::size_t i = 0; i < out0.size(); ++i) {
-          largest = std::max(largest, std::fabs(static_cast<double>(cpu_out[i]) - out0[i]));
-        }
-        const std::string what =
-            format("moe experts {}{} hidden {} inter {} tokens {} {}{}", to_string(c.format),
-                   c.format == weight_format::int4 ? format(" g{}", c.group) : std::string(), c.hidden, c.inter,
-                   tokens, stacked ? "stacked" : "gate/up apart", x_stride != c.hidden ? " strided" : "");
-        r.check(what + " (relative to the largest contribution)", max_abs_diff(cpu_out, gpu_out) / (largest + 1e-30),
-                1e-4);
+        const std::string what = format("moe experts {} {}{} hidden {} inter {} top {} of {} tokens {} {}{}", c.shape,
+                                        to_string(c.format),
+                                        c.format == weight_format::int4 ? format(" g{}", set.group) : std::string(),
+                                        c.hidden, c.inter, top_k, num_experts, tokens,
+                                        stacked ? "stacked" : "gate/up apart", x_stride != c.hidden ? " strided" : "");
+        r.check(what + (cpu_int8 ? " (/ spread, against double)" : " (/ spread)"), worst_against(gpu_out, cpu_out, exact),
+                kernel_cases::experts_f32_tolerance);
         r.expect(what + ": tokens per expert", d_counts.download() == cpu_counts);
 
         if (tokens != 7) continue;
         // The same call captured in a CUDA graph (nothing in it waits for the device) and
         // replayed gives the same bits as the eager call.
-        d_out.upload(out0);
+        d_out.upload(b.out0);
         cudaGraph_t graph = nullptr;
         cudaGraphExec_t exec = nullptr;
         gpu_test::check_cuda(cudaStreamBeginCapture(cuda_stream, cudaStreamCaptureModeThreadLocal), "begin capture");
@@ -877,22 +767,19 @@ void test_moe_experts(gpu_test::results& r) {
         cudaGraphDestroy(graph);
 
         // An expert id outside the set adds nothing: the CPU's sum with that pair's weight 0.
-        auto broken = experts;
+        auto broken = b.experts;
         broken[5] = static_cast<std::int32_t>(num_experts);
         broken[2] = -1;
-        auto zeroed = weights;
-        zeroed[5] = 0.0f;
-        zeroed[2] = 0.0f;
-        std::vector<float> cpu_zeroed = out0;
-        p.x = x.data();
-        p.experts = experts.data();
-        p.weights = zeroed.data();
+        std::vector<float> cpu_zeroed = b.out0;
+        p.x = b.x.data();
+        p.experts = b.experts.data();
+        p.weights = zeroed.weights.data();
         p.out = cpu_zeroed.data();
         p.expert_tokens = nullptr;
         p.workspace = workspace.data();
         p.device_matrices = nullptr;
         gpu_test::check_ok(run_moe_experts(p, cpu()), "cpu moe experts, zero weights");
-        d_out.upload(out0);
+        d_out.upload(b.out0);
         d_experts.upload(broken);
         p.x = d_x.get();
         p.experts = d_experts.get();
@@ -902,27 +789,31 @@ void test_moe_experts(gpu_test::results& r) {
         p.device_matrices = d_matrices.get();
         gpu_test::check_ok(run_moe_experts(p, gpu()), "gpu moe experts, ids outside the set");
         sync();
-        r.check(what + ": expert ids outside the set left out (relative)",
-                max_abs_diff(cpu_zeroed, d_out.download()) / (largest + 1e-30), 1e-4);
+        r.check(what + ": expert ids outside the set left out (/ spread)",
+                worst_against(d_out.download(), cpu_zeroed, exact_zeroed), kernel_cases::experts_f32_tolerance);
       }
     }
   }
   // No tokens: nothing runs, and every count is 0.
-  const device_experts set = make_experts(weight_format::bf16, 0, 64, 32, with_weights, true);
-  device_array<moe_expert_weights> d_matrices(set.device);
-  device_array<std::int32_t> d_counts(std::vector<std::int32_t>(num_experts, -1));
-  const std::int64_t no_tokens_floats = moe_experts_workspace_floats(0, top_k, num_experts, 64, 32);
+  const kernel_cases::experts_problem set =
+      kernel_cases::make_experts_problem({"no tokens", weight_format::bf16, 64, 32}, 90);
+  const device_experts uploaded = upload_experts(set);
+  const std::vector<moe_expert_weights> host_views = set.views(true);
+  const std::int64_t num_experts = set.c.experts;
+  device_array<moe_expert_weights> d_matrices(uploaded.stacked);
+  device_array<std::int32_t> d_counts(std::vector<std::int32_t>(static_cast<std::size_t>(num_experts), -1));
+  const std::int64_t no_tokens_floats = moe_experts_workspace_floats(0, set.c.top_k, num_experts, 64, 32);
   device_array<float> d_workspace(static_cast<std::size_t>(no_tokens_floats));
-  gpu_test::check_ok(run_moe_experts({.x = nullptr, .experts = nullptr, .weights = nullptr, .matrices = set.host.data(),
-                                      .out = nullptr, .expert_tokens = d_counts.get(), .tokens = 0, .top_k = top_k,
+  gpu_test::check_ok(run_moe_experts({.x = nullptr, .experts = nullptr, .weights = nullptr, .matrices = host_views.data(),
+                                      .out = nullptr, .expert_tokens = d_counts.get(), .tokens = 0, .top_k = set.c.top_k,
                                       .num_experts = num_experts, .hidden = 64, .intermediate = 32, .x_stride = 64,
                                       .out_stride = 64, .workspace = d_workspace.get(),
-                                      .workspace_floats = no_tokens_floats,
-                                      .device_matrices = d_matrices.get()},
+                                      .workspace_floats = no_tokens_floats, .device_matrices = d_matrices.get()},
                                      gpu()),
                      "gpu moe experts, no tokens");
   sync();
-  r.expect("moe experts, no tokens: every count 0", d_counts.download() == std::vector<std::int32_t>(num_experts, 0));
+  r.expect("moe experts, no tokens: every count 0",
+           d_counts.download() == std::vector<std::int32_t>(static_cast<std::size_t>(num_experts), 0));
 }
 
 // ---- MLA attention and DSA selection -------------------------------------------------------

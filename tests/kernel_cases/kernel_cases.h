@@ -28,6 +28,7 @@
 #include "edge/kernels/dtype.h"
 #include "edge/kernels/numerics.h"
 #include "edge/kernels/weight_format.h"
+#include "kernels/moe_routing/moe_routing.h"
 #include "kernels/rope/rope.h"
 
 namespace edge::kernel_cases {
@@ -336,43 +337,90 @@ inline std::vector<sampling_case> sampling_cases() {
 
 struct routing_case {
   std::string shape;
-  std::int64_t experts, top_k, groups, top_groups;
-  bool sigmoid;           // sigmoid scores with a correction bias (DeepSeek-V3's), else softmax
-  bool normalize;
-  std::vector<std::int64_t> tokens;
+  std::int64_t experts, top_k;
+  kernels::router_scoring scoring;
+  std::int64_t groups = 1, top_groups = 1;
+  bool normalize = true;      // norm_topk_prob
+  bool bias = false;          // sigmoid: a correction bias (e_score_correction_bias)
+  float scaling = 1.0f;       // routed_scaling_factor (sigmoid)
+  std::vector<std::int64_t> tokens = {1, 97, 513};
 };
+// Qwen3-MoE (128 experts, softmax, normalised or not), DeepSeek-V3 (256 in 8 groups, 4 kept),
+// Kimi K2 (384 in one group), GLM-5 (256 in one group), and others around them.
 inline std::vector<routing_case> moe_routing_cases() {
+  using kernels::router_scoring;
   return {
-      {"qwen3-30b-a3b", 128, 8, 1, 1, false, true, {1, 97, 513}},
-      {"awkward softmax", 60, 4, 1, 1, false, false, {1, 97}},
-      {"deepseek-v3", 256, 8, 8, 4, true, true, {1, 97, 513}},
-      {"kimi-k2", 384, 8, 1, 1, true, true, {1, 97, 513}},
-      {"glm-5", 256, 8, 1, 1, true, true, {1, 97}},
-      {"awkward grouped", 16, 4, 4, 2, true, true, {1, 7}},
+      {"qwen3-30b-a3b", 128, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
+      {"softmax, not normalised", 128, 8, router_scoring::softmax, 1, 1, false, false, 1.0f},
+      {"softmax, 384 experts", 384, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
+      {"awkward softmax", 60, 4, router_scoring::softmax, 1, 1, false, false, 1.0f, {1, 97}},
+      {"deepseek-v3", 256, 8, router_scoring::sigmoid, 8, 4, true, true, 2.5f},
+      {"sigmoid 8 groups top 4", 128, 8, router_scoring::sigmoid, 8, 4, true, true, 2.5f},
+      {"sigmoid 8 groups top 4", 384, 8, router_scoring::sigmoid, 8, 4, true, true, 2.827f},
+      {"kimi-k2", 384, 8, router_scoring::sigmoid, 1, 1, true, true, 2.827f},
+      {"glm-5", 256, 8, router_scoring::sigmoid, 1, 1, true, true, 2.5f, {1, 97}},
+      {"sigmoid 16 groups top 5, not normalised", 128, 8, router_scoring::sigmoid, 16, 5, false, true, 1.5f},
+      {"sigmoid without a correction bias", 64, 6, router_scoring::sigmoid, 1, 1, true, false, 2.5f, {1, 97}},
+      {"awkward grouped", 16, 4, router_scoring::sigmoid, 4, 2, true, true, 2.5f, {1, 7}},
   };
 }
+
+// A row's choice may differ from the exact one where two of the values it ranks (choice values
+// among the top_k + 1 best, or group scores among the top_groups + 1 best) lie within this of
+// each other, relative: exp in float on either side may order them either way. Where the
+// experts agree, the weights agree to routing_weight_tolerance, relative (a few ulp through the
+// normalisation).
+inline constexpr double routing_tie = 1e-5;
+inline constexpr double routing_weight_tolerance = 2e-6;
 
 struct experts_case {
   std::string shape;
   weight_format format;
-  std::int64_t hidden, inter, experts, top_k;
-  std::vector<std::int64_t> tokens;
+  std::int64_t hidden, inter;
+  std::int64_t group = 0;  // int4: 0 takes the largest power of two up to 128 dividing hidden and inter
+  std::int64_t experts = 16, top_k = 4;
+  std::vector<std::int64_t> tokens = {1, 7, 97};
   bool quick = true;
 };
 // The experts' real widths with fewer experts held (a case holds every expert's weights; the
-// real counts are the routing cases').
+// real counts are the routing cases'): Kimi K2's experts hold 44 M weights each, so its case
+// holds five and chooses two per token. Odd widths (rows that are not whole 16-byte chunks, x
+// rows that are not 16-byte aligned) in every format; INT4 in groups of 1, 16, 32 and 128.
 inline std::vector<experts_case> moe_experts_cases() {
   std::vector<experts_case> out;
   for (const weight_format f : {weight_format::bf16, weight_format::fp8_e4m3, weight_format::int4, weight_format::f32}) {
-    out.push_back({"awkward", f, 64, 96, 16, 4, {1, 7, 97}, true});
-    out.push_back({"awkward", f, 97, 54, 16, 4, {1, 7, 97}, true});
+    out.push_back({"awkward", f, 64, 96});
+    out.push_back({"awkward", f, 97, 54});
+    if (f == weight_format::bf16 || f == weight_format::fp8_e4m3) out.push_back({"awkward", f, 256, 96});
     if (f != weight_format::f32) {
-      out.push_back({"qwen3-30b-a3b", f, 2048, 768, 16, 8, {1, 8, 64}, false});
-      out.push_back({"kimi-k2", f, 7168, 2048, 8, 8, {1, 8}, false});
+      out.push_back({"qwen3-30b-a3b", f, 2048, 768, 0, 16, 8, {1, 8, 64}, false});
+      out.push_back({"kimi-k2", f, 7168, 2048, 0, 5, 2, {1, 8}, false});
     }
   }
+  out.push_back({"awkward", weight_format::int4, 96, 48, 16});
+  out.push_back({"awkward", weight_format::int4, 160, 96, 32});
+  out.push_back({"awkward", weight_format::int4, 256, 384, 128});
   return out;
 }
+
+// The error of an experts output against the reference: |out - out_ref| over the spread of the
+// rounding it may carry, `spread` = sqrt(sum over the token's choices of weight² times, per
+// output, the squared products of the down matrix plus the squared products of the gate and up
+// matrices carried through SwiGLU into it), plus 2^-10 of the value it was added to. Rounding
+// each product by a relative e at random moves the output by about e / sqrt(3) of that spread,
+// as matmul_error's norm does for one matmul; a wrong scale, row, expert or weight moves it by a
+// sizeable part of it.
+inline double experts_error(double out, double out_ref, double spread, double added) {
+  const double d = std::fabs(out - out_ref);
+  if (std::isnan(d)) return INFINITY;
+  return d / (spread + added * 0x1p-10 + 1e-30);
+}
+
+// Tolerances of experts_error: f32 products in another order; activations rounded to int8 (the
+// CPU's integer dot products for INT4 in groups of 32 or more, unless EDGE_CPU_ACTIVATIONS=exact),
+// 2^-8 of each group's largest value, twice (x, and silu(gate) · up).
+inline constexpr double experts_f32_tolerance = 0x1p-13;
+inline constexpr double experts_int8_tolerance = 0x1p-2;
 
 struct mla_case {
   std::string shape;

@@ -5,12 +5,15 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 
 #include "edge/common/thread_pool.h"
+#include "kernels/cpu/isa.h"
+#include "tests/kernel_cases/moe_problems.h"
 #include "tests/kernel_cases/problems.h"
 #include "tests/kernel_cases/sampling_problems.h"
 #include "tests/kernel_cases/small_ops.h"
@@ -192,7 +195,7 @@ TEST_CASE("case list: the CPU rope reference on every case") {
       if (want[i] == static_cast<double>(p.x[i]) && x[i] != p.x[i]) ++untouched_changed;
     }
     INFO("head_dim " << c.head_dim << " rotary " << c.rotary_dim << " heads " << c.heads << " pairs "
-                     << (c.pairs == ek::rope_pairs::adjacent ? "adjacent" : "half_split") << ": error " << error);
+                     << std::string(c.pairs == ek::rope_pairs::adjacent ? "adjacent" : "half_split") << ": error " << error);
     CHECK(error <= rope_tolerance);
     CHECK(untouched_changed == 0);
   }
@@ -272,7 +275,7 @@ TEST_CASE("case list: the CPU kv_cache_write reference on every case") {
                 .ok());
     const kv_cache_bytes want = reference_kv_cache_write(p);
     INFO(to_string(c.kv) << " head_dim " << c.head_dim << " kv heads " << c.kv_heads << " block " << c.block_size
-                         << (c.values ? "" : ", K rows only"));
+                         << std::string(c.values ? "" : ", K rows only"));
     CHECK(kc == want.k);
     CHECK(vc == want.v);
     CHECK(same_bits(ks, want.k_scales));
@@ -304,8 +307,8 @@ TEST_CASE("case list: the CPU sampling reference on every case") {
       const auto at = static_cast<std::size_t>(i);
       const ek::sampling_row& row = p.config[at];
       const sampling_reference want = reference_sample(p.effective_row(i), row);
-      INFO("vocab " << c.vocab << (c.masked ? " masked" : "") << " row " << i << ": drew " << out[at]
-                    << ", the reference " << want.token << (want.near_boundary ? " (a boundary of the kept set near)" : ""));
+      INFO("vocab " << c.vocab << std::string(c.masked ? " masked" : "") << " row " << i << ": drew " << out[at]
+                    << ", the reference " << want.token << std::string(want.near_boundary ? " (a boundary of the kept set near)" : ""));
       // Kept tokens only, and the one the uniform number lands on (a neighbour where it lands
       // within rounding of their boundary); greedy rows exactly the argmax.
       CHECK(std::find(want.kept.begin(), want.kept.end(), out[at]) != want.kept.end());
@@ -325,5 +328,93 @@ TEST_CASE("case list: the CPU sampling reference on every case") {
     CHECK(greedy > 0);
     CHECK(seeded > 0);
     CHECK(near <= seeded / 8);
+  }
+}
+
+TEST_CASE("case list: the CPU moe_routing reference on every case") {
+  std::uint32_t seed = 1300;
+  for (const routing_case& c : moe_routing_cases()) {
+    for (const std::int64_t tokens : c.tokens) {
+      const routing_problem p = make_routing_problem(c, tokens, seed += 2);
+      const auto pairs = static_cast<std::size_t>(tokens * c.top_k);
+      std::vector<std::int32_t> experts(pairs, -1);
+      std::vector<float> weights(pairs, std::nanf(""));
+      REQUIRE(ek::run_moe_routing(p.params(p.logits.data(), p.bias.data(), experts.data(), weights.data()), cpu()).ok());
+      const routing_reference want = reference_routing(p);
+      int differing = 0, unexplained = 0, near = 0;
+      double worst = 0.0;
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        const auto at = static_cast<std::ptrdiff_t>(t * c.top_k);
+        near += want.near_tie[static_cast<std::size_t>(t)] ? 1 : 0;
+        if (!std::equal(experts.begin() + at, experts.begin() + at + c.top_k, want.experts.begin() + at)) {
+          ++differing;
+          if (!want.near_tie[static_cast<std::size_t>(t)]) ++unexplained;
+          continue;
+        }
+        for (std::int64_t i = 0; i < c.top_k; ++i) {
+          const auto j = static_cast<std::size_t>(at + i);
+          const double d = std::fabs(weights[j] - want.weights[j]) / std::max(std::fabs(want.weights[j]), 1e-30);
+          worst = std::max(worst, std::isnan(d) ? INFINITY : d);
+        }
+      }
+      INFO(c.shape << " experts " << c.experts << " top " << c.top_k << " groups " << c.groups << " tokens " << tokens
+                   << ": " << differing << " rows differ (" << near << " near a tie), weights within " << worst);
+      CHECK(unexplained == 0);
+      CHECK(worst <= routing_weight_tolerance);
+      // Near ties too rare to hide a wrong choice.
+      CHECK(near <= std::max<std::int64_t>(1, tokens / 8));
+    }
+  }
+}
+
+TEST_CASE("case list: the CPU moe_experts reference on every case") {
+  std::uint32_t seed = 1400;
+  for (const experts_case& c : moe_experts_cases()) {
+    const experts_problem set = make_experts_problem(c, seed += 100);
+    const bool int8_activations = c.format == ek::weight_format::int4 && set.group >= 32 && ek::cpu::quantized_activations();
+    const double tolerance = int8_activations ? experts_int8_tolerance : experts_f32_tolerance;
+    // One seed for every batch of the case: with the same strides, a smaller batch is the start
+    // of a larger one, so a token's reference serves each batch that holds it (and the CPU's
+    // result, which the batch must not change, is held to it in each).
+    const std::uint32_t batch_seed = ++seed;
+    std::map<std::pair<std::int64_t, std::int64_t>, experts_reference> exact;  // by (token, x_stride)
+    const std::int64_t most = *std::max_element(c.tokens.begin(), c.tokens.end());
+    for (const std::int64_t tokens : c.tokens) {
+      const std::int64_t x_stride = tokens == 7 ? c.hidden + 5 : c.hidden;
+      const std::int64_t out_stride = tokens == 7 ? c.hidden + 3 : c.hidden;
+      const experts_batch b = make_experts_batch(set, tokens, x_stride, out_stride, batch_seed);
+      // The real widths: the first token and the largest batch's last (the double sums of a Kimi K2
+      // expert take a while); every token elsewhere.
+      std::vector<std::int64_t> checked;
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        if (c.quick || t == 0 || t == most - 1) checked.push_back(t);
+      }
+      for (const std::int64_t t : checked) {
+        if (exact.count({t, x_stride}) == 0) exact[{t, x_stride}] = reference_experts_token(set, b, t, &pool());
+      }
+      std::vector<std::int32_t> counts(static_cast<std::size_t>(c.experts), 0);
+      for (const std::int32_t e : b.experts) ++counts[static_cast<std::size_t>(e)];
+      const std::int64_t workspace_floats = ek::moe_experts_workspace_floats(tokens, c.top_k, c.experts, c.hidden, c.inter);
+      std::vector<float> workspace(static_cast<std::size_t>(workspace_floats));
+      for (const bool stacked : {true, false}) {
+        const auto views = set.views(stacked);
+        std::vector<float> out = b.out0;
+        std::vector<std::int32_t> expert_tokens(counts.size(), -1);
+        REQUIRE(ek::run_moe_experts({.x = b.x.data(), .experts = b.experts.data(), .weights = b.weights.data(),
+                                     .matrices = views.data(), .out = out.data(), .expert_tokens = expert_tokens.data(),
+                                     .tokens = tokens, .top_k = c.top_k, .num_experts = c.experts, .hidden = c.hidden,
+                                     .intermediate = c.inter, .x_stride = x_stride, .out_stride = out_stride,
+                                     .workspace = workspace.data(), .workspace_floats = workspace_floats},
+                                    cpu())
+                    .ok());
+        double worst = 0.0;
+        for (const std::int64_t t : checked) worst = std::max(worst, worst_experts_error(out, b, exact[{t, x_stride}], t));
+        INFO(c.shape << " " << to_string(c.format) << " group " << set.group << " hidden " << c.hidden << " inter "
+                     << c.inter << " top " << c.top_k << " of " << c.experts << " tokens " << tokens
+                     << std::string(stacked ? " stacked" : " apart") << ": error " << worst);
+        CHECK(worst <= tolerance);
+        CHECK(expert_tokens == counts);
+      }
+    }
   }
 }
