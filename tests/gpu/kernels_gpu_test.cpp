@@ -57,6 +57,7 @@
 #include "kernels/rope/rope.h"
 #include "kernels/sampling/sampling.h"
 #include "kernels/silu_mul/silu_mul.h"
+#include "tests/kernel_cases/mla_problems.h"
 #include "tests/kernel_cases/moe_problems.h"
 #include "tests/kernel_cases/problems.h"
 #include "tests/kernel_cases/sampling_problems.h"
@@ -818,367 +819,121 @@ void test_moe_experts(gpu_test::results& r) {
 
 // ---- MLA attention and DSA selection -------------------------------------------------------
 
-// A paged cache of one row of `width` values per position (MLA latent rows, or DSA index keys)
-// holding sequences of the given contexts, written by the CPU writer from random rows into
-// blocks handed out in a shuffled order; the tables ragged, as the executor stages them.
-struct paged_rows {
-  dtype type = dtype::f32;
-  std::int64_t width = 0;
-  std::int64_t block_size = 0;
-  std::int64_t num_blocks = 0;
-  std::vector<std::uint8_t> cache;    // [num_blocks, block_size, width] of type
-  std::vector<float> scales;          // [num_blocks, block_size] (fp8)
-  std::vector<std::int32_t> tables;   // [table_begin[sequences]]
-  std::vector<std::int32_t> table_begin;
-
-  std::int64_t row(std::int64_t seq, std::int64_t position) const {
-    return static_cast<std::int64_t>(tables[static_cast<std::size_t>(table_begin[static_cast<std::size_t>(seq)] +
-                                                                      position / block_size)]) *
-               block_size +
-           position % block_size;
-  }
-  // Element d of a position's row as the kernels read it (decoded, times the row's scale).
-  double value(std::int64_t seq, std::int64_t position, std::int64_t d) const {
-    const std::int64_t r = row(seq, position);
-    const auto i = static_cast<std::size_t>(r * width + d);
-    double v = 0.0;
-    if (type == dtype::f32) {
-      float f = 0.0f;
-      std::memcpy(&f, &cache[i * 4], 4);
-      v = f;
-    } else if (type == dtype::bf16 || type == dtype::f16) {
-      std::uint16_t bits = 0;
-      std::memcpy(&bits, &cache[i * 2], 2);
-      v = type == dtype::bf16 ? bf16_to_float(bits) : fp16_to_float(bits);
-    } else {
-      v = fp8_e4m3_to_float(cache[i]);
-    }
-    return kv_cache_scaled(type) ? v * scales[static_cast<std::size_t>(r)] : v;
-  }
-};
-
-paged_rows make_paged_rows(const std::vector<std::int64_t>& contexts, std::int64_t width, std::int64_t block_size,
-                           dtype type, std::uint32_t seed) {
-  paged_rows p;
-  p.type = type;
-  p.width = width;
-  p.block_size = block_size;
-  std::int64_t total_blocks = 0;
-  std::int64_t positions = 0;
-  for (const std::int64_t c : contexts) {
-    total_blocks += (c + block_size - 1) / block_size;
-    positions += c;
-  }
-  p.num_blocks = total_blocks + 3;
-  std::vector<std::int32_t> order(static_cast<std::size_t>(p.num_blocks));
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937 rng(seed);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::size_t next = 0;
-  for (const std::int64_t c : contexts) {
-    p.table_begin.push_back(static_cast<std::int32_t>(p.tables.size()));
-    for (std::int64_t b = 0; b < (c + block_size - 1) / block_size; ++b) p.tables.push_back(order[next++]);
-  }
-  p.table_begin.push_back(static_cast<std::int32_t>(p.tables.size()));
-  std::vector<std::int64_t> slots;
-  for (std::size_t s = 0; s < contexts.size(); ++s) {
-    for (std::int64_t q = 0; q < contexts[s]; ++q) slots.push_back(p.row(static_cast<std::int64_t>(s), q));
-  }
-  const auto rows = random_floats(static_cast<std::size_t>(positions * width), seed + 1, -2.0f, 2.0f);
-  p.cache.assign(static_cast<std::size_t>(p.num_blocks * block_size * width) * dtype_size(type), 0);
-  p.scales.assign(static_cast<std::size_t>(p.num_blocks * block_size), 0.0f);
-  gpu_test::check_ok(run_kv_cache_write({.k = rows.data(), .v = nullptr, .k_cache = p.cache.data(), .v_cache = nullptr,
-                                         .k_scales = kv_cache_scaled(type) ? p.scales.data() : nullptr, .kv_type = type,
-                                         .slots = slots.data(), .tokens = positions, .num_kv_heads = 1,
-                                         .head_dim = width, .block_size = block_size, .num_blocks = p.num_blocks,
-                                         .kv_stride = width},
-                                        cpu()),
-                     "cpu kv write (rows)");
-  return p;
-}
-
-// A batch of query tokens over the sequences of a paged_rows: one decode token at the last
-// position of each sequence but the last, whose last `chunk` positions are a prefill run.
-struct query_batch {
-  std::vector<std::int32_t> seq, pos;
-};
-query_batch make_queries(const std::vector<std::int64_t>& contexts, std::int64_t chunk) {
-  query_batch b;
-  for (std::size_t s = 0; s + 1 < contexts.size(); ++s) {
-    b.seq.push_back(static_cast<std::int32_t>(s));
-    b.pos.push_back(static_cast<std::int32_t>(contexts[s] - 1));
-  }
-  for (std::int64_t i = 0; i < chunk; ++i) {
-    b.seq.push_back(static_cast<std::int32_t>(contexts.size() - 1));
-    b.pos.push_back(static_cast<std::int32_t>(contexts.back() - chunk + i));
-  }
-  return b;
-}
-
 void test_mla_attention(gpu_test::results& r) {
-  struct mla_shape {
-    std::int64_t latent, rope, heads;
-  };
-  // The tiny test models' row; DeepSeek-V3's (Kimi K2 and GLM-5: 64 heads, DeepSeek-V3: 128),
-  // also with a band of 20 heads (a partial band of 64 on tensor cores, of 16 in f32); and an
-  // awkward row (184 floats: 46 float4s, padded to 47 in shared memory).
-  std::vector<mla_shape> shapes = {{32, 8, 4}, {512, 64, 64}, {512, 64, 128}, {512, 64, 20}, {160, 24, 20}};
-  if (quick) shapes = {{32, 8, 4}, {512, 64, 64}};
-  constexpr std::int64_t nope = 3;  // q_rope lies in q rows of nope + rope per head, as forward.cpp's
-  constexpr std::int64_t select_k = 40;
-  for (const mla_shape& sh : shapes) {
-    const std::int64_t width = sh.latent + sh.rope;
-    for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
-      if (quick && type == dtype::f16) continue;
-      for (const std::int64_t block_size : {16, 64}) {
-        if (quick && block_size == 64) continue;
-        // Decode at 1, 17 and 300 positions (4096 too on tensor cores: many tiles and splits),
-        // and a prefill run of 13 tokens ending at position 76.
-        std::vector<std::int64_t> contexts = {1, 17, 300, 77};
-        if (!quick && cuda_mla_uses_tensor_cores(type, sh.latent, sh.rope)) contexts.insert(contexts.begin() + 3, 4096);
-        const paged_rows cache = make_paged_rows(contexts, width, block_size, type, 70);
-        const query_batch batch = make_queries(contexts, 13);
-        const auto tokens = static_cast<std::int64_t>(batch.seq.size());
-        const std::int64_t q_stride = sh.heads * sh.latent;
-        const std::int64_t rope_head_stride = nope + sh.rope;
-        const std::int64_t rope_stride = sh.heads * rope_head_stride;
-        const auto q_latent = random_floats(static_cast<std::size_t>(tokens * q_stride), 71);
-        const auto q_full = random_floats(static_cast<std::size_t>(tokens * rope_stride), 72);
-        // A selection: select_k positions at random (ascending) for each token with more, else 0.
-        std::vector<std::int32_t> selected(static_cast<std::size_t>(tokens * select_k), -1);
-        std::vector<std::int32_t> counts(static_cast<std::size_t>(tokens), 0);
-        std::mt19937 rng(73);
+  std::uint32_t seed = 70;
+  for (const kernel_cases::mla_case& c : kernel_cases::mla_attention_cases()) {
+    if (quick && !c.quick) continue;
+    const kernel_cases::mla_problem p = kernel_cases::make_mla_problem(c, seed += 5, cpu());
+    const std::int64_t tokens = p.tokens;
+    const std::int64_t workspace_floats = mla_attention_workspace_floats(tokens, c.heads, c.latent);
+    device_array<std::uint8_t> d_cache(p.cache.cache);
+    device_array<float> d_scales(p.cache.scales), d_q_latent(p.q_latent), d_q_full(p.q_full);
+    device_array<std::int32_t> d_seq(p.batch.seq), d_pos(p.batch.pos), d_tables(p.cache.tables),
+        d_table_begin(p.cache.table_begin), d_selected(p.selected), d_counts(p.counts);
+    device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
+    const bool tensor_cores = cuda_mla_uses_tensor_cores(c.kv, c.latent, c.rope);
+    for (const bool select : {false, true}) {
+      std::vector<float> want(p.q_latent.size());
+      gpu_test::check_ok(run_mla_attention(p.params(want.data(), select), cpu()), "cpu mla attention");
+      // The metric's denominators: the largest |c| each token attends.
+      const std::vector<double> c_max = kernel_cases::mla_attended_max(p, select);
+      for (int mode = 0; mode < 3; ++mode) {
+        // 0: a block per (token, band); 1: split-K; 2: split-K in place (out = q_latent).
+        const bool split = mode >= 1;
+        const bool in_place = mode == 2;
+        device_array<float> d_out(in_place ? p.q_latent : std::vector<float>(p.q_latent.size(), NAN));
+        mla_attention_params g = p.params(d_out.get(), select);
+        g.q_latent = in_place ? d_out.get() : d_q_latent.get();
+        g.q_rope = d_q_full.get() + kernel_cases::mla_problem::nope;
+        g.cache = d_cache.get();
+        g.scales = p.cache.scaled() ? d_scales.get() : nullptr;
+        g.seq = d_seq.get();
+        g.pos = d_pos.get();
+        g.block_tables = d_tables.get();
+        g.table_begin = d_table_begin.get();
+        g.selected = select ? d_selected.get() : nullptr;
+        g.selected_count = select ? d_counts.get() : nullptr;
+        g.workspace = split ? d_workspace.get() : nullptr;
+        g.workspace_floats = split ? workspace_floats : 0;
+        gpu_test::check_ok(run_mla_attention(g, gpu()), "gpu mla attention");
+        sync();
+        const auto got = d_out.download();
+        double worst = 0.0;
         for (std::int64_t t = 0; t < tokens; ++t) {
-          const std::int32_t pos = batch.pos[static_cast<std::size_t>(t)];
-          if (pos + 1 <= select_k) continue;
-          std::vector<std::int32_t> all(static_cast<std::size_t>(pos + 1));
-          std::iota(all.begin(), all.end(), 0);
-          std::shuffle(all.begin(), all.end(), rng);
-          all.resize(static_cast<std::size_t>(select_k));
-          std::sort(all.begin(), all.end());
-          std::copy(all.begin(), all.end(), selected.begin() + t * select_k);
-          counts[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(select_k);
-        }
-        const bool scaled = kv_cache_scaled(type);
-        const float scale = 2.0f / std::sqrt(static_cast<float>(width));
-        mla_attention_params p{.kv_type = type, .select_stride = select_k, .tokens = tokens, .num_heads = sh.heads,
-                               .latent_dim = sh.latent, .rope_dim = sh.rope, .block_size = block_size,
-                               .num_blocks = cache.num_blocks, .q_latent_stride = q_stride,
-                               .q_rope_stride = rope_stride, .q_rope_head_stride = rope_head_stride,
-                               .out_stride = q_stride, .scale = scale};
-        device_array<std::uint8_t> d_cache(cache.cache);
-        device_array<float> d_scales(cache.scales), d_q_latent(q_latent), d_q_full(q_full);
-        device_array<std::int32_t> d_seq(batch.seq), d_pos(batch.pos), d_tables(cache.tables),
-            d_table_begin(cache.table_begin), d_selected(selected), d_counts(counts);
-        const std::int64_t workspace_floats = mla_attention_workspace_floats(tokens, sh.heads, sh.latent);
-        device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
-        const bool tensor_cores = cuda_mla_uses_tensor_cores(type, sh.latent, sh.rope);
-        for (const bool select : {false, true}) {
-          std::vector<float> want(q_latent.size());
-          p.q_latent = q_latent.data();
-          p.q_rope = q_full.data() + nope;
-          p.out = want.data();
-          p.cache = cache.cache.data();
-          p.scales = scaled ? cache.scales.data() : nullptr;
-          p.seq = batch.seq.data();
-          p.pos = batch.pos.data();
-          p.block_tables = cache.tables.data();
-          p.table_begin = cache.table_begin.data();
-          p.selected = select ? selected.data() : nullptr;
-          p.selected_count = select ? counts.data() : nullptr;
-          p.workspace = nullptr;
-          p.workspace_floats = 0;
-          gpu_test::check_ok(run_mla_attention(p, cpu()), "cpu mla attention");
-          for (int mode = 0; mode < 3; ++mode) {
-            // 0: a block per (token, band); 1: split-K; 2: split-K in place (out = q_latent).
-            const bool split = mode >= 1;
-            const bool in_place = mode == 2;
-            device_array<float> d_out(in_place ? q_latent : std::vector<float>(q_latent.size(), NAN));
-            p.q_latent = in_place ? d_out.get() : d_q_latent.get();
-            p.q_rope = d_q_full.get() + nope;
-            p.out = d_out.get();
-            p.cache = d_cache.get();
-            p.scales = scaled ? d_scales.get() : nullptr;
-            p.seq = d_seq.get();
-            p.pos = d_pos.get();
-            p.block_tables = d_tables.get();
-            p.table_begin = d_table_begin.get();
-            p.selected = select ? d_selected.get() : nullptr;
-            p.selected_count = select ? d_counts.get() : nullptr;
-            p.workspace = split ? d_workspace.get() : nullptr;
-            p.workspace_floats = split ? workspace_floats : 0;
-            gpu_test::check_ok(run_mla_attention(p, gpu()), "gpu mla attention");
-            sync();
-            // Outputs are weighted means of latents (|c| <= 2): in f32, 4e-5 covers the order of
-            // the sums and the exponentials; on tensor cores the queries and the weights are
-            // rounded to bf16 (2^-9 each, on scores of about a unit), so 2^-5.
-            r.check(format("mla_attention {} latent {} rope {} heads {} block {} {}{}{} (abs, |c| <= 2)",
-                           to_string(type), sh.latent, sh.rope, sh.heads, block_size,
-                           mode == 0 ? "one block per band" : (in_place ? "split-k, in place" : "split-k"),
-                           select ? ", selection" : "", tensor_cores ? ", tensor cores" : ""),
-                    max_abs_diff(want, d_out.download()), tensor_cores ? 1.0 / 32.0 : 4e-5);
+          for (std::int64_t i = 0; i < c.heads * c.latent; ++i) {
+            const auto at = static_cast<std::size_t>(t * c.heads * c.latent + i);
+            worst = std::max(worst, kernel_cases::mla_error(got[at], want[at], c_max[static_cast<std::size_t>(t)]));
           }
         }
+        r.check(format("mla_attention {} {} latent {} rope {} heads {} block {} {}{}{} (/ max |c|)", c.shape,
+                       to_string(c.kv), c.latent, c.rope, c.heads, c.block_size,
+                       mode == 0 ? "one block per band" : (in_place ? "split-k, in place" : "split-k"),
+                       select ? ", selection" : "", tensor_cores ? ", tensor cores" : ""),
+                worst, tensor_cores ? kernel_cases::mla_tensor_core_tolerance : kernel_cases::mla_f32_tolerance);
       }
     }
   }
-}
-
-// The DSA scores of token t in double, and for each the sum of the magnitudes it adds
-// (Σ_h |w_h| Σ_d |q_d k_d| over the heads whose dot product is positive): the scale of its
-// rounding error in f32.
-struct exact_scores {
-  std::vector<double> score, magnitude;
-};
-exact_scores dsa_exact(const paged_rows& keys, const std::vector<float>& q, const std::vector<float>& weights,
-                       std::int64_t heads, std::int64_t dim, double weight_scale, std::int64_t seq, std::int64_t pos,
-                       std::int64_t t) {
-  exact_scores e;
-  for (std::int64_t s = 0; s <= pos; ++s) {
-    double score = 0.0;
-    double magnitude = 0.0;
-    for (std::int64_t h = 0; h < heads; ++h) {
-      double dot = 0.0;
-      double abs_dot = 0.0;
-      for (std::int64_t d = 0; d < dim; ++d) {
-        const double term = static_cast<double>(q[static_cast<std::size_t>((t * heads + h) * dim + d)]) * keys.value(seq, s, d);
-        dot += term;
-        abs_dot += std::fabs(term);
-      }
-      const double w = weights[static_cast<std::size_t>(t * heads + h)];
-      if (dot > 0.0) {
-        score += w * dot;
-        magnitude += std::fabs(w) * abs_dot;
-      }
-    }
-    e.score.push_back(score * weight_scale);
-    e.magnitude.push_back(magnitude * weight_scale);
-  }
-  return e;
-}
-
-// Whether the choice of top_k among these scores has a near tie that f32 rounding may break
-// either way: the top_k-th and the next best (in double) within 1e-5 of their magnitudes.
-bool selection_near_tie(const exact_scores& e, std::int64_t top_k) {
-  std::vector<std::int32_t> order(e.score.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    const double sa = e.score[static_cast<std::size_t>(a)];
-    const double sb = e.score[static_cast<std::size_t>(b)];
-    return sa > sb || (sa == sb && a < b);
-  });
-  const auto last = static_cast<std::size_t>(order[static_cast<std::size_t>(top_k - 1)]);
-  const auto next = static_cast<std::size_t>(order[static_cast<std::size_t>(top_k)]);
-  const double magnitude = std::max(e.magnitude[last], e.magnitude[next]);
-  // Scores of heads that are all negative are exact zeros on both devices: no tie to break.
-  return magnitude > 0.0 && std::fabs(e.score[last] - e.score[next]) <= 1e-5 * magnitude;
 }
 
 void test_dsa_select(gpu_test::results& r) {
-  struct dsa_shape {
-    std::int64_t heads, dim, top_k;
-  };
-  // The tiny GLM-5 model's indexer (8 heads of 16, keeping 8); GLM-5's (32 heads of 128) and
-  // DeepSeek-V3.2's (64 of 128), keeping 2048 and an awkward 100.
-  std::vector<dsa_shape> shapes = {{8, 16, 8}, {32, 128, 2048}, {64, 128, 2048}, {64, 128, 100}};
-  if (quick) shapes = {{8, 16, 8}, {64, 128, 100}};
-  for (const dsa_shape& sh : shapes) {
-    for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
-      if (quick && type == dtype::f16) continue;
-      for (const std::int64_t block_size : {16, 64}) {
-        if (quick && block_size == 64) continue;
-        // Decode at 1, 17, 300, 2100 and 9000 positions, and a prefill run of 8 tokens ending at
-        // position 2052 (the first of them within top_k 2048, the rest past it).
-        std::vector<std::int64_t> contexts = {1, 17, 300, 2100, 9000, 2053};
-        if (quick) contexts = {1, 17, 300, 130};
-        const paged_rows keys = make_paged_rows(contexts, sh.dim, block_size, type, 80);
-        const query_batch batch = make_queries(contexts, quick ? 4 : 8);
-        const auto tokens = static_cast<std::int64_t>(batch.seq.size());
-        const auto q = random_floats(static_cast<std::size_t>(tokens * sh.heads * sh.dim), 81);
-        // Head weights with both signs, a strided view (weights_proj's columns of a wider row).
-        const std::int64_t weights_stride = sh.heads + 5;
-        const auto strided_weights = random_floats(static_cast<std::size_t>(tokens * weights_stride), 82);
-        std::vector<float> weights(static_cast<std::size_t>(tokens * sh.heads));
-        for (std::int64_t t = 0; t < tokens; ++t) {
-          for (std::int64_t h = 0; h < sh.heads; ++h) {
-            weights[static_cast<std::size_t>(t * sh.heads + h)] = strided_weights[static_cast<std::size_t>(t * weights_stride + h)];
-          }
+  std::uint32_t seed = 80;
+  for (const kernel_cases::dsa_case& c : kernel_cases::dsa_select_cases()) {
+    if (quick && !c.quick) continue;
+    const kernel_cases::dsa_problem p = kernel_cases::make_dsa_problem(c, seed += 5, cpu());
+    const std::int64_t tokens = p.tokens;
+    const std::int64_t longest = p.longest();
+    std::vector<std::int32_t> cpu_selected(static_cast<std::size_t>(tokens * c.top_k), -1);
+    std::vector<std::int32_t> cpu_counts(static_cast<std::size_t>(tokens), -1);
+    gpu_test::check_ok(run_dsa_select(p.params(cpu_selected.data(), cpu_counts.data()), cpu()), "cpu dsa select");
+    device_array<float> d_q(p.q), d_weights(p.weights), d_scales(p.keys.scales);
+    device_array<std::uint8_t> d_keys(p.keys.cache);
+    device_array<std::int32_t> d_seq(p.batch.seq), d_pos(p.batch.pos), d_tables(p.keys.tables),
+        d_table_begin(p.keys.table_begin);
+    // The whole batch's scores at once, and 3 tokens' at a time (several chunks).
+    for (const std::int64_t chunk : {tokens, std::int64_t{3}}) {
+      if (quick && chunk != tokens) continue;
+      const std::int64_t workspace_floats = dsa_select_workspace_floats(chunk, longest);
+      device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
+      device_array<std::int32_t> d_selected(std::vector<std::int32_t>(cpu_selected.size(), -1));
+      device_array<std::int32_t> d_counts(std::vector<std::int32_t>(cpu_counts.size(), -1));
+      dsa_select_params g = p.params(d_selected.get(), d_counts.get());
+      g.q = d_q.get();
+      g.head_weights = d_weights.get();
+      g.key_cache = d_keys.get();
+      g.key_scales = p.keys.scaled() ? d_scales.get() : nullptr;
+      g.seq = d_seq.get();
+      g.pos = d_pos.get();
+      g.block_tables = d_tables.get();
+      g.table_begin = d_table_begin.get();
+      g.workspace = d_workspace.get();
+      g.workspace_floats = workspace_floats;
+      g.workspace_context = longest;
+      gpu_test::check_ok(run_dsa_select(g, gpu()), "gpu dsa select");
+      sync();
+      const auto gpu_selected = d_selected.download();
+      const auto gpu_counts = d_counts.download();
+      int unexplained = 0;
+      int differing = 0;
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        const auto at = static_cast<std::ptrdiff_t>(t * c.top_k);
+        const std::int32_t count = cpu_counts[static_cast<std::size_t>(t)];
+        if (gpu_counts[static_cast<std::size_t>(t)] != count) {
+          ++differing;
+          ++unexplained;
+          continue;
         }
-        const float weight_scale = 1.0f / std::sqrt(static_cast<float>(sh.heads * sh.dim));
-        const std::int64_t longest = *std::max_element(contexts.begin(), contexts.end());
-        const bool scaled = kv_cache_scaled(type);
-        dsa_select_params p{.weight_scale = weight_scale, .kv_type = type, .tokens = tokens, .index_heads = sh.heads,
-                            .index_dim = sh.dim, .top_k = sh.top_k, .block_size = block_size,
-                            .num_blocks = keys.num_blocks, .q_stride = sh.heads * sh.dim,
-                            .weights_stride = weights_stride};
-        std::vector<std::int32_t> cpu_selected(static_cast<std::size_t>(tokens * sh.top_k), -1);
-        std::vector<std::int32_t> cpu_counts(static_cast<std::size_t>(tokens), -1);
-        p.q = q.data();
-        p.head_weights = strided_weights.data();
-        p.key_cache = keys.cache.data();
-        p.key_scales = scaled ? keys.scales.data() : nullptr;
-        p.seq = batch.seq.data();
-        p.pos = batch.pos.data();
-        p.block_tables = keys.tables.data();
-        p.table_begin = keys.table_begin.data();
-        p.selected = cpu_selected.data();
-        p.selected_count = cpu_counts.data();
-        gpu_test::check_ok(run_dsa_select(p, cpu()), "cpu dsa select");
-        device_array<float> d_q(q), d_weights(strided_weights), d_scales(keys.scales);
-        device_array<std::uint8_t> d_keys(keys.cache);
-        device_array<std::int32_t> d_seq(batch.seq), d_pos(batch.pos), d_tables(keys.tables),
-            d_table_begin(keys.table_begin);
-        // The whole batch's scores at once, and 3 tokens' at a time (several chunks).
-        for (const std::int64_t chunk : {tokens, std::int64_t{3}}) {
-          if (quick && chunk != tokens) continue;
-          const std::int64_t workspace_floats = dsa_select_workspace_floats(chunk, longest);
-          device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
-          device_array<std::int32_t> d_selected(std::vector<std::int32_t>(cpu_selected.size(), -1));
-          device_array<std::int32_t> d_counts(std::vector<std::int32_t>(cpu_counts.size(), -1));
-          p.q = d_q.get();
-          p.head_weights = d_weights.get();
-          p.key_cache = d_keys.get();
-          p.key_scales = scaled ? d_scales.get() : nullptr;
-          p.seq = d_seq.get();
-          p.pos = d_pos.get();
-          p.block_tables = d_tables.get();
-          p.table_begin = d_table_begin.get();
-          p.selected = d_selected.get();
-          p.selected_count = d_counts.get();
-          p.workspace = d_workspace.get();
-          p.workspace_floats = workspace_floats;
-          p.workspace_context = longest;
-          gpu_test::check_ok(run_dsa_select(p, gpu()), "gpu dsa select");
-          sync();
-          const auto gpu_selected = d_selected.download();
-          const auto gpu_counts = d_counts.download();
-          int unexplained = 0;
-          int differing = 0;
-          for (std::int64_t t = 0; t < tokens; ++t) {
-            const auto at = static_cast<std::ptrdiff_t>(t * sh.top_k);
-            const std::int32_t count = cpu_counts[static_cast<std::size_t>(t)];
-            if (gpu_counts[static_cast<std::size_t>(t)] != count) {
-              ++differing;
-              ++unexplained;
-              continue;
-            }
-            if (count == 0 ||
-                std::equal(cpu_selected.begin() + at, cpu_selected.begin() + at + count, gpu_selected.begin() + at)) {
-              continue;
-            }
-            ++differing;
-            const std::int64_t seq = batch.seq[static_cast<std::size_t>(t)];
-            const exact_scores e = dsa_exact(keys, q, weights, sh.heads, sh.dim, weight_scale, seq,
-                                             batch.pos[static_cast<std::size_t>(t)], t);
-            if (!selection_near_tie(e, sh.top_k)) ++unexplained;
-          }
-          r.check(format("dsa_select {} {} heads of {} top {} block {}{}: tokens whose choice differs away from a "
-                         "near tie ({} differ)",
-                         to_string(type), sh.heads, sh.dim, sh.top_k, block_size,
-                         chunk == tokens ? "" : ", 3 tokens at a time", differing),
-                  unexplained, 0.0);
+        if (count == 0 ||
+            std::equal(cpu_selected.begin() + at, cpu_selected.begin() + at + count, gpu_selected.begin() + at)) {
+          continue;
         }
+        ++differing;
+        if (!kernel_cases::reference_dsa_choice(kernel_cases::reference_dsa_scores(p, t), c.top_k).near_tie) ++unexplained;
       }
+      r.check(format("dsa_select {} {} {} heads of {} top {} block {}{}: tokens whose choice differs away from a "
+                     "near tie ({} differ)",
+                     c.shape, to_string(c.kv), c.heads, c.head_dim, c.top_k, c.block_size,
+                     chunk == tokens ? "" : ", 3 tokens at a time", differing),
+              unexplained, 0.0);
     }
   }
 }

@@ -28,6 +28,7 @@
 #include "edge/kernels/dtype.h"
 #include "edge/kernels/numerics.h"
 #include "edge/kernels/weight_format.h"
+#include "kernels/mla_attention/mla_attention.h"
 #include "kernels/moe_routing/moe_routing.h"
 #include "kernels/rope/rope.h"
 
@@ -424,31 +425,105 @@ inline constexpr double experts_int8_tolerance = 0x1p-2;
 
 struct mla_case {
   std::string shape;
-  std::int64_t heads, kv_lora, rope_dim;
+  dtype kv;
+  std::int64_t heads, latent, rope;
+  std::int64_t block_size;
+  std::vector<std::int64_t> contexts;  // decode tokens at the ends of all but the last; a chunk of the last
+  std::int64_t chunk;
+  std::int64_t select_k = 40;          // a random selection of this many positions (DSA's form)
+  bool quick = true;
+};
+inline std::vector<mla_case> mla_attention_cases() {
+  struct shape {
+    const char* name;
+    std::int64_t heads, latent, rope;
+    bool quick;
+  };
+  // The tiny test models' row; DeepSeek-V3's (Kimi K2 and GLM-5: 64 heads, DeepSeek-V3: 128),
+  // also with a band of 20 heads (a partial band of 64 on tensor cores, of 16 in f32); and an
+  // awkward row (184 floats: 46 float4s, padded to 47 in shared memory).
+  const std::vector<shape> shapes = {{"tiny", 4, 32, 8, true},
+                                     {"deepseek-v3 row", 64, 512, 64, true},
+                                     {"deepseek-v3", 128, 512, 64, false},
+                                     {"deepseek-v3 row", 20, 512, 64, false},
+                                     {"awkward", 20, 160, 24, false}};
+  std::vector<mla_case> out;
+  for (const shape& s : shapes) {
+    for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
+      for (const std::int64_t block_size : {16, 64}) {
+        const bool quick = s.quick && type != dtype::f16 && block_size == 16;
+        // Decode at 1, 17 and 300 positions (4096 too on tensor cores: many tiles and splits),
+        // and a prefill run of 13 tokens ending at position 76.
+        if (kernels::cuda_mla_uses_tensor_cores(type, s.latent, s.rope)) {
+          out.push_back({s.name, type, s.heads, s.latent, s.rope, block_size, {1, 17, 300, 4096, 77}, 13, 40, false});
+        }
+        if (!kernels::cuda_mla_uses_tensor_cores(type, s.latent, s.rope) || quick) {
+          out.push_back({s.name, type, s.heads, s.latent, s.rope, block_size, {1, 17, 300, 77}, 13, 40, quick});
+        }
+      }
+    }
+  }
+  // Kimi K2 and GLM-5 (64 heads of DeepSeek-V3's row) at longer contexts and chunks.
+  for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
+    out.push_back({"awkward", type, 3, 32, 8, 16, {1, 54, 97, 151}, 20, 40, type != dtype::f16});
+    out.push_back({"deepseek-v3-small", type, 16, 512, 64, 16, {1, 300, 151}, 40, 40, type != dtype::f16});
+    out.push_back({"kimi-k2", type, 64, 512, 64, 64, {1, 1000, 4096, 600}, 64, 40, false});
+    out.push_back({"glm-5", type, 64, 512, 64, 64, {17, 2048, 700}, 64, 40, false});
+  }
+  return out;
+}
+
+// The MLA metric: attention_error's, |o - o_ref| over the largest |c| among the latents the query
+// attends (scaled: what the output is a weighted mean of). MLA's tensor cores round the queries
+// and the softmax weights (times an FP8 row's scale) to bf16, as paged attention's do; its scores
+// reach further (a row of 576 against 64 to 256), so its tolerance is stated on its own, from the
+// mutation test (tests/unit/kernels/kernel_mutation_test.cpp): the rounding it accepts, the
+// scale mix-ups and the missed key it rejects.
+inline double mla_error(double o, double o_ref, double c_max) { return attention_error(o, o_ref, c_max); }
+
+inline constexpr double mla_f32_tolerance = 0x1p-13;
+inline constexpr double mla_tensor_core_tolerance = 0x1p-6;
+
+struct dsa_case {
+  std::string shape;
+  dtype kv;
+  std::int64_t heads, head_dim, top_k;
+  std::int64_t block_size;
   std::vector<std::int64_t> contexts;  // decode tokens at the ends of all but the last; a chunk of the last
   std::int64_t chunk;
   bool quick = true;
 };
-inline std::vector<mla_case> mla_attention_cases() {
-  return {
-      {"awkward", 3, 32, 8, {1, 54, 97, 151}, 20, true},
-      {"deepseek-v3-small", 16, 512, 64, {1, 300, 151}, 40, true},
-      {"kimi-k2", 64, 512, 64, {1, 1000, 4096, 600}, 64, false},
-      {"glm-5", 64, 512, 64, {17, 2048, 700}, 64, false},
-  };
-}
-
-struct dsa_case {
-  std::string shape;
-  std::int64_t heads, head_dim, top_k;
-  std::vector<std::int64_t> contexts;
-  bool quick = true;
-};
 inline std::vector<dsa_case> dsa_select_cases() {
-  return {
-      {"awkward", 3, 16, 8, {1, 9, 54, 97}, true},
-      {"glm-5 indexer", 32, 128, 2048, {17, 2048, 4096}, false},
+  struct shape {
+    const char* name;
+    std::int64_t heads, head_dim, top_k;
+    bool quick;
   };
+  // The tiny GLM-5 model's indexer (8 heads of 16, keeping 8); GLM-5's (32 heads of 128) and
+  // DeepSeek-V3.2's (64 of 128), keeping 2048 and an awkward 100.
+  const std::vector<shape> shapes = {{"glm-5-tiny indexer", 8, 16, 8, true},
+                                     {"glm-5 indexer", 32, 128, 2048, false},
+                                     {"deepseek-v3.2 indexer", 64, 128, 2048, false},
+                                     {"deepseek-v3.2 indexer, top 100", 64, 128, 100, true}};
+  std::vector<dsa_case> out;
+  for (const shape& s : shapes) {
+    for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
+      for (const std::int64_t block_size : {16, 64}) {
+        // Decode at 1, 17, 300, 2100 and 9000 positions, and a prefill run of 8 tokens ending at
+        // position 2052 (the first of them within top_k 2048, the rest past it); the quick set's
+        // twin stops at 300, with a run of 4 ending at 129.
+        out.push_back({s.name, type, s.heads, s.head_dim, s.top_k, block_size, {1, 17, 300, 2100, 9000, 2053}, 8, false});
+        if (s.quick && type != dtype::f16 && block_size == 16) {
+          out.push_back({s.name, type, s.heads, s.head_dim, s.top_k, block_size, {1, 17, 300, 130}, 4, true});
+        }
+      }
+    }
+  }
+  for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
+    out.push_back({"awkward", type, 3, 16, 8, 16, {1, 9, 54, 97}, 5, true});
+    out.push_back({"glm-5 indexer, a chunk at 4096", type, 32, 128, 2048, 64, {17, 2048, 4096}, 8, false});
+  }
+  return out;
 }
 
 // How many cases a kernel has (the case list test).

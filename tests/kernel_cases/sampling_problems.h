@@ -33,9 +33,9 @@ struct sampling_problem {
 
   // Row i as the draw sees it, from sampling.h's words: each bias added to its token's logit, a
   // bias of logit_ban or below dropping the token (NaN, as a NaN logit is dropped), and every
-  // token outside the row's mask dropped.
-  std::vector<float> effective_row(std::int64_t i) const {
-    std::vector<float> row(logits.begin() + i * c.vocab, logits.begin() + (i + 1) * c.vocab);
+  // token outside the row's mask dropped. Into `row` (reused: rows of 10^5 logits).
+  void effective_row(std::int64_t i, std::vector<float>& row) const {
+    row.assign(logits.begin() + i * c.vocab, logits.begin() + (i + 1) * c.vocab);
     const kernels::sampling_row& r = config[static_cast<std::size_t>(i)];
     for (std::int32_t b = r.bias_begin; b < r.bias_begin + r.bias_count; ++b) {
       const kernels::logit_bias& bias = biases[static_cast<std::size_t>(b)];
@@ -49,6 +49,10 @@ struct sampling_problem {
         if (((mask[t / 32] >> (t % 32)) & 1u) == 0) row[static_cast<std::size_t>(t)] = NAN;
       }
     }
+  }
+  std::vector<float> effective_row(std::int64_t i) const {
+    std::vector<float> row;
+    effective_row(i, row);
     return row;
   }
 };
@@ -142,6 +146,17 @@ inline sampling_problem make_sampling_problem(const sampling_case& c, std::uint3
   return p;
 }
 
+// The order "larger logit first, lower id first among equals" (dividing by a positive
+// temperature keeps it) as one integer per token, larger first: the logit's bits made monotone
+// (-0.0 as +0.0), then the id reversed.
+inline std::uint64_t sampling_key(float logit, std::int32_t id) {
+  const float v = logit == 0.0f ? 0.0f : logit;
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &v, 4);
+  bits = (bits & 0x8000'0000u) != 0 ? ~bits : bits | 0x8000'0000u;
+  return static_cast<std::uint64_t>(bits) << 32 | (0xFFFF'FFFFu - static_cast<std::uint32_t>(id));
+}
+
 // A draw by sampling.h's definition, in double: the row's logits over the temperature; the top_k
 // largest (lower id first among equals); their softmax; min_p drops what is less likely than
 // min_p times the most likely; top_p keeps the most likely tokens, best first, while the mass
@@ -154,14 +169,19 @@ struct sampling_reference {
   // mass begins or ends within rounding of where the draw lands (with top_p's last token kept or
   // not, where the mass before it lies within rounding of top_p).
   std::vector<std::int32_t> draws;
-  // Whether top_k's or min_p's boundary lies within rounding: then any token of `kept` may be
-  // drawn.
+  // Whether top_k's or min_p's boundary lies within rounding: then any kept token may be drawn.
   bool near_boundary = false;
-  std::vector<std::int32_t> kept;  // what may be kept, each boundary taken at its loosest
+  // What may be kept, each boundary taken at its loosest, is a run of the best tokens: those
+  // whose sampling_key is at least this one.
+  std::uint64_t last_kept = ~std::uint64_t{0};
 
-  bool allows(std::int32_t drawn) const {
-    const auto& list = near_boundary ? kept : draws;
-    return std::find(list.begin(), list.end(), drawn) != list.end();
+  bool keeps(const std::vector<float>& row, std::int32_t drawn) const {
+    return drawn >= 0 && static_cast<std::size_t>(drawn) < row.size() && !std::isnan(row[static_cast<std::size_t>(drawn)]) &&
+           sampling_key(row[static_cast<std::size_t>(drawn)], drawn) >= last_kept;
+  }
+  bool allows(const std::vector<float>& row, std::int32_t drawn) const {
+    if (near_boundary) return keeps(row, drawn);
+    return std::find(draws.begin(), draws.end(), drawn) != draws.end();
   }
 };
 
@@ -171,38 +191,26 @@ inline sampling_reference reference_sample(const std::vector<float>& row, const 
   constexpr double value_rounding = 0x1p-22;
   constexpr double mass_rounding = 0x1p-20;
   sampling_reference r;
-  if (c.temperature <= 0.0f) {
-    r.token = first_largest(row);
-    r.draws = r.kept = {r.token};
-    return r;
-  }
-  // The order "larger logit first, lower id first among equals" (dividing by a positive
-  // temperature keeps it) as one integer per token: the logit's bits made monotone (-0.0 as
-  // +0.0), then the id reversed.
-  std::vector<std::uint64_t> keys;
-  keys.reserve(row.size());
-  for (std::size_t i = 0; i < row.size(); ++i) {
-    const float v = row[i] == 0.0f ? 0.0f : row[i];
-    if (std::isnan(v)) continue;
-    std::uint32_t bits = 0;
-    std::memcpy(&bits, &v, 4);
-    bits = (bits & 0x8000'0000u) != 0 ? ~bits : bits | 0x8000'0000u;
-    keys.push_back(static_cast<std::uint64_t>(bits) << 32 | (0xFFFF'FFFFu - static_cast<std::uint32_t>(i)));
-  }
   const auto id_of = [](std::uint64_t key) { return static_cast<std::int32_t>(0xFFFF'FFFFu - (key & 0xFFFF'FFFFu)); };
-  if (keys.empty()) {
-    r.draws = r.kept = {0};
+  const auto only = [&](std::int32_t token) {
+    r.token = token;
+    r.draws = {token};
+    r.last_kept = std::isnan(row[static_cast<std::size_t>(token)]) ? 0 : sampling_key(row[static_cast<std::size_t>(token)], token);
     return r;
+  };
+  if (c.temperature <= 0.0f) return only(first_largest(row));
+  // Rows of 10^5 logits, each row's keys in this thread's buffer.
+  thread_local std::vector<std::uint64_t> keys;
+  keys.clear();
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    if (!std::isnan(row[i])) keys.push_back(sampling_key(row[i], static_cast<std::int32_t>(i)));
   }
+  if (keys.empty()) return only(0);
   const double t = c.temperature;
   const auto value_of = [&](std::uint64_t key) { return row[static_cast<std::size_t>(id_of(key))] / t; };
   const std::uint64_t best = *std::max_element(keys.begin(), keys.end());
   const double top = value_of(best);
-  if (!std::isfinite(top)) {
-    r.token = id_of(best);
-    r.draws = r.kept = {r.token};
-    return r;
-  }
+  if (!std::isfinite(top)) return only(id_of(best));
   // The softmax's sum over the candidates (the top_k, or every token), and only the tokens that
   // may be kept sorted: a top_k's and a margin past it, or what min_p cannot drop.
   std::size_t candidates = 0;
@@ -225,66 +233,65 @@ inline sampling_reference reference_sample(const std::vector<float>& row, const 
   }
   const auto value = [&](std::size_t i) { return value_of(keys[i]); };
   const auto id = [&](std::size_t i) { return id_of(keys[i]); };
-  std::size_t loose_candidates = candidates;
+  std::size_t loose = candidates;
   if (candidates < keys.size()) {
     const double last = value(candidates - 1);
-    while (loose_candidates < keys.size() && last - value(loose_candidates) <= value_rounding * std::fabs(last)) {
+    while (loose < keys.size() && last - value(loose) <= value_rounding * std::fabs(last)) {
       // Equal logits are ordered by id on both sides; only distinct ones may swap.
-      if (value(loose_candidates) != last) r.near_boundary = true;
-      ++loose_candidates;
+      if (value(loose) != last) r.near_boundary = true;
+      ++loose;
     }
   }
-  std::vector<double> prob(loose_candidates);
-  for (std::size_t i = 0; i < loose_candidates; ++i) prob[i] = std::exp(value(i) - top) / total;
-  // min_p: the most likely token's probability is 1 / total.
-  std::vector<std::size_t> kept, loose;
-  const double threshold = c.min_p * prob[0];
-  const double threshold_rounding = mass_rounding * prob[0];
-  for (std::size_t i = 0; i < loose_candidates; ++i) {
-    if (c.min_p > 0.0f && std::fabs(prob[i] - threshold) <= threshold_rounding) r.near_boundary = true;
-    if (c.min_p > 0.0f && prob[i] < threshold - threshold_rounding) continue;
-    loose.push_back(i);
-    if (i < candidates && !(c.min_p > 0.0f && prob[i] < threshold)) kept.push_back(i);
+  const auto prob = [&](std::size_t i) { return std::exp(value(i) - top) / total; };
+  // min_p: the most likely token's probability is 1 / total; it keeps a run of the best.
+  std::size_t kept = candidates;
+  if (c.min_p > 0.0f) {
+    const double threshold = c.min_p * prob(0);
+    const double rounding = mass_rounding * prob(0);
+    std::size_t strict = 0, loosest = 0;
+    for (std::size_t i = 0; i < loose; ++i) {
+      const double q = prob(i);
+      if (std::fabs(q - threshold) <= rounding) r.near_boundary = true;
+      if (q >= threshold && i < candidates) strict = i + 1;
+      if (q >= threshold - rounding) loosest = i + 1;
+    }
+    kept = strict;
+    loose = loosest;
   }
   // top_p over what min_p kept, in order; where the mass before the last token kept, or before
-  // the first one left out, lies within rounding of top_p, the draw may see either set.
-  std::vector<std::vector<std::size_t>> kept_sets;
+  // the first one left out, lies within rounding of top_p, the draw may see either run.
+  std::vector<std::size_t> runs = {kept};
   if (c.top_p < 1.0f) {
     double mass = 0.0;
     std::size_t keep = 0;
-    while (keep < kept.size() && mass < c.top_p) mass += prob[kept[keep++]];
+    while (keep < kept && mass < c.top_p) mass += prob(keep++);
     double loose_mass = 0.0;
     std::size_t loose_keep = 0;
-    while (loose_keep < loose.size() && loose_mass < c.top_p + mass_rounding) loose_mass += prob[loose[loose_keep++]];
-    loose.resize(std::max<std::size_t>(loose_keep, 1));
-    const double before_last = mass - prob[kept[std::max<std::size_t>(keep, 1) - 1]];
-    if (keep > 1 && std::fabs(before_last - c.top_p) <= mass_rounding) {
-      kept_sets.emplace_back(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(keep - 1));
-    }
-    if (keep < kept.size() && std::fabs(mass - c.top_p) <= mass_rounding) {
-      kept_sets.emplace_back(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(keep + 1));
-    }
-    kept.resize(std::max<std::size_t>(keep, 1));
+    while (loose_keep < loose && loose_mass < c.top_p + mass_rounding) loose_mass += prob(loose_keep++);
+    keep = std::max<std::size_t>(keep, 1);
+    runs = {keep};
+    if (keep > 1 && std::fabs(mass - prob(keep - 1) - c.top_p) <= mass_rounding) runs.push_back(keep - 1);
+    if (keep < kept && std::fabs(mass - c.top_p) <= mass_rounding) runs.push_back(keep + 1);
+    loose = std::max<std::size_t>(loose_keep, 1);
   }
-  kept_sets.insert(kept_sets.begin(), kept);
-  for (const auto& set : kept_sets) {
+  for (const std::size_t run : runs) {
     double kept_mass = 0.0;
-    for (const std::size_t i : set) kept_mass += prob[i];
+    for (std::size_t i = 0; i < run; ++i) kept_mass += prob(i);
     const double target = static_cast<double>(c.uniform) * kept_mass;
     const double margin = mass_rounding * kept_mass;
     double cumulative = 0.0;
-    std::int32_t drawn = id(set.back());
-    for (const std::size_t i : set) {
+    std::int32_t drawn = id(run - 1);
+    for (std::size_t i = 0; i < run; ++i) {
       const double begin = cumulative;
-      cumulative += prob[i];
+      cumulative += prob(i);
       if (begin > target + margin) break;
-      if (target < cumulative && drawn == id(set.back())) drawn = id(i);
+      if (target < cumulative && drawn == id(run - 1)) drawn = id(i);
       if (begin - margin <= target && target < cumulative + margin) r.draws.push_back(id(i));
     }
     r.draws.push_back(drawn);
-    if (&set == &kept_sets.front()) r.token = drawn;
+    if (run == runs.front()) r.token = drawn;
   }
-  for (const std::size_t i : loose) r.kept.push_back(id(i));
+  r.last_kept = keys[std::max(loose, runs.front()) - 1];
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -13,6 +14,7 @@
 
 #include "edge/common/thread_pool.h"
 #include "kernels/cpu/isa.h"
+#include "tests/kernel_cases/mla_problems.h"
 #include "tests/kernel_cases/moe_problems.h"
 #include "tests/kernel_cases/problems.h"
 #include "tests/kernel_cases/sampling_problems.h"
@@ -303,16 +305,19 @@ TEST_CASE("case list: the CPU sampling reference on every case") {
     REQUIRE(ek::run_sampling(p.params(scratch.data(), p.config.data(), out.data(), p.biases.data(), p.masks.data()), cpu())
                 .ok());
     int greedy = 0, seeded = 0, near = 0;
+    std::vector<float> effective;
     for (std::int64_t i = 0; i < c.rows; ++i) {
       const auto at = static_cast<std::size_t>(i);
       const ek::sampling_row& row = p.config[at];
-      const sampling_reference want = reference_sample(p.effective_row(i), row);
+      p.effective_row(i, effective);
+      const sampling_reference want = reference_sample(effective, row);
       INFO("vocab " << c.vocab << std::string(c.masked ? " masked" : "") << " row " << i << ": drew " << out[at]
-                    << ", the reference " << want.token << std::string(want.near_boundary ? " (a boundary of the kept set near)" : ""));
+                    << ", the reference " << want.token
+                    << std::string(want.near_boundary ? " (a boundary of the kept set near)" : ""));
       // Kept tokens only, and the one the uniform number lands on (a neighbour where it lands
       // within rounding of their boundary); greedy rows exactly the argmax.
-      CHECK(std::find(want.kept.begin(), want.kept.end(), out[at]) != want.kept.end());
-      CHECK(want.allows(out[at]));
+      CHECK(want.keeps(effective, out[at]));
+      CHECK(want.allows(effective, out[at]));
       if (row.temperature <= 0.0f) {
         ++greedy;
         CHECK(out[at] == want.token);
@@ -416,5 +421,75 @@ TEST_CASE("case list: the CPU moe_experts reference on every case") {
         CHECK(expert_tokens == counts);
       }
     }
+  }
+}
+
+TEST_CASE("case list: the CPU mla_attention reference on every case") {
+  std::uint32_t seed = 1500;
+  for (const mla_case& c : mla_attention_cases()) {
+    const mla_problem whole = make_mla_problem(c, seed += 5, cpu());
+    // The double sums of every head at every token take a while: the long cases' decode tokens
+    // and their prefill run's first and last; of more than 16 heads, the first two of the first
+    // two bands of 8 (the CPU kernel's), one in the middle and the last.
+    const std::vector<std::int64_t> tokens = checked_tokens(whole.batch, c.chunk, !c.quick);
+    std::vector<std::int64_t> heads;
+    for (std::int64_t h = 0; h < c.heads; ++h) {
+      if (c.heads <= 16 || h < 2 || h == 8 || h == 9 || h == c.heads / 2 || h == c.heads - 1) heads.push_back(h);
+    }
+    const mla_problem p = whole.only(tokens);
+    std::vector<std::int64_t> all(tokens.size());
+    std::iota(all.begin(), all.end(), 0);
+    for (const bool select : {false, true}) {
+      std::vector<float> out(p.q_latent.size(), std::nanf(""));
+      REQUIRE(ek::run_mla_attention(p.params(out.data(), select), cpu()).ok());
+      const mla_reference want = reference_mla(p, select, all, heads, false, mla_flaw::none, &pool());
+      const double error = worst_mla_error(out, p, want, [](std::size_t i) { return static_cast<std::int64_t>(i); });
+      INFO(c.shape << " " << to_string(c.kv) << " heads " << c.heads << " latent " << c.latent << " rope " << c.rope
+                   << " block " << c.block_size << std::string(select ? ", selection" : "") << ": error " << error);
+      CHECK(error <= mla_f32_tolerance);
+    }
+  }
+}
+
+TEST_CASE("case list: the CPU dsa_select reference on every case") {
+  std::uint32_t seed = 1600;
+  for (const dsa_case& c : dsa_select_cases()) {
+    const dsa_problem whole = make_dsa_problem(c, seed += 5, cpu());
+    // The long cases: the decode tokens up to 4096 positions and the prefill run's first and
+    // last (the double scores of the 9000-position token at 64 heads take a while; its choice
+    // is the same code as the 2100-position one's, over more scores).
+    std::vector<std::int64_t> tokens;
+    for (const std::int64_t t : checked_tokens(whole.batch, c.chunk, !c.quick)) {
+      if (c.quick || whole.batch.pos[static_cast<std::size_t>(t)] < 4096) tokens.push_back(t);
+    }
+    const dsa_problem p = whole.only(tokens);
+    std::vector<std::int32_t> selected(static_cast<std::size_t>(p.tokens * c.top_k), -1);
+    std::vector<std::int32_t> counts(static_cast<std::size_t>(p.tokens), -1);
+    REQUIRE(ek::run_dsa_select(p.params(selected.data(), counts.data()), cpu()).ok());
+    std::vector<dsa_scores> scores(static_cast<std::size_t>(p.tokens));
+    pool().parallel_for(0, static_cast<std::size_t>(p.tokens), 1, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t t = begin; t < end; ++t) {
+        if (p.batch.pos[t] + 1 > c.top_k) scores[t] = reference_dsa_scores(p, static_cast<std::int64_t>(t));
+      }
+    });
+    int chosen = 0;
+    for (std::int64_t t = 0; t < p.tokens; ++t) {
+      const auto at = static_cast<std::size_t>(t);
+      INFO(c.shape << " " << to_string(c.kv) << " " << c.heads << " heads of " << c.head_dim << " top " << c.top_k
+                   << " block " << c.block_size << ": the token at position " << p.batch.pos[at]);
+      // Every position (count 0) up to top_k; past it the top_k best, ascending: the exact choice,
+      // or where the top_k-th and the next lie within rounding, one that swaps only such ties.
+      if (p.batch.pos[at] + 1 <= c.top_k) {
+        CHECK(counts[at] == 0);
+        continue;
+      }
+      ++chosen;
+      REQUIRE(counts[at] == c.top_k);
+      const std::vector<std::int32_t> got(selected.begin() + t * c.top_k, selected.begin() + (t + 1) * c.top_k);
+      const dsa_choice want = reference_dsa_choice(scores[at], c.top_k);
+      CHECK(dsa_choice_within_rounding(scores[at], c.top_k, got));
+      if (!want.near_tie) CHECK(got == want.selected);
+    }
+    CHECK(chosen > 0);
   }
 }
