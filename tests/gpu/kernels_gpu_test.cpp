@@ -1,11 +1,12 @@
 // Every CUDA kernel against its CPU reference, over the cases of tests/kernel_cases/kernel_cases.h
 // (awkward shapes: sizes 1, 54, 97, k = 288 / 96 for INT4 groups of 32 that end half-way through
 // a tensor-core tile, KV block sizes 1, 8 and 16, head_dim 64, 128 and 256, GQA up to 16:1; and
-// the real projections of Llama 3 8B, Qwen3-30B-A3B, Kimi K2 and GLM-5) and a few of its own;
-// packed and strided activations; every weight format and KV dtype; magnitudes that differ per
-// row, group and token, so that a wrong scale shows; weight scales followed by a NaN, so that a
-// read past them shows, and outputs that start as NaN, so that one never written shows. Each
-// line prints the largest error and the tolerance it is held to:
+// the real shapes of Llama 3 8B, Qwen3-30B-A3B, Kimi K2 and GLM-5), with the inputs the CPU suite
+// checks the CPU references on (tests/kernel_cases/*.h build them for both); packed and strided
+// activations; every weight format and KV dtype; magnitudes that differ per row, group, head and
+// token, so that a wrong scale shows; weight scales followed by a NaN, so that a read past them
+// shows, and outputs that start as NaN, so that one never written shows. Each line prints the
+// largest error and the tolerance it is held to:
 //   * exact (tolerance 0): embedding, quantize / dequantize, kv_cache_write (the same encoders
 //     and IEEE division on both sides), kv_block_copy, greedy sampling (logit biases included);
 //   * float rounding and summation order: rmsnorm, rope, silu_mul (absolute, for the value
@@ -16,17 +17,26 @@
 //     activations;
 //   * paged attention (kernel_cases::attention_error): |o - o_ref| over the largest |v| the query
 //     attends, 2^-13 in f32, 2^-6 on tensor cores (q, K and the softmax weights in bf16);
-//     tests/unit/kernels/kernel_mutation_test.cpp shows both metrics reject a wrong group, row,
-//     K / V or neighbour's scale and a missed tile edge, and accept the emulated bf16 rounding;
+//   * MLA attention (kernel_cases::mla_error): likewise over the largest |c| among the latents
+//     the token attends, 2^-13 in f32, 2^-6 on tensor cores (cuda_mla_uses_tensor_cores: the
+//     queries and the softmax weights times an FP8 row's scale in bf16);
+//     tests/unit/kernels/kernel_mutation_test.cpp shows these metrics reject a wrong group, row,
+//     K / V, latent or neighbour's scale and a missed key or tile edge, and accept the emulated
+//     bf16 rounding;
 //   * seeded sampling: the GPU's token is the CPU's, or the draw lies within float rounding of
 //     the boundary between the two (rows with logit biases too; a banned token never drawn); with
 //     a grammar's token mask (three tokens, or nine in ten), no token outside it on either
 //     device, and the same rule;
 //   * MoE routing: the same experts in the same order, except in rows with a near tie (within
-//     1e-5) among the best choice values or group scores, which expf's rounding may break
-//     either way; where the experts agree, weights within 2e-6 relative;
-//   * MoE experts: 1e-4 of the case's largest contribution (three matmuls of f32 products in
-//     another order); tokens per expert exact, a graph replay bit-identical to the eager call.
+//     1e-5, in double) among the best choice values or group scores, which expf's rounding may
+//     break either way; where the experts agree, weights within 2e-6 relative;
+//   * MoE experts (kernel_cases::experts_error): |out - out_ref| over the spread of the rounding
+//     of every product feeding it (gate, up and down, in double), 2^-13: f32 products in another
+//     order; against the double reference where the CPU's integer dot products round INT4's
+//     activations to int8; tokens per expert exact, a graph replay bit-identical to the eager
+//     call;
+//   * DSA selection: the same positions, except for tokens whose top_k-th and next best scores
+//     (in double) lie within 1e-5 of their magnitudes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

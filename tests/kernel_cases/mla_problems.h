@@ -78,7 +78,7 @@ inline paged_rows make_paged_rows(const std::vector<std::int64_t>& contexts, std
     for (std::int64_t i = 0; i < contexts[q]; ++i) slots.push_back(p.row(static_cast<std::int64_t>(q), i));
   }
   const auto rows = scaled_floats(static_cast<std::size_t>(positions * width), seed + 1, static_cast<std::size_t>(width),
-                                  3.0f, 2.0f);
+                                  3.0f);
   p.cache.assign(static_cast<std::size_t>(p.num_blocks * block_size * width) * kernels::dtype_size(type), 0);
   p.scales.assign(static_cast<std::size_t>(p.num_blocks * block_size), 0.0f);
   require_ok(kernels::run_kv_cache_write({.k = rows.data(), .v = nullptr, .k_cache = p.cache.data(), .v_cache = nullptr,
