@@ -15,7 +15,6 @@
 #include "kernel_cases.h"
 #include "kernels/moe_experts/moe_experts.h"
 #include "kernels/moe_routing/moe_routing.h"
-#include "kernels/quantize/quantize.h"
 #include "problems.h"
 
 namespace edge::kernel_cases {

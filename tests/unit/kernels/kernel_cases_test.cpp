@@ -1,6 +1,9 @@
 // The case list (tests/kernel_cases/kernel_cases.h): every CUDA kernel has cases, and the CPU
 // references the GPU program compares against are right on every case, checked against plain
-// double-precision sums with the GPU program's own metrics.
+// references written from each op's header: double-precision sums held to the GPU program's own
+// metrics and tolerances, or the exact bytes where the op is exact. The inputs are the GPU
+// program's (tests/kernel_cases/*.h build them for both). Where the double sums of a long case
+// would take long, a test checks a sample of its tokens, rows or heads, and says which.
 #include <doctest/doctest.h>
 
 #include <cstring>
