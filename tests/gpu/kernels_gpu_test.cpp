@@ -246,6 +246,7 @@ void test_silu_mul(gpu_test::results& r) {
 void test_quantize(gpu_test::results& r) {
   std::uint32_t seed = 7;
   for (const kernel_cases::quantize_case& c : kernel_cases::quantize_cases()) {
+    if (quick && !c.quick) continue;
     const kernel_cases::quantize_problem p = kernel_cases::make_quantize_problem(c, ++seed);
     const weight_format f = c.format;
     const std::int64_t n = c.n;
@@ -469,7 +470,7 @@ bool draw_near_boundary(const std::vector<float>& logits, const sampling_row& c)
 void test_sampling(gpu_test::results& r) {
   std::uint32_t seed = 17;
   for (const kernel_cases::sampling_case& c : kernel_cases::sampling_cases()) {
-    if (c.masked) continue;  // test_masked_sampling
+    if (c.masked || (quick && !c.quick)) continue;  // masks: test_masked_sampling
     const kernel_cases::sampling_problem p = kernel_cases::make_sampling_problem(c, ++seed);
     const std::int64_t vocab = c.vocab;
     std::vector<float> cpu_logits = p.logits;
@@ -521,7 +522,7 @@ void test_sampling(gpu_test::results& r) {
 void test_masked_sampling(gpu_test::results& r) {
   std::uint32_t seed = 23;
   for (const kernel_cases::sampling_case& c : kernel_cases::sampling_cases()) {
-    if (!c.masked) continue;
+    if (!c.masked || (quick && !c.quick)) continue;
     const kernel_cases::sampling_problem p = kernel_cases::make_sampling_problem(c, ++seed);
     const std::int64_t vocab = c.vocab;
     std::vector<float> cpu_logits = p.logits;
