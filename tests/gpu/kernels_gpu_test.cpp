@@ -1,11 +1,12 @@
 // Every CUDA kernel against its CPU reference, over the cases of tests/kernel_cases/kernel_cases.h
 // (awkward shapes: sizes 1, 54, 97, k = 288 / 96 for INT4 groups of 32 that end half-way through
 // a tensor-core tile, KV block sizes 1, 8 and 16, head_dim 64, 128 and 256, GQA up to 16:1; and
-// the real projections of Llama 3 8B, Qwen3-30B-A3B, Kimi K2 and GLM-5) and a few of its own;
-// packed and strided activations; every weight format and KV dtype; magnitudes that differ per
-// row, group and token, so that a wrong scale shows; weight scales followed by a NaN, so that a
-// read past them shows, and outputs that start as NaN, so that one never written shows. Each
-// line prints the largest error and the tolerance it is held to:
+// the real shapes of Llama 3 8B, Qwen3-30B-A3B, Kimi K2 and GLM-5), with the inputs the CPU suite
+// checks the CPU references on (tests/kernel_cases/*.h build them for both); packed and strided
+// activations; every weight format and KV dtype; magnitudes that differ per row, group, head and
+// token, so that a wrong scale shows; weight scales followed by a NaN, so that a read past them
+// shows, and outputs that start as NaN, so that one never written shows. Each line prints the
+// largest error and the tolerance it is held to:
 //   * exact (tolerance 0): embedding, quantize / dequantize, kv_cache_write (the same encoders
 //     and IEEE division on both sides), kv_block_copy, greedy sampling (logit biases included);
 //   * float rounding and summation order: rmsnorm, rope, silu_mul (absolute, for the value
@@ -16,17 +17,26 @@
 //     activations;
 //   * paged attention (kernel_cases::attention_error): |o - o_ref| over the largest |v| the query
 //     attends, 2^-13 in f32, 2^-6 on tensor cores (q, K and the softmax weights in bf16);
-//     tests/unit/kernels/kernel_mutation_test.cpp shows both metrics reject a wrong group, row,
-//     K / V or neighbour's scale and a missed tile edge, and accept the emulated bf16 rounding;
+//   * MLA attention (kernel_cases::mla_error): likewise over the largest |c| among the latents
+//     the token attends, 2^-13 in f32, 2^-6 on tensor cores (cuda_mla_uses_tensor_cores: the
+//     queries and the softmax weights times an FP8 row's scale in bf16);
+//     tests/unit/kernels/kernel_mutation_test.cpp shows these metrics reject a wrong group, row,
+//     K / V, latent or neighbour's scale and a missed key or tile edge, and accept the emulated
+//     bf16 rounding;
 //   * seeded sampling: the GPU's token is the CPU's, or the draw lies within float rounding of
 //     the boundary between the two (rows with logit biases too; a banned token never drawn); with
 //     a grammar's token mask (three tokens, or nine in ten), no token outside it on either
 //     device, and the same rule;
 //   * MoE routing: the same experts in the same order, except in rows with a near tie (within
-//     1e-5) among the best choice values or group scores, which expf's rounding may break
-//     either way; where the experts agree, weights within 2e-6 relative;
-//   * MoE experts: 1e-4 of the case's largest contribution (three matmuls of f32 products in
-//     another order); tokens per expert exact, a graph replay bit-identical to the eager call.
+//     1e-5, in double) among the best choice values or group scores, which expf's rounding may
+//     break either way; where the experts agree, weights within 2e-6 relative;
+//   * MoE experts (kernel_cases::experts_error): |out - out_ref| over the spread of the rounding
+//     of every product feeding it (gate, up and down, in double), 2^-13: f32 products in another
+//     order; against the double reference where the CPU's integer dot products round INT4's
+//     activations to int8; tokens per expert exact, a graph replay bit-identical to the eager
+//     call;
+//   * DSA selection: the same positions, except for tokens whose top_k-th and next best scores
+//     (in double) lie within 1e-5 of their magnitudes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -44,7 +54,7 @@
 #include "edge/common/thread_pool.h"
 #include "edge/kernels/numerics.h"
 #include "gpu_test_support.h"
-#include "tests/kernel_cases/problems.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/kv_cache_write/kv_cache_write.h"
 #include "kernels/matmul/matmul.h"
@@ -57,6 +67,11 @@
 #include "kernels/rope/rope.h"
 #include "kernels/sampling/sampling.h"
 #include "kernels/silu_mul/silu_mul.h"
+#include "tests/kernel_cases/mla_problems.h"
+#include "tests/kernel_cases/moe_problems.h"
+#include "tests/kernel_cases/problems.h"
+#include "tests/kernel_cases/sampling_problems.h"
+#include "tests/kernel_cases/small_ops.h"
 
 namespace {
 
@@ -97,210 +112,173 @@ std::size_t count_different(const std::vector<T>& a, const std::vector<T>& b) {
 // ---- embedding, rmsnorm, rope, silu_mul -----------------------------------------------------
 
 void test_embedding(gpu_test::results& r) {
-  for (const dtype type : {dtype::f32, dtype::f16, dtype::bf16}) {
-    for (const std::int64_t hidden : {1, 54, 97, 4096}) {
-      const std::int64_t vocab = 97;
-      const std::int64_t tokens = 54;
-      const auto table = encode(random_floats(static_cast<std::size_t>(vocab * hidden), 1), type);
-      std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens));
-      for (std::int64_t t = 0; t < tokens; ++t) ids[static_cast<std::size_t>(t)] = static_cast<std::int32_t>((t * 37) % vocab);
-      std::vector<float> want(static_cast<std::size_t>(tokens * hidden));
-      gpu_test::check_ok(run_embedding({.ids = ids.data(), .table = table.data(), .table_type = type, .out = want.data(),
-                                        .tokens = tokens, .vocab = vocab, .hidden = hidden},
-                                       cpu()),
-                         "cpu embedding");
-      device_array<std::int32_t> d_ids(ids);
-      device_array<std::uint8_t> d_table(table);
-      device_array<float> d_out(want.size());
-      gpu_test::check_ok(run_embedding({.ids = d_ids.get(), .table = d_table.get(), .table_type = type, .out = d_out.get(),
-                                        .tokens = tokens, .vocab = vocab, .hidden = hidden},
-                                       gpu()),
-                         "gpu embedding");
-      sync();
-      r.check(format("embedding {} hidden {}", to_string(type), hidden), max_abs_diff(want, d_out.download()), 0.0);
-    }
+  std::uint32_t seed = 1;
+  for (const kernel_cases::embedding_case& c : kernel_cases::embedding_cases()) {
+    const kernel_cases::embedding_problem p = kernel_cases::make_embedding_problem(c, ++seed);
+    std::vector<float> want(static_cast<std::size_t>(c.tokens * c.hidden));
+    gpu_test::check_ok(run_embedding({.ids = p.ids.data(), .table = p.table.data(), .table_type = c.table,
+                                      .out = want.data(), .tokens = c.tokens, .vocab = c.vocab, .hidden = c.hidden},
+                                     cpu()),
+                       "cpu embedding");
+    device_array<std::int32_t> d_ids(p.ids);
+    device_array<std::uint8_t> d_table(p.table);
+    device_array<float> d_out(std::vector<float>(want.size(), std::nanf("")));
+    gpu_test::check_ok(run_embedding({.ids = d_ids.get(), .table = d_table.get(), .table_type = c.table, .out = d_out.get(),
+                                      .tokens = c.tokens, .vocab = c.vocab, .hidden = c.hidden},
+                                     gpu()),
+                       "gpu embedding");
+    sync();
+    r.check(format("embedding {} hidden {}", to_string(c.table), c.hidden), max_abs_diff(want, d_out.download()), 0.0);
   }
 }
 
 void test_rmsnorm(gpu_test::results& r) {
-  for (const std::int64_t rows : {1, 54, 97}) {
-    for (const std::int64_t cols : {1, 54, 97, 4096, 14336}) {
-      for (const bool residual : {false, true}) {
-        const auto x = random_floats(static_cast<std::size_t>(rows * cols), 2, -3.0f, 3.0f);
-        const auto res = random_floats(x.size(), 3);
-        const auto weight = random_floats(static_cast<std::size_t>(cols), 4, 0.5f, 1.5f);
-        std::vector<float> x_cpu = x;
-        std::vector<float> out_cpu(x.size());
-        gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .residual = residual ? res.data() : nullptr,
-                                        .weight = weight.data(), .out = out_cpu.data(), .rows = rows, .cols = cols,
-                                        .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
-                                       cpu()),
-                           "cpu rmsnorm");
-        device_array<float> d_x(x);
-        device_array<float> d_res(res);
-        device_array<float> d_w(weight);
-        device_array<float> d_out(x.size());
-        gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .residual = residual ? d_res.get() : nullptr, .weight = d_w.get(),
-                                        .out = d_out.get(), .rows = rows, .cols = cols, .x_stride = cols,
-                                        .out_stride = cols, .eps = 1e-5f},
-                                       gpu()),
-                           "gpu rmsnorm");
-        sync();
-        // Outputs are O(|weight| * 3): a relative 1e-5 of that covers the sum's order.
-        r.check(format("rmsnorm rows {} cols {} residual {} (abs, values up to ~5)", rows, cols, residual),
-                std::max(max_abs_diff(out_cpu, d_out.download()), max_abs_diff(x_cpu, d_x.download())), 5e-5);
-      }
-      // Per-head norms: the row as heads of 64, each normalised on its own, in place.
-      if (cols % 64 == 0) {
-        const std::int64_t groups = cols / 64;
-        const auto heads = random_floats(static_cast<std::size_t>(rows * cols), 5, -3.0f, 3.0f);
-        const auto head_weight = random_floats(64, 6, 0.5f, 1.5f);
-        std::vector<float> cpu_heads = heads;
-        gpu_test::check_ok(run_rmsnorm({.x = cpu_heads.data(), .weight = head_weight.data(), .out = cpu_heads.data(),
-                                        .rows = rows, .cols = 64, .groups = groups, .x_stride = cols,
-                                        .out_stride = cols, .eps = 1e-6f},
-                                       cpu()),
-                           "cpu rmsnorm groups");
-        device_array<float> d_heads(heads);
-        device_array<float> d_hw(head_weight);
-        gpu_test::check_ok(run_rmsnorm({.x = d_heads.get(), .weight = d_hw.get(), .out = d_heads.get(), .rows = rows,
-                                        .cols = 64, .groups = groups, .x_stride = cols, .out_stride = cols,
-                                        .eps = 1e-6f},
-                                       gpu()),
-                           "gpu rmsnorm groups");
-        sync();
-        r.check(format("rmsnorm rows {} groups {} of 64, in place (abs, values up to ~5)", rows, groups),
-                max_abs_diff(cpu_heads, d_heads.download()), 5e-5);
-      }
-      // The gather form (the rows that produce logits): every third row, backwards.
-      std::vector<std::int64_t> index;
-      for (std::int64_t i = rows - 1; i >= 0; i -= 3) index.push_back(i);
-      const auto x = random_floats(static_cast<std::size_t>(rows * cols), 5, -3.0f, 3.0f);
-      const auto weight = random_floats(static_cast<std::size_t>(cols), 6, 0.5f, 1.5f);
-      const auto n = static_cast<std::int64_t>(index.size());
-      std::vector<float> x_cpu = x;
-      std::vector<float> out_cpu(static_cast<std::size_t>(n * cols));
-      gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .row_index = index.data(), .weight = weight.data(),
-                                      .out = out_cpu.data(), .rows = n, .cols = cols, .x_stride = cols,
-                                      .out_stride = cols, .eps = 1e-5f},
+  std::uint32_t seed = 2;
+  for (const kernel_cases::rows_case& c : kernel_cases::rmsnorm_cases()) {
+    const kernel_cases::rmsnorm_problem p = kernel_cases::make_rmsnorm_problem(c, seed += 4);
+    const std::int64_t rows = c.rows;
+    const std::int64_t cols = c.cols;
+    device_array<float> d_w(p.weight);
+    device_array<float> d_res(p.residual);
+    for (const bool residual : {false, true}) {
+      std::vector<float> x_cpu = p.x;
+      std::vector<float> out_cpu(p.x.size());
+      gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .residual = residual ? p.residual.data() : nullptr,
+                                      .weight = p.weight.data(), .out = out_cpu.data(), .rows = rows, .cols = cols,
+                                      .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
                                      cpu()),
-                         "cpu rmsnorm gather");
-      device_array<float> d_x(x);
-      device_array<std::int64_t> d_index(index);
-      device_array<float> d_w(weight);
-      device_array<float> d_out(out_cpu.size());
-      gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .row_index = d_index.get(), .weight = d_w.get(), .out = d_out.get(),
-                                      .rows = n, .cols = cols, .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
+                         "cpu rmsnorm");
+      device_array<float> d_x(p.x);
+      device_array<float> d_out(std::vector<float>(p.x.size(), std::nanf("")));
+      gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .residual = residual ? d_res.get() : nullptr, .weight = d_w.get(),
+                                      .out = d_out.get(), .rows = rows, .cols = cols, .x_stride = cols,
+                                      .out_stride = cols, .eps = 1e-5f},
                                      gpu()),
-                         "gpu rmsnorm gather");
+                         "gpu rmsnorm");
       sync();
-      r.check(format("rmsnorm gather rows {} of {} cols {} (abs)", n, rows, cols), max_abs_diff(out_cpu, d_out.download()),
-              5e-5);
+      r.check(format("rmsnorm rows {} cols {} residual {} (abs, values up to ~3)", rows, cols, residual),
+              std::max(max_abs_diff(out_cpu, d_out.download()), max_abs_diff(x_cpu, d_x.download())),
+              kernel_cases::rmsnorm_tolerance);
     }
+    // Per-head norms: the row as heads of 64, each normalised on its own, in place.
+    if (p.per_head()) {
+      const std::int64_t groups = cols / kernel_cases::rmsnorm_head;
+      std::vector<float> cpu_heads = p.heads;
+      gpu_test::check_ok(run_rmsnorm({.x = cpu_heads.data(), .weight = p.head_weight.data(), .out = cpu_heads.data(),
+                                      .rows = rows, .cols = kernel_cases::rmsnorm_head, .groups = groups,
+                                      .x_stride = cols, .out_stride = cols, .eps = 1e-6f},
+                                     cpu()),
+                         "cpu rmsnorm groups");
+      device_array<float> d_heads(p.heads);
+      device_array<float> d_hw(p.head_weight);
+      gpu_test::check_ok(run_rmsnorm({.x = d_heads.get(), .weight = d_hw.get(), .out = d_heads.get(), .rows = rows,
+                                      .cols = kernel_cases::rmsnorm_head, .groups = groups, .x_stride = cols,
+                                      .out_stride = cols, .eps = 1e-6f},
+                                     gpu()),
+                         "gpu rmsnorm groups");
+      sync();
+      r.check(format("rmsnorm rows {} groups {} of 64, in place (abs, values up to ~3)", rows, groups),
+              max_abs_diff(cpu_heads, d_heads.download()), kernel_cases::rmsnorm_tolerance);
+    }
+    // The gather form (the rows that produce logits): every third row, backwards.
+    const auto n = static_cast<std::int64_t>(p.gather.size());
+    std::vector<float> x_cpu = p.x;
+    std::vector<float> out_cpu(static_cast<std::size_t>(n * cols));
+    gpu_test::check_ok(run_rmsnorm({.x = x_cpu.data(), .row_index = p.gather.data(), .weight = p.weight.data(),
+                                    .out = out_cpu.data(), .rows = n, .cols = cols, .x_stride = cols,
+                                    .out_stride = cols, .eps = 1e-5f},
+                                   cpu()),
+                       "cpu rmsnorm gather");
+    device_array<float> d_x(p.x);
+    device_array<std::int64_t> d_index(p.gather);
+    device_array<float> d_out(std::vector<float>(out_cpu.size(), std::nanf("")));
+    gpu_test::check_ok(run_rmsnorm({.x = d_x.get(), .row_index = d_index.get(), .weight = d_w.get(), .out = d_out.get(),
+                                    .rows = n, .cols = cols, .x_stride = cols, .out_stride = cols, .eps = 1e-5f},
+                                   gpu()),
+                       "gpu rmsnorm gather");
+    sync();
+    r.check(format("rmsnorm gather rows {} of {} cols {} (abs)", n, rows, cols), max_abs_diff(out_cpu, d_out.download()),
+            kernel_cases::rmsnorm_tolerance);
   }
 }
 
 void test_rope(gpu_test::results& r) {
-  // rotary_dim 0 is the whole head; head_dim / 2 is GLM-4.5's partial rotary.
-  for (const auto& [head_dim, rotary_dim] : {std::pair<std::int64_t, std::int64_t>{64, 0}, {128, 0}, {128, 64}}) {
-    for (const std::int64_t heads : {1, 8}) {
-      for (const rope_pairs pairs : {rope_pairs::adjacent, rope_pairs::half_split}) {
-        const std::int64_t tokens = 97;
-        const std::int64_t stride = heads * head_dim + 16;  // a strided view, as in fused QKV
-        const auto x = random_floats(static_cast<std::size_t>(tokens * stride), 5);
-        std::vector<std::int32_t> positions(static_cast<std::size_t>(tokens));
-        for (std::int64_t t = 0; t < tokens; ++t) positions[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(t * 1013 % 131072);
-        const auto inv_freq = rope_inv_freq(rotary_dim > 0 ? rotary_dim : head_dim, 500000.0,
-                                            rope_llama3_scaling{8.0, 1.0, 4.0, 8192.0});
-        std::vector<float> x_cpu = x;
-        gpu_test::check_ok(run_rope({.x = x_cpu.data(), .positions = positions.data(), .inv_freq = inv_freq.data(),
-                                     .tokens = tokens, .heads = heads, .head_dim = head_dim, .rotary_dim = rotary_dim,
-                                     .x_stride = stride, .pairs = pairs},
-                                    cpu()),
-                           "cpu rope");
-        device_array<float> d_x(x);
-        device_array<std::int32_t> d_pos(positions);
-        device_array<float> d_freq(inv_freq);
-        gpu_test::check_ok(run_rope({.x = d_x.get(), .positions = d_pos.get(), .inv_freq = d_freq.get(), .tokens = tokens,
-                                     .heads = heads, .head_dim = head_dim, .rotary_dim = rotary_dim, .x_stride = stride,
-                                     .pairs = pairs},
-                                    gpu()),
-                           "gpu rope");
-        sync();
-        r.check(format("rope head_dim {} rotary {} heads {} {} (abs, |x| <= 1.5)", head_dim, rotary_dim, heads,
-                       pairs == rope_pairs::adjacent ? "adjacent" : "half_split"),
-                max_abs_diff(x_cpu, d_x.download()), 1e-5);
-      }
-    }
+  std::uint32_t seed = 3;
+  for (const kernel_cases::rope_case& c : kernel_cases::rope_cases()) {
+    const kernel_cases::rope_problem p = kernel_cases::make_rope_problem(c, ++seed);
+    std::vector<float> x_cpu = p.x;
+    gpu_test::check_ok(run_rope(p.params(x_cpu.data(), p.positions.data(), p.inv_freq.data()), cpu()), "cpu rope");
+    device_array<float> d_x(p.x);
+    device_array<std::int32_t> d_pos(p.positions);
+    device_array<float> d_freq(p.inv_freq);
+    gpu_test::check_ok(run_rope(p.params(d_x.get(), d_pos.get(), d_freq.get()), gpu()), "gpu rope");
+    sync();
+    r.check(format("rope head_dim {} rotary {} heads {} {} (abs, |x| <= 1)", c.head_dim, c.rotary_dim, c.heads,
+                   c.pairs == rope_pairs::adjacent ? "adjacent" : "half_split"),
+            max_abs_diff(x_cpu, d_x.download()), kernel_cases::rope_tolerance);
   }
 }
 
 void test_silu_mul(gpu_test::results& r) {
-  for (const std::int64_t cols : {1, 97, 14336}) {
-    const std::int64_t rows = 54;
-    const auto gate = random_floats(static_cast<std::size_t>(rows * cols), 6, -8.0f, 8.0f);
-    const auto up = random_floats(gate.size(), 7);
-    std::vector<float> out_cpu(gate.size());
-    gpu_test::check_ok(run_silu_mul({.gate = gate.data(), .up = up.data(), .out = out_cpu.data(), .rows = rows,
-                                     .cols = cols, .in_stride = cols, .out_stride = cols},
+  std::uint32_t seed = 5;
+  for (const kernel_cases::rows_case& c : kernel_cases::silu_mul_cases()) {
+    const kernel_cases::silu_mul_problem p = kernel_cases::make_silu_mul_problem(c, seed += 2);
+    std::vector<float> out_cpu(p.gate.size());
+    gpu_test::check_ok(run_silu_mul({.gate = p.gate.data(), .up = p.up.data(), .out = out_cpu.data(), .rows = c.rows,
+                                     .cols = c.cols, .in_stride = c.cols, .out_stride = c.cols},
                                     cpu()),
                        "cpu silu_mul");
-    device_array<float> d_gate(gate);
-    device_array<float> d_up(up);
-    device_array<float> d_out(gate.size());
-    gpu_test::check_ok(run_silu_mul({.gate = d_gate.get(), .up = d_up.get(), .out = d_out.get(), .rows = rows,
-                                     .cols = cols, .in_stride = cols, .out_stride = cols},
+    device_array<float> d_gate(p.gate);
+    device_array<float> d_up(p.up);
+    device_array<float> d_out(std::vector<float>(p.gate.size(), std::nanf("")));
+    gpu_test::check_ok(run_silu_mul({.gate = d_gate.get(), .up = d_up.get(), .out = d_out.get(), .rows = c.rows,
+                                     .cols = c.cols, .in_stride = c.cols, .out_stride = c.cols},
                                     gpu()),
                        "gpu silu_mul");
     sync();
-    r.check(format("silu_mul rows {} cols {} (abs, values up to 8)", rows, cols), max_abs_diff(out_cpu, d_out.download()),
-            1e-5);
+    r.check(format("silu_mul rows {} cols {} (abs, gates up to 8)", c.rows, c.cols),
+            max_abs_diff(out_cpu, d_out.download()), kernel_cases::silu_mul_tolerance);
   }
 }
 
 // ---- quantize, matmul ---------------------------------------------------------------------
 
-// int4 groups of `group_size`, or (0) of the size edgeinfer picks for k; magnitudes that differ
-// per row and per group (kernel_cases.h).
-host_weights make_weights(weight_format f, std::int64_t n, std::int64_t k, std::uint32_t seed,
-                          std::int64_t group_size = 0) {
-  return kernel_cases::make_weights(f, n, k, group_size, seed, cpu());
-}
-
 void test_quantize(gpu_test::results& r) {
-  for (const weight_format f : {weight_format::int4, weight_format::fp8_e4m3}) {
-    for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{1, 128}, {54, 97}, {97, 4096}, {8, 14336}}) {
-      const std::int64_t group = f == weight_format::int4 ? int4_group_size_for(k) : 0;
-      const auto x = random_floats(static_cast<std::size_t>(n * k), 8, -2.0f, 2.0f);
-      std::vector<std::uint8_t> values(static_cast<std::size_t>(weight_values_bytes(f, n, k)));
-      std::vector<float> scales(static_cast<std::size_t>(weight_scale_count(f, n, k, group)));
-      gpu_test::check_ok(run_quantize({.x = x.data(), .rows = n, .k = k, .x_stride = k, .format = f, .group_size = group,
-                                       .values = values.data(), .scales = scales.data()},
-                                      cpu()),
-                         "cpu quantize");
-      device_array<float> d_x(x);
-      device_array<std::uint8_t> d_values(values.size());
-      device_array<float> d_scales(scales.size());
-      gpu_test::check_ok(run_quantize({.x = d_x.get(), .rows = n, .k = k, .x_stride = k, .format = f, .group_size = group,
-                                       .values = d_values.get(), .scales = d_scales.get()},
-                                      gpu()),
-                         "gpu quantize");
-      sync();
-      const auto got_values = d_values.download();
-      const auto got_scales = d_scales.download();
-      r.check(format("quantize {} [{}, {}] group {}: differing bytes + scales", to_string(f), n, k, group),
-              static_cast<double>(count_different(values, got_values) + count_different(scales, got_scales)), 0.0);
-      std::vector<float> dense_cpu(x.size());
-      const weight_view view{.format = f, .values = values.data(), .scales = scales.data(), .group_size = group};
-      gpu_test::check_ok(run_dequantize({.w = view, .k = k, .row_begin = 0, .rows = n, .y = dense_cpu.data(), .y_stride = k}, cpu()),
-                         "cpu dequantize");
-      device_array<float> d_dense(x.size());
-      const weight_view d_view{.format = f, .values = d_values.get(), .scales = d_scales.get(), .group_size = group};
-      gpu_test::check_ok(run_dequantize({.w = d_view, .k = k, .row_begin = 0, .rows = n, .y = d_dense.get(), .y_stride = k}, gpu()),
-                         "gpu dequantize");
-      sync();
-      r.check(format("dequantize {} [{}, {}]", to_string(f), n, k), max_abs_diff(dense_cpu, d_dense.download()), 0.0);
-    }
+  std::uint32_t seed = 7;
+  for (const kernel_cases::quantize_case& c : kernel_cases::quantize_cases()) {
+    if (quick && !c.quick) continue;
+    const kernel_cases::quantize_problem p = kernel_cases::make_quantize_problem(c, ++seed);
+    const weight_format f = c.format;
+    const std::int64_t n = c.n;
+    const std::int64_t k = c.k;
+    std::vector<std::uint8_t> values(p.values_bytes());
+    std::vector<float> scales(p.scale_count());
+    gpu_test::check_ok(run_quantize({.x = p.x.data(), .rows = n, .k = k, .x_stride = k, .format = f,
+                                     .group_size = p.group, .values = values.data(), .scales = scales.data()},
+                                    cpu()),
+                       "cpu quantize");
+    device_array<float> d_x(p.x);
+    device_array<std::uint8_t> d_values(values.size());
+    device_array<float> d_scales(scales.size());
+    gpu_test::check_ok(run_quantize({.x = d_x.get(), .rows = n, .k = k, .x_stride = k, .format = f,
+                                     .group_size = p.group, .values = d_values.get(), .scales = d_scales.get()},
+                                    gpu()),
+                       "gpu quantize");
+    sync();
+    const auto got_values = d_values.download();
+    const auto got_scales = d_scales.download();
+    r.check(format("quantize {} [{}, {}] group {}: differing bytes + scales", to_string(f), n, k, p.group),
+            static_cast<double>(count_different(values, got_values) + count_different(scales, got_scales)), 0.0);
+    std::vector<float> dense_cpu(p.x.size());
+    const weight_view view{.format = f, .values = values.data(), .scales = scales.data(), .group_size = p.group};
+    gpu_test::check_ok(run_dequantize({.w = view, .k = k, .row_begin = 0, .rows = n, .y = dense_cpu.data(), .y_stride = k}, cpu()),
+                       "cpu dequantize");
+    device_array<float> d_dense(std::vector<float>(p.x.size(), std::nanf("")));
+    const weight_view d_view{.format = f, .values = d_values.get(), .scales = d_scales.get(), .group_size = p.group};
+    gpu_test::check_ok(run_dequantize({.w = d_view, .k = k, .row_begin = 0, .rows = n, .y = d_dense.get(), .y_stride = k}, gpu()),
+                       "gpu dequantize");
+    sync();
+    r.check(format("dequantize {} [{}, {}]", to_string(f), n, k), max_abs_diff(dense_cpu, d_dense.download()), 0.0);
   }
 }
 
@@ -366,59 +344,30 @@ void test_matmul(gpu_test::results& r) {
 
 // ---- KV cache write, paged attention -------------------------------------------------------
 
-struct kv_case {
-  dtype type;
-  std::int64_t head_dim, num_kv_heads, block_size;
-};
-
 void test_kv_cache_write(gpu_test::results& r) {
-  for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
-    for (const std::int64_t head_dim : {64, 128}) {
-      for (const std::int64_t block_size : {1, 8, 16}) {
-        const std::int64_t kv_heads = 8;
-        const std::int64_t tokens = 54;
-        const std::int64_t num_blocks = (tokens * 2 + block_size - 1) / block_size;
-        const std::int64_t kv_stride = kv_heads * head_dim * 3;  // K and V inside a fused QKV row
-        auto k = random_floats(static_cast<std::size_t>(tokens * kv_stride), 13, -4.0f, 4.0f);
-        k[5] = 0.0f;
-        std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
-        for (std::int64_t t = 0; t < tokens; ++t) slots[static_cast<std::size_t>(t)] = (t * 7) % (num_blocks * block_size);
-        std::sort(slots.begin(), slots.end());
-        slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-        const auto used = static_cast<std::int64_t>(slots.size());
-        const std::size_t cache_bytes = static_cast<std::size_t>(num_blocks * kv_heads * block_size * head_dim) * dtype_size(type);
-        const std::size_t scale_count = static_cast<std::size_t>(num_blocks * kv_heads * block_size);
-        std::vector<std::uint8_t> kc(cache_bytes, 0), vc(cache_bytes, 0);
-        std::vector<float> ks(scale_count, 0.0f), vs(scale_count, 0.0f);
-        const bool scaled = kv_cache_scaled(type);
-        gpu_test::check_ok(run_kv_cache_write({.k = k.data(), .v = k.data() + kv_heads * head_dim, .k_cache = kc.data(),
-                                               .v_cache = vc.data(), .k_scales = scaled ? ks.data() : nullptr,
-                                               .v_scales = scaled ? vs.data() : nullptr, .kv_type = type,
-                                               .slots = slots.data(), .tokens = used, .num_kv_heads = kv_heads,
-                                               .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
-                                               .kv_stride = kv_stride},
-                                              cpu()),
-                           "cpu kv_cache_write");
-        device_array<float> d_k(k);
-        device_array<std::int64_t> d_slots(slots);
-        device_array<std::uint8_t> d_kc(std::vector<std::uint8_t>(cache_bytes, 0)), d_vc(std::vector<std::uint8_t>(cache_bytes, 0));
-        device_array<float> d_ks(std::vector<float>(scale_count, 0.0f)), d_vs(std::vector<float>(scale_count, 0.0f));
-        gpu_test::check_ok(run_kv_cache_write({.k = d_k.get(), .v = d_k.get() + kv_heads * head_dim, .k_cache = d_kc.get(),
-                                               .v_cache = d_vc.get(), .k_scales = scaled ? d_ks.get() : nullptr,
-                                               .v_scales = scaled ? d_vs.get() : nullptr, .kv_type = type,
-                                               .slots = d_slots.get(), .tokens = used, .num_kv_heads = kv_heads,
-                                               .head_dim = head_dim, .block_size = block_size, .num_blocks = num_blocks,
-                                               .kv_stride = kv_stride},
-                                              gpu()),
-                           "gpu kv_cache_write");
-        sync();
-        const std::size_t differing = count_different(kc, d_kc.download()) + count_different(vc, d_vc.download()) +
-                                      count_different(ks, d_ks.download()) + count_different(vs, d_vs.download());
-        r.check(format("kv_cache_write {} head_dim {} block {}: differing cache bytes + scales", to_string(type), head_dim,
-                       block_size),
-                static_cast<double>(differing), 0.0);
-      }
-    }
+  std::uint32_t seed = 12;
+  for (const kernel_cases::kv_write_case& c : kernel_cases::kv_cache_write_cases()) {
+    const kernel_cases::kv_write_problem p = kernel_cases::make_kv_write_problem(c, ++seed);
+    const std::size_t cache_bytes = p.cache_bytes();
+    const std::size_t scale_count = p.scale_count();
+    std::vector<std::uint8_t> kc(cache_bytes, 0), vc(cache_bytes, 0);
+    std::vector<float> ks(scale_count, 0.0f), vs(scale_count, 0.0f);
+    gpu_test::check_ok(run_kv_cache_write(p.params(p.qkv.data(), p.slots.data(), kc.data(), vc.data(), ks.data(), vs.data()),
+                                          cpu()),
+                       "cpu kv_cache_write");
+    device_array<float> d_qkv(p.qkv);
+    device_array<std::int64_t> d_slots(p.slots);
+    device_array<std::uint8_t> d_kc(std::vector<std::uint8_t>(cache_bytes, 0)), d_vc(std::vector<std::uint8_t>(cache_bytes, 0));
+    device_array<float> d_ks(std::vector<float>(scale_count, 0.0f)), d_vs(std::vector<float>(scale_count, 0.0f));
+    gpu_test::check_ok(run_kv_cache_write(p.params(d_qkv.get(), d_slots.get(), d_kc.get(), d_vc.get(), d_ks.get(), d_vs.get()),
+                                          gpu()),
+                       "gpu kv_cache_write");
+    sync();
+    const std::size_t differing = count_different(kc, d_kc.download()) + count_different(vc, d_vc.download()) +
+                                  count_different(ks, d_ks.download()) + count_different(vs, d_vs.download());
+    r.check(format("kv_cache_write {} head_dim {} kv heads {} block {}{}: differing cache bytes + scales",
+                   to_string(c.kv), c.head_dim, c.kv_heads, c.block_size, c.values ? "" : ", K rows only"),
+            static_cast<double>(differing), 0.0);
   }
 }
 
@@ -519,73 +468,21 @@ bool draw_near_boundary(const std::vector<float>& logits, const sampling_row& c)
 }
 
 void test_sampling(gpu_test::results& r) {
-  const std::vector<sampling_row> configs = {
-      {.temperature = 0.0f},
-      {.temperature = 0.7f, .top_k = 1},
-      {.temperature = 1.0f},
-      {.temperature = 0.8f, .top_p = 0.9f},
-      {.temperature = 1.2f, .top_k = 40},
-      {.temperature = 0.6f, .top_k = 50, .top_p = 0.95f, .min_p = 0.05f},
-      {.temperature = 1.0f, .min_p = 0.1f},
-  };
-  for (const std::int64_t vocab : {54, 97, 4096, 128256}) {
-    const std::int64_t rows = 64;
-    auto logits = random_floats(static_cast<std::size_t>(rows * vocab), 17, -6.0f, 6.0f);
-    // Ties and a NaN, to check the tie and NaN rules.
-    logits[3] = logits[7];
-    logits[static_cast<std::size_t>(vocab) + 1] = NAN;
-    // Rows without a finite maximum (row 5: two +inf logits; row 6: nothing but -inf) take the
-    // first of the largest on both devices.
-    logits[static_cast<std::size_t>(5 * vocab + vocab / 2)] = INFINITY;
-    logits[static_cast<std::size_t>(5 * vocab + 1)] = INFINITY;
-    for (std::int64_t i = 0; i < vocab; ++i) logits[static_cast<std::size_t>(6 * vocab + i)] = -INFINITY;
-    // Every fourth row in whole numbers: many tokens share each value, so the selection orders
-    // ties by id (the low half of its key) at the top-k, top-p and draw boundaries.
-    for (std::int64_t i = 3; i < rows; i += 4) {
-      for (std::int64_t j = 0; j < vocab; ++j) {
-        float& v = logits[static_cast<std::size_t>(i * vocab + j)];
-        v = std::round(v);
-      }
-    }
-    // Row 0 (greedy): its best logits are -0.0 at id 5 and +0.0 at id 9, equal as floats, so
-    // the lower id wins, as on the CPU (the sign bit must not order them).
-    for (std::int64_t i = 0; i < vocab; ++i) logits[static_cast<std::size_t>(i)] = -std::fabs(logits[static_cast<std::size_t>(i)]) - 0.5f;
-    logits[5] = -0.0f;
-    logits[9] = 0.0f;
-    std::vector<sampling_row> rows_config(static_cast<std::size_t>(rows));
-    std::mt19937 rng(18);
-    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-    // Every third row from row 8 on has logit biases: its most likely token banned, another
-    // pushed up by 3, a third by +100 in every ninth row (it must then be the token drawn).
-    std::vector<logit_bias> biases;
-    std::vector<std::int32_t> banned(static_cast<std::size_t>(rows), -1);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      sampling_row& c = rows_config[static_cast<std::size_t>(i)];
-      c = configs[static_cast<std::size_t>(i) % configs.size()];
-      c.uniform = uniform(rng);
-      if (i < 8 || i % 3 != 0) continue;
-      const std::span<const float> row(logits.data() + i * vocab, static_cast<std::size_t>(vocab));
-      const std::int32_t best = argmax(row);
-      banned[static_cast<std::size_t>(i)] = best;
-      c.bias_begin = static_cast<std::int32_t>(biases.size());
-      biases.push_back({.id = best, .bias = -100.0f});
-      biases.push_back({.id = static_cast<std::int32_t>((best + 7) % vocab), .bias = 3.0f});
-      if (i % 9 == 0) biases.push_back({.id = static_cast<std::int32_t>((best + 11) % vocab), .bias = 100.0f});
-      c.bias_count = static_cast<std::int32_t>(biases.size()) - c.bias_begin;
-    }
-    std::vector<float> cpu_logits = logits;
-    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(rows));
-    gpu_test::check_ok(run_sampling({.logits = cpu_logits.data(), .config = rows_config.data(), .out = cpu_out.data(),
-                                     .rows = rows, .vocab = vocab, .biases = biases.data()},
+  std::uint32_t seed = 17;
+  for (const kernel_cases::sampling_case& c : kernel_cases::sampling_cases()) {
+    if (c.masked || (quick && !c.quick)) continue;  // masks: test_masked_sampling
+    const kernel_cases::sampling_problem p = kernel_cases::make_sampling_problem(c, ++seed);
+    const std::int64_t vocab = c.vocab;
+    std::vector<float> cpu_logits = p.logits;
+    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(c.rows));
+    gpu_test::check_ok(run_sampling(p.params(cpu_logits.data(), p.config.data(), cpu_out.data(), p.biases.data(), nullptr),
                                     cpu()),
                        "cpu sampling");
-    device_array<float> d_logits(logits);
-    device_array<sampling_row> d_config(rows_config);
-    device_array<logit_bias> d_biases(biases);
-    device_array<std::int32_t> d_out(static_cast<std::size_t>(rows));
-    gpu_test::check_ok(run_sampling({.logits = d_logits.get(), .config = d_config.get(), .out = d_out.get(),
-                                     .rows = rows, .vocab = vocab, .biases = d_biases.get()},
-                                    gpu()),
+    device_array<float> d_logits(p.logits);
+    device_array<sampling_row> d_config(p.config);
+    device_array<logit_bias> d_biases(p.biases);
+    device_array<std::int32_t> d_out(static_cast<std::size_t>(c.rows));
+    gpu_test::check_ok(run_sampling(p.params(d_logits.get(), d_config.get(), d_out.get(), d_biases.get(), nullptr), gpu()),
                        "gpu sampling");
     sync();
     const auto gpu_out = d_out.download();
@@ -594,26 +491,22 @@ void test_sampling(gpu_test::results& r) {
     int differing = 0;
     int banned_drawn = 0;
     int forced_missed = 0;
-    for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t i = 0; i < c.rows; ++i) {
       const auto at = static_cast<std::size_t>(i);
-      const std::int32_t ban = banned[at];
+      const std::int32_t ban = p.banned[at];
       if (ban >= 0 && (gpu_out[at] == ban || cpu_out[at] == ban)) ++banned_drawn;
-      if (ban >= 0 && i % 9 == 0) {
-        const std::int32_t forced = static_cast<std::int32_t>((ban + 11) % vocab);
-        forced_missed += (gpu_out[at] != forced) + (cpu_out[at] != forced);
-      }
+      const std::int32_t forced = p.forced[at];
+      if (forced >= 0) forced_missed += (gpu_out[at] != forced) + (cpu_out[at] != forced);
       if (gpu_out[at] == cpu_out[at]) continue;
       ++differing;
-      const sampling_row& c = rows_config[at];
-      if (c.temperature <= 0.0f || c.top_k == 1) {
+      const sampling_row& row_config = p.config[at];
+      if (row_config.temperature <= 0.0f || row_config.top_k == 1) {
         ++greedy_mismatch;
         continue;
       }
       // A different token is acceptable only where the draw sits on the boundary between them
       // (of the row as biased).
-      std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
-      apply_logit_bias(row.data(), vocab, biases.data() + c.bias_begin, c.bias_count);
-      if (!draw_near_boundary(row, c)) ++unexplained;
+      if (!draw_near_boundary(p.effective_row(i), row_config)) ++unexplained;
     }
     r.check(format("sampling vocab {}: greedy / top-1 rows that differ", vocab), greedy_mismatch, 0.0);
     r.check(format("sampling vocab {}: banned tokens drawn, +100 tokens not drawn", vocab), banned_drawn + forced_missed,
@@ -627,65 +520,41 @@ void test_sampling(gpu_test::results& r) {
 // the rest without. The GPU must draw only allowed tokens and the same ones as the CPU reference
 // (keep_allowed then the same sampling), but where a seeded draw sits on a boundary.
 void test_masked_sampling(gpu_test::results& r) {
-  const std::vector<sampling_row> configs = {
-      {.temperature = 0.0f}, {.temperature = 1.0f}, {.temperature = 0.8f, .top_p = 0.9f}, {.temperature = 1.2f, .top_k = 40}};
-  for (const std::int64_t vocab : {97, 128256}) {
-    const std::int64_t rows = 32;
-    const std::int64_t words = allowed_words(vocab);
-    const auto logits = random_floats(static_cast<std::size_t>(rows * vocab), 23, -6.0f, 6.0f);
-    std::vector<sampling_row> rows_config(static_cast<std::size_t>(rows));
-    std::vector<std::uint32_t> masks;  // [masked rows, words]
-    std::mt19937 rng(24);
-    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      sampling_row& c = rows_config[static_cast<std::size_t>(i)];
-      c = configs[static_cast<std::size_t>(i) % configs.size()];
-      c.uniform = uniform(rng);
-      if (i % 3 == 2) continue;  // unmasked
-      c.allowed_row = static_cast<std::int32_t>(masks.size() / static_cast<std::size_t>(words));
-      std::vector<std::uint32_t> mask(static_cast<std::size_t>(words), 0);
-      // Rows alternate between three allowed tokens and nine in ten allowed.
-      for (std::int64_t t = 0; t < vocab; ++t) {
-        const bool allowed = i % 2 == 0 ? (t == 1 || t == vocab / 2 || t == vocab - 1) : (rng() % 10 != 0);
-        if (allowed) mask[static_cast<std::size_t>(t / 32)] |= 1u << (t % 32);
-      }
-      masks.insert(masks.end(), mask.begin(), mask.end());
-    }
-    std::vector<float> cpu_logits = logits;
-    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(rows));
-    gpu_test::check_ok(run_sampling({.logits = cpu_logits.data(), .config = rows_config.data(), .out = cpu_out.data(),
-                                     .rows = rows, .vocab = vocab, .allowed = masks.data()},
+  std::uint32_t seed = 23;
+  for (const kernel_cases::sampling_case& c : kernel_cases::sampling_cases()) {
+    if (!c.masked || (quick && !c.quick)) continue;
+    const kernel_cases::sampling_problem p = kernel_cases::make_sampling_problem(c, ++seed);
+    const std::int64_t vocab = c.vocab;
+    std::vector<float> cpu_logits = p.logits;
+    std::vector<std::int32_t> cpu_out(static_cast<std::size_t>(c.rows));
+    gpu_test::check_ok(run_sampling(p.params(cpu_logits.data(), p.config.data(), cpu_out.data(), nullptr, p.masks.data()),
                                     cpu()),
                        "cpu masked sampling");
-    device_array<float> d_logits(logits);
-    device_array<sampling_row> d_config(rows_config);
-    device_array<std::uint32_t> d_masks(masks);
-    device_array<std::int32_t> d_out(static_cast<std::size_t>(rows));
-    gpu_test::check_ok(run_sampling({.logits = d_logits.get(), .config = d_config.get(), .out = d_out.get(),
-                                     .rows = rows, .vocab = vocab, .allowed = d_masks.get()},
-                                    gpu()),
+    device_array<float> d_logits(p.logits);
+    device_array<sampling_row> d_config(p.config);
+    device_array<std::uint32_t> d_masks(p.masks);
+    device_array<std::int32_t> d_out(static_cast<std::size_t>(c.rows));
+    gpu_test::check_ok(run_sampling(p.params(d_logits.get(), d_config.get(), d_out.get(), nullptr, d_masks.get()), gpu()),
                        "gpu masked sampling");
     sync();
     const auto gpu_out = d_out.download();
     int outside = 0;
     int unexplained = 0;
-    for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t i = 0; i < c.rows; ++i) {
       const auto at = static_cast<std::size_t>(i);
-      const sampling_row& c = rows_config[at];
-      std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
-      if (c.allowed_row >= 0) {
-        const std::uint32_t* mask = masks.data() + static_cast<std::size_t>(c.allowed_row * words);
+      const sampling_row& row_config = p.config[at];
+      if (row_config.allowed_row >= 0) {
+        const std::uint32_t* mask = p.masks.data() + static_cast<std::size_t>(row_config.allowed_row * p.words());
         for (const std::int32_t t : {cpu_out[at], gpu_out[at]}) {
           if (((mask[t / 32] >> (t % 32)) & 1u) == 0) ++outside;
         }
-        keep_allowed(row.data(), vocab, mask);
       }
       if (gpu_out[at] == cpu_out[at]) continue;
-      if (c.temperature <= 0.0f) {
+      if (row_config.temperature <= 0.0f) {
         ++unexplained;
         continue;
       }
-      if (!draw_near_boundary(row, c)) ++unexplained;
+      if (!draw_near_boundary(p.effective_row(i), row_config)) ++unexplained;
     }
     r.check(format("masked sampling vocab {}: tokens drawn outside their mask (CPU and GPU)", vocab), outside, 0.0);
     r.check(format("masked sampling vocab {}: draws that differ from the CPU away from a boundary", vocab), unexplained,
@@ -698,130 +567,47 @@ void test_masked_sampling(gpu_test::results& r) {
 // Whole blocks of a region copied in every layer, bytes as they are: 4-byte scales (word copies
 // do not apply to blocks of 12 bytes) and 16-byte-aligned pools, more pairs than one launch takes.
 void test_kv_block_copy(gpu_test::results& r) {
-  for (const std::size_t block_bytes : {std::size_t{12}, std::size_t{256}, std::size_t{4096}}) {
-    constexpr std::int64_t layers = 3;
-    constexpr std::int64_t blocks = 160;
-    const std::size_t layer_stride = (blocks * block_bytes + 255) / 256 * 256;
-    std::vector<std::uint8_t> bytes(layer_stride * layers);
-    std::mt19937 rng(static_cast<std::uint32_t>(block_bytes));
-    for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
-    std::vector<std::int32_t> from, to;
-    for (std::int32_t i = 0; i < 70; ++i) {  // 70 pairs: two launches of up to 64
-      from.push_back(i);
-      to.push_back(80 + i);
-    }
-    std::vector<std::uint8_t> on_cpu = bytes;
-    const kv_block_copy_params host{.first_region = on_cpu.data(), .layer_stride = layer_stride, .block_bytes = block_bytes,
-                                    .layers = layers, .num_blocks = blocks, .from = from.data(), .to = to.data(),
-                                    .count = static_cast<std::int64_t>(from.size())};
-    gpu_test::check_ok(run_kv_block_copy(host, cpu()), "cpu kv_block_copy");
-    device_array<std::uint8_t> d_bytes(bytes);
-    kv_block_copy_params device = host;
-    device.first_region = d_bytes.get();
-    gpu_test::check_ok(run_kv_block_copy(device, gpu()), "gpu kv_block_copy");
+  std::uint32_t seed = 30;
+  for (const std::size_t block_bytes : kernel_cases::kv_block_copy_cases()) {
+    const kernel_cases::block_copy_problem p = kernel_cases::make_block_copy_problem(block_bytes, ++seed);
+    std::vector<std::uint8_t> on_cpu = p.bytes;
+    gpu_test::check_ok(run_kv_block_copy(p.params(on_cpu.data()), cpu()), "cpu kv_block_copy");
+    device_array<std::uint8_t> d_bytes(p.bytes);
+    gpu_test::check_ok(run_kv_block_copy(p.params(d_bytes.get()), gpu()), "gpu kv_block_copy");
     sync();
     const auto on_gpu = d_bytes.download();
     double differ = 0;
-    for (std::size_t i = 0; i < bytes.size(); ++i) differ += on_gpu[i] != on_cpu[i] ? 1 : 0;
+    for (std::size_t i = 0; i < p.bytes.size(); ++i) differ += on_gpu[i] != on_cpu[i] ? 1 : 0;
     // And the copy copied: the CPU's result moved what the pairs name.
     const bool moved = std::equal(on_cpu.begin() + 80 * static_cast<std::ptrdiff_t>(block_bytes),
-                                  on_cpu.begin() + 150 * static_cast<std::ptrdiff_t>(block_bytes), bytes.begin());
-    r.check(format("kv_block_copy blocks of {} bytes, {} layers: bytes that differ from the CPU's", block_bytes, layers),
+                                  on_cpu.begin() + 150 * static_cast<std::ptrdiff_t>(block_bytes), p.bytes.begin());
+    r.check(format("kv_block_copy blocks of {} bytes, {} layers: bytes that differ from the CPU's", block_bytes, p.layers),
             differ + (moved ? 0 : 1), 0.0);
   }
 }
 
 // ---- MoE routing and experts ------------------------------------------------------------------
 
-// Whether a row's choice has a near tie that float rounding (expf on either device) may break
-// either way: adjacent values, within 1e-5 relative, among the top_k + 1 best choice values or,
-// with groups, the top_groups + 1 best group scores. The values are recomputed in double.
-bool routing_near_tie(const float* logits, const float* bias, const moe_routing_params& p) {
-  const auto n = static_cast<std::size_t>(p.num_experts);
-  std::vector<double> choice(n);
-  if (p.scoring == router_scoring::softmax) {
-    const double m = *std::max_element(logits, logits + n);
-    double total = 0.0;
-    for (std::size_t e = 0; e < n; ++e) total += std::exp(logits[e] - m);
-    for (std::size_t e = 0; e < n; ++e) choice[e] = std::exp(logits[e] - m) / total;
-  } else {
-    for (std::size_t e = 0; e < n; ++e) {
-      choice[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e]))) + (bias != nullptr ? bias[e] : 0.0);
-    }
-  }
-  const auto close = [](std::vector<double> v, std::size_t count) {
-    std::sort(v.begin(), v.end(), std::greater<>());
-    for (std::size_t i = 0; i + 1 < std::min(count + 1, v.size()); ++i) {
-      if (v[i] - v[i + 1] <= 1e-5 * std::max(std::fabs(v[i]), 1e-3)) return true;
-    }
-    return false;
-  };
-  if (p.groups > 1) {
-    const auto size = n / static_cast<std::size_t>(p.groups);
-    std::vector<double> group_score(static_cast<std::size_t>(p.groups));
-    for (std::size_t g = 0; g < group_score.size(); ++g) {
-      std::vector<double> members(choice.begin() + static_cast<std::ptrdiff_t>(g * size),
-                                  choice.begin() + static_cast<std::ptrdiff_t>((g + 1) * size));
-      std::sort(members.begin(), members.end(), std::greater<>());
-      group_score[g] = members[0] + (size > 1 ? members[1] : 0.0);
-    }
-    if (close(group_score, static_cast<std::size_t>(p.top_groups))) return true;
-    std::vector<double> ranked = group_score;
-    std::sort(ranked.begin(), ranked.end(), std::greater<>());
-    const double last_kept = ranked[static_cast<std::size_t>(p.top_groups - 1)];
-    for (std::size_t e = 0; e < n; ++e) {
-      if (group_score[e / size] < last_kept) choice[e] = 0.0;
-    }
-  }
-  return close(choice, static_cast<std::size_t>(p.top_k));
-}
-
 void test_moe_routing(gpu_test::results& r) {
-  struct router_case {
-    const char* name;
-    std::int64_t experts, top_k;
-    router_scoring scoring;
-    std::int64_t groups, top_groups;
-    bool normalize, bias;
-    float scaling;
-  };
-  // Qwen3-MoE (128, softmax, normalised or not), DeepSeek-V3 / GLM-4.5 style (sigmoid, bias,
-  // groups), Kimi K2 (384 experts in one group).
-  const std::vector<router_case> cases = {
-      {"softmax", 128, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
-      {"softmax", 128, 8, router_scoring::softmax, 1, 1, false, false, 1.0f},
-      {"softmax", 384, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
-      {"sigmoid 8 groups top 4", 128, 8, router_scoring::sigmoid, 8, 4, true, true, 2.5f},
-      {"sigmoid 8 groups top 4", 384, 8, router_scoring::sigmoid, 8, 4, true, true, 2.827f},
-      {"sigmoid 1 group", 384, 8, router_scoring::sigmoid, 1, 1, true, true, 2.827f},
-      {"sigmoid 16 groups top 5, not normalised", 128, 8, router_scoring::sigmoid, 16, 5, false, true, 1.5f},
-  };
-  for (const router_case& c : cases) {
-    for (const std::int64_t tokens : {1, 97, 513}) {
-      if (quick && tokens == 513) continue;
-      const std::int64_t stride = c.experts + 3;  // a strided view of the logits
-      const auto logits = random_floats(static_cast<std::size_t>(tokens * stride), 40, -4.0f, 4.0f);
-      const auto bias = random_floats(static_cast<std::size_t>(c.experts), 41, -0.1f, 0.1f);
-      moe_routing_params p{.correction_bias = c.bias ? bias.data() : nullptr, .tokens = tokens,
-                           .num_experts = c.experts, .top_k = c.top_k, .logits_stride = stride, .scoring = c.scoring,
-                           .groups = c.groups, .top_groups = c.top_groups, .normalize = c.normalize,
-                           .scaling = c.scaling};
+  std::uint32_t seed = 40;
+  for (const kernel_cases::routing_case& c : kernel_cases::moe_routing_cases()) {
+    for (const std::int64_t tokens : c.tokens) {
+      if (quick && tokens > 97) continue;
+      const kernel_cases::routing_problem p = kernel_cases::make_routing_problem(c, tokens, seed += 2);
+      // In double: which rows have a near tie that expf's rounding on either device may break.
+      const kernel_cases::routing_reference exact = kernel_cases::reference_routing(p);
       const auto pairs = static_cast<std::size_t>(tokens * c.top_k);
       std::vector<std::int32_t> cpu_experts(pairs);
       std::vector<float> cpu_weights(pairs);
-      p.logits = logits.data();
-      p.experts = cpu_experts.data();
-      p.weights = cpu_weights.data();
-      gpu_test::check_ok(run_moe_routing(p, cpu()), "cpu moe routing");
-      device_array<float> d_logits(logits);
-      device_array<float> d_bias(bias);
-      device_array<std::int32_t> d_experts(pairs);
-      device_array<float> d_weights(pairs);
-      p.logits = d_logits.get();
-      p.correction_bias = c.bias ? d_bias.get() : nullptr;
-      p.experts = d_experts.get();
-      p.weights = d_weights.get();
-      gpu_test::check_ok(run_moe_routing(p, gpu()), "gpu moe routing");
+      gpu_test::check_ok(run_moe_routing(p.params(p.logits.data(), p.bias.data(), cpu_experts.data(), cpu_weights.data()),
+                                         cpu()),
+                         "cpu moe routing");
+      device_array<float> d_logits(p.logits);
+      device_array<float> d_bias(p.bias);
+      device_array<std::int32_t> d_experts(std::vector<std::int32_t>(pairs, -1));
+      device_array<float> d_weights(std::vector<float>(pairs, std::nanf("")));
+      gpu_test::check_ok(run_moe_routing(p.params(d_logits.get(), d_bias.get(), d_experts.get(), d_weights.get()), gpu()),
+                         "gpu moe routing");
       sync();
       const auto gpu_experts = d_experts.download();
       const auto gpu_weights = d_weights.download();
@@ -832,158 +618,127 @@ void test_moe_routing(gpu_test::results& r) {
         const auto at = static_cast<std::ptrdiff_t>(t * c.top_k);
         if (!std::equal(cpu_experts.begin() + at, cpu_experts.begin() + at + c.top_k, gpu_experts.begin() + at)) {
           ++differing;
-          if (!routing_near_tie(logits.data() + t * stride, c.bias ? bias.data() : nullptr, p)) ++unexplained;
+          if (!exact.near_tie[static_cast<std::size_t>(t)]) ++unexplained;
           continue;
         }
         for (std::int64_t i = 0; i < c.top_k; ++i) {
           const auto j = static_cast<std::size_t>(at + i);
-          worst = std::max(worst, std::fabs(static_cast<double>(gpu_weights[j]) - cpu_weights[j]) /
-                                      std::max(std::fabs(static_cast<double>(cpu_weights[j])), 1e-30));
+          const double d = std::fabs(static_cast<double>(gpu_weights[j]) - cpu_weights[j]) /
+                           std::max(std::fabs(static_cast<double>(cpu_weights[j])), 1e-30);
+          worst = std::max(worst, std::isnan(d) ? INFINITY : d);
         }
       }
-      const std::string what = format("moe routing {} experts {} top {} tokens {}{}", c.name, c.experts, c.top_k,
-                                      tokens, c.normalize ? " normalised" : "");
+      const std::string what = format("moe routing {} experts {} top {} groups {} tokens {}{}", c.shape, c.experts,
+                                      c.top_k, c.groups, tokens, c.normalize ? " normalised" : "");
       r.check(what + ": rows whose experts differ away from a near tie (" + std::to_string(differing) + " differ)",
               unexplained, 0.0);
       // Where the experts agree: expf on either side (a few ulp) through the normalisation.
-      r.check(what + ": weights (relative)", worst, 2e-6);
+      r.check(what + ": weights (relative)", worst, kernel_cases::routing_weight_tolerance);
     }
   }
 }
 
-// One expert set in device memory and on the host.
+// An expert set's matrices in device memory (scales followed by a NaN, so that a kernel reading
+// beyond them turns its output NaN) and the views of them, gate and up stacked or apart.
 struct device_experts {
-  std::vector<host_weights> gate_up, down;                      // per expert (empty: no weights)
   std::vector<std::unique_ptr<device_array<std::uint8_t>>> values;
   std::vector<std::unique_ptr<device_array<float>>> scales;
-  std::vector<moe_expert_weights> host, device;                 // views of host / device memory
+  std::vector<moe_expert_weights> stacked, apart;  // [experts]
 };
 
-// `with_weights[e]`: whether expert e has weights (the others are null views, never chosen).
-device_experts make_experts(weight_format f, std::int64_t group, std::int64_t hidden, std::int64_t inter,
-                            const std::vector<bool>& with_weights, bool stacked) {
+device_experts upload_experts(const kernel_cases::experts_problem& p) {
   device_experts d;
-  const auto n = with_weights.size();
-  d.gate_up.resize(n);
-  d.down.resize(n);
-  d.host.resize(n);
-  d.device.resize(n);
-  // The view of rows [first, first + rows) of a matrix of k columns.
-  const auto rows_of = [&](const void* values, const float* scales, std::int64_t first, std::int64_t k) {
-    return weight_view{.format = f,
-                       .values = static_cast<const std::uint8_t*>(values) + weight_values_bytes(f, first, k),
-                       .scales = scales == nullptr ? nullptr : scales + weight_scale_count(f, first, k, group),
-                       .group_size = f == weight_format::int4 ? group : 0};
-  };
-  const auto place = [&](const host_weights& w, std::int64_t k, weight_view* host_views, weight_view* device_views,
-                         std::int64_t parts) {
+  const auto place = [&](const host_weights& w) {
     d.values.push_back(std::make_unique<device_array<std::uint8_t>>(w.values));
-    // A NaN past the last scale: a kernel that reads beyond the scales turns its output NaN.
     std::vector<float> with_canary = w.scales;
     with_canary.push_back(std::nanf(""));
     d.scales.push_back(std::make_unique<device_array<float>>(with_canary));
-    const float* host_scales = w.scales.empty() ? nullptr : w.scales.data();
-    const float* device_scales = w.scales.empty() ? nullptr : d.scales.back()->get();
-    const std::int64_t rows = static_cast<std::int64_t>(w.dense.size()) / k / parts;
-    for (std::int64_t i = 0; i < parts; ++i) {
-      host_views[i] = rows_of(w.values.data(), host_scales, i * rows, k);
-      device_views[i] = rows_of(d.values.back()->get(), device_scales, i * rows, k);
-    }
+    return weight_view{.format = w.format, .values = d.values.back()->get(),
+                       .scales = w.scales.empty() ? nullptr : d.scales.back()->get(), .group_size = w.group_size};
   };
-  for (std::size_t e = 0; e < n; ++e) {
-    if (!with_weights[e]) continue;
-    const auto seed = static_cast<std::uint32_t>(60 + 2 * e);
-    d.gate_up[e] = make_weights(f, 2 * inter, hidden, seed, group);
-    d.down[e] = make_weights(f, hidden, inter, seed + 1, group);
-    if (stacked) {
-      place(d.gate_up[e], hidden, &d.host[e].gate, &d.device[e].gate, 1);
-    } else {
-      weight_view host_views[2], device_views[2];
-      place(d.gate_up[e], hidden, host_views, device_views, 2);
-      d.host[e].gate = host_views[0];
-      d.host[e].up = host_views[1];
-      d.device[e].gate = device_views[0];
-      d.device[e].up = device_views[1];
-    }
-    place(d.down[e], inter, &d.host[e].down, &d.device[e].down, 1);
-  }
+  const weight_view gate_up = place(p.gate_up);
+  const weight_view down = place(p.down);
+  d.stacked = p.views(gate_up, down, true);
+  d.apart = p.views(gate_up, down, false);
   return d;
 }
 
-// A batch's choices: expert 0 has weights and no tokens, expert 1 one token (the first), expert
-// 2 every token, the last expert no weights and no tokens; the rest at random, in random
-// order within each token (so that the sum's expert order is not the choice order).
-std::vector<std::int32_t> choose_experts(std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
-                                         std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<std::int32_t> pick(3, static_cast<std::int32_t>(experts - 2));
-  std::vector<std::int32_t> out;
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    std::vector<std::int32_t> chosen = {2};
-    if (t == 0) chosen.push_back(1);
-    while (static_cast<std::int64_t>(chosen.size()) < top_k) {
-      const std::int32_t e = pick(rng);
-      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
-    }
-    std::shuffle(chosen.begin(), chosen.end(), rng);
-    out.insert(out.end(), chosen.begin(), chosen.end());
-  }
-  return out;
-}
-
 void test_moe_experts(gpu_test::results& r) {
-  struct experts_case {
-    weight_format format;
-    std::int64_t group;  // int4 only
-    std::int64_t hidden, inter;
-  };
-  // Odd widths (rows that are not whole 16-byte chunks, x rows that are not 16-byte aligned)
-  // for the plain formats and fp8; int4 in groups of 16 (per-weight scales), 32 and 128.
-  const std::vector<experts_case> cases = {
-      {weight_format::f32, 0, 97, 54},        {weight_format::bf16, 0, 97, 54},
-      {weight_format::bf16, 0, 256, 96},      {weight_format::fp8_e4m3, 0, 97, 54},
-      {weight_format::fp8_e4m3, 0, 256, 96},  {weight_format::int4, 16, 96, 48},
-      {weight_format::int4, 32, 160, 96},     {weight_format::int4, 128, 256, 384},
-  };
-  const std::int64_t num_experts = 16;
-  const std::int64_t top_k = 4;
-  std::vector<bool> with_weights(num_experts, true);
-  with_weights[num_experts - 1] = false;
-  for (const experts_case& c : cases) {
-    for (const bool stacked : {true, false}) {
-      const device_experts set = make_experts(c.format, c.group, c.hidden, c.inter, with_weights, stacked);
-      device_array<moe_expert_weights> d_matrices(set.device);
-      for (const std::int64_t tokens : {1, 7, 97}) {
-        if (quick && tokens == 97) continue;
-        // Strided x and out at 7 tokens; packed rows otherwise.
-        const std::int64_t x_stride = tokens == 7 ? c.hidden + 5 : c.hidden;
-        const std::int64_t out_stride = tokens == 7 ? c.hidden + 3 : c.hidden;
-        const auto x = random_floats(static_cast<std::size_t>(tokens * x_stride), 50, -2.0f, 2.0f);
-        const auto out0 = random_floats(static_cast<std::size_t>(tokens * out_stride), 51);
-        const auto experts = choose_experts(tokens, top_k, num_experts, 52);
-        const auto weights = random_floats(experts.size(), 53, 0.1f, 1.0f);
-        const std::int64_t workspace_floats =
-            moe_experts_workspace_floats(tokens, top_k, num_experts, c.hidden, c.inter);
+  std::uint32_t seed = 50;
+  for (const kernel_cases::experts_case& c : kernel_cases::moe_experts_cases()) {
+    if (quick && !c.quick) continue;
+    const kernel_cases::experts_problem set = kernel_cases::make_experts_problem(c, seed += 100);
+    const std::int64_t num_experts = c.experts;
+    const std::int64_t top_k = c.top_k;
+    const device_experts uploaded = upload_experts(set);
+    // The GPU multiplies in f32, and so does the CPU but for INT4 in groups of 32 or more, whose
+    // activations its integer dot products round to int8: there the GPU is held to the double
+    // reference instead, at the same tolerance.
+    const bool cpu_int8 = c.format == weight_format::int4 && set.group >= 32 && cpu::quantized_activations();
+    for (const std::int64_t tokens : c.tokens) {
+      if (quick && tokens > 7) continue;
+      // Strided x and out at 7 tokens; packed rows otherwise.
+      const std::int64_t x_stride = tokens == 7 ? c.hidden + 5 : c.hidden;
+      const std::int64_t out_stride = tokens == 7 ? c.hidden + 3 : c.hidden;
+      const kernel_cases::experts_batch b = kernel_cases::make_experts_batch(set, tokens, x_stride, out_stride, ++seed);
+      // Every token in double (experts_error's spread, and the reference where the CPU's is not
+      // f32); at 7 tokens also with two choices' weights 0, which the ids outside the set below get.
+      kernel_cases::experts_batch zeroed = b;
+      if (tokens == 7) {
+        zeroed.weights[5] = 0.0f;
+        zeroed.weights[2] = 0.0f;
+      }
+      const auto exact_of = [&](const kernel_cases::experts_batch& batch) {
+        std::vector<kernel_cases::experts_reference> out(static_cast<std::size_t>(tokens));
+        pool_ptr->parallel_for(0, static_cast<std::size_t>(tokens), 1, [&](std::size_t begin, std::size_t end) {
+          for (std::size_t t = begin; t < end; ++t) {
+            out[t] = kernel_cases::reference_experts_token(set, batch, static_cast<std::int64_t>(t));
+          }
+        });
+        return out;
+      };
+      const std::vector<kernel_cases::experts_reference> exact = exact_of(b);
+      const std::vector<kernel_cases::experts_reference> exact_zeroed =
+          tokens == 7 ? exact_of(zeroed) : std::vector<kernel_cases::experts_reference>{};
+      // The largest experts_error of the GPU's output against the CPU's (or the double one).
+      const auto worst_against = [&](const std::vector<float>& got, const std::vector<float>& cpu_out,
+                                     const std::vector<kernel_cases::experts_reference>& refs) {
+        double worst = 0.0;
+        for (std::int64_t t = 0; t < tokens; ++t) {
+          const kernel_cases::experts_reference& ref = refs[static_cast<std::size_t>(t)];
+          for (std::int64_t d = 0; d < c.hidden; ++d) {
+            const auto at = static_cast<std::size_t>(t * out_stride + d);
+            const double want = cpu_int8 ? ref.out[static_cast<std::size_t>(d)] : cpu_out[at];
+            worst = std::max(worst, kernel_cases::experts_error(got[at], want, ref.spread[static_cast<std::size_t>(d)],
+                                                                std::fabs(b.out0[at])));
+          }
+        }
+        return worst;
+      };
+      const std::int64_t workspace_floats = moe_experts_workspace_floats(tokens, top_k, num_experts, c.hidden, c.inter);
+      for (const bool stacked : {true, false}) {
+        const std::vector<moe_expert_weights> host_views = set.views(stacked);
+        device_array<moe_expert_weights> d_matrices(stacked ? uploaded.stacked : uploaded.apart);
         moe_experts_params p{.tokens = tokens, .top_k = top_k, .num_experts = num_experts, .hidden = c.hidden,
                              .intermediate = c.inter, .x_stride = x_stride, .out_stride = out_stride,
                              .workspace_floats = workspace_floats};
 
-        std::vector<float> cpu_out = out0;
-        std::vector<std::int32_t> cpu_counts(num_experts, -1);
+        std::vector<float> cpu_out = b.out0;
+        std::vector<std::int32_t> cpu_counts(static_cast<std::size_t>(num_experts), -1);
         std::vector<float> workspace(static_cast<std::size_t>(workspace_floats));
-        p.x = x.data();
-        p.experts = experts.data();
-        p.weights = weights.data();
-        p.matrices = set.host.data();
+        p.x = b.x.data();
+        p.experts = b.experts.data();
+        p.weights = b.weights.data();
+        p.matrices = host_views.data();
         p.out = cpu_out.data();
         p.expert_tokens = cpu_counts.data();
         p.workspace = workspace.data();
         gpu_test::check_ok(run_moe_experts(p, cpu()), "cpu moe experts");
 
-        device_array<float> d_x(x);
-        device_array<std::int32_t> d_experts(experts);
-        device_array<float> d_weights(weights);
-        device_array<float> d_out(out0);
+        device_array<float> d_x(b.x);
+        device_array<std::int32_t> d_experts(b.experts);
+        device_array<float> d_weights(b.weights);
+        device_array<float> d_out(b.out0);
         device_array<std::int32_t> d_counts(static_cast<std::size_t>(num_experts));
         device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
         p.x = d_x.get();
@@ -996,24 +751,19 @@ void test_moe_experts(gpu_test::results& r) {
         gpu_test::check_ok(run_moe_experts(p, gpu()), "gpu moe experts");
         sync();
         const auto gpu_out = d_out.download();
-        // Relative to the largest contribution of the case (f32 products summed in another
-        // order in each of the three matmuls).
-        double largest = 0.0;
-        for (std::size_t i = 0; i < out0.size(); ++i) {
-          largest = std::max(largest, std::fabs(static_cast<double>(cpu_out[i]) - out0[i]));
-        }
-        const std::string what =
-            format("moe experts {}{} hidden {} inter {} tokens {} {}{}", to_string(c.format),
-                   c.format == weight_format::int4 ? format(" g{}", c.group) : std::string(), c.hidden, c.inter,
-                   tokens, stacked ? "stacked" : "gate/up apart", x_stride != c.hidden ? " strided" : "");
-        r.check(what + " (relative to the largest contribution)", max_abs_diff(cpu_out, gpu_out) / (largest + 1e-30),
-                1e-4);
+        const std::string what = format("moe experts {} {}{} hidden {} inter {} top {} of {} tokens {} {}{}", c.shape,
+                                        to_string(c.format),
+                                        c.format == weight_format::int4 ? format(" g{}", set.group) : std::string(),
+                                        c.hidden, c.inter, top_k, num_experts, tokens,
+                                        stacked ? "stacked" : "gate/up apart", x_stride != c.hidden ? " strided" : "");
+        r.check(what + (cpu_int8 ? " (/ spread, against double)" : " (/ spread)"), worst_against(gpu_out, cpu_out, exact),
+                kernel_cases::experts_f32_tolerance);
         r.expect(what + ": tokens per expert", d_counts.download() == cpu_counts);
 
         if (tokens != 7) continue;
         // The same call captured in a CUDA graph (nothing in it waits for the device) and
         // replayed gives the same bits as the eager call.
-        d_out.upload(out0);
+        d_out.upload(b.out0);
         cudaGraph_t graph = nullptr;
         cudaGraphExec_t exec = nullptr;
         gpu_test::check_cuda(cudaStreamBeginCapture(cuda_stream, cudaStreamCaptureModeThreadLocal), "begin capture");
@@ -1029,22 +779,19 @@ void test_moe_experts(gpu_test::results& r) {
         cudaGraphDestroy(graph);
 
         // An expert id outside the set adds nothing: the CPU's sum with that pair's weight 0.
-        auto broken = experts;
+        auto broken = b.experts;
         broken[5] = static_cast<std::int32_t>(num_experts);
         broken[2] = -1;
-        auto zeroed = weights;
-        zeroed[5] = 0.0f;
-        zeroed[2] = 0.0f;
-        std::vector<float> cpu_zeroed = out0;
-        p.x = x.data();
-        p.experts = experts.data();
-        p.weights = zeroed.data();
+        std::vector<float> cpu_zeroed = b.out0;
+        p.x = b.x.data();
+        p.experts = b.experts.data();
+        p.weights = zeroed.weights.data();
         p.out = cpu_zeroed.data();
         p.expert_tokens = nullptr;
         p.workspace = workspace.data();
         p.device_matrices = nullptr;
         gpu_test::check_ok(run_moe_experts(p, cpu()), "cpu moe experts, zero weights");
-        d_out.upload(out0);
+        d_out.upload(b.out0);
         d_experts.upload(broken);
         p.x = d_x.get();
         p.experts = d_experts.get();
@@ -1054,392 +801,150 @@ void test_moe_experts(gpu_test::results& r) {
         p.device_matrices = d_matrices.get();
         gpu_test::check_ok(run_moe_experts(p, gpu()), "gpu moe experts, ids outside the set");
         sync();
-        r.check(what + ": expert ids outside the set left out (relative)",
-                max_abs_diff(cpu_zeroed, d_out.download()) / (largest + 1e-30), 1e-4);
+        r.check(what + ": expert ids outside the set left out (/ spread)",
+                worst_against(d_out.download(), cpu_zeroed, exact_zeroed), kernel_cases::experts_f32_tolerance);
       }
     }
   }
   // No tokens: nothing runs, and every count is 0.
-  const device_experts set = make_experts(weight_format::bf16, 0, 64, 32, with_weights, true);
-  device_array<moe_expert_weights> d_matrices(set.device);
-  device_array<std::int32_t> d_counts(std::vector<std::int32_t>(num_experts, -1));
-  const std::int64_t no_tokens_floats = moe_experts_workspace_floats(0, top_k, num_experts, 64, 32);
+  const kernel_cases::experts_problem set =
+      kernel_cases::make_experts_problem({"no tokens", weight_format::bf16, 64, 32}, 90);
+  const device_experts uploaded = upload_experts(set);
+  const std::vector<moe_expert_weights> host_views = set.views(true);
+  const std::int64_t num_experts = set.c.experts;
+  device_array<moe_expert_weights> d_matrices(uploaded.stacked);
+  device_array<std::int32_t> d_counts(std::vector<std::int32_t>(static_cast<std::size_t>(num_experts), -1));
+  const std::int64_t no_tokens_floats = moe_experts_workspace_floats(0, set.c.top_k, num_experts, 64, 32);
   device_array<float> d_workspace(static_cast<std::size_t>(no_tokens_floats));
-  gpu_test::check_ok(run_moe_experts({.x = nullptr, .experts = nullptr, .weights = nullptr, .matrices = set.host.data(),
-                                      .out = nullptr, .expert_tokens = d_counts.get(), .tokens = 0, .top_k = top_k,
+  gpu_test::check_ok(run_moe_experts({.x = nullptr, .experts = nullptr, .weights = nullptr, .matrices = host_views.data(),
+                                      .out = nullptr, .expert_tokens = d_counts.get(), .tokens = 0, .top_k = set.c.top_k,
                                       .num_experts = num_experts, .hidden = 64, .intermediate = 32, .x_stride = 64,
                                       .out_stride = 64, .workspace = d_workspace.get(),
-                                      .workspace_floats = no_tokens_floats,
-                                      .device_matrices = d_matrices.get()},
+                                      .workspace_floats = no_tokens_floats, .device_matrices = d_matrices.get()},
                                      gpu()),
                      "gpu moe experts, no tokens");
   sync();
-  r.expect("moe experts, no tokens: every count 0", d_counts.download() == std::vector<std::int32_t>(num_experts, 0));
+  r.expect("moe experts, no tokens: every count 0",
+           d_counts.download() == std::vector<std::int32_t>(static_cast<std::size_t>(num_experts), 0));
 }
 
 // ---- MLA attention and DSA selection -------------------------------------------------------
 
-// A paged cache of one row of `width` values per position (MLA latent rows, or DSA index keys)
-// holding sequences of the given contexts, written by the CPU writer from random rows into
-// blocks handed out in a shuffled order; the tables ragged, as the executor stages them.
-struct paged_rows {
-  dtype type = dtype::f32;
-  std::int64_t width = 0;
-  std::int64_t block_size = 0;
-  std::int64_t num_blocks = 0;
-  std::vector<std::uint8_t> cache;    // [num_blocks, block_size, width] of type
-  std::vector<float> scales;          // [num_blocks, block_size] (fp8)
-  std::vector<std::int32_t> tables;   // [table_begin[sequences]]
-  std::vector<std::int32_t> table_begin;
-
-  std::int64_t row(std::int64_t seq, std::int64_t position) const {
-    return static_cast<std::int64_t>(tables[static_cast<std::size_t>(table_begin[static_cast<std::size_t>(seq)] +
-                                                                      position / block_size)]) *
-               block_size +
-           position % block_size;
-  }
-  // Element d of a position's row as the kernels read it (decoded, times the row's scale).
-  double value(std::int64_t seq, std::int64_t position, std::int64_t d) const {
-    const std::int64_t r = row(seq, position);
-    const auto i = static_cast<std::size_t>(r * width + d);
-    double v = 0.0;
-    if (type == dtype::f32) {
-      float f = 0.0f;
-      std::memcpy(&f, &cache[i * 4], 4);
-      v = f;
-    } else if (type == dtype::bf16 || type == dtype::f16) {
-      std::uint16_t bits = 0;
-      std::memcpy(&bits, &cache[i * 2], 2);
-      v = type == dtype::bf16 ? bf16_to_float(bits) : fp16_to_float(bits);
-    } else {
-      v = fp8_e4m3_to_float(cache[i]);
-    }
-    return kv_cache_scaled(type) ? v * scales[static_cast<std::size_t>(r)] : v;
-  }
-};
-
-paged_rows make_paged_rows(const std::vector<std::int64_t>& contexts, std::int64_t width, std::int64_t block_size,
-                           dtype type, std::uint32_t seed) {
-  paged_rows p;
-  p.type = type;
-  p.width = width;
-  p.block_size = block_size;
-  std::int64_t total_blocks = 0;
-  std::int64_t positions = 0;
-  for (const std::int64_t c : contexts) {
-    total_blocks += (c + block_size - 1) / block_size;
-    positions += c;
-  }
-  p.num_blocks = total_blocks + 3;
-  std::vector<std::int32_t> order(static_cast<std::size_t>(p.num_blocks));
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937 rng(seed);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::size_t next = 0;
-  for (const std::int64_t c : contexts) {
-    p.table_begin.push_back(static_cast<std::int32_t>(p.tables.size()));
-    for (std::int64_t b = 0; b < (c + block_size - 1) / block_size; ++b) p.tables.push_back(order[next++]);
-  }
-  p.table_begin.push_back(static_cast<std::int32_t>(p.tables.size()));
-  std::vector<std::int64_t> slots;
-  for (std::size_t s = 0; s < contexts.size(); ++s) {
-    for (std::int64_t q = 0; q < contexts[s]; ++q) slots.push_back(p.row(static_cast<std::int64_t>(s), q));
-  }
-  const auto rows = random_floats(static_cast<std::size_t>(positions * width), seed + 1, -2.0f, 2.0f);
-  p.cache.assign(static_cast<std::size_t>(p.num_blocks * block_size * width) * dtype_size(type), 0);
-  p.scales.assign(static_cast<std::size_t>(p.num_blocks * block_size), 0.0f);
-  gpu_test::check_ok(run_kv_cache_write({.k = rows.data(), .v = nullptr, .k_cache = p.cache.data(), .v_cache = nullptr,
-                                         .k_scales = kv_cache_scaled(type) ? p.scales.data() : nullptr, .kv_type = type,
-                                         .slots = slots.data(), .tokens = positions, .num_kv_heads = 1,
-                                         .head_dim = width, .block_size = block_size, .num_blocks = p.num_blocks,
-                                         .kv_stride = width},
-                                        cpu()),
-                     "cpu kv write (rows)");
-  return p;
-}
-
-// A batch of query tokens over the sequences of a paged_rows: one decode token at the last
-// position of each sequence but the last, whose last `chunk` positions are a prefill run.
-struct query_batch {
-  std::vector<std::int32_t> seq, pos;
-};
-query_batch make_queries(const std::vector<std::int64_t>& contexts, std::int64_t chunk) {
-  query_batch b;
-  for (std::size_t s = 0; s + 1 < contexts.size(); ++s) {
-    b.seq.push_back(static_cast<std::int32_t>(s));
-    b.pos.push_back(static_cast<std::int32_t>(contexts[s] - 1));
-  }
-  for (std::int64_t i = 0; i < chunk; ++i) {
-    b.seq.push_back(static_cast<std::int32_t>(contexts.size() - 1));
-    b.pos.push_back(static_cast<std::int32_t>(contexts.back() - chunk + i));
-  }
-  return b;
-}
-
 void test_mla_attention(gpu_test::results& r) {
-  struct mla_shape {
-    std::int64_t latent, rope, heads;
-  };
-  // The tiny test models' row; DeepSeek-V3's (Kimi K2 and GLM-5: 64 heads, DeepSeek-V3: 128),
-  // also with a band of 20 heads (a partial band of 64 on tensor cores, of 16 in f32); and an
-  // awkward row (184 floats: 46 float4s, padded to 47 in shared memory).
-  std::vector<mla_shape> shapes = {{32, 8, 4}, {512, 64, 64}, {512, 64, 128}, {512, 64, 20}, {160, 24, 20}};
-  if (quick) shapes = {{32, 8, 4}, {512, 64, 64}};
-  constexpr std::int64_t nope = 3;  // q_rope lies in q rows of nope + rope per head, as forward.cpp's
-  constexpr std::int64_t select_k = 40;
-  for (const mla_shape& sh : shapes) {
-    const std::int64_t width = sh.latent + sh.rope;
-    for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
-      if (quick && type == dtype::f16) continue;
-      for (const std::int64_t block_size : {16, 64}) {
-        if (quick && block_size == 64) continue;
-        // Decode at 1, 17 and 300 positions (4096 too on tensor cores: many tiles and splits),
-        // and a prefill run of 13 tokens ending at position 76.
-        std::vector<std::int64_t> contexts = {1, 17, 300, 77};
-        if (!quick && cuda_mla_uses_tensor_cores(type, sh.latent, sh.rope)) contexts.insert(contexts.begin() + 3, 4096);
-        const paged_rows cache = make_paged_rows(contexts, width, block_size, type, 70);
-        const query_batch batch = make_queries(contexts, 13);
-        const auto tokens = static_cast<std::int64_t>(batch.seq.size());
-        const std::int64_t q_stride = sh.heads * sh.latent;
-        const std::int64_t rope_head_stride = nope + sh.rope;
-        const std::int64_t rope_stride = sh.heads * rope_head_stride;
-        const auto q_latent = random_floats(static_cast<std::size_t>(tokens * q_stride), 71);
-        const auto q_full = random_floats(static_cast<std::size_t>(tokens * rope_stride), 72);
-        // A selection: select_k positions at random (ascending) for each token with more, else 0.
-        std::vector<std::int32_t> selected(static_cast<std::size_t>(tokens * select_k), -1);
-        std::vector<std::int32_t> counts(static_cast<std::size_t>(tokens), 0);
-        std::mt19937 rng(73);
+  std::uint32_t seed = 70;
+  for (const kernel_cases::mla_case& c : kernel_cases::mla_attention_cases()) {
+    if (quick && !c.quick) continue;
+    const kernel_cases::mla_problem p = kernel_cases::make_mla_problem(c, seed += 5, cpu());
+    const std::int64_t tokens = p.tokens;
+    const std::int64_t workspace_floats = mla_attention_workspace_floats(tokens, c.heads, c.latent);
+    device_array<std::uint8_t> d_cache(p.cache.cache);
+    device_array<float> d_scales(p.cache.scales), d_q_latent(p.q_latent), d_q_full(p.q_full);
+    device_array<std::int32_t> d_seq(p.batch.seq), d_pos(p.batch.pos), d_tables(p.cache.tables),
+        d_table_begin(p.cache.table_begin), d_selected(p.selected), d_counts(p.counts);
+    device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
+    const bool tensor_cores = cuda_mla_uses_tensor_cores(c.kv, c.latent, c.rope);
+    for (const bool select : {false, true}) {
+      std::vector<float> want(p.q_latent.size());
+      gpu_test::check_ok(run_mla_attention(p.params(want.data(), select), cpu()), "cpu mla attention");
+      // The metric's denominators: the largest |c| each token attends.
+      const std::vector<double> c_max = kernel_cases::mla_attended_max(p, select);
+      for (int mode = 0; mode < 3; ++mode) {
+        // 0: a block per (token, band); 1: split-K; 2: split-K in place (out = q_latent).
+        const bool split = mode >= 1;
+        const bool in_place = mode == 2;
+        device_array<float> d_out(in_place ? p.q_latent : std::vector<float>(p.q_latent.size(), NAN));
+        mla_attention_params g = p.params(d_out.get(), select);
+        g.q_latent = in_place ? d_out.get() : d_q_latent.get();
+        g.q_rope = d_q_full.get() + kernel_cases::mla_problem::nope;
+        g.cache = d_cache.get();
+        g.scales = p.cache.scaled() ? d_scales.get() : nullptr;
+        g.seq = d_seq.get();
+        g.pos = d_pos.get();
+        g.block_tables = d_tables.get();
+        g.table_begin = d_table_begin.get();
+        g.selected = select ? d_selected.get() : nullptr;
+        g.selected_count = select ? d_counts.get() : nullptr;
+        g.workspace = split ? d_workspace.get() : nullptr;
+        g.workspace_floats = split ? workspace_floats : 0;
+        gpu_test::check_ok(run_mla_attention(g, gpu()), "gpu mla attention");
+        sync();
+        const auto got = d_out.download();
+        double worst = 0.0;
         for (std::int64_t t = 0; t < tokens; ++t) {
-          const std::int32_t pos = batch.pos[static_cast<std::size_t>(t)];
-          if (pos + 1 <= select_k) continue;
-          std::vector<std::int32_t> all(static_cast<std::size_t>(pos + 1));
-          std::iota(all.begin(), all.end(), 0);
-          std::shuffle(all.begin(), all.end(), rng);
-          all.resize(static_cast<std::size_t>(select_k));
-          std::sort(all.begin(), all.end());
-          std::copy(all.begin(), all.end(), selected.begin() + t * select_k);
-          counts[static_cast<std::size_t>(t)] = static_cast<std::int32_t>(select_k);
-        }
-        const bool scaled = kv_cache_scaled(type);
-        const float scale = 2.0f / std::sqrt(static_cast<float>(width));
-        mla_attention_params p{.kv_type = type, .select_stride = select_k, .tokens = tokens, .num_heads = sh.heads,
-                               .latent_dim = sh.latent, .rope_dim = sh.rope, .block_size = block_size,
-                               .num_blocks = cache.num_blocks, .q_latent_stride = q_stride,
-                               .q_rope_stride = rope_stride, .q_rope_head_stride = rope_head_stride,
-                               .out_stride = q_stride, .scale = scale};
-        device_array<std::uint8_t> d_cache(cache.cache);
-        device_array<float> d_scales(cache.scales), d_q_latent(q_latent), d_q_full(q_full);
-        device_array<std::int32_t> d_seq(batch.seq), d_pos(batch.pos), d_tables(cache.tables),
-            d_table_begin(cache.table_begin), d_selected(selected), d_counts(counts);
-        const std::int64_t workspace_floats = mla_attention_workspace_floats(tokens, sh.heads, sh.latent);
-        device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
-        const bool tensor_cores = cuda_mla_uses_tensor_cores(type, sh.latent, sh.rope);
-        for (const bool select : {false, true}) {
-          std::vector<float> want(q_latent.size());
-          p.q_latent = q_latent.data();
-          p.q_rope = q_full.data() + nope;
-          p.out = want.data();
-          p.cache = cache.cache.data();
-          p.scales = scaled ? cache.scales.data() : nullptr;
-          p.seq = batch.seq.data();
-          p.pos = batch.pos.data();
-          p.block_tables = cache.tables.data();
-          p.table_begin = cache.table_begin.data();
-          p.selected = select ? selected.data() : nullptr;
-          p.selected_count = select ? counts.data() : nullptr;
-          p.workspace = nullptr;
-          p.workspace_floats = 0;
-          gpu_test::check_ok(run_mla_attention(p, cpu()), "cpu mla attention");
-          for (int mode = 0; mode < 3; ++mode) {
-            // 0: a block per (token, band); 1: split-K; 2: split-K in place (out = q_latent).
-            const bool split = mode >= 1;
-            const bool in_place = mode == 2;
-            device_array<float> d_out(in_place ? q_latent : std::vector<float>(q_latent.size(), NAN));
-            p.q_latent = in_place ? d_out.get() : d_q_latent.get();
-            p.q_rope = d_q_full.get() + nope;
-            p.out = d_out.get();
-            p.cache = d_cache.get();
-            p.scales = scaled ? d_scales.get() : nullptr;
-            p.seq = d_seq.get();
-            p.pos = d_pos.get();
-            p.block_tables = d_tables.get();
-            p.table_begin = d_table_begin.get();
-            p.selected = select ? d_selected.get() : nullptr;
-            p.selected_count = select ? d_counts.get() : nullptr;
-            p.workspace = split ? d_workspace.get() : nullptr;
-            p.workspace_floats = split ? workspace_floats : 0;
-            gpu_test::check_ok(run_mla_attention(p, gpu()), "gpu mla attention");
-            sync();
-            // Outputs are weighted means of latents (|c| <= 2): in f32, 4e-5 covers the order of
-            // the sums and the exponentials; on tensor cores the queries and the weights are
-            // rounded to bf16 (2^-9 each, on scores of about a unit), so 2^-5.
-            r.check(format("mla_attention {} latent {} rope {} heads {} block {} {}{}{} (abs, |c| <= 2)",
-                           to_string(type), sh.latent, sh.rope, sh.heads, block_size,
-                           mode == 0 ? "one block per band" : (in_place ? "split-k, in place" : "split-k"),
-                           select ? ", selection" : "", tensor_cores ? ", tensor cores" : ""),
-                    max_abs_diff(want, d_out.download()), tensor_cores ? 1.0 / 32.0 : 4e-5);
+          for (std::int64_t i = 0; i < c.heads * c.latent; ++i) {
+            const auto at = static_cast<std::size_t>(t * c.heads * c.latent + i);
+            worst = std::max(worst, kernel_cases::mla_error(got[at], want[at], c_max[static_cast<std::size_t>(t)]));
           }
         }
+        r.check(format("mla_attention {} {} latent {} rope {} heads {} block {} {}{}{} (/ max |c|)", c.shape,
+                       to_string(c.kv), c.latent, c.rope, c.heads, c.block_size,
+                       mode == 0 ? "one block per band" : (in_place ? "split-k, in place" : "split-k"),
+                       select ? ", selection" : "", tensor_cores ? ", tensor cores" : ""),
+                worst, tensor_cores ? kernel_cases::mla_tensor_core_tolerance : kernel_cases::mla_f32_tolerance);
       }
     }
   }
-}
-
-// The DSA scores of token t in double, and for each the sum of the magnitudes it adds
-// (Σ_h |w_h| Σ_d |q_d k_d| over the heads whose dot product is positive): the scale of its
-// rounding error in f32.
-struct exact_scores {
-  std::vector<double> score, magnitude;
-};
-exact_scores dsa_exact(const paged_rows& keys, const std::vector<float>& q, const std::vector<float>& weights,
-                       std::int64_t heads, std::int64_t dim, double weight_scale, std::int64_t seq, std::int64_t pos,
-                       std::int64_t t) {
-  exact_scores e;
-  for (std::int64_t s = 0; s <= pos; ++s) {
-    double score = 0.0;
-    double magnitude = 0.0;
-    for (std::int64_t h = 0; h < heads; ++h) {
-      double dot = 0.0;
-      double abs_dot = 0.0;
-      for (std::int64_t d = 0; d < dim; ++d) {
-        const double term = static_cast<double>(q[static_cast<std::size_t>((t * heads + h) * dim + d)]) * keys.value(seq, s, d);
-        dot += term;
-        abs_dot += std::fabs(term);
-      }
-      const double w = weights[static_cast<std::size_t>(t * heads + h)];
-      if (dot > 0.0) {
-        score += w * dot;
-        magnitude += std::fabs(w) * abs_dot;
-      }
-    }
-    e.score.push_back(score * weight_scale);
-    e.magnitude.push_back(magnitude * weight_scale);
-  }
-  return e;
-}
-
-// Whether the choice of top_k among these scores has a near tie that f32 rounding may break
-// either way: the top_k-th and the next best (in double) within 1e-5 of their magnitudes.
-bool selection_near_tie(const exact_scores& e, std::int64_t top_k) {
-  std::vector<std::int32_t> order(e.score.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    const double sa = e.score[static_cast<std::size_t>(a)];
-    const double sb = e.score[static_cast<std::size_t>(b)];
-    return sa > sb || (sa == sb && a < b);
-  });
-  const auto last = static_cast<std::size_t>(order[static_cast<std::size_t>(top_k - 1)]);
-  const auto next = static_cast<std::size_t>(order[static_cast<std::size_t>(top_k)]);
-  const double magnitude = std::max(e.magnitude[last], e.magnitude[next]);
-  // Scores of heads that are all negative are exact zeros on both devices: no tie to break.
-  return magnitude > 0.0 && std::fabs(e.score[last] - e.score[next]) <= 1e-5 * magnitude;
 }
 
 void test_dsa_select(gpu_test::results& r) {
-  struct dsa_shape {
-    std::int64_t heads, dim, top_k;
-  };
-  // The tiny GLM-5 model's indexer (8 heads of 16, keeping 8); GLM-5's (32 heads of 128) and
-  // DeepSeek-V3.2's (64 of 128), keeping 2048 and an awkward 100.
-  std::vector<dsa_shape> shapes = {{8, 16, 8}, {32, 128, 2048}, {64, 128, 2048}, {64, 128, 100}};
-  if (quick) shapes = {{8, 16, 8}, {64, 128, 100}};
-  for (const dsa_shape& sh : shapes) {
-    for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
-      if (quick && type == dtype::f16) continue;
-      for (const std::int64_t block_size : {16, 64}) {
-        if (quick && block_size == 64) continue;
-        // Decode at 1, 17, 300, 2100 and 9000 positions, and a prefill run of 8 tokens ending at
-        // position 2052 (the first of them within top_k 2048, the rest past it).
-        std::vector<std::int64_t> contexts = {1, 17, 300, 2100, 9000, 2053};
-        if (quick) contexts = {1, 17, 300, 130};
-        const paged_rows keys = make_paged_rows(contexts, sh.dim, block_size, type, 80);
-        const query_batch batch = make_queries(contexts, quick ? 4 : 8);
-        const auto tokens = static_cast<std::int64_t>(batch.seq.size());
-        const auto q = random_floats(static_cast<std::size_t>(tokens * sh.heads * sh.dim), 81);
-        // Head weights with both signs, a strided view (weights_proj's columns of a wider row).
-        const std::int64_t weights_stride = sh.heads + 5;
-        const auto strided_weights = random_floats(static_cast<std::size_t>(tokens * weights_stride), 82);
-        std::vector<float> weights(static_cast<std::size_t>(tokens * sh.heads));
-        for (std::int64_t t = 0; t < tokens; ++t) {
-          for (std::int64_t h = 0; h < sh.heads; ++h) {
-            weights[static_cast<std::size_t>(t * sh.heads + h)] = strided_weights[static_cast<std::size_t>(t * weights_stride + h)];
-          }
+  std::uint32_t seed = 80;
+  for (const kernel_cases::dsa_case& c : kernel_cases::dsa_select_cases()) {
+    if (quick && !c.quick) continue;
+    const kernel_cases::dsa_problem p = kernel_cases::make_dsa_problem(c, seed += 5, cpu());
+    const std::int64_t tokens = p.tokens;
+    const std::int64_t longest = p.longest();
+    std::vector<std::int32_t> cpu_selected(static_cast<std::size_t>(tokens * c.top_k), -1);
+    std::vector<std::int32_t> cpu_counts(static_cast<std::size_t>(tokens), -1);
+    gpu_test::check_ok(run_dsa_select(p.params(cpu_selected.data(), cpu_counts.data()), cpu()), "cpu dsa select");
+    device_array<float> d_q(p.q), d_weights(p.weights), d_scales(p.keys.scales);
+    device_array<std::uint8_t> d_keys(p.keys.cache);
+    device_array<std::int32_t> d_seq(p.batch.seq), d_pos(p.batch.pos), d_tables(p.keys.tables),
+        d_table_begin(p.keys.table_begin);
+    // The whole batch's scores at once, and 3 tokens' at a time (several chunks).
+    for (const std::int64_t chunk : {tokens, std::int64_t{3}}) {
+      if (quick && chunk != tokens) continue;
+      const std::int64_t workspace_floats = dsa_select_workspace_floats(chunk, longest);
+      device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
+      device_array<std::int32_t> d_selected(std::vector<std::int32_t>(cpu_selected.size(), -1));
+      device_array<std::int32_t> d_counts(std::vector<std::int32_t>(cpu_counts.size(), -1));
+      dsa_select_params g = p.params(d_selected.get(), d_counts.get());
+      g.q = d_q.get();
+      g.head_weights = d_weights.get();
+      g.key_cache = d_keys.get();
+      g.key_scales = p.keys.scaled() ? d_scales.get() : nullptr;
+      g.seq = d_seq.get();
+      g.pos = d_pos.get();
+      g.block_tables = d_tables.get();
+      g.table_begin = d_table_begin.get();
+      g.workspace = d_workspace.get();
+      g.workspace_floats = workspace_floats;
+      g.workspace_context = longest;
+      gpu_test::check_ok(run_dsa_select(g, gpu()), "gpu dsa select");
+      sync();
+      const auto gpu_selected = d_selected.download();
+      const auto gpu_counts = d_counts.download();
+      int unexplained = 0;
+      int differing = 0;
+      for (std::int64_t t = 0; t < tokens; ++t) {
+        const auto at = static_cast<std::ptrdiff_t>(t * c.top_k);
+        const std::int32_t count = cpu_counts[static_cast<std::size_t>(t)];
+        if (gpu_counts[static_cast<std::size_t>(t)] != count) {
+          ++differing;
+          ++unexplained;
+          continue;
         }
-        const float weight_scale = 1.0f / std::sqrt(static_cast<float>(sh.heads * sh.dim));
-        const std::int64_t longest = *std::max_element(contexts.begin(), contexts.end());
-        const bool scaled = kv_cache_scaled(type);
-        dsa_select_params p{.weight_scale = weight_scale, .kv_type = type, .tokens = tokens, .index_heads = sh.heads,
-                            .index_dim = sh.dim, .top_k = sh.top_k, .block_size = block_size,
-                            .num_blocks = keys.num_blocks, .q_stride = sh.heads * sh.dim,
-                            .weights_stride = weights_stride};
-        std::vector<std::int32_t> cpu_selected(static_cast<std::size_t>(tokens * sh.top_k), -1);
-        std::vector<std::int32_t> cpu_counts(static_cast<std::size_t>(tokens), -1);
-        p.q = q.data();
-        p.head_weights = strided_weights.data();
-        p.key_cache = keys.cache.data();
-        p.key_scales = scaled ? keys.scales.data() : nullptr;
-        p.seq = batch.seq.data();
-        p.pos = batch.pos.data();
-        p.block_tables = keys.tables.data();
-        p.table_begin = keys.table_begin.data();
-        p.selected = cpu_selected.data();
-        p.selected_count = cpu_counts.data();
-        gpu_test::check_ok(run_dsa_select(p, cpu()), "cpu dsa select");
-        device_array<float> d_q(q), d_weights(strided_weights), d_scales(keys.scales);
-        device_array<std::uint8_t> d_keys(keys.cache);
-        device_array<std::int32_t> d_seq(batch.seq), d_pos(batch.pos), d_tables(keys.tables),
-            d_table_begin(keys.table_begin);
-        // The whole batch's scores at once, and 3 tokens' at a time (several chunks).
-        for (const std::int64_t chunk : {tokens, std::int64_t{3}}) {
-          if (quick && chunk != tokens) continue;
-          const std::int64_t workspace_floats = dsa_select_workspace_floats(chunk, longest);
-          device_array<float> d_workspace(static_cast<std::size_t>(workspace_floats));
-          device_array<std::int32_t> d_selected(std::vector<std::int32_t>(cpu_selected.size(), -1));
-          device_array<std::int32_t> d_counts(std::vector<std::int32_t>(cpu_counts.size(), -1));
-          p.q = d_q.get();
-          p.head_weights = d_weights.get();
-          p.key_cache = d_keys.get();
-          p.key_scales = scaled ? d_scales.get() : nullptr;
-          p.seq = d_seq.get();
-          p.pos = d_pos.get();
-          p.block_tables = d_tables.get();
-          p.table_begin = d_table_begin.get();
-          p.selected = d_selected.get();
-          p.selected_count = d_counts.get();
-          p.workspace = d_workspace.get();
-          p.workspace_floats = workspace_floats;
-          p.workspace_context = longest;
-          gpu_test::check_ok(run_dsa_select(p, gpu()), "gpu dsa select");
-          sync();
-          const auto gpu_selected = d_selected.download();
-          const auto gpu_counts = d_counts.download();
-          int unexplained = 0;
-          int differing = 0;
-          for (std::int64_t t = 0; t < tokens; ++t) {
-            const auto at = static_cast<std::ptrdiff_t>(t * sh.top_k);
-            const std::int32_t count = cpu_counts[static_cast<std::size_t>(t)];
-            if (gpu_counts[static_cast<std::size_t>(t)] != count) {
-              ++differing;
-              ++unexplained;
-              continue;
-            }
-            if (count == 0 ||
-                std::equal(cpu_selected.begin() + at, cpu_selected.begin() + at + count, gpu_selected.begin() + at)) {
-              continue;
-            }
-            ++differing;
-            const std::int64_t seq = batch.seq[static_cast<std::size_t>(t)];
-            const exact_scores e = dsa_exact(keys, q, weights, sh.heads, sh.dim, weight_scale, seq,
-                                             batch.pos[static_cast<std::size_t>(t)], t);
-            if (!selection_near_tie(e, sh.top_k)) ++unexplained;
-          }
-          r.check(format("dsa_select {} {} heads of {} top {} block {}{}: tokens whose choice differs away from a "
-                         "near tie ({} differ)",
-                         to_string(type), sh.heads, sh.dim, sh.top_k, block_size,
-                         chunk == tokens ? "" : ", 3 tokens at a time", differing),
-                  unexplained, 0.0);
+        if (count == 0 ||
+            std::equal(cpu_selected.begin() + at, cpu_selected.begin() + at + count, gpu_selected.begin() + at)) {
+          continue;
         }
+        ++differing;
+        if (!kernel_cases::reference_dsa_choice(kernel_cases::reference_dsa_scores(p, t), c.top_k).near_tie) ++unexplained;
       }
+      r.check(format("dsa_select {} {} {} heads of {} top {} block {}{}: tokens whose choice differs away from a "
+                     "near tie ({} differ)",
+                     c.shape, to_string(c.kv), c.heads, c.head_dim, c.top_k, c.block_size,
+                     chunk == tokens ? "" : ", 3 tokens at a time", differing),
+              unexplained, 0.0);
     }
   }
 }

@@ -28,6 +28,9 @@
 #include "edge/kernels/dtype.h"
 #include "edge/kernels/numerics.h"
 #include "edge/kernels/weight_format.h"
+#include "kernels/mla_attention/mla_attention.h"
+#include "kernels/moe_routing/moe_routing.h"
+#include "kernels/rope/rope.h"
 
 namespace edge::kernel_cases {
 
@@ -250,7 +253,7 @@ inline double attention_error(double o, double o_ref, double v_max) {
 inline constexpr double attention_f32_tolerance = 0x1p-13;
 inline constexpr double attention_tensor_core_tolerance = 0x1p-6;
 
-// ---- the other kernels ------------------------------------------------------------------------
+// ---- embedding, rmsnorm, rope, silu_mul --------------------------------------------------------
 
 struct embedding_case {
   dtype table;
@@ -267,7 +270,8 @@ inline std::vector<embedding_case> embedding_cases() {
 struct rows_case {
   std::int64_t rows, cols;
 };
-// rmsnorm (each with and without the residual add).
+// rmsnorm: each with and without the residual add, as a gather of rows, and (cols a multiple of
+// 64) as per-head norms of 64.
 inline std::vector<rows_case> rmsnorm_cases() {
   std::vector<rows_case> out;
   for (const std::int64_t rows : {1, 54, 97}) {
@@ -281,26 +285,42 @@ inline std::vector<rows_case> silu_mul_cases() {
 
 struct rope_case {
   std::int64_t head_dim, rotary_dim, heads;  // rotary_dim 0: all of head_dim
+  kernels::rope_pairs pairs;
+  std::int64_t tokens = 97;
 };
 inline std::vector<rope_case> rope_cases() {
   std::vector<rope_case> out;
   // 64: the rotary part of MLA's keys (Kimi K2, GLM-5); 128 with half of it rotated (GLM-4.5).
   for (const auto& [head_dim, rotary_dim] : {std::pair<std::int64_t, std::int64_t>{64, 0}, {128, 0}, {128, 64}}) {
-    for (const std::int64_t heads : {1, 8, 64}) out.push_back({head_dim, rotary_dim, heads});
+    for (const std::int64_t heads : {1, 8, 64}) {
+      for (const auto pairs : {kernels::rope_pairs::adjacent, kernels::rope_pairs::half_split}) {
+        out.push_back({head_dim, rotary_dim, heads, pairs});
+      }
+    }
   }
   return out;
 }
 
+// Absolute tolerances of the float kernels, for the value ranges their problems have
+// (small_ops.h): rmsnorm's outputs up to about 3 (sums of squares in another order), rope's
+// |x| <= 1 and silu_mul's gates up to 8 (one float rounding of a few operations).
+inline constexpr double rmsnorm_tolerance = 5e-5;
+inline constexpr double rope_tolerance = 1e-5;
+inline constexpr double silu_mul_tolerance = 1e-5;
+
+// ---- quantize, dequantize, the KV cache's writes and block copies --------------------------------
+
 struct quantize_case {
   weight_format format;
   std::int64_t n, k;
+  bool quick = true;
 };
 inline std::vector<quantize_case> quantize_cases() {
   std::vector<quantize_case> out;
   for (const weight_format f : {weight_format::int4, weight_format::fp8_e4m3}) {
     for (const auto& [n, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{
              {1, 128}, {54, 97}, {97, 4096}, {8, 14336}, {576, 7168}, {2048, 768}}) {
-      out.push_back({f, n, k});
+      out.push_back({f, n, k, n * k <= 97 * 4096});
     }
   }
   return out;
@@ -309,6 +329,8 @@ inline std::vector<quantize_case> quantize_cases() {
 struct kv_write_case {
   dtype kv;
   std::int64_t head_dim, kv_heads, block_size;
+  bool values = true;  // false: K rows only (an MLA layer's latent rows)
+  std::int64_t tokens = 54;
 };
 inline std::vector<kv_write_case> kv_cache_write_cases() {
   std::vector<kv_write_case> out;
@@ -317,7 +339,7 @@ inline std::vector<kv_write_case> kv_cache_write_cases() {
       for (const std::int64_t block_size : {1, 8, 16}) out.push_back({type, head_dim, 8, block_size});
     }
     // MLA's latent rows: kv_lora 512 + rope 64 as one "head" (Kimi K2, GLM-5).
-    out.push_back({type, 576, 1, 64});
+    out.push_back({type, 576, 1, 64, false});
   }
   return out;
 }
@@ -325,85 +347,214 @@ inline std::vector<kv_write_case> kv_cache_write_cases() {
 // Bytes of one block of one layer.
 inline std::vector<std::size_t> kv_block_copy_cases() { return {12, 256, 4096, 576 * 64 + 4 * 64}; }
 
+// ---- sampling, MoE, MLA, DSA ---------------------------------------------------------------------
+
 struct sampling_case {
   std::int64_t vocab, rows;
   bool masked;  // with a grammar's token mask
+  bool quick = true;
 };
 inline std::vector<sampling_case> sampling_cases() {
   std::vector<sampling_case> out;
   // Llama 3's, Qwen's, Kimi K2's vocabularies among them.
-  for (const std::int64_t vocab : {54, 97, 4096, 128256, 151936, 163840}) out.push_back({vocab, 64, false});
+  for (const std::int64_t vocab : {54, 97, 4096, 128256, 151936, 163840}) out.push_back({vocab, 64, false, vocab <= 128256});
   for (const std::int64_t vocab : {97, 128256}) out.push_back({vocab, 32, true});
   return out;
 }
 
 struct routing_case {
   std::string shape;
-  std::int64_t experts, top_k, groups, top_groups;
-  bool sigmoid;           // sigmoid scores with a correction bias (DeepSeek-V3's), else softmax
-  bool normalize;
-  std::vector<std::int64_t> tokens;
+  std::int64_t experts, top_k;
+  kernels::router_scoring scoring;
+  std::int64_t groups = 1, top_groups = 1;
+  bool normalize = true;      // norm_topk_prob
+  bool bias = false;          // sigmoid: a correction bias (e_score_correction_bias)
+  float scaling = 1.0f;       // routed_scaling_factor (sigmoid)
+  std::vector<std::int64_t> tokens = {1, 97, 513};
 };
+// Qwen3-MoE (128 experts, softmax, normalised or not), DeepSeek-V3 (256 in 8 groups, 4 kept),
+// Kimi K2 (384 in one group), GLM-5 (256 in one group), and others around them.
 inline std::vector<routing_case> moe_routing_cases() {
+  using kernels::router_scoring;
   return {
-      {"qwen3-30b-a3b", 128, 8, 1, 1, false, true, {1, 97, 513}},
-      {"awkward softmax", 60, 4, 1, 1, false, false, {1, 97}},
-      {"deepseek-v3", 256, 8, 8, 4, true, true, {1, 97, 513}},
-      {"kimi-k2", 384, 8, 1, 1, true, true, {1, 97, 513}},
-      {"glm-5", 256, 8, 1, 1, true, true, {1, 97}},
-      {"awkward grouped", 16, 4, 4, 2, true, true, {1, 7}},
+      {"qwen3-30b-a3b", 128, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
+      {"softmax, not normalised", 128, 8, router_scoring::softmax, 1, 1, false, false, 1.0f},
+      {"softmax, 384 experts", 384, 8, router_scoring::softmax, 1, 1, true, false, 1.0f},
+      {"awkward softmax", 60, 4, router_scoring::softmax, 1, 1, false, false, 1.0f, {1, 97}},
+      {"deepseek-v3", 256, 8, router_scoring::sigmoid, 8, 4, true, true, 2.5f},
+      {"sigmoid 8 groups top 4", 128, 8, router_scoring::sigmoid, 8, 4, true, true, 2.5f},
+      {"sigmoid 8 groups top 4", 384, 8, router_scoring::sigmoid, 8, 4, true, true, 2.827f},
+      {"kimi-k2", 384, 8, router_scoring::sigmoid, 1, 1, true, true, 2.827f},
+      {"glm-5", 256, 8, router_scoring::sigmoid, 1, 1, true, true, 2.5f, {1, 97}},
+      {"sigmoid 16 groups top 5, not normalised", 128, 8, router_scoring::sigmoid, 16, 5, false, true, 1.5f},
+      {"sigmoid without a correction bias", 64, 6, router_scoring::sigmoid, 1, 1, true, false, 2.5f, {1, 97}},
+      {"awkward grouped", 16, 4, router_scoring::sigmoid, 4, 2, true, true, 2.5f, {1, 7}},
   };
 }
+
+// A row's choice may differ from the exact one where two of the values it ranks (choice values
+// among the top_k + 1 best, or group scores among the top_groups + 1 best) lie within this of
+// each other, relative: exp in float on either side may order them either way. Where the
+// experts agree, the weights agree to routing_weight_tolerance, relative (a few ulp through the
+// normalisation).
+inline constexpr double routing_tie = 1e-5;
+inline constexpr double routing_weight_tolerance = 2e-6;
 
 struct experts_case {
   std::string shape;
   weight_format format;
-  std::int64_t hidden, inter, experts, top_k;
-  std::vector<std::int64_t> tokens;
+  std::int64_t hidden, inter;
+  std::int64_t group = 0;  // int4: 0 takes the largest power of two up to 128 dividing hidden and inter
+  std::int64_t experts = 16, top_k = 4;
+  std::vector<std::int64_t> tokens = {1, 7, 97};
   bool quick = true;
 };
 // The experts' real widths with fewer experts held (a case holds every expert's weights; the
-// real counts are the routing cases').
+// real counts are the routing cases'): a Kimi K2 expert is 44 M weights, and the CPU suite's
+// double reference reads every expert a checked token chose, so its case chooses two per token
+// of five. Odd widths (rows that are not whole 16-byte chunks, x
+// rows that are not 16-byte aligned) in every format; INT4 in groups of 1, 16, 32 and 128.
 inline std::vector<experts_case> moe_experts_cases() {
   std::vector<experts_case> out;
   for (const weight_format f : {weight_format::bf16, weight_format::fp8_e4m3, weight_format::int4, weight_format::f32}) {
-    out.push_back({"awkward", f, 64, 96, 16, 4, {1, 7, 97}, true});
-    out.push_back({"awkward", f, 97, 54, 16, 4, {1, 7, 97}, true});
+    out.push_back({"awkward", f, 64, 96});
+    out.push_back({"awkward", f, 97, 54});
+    if (f == weight_format::bf16 || f == weight_format::fp8_e4m3) out.push_back({"awkward", f, 256, 96});
     if (f != weight_format::f32) {
-      out.push_back({"qwen3-30b-a3b", f, 2048, 768, 16, 8, {1, 8, 64}, false});
-      out.push_back({"kimi-k2", f, 7168, 2048, 8, 8, {1, 8}, false});
+      out.push_back({"qwen3-30b-a3b", f, 2048, 768, 0, 16, 8, {1, 8, 64}, false});
+      out.push_back({"kimi-k2", f, 7168, 2048, 0, 5, 2, {1, 8}, false});
     }
+  }
+  out.push_back({"awkward", weight_format::int4, 96, 48, 16});
+  out.push_back({"awkward", weight_format::int4, 160, 96, 32});
+  out.push_back({"awkward", weight_format::int4, 256, 384, 128});
+  return out;
+}
+
+// The error of an experts output against the reference: |out - out_ref| over the spread of the
+// rounding it may carry, `spread` = sqrt(sum over the token's choices of weight² times, per
+// output, the squared products of the down matrix plus the squared products of the gate and up
+// matrices carried through SwiGLU into it), plus 2^-10 of the value it was added to. Rounding
+// each product by a relative e at random moves the output by about e / sqrt(3) of that spread,
+// as matmul_error's norm does for one matmul; a wrong scale, row, expert or weight moves it by a
+// sizeable part of it.
+inline double experts_error(double out, double out_ref, double spread, double added) {
+  const double d = std::fabs(out - out_ref);
+  if (std::isnan(d)) return INFINITY;
+  return d / (spread + added * 0x1p-10 + 1e-30);
+}
+
+// Tolerances of experts_error: f32 products in another order; activations rounded to int8 (the
+// CPU's integer dot products for INT4 in groups of 32 or more, unless EDGE_CPU_ACTIVATIONS=exact),
+// 2^-8 of each block of 32's largest value, twice (x, and silu(gate) · up). The error is not
+// relative to each product: where a block holds one large silu(gate) · up among small ones, the
+// small ones' rounding is large for their share of the spread, and over k of 64 to 384 it does
+// not average out (0.13 at 64 x 96, 0.02 at the real widths). The GPU, in f32, is held to the
+// first.
+inline constexpr double experts_f32_tolerance = 0x1p-13;
+inline constexpr double experts_int8_tolerance = 0x1p-2;
+
+struct mla_case {
+  std::string shape;
+  dtype kv;
+  std::int64_t heads, latent, rope;
+  std::int64_t block_size;
+  std::vector<std::int64_t> contexts;  // decode tokens at the ends of all but the last; a chunk of the last
+  std::int64_t chunk;
+  std::int64_t select_k = 40;          // a random selection of this many positions (DSA's form)
+  bool quick = true;
+};
+inline std::vector<mla_case> mla_attention_cases() {
+  struct shape {
+    const char* name;
+    std::int64_t heads, latent, rope;
+    bool quick;
+  };
+  // The tiny test models' row; DeepSeek-V3's (Kimi K2 and GLM-5: 64 heads, DeepSeek-V3: 128),
+  // also with a band of 20 heads (a partial band of 64 on tensor cores, of 16 in f32); and an
+  // awkward row (184 floats: 46 float4s, padded to 47 in shared memory).
+  const std::vector<shape> shapes = {{"tiny", 4, 32, 8, true},
+                                     {"deepseek-v3 row", 64, 512, 64, true},
+                                     {"deepseek-v3", 128, 512, 64, false},
+                                     {"deepseek-v3 row", 20, 512, 64, false},
+                                     {"awkward", 20, 160, 24, false}};
+  std::vector<mla_case> out;
+  for (const shape& s : shapes) {
+    for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
+      for (const std::int64_t block_size : {16, 64}) {
+        const bool quick = s.quick && type != dtype::f16 && block_size == 16;
+        // Decode at 1, 17 and 300 positions (4096 too on tensor cores: many tiles and splits),
+        // and a prefill run of 13 tokens ending at position 76.
+        if (kernels::cuda_mla_uses_tensor_cores(type, s.latent, s.rope)) {
+          out.push_back({s.name, type, s.heads, s.latent, s.rope, block_size, {1, 17, 300, 4096, 77}, 13, 40, false});
+        }
+        if (!kernels::cuda_mla_uses_tensor_cores(type, s.latent, s.rope) || quick) {
+          out.push_back({s.name, type, s.heads, s.latent, s.rope, block_size, {1, 17, 300, 77}, 13, 40, quick});
+        }
+      }
+    }
+  }
+  // Kimi K2 and GLM-5 (64 heads of DeepSeek-V3's row) at longer contexts and chunks.
+  for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
+    out.push_back({"awkward", type, 3, 32, 8, 16, {1, 54, 97, 151}, 20, 40, type != dtype::f16});
+    out.push_back({"deepseek-v3-small", type, 16, 512, 64, 16, {1, 300, 151}, 40, 40, type != dtype::f16});
+    out.push_back({"kimi-k2", type, 64, 512, 64, 64, {1, 1000, 4096, 600}, 64, 40, false});
+    out.push_back({"glm-5", type, 64, 512, 64, 64, {17, 2048, 700}, 64, 40, false});
   }
   return out;
 }
 
-struct mla_case {
+// The MLA metric: attention_error's, |o - o_ref| over the largest |c| among the latents the query
+// attends (scaled: what the output is a weighted mean of). MLA's tensor cores round the queries
+// and the softmax weights (times an FP8 row's scale) to bf16, as paged attention's do; its scores
+// reach further (a row of 576 against 64 to 256), so its tolerance is stated on its own, from the
+// mutation test (tests/unit/kernels/kernel_mutation_test.cpp): the rounding it accepts, the
+// scale mix-ups and the missed key it rejects.
+inline double mla_error(double o, double o_ref, double c_max) { return attention_error(o, o_ref, c_max); }
+
+inline constexpr double mla_f32_tolerance = 0x1p-13;
+inline constexpr double mla_tensor_core_tolerance = 0x1p-6;
+
+struct dsa_case {
   std::string shape;
-  std::int64_t heads, kv_lora, rope_dim;
+  dtype kv;
+  std::int64_t heads, head_dim, top_k;
+  std::int64_t block_size;
   std::vector<std::int64_t> contexts;  // decode tokens at the ends of all but the last; a chunk of the last
   std::int64_t chunk;
   bool quick = true;
 };
-inline std::vector<mla_case> mla_attention_cases() {
-  return {
-      {"awkward", 3, 32, 8, {1, 54, 97, 151}, 20, true},
-      {"deepseek-v3-small", 16, 512, 64, {1, 300, 151}, 40, true},
-      {"kimi-k2", 64, 512, 64, {1, 1000, 4096, 600}, 64, false},
-      {"glm-5", 64, 512, 64, {17, 2048, 700}, 64, false},
-  };
-}
-
-struct dsa_case {
-  std::string shape;
-  std::int64_t heads, head_dim, top_k;
-  std::vector<std::int64_t> contexts;
-  bool quick = true;
-};
 inline std::vector<dsa_case> dsa_select_cases() {
-  return {
-      {"awkward", 3, 16, 8, {1, 9, 54, 97}, true},
-      {"glm-5 indexer", 32, 128, 2048, {17, 2048, 4096}, false},
+  struct shape {
+    const char* name;
+    std::int64_t heads, head_dim, top_k;
+    bool quick;
   };
+  // The tiny GLM-5 model's indexer (8 heads of 16, keeping 8); GLM-5's (32 heads of 128) and
+  // DeepSeek-V3.2's (64 of 128), keeping 2048 and an awkward 100.
+  const std::vector<shape> shapes = {{"glm-5-tiny indexer", 8, 16, 8, true},
+                                     {"glm-5 indexer", 32, 128, 2048, false},
+                                     {"deepseek-v3.2 indexer", 64, 128, 2048, false},
+                                     {"deepseek-v3.2 indexer, top 100", 64, 128, 100, true}};
+  std::vector<dsa_case> out;
+  for (const shape& s : shapes) {
+    for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
+      for (const std::int64_t block_size : {16, 64}) {
+        // Decode at 1, 17, 300, 2100 and 9000 positions, and a prefill run of 8 tokens ending at
+        // position 2052 (the first of them within top_k 2048, the rest past it); the quick set's
+        // twin stops at 300, with a run of 4 ending at 129.
+        out.push_back({s.name, type, s.heads, s.head_dim, s.top_k, block_size, {1, 17, 300, 2100, 9000, 2053}, 8, false});
+        if (s.quick && type != dtype::f16 && block_size == 16) {
+          out.push_back({s.name, type, s.heads, s.head_dim, s.top_k, block_size, {1, 17, 300, 130}, 4, true});
+        }
+      }
+    }
+  }
+  for (const dtype type : {dtype::fp8_e4m3, dtype::bf16, dtype::f16, dtype::f32}) {
+    out.push_back({"awkward", type, 3, 16, 8, 16, {1, 9, 54, 97}, 5, type != dtype::f16});
+    out.push_back({"glm-5 indexer, a chunk at 4096", type, 32, 128, 2048, 64, {17, 2048, 4096}, 8, false});
+  }
+  return out;
 }
 
 // How many cases a kernel has (the case list test).

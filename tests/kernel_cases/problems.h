@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -49,6 +50,19 @@ inline std::vector<std::uint8_t> encode(const std::vector<float>& v, dtype type)
   return out;
 }
 
+// Element i of host storage in a plain dtype, as float.
+inline float decode(const std::uint8_t* bytes, dtype type, std::size_t i) {
+  if (type == dtype::f32) {
+    float v = 0.0f;
+    std::memcpy(&v, bytes + 4 * i, 4);
+    return v;
+  }
+  if (type == dtype::fp8_e4m3) return kernels::fp8_e4m3_to_float(bytes[i]);
+  std::uint16_t bits = 0;
+  std::memcpy(&bits, bytes + 2 * i, 2);
+  return type == dtype::bf16 ? kernels::bf16_to_float(bits) : kernels::fp16_to_float(bits);
+}
+
 // ---- matmul -----------------------------------------------------------------------------------
 
 struct host_weights {
@@ -73,6 +87,44 @@ struct host_weights {
     return out;
   }
 };
+
+// Row r of a matrix, as the floats every kernel multiplies (weight_format.h): plain elements
+// widened, E4M3(code) · the row's scale, float(q) · the group's scale.
+inline void weight_row(const host_weights& w, std::int64_t r, float* out) {
+  const std::int64_t k = w.k;
+  if (w.format == weight_format::int4) {
+    const std::uint8_t* row = w.values.data() + r * kernels::int4_row_bytes(k);
+    const float* scales = w.scales.data() + r * (k / w.group_size);
+    const int group_shift = std::countr_zero(static_cast<std::uint64_t>(w.group_size));
+    for (std::int64_t chunk = 0; chunk * 32 < k; ++chunk) {
+      for (std::int64_t i = 0; i < 16; ++i) {
+        const std::uint8_t byte = row[chunk * 16 + i];
+        const std::int64_t low = chunk * 32 + i, high = low + 16;
+        if (low < k) out[low] = static_cast<float>((byte & 0x0F) - 8) * scales[low >> group_shift];
+        if (high < k) out[high] = static_cast<float>((byte >> 4) - 8) * scales[high >> group_shift];
+      }
+    }
+  } else if (w.format == weight_format::fp8_e4m3) {
+    static const std::vector<float> codes = [] {
+      std::vector<float> table(256);
+      for (int c = 0; c < 256; ++c) table[static_cast<std::size_t>(c)] = kernels::fp8_e4m3_to_float(static_cast<std::uint8_t>(c));
+      return table;
+    }();
+    const std::uint8_t* row = w.values.data() + r * k;
+    const float scale = w.scales[static_cast<std::size_t>(r)];
+    for (std::int64_t j = 0; j < k; ++j) out[j] = codes[row[j]] * scale;
+  } else if (w.format == weight_format::bf16) {
+    const std::uint8_t* row = w.values.data() + 2 * r * k;
+    for (std::int64_t j = 0; j < k; ++j) {
+      std::uint16_t bits = 0;
+      std::memcpy(&bits, row + 2 * j, 2);
+      out[j] = kernels::bf16_to_float(bits);
+    }
+  } else {
+    const dtype type = *kernels::element_dtype(w.format);
+    for (std::int64_t j = 0; j < k; ++j) out[j] = decode(w.values.data(), type, static_cast<std::size_t>(r * k + j));
+  }
+}
 
 inline host_weights make_weights(weight_format f, std::int64_t n, std::int64_t k, std::int64_t group_size,
                                  std::uint32_t seed, const kernels::stream& s) {

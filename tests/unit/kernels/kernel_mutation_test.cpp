@@ -3,16 +3,19 @@
 // cores really do. Each "wrong kernel" is the reference with one thing changed (the next
 // group's scale, the neighbouring row's scale, rows g and g + 8 of a 16-row fragment swapped,
 // the last 16-wide k step or the last output row of a tile left out; K and V scales swapped,
-// the next key's scale, the query's own key left out); the "right kernel" is the reference with
-// x (and INT4's q x scale) rounded to bf16, or q, K and the softmax weights rounded to bf16, as
-// on the tensor cores. Every case of the list in a tensor-core format up to 2048 x 7168, at its
-// first token count.
+// the next key's scale, the query's own key left out; for MLA, an FP8 row read with the next
+// row's scale, its latents summed with the next row's, its RoPE part scored without it, the last
+// position attended left out); the "right kernel" is the reference with x (and INT4's q x scale)
+// rounded to bf16, or q, K and the softmax weights rounded to bf16, as on the tensor cores. Every
+// case of the list in a tensor-core format up to 2048 x 7168, at its first token count.
 #include <doctest/doctest.h>
 
+#include <numeric>
 #include <sstream>
 #include <string>
 
 #include "edge/common/thread_pool.h"
+#include "tests/kernel_cases/mla_problems.h"
 #include "tests/kernel_cases/problems.h"
 
 namespace {
@@ -151,4 +154,58 @@ TEST_CASE("mutation: the attention metric rejects wrong K / V scales and a misse
   CHECK(cases > 0);
   MESSAGE("attention: " << cases << " cases; bf16 rounding scored at most " << worst_accepted << ", the bugs at least "
                         << least_rejected << ", tolerance " << attention_tensor_core_tolerance);
+}
+
+TEST_CASE("mutation: the MLA attention metric rejects wrong latent scales and a missed key and accepts bf16 rounding") {
+  std::uint32_t seed = 500;
+  int cases = 0;
+  double worst_accepted = 0.0, least_rejected = INFINITY;
+  for (const mla_case& c : mla_attention_cases()) {
+    // The cases the tensor cores take (a bf16 or FP8 cache at DeepSeek-V3's row); the bugs at the
+    // quick set's sizes, the rounding at every size (the long cases' decode tokens and their
+    // prefill run's first and last); of more than 16 heads, those of a few bands.
+    if (!ek::cuda_mla_uses_tensor_cores(c.kv, c.latent, c.rope)) continue;
+    const mla_problem whole = make_mla_problem(c, ++seed, cpu());
+    const mla_problem p = whole.only(checked_tokens(whole.batch, c.chunk, !c.quick));
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(p.tokens)), heads;
+    std::iota(tokens.begin(), tokens.end(), 0);
+    for (std::int64_t h = 0; h < c.heads; ++h) {
+      if (c.heads <= 16 || h < 2 || h == 8 || h == 9 || h == c.heads / 2 || h == c.heads - 1) heads.push_back(h);
+    }
+    for (const bool select : {false, true}) {
+      const mla_reference exact = reference_mla(p, select, tokens, heads, false, mla_flaw::none, &pool());
+      const auto score = [&](const mla_reference& r) {
+        double worst = 0.0;
+        const std::size_t per_token = heads.size() * static_cast<std::size_t>(c.latent);
+        for (std::size_t i = 0; i < r.out.size(); ++i) {
+          worst = std::max(worst, mla_error(r.out[i], exact.out[i], exact.c_max[i / per_token]));
+        }
+        return worst;
+      };
+      std::ostringstream name;
+      name << c.shape << " " << to_string(c.kv) << " heads " << c.heads << " block " << c.block_size << " contexts up to "
+           << *std::max_element(c.contexts.begin(), c.contexts.end()) << (select ? ", selection" : "");
+      ++cases;
+      const double rounding = score(reference_mla(p, select, tokens, heads, true, mla_flaw::none, &pool()));
+      INFO(name.str() << ": bf16 rounding scores " << rounding);
+      CHECK(rounding <= mla_tensor_core_tolerance);
+      worst_accepted = std::max(worst_accepted, rounding);
+      if (!c.quick) continue;
+      std::vector<std::pair<const char*, mla_flaw>> flaws = {{"the last position attended left out", mla_flaw::own_key_missed}};
+      if (p.cache.scaled()) {
+        flaws.push_back({"the next row's scale", mla_flaw::neighbour_row_scale});
+        flaws.push_back({"the latents summed with the next row's scale", mla_flaw::value_neighbour_scale});
+        flaws.push_back({"the RoPE part scored without the row's scale", mla_flaw::rope_unscaled});
+      }
+      for (const auto& [bug, flaw] : flaws) {
+        const double e = score(reference_mla(p, select, tokens, heads, false, flaw, &pool()));
+        INFO(name.str() << ": " << std::string(bug) << " scores " << e << " (tolerance " << mla_tensor_core_tolerance << ")");
+        CHECK(e > mla_tensor_core_tolerance);
+        least_rejected = std::min(least_rejected, e);
+      }
+    }
+  }
+  CHECK(cases > 0);
+  MESSAGE("MLA attention: " << cases << " cases; bf16 rounding scored at most " << worst_accepted
+                            << ", the bugs at least " << least_rejected << ", tolerance " << mla_tensor_core_tolerance);
 }
