@@ -21,6 +21,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -97,6 +99,33 @@ inline std::vector<float> weight_values(std::int64_t n, std::int64_t k, std::int
     }
   }
   return out;
+}
+
+// Block tables of sequences of `contexts` positions, as the executor stages them: blocks handed
+// out in a shuffled order, each sequence's table right after the previous one's; 3 blocks more
+// in the cache than the tables use.
+struct block_tables {
+  std::vector<std::int32_t> tables, table_begin;  // [blocks used], [sequences + 1]
+  std::int64_t num_blocks = 0;
+};
+
+inline block_tables shuffled_block_tables(const std::vector<std::int64_t>& contexts, std::int64_t block_size,
+                                          std::uint32_t seed) {
+  block_tables t;
+  std::int64_t used = 0;
+  for (const std::int64_t c : contexts) used += (c + block_size - 1) / block_size;
+  t.num_blocks = used + 3;
+  std::vector<std::int32_t> order(static_cast<std::size_t>(t.num_blocks));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::size_t next = 0;
+  for (const std::int64_t c : contexts) {
+    t.table_begin.push_back(static_cast<std::int32_t>(t.tables.size()));
+    for (std::int64_t b = 0; b < (c + block_size - 1) / block_size; ++b) t.tables.push_back(order[next++]);
+  }
+  t.table_begin.push_back(static_cast<std::int32_t>(t.tables.size()));
+  return t;
 }
 
 // Activations [tokens, stride]: each token times 2^U(-2, 2).

@@ -56,23 +56,12 @@ struct paged_rows {
 inline paged_rows make_paged_rows(const std::vector<std::int64_t>& contexts, std::int64_t width, std::int64_t block_size,
                                   dtype type, std::uint32_t seed, const kernels::stream& s) {
   paged_rows p{.type = type, .width = width, .block_size = block_size};
-  std::int64_t total_blocks = 0;
   std::int64_t positions = 0;
-  for (const std::int64_t c : contexts) {
-    total_blocks += (c + block_size - 1) / block_size;
-    positions += c;
-  }
-  p.num_blocks = total_blocks + 3;
-  std::vector<std::int32_t> order(static_cast<std::size_t>(p.num_blocks));
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937 rng(seed);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::size_t next = 0;
-  for (const std::int64_t c : contexts) {
-    p.table_begin.push_back(static_cast<std::int32_t>(p.tables.size()));
-    for (std::int64_t b = 0; b < (c + block_size - 1) / block_size; ++b) p.tables.push_back(order[next++]);
-  }
-  p.table_begin.push_back(static_cast<std::int32_t>(p.tables.size()));
+  for (const std::int64_t c : contexts) positions += c;
+  block_tables t = shuffled_block_tables(contexts, block_size, seed);
+  p.tables = std::move(t.tables);
+  p.table_begin = std::move(t.table_begin);
+  p.num_blocks = t.num_blocks;
   std::vector<std::int64_t> slots;
   for (std::size_t q = 0; q < contexts.size(); ++q) {
     for (std::int64_t i = 0; i < contexts[q]; ++i) slots.push_back(p.row(static_cast<std::int64_t>(q), i));

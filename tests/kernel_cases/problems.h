@@ -283,19 +283,10 @@ inline attention_problem make_attention_problem(const attention_case& c, std::ui
   p.heads = c.kv_heads * c.group;
   p.kv_dim = c.kv_heads * c.head_dim;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  std::int64_t total_blocks = 0;
-  for (auto ctx : c.contexts) total_blocks += (ctx + c.block_size - 1) / c.block_size;
-  p.num_blocks = total_blocks + 3;
-  std::vector<std::int32_t> order(static_cast<std::size_t>(p.num_blocks));
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937 rng(seed);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::size_t next = 0;
-  for (auto ctx : c.contexts) {
-    p.table_begin.push_back(static_cast<std::int32_t>(p.tables.size()));
-    for (std::int64_t b = 0; b < (ctx + c.block_size - 1) / c.block_size; ++b) p.tables.push_back(order[next++]);
-  }
-  p.table_begin.push_back(static_cast<std::int32_t>(p.tables.size()));
+  block_tables t = shuffled_block_tables(c.contexts, c.block_size, seed);
+  p.tables = std::move(t.tables);
+  p.table_begin = std::move(t.table_begin);
+  p.num_blocks = t.num_blocks;
   for (std::size_t q = 0; q < c.contexts.size(); ++q) {
     for (std::int64_t pos = 0; pos < c.contexts[q]; ++pos) {
       p.slots.push_back(p.tables[static_cast<std::size_t>(p.table_begin[q] + pos / c.block_size)] * c.block_size +

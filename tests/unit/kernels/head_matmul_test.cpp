@@ -3,7 +3,7 @@
 // launches it counts.
 #include <doctest/doctest.h>
 
-#include "edge/common/thread_pool.h"
+#include "kernel_test_util.h"
 #include "tests/kernel_cases/problems.h"
 
 namespace {
@@ -11,11 +11,7 @@ namespace {
 using namespace edge::kernel_cases;
 namespace ek = edge::kernels;
 
-edge::thread_pool& pool() {
-  static edge::thread_pool p(0);
-  return p;
-}
-ek::stream cpu() { return {.where = ek::device::cpu, .pool = &pool()}; }
+ek::stream cpu() { return edge::testing::cpu_stream(); }
 
 }  // namespace
 

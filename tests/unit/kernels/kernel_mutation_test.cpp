@@ -15,6 +15,7 @@
 #include <string>
 
 #include "edge/common/thread_pool.h"
+#include "kernel_test_util.h"
 #include "tests/kernel_cases/mla_problems.h"
 #include "tests/kernel_cases/problems.h"
 
@@ -23,11 +24,8 @@ namespace {
 using namespace edge::kernel_cases;
 namespace ek = edge::kernels;
 
-edge::thread_pool& pool() {
-  static edge::thread_pool p(0);
-  return p;
-}
-ek::stream cpu() { return {.where = ek::device::cpu, .pool = &pool()}; }
+ek::stream cpu() { return edge::testing::cpu_stream(); }
+edge::thread_pool& pool() { return edge::testing::kernel_test_pool(); }
 
 }  // namespace
 

@@ -7,10 +7,19 @@
 #include <random>
 #include <vector>
 
+#include "edge/common/thread_pool.h"
 #include "edge/kernels/dtype.h"
 #include "edge/kernels/numerics.h"
+#include "edge/kernels/stream.h"
 
 namespace edge::testing {
+
+// The kernel tests' thread pool (the machine's cores), made once, and a CPU stream on it.
+inline thread_pool& kernel_test_pool() {
+  static thread_pool pool(0);
+  return pool;
+}
+inline kernels::stream cpu_stream() { return {.where = kernels::device::cpu, .pool = &kernel_test_pool()}; }
 
 inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
