@@ -68,6 +68,21 @@ status check_answer(const redis_reply& reply, std::string_view shape) {
   return {};
 }
 
+// Redis answers some calls with an error that says "not now", not "never": still loading its
+// data after a restart (LOADING), a script past its time limit (BUSY), a replica cut off from
+// its master or made read-only by a failover (MASTERDOWN, READONLY), a cluster slot moving
+// (TRYAGAIN). The call did not run; it is an outage like a refused connection, so what must
+// land is queued and retried, and admission follows the fail mode.
+status not_ready(const redis_reply& reply) {
+  for (const std::string_view code : {"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN"}) {
+    const std::string_view text = reply.text;
+    if (reply.is_error(code) && (text.size() == code.size() || text[code.size()] == ' ')) {
+      return unavailable(format("Redis is not ready: {}", reply.text));
+    }
+  }
+  return {};
+}
+
 struct admit_answer {
   script_outcome outcome = script_outcome::refused;
   quota_rules::admit_counters seen;
@@ -247,12 +262,17 @@ result<std::vector<redis_reply>> redis_quota_store::eval(script& s, const std::v
   for (std::size_t i = 0; i < calls.size(); ++i) {
     if (replies[i].is_error("NOSCRIPT")) missed.push_back(i);
   }
-  if (missed.empty()) return replies;
-  std::vector<redis_command> again{{"SCRIPT", "LOAD", std::string(s.body)}};
-  for (const std::size_t i : missed) again.push_back(evalsha(calls[i]));
-  EDGE_ASSIGN_OR_RETURN(auto retried, redis_->pipeline(again));
-  if (retried[0].is_error()) return internal_error(format("SCRIPT LOAD: {}", retried[0].text));
-  for (std::size_t j = 0; j < missed.size(); ++j) replies[missed[j]] = std::move(retried[j + 1]);
+  if (!missed.empty()) {
+    std::vector<redis_command> again{{"SCRIPT", "LOAD", std::string(s.body)}};
+    for (const std::size_t i : missed) again.push_back(evalsha(calls[i]));
+    EDGE_ASSIGN_OR_RETURN(auto retried, redis_->pipeline(again));
+    if (const status busy = not_ready(retried[0]); !busy.ok()) return busy;
+    if (retried[0].is_error()) return internal_error(format("SCRIPT LOAD: {}", retried[0].text));
+    for (std::size_t j = 0; j < missed.size(); ++j) replies[missed[j]] = std::move(retried[j + 1]);
+  }
+  for (const redis_reply& reply : replies) {
+    if (status busy = not_ready(reply); !busy.ok()) return busy;
+  }
   return replies;
 }
 

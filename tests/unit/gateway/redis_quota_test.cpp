@@ -771,6 +771,45 @@ TEST_CASE("redis down: a settle made meanwhile is queued and lands once, when Re
   CHECK(read_counters(*server, options).day_tokens == "150");
 }
 
+// A Redis with much data answers LOADING for a while after a restart. A settlement queued while
+// it was down must wait that out, not be taken for a refusal and dropped; requests meanwhile
+// follow the fail mode as in any outage.
+TEST_CASE("redis restarted and still loading its data: a queued settle waits, then lands once") {
+  const auto server = edge::testing::redis_server::start(edge::testing::redis_server::persistence::every_command);
+  REQUIRE_REDIS_SERVER(server);
+  observed seen;
+  edge::manual_time_source clock(noon);
+  auto options = options_for(*server, &clock);
+  options.command_timeout = 200ms;
+  options.fail_mode = gw::quota_fail_mode::closed;
+  auto store = gw::redis_quota_store::create(options, &seen.metrics);
+  const gw::tenant_quotas q{.tokens_per_minute = 10000, .max_concurrent = 5, .daily_tokens = 1000};
+  const auto d = ask(*store, q, 100, 500);
+  REQUIRE(d.allowed);
+  server->add_ballast(20000);
+
+  server->kill();
+  store->finish(d.reservation, 150);
+  REQUIRE(store->pending() == 1);
+  server->restart_loading_slowly(100us);  // 20,000 keys: about 2 s of answering LOADING
+
+  // Retried while it loads (the first retry comes within 0.1 s), and kept.
+  std::this_thread::sleep_for(500ms);
+  CHECK(store->pending() == 1);
+  CHECK_FALSE(store->up());
+  CHECK(seen.log.count("refused by Redis and dropped") == 0);
+  const auto meanwhile = ask(*store, q, 10, 10);  // an outage like any other: fail mode closed
+  CHECK_FALSE(meanwhile.allowed);
+  CHECK(meanwhile.limit == gw::quota_limit::quota_store_unavailable);
+
+  REQUIRE(drained({store.get()}));
+  const auto now = read_counters(*server, options);
+  CHECK(now.day_tokens == "150");
+  CHECK(now.slots == 0);
+  CHECK(seen.log.count("1 queued calls applied") == 1);
+  CHECK(store->up());
+}
+
 TEST_CASE("redis: the queue of calls waiting for Redis is bounded, and what it drops is counted") {
   const auto server = edge::testing::redis_server::start();
   REQUIRE_REDIS_SERVER(server);

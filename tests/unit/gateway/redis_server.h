@@ -84,13 +84,31 @@ class redis_server {
 
   // Starts it again on the same port: empty, or, with persistence, with what it held. Throws
   // if it does not answer.
-  void restart() {
-    kill();
-    for (int attempt = 0; attempt < 50; ++attempt) {  // the port may linger a moment
-      if (launch()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  void restart() { relaunch(std::chrono::microseconds(0)); }
+
+  // Like restart(), but reading back what it held takes `per_key` for each key, and meanwhile
+  // it answers every client, as a big Redis does while it loads: "LOADING Redis is loading the
+  // dataset in memory". Returns once it so answers.
+  void restart_loading_slowly(std::chrono::microseconds per_key) { relaunch(per_key); }
+
+  // Writes `keys` keys that the tests never read, and has them in the append-only file's
+  // snapshot part (the part restart_loading_slowly() reads slowly). Needs persistence.
+  void add_ballast(std::size_t keys) {
+    const auto redis = client();
+    std::vector<gateway::redis_command> sets;
+    for (std::size_t i = 0; i < keys; ++i) sets.push_back({"SET", "ballast:" + std::to_string(i), "x"});
+    if (!redis->pipeline(sets).ok()) throw std::runtime_error("cannot write the ballast keys");
+    if (!redis->command({"BGREWRITEAOF"}).ok()) throw std::runtime_error("BGREWRITEAOF failed");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto info = redis->command({"INFO", "persistence"});
+      if (info.ok() && info->text.find("aof_rewrite_in_progress:0") != std::string::npos &&
+          info->text.find("aof_rewrite_scheduled:0") != std::string::npos) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    throw std::runtime_error("redis-server did not restart on port " + std::to_string(port_));
+    throw std::runtime_error("the append-only file was not rewritten within 30 s");
   }
 
   // A client of its own, for tests that look at the keys.
@@ -102,14 +120,31 @@ class redis_server {
  private:
   redis_server(std::filesystem::path binary, persistence kept) : binary_(std::move(binary)), kept_(kept) {}
 
-  // Spawns redis-server and waits (up to 10 s) for PING; false if it exited (port taken).
-  bool launch() {
+  void relaunch(std::chrono::microseconds per_key) {
+    kill();
+    for (int attempt = 0; attempt < 50; ++attempt) {  // the port may linger a moment
+      if (launch(per_key)) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    throw std::runtime_error("redis-server did not restart on port " + std::to_string(port_));
+  }
+
+  // Spawns redis-server and waits (up to 10 s) for PING (or, loading slowly, for its LOADING
+  // answer); false if it exited (port taken).
+  bool launch(std::chrono::microseconds per_key = std::chrono::microseconds(0)) {
     const std::string port = std::to_string(port_);
     const std::string log = (dir_.path() / "redis.log").string();
     const bool append = kept_ == persistence::every_command;
     std::vector<std::string> args{binary_.string(), "--port", port, "--bind", "127.0.0.1", "--save", "",
                                   "--appendonly", append ? "yes" : "no", "--appendfsync", append ? "always" : "everysec",
                                   "--dir", dir_.path().string(), "--logfile", log, "--daemonize", "no"};
+    if (per_key.count() > 0) {
+      // Redis's own settings for testing this: a pause per key loaded, and clients served
+      // every kilobyte read.
+      for (std::string a : {"--key-load-delay", "", "--loading-process-events-interval-bytes", "1024"}) {
+        args.push_back(a.empty() ? std::to_string(per_key.count()) : a);
+      }
+    }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -124,7 +159,10 @@ class redis_server {
         return false;
       }
       gateway::redis_client probe({.host = "127.0.0.1", .port = port_});
-      if (auto pong = probe.command({"PING"}); pong.ok() && pong->text == "PONG") return true;
+      if (auto pong = probe.command({"PING"});
+          pong.ok() && (pong->text == "PONG" || (per_key.count() > 0 && pong->is_error("LOADING")))) {
+        return true;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     kill();
