@@ -14,9 +14,10 @@ const storiesGguf = path.join(models, 'stories260K', 'stories260K.gguf');
 const ADMIN_TOKEN = 'test-admin-token-0123456789';
 const PER_TENANT = 8;
 
-// Strings of about 500 characters at most: each a distinct grammar that takes stories260K's
-// vocabulary a couple of hundred milliseconds to compile, long enough for a queue to form.
-const slowSchema = (i) => ({ type: 'string', maxLength: 480 + i });
+// Strings of about 2,000 characters at most: each a distinct grammar that takes stories260K's
+// vocabulary 0.1 to 0.3 s to compile, so that a burst's compiles queue however slowly its
+// requests arrive (a busy machine spreads 70 requests over a second or more).
+const slowSchema = (i) => ({ type: 'string', maxLength: 2000 + i });
 const okSchema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
 
 async function tenantKey(server, id) {
