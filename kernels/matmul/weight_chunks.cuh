@@ -1,7 +1,8 @@
 // How the CUDA kernels read weight rows, for every weight format: 16-byte chunks widened and
 // dequantized in registers (weight_format.h gives the layouts), and the GEMV tile (gemv_rows
 // weight rows against up to gemv_max_tokens token rows, f32 multiply-adds) that the matmul's
-// GEMV (matmul.cu) and the grouped expert matmul (moe_experts.cu) share. Device code only.
+// GEMV and every head's matmul (matmul.cu) and the grouped expert matmul (moe_experts.cu)
+// share. Device code only.
 #pragma once
 
 #include "edge/kernels/weight_format.h"
@@ -247,6 +248,41 @@ __device__ __forceinline__ float gemv_dot(const float (&partial)[gemv_warps][T_C
 #pragma unroll
   for (int wi = 0; wi < gemv_warps; ++wi) dot += partial[wi][t][r];
   return dot;
+}
+
+// The GEMV tile into y: weight rows row0.. against o's tokens (at most T_MAX, the tile's
+// accumulators; partial holds T_CAP), y[t · y_stride + row] = the dot product, times the row's
+// scale for FP8. Every thread of the block calls it; the caller's barrier comes before partial
+// is reused.
+template <weight_format F, int T_MAX, bool FINE_GROUPS, int T_CAP>
+__device__ __forceinline__ void gemv_tile_store(const gemv_operands& o, std::int64_t row0,
+                                                float (&partial)[gemv_warps][T_CAP][gemv_rows], float* y,
+                                                std::int64_t y_stride) {
+  float acc[T_MAX][gemv_rows];
+  gemv_accumulate<F, T_MAX, FINE_GROUPS>(o, row0, acc);
+  gemv_reduce(acc, partial);
+  for (int i = static_cast<int>(threadIdx.x); i < T_MAX * gemv_rows; i += gemv_threads) {
+    const int t = i / gemv_rows;
+    const int r = i % gemv_rows;
+    const std::int64_t row = row0 + r;
+    if (t >= o.tokens || row >= o.n) continue;
+    float dot = gemv_dot(partial, t, r);
+    if constexpr (F == weight_format::fp8_e4m3) dot *= o.scales[row];
+    y[t * y_stride + row] = dot;
+  }
+}
+
+// gemv_tile_store over o.tokens tokens: a tile of one for one token (decode's common case),
+// else of T_CAP.
+template <weight_format F, bool FINE_GROUPS, int T_CAP>
+__device__ __forceinline__ void gemv_tiles_store(const gemv_operands& o, std::int64_t row0,
+                                                 float (&partial)[gemv_warps][T_CAP][gemv_rows], float* y,
+                                                 std::int64_t y_stride) {
+  if (o.tokens == 1) {
+    gemv_tile_store<F, 1, FINE_GROUPS>(o, row0, partial, y, y_stride);
+  } else {
+    gemv_tile_store<F, T_CAP, FINE_GROUPS>(o, row0, partial, y, y_stride);
+  }
 }
 
 }  // namespace edge::kernels::cuda

@@ -3,30 +3,34 @@
 // Pairs are the batch's (token, choice) entries, pair index t * top_k + i.
 //
 //   1. count_kernel (one block): pairs per expert (shared-memory atomics on integers, so the
-//      same counts on every run), their exclusive scan into begin, expert_tokens, and the chosen
-//      experts' ids compacted in id order (a second scan, of "has pairs") with their count.
+//      same counts on every run), their exclusive scan into begin, expert_tokens, the chosen
+//      experts' ids compacted in id order (a second scan, of "has pairs") with their count, and
+//      each chosen expert's first 64-row tile (a third scan, of its tiles: the tensor-core work
+//      list of moe_experts_order.h).
 //   2. place_kernel (a block per chosen expert): the expert's pairs in pair order, by warp
 //      ballots (moe_experts_order.h), into order[row] and row_of[pair].
 //   3. gather_kernel (a block per row): the x row of each placed pair, in expert order.
-//   4. grouped_matmul_kernel for gate and up (stacked: one call of 2 intermediate rows), the
-//      shared silu_mul over all rows, and again for down. The grid is (weight-row tile, chosen
-//      expert slot), as many slots as the call can have chosen experts (tokens × top_k, at most
-//      the expert count: moe_grouped_blocks); a slot past the chosen count returns at once, so an
-//      expert nobody chose is never read nor given blocks; a block reads its tile of weight rows (the GEMV tile of
-//      weight_chunks.cuh, f32 multiply-adds on CUDA cores) for each group of up to 4 of its
-//      expert's rows: once in decode, where an expert has few.
+//   4. The grouped matmul for gate and up (stacked: one call of 2 intermediate rows), the
+//      shared silu_mul over all rows, and again for down; one launch per matrix, in one of two
+//      forms (cuda_moe_experts_use_tensor_cores):
+//      * decode (1..8 tokens), and formats or shapes the tensor cores do not take:
+//        grouped_matmul_kernel, grid (weight-row tile, chosen expert slot), as many slots as the
+//        call can have chosen experts (tokens × top_k, at most the expert count:
+//        moe_grouped_blocks); a slot past the chosen count returns at once, so an expert nobody
+//        chose is never read nor given blocks. A block reads its tile of weight rows (the GEMV
+//        tile of weight_chunks.cuh, f32 multiply-adds on CUDA cores) for each group of up to 4
+//        of its expert's rows: once in decode, where an expert has few.
+//      * 9+ tokens with bf16, fp8 or int4 weights: grouped_gemm_kernel, grid (128 weight rows,
+//        work-list tile), gemm_mma.cuh's tile (mma.sync, x rounded to bf16, as the dense GEMM)
+//        over 64 of an expert's rows at a time, so its weights are read once per 64 rows. The
+//        grid holds as many tiles as the pairs could make (moe_experts_order::max_tiles); those
+//        past the work list's count return at once.
 //   5. combine_kernel (a block per token): out[t] += Σ weight · expert output over the token's
 //      choices in expert-id order, products and sums rounded one by one as the CPU rounds them.
 //
 // The weight views come from moe_experts_params::device_matrices, a device copy of the
 // matrices that the caller keeps; the layout (format, group size, stacked) is read from the host
 // copy and must be the same for every expert with weights, so that each matmul is one launch.
-//
-// A tensor-core version would change only step 4: tiles of 64+ of an expert's rows against
-// 64+ weight rows through mma / wgmma (x rounded to bf16, weights dequantized into shared
-// memory as in matmul.cu's GEMM), which pays once experts have many rows (prefill); the grid
-// would then need the number of row tiles per expert, which only the device knows (a persistent
-// grid walking begin, or the largest possible count).
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -34,6 +38,7 @@
 #include "edge/common/format.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launchers.h"
+#include "kernels/matmul/gemm_mma.cuh"
 #include "kernels/matmul/weight_chunks.cuh"
 #include "kernels/moe_experts/moe_experts_order.h"
 
@@ -58,18 +63,37 @@ __device__ __forceinline__ bool valid_expert_device(std::int32_t e, std::int64_t
   return e >= 0 && e < num_experts;
 }
 
+// The exclusive scan of one value per thread of a count_threads block (expert tid's), within
+// each warp and then over the warps' totals; every thread must call it.
+__device__ __forceinline__ std::int32_t block_exclusive_scan(std::int32_t value,
+                                                             std::int32_t (&warp_totals)[count_warps]) {
+  const int warp = static_cast<int>(threadIdx.x) / warp_size;
+  const int lane = static_cast<int>(threadIdx.x) % warp_size;
+  std::int32_t inclusive = value;
+#pragma unroll
+  for (int offset = 1; offset < warp_size; offset *= 2) {
+    const std::int32_t v = __shfl_up_sync(full_warp, inclusive, offset);
+    if (lane >= offset) inclusive += v;
+  }
+  __syncthreads();  // every warp has read the totals of an earlier scan
+  if (lane == warp_size - 1) warp_totals[warp] = inclusive;
+  __syncthreads();
+  std::int32_t before = 0;
+  for (int w = 0; w < warp; ++w) before += warp_totals[w];
+  return before + inclusive - value;
+}
+
 __global__ void __launch_bounds__(count_threads)
     count_kernel(const std::int32_t* experts,    // [pairs]
                  std::int64_t pairs, int num_experts,
                  std::int32_t* begin,            // [num_experts + 1]
                  std::int32_t* expert_tokens,    // [num_experts] or null
                  std::int32_t* chosen,           // [num_experts + 1] chosen ids, then their count
+                 std::int32_t* tile_begin,       // [num_experts + 1] each chosen expert's first tile, then the count
                  bool add_counts) {              // expert_tokens += counts (a later chunk)
   __shared__ std::int32_t counts[max_experts];
   __shared__ std::int32_t warp_totals[count_warps];
   const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / warp_size;
-  const int lane = tid % warp_size;
   if (tid < num_experts) counts[tid] = 0;
   __syncthreads();
   for (std::int64_t i = tid; i < pairs; i += count_threads) {
@@ -77,39 +101,27 @@ __global__ void __launch_bounds__(count_threads)
     if (valid_expert_device(e, num_experts)) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
-  // Exclusive scan, one expert per thread: within each warp, then over the warps' totals.
   const std::int32_t count = tid < num_experts ? counts[tid] : 0;
-  std::int32_t inclusive = count;
-#pragma unroll
-  for (int offset = 1; offset < warp_size; offset *= 2) {
-    const std::int32_t v = __shfl_up_sync(full_warp, inclusive, offset);
-    if (lane >= offset) inclusive += v;
-  }
-  if (lane == warp_size - 1) warp_totals[warp] = inclusive;
-  __syncthreads();
-  std::int32_t before = 0;
-  for (int w = 0; w < warp; ++w) before += warp_totals[w];
-  const std::int32_t first = before + inclusive - count;
+  const std::int32_t first = block_exclusive_scan(count, warp_totals);
   if (tid < num_experts) {
     begin[tid] = first;
     if (expert_tokens != nullptr) expert_tokens[tid] = (add_counts ? expert_tokens[tid] : 0) + count;
   }
   if (tid == num_experts - 1) begin[num_experts] = first + count;
-  // The chosen experts in id order: the same scan over "has pairs".
-  __syncthreads();  // every warp has read warp_totals
+  // The chosen experts in id order: the same scan over "has pairs"; and their first tiles of
+  // the tensor-core work list: the same scan over their tiles.
   const std::int32_t has = count > 0 ? 1 : 0;
-  std::int32_t has_inclusive = has;
-#pragma unroll
-  for (int offset = 1; offset < warp_size; offset *= 2) {
-    const std::int32_t v = __shfl_up_sync(full_warp, has_inclusive, offset);
-    if (lane >= offset) has_inclusive += v;
+  const std::int32_t slot = block_exclusive_scan(has, warp_totals);
+  const std::int32_t tiles = order::tiles_of(count, gemm_tiles::block_tokens);
+  const std::int32_t tiles_before = block_exclusive_scan(tiles, warp_totals);
+  if (tid < num_experts && has != 0) {
+    chosen[slot] = tid;
+    tile_begin[slot] = tiles_before;
   }
-  if (lane == warp_size - 1) warp_totals[warp] = has_inclusive;
-  __syncthreads();
-  std::int32_t has_before = 0;
-  for (int w = 0; w < warp; ++w) has_before += warp_totals[w];
-  if (tid < num_experts && has != 0) chosen[has_before + has_inclusive - 1] = tid;
-  if (tid == num_experts - 1) chosen[num_experts] = has_before + has_inclusive;
+  if (tid == num_experts - 1) {
+    chosen[num_experts] = slot + has;
+    tile_begin[slot + has] = tiles_before + tiles;
+  }
 }
 
 __global__ void __launch_bounds__(place_threads)
@@ -189,25 +201,6 @@ struct grouped_args {
   bool x_vec;                         // x rows are 16-byte aligned
 };
 
-// Rows [o.x, + o.tokens) of one expert against weight rows row0.. of its matrix, into y.
-template <weight_format F, int T_MAX, bool FINE_GROUPS>
-__device__ __forceinline__ void grouped_tile(const gemv_operands& o, std::int64_t row0,
-                                             float (&partial)[gemv_warps][grouped_tokens][gemv_rows], float* y,
-                                             std::int64_t y_stride) {
-  float acc[T_MAX][gemv_rows];
-  gemv_accumulate<F, T_MAX, FINE_GROUPS>(o, row0, acc);
-  gemv_reduce(acc, partial);
-  for (int i = static_cast<int>(threadIdx.x); i < T_MAX * gemv_rows; i += gemv_threads) {
-    const int t = i / gemv_rows;
-    const int r = i % gemv_rows;
-    const std::int64_t row = row0 + r;
-    if (t >= o.tokens || row >= o.n) continue;
-    float dot = gemv_dot(partial, t, r);
-    if constexpr (F == weight_format::fp8_e4m3) dot *= o.scales[row];
-    y[t * y_stride + row] = dot;
-  }
-}
-
 template <weight_format F, bool FINE_GROUPS>
 __global__ void __launch_bounds__(gemv_threads) grouped_matmul_kernel(grouped_args a) {
   if (static_cast<std::int32_t>(blockIdx.y) >= a.chosen[a.num_experts]) return;  // fewer experts chosen than slots
@@ -237,13 +230,46 @@ __global__ void __launch_bounds__(gemv_threads) grouped_matmul_kernel(grouped_ar
       }
       continue;
     }
-    if (o.tokens == 1) {
-      grouped_tile<F, 1, FINE_GROUPS>(o, row0, partial, y, a.y_stride);
-    } else {
-      grouped_tile<F, grouped_tokens, FINE_GROUPS>(o, row0, partial, y, a.y_stride);
-    }
+    gemv_tiles_store<F, FINE_GROUPS>(o, row0, partial, y, a.y_stride);
     __syncthreads();  // the next group of rows reuses partial
   }
+}
+
+// The tensor-core form of grouped_matmul_kernel: block (x, j) runs gemm_mma.cuh's tile over
+// weight rows x · 128.. and tile j of the work list (count_kernel's tile_begin): 64 rows of one
+// chosen expert. Blocks past the tiles' count return at once.
+template <weight_format F>
+__global__ void __launch_bounds__(gt::threads) grouped_gemm_kernel(grouped_args a, const std::int32_t* tile_begin) {
+  extern __shared__ __align__(128) unsigned char grouped_shared[];
+  const std::int32_t chosen = a.chosen[a.num_experts];
+  const auto j = static_cast<std::int32_t>(blockIdx.y);
+  if (chosen <= 0 || j >= tile_begin[chosen]) return;
+  const std::int32_t slot = order::tile_slot(tile_begin, chosen, j);
+  const std::int32_t e = a.chosen[slot];
+  const std::int32_t first = a.begin[e];
+  const std::int32_t rows = a.begin[e + 1] - first;
+  const std::int64_t t0 = static_cast<std::int64_t>(j - tile_begin[slot]) * gt::block_tokens;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * gt::block_rows;
+  const moe_expert_weights& m = a.experts[e];
+  const weight_view& w = a.matrix == expert_matrix::gate ? m.gate : (a.matrix == expert_matrix::up ? m.up : m.down);
+  float* y = a.y + static_cast<std::int64_t>(first) * a.y_stride;
+  if (w.values == nullptr) {
+    // A chosen expert without weights: zeros, as grouped_matmul_kernel writes.
+    for (int i = static_cast<int>(threadIdx.x); i < gt::block_tokens * gt::block_rows; i += gt::threads) {
+      const std::int64_t token = t0 + i / gt::block_rows;
+      const std::int64_t row = n0 + i % gt::block_rows;
+      if (token < rows && row < a.n) y[token * a.y_stride + row] = 0.0f;
+    }
+    return;
+  }
+  const mma_operands o{.x = a.x + static_cast<std::int64_t>(first) * a.x_stride,
+                       .w = static_cast<const std::uint8_t*>(w.values), .scales = w.scales, .tokens = rows, .n = a.n,
+                       .x_stride = a.x_stride, .row_bytes = a.row_bytes, .group_size = a.group_size,
+                       .groups_per_row = a.groups_per_row};
+  gemm_mma_tile<F>(o, t0, n0, 0, a.k, grouped_shared, [&](std::int64_t token, std::int64_t row, float dot) {
+    if constexpr (F == weight_format::fp8_e4m3) dot *= w.scales[row];
+    y[token * a.y_stride + row] = dot;
+  });
 }
 
 // ---- combining ---------------------------------------------------------------------------------
@@ -290,6 +316,7 @@ struct matrix_layout {
 struct experts_layout {
   matrix_layout gate, up, down;  // up unused when stacked
   bool stacked = true;
+  bool aligned = true;  // every expert's matrices start 16-byte aligned (the tensor-core tile's copies)
 };
 
 status check_matrix(const weight_view& w, std::int64_t k, const char* which) {
@@ -336,6 +363,10 @@ result<experts_layout> layout_of(const moe_experts_params& p) {
     }
   }
   if (!shared) return invalid_argument("moe experts: no expert has weights");
+  for (std::int64_t e = 0; e < p.num_experts; ++e) {
+    const moe_expert_weights& m = p.matrices[e];
+    shared->aligned = shared->aligned && aligned16(m.gate.values) && aligned16(m.up.values) && aligned16(m.down.values);
+  }
   return *shared;
 }
 
@@ -350,10 +381,24 @@ void launch_grouped_format(const grouped_args& a, bool fine_groups, const dim3& 
   grouped_matmul_kernel<F, false><<<grid, gemv_threads, 0, stream>>>(a);
 }
 
-// y [pairs, n] = each row of x [pairs, k] through its expert's `matrix`.
+template <weight_format F>
+status launch_grouped_gemm(const grouped_args& a, const std::int32_t* tile_begin, std::int64_t pairs,
+                           std::int64_t slots, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.n, gt::block_rows)),
+                  static_cast<unsigned>(order::max_tiles(pairs, slots, gt::block_tokens)));
+  constexpr int bytes = gemm_stage_bytes<F>::total;
+  EDGE_RETURN_IF_ERROR(allow_shared_memory(reinterpret_cast<const void*>(&grouped_gemm_kernel<F>), bytes));
+  grouped_gemm_kernel<F><<<grid, gt::threads, bytes, stream>>>(a, tile_begin);
+  return check_launch("moe experts (grouped gemm)");
+}
+
+// y [pairs, n] = each row of x [pairs, k] through its expert's `matrix`: on tensor cores where
+// cuda_moe_experts_use_tensor_cores says so (and x and the weights are 16-byte aligned), else
+// the GEMV tile.
 status launch_grouped(const matrix_layout& l, expert_matrix matrix, const float* x, std::int64_t x_stride, float* y,
                       std::int64_t y_stride, std::int64_t n, std::int64_t k, const moe_experts_params& p,
-                      const std::int32_t* begin, const std::int32_t* chosen, cudaStream_t stream) {
+                      const std::int32_t* begin, const std::int32_t* chosen, const std::int32_t* tile_begin,
+                      bool weights_aligned, cudaStream_t stream) {
   const grouped_args a{.x = x, .y = y, .experts = p.device_matrices, .begin = begin, .chosen = chosen,
                        .num_experts = p.num_experts, .n = n, .k = k,
                        .x_stride = x_stride, .y_stride = y_stride, .row_bytes = weight_values_bytes(l.format, 1, k),
@@ -362,6 +407,19 @@ status launch_grouped(const matrix_layout& l, expert_matrix matrix, const float*
                        .x_vec = aligned16(x) && x_stride % 4 == 0};
   static_assert(gemv_rows == moe_grouped_tile_rows);
   const std::int64_t slots = std::min(p.tokens * p.top_k, p.num_experts);
+  const std::int64_t pairs = p.tokens * p.top_k;
+  // A call of more tiles than a grid's y can hold (a workspace past any chunk's) takes the GEMV tile.
+  constexpr std::int64_t max_grid_y = 65535;
+  if (cuda_moe_experts_use_tensor_cores(l.format, p.tokens, k, l.group_size) && weights_aligned && a.x_vec &&
+      order::max_tiles(pairs, slots, gt::block_tokens) <= max_grid_y) {
+    switch (l.format) {
+      case weight_format::bf16: return launch_grouped_gemm<weight_format::bf16>(a, tile_begin, pairs, slots, stream);
+      case weight_format::fp8_e4m3:
+        return launch_grouped_gemm<weight_format::fp8_e4m3>(a, tile_begin, pairs, slots, stream);
+      case weight_format::int4: return launch_grouped_gemm<weight_format::int4>(a, tile_begin, pairs, slots, stream);
+      default: break;  // (cuda_moe_experts_use_tensor_cores takes only these)
+    }
+  }
   const dim3 grid(static_cast<unsigned>(ceil_div(n, gemv_rows)), static_cast<unsigned>(slots));
   const bool fine_groups = l.format == weight_format::int4 && l.group_size < int4_traits::chunk_elements;
   switch (l.format) {
@@ -411,11 +469,12 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
   std::int32_t* rows = begin + p.num_experts + 1;                        // [pairs]
   std::int32_t* row_of = rows + pairs;                                   // [pairs]
   std::int32_t* chosen = row_of + pairs;                                 // [num_experts + 1]
+  std::int32_t* tile_begin = chosen + p.num_experts + 1;                 // [num_experts + 1]
   const auto experts = static_cast<int>(p.num_experts);
   const auto slots = static_cast<unsigned>(std::min(pairs, p.num_experts));
 
   count_kernel<<<1, count_threads, 0, stream>>>(p.experts, pairs, experts, begin, p.expert_tokens, chosen,
-                                                p.add_expert_tokens);
+                                                tile_begin, p.add_expert_tokens);
   EDGE_RETURN_IF_ERROR(check_launch("moe experts (count)"));
   place_kernel<<<slots, place_threads, 0, stream>>>(p.experts, pairs, begin, chosen, experts, rows, row_of);
   EDGE_RETURN_IF_ERROR(check_launch("moe experts (place)"));
@@ -427,19 +486,19 @@ status run_moe_experts(const moe_experts_params& p, const stream& s) {
   const std::int64_t inter = p.intermediate;
   if (layout.stacked) {
     EDGE_RETURN_IF_ERROR(launch_grouped(layout.gate, expert_matrix::gate, gathered, p.hidden, activation, 2 * inter,
-                                        2 * inter, p.hidden, p, begin, chosen, stream));
+                                        2 * inter, p.hidden, p, begin, chosen, tile_begin, layout.aligned, stream));
   } else {
     EDGE_RETURN_IF_ERROR(launch_grouped(layout.gate, expert_matrix::gate, gathered, p.hidden, activation, 2 * inter,
-                                        inter, p.hidden, p, begin, chosen, stream));
+                                        inter, p.hidden, p, begin, chosen, tile_begin, layout.aligned, stream));
     EDGE_RETURN_IF_ERROR(launch_grouped(layout.up, expert_matrix::up, gathered, p.hidden, activation + inter, 2 * inter,
-                                        inter, p.hidden, p, begin, chosen, stream));
+                                        inter, p.hidden, p, begin, chosen, tile_begin, layout.aligned, stream));
   }
   EDGE_RETURN_IF_ERROR(cuda::run_silu_mul({.gate = activation, .up = activation + inter, .out = activation,
                                            .rows = pairs, .cols = inter, .in_stride = 2 * inter,
                                            .out_stride = 2 * inter},
                                           s));
   EDGE_RETURN_IF_ERROR(launch_grouped(layout.down, expert_matrix::down, activation, 2 * inter, expert_out, p.hidden,
-                                      p.hidden, inter, p, begin, chosen, stream));
+                                      p.hidden, inter, p, begin, chosen, tile_begin, layout.aligned, stream));
 
   combine_kernel<<<static_cast<unsigned>(p.tokens), combine_threads, 0, stream>>>(
       p.experts, p.weights, row_of, expert_out, p.top_k, p.num_experts, p.hidden, p.out, p.out_stride);

@@ -73,7 +73,9 @@ inline constexpr std::int64_t moe_experts_chunk_tokens = 256;
 //   tail: CPU  sums [tokens, hidden]     each token's weighted sum
 //         CUDA int32 scratch: begin [num_experts + 1] (each expert's first row, then pairs
 //              placed), order [pairs] (the pair of each row), row_of [pairs] (the row of each pair),
-//              chosen [num_experts + 1] (the chosen experts in id order, then their count)
+//              chosen [num_experts + 1] (the chosen experts in id order, then their count),
+//              tile_begin [num_experts + 1] (each chosen expert's first 64-row tile, then the
+//              tiles' count: the tensor-core work list, moe_experts_order.h)
 struct moe_experts_layout {
   std::int64_t gathered = 0, activation = 0, expert_out = 0, tail = 0, floats = 0;
 };
@@ -82,7 +84,7 @@ constexpr moe_experts_layout moe_experts_workspace(std::int64_t tokens, std::int
                                                    std::int64_t hidden, std::int64_t intermediate) {
   const std::int64_t pairs = tokens * top_k;
   const std::int64_t sums = tokens * hidden;
-  const std::int64_t scratch = 2 * (num_experts + 1) + 2 * pairs;  // int32 and float share a size
+  const std::int64_t scratch = 3 * (num_experts + 1) + 2 * pairs;  // int32 and float share a size
   moe_experts_layout l;
   l.activation = l.gathered + pairs * hidden;
   l.expert_out = l.activation + pairs * 2 * intermediate;
@@ -109,6 +111,21 @@ constexpr std::int64_t moe_grouped_blocks(std::int64_t n, std::int64_t tokens, s
                                           std::int64_t num_experts) {
   const std::int64_t slots = tokens * top_k < num_experts ? tokens * top_k : num_experts;
   return (n + moe_grouped_tile_rows - 1) / moe_grouped_tile_rows * slots;
+}
+
+// Whether the CUDA experts run one of their matrices, of depth k (hidden for gate and up, the
+// intermediate width for down), on tensor cores, rounding its x to bf16 as the dense matmul
+// does at the same token counts: 9+ tokens with bf16, fp8 or int4 weights (int4 in groups of 32
+// or more) and k a multiple of 32. Each chosen expert's rows then go through the GEMM tile of
+// gemm_mma.cuh, 64 of them against 128 weight rows per block, so its weights are read once per
+// 64 of its rows instead of once per 4 (prefill); decode, and other formats and shapes, keep the
+// f32 GEMV tile. (Weights that start 16-byte aligned, as every device allocation does; others
+// take the GEMV tile too.)
+constexpr bool cuda_moe_experts_use_tensor_cores(weight_format f, std::int64_t tokens, std::int64_t k,
+                                                 std::int64_t group_size) {
+  const bool formats = f == weight_format::bf16 || f == weight_format::fp8_e4m3 ||
+                       (f == weight_format::int4 && group_size >= 32);
+  return tokens > 8 && formats && k % 32 == 0;
 }
 
 // invalid_argument for shapes, an expert id outside [0, num_experts) (CPU), a matrix of the

@@ -22,7 +22,9 @@
 //   8. The decode shapes a review found slow on Kimi K2: the W4A16 GEMV of few rows (kv_a_proj
 //      576 x 7168, Qwen3's k_proj 512 x 2048), split over k; the absorbed MLA projections of 64
 //      heads in one launch against a matmul per head; the routed experts of one token (8 of 384,
-//      hidden 7168, 2048 wide, INT4) over a grid of the chosen experts.
+//      hidden 7168, 2048 wide, INT4) over a grid of the chosen experts; and of a 256-token
+//      prefill chunk on the grouped tensor-core GEMM, routed at random (about 5 rows per expert)
+//      and with every token on the same 8 experts (256 rows each), in TFLOP/s.
 // Every bandwidth is also given as a fraction of the device's HBM peak (H100 SXM 3.35 TB/s,
 // H100 PCIe 2.0, H200 4.8; the copy bandwidth above is what a kernel can reach in practice), and
 // every TFLOP/s of the dense bf16 peak (989; 756 on the PCIe card).
@@ -32,6 +34,7 @@
 #include <chrono>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -499,6 +502,47 @@ void moe_decode_times(cudaStream_t stream, double copy) {
               static_cast<long long>(kernels::moe_grouped_blocks(2 * inter, 1, top_k, experts) +
                                      kernels::moe_grouped_blocks(hidden, 1, top_k, experts)),
               static_cast<long long>((2 * inter / 4 + hidden / 4) * experts));
+
+  // A prefill chunk of 256 tokens (moe_experts_chunk_tokens), 8 choices each.
+  constexpr std::int64_t tokens = kernels::moe_experts_chunk_tokens;
+  const std::int64_t chunk_floats = kernels::moe_experts_workspace_floats(tokens, top_k, experts, hidden, inter);
+  gpu_test::device_array<float> chunk_workspace(static_cast<std::size_t>(chunk_floats));
+  gpu_test::device_array<float> chunk_x(gpu_test::random_floats(tokens * hidden, 10)), chunk_out(tokens * hidden);
+  gpu_test::device_array<float> chunk_weights(std::vector<float>(tokens * top_k, 0.125f));
+  std::mt19937 rng(11);
+  std::printf("\n| Kimi K2 routed experts, %lld tokens, 8 of 384, int4 | experts chosen | rows each | us | TFLOP/s | "
+              "of bf16 peak |\n|---|---|---|---|---|---|\n",
+              static_cast<long long>(tokens));
+  for (const bool spread : {true, false}) {
+    std::vector<std::int32_t> routed(static_cast<std::size_t>(tokens * top_k));
+    std::vector<int> seen(static_cast<std::size_t>(experts), 0);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      std::vector<std::int32_t> all(static_cast<std::size_t>(experts));
+      std::iota(all.begin(), all.end(), 0);
+      if (spread) std::shuffle(all.begin(), all.end(), rng);  // else the 8 of the decode row, for every token
+      for (std::int64_t i = 0; i < top_k; ++i) {
+        const std::int32_t e = spread ? all[static_cast<std::size_t>(i)] : chosen[static_cast<std::size_t>(i)];
+        routed[static_cast<std::size_t>(t * top_k + i)] = e;
+        seen[static_cast<std::size_t>(e)] = 1;
+      }
+    }
+    gpu_test::device_array<std::int32_t> chunk_ids(routed);
+    const double chunk_seconds = time_calls(stream, 10, [&](int) {
+      check_ok(kernels::run_moe_experts({.x = chunk_x.get(), .experts = chunk_ids.get(), .weights = chunk_weights.get(),
+                                         .matrices = views.data(), .out = chunk_out.get(), .tokens = tokens,
+                                         .top_k = top_k, .num_experts = experts, .hidden = hidden,
+                                         .intermediate = inter, .x_stride = hidden, .out_stride = hidden,
+                                         .workspace = chunk_workspace.get(), .workspace_floats = chunk_floats,
+                                         .device_matrices = device_views.get()},
+                                        s),
+               "moe experts (prefill)");
+    });
+    const int chosen_count = std::accumulate(seen.begin(), seen.end(), 0);
+    const double flops = 2.0 * static_cast<double>(tokens * top_k) * static_cast<double>(3 * inter * hidden);
+    std::printf("| %s | %d | %.1f | %.1f | %.1f | %.2f |\n", spread ? "routed at random" : "every token on the same 8",
+                chosen_count, static_cast<double>(tokens * top_k) / chosen_count, chunk_seconds * 1e6,
+                flops / chunk_seconds / 1e12, of_peak(flops / chunk_seconds, peaks.bf16));
+  }
 }
 
 }  // namespace

@@ -480,8 +480,11 @@ inline double experts_error(double out, double out_ref, double spread, double ad
 // small ones' rounding is large for their share of the spread, and over k of 64 to 384 it does
 // not average out (0.13 at 64 x 96, 0.02 at the real widths). The GPU, in f32, is held to the
 // first.
+// On tensor cores (cuda_moe_experts_use_tensor_cores: 9+ tokens), x and silu(gate) · up are
+// rounded to bf16, as the dense matmul's x is: held to matmul_tensor_core_tolerance.
 inline constexpr double experts_f32_tolerance = 0x1p-13;
 inline constexpr double experts_int8_tolerance = 0x1p-2;
+inline constexpr double experts_tensor_core_tolerance = matmul_tensor_core_tolerance;
 
 struct mla_case {
   std::string shape;

@@ -1,6 +1,7 @@
 // The CUDA experts' grouping (moe_experts_order.h) run on the host as the device runs it (a
 // block of warps per expert, a round of pairs at a time, ballots), against the CPU's stable
-// counting sort; and the order in which a token's contributions are summed.
+// counting sort; the tensor-core work list of 64-row tiles; and the order in which a token's
+// contributions are summed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -138,13 +139,66 @@ TEST_CASE("a token's contributions are summed by expert id, equal ids in choice 
 
 TEST_CASE("the workspace holds the CPU's sums or the CUDA grouping, whichever is larger") {
   // Decode of a small model: the int32 grouping (begin 129, order and row_of 2 x 8, the chosen
-  // experts 129) outgrows one token's sums (64).
+  // experts 129, their first tiles 129) outgrows one token's sums (64).
   const auto small = edge::kernels::moe_experts_workspace(1, 8, 128, 64, 32);
   CHECK(small.activation == 8 * 64);
   CHECK(small.expert_out == small.activation + 8 * 2 * 32);
   CHECK(small.tail == small.expert_out + 8 * 64);
-  CHECK(small.floats == small.tail + 129 + 16 + 129);
+  CHECK(small.floats == small.tail + 129 + 16 + 129 + 129);
   const auto large = edge::kernels::moe_experts_workspace(97, 8, 128, 2048, 768);
   CHECK(large.floats == large.tail + 97 * 2048);
   CHECK(edge::kernels::moe_experts_workspace_floats(97, 8, 128, 2048, 768) == large.floats);
+}
+
+// count_kernel's work list (tile_begin over the chosen experts) and grouped_gemm_kernel's
+// reading of it, for every block of the grid: each chosen expert's rows are covered by its
+// tiles exactly once, in order, no tile is empty, and the blocks past the count are idle.
+TEST_CASE("the tensor-core work list covers every chosen expert's rows once, in tiles of 64") {
+  constexpr std::int32_t tile_rows = 64;
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int num_experts = std::array{1, 5, 16, 128, 384}[trial % 5];
+    const std::int64_t tokens = std::uniform_int_distribution<std::int64_t>(1, 600)(rng);
+    const std::int64_t top_k = std::min<std::int64_t>(num_experts, std::array{1, 2, 8}[trial % 3]);
+    // Skewed choices: a few hot experts, as real routers make, and ids outside the set.
+    std::vector<std::int32_t> experts(static_cast<std::size_t>(tokens * top_k));
+    std::geometric_distribution<int> hot(0.05);
+    for (auto& e : experts) e = rng() % 50 == 0 ? -1 : hot(rng) % num_experts;
+    std::vector<std::int32_t> counts(static_cast<std::size_t>(num_experts), 0);
+    for (const std::int32_t e : experts) {
+      if (e >= 0) ++counts[static_cast<std::size_t>(e)];
+    }
+    // count_kernel: the chosen experts in id order, the exclusive scan of their tiles.
+    std::vector<std::int32_t> chosen, tile_begin, begin(static_cast<std::size_t>(num_experts + 1), 0);
+    std::int32_t tiles = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      begin[static_cast<std::size_t>(e) + 1] = begin[static_cast<std::size_t>(e)] + counts[static_cast<std::size_t>(e)];
+      if (counts[static_cast<std::size_t>(e)] == 0) continue;
+      chosen.push_back(e);
+      tile_begin.push_back(tiles);
+      tiles += order::tiles_of(counts[static_cast<std::size_t>(e)], tile_rows);
+    }
+    tile_begin.push_back(tiles);
+    const auto slots = std::min<std::int64_t>(tokens * top_k, num_experts);
+    const std::int64_t grid = order::max_tiles(tokens * top_k, slots, tile_rows);
+    REQUIRE(tiles <= grid);
+    // grouped_gemm_kernel: each block of the grid finds its expert and first row.
+    std::vector<std::int32_t> covered(static_cast<std::size_t>(num_experts), 0);
+    const auto n_chosen = static_cast<std::int32_t>(chosen.size());
+    for (std::int32_t j = 0; j < grid; ++j) {
+      if (n_chosen == 0 || j >= tile_begin[static_cast<std::size_t>(n_chosen)]) continue;  // idle
+      const std::int32_t slot = order::tile_slot(tile_begin.data(), n_chosen, j);
+      const std::int32_t e = chosen[static_cast<std::size_t>(slot)];
+      const std::int32_t t0 = (j - tile_begin[static_cast<std::size_t>(slot)]) * tile_rows;
+      const std::int32_t rows = counts[static_cast<std::size_t>(e)];
+      REQUIRE(t0 == covered[static_cast<std::size_t>(e)]);  // in order, no gap, no overlap
+      REQUIRE(t0 < rows);                                   // no empty tile
+      covered[static_cast<std::size_t>(e)] = std::min(rows, t0 + tile_rows);
+    }
+    CHECK(covered == counts);
+  }
+  // The bound: 2,048 pairs of Kimi K2's prefill chunk in at most 384 experts.
+  CHECK(order::max_tiles(2048, 384, 64) == (2048 + 63 * 384) / 64);
+  CHECK(order::max_tiles(8, 8, 64) == 8);  // one row each at most
+  CHECK(order::max_tiles(64 * 8, 1, 64) == 8);
 }
