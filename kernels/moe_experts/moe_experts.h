@@ -114,9 +114,9 @@ constexpr std::int64_t moe_grouped_blocks(std::int64_t n, std::int64_t tokens, s
 }
 
 // Whether the CUDA experts run one of their matrices, of depth k (hidden for gate and up, the
-// intermediate width for down), on tensor cores, rounding its x to bf16 as the dense matmul
-// does at the same token counts: 9+ tokens with bf16, fp8 or int4 weights (int4 in groups of 32
-// or more) and k a multiple of 32. Each chosen expert's rows then go through the GEMM tile of
+// intermediate width for down), on tensor cores, rounding its x to bf16 as the dense GEMM does:
+// 9+ tokens with bf16, fp8 or int4 weights (int4 in groups of 32 or more) and k a multiple of
+// 32. (Unlike the dense matmul, INT4 decode of 1..8 tokens stays in f32 here: the GEMV tile.) Each chosen expert's rows then go through the GEMM tile of
 // gemm_mma.cuh, 64 of them against 128 weight rows per block, so its weights are read once per
 // 64 of its rows instead of once per 4 (prefill); decode, and other formats and shapes, keep the
 // f32 GEMV tile. (Weights that start 16-byte aligned, as every device allocation does; others

@@ -66,7 +66,7 @@ EDGE_HOST_DEVICE inline int choice_rank(const std::int32_t* experts, std::int64_
 
 // Tiles of `rows` rows.
 EDGE_HOST_DEVICE inline std::int32_t tiles_of(std::int32_t rows, std::int32_t tile_rows) {
-  return (rows + tile_rows - 1) / tile_rows;
+  return rows > 0 ? (rows - 1) / tile_rows + 1 : 0;
 }
 
 // The most tiles `pairs` rows in at most `slots` experts can make: each expert at most one
