@@ -177,20 +177,13 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 // The closest file key to an unknown one, if any is close enough to be a likely typo.
 std::optional<std::string> suggest_key(const schema& options, std::string_view unknown) {
-  std::optional<std::string> best;
-  std::size_t best_distance = std::max<std::size_t>(2, unknown.size() / 3) + 1;
+  std::vector<std::string> keys;
   for (const auto& spec : options.options()) {
-    if (spec.name == config_option) continue;
-    const std::string key = spec.file_key();
-    std::string normalized(unknown);
-    std::replace(normalized.begin(), normalized.end(), '-', '_');
-    const std::size_t distance = edit_distance(to_lower(normalized), key);
-    if (distance < best_distance) {
-      best_distance = distance;
-      best = key;
-    }
+    if (spec.name != config_option) keys.push_back(spec.file_key());
   }
-  return best;
+  std::string normalized(unknown);
+  std::replace(normalized.begin(), normalized.end(), '-', '_');
+  return closest_name(to_lower(normalized), keys);
 }
 
 std::string node_type_name(const toml::node& node) {
@@ -399,6 +392,19 @@ std::string values::describe() const {
 }
 
 void values::set(std::string name, entry settled) { entries_[std::move(name)] = std::move(settled); }
+
+std::optional<std::string> closest_name(std::string_view unknown, const std::vector<std::string>& names) {
+  std::optional<std::string> best;
+  std::size_t best_distance = std::max<std::size_t>(2, unknown.size() / 3) + 1;
+  for (const std::string& name : names) {
+    const std::size_t distance = edit_distance(unknown, name);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = name;
+    }
+  }
+  return best;
+}
 
 result<std::int64_t> parse_bytes(std::string_view text) {
   double number = 0;

@@ -76,3 +76,43 @@ test('make-model writes synthetic models that load and generate, in both formats
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+// Command-line mistakes are told as configuration mistakes are: what is wrong, the likely
+// intent, where to look, exit code 2 (CLI11's own codes were 106 to 109, with no suggestion).
+test('command-line mistakes: what is wrong, "did you mean", exit code 2', () => {
+  const cases = [
+    [['serve', '--prot', '9000'], 'edgeinfer serve: unknown option "--prot"; did you mean "--port"?'],
+    [['serv'], 'edgeinfer: unknown command "serv"; did you mean "serve"?'],
+    [['admin', 'tenant', 'list'], 'edgeinfer admin: unknown command "tenant"; did you mean "tenants"?'],
+    [['admin', 'keys', 'creat', 'acme'], 'edgeinfer admin keys: unknown command "creat"; did you mean "create"?'],
+    [['tokenize', '--modle', 'x'], 'edgeinfer tokenize: unknown option "--modle"; did you mean "--model"?'],
+    [['--versoin'], 'edgeinfer: unknown option "--versoin"; did you mean "--version"?'],
+    [['serve', 'model.gguf'], 'edgeinfer serve: unexpected argument "model.gguf"'],
+    [[], 'edgeinfer: a command is required: serve, backend, gateway,'],
+    [['admin', 'keys'], 'edgeinfer admin keys: a command is required: create, list, revoke'],
+    [['serve', '--port', 'abc'], 'invalid value "abc" for port (flag --port): expected an integer from 0 to 65535'],
+    [['help', 'sevre'], 'edgeinfer: unknown command "sevre"; did you mean "serve"?'],
+  ];
+  for (const [args, expected] of cases) {
+    const r = run(args);
+    assert.equal(r.status, 2, `edgeinfer ${args.join(' ')}: exit ${r.status}\n${r.stderr}`);
+    assert.ok(r.stderr.includes(expected), `edgeinfer ${args.join(' ')}:\n${r.stderr}`);
+    assert.equal(r.stdout, '');
+  }
+  // A word far from every command gets no guess.
+  const far = run(['frobnicate']);
+  assert.equal(far.status, 2);
+  assert.match(far.stderr, /^edgeinfer: unknown command "frobnicate"\nRun "edgeinfer --help" for its commands and options\.\n$/);
+});
+
+test('edgeinfer help [COMMAND...] prints what COMMAND --help prints, exit code 0', () => {
+  for (const words of [[], ['serve'], ['admin', 'keys']]) {
+    const viaHelp = run(['help', ...words]);
+    const viaFlag = run([...words, '--help']);
+    assert.equal(viaHelp.status, 0, viaHelp.stderr);
+    assert.equal(viaFlag.status, 0, viaFlag.stderr);
+    assert.equal(viaHelp.stdout, viaFlag.stdout);
+    assert.ok(viaHelp.stdout.length > 100);
+  }
+  assert.match(run(['help', 'admin', 'keys']).stdout, /create/);
+});

@@ -131,6 +131,11 @@ struct sources {
 // Resolves every option of the schema. All problems are reported together, one per line.
 result<values> resolve(const schema& options, const sources& from);
 
+// The name among `names` closest to a mistyped one, if one is close enough to be the likely
+// intent (an edit distance of at most a third of its length, and at least 2): the "did you
+// mean" of an unknown file key, flag or command.
+std::optional<std::string> closest_name(std::string_view unknown, const std::vector<std::string>& names);
+
 // Parses a byte size ("4MiB", "1.5GiB", "512KB", "4096"). Exposed for reuse and tests.
 result<std::int64_t> parse_bytes(std::string_view text);
 // Parses a duration ("30s", "250ms", "2m", "1h", "1.5"): milliseconds.
