@@ -141,7 +141,7 @@ int run_gateway(const config::values& settings) {
   // Tenancy outlives the server: requests still holding quota leases when the server goes away
   // settle into it, and its destructor flushes the usage ledger last.
   const real_time_source clock;
-  auto opened = open_tenancy(settings, clock, gateway_families, log, "gateway");
+  auto opened = open_tenancy(settings, clock, gateway_families, log);
   if (const int* exit_code = std::get_if<int>(&opened)) return *exit_code;
   tenancy_setup& tenancy = std::get<tenancy_setup>(opened);
 
@@ -159,6 +159,7 @@ int run_gateway(const config::values& settings) {
   boost::asio::signal_set signals(server.context(), SIGINT, SIGTERM);
   drain_on_signals(signals, server, log);
   if (!listen_and_announce(server, log)) return 1;
+  create_first_key(tenancy, log, "gateway");
 
   pool.start(server.context().get_executor(), [&](const gateway::backend_info& info) {
     // The gateway renders every prompt, with the template the backends load.

@@ -69,7 +69,7 @@ int run_serve(const config::values& settings) {
   // Tenancy outlives the server: requests still holding quota leases when the server goes away
   // settle into it, and its destructor flushes the usage ledger last.
   const real_time_source clock;
-  auto opened = open_tenancy(settings, clock, gateway_families, log, "serve");
+  auto opened = open_tenancy(settings, clock, gateway_families, log);
   if (const int* exit_code = std::get_if<int>(&opened)) return *exit_code;
   tenancy_setup& tenancy = std::get<tenancy_setup>(opened);
 
@@ -78,7 +78,13 @@ int run_serve(const config::values& settings) {
   boost::asio::signal_set signals(serve.http().context(), SIGINT, SIGTERM);
   drain_on_signals(signals, serve.http(), log);
   if (!listen_and_announce(serve.http(), log)) return 1;
-  serve.load(log);
+  // The first key once the server serves: its model running, or listening without one.
+  const auto first_key = [&tenancy, &log] { create_first_key(tenancy, log, "serve"); };
+  if (location.ok()) {
+    serve.load(log, first_key);
+  } else {
+    first_key();
+  }
   serve.http().run();
   return serve.stop(log);
 }
@@ -112,7 +118,7 @@ serve_server::serve_server(const config::values& settings, std::optional<backend
 
 serve_server::~serve_server() { tenants_.drain_quota_calls(); }
 
-void serve_server::load(const logger& log) {
+void serve_server::load(const logger& log, std::function<void()> on_ready) {
   if (!location_) return;
   engine_.start(
       settings_, *location_, metrics_, log, server_,
@@ -138,7 +144,7 @@ void serve_server::load(const logger& log) {
             .markup_tokens = std::move(client_text.markup_tokens)}));
         return format("serving \"{}\"", location_->served_name);
       },
-      before_step_);
+      before_step_, std::move(on_ready));
 }
 
 command make_serve_command(CLI::App& app) {

@@ -42,8 +42,9 @@ class serve_server {
 
   gateway::http_server& http() { return server_; }
 
-  // Once the server listens: starts loading the model (nothing without a location).
-  void load(const logger& log);
+  // Once the server listens: starts loading the model (nothing without a location);
+  // `on_ready` runs once it serves (engine_loader::start).
+  void load(const logger& log, std::function<void()> on_ready = {});
 
   // Once http().run() has returned: stops the engine; the exit code (engine_loader::stop).
   int stop(const logger& log) { return engine_.stop(log); }

@@ -478,9 +478,11 @@ engine_loader::~engine_loader() {
 
 void engine_loader::start(const config::values& settings, backend::model_location location,
                           monitoring::metrics_registry& metrics, const logger& log, gateway::http_server& server,
-                          std::function<std::string(serving_runtime&)> publish, std::function<void()> before_step) {
+                          std::function<std::string(serving_runtime&)> publish, std::function<void()> before_step,
+                          std::function<void()> on_ready) {
   thread_ = std::thread([this, &settings, location = std::move(location), &metrics, &log, &server,
-                         publish = std::move(publish), before_step = std::move(before_step)]() mutable {
+                         publish = std::move(publish), before_step = std::move(before_step),
+                         on_ready = std::move(on_ready)]() mutable {
     // Loading may also throw (memory exhausted, a file system error): this thread is its root.
     auto started = [&]() -> result<std::unique_ptr<serving_runtime>> {
       try {
@@ -497,6 +499,7 @@ void engine_loader::start(const config::values& settings, backend::model_locatio
     }
     runtime_ = std::move(started).value();
     const std::string serving = publish(*runtime_);
+    if (on_ready) on_ready();  // before readiness turns ready: a client that waits for it finds its result
     stage_.store(stage::ready, std::memory_order_release);
     log.info("ready: {}", serving);
   });
@@ -537,8 +540,7 @@ int engine_loader::stop(const logger& log) {
 }
 
 std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, const time_source& clock,
-                                              monitoring::gateway_metrics& metrics, const logger& log,
-                                              std::string_view actor) {
+                                              monitoring::gateway_metrics& metrics, const logger& log) {
   tenancy_setup setup;
   setup.admin_token = settings.optional_string("admin-token").value_or("");
   if (!setup.admin_token.empty() && setup.admin_token.size() < gateway::min_admin_token_length) {
@@ -563,20 +565,28 @@ std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, co
     return opened.error().code() == status_code::invalid_argument ? 2 : 1;
   }
   setup.tenants = std::move(opened).value();
-  auto bootstrapped = setup.tenants->store().bootstrap_default_tenant({.actor = std::string(actor), .request_id = ""});
+  const gateway::tenant_store& store = setup.tenants->store();
+  log.info("tenant store {} (schema {}): {} tenants, {} API keys; admin API {}", store.description(),
+           store.schema_version(), store.snapshot()->tenant_count(), store.snapshot()->key_count(),
+           setup.admin_token.empty()
+               ? "off (no --admin-token; with one, `edgeinfer admin keys create default` makes a new key)"
+               : "on (`edgeinfer admin keys create default` makes a new key)");
+  return setup;
+}
+
+void create_first_key(const tenancy_setup& tenancy, const logger& log, std::string_view actor) {
+  auto bootstrapped =
+      tenancy.tenants->store().bootstrap_default_tenant({.actor = std::string(actor), .request_id = ""});
   if (!bootstrapped.ok()) {
-    log.error("cannot create the default tenant: {}", bootstrapped.error().message());
-    return 1;
+    log.error("cannot create the default tenant and its first API key: {}; with --admin-token, "
+              "`edgeinfer admin tenants create default` and `edgeinfer admin keys create default` make them",
+              bootstrapped.error().message());
+    return;
   }
   if (*bootstrapped) {
     log_first_start_secret(log, format("tenant \"{}\" with API key", gateway::tenant_store::default_tenant_id),
                            (*bootstrapped)->key, "more keys with `edgeinfer admin keys create`");
   }
-  const gateway::tenant_store& store = setup.tenants->store();
-  log.info("tenant store {} (schema {}): {} tenants, {} API keys; admin API {}", store.description(),
-           store.schema_version(), store.snapshot()->tenant_count(), store.snapshot()->key_count(),
-           setup.admin_token.empty() ? "off (no --admin-token)" : "on");
-  return setup;
 }
 
 void log_first_start_secret(const logger& log, std::string_view what, std::string_view secret,

@@ -132,12 +132,13 @@ class engine_loader {
   engine_loader& operator=(const engine_loader&) = delete;
 
   // Starts the loader thread: start_engine(), then `publish` hands the running engine to the
-  // routes, readiness turns ready and "ready: " + what publish returned is logged. An engine
-  // that cannot start is logged, readiness says failed and `server` shuts down. `before_step`
-  // as start_engine's. `settings`, `metrics`, `log` and `server` must outlive the loader.
+  // routes, `on_ready` runs (on the loader thread), readiness turns ready and "ready: " + what
+  // publish returned is logged. An engine that cannot start is logged, readiness says failed
+  // and `server` shuts down. `before_step` as start_engine's. `settings`, `metrics`, `log` and
+  // `server` must outlive the loader.
   void start(const config::values& settings, backend::model_location location, monitoring::metrics_registry& metrics,
              const logger& log, gateway::http_server& server, std::function<std::string(serving_runtime&)> publish,
-             std::function<void()> before_step = {});
+             std::function<void()> before_step = {}, std::function<void()> on_ready = {});
 
   // "ready" while the engine runs and steps; else loading, no_model, failed (it did not
   // start), engine_stalled (engine_options::stall_timeout) or engine_failed. Any thread.
@@ -171,13 +172,18 @@ struct tenancy_setup {
   std::string admin_token;  // empty: the admin API is off
 };
 
-// Checks --admin-token, opens the tenant store in --state-dir, creates the default tenant on
-// the first start (logging its key once) and logs what it found. On failure it logs why and
-// gives the exit code: 2 for a bad option, 1 otherwise. `actor` names the command in the
-// audit log.
+// Checks --admin-token, opens the tenant store in --state-dir and logs what it found. On
+// failure it logs why and gives the exit code: 2 for a bad option, 1 otherwise.
 std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, const time_source& clock,
-                                              monitoring::gateway_metrics& metrics, const logger& log,
-                                              std::string_view actor);
+                                              monitoring::gateway_metrics& metrics, const logger& log);
+
+// On the first start, creates the default tenant and its first API key and logs the key, the
+// one time it is shown; later starts do nothing. Called once the server can serve (it listens,
+// and its model, if any, runs), so that a start that fails (a port in use, a model that does
+// not load, no GPU) never uses the key up unseen. A failure is logged with what to do instead;
+// the server goes on (the admin API can make tenants and keys). `actor` names the command in
+// the audit log. Any thread.
+void create_first_key(const tenancy_setup& tenancy, const logger& log, std::string_view actor);
 
 // Logs a secret made on the first start, the one time it is shown: "first start: created
 // {what} {secret} (shown this once: keep it; {advice})".

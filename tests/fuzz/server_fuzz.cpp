@@ -350,9 +350,10 @@ class fuzzed_server {
     if (!resolved.ok()) throw std::runtime_error(resolved.error().message());
     settings_ = std::move(resolved).value();
 
-    auto opened = cli::open_tenancy(settings_, clock_, families_, log_, "server_fuzz");
+    auto opened = cli::open_tenancy(settings_, clock_, families_, log_);
     if (!std::holds_alternative<cli::tenancy_setup>(opened)) throw std::runtime_error("the tenant store did not open");
     tenancy_ = std::move(std::get<cli::tenancy_setup>(opened));
+    cli::create_first_key(tenancy_, log_, "server_fuzz");  // the default tenant
     edge::gateway::tenant_store& store = tenancy_.tenants->store();
     const edge::gateway::audit_context who{.actor = "server_fuzz", .request_id = ""};
     auto open_key = store.create_key(edge::gateway::tenant_store::default_tenant_id, std::nullopt, who);

@@ -3,6 +3,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
 import { startServer, edgeinferBin, makeStateDir, sleep } from './lib/server.mjs';
 import { metric, scrape, seriesValue } from './lib/metrics.mjs';
 
@@ -51,6 +54,45 @@ test('first start creates tenant "default" and logs one working API key', async 
   assert.ok(ok.json.usage.completion_tokens > 0);
   const tenants = await admin('GET', '/admin/v1/tenants');
   assert.ok(tenants.json.data.some((t) => t.id === 'default'));
+});
+
+// The first key is made once the server serves: a start that fails first (the port taken, a
+// model that does not load) must not use it up unseen, and a later start says how to make more.
+test('a failed start makes no key; the first start that serves logs one that works, and later starts say how to get more', async () => {
+  const state = makeStateDir();
+  const serveArgs = ['serve', '--host', '127.0.0.1', '--state-dir', state, '--threads', '1', '--kv-cache-memory', '32MiB'];
+  const blocker = net.createServer();
+  await new Promise((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+  try {
+    const taken = spawnSync(edgeinferBin, [...serveArgs, '--port', String(blocker.address().port)],
+      { encoding: 'utf8', timeout: 60000 });
+    assert.equal(taken.status, 1, taken.stderr);
+    assert.match(taken.stderr, /cannot listen on 127\.0\.0\.1:\d+/);
+    assert.doesNotMatch(taken.stderr, /with API key/);
+  } finally {
+    blocker.close();
+  }
+  const corrupt = path.join(state, 'corrupt.gguf');
+  fs.writeFileSync(corrupt, Buffer.concat([Buffer.from('GGUF'), Buffer.alloc(60, 0xab)]));
+  const broken = spawnSync(edgeinferBin, [...serveArgs, '--port', '0', '--model', corrupt], { encoding: 'utf8', timeout: 60000 });
+  assert.equal(broken.status, 1, broken.stderr);
+  assert.match(broken.stderr, /cannot serve/);
+  assert.doesNotMatch(broken.stderr, /with API key/);
+
+  const first = await startServer(['--threads', '1', '--kv-cache-memory', '32MiB', '--state-dir', state]);
+  try {
+    assert.match(first.defaultKey ?? '', /^ek-[0-9a-f]{16}\.[A-Za-z0-9_-]{43}$/, first.log);
+    assert.equal((await complete(first.defaultKey, { url: first.url })).status, 200);
+  } finally {
+    await first.stop();
+  }
+  const again = await startServer(['--threads', '1', '--kv-cache-memory', '32MiB', '--state-dir', state]);
+  try {
+    assert.equal(again.defaultKey, undefined);
+    assert.match(again.log, /admin API off \(no --admin-token; with one, `edgeinfer admin keys create default` makes a new key\)/);
+  } finally {
+    await again.stop();
+  }
 });
 
 test('/v1/completions needs a valid API key: 401 invalid_api_key otherwise', async () => {

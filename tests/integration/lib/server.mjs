@@ -75,9 +75,11 @@ export async function startServer(args = [], { env = {}, timeoutMs = 60000, wait
   server.port = port;
   server.url = `http://127.0.0.1:${port}`;
   server.stateDir = stateDir;
-  server.defaultKey = server.log.match(DEFAULT_KEY)?.[1];
+  // The first key is made once the server serves (after its model loads), so it is read from
+  // the log when asked for.
+  Object.defineProperty(server, 'defaultKey', { get: () => server.log.match(DEFAULT_KEY)?.[1], enumerable: true });
   server.internalToken = server.log.match(INTERNAL_TOKEN)?.[1];
-  if (server.defaultKey) serverKeys.set(server.url, server.defaultKey);
+  serverKeys.set(server.url, server);
   server.stop = async (signal = 'SIGTERM') => {
     if (child.exitCode === null && child.signalCode === null) child.kill(signal);
     return server.exited;
@@ -103,7 +105,7 @@ export async function startServer(args = [], { env = {}, timeoutMs = 60000, wait
   return server;
 }
 
-// The default tenant's API key of each server started here, by base URL.
+// Each server started here, by base URL: fetch() below sends its default tenant's API key.
 const serverKeys = new Map();
 
 // fetch() that sends the default tenant's API key to the OpenAI routes (/v1/…) of a server
@@ -111,7 +113,7 @@ const serverKeys = new Map();
 // it in place of the global fetch; tests of authentication itself use the global one.
 export function fetch(url, init = {}) {
   const target = new URL(url);
-  const key = serverKeys.get(target.origin);
+  const key = serverKeys.get(target.origin)?.defaultKey;
   const headers = new Headers(init.headers ?? {});
   if (key && target.pathname.startsWith('/v1/') && !headers.has('authorization') && !headers.has('x-api-key')) {
     headers.set('authorization', `Bearer ${key}`);

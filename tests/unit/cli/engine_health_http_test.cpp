@@ -173,9 +173,10 @@ TEST_CASE("serve: once a bug ends the engine loop, /readyz and /healthz answer 5
   const edge::logger log{"test"};
   command_metrics metrics;
   const edge::real_time_source clock;
-  auto opened = cli::open_tenancy(settings, clock, metrics.families, log, "test");
+  auto opened = cli::open_tenancy(settings, clock, metrics.families, log);
   REQUIRE(std::holds_alternative<cli::tenancy_setup>(opened));
   cli::tenancy_setup& tenancy = std::get<cli::tenancy_setup>(opened);
+  cli::create_first_key(tenancy, log, "test");  // the default tenant
   auto key = tenancy.tenants->store().create_key(edge::gateway::tenant_store::default_tenant_id, std::nullopt,
                                                  {.actor = "test", .request_id = ""});
   REQUIRE(key.ok());
