@@ -126,6 +126,57 @@ test('json_object gives a JSON object; text and completions take response_format
   assert.ok(validators[0](JSON.parse(completion.choices[0].text)), completion.choices[0].text);
 });
 
+// The fields vLLM and llama.cpp users send that change what is generated: served (vLLM's
+// guided_json and guided_choice, llama.cpp's json_schema and n_predict) or refused with a 400
+// naming the field; never ignored. Through the raw API: the official SDK does not know them.
+test('vLLM and llama.cpp output fields: each constrains the output as documented, or is a 400 naming it', async () => {
+  const post = async (body) => {
+    const res = await fetch(`${stories.url}/v1/completions`, {
+      method: 'POST', headers: { authorization: `Bearer ${stories.defaultKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'Once upon a time', temperature: 1, max_tokens: 200, ...body }),
+    });
+    return { status: res.status, json: await res.json() };
+  };
+  const choices = ['yes', 'no', 'maybe later'];
+  for (let seed = 0; seed < 8; ++seed) {
+    const r = await post({ guided_choice: choices, seed });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    assert.ok(choices.includes(r.json.choices[0].text), r.json.choices[0].text);
+    assert.equal(r.json.choices[0].finish_reason, 'stop');
+  }
+  for (const field of ['guided_json', 'json_schema']) {
+    for (const schema of [corpus[0], field === 'guided_json' ? JSON.stringify(corpus[0]) : corpus[0]]) {
+      const r = await post({ [field]: schema, seed: 5, max_tokens: 300 });
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      assert.equal(r.json.choices[0].finish_reason, 'stop');
+      assert.ok(validators[0](JSON.parse(r.json.choices[0].text)), r.json.choices[0].text);
+    }
+  }
+  const limited = await post({ n_predict: 3, temperature: 0 });
+  assert.equal(limited.json.usage.completion_tokens, 3);
+  assert.equal(limited.json.choices[0].finish_reason, 'length');
+  const unlimited = await post({ n_predict: -1, max_tokens: undefined, temperature: 0 });  // the API's default
+  assert.equal(unlimited.status, 200);
+  assert.equal(unlimited.json.usage.completion_tokens, 16);
+
+  const refused = [
+    [{ min_tokens: 5 }, 'min_tokens'], [{ stop_token_ids: [2] }, 'stop_token_ids'], [{ grammar: 'root ::= "a"' }, 'grammar'],
+    [{ guided_regex: 'a+' }, 'guided_regex'], [{ guided_grammar: 'root ::= "a"' }, 'guided_grammar'],
+    [{ structured_outputs: { choice: ['a'] } }, 'structured_outputs'], [{ guided_choice: [] }, 'guided_choice'],
+    [{ guided_json: { type: 'string' }, response_format: { type: 'json_object' } }, 'response_format'],
+    [{ response_format: { type: 'json_object' }, guided_choice: ['a'] }, 'guided_choice'],
+  ];
+  for (const [body, param] of refused) {
+    const r = await post(body);
+    assert.equal(r.status, 400, `${JSON.stringify(body)}: ${JSON.stringify(r.json)}`);
+    assert.equal(r.json.error.param, param, JSON.stringify(r.json));
+  }
+  // Off values are no request at all.
+  for (const off of [{ min_tokens: 0 }, { stop_token_ids: [] }, { grammar: '' }]) {
+    assert.equal((await post({ ...off, max_tokens: 4 })).status, 200, JSON.stringify(off));
+  }
+});
+
 test('max_tokens before the value is complete ends with finish_reason length', async () => {
   const completion = await stories.client.chat.completions.create({
     messages: [{ role: 'user', content: 'x' }],

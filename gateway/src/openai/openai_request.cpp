@@ -316,7 +316,74 @@ field_error refuse_unless_off(const json_value& v) {
 }
 
 field_error read_response_format(const json_value& v, openai_request& r) {
+  r.grammar_param = "response_format";
   return read_output_format(v, output_format_layout::chat_completions, r.grammar);
+}
+
+// The other servers' fields that change what is generated, as vLLM and llama.cpp's server
+// take them: served where this server can (an output constraint, a token limit), refused with
+// a 400 naming the field where it cannot; never ignored. (Unknown fields are ignored, as
+// OpenAI's clients send fields of their own.)
+field_error read_peer_output_field(std::string_view key, const json_value& v, openai_request& r) {
+  const auto constrain = [&](backend::grammar::grammar_builder& b, backend::grammar::expr root) -> field_error {
+    if (r.grammar != nullptr) {
+      return v.error(format("cannot be combined with {}: one output constraint per request", r.grammar_param));
+    }
+    auto built = b.build(root);
+    if (!built.ok()) return v.error(built.error().message());
+    r.grammar = std::make_shared<const backend::grammar::grammar>(std::move(built).value());
+    r.grammar_param = std::string(key);
+    return std::nullopt;
+  };
+  backend::grammar::grammar_builder b;
+  if (key == "guided_json" || key == "json_schema") {
+    // vLLM: a schema object or its JSON text; llama.cpp: a schema object.
+    std::string text;
+    if (v.type() == element_type::STRING && key == "guided_json") {
+      text = std::string(*v.as<std::string_view>());
+    } else if (v.type() == element_type::OBJECT || v.type() == element_type::BOOL) {
+      text = simdjson::minify(v.element());
+    } else {
+      return v.must_be("a JSON schema (an object)");
+    }
+    auto built = b.json_schema(text, {.path = v.path().str()});
+    if (!built.ok()) return json_error(built.error().message(), built.error().path());
+    return constrain(b, std::move(built).value());
+  }
+  if (key == "guided_choice") {
+    // One of the strings, exactly.
+    EDGE_ASSIGN_OR_RETURN(const json_array choices, v.as<json_array>());
+    std::vector<backend::grammar::expr> options;
+    for (const json_value choice : choices) {
+      EDGE_ASSIGN_OR_RETURN(const std::string_view text, choice.as<std::string_view>());
+      if (text.empty()) return choice.must_be("a non-empty string");
+      options.push_back(backend::grammar::literal(text));
+    }
+    if (options.empty()) return v.must_be("a non-empty array of strings");
+    return constrain(b, backend::grammar::alt(std::move(options)));
+  }
+  if (key == "n_predict") {
+    // llama.cpp's max_tokens; -1 (its default) is no limit.
+    EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>());
+    if (n == -1) return std::nullopt;
+    if (n < 1) return v.must_be("at least 1, or -1 for no limit");
+    r.max_tokens = n;
+    return std::nullopt;
+  }
+  if (key == "min_tokens") {
+    EDGE_ASSIGN_OR_RETURN(const std::int64_t n, v.as<std::int64_t>());
+    if (n == 0) return std::nullopt;
+    return v.error("is not supported by this server (the end of text cannot be held back); use ignore_eos with max_tokens");
+  }
+  // guided_regex, guided_grammar, grammar (GBNF), stop_token_ids, structured_outputs: the
+  // grammar engine takes JSON schemas and literal choices, not regular expressions or GBNF.
+  return refuse_unless_off(v);
+}
+
+bool is_peer_output_field(std::string_view key) {
+  return key == "guided_json" || key == "json_schema" || key == "guided_choice" || key == "n_predict" ||
+         key == "min_tokens" || key == "guided_regex" || key == "guided_grammar" || key == "grammar" ||
+         key == "stop_token_ids" || key == "structured_outputs";
 }
 
 field_error read_field(std::string_view key, const json_value& v, openai_request& r) {
@@ -383,7 +450,12 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
   } else if (key == "suffix" || key == "functions") {
     return refuse_unless_off(v);
   } else if (key == "response_format") {
+    if (r.grammar != nullptr && r.grammar_param != "response_format") {
+      return v.error(format("cannot be combined with {}: one output constraint per request", r.grammar_param));
+    }
     return read_response_format(v, r);
+  } else if (is_peer_output_field(key)) {
+    return read_peer_output_field(key, v, r);
   }
   return std::nullopt;
 }

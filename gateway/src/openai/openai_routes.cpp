@@ -781,7 +781,8 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   }
   std::shared_ptr<const backend::grammar::grammar> constraint =
       std::get<std::shared_ptr<const backend::grammar::grammar>>(std::move(forced));
-  const std::string_view constraint_param = constraint != nullptr ? "tools" : api.format_param;
+  const std::string_view constraint_param =
+      constraint != nullptr ? "tools" : (r.grammar_param.empty() ? api.format_param : std::string_view(r.grammar_param));
   if (constraint == nullptr) constraint = r.grammar;
   if (auto refused = co_await session->reserve(prompt_length, max_tokens, r.n, model->id)) {
     response res = quota_refusal_response(*refused);

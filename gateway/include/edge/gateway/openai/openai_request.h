@@ -99,8 +99,11 @@ struct openai_request {
   // The client's session key (prompt_cache_key, or the x-session-affinity header, which wins);
   // empty: none. A split gateway sends a session's requests to the backend caching its context.
   std::string session;
-  // response_format json_object / json_schema: what the output must match; null for text.
+  // response_format json_object / json_schema (or vLLM's guided_json and guided_choice,
+  // llama.cpp's json_schema): what the output must match; null for text.
   std::shared_ptr<const backend::grammar::grammar> grammar;
+  std::string grammar_param;  // the field that set `grammar`, which its errors name
+
   std::vector<tool_definition> tools;
   tool_choice choice;                  // default auto when tools are given, none otherwise
   bool parallel_tool_calls = true;
