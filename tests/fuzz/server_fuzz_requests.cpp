@@ -402,7 +402,7 @@ void add_tools(fuzz_random& rng, json::object& body, fuzz_request& r, std::size_
 }
 
 void add_response_format(fuzz_random& rng, json::object& body, fuzz_request& r, std::size_t max_body) {
-  switch (rng.between(0, 9)) {
+  switch (rng.between(0, 11)) {
     case 0:
       body["response_format"] = json::object{{"type", "text"}};
       break;
@@ -417,6 +417,20 @@ void add_response_format(fuzz_random& rng, json::object& body, fuzz_request& r, 
       body["response_format"] = rng.chance(0.5) ? json::value(json::object{{"type", "json_schema"}})
                                                 : json::value(json::object{{"type", "yaml"}});
       break;
+    case 10:  // vLLM's form of a json_schema response format
+      body["guided_json"] = any_schema(rng, max_body, r.features);
+      r.json_output = true;
+      r.features.emplace_back("guided_json");
+      break;
+    case 11: {  // vLLM's choice among strings (an empty one is refused)
+      json::array choices;
+      for (std::int64_t i = rng.between(rng.chance(0.05) ? 0 : 1, 5); i > 0; --i) {
+        choices.push_back(json::string(rng.chance(0.03) ? "" : "choice " + std::to_string(rng.between(0, 99))));
+      }
+      body["guided_choice"] = std::move(choices);
+      r.features.emplace_back("guided_choice");
+      break;
+    }
     default: {
       json::object format{{"name", "answer"}, {"schema", any_schema(rng, max_body, r.features)}};
       if (rng.chance(0.3)) format["strict"] = true;
@@ -626,9 +640,10 @@ std::string text_of(const json::value& content) {
 void drop_chat_only(json::object& body, fuzz_request& r) {
   for (const char* key : {"n", "best_of", "logit_bias", "logprobs", "top_logprobs", "stream_options", "seed", "min_p",
                           "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos",
-                          "add_generation_prompt", "chat_template_kwargs", "max_completion_tokens"}) {
+                          "add_generation_prompt", "chat_template_kwargs", "max_completion_tokens", "guided_choice"}) {
     body.erase(key);
   }
+  if (body.erase("guided_json") > 0) r.json_output = false;  // its constraint goes with it
   r.n = 1;
   r.top_logprobs.reset();
 }
