@@ -14,7 +14,7 @@
 #   make bench-grammar    structured outputs: compiles, limits, token masks over Qwen's and Llama 3's vocabularies, decode with a schema
 #
 # Variables: BUILD_TYPE (RelWithDebInfo), EDGE_SANITIZE (e.g. "address;undefined": builds in
-# build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT for `make run`.
+# build-sanitize/), EDGE_CUDA (AUTO|ON|OFF), JOBS (cores), HOST/PORT/ARGS for `make run`.
 
 BUILD_TYPE    ?= RelWithDebInfo
 EDGE_CUDA     ?= AUTO
@@ -116,7 +116,7 @@ bench-peer: build
 	tests/bench/peer.sh $(BUILD_DIR) 3
 
 run: build
-	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT)
+	$(BUILD_DIR)/edgeinfer serve --host $(HOST) --port $(PORT) $(ARGS)
 
 clean:
 	rm -rf build build-sanitize build-gpu tests/node_modules

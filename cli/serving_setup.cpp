@@ -170,7 +170,11 @@ std::optional<std::string> engine_options_conflict(const config::values& setting
 }
 
 void add_model_options(config::schema& s) {
-  s.add_path("model", std::nullopt, "Model file or folder to serve (default: models/default, then the test fixture)");
+  s.add_path("model", std::nullopt,
+             "Model file or folder to serve, also as the command's argument or -m (default: models/default, then the "
+             "test fixture)")
+      .also_positional()
+      .also_short('m');
   s.add_string("served-model-name", std::nullopt, "Model id clients use (default: the file or folder name)");
 }
 
@@ -185,7 +189,9 @@ void add_engine_options(config::schema& s) {
                "What the projection weights become on load; auto keeps them as stored");
   add_quantize_on_load_options(s);
   s.add_integer("max-model-len", 0, 0, std::int64_t{1} << 24,
-                "Context served: prompt + completion tokens at most; 0 means the model's own context length");
+                "Context served: prompt + completion tokens at most (-c, as llama.cpp's server's context size); 0 "
+                "means the model's own context length")
+      .also_short('c');
   add_chat_template_option(s);
   s.add_integer("block-size", default_block_size, 1, max_block_size, "Tokens per KV cache block");
   s.add_integer("max-num-seqs", default_max_num_seqs, 1, max_sequences_limit, "Requests running at once at most");

@@ -323,6 +323,24 @@ schema& schema::add_duration(std::string name, std::string default_text, std::ch
               .default_text = std::move(default_text), .min = min.count(), .max = max.count()});
 }
 
+schema& schema::also_short(char c) {
+  if (options_.empty()) throw std::logic_error("also_short before any option");
+  for (const auto& spec : options_) {
+    if (spec.short_flag == c) throw std::logic_error(format("-{} given to two options", c));
+  }
+  options_.back().short_flag = c;
+  return *this;
+}
+
+schema& schema::also_positional() {
+  if (options_.empty()) throw std::logic_error("also_positional before any option");
+  for (const auto& spec : options_) {
+    if (spec.positional) throw std::logic_error("two positional options");
+  }
+  options_.back().positional = true;
+  return *this;
+}
+
 const option_spec* schema::find(std::string_view name) const {
   for (const auto& spec : options_) {
     if (spec.name == name) return &spec;
@@ -565,8 +583,11 @@ cli_binding::cli_binding(CLI::App& app, const schema& options) {
                             "Turn off " + spec.flag());
       continue;
     }
+    std::string names = spec.flag();
+    if (spec.short_flag != 0) names = format("-{},{}", spec.short_flag, names);
+    if (spec.positional) names = format("{},{}", spec.name, names);
     auto* option = app.add_option_function<std::string>(
-        spec.flag(), [this, name](const std::string& value) { given_[name] = value; }, help);
+        names, [this, name](const std::string& value) { given_[name] = value; }, help);
     switch (spec.kind) {
       case value_kind::integer: option->type_name("INT"); break;
       case value_kind::number: option->type_name("NUMBER"); break;

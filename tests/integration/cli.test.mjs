@@ -5,7 +5,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { edgeinferBin } from './lib/server.mjs';
+import { edgeinferBin, startServer } from './lib/server.mjs';
 
 const models = process.env.EDGE_TEST_MODELS ?? path.resolve('../shared/models');
 const stories = path.join(models, 'stories260K');
@@ -115,4 +115,25 @@ test('edgeinfer help [COMMAND...] prints what COMMAND --help prints, exit code 0
     assert.ok(viaHelp.stdout.length > 100);
   }
   assert.match(run(['help', 'admin', 'keys']).stdout, /create/);
+});
+
+// vLLM's and llama.cpp's spellings: `serve MODEL` (vllm serve MODEL), -m MODEL and -c N
+// (llama-server's model and context size) are --model and --max-model-len.
+test('serve MODEL, -m MODEL and -c N are --model and --max-model-len', async () => {
+  const gguf = path.join(stories, 'stories260K.gguf');
+  for (const args of [[gguf, '-c', '64'], ['-m', gguf, '-c', '64'], ['--model', gguf, '--max-model-len', '64']]) {
+    const server = await startServer(args.concat(['--threads', '1', '--kv-cache-memory', '32MiB']));
+    try {
+      const res = await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${server.defaultKey}` } });
+      const models = await res.json();
+      assert.equal(res.status, 200, JSON.stringify(models));
+      assert.deepEqual(models.data.map((m) => [m.id, m.max_model_len]), [['stories260K', 64]], args.join(' '));
+      assert.match(server.log, /chosen by --model/);
+    } finally {
+      await server.stop();
+    }
+  }
+  // Two models, one by each spelling: the command line cannot say which one it means.
+  const both = run(['serve', gguf, '--model', gguf, '--port', '0']);
+  assert.equal(both.status, 2, both.stderr);
 });

@@ -54,6 +54,10 @@ struct option_spec {
   double min_number = -std::numeric_limits<double>::infinity();
   double max_number = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;
+  // Other spellings on the command line: a one-letter flag (`-m`, as llama.cpp's server has it)
+  // and the command's positional argument (`serve MODEL`, as `vllm serve MODEL`).
+  char short_flag = 0;
+  bool positional = false;
 
   std::string flag() const;      // --max-body
   std::string env_name() const;  // EDGE_MAX_BODY
@@ -79,6 +83,10 @@ class schema {
                     std::string help);
   schema& add_duration(std::string name, std::string default_text, std::chrono::milliseconds min,
                        std::chrono::milliseconds max, std::string help);
+
+  // The option added last also answers to `-c` / is the command's positional argument.
+  schema& also_short(char c);
+  schema& also_positional();
 
   const option_spec* find(std::string_view name) const;
   const std::vector<option_spec>& options() const { return options_; }
