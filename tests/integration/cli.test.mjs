@@ -87,7 +87,7 @@ test('command-line mistakes: what is wrong, "did you mean", exit code 2', () => 
     [['admin', 'keys', 'creat', 'acme'], 'edgeinfer admin keys: unknown command "creat"; did you mean "create"?'],
     [['tokenize', '--modle', 'x'], 'edgeinfer tokenize: unknown option "--modle"; did you mean "--model"?'],
     [['--versoin'], 'edgeinfer: unknown option "--versoin"; did you mean "--version"?'],
-    [['serve', 'model.gguf'], 'edgeinfer serve: unexpected argument "model.gguf"'],
+    [['serve', 'a.gguf', 'b.gguf'], 'edgeinfer serve: unexpected argument "b.gguf"'],
     [[], 'edgeinfer: a command is required: serve, backend, gateway,'],
     [['admin', 'keys'], 'edgeinfer admin keys: a command is required: create, list, revoke'],
     [['serve', '--port', 'abc'], 'invalid value "abc" for port (flag --port): expected an integer from 0 to 65535'],
