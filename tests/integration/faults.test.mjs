@@ -66,11 +66,12 @@ async function stream(server, key, body) {
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-// Whether `during` (seconds) stays within `factor` times `alone`, or within a quarter second
-// more than it: a baseline of tens of milliseconds is within the scheduling noise of a shared
-// 2-core machine running other tests, while the defects these tests catch cost seconds (a
-// stalled Redis turned 1.9 s into 26.7 s; parsing refused 3.8 MB bodies, 0.5 s into 4.3 s).
-const latencySlackSeconds = 0.25;
+// Whether `during` (seconds) stays within `factor` times `alone`, or within a second more than
+// it: a baseline of tens of milliseconds is within the scheduling noise of a shared 2-core
+// machine running other tests and builds (a 0.065 s stream took 0.5 s beside a build), while
+// the defects these tests catch cost seconds (a stalled Redis turned 1.9 s into 26.7 s; parsing
+// refused 3.8 MB bodies, 0.5 s into 4.3 s).
+const latencySlackSeconds = 1.0;
 const latencyWithin = (during, alone, factor) => during <= Math.max(factor * alone, alone + latencySlackSeconds);
 
 test('kill -9 mid-stream: the ledger has what was served up to the last second; the daily budget is not handed out twice', async () => {
