@@ -315,7 +315,14 @@ field_error refuse_unless_off(const json_value& v) {
   return v.error("is not supported by this server");
 }
 
+// A second output constraint (response_format and guided_json, say): one per request.
+field_error second_constraint(const json_value& v, const openai_request& r, std::string_view key) {
+  if (r.grammar == nullptr || r.grammar_param == key) return std::nullopt;  // (a repeated key: the last counts)
+  return v.error(format("cannot be combined with {}: one output constraint per request", r.grammar_param));
+}
+
 field_error read_response_format(const json_value& v, openai_request& r) {
+  if (auto e = second_constraint(v, r, "response_format")) return e;
   r.grammar_param = "response_format";
   return read_output_format(v, output_format_layout::chat_completions, r.grammar);
 }
@@ -326,9 +333,7 @@ field_error read_response_format(const json_value& v, openai_request& r) {
 // OpenAI's clients send fields of their own.)
 field_error read_peer_output_field(std::string_view key, const json_value& v, openai_request& r) {
   const auto constrain = [&](backend::grammar::grammar_builder& b, backend::grammar::expr root) -> field_error {
-    if (r.grammar != nullptr) {
-      return v.error(format("cannot be combined with {}: one output constraint per request", r.grammar_param));
-    }
+    if (auto e = second_constraint(v, r, key)) return e;
     auto built = b.build(root);
     if (!built.ok()) return v.error(built.error().message());
     r.grammar = std::make_shared<const backend::grammar::grammar>(std::move(built).value());
@@ -450,9 +455,6 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
   } else if (key == "suffix" || key == "functions") {
     return refuse_unless_off(v);
   } else if (key == "response_format") {
-    if (r.grammar != nullptr && r.grammar_param != "response_format") {
-      return v.error(format("cannot be combined with {}: one output constraint per request", r.grammar_param));
-    }
     return read_response_format(v, r);
   } else if (is_peer_output_field(key)) {
     return read_peer_output_field(key, v, r);
