@@ -7,7 +7,7 @@
 //                                     for '_', as --requests-per-minute; quota_kinds.h lists them;
 //                                     a size in bytes may have a unit, as --kv-host-cache-bytes 2GiB]
 //   edgeinfer admin tenants update ID [same options; a limit of "unlimited" removes it]
-//   edgeinfer admin keys create TENANT [--expires-in 30d | --expires-at 2026-12-31]
+//   edgeinfer admin keys create TENANT [--expires-in 30d | --expires-at 2026-12-31] [--state-dir DIR]
 //   edgeinfer admin keys list TENANT | revoke KEY_ID
 //   edgeinfer admin usage TENANT [--from TIME] [--to TIME]
 //   edgeinfer admin spend TENANT [--from TIME] [--to TIME] [--key KEY_ID]
@@ -16,7 +16,9 @@
 //
 // The server is --url (EDGE_URL, default http://127.0.0.1:8080); the token is --admin-token
 // (EDGE_ADMIN_TOKEN). `migrate-store` calls no server: it copies a stopped server's SQLite
-// tenant store into an empty PostgreSQL one.
+// tenant store into an empty PostgreSQL one. Neither does `keys create --state-dir DIR`: it
+// makes the key in a stopped server's SQLite store (the way back in when no admin token was set
+// and the first key is lost).
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/connect.hpp>
@@ -48,7 +50,9 @@
 #include "edge/common/config.h"
 #include "edge/common/format.h"
 #include "edge/common/time_source.h"
+#include "edge/gateway/tenancy/admin_request.h"
 #include "edge/gateway/tenancy/quota_kinds.h"
+#include "edge/gateway/tenancy/tenant_json.h"
 #include "edge/gateway/tenancy/tenant_store.h"
 
 namespace edge::cli {
@@ -81,6 +85,8 @@ struct admin_invocation {
   bool migrate = false;
   std::string state_dir = "state";
   std::string store_url;
+  // keys create --state-dir: the SQLite store to make the key in, instead of calling a server.
+  std::optional<std::string> key_store_dir;
 
   // The call the chosen subcommand makes; set by the subcommand's callback.
   http::verb method = http::verb::get;
@@ -367,6 +373,9 @@ void define_subcommands(CLI::App& admin, const std::shared_ptr<admin_invocation>
     create.add_option("tenant", in->id, "Tenant id")->required();
     create.add_option("--expires-in", in->expires_in, "Lifetime: 30d, 12h, 90m, 3600s");
     create.add_option("--expires-at", in->expires_at, "Expiry: unix seconds, 2026-12-31 or 2026-12-31T12:00:00Z");
+    create.add_option("--state-dir", in->key_store_dir,
+                      "Make the key in this stopped server's tenant store (its --state-dir) instead of calling a "
+                      "server; no admin token needed");
     create.callback([in] {
       in->method = http::verb::post;
       in->target = "/admin/v1/tenants/" + path_segment(in->id) + "/keys";
@@ -479,12 +488,44 @@ int run_migrate_store(const admin_invocation& in) {
   return 0;
 }
 
+// `keys create TENANT --state-dir DIR`: the key is made in the SQLite store itself, with the same
+// checks and the same answer as the admin API's, and the audit log names this command.
+int run_create_key_in_store(const admin_invocation& in) {
+  const auto fail = [](int code, const std::string& message) {
+    std::fprintf(stderr, "edgeinfer admin keys create: %s\n", message.c_str());
+    return code;
+  };
+  const std::filesystem::path database = std::filesystem::path(*in.key_store_dir) / gateway::tenant_store::database_name;
+  if (!std::filesystem::exists(database)) {
+    return fail(2, format("there is no tenant store at {} (a server started with --state-dir {} makes it)",
+                          database.string(), *in.key_store_dir));
+  }
+  const auto parsed = gateway::parse_key_create(json::serialize(in.body.value_or(json::object{})));
+  if (const auto* error = std::get_if<gateway::admin_request_error>(&parsed)) return fail(2, error->message);
+  const real_time_source clock;
+  const gateway::unix_time now = gateway::to_unix_seconds(clock.system_time());
+  const auto expiry = std::get<gateway::key_create_params>(parsed).expiry(now);
+  if (const auto* error = std::get_if<gateway::admin_request_error>(&expiry)) return fail(2, error->message);
+  auto store = gateway::tenant_store::open(*in.key_store_dir, clock);
+  if (!store.ok()) {
+    // A running server holds the store: its admin API is the way then.
+    return fail(1, format("{}; while the server runs, use its admin API (--admin-token)", store.error().message()));
+  }
+  auto issued = (*store)->create_key(in.id, std::get<std::optional<gateway::unix_time>>(expiry),
+                                     {.actor = "admin keys create --state-dir", .request_id = ""});
+  if (!issued.ok()) return fail(1, issued.error().message());
+  json::object body = gateway::to_json(issued->record, now);
+  body["key"] = issued->key;
+  return report({.status = 201, .body = json::serialize(body)});
+}
+
 int run_admin(const config::values& settings, const admin_invocation& in) {
   if (!in.error.empty()) {
     std::fprintf(stderr, "edgeinfer admin: %s\n", in.error.c_str());
     return 2;
   }
   if (in.migrate) return run_migrate_store(in);
+  if (in.key_store_dir) return run_create_key_in_store(in);
   const auto token = settings.optional_string("admin-token");
   if (!token || token->empty()) {
     std::fprintf(stderr, "edgeinfer admin: no admin token: pass --admin-token or set EDGE_ADMIN_TOKEN\n");

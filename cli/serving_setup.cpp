@@ -318,6 +318,11 @@ void add_tenancy_options(config::schema& s) {
                  "PostgreSQL tenant store: the longest a connection or statement may take before it counts as failed");
   s.add_string("admin-token", std::nullopt,
                "Bearer token of the admin API (/admin/v1/), at least 16 characters; without it the admin API is off");
+  s.add_string("api-key", std::nullopt,
+               "An API key clients may send, as vLLM's and llama.cpp's --api-key (repeat it for several; "
+               "comma-separated in EDGE_API_KEY or the file): each is the default tenant's, kept only as a digest "
+               "in memory and never written; keys the admin API makes work beside them")
+      .also_repeatable();
   // Quota counters in this process, or in Redis when several gateways share them.
   gateway::add_quota_store_options(s);
 }
@@ -545,6 +550,42 @@ int engine_loader::stop(const logger& log) {
   return failed_after_start || stage_.load(std::memory_order_acquire) == stage::failed ? 1 : 0;
 }
 
+namespace {
+
+// The keys of --api-key (EDGE_API_KEY, api_key): what is wrong with one names its place, never
+// its text.
+result<std::vector<std::string>> api_keys_from(const config::values& settings) {
+  const auto text = settings.optional_string("api-key");
+  if (!text) return std::vector<std::string>{};
+  std::vector<std::string> keys;
+  std::size_t place = 0;
+  std::string current;
+  const auto finish = [&]() -> status {
+    ++place;
+    if (current.empty()) return invalid_argument(format("--api-key: key {} is empty", place));
+    for (const char c : current) {
+      if (c <= ' ' || c > '~') {
+        return invalid_argument(format("--api-key: key {} has a character that is not printable ASCII or is a space "
+                                       "(a key travels in an HTTP header)",
+                                       place));
+      }
+    }
+    keys.push_back(std::exchange(current, {}));
+    return {};
+  };
+  for (const char c : *text) {
+    if (c == ',') {
+      EDGE_RETURN_IF_ERROR(finish());
+    } else {
+      current += c;
+    }
+  }
+  EDGE_RETURN_IF_ERROR(finish());
+  return keys;
+}
+
+}  // namespace
+
 std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, const time_source& clock,
                                               monitoring::gateway_metrics& metrics, const logger& log) {
   tenancy_setup setup;
@@ -560,11 +601,18 @@ std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, co
     log.error("{}", quota_store.error().message());
     return 2;
   }
+  auto api_keys = api_keys_from(settings);
+  if (!api_keys.ok()) {
+    log.error("{}", api_keys.error().message());
+    return 2;
+  }
+  setup.api_key_count = api_keys->size();
   const std::string tenant_store = settings.string("tenant-store");
   auto opened = gateway::tenancy::open({.state_dir = state_dir,
                                         .tenant_store_url = tenant_store,
                                         .tenant_store_timeout = settings.duration("tenant-store-timeout"),
-                                        .quota_store = *quota_store},
+                                        .quota_store = *quota_store,
+                                        .api_keys = *std::move(api_keys)},
                                        clock, &metrics);
   if (!opened.ok()) {
     log.error("cannot open the tenant store: {}", opened.error().message());
@@ -572,15 +620,39 @@ std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, co
   }
   setup.tenants = std::move(opened).value();
   const gateway::tenant_store& store = setup.tenants->store();
-  log.info("tenant store {} (schema {}): {} tenants, {} API keys; admin API {}", store.description(),
+  // How to get another key, said on every start: the first one is shown only once.
+  const std::string offline =
+      tenant_store == "sqlite" ? format("`edgeinfer admin keys create default --state-dir {}` while the server is stopped",
+                                        state_dir)
+                               : "";
+  const std::string online = "`edgeinfer admin keys create default --admin-token ...` while it runs";
+  log.info("tenant store {} (schema {}): {} tenants, {} API keys; admin API {}; a new key: {}", store.description(),
            store.schema_version(), store.snapshot()->tenant_count(), store.snapshot()->key_count(),
-           setup.admin_token.empty()
-               ? "off (no --admin-token; with one, `edgeinfer admin keys create default` makes a new key)"
-               : "on (`edgeinfer admin keys create default` makes a new key)");
+           setup.admin_token.empty() ? "off (no --admin-token)" : "on",
+           offline.empty() ? online : offline + (setup.admin_token.empty() ? "" : ", or " + online));
   return setup;
 }
 
 void create_first_key(const tenancy_setup& tenancy, const logger& log, std::string_view actor) {
+  if (tenancy.api_key_count > 0) {
+    // The keys are the user's own: no key is made; the tenant they belong to is.
+    gateway::tenant_store& store = tenancy.tenants->store();
+    const std::string_view id = gateway::tenant_store::default_tenant_id;
+    auto existing = store.get_tenant(id);
+    if (!existing.ok() && existing.error().code() == status_code::not_found) {
+      existing = store.create_tenant(gateway::tenant_record{.id = std::string(id)},
+                                     {.actor = std::string(actor), .request_id = ""});
+    }
+    // Another gateway sharing the store may have made it meanwhile.
+    if (!existing.ok() && existing.error().code() != status_code::already_exists) {
+      log.error("--api-key: cannot find or create the tenant \"{}\" the keys belong to: {}", id,
+                existing.error().message());
+      return;
+    }
+    log.info("--api-key: {} key{} for the tenant \"{}\" (usage under key ids api-key-1 and on)",
+             tenancy.api_key_count, tenancy.api_key_count == 1 ? "" : "s", id);
+    return;
+  }
   auto bootstrapped =
       tenancy.tenants->store().bootstrap_default_tenant({.actor = std::string(actor), .request_id = ""});
   if (!bootstrapped.ok()) {

@@ -88,7 +88,7 @@ client_text_rule choose_client_text_rule(const config::values& settings, const b
 void add_grammar_options(config::schema& s);
 gateway::grammar_compiler_options grammar_compiler_settings(const config::values& settings);
 
-// --state-dir, --admin-token, --sse-heartbeat, --stored-responses-size, --stored-responses-ttl:
+// --state-dir, --admin-token, --api-key, --sse-heartbeat, --stored-responses-size, --stored-responses-ttl:
 // what the generating and admin routes need.
 void add_tenancy_options(config::schema& s);
 // The generating routes' options (openai_routes.h) from those settings.
@@ -169,7 +169,8 @@ gateway::health_probes engine_probes(const engine_loader& engine);
 
 struct tenancy_setup {
   std::unique_ptr<gateway::tenancy> tenants;
-  std::string admin_token;  // empty: the admin API is off
+  std::string admin_token;        // empty: the admin API is off
+  std::size_t api_key_count = 0;  // keys of --api-key
 };
 
 // Checks --admin-token, opens the tenant store in --state-dir and logs what it found. On
@@ -178,7 +179,8 @@ std::variant<tenancy_setup, int> open_tenancy(const config::values& settings, co
                                               monitoring::gateway_metrics& metrics, const logger& log);
 
 // On the first start, creates the default tenant and its first API key and logs the key, the
-// one time it is shown; later starts do nothing. Called once the server can serve (it listens,
+// one time it is shown; later starts do nothing. With --api-key, makes no key: it creates the
+// default tenant if it is missing (the keys are its) and logs how many keys there are. Called once the server can serve (it listens,
 // and its model, if any, runs), so that a start that fails (a port in use, a model that does
 // not load, no GPU) never uses the key up unseen. A failure is logged with what to do instead;
 // the server goes on (the admin API can make tenants and keys). `actor` names the command in

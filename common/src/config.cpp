@@ -332,6 +332,13 @@ schema& schema::also_short(char c) {
   return *this;
 }
 
+schema& schema::also_repeatable() {
+  if (options_.empty()) throw std::logic_error("also_repeatable before any option");
+  if (options_.back().kind != value_kind::string) throw std::logic_error("only a string option may be repeatable");
+  options_.back().repeatable = true;
+  return *this;
+}
+
 schema& schema::also_positional() {
   if (options_.empty()) throw std::logic_error("also_positional before any option");
   for (const auto& spec : options_) {
@@ -393,7 +400,7 @@ std::string values::describe() const {
     out += '=';
     // Credentials never reach a log line.
     if (name.find("token") != std::string::npos || name.find("secret") != std::string::npos ||
-        name.find("password") != std::string::npos) {
+        name.find("password") != std::string::npos || name.find("api-key") != std::string::npos) {
       out += format("<redacted> ({})", to_string(e.source));
       continue;
     }
@@ -586,8 +593,21 @@ cli_binding::cli_binding(CLI::App& app, const schema& options) {
     std::string names = spec.flag();
     if (spec.short_flag != 0) names = format("-{},{}", spec.short_flag, names);
     if (spec.positional) names = format("{},{}", spec.name, names);
-    auto* option = app.add_option_function<std::string>(
-        names, [this, name](const std::string& value) { given_[name] = value; }, help);
+    CLI::Option* option = nullptr;
+    if (spec.repeatable) {
+      option = app.add_option_function<std::vector<std::string>>(
+          names,
+          [this, name](const std::vector<std::string>& values) {
+            std::string joined;
+            for (const auto& value : values) joined += (joined.empty() ? "" : ",") + value;
+            given_[name] = joined;
+          },
+          help);
+      option->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->expected(1)->allow_extra_args(false);
+    } else {
+      option = app.add_option_function<std::string>(
+          names, [this, name](const std::string& value) { given_[name] = value; }, help);
+    }
     switch (spec.kind) {
       case value_kind::integer: option->type_name("INT"); break;
       case value_kind::number: option->type_name("NUMBER"); break;

@@ -87,12 +87,77 @@ test('a failed start makes no key; the first start that serves logs one that wor
     await first.stop();
   }
   const again = await startServer(['--threads', '1', '--kv-cache-memory', '32MiB', '--state-dir', state]);
+  const offline = ['admin', 'keys', 'create', 'default', '--state-dir', state];
   try {
     assert.equal(again.defaultKey, undefined);
-    assert.match(again.log, /admin API off \(no --admin-token; with one, `edgeinfer admin keys create default` makes a new key\)/);
+    assert.ok(again.log.includes(`admin API off (no --admin-token); a new key: \`edgeinfer admin keys create default --state-dir ${state}\` while the server is stopped`), again.log);
+    // While the server runs, it holds the store: the offline way says to use the admin API.
+    const held = spawnSync(edgeinferBin, offline, { encoding: 'utf8', timeout: 30000 });
+    assert.equal(held.status, 1, held.stderr);
+    assert.match(held.stderr, /in use by another edgeinfer process; while the server runs, use its admin API/);
   } finally {
     await again.stop();
   }
+  // Stopped, the line it logged works as written: a new key, no admin token, and it serves.
+  const made = spawnSync(edgeinferBin, [...offline, '--expires-in', '30d'], { encoding: 'utf8', timeout: 30000 });
+  assert.equal(made.status, 0, made.stderr);
+  const issued = JSON.parse(made.stdout);
+  assert.match(issued.key, /^ek-[0-9a-f]{16}\.[A-Za-z0-9_-]{43}$/);
+  assert.equal(issued.tenant, 'default');
+  assert.ok(issued.expires_at > Date.now() / 1000 + 29 * 86400);
+  for (const [args, says] of [
+    [['admin', 'keys', 'create', 'nobody', '--state-dir', state], /no tenant|not found/i],
+    [['admin', 'keys', 'create', 'default', '--state-dir', path.join(state, 'missing')], /there is no tenant store at/],
+    [[...offline, '--expires-at', '2001-01-01'], /must be in the future/],
+  ]) {
+    const refused = spawnSync(edgeinferBin, args, { encoding: 'utf8', timeout: 30000 });
+    assert.notEqual(refused.status, 0, args.join(' '));
+    assert.match(refused.stderr, says);
+  }
+  const third = await startServer(['--threads', '1', '--kv-cache-memory', '32MiB', '--state-dir', state]);
+  try {
+    assert.equal((await complete(issued.key, { url: third.url })).status, 200);
+  } finally {
+    await third.stop();
+  }
+});
+
+// vLLM's and llama.cpp's --api-key: the user's own keys, for the default tenant, never logged
+// or stored; no key is generated.
+test('--api-key (repeated, or EDGE_API_KEY) serves those keys as the default tenant and stores none', async () => {
+  const state = makeStateDir();
+  const keys = ['sk-first-local-key', 'second.key_2'];
+  const withKeys = await startServer(['--threads', '1', '--kv-cache-memory', '32MiB', '--state-dir', state,
+    '--api-key', keys[0], '--api-key', keys[1], '--admin-token', ADMIN_TOKEN]);
+  try {
+    assert.equal(withKeys.defaultKey, undefined, 'no key is generated');
+    assert.match(withKeys.log, /--api-key: 2 keys for the tenant "default"/);
+    for (const key of keys) {
+      assert.equal((await complete(key, { url: withKeys.url })).status, 200, key);
+      assert.ok(!withKeys.log.includes(key), 'a key never reaches the log');
+    }
+    assert.equal((await complete('sk-first-local-ke', { url: withKeys.url })).status, 401);
+    assert.equal((await complete(null, { url: withKeys.url })).status, 401);
+    // Keys of the admin API work beside them, and the store holds only those.
+    const listed = await fetch(`${withKeys.url}/admin/v1/tenants/default/keys`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    assert.equal((await listed.json()).data.length, 0);
+  } finally {
+    await withKeys.stop();
+  }
+  for (const file of fs.readdirSync(state)) {
+    const bytes = fs.readFileSync(path.join(state, file));
+    for (const key of keys) assert.ok(!bytes.includes(key), `${file} holds a key's text`);
+  }
+  const fromEnv = await startServer(['--threads', '1', '--kv-cache-memory', '32MiB', '--state-dir', state],
+    { env: { EDGE_API_KEY: keys.join(',') } });
+  try {
+    for (const key of keys) assert.equal((await complete(key, { url: fromEnv.url })).status, 200, key);
+  } finally {
+    await fromEnv.stop();
+  }
+  const bad = spawnSync(edgeinferBin, ['serve', '--port', '0', '--state-dir', state, '--api-key', 'a b'], { encoding: 'utf8', timeout: 30000 });
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /--api-key: key 1 has a character that is not printable ASCII or is a space/);
 });
 
 test('/v1/completions needs a valid API key: 401 invalid_api_key otherwise', async () => {

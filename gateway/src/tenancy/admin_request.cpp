@@ -141,6 +141,13 @@ std::variant<tenant_patch, admin_request_error> parse_tenant_patch(std::string_v
   return patch;
 }
 
+std::variant<std::optional<unix_time>, admin_request_error> key_create_params::expiry(unix_time now) const {
+  std::optional<unix_time> at = expires_at;
+  if (expires_in) at = now + *expires_in;
+  if (at && *at <= now) return admin_request_error{"'expires_at' must be in the future", "expires_at"};
+  return at;
+}
+
 std::variant<key_create_params, admin_request_error> parse_key_create(std::string_view body) {
   key_create_params params;
   auto error = read_body(body, true, [&](std::string_view name, const json_value& v) -> field_error {

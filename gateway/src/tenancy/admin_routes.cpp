@@ -131,10 +131,9 @@ class admin_api {
     if (auto* error = std::get_if<admin_request_error>(&parsed)) return invalid(error->message, param_of(*error));
     const key_create_params& params = std::get<key_create_params>(parsed);
     const unix_time now = this->now();
-    std::optional<unix_time> expires_at = params.expires_at;
-    if (params.expires_in) expires_at = now + *params.expires_in;
-    if (expires_at && *expires_at <= now) return invalid("'expires_at' must be in the future", "expires_at");
-    auto issued = tenants_.store().create_key(ex.path_param("id"), expires_at, who(ex));
+    const auto expiry = params.expiry(now);
+    if (auto* error = std::get_if<admin_request_error>(&expiry)) return invalid(error->message, param_of(*error));
+    auto issued = tenants_.store().create_key(ex.path_param("id"), std::get<std::optional<unix_time>>(expiry), who(ex));
     if (!issued.ok()) return from_status(issued.error());
     log_.info("API key {} created for tenant \"{}\" ({})", issued->record.id, issued->record.tenant_id,
               ex.request_id());

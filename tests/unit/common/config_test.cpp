@@ -233,6 +233,21 @@ TEST_CASE("the CLI11 binding records only the flags given") {
   CHECK(v->bytes("max-body") == 1u << 20);
 }
 
+TEST_CASE("a repeatable flag given several times settles as one comma-separated list") {
+  CLI::App app;
+  config::schema with_model;
+  with_model.add_string("api-key", std::nullopt, "keys").also_repeatable();
+  with_model.add_path("model", std::nullopt, "model path").also_positional();
+  config::cli_binding binding(app, with_model);
+  // Each --api-key takes one value: what follows the second one is the positional model.
+  const char* argv[] = {"edgeinfer", "--api-key", "first", "--api-key=second", "--api-key", "third", "m.gguf"};
+  app.parse(7, argv);
+  CHECK(binding.given().at("api-key") == "first,second,third");
+  CHECK(binding.given().at("model") == "m.gguf");
+
+  CHECK_THROWS_AS(config::schema().add_integer("n", 1, 0, 9, "n").also_repeatable(), std::logic_error);
+}
+
 TEST_CASE("option names map to flags, variables and file keys in one way") {
   const config::option_spec spec{.name = "max-num-batched-tokens"};
   CHECK(spec.flag() == "--max-num-batched-tokens");
@@ -243,11 +258,15 @@ TEST_CASE("option names map to flags, variables and file keys in one way") {
 TEST_CASE("describe() never shows the value of a token, secret or password") {
   config::schema s;
   s.add_string("admin-token", std::nullopt, "admin token");
+  s.add_string("api-key", std::nullopt, "API keys");
   s.add_string("host", "127.0.0.1", "listen address");
-  auto settled = config::resolve(s, {.flags = {{"admin-token", "hunter2-hunter2-hunter2"}}, .getenv = {}});
+  auto settled = config::resolve(
+      s, {.flags = {{"admin-token", "hunter2-hunter2-hunter2"}, {"api-key", "sk-opensesame"}}, .getenv = {}});
   REQUIRE(settled.ok());
   const std::string text = settled->describe();
   CHECK(text.find("hunter2") == std::string::npos);
+  CHECK(text.find("opensesame") == std::string::npos);
+  CHECK(text.find("api-key=<redacted> (flag)") != std::string::npos);
   CHECK(text.find("admin-token=<redacted> (flag)") != std::string::npos);
   CHECK(text.find("host=127.0.0.1 (default)") != std::string::npos);
 }

@@ -133,6 +133,36 @@ TEST_CASE("missing, malformed, unknown and wrong keys are refused as unauthentic
   refused("Bearer ek-" + std::string(parts.id), "Incorrect API key");
 }
 
+TEST_CASE("keys given at start (--api-key) are the default tenant's, beside the store's keys") {
+  fixture f;
+  gw::tenant_record fallback;
+  fallback.id = std::string(gw::tenant_store::default_tenant_id);
+  REQUIRE(f.store->create_tenant(fallback, admin).ok());
+  // The second looks like a key of the store (ek-<id>.<secret>) and is taken as the configured one.
+  const std::vector<std::string> keys = {"sk-local-one", "ek-0000000000000000.abcdefabcdefabcdefabcdef"};
+  const gw::authenticator auth{*f.store, f.clock, gw::configured_api_keys::of(fallback.id, keys)};
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto who = auth.authenticate_header("Bearer " + keys[i]);
+    REQUIRE_MESSAGE(who.ok(), who.error().to_string());
+    CHECK(who->tenant->id == fallback.id);
+    CHECK(who->key_id == "api-key-" + std::to_string(i + 1));
+  }
+  // A store key still names its own tenant.
+  const std::string stored = f.key();
+  auto who = auth.authenticate_header("Bearer " + stored);
+  REQUIRE(who.ok());
+  CHECK(who->tenant->id == "acme");
+  // Near misses are refused, and the configured text is not kept anywhere in the authenticator.
+  for (const std::string wrong : {"sk-local-on", "sk-local-one ", "SK-LOCAL-ONE", ""}) {
+    CHECK_FALSE(auth.authenticate_key(wrong).ok());
+  }
+  const auto* bytes = reinterpret_cast<const char*>(&auth);
+  CHECK(std::string_view(bytes, sizeof auth).find("sk-local") == std::string_view::npos);
+  // Without the tenant the keys belong to, they are refused like any unknown key.
+  REQUIRE(f.store->delete_tenant(fallback.id, admin).ok());
+  CHECK(auth.authenticate_key(keys[0]).error().message().find("Incorrect API key") != std::string::npos);
+}
+
 TEST_CASE("revocation takes effect on the next request") {
   fixture f;
   const std::string key = f.key();

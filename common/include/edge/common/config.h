@@ -58,6 +58,9 @@ struct option_spec {
   // and the command's positional argument (`serve MODEL`, as `vllm serve MODEL`).
   char short_flag = 0;
   bool positional = false;
+  // The flag may be given several times (`--api-key A --api-key B`); the values settle as one
+  // comma-separated list, as the environment variable and the file key spell it ("A,B").
+  bool repeatable = false;
 
   std::string flag() const;      // --max-body
   std::string env_name() const;  // EDGE_MAX_BODY
@@ -87,6 +90,8 @@ class schema {
   // The option added last also answers to `-c` / is the command's positional argument.
   schema& also_short(char c);
   schema& also_positional();
+  // The option added last may be given several times on the command line (option_spec::repeatable).
+  schema& also_repeatable();
 
   const option_spec* find(std::string_view name) const;
   const std::vector<option_spec>& options() const { return options_; }
@@ -119,7 +124,7 @@ class values {
   std::optional<std::string> optional_string(std::string_view name) const;
 
   // "host=127.0.0.1 (default), port=8080 (flag), ..." for a start-up log line. Values of options
-  // whose names hold "token", "secret" or "password" are shown as <redacted>.
+  // whose names hold "token", "secret", "password" or "api-key" are shown as <redacted>.
   std::string describe() const;
 
   void set(std::string name, entry settled);

@@ -34,6 +34,10 @@ std::variant<tenant_patch, admin_request_error> parse_tenant_patch(std::string_v
 struct key_create_params {
   std::optional<unix_time> expires_at;     // absolute
   std::optional<std::int64_t> expires_in;  // seconds from now
+
+  // When the key expires if made at `now` (nullopt: never), or the error when that is not in the
+  // future.
+  std::variant<std::optional<unix_time>, admin_request_error> expiry(unix_time now) const;
 };
 std::variant<key_create_params, admin_request_error> parse_key_create(std::string_view body);
 

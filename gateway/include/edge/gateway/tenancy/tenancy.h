@@ -134,6 +134,8 @@ struct tenancy_options {
   // once; past that, a call is answered as if the store were down (--quota-fail-mode).
   std::size_t quota_call_threads = 4;
   std::size_t max_queued_quota_calls = 256;
+  // Keys given at start (--api-key), the default tenant's: only their digests are kept (auth.h).
+  std::vector<std::string> api_keys;
 };
 
 class tenancy {
