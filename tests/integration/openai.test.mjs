@@ -279,3 +279,72 @@ test('usage is counted per tenant and every request gets an access log line', as
   assert.match(line, / prompt_tokens=5 completion_tokens=7 /);
   assert.match(line, / ttft_ms=\d+(\.\d)?/);
 });
+
+// vLLM's and llama.cpp's endpoints beside the OpenAI API: /health and /version for probes and
+// scripts (no key), /tokenize and /detokenize (the key: they show how the model reads text).
+test('/health and /version answer without a key; /tokenize and /detokenize need one', async () => {
+  const health = await fetch(`${server.url}/health`);
+  assert.equal(health.status, 200);
+  assert.deepEqual(await health.json(), { status: 'ok' });
+  const version = await (await fetch(`${server.url}/version`)).json();
+  assert.match(version.version, /^\d+\.\d+\.\d+/);
+  assert.equal(typeof version.commit, 'string');
+  for (const route of ['/tokenize', '/detokenize']) {
+    const res = await fetch(`${server.url}${route}`, { method: 'POST', body: '{"prompt":"x","tokens":[1]}' });
+    assert.equal(res.status, 401, route);
+  }
+});
+
+test('/tokenize gives the tokens the generating routes run; /detokenize reads them back', async () => {
+  const post = async (route, body) => {
+    const res = await fetch(`${server.url}${route}`, {
+      method: 'POST', headers: { authorization: `Bearer ${server.defaultKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    return { status: res.status, json: await res.json() };
+  };
+  const prompt = 'Once upon a time';
+  const tokenized = await post('/tokenize', { model: modelId, prompt });
+  assert.equal(tokenized.status, 200, JSON.stringify(tokenized.json));
+  const completion = await client.completions.create({ model: modelId, prompt, max_tokens: 1 });
+  assert.equal(tokenized.json.count, completion.usage.prompt_tokens);
+  assert.equal(tokenized.json.tokens.length, tokenized.json.count);
+  assert.equal(tokenized.json.max_model_len, (await client.models.retrieve(modelId)).max_model_len);
+  assert.equal(tokenized.json.token_strs, null);
+  // Without special tokens: the BOS the server adds is gone; with strings, each token's text.
+  const plain = await post('/tokenize', { prompt, add_special_tokens: false, return_token_strs: true });
+  assert.deepEqual(plain.json.tokens, tokenized.json.tokens.slice(1));
+  assert.equal(plain.json.token_strs.length, plain.json.count);
+  assert.equal(plain.json.token_strs.join('').replaceAll('\u2581', ' ').trim(), prompt);
+  // llama.cpp's spelling: content.
+  assert.deepEqual((await post('/tokenize', { content: prompt })).json.tokens, tokenized.json.tokens);
+  // Messages: the chat template's prompt, as /v1/chat/completions counts it.
+  const messages = [{ role: 'user', content: 'Hello there' }];
+  const chatTokens = await post('/tokenize', { messages });
+  const chat = await client.chat.completions.create({ model: modelId, messages, max_tokens: 1 });
+  assert.equal(chatTokens.json.count, chat.usage.prompt_tokens);
+
+  const back = await post('/detokenize', { model: modelId, tokens: plain.json.tokens });
+  assert.equal(back.status, 200);
+  assert.equal(back.json.prompt.trim(), prompt);
+  assert.equal(back.json.content, back.json.prompt);
+
+  for (const [route, body, status, param] of [
+    ['/tokenize', { prompt, add_special_tokens: 'no' }, 400, 'add_special_tokens'],
+    ['/tokenize', { content: prompt, prompt }, 400, 'content'],
+    ['/tokenize', { model: 'gpt-4o', prompt }, 404, 'model'],
+    ['/tokenize', { prompt: [1, 1e9] }, 400, 'prompt'],
+    ['/detokenize', { tokens: [1, -1] }, 400, 'tokens'],
+    ['/detokenize', { tokens: [1, 10 ** 9] }, 400, 'tokens'],
+    ['/detokenize', { tokens: 'hello' }, 400, 'tokens'],
+    ['/detokenize', { model: 'gpt-4o', tokens: [1] }, 404, 'model'],
+  ]) {
+    const res = await post(route, body);
+    assert.equal(res.status, status, `${route} ${JSON.stringify(body)}: ${JSON.stringify(res.json)}`);
+    assert.ok(res.json.error.param.startsWith(param), `${route} ${JSON.stringify(body)}: ${res.json.error.param}`);
+  }
+  const notJson = await fetch(`${server.url}/detokenize`, {
+    method: 'POST', headers: { authorization: `Bearer ${server.defaultKey}` }, body: '{"tokens": [1,',
+  });
+  assert.equal(notJson.status, 400);
+});

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "edge/common/sha256.h"
+#include "edge/common/version.h"
 #include "edge/gateway/http/json_response.h"
 #include "edge/monitoring/metrics_registry.h"
 
@@ -59,12 +60,27 @@ void add_operational_routes(router& routes, monitoring::metrics_registry& metric
     co_await ex.respond(probe_response(liveness, alive_state));
   });
 
-  routes.add(http::verb::get, "/readyz", [readiness = std::move(probes.readiness)](exchange& ex) -> asio::awaitable<void> {
-    if (ex.server_draining()) {
-      co_await ex.respond(status_response(http::status::service_unavailable, "draining"));
-      co_return;
-    }
-    co_await ex.respond(probe_response(readiness, ready_state));
+  // /readyz, and /health as other servers' users expect it: "ok" where /readyz says "ready".
+  const auto readiness_route = [readiness = std::move(probes.readiness)](std::string_view good) {
+    return [readiness, good](exchange& ex) -> asio::awaitable<void> {
+      if (ex.server_draining()) {
+        co_await ex.respond(status_response(http::status::service_unavailable, "draining"));
+        co_return;
+      }
+      const std::string state = readiness ? readiness() : std::string(ready_state);
+      response answer = state == ready_state ? status_response(http::status::ok, good)
+                                             : status_response(http::status::service_unavailable, state);
+      co_await ex.respond(std::move(answer));
+    };
+  };
+  routes.add(http::verb::get, "/readyz", readiness_route(ready_state));
+  routes.add(http::verb::get, "/health", readiness_route(alive_state));
+
+  routes.add(http::verb::get, "/version", [](exchange& ex) -> asio::awaitable<void> {
+    boost::json::object body;
+    body["version"] = version_string();
+    body["commit"] = git_commit();
+    co_await ex.respond(json_response(http::status::ok, body));
   });
 
   routes.add(http::verb::get, "/metrics", [&metrics, guard = metrics_guard(access)](exchange& ex) -> asio::awaitable<void> {

@@ -152,6 +152,61 @@ const api_frontend count_tokens_api{
     .prompt_param = "messages",
     .format_param = "messages"};
 
+// vLLM's POST /tokenize (and llama.cpp's): the fields beside the prompt, as given.
+struct tokenize_fields {
+  bool add_special_tokens = true;  // false: without the leading BOS
+  bool return_token_strs = false;  // each token's text in the vocabulary, beside its id
+  std::optional<std::string> content;  // llama.cpp's name for the prompt
+  bool chat = false;                   // messages given: the chat template renders them
+};
+
+std::variant<tokenize_fields, request_error> read_tokenize_fields(std::string_view body) {
+  boost::system::error_code failed;
+  const boost::json::value parsed = boost::json::parse(body, failed);
+  if (failed) return request_error{format("The body is not valid JSON: {}", failed.message()), ""};
+  if (!parsed.is_object()) return request_error{"The body must be a JSON object", ""};
+  const boost::json::object& fields = parsed.as_object();
+  tokenize_fields out;
+  out.chat = fields.contains("messages");
+  for (const auto& [name, flag] : {std::pair{"add_special_tokens", &out.add_special_tokens},
+                                   std::pair{"return_token_strs", &out.return_token_strs}}) {
+    const boost::json::value* v = fields.if_contains(name);
+    if (v == nullptr || v->is_null()) continue;
+    if (!v->is_bool()) return request_error{format("'{}' must be a boolean", name), name};
+    *flag = v->as_bool();
+  }
+  if (const boost::json::value* v = fields.if_contains("content"); v != nullptr && !v->is_null()) {
+    if (!v->is_string()) return request_error{"'content' must be a string", "content"};
+    if (fields.contains("prompt") || fields.contains("messages")) {
+      return request_error{"give 'prompt', 'messages' or 'content', one of them", "content"};
+    }
+    out.content = std::string(v->as_string());
+  }
+  return out;
+}
+
+// The body read as /v1/chat/completions reads it when it has messages, else as /v1/completions
+// (llama.cpp's content as the prompt).
+std::variant<openai_request, request_error> parse_tokenize_request(std::string_view body) {
+  auto fields = read_tokenize_fields(body);
+  if (auto* error = std::get_if<request_error>(&fields)) return std::move(*error);
+  if (const auto& content = std::get<tokenize_fields>(fields).content) {
+    return parse_openai_request(openai_api::completions,
+                                boost::json::serialize(boost::json::object{{"prompt", *content}}));
+  }
+  const openai_api api = std::get<tokenize_fields>(fields).chat ? openai_api::chat_completions : openai_api::completions;
+  return parse_openai_request(api, body);
+}
+
+// /tokenize answers no generation: its writer is never asked for.
+const api_frontend tokenize_api{.name = "tokenize",
+                                .parse = parse_tokenize_request,
+                                .error = openai_error,
+                                .writer = nullptr,
+                                .tool_call_id_prefix = "call_",
+                                .prompt_param = "prompt",
+                                .format_param = "response_format"};
+
 // The request parameter behind a field of the engine's request (engine::submit's submit_error).
 std::string_view api_param(std::string_view field, const api_frontend& api, openai_api path,
                            std::string_view constraint_param) {
@@ -465,6 +520,8 @@ class openai_service {
   asio::awaitable<void> get_model(exchange& ex);
   asio::awaitable<void> generate(exchange& ex, const api_frontend& api);
   asio::awaitable<void> count_tokens(exchange& ex);
+  asio::awaitable<void> tokenize(exchange& ex);
+  asio::awaitable<void> detokenize(exchange& ex);
   asio::awaitable<void> stored_response_route(exchange& ex, bool remove);
 
  private:
@@ -749,6 +806,92 @@ asio::awaitable<void> openai_service::count_tokens(exchange& ex) {
   co_await ex.respond(with_headers(std::move(counted), opened->session));
 }
 
+// vLLM's POST /tokenize: the token ids of the prompt the generating route would run
+// (/v1/completions' prompt, /v1/chat/completions' messages rendered by the chat template).
+// Admitted like a request; the key is required, as the answer shows how the model reads text.
+asio::awaitable<void> openai_service::tokenize(exchange& ex) {
+  std::optional<opened_request> opened = co_await open_request(ex, tokenize_api);
+  if (!opened) co_return;
+  // The body passed parse_tokenize_request, which read these fields first.
+  const tokenize_fields fields = std::get<tokenize_fields>(read_tokenize_fields(ex.req().body()));
+  const backend::tokenizer& tok = *opened->model->tokenizer;
+  std::span<const backend::token_id> ids(opened->prompt);
+  if (!fields.add_special_tokens && !ids.empty() && tok.bos_id() == ids.front()) ids = ids.subspan(1);
+  boost::json::array tokens;
+  boost::json::array texts;
+  for (const backend::token_id id : ids) {
+    tokens.push_back(id);
+    if (fields.return_token_strs) texts.push_back(boost::json::string(tok.token_text(id)));
+  }
+  boost::json::object body;
+  body["count"] = tokens.size();
+  body["max_model_len"] = opened->model->context_length;
+  body["tokens"] = std::move(tokens);
+  if (fields.return_token_strs) {
+    body["token_strs"] = std::move(texts);
+  } else {
+    body["token_strs"] = nullptr;
+  }
+  opened->session.set_outcome(request_outcome::completed);
+  response answer = with_headers(json_response(http::status::ok, body), opened->session);
+  co_await ex.respond(std::move(answer));
+}
+
+// vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text} (llama.cpp's clients read
+// "content": the same text), special tokens written out. Admitted like a request.
+asio::awaitable<void> openai_service::detokenize(exchange& ex) {
+  std::optional<request_session> session = co_await authenticate(ex, completions_api);
+  if (!session) co_return;
+  auto model = co_await loaded_model(ex, completions_api);
+  if (model == nullptr) co_return;
+  if (auto refused = co_await session->admit("detokenize")) {
+    co_await ex.respond(quota_refusal_response(*refused));
+    co_return;
+  }
+  const auto answer = [&](response res) { return ex.respond(with_headers(std::move(res), *session)); };
+  boost::system::error_code failed;
+  const boost::json::value parsed = boost::json::parse(ex.req().body(), failed);
+  const boost::json::object* fields = !failed && parsed.is_object() ? &parsed.as_object() : nullptr;
+  if (fields == nullptr) {
+    co_await answer(invalid_request("The body must be a JSON object such as {\"tokens\": [1, 2, 3]}", ""));
+    co_return;
+  }
+  if (const boost::json::value* name = fields->if_contains("model"); name != nullptr && !name->is_null()) {
+    if (!name->is_string() || name->as_string() != model->id) {
+      const std::string requested = name->is_string() ? std::string(name->as_string()) : boost::json::serialize(*name);
+      co_await answer(model_not_found(requested, model->id));
+      co_return;
+    }
+  }
+  const boost::json::value* list = fields->if_contains("tokens");
+  if (list == nullptr || !list->is_array()) {
+    co_await answer(invalid_request("'tokens' must be an array of token ids", "tokens"));
+    co_return;
+  }
+  std::vector<std::int64_t> ids;
+  ids.reserve(list->as_array().size());
+  for (const boost::json::value& item : list->as_array()) {
+    if (!item.is_int64() && !item.is_uint64()) {
+      co_await answer(invalid_request("'tokens' must be an array of token ids (integers)", "tokens"));
+      co_return;
+    }
+    ids.push_back(item.is_int64() ? item.as_int64() : static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                                          item.as_uint64(), std::numeric_limits<std::int64_t>::max())));
+  }
+  const backend::tokenizer& tok = *model->tokenizer;
+  if (auto outside = backend::find_token_outside_vocabulary(std::span<const std::int64_t>(ids), tok.vocab_size(), "tokens")) {
+    co_await answer(invalid_request(outside->message, outside->param));
+    co_return;
+  }
+  const std::vector<backend::token_id> tokens(ids.begin(), ids.end());
+  const std::string text = tok.decode(tokens, /*with_special=*/true);
+  session->set_outcome(request_outcome::completed);
+  boost::json::object body;
+  body["prompt"] = text;
+  body["content"] = text;
+  co_await answer(json_response(http::status::ok, body));
+}
+
 asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend& api) {
   std::optional<opened_request> opened = co_await open_request(ex, api);
   if (!opened) co_return;
@@ -1031,6 +1174,12 @@ void add_openai_routes(router& routes, const model_slot& models, tenancy& tenant
   routes.add(
       http::verb::post, "/v1/messages/count_tokens",
       [service](exchange& ex) -> asio::awaitable<void> { co_await service->count_tokens(ex); }, count_tokens_api.error);
+  routes.add(http::verb::post, "/tokenize", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->tokenize(ex);
+  });
+  routes.add(http::verb::post, "/detokenize", [service](exchange& ex) -> asio::awaitable<void> {
+    co_await service->detokenize(ex);
+  });
   routes.add(http::verb::get, "/v1/models", [service](exchange& ex) -> asio::awaitable<void> {
     co_await service->list_models(ex);
   });

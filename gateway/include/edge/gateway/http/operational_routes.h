@@ -5,6 +5,9 @@
 //                 restart can help
 //   GET /readyz   200 {"status":"ready"}; 503 {"status":"draining"} once shutdown began, or
 //                 503 with what the readiness probe says (e.g. {"status":"loading"})
+//   GET /health   vLLM's and llama.cpp's spelling of readiness: 200 {"status":"ok"} when /readyz
+//                 would answer 200, else /readyz's 503 (their users' probes and scripts)
+//   GET /version  {"version":"0.1.0","commit":"abc1234"} (vLLM's /version, with the build's commit)
 //   GET /metrics  every metric family in the Prometheus text format, to whom metrics_access
 //                 allows (it names every tenant with its traffic): 401 without the metrics
 //                 token where one is set; 403 metrics_disabled where none is and the server
