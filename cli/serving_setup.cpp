@@ -67,6 +67,10 @@ void add_http_options(config::schema& s, std::int64_t default_port) {
   s.add_string("metrics-token", std::nullopt,
                "Bearer token scrapers must send to /metrics (16+ characters); without it (or --metrics-token-file) "
                "/metrics answers only when --host is a loopback address");
+  s.add_boolean("engine-metrics-open", false,
+                "Let anyone who reaches the server read /metrics/engine: the engine's metrics alone (queue, running "
+                "requests, KV cache use, tokens, latencies; no tenant), which a Kubernetes endpoint picker scrapes "
+                "without a token");
   s.add_path("metrics-token-file", std::nullopt,
              "File whose first line is the metrics token, instead of --metrics-token (a mounted secret, a systemd "
              "credential, the file Prometheus reads with credentials_file); read at start");
@@ -107,11 +111,13 @@ result<gateway::metrics_access> metrics_access_from(const config::values& settin
                                    token ? "--metrics-token" : "--metrics-token-file", gateway::min_metrics_token_length));
   }
   access.open = is_loopback_host(settings.string("host"));
+  access.engine_open = settings.boolean("engine-metrics-open");
   return access;
 }
 
 gateway::metrics_access checked_metrics_access(const config::values& settings) {
-  return metrics_access_from(settings).value_or(gateway::metrics_access{.token = "", .open = false});
+  return metrics_access_from(settings).value_or(
+      gateway::metrics_access{.token = "", .open = false, .engine_open = settings.boolean("engine-metrics-open")});
 }
 
 std::optional<int> announce_metrics_access(const config::values& settings, const logger& log) {
@@ -128,6 +134,7 @@ std::optional<int> announce_metrics_access(const config::values& settings, const
     log.warn("/metrics: off: {} is not a loopback address and there is no --metrics-token (answers 403)",
              settings.string("host"));
   }
+  if (access->engine_open) log.info("/metrics/engine: open to everyone (--engine-metrics-open)");
   return std::nullopt;
 }
 
@@ -457,7 +464,7 @@ result<std::unique_ptr<serving_runtime>> start_engine(const config::values& sett
   }
 
   rt->metrics = std::make_unique<monitoring::engine_metrics>(
-      registry.families(), monitoring::engine_cache_config{
+      registry.engine_families(), monitoring::engine_cache_config{
                                .kv_dtype = std::string(kernels::to_string(kv_dtype)),
                                .weight_dtype = std::string(kernels::to_string(backend::projection_format(m.weights))),
                                .architecture = std::string(backend::to_string(m.config.arch)),

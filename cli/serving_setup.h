@@ -39,7 +39,8 @@ namespace edge::cli {
 
 // --host, --port (default `default_port`), --http-threads, --max-body, --max-connections,
 // --max-buffered-body-bytes, --header-timeout, --body-timeout, --idle-timeout,
-// --write-timeout, --shutdown-timeout, --access-log, --metrics-token, --metrics-token-file.
+// --write-timeout, --shutdown-timeout, --access-log, --metrics-token, --metrics-token-file,
+// --engine-metrics-open.
 void add_http_options(config::schema& s, std::int64_t default_port);
 gateway::server_options http_server_options(const config::values& settings);
 // Settings of add_http_options that contradict each other (a body budget below the largest

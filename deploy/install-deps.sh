@@ -33,6 +33,8 @@ packages=(
 # Debian packages are only needed where the commands are absent.
 command -v node >/dev/null 2>&1 || packages+=(nodejs)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
+# kubectl renders the Kubernetes manifests in the deploy test (`kubectl kustomize`).
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 
 check_only=0
 [[ "${1:-}" == "--check" ]] && check_only=1

@@ -7,7 +7,8 @@
 
 namespace edge::monitoring {
 
-metrics_registry::metrics_registry() : registry_(std::make_shared<prometheus::Registry>()) {
+metrics_registry::metrics_registry()
+    : registry_(std::make_shared<prometheus::Registry>()), engine_registry_(std::make_shared<prometheus::Registry>()) {
   prometheus::BuildGauge()
       .Name(std::string(metric_prefix) + "build_info")
       .Help("Build of the running edgeinfer; the value is always 1")
@@ -26,6 +27,8 @@ void metrics_registry::add_collector(std::shared_ptr<const prometheus::Collectab
 
 std::string metrics_registry::scrape() const {
   std::vector<prometheus::MetricFamily> all = registry_->Collect();
+  std::vector<prometheus::MetricFamily> engine = engine_registry_->Collect();
+  all.insert(all.end(), std::make_move_iterator(engine.begin()), std::make_move_iterator(engine.end()));
   {
     std::lock_guard lock(collectors_mutex_);
     for (const auto& collector : collectors_) {
@@ -34,6 +37,10 @@ std::string metrics_registry::scrape() const {
     }
   }
   return prometheus::TextSerializer{}.Serialize(all);
+}
+
+std::string metrics_registry::scrape_engine() const {
+  return prometheus::TextSerializer{}.Serialize(engine_registry_->Collect());
 }
 
 }  // namespace edge::monitoring

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks the shipped monitoring and deployment files with the tools that read them:
 # promtool (scrape config, alert rules and their unit tests), systemd-analyze (the unit),
-# yamllint (compose, Kubernetes, Prometheus, Grafana provisioning), a JSON parse of the
-# Grafana dashboard, and a parse of tests/gpu/run.sh.
+# yamllint (compose, Kubernetes, Prometheus, Grafana provisioning), `kubectl kustomize` of each
+# Kubernetes topology, a JSON parse of the Grafana dashboard, and a parse of tests/gpu/run.sh.
 #
 #   tests/deploy/check.sh SOURCE_DIR EDGEINFER_BINARY
 set -euo pipefail
@@ -46,6 +46,16 @@ step "systemd-analyze verify" bash -c "out=\$(systemd-analyze verify '$unit_dir/
 step "yamllint" yamllint -c "$src/.yamllint" --strict \
   "$src/deploy/docker-compose.yml" "$src/deploy/prometheus-compose.yml" "$src/deploy/k8s" \
   "$src/monitoring/prometheus" "$src/monitoring/grafana/provisioning"
+# Each topology renders (Debian's kubectl 1.20 and today's read the same files), into documents
+# that each name their kind.
+for topology in deploy/k8s deploy/k8s/split deploy/k8s/inference-pool; do
+  step "kubectl kustomize $topology" bash -c "kubectl kustomize '$src/$topology' 2>/dev/null | python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+bad = [d for d in docs if \"kind\" not in d or \"name\" not in d.get(\"metadata\", {})]
+assert docs and not bad, bad
+print(len(docs), \"resources\")'"
+done
 for json in "$src"/monitoring/grafana/dashboards/*.json; do
   step "JSON $(basename "$json")" node -e 'JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"))' "$json"
 done

@@ -562,10 +562,10 @@ std::optional<std::string> wait_idle(loopback_client& client, fuzzed_server& ser
     for (const char* name : {"edgeinfer_num_requests_running", "edgeinfer_num_requests_waiting", "edgeinfer_active_streams"}) {
       if (values[name] != 0) busy += std::string(busy.empty() ? "" : ", ") + name + " " + std::to_string(values[name]);
     }
-    if (values["edgeinfer_kv_cache_blocks_free"] != values["edgeinfer_kv_cache_blocks_total"]) {
+    if (values["edgeinfer_kv_cache_blocks_free"] != values["edgeinfer_kv_cache_blocks"]) {
       busy += std::string(busy.empty() ? "" : ", ") + "KV blocks free " +
               std::to_string(values["edgeinfer_kv_cache_blocks_free"]) + " of " +
-              std::to_string(values["edgeinfer_kv_cache_blocks_total"]);
+              std::to_string(values["edgeinfer_kv_cache_blocks"]);
     }
     if (busy.empty()) return std::nullopt;
     if (steady::now() > deadline) return busy;

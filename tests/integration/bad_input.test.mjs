@@ -197,7 +197,7 @@ function postRequest(route, body, key = server.defaultKey) {
 const longRequest = { model: modelId, prompt: 'Once upon a time', max_tokens: 2000, temperature: 0, ignore_eos: true };
 
 test('a client vanishing mid-stream: its request is cancelled, its blocks freed, the server serves on', async () => {
-  const total = await requiredMetric(server, 'edgeinfer_kv_cache_blocks_total');
+  const total = await requiredMetric(server, 'edgeinfer_kv_cache_blocks');
   await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
   const aborts = await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' });
 
@@ -216,7 +216,7 @@ test('a client vanishing mid-stream: its request is cancelled, its blocks freed,
 });
 
 test('a client vanishing while waiting for a whole (non-streamed) answer cancels it too', async () => {
-  const total = await requiredMetric(server, 'edgeinfer_kv_cache_blocks_total');
+  const total = await requiredMetric(server, 'edgeinfer_kv_cache_blocks');
   await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
   const aborts = await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' });
   const socket = await openRaw(server.port, postRequest('/v1/completions', longRequest), null);

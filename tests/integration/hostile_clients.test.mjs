@@ -91,7 +91,7 @@ function openRaw(port) {
 }
 
 async function idleEngine(server) {
-  const total = await requiredMetric(server, 'edgeinfer_kv_cache_blocks_total');
+  const total = await requiredMetric(server, 'edgeinfer_kv_cache_blocks');
   await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
   return total;
 }

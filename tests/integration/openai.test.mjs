@@ -169,7 +169,7 @@ test('the same seed and temperature give the same text; other seeds differ', asy
 });
 
 test('an aborted stream is cancelled in the engine and frees its KV blocks', async () => {
-  const total = await metric(server, 'edgeinfer_kv_cache_blocks_total');
+  const total = await metric(server, 'edgeinfer_kv_cache_blocks');
   assert.ok(total > 0);
   await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
   const abortsBefore = await metric(server, 'edgeinfer_request_success_total', { finished_reason: 'abort' });
@@ -254,7 +254,7 @@ test('usage is counted per tenant and every request gets an access log line', as
   const tokens = (kind) => metric(server, 'edgeinfer_tenant_tokens_total', { kind, tenant: 'default' });
   // The earlier tests' requests settle a moment after their last byte too: start from counters
   // that have stopped moving, with the engine idle.
-  const total = await metric(server, 'edgeinfer_kv_cache_blocks_total');
+  const total = await metric(server, 'edgeinfer_kv_cache_blocks');
   await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
   let promptBefore;
   let completionBefore;

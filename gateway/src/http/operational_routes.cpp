@@ -83,17 +83,22 @@ void add_operational_routes(router& routes, monitoring::metrics_registry& metric
     co_await ex.respond(json_response(http::status::ok, body));
   });
 
-  routes.add(http::verb::get, "/metrics", [&metrics, guard = metrics_guard(access)](exchange& ex) -> asio::awaitable<void> {
-    std::optional<response> refused = guard.refusal(ex.req());
-    if (refused) {
-      co_await ex.respond(std::move(*refused));
-      co_return;
-    }
-    response res{http::status::ok, 11};
-    res.set(http::field::content_type, monitoring::text_content_type);
-    res.body() = metrics.scrape();
-    co_await ex.respond(std::move(res));
-  });
+  // /metrics, and the engine's families alone (open to everyone when engine_open).
+  const auto metrics_route = [&metrics, guard = metrics_guard(access)](bool engine, bool open) {
+    return [&metrics, guard, engine, open](exchange& ex) -> asio::awaitable<void> {
+      std::optional<response> refused = open ? std::nullopt : guard.refusal(ex.req());
+      if (refused) {
+        co_await ex.respond(std::move(*refused));
+        co_return;
+      }
+      response res{http::status::ok, 11};
+      res.set(http::field::content_type, monitoring::text_content_type);
+      res.body() = engine ? metrics.scrape_engine() : metrics.scrape();
+      co_await ex.respond(std::move(res));
+    };
+  };
+  routes.add(http::verb::get, "/metrics", metrics_route(/*engine=*/false, /*open=*/false));
+  routes.add(http::verb::get, "/metrics/engine", metrics_route(/*engine=*/true, access.engine_open));
 }
 
 }  // namespace edge::gateway

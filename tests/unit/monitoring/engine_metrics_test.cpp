@@ -45,7 +45,7 @@ TEST_CASE("engine metric families have vLLM's names, types and buckets") {
   const std::string text = registry.scrape();
 
   for (const char* gauge : {"num_requests_running", "num_requests_waiting", "kv_cache_usage_ratio",
-                            "kv_cache_blocks_total", "kv_cache_blocks_free", "kv_cache_capacity_tokens",
+                            "kv_cache_blocks", "kv_cache_blocks_free", "kv_cache_capacity_tokens",
                             "cache_config_info"}) {
     CHECK_MESSAGE(has(text, std::string("# TYPE edgeinfer_") + gauge + " gauge"), gauge);
   }
@@ -74,12 +74,12 @@ TEST_CASE("engine metric families have vLLM's names, types and buckets") {
   CHECK(bucket_bounds(text, "edgeinfer_iteration_tokens") == iteration);
 
   // Set at start: capacity and configuration; every finish reason present from the start.
-  CHECK(has(text, "edgeinfer_kv_cache_blocks_total 100"));
+  CHECK(has(text, "edgeinfer_kv_cache_blocks 100"));
   CHECK(has(text, "edgeinfer_kv_cache_blocks_free 100"));
   CHECK(has(text, "edgeinfer_kv_cache_capacity_tokens 1600"));
   CHECK(has(text, "edgeinfer_cache_config_info{active_weight_bytes_per_token=\"12345\",architecture=\"qwen3_moe\",attention=\"gqa\","
                   "block_size=\"16\",experts=\"128\",experts_per_token=\"8\",kv_dtype=\"fp8_e4m3\","
-                  "shared_experts=\"0\",weight_dtype=\"int4\"} 1"));
+                  "num_gpu_blocks=\"100\",shared_experts=\"0\",weight_dtype=\"int4\"} 1"));
   for (const char* reason : {"stop", "length", "abort", "error"}) {
     CHECK(has(text, std::string("edgeinfer_request_success_total{finished_reason=\"") + reason + "\"} 0"));
   }

@@ -3,7 +3,7 @@
 //
 //   edgeinfer_num_requests_running / _waiting            gauges
 //   edgeinfer_kv_cache_usage_ratio                       gauge, 0..1: blocks referenced / total
-//   edgeinfer_kv_cache_blocks_total / _free              gauges (free includes cached prefixes)
+//   edgeinfer_kv_cache_blocks / _blocks_free             gauges (free includes cached prefixes)
 //   edgeinfer_kv_cache_capacity_tokens                   gauge: blocks × block size
 //   edgeinfer_prompt_tokens_total                        counter: prompts of requests that produced a first token
 //   edgeinfer_generation_tokens_total                    counter: tokens sampled
@@ -29,9 +29,11 @@
 //   edgeinfer_e2e_request_latency_seconds                histogram
 //   edgeinfer_request_queue_time_seconds                 histogram
 //   edgeinfer_iteration_tokens                           histogram: tokens computed per engine step
-//   edgeinfer_cache_config_info{kv_dtype, weight_dtype, block_size, architecture, attention,
-//     experts, experts_per_token, shared_experts, active_weight_bytes_per_token}   gauge, always 1
-//     (attention: "gqa", "mla" or "mla_dsa": what one cached token and layer holds)
+//   edgeinfer_cache_config_info{kv_dtype, weight_dtype, block_size, num_gpu_blocks, architecture,
+//     attention, experts, experts_per_token, shared_experts, active_weight_bytes_per_token}
+//     gauge, always 1 (attention: "gqa", "mla" or "mla_dsa": what one cached token and layer
+//     holds; num_gpu_blocks: the KV pool's blocks on any device, vLLM's label, which the
+//     Kubernetes endpoint picker reads with block_size)
 //
 // Mixture-of-Experts models, summarised without one series per expert (per step and MoE layer):
 //   edgeinfer_moe_expert_load_imbalance                  histogram: the busiest expert's tokens

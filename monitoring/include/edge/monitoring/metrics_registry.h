@@ -26,15 +26,21 @@ class metrics_registry {
   metrics_registry();
 
   prometheus::Registry& families() { return *registry_; }
+  // The engine's families (engine_metrics): in scrape() with the rest, and alone in
+  // scrape_engine(), which names no tenant (what a Kubernetes endpoint picker reads).
+  prometheus::Registry& engine_families() { return *engine_registry_; }
 
   // Thread-safe; collectors live as long as the registry.
   void add_collector(std::shared_ptr<const prometheus::Collectable> collector);
 
   // All families and collectors in the text exposition format. Thread-safe.
   std::string scrape() const;
+  // The engine's families only, in the same format. Thread-safe.
+  std::string scrape_engine() const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<prometheus::Registry> engine_registry_;
   mutable std::mutex collectors_mutex_;
   std::vector<std::shared_ptr<const prometheus::Collectable>> collectors_;
 };

@@ -163,7 +163,7 @@ kernels::dtype resolve_kv_cache_dtype(std::optional<kernels::dtype> requested, c
 
 // What a KV budget holds, for the start-up log and the metrics. For the engine: log
 // format_kv_cache_capacity(capacity) once at start; export `tokens` as
-// edgeinfer_kv_cache_capacity_tokens, `num_blocks` as edgeinfer_kv_cache_blocks_total, and
+// edgeinfer_kv_cache_capacity_tokens, `num_blocks` as edgeinfer_kv_cache_blocks, and
 // cache_config_info{kv_dtype = kernels::to_string(dtype), block_size = block_size}. The layout
 // to allocate is kv_cache_layout::for_budget with the same arguments (its num_blocks is this
 // num_blocks).

@@ -12,6 +12,10 @@
 //                 allows (it names every tenant with its traffic): 401 without the metrics
 //                 token where one is set; 403 metrics_disabled where none is and the server
 //                 does not listen on loopback only
+//   GET /metrics/engine  the engine's families only (queue, running requests, KV cache use and
+//                 size, tokens, latencies: no tenant, no key): what a Kubernetes endpoint picker
+//                 reads (the model server protocol). Guarded as /metrics, or open to all with
+//                 metrics_access::engine_open (the picker sends no token)
 #pragma once
 
 #include <functional>
@@ -40,6 +44,7 @@ struct health_probes {
 struct metrics_access {
   std::string token;  // the bearer token scrapers must send; empty: none is asked for
   bool open = true;   // without a token: whether /metrics answers (a server on a loopback address)
+  bool engine_open = false;  // /metrics/engine answers everyone (--engine-metrics-open)
 };
 
 // A metrics token is at least this long (as the admin token): guessing it must be hopeless.
