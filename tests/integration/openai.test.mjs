@@ -348,3 +348,92 @@ test('/tokenize gives the tokens the generating routes run; /detokenize reads th
   });
   assert.equal(notJson.status, 400);
 });
+
+// OpenAI's list of prompts: one choice per prompt (n each, prompt p's choices from p x n), each
+// the answer that prompt gets alone; usage the sum; every failure names its prompt.
+test('a list of prompts in /v1/completions answers each prompt as it would be answered alone', async () => {
+  const prompts = ['Once upon a time', 'The dog', 'Lily saw a big'];
+  const alone = [];
+  for (const prompt of prompts) {
+    alone.push(await client.completions.create({ model: modelId, prompt, max_tokens: 12, temperature: 0 }));
+  }
+  const batch = await client.completions.create({ model: modelId, prompt: prompts, max_tokens: 12, temperature: 0 });
+  assert.deepEqual(batch.choices.map((c) => c.index), [0, 1, 2]);
+  assert.deepEqual(batch.choices.map((c) => c.text), alone.map((a) => a.choices[0].text));
+  assert.equal(batch.usage.prompt_tokens, alone.reduce((sum, a) => sum + a.usage.prompt_tokens, 0));
+  assert.equal(batch.usage.completion_tokens, alone.reduce((sum, a) => sum + a.usage.completion_tokens, 0));
+
+  // n choices per prompt, streamed; token-id prompts too.
+  const ids = (await fetch(`${server.url}/tokenize`, {
+    method: 'POST', headers: { authorization: `Bearer ${server.defaultKey}` },
+    body: JSON.stringify({ prompt: prompts[1] }),  // with BOS, as the text prompt is run
+  }).then((res) => res.json())).tokens;
+  const stream = await client.completions.create({
+    model: modelId, prompt: [prompts[0], ids], n: 2, max_tokens: 12, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  const texts = ['', '', '', ''];
+  const finished = [];
+  let usage;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      texts[c.index] += c.text;
+      if (c.finish_reason) finished.push(c.index);
+    }
+  }
+  assert.deepEqual(finished.sort(), [0, 1, 2, 3]);
+  assert.deepEqual(texts, [alone[0].choices[0].text, alone[0].choices[0].text, alone[1].choices[0].text,
+    alone[1].choices[0].text]);
+  assert.equal(usage.completion_tokens, 2 * (alone[0].usage.completion_tokens + alone[1].usage.completion_tokens));
+
+  // Echo: each choice opens with its own prompt; with logprobs, with its prompt's tokens.
+  const echoed = await client.completions.create({
+    model: modelId, prompt: prompts.slice(0, 2), max_tokens: 3, temperature: 0, echo: true, logprobs: 1,
+  });
+  for (const [p, choice] of echoed.choices.entries()) {
+    assert.ok(choice.text.startsWith(prompts[p]), choice.text);
+    // The prompt's tokens (BOS first) open its choice's log probabilities.
+    const logprobText = choice.logprobs.tokens.join('').replaceAll('\u2581', ' ').replace(/^<s>\s*/, '');
+    assert.ok(logprobText.startsWith(prompts[p]), logprobText);
+  }
+
+  // Each failure names the prompt at fault.
+  const refusals = [
+    [{ prompt: ['Once', [1, 10 ** 9]] }, 'prompt[1][1]'],
+    [{ prompt: [[1, 2], []] }, 'prompt[1]'],
+    [{ prompt: ['Once', 7] }, 'prompt[1]'],
+    [{ prompt: Array(64).fill('Once'), n: 3 }, 'n'],
+    [{ prompt: ['Once', 'word '.repeat(5000)], max_tokens: 4 }, 'prompt'],
+  ];
+  for (const [body, param] of refusals) {
+    const res = await fetch(`${server.url}/v1/completions`, {
+      method: 'POST', headers: { authorization: `Bearer ${server.defaultKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: modelId, max_tokens: 4, ...body }),
+    });
+    const json = await res.json();
+    assert.equal(res.status, 400, JSON.stringify(json));
+    assert.equal(json.error.param, param, JSON.stringify(json.error));
+  }
+});
+
+test('an aborted batch stream cancels every prompt\'s request and frees their KV blocks', async () => {
+  const total = await metric(server, 'edgeinfer_kv_cache_blocks');
+  await waitFor('an idle engine', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
+  const controller = new AbortController();
+  const stream = await client.completions.create(
+    { model: modelId, prompt: ['Once upon a time', 'The dog', 'A cat'], max_tokens: 2000, temperature: 0, stream: true,
+      ignore_eos: true },
+    { signal: controller.signal });
+  let chunks = 0;
+  try {
+    for await (const chunk of stream) {
+      assert.ok(chunk.choices.every((c) => c.index >= 0 && c.index < 3));
+      if (++chunks === 6) controller.abort();
+    }
+  } catch (error) {
+    if (!(error instanceof OpenAI.APIUserAbortError || error.name === 'AbortError')) throw error;
+  }
+  await waitFor('the blocks to come back', async () => (await metric(server, 'edgeinfer_kv_cache_blocks_free')) === total);
+  assert.equal(await requiredMetric(server, 'edgeinfer_num_requests_running'), 0);
+});

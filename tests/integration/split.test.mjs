@@ -132,6 +132,20 @@ describe('load, KV usage and cancellation', () => {
     assert.ok(served[0] > 0 && served[1] > 0, `both backends serve: ${served}`);
   });
 
+  test('a list of prompts is answered through the gateway as each prompt alone, its requests spread over backends', async () => {
+    const prompts = ['Once upon a time', 'The dog', 'Lily saw a big', 'A cat'];
+    const alone = [];
+    for (const prompt of prompts) {
+      alone.push((await cluster.client.completions.create({ model: 'stories260K', prompt, max_tokens: 10, temperature: 0 }))
+        .choices[0].text);
+    }
+    const before = await acceptedPerBackend(cluster);
+    const batch = await cluster.client.completions.create({ model: 'stories260K', prompt: prompts, max_tokens: 10, temperature: 0 });
+    assert.deepEqual(batch.choices.map((c) => [c.index, c.text]), alone.map((text, i) => [i, text]));
+    const after = await acceptedPerBackend(cluster);
+    assert.equal(after.reduce((a, b) => a + b, 0) - before.reduce((a, b) => a + b, 0), prompts.length);
+  });
+
   test('a backend whose KV cache is full gets fewer requests', async () => {
     const [full] = cluster.backends;
     // Fill the first backend directly (not through the gateway, so only its load report can tell).

@@ -11,16 +11,17 @@ namespace {
 // OpenAI's chunks while streaming; each choice's text or message, for the whole answer, when not.
 class openai_writer final : public answer_writer {
  public:
-  openai_writer(response_meta meta, const openai_request& r, std::string echoed)
+  openai_writer(response_meta meta, const openai_request& r, std::vector<std::string> echoed)
       : chunks_(meta, r.include_usage),
         meta_(std::move(meta)),
         stream_(r.stream),
         include_usage_(r.include_usage),
         echo_alone_(r.echo && !r.logprobs),
+        per_prompt_(static_cast<std::size_t>(r.n)),
         echoed_(std::move(echoed)),
-        choices_(static_cast<std::size_t>(r.n)) {
+        choices_(per_prompt_ * std::max<std::size_t>(echoed_.size(), 1)) {
     if (r.echo && !stream_) {
-      for (choice& c : choices_) c.text = echoed_;
+      for (std::size_t i = 0; i < choices_.size(); ++i) choices_[i].text = echoed_of(i);
     }
   }
 
@@ -29,14 +30,14 @@ class openai_writer final : public answer_writer {
       const auto index = static_cast<std::int32_t>(i);
       if (meta_.api == openai_api::chat_completions) {
         out.push_back({{}, chunks_.role(index)});
-      } else if (echo_alone_ && !echoed_.empty()) {
-        out.push_back({{}, chunks_.content(echoed_, index)});
+      } else if (echo_alone_ && !echoed_of(i).empty()) {
+        out.push_back({{}, chunks_.content(echoed_of(i), index)});
       }
     }
   }
 
   void echo(std::int32_t index, boost::json::value logprobs, std::vector<named_event>& out) override {
-    if (stream_) out.push_back({{}, chunks_.content(echoed_, index, std::move(logprobs))});
+    if (stream_) out.push_back({{}, chunks_.content(echoed_of(static_cast<std::size_t>(index)), index, std::move(logprobs))});
   }
 
   void output(std::int32_t index, const output_event& event, boost::json::value logprobs,
@@ -96,15 +97,22 @@ class openai_writer final : public answer_writer {
     backend::finish_reason reason = backend::finish_reason::stop;
   };
 
-  // The engine numbers choices from 0 to n - 1 (the relay drops any other index).
+  // The relay hands only indices of the answer's choices (it drops any other).
   choice& at(std::int32_t index) { return choices_[static_cast<std::size_t>(index)]; }
+  // What choice i's text starts with under echo: its prompt's.
+  const std::string& echoed_of(std::size_t i) const {
+    static const std::string none;
+    const std::size_t prompt = i / per_prompt_;
+    return prompt < echoed_.size() ? echoed_[prompt] : none;
+  }
 
   chunk_builder chunks_;
   response_meta meta_;
   bool stream_;
   bool include_usage_;
   bool echo_alone_;  // completions: echo without logprobs, whose prompt event never comes
-  std::string echoed_;
+  std::size_t per_prompt_;            // n: choices of each prompt
+  std::vector<std::string> echoed_;   // each prompt's text under echo (one per prompt)
   std::vector<choice> choices_;
 };
 
@@ -205,7 +213,8 @@ std::unique_ptr<answer_writer> make_responses_writer(std::string id, std::string
   return std::make_unique<responses_writer>(std::move(id), std::move(model), created_at, std::move(echo), store);
 }
 
-std::unique_ptr<answer_writer> make_openai_writer(response_meta meta, const openai_request& r, std::string echoed) {
+std::unique_ptr<answer_writer> make_openai_writer(response_meta meta, const openai_request& r,
+                                                  std::vector<std::string> echoed) {
   return std::make_unique<openai_writer>(std::move(meta), r, std::move(echoed));
 }
 

@@ -265,30 +265,50 @@ field_error read_messages(const json_value& v, std::vector<backend::chat_message
   return std::nullopt;
 }
 
-// A string, an array of one string, or an array of token ids.
-field_error read_prompt(const json_value& v, prompt_input& out) {
-  if (v.type() == element_type::STRING) {
-    out = std::string(*v.as<std::string_view>());
-    return std::nullopt;
-  }
-  EDGE_ASSIGN_OR_RETURN(const json_array items,
-                        v.as<json_array>("a string, an array of one string, or an array of token ids"));
-  if (items.empty()) return v.error("must not be an empty array");
-  const json_value first = items.front();
-  if (first.type() == element_type::STRING) {
-    if (items.size() != 1) return v.error("must be one string: batched prompts are not supported");
-    out = std::string(*first.as<std::string_view>());
-    return std::nullopt;
-  }
-  if (first.type() == element_type::ARRAY) return v.error("must be one prompt: batched prompts are not supported");
-  std::vector<std::int64_t> ids;
-  ids.reserve(items.size());
+// A token id list's items, checked.
+field_error read_token_ids(const json_array& items, std::vector<std::int64_t>& out) {
+  out.reserve(items.size());
   for (const json_value item : items) {
     const auto id = item.as<std::int64_t>();
     if (!id.ok() || *id < 0) return item.must_be("a token id (an integer of 0 or more)");
-    ids.push_back(*id);
+    out.push_back(*id);
   }
-  out = std::move(ids);
+  return std::nullopt;
+}
+
+// A string or an array of token ids; or a batch: an array of strings or of token id arrays.
+field_error read_prompt(const json_value& v, std::vector<prompt_input>& out) {
+  out.clear();  // a repeated key: the last one counts
+  if (v.type() == element_type::STRING) {
+    out.emplace_back(std::string(*v.as<std::string_view>()));
+    return std::nullopt;
+  }
+  EDGE_ASSIGN_OR_RETURN(const json_array items,
+                        v.as<json_array>("a string, an array of token ids, or an array of prompts (a batch)"));
+  if (items.empty()) return v.error("must not be an empty array");
+  const element_type first = items.front().type();
+  if (first != element_type::STRING && first != element_type::ARRAY) {
+    std::vector<std::int64_t> ids;
+    if (auto error = read_token_ids(items, ids)) return error;
+    out.emplace_back(std::move(ids));
+    return std::nullopt;
+  }
+  if (items.size() > backend::max_choices) {
+    return v.error(format("holds {} prompts: a batch holds at most {}", items.size(), backend::max_choices));
+  }
+  out.reserve(items.size());
+  for (const json_value item : items) {
+    if (item.type() == element_type::STRING) {
+      out.emplace_back(std::string(*item.as<std::string_view>()));
+      continue;
+    }
+    if (item.type() != element_type::ARRAY) return item.must_be("a prompt: a string or an array of token ids");
+    EDGE_ASSIGN_OR_RETURN(const json_array ids_json, item.as<json_array>());
+    if (ids_json.empty()) return item.error("must not be an empty array");
+    std::vector<std::int64_t> ids;
+    if (auto error = read_token_ids(ids_json, ids)) return error;
+    out.emplace_back(std::move(ids));
+  }
   return std::nullopt;
 }
 
@@ -402,7 +422,7 @@ field_error read_field(std::string_view key, const json_value& v, openai_request
   } else if (chat && key == "messages") {
     return read_messages(v, r.messages);
   } else if (!chat && key == "prompt") {
-    return read_prompt(v, r.prompt);
+    return read_prompt(v, r.prompts);
   } else if (key == "max_tokens" || (chat && key == "max_completion_tokens")) {
     EDGE_ASSIGN_OR_RETURN(r.max_tokens, read_max_tokens(v));
   } else if (is_sampling_field(key)) {
@@ -650,6 +670,11 @@ std::variant<openai_request, request_error> parse_openai_request(openai_api api,
     if (auto error = check_tool_choice(r, fields.find("tool_choice").has_value(), names)) return *error;
   }
   if (api == openai_api::completions && !has_prompt) return request_error{"'prompt' is required", "prompt"};
+  if (api == openai_api::completions && r.prompts.size() * static_cast<std::size_t>(r.n) > backend::max_choices) {
+    return request_error{format("{} prompts with n {} make {} choices: a request makes at most {}", r.prompts.size(),
+                                r.n, r.prompts.size() * static_cast<std::size_t>(r.n), backend::max_choices),
+                         "n"};
+  }
   if (has_stream_options && !r.stream) {
     return request_error{"'stream_options' is only allowed when 'stream' is true", "stream_options"};
   }

@@ -10,6 +10,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <chrono>
+#include <mutex>
 
 #include "edge/common/format.h"
 #include "edge/common/log.h"
@@ -80,9 +81,10 @@ struct api_frontend {
   std::string_view name;  // the API, as the metrics' api label names it
   std::variant<openai_request, request_error> (*parse)(std::string_view body);
   error_shape error;  // an error response written in the API's shape (its routes name it to the server)
-  // The writer of an answer to `r` (request_id: the exchange's; echoed: completions' echo).
+  // The writer of an answer to `r` (request_id: the exchange's; echoed: completions' echo, each
+  // prompt's).
   std::unique_ptr<answer_writer> (*writer)(const openai_request& r, std::string_view request_id, std::string model,
-                                           std::string echoed, const backend::token_usage& prompt);
+                                           std::vector<std::string> echoed, const backend::token_usage& prompt);
   std::string_view tool_call_id_prefix;  // ids of the calls the answer makes, where the syntax has none
   // What the API calls the prompt and the output format, for the errors that name them.
   std::string_view prompt_param;
@@ -93,7 +95,7 @@ response openai_error(response res) { return res; }
 
 template <openai_api api>
 std::unique_ptr<answer_writer> openai_answer(const openai_request& r, std::string_view request_id, std::string model,
-                                             std::string echoed, const backend::token_usage&) {
+                                             std::vector<std::string> echoed, const backend::token_usage&) {
   return make_openai_writer({api, response_id(api, request_id), unix_seconds(), std::move(model)}, r, std::move(echoed));
 }
 
@@ -119,7 +121,7 @@ const api_frontend messages_api{
     .name = "messages",
     .parse = [](std::string_view body) { return parse_anthropic_request(anthropic_route::messages, body); },
     .error = anthropic_error,
-    .writer = [](const openai_request&, std::string_view request_id, std::string model, std::string,
+    .writer = [](const openai_request&, std::string_view request_id, std::string model, std::vector<std::string>,
                  const backend::token_usage& prompt) {
       return make_messages_writer("msg_" + std::string(request_id), std::move(model), prompt);
     },
@@ -131,7 +133,7 @@ const api_frontend responses_api{
     .name = "responses",
     .parse = parse_responses_request,
     .error = openai_error,
-    .writer = [](const openai_request& r, std::string_view, std::string model, std::string,
+    .writer = [](const openai_request& r, std::string_view, std::string model, std::vector<std::string>,
                  const backend::token_usage&) {
       // Its own random id, not the request's (a client may reuse its x-request-id): a stored
       // response is named by it.
@@ -231,10 +233,13 @@ response submit_failure(const backend::submit_error& failure, const api_frontend
 
 // ---- the prompt -------------------------------------------------------------------------------
 
-// The prompt's token ids, or the 400 to answer. Runs on the connection's thread: the engine
-// thread never tokenizes.
-std::variant<std::vector<backend::token_id>, response> prompt_tokens(const openai_request& r, const serving_model& model) {
+// The prompt's token ids (completions: each prompt's), or the 400 to answer. Runs on the
+// connection's thread: the engine thread never tokenizes.
+std::variant<std::vector<std::vector<backend::token_id>>, response> prompt_tokens(const openai_request& r,
+                                                                                  const serving_model& model) {
   const backend::tokenizer& tok = *model.tokenizer;
+  const bool guarded = !model.parse_client_special_tokens;
+  std::vector<std::vector<backend::token_id>> out;
   if (r.api == openai_api::chat_completions) {
     backend::chat_render_options options;
     if (auto bos = tok.bos_id()) options.bos_text = tok.token_text(*bos);
@@ -254,40 +259,47 @@ std::variant<std::vector<backend::token_id>, response> prompt_tokens(const opena
     const bool bos_in_text =
         model.chat_template.writes_own_bos() || (!options.bos_text.empty() && text->text.starts_with(options.bos_text));
     // The model's markup comes from the template only: what the request brought is text.
-    const bool guarded = !model.parse_client_special_tokens;
-    return tok.encode(text->text, {.add_bos = !bos_in_text,
-                                   .parse_special = true,
-                                   .client_text_guard = guarded ? &model.markup_tokens : nullptr,
-                                   .markup = &text->markup});
+    out.push_back(tok.encode(text->text, {.add_bos = !bos_in_text,
+                                          .parse_special = true,
+                                          .client_text_guard = guarded ? &model.markup_tokens : nullptr,
+                                          .markup = &text->markup}));
+    return out;
   }
-  if (const auto* text = std::get_if<std::string>(&r.prompt)) {
-    // Prompt text is the client's: "<|im_start|>" in it stays text, and so does an added token
-    // that is the model's markup ("<tool_call>").
-    const bool guarded = !model.parse_client_special_tokens;
-    return tok.encode(*text, {.add_bos = true,
-                              .parse_special = false,
-                              .client_text_guard = guarded ? &model.markup_tokens : nullptr});
+  out.reserve(r.prompts.size());
+  for (std::size_t p = 0; p < r.prompts.size(); ++p) {
+    if (const auto* text = std::get_if<std::string>(&r.prompts[p])) {
+      // Prompt text is the client's: "<|im_start|>" in it stays text, and so does an added token
+      // that is the model's markup ("<tool_call>").
+      out.push_back(tok.encode(*text, {.add_bos = true,
+                                       .parse_special = false,
+                                       .client_text_guard = guarded ? &model.markup_tokens : nullptr}));
+      continue;
+    }
+    const auto& ids = std::get<std::vector<std::int64_t>>(r.prompts[p]);
+    const std::string what = r.prompts.size() == 1 ? std::string("prompt") : format("prompt[{}]", p);
+    if (auto outside = backend::find_token_outside_vocabulary(std::span(ids), tok.vocab_size(), what)) {
+      return invalid_request(outside->message, outside->param);
+    }
+    out.emplace_back(ids.begin(), ids.end());
   }
-  const auto& ids = std::get<std::vector<std::int64_t>>(r.prompt);
-  if (auto outside = backend::find_token_outside_vocabulary(std::span(ids), tok.vocab_size(), "prompt")) {
-    return invalid_request(outside->message, outside->param);
-  }
-  return std::vector<backend::token_id>(ids.begin(), ids.end());
+  return out;
 }
 
 // The completion's token limit after defaults, or the 400 when prompt and completion cannot
 // fit in the context (OpenAI's and vLLM's rule: prompt + max_tokens <= context).
 // `what`: the API's name of the prompt.
+// `prompt_length`: the longest prompt; `choices`: every prompt's choices together.
 std::variant<std::int64_t, response> resolve_max_tokens(const openai_request& r, std::string_view what,
                                                         std::int64_t prompt_length, std::int64_t context,
-                                                        const request_session& session) {
+                                                        std::int32_t choices, const request_session& session) {
   const bool chat = r.api == openai_api::chat_completions;
   if (auto e = backend::prompt_does_not_fit(prompt_length, context, what)) {
     return invalid_request(e->message, e->param, refusal_kind::context_length);
   }
   const std::int64_t room = context - prompt_length;
   if (!r.max_tokens) {
-    return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room), r.n);
+    return session.default_max_tokens(prompt_length, chat ? room : std::min(default_completion_max_tokens, room),
+                                      choices);
   }
   if (auto e = backend::completion_does_not_fit(prompt_length, *r.max_tokens, context, what)) {
     return invalid_request(e->message, e->param, refusal_kind::context_length);
@@ -304,36 +316,43 @@ constexpr std::int64_t max_unstreamed_logprobs = std::int64_t{1} << 19;
 constexpr std::int64_t large_unstreamed_logprobs = std::int64_t{1} << 16;
 
 // The log probabilities an answer that is not streamed may hold, alternatives included (0 for a
-// stream, or without logprobs). Each factor is bounded (n by 128, tokens by the context,
-// alternatives by 20): no overflow.
-std::int64_t unstreamed_logprobs(const openai_request& r, std::int64_t max_tokens, std::int64_t prompt_length) {
+// stream, or without logprobs). Each factor is bounded (choices by 128, tokens by the context,
+// alternatives by 20): no overflow. `prompt_length`: the longest prompt.
+std::int64_t unstreamed_logprobs(const openai_request& r, std::int64_t max_tokens, std::int64_t prompt_length,
+                                 std::int32_t choices) {
   if (r.stream || !r.logprobs) return 0;
   const std::int64_t tokens = max_tokens + (r.echo ? prompt_length : 0);
-  return std::int64_t{r.n} * tokens * (1 + *r.logprobs);
+  return std::int64_t{choices} * tokens * (1 + *r.logprobs);
 }
 
 // The 400 for a request whose answer, not streamed, would hold more log probabilities than that.
-std::optional<response> too_many_logprobs(const openai_request& r, std::int64_t max_tokens, std::int64_t prompt_length) {
-  const std::int64_t entries = unstreamed_logprobs(r, max_tokens, prompt_length);
+std::optional<response> too_many_logprobs(const openai_request& r, std::int64_t max_tokens, std::int64_t prompt_length,
+                                          std::int32_t choices) {
+  const std::int64_t entries = unstreamed_logprobs(r, max_tokens, prompt_length, choices);
   if (entries <= max_unstreamed_logprobs) return std::nullopt;
   const std::int64_t tokens = max_tokens + (r.echo ? prompt_length : 0);
   return invalid_request(format("An answer that is not streamed holds at most {} log probabilities, and this one could "
-                                "hold {} (n {} x {} tokens x {} each, the token and its alternatives): lower n, "
+                                "hold {} ({} choices x {} tokens x {} each, the token and its alternatives): lower n, "
                                 "max_tokens or the alternatives, or stream the answer",
-                                max_unstreamed_logprobs, entries, r.n, tokens, 1 + *r.logprobs),
-                         r.n > 1 ? "n" : "max_tokens");
+                                max_unstreamed_logprobs, entries, choices, tokens, 1 + *r.logprobs),
+                         choices > 1 ? "n" : "max_tokens");
 }
 
-// What a completions answer with echo shows in front of each choice's text: the prompt as the
-// client wrote it, or as its token ids decode.
-std::string echoed_prompt(const openai_request& r, const backend::tokenizer& tok) {
-  if (!r.echo) return {};
-  if (const auto* text = std::get_if<std::string>(&r.prompt)) return *text;
-  const auto& ids = std::get<std::vector<std::int64_t>>(r.prompt);
-  return tok.decode(std::vector<backend::token_id>(ids.begin(), ids.end()));
+// What a completions answer with echo shows in front of each prompt's choices' text: the prompt
+// as the client wrote it, or as its token ids decode; one (empty) text where there is no echo.
+std::vector<std::string> echoed_prompts(const openai_request& r, const backend::tokenizer& tok) {
+  std::vector<std::string> out(std::max<std::size_t>(r.prompts.size(), 1));
+  if (!r.echo) return out;
+  for (std::size_t p = 0; p < r.prompts.size(); ++p) {
+    if (const auto* text = std::get_if<std::string>(&r.prompts[p])) {
+      out[p] = *text;
+    } else {
+      const auto& ids = std::get<std::vector<std::int64_t>>(r.prompts[p]);
+      out[p] = tok.decode(std::vector<backend::token_id>(ids.begin(), ids.end()));
+    }
+  }
+  return out;
 }
-
-// ---- the answer's syntax ----------------------------------------------------------------------
 
 // The text the prompt ends with, special tokens written out: enough tokens for any vocabulary
 // to spell "<think>\n".
@@ -420,13 +439,63 @@ bool needs_special_tokens(const output_syntax& syntax, const output_parser_optio
          (o.reasoning != reasoning_parser_kind::none && syntax.reasoning_tags_special);
 }
 
+// The sinks of a completions batch's engine requests (one per prompt, `per_prompt` choices
+// each) that make their events those of one request in `joined`: prompt p's choices numbered
+// from p x per_prompt, and one finished event once every prompt's request has finished, with
+// their usage summed, or at once when one fails or is aborted; nothing after that. Any thread
+// (a remote backend streams each request on its own): the sinks share a lock, which `joined`
+// is called under (it never blocks).
+std::vector<backend::event_sink> batch_sinks(std::size_t prompts, std::int32_t per_prompt, backend::event_sink joined) {
+  struct batch {
+    std::mutex mutex;
+    backend::event_sink joined;
+    std::size_t running;
+    backend::token_usage usage;
+    bool ended = false;
+  };
+  auto shared = std::make_shared<batch>();
+  shared->joined = std::move(joined);
+  shared->running = prompts;
+  std::vector<backend::event_sink> sinks;
+  sinks.reserve(prompts);
+  for (std::size_t p = 0; p < prompts; ++p) {
+    const auto first = static_cast<std::int32_t>(p) * per_prompt;
+    sinks.push_back([shared, first, per_prompt](backend::engine_event event) {
+      std::lock_guard lock(shared->mutex);
+      if (shared->ended) return;
+      if (auto* delta = std::get_if<backend::delta_event>(&event)) {
+        // The engine numbers a request's choices from 0 to n - 1; any other index stays outside
+        // the answer's choices, which the relay drops.
+        if (delta->index >= 0 && delta->index < per_prompt) delta->index += first;
+        else delta->index = -1;
+      } else if (auto* prompt = std::get_if<backend::prompt_logprobs_event>(&event)) {
+        prompt->first_index = first;
+      } else if (auto* finished = std::get_if<backend::finished_event>(&event)) {
+        shared->usage.prompt_tokens += finished->usage.prompt_tokens;
+        shared->usage.completion_tokens += finished->usage.completion_tokens;
+        shared->usage.cached_tokens += finished->usage.cached_tokens;
+        const bool failed =
+            finished->reason == backend::finish_reason::abort || finished->reason == backend::finish_reason::error;
+        if (!failed && --shared->running > 0) return;
+        shared->ended = true;
+        finished->usage = shared->usage;
+      }
+      shared->joined(std::move(event));
+    });
+  }
+  return sinks;
+}
+
 // What the relay of one request needs beyond the request itself.
 struct relay_context {
   const openai_request& r;
   const api_frontend& api;
   const backend::tokenizer& tok;
-  std::vector<backend::token_id> prompt;  // kept when log probabilities are asked for
-  std::string echoed;                     // completions with echo
+  // Each prompt's tokens, kept when log probabilities are asked for. Choice i answers prompt
+  // i / r.n (a completions batch; other requests have one prompt).
+  std::vector<std::vector<backend::token_id>> prompts;
+  std::vector<std::string> echoed;  // completions with echo: each prompt's text
+  std::int32_t choices = 1;         // of every prompt together
   // Chat: how each choice's output is parsed into content, reasoning and tool calls
   // (output_parser.h); every choice has its own parser.
   std::optional<output_parser_options> parsing;
@@ -530,7 +599,8 @@ class openai_service {
     request_session session;
     std::shared_ptr<const serving_model> model;
     openai_request r;
-    std::vector<backend::token_id> prompt;
+    // The prompt's tokens: one prompt, or a completions batch's (each non-empty).
+    std::vector<std::vector<backend::token_id>> prompts;
   };
 
   // The caller's session, or nothing when a refusal was answered.
@@ -644,15 +714,17 @@ asio::awaitable<std::optional<openai_service::opened_request>> openai_service::o
     co_await answer(std::move(*refused));
     co_return std::nullopt;
   }
-  std::vector<backend::token_id>& prompt = std::get<std::vector<backend::token_id>>(tokens);
-  if (prompt.empty()) {
-    co_await answer(invalid_request("The prompt is empty: it encodes to no tokens", api.prompt_param));
+  auto& prompts = std::get<std::vector<std::vector<backend::token_id>>>(tokens);
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    if (!prompts[p].empty()) continue;
+    const std::string param = prompts.size() == 1 ? std::string(api.prompt_param) : format("{}[{}]", api.prompt_param, p);
+    co_await answer(invalid_request("The prompt is empty: it encodes to no tokens", param));
     co_return std::nullopt;
   }
   co_return opened_request{.session = std::move(*session),
                            .model = std::move(model),
                            .r = std::move(r),
-                           .prompt = std::move(prompt)};
+                           .prompts = std::move(prompts)};
 }
 
 asio::awaitable<std::optional<response>> openai_service::continue_conversation(const request_session& session,
@@ -802,7 +874,7 @@ asio::awaitable<void> openai_service::count_tokens(exchange& ex) {
   std::optional<opened_request> opened = co_await open_request(ex, count_tokens_api);
   if (!opened) co_return;
   opened->session.set_outcome(request_outcome::completed);
-  response counted = count_tokens_response(static_cast<std::int64_t>(opened->prompt.size()));
+  response counted = count_tokens_response(static_cast<std::int64_t>(opened->prompts.front().size()));
   co_await ex.respond(with_headers(std::move(counted), opened->session));
 }
 
@@ -814,8 +886,13 @@ asio::awaitable<void> openai_service::tokenize(exchange& ex) {
   if (!opened) co_return;
   // The body passed parse_tokenize_request, which read these fields first.
   const tokenize_fields fields = std::get<tokenize_fields>(read_tokenize_fields(ex.req().body()));
+  if (opened->prompts.size() != 1) {
+    response refused = with_headers(invalid_request("Tokenize one prompt at a time", "prompt"), opened->session);
+    co_await ex.respond(std::move(refused));
+    co_return;
+  }
   const backend::tokenizer& tok = *opened->model->tokenizer;
-  std::span<const backend::token_id> ids(opened->prompt);
+  std::span<const backend::token_id> ids(opened->prompts.front());
   if (!fields.add_special_tokens && !ids.empty() && tok.bos_id() == ids.front()) ids = ids.subspan(1);
   boost::json::array tokens;
   boost::json::array texts;
@@ -898,17 +975,24 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   request_session* session = &opened->session;
   const std::shared_ptr<const serving_model>& model = opened->model;
   const openai_request& r = opened->r;
-  std::vector<backend::token_id>& prompt = opened->prompt;
+  std::vector<std::vector<backend::token_id>>& prompts = opened->prompts;
   const auto answer = [&](response res) { return ex.respond(api.error(with_headers(std::move(res), *session))); };
 
-  const auto prompt_length = static_cast<std::int64_t>(prompt.size());
-  auto limit = resolve_max_tokens(r, api.prompt_param, prompt_length, model->context_length, *session);
+  // A batch's prompts each get r.n choices and must each fit the context: the longest decides.
+  std::int64_t longest = 0;
+  std::int64_t prompt_length = 0;  // every prompt's tokens
+  for (const auto& prompt : prompts) {
+    longest = std::max(longest, static_cast<std::int64_t>(prompt.size()));
+    prompt_length += static_cast<std::int64_t>(prompt.size());
+  }
+  const auto choices = static_cast<std::int32_t>(prompts.size()) * r.n;
+  auto limit = resolve_max_tokens(r, api.prompt_param, longest, model->context_length, choices, *session);
   if (auto* refused = std::get_if<response>(&limit)) {
     co_await answer(std::move(*refused));
     co_return;
   }
   const std::int64_t max_tokens = std::get<std::int64_t>(limit);
-  if (auto refused = too_many_logprobs(r, max_tokens, prompt_length)) {
+  if (auto refused = too_many_logprobs(r, max_tokens, longest, choices)) {
     co_await answer(std::move(*refused));
     co_return;
   }
@@ -917,7 +1001,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
     co_return;
   }
   // What the output must match: the response format's value, or the tool calls tool_choice asks for.
-  auto forced = required_tool_calls(*model, r, prompt);
+  auto forced = required_tool_calls(*model, r, prompts.front());
   if (auto* refused = std::get_if<response>(&forced)) {
     co_await answer(std::move(*refused));
     co_return;
@@ -927,7 +1011,7 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   const std::string_view constraint_param =
       constraint != nullptr ? "tools" : (r.grammar_param.empty() ? api.format_param : std::string_view(r.grammar_param));
   if (constraint == nullptr) constraint = r.grammar;
-  if (auto refused = co_await session->reserve(prompt_length, max_tokens, r.n, model->id)) {
+  if (auto refused = co_await session->reserve(prompt_length, max_tokens, choices, model->id)) {
     response res = quota_refusal_response(*refused);
     session->add_headers(res);  // phase 1's requests figures too
     co_await ex.respond(api.error(std::move(res)));
@@ -937,14 +1021,15 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   relay_context context{.r = r,
                         .api = api,
                         .tok = *model->tokenizer,
-                        .prompt = r.logprobs ? prompt : std::vector<backend::token_id>{},
-                        .echoed = echoed_prompt(r, *model->tokenizer),
+                        .prompts = r.logprobs ? prompts : std::vector<std::vector<backend::token_id>>{},
+                        .echoed = echoed_prompts(r, *model->tokenizer),
+                        .choices = choices,
                         .parsing = std::nullopt,
                         .writer = nullptr};
   // Special tokens' text reaches the parsers when their markers are special tokens.
   bool special_tokens = false;
   if (r.api == openai_api::chat_completions) {
-    context.parsing = parsing_options(*model, r, prompt);
+    context.parsing = parsing_options(*model, r, prompts.front());
     const std::string id_prefix(api.tool_call_id_prefix);
     context.parsing->make_id = [id_prefix] { return random_id(id_prefix); };
     special_tokens = needs_special_tokens(model->output, *context.parsing);
@@ -966,7 +1051,6 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   }
   request.id = ex.request_id();
   set_tenant_fields(request, session->tenant());
-  request.prompt = std::move(prompt);
   request.sampling = r.sampling;
   request.max_tokens = max_tokens;
   request.stop = r.stop;
@@ -978,25 +1062,40 @@ asio::awaitable<void> openai_service::generate(exchange& ex, const api_frontend&
   request.skip_special_tokens = !special_tokens;
   request.session = r.session;
 
+  // One engine request per prompt: a batch's are submitted together (the engine batches them),
+  // their events joined into the one answer's.
   const asio::any_io_executor strand = co_await asio::this_coro::executor;
   auto events = std::make_shared<event_relay>(strand);
-  auto submitted =
-      co_await model->engine->submit(std::move(request), session->metered(relay_sink(events, strand)), constraint);
+  backend::event_sink joined = session->metered(relay_sink(events, strand));
+  std::vector<backend::event_sink> sinks;
+  if (prompts.size() == 1) {
+    sinks.push_back(std::move(joined));
+  } else {
+    sinks = batch_sinks(prompts.size(), r.n, std::move(joined));
+  }
   ex.access().prompt_tokens = prompt_length;
   ex.access().completion_tokens = 0;
-  if (!submitted.ok()) {
-    session->set_outcome(request_outcome::failed);
-    response refused = submit_failure(submitted.error(), api, r.api, constraint_param);
-    co_await answer(std::move(refused));
-    co_return;
+  // Destroying the handles (leaving this coroutine in any way) cancels the requests.
+  std::vector<backend::request_handle> handles;
+  handles.reserve(prompts.size());
+  for (std::size_t p = 0; p < prompts.size(); ++p) {
+    backend::generate_request one = p + 1 == prompts.size() ? std::move(request) : request;
+    if (prompts.size() > 1) one.id = format("{}-{}", ex.request_id(), p);
+    one.prompt = std::move(prompts[p]);
+    auto submitted = co_await model->engine->submit(std::move(one), std::move(sinks[p]), constraint);
+    if (!submitted.ok()) {
+      session->set_outcome(request_outcome::failed);
+      response refused = submit_failure(submitted.error(), api, r.api, constraint_param);
+      co_await answer(std::move(refused));
+      co_return;
+    }
+    handles.push_back(std::move(submitted).value());
   }
-  // Destroying the handle (leaving this coroutine in any way) cancels the request.
-  const backend::request_handle handle = std::move(submitted).value();
 
   const backend::token_usage opening{.prompt_tokens = prompt_length, .completion_tokens = 0, .cached_tokens = 0};
   context.writer = api.writer(r, ex.request_id(), model->id, context.echoed, opening);
   co_await relay(ex, *events, context, *session);
-  if (unstreamed_logprobs(r, max_tokens, prompt_length) > large_unstreamed_logprobs) release_free_memory();
+  if (unstreamed_logprobs(r, max_tokens, longest, choices) > large_unstreamed_logprobs) release_free_memory();
   const usage_counts used = session->usage().counts();
   ex.access().completion_tokens = used.completion_tokens;
   ex.access().cached_tokens = used.cached_tokens;
@@ -1007,9 +1106,10 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, r
                                             request_session& session) {
   const openai_request& r = context.r;
   answer_writer& writer = *context.writer;
-  std::vector<choice_state> choices(static_cast<std::size_t>(r.n));
-  for (choice_state& c : choices) {
-    if (r.logprobs) c.logprobs.emplace(r.api, context.tok, context.prompt);
+  std::vector<choice_state> choices(static_cast<std::size_t>(context.choices));
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    choice_state& c = choices[i];
+    if (r.logprobs) c.logprobs.emplace(r.api, context.tok, context.prompts[i / static_cast<std::size_t>(r.n)]);
     if (context.parsing) c.parser.emplace(*context.parsing);
   }
 
@@ -1029,11 +1129,13 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, r
       backend::engine_event event = std::move(events.events.front());
       events.events.pop_front();
       if (auto* prompt = std::get_if<backend::prompt_logprobs_event>(&event)) {
-        // Completions with echo and logprobs: the prompt's tokens open every choice.
-        for (std::int32_t i = 0; i < r.n; ++i) {
+        // Completions with echo and logprobs: the prompt's tokens open each of its choices.
+        if (prompt->first_index < 0 || prompt->first_index + r.n > context.choices) continue;
+        const auto which = static_cast<std::size_t>(prompt->first_index / r.n);
+        for (std::int32_t i = prompt->first_index; i < prompt->first_index + r.n; ++i) {
           choice_state& c = choices[static_cast<std::size_t>(i)];
           if (!c.logprobs) continue;
-          c.logprobs->add_prompt(context.prompt, prompt->logprobs, context.echoed);
+          c.logprobs->add_prompt(context.prompts[which], prompt->logprobs, context.echoed[which]);
           writer.echo(i, out.fresh_logprobs(c), out.pending());
         }
         if (!co_await out.send()) co_return;
@@ -1043,8 +1145,9 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, r
         if (!delta->tokens.empty() && !ex.access().ttft_seconds) {
           ex.access().ttft_seconds = std::chrono::duration<double>(clock::now() - ex.received()).count();
         }
-        // The engine numbers choices from 0 to n - 1 (a backend's stream is checked for it).
-        if (delta->index < 0 || delta->index >= r.n) continue;
+        // The engine numbers choices from 0 to n - 1 (a backend's stream is checked for it), a
+        // batch's from 0 to its choices - 1.
+        if (delta->index < 0 || delta->index >= context.choices) continue;
         choice_state& c = choices[static_cast<std::size_t>(delta->index)];
         if (c.logprobs) c.logprobs->add(*delta);
         if (delta->finish) c.reason = *delta->finish;
@@ -1086,7 +1189,7 @@ asio::awaitable<void> openai_service::relay(exchange& ex, event_relay& events, r
       const backend::token_usage used{charged.prompt_tokens, charged.completion_tokens, charged.cached_tokens};
       // Every choice ends with its own delta; one that did not (a backend that left it out)
       // ends with the request, after what its parser held back.
-      for (std::int32_t i = 0; i < r.n; ++i) {
+      for (std::int32_t i = 0; i < context.choices; ++i) {
         choice_state& c = choices[static_cast<std::size_t>(i)];
         if (c.reason) continue;
         if (c.parser) {

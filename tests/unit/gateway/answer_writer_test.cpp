@@ -53,9 +53,9 @@ gw::openai_request chat_request(bool stream) {
 
 TEST_CASE("OpenAI's chat chunks add up to the whole answer's message, reasoning, calls and usage") {
   const gw::response_meta meta{gw::openai_api::chat_completions, "chatcmpl-1", 7, "tiny"};
-  auto whole_writer = gw::make_openai_writer(meta, chat_request(false), "");
+  auto whole_writer = gw::make_openai_writer(meta, chat_request(false), {""});
   const json::value whole = drive(*whole_writer, false).whole;
-  auto stream_writer = gw::make_openai_writer(meta, chat_request(true), "");
+  auto stream_writer = gw::make_openai_writer(meta, chat_request(true), {""});
   const written streamed = drive(*stream_writer, true);
 
   std::string content;
@@ -151,7 +151,7 @@ TEST_CASE("a stream that fails ends with the API's error event") {
   CHECK(messages->failure(failed).data.at("error").at("type") == "api_error");
 
   const auto chat = gw::make_openai_writer({gw::openai_api::chat_completions, "chatcmpl-1", 7, "tiny"},
-                                           chat_request(true), "");
+                                           chat_request(true), {""});
   const gw::named_event openai_error = chat->failure(shutdown);
   CHECK(openai_error.name.empty());
   CHECK(openai_error.data == gw::refusal_body(shutdown));

@@ -68,7 +68,8 @@ TEST_CASE("a full chat request is read field by field") {
 TEST_CASE("defaults: absent and null fields leave the defaults") {
   const auto r = completion_ok(R"({"prompt": "Hi", "max_tokens": null, "temperature": null, "stop": null})");
   CHECK_FALSE(r.model.has_value());
-  CHECK(std::get<std::string>(r.prompt) == "Hi");
+  REQUIRE(r.prompts.size() == 1);
+  CHECK(std::get<std::string>(r.prompts[0]) == "Hi");
   CHECK_FALSE(r.max_tokens.has_value());
   CHECK(r.sampling.temperature == doctest::Approx(1.0));
   CHECK(r.stop.empty());
@@ -83,11 +84,26 @@ TEST_CASE("max_completion_tokens wins over max_tokens in either order") {
   CHECK(completion_ok(R"({"prompt":"x","max_tokens":5,"max_completion_tokens":9})").max_tokens == 5);
 }
 
-TEST_CASE("prompts: a string, an array of one string, or token ids") {
-  CHECK(std::get<std::string>(completion_ok(R"({"prompt": ["Once"]})").prompt) == "Once");
-  CHECK(std::get<std::vector<std::int64_t>>(completion_ok(R"({"prompt": [1, 403, 407]})").prompt) ==
-        std::vector<std::int64_t>{1, 403, 407});
-  CHECK(std::get<std::string>(completion_ok(R"({"prompt": ""})").prompt).empty());
+TEST_CASE("prompts: a string, token ids, or a batch of either (OpenAI's list of prompts)") {
+  const auto one = [](std::string_view body) {
+    auto r = completion_ok(body);
+    REQUIRE(r.prompts.size() == 1);
+    return r.prompts[0];
+  };
+  CHECK(std::get<std::string>(one(R"({"prompt": ["Once"]})")) == "Once");
+  CHECK(std::get<std::vector<std::int64_t>>(one(R"({"prompt": [1, 403, 407]})")) == std::vector<std::int64_t>{1, 403, 407});
+  CHECK(std::get<std::string>(one(R"({"prompt": ""})")).empty());
+  // A batch: strings, token id lists, or both, in order; a repeated key's last value counts.
+  const auto batch = completion_ok(R"({"prompt": "x", "prompt": ["Once", [5, 6], ""], "n": 2})");
+  REQUIRE(batch.prompts.size() == 3);
+  CHECK(std::get<std::string>(batch.prompts[0]) == "Once");
+  CHECK(std::get<std::vector<std::int64_t>>(batch.prompts[1]) == std::vector<std::int64_t>{5, 6});
+  CHECK(std::get<std::string>(batch.prompts[2]).empty());
+  // n x prompts choices at most max_choices (128).
+  std::string many = R"({"prompt": [)";
+  for (int i = 0; i < 64; ++i) many += std::string(i > 0 ? "," : "") + "\"p\"";
+  CHECK(completion_ok(many + R"(], "n": 2})").prompts.size() == 64);
+  CHECK(completion_error(many + R"(], "n": 3})").param == "n");
 }
 
 TEST_CASE("integers written as 3.0 are integers; 3.5 is not") {
@@ -227,8 +243,9 @@ TEST_CASE("bad requests are refused with the field named") {
       {completions, R"({})", "prompt", "'prompt' is required"},
       {completions, R"({"prompt": 5})", "prompt", "a string"},
       {completions, R"({"prompt": []})", "prompt", "empty array"},
-      {completions, R"({"prompt": ["a", "b"]})", "prompt", "batched"},
-      {completions, R"({"prompt": [[1, 2]]})", "prompt", "batched"},
+      {completions, R"({"prompt": ["a", 5]})", "prompt[1]", "a string or an array of token ids"},
+      {completions, R"({"prompt": [[1, 2], []]})", "prompt[1]", "empty array"},
+      {completions, R"({"prompt": [[1, -2]]})", "prompt[0][1]", "token id"},
       {completions, R"({"prompt": [1, -2]})", "prompt[1]", "token id"},
       {completions, R"({"prompt": [1, "a"]})", "prompt[1]", "token id"},
       {completions, R"({"prompt": "x", "model": 3})", "model", "a string"},

@@ -111,6 +111,9 @@ struct prompt_logprobs_event {
   // [prompt tokens - 1]: entry i is prompt token i + 1's log probability given the tokens before
   // it, with its alternatives (the first prompt token has none).
   std::vector<sampled_logprobs> logprobs;
+  // The first of the choices this prompt opens (it opens n): 0 from the engine, whose request has
+  // one prompt; a gateway answering a batch of prompts numbers each prompt's choices on.
+  std::int32_t first_index = 0;
 };
 
 struct delta_event {

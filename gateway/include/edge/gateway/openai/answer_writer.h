@@ -68,9 +68,11 @@ class answer_writer {
   virtual std::optional<boost::json::object> kept() const { return std::nullopt; }
 };
 
-// OpenAI's chat completions and completions (meta.api). `echoed`: completions with echo, the text
-// in front of each choice's.
-std::unique_ptr<answer_writer> make_openai_writer(response_meta meta, const openai_request& r, std::string echoed);
+// OpenAI's chat completions and completions (meta.api): r.n choices for each text of `echoed`
+// (one per prompt; a completions batch has several), choice i answering prompt i / r.n. Under
+// echo, each choice's text starts with its prompt's text.
+std::unique_ptr<answer_writer> make_openai_writer(response_meta meta, const openai_request& r,
+                                                  std::vector<std::string> echoed);
 
 // Anthropic's Messages (one choice). `usage`: the prompt's, as known when the answer opens.
 std::unique_ptr<answer_writer> make_messages_writer(std::string id, std::string model,

@@ -20,7 +20,9 @@
 //                add_generation_prompt (vLLM's; default true), max_completion_tokens (wins
 //                over max_tokens), logprobs (true / false) and top_logprobs (0..20, only with
 //                logprobs true).
-//   completions  prompt (required: a string, an array of one string, or an array of token ids),
+//   completions  prompt (required: a string or an array of token ids; or a batch, an array of
+//                strings or of arrays of token ids: n choices for each, n x prompts at most
+//                max_choices),
 //                logprobs (0..5), echo, best_of (equal to n: choosing among more is not served).
 //   both         response_format: {"type":"text"}, {"type":"json_object"} (any JSON object), or
 //                {"type":"json_schema","json_schema":{"name","schema","strict","description"}}
@@ -83,7 +85,9 @@ struct openai_request {
   openai_api api = openai_api::completions;
   std::optional<std::string> model;              // absent: the served model
   std::vector<backend::chat_message> messages;   // chat: system/user/assistant turns, in order
-  prompt_input prompt;                           // completions
+  // completions: one prompt, or a batch of them (OpenAI's list of prompts), each answered by
+  // n choices: choice p x n + j is prompt p's choice j.
+  std::vector<prompt_input> prompts;
   std::optional<std::int64_t> max_tokens;        // absent: the API's default
   backend::sampling_params sampling;              // logit_bias included (its ids not yet held to the vocabulary)
   std::vector<std::string> stop;                 // non-empty strings, at most max_stop_strings
