@@ -123,11 +123,18 @@ int main(int argc, char** argv) {
   std::printf("tenancy hot path, ns per call (median of %d runs of %d calls per thread)\n", o.repeat, o.calls);
   std::printf("%-44s %10s %14s %14s\n", "", "1 thread", edge::format("{} tenants", o.threads).c_str(),
               edge::format("{} on 1", o.threads).c_str());
+  std::fflush(stdout);
+  // Each row takes a while (3 x repeat runs): say on stderr what is being measured, so a run that
+  // takes minutes shows where it is; the table on stdout stays clean.
   const auto row = [&](const char* name, auto&& body) {
+    std::fprintf(stderr, "measuring: %s (1 thread)\n", name);
     const double one = median_ns(o, 1, [&](int, int i) { body(0, i); });
+    std::fprintf(stderr, "measuring: %s (%d threads, %d tenants)\n", name, o.threads, o.threads);
     const double many = median_ns(o, o.threads, body);
+    std::fprintf(stderr, "measuring: %s (%d threads, one tenant)\n", name, o.threads);
     const double shared = median_ns(o, o.threads, [&](int, int i) { body(0, i); });
     std::printf("%-44s %10.0f %14.0f %14.0f\n", name, one, many, shared);
+    std::fflush(stdout);
   };
   row("authenticate (Bearer ek-... -> tenant)", [&](int t, int) {
     auto caller = tenants.authenticate(requests[static_cast<std::size_t>(t)]);

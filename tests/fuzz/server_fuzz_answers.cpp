@@ -182,7 +182,7 @@ problem check_usage(const fuzz_request& r, const json::value* usage) {
       prompt->as_int64() <= 0) {
     return "usage that does not add up: " + shorten(json::serialize(*usage));
   }
-  if (r.max_tokens && completion->as_int64() > r.n * *r.max_tokens) {
+  if (r.max_tokens && completion->as_int64() > r.n * r.prompts * *r.max_tokens) {
     return "more completion tokens than n x max_tokens: " + shorten(json::serialize(*usage));
   }
   return std::nullopt;
@@ -227,8 +227,9 @@ problem check_completion(const fuzz_request& r, const json::value& body) {
   if (auto p = check_header(r, *o, false)) return p;
   const json::value* choices = o->if_contains("choices");
   if (choices == nullptr || !choices->is_array()) return "an answer without choices";
-  if (choices->as_array().size() != static_cast<std::size_t>(r.n)) {
-    return std::to_string(choices->as_array().size()) + " choices for n " + std::to_string(r.n);
+  if (choices->as_array().size() != static_cast<std::size_t>(r.n * r.prompts)) {
+    return std::to_string(choices->as_array().size()) + " choices for n " + std::to_string(r.n) + " and " +
+           std::to_string(r.prompts) + " prompts";
   }
   std::size_t index = 0;
   for (const json::value& v : choices->as_array()) {
@@ -354,7 +355,7 @@ problem check_stream(const fuzz_request& r, const std::string& body) {
     for (const json::value& v : choices->as_array()) {
       const json::object* choice = v.if_object();
       const json::value* at = choice != nullptr ? choice->if_contains("index") : nullptr;
-      if (at == nullptr || !at->is_int64() || at->as_int64() < 0 || at->as_int64() >= r.n) {
+      if (at == nullptr || !at->is_int64() || at->as_int64() < 0 || at->as_int64() >= r.n * r.prompts) {
         return "a chunk of no choice of the request: " + shorten(events[e]);
       }
       choice_output& out = outputs[at->as_int64()];
@@ -408,7 +409,7 @@ problem check_stream(const fuzz_request& r, const std::string& body) {
     }
   }
   if (failed) return std::nullopt;
-  for (std::int64_t i = 0; i < r.n; ++i) {
+  for (std::int64_t i = 0; i < r.n * r.prompts; ++i) {
     auto found = outputs.find(i);
     if (found == outputs.end() || found->second.finish_reason.empty()) {
       return "choice " + std::to_string(i) + " of the stream never finished";
@@ -711,7 +712,22 @@ problem judge(const fuzz_request& r, const http_answer& a) {
   if (a.status != 200) return r.api == api_kind::messages ? check_anthropic_error(*body) : check_error(*body);
   if (!generation) {
     const json::object* o = body->if_object();
-    if (o == nullptr || !o->contains("object")) return "a models answer without object: " + shorten(a.body);
+    if (o == nullptr) return "an answer that is not an object: " + shorten(a.body);
+    if (r.target == "/tokenize") {
+      const json::value* tokens = o->if_contains("tokens");
+      const json::value* count = o->if_contains("count");
+      if (tokens == nullptr || !tokens->is_array() || count == nullptr || !count->is_int64() ||
+          count->as_int64() != static_cast<std::int64_t>(tokens->as_array().size())) {
+        return "a /tokenize answer without tokens and their count: " + shorten(a.body);
+      }
+      return std::nullopt;
+    }
+    if (r.target == "/detokenize") {
+      const json::value* text = o->if_contains("prompt");
+      if (text == nullptr || !text->is_string()) return "a /detokenize answer without its text: " + shorten(a.body);
+      return std::nullopt;
+    }
+    if (!o->contains("object")) return "a models answer without object: " + shorten(a.body);
     return std::nullopt;
   }
   if (r.api == api_kind::messages) return check_message(r, *body);

@@ -887,7 +887,7 @@ void break_a_type(fuzz_random& rng, json::object& body, fuzz_request& r) {
       if (r.chat) {
         body["messages"] = json::array{json::object{{"role", "wizard"}, {"content", "hi"}}};
       } else {
-        body["prompt"] = json::array{json::array{1, 2}};
+        body["prompt"] = json::array{json::array{1, "x"}};
       }
       break;
     default:
@@ -988,10 +988,44 @@ fuzz_request make_request(std::uint64_t seed, std::uint64_t index, const request
   const std::int64_t route = rng.between(0, 99);
   if (route >= 97) {
     r.features.emplace_back("other_route");
-    const std::int64_t which = rng.between(0, 2);
-    r.method = which == 2 ? "POST" : "GET";
-    r.target = which == 0 ? "/v1/models" : which == 1 ? "/v1/models/" + (rng.chance(0.5) ? limits.model_id : std::string("gpt-4")) : "/v1/nothing";
-    if (which == 2) r.body = "{}";
+    const std::int64_t which = rng.between(0, 4);
+    r.method = which == 0 || which == 1 ? "GET" : "POST";
+    r.target = which == 0   ? "/v1/models"
+               : which == 1 ? "/v1/models/" + (rng.chance(0.5) ? limits.model_id : std::string("gpt-4"))
+               : which == 2 ? "/v1/nothing"
+               : which == 3 ? "/tokenize"
+                            : "/detokenize";
+    r.body = "{}";
+    if (which == 3) {
+      // vLLM's /tokenize: a prompt, messages or llama.cpp's content, its flags now and then of a
+      // wrong type, now and then two prompts at once.
+      r.features.emplace_back("tokenize");
+      json::object body;
+      const std::int64_t shape = rng.between(0, 9);
+      if (shape < 4) {
+        body["prompt"] = some_text(rng, r.features);
+      } else if (shape < 7) {
+        body["messages"] = json::array{json::object{{"role", "user"}, {"content", some_text(rng, r.features)}}};
+      } else if (shape < 9) {
+        body["content"] = some_text(rng, r.features);
+      } else {
+        body["prompt"] = json::array{json::value("a"), json::value("b")};
+      }
+      if (rng.chance(0.3)) body["add_special_tokens"] = rng.chance(0.8) ? json::value(rng.chance(0.5)) : json::value("no");
+      if (rng.chance(0.3)) body["return_token_strs"] = rng.chance(0.8) ? json::value(rng.chance(0.5)) : json::value(1);
+      if (rng.chance(0.1)) body["content"] = "and content too";
+      r.body = json::serialize(body);
+    } else if (which == 4) {
+      r.features.emplace_back("detokenize");
+      json::array ids;
+      for (std::int64_t i = rng.between(0, 40); i > 0; --i) {
+        ids.push_back(rng.chance(0.95) ? rng.between(0, limits.vocab_size - 1) : rng.between(-3, limits.vocab_size + 1000));
+      }
+      json::object body{{"tokens", std::move(ids)}};
+      if (rng.chance(0.1)) body["tokens"] = "not a list";
+      if (rng.chance(0.2)) body["model"] = rng.chance(0.7) ? limits.model_id : std::string("gpt-4");
+      r.body = json::serialize(body);
+    }
     return r;
   }
   r.chat = route < 65;
@@ -1012,6 +1046,23 @@ fuzz_request make_request(std::uint64_t seed, std::uint64_t index, const request
   } else if (rng.chance(0.03)) {
     r.features.emplace_back("prompt_array_of_one");
     body["prompt"] = json::array{json::value(some_text(rng, r.features))};
+  } else if (rng.chance(0.06)) {
+    // OpenAI's list of prompts: texts and token id lists mixed, n choices for each.
+    r.features.emplace_back("prompt_batch");
+    r.prompts = static_cast<int>(rng.between(2, 5));
+    json::array prompts;
+    for (int p = 0; p < r.prompts; ++p) {
+      if (rng.chance(0.6)) {
+        prompts.push_back(json::value(some_text(rng, r.features)));
+        continue;
+      }
+      json::array ids;
+      for (std::int64_t i = rng.between(1, 30); i > 0; --i) {
+        ids.push_back(rng.chance(0.98) ? rng.between(0, limits.vocab_size - 1) : rng.between(limits.vocab_size, limits.vocab_size + 10));
+      }
+      prompts.push_back(std::move(ids));
+    }
+    body["prompt"] = std::move(prompts);
   } else if (rng.chance(0.85)) {
     body["prompt"] = some_text(rng, r.features);
   } else {
@@ -1028,6 +1079,11 @@ fuzz_request make_request(std::uint64_t seed, std::uint64_t index, const request
   }
   add_max_tokens(rng, body, r, limits.context);
   add_choices(rng, body, r);
+  if (r.prompts * r.n > 128) {
+    // n choices for each of the batch's prompts: 128 in all at most.
+    r.features.emplace_back("batch_too_many_choices");
+    r.expect = expectation::refused_400;
+  }
   add_sampling(rng, body, r);
   if (rng.chance(0.3)) add_response_format(rng, body, r, limits.max_body);
   if (r.chat && rng.chance(0.3)) add_tools(rng, body, r, limits.max_body);

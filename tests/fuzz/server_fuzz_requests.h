@@ -73,6 +73,7 @@ struct fuzz_request {
   bool chat = false;                // the chat path: chat completions, messages or responses
   bool stream = false;
   int n = 1;
+  int prompts = 1;                  // completions: a batch's prompts, n choices each
   bool json_output = false;         // response_format json_object or json_schema
   std::optional<std::int64_t> max_tokens;  // a valid limit given
   bool has_stop = false;            // stop given (an answer may end inside its JSON)
