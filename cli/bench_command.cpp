@@ -297,8 +297,6 @@ int run_bench(const config::values& settings) {
   data_options.shared_prefix_len = settings.integer("shared-prefix-len");
   data_options.shared_prefixes = settings.integer("shared-prefixes");
   data_options.seed = static_cast<std::uint64_t>(settings.integer("seed"));
-  auto data = bench::dataset::create(data_options);
-  if (!data.ok()) return usage_error(data.error().message());
 
   bench::client_options client;
   client.url = *url;
@@ -309,6 +307,24 @@ int run_bench(const config::values& settings) {
   client.temperature = settings.number("temperature");
   client.ignore_eos = settings.boolean("ignore-eos");
   client.timeout = settings.duration("timeout");
+
+  // Generated requests fit the model's context where the server says what it is.
+  const bool generated = !agent && data_options.kind != bench::dataset_kind::jsonl;
+  if (generated) {
+    if (const auto context = bench::served_context(client)) {
+      data_options.context = *context;
+      // How many tokens a prompt word is to this server's tokenizer, where it can say.
+      constexpr std::int64_t sample_words = 200;
+      if (const auto tokens = bench::served_token_count(client, bench::word_sample(sample_words))) {
+        data_options.tokens_per_word = static_cast<double>(*tokens) / static_cast<double>(sample_words);
+      }
+      log.info("the server serves {} with a context of {} tokens ({:.2f} tokens a prompt word): longer requests are cut "
+               "to fit",
+               *model, *context, data_options.tokens_per_word);
+    }
+  }
+  auto data = bench::dataset::create(data_options);
+  if (!data.ok()) return usage_error(data.error().message());
 
   bench::bench_result result;
   result.label = settings.optional_string("label").value_or(*model);
@@ -363,6 +379,11 @@ int run_bench(const config::values& settings) {
         };
         measured = agent ? bench::run_sessions(client, *data, point, report)
                          : bench::run_point(client, *data, point, report);
+      }
+      if (const std::size_t cut = data->cut_to_context(point.first_request, measured.records.size()); cut > 0) {
+        log.warn("{}: {} of {} requests were cut to fit the context of {} tokens (a prompt word counted as a token; "
+                 "lower --input-len or --output-len to send them whole)",
+                 name, cut, measured.records.size(), data_options.context);
       }
       sent_before += measured.records.size();
       if (measured.warmup_failed > 0) {

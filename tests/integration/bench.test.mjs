@@ -314,6 +314,28 @@ test('against edgeinfer serve: counts and token totals match the usage and /metr
   }
 });
 
+// The conversation dataset's long tail runs far past a small model's context: every request is
+// cut to fit what the server says it serves (its context, and what its tokenizer makes of a
+// word), and the run says how many were cut instead of failing them.
+test('--dataset conversation fits the served context: long requests are cut, said so, and none fails', async () => {
+  const server = await startServer(['--threads', '2', '--max-model-len', '256']);
+  try {
+    const out = path.join(workDir, 'conversation.json');
+    const run = await runBench(['--base-url', server.url, '--api-key', server.defaultKey, '--model', 'stories260K',
+      '--dataset', 'conversation', '--input-len', '120', '--output-len', '40', '--num-requests', '40', '--concurrency', '4',
+      '--seed', '3', '--output-json', out], { timeoutMs: 240000 });
+    assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    assert.match(run.stderr, /with a context of 256 tokens \((\d+\.\d+) tokens a prompt word\)/);
+    const cut = run.stderr.match(/(\d+) of 40 requests were cut to fit the context of 256 tokens/);
+    assert.ok(cut && Number(cut[1]) > 0, run.stderr);
+    const [point] = readJson(out).points;
+    assert.equal(point.failed, 0, run.stderr);
+    assert.equal(point.completed, 40);
+  } finally {
+    await server.stop();
+  }
+});
+
 // The prompt tokens a run's points report as served from the prefix cache, and their share.
 const cachedShare = (p) => p.prompt_cache.share;
 

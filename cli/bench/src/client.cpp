@@ -4,6 +4,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/buffer_body.hpp>
@@ -118,6 +119,72 @@ result<server_url> parse_base_url(std::string_view url) {
 
 std::string request_path(const server_url& url, api_endpoint endpoint) {
   return url.base_path + (endpoint == api_endpoint::completions ? "/v1/completions" : "/v1/chat/completions");
+}
+
+namespace {
+
+// One exchange with the server outside a run (its model list, its tokenizer): the answer's JSON
+// when it is a 200, else nothing. Blocks for at most a few seconds.
+std::optional<json::value> ask_server(const client_options& options, http::verb method, const std::string& path,
+                                      std::string body) {
+  asio::io_context context;
+  asio::ip::tcp::resolver resolver(context);
+  beast::tcp_stream stream(context);
+  beast::error_code ec;
+  const auto endpoints = resolver.resolve(options.url.host, options.url.port, ec);
+  if (ec) return std::nullopt;
+  stream.expires_after(std::chrono::seconds(5));
+  stream.connect(endpoints, ec);
+  if (ec) return std::nullopt;
+  http::request<http::string_body> req{method, options.url.base_path + path, 11};
+  req.set(http::field::host, options.url.host);
+  if (!options.api_key.empty()) req.set(http::field::authorization, "Bearer " + options.api_key);
+  if (!body.empty()) {
+    req.set(http::field::content_type, "application/json");
+    req.body() = std::move(body);
+    req.prepare_payload();
+  }
+  stream.expires_after(std::chrono::seconds(5));
+  http::write(stream, req, ec);
+  if (ec) return std::nullopt;
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(std::size_t{1} << 22);
+  http::read(stream, buffer, parser, ec);
+  if (ec || parser.get().result() != http::status::ok) return std::nullopt;
+  json::value answer = json::parse(parser.get().body(), ec);
+  if (ec) return std::nullopt;
+  return answer;
+}
+
+}  // namespace
+
+std::optional<std::int64_t> served_context(const client_options& options) {
+  const auto models = ask_server(options, http::verb::get, "/v1/models", "");
+  const json::object* list = models ? models->if_object() : nullptr;
+  const json::value* data = list != nullptr ? list->if_contains("data") : nullptr;
+  if (data == nullptr || !data->is_array()) return std::nullopt;
+  for (const json::value& entry : data->as_array()) {
+    const json::object* model = entry.if_object();
+    if (model == nullptr) continue;
+    const json::value* id = model->if_contains("id");
+    const json::value* length = model->if_contains("max_model_len");
+    if (id == nullptr || !id->is_string() || id->as_string() != options.model) continue;
+    if (length != nullptr && length->is_int64() && length->as_int64() > 0) return length->as_int64();
+  }
+  return std::nullopt;
+}
+
+std::optional<std::int64_t> served_token_count(const client_options& options, const std::string& text) {
+  const auto counted = ask_server(options, http::verb::post, "/tokenize",
+                                  json::serialize(json::object{{"model", options.model}, {"prompt", text}}));
+  const json::object* o = counted ? counted->if_object() : nullptr;
+  if (o == nullptr) return std::nullopt;
+  if (const json::value* count = o->if_contains("count"); count != nullptr && count->is_int64()) return count->as_int64();
+  if (const json::value* tokens = o->if_contains("tokens"); tokens != nullptr && tokens->is_array()) {
+    return static_cast<std::int64_t>(tokens->as_array().size());
+  }
+  return std::nullopt;
 }
 
 std::string request_body(const client_options& options, const request_spec& spec) {

@@ -200,24 +200,71 @@ result<dataset> dataset::create(const dataset_options& options) {
   return d;
 }
 
+namespace {
+
+// A generated request's lengths: prompt words (after a shared prefix's) and output tokens, and
+// whether they were cut to fit the context.
+struct request_lengths {
+  std::int64_t prompt = 0;
+  std::int64_t output = 0;
+  bool cut = false;
+};
+
+request_lengths lengths_of(const dataset_options& o, rng& r) {
+  request_lengths out;
+  if (o.kind == dataset_kind::conversation) {
+    out.prompt = lognormal_length(r, o.input_len, conversation_prompt_sigma);
+    out.output = lognormal_length(r, o.output_len, conversation_output_sigma);
+  } else {
+    out.prompt = uniform_length(r, o.input_len, o.range_ratio);
+    out.output = uniform_length(r, o.output_len, o.range_ratio);
+  }
+  if (o.context <= 0) return out;
+  // In tokens, with room for a BOS and a margin for words that take more tokens than the sample's.
+  constexpr double margin = 1.15;
+  constexpr std::int64_t special_tokens = 2;
+  const double per_word = std::max(o.tokens_per_word, 1.0) * margin;
+  const auto tokens_of = [per_word](std::int64_t count) { return static_cast<std::int64_t>(std::ceil(static_cast<double>(count) * per_word)); };
+  const std::int64_t prefix = o.kind == dataset_kind::shared_prefix ? tokens_of(o.shared_prefix_len) : 0;
+  if (prefix + tokens_of(out.prompt) + special_tokens + out.output <= o.context) return out;
+  out.cut = true;
+  out.output = std::max<std::int64_t>(1, std::min(out.output, o.context / 2));
+  const std::int64_t room = o.context - prefix - special_tokens - out.output;
+  out.prompt = std::max<std::int64_t>(1, std::min(out.prompt, static_cast<std::int64_t>(room / per_word)));
+  return out;
+}
+
+}  // namespace
+
+std::string word_sample(std::int64_t count) {
+  rng r(0x5a3b1e);
+  return random_words(r, count);
+}
+
 request_spec dataset::at(std::size_t index) const {
   if (options_.kind == dataset_kind::jsonl) return file_requests_[index % file_requests_.size()];
   if (options_.kind == dataset_kind::agent) return agent_conversation(*this, index).next();
   rng r(mix(options_.seed, index));
+  const request_lengths lengths = lengths_of(options_, r);
   request_spec spec;
-  if (options_.kind == dataset_kind::conversation) {
-    spec.expected_prompt_tokens = lognormal_length(r, options_.input_len, conversation_prompt_sigma);
-    spec.max_tokens = lognormal_length(r, options_.output_len, conversation_output_sigma);
-  } else {
-    spec.expected_prompt_tokens = uniform_length(r, options_.input_len, options_.range_ratio);
-    spec.max_tokens = uniform_length(r, options_.output_len, options_.range_ratio);
-  }
+  spec.expected_prompt_tokens = lengths.prompt;
+  spec.max_tokens = lengths.output;
   spec.prompt = random_words(r, spec.expected_prompt_tokens);
   if (options_.kind == dataset_kind::shared_prefix) {
     spec.prompt = prefixes_[index % prefixes_.size()] + ' ' + spec.prompt;
     spec.expected_prompt_tokens += options_.shared_prefix_len;
   }
   return spec;
+}
+
+std::size_t dataset::cut_to_context(std::size_t first, std::size_t count) const {
+  if (options_.context <= 0 || options_.kind == dataset_kind::jsonl || options_.kind == dataset_kind::agent) return 0;
+  std::size_t cut = 0;
+  for (std::size_t i = first; i < first + count; ++i) {
+    rng r(mix(options_.seed, i));
+    cut += lengths_of(options_, r).cut ? 1 : 0;
+  }
+  return cut;
 }
 
 std::size_t dataset::point_start(std::size_t point, std::size_t sent_before) const {

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,14 @@ struct client_options {
 
 // The JSON body of one request.
 std::string request_body(const client_options& options, const request_spec& spec);
+
+// The context the server gives `options.model`: `max_model_len` of its entry in GET /v1/models,
+// as vLLM and edgeinfer report it; nullopt when the server names none or cannot be asked
+// (within a few seconds). Blocks; call it before a run.
+std::optional<std::int64_t> served_context(const client_options& options);
+// The tokens the server's tokenizer makes of `text` (POST /tokenize, vLLM's and edgeinfer's:
+// its "count", or llama.cpp's "tokens"); nullopt when the server has no such route.
+std::optional<std::int64_t> served_token_count(const client_options& options, const std::string& text);
 
 // Splits a Server-Sent Events byte stream into the data of its events, across reads.
 class sse_parser {

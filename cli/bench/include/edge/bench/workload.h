@@ -92,7 +92,17 @@ struct dataset_options {
   std::int64_t turn_len_min = 300;
   std::int64_t turn_len_max = 1500;
   bool session_affinity = true;
+  // random, conversation, shared-prefix: the context the server serves the model with (0:
+  // unknown), and the tokens its tokenizer makes of a prompt word (the synthetic prompts' words;
+  // 1 when unknown). A request whose prompt and output would not fit is cut to fit (its prompt
+  // first, its output to half the context at most), and the run says how many were.
+  std::int64_t context = 0;
+  double tokens_per_word = 1.0;
 };
+
+// `count` words of the synthetic prompts' vocabulary, always the same: what a server's
+// tokenizer is asked to count to learn tokens_per_word.
+std::string word_sample(std::int64_t count);
 
 // Shared prefixes a dataset holds at most (each is made once, when the dataset is created).
 constexpr std::int64_t max_shared_prefixes = 1 << 16;
@@ -107,6 +117,8 @@ class dataset {
   static result<dataset> create(const dataset_options& options);
 
   request_spec at(std::size_t index) const;
+  // How many of requests first .. first + count - 1 were cut to fit options().context.
+  std::size_t cut_to_context(std::size_t first, std::size_t count) const;
   // The index of point `point`'s first request in a sweep whose earlier points sent
   // `sent_before` measured requests: a generated dataset gives each point its own range, so that
   // a point's prompts depend only on (seed, point); a file continues where the previous point
