@@ -670,7 +670,9 @@ void create_first_key(const tenancy_setup& tenancy, const logger& log, std::stri
   }
   if (*bootstrapped) {
     log_first_start_secret(log, format("tenant \"{}\" with API key", gateway::tenant_store::default_tenant_id),
-                           (*bootstrapped)->key, "more keys with `edgeinfer admin keys create`");
+                           (*bootstrapped)->key,
+                           "another: `edgeinfer admin keys create default --state-dir DIR` on the stopped server's "
+                           "--state-dir, or `edgeinfer admin keys create` with --admin-token while it runs");
   }
 }
 
