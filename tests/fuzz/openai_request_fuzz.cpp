@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "edge/backend/engine/engine.h"
 #include "edge/gateway/openai/anthropic_request.h"
 #include "edge/gateway/openai/openai_request.h"
 #include "require.h"
@@ -39,8 +40,14 @@ void check(gw::openai_api api, const std::variant<gw::openai_request, gw::reques
       require(known);
     }
     require(r.choice.mode == gw::tool_choice_mode::none || !r.tools.empty());
-  } else if (const auto* ids = std::get_if<std::vector<std::int64_t>>(&r.prompt)) {
-    for (const std::int64_t id : *ids) require(id >= 0);
+  } else {
+    require(!r.prompts.empty() && r.prompts.size() * static_cast<std::size_t>(r.n) <= edge::backend::max_choices);
+    for (const auto& prompt : r.prompts) {
+      if (const auto* ids = std::get_if<std::vector<std::int64_t>>(&prompt)) {
+        require(!ids->empty());
+        for (const std::int64_t id : *ids) require(id >= 0);
+      }
+    }
   }
   require(!r.max_tokens || *r.max_tokens >= 1);
   require(r.sampling.temperature >= 0.0f && r.sampling.temperature <= gw::max_temperature);

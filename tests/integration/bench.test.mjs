@@ -48,10 +48,16 @@ async function benchFake(fake, name, args) {
 }
 
 // A fake OpenAI-compatible server on a free loopback port; `handler(req, res, body, n)` gets
-// the parsed body and the request's number (0, 1, ...).
+// the parsed body and the request's number (0, 1, ...). It names no context (GET /v1/models is a
+// 404, not counted), so the benchmark sends its requests as the dataset makes them.
 async function fakeServer(handler) {
   const seen = [];
   const server = http.createServer((req, res) => {
+    if (req.method === 'GET' && req.url === '/v1/models') {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end('{"error":{"message":"no models here"}}');
+      return;
+    }
     let raw = '';
     req.on('data', (d) => { raw += d; });
     req.on('end', () => {

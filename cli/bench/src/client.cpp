@@ -4,6 +4,8 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -124,37 +126,41 @@ std::string request_path(const server_url& url, api_endpoint endpoint) {
 namespace {
 
 // One exchange with the server outside a run (its model list, its tokenizer): the answer's JSON
-// when it is a 200, else nothing. Blocks for at most a few seconds.
+// when it is a 200, else nothing. Gives up after a few seconds, whatever the server does.
 std::optional<json::value> ask_server(const client_options& options, http::verb method, const std::string& path,
                                       std::string body) {
+  std::optional<json::value> out;
   asio::io_context context;
-  asio::ip::tcp::resolver resolver(context);
-  beast::tcp_stream stream(context);
-  beast::error_code ec;
-  const auto endpoints = resolver.resolve(options.url.host, options.url.port, ec);
-  if (ec) return std::nullopt;
-  stream.expires_after(std::chrono::seconds(5));
-  stream.connect(endpoints, ec);
-  if (ec) return std::nullopt;
-  http::request<http::string_body> req{method, options.url.base_path + path, 11};
-  req.set(http::field::host, options.url.host);
-  if (!options.api_key.empty()) req.set(http::field::authorization, "Bearer " + options.api_key);
-  if (!body.empty()) {
-    req.set(http::field::content_type, "application/json");
-    req.body() = std::move(body);
-    req.prepare_payload();
-  }
-  stream.expires_after(std::chrono::seconds(5));
-  http::write(stream, req, ec);
-  if (ec) return std::nullopt;
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(std::size_t{1} << 22);
-  http::read(stream, buffer, parser, ec);
-  if (ec || parser.get().result() != http::status::ok) return std::nullopt;
-  json::value answer = json::parse(parser.get().body(), ec);
-  if (ec) return std::nullopt;
-  return answer;
+  const auto exchange = [&]() -> asio::awaitable<void> {
+    asio::ip::tcp::resolver resolver(context);
+    beast::tcp_stream stream(context);
+    auto [resolve_ec, endpoints] = co_await resolver.async_resolve(options.url.host, options.url.port,
+                                                                   asio::as_tuple(asio::use_awaitable));
+    if (resolve_ec) co_return;
+    auto [connect_ec, endpoint] = co_await stream.async_connect(endpoints, asio::as_tuple(asio::use_awaitable));
+    if (connect_ec) co_return;
+    http::request<http::string_body> req{method, options.url.base_path + path, 11};
+    req.set(http::field::host, options.url.host);
+    if (!options.api_key.empty()) req.set(http::field::authorization, "Bearer " + options.api_key);
+    if (!body.empty()) {
+      req.set(http::field::content_type, "application/json");
+      req.body() = std::move(body);
+      req.prepare_payload();
+    }
+    auto [write_ec, written] = co_await http::async_write(stream, req, asio::as_tuple(asio::use_awaitable));
+    if (write_ec) co_return;
+    beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(std::size_t{1} << 22);
+    auto [read_ec, read] = co_await http::async_read(stream, buffer, parser, asio::as_tuple(asio::use_awaitable));
+    if (read_ec || parser.get().result() != http::status::ok) co_return;
+    boost::system::error_code parse_ec;
+    json::value answer = json::parse(parser.get().body(), parse_ec);
+    if (!parse_ec) out = std::move(answer);
+  };
+  asio::co_spawn(context, exchange, asio::detached);
+  context.run_for(std::chrono::seconds(5));
+  return out;
 }
 
 }  // namespace
