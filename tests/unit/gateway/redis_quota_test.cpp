@@ -740,56 +740,69 @@ TEST_CASE("redis stalled (SIGSTOP), fail mode open: calls that timed out and ran
   check_stall_is_compensated(gw::quota_fail_mode::open);
 }
 
-TEST_CASE("redis down: a settle made meanwhile is queued and lands once, when Redis is back") {
-  const auto server = edge::testing::redis_server::start(edge::testing::redis_server::persistence::every_command);
-  REQUIRE_REDIS_SERVER(server);
+namespace {
+
+// What the tests of a settlement queued during an outage start from: a Redis that keeps every
+// command, a store on it (200 ms per command, `fail_mode`), and one request admitted (a prompt of
+// 100, max_tokens 500) for a tenant with a minute's tokens, a concurrency limit and a daily budget.
+struct admitted_before_an_outage {
+  explicit admitted_before_an_outage(gw::quota_fail_mode fail_mode) {
+    REQUIRE_REDIS_SERVER(server);
+    options = options_for(*server, &clock);
+    options.command_timeout = 200ms;
+    options.fail_mode = fail_mode;
+    store = gw::redis_quota_store::create(options, &seen.metrics);
+    admitted = ask(*store, quotas, 100, 500);
+    REQUIRE(admitted.allowed);
+  }
+
+  std::unique_ptr<edge::testing::redis_server> server =
+      edge::testing::redis_server::start(edge::testing::redis_server::persistence::every_command);
   observed seen;
-  edge::manual_time_source clock(noon);
-  auto options = options_for(*server, &clock);
-  options.command_timeout = 200ms;
-  auto store = gw::redis_quota_store::create(options, &seen.metrics);
-  const gw::tenant_quotas q{.tokens_per_minute = 10000, .max_concurrent = 5, .daily_tokens = 1000};
-  const auto d = ask(*store, q, 100, 500);
-  REQUIRE(d.allowed);
-  CHECK(read_counters(*server, options).day_tokens == "600");
+  edge::manual_time_source clock{noon};
+  gw::redis_quota_options options;
+  std::unique_ptr<gw::redis_quota_store> store;
+  const gw::tenant_quotas quotas{.tokens_per_minute = 10000, .max_concurrent = 5, .daily_tokens = 1000};
+  gw::quota_decision admitted;
+};
+
+}  // namespace
+
+TEST_CASE("redis down: a settle made meanwhile is queued and lands once, when Redis is back") {
+  admitted_before_an_outage f(gw::quota_fail_mode::open);
+  auto& server = f.server;
+  auto& store = f.store;
+  CHECK(read_counters(*server, f.options).day_tokens == "600");
 
   server->kill();
-  store->finish(d.reservation, 150);  // no Redis to take it
+  store->finish(f.admitted.reservation, 150);  // no Redis to take it
   CHECK(store->pending() == 1);
-  CHECK(seen.metrics.quota_store_pending.Value() == 1);
-  CHECK(seen.log.count("queued, with any that follow, until Redis answers") == 1);
+  CHECK(f.seen.metrics.quota_store_pending.Value() == 1);
+  CHECK(f.seen.log.count("queued, with any that follow, until Redis answers") == 1);
 
   server->restart();  // with every counter it held
   REQUIRE(drained({store.get()}));
-  const auto now = read_counters(*server, options);
+  const auto now = read_counters(*server, f.options);
   CHECK(now.day_tokens == "150");
   CHECK(now.bucket == std::to_string(10000 - 150));
   CHECK(now.slots == 0);
-  CHECK(seen.metrics.quota_store_pending.Value() == 0);
-  CHECK(seen.log.count("1 queued calls applied") == 1);
-  store->finish(d.reservation, 150);  // once only
-  CHECK(read_counters(*server, options).day_tokens == "150");
+  CHECK(f.seen.metrics.quota_store_pending.Value() == 0);
+  CHECK(f.seen.log.count("1 queued calls applied") == 1);
+  store->finish(f.admitted.reservation, 150);  // once only
+  CHECK(read_counters(*server, f.options).day_tokens == "150");
 }
 
 // A Redis with much data answers LOADING for a while after a restart. A settlement queued while
 // it was down must wait that out, not be taken for a refusal and dropped; requests meanwhile
 // follow the fail mode as in any outage.
 TEST_CASE("redis restarted and still loading its data: a queued settle waits, then lands once") {
-  const auto server = edge::testing::redis_server::start(edge::testing::redis_server::persistence::every_command);
-  REQUIRE_REDIS_SERVER(server);
-  observed seen;
-  edge::manual_time_source clock(noon);
-  auto options = options_for(*server, &clock);
-  options.command_timeout = 200ms;
-  options.fail_mode = gw::quota_fail_mode::closed;
-  auto store = gw::redis_quota_store::create(options, &seen.metrics);
-  const gw::tenant_quotas q{.tokens_per_minute = 10000, .max_concurrent = 5, .daily_tokens = 1000};
-  const auto d = ask(*store, q, 100, 500);
-  REQUIRE(d.allowed);
+  admitted_before_an_outage f(gw::quota_fail_mode::closed);
+  auto& server = f.server;
+  auto& store = f.store;
   server->add_ballast(20000);
 
   server->kill();
-  store->finish(d.reservation, 150);
+  store->finish(f.admitted.reservation, 150);
   REQUIRE(store->pending() == 1);
   server->restart_loading_slowly(100us);  // 20,000 keys: about 2 s of answering LOADING
 
@@ -797,16 +810,16 @@ TEST_CASE("redis restarted and still loading its data: a queued settle waits, th
   std::this_thread::sleep_for(500ms);
   CHECK(store->pending() == 1);
   CHECK_FALSE(store->up());
-  CHECK(seen.log.count("refused by Redis and dropped") == 0);
-  const auto meanwhile = ask(*store, q, 10, 10);  // an outage like any other: fail mode closed
+  CHECK(f.seen.log.count("refused by Redis and dropped") == 0);
+  const auto meanwhile = ask(*store, f.quotas, 10, 10);  // an outage like any other: fail mode closed
   CHECK_FALSE(meanwhile.allowed);
   CHECK(meanwhile.limit == gw::quota_limit::quota_store_unavailable);
 
   REQUIRE(drained({store.get()}));
-  const auto now = read_counters(*server, options);
+  const auto now = read_counters(*server, f.options);
   CHECK(now.day_tokens == "150");
   CHECK(now.slots == 0);
-  CHECK(seen.log.count("1 queued calls applied") == 1);
+  CHECK(f.seen.log.count("1 queued calls applied") == 1);
   CHECK(store->up());
 }
 
