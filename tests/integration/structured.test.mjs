@@ -152,6 +152,22 @@ test('vLLM and llama.cpp output fields: each constrains the output as documented
       assert.ok(validators[0](JSON.parse(r.json.choices[0].text)), r.json.choices[0].text);
     }
   }
+  // A long list is a grammar like any other: a thousand choices are served, and a list past the
+  // grammar's limits (20,000 of 100 characters; 200,000 short ones) is a 400 naming the field,
+  // after which the server serves as before.
+  const letters = (i, length) => Array.from({ length }, (_, j) => 'abcdefghij'[(i * 7 + j * 3 + (i >> j % 5)) % 10]).join('');
+  const many = Array.from({ length: 1000 }, (_, i) => `${i}:${letters(i, 40)}`);
+  const picked = await post({ guided_choice: many, max_tokens: 80, seed: 1 });
+  assert.equal(picked.status, 200, JSON.stringify(picked.json));
+  assert.ok(many.includes(picked.json.choices[0].text), picked.json.choices[0].text);
+  for (const [count, length] of [[20000, 100], [200000, 10]]) {
+    const huge = await post({ guided_choice: Array.from({ length: count }, (_, i) => `${i}${letters(i, length)}`) });
+    assert.equal(huge.status, 400, JSON.stringify(huge.json).slice(0, 300));
+    assert.equal(huge.json.error.param, 'guided_choice');
+    assert.match(huge.json.error.message, /the grammar is too large/);
+  }
+  assert.equal((await post({ temperature: 0, max_tokens: 4 })).status, 200);
+
   const limited = await post({ n_predict: 3, temperature: 0 });
   assert.equal(limited.json.usage.completion_tokens, 3);
   assert.equal(limited.json.choices[0].finish_reason, 'length');
