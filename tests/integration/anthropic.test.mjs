@@ -156,6 +156,19 @@ test('errors are Anthropic\'s: the SDK\'s error classes, {"type":"error","error"
   const error = await malformed.json();
   assert.equal(error.type, 'error');
   assert.equal(error.error.type, 'invalid_request_error');
+  // vLLM's and llama.cpp's output fields are served on the OpenAI routes only: here, a 400 naming
+  // them, never ignored; on /v1/responses too.
+  for (const [route, body] of [
+    ['/v1/messages', { model: 'tiny', max_tokens: 8, messages: [{ role: 'user', content: 'x' }], guided_choice: ['a'] }],
+    ['/v1/responses', { model: 'tiny', input: 'x', guided_json: { type: 'string' } }],
+  ]) {
+    const res = await fetch(`${server.url}${route}`, {
+      method: 'POST', body: JSON.stringify(body),
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${server.defaultKey}` },
+    });
+    assert.equal(res.status, 400, route);
+    assert.match(JSON.stringify(await res.json()), /served on \/v1\/chat\/completions/);
+  }
 });
 
 // A streamed message as the SDK's users see it: its events, and the message the helper assembles.

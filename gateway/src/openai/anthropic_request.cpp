@@ -219,6 +219,7 @@ std::variant<openai_request, request_error> parse_anthropic_request(anthropic_ro
   }
   for (const auto [key, value] : fields) {
     if (key == "system") continue;
+    if (auto refused = peer_output_field_elsewhere(key, value.is_null())) return *refused;
     if (auto error = read_field(key, value, r, system)) return request_error{error->message(), error->path()};
   }
   if (!fields.find("messages")) return request_error{"'messages' is required", "messages"};

@@ -405,11 +405,23 @@ field_error read_peer_output_field(std::string_view key, const json_value& v, op
   return refuse_unless_off(v);
 }
 
+}  // namespace
+
 bool is_peer_output_field(std::string_view key) {
   return key == "guided_json" || key == "json_schema" || key == "guided_choice" || key == "n_predict" ||
          key == "min_tokens" || key == "guided_regex" || key == "guided_grammar" || key == "grammar" ||
          key == "stop_token_ids" || key == "structured_outputs";
 }
+
+std::optional<request_error> peer_output_field_elsewhere(std::string_view key, bool null) {
+  if (null || !is_peer_output_field(key)) return std::nullopt;
+  return request_error{format("'{}' (vLLM's and llama.cpp's) is served on /v1/chat/completions and /v1/completions, "
+                              "not on this API",
+                              key),
+                       std::string(key)};
+}
+
+namespace {
 
 field_error read_field(std::string_view key, const json_value& v, openai_request& r) {
   if (v.is_null()) return std::nullopt;  // null means "not given"

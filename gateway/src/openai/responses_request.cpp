@@ -369,6 +369,7 @@ std::variant<openai_request, request_error> parse_responses_request(std::string_
   const json_fields fields(*document);
   std::string instructions;
   for (const auto [key, value] : fields) {
+    if (auto refused = peer_output_field_elsewhere(key, value.is_null())) return *refused;
     if (auto error = read_field(key, value, r, *extra, instructions)) return request_error{error->message(), error->path()};
   }
   if (!fields.find("input") || extra->conversation.empty()) return request_error{"'input' is required and must not be empty", "input"};

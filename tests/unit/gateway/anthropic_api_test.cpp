@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "edge/common/format.h"
 #include "edge/gateway/http/json_response.h"
 #include "edge/gateway/openai/anthropic_request.h"
 #include "edge/gateway/openai/anthropic_response.h"
@@ -251,4 +252,15 @@ TEST_CASE("Anthropic's stop reasons") {
         boost::json::parse(R"({"stop_reason":"stop_sequence","stop_sequence":"END"})"));
   CHECK(stopped.message().at("stop_reason") == "stop_sequence");
   CHECK(stopped.message().at("stop_sequence") == "END");
+}
+
+TEST_CASE("vLLM's and llama.cpp's output fields are a 400 on the Messages API, never ignored; null is no field") {
+  for (const char* field : {"guided_json", "guided_choice", "json_schema", "n_predict", "min_tokens", "stop_token_ids",
+                            "grammar", "guided_regex", "guided_grammar", "structured_outputs"}) {
+    const auto error = messages_error(edge::format(
+        R"({{"max_tokens": 8, "messages": [{{"role": "user", "content": "hi"}}], "{}": 1}})", field));
+    CHECK(error.param == field);
+    CHECK(error.message.find("served on /v1/chat/completions") != std::string::npos);
+    messages_ok(edge::format(R"({{"max_tokens": 8, "messages": [{{"role": "user", "content": "hi"}}], "{}": null}})", field));
+  }
 }

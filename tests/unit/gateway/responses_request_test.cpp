@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include "edge/common/format.h"
 #include "edge/gateway/openai/responses_request.h"
 
 namespace gw = edge::gateway;
@@ -109,4 +110,12 @@ TEST_CASE("prompt_cache_key is read as chat completions reads it, and repeated i
   refused(R"({"input": "x", "prompt_cache_key": 7})", "prompt_cache_key", "a non-empty string of at most 256 bytes");
   refused(R"({"input": "x", "prompt_cache_key": ")" + std::string(257, 'k') + "\"}", "prompt_cache_key",
           "a non-empty string of at most 256 bytes");
+}
+
+TEST_CASE("vLLM's and llama.cpp's output fields are a 400 here, never ignored; null is no field") {
+  for (const char* field : {"guided_json", "guided_choice", "json_schema", "n_predict", "min_tokens", "stop_token_ids",
+                            "grammar", "guided_regex", "guided_grammar", "structured_outputs"}) {
+    refused(edge::format(R"({{"input": "hi", "{}": ["x"]}})", field), field, "served on /v1/chat/completions");
+    CHECK(parsed(edge::format(R"({{"input": "hi", "{}": null}})", field)).messages.size() == 1);
+  }
 }

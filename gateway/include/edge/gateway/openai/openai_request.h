@@ -173,6 +173,13 @@ struct tool_choice_names {
 // tool_choice against the tools (`chosen`: the request gave one): auto without them means none;
 // one that forces calls needs them, a named one must be among them, and neither goes with a
 // JSON output format.
+// vLLM's and llama.cpp's fields that change the output (guided_json, guided_choice, json_schema,
+// n_predict, min_tokens, stop_token_ids, grammar, guided_regex, guided_grammar,
+// structured_outputs): served or refused on chat completions and completions; on the Messages
+// and Responses APIs, a value (not null) is a 400 naming the field, never ignored.
+bool is_peer_output_field(std::string_view key);
+std::optional<request_error> peer_output_field_elsewhere(std::string_view key, bool null);
+
 std::optional<request_error> check_tool_choice(openai_request& r, bool chosen, const tool_choice_names& names);
 
 // Where a json_schema format keeps its name, schema and strict: chat completions'
