@@ -158,8 +158,7 @@ int run_gateway(const config::values& settings) {
   gateway::http_server server(http_server_options(settings), std::move(routes), &gateway_families);
   boost::asio::signal_set signals(server.context(), SIGINT, SIGTERM);
   drain_on_signals(signals, server, log);
-  if (!listen_and_announce(server, log)) return 1;
-  create_first_key(tenancy, log, "gateway");
+  if (!listen_and_announce(server, log, [&] { create_first_key(tenancy, log, "gateway"); })) return 1;
 
   pool.start(server.context().get_executor(), [&](const gateway::backend_info& info) {
     // The gateway renders every prompt, with the template the backends load.

@@ -690,11 +690,12 @@ void drain_on_signals(boost::asio::signal_set& signals, gateway::http_server& se
   });
 }
 
-bool listen_and_announce(gateway::http_server& server, const logger& log) {
+bool listen_and_announce(gateway::http_server& server, const logger& log, const std::function<void()>& once_bound) {
   if (status listening = server.listen(); !listening.ok()) {
     log.error("{}", listening.message());
     return false;
   }
+  if (once_bound) once_bound();
   const auto endpoint = server.local_endpoint();
   const std::string address = endpoint.address().is_v6() ? "[" + endpoint.address().to_string() + "]"
                                                          : endpoint.address().to_string();

@@ -198,7 +198,10 @@ void log_first_start_secret(const logger& log, std::string_view what, std::strin
 void drain_on_signals(boost::asio::signal_set& signals, gateway::http_server& server, const logger& log);
 
 // Listens and logs "listening on http://HOST:PORT" (what tests and scripts wait for); false,
-// logged, when the address cannot be bound.
-bool listen_and_announce(gateway::http_server& server, const logger& log);
+// logged, when the address cannot be bound. `once_bound` runs between the bind and that line
+// (the gateway makes its first key there, so that whoever waits for the line finds the key
+// before it in the log).
+bool listen_and_announce(gateway::http_server& server, const logger& log,
+                         const std::function<void()>& once_bound = {});
 
 }  // namespace edge::cli

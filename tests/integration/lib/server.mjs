@@ -93,7 +93,9 @@ export async function startServer(args = [], { env = {}, timeoutMs = 60000, wait
       try {
         const res = await fetch(`${server.url}/readyz`);
         await res.arrayBuffer();
-        if (res.status === 200) break;
+        // An engine's server logs "ready: …" after its first key: both are in the log once that
+        // line is (the answer above and the log come by different pipes).
+        if (res.status === 200 && (command === 'gateway' || /\bready: /.test(server.log))) break;
       } catch { /* not answering yet */ }
       if (Date.now() > deadline) {
         await server.stop('SIGKILL');
