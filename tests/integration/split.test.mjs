@@ -53,6 +53,12 @@ async function startCluster({ backends = 2, backendArgs = [], gatewayArgs = [] }
   const gateway = await startServer(['--model', storiesGguf, '--internal-token', TOKEN, '--http-threads', '2',
     '--backend-poll-interval', '100ms', ...started.flatMap((b) => ['--backend', b.url]), ...gatewayArgs],
   { command: 'gateway' });
+  // The gateway is ready with one backend up; the tests start from all of them (a slow build,
+  // under the sanitizers, verifies the second well after the first).
+  await waitWithin('every backend up at the gateway', async () => {
+    const text = await scrape(gateway);
+    return started.every((b) => value(text, 'edgeinfer_backend_up', { backend: b.url }) === 1);
+  }, { timeoutMs: 60000 });
   const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: gateway.defaultKey, maxRetries: 0 });
   return {
     backends: started,
